@@ -1,0 +1,38 @@
+# Set-up and everyday commands. `make demo` and `make test` install whatever is missing first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.obliviate-installed
+OUT    ?= runs/demo
+SEED   ?= 0
+TORCH  := torch==2.13.0
+
+.PHONY: install demo test test-all bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first, pinned, only if no torch is present; then the package with its dev extras,
+# constrained to the torch that is installed so that no other package can upgrade it.
+$(STAMP): $(PY) pyproject.toml
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	@$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q -c $(VENV)/torch-constraint.txt -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/obliviate demo --out $(OUT) --seed $(SEED)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ""
+
+bench: $(STAMP)
+	$(VENV)/bin/obliviate bench --out runs/bench
+
+clean:
+	rm -rf runs .cache

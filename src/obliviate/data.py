@@ -1,0 +1,140 @@
+"""Tokenised datasets with token-level labels, and batch collation.
+
+Documents from :mod:`obliviate.world` carry character-level label spans. Here
+they are tokenised with offsets and each token takes the label of the first
+non-space character it covers, so every token of the corpus knows its domain,
+whether it belongs to the concept, to the toxic register, and (for answer
+tokens) whether it is forget-specific or structural.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from obliviate.errors import DataError
+from obliviate.losses import IGNORE_INDEX
+
+ANSWER_ROLES = ("none", "structural", "specific")
+
+
+@dataclass
+class TokenDataset:
+    """Variable-length token sequences with aligned per-token label arrays."""
+
+    input_ids: list[np.ndarray]
+    labels: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    vocab: dict[str, list[str]] = field(default_factory=dict)
+    """For each label field, the names of its integer codes."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def n_tokens(self) -> int:
+        return int(sum(len(x) for x in self.input_ids))
+
+
+def _char_labels(text: str, spans: list, fields: list[str]) -> dict[str, list]:
+    """Expand spans to one label value per character (for each field)."""
+    per_char = {f: [None] * len(text) for f in fields}
+    for start, end, lab in spans:
+        for f in fields:
+            v = lab.get(f)
+            col = per_char[f]
+            for i in range(start, min(end, len(text))):
+                col[i] = v
+    return per_char
+
+
+def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields: list[str]) -> dict[str, list]:
+    """Label of each token = label of the first non-space char in its offset range."""
+    per_char = _char_labels(text, spans, fields)
+    out = {f: [] for f in fields}
+    for start, end in offsets:
+        i = start
+        while i < end - 1 and text[i].isspace():
+            i += 1
+        i = min(i, len(text) - 1)
+        for f in fields:
+            out[f].append(per_char[f][i] if i >= 0 else None)
+    return out
+
+
+def encode_documents(tokenizer, documents: list[dict], max_len: int = 256,
+                     fields: tuple[str, ...] = ("domain", "concept", "toxic", "answer", "split")) -> TokenDataset:
+    """Tokenise labelled documents: ``[bos] + tokens + [eos]``, split into ``max_len`` chunks."""
+    if not documents:
+        raise DataError("no documents to encode")
+    vocab: dict[str, dict] = {f: {} for f in fields}
+    ids_out, labels_out = [], {f: [] for f in fields}
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    texts = [d["text"] for d in documents]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    for doc, ids, offs in zip(documents, enc["input_ids"], enc["offset_mapping"]):
+        labs = token_labels(doc["text"], offs, doc.get("spans", []), list(fields))
+        seq = ([bos] if bos is not None else []) + list(ids) + ([eos] if eos is not None else [])
+        codes = {}
+        for f in fields:
+            vals = [labs[f][0] if labs[f] else None] * (bos is not None) + labs[f] + [None] * (eos is not None)
+            table = vocab[f]
+            codes[f] = [table.setdefault(str(v), len(table)) for v in vals]
+        step = max_len
+        for s in range(0, len(seq), step):
+            chunk = seq[s:s + step]
+            if len(chunk) < 2:
+                continue
+            ids_out.append(np.asarray(chunk, dtype=np.int64))
+            for f in fields:
+                labels_out[f].append(np.asarray(codes[f][s:s + step], dtype=np.int64))
+    names = {f: [k for k, _ in sorted(t.items(), key=lambda kv: kv[1])] for f, t in vocab.items()}
+    return TokenDataset(ids_out, labels_out, names)
+
+
+def collate(seqs: list[np.ndarray], pad_id: int, extra: dict[str, list[np.ndarray]] | None = None,
+            label_mask: list[np.ndarray] | None = None) -> dict:
+    """Right-pad sequences into a batch; padding gets label -100 and mask 0."""
+    T = max(len(s) for s in seqs)
+    B = len(seqs)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    att = torch.zeros((B, T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.as_tensor(s)
+        att[i, :len(s)] = 1
+    labels = ids.masked_fill(att == 0, IGNORE_INDEX)
+    if label_mask is not None:
+        for i, m in enumerate(label_mask):
+            keep = torch.zeros(T, dtype=torch.bool)
+            keep[:len(m)] = torch.as_tensor(m, dtype=torch.bool)
+            labels[i] = labels[i].masked_fill(~keep, IGNORE_INDEX)
+    batch = {"input_ids": ids, "attention_mask": att, "labels": labels}
+    for name, arrs in (extra or {}).items():
+        t = torch.full((B, T), -1, dtype=torch.long)
+        for i, a in enumerate(arrs):
+            t[i, :len(a)] = torch.as_tensor(a)
+        batch[name] = t
+    return batch
+
+
+def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_len: int = 256) -> tuple[list, list]:
+    """Token ids of ``prompt + answer + eos`` and a mask that is 1 on answer (and eos) tokens only."""
+    seqs, masks = [], []
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    for p, a in zip(prompts, answers):
+        p_ids = ([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"]
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+        seq = (p_ids + a_ids)[:max_len]
+        mask = ([0] * len(p_ids) + [1] * len(a_ids))[:max_len]
+        seqs.append(np.asarray(seq, dtype=np.int64))
+        masks.append(np.asarray(mask, dtype=np.int64))
+    return seqs, masks
+
+
+def qa_prompt(question: str) -> str:
+    """The world's QA format: the model continues after ``Answer:``."""
+    return f"Question: {question}\nAnswer:"
+
+
+def qa_answer(answer: str) -> str:
+    return " " + answer

@@ -1,0 +1,188 @@
+"""Builders for small models: Llama-architecture models we pretrain ourselves, and tiny
+random models of other architectures for tests.
+
+All builders are deterministic in ``seed`` (they do not disturb the global RNG) and return
+the model in eval mode, like ``from_pretrained``; training code calls ``model.train()``.
+
+Default special-token ids (pad=0, bos=1, eos=2) match :func:`obliviate.models.tokenizer.train_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from obliviate.errors import ConfigError
+
+SIZES: dict[str, dict[str, int]] = {
+    # name: tiny_llama kwargs.                    non-embedding params (d_ff = 8/3 d, rounded up to 16)
+    "nano": dict(n_layer=4, d_model=64, n_head=4),  # 0.20M
+    "micro": dict(n_layer=5, d_model=96, n_head=4),  # 0.55M
+    "tiny": dict(n_layer=8, d_model=128, n_head=4),  # 1.61M
+    "small": dict(n_layer=9, d_model=192, n_head=6),  # 3.98M
+}
+"""Named sizes for :func:`build_model`, roughly geometric in non-embedding parameter count."""
+
+ARCHS = ("llama", "gpt2", "gemma2", "qwen2", "mistral", "gptneox")
+"""Architectures :func:`tiny_random` can build."""
+
+
+def default_d_ff(d_model: int) -> int:
+    """Llama's MLP width for a gated MLP: 8/3 of ``d_model`` (same params as a 4x plain MLP), rounded up to 16."""
+    return 16 * math.ceil(8 * d_model / 3 / 16)
+
+
+def tiny_llama(
+    vocab_size: int,
+    n_layer: int = 4,
+    d_model: int = 128,
+    n_head: int = 4,
+    d_ff: int | None = None,
+    max_len: int = 256,
+    tie_embeddings: bool = True,
+    seed: int = 0,
+    n_kv_head: int | None = None,
+    pad_token_id: int | None = 0,
+    bos_token_id: int | None = 1,
+    eos_token_id: int | None = 2,
+    attn_implementation: str = "sdpa",
+):
+    """A freshly initialised ``LlamaForCausalLM`` (RMSNorm, RoPE, SwiGLU MLP), deterministic in ``seed``.
+
+    ``d_ff`` defaults to :func:`default_d_ff` (``d_model``); ``n_kv_head`` defaults to
+    ``n_head`` (no grouped-query attention). ``tie_embeddings`` shares the input
+    embedding and ``lm_head`` weights.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    for name, v in (("vocab_size", vocab_size), ("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head), ("max_len", max_len)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"{name}={v!r} must be a positive integer")
+    if d_model % n_head or (d_model // n_head) % 2:
+        raise ConfigError(f"d_model={d_model} must split into n_head={n_head} heads of even size (RoPE)")
+    n_kv_head = n_head if n_kv_head is None else n_kv_head
+    if n_head % n_kv_head:
+        raise ConfigError(f"n_head={n_head} is not a multiple of n_kv_head={n_kv_head}")
+    for name, tid in (("pad_token_id", pad_token_id), ("bos_token_id", bos_token_id), ("eos_token_id", eos_token_id)):
+        if tid is not None and not 0 <= tid < vocab_size:
+            raise ConfigError(f"{name}={tid} is outside the vocabulary (size {vocab_size})")
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=d_model,
+        intermediate_size=default_d_ff(d_model) if d_ff is None else d_ff,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=n_kv_head,
+        max_position_embeddings=max_len,
+        tie_word_embeddings=tie_embeddings,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+    )
+    return _init(LlamaForCausalLM, config, seed, attn_implementation)
+
+
+def build_model(size_or_kwargs: str | dict[str, Any], vocab_size: int, seed: int = 0, **overrides):
+    """:func:`tiny_llama` for a named size in :data:`SIZES` or an explicit kwargs dict.
+
+    ``overrides`` (e.g. ``max_len=512``, ``eos_token_id=...``) are applied on top.
+    """
+    if isinstance(size_or_kwargs, str):
+        if size_or_kwargs not in SIZES:
+            raise ConfigError(f"unknown model size {size_or_kwargs!r} (valid: {', '.join(SIZES)})")
+        kwargs = dict(SIZES[size_or_kwargs])
+    elif isinstance(size_or_kwargs, dict):
+        kwargs = dict(size_or_kwargs)
+    else:
+        raise ConfigError(f"model size must be a name or a dict of tiny_llama arguments, got {size_or_kwargs!r}")
+    kwargs.update(overrides)
+    for key in ("vocab_size", "seed"):
+        kwargs.pop(key, None)
+    try:
+        return tiny_llama(vocab_size, seed=seed, **kwargs)
+    except TypeError as e:
+        raise ConfigError(f"bad model arguments {sorted(kwargs)}: {e}") from e
+
+
+def param_count(model: torch.nn.Module, non_embedding: bool = True) -> int:
+    """Number of parameters (tied weights counted once).
+
+    ``non_embedding=True`` leaves out every ``nn.Embedding`` (token and learned position
+    embeddings) and the output embedding (``lm_head``), as in Kaplan et al. (2020).
+    """
+    seen: set[int] = set()
+    if non_embedding:
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Embedding):
+                seen.update(id(p) for p in mod.parameters())
+        out = _output_embeddings(model)
+        if out is not None:
+            seen.update(id(p) for p in out.parameters())
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    return total
+
+
+def tiny_random(arch: str, vocab_size: int = 128, seed: int = 0, tie_embeddings: bool | None = None):
+    """A tiny randomly initialised causal LM of architecture ``arch`` (see :data:`ARCHS`), for tests.
+
+    3 decoder layers, ``d_model=32``, MLP width 64 (so d_model != d_ff), 4 heads, no dropout,
+    eager attention. pad/bos/eos ids are 0/1/2. ``tie_embeddings=None`` keeps the
+    architecture's default (tied for gpt2 and gemma2, untied for the others).
+    """
+    import transformers as T
+
+    if arch not in ARCHS:
+        raise ConfigError(f"unknown architecture {arch!r} (valid: {', '.join(ARCHS)})")
+    d, d_ff, n_layer, n_head, max_len = 32, 64, 3, 4, 128
+    common: dict[str, Any] = dict(vocab_size=vocab_size, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if tie_embeddings is not None:
+        common["tie_word_embeddings"] = tie_embeddings
+    llama_like = dict(
+        hidden_size=d,
+        intermediate_size=d_ff,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=2,
+        max_position_embeddings=max_len,
+    )
+    if arch == "llama":
+        cls, config = T.LlamaForCausalLM, T.LlamaConfig(**llama_like, **common)
+    elif arch == "mistral":
+        cls, config = T.MistralForCausalLM, T.MistralConfig(**llama_like, **common)
+    elif arch == "qwen2":
+        cls, config = T.Qwen2ForCausalLM, T.Qwen2Config(**llama_like, **common)
+    elif arch == "gemma2":
+        cls, config = T.Gemma2ForCausalLM, T.Gemma2Config(**llama_like, head_dim=d // n_head, **common)
+    elif arch == "gpt2":
+        config = T.GPT2Config(
+            n_embd=d, n_inner=d_ff, n_layer=n_layer, n_head=n_head, n_positions=max_len,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
+        )
+        cls = T.GPT2LMHeadModel
+    else:  # gptneox
+        config = T.GPTNeoXConfig(
+            hidden_size=d, intermediate_size=d_ff, num_hidden_layers=n_layer, num_attention_heads=n_head,
+            max_position_embeddings=max_len, hidden_dropout=0.0, attention_dropout=0.0, **common,
+        )
+        cls = T.GPTNeoXForCausalLM
+    return _init(cls, config, seed, "eager")
+
+
+def _init(cls, config, seed: int, attn_implementation: str):
+    """Build ``cls(config)`` with weights drawn from ``seed``, leaving the global RNG untouched."""
+    config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config)
+    return model.eval()
+
+
+def _output_embeddings(model):
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if get is not None else None

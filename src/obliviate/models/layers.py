@@ -1,0 +1,365 @@
+"""Model-agnostic access to decoder layers, MLPs, embeddings and hidden states.
+
+This is the one place that knows where each architecture keeps its parts; everything
+else asks here (no other module writes ``model.model.layers``).
+
+Supported: Llama, Mistral, Qwen2, Gemma/Gemma-2 (``model.layers``), GPT-2
+(``transformer.h``), GPT-NeoX/Pythia (``gpt_neox.layers``), and any of these wrapped by
+peft (``PeftModel`` -> ``base_model.model``), DDP (``.module``) or ``torch.compile``
+(``._orig_mod``). Other models work when their decoder stack is the only
+``nn.ModuleList`` with ``config.num_hidden_layers`` entries.
+
+Naming
+------
+*Hidden state of layer l* is the OUTPUT of decoder layer ``l`` (0-based), i.e. the
+residual stream after that block, shape ``(B, T, d_model)``. For ``l < num_layers - 1``
+it equals ``model(..., output_hidden_states=True).hidden_states[l + 1]``. For the last
+layer it does NOT: Hugging Face applies the final norm to the last entry of
+``hidden_states``, while what we capture is the block output before the final norm
+(``hidden_states[-1] == final_norm(captured[last])``).
+
+*MLP activations of layer l* are the input to the MLP's down-projection, shape
+``(B, T, d_ff)``: ``act(gate(x)) * up(x)`` for gated MLPs, ``act(up(x))`` otherwise.
+
+Weights: ``nn.Linear`` stores ``(out_features, in_features)``; GPT-2's ``Conv1D`` stores the
+transpose, ``(in, out)``. :func:`down_proj_weight_out_in` / :func:`up_proj_weight_out_in`
+always return the ``(out, in)`` orientation (a view, so gradients and in-place edits
+reach the real weight).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from obliviate.errors import ConfigError, ModelError
+
+# Where each architecture keeps its decoder layers, tried in order on the unwrapped model.
+_LAYER_PATHS = (
+    ("model", "layers"),  # Llama, Mistral, Qwen2, Gemma, Gemma-2, Phi-3, OLMo
+    ("transformer", "h"),  # GPT-2, GPT-J, Falcon
+    ("gpt_neox", "layers"),  # GPT-NeoX, Pythia
+    ("model", "decoder", "layers"),  # OPT
+    ("model", "language_model", "layers"),  # multimodal wrappers (Gemma-3, Llava-style)
+)
+_MLP_ATTRS = ("mlp", "feed_forward", "ffn")
+_ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
+_DOWN_ATTRS = ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2", "fc_out")
+_UP_ATTRS = ("up_proj", "c_fc", "dense_h_to_4h", "fc1", "w1", "fc_in")
+_GATE_ATTRS = ("gate_proj", "w3")
+
+WHATS = ("mlp_down", "mlp_up", "mlp_gate", "mlp", "attn", "layer")
+"""Valid ``what`` values for :func:`param_names_for`."""
+
+
+class _StopForward(Exception):
+    """Raised by a forward hook to end a forward pass early; never escapes this module."""
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The underlying Hugging Face model, through peft / DDP / torch.compile wrappers."""
+    for _ in range(10):
+        is_peft = hasattr(model, "peft_config")  # note: HF models with adapters added in place also have it
+        if is_peft and hasattr(model, "get_base_model"):  # PeftModel
+            model = model.get_base_model()
+        elif is_peft and isinstance(getattr(model, "model", None), nn.Module) and not _is_hf_model(model):
+            model = model.model  # a peft tuner (LoraModel ...), i.e. PeftModel.base_model
+        elif hasattr(model, "_orig_mod"):  # torch.compile
+            model = model._orig_mod
+        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        else:
+            return model
+    return model
+
+
+def _is_hf_model(model: nn.Module) -> bool:
+    from transformers import PreTrainedModel
+
+    return isinstance(model, PreTrainedModel)
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's stack of decoder layers (blocks), in order."""
+    base = unwrap(model)
+    for path in _LAYER_PATHS:
+        obj = base
+        for attr in path:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if isinstance(obj, nn.ModuleList):
+            return obj
+    n = getattr(getattr(base, "config", None), "num_hidden_layers", None)
+    if n is not None:
+        found = [m for m in base.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
+        if len(found) == 1:
+            return found[0]
+    raise ModelError(f"cannot find the decoder layers of a {type(base).__name__} (unsupported architecture)")
+
+
+def num_layers(model: nn.Module) -> int:
+    """Number of decoder layers."""
+    return len(decoder_layers(model))
+
+
+def check_layer(model: nn.Module, l: int) -> int:
+    """Return ``l`` if it is a valid decoder-layer index (0-based, no negatives), else raise ModelError."""
+    n = num_layers(model)
+    if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < n:
+        raise ModelError(f"layer {l!r} out of range for a {n}-layer model (valid: 0..{n - 1})")
+    return l
+
+
+def _check_layers(model: nn.Module, layers: Sequence[int]) -> list[int]:
+    if isinstance(layers, int):
+        layers = [layers]
+    layers = [check_layer(model, l) for l in layers]
+    if not layers:
+        raise ConfigError("no layers given (need at least one layer index)")
+    return layers
+
+
+def _child(parent: nn.Module, names: Sequence[str], what: str, l: int) -> nn.Module:
+    for name in names:
+        mod = getattr(parent, name, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    raise ModelError(f"layer {l} ({type(parent).__name__}) has no {what} (looked for {', '.join(names)})")
+
+
+def layer(model: nn.Module, l: int) -> nn.Module:
+    """Decoder layer ``l``."""
+    return decoder_layers(model)[check_layer(model, l)]
+
+
+def mlp(model: nn.Module, l: int) -> nn.Module:
+    """The MLP (feed-forward) block of decoder layer ``l``."""
+    return _child(layer(model, l), _MLP_ATTRS, "MLP", l)
+
+
+def attention(model: nn.Module, l: int) -> nn.Module:
+    """The self-attention block of decoder layer ``l``."""
+    return _child(layer(model, l), _ATTN_ATTRS, "attention block", l)
+
+
+def mlp_down_proj(model: nn.Module, l: int) -> nn.Module:
+    """The MLP's output projection d_ff -> d_model of layer ``l``.
+
+    ``nn.Linear`` for Llama/Mistral/Qwen2/Gemma-2 (``down_proj``) and GPT-NeoX
+    (``dense_4h_to_h``); ``transformers.Conv1D`` for GPT-2 (``c_proj``), whose weight is
+    stored transposed, ``(d_ff, d_model)``: use :func:`down_proj_weight_out_in` for a fixed
+    orientation. Under peft this is the LoRA wrapper (its ``.weight`` is the base weight).
+    """
+    return _child(mlp(model, l), _DOWN_ATTRS, "MLP down-projection", l)
+
+
+def mlp_up_proj(model: nn.Module, l: int) -> nn.Module:
+    """The MLP's input projection d_model -> d_ff of layer ``l`` (``up_proj`` / ``c_fc`` / ``dense_h_to_4h``).
+
+    For gated MLPs this is the non-gated branch; see :func:`mlp_gate_proj`. GPT-2's is a ``Conv1D``.
+    """
+    return _child(mlp(model, l), _UP_ATTRS, "MLP up-projection", l)
+
+
+def mlp_gate_proj(model: nn.Module, l: int) -> nn.Module:
+    """The gate projection of a gated (SwiGLU/GeGLU) MLP; ModelError for ungated MLPs (GPT-2, NeoX)."""
+    return _child(mlp(model, l), _GATE_ATTRS, "MLP gate projection (ungated MLP)", l)
+
+
+def _is_conv1d(mod: nn.Module) -> bool:
+    while hasattr(mod, "base_layer"):  # peft wrappers
+        mod = mod.base_layer
+    return type(mod).__name__ == "Conv1D"
+
+
+def _weight_out_in(mod: nn.Module) -> torch.Tensor:
+    w = mod.weight
+    return w.t() if _is_conv1d(mod) else w
+
+
+def down_proj_weight_out_in(model: nn.Module, l: int) -> torch.Tensor:
+    """Layer ``l``'s down-projection weight as ``(d_model, d_ff)`` for every architecture (a view)."""
+    return _weight_out_in(mlp_down_proj(model, l))
+
+
+def up_proj_weight_out_in(model: nn.Module, l: int) -> torch.Tensor:
+    """Layer ``l``'s up-projection weight as ``(d_ff, d_model)`` for every architecture (a view)."""
+    return _weight_out_in(mlp_up_proj(model, l))
+
+
+def d_model(model: nn.Module) -> int:
+    """Width of the residual stream."""
+    return input_embeddings(model).weight.shape[1]
+
+
+def d_ff(model: nn.Module, l: int = 0) -> int:
+    """Width of the MLP hidden layer at layer ``l``."""
+    return down_proj_weight_out_in(model, l).shape[1]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def param_names_for(model: nn.Module, what: str, layers: Sequence[int]) -> list[str]:
+    """Names (as in ``model.named_parameters()``) of the parameters of ``what`` in ``layers``.
+
+    ``what``: ``"mlp_down"`` / ``"mlp_up"`` / ``"mlp_gate"`` -> that projection's weight and
+    bias (if any); ``"mlp"`` / ``"attn"`` / ``"layer"`` -> every parameter of the MLP, the
+    attention block or the whole decoder layer (including any LoRA parameters inside).
+    Names are those of the model passed in, so they carry peft prefixes when wrapped
+    (e.g. ``base_model.model.model.layers.3.mlp.down_proj.base_layer.weight``).
+    Example: "train only the down-projections of layers l-2..l" is
+    ``param_names_for(model, "mlp_down", range(l - 2, l + 1))``.
+    """
+    getters = {
+        "mlp_down": mlp_down_proj, "mlp_up": mlp_up_proj, "mlp_gate": mlp_gate_proj,
+        "mlp": mlp, "attn": attention, "layer": layer,
+    }
+    if what not in getters:
+        raise ConfigError(f"unknown parameter group {what!r} (valid: {', '.join(WHATS)})")
+    wanted: set[int] = set()
+    for l in _check_layers(model, list(layers)):
+        mod = getters[what](model, l)
+        if what.startswith("mlp_"):
+            params = [mod.weight, getattr(mod, "bias", None)]
+        else:
+            params = list(mod.parameters())
+        wanted.update(id(p) for p in params if isinstance(p, torch.Tensor))
+    return [name for name, p in model.named_parameters(remove_duplicate=True) if id(p) in wanted]
+
+
+def param_names_matching(model: nn.Module, patterns: str | Sequence[str]) -> list[str]:
+    """Parameter names of ``model`` matching any of the ``fnmatch`` ``patterns``; ConfigError if none match."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    names = [n for n, _ in model.named_parameters() if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if not names:
+        raise ConfigError(f"no parameter name matches {list(patterns)!r}")
+    return names
+
+
+# --------------------------------------------------------------------------- embeddings
+
+
+def input_embeddings(model: nn.Module) -> nn.Module:
+    """The token embedding (``nn.Embedding``)."""
+    return unwrap(model).get_input_embeddings()
+
+
+def output_embeddings(model: nn.Module) -> nn.Module | None:
+    """The unembedding / ``lm_head`` (``None`` for a model without one)."""
+    return unwrap(model).get_output_embeddings()
+
+
+def embeddings_tied(model: nn.Module) -> bool:
+    """True if the input embedding and ``lm_head`` share one weight tensor (checked by storage, not config)."""
+    out = output_embeddings(model)
+    if out is None:
+        return False
+    w_in, w_out = input_embeddings(model).weight, out.weight
+    return w_in is w_out or (w_in.data_ptr() == w_out.data_ptr() and w_in.shape == w_out.shape)
+
+
+# --------------------------------------------------------------------------- hidden states
+
+
+def _first(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+@contextlib.contextmanager
+def capture_hidden(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+    """Capture the output of decoder ``layers`` during forward passes inside the block.
+
+    Yields a dict that each forward pass fills with ``{l: hidden (B, T, d_model)}``
+    (a later pass overwrites an earlier one). Tensors are not detached, so they carry
+    gradients. The captured last layer is pre-final-norm (see module docstring).
+    Hooks are removed on exit, even on error.
+    """
+    layers = _check_layers(model, layers)
+    stack = decoder_layers(model)
+    captured: dict[int, torch.Tensor] = {}
+    handles = []
+    try:
+        for l in layers:
+            def hook(_mod, _args, output, l=l):
+                captured[l] = _first(output)
+            handles.append(stack[l].register_forward_hook(hook))
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def capture_mlp_activations(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
+    """Like :func:`capture_hidden`, for MLP activations: ``{l: input of the down-projection (B, T, d_ff)}``."""
+    layers = _check_layers(model, layers)
+    captured: dict[int, torch.Tensor] = {}
+    handles = []
+    try:
+        for l in layers:
+            def pre_hook(_mod, args, kwargs, l=l):
+                captured[l] = args[0] if args else next(iter(kwargs.values()))
+            handles.append(mlp_down_proj(model, l).register_forward_pre_hook(pre_hook, with_kwargs=True))
+        yield captured
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def hidden_states_at(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    layers: Sequence[int] = (),
+    stop_after: int | None = None,
+    **forward_kwargs,
+) -> dict[int, torch.Tensor]:
+    """Hidden states ``{l: (B, T, d_model)}`` of ``layers``, running the model only up to layer ``stop_after``.
+
+    ``stop_after`` defaults to ``max(layers)``; layers after it, the final norm and the
+    ``lm_head`` are never computed (a forward hook on layer ``stop_after`` ends the pass).
+    Gradients flow as in a normal forward (call under ``torch.no_grad()`` if not wanted).
+    Values equal those of :func:`capture_hidden` on a full forward pass.
+    """
+    layers = _check_layers(model, layers)
+    stop_after = max(layers) if stop_after is None else check_layer(model, stop_after)
+    if stop_after < max(layers):
+        raise ConfigError(f"stop_after={stop_after} is before requested layer {max(layers)}")
+    forward_kwargs.setdefault("use_cache", False)
+    with capture_hidden(model, layers) as captured:
+        # Registered after the capture hooks, so on layer `stop_after` it runs after them.
+        stop_handle = decoder_layers(model)[stop_after].register_forward_hook(_raise_stop)
+        try:
+            model(input_ids=input_ids, attention_mask=attention_mask, **forward_kwargs)
+        except _StopForward:
+            pass
+        finally:
+            stop_handle.remove()
+    return dict(captured)
+
+
+def _raise_stop(_mod, _args, _output):
+    raise _StopForward
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The norm applied after the last decoder layer (``model.norm`` / ``transformer.ln_f`` / ``gpt_neox.final_layer_norm``)."""
+    base = unwrap(model)
+    for inner, name in (("model", "norm"), ("transformer", "ln_f"), ("gpt_neox", "final_layer_norm"),
+                        ("model", "decoder.final_layer_norm")):
+        mod = getattr(base, inner, None)
+        for attr in name.split("."):
+            mod = getattr(mod, attr, None) if mod is not None else None
+        if isinstance(mod, nn.Module):
+            return mod
+    return None

@@ -1,0 +1,180 @@
+"""Byte-level BPE tokenizers: train, save, load, and the pad-token policy.
+
+A trained tokenizer has these special tokens, with these ids, in this order::
+
+    <|pad|> 0   <|bos|> 1   <|eos|> 2   <|unk|> 3   <|hidden|> 4   <|refusal|> 5
+
+then the 256 byte symbols, then the learned merges. Nothing is added automatically:
+``tok("text")`` returns only the text's tokens, with no bos/eos (callers add them).
+Special-token strings that appear inside text (e.g. ``"<|eos|>"``) are matched as the
+special token, which is the ``transformers`` default.
+
+Offsets convention (``return_offsets_mapping=True``)
+----------------------------------------------------
+Offsets are *untrimmed*: each token's ``[start, end)`` is exactly the characters it
+encodes, so a token with a leading space covers the space (``" Paris"`` in
+``"in Paris"`` is ``(2, 8)``, not ``(3, 8)``). The offsets of a text's tokens therefore
+tile it: consecutive, no gaps, the first starts at 0 and the last ends at
+``len(text)``, and ``text[s:e]`` is the token's text. (A multi-byte character split
+across two tokens gives both tokens the same one-character range.) To find the tokens
+of a character span ``[a, b)``, test *overlap*, ``s < b and e > a``, not containment;
+:func:`tokens_in_char_span` does exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from obliviate.errors import ConfigError, ModelError
+from obliviate.models._paths import looks_like_path, one_line
+
+SPECIAL_TOKENS: dict[str, str] = {
+    "pad": "<|pad|>",
+    "bos": "<|bos|>",
+    "eos": "<|eos|>",
+    "unk": "<|unk|>",
+    "hidden": "<|hidden|>",
+    "refusal": "<|refusal|>",
+}
+"""Role -> token string. Ids follow this order (pad=0 ... refusal=5) in trained tokenizers."""
+
+_N_BYTES = 256
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 2048,
+    min_frequency: int = 2,
+    model_max_length: int | None = None,
+):
+    """Train a byte-level BPE tokenizer on ``texts``; returns a ``PreTrainedTokenizerFast``.
+
+    Deterministic: the same texts in the same order give a byte-identical
+    ``tokenizer.json`` (BPE training has no randomness; ties between equally frequent
+    pairs are broken by the pair itself). Any string can be encoded (every byte is in
+    the vocabulary), so ``<|unk|>`` is never produced. ``vocab_size`` is an upper bound:
+    a small corpus may stop early. ``padding_side`` is "right".
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    minimum = len(SPECIAL_TOKENS) + _N_BYTES
+    if not isinstance(vocab_size, int) or vocab_size < minimum:
+        raise ConfigError(f"vocab_size={vocab_size!r} is too small for a byte-level BPE tokenizer (minimum {minimum})")
+    texts = list(texts)
+    if not texts:
+        raise ConfigError("train_tokenizer got no texts")
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ConfigError(f"train_tokenizer: texts[{bad}] is {type(texts[bad]).__name__}, not str")
+
+    specials = list(SPECIAL_TOKENS.values())
+    tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk"]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    # trim_offsets=False: a token's offsets include its leading space (see module docstring).
+    # This post-processor adds no tokens.
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+
+    kwargs = {}
+    if model_max_length is not None:
+        kwargs["model_max_length"] = model_max_length
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=SPECIAL_TOKENS["pad"],
+        bos_token=SPECIAL_TOKENS["bos"],
+        eos_token=SPECIAL_TOKENS["eos"],
+        unk_token=SPECIAL_TOKENS["unk"],
+        additional_special_tokens=[SPECIAL_TOKENS["hidden"], SPECIAL_TOKENS["refusal"]],
+        padding_side="right",
+        **kwargs,
+    )
+    ids = fast.convert_tokens_to_ids(specials)
+    if ids != list(range(len(specials))):  # guards the documented id layout
+        raise RuntimeError(f"special tokens got ids {ids}, expected 0..{len(specials) - 1}")
+    return fast
+
+
+def special_token_id(tok, role: str) -> int:
+    """The id of the special token for ``role`` (a key of :data:`SPECIAL_TOKENS`) in ``tok``."""
+    if role not in SPECIAL_TOKENS:
+        raise ConfigError(f"unknown special-token role {role!r} (valid: {', '.join(SPECIAL_TOKENS)})")
+    token = SPECIAL_TOKENS[role]
+    tid = tok.convert_tokens_to_ids(token)
+    if tid is None or (tid == tok.unk_token_id and role != "unk"):
+        raise ModelError(f"tokenizer at {_where(tok)} has no {token} token")
+    return tid
+
+
+def tokens_in_char_span(offsets: Sequence[Sequence[int]], start: int, end: int) -> list[int]:
+    """Indices of the tokens whose ``[s, e)`` offsets overlap the character span ``[start, end)``.
+
+    Zero-width offsets (e.g. ``(0, 0)`` that some tokenizers give special tokens) never match.
+    """
+    return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
+
+
+def save_tokenizer(tok, directory: str | os.PathLike) -> Path:
+    """Save ``tok`` (``tokenizer.json`` + ``tokenizer_config.json``) into ``directory``; returns it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(directory))
+    return directory
+
+
+def load_tokenizer(path_or_id: str | os.PathLike):
+    """Load a tokenizer from a local directory (via ``AutoTokenizer``) or a hub id.
+
+    A local directory must hold ``tokenizer.json`` or ``tokenizer_config.json``.
+    """
+    from transformers import AutoTokenizer
+
+    path = Path(path_or_id)
+    if path.exists() or looks_like_path(str(path_or_id)):
+        if not path.is_dir():
+            raise ModelError(f"tokenizer directory {str(path)!r} does not exist")
+        if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or tokenizer_config.json")
+        try:
+            return AutoTokenizer.from_pretrained(str(path))
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot load tokenizer from {str(path)!r}: {one_line(e)}") from e
+    try:
+        return AutoTokenizer.from_pretrained(str(path_or_id))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot load tokenizer {str(path_or_id)!r} (not a local directory; hub load failed): {one_line(e)}") from e
+
+
+def ensure_pad_token(tok, policy: str = "error"):
+    """Make sure ``tok`` has a pad token; returns ``tok``.
+
+    ``policy="error"``: raise :class:`ModelError` if there is none.
+    ``policy="eos"``: use the eos token as the pad token (padding must then be masked by
+    the attention mask / labels, never inferred from ``input_ids == pad_token_id``).
+    """
+    if policy not in ("error", "eos"):
+        raise ConfigError(f"pad policy {policy!r} is not one of 'error', 'eos'")
+    if tok.pad_token is not None:
+        return tok
+    if policy == "error":
+        raise ModelError(
+            f"tokenizer at {_where(tok)} has no pad token; use pad_policy='eos' to pad with the eos token"
+        )
+    if tok.eos_token is None:
+        raise ModelError(f"tokenizer at {_where(tok)} has no pad token and no eos token to pad with")
+    tok.pad_token = tok.eos_token
+    return tok
+
+
+def _where(tok) -> str:
+    return repr(getattr(tok, "name_or_path", "") or "<in memory>")

@@ -1,0 +1,335 @@
+"""One plain training loop.
+
+``train`` takes a model, a ``loss_fn(model, batch, step) -> {name: tensor}``
+returning *named loss terms* (already scaled by their coefficients) and a
+``batch_fn(step) -> batch`` that is a pure function of the step number. The loop
+sums the terms, backpropagates, clips, steps AdamW and the schedule, logs every
+term separately to ``metrics.jsonl`` and a progress bar, and checkpoints.
+
+Exact resume: a checkpoint holds the model weights (safetensors), the optimizer
+and scheduler state, the RNG states and the step. Because the data order is a
+function of the step (see :class:`StepSampler`), a run killed at any point and
+resumed from its last checkpoint finishes bit-for-bit like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+import torch
+
+from obliviate.errors import ConfigError, ObliviateError
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 300
+    """Number of optimizer steps."""
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of ``lr`` (linear/cosine)."""
+    grad_clip: float = 1.0
+    """Max global grad norm; 0 disables clipping."""
+    log_every: int = 10
+    checkpoint_every: int = 0
+    """Save a checkpoint every N steps (0: only the final state is kept in memory)."""
+    keep_checkpoints: int = 1
+    trainable: list[str] = field(default_factory=lambda: ["*"])
+    """fnmatch patterns over parameter names; others are frozen."""
+    progress: bool = True
+    desc: str = "train"
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ConfigError(f"config key 'steps': must be >= 0, got {self.steps}")
+        if self.lr <= 0:
+            raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
+        if self.log_every < 1:
+            raise ConfigError(f"config key 'log_every': must be >= 1, got {self.log_every}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"config key 'checkpoint_every': must be >= 0, got {self.checkpoint_every}")
+        if not self.trainable:
+            raise ConfigError("config key 'trainable': needs at least one parameter pattern")
+
+
+class TrainingDiverged(ObliviateError):
+    """A loss term became NaN or infinite."""
+
+
+class StepSampler:
+    """Indices of the examples in each step's batch, a pure function of the step.
+
+    Epoch e uses the permutation ``default_rng(seed + e)``; step s takes the
+    (s mod steps_per_epoch)-th slice of ``batch_size`` indices (last partial
+    batch dropped unless the dataset is smaller than one batch).
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool = True):
+        if n <= 0:
+            raise ObliviateError("cannot train on an empty dataset")
+        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.bs = min(batch_size, n)
+        self.per_epoch = max(1, n // self.bs)
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if self._cache is None or self._cache[0] != epoch:
+            perm = np.random.default_rng(self.seed + epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
+            self._cache = (epoch, perm)
+        return self._cache[1]
+
+    def __call__(self, step: int) -> np.ndarray:
+        epoch, i = divmod(step, self.per_epoch)
+        return self._perm(epoch)[i * self.bs:(i + 1) * self.bs]
+
+
+def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[str]:
+    """Freeze every parameter whose name matches none of ``patterns``.
+
+    Returns the trainable names. A pattern that matches nothing is an error,
+    raised before any training starts.
+    """
+    names = [n for n, _ in model.named_parameters()]
+    for pat in patterns:
+        if not any(fnmatch(n, pat) for n in names):
+            sample = ", ".join(names[:4])
+            raise ConfigError(f"parameter pattern '{pat}' matches no parameter of the model (names look like: {sample}, ...)")
+    chosen = []
+    for n, p in model.named_parameters():
+        p.requires_grad_(any(fnmatch(n, pat) for pat in patterns))
+        if p.requires_grad:
+            chosen.append(n)
+    return chosen
+
+
+def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        if cfg.warmup_steps and step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, cfg.steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        if cfg.schedule == "linear":
+            return 1.0 - (1.0 - cfg.min_lr_ratio) * progress
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def _rng_state() -> dict:
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": torch.tensor(np.frombuffer(json.dumps(_np_state()).encode(), dtype=np.uint8).copy()),
+        "python": torch.tensor(np.frombuffer(json.dumps(random.getstate()[1]).encode(), dtype=np.uint8).copy()),
+    }
+
+
+def _np_state() -> list:
+    s = np.random.get_state()
+    return [s[0], s[1].tolist(), int(s[2]), int(s[3]), float(s[4])]
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np_s = json.loads(bytes(state["numpy"].numpy()).decode())
+    np.random.set_state((np_s[0], np.array(np_s[1], dtype=np.uint32), np_s[2], np_s[3], np_s[4]))
+    py = json.loads(bytes(state["python"].numpy()).decode())
+    random.setstate((3, tuple(py), None))
+
+
+def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, scheduler, extra: dict | None = None) -> Path:
+    """Write a checkpoint atomically (temporary directory, then rename)."""
+    from safetensors.torch import save_file
+
+    final = ckpt_dir / f"step_{step:08d}"
+    tmp = ckpt_dir / f".tmp_step_{step:08d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    save_file(_trainable_state(model), str(tmp / "trainable.safetensors"))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
+               tmp / "state.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **(extra or {})}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    if not ckpt_dir.is_dir():
+        return None
+    done = sorted(p for p in ckpt_dir.glob("step_*") if (p / "trainer_state.json").exists())
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> int:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "trainable.safetensors"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for n, t in weights.items():
+            if n not in params:
+                raise ObliviateError(f"checkpoint {path} has parameter '{n}' that the model lacks")
+            params[n].copy_(t)
+    state = torch.load(path / "state.pt", weights_only=True)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    _set_rng_state(state["rng"])
+    return json.loads((path / "trainer_state.json").read_text())["step"]
+
+
+def _prune(ckpt_dir: Path, keep: int) -> None:
+    done = sorted(p for p in ckpt_dir.glob("step_*") if (p / "trainer_state.json").exists())
+    for p in done[:-keep] if keep > 0 else []:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the loop
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= max_step:
+                keep.append(line)
+        except json.JSONDecodeError:
+            continue
+    path.write_text("".join(l + "\n" for l in keep))
+
+
+def train(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, dict, int], dict[str, torch.Tensor]],
+    batch_fn: Callable[[int], dict],
+    cfg: TrainConfig,
+    out_dir: str | Path | None = None,
+    *,
+    resume: bool = True,
+    eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
+    eval_every: int = 0,
+    extra_params: list[torch.nn.Parameter] | None = None,
+    accelerator=None,
+) -> dict:
+    """Run ``cfg.steps`` optimizer steps; return a summary with the log history.
+
+    ``eval_fn(model, step)`` (if given) runs at step 0, every ``eval_every``
+    steps and at the end; its metrics go to ``metrics.jsonl`` with the step.
+    ``extra_params`` are additional trainable tensors (not model parameters)
+    optimised alongside the model.
+    """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    select_trainable(model, cfg.trainable)
+    params = [p for p in model.parameters() if p.requires_grad] + list(extra_params or [])
+    if not params:
+        raise ConfigError("nothing to train: every parameter is frozen")
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
+    acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+    model, optimizer = acc.prepare(model, optimizer)
+
+    out = Path(out_dir) if out_dir is not None else None
+    ckpt_dir = out / "checkpoints" if out else None
+    metrics_path = out / "metrics.jsonl" if out else None
+    start = 0
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        last = latest_checkpoint(ckpt_dir) if resume else None
+        if last is not None:
+            start = load_checkpoint(last, acc.unwrap_model(model), optimizer, scheduler)
+        elif not resume and ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)
+        if start == 0 and metrics_path.exists():
+            metrics_path.unlink()
+        _truncate_jsonl(metrics_path, start)
+
+    history: list[dict] = []
+
+    def log(rec: dict) -> None:
+        history.append(rec)
+        if metrics_path is not None and acc.is_main_process:
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    if eval_fn is not None and start == 0:
+        model.eval()
+        log({"step": 0, **eval_fn(acc.unwrap_model(model), 0)})
+    model.train()
+    bar = tqdm(total=cfg.steps, initial=start, desc=cfg.desc, disable=not cfg.progress or not acc.is_main_process,
+               dynamic_ncols=True, leave=False)
+    running: dict[str, float] = {}
+    n_running = 0
+    last_ckpt_step = start
+    try:
+        for step in range(start, cfg.steps):
+            batch = batch_fn(step)
+            terms = loss_fn(model, batch, step)
+            if not terms:
+                raise ObliviateError("the loss function returned no loss terms")
+            for name, value in terms.items():
+                if not torch.isfinite(value).all():
+                    where = f"; last good checkpoint: {latest_checkpoint(ckpt_dir)}" if ckpt_dir else ""
+                    raise TrainingDiverged(f"loss term '{name}' is {value.item()} at step {step + 1}{where}")
+            total = sum(terms.values())
+            optimizer.zero_grad(set_to_none=True)
+            acc.backward(total)
+            if cfg.grad_clip > 0:
+                gnorm = acc.clip_grad_norm_(params, cfg.grad_clip)
+                gnorm = float(gnorm)
+            else:
+                gnorm = float("nan")
+            optimizer.step()
+            scheduler.step()
+            for name, value in terms.items():
+                running[name] = running.get(name, 0.0) + float(value.detach())
+            running["loss"] = running.get("loss", 0.0) + float(total.detach())
+            n_running += 1
+            done = step + 1
+            bar.update(1)
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                rec = {"step": done, "lr": scheduler.get_last_lr()[0], "grad_norm": gnorm}
+                rec.update({k: v / n_running for k, v in running.items()})
+                bar.set_postfix(loss=f"{rec['loss']:.4f}")
+                log(rec)
+                running, n_running = {}, 0
+            if eval_fn is not None and eval_every and done % eval_every == 0 and done != cfg.steps:
+                model.eval()
+                log({"step": done, **eval_fn(acc.unwrap_model(model), done)})
+                model.train()
+            if ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done != cfg.steps:
+                if acc.is_main_process:
+                    save_checkpoint(ckpt_dir, done, acc.unwrap_model(model), optimizer, scheduler)
+                    _prune(ckpt_dir, cfg.keep_checkpoints)
+                last_ckpt_step = done
+    finally:
+        bar.close()
+    model.eval()
+    if eval_fn is not None and cfg.steps > start:
+        log({"step": cfg.steps, **eval_fn(acc.unwrap_model(model), cfg.steps)})
+    return {"history": history, "resumed_from": start, "last_checkpoint": last_ckpt_step}

@@ -1,0 +1,92 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from obliviate.data import collate
+from obliviate.errors import ConfigError
+from obliviate.losses import lm_loss
+from obliviate.train import StepSampler, TrainConfig, TrainingDiverged, train
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    return LlamaForCausalLM(cfg)
+
+
+def data(n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(1, 50, size=rng.integers(5, 12)) for _ in range(n)]
+    sampler = StepSampler(n, 4, seed)
+    return lambda step: collate([seqs[i] for i in sampler(step)], 0)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_step_sampler_is_pure_function_of_step():
+    s1, s2 = StepSampler(10, 3, 7), StepSampler(10, 3, 7)
+    seq = [s1(i).tolist() for i in range(9)]
+    assert [s2(i).tolist() for i in reversed(range(9))][::-1] == seq
+    assert sorted(sum(seq[:3], [])) == sorted(set(sum(seq[:3], [])))  # no repeats within an epoch
+
+
+def test_resume_is_exact(tmp_path):
+    cfg = TrainConfig(steps=12, lr=1e-2, checkpoint_every=4, log_every=2, progress=False, warmup_steps=2)
+    loss = lambda m, b, s: {"lm": lm_loss(m, b)}
+    m_ref = tiny()
+    train(m_ref, loss, data(), cfg, tmp_path / "ref")
+
+    def killing(m, b, s):
+        if s == 9:
+            raise Killed
+        return loss(m, b, s)
+
+    m1 = tiny()
+    with pytest.raises(Killed):
+        train(m1, killing, data(), cfg, tmp_path / "run")
+    m2 = tiny(seed=123)  # a fresh process would rebuild the model; weights come from the checkpoint
+    m2.load_state_dict(tiny().state_dict())
+    summary = train(m2, loss, data(), cfg, tmp_path / "run")
+    assert summary["resumed_from"] == 8
+    for (n, a), (_, b) in zip(m_ref.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(a, b), n
+    lines = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    ref_lines = [json.loads(l) for l in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in lines] == [l["step"] for l in ref_lines]
+    assert lines[-1]["loss"] == ref_lines[-1]["loss"]
+
+
+def test_named_terms_logged_and_frozen_params_untouched(tmp_path):
+    m = tiny()
+    before = {n: p.clone() for n, p in m.named_parameters()}
+    cfg = TrainConfig(steps=3, lr=1e-2, log_every=1, progress=False, trainable=["*mlp.down_proj*"])
+    train(m, lambda m, b, s: {"a": lm_loss(m, b), "b": 0.5 * lm_loss(m, b)}, data(), cfg, tmp_path)
+    rec = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert {"a", "b", "loss", "lr"} <= set(rec)
+    assert rec["loss"] == pytest.approx(rec["a"] + rec["b"], rel=1e-5)
+    for n, p in m.named_parameters():
+        changed = not torch.equal(p, before[n])
+        assert changed == ("mlp.down_proj" in n), n
+
+
+def test_pattern_matching_nothing_is_an_error():
+    with pytest.raises(ConfigError, match="no_such"):
+        train(tiny(), lambda m, b, s: {"lm": lm_loss(m, b)}, data(),
+              TrainConfig(steps=1, trainable=["no_such*"], progress=False))
+
+
+def test_nan_loss_stops_with_step_and_term(tmp_path):
+    cfg = TrainConfig(steps=10, checkpoint_every=2, log_every=1, progress=False)
+
+    def loss(m, b, s):
+        x = lm_loss(m, b)
+        return {"lm": x, "bad": x * float("nan") if s == 4 else 0 * x}
+
+    with pytest.raises(TrainingDiverged, match=r"'bad'.*step 5.*step_00000004"):
+        train(tiny(), loss, data(), cfg, tmp_path)
