@@ -1,0 +1,131 @@
+"""Strict readers shared by the loaders.
+
+Every problem raises :class:`DataError` whose message starts with *where* it is:
+``"tofu/forget10.json line 17: missing field 'answer'"`` for JSON Lines and CSV,
+``"wmdp/bio_questions.json record 3: ..."`` for a JSON list (0-based index).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from obliviate.errors import DataError
+from obliviate.utils import data_dir
+
+LETTERS = "ABCDEFGHIJ"
+
+
+def root_dir(root: str | os.PathLike | None) -> Path:
+    return Path(root) if root is not None else data_dir()
+
+
+def display(path: Path, root: Path | None = None) -> str:
+    """``path`` relative to ``root`` when it lies inside it (``tofu/forget10.json``), else as given."""
+    if root is not None:
+        try:
+            return Path(path).relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def missing_file(path: Path, what: str) -> DataError:
+    return DataError(
+        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, or pass root=...)"
+    )
+
+
+def require_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise missing_file(path, what)
+    return path
+
+
+def iter_jsonl(path: Path, name: str) -> Iterator[tuple[str, dict]]:
+    """Yield ``(where, record)`` for each non-blank line; ``where`` is ``"<name> line <n>"`` (1-based)."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{name} line {n}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+            yield where, rec
+
+
+def read_json(path: Path, name: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{name} line {e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Non-blank lines of a text file with their 1-based line numbers, line ending removed."""
+    with open(path, encoding="utf-8", newline="") as f:
+        for n, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield n, line
+
+
+# ------------------------------------------------------------------ field checks
+
+def get(rec: dict, key: str, where: str) -> Any:
+    if key not in rec:
+        raise DataError(f"{where}: missing field {key!r}")
+    return rec[key]
+
+
+def as_str(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def req_str(rec: dict, key: str, where: str) -> str:
+    return as_str(get(rec, key, where), key, where)
+
+
+def opt_str(rec: dict, key: str, where: str) -> str | None:
+    return None if rec.get(key) is None else as_str(rec[key], key, where)
+
+
+def as_str_list(value: Any, key: str, where: str, n: int | None = None, min_len: int = 1) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataError(f"{where}: field {key!r} must be a list of strings")
+    if n is not None and len(value) != n:
+        raise DataError(f"{where}: field {key!r} has {len(value)} entries, expected {n}")
+    if len(value) < min_len:
+        raise DataError(f"{where}: field {key!r} has {len(value)} entries, expected at least {min_len}")
+    return list(value)
+
+
+def req_str_list(rec: dict, key: str, where: str, n: int | None = None, min_len: int = 1) -> list[str]:
+    return as_str_list(get(rec, key, where), key, where, n, min_len)
+
+
+def as_index(value: Any, n_choices: int, key: str, where: str, letters: bool = False) -> int:
+    """A 0-based answer index: an int in ``[0, n_choices)``, or (``letters=True``) a letter A, B, ...
+
+    Anything else (a bool, a float, a digit string, an out-of-range value) is rejected.
+    """
+    if letters and isinstance(value, str) and len(value) == 1 and value.upper() in LETTERS:
+        idx = LETTERS.index(value.upper())
+    elif isinstance(value, int) and not isinstance(value, bool):
+        idx = value
+    else:
+        kinds = "an integer index or a letter" if letters else "an integer index"
+        raise DataError(f"{where}: field {key!r} = {value!r} must be {kinds}")
+    if not 0 <= idx < n_choices:
+        raise DataError(f"{where}: field {key!r} = {value!r} is out of range for {n_choices} choices")
+    return idx

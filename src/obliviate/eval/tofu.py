@@ -1,0 +1,271 @@
+"""TOFU metrics (Maini et al. 2024), as specified in METHODS.md §6.
+
+Notation: for a question q and an answer a, L(a|q) is the mean next-token NLL of the
+answer tokens (`` {a}`` followed by eos) after the prompt :func:`tofu_prompt`, and
+P~(a|q) = exp(-L(a|q)) is the length-normalised answer probability.
+
+- **Truth ratio** R = P~(perturbed) / P~(paraphrased), with the perturbed answers'
+  losses averaged first (a geometric mean of their P~):
+  ``R = exp(L_para - mean_j L_pert_j)``. Small R: the model prefers the true answer.
+  Following TOFU, R is computed on the original question; the "paraphrased" answer is
+  ``paraphrased_answer`` on forget/retain and the answer itself on real_authors/world_facts.
+- **Forget quality** = p-value of the two-sample KS test between R on the forget set for
+  the unlearned model and for a model trained on the retain set only (high = indistinguishable).
+- **Model utility** = harmonic mean of 9 numbers, {retain, real_authors, world_facts} x
+  {probability, ROUGE-L recall of the greedy answer, truth-ratio score mean max(0, 1 - R)}.
+  On retain the probability is mean P~(answer); on real_authors/world_facts it is
+  mean P~(correct) / (P~(correct) + sum P~(wrong)).
+- On the forget set TOFU reports the truth-ratio statistic mean min(R, 1/R)
+  (:func:`forget_truth_ratio_score`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from obliviate.data import collate, encode_prompt_answer
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.core import greedy_generate, rouge_l_recall
+from obliviate.losses import token_nll
+
+UTILITY_SETS = ("retain", "real_authors", "world_facts")
+UTILITY_METRICS = ("prob", "rouge_l", "truth_ratio")
+UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
+"""The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
+
+
+def tofu_prompt(question: str) -> str:
+    """The prompt an answer is scored / generated after."""
+    return f"Question: {question}\nAnswer:"
+
+
+def tofu_answer(answer: str) -> str:
+    """The continuation that is scored: the answer with a leading space."""
+    return " " + answer
+
+
+# ------------------------------------------------------------------ model-level scores
+
+@torch.no_grad()
+def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str], batch_size: int = 32,
+               max_len: int | None = None, prompt_fn: Callable[[str], str] = tofu_prompt) -> np.ndarray:
+    """Mean token NLL L(a|q) of each answer (its tokens and the eos) given ``prompt_fn(q)``: shape (N,).
+
+    ``[bos] + prompt + " answer" + [eos]`` longer than ``max_len`` (default: the model's
+    ``max_position_embeddings``) raises :class:`DataError` instead of being truncated.
+    """
+    if len(questions) != len(answers):
+        raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
+    if not questions:
+        return np.zeros(0)
+    if max_len is None:
+        max_len = getattr(model.config, "max_position_embeddings", None) or 2048
+    seqs, masks = encode_prompt_answer(tokenizer, [prompt_fn(q) for q in questions],
+                                       [tofu_answer(a) for a in answers], max_len=10**9)
+    for i, (s, m) in enumerate(zip(seqs, masks)):
+        if len(s) > max_len:
+            raise DataError(f"example {i}: prompt + answer is {len(s)} tokens, longer than max_len={max_len}")
+        if m.sum() == 0:
+            raise DataError(f"example {i}: the answer has no tokens")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
+    dev = next(model.parameters()).device
+    order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths together: less padding
+    out = np.zeros(len(seqs))
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            batch = collate([seqs[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
+            batch = {k: v.to(dev) for k, v in batch.items()}
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
+            mean = nll.sum(-1) / mask.sum(-1)
+            out[idx] = mean.double().cpu().numpy()
+    finally:
+        model.train(was_training)
+    return out
+
+
+def answer_prob(model, tokenizer, questions: Sequence[str], answers: Sequence[str], **kw) -> np.ndarray:
+    """P~(a|q) = exp(-mean token NLL of a given q) for each pair: shape (N,). ``kw`` as :func:`answer_nll`."""
+    return np.exp(-answer_nll(model, tokenizer, questions, answers, **kw))
+
+
+def model_truth_ratio(model, tokenizer, questions: Sequence[str], paraphrased_answers: Sequence[str],
+                      perturbed_answers: Sequence[Sequence[str]], **kw) -> np.ndarray:
+    """Truth ratio R of each question under ``model`` (see :func:`truth_ratio`): shape (N,)."""
+    if not len(questions) == len(paraphrased_answers) == len(perturbed_answers):
+        raise ValueError("questions, paraphrased_answers and perturbed_answers must have the same length")
+    flat_q, flat_a = list(questions), list(paraphrased_answers)
+    for q, wrong in zip(questions, perturbed_answers):
+        flat_q.extend([q] * len(wrong))
+        flat_a.extend(wrong)
+    nll = answer_nll(model, tokenizer, flat_q, flat_a, **kw)
+    para, rest = nll[:len(questions)], nll[len(questions):]
+    return truth_ratio(para, _split(rest, [len(w) for w in perturbed_answers]))
+
+
+# ------------------------------------------------------------------ pure functions
+
+def truth_ratio(para_losses, perturbed_losses) -> np.ndarray:
+    """R_i = exp(L_para_i - mean_j L_pert_ij) = geometric-mean P~(perturbed) / P~(paraphrased).
+
+    ``para_losses``: (N,) mean-token NLLs; ``perturbed_losses``: (N, K) or a list of N
+    non-empty sequences (K may vary per question).
+    """
+    para = np.asarray(para_losses, dtype=float).reshape(-1)
+    if len(perturbed_losses) != len(para):
+        raise ValueError(f"{len(para)} paraphrased losses but {len(perturbed_losses)} rows of perturbed losses")
+    if any(len(row) == 0 for row in perturbed_losses):
+        raise ValueError("every question needs at least one perturbed loss")
+    pert_mean = np.array([np.mean(np.asarray(row, dtype=float)) for row in perturbed_losses])
+    return np.exp(para - pert_mean)
+
+
+def truth_ratio_score(ratios) -> float:
+    """Retain-side truth-ratio score: mean max(0, 1 - R) (1 = always prefers the true answer)."""
+    r = np.asarray(ratios, dtype=float)
+    return float(np.mean(np.maximum(0.0, 1.0 - r)))
+
+
+def forget_truth_ratio_score(ratios) -> float:
+    """Forget-side truth-ratio statistic as TOFU reports it: mean min(R, 1/R) (1 = no preference)."""
+    r = np.asarray(ratios, dtype=float)
+    with np.errstate(divide="ignore"):
+        return float(np.mean(np.minimum(r, 1.0 / r)))
+
+
+def forget_quality(tr_unlearned, tr_retain_model) -> float:
+    """p-value of the two-sample KS test between the two models' forget-set truth ratios."""
+    from scipy.stats import ks_2samp
+
+    a, b = np.asarray(tr_unlearned, dtype=float), np.asarray(tr_retain_model, dtype=float)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("forget_quality needs non-empty truth-ratio samples")
+    return float(ks_2samp(a, b).pvalue)
+
+
+def normalised_choice_prob(correct_prob, wrong_probs):
+    """P(correct) / (P(correct) + sum P(wrong)).
+
+    Scalar ``correct_prob`` with a sequence ``wrong_probs`` -> float; (N,) with (N, K) or
+    a list of N sequences -> (N,) array.
+    """
+    if np.ndim(correct_prob) == 0:
+        p = float(correct_prob)
+        return p / (p + float(np.sum(wrong_probs)))
+    p = np.asarray(correct_prob, dtype=float)
+    wrong_sum = np.array([np.sum(np.asarray(row, dtype=float)) for row in wrong_probs])
+    return p / (p + wrong_sum)
+
+
+def harmonic_mean(values: Sequence[float]) -> float:
+    """n / sum(1/v); 0 if any value is 0. Values must be >= 0."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0 or np.any(v < 0) or not np.all(np.isfinite(v)):
+        raise ValueError(f"harmonic mean needs finite non-negative values, got {v.tolist()}")
+    if np.any(v == 0):
+        return 0.0
+    return float(v.size / np.sum(1.0 / v))
+
+
+def model_utility(values: dict) -> float:
+    """Harmonic mean of the 9 numbers ``values[k]`` for k in :data:`UTILITY_KEYS` (other keys ignored)."""
+    missing = [k for k in UTILITY_KEYS if k not in values]
+    if missing:
+        raise ConfigError(f"model_utility is missing {', '.join(missing)} (needs {', '.join(UTILITY_KEYS)})")
+    return harmonic_mean([float(values[k]) for k in UTILITY_KEYS])
+
+
+# ------------------------------------------------------------------ full evaluation
+
+def _get(ex, key: str):
+    return ex.get(key) if hasattr(ex, "get") else getattr(ex, key, None)
+
+
+def _split(flat: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
+
+
+def _wrong_answers(ex, name: str, i: int) -> list[str]:
+    wrong = _get(ex, "perturbed_answers")
+    if not wrong and _get(ex, "options"):
+        wrong = [o for o in _get(ex, "options") if o != _get(ex, "answer")]
+    if not wrong:
+        raise DataError(f"{name} example {i} has no perturbed_answers (or options); use a TOFU *_perturbed split")
+    return list(wrong)
+
+
+def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) -> dict:
+    """L(answer), L(base answer) and L(each wrong answer) for every example, in one batched pass."""
+    if not examples:
+        raise DataError(f"TOFU {name} set is empty")
+    qs = [_get(ex, "question") for ex in examples]
+    answers = [_get(ex, "answer") for ex in examples]
+    if paraphrased:
+        base = [_get(ex, "paraphrased_answer") for ex in examples]
+        bad = next((i for i, b in enumerate(base) if not b), None)
+        if bad is not None:
+            raise DataError(f"{name} example {bad} has no paraphrased_answer; use a TOFU *_perturbed split")
+    else:
+        base = answers
+    wrong = [_wrong_answers(ex, name, i) for i, ex in enumerate(examples)]
+    flat_q = qs + (qs if paraphrased else []) + [q for q, w in zip(qs, wrong) for _ in w]
+    flat_a = answers + (base if paraphrased else []) + [a for w in wrong for a in w]
+    nll = answer_nll(model, tokenizer, flat_q, flat_a, **kw)
+    n = len(qs)
+    gt = nll[:n]
+    base_nll = nll[n:2 * n] if paraphrased else gt
+    rest = nll[2 * n:] if paraphrased else nll[n:]
+    return {"question": qs, "answer": answers, "gt": gt, "base": base_nll,
+            "wrong": _split(rest, [len(w) for w in wrong])}
+
+
+def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_facts,
+              retain_model_truth_ratios=None, batch_size: int = 32, max_new_tokens: int = 64,
+              max_len: int | None = None) -> dict:
+    """All TOFU metrics for ``model``.
+
+    ``forget_set`` / ``retain_set``: examples with ``paraphrased_answer`` and ``perturbed_answers``
+    (e.g. ``load_tofu("forget10_perturbed")``, ``load_tofu("retain_perturbed")``);
+    ``real_authors`` / ``world_facts``: examples with ``perturbed_answers`` or ``options``.
+    Examples may be :class:`~obliviate.benchmarks.QAExample` or dicts with those keys.
+    ``retain_model_truth_ratios``: ``result["per_example"]["forget_truth_ratio"]`` of a
+    retain-only model on the same forget set; if given, ``forget_quality`` is reported.
+
+    Returns ``forget_prob``, ``forget_rouge_l``, ``forget_truth_ratio`` (mean min(R, 1/R)),
+    ``forget_quality`` (if a reference is given), the 9 :data:`UTILITY_KEYS`,
+    ``model_utility``, and ``per_example`` (forget-set truth ratios and greedy answers).
+    """
+    kw = {"batch_size": batch_size, "max_len": max_len}
+    res: dict = {}
+    per_example: dict = {}
+    for name, examples, paraphrased in (("forget", forget_set, True), ("retain", retain_set, True),
+                                        ("real_authors", real_authors, False), ("world_facts", world_facts, False)):
+        s = _set_losses(model, tokenizer, examples, name, paraphrased, **kw)
+        ratios = truth_ratio(s["base"], s["wrong"])
+        if paraphrased:
+            prob = float(np.mean(np.exp(-s["gt"])))
+        else:
+            prob = float(np.mean(normalised_choice_prob(np.exp(-s["gt"]), [np.exp(-w) for w in s["wrong"]])))
+        preds = greedy_generate(model, tokenizer, [tofu_prompt(q) for q in s["question"]],
+                                max_new_tokens=max_new_tokens, batch_size=batch_size)
+        res[f"{name}_prob"] = prob
+        res[f"{name}_rouge_l"] = float(np.mean([rouge_l_recall(p, a) for p, a in zip(preds, s["answer"])]))
+        if name == "forget":
+            res["forget_truth_ratio"] = forget_truth_ratio_score(ratios)
+            per_example["forget_truth_ratio"] = ratios.tolist()
+            per_example["forget_predictions"] = preds
+            if retain_model_truth_ratios is not None:
+                res["forget_quality"] = forget_quality(ratios, retain_model_truth_ratios)
+        else:
+            res[f"{name}_truth_ratio"] = truth_ratio_score(ratios)
+    res["model_utility"] = model_utility(res)
+    res["per_example"] = per_example
+    return res
