@@ -1,0 +1,397 @@
+"""EMBER step 2b: does a candidate feature belong to the concept? (the judge)
+
+The paper shows the top-20 tokens of each high-mass-ratio feature to a hosted LLM, which
+writes a one-sentence description and answers JSON ``{is_member, confidence}``; a feature
+is kept when ``is_member`` and ``confidence >= 0.85`` (METHODS.md §4). Here a judge is
+anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method:
+
+* :class:`LexiconJudge` — offline default, no network: the share of the top tokens that
+  are pieces of known concept terms.
+* :class:`HTTPJudge` — an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only),
+  with timeouts, bounded retries and an on-disk cache.
+
+A judge never raises for a bad reply: it returns ``Verdict(is_member=None, ...)``
+("no verdict"), which is never kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import string
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from obliviate.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+MIN_CONFIDENCE = 0.85
+"""A feature is kept when its verdict says member with at least this confidence."""
+
+N_TOP_TOKENS = 20
+
+API_KEY_ENV = "OBLIVIATE_JUDGE_API_KEY"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer for one feature. ``is_member=None`` means "no verdict"."""
+
+    is_member: bool | None
+    confidence: float
+    reason: str
+    description: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def keep(verdict: Verdict, min_confidence: float = MIN_CONFIDENCE) -> bool:
+    """True iff the verdict says member with ``confidence >= min_confidence``."""
+    return verdict.is_member is True and verdict.confidence >= min_confidence
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Anything that can judge whether a feature's top tokens belong to the concept."""
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict: ...
+
+
+def judge_features(
+    judge: Judge, feature_tokens: Mapping[int, Sequence[str]], min_confidence: float = MIN_CONFIDENCE
+) -> tuple[list[int], dict[int, Verdict]]:
+    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all verdicts)."""
+    verdicts = {int(k): judge.judge(int(k), list(toks), None) for k, toks in feature_tokens.items()}
+    return [k for k, v in verdicts.items() if keep(v, min_confidence)], verdicts
+
+
+# --------------------------------------------------------------------------- offline judge
+
+_MARKERS = "\u0120\u2581\u010a"  # byte-level BPE space (Ġ), sentencepiece space (▁), BPE newline (Ċ)
+_STRIP = string.whitespace + string.punctuation + _MARKERS
+
+
+def normalise_token(token: str) -> str:
+    """Decoded token -> lower case, without surrounding whitespace, punctuation or BPE space markers."""
+    return token.strip(_STRIP).lower()
+
+
+class LexiconJudge:
+    """Offline judge: a feature is about the concept when most of its top tokens are concept terms.
+
+    Rule. Take the first ``n_top`` (20) tokens, each normalised by :func:`normalise_token`
+    (strip whitespace, punctuation and BPE space markers, lower-case); tokens that become
+    empty are not counted. A token *belongs* to the concept if it equals a term or a
+    word of a multi-word term, or if it has at least ``min_piece`` (3) characters and is
+    a substring of some term (a subword piece such as ``"hog"`` of ``"hogwarts"``).
+    With ``f`` = belonging tokens / counted tokens: ``is_member = f >= member_fraction``
+    (0.5) and ``confidence = f`` for a member, ``1 - f`` for a non-member (confidence in
+    the verdict given). So with the keep threshold 0.85, a feature is kept iff at least
+    85% of its counted top tokens are concept pieces. No counted token -> no verdict.
+    ``description`` is ignored.
+    """
+
+    def __init__(self, terms: Iterable[str], member_fraction: float = 0.5, n_top: int = N_TOP_TOKENS,
+                 min_piece: int = 3):
+        if isinstance(terms, str):
+            terms = [terms]
+        self.terms = frozenset(t for t in (" ".join(str(x).lower().split()) for x in terms) if t)
+        if not self.terms:
+            raise ConfigError("LexiconJudge needs at least one non-empty concept term")
+        if not 0 < member_fraction <= 1:
+            raise ConfigError(f"member_fraction={member_fraction!r} must be in (0, 1]")
+        self._words = frozenset(w for t in self.terms for w in re.findall(r"\w+", t))
+        self.member_fraction = member_fraction
+        self.n_top = n_top
+        self.min_piece = min_piece
+
+    def __repr__(self) -> str:
+        return f"LexiconJudge({len(self.terms)} terms, member_fraction={self.member_fraction})"
+
+    def belongs(self, token: str) -> bool:
+        """Whether one decoded token is (a piece of) a concept term."""
+        s = normalise_token(token)
+        if not s:
+            return False
+        if s in self.terms or s in self._words:
+            return True
+        return len(s) >= self.min_piece and any(s in t for t in self.terms)
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+        counted = [t for t in list(top_tokens)[: self.n_top] if normalise_token(t)]
+        if not counted:
+            return Verdict(None, 0.0, "no verdict: no countable top tokens")
+        hits = [t for t in counted if self.belongs(t)]
+        f = len(hits) / len(counted)
+        member = f >= self.member_fraction
+        reason = f"{len(hits)}/{len(counted)} top tokens are concept terms: {[normalise_token(t) for t in hits][:10]}"
+        return Verdict(member, f if member else 1.0 - f, reason)
+
+
+def judge_from_sentences(
+    concept_sentences: Sequence[str],
+    neutral_sentences: Sequence[str],
+    min_count: int = 2,
+    min_ratio: float = 3.0,
+    min_len: int = 3,
+    **judge_kwargs,
+) -> LexiconJudge:
+    """A :class:`LexiconJudge` whose terms are words much more frequent in concept than neutral text.
+
+    Words are lower-cased ``\\w+`` runs of at least ``min_len`` characters. A word is a
+    term when it occurs at least ``min_count`` times in the concept sentences and its
+    rate there is at least ``min_ratio`` times its add-one-smoothed rate in the neutral
+    sentences: ``(c / N_c) / ((n + 1) / N_n) >= min_ratio`` (c, n: its counts; N_c, N_n:
+    total words on each side).
+    """
+    def words(sentences):
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        return Counter(w for s in sentences for w in re.findall(r"\w+", s.lower()) if len(w) >= min_len)
+
+    conc, neut = words(concept_sentences), words(neutral_sentences)
+    n_c, n_n = max(sum(conc.values()), 1), max(sum(neut.values()), 1)
+    terms = [w for w, c in conc.items() if c >= min_count and (c / n_c) / ((neut[w] + 1) / n_n) >= min_ratio]
+    if not terms:
+        raise DataError(
+            f"no word is at least {min_ratio}x more frequent in the concept sentences than in the neutral ones "
+            f"(min_count={min_count}); cannot build a LexiconJudge"
+        )
+    return LexiconJudge(terms, **judge_kwargs)
+
+
+# --------------------------------------------------------------------------- HTTP judge
+
+SYSTEM_PROMPT = (
+    "You audit features of a language model's token embeddings. Each feature is shown as the tokens "
+    "that load on it most strongly. Decide whether the feature is specifically about the target concept. "
+    'Answer with one JSON object only, no other text: {"is_member": true or false, "confidence": a number '
+    'from 0 to 1, "description": "one sentence describing what the tokens have in common"}.'
+)
+
+
+class _Secret:
+    """Holds the API key; prints as '***' so repr/vars/logs never show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None):
+        self._value = value
+
+    def get(self) -> str | None:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "'***'" if self._value else "None"
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # never pickle the key
+        return (_Secret, (None,))
+
+
+class _Malformed(Exception):
+    pass
+
+
+class _Retryable(Exception):
+    pass
+
+
+class HTTPJudge:
+    """Judge with an OpenAI-compatible chat-completions endpoint, using only the standard library.
+
+    POSTs ``{base_url}/chat/completions`` with a system and a user message and expects
+    the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
+    "description": str}`` (a ```json fence around it is tolerated).
+
+    * Timeouts (``timeout`` s per request), connection errors, 5xx/429 answers and
+      malformed replies are retried up to ``retries`` more times, sleeping
+      ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
+      ``Verdict(None, 0.0, "no verdict: ...")``.
+    * Other 4xx answers (bad key, bad model name) are not retried: no verdict, with the status.
+    * ``judge()`` never raises.
+    * With ``cache_dir``, each verdict is stored as ``<sha256(model, messages)>.json`` and a
+      repeated question is answered from disk without a request. Only real verdicts are
+      cached (not "no verdict"), so an outage is not remembered.
+    * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the
+      ``Authorization`` header; it is never logged, shown by ``repr``, pickled, cached, or
+      put in a verdict (it is also masked in any server text that echoes it).
+
+    ``concept`` (keyword-only, required) names the target concept in the prompt.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 20,
+                 retries: int = 3, backoff: float = 0.5, cache_dir: str | os.PathLike | None = None, *,
+                 concept: str, temperature: float = 0.0):
+        if not base_url or not str(base_url).startswith(("http://", "https://")):
+            raise ConfigError(f"HTTPJudge: base_url={base_url!r} must start with http:// or https://")
+        if not model:
+            raise ConfigError("HTTPJudge: model name is empty")
+        if not concept or not str(concept).strip():
+            raise ConfigError("HTTPJudge: concept is empty")
+        if timeout <= 0 or retries < 0 or backoff < 0:
+            raise ConfigError(f"HTTPJudge: timeout={timeout}, retries={retries}, backoff={backoff} out of range")
+        self.base_url = str(base_url).rstrip("/")
+        self.model = model
+        self.concept = str(concept).strip()
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.temperature = float(temperature)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._api_key = _Secret(api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None)
+        self.n_requests = 0
+        """Requests actually sent (cache hits do not count)."""
+
+    def __repr__(self) -> str:
+        key = "'***'" if self._api_key else "None"
+        return (f"HTTPJudge(base_url={self.base_url!r}, model={self.model!r}, concept={self.concept!r}, "
+                f"api_key={key}, timeout={self.timeout}, retries={self.retries}, cache_dir={self.cache_dir!r})")
+
+    # ------------------------------------------------------------------ prompt and cache
+
+    def messages(self, feature_id: int, top_tokens: Sequence[str], description: str | None = None) -> list[dict]:
+        tokens = json.dumps(list(top_tokens), ensure_ascii=False)
+        user = f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): {tokens}\n"
+        if description:
+            user += f"A previous description of this feature: {description}\n"
+        user += f"Is this feature specifically about {self.concept}? Answer with the JSON object only."
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def _cache_path(self, messages: list[dict]) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        blob = json.dumps({"model": self.model, "messages": messages}, sort_keys=True, ensure_ascii=False)
+        return self.cache_dir / f"{hashlib.sha256(blob.encode()).hexdigest()}.json"
+
+    def _read_cache(self, path: Path | None) -> Verdict | None:
+        if path is None or not path.is_file():
+            return None
+        try:
+            v = json.loads(path.read_text())["verdict"]
+            return Verdict(v["is_member"], float(v["confidence"]), str(v["reason"]), v.get("description"))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable judge cache file %s: %s", path, e)
+            return None
+
+    def _write_cache(self, path: Path | None, verdict: Verdict) -> None:
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps({"model": self.model, "verdict": verdict.to_dict()}, indent=1))
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("could not write judge cache file %s: %s", path, e)
+
+    # ------------------------------------------------------------------ request
+
+    def _redact(self, text: str) -> str:
+        key = self._api_key.get()
+        return text.replace(key, "***") if key else text
+
+    def _post(self, messages: list[dict]) -> bytes:
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature}).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key.get()}"
+        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
+        self.n_requests += 1
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            return resp.read()
+
+    @staticmethod
+    def _parse(raw: bytes) -> Verdict:
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            raise _Malformed("response body is not JSON") from None
+        try:
+            content = reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise _Malformed("response has no choices[0].message.content") from None
+        if not isinstance(content, str):
+            raise _Malformed("message content is not a string")
+        text = content.strip()
+        fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.S)
+        if fence:
+            text = fence.group(1)
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            raise _Malformed("message content is not JSON") from None
+        if not isinstance(obj, dict):
+            raise _Malformed("message content is not a JSON object")
+        member, conf, desc = obj.get("is_member"), obj.get("confidence"), obj.get("description")
+        if not isinstance(member, bool):
+            raise _Malformed("is_member is missing or not a boolean")
+        if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1:
+            raise _Malformed("confidence is missing or not a number in [0, 1]")
+        if desc is not None and not isinstance(desc, str):
+            raise _Malformed("description is not a string")
+        return Verdict(member, float(conf), desc or "(the judge gave no description)", desc)
+
+    def _ask_once(self, messages: list[dict]) -> Verdict:
+        """One request. Raises _Retryable / _Malformed, or returns a verdict (a no-verdict for fatal 4xx)."""
+        try:
+            raw = self._post(messages)
+        except urllib.error.HTTPError as e:
+            status = e.code
+            e.close()
+            if status >= 500 or status in (408, 429):
+                raise _Retryable(f"HTTP {status}") from None
+            return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(str(e.reason))}), not retried")
+        except (TimeoutError, socket.timeout):
+            raise _Retryable(f"timed out after {self.timeout:g} s") from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise _Retryable(f"timed out after {self.timeout:g} s") from None
+            raise _Retryable(f"connection error: {self._redact(str(e.reason))}") from None
+        except (ConnectionError, HTTPException, OSError) as e:
+            raise _Retryable(f"connection error: {self._redact(type(e).__name__ + ': ' + str(e))}") from None
+        return self._parse(raw)
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+        try:
+            messages = self.messages(feature_id, top_tokens, description)
+            path = self._cache_path(messages)
+            cached = self._read_cache(path)
+            if cached is not None:
+                return cached
+            last = "no attempt"
+            for attempt in range(self.retries + 1):
+                if attempt:
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                try:
+                    verdict = self._ask_once(messages)
+                except (_Retryable, _Malformed) as e:
+                    last = str(e)
+                    log.warning("judge %s feature %s: attempt %d/%d failed: %s",
+                                self.base_url, feature_id, attempt + 1, self.retries + 1, last)
+                    continue
+                if verdict.is_member is not None:
+                    self._write_cache(path, verdict)
+                else:
+                    log.warning("judge %s feature %s: %s", self.base_url, feature_id, verdict.reason)
+                return verdict
+            return Verdict(None, 0.0, f"no verdict: {last} (after {self.retries + 1} attempts)")
+        except Exception as e:  # judge() must never raise
+            return Verdict(None, 0.0, f"no verdict: unexpected {type(e).__name__}: {self._redact(str(e))}")

@@ -1,0 +1,277 @@
+"""EMBER judges: the offline lexicon judge and the HTTP judge against a local stub server."""
+
+import json
+import logging
+import pickle
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from obliviate.ember.judge import (
+    HTTPJudge,
+    Judge,
+    LexiconJudge,
+    Verdict,
+    judge_features,
+    judge_from_sentences,
+    keep,
+)
+from obliviate.errors import ConfigError, DataError
+
+# --------------------------------------------------------------------------- lexicon judge
+
+TERMS = ["Hogwarts", "quidditch", "Gryffindor", "Albus Dumbledore"]
+
+
+def test_lexicon_judge_fraction_rule():
+    j = LexiconJudge(TERMS)
+    assert isinstance(j, Judge)
+    # counted: Hog warts Quidd itch Albus the and xy (8; " " and "," are not counted); members: first 5
+    v = j.judge(0, ["Hog", "warts", " Quidd", "itch", "\u0120Albus", " the", "and", " ", ",", "xy"])
+    assert v.is_member is True and v.confidence == pytest.approx(5 / 8)
+    assert not keep(v)
+    v = j.judge(1, ["Hog", "warts", "Quidd", "itch", "Albus", "Gryff", "indor", " the"])
+    assert v.is_member is True and v.confidence == pytest.approx(7 / 8)
+    assert keep(v)
+    v = j.judge(2, ["the", "and", "of", "cat", "Hog"])  # 1/5 members -> not a member, confidence 0.8
+    assert v.is_member is False and v.confidence == pytest.approx(0.8)
+    assert not keep(v)
+
+
+def test_lexicon_judge_looks_at_top_20_only_and_needs_tokens():
+    j = LexiconJudge(TERMS)
+    v = j.judge(0, ["cat"] * 20 + ["Hogwarts"] * 5)
+    assert v.is_member is False and v.confidence == 1.0
+    v = j.judge(0, [" ", "\n", ".."])
+    assert v.is_member is None and v.confidence == 0.0 and v.reason.startswith("no verdict")
+
+
+def test_lexicon_judge_short_pieces_need_exact_match():
+    j = LexiconJudge(["al", "hogwarts"])
+    assert j.belongs("al")  # a whole term
+    assert not j.belongs("ho")  # 2-character piece of "hogwarts"
+    assert j.belongs("hog")
+    with pytest.raises(ConfigError):
+        LexiconJudge([" ", ""])
+
+
+def test_judge_from_sentences_hand_counts():
+    concept = ["Harry went to Hogwarts.", "Hogwarts has a great hall.", "Harry plays quidditch at Hogwarts",
+               "quidditch is a game"]
+    neutral = ["Harry Styles sings a song.", "The great hall of the city.", "A game of chess", "Prince Harry visited"]
+    # words >= 3 chars: 13 concept, 14 neutral. hogwarts: (3/13) / (1/14) = 3.23; quidditch: (2/13) / (1/14) = 2.15;
+    # harry: (2/13) / (3/14) = 0.72; every other concept word occurs once (< min_count)
+    j = judge_from_sentences(concept, neutral, min_ratio=2.0)
+    assert j.terms == {"hogwarts", "quidditch"}
+    j = judge_from_sentences(concept, neutral, min_ratio=3.0)
+    assert j.terms == {"hogwarts"}
+    with pytest.raises(DataError):
+        judge_from_sentences(concept, neutral, min_ratio=4.0)
+
+
+def test_judge_features_keeps_confident_members():
+    j = LexiconJudge(TERMS)
+    kept, verdicts = judge_features(j, {3: ["Hogwarts", "Quidd"], 7: ["cat", "dog"]})
+    assert kept == [3] and set(verdicts) == {3, 7}
+
+
+# --------------------------------------------------------------------------- HTTP stub server
+
+KEY = "sk-test-SECRET-7f3a9c21e0"
+
+
+def reply(content) -> bytes:
+    return json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+
+
+GOOD = reply(json.dumps({"is_member": True, "confidence": 0.9, "description": "Wizard school words."}))
+
+
+class Stub:
+    """A local chat-completions server playing a script of (status, body[, sleep[, reason phrase]]) replies.
+
+    The last reply repeats."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.requests = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
+                status, payload, sleep, message = (*stub.script[min(len(stub.requests), len(stub.script)) - 1],
+                                                   0, None)[:4]
+                time.sleep(sleep)
+                try:
+                    self.send_response(status, message)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the client gave up (timeout test)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    servers = []
+
+    def make(*script):
+        servers.append(Stub(script))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def make_judge(url, **kw):
+    kw = {"api_key": KEY, "timeout": 2.0, "retries": 1, "backoff": 0.01, "concept": "Harry Potter", **kw}
+    return HTTPJudge(url, "judge-model", **kw)
+
+
+def test_http_good_reply(stub):
+    s = stub((200, GOOD))
+    v = make_judge(s.url).judge(4, ["Hog", "warts"])
+    assert v == Verdict(True, 0.9, "Wizard school words.", "Wizard school words.")
+    (req,) = s.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert req["body"]["model"] == "judge-model"
+    assert [m["role"] for m in req["body"]["messages"]] == ["system", "user"]
+    assert "Harry Potter" in req["body"]["messages"][1]["content"]
+    assert '["Hog", "warts"]' in req["body"]["messages"][1]["content"]
+
+
+def test_http_fenced_json_content_is_accepted(stub):
+    s = stub((200, reply('```json\n{"is_member": false, "confidence": 1, "description": "Cats."}\n```')))
+    v = make_judge(s.url).judge(0, ["cat"])
+    assert v.is_member is False and v.confidence == 1.0
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (b"<html>oops</html>", "body is not JSON"),
+        (json.dumps({"error": "no choices"}).encode(), "no choices"),
+        (reply("I think yes, it is about Harry Potter."), "content is not JSON"),
+        (reply(json.dumps({"is_member": "yes", "confidence": 0.9})), "is_member"),
+        (reply(json.dumps({"is_member": True, "confidence": 1.5})), "confidence"),
+        (reply(json.dumps({"is_member": True, "confidence": True})), "confidence"),
+    ],
+)
+def test_http_malformed_replies_give_no_verdict_after_retries(stub, body, why):
+    s = stub((200, body))
+    v = make_judge(s.url, retries=1).judge(0, ["x"])
+    assert v.is_member is None and v.confidence == 0.0
+    assert v.reason.startswith("no verdict") and why in v.reason
+    assert len(s.requests) == 2  # first try + 1 retry
+
+
+def test_http_timeout_is_bounded(stub):
+    s = stub((200, GOOD, 0.6))
+    t0 = time.monotonic()
+    v = make_judge(s.url, timeout=0.2, retries=1).judge(0, ["x"])
+    elapsed = time.monotonic() - t0
+    assert v.is_member is None and "timed out" in v.reason
+    assert len(s.requests) == 2
+    assert elapsed < 1.5
+
+
+def test_http_connection_refused():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    j = make_judge(f"http://127.0.0.1:{port}", retries=2)
+    v = j.judge(0, ["x"])
+    assert v.is_member is None and "connection error" in v.reason
+    assert j.n_requests == 3
+
+
+def test_http_500_then_success_is_retried(stub):
+    s = stub((500, b'{"error": "overloaded"}'), (200, GOOD))
+    v = make_judge(s.url, retries=2).judge(0, ["x"])
+    assert v.is_member is True and v.confidence == 0.9
+    assert len(s.requests) == 2
+
+
+def test_http_auth_error_is_not_retried(stub):
+    s = stub((401, json.dumps({"error": f"Incorrect API key provided: {KEY}"}).encode()))
+    v = make_judge(s.url, retries=3).judge(0, ["x"])
+    assert v.is_member is None and "401" in v.reason and "not retried" in v.reason
+    assert len(s.requests) == 1
+
+
+def test_http_cache_hit_needs_no_request(stub, tmp_path):
+    s = stub((200, GOOD))
+    j = make_judge(s.url, cache_dir=tmp_path)
+    first = j.judge(1, ["Hog", "warts"])
+    assert j.judge(1, ["Hog", "warts"]) == first
+    assert make_judge(s.url, cache_dir=tmp_path).judge(1, ["Hog", "warts"]) == first  # a new instance too
+    assert len(s.requests) == 1 and len(list(tmp_path.glob("*.json"))) == 1
+    make_judge(s.url, cache_dir=tmp_path).judge(1, ["Other", "tokens"])  # a new question asks the server
+    assert len(s.requests) == 2
+
+
+def test_http_no_verdict_is_not_cached(stub, tmp_path):
+    s = stub((500, b"{}"), (500, b"{}"), (200, GOOD))
+    j = make_judge(s.url, cache_dir=tmp_path, retries=1)
+    assert j.judge(0, ["x"]).is_member is None
+    assert list(tmp_path.glob("*.json")) == []
+    assert j.judge(0, ["x"]).is_member is True
+
+
+def test_api_key_never_leaks(stub, tmp_path, caplog, monkeypatch):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("OBLIVIATE_JUDGE_API_KEY", KEY)
+    s = stub(
+        (401, json.dumps({"error": f"Incorrect API key provided: {KEY}"}).encode(), 0, f"Bad key {KEY}"),
+        (500, json.dumps({"error": f"boom {KEY}"}).encode()),
+        (200, reply("not json " + KEY)),
+        (200, GOOD),
+    )
+    j = HTTPJudge(s.url, "judge-model", timeout=2.0, retries=3, backoff=0.0, cache_dir=tmp_path, concept="HP")
+    verdicts = [j.judge(0, ["a"]), j.judge(1, ["b"]), j.judge(1, ["b"])]
+    assert s.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # taken from the env var
+    assert verdicts[0].is_member is None and verdicts[1].is_member is True
+    places = {
+        "repr": repr(j),
+        "str": str(j),
+        "vars": repr(vars(j)),
+        "pickle": pickle.dumps(j).decode("latin-1"),
+        "logs": caplog.text,
+        "verdicts": repr(verdicts) + json.dumps([v.to_dict() for v in verdicts]),
+        "cache": "".join(p.read_text() for p in tmp_path.iterdir()),
+    }
+    assert places["cache"]  # something was cached
+    assert "***" in places["repr"]
+    for where, text in places.items():
+        assert KEY not in text, where
+
+
+def test_http_judge_config_errors():
+    with pytest.raises(ConfigError):
+        HTTPJudge("localhost:8000", "m", concept="x")
+    with pytest.raises(ConfigError):
+        HTTPJudge("http://localhost:8000", "m", concept=" ")
