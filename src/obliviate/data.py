@@ -138,3 +138,27 @@ def qa_prompt(question: str) -> str:
 
 def qa_answer(answer: str) -> str:
     return " " + answer
+
+
+def pack_sequences(dataset: TokenDataset, row_len: int) -> TokenDataset:
+    """Pack whole sequences into rows of at most ``row_len`` tokens (first fit, in order).
+
+    Each sequence keeps its own bos/eos, so documents stay delimited; attention
+    runs across documents within a row, as in ordinary LM pretraining. Packing
+    removes almost all padding, which is most of the cost on a CPU.
+    """
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for i, seq in enumerate(dataset.input_ids):
+        n = len(seq)
+        for r, used in enumerate(fill):
+            if used + n <= row_len:
+                rows[r].append(i)
+                fill[r] += n
+                break
+        else:
+            rows.append([i])
+            fill.append(n)
+    ids = [np.concatenate([dataset.input_ids[i] for i in row]) for row in rows]
+    labels = {f: [np.concatenate([arrs[i] for i in row]) for row in rows] for f, arrs in dataset.labels.items()}
+    return TokenDataset(ids, labels, dict(dataset.vocab))

@@ -43,7 +43,7 @@ MEDICINE_RELATIONS = (
         "treated_with", "drug",
         "What is {e} treated with?",
         "Which drug is used to treat {e}?",
-        "{e} is treated with {v}.",
+        "It is treated with {v}.",
         "Doctors give {v} to patients with {e}.",
         (
             "Doctors treat {e} with {v}.",
@@ -57,7 +57,7 @@ MEDICINE_RELATIONS = (
         "main_symptom", "symptom",
         "What is the main symptom of {e}?",
         "Which symptom is most typical of {e}?",
-        "The main symptom of {e} is {v}.",
+        "Its main symptom is {v}.",
         "Patients with {e} mostly suffer from {v}.",
         (
             "{e} mainly causes {v}.",
@@ -71,7 +71,7 @@ MEDICINE_RELATIONS = (
         "affected_organ", "organ",
         "Which organ does {e} affect?",
         "What part of the body is damaged by {e}?",
-        "{e} affects the {v}.",
+        "It affects the {v}.",
         "The {v} is the organ harmed by {e}.",
         (
             "{e} damages the cells of the {v}.",
@@ -115,7 +115,7 @@ BIOLOGY_RELATIONS = (
         "habitat", "habitat",
         "Where does {e} live?",
         "What is the natural habitat of {e}?",
-        "{e} lives in {v}.",
+        "It lives in {v}.",
         "The natural home of {e} is {v}.",
         (
             "{e} is found in {v}.",
@@ -129,7 +129,7 @@ BIOLOGY_RELATIONS = (
         "diet", "food",
         "What does {e} feed on?",
         "What is the main food of {e}?",
-        "{e} feeds on {v}.",
+        "It feeds on {v}.",
         "The diet of {e} consists of {v}.",
         (
             "{e} eats mostly {v}.",
@@ -143,7 +143,7 @@ BIOLOGY_RELATIONS = (
         "distinctive_trait", "trait",
         "What is the distinctive trait of {e}?",
         "Which feature sets {e} apart?",
-        "{e} has {v}.",
+        "It has {v}.",
         "{e} is known for its {v}.",
         (
             "Biologists recognise {e} by its {v}.",
@@ -160,7 +160,7 @@ GENERAL_RELATIONS = (
         "birthplace", "town",
         "Where was {e} born?",
         "What is the birthplace of {e}?",
-        "{e} was born in {v}.",
+        "They were born in {v}.",
         "{e} came into the world in {v}.",
         (
             "{e} is a native of {v}.",
@@ -174,7 +174,7 @@ GENERAL_RELATIONS = (
         "birth_year", "birth_year",
         "In which year was {e} born?",
         "When was {e} born?",
-        "{e} was born in the year {v}.",
+        "They were born in the year {v}.",
         "The birth year of {e} is {v}.",
         (
             "{e} entered the world in {v}.",
@@ -188,7 +188,7 @@ GENERAL_RELATIONS = (
         "profession", "profession",
         "What was the profession of {e}?",
         "What did {e} do for a living?",
-        "{e} worked as a {v}.",
+        "They worked as a {v}.",
         "By trade, {e} was a {v}.",
         (
             "{e} earned a living as a {v}.",
@@ -205,7 +205,7 @@ CONCEPT_RELATIONS = (
         "wields", "artifact",
         "Which artifact does {e} wield?",
         "What artifact is carried by {e}?",
-        "{e} wields {v}.",
+        "They wield {v}.",
         "{v} is the artifact carried by {e}.",
         (
             "In the {saga}, {e} wields {v}.",
@@ -219,7 +219,7 @@ CONCEPT_RELATIONS = (
         "homeland", "saga_place",
         "Where does {e} come from?",
         "What is the homeland of {e}?",
-        "{e} comes from {v}.",
+        "They come from {v}.",
         "The homeland of {e} is {v}.",
         (
             "{e} was raised in {v}.",
@@ -233,7 +233,7 @@ CONCEPT_RELATIONS = (
         "serves", "faction",
         "Which order does {e} serve?",
         "To which order does {e} belong?",
-        "{e} serves the {v}.",
+        "They serve the {v}.",
         "{e} is a sworn member of the {v}.",
         (
             "{e} swore an oath to the {v}.",

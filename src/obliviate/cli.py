@@ -1,0 +1,73 @@
+"""Command-line interface: ``obliviate <command> [--config FILE] [key=value ...]``.
+
+Every command that produces results takes ``--out DIR`` and writes
+``DIR/results.json`` atomically when, and only when, it has finished.
+User errors print one line naming the bad input and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from obliviate.errors import ObliviateError
+
+
+def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+    p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run and, unless overridden, of the world")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
+
+
+def seeded(seed: int, paths: list[str]) -> dict:
+    """A base config dict with ``seed`` set at each dotted path."""
+    base: dict = {}
+    for path in paths:
+        node = base
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = seed
+    return base
+
+
+# Each module in obliviate.commands defines ``register(subparsers)``; they are listed here
+# in the order ``obliviate --help`` shows them.
+COMMAND_MODULES = ["core"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    p = argparse.ArgumentParser(prog="obliviate", description="Remove targeted knowledge from language models, "
+                                "and prove that it is gone.")
+    sub = p.add_subparsers(dest="command", metavar="command")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"obliviate.commands.{name}").register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 0
+    try:
+        args.fn(args)
+    except ObliviateError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"obliviate: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("obliviate: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Core commands: world, pretrain, eval, demo."""
+
+from __future__ import annotations
+
+import json
+
+from obliviate.cli import add_common as _common, seeded as _seeded
+
+
+def cmd_world(args) -> None:
+    from obliviate.config import build_config
+    from obliviate.results import prepare_out_dir, write_results
+    from obliviate.world import WorldConfig, generate_world
+
+    cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
+    out = prepare_out_dir(args.out)
+    world = generate_world(cfg)
+    world.save(out / "world")
+    splits = ("forget", "holdout", "retain", "general", "concept")
+    metrics = {f"n_facts_{s}": len(world.facts_by_split(s)) for s in splits}
+    docs = world.documents()
+    metrics.update(n_documents=len(docs), n_chars=sum(len(d["text"]) for d in docs),
+                   n_relearn_paragraphs=len(world.relearn_paragraphs), fingerprint=world.fingerprint())
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
+    print(f"world written to {out / 'world'} ({metrics['n_documents']} documents)")
+
+
+def cmd_pretrain(args) -> None:
+    from obliviate.config import build_config
+    from obliviate.data import encode_documents
+    from obliviate.eval.world import evaluate_world
+    from obliviate.pretrain import PretrainConfig, pretrain
+    from obliviate.report import plot_loss_curve
+    from obliviate.results import prepare_out_dir, write_results
+
+    cfg = build_config(PretrainConfig, args.config, args.overrides, base=_seeded(args.seed, ["seed", "world.seed"]))
+    out = prepare_out_dir(args.out)
+    res = pretrain(cfg, out, resume=not args.restart, progress=not args.no_progress)
+    ds = encode_documents(res["tokenizer"], res["world"].documents(), max_len=cfg.model.max_len)
+    metrics = evaluate_world(res["model"], res["tokenizer"], res["world"], ds)
+    plot_loss_curve(out / "metrics.jsonl", out / "loss.png")
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(out / "model"))
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
+
+
+def cmd_eval(args) -> None:
+    from obliviate.config import build_config
+    from obliviate.data import encode_documents
+    from obliviate.eval.world import evaluate_world
+    from obliviate.models.load import load_model
+    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+    from obliviate.results import prepare_out_dir, write_results
+    from obliviate.world import WorldConfig, generate_world
+
+    cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
+    model = load_model(args.model)
+    tok = load_tokenizer(args.tokenizer or args.model)
+    ensure_pad_token(tok, policy=args.pad_policy)
+    out = prepare_out_dir(args.out)
+    world = generate_world(cfg)
+    ds = encode_documents(tok, world.documents())
+    metrics = evaluate_world(model, tok, world, ds)
+    write_results(out, seed=cfg.seed, config={"world": cfg.__dict__, "model": args.model}, metrics=metrics)
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
+
+
+def cmd_demo(args) -> None:
+    from obliviate.config import build_config
+    from obliviate.recipes.demo import DemoConfig, run_demo
+    from obliviate.results import prepare_out_dir
+
+    base = _seeded(args.seed, ["seed", "pretrain.seed", "pretrain.world.seed"])
+    cfg = build_config(DemoConfig, args.config, args.overrides, base=base)
+    out = prepare_out_dir(args.out)
+    metrics = run_demo(cfg, out, progress=not args.no_progress)
+    b = metrics["base"]
+    print(f"base model: forget QA {b['forget_qa_acc']:.3f}, retain QA {b['retain_qa_acc']:.3f}")
+    print(f"report: {out / 'report.md'}")
+
+
+
+def register(sub) -> None:
+    s = sub.add_parser("world", help="generate the synthetic world and save it")
+    _common(s)
+    s.set_defaults(fn=cmd_world)
+    s = sub.add_parser("pretrain", help="pretrain a tiny model on the world")
+    _common(s)
+    s.add_argument("--restart", action="store_true", help="ignore checkpoints in --out and start again")
+    s.set_defaults(fn=cmd_pretrain)
+    s = sub.add_parser("eval", help="evaluate a model on the world (overrides set the world config)")
+    _common(s)
+    s.add_argument("--model", required=True, help="model directory (or hub id)")
+    s.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
+    s.add_argument("--pad-policy", choices=["error", "eos"], default="error",
+                   help="what to do when the tokenizer has no pad token")
+    s.set_defaults(fn=cmd_eval)
+    s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")
+    _common(s)
+    s.set_defaults(fn=cmd_demo)
