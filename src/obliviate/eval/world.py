@@ -1,0 +1,53 @@
+"""Evaluation of a model on the synthetic world: QA, MCQ and per-domain loss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from obliviate.data import qa_prompt
+from obliviate.eval.core import mcq_accuracy, qa_accuracy, token_loss_by_label
+
+QA_SPLITS = ("forget", "retain", "general", "concept", "holdout")
+
+
+def cloze_context(question: str) -> str:
+    return qa_prompt(question)
+
+
+def evaluate_world(model, tokenizer, world, dataset=None, splits=QA_SPLITS, details: bool = False) -> dict:
+    """Metrics of ``model`` on the world.
+
+    ``<split>_qa_acc``: greedy exact match on the canonical questions;
+    ``<split>_qa_rouge``: ROUGE-L recall; ``forget_para_qa_acc``: exact match on
+    paraphrased questions (value must match the paraphrased or canonical
+    answer); ``<split>_mcq_acc``: zero-shot 4-way MCQ by answer log-likelihood
+    (chance 0.25); ``loss_<domain>``: per-domain token loss on ``dataset``.
+    """
+    out: dict = {}
+    per_item: dict = {}
+    for split in splits:
+        facts = world.facts_by_split(split)
+        if not facts:
+            continue
+        r = qa_accuracy(model, tokenizer, [f["question"] for f in facts], [f["answer"] for f in facts])
+        out[f"{split}_qa_acc"] = r["exact_match"]
+        out[f"{split}_qa_rouge"] = r["rouge_l"]
+        per_item[f"{split}_qa"] = r["correct"]
+        mcqs = world.mcqs(split=split)
+        if mcqs:
+            m = mcq_accuracy(model, tokenizer, mcqs, style="cloze", context_fn=lambda q: cloze_context(q["question"]))
+            out[f"{split}_mcq_acc"] = m["accuracy"]
+    forget = world.facts_by_split("forget")
+    if forget:
+        r = qa_accuracy(model, tokenizer, [f["question_paraphrase"] for f in forget], [f["answer"] for f in forget])
+        out["forget_para_qa_acc"] = r["exact_match"]
+    if dataset is not None:
+        for name, v in token_loss_by_label(model, dataset, "domain").items():
+            out[f"loss_{name}"] = v["loss"]
+    if details:
+        out["_per_item"] = per_item
+    return out
+
+
+def mean(xs) -> float:
+    return float(np.mean(xs)) if len(xs) else float("nan")

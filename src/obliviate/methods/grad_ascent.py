@@ -1,0 +1,66 @@
+"""Gradient ascent on the forget set (GradAscent) and its retain-regularised form (GradDiff).
+
+Objective (METHODS.md §1): ``gamma * L_forget + alpha * L_retain`` with
+``L_forget = -CE(forget answer tokens)`` and ``L_retain`` = NLL on retain data
+(``retain="nll"``) or KL(p_ref || p_theta) on retain data (``retain="kl"``).
+GradAscent is the case ``alpha = 0``; GradDiff uses ``gamma = alpha = 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.methods import register
+from obliviate.methods._shared import forward_logits, mean_answer_nll, retain_term
+
+
+@dataclass
+class GradAscentConfig:
+    gamma: float = 1.0
+    """Weight of the forget term."""
+
+
+@register("gradascent")
+class GradAscent:
+    config_cls = GradAscentConfig
+    needs_reference = False
+
+    def __init__(self, cfg: GradAscentConfig):
+        self.cfg = cfg
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        return {"forget": -self.cfg.gamma * mean_answer_nll(forward_logits(model, f), f["labels"])}
+
+
+@dataclass
+class GradDiffConfig:
+    gamma: float = 1.0
+    """Weight of the forget term (-CE on forget tokens)."""
+    alpha: float = 1.0
+    """Weight of the retain term."""
+    retain: Literal["nll", "kl"] = "nll"
+    """Retain loss: NLL on retain data, or KL to the frozen reference."""
+
+
+@register("graddiff")
+class GradDiff:
+    config_cls = GradDiffConfig
+
+    def __init__(self, cfg: GradDiffConfig):
+        self.cfg = cfg
+        self.needs_reference = cfg.retain == "kl"
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        return {
+            "forget": -self.cfg.gamma * mean_answer_nll(forward_logits(model, f), f["labels"]),
+            "retain": self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain),
+        }

@@ -1,0 +1,51 @@
+"""IdkDPO: DPO towards a refusal (Maini et al. 2024, TOFU).
+
+Winner = a refusal answer ("I don't know"-style) to the forget question, loser =
+the forget answer:
+
+    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))))
+
+(the -(2/beta) scaling matches NPO, which is this loss without a winner).
+Total ``gamma * L_forget + alpha * L_retain``; beta = 0.1 (METHODS.md §1).
+The batch must carry ``batch["idk"]``: the forget questions with refusal answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.methods import register
+from obliviate.methods._shared import answer_logprob, dpo_loss, forward_logits, retain_term
+
+
+@dataclass
+class IdkDPOConfig:
+    beta: float = 0.1
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("idkdpo")
+class IdkDPO:
+    config_cls = IdkDPOConfig
+    needs_reference = True
+    needs_idk = True
+
+    def __init__(self, cfg: IdkDPOConfig):
+        self.cfg = cfg
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f, w = batch["forget"], batch["idk"]
+        lp_l = answer_logprob(forward_logits(model, f), f["labels"])
+        lp_w = answer_logprob(forward_logits(model, w), w["labels"])
+        lp_l_ref = answer_logprob(ref.logits(f), f["labels"])
+        lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
+        terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
+        if self.cfg.alpha:
+            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
+        return terms

@@ -1,0 +1,45 @@
+"""NPO: Negative Preference Optimization (Zhang et al. 2024).
+
+    L_forget = -(2/beta) * mean_i log sigmoid(-beta * (log pi_theta(y_i|x_i) - log pi_ref(y_i|x_i)))
+
+with log pi the sum of answer-token log-probabilities; total
+``gamma * L_forget + alpha * L_retain`` (retain NLL or KL). Defaults: beta = 0.1,
+gamma = alpha = 1 (METHODS.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.methods import register
+from obliviate.methods._shared import answer_logprob, forward_logits, npo_loss, retain_term
+
+
+@dataclass
+class NPOConfig:
+    beta: float = 0.1
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("npo")
+class NPO:
+    config_cls = NPOConfig
+    needs_reference = True
+
+    def __init__(self, cfg: NPOConfig):
+        self.cfg = cfg
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        logp = answer_logprob(forward_logits(model, f), f["labels"])
+        logp_ref = answer_logprob(ref.logits(f), f["labels"])
+        terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
+        if self.cfg.alpha:
+            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
+        return terms

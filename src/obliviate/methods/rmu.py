@@ -1,0 +1,131 @@
+"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP), and Adaptive RMU.
+
+At decoder layer l:
+
+    L_forget = mean_{b,t,j} (h_l(x_f)_{btj} - c * u_j)^2,   u = r / ||r||, r ~ U[0,1)^d (once per topic)
+    L_retain = alpha * mean_{b,t,j} (h_l(x_r; theta) - h_l(x_r; frozen))^2
+
+Only the MLP down-projections of layers l-2..l train. The forward pass stops
+after layer l (nothing above it is computed). Padding is masked out of both
+means (``mask_padding``; the original code did not mask, set it False to match).
+Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5 (METHODS.md §1).
+
+Adaptive RMU (Dang et al. 2025): c = beta * mean_{b,t} ||h_l(x_f)|| measured
+with the frozen model on the first forget batch, before any update; beta = 5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from obliviate.errors import ConfigError
+from obliviate.losses import masked_mean
+from obliviate.methods import register
+from obliviate.methods._shared import random_unit_vector, rmu_forget_loss
+
+
+@dataclass
+class RMUConfig:
+    layer: int | None = None
+    """Decoder layer l whose output is steered; None = the middle layer (n_layers // 2)."""
+    coef: float = 6.5
+    """Steering coefficient c."""
+    alpha: float = 1200.0
+    """Weight of the retain MSE."""
+    n_train_layers: int = 3
+    """Train the MLP down-projections of layers l-n+1..l."""
+    mask_padding: bool = True
+    seed: int = 0
+    """Seed of the random control vector u (one per topic: seed + topic)."""
+
+    def __post_init__(self):
+        if self.n_train_layers < 1:
+            raise ConfigError(f"config key 'n_train_layers': must be >= 1, got {self.n_train_layers}")
+
+
+def resolve_layer(model, layer: int | None) -> int:
+    from obliviate.models.layers import check_layer, num_layers
+
+    l = num_layers(model) // 2 if layer is None else layer
+    check_layer(model, l)
+    return l
+
+
+def rmu_trainable(model, layer: int, n_train_layers: int) -> list[str]:
+    from obliviate.models.layers import param_names_for
+
+    layers = list(range(max(0, layer - n_train_layers + 1), layer + 1))
+    return param_names_for(model, "mlp_down", layers)
+
+
+def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
+    from obliviate.models.layers import hidden_states_at
+
+    return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer], stop_after=layer)[layer]
+
+
+@register("rmu")
+class RMU:
+    config_cls = RMUConfig
+    needs_reference = True
+
+    def __init__(self, cfg: RMUConfig):
+        self.cfg = cfg
+        self.layer: int | None = None
+        self.coef = cfg.coef
+        self._u: dict[int, torch.Tensor] = {}
+
+    def trainable(self, model) -> list[str]:
+        self.layer = resolve_layer(model, self.cfg.layer)
+        return rmu_trainable(model, self.layer, self.cfg.n_train_layers)
+
+    def setup(self, model, ref, forget_batch: dict) -> None:
+        self.layer = resolve_layer(model, self.cfg.layer)
+
+    def control(self, topic: int, d: int, device) -> torch.Tensor:
+        if topic not in self._u:
+            self._u[topic] = random_unit_vector(d, self.cfg.seed + topic, device)
+        return self._u[topic]
+
+    def _mask(self, batch):
+        return batch["attention_mask"] if self.cfg.mask_padding else None
+
+    def loss(self, model, batch, ref) -> dict:
+        f, r = batch["forget"], batch["retain"]
+        l = self.layer
+        h_f = hidden_at(model, f, l)  # (B, T, d)
+        topics = f.get("topic")
+        d = h_f.size(-1)
+        if topics is None:
+            target = self.coef * self.control(0, d, h_f.device)  # (d,)
+            target = target.expand_as(h_f)
+        else:
+            target = torch.stack([self.coef * self.control(int(t), d, h_f.device) for t in topics])[:, None, :]
+        forget = rmu_forget_loss(h_f, target, self._mask(f))
+        h_r = hidden_at(model, r, l)
+        h_r_ref = ref.hidden(r, l)
+        retain = rmu_forget_loss(h_r, h_r_ref, self._mask(r))
+        return {"forget": forget, "retain": self.cfg.alpha * retain}
+
+
+@dataclass
+class AdaptiveRMUConfig(RMUConfig):
+    beta: float = 5.0
+    """c = beta * mean ||h_l(x_f)|| on the first forget batch (frozen model)."""
+
+
+def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    norms = h.float().norm(dim=-1)  # (B, T)
+    return norms.mean() if mask is None else masked_mean(norms, mask.bool())
+
+
+@register("adaptive_rmu")
+class AdaptiveRMU(RMU):
+    config_cls = AdaptiveRMUConfig
+
+    def setup(self, model, ref, forget_batch: dict) -> None:
+        super().setup(model, ref, forget_batch)
+        h = ref.hidden(forget_batch, self.layer)
+        self.coef = float(self.cfg.beta * mean_token_norm(h, self._mask(forget_batch)))

@@ -1,0 +1,47 @@
+"""SimNPO: reference-free, length-normalised NPO (Fan et al. 2024).
+
+    L_forget = -(2/beta) * mean_i log sigmoid(beta * (NLL_bar_i - delta))
+
+with NLL_bar_i the mean answer-token NLL of forget sample i (minimising the
+loss pushes it up); total ``gamma * L_forget + alpha * L_retain``. Defaults from
+TOFU: beta = 4.5, delta = 0, gamma = 0.125, alpha = 1 (METHODS.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.losses import token_nll
+from obliviate.methods import register
+from obliviate.methods._shared import forward_logits, retain_term, simnpo_loss
+
+
+@dataclass
+class SimNPOConfig:
+    beta: float = 4.5
+    delta: float = 0.0
+    gamma: float = 0.125
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("simnpo")
+class SimNPO:
+    config_cls = SimNPOConfig
+
+    def __init__(self, cfg: SimNPOConfig):
+        self.cfg = cfg
+        self.needs_reference = cfg.retain == "kl"
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        nll, mask = token_nll(forward_logits(model, f), f["labels"])
+        nll_bar = nll.sum(-1) / mask.sum(-1).clamp(min=1)
+        terms = {"forget": self.cfg.gamma * simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta)}
+        if self.cfg.alpha:
+            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
+        return terms

@@ -1,0 +1,58 @@
+"""WGA (weighted gradient ascent) and SatImp (token-saturated importance).
+
+    L_forget = -mean_t sg(p_t)^beta * (1 - sg(p_t))^beta2 * CE_t
+
+over forget answer tokens, p_t = p(y_t | y_<t, x). ``beta2 = 0`` is WGA
+(beta = 1 by default); ``beta2 > 0`` is SatImp. Total
+``gamma * L_forget + alpha * L_retain`` (METHODS.md §1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from obliviate.losses import masked_mean, token_nll
+from obliviate.methods import register
+from obliviate.methods._shared import forward_logits, retain_term
+
+
+def wga_forget_loss(nll: torch.Tensor, mask: torch.Tensor, beta: float, beta2: float = 0.0) -> torch.Tensor:
+    """-mean_t sg(p_t)^beta (1 - sg(p_t))^beta2 CE_t over masked tokens."""
+    p = torch.exp(-nll.detach())
+    w = p.pow(beta)
+    if beta2:
+        w = w * (1 - p).pow(beta2)
+    return -masked_mean(w * nll, mask)
+
+
+@dataclass
+class WGAConfig:
+    beta: float = 1.0
+    beta2: float = 0.0
+    """SatImp's second exponent; 0 gives WGA."""
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("wga")
+class WGA:
+    config_cls = WGAConfig
+
+    def __init__(self, cfg: WGAConfig):
+        self.cfg = cfg
+        self.needs_reference = cfg.retain == "kl"
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        nll, mask = token_nll(forward_logits(model, f), f["labels"])
+        terms = {"forget": self.cfg.gamma * wga_forget_loss(nll, mask, self.cfg.beta, self.cfg.beta2)}
+        if self.cfg.alpha:
+            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
+        return terms

@@ -1,0 +1,1 @@
+"""End-to-end runs composed from the package's components."""
