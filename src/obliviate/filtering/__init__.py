@@ -1,0 +1,75 @@
+"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; METHODS.md §5).
+
+* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream.
+* :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
+  window expansion" rule, precision/recall/F1 against ground truth.
+* :mod:`.classifiers` — biLM token classifier, document classifier, optional pretrained
+  encoder features, threshold sweeps (AUROC), throughput.
+* :mod:`.strategies` — loss masking (input/target convention), removal with
+  ``<|hidden|>``, document drop, label noise; batches for the one training loop.
+* :mod:`.scaling` — 6ND compute, power-law fit, compute slowdown, adversarial tokens.
+"""
+
+from obliviate.filtering.classifiers import (
+    BiLM,
+    DocumentClassifier,
+    LogisticHead,
+    MiniLMFeaturizer,
+    TokenClassifier,
+    minilm_dir,
+    reverse_padded,
+    threshold_sweep,
+    throughput,
+    train_lm,
+    training_throughput,
+)
+from obliviate.filtering.sae import TopKSAE, residual_activations, train_sae
+from obliviate.filtering.scaling import (
+    compute_slowdown,
+    equivalent_compute,
+    fit_power_law,
+    geometric_sizes,
+    tokens_for,
+    tokens_to_recover,
+    training_flops,
+)
+from obliviate.filtering.strategies import (
+    CONVENTIONS,
+    STRATEGIES,
+    FilteredDataset,
+    add_label_noise,
+    apply_strategy,
+    collate_weighted,
+    document_flags,
+    flags_from_probs,
+    loss_weights,
+    make_batch_fn,
+    pack_filtered,
+)
+from obliviate.filtering.weak_labels import (
+    domain_ratio,
+    flatten,
+    ground_truth,
+    label_dataset,
+    latent_thresholds,
+    prf1,
+    select_domain_latents,
+    special_mask,
+    split_flat,
+    top_activating_tokens,
+    weak_labels,
+    window_expand,
+)
+
+__all__ = [
+    "BiLM", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
+    "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput",
+    "TopKSAE", "residual_activations", "train_sae",
+    "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes", "tokens_for",
+    "tokens_to_recover", "training_flops",
+    "CONVENTIONS", "STRATEGIES", "FilteredDataset", "add_label_noise", "apply_strategy", "collate_weighted",
+    "document_flags", "flags_from_probs", "loss_weights", "make_batch_fn", "pack_filtered",
+    "domain_ratio", "flatten", "ground_truth", "label_dataset", "latent_thresholds", "prf1",
+    "select_domain_latents", "special_mask", "split_flat", "top_activating_tokens", "weak_labels",
+    "window_expand",
+]

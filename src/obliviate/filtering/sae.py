@@ -1,0 +1,184 @@
+"""A small TopK sparse autoencoder on a model's residual stream (METHODS.md §5, weak labels).
+
+The paper labels tokens with the latents of a Gemma-Scope SAE on a 9B model; here the
+labeller is a larger tiny model pretrained on the world, so we train its SAE ourselves.
+We write our own (~100 lines) because no maintained SAE library that trains on Hugging
+Face models on a CPU is installed here, and the maths is small:
+
+    z     = TopK_k( ReLU( (x - b_dec) @ W_enc + b_enc ) )      # (N, m), at most k non-zeros
+    x_hat = z @ W_dec + b_dec                                 # (N, d), W_dec rows unit-norm
+    loss  = mean over rows and dims of (x_hat - x)^2
+
+(TopK SAE, Gao et al. 2024.) ``W_enc`` is (d, m), ``W_dec`` is (m, d). The decoder rows
+are kept unit-norm by normalising them inside the forward pass (so the one training
+loop, :func:`obliviate.train.train`, needs no post-step hook) and written back
+normalised after training. Training uses that loop with the MSE as its one loss term.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from obliviate.data import TokenDataset, collate
+from obliviate.errors import ConfigError, DataError
+
+
+class TopKSAE(nn.Module):
+    """TopK sparse autoencoder with ``d`` inputs and ``m`` latents, ``k`` active per row."""
+
+    def __init__(self, d: int, m: int, k: int, seed: int = 0):
+        super().__init__()
+        if not (isinstance(k, int) and 1 <= k <= m):
+            raise ConfigError(f"SAE k={k!r} must be an integer in 1..n_latents={m}")
+        gen = torch.Generator().manual_seed(seed)
+        w_dec = F.normalize(torch.randn(m, d, generator=gen), dim=1)
+        self.W_dec = nn.Parameter(w_dec)  # (m, d)
+        self.W_enc = nn.Parameter(w_dec.t().clone())  # (d, m), tied initialisation
+        self.b_enc = nn.Parameter(torch.zeros(m))
+        self.b_dec = nn.Parameter(torch.zeros(d))
+        self.k = k
+
+    @property
+    def d(self) -> int:
+        return self.W_enc.shape[0]
+
+    @property
+    def n_latents(self) -> int:
+        return self.W_enc.shape[1]
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.b_dec) @ self.W_enc + self.b_enc  # (N, m)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Sparse codes (N, m): the k largest ReLU pre-activations of each row, zeros elsewhere."""
+        pre = F.relu(self.pre_activations(x.to(self.W_enc.dtype)))
+        vals, idx = pre.topk(self.k, dim=-1)
+        return torch.zeros_like(pre).scatter_(-1, idx, vals)
+
+    def decoder(self) -> torch.Tensor:
+        """Decoder with unit-norm rows (m, d)."""
+        return F.normalize(self.W_dec, dim=1)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.decoder() + self.b_dec  # (N, d)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.encode(x)
+        return self.decode(z), z
+
+    def loss(self, x: torch.Tensor) -> torch.Tensor:
+        x_hat, _ = self(x)
+        return (x_hat - x).pow(2).mean()
+
+    @torch.no_grad()
+    def encode_all(self, x: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+        """:meth:`encode` in chunks, without gradients."""
+        if len(x) == 0:
+            return torch.zeros(0, self.n_latents)
+        dev = self.W_enc.device
+        return torch.cat([self.encode(x[i:i + chunk].to(dev)).cpu() for i in range(0, len(x), chunk)])
+
+    def save(self, path: str | Path) -> Path:
+        """Write the weights (decoder rows normalised) and ``k`` to one safetensors file."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tensors = {"W_enc": self.W_enc, "b_enc": self.b_enc, "W_dec": self.decoder(), "b_dec": self.b_dec}
+        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, str(path),
+                  metadata={"k": str(self.k)})
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TopKSAE":
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"SAE file {str(path)!r} does not exist")
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {n: f.get_tensor(n) for n in f.keys()}
+        missing = {"W_enc", "b_enc", "W_dec", "b_dec"} - set(tensors)
+        if missing or "k" not in meta:
+            raise DataError(f"{str(path)!r} is not an SAE file (missing {sorted(missing) or ['k']})")
+        d, m = tensors["W_enc"].shape
+        sae = cls(d, m, int(meta["k"]))
+        with torch.no_grad():
+            for n, t in tensors.items():
+                getattr(sae, n).copy_(t)
+        return sae.eval()
+
+
+def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 500, lr: float = 1e-3,
+              seed: int = 0, batch_size: int = 256, out_dir: str | Path | None = None,
+              progress: bool = False) -> tuple[TopKSAE, dict]:
+    """Train a :class:`TopKSAE` on ``activations`` (N, d) with the one training loop.
+
+    ``b_dec`` starts at the data mean. Returns the SAE (eval mode, decoder rows
+    normalised in place) and a summary with the MSE before and after and the
+    fraction of variance unexplained.
+    """
+    from obliviate.train import StepSampler, TrainConfig, train
+
+    x = torch.as_tensor(activations).float()
+    if x.ndim != 2 or len(x) == 0:
+        raise DataError(f"SAE training needs a non-empty (N, d) activation matrix, got shape {tuple(x.shape)}")
+    sae = TopKSAE(x.shape[1], n_latents, k, seed=seed)
+    with torch.no_grad():
+        sae.b_dec.copy_(x.mean(0))
+    sampler = StepSampler(len(x), batch_size, seed)
+    cfg = TrainConfig(steps=steps, lr=lr, schedule="constant", grad_clip=1.0, log_every=max(1, steps // 10),
+                      progress=progress, desc="sae")
+
+    def dev() -> torch.device:
+        return sae.W_enc.device  # the loop may move the SAE (accelerate)
+
+    def full_mse() -> float:
+        with torch.no_grad():
+            total = sum(float(sae.loss(x[i:i + 8192].to(dev()))) * len(x[i:i + 8192]) for i in range(0, len(x), 8192))
+        return total / len(x)
+
+    before = full_mse()
+    train(sae, lambda model, batch, step: {"mse": model.loss(batch)}, lambda step: x[sampler(step)].to(dev()), cfg, out_dir)
+    with torch.no_grad():
+        sae.W_dec.copy_(sae.decoder())
+    after = full_mse()
+    var = float(x.var(0, unbiased=False).mean())
+    return sae.eval(), {"mse_before": before, "mse_after": after, "fvu": after / max(var, 1e-12)}
+
+
+@torch.no_grad()
+def residual_activations(model: nn.Module, dataset: TokenDataset, layer: int, batch_size: int = 16,
+                         pad_id: int = 0) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    """Residual stream (output of decoder ``layer``) at every token of ``dataset``.
+
+    Returns ``(acts (N_tokens, d) float32, labels)`` where the rows run through the
+    sequences in order (sequence 0's tokens, then sequence 1's, ...; padding dropped)
+    and ``labels[field]`` is ``dataset.labels[field]`` flattened the same way. The
+    sequence lengths ``[len(s) for s in dataset.input_ids]`` split the rows back.
+    Uses :func:`obliviate.models.layers.hidden_states_at` (``capture_hidden`` on a
+    forward pass truncated after ``layer``).
+    """
+    from obliviate.models.layers import hidden_states_at
+
+    if len(dataset) == 0:
+        raise DataError("residual_activations: empty dataset")
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for s in range(0, len(dataset), batch_size):
+            seqs = dataset.input_ids[s:s + batch_size]
+            batch = collate(seqs, pad_id)
+            h = hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer])[layer]  # (B, T, d)
+            out.append(h[batch["attention_mask"].bool()].float().cpu())
+    finally:
+        model.train(was_training)
+    labels = {f: np.concatenate(arrs) for f, arrs in dataset.labels.items()}
+    return torch.cat(out), labels

@@ -1,0 +1,86 @@
+"""Scaling and compute slowdown (METHODS.md §5; authors' ``analysis/scaling.py``).
+
+* Model sizes are spaced geometrically; each is trained on ``tokens = 20 * params``
+  (Chinchilla ratio); training compute is ``C = 6 N D`` FLOPs.
+* Fit ``log L = a + b log C`` (natural logs, least squares) on the *unfiltered* models'
+  ``(C, L)`` points, L being the loss on one domain.
+* A filtered model with loss ``L_f`` after compute ``C_f`` matches an unfiltered model
+  trained with ``C_eq = exp((log L_f - a) / b)``; its *compute slowdown* is
+  ``C_f / C_eq``. On the forget domain a large slowdown means filtering cost the model as
+  much as shrinking its compute by that factor; on the retain domain a slowdown near 1
+  means filtering cost little there.
+* Adversarial fine-tuning: :func:`tokens_to_recover` reads how many fine-tuning tokens a
+  model needs before its forget-domain loss falls to the unfiltered baseline's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from obliviate.errors import ConfigError, DataError
+
+CHINCHILLA_RATIO = 20
+
+
+def training_flops(params: float, tokens: float) -> float:
+    """``6 N D``: forward + backward FLOPs of training ``params`` parameters on ``tokens`` tokens."""
+    return 6.0 * float(params) * float(tokens)
+
+
+def tokens_for(params: float, ratio: float = CHINCHILLA_RATIO) -> int:
+    """Training tokens for a model of ``params`` parameters: ``ratio * params`` (20: Chinchilla)."""
+    if params <= 0 or ratio <= 0:
+        raise ConfigError(f"tokens_for needs params > 0 and ratio > 0, got {params}, {ratio}")
+    return int(round(ratio * params))
+
+
+def geometric_sizes(smallest: float, largest: float, n: int) -> list[int]:
+    """``n`` integers spaced geometrically from ``smallest`` to ``largest`` (inclusive)."""
+    if n < 1 or smallest <= 0 or largest < smallest:
+        raise ConfigError(f"geometric_sizes needs n >= 1 and 0 < smallest <= largest, got {smallest}, {largest}, {n}")
+    if n == 1:
+        return [int(round(smallest))]
+    return [int(round(v)) for v in np.geomspace(smallest, largest, n)]
+
+
+def fit_power_law(C: Sequence[float], L: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``log L = a + b log C`` (``L = exp(a) C^b``)."""
+    c, l = np.asarray(C, dtype=np.float64), np.asarray(L, dtype=np.float64)
+    if c.shape != l.shape or c.ndim != 1:
+        raise DataError(f"fit_power_law needs two equal-length 1-D sequences, got {c.shape} and {l.shape}")
+    if (c <= 0).any() or (l <= 0).any():
+        raise DataError("fit_power_law needs positive compute and loss values")
+    if len(np.unique(c)) < 2:
+        raise DataError("fit_power_law needs at least two distinct compute values")
+    X = np.stack([np.ones_like(c), np.log(c)], 1)
+    (a, b), *_ = np.linalg.lstsq(X, np.log(l), rcond=None)
+    return float(a), float(b)
+
+
+def equivalent_compute(fit: tuple[float, float], L: float) -> float:
+    """Compute at which the fitted law reaches loss ``L``: ``exp((log L - a) / b)``."""
+    a, b = fit
+    if b == 0:
+        raise DataError("the fitted power law is flat (b = 0): no equivalent compute")
+    if L <= 0:
+        raise DataError(f"loss must be positive, got {L}")
+    return math.exp((math.log(L) - a) / b)
+
+
+def compute_slowdown(fit: tuple[float, float], L_f: float, C_f: float) -> float:
+    """``C_f / C_eq`` for a filtered model with loss ``L_f`` trained with compute ``C_f``."""
+    return float(C_f) / equivalent_compute(fit, L_f)
+
+
+def tokens_to_recover(curve: Sequence[tuple[float, float]], baseline_loss: float) -> float | None:
+    """First ``tokens`` of a ``[(tokens, loss), ...]`` fine-tuning curve with ``loss <= baseline_loss``.
+
+    Points are taken in order of tokens; ``None`` if the curve never gets there.
+    """
+    for tokens, loss in sorted(curve, key=lambda p: p[0]):
+        if loss <= baseline_loss:
+            return tokens
+    return None
