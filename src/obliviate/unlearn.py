@@ -156,13 +156,17 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
         method.setup(model, ref, first["forget"])
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
+    hooks = None
+    if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
+        hooks = (method.scorer_state, method.load_scorer_state)
     summary = train(model, lambda m, b, s: method.loss(m, _to(b, device), ref), data, tcfg, out_dir,
-                    eval_fn=eval_fn, eval_every=eval_every, resume=resume)
+                    eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
     if cfg.lora:
         model = model.merge_and_unload()
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
     summary["method"] = cfg.method
+    summary["method_obj"] = method
     summary["trainable"] = patterns
     return model, summary

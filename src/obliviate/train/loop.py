@@ -158,7 +158,8 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().contiguous().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, scheduler, extra: dict | None = None) -> Path:
+def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, scheduler, extra: dict | None = None,
+                    extra_state: dict | None = None) -> Path:
     """Write a checkpoint atomically (temporary directory, then rename)."""
     from safetensors.torch import save_file
 
@@ -168,8 +169,8 @@ def save_checkpoint(ckpt_dir: Path, step: int, model, optimizer, scheduler, extr
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     save_file(_trainable_state(model), str(tmp / "trainable.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
-               tmp / "state.pt")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state(),
+                "extra": extra_state or {}}, tmp / "state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **(extra or {})}))
     if final.exists():
         shutil.rmtree(final)
@@ -184,7 +185,7 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> int:
+def load_checkpoint(path: Path, model, optimizer, scheduler, set_extra_state=None) -> int:
     from safetensors.torch import load_file
 
     weights = load_file(str(path / "trainable.safetensors"))
@@ -198,6 +199,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> int:
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     _set_rng_state(state["rng"])
+    if set_extra_state is not None and state.get("extra"):
+        set_extra_state(state["extra"])
     return json.loads((path / "trainer_state.json").read_text())["step"]
 
 
@@ -233,6 +236,7 @@ def train(
     eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
     eval_every: int = 0,
     extra_params: list[torch.nn.Parameter] | None = None,
+    state_hooks: tuple[Callable[[], dict], Callable[[dict], None]] | None = None,
     accelerator=None,
 ) -> dict:
     """Run ``cfg.steps`` optimizer steps; return a summary with the log history.
@@ -240,7 +244,9 @@ def train(
     ``eval_fn(model, step)`` (if given) runs at step 0, every ``eval_every``
     steps and at the end; its metrics go to ``metrics.jsonl`` with the step.
     ``extra_params`` are additional trainable tensors (not model parameters)
-    optimised alongside the model.
+    optimised alongside the model. ``state_hooks = (get, set)`` adds state that
+    lives outside the model (e.g. a method's own learned scorer) to checkpoints:
+    ``get()`` returns a dict of tensors/primitives, ``set(d)`` restores it.
     """
     from accelerate import Accelerator
     from tqdm.auto import tqdm
@@ -262,7 +268,8 @@ def train(
         out.mkdir(parents=True, exist_ok=True)
         last = latest_checkpoint(ckpt_dir) if resume else None
         if last is not None:
-            start = load_checkpoint(last, acc.unwrap_model(model), optimizer, scheduler)
+            start = load_checkpoint(last, acc.unwrap_model(model), optimizer, scheduler,
+                                    state_hooks[1] if state_hooks else None)
         elif not resume and ckpt_dir.exists():
             shutil.rmtree(ckpt_dir)
         if start == 0 and metrics_path.exists():
@@ -324,7 +331,8 @@ def train(
                 model.train()
             if ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done != cfg.steps:
                 if acc.is_main_process:
-                    save_checkpoint(ckpt_dir, done, acc.unwrap_model(model), optimizer, scheduler)
+                    save_checkpoint(ckpt_dir, done, acc.unwrap_model(model), optimizer, scheduler,
+                                    extra_state=state_hooks[0]() if state_hooks else None)
                     _prune(ckpt_dir, cfg.keep_checkpoints)
                 last_ckpt_step = done
     finally:

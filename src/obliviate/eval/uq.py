@@ -1,0 +1,46 @@
+"""Unlearning quality (UQ) from forget quality (FQ) and retain degradation (RD) (METHODS.md §3).
+
+With F a forget-set performance (higher = the model still knows more; e.g. QA or MCQ
+accuracy on the forget facts) and R a retain/utility performance, before (0) and
+after (u) unlearning::
+
+    FQ = (F0 - Fu) / F0                  clipped to [0, 1]
+    RD = max(0, (R0 - Ru) / R0)          clipped to at most 1
+    UQ = 100 * HM(FQ, 1 - RD)            HM(a, b) = 2ab / (a + b), 0 if a or b is 0
+
+Clipping (our choice; the seed summary does not say): FQ < 0 (the forget score
+went *up*) counts as no forgetting, and RD > 1 (a negative retain score) as total
+degradation, so UQ stays in [0, 100]. A retain score that improves gives RD = 0.
+"""
+
+from __future__ import annotations
+
+from obliviate.errors import ObliviateError
+
+
+def harmonic_mean(a: float, b: float) -> float:
+    """2ab / (a + b); 0 when either is 0 (or below)."""
+    if a <= 0 or b <= 0:
+        return 0.0
+    return 2.0 * a * b / (a + b)
+
+
+def forget_quality(forget_base: float, forget_after: float) -> float:
+    """FQ = (F0 - Fu) / F0, clipped to [0, 1]."""
+    if forget_base <= 0:
+        raise ObliviateError(f"forget quality needs a positive base forget score F0, got {forget_base}")
+    return float(min(1.0, max(0.0, (forget_base - forget_after) / forget_base)))
+
+
+def retain_degradation(retain_base: float, retain_after: float) -> float:
+    """RD = max(0, (R0 - Ru) / R0), at most 1."""
+    if retain_base <= 0:
+        raise ObliviateError(f"retain degradation needs a positive base retain score R0, got {retain_base}")
+    return float(min(1.0, max(0.0, (retain_base - retain_after) / retain_base)))
+
+
+def unlearning_quality(forget_base: float, forget_after: float, retain_base: float, retain_after: float) -> dict:
+    """{"fq", "rd", "uq"}: UQ = 100 * HM(FQ, 1 - RD), in [0, 100]."""
+    fq = forget_quality(forget_base, forget_after)
+    rd = retain_degradation(retain_base, retain_after)
+    return {"fq": fq, "rd": rd, "uq": 100.0 * harmonic_mean(fq, 1.0 - rd)}

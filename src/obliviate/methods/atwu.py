@@ -1,0 +1,191 @@
+"""ATWU: Alternating Token-Weighted Unlearning (Yuce, Nikolaou, Flammarion 2026, seed 001).
+
+A reconstruction (METHODS.md §3): the paper's full text was not available; this is
+the most faithful concrete reading of its summary. The scorer, SATGA+ and the
+w-step are in :mod:`obliviate.methods._token_weights`.
+
+A linear scorer on the final hidden state gives each forget-answer token a weight
+``z_t = sigmoid(<w, sg(h_t)> + b)`` (w = 0, b = logit(rho) at start). Each training
+step runs, on ONE forward pass of the forget batch:
+
+1. the w-step(s), theta frozen (features, p_t and CE_t detached; the scorer's
+   own Adam, lr ``w_lr``)::
+
+       lam * mean_t l_t + tau * mean_t H_b(z_t) + mu * (mean_t z_t - rho)^2
+
+2. the theta-step terms, returned to the training loop with z detached (w frozen)::
+
+       {"forget": lam * mean_t l_t, "retain": alpha * L_retain}
+
+with the SATGA+ token term ``l_t = -z_t * sg(p_t)^(e(z_t)) * CE_t``, e(z) = beta(1 - z)
+by default (``exponent``: beta_one_minus_z | beta_z | beta; "beta" with z = 1 is WGA).
+Defaults: beta (``sat_beta``) = 5, rho = 0.3, tau = 0.05, mu = 10, lambda (``lam``) =
+alpha = 1, one w-step per theta-step, Adam lr 1e-3.
+
+ATWU-weighted objectives (METHODS.md §3) use the same scorer and the same
+w-step, and replace log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss:
+
+- ``atwu_ga``: ``-sum_t z_t CE_t / sum_t z_t`` (plus ``alpha`` * retain; alpha = 0 by
+  default, i.e. GradAscent; alpha = 1 gives weighted GradDiff);
+- ``atwu_npo``: NPO with the weighted log pi, the same weights on the reference;
+- ``atwu_simnpo``: SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t;
+- ``atwu_idkdpo``: IdkDPO with the loser (the forget answer) weighted, on the policy
+  and the reference; the winner (the refusal) is unweighted, since the scores
+  are defined on forget-answer tokens only.
+
+The w-step of the weighted objectives is the SATGA+ w-step above, not the composed
+objective. Reason: with theta frozen, the composed objectives are minimised by putting
+weight on tokens that are already improbable (-sum z CE / sum z is lowest when z
+sits on the highest-CE tokens; NPO's margin likewise), so the scorer would learn "what
+is already forgotten" and chase it. SATGA+'s sg(p)^e(z) factor damps exactly those
+tokens, which is the paper's reason for it. The scores are therefore the same
+quantity in every ATWU method and comparable by token AUROC.
+
+The scorer's (w, b) live on the method object (``method.scorer_state()``), never
+among the model's parameters, so the training loop's optimizer cannot touch them.
+``method.token_scores(model, batch)`` returns the current scores for evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.losses import masked_mean
+from obliviate.methods import register
+from obliviate.methods._shared import answer_logprob, dpo_loss, forward_logits, npo_loss, retain_term, simnpo_loss
+from obliviate.methods._token_weights import ScoredMethod, ScorerConfig, satga_plus_loss
+
+
+def _with_retain(terms: dict, cfg, model, batch, ref) -> dict:
+    if cfg.alpha:
+        terms["retain"] = cfg.alpha * retain_term(model, batch["retain"], ref, cfg.retain)
+    return terms
+
+
+@dataclass
+class ATWUConfig(ScorerConfig):
+    alpha: float = 1.0
+    """Weight of the retain term."""
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu")
+class ATWU(ScoredMethod):
+    """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
+
+    config_cls = ATWUConfig
+
+    def __init__(self, cfg: ATWUConfig):
+        super().__init__(cfg)
+        self.needs_reference = cfg.retain == "kl"
+
+    def loss(self, model, batch, ref) -> dict:
+        _, nll, mask, z = self.forget_pass(model, batch["forget"])
+        terms = {"forget": self.cfg.lam * satga_plus_loss(z, nll, mask, self.cfg.sat_beta, self.cfg.exponent)}
+        return _with_retain(terms, self.cfg, model, batch, ref)
+
+
+@dataclass
+class ATWUGAConfig(ScorerConfig):
+    gamma: float = 1.0
+    """Weight of the weighted forget term."""
+    alpha: float = 0.0
+    """Weight of the retain term (0: GradAscent; 1: GradDiff)."""
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu_ga")
+class ATWUGradAscent(ScoredMethod):
+    """GradAscent with ATWU token weights: -sum_t z_t CE_t / sum_t z_t (a reconstruction)."""
+
+    config_cls = ATWUGAConfig
+
+    def __init__(self, cfg: ATWUGAConfig):
+        super().__init__(cfg)
+        self.needs_reference = bool(cfg.alpha) and cfg.retain == "kl"
+
+    def loss(self, model, batch, ref) -> dict:
+        _, nll, mask, z = self.forget_pass(model, batch["forget"])
+        return _with_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, self.cfg, model, batch, ref)
+
+
+@dataclass
+class ATWUNPOConfig(ScorerConfig):
+    beta: float = 0.1
+    """NPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu_npo")
+class ATWUNPO(ScoredMethod):
+    """NPO with log pi = sum_t z_t log p(y_t|.) on policy and reference (a reconstruction)."""
+
+    config_cls = ATWUNPOConfig
+    needs_reference = True
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        logits, _, _, z = self.forget_pass(model, f)
+        logp = answer_logprob(logits, f["labels"], weights=z)
+        logp_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
+        terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
+        return _with_retain(terms, self.cfg, model, batch, ref)
+
+
+@dataclass
+class ATWUSimNPOConfig(ScorerConfig):
+    beta: float = 4.5
+    """SimNPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
+    delta: float = 0.0
+    gamma: float = 0.125
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu_simnpo")
+class ATWUSimNPO(ScoredMethod):
+    """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
+
+    config_cls = ATWUSimNPOConfig
+
+    def __init__(self, cfg: ATWUSimNPOConfig):
+        super().__init__(cfg)
+        self.needs_reference = cfg.retain == "kl"
+
+    def loss(self, model, batch, ref) -> dict:
+        _, nll, mask, z = self.forget_pass(model, batch["forget"])
+        zm = z * mask
+        nll_bar = (zm * nll).sum(-1) / zm.sum(-1).clamp(min=1e-8)
+        terms = {"forget": self.cfg.gamma * simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta)}
+        return _with_retain(terms, self.cfg, model, batch, ref)
+
+
+@dataclass
+class ATWUIdkDPOConfig(ScorerConfig):
+    beta: float = 0.1
+    """DPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu_idkdpo")
+class ATWUIdkDPO(ScoredMethod):
+    """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
+
+    config_cls = ATWUIdkDPOConfig
+    needs_reference = True
+    needs_idk = True
+
+    def loss(self, model, batch, ref) -> dict:
+        f, w = batch["forget"], batch["idk"]
+        logits, _, _, z = self.forget_pass(model, f)
+        lp_l = answer_logprob(logits, f["labels"], weights=z)
+        lp_l_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
+        lp_w = answer_logprob(forward_logits(model, w), w["labels"])
+        lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
+        terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
+        return _with_retain(terms, self.cfg, model, batch, ref)
