@@ -145,6 +145,8 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
                     idk=IDK_ANSWERS if getattr(method, "needs_idk", False) else None)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
+    if hasattr(method, "fit"):  # e.g. probe directions fitted on the frozen model before training
+        method.fit(model, tokenizer)
     device = next(model.parameters()).device
     if cfg.lora:
         targets = [n for n, p in model.named_parameters() if p.requires_grad] if patterns != ["*"] else []

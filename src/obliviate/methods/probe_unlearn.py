@@ -1,0 +1,208 @@
+"""Multi-layer probe-guided toxicity unlearning (Atil, Gupta, Passonneau 2026, "Model Unlearning
+Objectives Vary for Distinct Language Functions"). Reconstruction from the paper's summary
+(METHODS.md §2).
+
+For a set of decoder layers L (default: early, middle and late, see
+:func:`obliviate.probes.default_probe_layers`), logistic probes (L2, C = 1) fitted on
+the frozen model's last-token states, toxic vs neutral, give unit directions
+d_l = w_l / ||w_l||. Then
+
+    L_forget = (1/|L|) sum_{l in L} mean_x <h_l(x)_last, d_l>^2        on toxic inputs x (forget batch)
+    L_retain = alpha * mean_{b,t,j} (h_m(x_r; theta) - h_m(x_r; frozen))^2,  m = max L, on benign text
+
+The squared dot product is non-negative, symmetric, and pushes hardest on states most
+aligned with toxicity; minimising it makes toxic last-token states orthogonal to the
+toxicity direction at every chosen layer. "Last token" = last non-padding token,
+skipping the eos that the unlearning batches append (``skip_eos``; see
+:mod:`obliviate.probes`). Only the MLP down-projections of layers 0..max L train; the
+forward pass stops after layer max L.
+
+Where the probes come from (in this order):
+
+1. ``fit(model, tokenizer, toxic_texts, neutral_texts)`` called before training (the
+   recipe does this); with no texts given it uses the config's ``toxic_texts`` /
+   ``neutral_texts``.
+2. Otherwise, at the first training step: the first forget batch is "toxic" and the
+   first retain batch "neutral" (a handful of examples, so noisy directions: prefer 1).
+   A config with ``toxic_texts`` but no ``fit`` call is an error, since only ``fit``
+   receives the tokenizer needed to encode them.
+
+``probe_unlearn_single`` is the single-layer ablation: the same objective at one
+layer (default the middle one; ``layers=[l]`` picks another). Passing
+``layers=[l]`` to ``probe_unlearn`` is equivalent. Default alpha = 10 is ours (the
+summary gives none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from obliviate.errors import ConfigError
+from obliviate.methods import register
+from obliviate.methods._shared import rmu_forget_loss
+from obliviate.methods.rmu import hidden_at
+from obliviate.probes import default_probe_layers, fit_probe_directions, gather_last, last_token_index
+
+
+@dataclass
+class ProbeUnlearnConfig:
+    layers: list[int] | None = None
+    """Probe layers L; None = early/middle/late (``default_probe_layers``)."""
+    alpha: float = 10.0
+    """Weight of the retain MSE (at layer max L)."""
+    C: float = 1.0
+    """Inverse L2 strength of the logistic probes."""
+    toxic_texts: list[str] = field(default_factory=list)
+    """Texts labelled toxic for fitting the probes (used by ``fit``)."""
+    neutral_texts: list[str] = field(default_factory=list)
+    """Texts labelled neutral for fitting the probes (used by ``fit``)."""
+    skip_eos: bool = True
+    """Take the token before a trailing eos as the "last token"."""
+    mask_padding: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.layers is not None and not self.layers:
+            raise ConfigError("config key 'layers': needs at least one layer (or null for the default)")
+        if self.alpha < 0:
+            raise ConfigError(f"config key 'alpha': must be >= 0, got {self.alpha}")
+        if self.C <= 0:
+            raise ConfigError(f"config key 'C': must be > 0, got {self.C}")
+        if bool(self.toxic_texts) != bool(self.neutral_texts):
+            raise ConfigError("config keys 'toxic_texts' and 'neutral_texts': give both or neither")
+
+
+def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.Tensor],
+                      index: torch.Tensor) -> torch.Tensor:
+    """(1/|L|) sum_l mean_b <h_l[b, index_b], d_l>^2 with hs[l] (B, T, d) and d_l (d,)."""
+    terms = []
+    for l, d in directions.items():
+        h = gather_last(hs[l], index).float()  # (B, d)
+        terms.append((h @ d.to(h.device, h.dtype)).pow(2).mean())
+    return torch.stack(terms).mean()
+
+
+@register("probe_unlearn")
+class ProbeUnlearn:
+    config_cls = ProbeUnlearnConfig
+    needs_reference = True
+
+    def __init__(self, cfg: ProbeUnlearnConfig):
+        self.cfg = cfg
+        self.layers: list[int] | None = None
+        self.directions: dict[int, torch.Tensor] | None = None
+        self.probe_info: dict[int, dict] = {}  # per layer: held-out and train accuracy of the probe
+        self.eos_id: int | None = None
+
+    # ------------------------------------------------------------------ layers
+    def default_layers(self, n_layers: int) -> list[int]:
+        return default_probe_layers(n_layers)
+
+    def resolve_layers(self, model) -> list[int]:
+        from obliviate.models.layers import check_layer, num_layers
+
+        layers = self.cfg.layers if self.cfg.layers is not None else self.default_layers(num_layers(model))
+        self.layers = sorted({check_layer(model, int(l)) for l in layers})
+        return self.layers
+
+    def trainable(self, model) -> list[str]:
+        from obliviate.models.layers import param_names_for
+
+        layers = self.resolve_layers(model)
+        return param_names_for(model, "mlp_down", range(0, max(layers) + 1))
+
+    # ------------------------------------------------------------------ probes
+    def _set_probes(self, states: dict[int, np.ndarray], y: list[int]) -> None:
+        probes = fit_probe_directions(states, y, C=self.cfg.C, seed=self.cfg.seed)
+        self.directions = {l: torch.as_tensor(p["direction"]) for l, p in probes.items()}
+        self.probe_info = {l: {"accuracy": p["accuracy"], "train_accuracy": p["train_accuracy"]}
+                           for l, p in probes.items()}
+
+    def fit(self, model, tokenizer, toxic_texts: list[str] | None = None,
+            neutral_texts: list[str] | None = None) -> dict[int, dict]:
+        """Fit the probes on the (still frozen) model's last-token states; returns ``probe_info``.
+
+        Texts default to the config's; with none anywhere nothing happens (the probes are
+        then fitted on the first batches, see the module docstring).
+        """
+        from obliviate.probes import last_token_states
+
+        toxic = list(toxic_texts if toxic_texts is not None else self.cfg.toxic_texts)
+        neutral = list(neutral_texts if neutral_texts is not None else self.cfg.neutral_texts)
+        if not toxic and not neutral:
+            return {}
+        if not toxic or not neutral:
+            raise ConfigError("probe fitting needs both toxic and neutral texts")
+        self.resolve_layers(model)
+        self.eos_id = tokenizer.eos_token_id
+        states = last_token_states(model, tokenizer, toxic + neutral, self.layers)
+        self._set_probes(states, [1] * len(toxic) + [0] * len(neutral))
+        return self.probe_info
+
+    def _fit_from_batches(self, batch: dict, ref) -> None:
+        f, r = batch["forget"], batch["retain"]
+        states = {}
+        for l in self.layers:
+            cols = []
+            for part in (f, r):
+                idx = self._last(part)
+                cols.append(gather_last(ref.hidden(part, l), idx).float().cpu().numpy())
+            states[l] = np.concatenate(cols)
+        self._set_probes(states, [1] * f["input_ids"].size(0) + [0] * r["input_ids"].size(0))
+
+    # ------------------------------------------------------------------ training
+    def setup(self, model, ref, forget_batch: dict) -> None:
+        self.resolve_layers(model)
+        if self.directions is None and self.cfg.toxic_texts:
+            raise ConfigError("probe_unlearn: 'toxic_texts' are set but fit(model, tokenizer) was not called "
+                              "before training")
+        if self.eos_id is None:
+            from obliviate.models.layers import unwrap
+
+            eos = getattr(getattr(unwrap(model), "config", None), "eos_token_id", None)
+            self.eos_id = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+
+    def _last(self, batch: dict) -> torch.Tensor:
+        skip = self.eos_id if self.cfg.skip_eos else None
+        return last_token_index(batch["attention_mask"], batch["input_ids"], skip)
+
+    def _mask(self, batch):
+        return batch["attention_mask"] if self.cfg.mask_padding else None
+
+    def loss(self, model, batch, ref) -> dict:
+        from obliviate.models.layers import hidden_states_at
+
+        if self.layers is None:
+            self.resolve_layers(model)
+        if self.directions is None:
+            self._fit_from_batches(batch, ref)
+        f, r = batch["forget"], batch["retain"]
+        top = max(self.layers)
+        hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)
+        forget = probe_forget_loss(hs, self.directions, self._last(f))
+        h_r = hidden_at(model, r, top)
+        retain = rmu_forget_loss(h_r, ref.hidden(r, top), self._mask(r))  # masked MSE to the frozen states
+        return {"forget": forget, "retain": self.cfg.alpha * retain}
+
+
+@dataclass
+class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
+    """As :class:`ProbeUnlearnConfig`, with one layer (None = the middle layer)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.layers is not None and len(self.layers) != 1:
+            raise ConfigError(f"config key 'layers': the single-layer variant takes one layer, got {self.layers}")
+
+
+@register("probe_unlearn_single")
+class ProbeUnlearnSingle(ProbeUnlearn):
+    """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
+
+    config_cls = ProbeUnlearnSingleConfig
+
+    def default_layers(self, n_layers: int) -> list[int]:
+        return [n_layers // 2]

@@ -1,0 +1,158 @@
+"""Linear probes on last-token hidden states, per layer (METHODS.md §2, a reconstruction).
+
+For each layer l, an L2-regularised logistic regression (C = 1) separates the
+frozen model's last-token states of toxic (y = 1) and neutral (y = 0) texts; the
+probe direction is d_l = w_l / ||w_l|| (pointing towards "toxic"). The paper
+reports that these directions differ across layers (pairwise cosine < 0.5 for
+most layer pairs), which motivates probe-guided unlearning at several layers
+(:mod:`obliviate.methods.probe_unlearn`).
+
+"Last token" = the last non-padding token, skipping a trailing eos: the unlearning
+batches append eos to every example, while generation continues from the last
+text token, which is where the toxicity of a continuation is decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from obliviate.errors import ConfigError, DataError
+
+
+def default_probe_layers(n_layers: int) -> list[int]:
+    """Early, middle and late layers: ``[n//4, n//2, 3n//4]`` (all layers when n < 3).
+
+    4 layers -> [1, 2, 3]; 32 layers -> [8, 16, 24].
+    """
+    if n_layers < 1:
+        raise ConfigError(f"n_layers must be >= 1, got {n_layers}")
+    if n_layers < 3:
+        return list(range(n_layers))
+    return [n_layers // 4, n_layers // 2, (3 * n_layers) // 4]
+
+
+def last_token_index(attention_mask: torch.Tensor, input_ids: torch.Tensor | None = None,
+                     skip_id: int | None = None) -> torch.Tensor:
+    """Index (B,) of each row's last non-padding token (left or right padding).
+
+    If ``skip_id`` is given (the eos id) and that token is ``skip_id``, the token before
+    it is taken instead (when the row has one).
+    """
+    mask = attention_mask.bool()
+    T = mask.size(1)
+    pos = torch.arange(T, device=mask.device).expand_as(mask)
+    last = torch.where(mask, pos, torch.full_like(pos, -1)).max(dim=1).values  # (B,)
+    if (last < 0).any():
+        raise DataError("a row of the batch has no tokens (attention mask all zero)")
+    if skip_id is not None and input_ids is not None:
+        first = torch.where(mask, pos, torch.full_like(pos, T)).min(dim=1).values
+        at_last = input_ids.gather(1, last[:, None])[:, 0]
+        last = torch.where((at_last == skip_id) & (last > first), last - 1, last)
+    return last
+
+
+def gather_last(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """h (B, T, d) at per-row positions ``index`` (B,) -> (B, d)."""
+    return h[torch.arange(h.size(0), device=h.device), index.to(h.device)]
+
+
+@torch.no_grad()
+def last_token_states(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 32,
+                      max_len: int = 256) -> dict[int, np.ndarray]:
+    """``{l: (N, d) float32 array}``: each text's last-token hidden state at decoder layer l.
+
+    Texts are encoded as bos + text (no eos), right-padded; the forward pass stops
+    after the highest requested layer (:func:`obliviate.models.layers.hidden_states_at`).
+    """
+    from obliviate.data import collate
+    from obliviate.models.layers import hidden_states_at
+
+    if not texts:
+        raise DataError("no texts to compute hidden states of")
+    layers = list(layers)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    bos = tokenizer.bos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    head = [bos] if bos is not None else []
+    seqs = [np.asarray((head + tokenizer(t, add_special_tokens=False)["input_ids"])[:max_len], dtype=np.int64)
+            for t in texts]
+    out: dict[int, list[np.ndarray]] = {l: [] for l in layers}
+    try:
+        for i in range(0, len(seqs), batch_size):
+            batch = collate(seqs[i:i + batch_size], pad)
+            ids, att = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            hs = hidden_states_at(model, ids, att, layers)
+            idx = last_token_index(att)
+            for l in layers:
+                out[l].append(gather_last(hs[l], idx).float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    return {l: np.concatenate(v) for l, v in out.items()}
+
+
+def fit_probe_directions(states: dict[int, np.ndarray], y: Sequence[int], C: float = 1.0, seed: int = 0,
+                         holdout: float = 0.25) -> dict[int, dict]:
+    """Per layer: ``{"direction": unit vector d_l (d,), "accuracy", "train_accuracy"}``.
+
+    The direction comes from an L2 logistic regression (``C``) fitted on all rows.
+    ``accuracy`` is that of a second probe fitted on a seeded, stratified
+    ``1 - holdout`` share and scored on the rest (equal to ``train_accuracy`` when
+    ``holdout`` is 0 or a class has fewer than 4 examples).
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.asarray(y).astype(int)
+    if set(np.unique(y)) != {0, 1}:
+        raise DataError(f"probe labels must contain both classes 0 and 1, got {sorted(set(y.tolist()))}")
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(y), dtype=bool)
+    if holdout > 0 and min((y == 0).sum(), (y == 1).sum()) >= 4:
+        for c in (0, 1):
+            idx = np.flatnonzero(y == c)
+            test[rng.permutation(idx)[:max(1, int(round(holdout * len(idx))))]] = True
+
+    def fit(X, t):
+        return LogisticRegression(C=C, max_iter=2000, random_state=seed).fit(X, t)
+
+    out = {}
+    for l, X in states.items():
+        X = np.asarray(X, dtype=np.float64)
+        if len(X) != len(y):
+            raise DataError(f"layer {l}: {len(X)} states but {len(y)} labels")
+        clf = fit(X, y)
+        w = clf.coef_[0]
+        norm = np.linalg.norm(w)
+        direction = w / norm if norm > 0 else w
+        train_acc = float(clf.score(X, y))
+        acc = float(fit(X[~test], y[~test]).score(X[test], y[test])) if test.any() else train_acc
+        out[l] = {"direction": direction.astype(np.float32), "accuracy": acc, "train_accuracy": train_acc}
+    return out
+
+
+def pairwise_cosine(directions: dict[int, np.ndarray] | Sequence[np.ndarray]) -> np.ndarray:
+    """Matrix of cosine similarities between directions (in the dict's / sequence's order)."""
+    vecs = list(directions.values()) if isinstance(directions, dict) else list(directions)
+    V = np.stack([np.asarray(v, dtype=np.float64) for v in vecs])
+    V = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+    return V @ V.T
+
+
+def toxic_probe_data(world) -> tuple[list[str], list[int]]:
+    """The world's toxic register as probe data: (texts, labels), toxic = 1, neutral = 0."""
+    tox = world.toxic
+    texts = [s["text"] for s in tox["toxic_sentences"]] + [s["text"] for s in tox["neutral_sentences"]]
+    y = [1] * len(tox["toxic_sentences"]) + [0] * len(tox["neutral_sentences"])
+    if not tox["toxic_sentences"]:
+        raise DataError("the world has no toxic register (WorldConfig.n_toxic = 0)")
+    return texts, y
+
+
+def probe_directions(model, tokenizer, texts: Sequence[str], y: Sequence[int], layers: Sequence[int],
+                     C: float = 1.0, seed: int = 0) -> dict[int, dict]:
+    """:func:`last_token_states` then :func:`fit_probe_directions`."""
+    return fit_probe_directions(last_token_states(model, tokenizer, texts, layers), y, C=C, seed=seed)
