@@ -1,0 +1,292 @@
+"""Relearning attack: fine-tune a copy of the unlearned model and watch the knowledge come back.
+
+Unlearning that only suppresses answers is undone by a few fine-tuning steps on
+*related* data (METHODS.md §6). :func:`relearn_attack` fine-tunes a deep copy of the
+model with the one training loop (:func:`obliviate.train.train`) for a fixed budget and
+evaluates ``eval_fn`` at step 0, every ``eval_every`` steps and at the end:
+
+- ``curve``: ``[[step, acc], ...]``, the recovery curve;
+- ``auc``: area under the curve over normalised steps ``step / steps`` in [0, 1]
+  (trapezoid rule), i.e. the mean accuracy over the budget;
+- ``final_acc``: accuracy at the last step;
+- ``steps_to_base`` / ``tokens_to_base``: the first evaluated step at which
+  ``acc >= base_acc``, and the number of training tokens (non-padding input tokens)
+  consumed by then; ``None`` if never reached or if ``base_acc`` is unknown.
+
+On the synthetic world (:func:`world_relearn_sets`): mode ``"paragraphs"`` trains on
+held-out paragraphs that only state *auxiliary* attributes of the forget entities
+(never the QA facts) and evaluates QA on all forget facts, so any recovery is knowledge
+that was still in the weights; mode ``"facts"`` trains on a seeded half of the forget QA
+pairs and evaluates on the other half. Accuracy is greedy QA on the canonical questions,
+scored by :func:`forget_qa_eval` (by default a greedy answer that *starts with* the reference
+answer counts: models fine-tuned on prose tend to run on past the answer).
+
+Caveat seen on tiny models: mode "facts" with a small forget set and the default budget
+can push held-out answers towards the trained values (every held-out question answered with
+a trained drug), lowering held-out accuracy even for the base model; compare with the base
+model's own curve before reading a flat curve as "nothing to recover".
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from obliviate.errors import ConfigError, DataError
+
+RELEARN_MODES = ("paragraphs", "facts")
+
+
+@dataclass
+class RelearnConfig:
+    steps: int = 30
+    """Fine-tuning budget (optimizer steps)."""
+    lr: float = 1e-3
+    """AdamW learning rate, constant. 1e-3 suits the tiny world models (0.2-4M parameters); papers use
+    1e-5 (EMBER) to 3e-5 (token filtering) on billion-parameter models."""
+    weight_decay: float = 0.01
+    batch_size: int = 8
+    eval_every: int = 5
+    """Evaluate every N steps (plus step 0 and the last step)."""
+    lora: bool = False
+    """Fine-tune LoRA adapters on every linear layer instead of all weights (merged at the end)."""
+    lora_r: int = 8
+    lora_alpha: float = 16.0
+    max_len: int = 256
+    """Longer training sequences are truncated to this many tokens."""
+    seed: int = 0
+    """Seeds the data order and the LoRA initialisation."""
+    progress: bool = False
+
+    def __post_init__(self):
+        for key in ("steps", "batch_size", "eval_every", "lora_r", "max_len"):
+            lo = 0 if key == "steps" else 1
+            if getattr(self, key) < lo:
+                raise ConfigError(f"config key '{key}': must be >= {lo}, got {getattr(self, key)}")
+        if self.lr <= 0:
+            raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
+
+
+# ------------------------------------------------------------------ curve metrics
+
+def curve_auc(curve: Sequence[Sequence[float]]) -> float:
+    """Trapezoid area under ``[(step, acc), ...]`` with steps rescaled to [0, 1] by the last step.
+
+    Equals the mean accuracy over the budget; a single point (a zero-step budget) gives its accuracy.
+    """
+    if not curve:
+        raise ValueError("empty recovery curve")
+    steps = np.asarray([c[0] for c in curve], dtype=float)
+    accs = np.asarray([c[1] for c in curve], dtype=float)
+    if len(curve) == 1 or steps[-1] <= steps[0]:
+        return float(accs[-1])
+    x = (steps - steps[0]) / (steps[-1] - steps[0])
+    return float(np.sum((x[1:] - x[:-1]) * (accs[1:] + accs[:-1]) / 2.0))
+
+
+def steps_to_reach(curve: Sequence[Sequence[float]], target: float | None) -> int | None:
+    """First step of ``curve`` whose accuracy is ``>= target``; None if never (or no target)."""
+    if target is None:
+        return None
+    for step, acc in curve:
+        if acc >= target:
+            return int(step)
+    return None
+
+
+# ------------------------------------------------------------------ data
+
+def _is_pairs(data: Sequence) -> bool:
+    kinds = {isinstance(x, str) for x in data}
+    if kinds == {True}:
+        return False
+    if kinds == {False} and all(len(x) == 2 and all(isinstance(s, str) for s in x) for x in data):
+        return True
+    raise DataError("relearning data must be a list of texts or a list of (prompt, answer) pairs, not a mix")
+
+
+def _encode(tokenizer, data: Sequence, max_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token ids and loss masks: every token of a text (after bos), or the answer (+ eos) of a pair."""
+    from obliviate.data import encode_prompt_answer
+
+    if _is_pairs(data):
+        return encode_prompt_answer(tokenizer, [p for p, _ in data], [a for _, a in data], max_len)
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    seqs, masks = [], []
+    for text in data:
+        ids = ([bos] if bos is not None else []) + tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = (ids + ([eos] if eos is not None else []))[:max_len]
+        seqs.append(np.asarray(ids, dtype=np.int64))
+        masks.append(np.ones(len(ids), dtype=np.int64))
+    return seqs, masks
+
+
+def _lora_wrap(model, cfg: RelearnConfig):
+    from peft import LoraConfig, get_peft_model
+
+    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
+                      bias="none")
+    return get_peft_model(model, lcfg)
+
+
+# ------------------------------------------------------------------ the attack
+
+def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[torch.nn.Module], float],
+                   cfg: RelearnConfig | None = None, out_dir: str | Path | None = None,
+                   base_acc: float | None = None, *, keep_model: bool = False) -> dict:
+    """Fine-tune a copy of ``model`` on ``train_data`` and record how ``eval_fn`` recovers.
+
+    ``train_data``: texts (LM loss on every token) or ``(prompt, answer)`` pairs (loss on
+    the answer tokens and eos only), e.g. ``(qa_prompt(q), " " + answer)``.
+    ``eval_fn(model) -> float``: the accuracy to track. ``model`` itself is never modified.
+    Returns ``curve``, ``auc``, ``initial_acc``, ``final_acc``, ``base_acc``, ``steps_to_base``,
+    ``tokens_to_base``, ``tokens_per_step`` (mean), ``loss`` (``[[step, train loss], ...]``) and,
+    with ``keep_model``, the fine-tuned ``model``.
+    """
+    from obliviate.data import collate
+    from obliviate.train import StepSampler, TrainConfig, train
+
+    cfg = cfg or RelearnConfig()
+    if not train_data:
+        raise DataError("no relearning data: the training set is empty")
+    seqs, masks = _encode(tokenizer, train_data, cfg.max_len)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
+    sampler = StepSampler(len(seqs), cfg.batch_size, cfg.seed)
+    device = next(model.parameters()).device
+
+    def batch_fn(step: int) -> dict:
+        idx = sampler(step)
+        batch = collate([seqs[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
+        return {k: v.to(device) for k, v in batch.items()}
+
+    def loss_fn(m, batch, step):
+        from obliviate.losses import lm_loss
+
+        return {"lm": lm_loss(m, batch)}
+
+    lengths = np.asarray([len(s) for s in seqs])
+    step_tokens = [int(lengths[sampler(s)].sum()) for s in range(cfg.steps)]
+    cum_tokens = np.concatenate([[0], np.cumsum(step_tokens)]).astype(int)
+
+    tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, weight_decay=cfg.weight_decay, schedule="constant",
+                       warmup_steps=0, grad_clip=1.0, log_every=1, progress=cfg.progress, desc="relearn",
+                       trainable=["*lora_*"] if cfg.lora else ["*"])
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(cfg.seed)
+        attacked = copy.deepcopy(model)
+        if cfg.lora:
+            attacked = _lora_wrap(attacked, cfg)
+        summary = train(attacked, loss_fn, batch_fn, tcfg, out_dir,
+                        eval_fn=lambda m, s: {"attack_acc": float(eval_fn(m))}, eval_every=cfg.eval_every,
+                        resume=False)
+    curve = [[int(r["step"]), float(r["attack_acc"])] for r in summary["history"] if "attack_acc" in r]
+    losses = [[int(r["step"]), float(r["loss"])] for r in summary["history"] if "loss" in r]
+    reached = steps_to_reach(curve, base_acc)
+    out = {
+        "curve": curve,
+        "auc": curve_auc(curve),
+        "initial_acc": curve[0][1],
+        "final_acc": curve[-1][1],
+        "base_acc": base_acc,
+        "steps_to_base": reached,
+        "tokens_to_base": None if reached is None else int(cum_tokens[reached]),
+        "tokens_per_step": float(np.mean(step_tokens)) if step_tokens else 0.0,
+        "loss": losses,
+    }
+    if keep_model:
+        if cfg.lora:
+            attacked = attacked.merge_and_unload()
+        attacked.eval()
+        out["model"] = attacked
+    return out
+
+
+# ------------------------------------------------------------------ the world
+
+def world_relearn_sets(world, mode: str = "paragraphs", seed: int = 0) -> tuple[list, list[dict]]:
+    """``(train data, eval facts)`` of a relearning attack on ``world``'s forget split.
+
+    ``"paragraphs"``: the texts of ``world.relearn_paragraphs`` about forget entities
+    (auxiliary attributes only) and all forget facts. ``"facts"``: ``(qa_prompt(question),
+    " " + answer)`` pairs of a seeded half (``n // 2``) of the forget facts, and the other facts.
+    """
+    from obliviate.data import qa_answer, qa_prompt
+
+    facts = world.facts_by_split("forget")
+    if not facts:
+        raise DataError("the world has no forget facts to relearn")
+    if mode == "paragraphs":
+        entities = {f["entity"] for f in facts}
+        texts = [p["text"] for p in world.relearn_paragraphs if p["entity"] in entities]
+        if not texts:
+            raise DataError("the world has no relearning paragraphs about its forget entities")
+        return texts, list(facts)
+    if mode == "facts":
+        if len(facts) < 2:
+            raise DataError(f"mode 'facts' needs at least 2 forget facts, the world has {len(facts)}")
+        perm = np.random.default_rng(seed).permutation(len(facts))
+        n_train = len(facts) // 2
+        train_facts = [facts[i] for i in sorted(perm[:n_train])]
+        eval_facts = [facts[i] for i in sorted(perm[n_train:])]
+        return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in train_facts], eval_facts
+    raise ConfigError(f"unknown relearning mode {mode!r} (valid: {', '.join(RELEARN_MODES)})")
+
+
+def answer_token_budget(tokenizer, answers: Sequence[str], slack: int = 4) -> int:
+    """Greedy-generation budget for exact match: the longest answer's token count plus ``slack``.
+
+    A generation that needs more tokens than the reference plus a stop token cannot match it,
+    so this cuts generation time without changing exact-match results.
+    """
+    if not answers:
+        return slack
+    return max(len(tokenizer(" " + a, add_special_tokens=False)["input_ids"]) for a in answers) + slack
+
+
+def answer_matches(prediction: str, answer: str, match: str = "prefix") -> bool:
+    """``"exact"``: normalised equality; ``"prefix"``: the normalised prediction's first words are the answer's."""
+    from obliviate.eval import normalise_text
+
+    want, got = normalise_text(answer).split(), normalise_text(prediction).split()
+    if match == "exact":
+        return got == want
+    if match == "prefix":
+        return bool(want) and got[:len(want)] == want
+    raise ConfigError(f"unknown answer match {match!r} (valid: exact, prefix)")
+
+
+def forget_qa_eval(tokenizer, facts: Sequence[dict], match: str = "prefix",
+                   batch_size: int = 64) -> Callable[[torch.nn.Module], float]:
+    """``fn(model)`` = greedy QA accuracy on ``facts`` (canonical question, canonical answer).
+
+    ``match="prefix"`` (default) counts a greedy answer that *starts with* the reference answer
+    (normalised, whole words): a model fine-tuned on prose often runs on after the answer
+    ("It is treated with vruroxil. The oldest account ...") instead of ending the line, and
+    exact match would wrongly score that fact as forgotten. ``match="exact"`` is the exact match
+    of :func:`obliviate.eval.qa_accuracy` (``<split>_qa_acc`` of ``evaluate_world``); on a model
+    that ends its answers with a newline the two agree.
+    """
+    from obliviate.eval import qa_accuracy
+
+    if not facts:
+        raise DataError("no facts to evaluate relearning on")
+    answer_matches("", "x", match)  # validates ``match`` now, not at the first evaluation
+    questions = [f["question"] for f in facts]
+    answers = [f["answer"] for f in facts]
+    budget = answer_token_budget(tokenizer, answers)
+
+    def fn(model) -> float:
+        r = qa_accuracy(model, tokenizer, questions, answers, max_new_tokens=budget, batch_size=batch_size)
+        if match == "exact":
+            return r["exact_match"]
+        return float(np.mean([answer_matches(p, a, match) for p, a in zip(r["predictions"], answers)]))
+
+    return fn
