@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.methods import register
-from obliviate.methods._shared import random_unit_vector, rmu_forget_loss
-from obliviate.methods.rmu import hidden_at, resolve_layer, rmu_trainable
+from obliviate.methods._shared import rmu_forget_loss
+from obliviate.methods.rmu import RMU
 
 
 @dataclass
@@ -66,45 +66,15 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
 
 
 @register("cosine_rmu")
-class CosineRMU:
+class CosineRMU(RMU):
+    """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
+
     config_cls = CosineRMUConfig
-    needs_reference = True
 
-    def __init__(self, cfg: CosineRMUConfig):
-        self.cfg = cfg
-        self.layer: int | None = None
-        self._u: dict[int, torch.Tensor] = {}
+    def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
+        return cosine_distance(h_f, u, mask)
 
-    def trainable(self, model) -> list[str]:
-        self.layer = resolve_layer(model, self.cfg.layer)
-        return rmu_trainable(model, self.layer, self.cfg.n_train_layers)
-
-    def setup(self, model, ref, forget_batch: dict) -> None:
-        self.layer = resolve_layer(model, self.cfg.layer)
-
-    def control(self, topic: int, d: int, device) -> torch.Tensor:
-        if topic not in self._u:
-            self._u[topic] = random_unit_vector(d, self.cfg.seed + topic, device)
-        return self._u[topic]
-
-    def _mask(self, batch):
-        return batch["attention_mask"] if self.cfg.mask_padding else None
-
-    def loss(self, model, batch, ref) -> dict:
-        f, r = batch["forget"], batch["retain"]
-        l = self.layer
-        h_f = hidden_at(model, f, l)  # (B, T, d)
-        d = h_f.size(-1)
-        topics = f.get("topic")
-        if topics is None:
-            u = self.control(0, d, h_f.device)[None, None, :]  # (1, 1, d)
-        else:
-            u = torch.stack([self.control(int(t), d, h_f.device) for t in topics])[:, None, :]  # (B, 1, d)
-        forget = cosine_distance(h_f, u, self._mask(f))
-        h_r = hidden_at(model, r, l)
-        h_r_ref = ref.hidden(r, l)
+    def retain_term(self, h_r: torch.Tensor, h_r_ref: torch.Tensor, mask) -> torch.Tensor:
         if self.cfg.retain == "mse":
-            retain = rmu_forget_loss(h_r, h_r_ref, self._mask(r))  # RMU's masked MSE
-        else:
-            retain = cosine_distance(h_r, h_r_ref, self._mask(r))
-        return {"forget": forget, "retain": self.cfg.alpha * retain}
+            return rmu_forget_loss(h_r, h_r_ref, mask)  # RMU's masked MSE
+        return cosine_distance(h_r, h_r_ref, mask)

@@ -74,7 +74,7 @@ class RMU:
     def __init__(self, cfg: RMUConfig):
         self.cfg = cfg
         self.layer: int | None = None
-        self.coef = cfg.coef
+        self.coef = getattr(cfg, "coef", None)  # cosine RMU has no steering coefficient
         self._u: dict[int, torch.Tensor] = {}
 
     def trainable(self, model) -> list[str]:
@@ -92,21 +92,24 @@ class RMU:
     def _mask(self, batch):
         return batch["attention_mask"] if self.cfg.mask_padding else None
 
+    def controls(self, batch: dict, d: int, device) -> torch.Tensor:
+        """The unit control vector of each forget example's topic: (1, 1, d) or (B, 1, d)."""
+        topics = batch.get("topic")
+        if topics is None:
+            return self.control(0, d, device)[None, None, :]
+        return torch.stack([self.control(int(t), d, device) for t in topics])[:, None, :]
+
+    def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
+        return rmu_forget_loss(h_f, (self.coef * u).expand_as(h_f), mask)
+
+    def retain_term(self, h_r: torch.Tensor, h_r_ref: torch.Tensor, mask) -> torch.Tensor:
+        return rmu_forget_loss(h_r, h_r_ref, mask)
+
     def loss(self, model, batch, ref) -> dict:
         f, r = batch["forget"], batch["retain"]
-        l = self.layer
-        h_f = hidden_at(model, f, l)  # (B, T, d)
-        topics = f.get("topic")
-        d = h_f.size(-1)
-        if topics is None:
-            target = self.coef * self.control(0, d, h_f.device)  # (d,)
-            target = target.expand_as(h_f)
-        else:
-            target = torch.stack([self.coef * self.control(int(t), d, h_f.device) for t in topics])[:, None, :]
-        forget = rmu_forget_loss(h_f, target, self._mask(f))
-        h_r = hidden_at(model, r, l)
-        h_r_ref = ref.hidden(r, l)
-        retain = rmu_forget_loss(h_r, h_r_ref, self._mask(r))
+        h_f = hidden_at(model, f, self.layer)  # (B, T, d)
+        forget = self.forget_term(h_f, self.controls(f, h_f.size(-1), h_f.device), self._mask(f))
+        retain = self.retain_term(hidden_at(model, r, self.layer), ref.hidden(r, self.layer), self._mask(r))
         return {"forget": forget, "retain": self.cfg.alpha * retain}
 
 
