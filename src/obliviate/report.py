@@ -79,3 +79,74 @@ def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") ->
     sep = "|" + "|".join("---" for _ in columns) + "|"
     body = ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join([head, sep, *body])
+
+
+def _inline(text: str) -> str:
+    import html
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    return t
+
+
+def markdown_to_html(md: str, base_dir: Path) -> str:
+    """Render the small Markdown subset our reports use, with images embedded as base64."""
+    import base64
+    import html
+    import re
+
+    out, lines, i = [], md.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
+            i = j + 1
+            continue
+        m = re.match(r"^(#+) (.*)", line)
+        if m:
+            n = len(m.group(1))
+            out.append(f"<h{n}>{_inline(m.group(2))}</h{n}>")
+        elif (m := re.match(r"^!\[(.*?)\]\((.*?)\)", line)):
+            path = base_dir / m.group(2)
+            if path.exists():
+                data = base64.b64encode(path.read_bytes()).decode()
+                out.append(f'<p><img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{data}"></p>')
+        elif line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                if not re.match(r"^\|[-|: ]+\|$", lines[i]):
+                    rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            head, body = rows[0], rows[1:]
+            t = ["<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
+            t += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body]
+            out.append("\n".join(t) + "</table>")
+            continue
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline(lines[i][2:])}</li>")
+                i += 1
+            out.append("<ul>" + "".join(items) + "</ul>")
+            continue
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;"
+             "text-align:right}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:8px}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate report</title><style>{style}</style>" \
+           f"</head><body>{''.join(out)}</body></html>\n"
+
+
+def write_html(md_path: str | Path, html_path: str | Path) -> Path:
+    from obliviate.results import atomic_write_text
+
+    md_path = Path(md_path)
+    atomic_write_text(html_path, markdown_to_html(md_path.read_text(), md_path.parent))
+    return Path(html_path)

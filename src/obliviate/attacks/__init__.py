@@ -73,7 +73,9 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
     cfg = cfg or AttackSuiteConfig()
     t0 = time.time()
     forget = world.facts_by_split("forget")
-    mcqs = world.mcqs(split="forget")
+    from obliviate.eval.world import full_answer_mcqs
+
+    mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))  # options as whole answer sentences
     out: dict = {}
     modes = ["paragraphs"] + (["facts"] if cfg.relearn_facts else [])
     for mode in modes:

@@ -38,12 +38,16 @@ def cmd_pretrain(args) -> None:
     res = pretrain(cfg, out, resume=not args.restart, progress=not args.no_progress)
     ds = encode_documents(res["tokenizer"], res["world"].documents(), max_len=cfg.model.max_len)
     metrics = evaluate_world(res["model"], res["tokenizer"], res["world"], ds)
-    plot_loss_curve(out / "metrics.jsonl", out / "loss.png")
+    plot_loss_curve(out / "metrics.jsonl", out / "loss.png", "pretraining loss (lm + qa terms)")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(out / "model"))
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
 
 
 def cmd_eval(args) -> None:
+    from obliviate.commands.benchmarks import run_benchmark_eval
+
+    if run_benchmark_eval(args):
+        return
     from obliviate.config import build_config
     from obliviate.data import encode_documents
     from obliviate.eval.world import evaluate_world
@@ -65,18 +69,10 @@ def cmd_eval(args) -> None:
 
 
 def cmd_demo(args) -> None:
-    from obliviate.config import build_config
-    from obliviate.recipes.demo import DemoConfig, run_demo
-    from obliviate.results import prepare_out_dir
+    """The main job: base and oracle, then GradDiff, NPO, SimNPO and RMU, then the attacks, then the report."""
+    from obliviate.commands.unlearn import run_compare_command
 
-    base = _seeded(args.seed, ["seed", "pretrain.seed", "pretrain.world.seed"])
-    cfg = build_config(DemoConfig, args.config, args.overrides, base=base)
-    out = prepare_out_dir(args.out)
-    metrics = run_demo(cfg, out, progress=not args.no_progress)
-    b = metrics["base"]
-    print(f"base model: forget QA {b['forget_qa_acc']:.3f}, retain QA {b['retain_qa_acc']:.3f}")
-    print(f"report: {out / 'report.md'}")
-
+    run_compare_command(args)
 
 
 def register(sub) -> None:
@@ -87,12 +83,15 @@ def register(sub) -> None:
     _common(s)
     s.add_argument("--restart", action="store_true", help="ignore checkpoints in --out and start again")
     s.set_defaults(fn=cmd_pretrain)
-    s = sub.add_parser("eval", help="evaluate a model on the world (overrides set the world config)")
+    s = sub.add_parser("eval", help="evaluate a model on the world, or on a benchmark with --benchmark")
     _common(s)
     s.add_argument("--model", required=True, help="model directory (or hub id)")
     s.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
     s.add_argument("--pad-policy", choices=["error", "eos"], default="error",
                    help="what to do when the tokenizer has no pad token")
+    from obliviate.commands.benchmarks import add_benchmark_args
+
+    add_benchmark_args(s)
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")
     _common(s)

@@ -1,0 +1,26 @@
+"""``obliviate bench``: step time and peak memory of each method relative to plain fine-tuning."""
+
+from __future__ import annotations
+
+from obliviate.cli import add_common
+
+
+def cmd_bench(args) -> None:
+    from obliviate.bench import BenchConfig, bench_table, run_bench
+    from obliviate.config import build_config
+    from obliviate.results import atomic_write_text, prepare_out_dir, write_results
+
+    cfg = build_config(BenchConfig, args.config, args.overrides, base={"seed": args.seed})
+    out = prepare_out_dir(args.out)
+    metrics = run_bench(cfg, progress=not args.no_progress)
+    table = bench_table(metrics)
+    atomic_write_text(out / "bench.md", f"Device: {metrics['device']}, model size `{cfg.size}`, batch {cfg.batch_size}.\n\n"
+                      + table + "\n")
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
+    print(table)
+
+
+def register(sub) -> None:
+    s = sub.add_parser("bench", help="time and memory of one unlearning step per method vs plain fine-tuning")
+    add_common(s)
+    s.set_defaults(fn=cmd_bench)

@@ -1,0 +1,87 @@
+"""Benchmark commands: ``obliviate tofu`` and the ``--benchmark`` / ``--data`` options of ``obliviate eval``.
+
+``obliviate eval`` is defined in :mod:`obliviate.commands.core`; it calls
+:func:`add_benchmark_args` on its parser and, first thing in its handler,
+``if run_benchmark_eval(args): return``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from obliviate.cli import add_common
+
+
+def add_benchmark_args(p) -> None:
+    """Options that turn ``obliviate eval`` into a benchmark evaluation."""
+    g = p.add_argument_group("benchmark evaluation (instead of the synthetic world)")
+    g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10 "
+                                       "(with --data: the name to report the file under)")
+    g.add_argument("--data", help="your own JSON Lines file of QA pairs or MCQs")
+    g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
+    g.add_argument("--mapping", help="schema_field=file_field pairs for --data, e.g. question=prompt,answer=target")
+    g.add_argument("--limit", type=int, help="evaluate only the first N examples")
+
+
+def run_benchmark_eval(args) -> bool:
+    """Run the benchmark evaluation if ``--benchmark`` or ``--data`` was given; else return False.
+
+    Writes ``results.json`` with ``metrics.<benchmark>`` (``accuracy`` for MCQ; ``exact_match``,
+    ``rouge_l``, ``prob`` for QA) and the per-example predictions in ``predictions.json``.
+    """
+    from obliviate.errors import ConfigError
+    from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
+    from obliviate.models.load import load_model
+    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+    from obliviate.results import atomic_write_json, prepare_out_dir, write_results
+
+    benchmark, data = getattr(args, "benchmark", None), getattr(args, "data", None)
+    if not benchmark and not data:
+        for opt in ("kind", "mapping", "limit"):
+            if getattr(args, opt, None) is not None:
+                raise ConfigError(f"--{opt} needs --benchmark or --data")
+        return False
+    if getattr(args, "config", None):
+        raise ConfigError(f"--config {args.config} configures the world evaluation, not --benchmark/--data")
+    if getattr(args, "overrides", None):
+        raise ConfigError(f"key=value overrides ({' '.join(args.overrides)}) configure the world evaluation, "
+                          "not --benchmark/--data")
+    # A bad name, file or mapping fails here, before the model is loaded.
+    name, kind, examples = load_benchmark_examples(benchmark, data=data, kind=args.kind, mapping=args.mapping,
+                                                   limit=args.limit)
+    model = load_model(args.model)
+    tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
+    out = prepare_out_dir(args.out)
+    res = evaluate_examples(model, tok, kind, examples)
+    per_example = res.pop("per_example")
+    atomic_write_json(out / "predictions.json", {name: per_example})
+    config = {"benchmark": name, "kind": kind, "data": data, "mapping": args.mapping, "limit": args.limit,
+              "model": args.model, "tokenizer": args.tokenizer or args.model}
+    write_results(out, seed=args.seed, config=config, metrics={name: res})
+    print(json.dumps({name: {k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}}, indent=1))
+    return True
+
+
+def cmd_tofu(args) -> None:
+    from obliviate.config import build_config
+    from obliviate.results import prepare_out_dir
+    from obliviate.tofu import TofuConfig, run_tofu
+
+    base = {"seed": args.seed, "method": args.method} if args.method else {"seed": args.seed}
+    cfg = build_config(TofuConfig, args.config, args.overrides, base=base)
+    out = prepare_out_dir(args.out)
+    res = run_tofu(cfg, out, progress=not args.no_progress)
+    m = res["metrics"]
+    print(f"base forget10 ROUGE-L {m['base']['forget10_rouge_l']:.3f} "
+          f"(retain-only model {m['retain_model']['forget10_rouge_l']:.3f})")
+    for key in ("forget_quality", "model_utility", "forget10_rouge_l"):
+        print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
+    print(f"results: {out / 'results.json'}")
+
+
+def register(sub) -> None:
+    s = sub.add_parser("tofu", help="tiny-model TOFU protocol: fine-tune on full (and retain90), unlearn forget10, "
+                                    "report forget quality and model utility")
+    add_common(s)
+    s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
+    s.set_defaults(fn=cmd_tofu)

@@ -1,0 +1,305 @@
+"""Compare unlearning methods on one base model, against the oracle, under attack.
+
+For each method: unlearn the base model on the world's forget facts while
+retaining the retain and general facts, evaluate (forget / retain accuracy,
+S-unlearning, distance to the oracle), then attack (relearning, linear probe,
+format shift). Each method's finished result is stored in
+``out/methods/<name>/result.json``, so an interrupted comparison resumes where
+it stopped. The report shows one table, a Pareto plot (forget vs retain) and
+the relearning recovery curves, as Markdown and as self-contained HTML.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obliviate.attacks import AttackSuiteConfig, run_attacks
+from obliviate.config import from_dict, to_dict
+from obliviate.errors import ConfigError
+from obliviate.eval import s_unlearning
+from obliviate.eval.world import evaluate_world
+from obliviate.methods import get_method
+from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.results import atomic_write_json
+from obliviate.train import TrainConfig
+from obliviate.unlearn import UnlearnConfig, unlearn
+
+# Per-method defaults for the tiny world models (tuned on world seed 0, checked on other seeds; see
+# docs/results.md). The dataclass defaults are the papers' 7B-scale values; on a 4-layer d=128 model the
+# hidden states are small, so RMU's steering coefficient and retain weight are rescaled.
+TINY_DEFAULTS: dict[str, dict] = {
+    "gradascent": {"lr": 3e-4, "steps": 20, "params": {}},
+    "graddiff": {"lr": 3e-4, "steps": 50, "params": {}},
+    "npo": {"lr": 3e-4, "steps": 50, "params": {}},
+    "simnpo": {"lr": 1e-3, "steps": 50, "params": {}},
+    "idkdpo": {"lr": 3e-4, "steps": 50, "params": {}},
+    "wga": {"lr": 1e-3, "steps": 50, "params": {}},
+    "rmu": {"lr": 1e-3, "steps": 50, "params": {"coef": 20.0, "alpha": 10.0}},
+    "adaptive_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0}},
+    "cosine_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0}},
+}
+FALLBACK_DEFAULT = {"lr": 1e-3, "steps": 50, "params": {}}
+
+
+@dataclass
+class MethodRun:
+    """Hyper-parameters of one method in a comparison (unset fields take TINY_DEFAULTS)."""
+
+    lr: float | None = None
+    steps: int | None = None
+    batch_size: int = 16
+    lora: bool = False
+    params: dict = field(default_factory=dict)
+
+
+@dataclass
+class CompareConfig:
+    seed: int = 0
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    methods: list[str] = field(default_factory=lambda: ["graddiff", "npo", "simnpo", "rmu"])
+    runs: dict = field(default_factory=dict)
+    """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
+    attacks: AttackSuiteConfig = field(default_factory=AttackSuiteConfig)
+    oracle: bool = True
+    """Also pretrain the oracle (no forget facts) and report each method's distance to it."""
+    attack_references: bool = True
+    """Also attack the base and oracle models (reference points for the recovery curves)."""
+
+
+def retain_pairs(world) -> list[tuple[str, str]]:
+    from obliviate.data import qa_answer, qa_prompt
+
+    return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for s in ("retain", "general")
+            for f in world.facts_by_split(s)]
+
+
+def forget_pairs(world) -> list[tuple[str, str]]:
+    from obliviate.data import qa_answer, qa_prompt
+
+    return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in world.facts_by_split("forget")]
+
+
+def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
+    get_method(name)  # unknown names fail before any training
+    raw = cfg.runs.get(name, {}) or {}
+    run = from_dict(MethodRun, raw, prefix=f"runs.{name}")
+    base = TINY_DEFAULTS.get(name, FALLBACK_DEFAULT)
+    params = {**base["params"], **run.params}
+    tc = TrainConfig(steps=run.steps or base["steps"], lr=run.lr or base["lr"], schedule="constant",
+                     log_every=5, desc=name)
+    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora,
+                         seed=cfg.seed)
+    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+
+
+def utility(m: dict) -> float:
+    """The retain/utility score used by S-unlearning: mean of retain- and general-domain QA accuracy."""
+    return 0.5 * (m["retain_qa_acc"] + m["general_qa_acc"])
+
+
+def score_against(base: dict, m: dict) -> dict:
+    s = s_unlearning(base["forget_qa_acc"], m["forget_qa_acc"], utility(base), utility(m), chance=0.0)
+    return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
+
+
+def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
+    from obliviate.data import encode_documents
+    from obliviate.eval.oracle import oracle_distance, world_truth_ratios
+    from obliviate.models.load import load_model
+    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.utils import seed_everything
+
+    for name in cfg.methods:
+        method_run(cfg, name)
+    t0 = time.time()
+    world = world_for(cfg.pretrain)
+    world.save(out / "world")
+    base_root = cached_pretrain(cfg.pretrain, progress=progress)
+    tok = load_tokenizer(str(base_root / "model"))
+    base_model = load_model(str(base_root / "model"))
+    dataset = encode_documents(tok, world.documents(), max_len=cfg.pretrain.model.max_len)
+    metrics: dict = {"base": evaluate_world(base_model, tok, world, dataset)}
+    roots = {"base": base_root}
+    oracle_tr = None
+    if cfg.oracle:
+        ocfg = copy.deepcopy(cfg.pretrain)
+        ocfg.exclude_splits = sorted(set(ocfg.exclude_splits) | {"forget"})
+        roots["oracle"] = cached_pretrain(ocfg, progress=progress)
+        oracle_model = load_model(str(roots["oracle"] / "model"))
+        metrics["oracle"] = evaluate_world(oracle_model, tok, world, dataset)
+        oracle_tr = world_truth_ratios(oracle_model, tok, world.facts_by_split("forget"))
+        metrics["oracle"].update(score_against(metrics["base"], metrics["oracle"]))
+    base_acc = metrics["base"]["forget_qa_acc"]
+    curves: dict = {}
+    if cfg.attack_references:
+        for ref_name in roots:
+            m = load_model(str(roots[ref_name] / "model"))
+            att = run_attacks(m, tok, world, base_acc, cfg.attacks)
+            curves[ref_name] = att.pop("relearn_curve", None)
+            metrics[ref_name].update(att)
+    configs = {}
+    for name in cfg.methods:
+        mdir = out / "methods" / name
+        done = mdir / "result.json"
+        ucfg, used = method_run(cfg, name)
+        configs[name] = used
+        if done.exists():
+            saved = json.loads(done.read_text())
+            if saved.get("config") == json.loads(json.dumps(used)):
+                metrics[name] = saved["metrics"]
+                curves[name] = saved.get("curve")
+                continue
+        seed_everything(cfg.seed)
+        model = load_model(str(base_root / "model"))
+        t1 = time.time()
+        model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, mdir / "train",
+                                 progress=progress, resume=False)
+        m = evaluate_world(model, tok, world, dataset)
+        m["unlearn_seconds"] = time.time() - t1
+        m.update(score_against(metrics["base"], m))
+        if oracle_tr is not None:
+            m.update(oracle_distance(model, None, tok, world, oracle_truth_ratios=oracle_tr,
+                                     oracle_forget_acc=metrics["oracle"]["forget_qa_acc"]))
+        att = run_attacks(model, tok, world, base_acc, cfg.attacks)
+        curves[name] = att.pop("relearn_curve", None)
+        m.update(att)
+        metrics[name] = m
+        atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name]})
+    write_report(out, cfg, metrics, curves, configs, time.time() - t0, base_root)
+    return {"metrics": metrics, "curves": curves, "configs": configs}
+
+
+# ---------------------------------------------------------------- report
+
+COLUMNS = ["model", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "s_unlearning", "forget_quality",
+           "abs_forget_acc_gap", "relearn_forget_qa_acc", "relearn_recovered", "probe_acc", "format_qa_paraphrase",
+           "format_mcq_cloze", "format_cloze"]
+
+
+def _rows(metrics: dict) -> list[dict]:
+    base_f = metrics["base"]["forget_qa_acc"]
+    rows = []
+    for name, m in metrics.items():
+        row = {"model": name, **{k: m.get(k) for k in COLUMNS if k != "model"}}
+        if m.get("relearn_forget_qa_acc") is not None and base_f > 0:
+            row["relearn_recovered"] = (m["relearn_forget_qa_acc"] - m["forget_qa_acc"]) / base_f
+        rows.append(row)
+    return rows
+
+
+def plot_pareto(metrics: dict, png: Path) -> None:
+    from obliviate.report import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    for name, m in metrics.items():
+        x, y = m["forget_qa_acc"], utility(m)
+        marker = "*" if name in ("base", "oracle") else "o"
+        ax.scatter([x], [y], s=90 if marker == "*" else 50, marker=marker)
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        if m.get("relearn_forget_qa_acc") is not None and name not in ("base", "oracle"):
+            ax.annotate("", xy=(m["relearn_forget_qa_acc"], y), xytext=(x, y),
+                        arrowprops=dict(arrowstyle="->", color="grey", alpha=0.6))
+    ax.set_xlabel("forget QA accuracy (lower is better)")
+    ax.set_ylabel("utility: retain+general QA accuracy")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("forget vs retain (arrows: after relearning attack)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_recovery(curves: dict, base_acc: float, png: Path) -> None:
+    from obliviate.report import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, curve in curves.items():
+        if not curve:
+            continue
+        xs, ys = zip(*curve)
+        ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in ("base", "oracle") else "-", label=name)
+    ax.axhline(base_acc, color="k", lw=0.8, ls=":", label="base before attack")
+    ax.set_xlabel("relearning steps")
+    ax.set_ylabel("forget QA accuracy")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("relearning attack: recovery of forgotten facts", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def plot_base_loss(base_root: Path, png: Path) -> None:
+    from obliviate.report import _plt, read_jsonl
+
+    plt = _plt()
+    recs = [r for r in read_jsonl(base_root / "metrics.jsonl") if "loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for term in ("lm", "qa"):
+        pts = [(r["step"], r[term]) for r in recs if term in r]
+        if pts:
+            ax.plot(*zip(*pts), label=f"{term} term")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("base model pretraining", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, configs: dict, seconds: float,
+                 base_root: Path | None = None) -> None:
+    from obliviate.report import markdown_table, plot_grouped_bars, write_html
+
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    plot_pareto(metrics, plots / "pareto.png")
+    plot_recovery(curves, metrics["base"]["forget_qa_acc"], plots / "recovery.png")
+    splits = ("forget", "retain", "general", "concept", "holdout")
+    plot_grouped_bars({name: {s: m.get(f"{s}_qa_acc") for s in splits if f"{s}_qa_acc" in m}
+                       for name, m in metrics.items()}, plots / "domain_accuracy.png",
+                      "QA exact match by split", "accuracy")
+    if base_root is not None:
+        plot_base_loss(base_root, plots / "base_loss.png")
+    rows = _rows(metrics)
+    md = [
+        "# obliviate: method comparison",
+        "",
+        f"World seed {cfg.pretrain.world.seed}, run seed {cfg.seed}. Forget = "
+        "the world's forget-domain (medicine) facts; utility = mean of retain-domain (biology) and general QA "
+        "accuracy. S-unlearning = U x R (METHODS.md §2). `forget_quality` is the KS-test p-value of truth ratios "
+        "against the oracle (higher = closer). `relearn_recovered` is the share of the base model's forget "
+        "accuracy that the relearning attack brings back.",
+        "",
+        markdown_table(rows, COLUMNS),
+        "",
+        "## How much comes back under relearning",
+        "",
+    ]
+    base_f = metrics["base"]["forget_qa_acc"]
+    for r in rows:
+        if r["model"] in ("base", "oracle") or r.get("relearn_forget_qa_acc") is None:
+            continue
+        md.append(f"- **{r['model']}**: forget accuracy {r['forget_qa_acc']:.2f} after unlearning, "
+                  f"{r['relearn_forget_qa_acc']:.2f} after the relearning attack "
+                  f"({100 * (r.get('relearn_recovered') or 0):.0f}% of the base model's {base_f:.2f} recovered).")
+    if "oracle" in metrics and metrics["oracle"].get("relearn_forget_qa_acc") is not None:
+        md.append(f"- the oracle, which never saw the facts, reaches {metrics['oracle']['relearn_forget_qa_acc']:.2f} "
+                  "under the same attack: anything above that is knowledge the method hid rather than removed.")
+    md += ["", "![pareto](plots/pareto.png)", "", "![recovery](plots/recovery.png)", "",
+           "![accuracy by split](plots/domain_accuracy.png)", "", "![base model training](plots/base_loss.png)", "",
+           "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
+           f"Total time {seconds:.0f} s."]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    write_html(out / "report.md", out / "report.html")

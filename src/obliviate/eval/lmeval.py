@@ -1,0 +1,121 @@
+"""lm-evaluation-harness bridge (optional extra ``obliviate[lmeval]``).
+
+- :func:`lmeval_model` wraps an in-memory Hugging Face model and its tokenizer as lm-eval's
+  ``HFLM`` (no reload from disk).
+- :func:`lmeval_mcq_choices` defines a zero-shot multiple-choice task on local files (a JSON
+  Lines file and a task YAML in a temporary directory, loaded with
+  ``TaskManager(include_path=...)``), runs it with ``simple_evaluate`` and returns the
+  option lm-eval chooses for each question. The task uses the MMLU prompt of
+  METHODS.md §6 (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
+  so its choices can be compared with :func:`obliviate.eval.mcq_accuracy` (``style="letters"``).
+- :func:`lmeval_mmlu_choices` does the same for a local MMLU CSV file.
+
+``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`.
+
+Tokenisation: ``add_bos_token=True`` makes lm-eval encode with special tokens, i.e. with
+the bos token *if the tokenizer's post-processor adds one*; obliviate always prepends bos.
+For identical inputs use a tokenizer that adds bos when asked (most pretrained ones do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from obliviate.errors import DataError, ObliviateError
+
+TASK_NAME = "obliviate_local_mcq"
+
+
+def _lm_eval():
+    try:
+        import lm_eval
+    except ImportError:
+        raise ObliviateError("lm-evaluation-harness is not installed: pip install 'obliviate[lmeval]'") from None
+    return lm_eval
+
+
+def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool = True):
+    """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer``."""
+    _lm_eval()
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, add_bos_token=add_bos_token)
+
+
+def _task_yaml(task: str, data_file: Path, n_choices: int) -> str:
+    letters = "ABCDEFGHIJ"[:n_choices]
+    text = "{{question.strip()}}\n" + "".join(f"{c}. {{{{choices[{i}]}}}}\n" for i, c in enumerate(letters)) + "Answer:"
+    lines = [
+        f"task: {task}",
+        "dataset_path: json",
+        "dataset_kwargs:",
+        "  data_files:",
+        f"    test: {json.dumps(str(data_file))}",
+        "test_split: test",
+        "output_type: multiple_choice",
+        "num_fewshot: 0",
+        f"doc_to_text: {json.dumps(text)}",
+        f"doc_to_choice: {json.dumps(list(letters))}",
+        "doc_to_target: answer",
+        "metric_list:",
+        "  - metric: acc",
+        "    aggregation: mean",
+        "    higher_is_better: true",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _loglik(resp) -> float:
+    """The log-likelihood of one lm-eval response: ``(ll, is_greedy)``, possibly wrapped in a list."""
+    while isinstance(resp, (list, tuple)) and resp and isinstance(resp[0], (list, tuple)):
+        resp = resp[0]
+    return float(resp[0]) if isinstance(resp, (list, tuple)) else float(resp)
+
+
+def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int]:
+    """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``)."""
+    _lm_eval()
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    if not mcqs:
+        raise DataError("no MCQs to evaluate")
+    n_choices = {len(m["choices"]) for m in mcqs}
+    if len(n_choices) != 1:
+        raise DataError(f"all MCQs must have the same number of choices for one lm-eval task, got {sorted(n_choices)}")
+    with tempfile.TemporaryDirectory(prefix="obliviate-lmeval-") as tmp:
+        tmp = Path(tmp)
+        data_file = tmp / "data.jsonl"
+        with open(data_file, "w", encoding="utf-8") as f:
+            for m in mcqs:
+                f.write(json.dumps({"question": m["question"], "choices": list(m["choices"]),
+                                    "answer": int(m["answer_index"])}) + "\n")
+        (tmp / f"{TASK_NAME}.yaml").write_text(_task_yaml(TASK_NAME, data_file, n_choices.pop()))
+        tm = TaskManager(include_path=str(tmp))
+        out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=[TASK_NAME], num_fewshot=0,
+                              task_manager=tm, log_samples=True)
+    samples = sorted(out["samples"][TASK_NAME], key=lambda s: s["doc_id"])
+    if len(samples) != len(mcqs):
+        raise ObliviateError(f"lm-eval returned {len(samples)} samples for {len(mcqs)} questions")
+    choices = []
+    for s in samples:
+        resps = s.get("filtered_resps") or s["resps"]
+        lls = [_loglik(r) for r in resps]
+        choices.append(max(range(len(lls)), key=lambda i: lls[i]))
+    return choices
+
+
+def lmeval_mmlu_choices(model, tokenizer, csv_path: str | os.PathLike, limit: int | None = None,
+                        batch_size: int = 16) -> list[int]:
+    """:func:`lmeval_mcq_choices` on the first ``limit`` questions of a local MMLU CSV file."""
+    from obliviate.benchmarks.mcq import _read_mmlu_csv
+
+    path = Path(csv_path)
+    if not path.is_file():
+        raise DataError(f"MMLU file not found: {path}")
+    subject = path.stem.rsplit("_", 1)[0]
+    mcqs = _read_mmlu_csv(path, path.name, subject, "local")[:limit]
+    return lmeval_mcq_choices(model, tokenizer, mcqs, batch_size=batch_size)

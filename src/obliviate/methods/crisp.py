@@ -1,0 +1,227 @@
+"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; METHODS.md §4, [paper/code]).
+
+    L = (1 - beta) L_unlearn + beta L_reg + beta gamma L_coh,      beta = 0.99, gamma = 0.01
+
+L_unlearn: mean positive (ReLU) pre-activation of the selected SAE features on target
+text (the forget batch, every non-padding token); L_reg: hidden-state MSE to the frozen
+model on benign text (the retain batch) at the SAE layers; L_coh: last-layer MSE to the
+frozen model on coherence prompts. Features: per SAE layer, ranked by
+(#target tokens firing) - (#benign tokens firing), kept if that ratio is >= 3, top k
+(:mod:`obliviate.ember.crisp`, where the maths is documented).
+
+SAEs: the paper uses pretrained SAEs; no maintained SAE library that trains on Hugging
+Face models on a CPU is installed here, so a small TopK SAE
+(:mod:`obliviate.filtering.sae`) is trained on the frozen model's residual stream at each
+layer — a reconstruction at tiny scale.
+
+Where the SAE, the features and the coherence prompts come from (in this order):
+
+1. ``fit(model, tokenizer)`` before training (the unlearning engine calls it): uses the
+   config's ``target_texts`` / ``benign_texts`` (both or neither) and ``coherence_prompts``.
+2. With no texts configured, lazily at the first ``loss()`` call (``setup`` only sees the
+   forget batch): the SAE is trained and features are chosen on the frozen model's
+   activations of that step's forget batch (target) and retain batch (benign). Few
+   tokens, so noisy: prefer 1. A resumed run re-fits on the resumed step's batch.
+   Without coherence prompts, L_coh is measured on the retain batch.
+
+What trains: as a standalone method, the MLP down-projections of layers 0..max(layers)
+(as RMU). CRISP proper trains LoRA adapters of rank 4: ``obliviate unlearn ...
+method=crisp unlearn.lora=true unlearn.lora_r=4`` (the engine wraps those same modules).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from obliviate.ember.crisp import (
+    BETA,
+    GAMMA,
+    MIN_RATIO,
+    crisp_terms,
+    reg_term,
+    select_sae_features,
+    train_layer_sae,
+    unlearn_term,
+)
+from obliviate.errors import ConfigError
+from obliviate.methods import register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CRISPConfig:
+    layers: list[int] | None = None
+    """SAE layers (residual stream after each); None = the middle layer (n_layers // 2)."""
+    beta: float = BETA
+    gamma: float = GAMMA
+    min_ratio: float = MIN_RATIO
+    """Keep features whose #target-firing / #benign-firing >= min_ratio."""
+    top_k: int = 10
+    """At most this many features per layer."""
+    n_latents: int | None = None
+    """SAE width; None = 4 * d_model."""
+    sae_k: int = 8
+    """Active latents per token of the TopK SAE (capped at n_latents)."""
+    sae_steps: int = 200
+    sae_lr: float = 1e-3
+    target_texts: list[str] = field(default_factory=list)
+    """Concept text for SAE training and feature selection (used by ``fit``)."""
+    benign_texts: list[str] = field(default_factory=list)
+    """Benign text for SAE training and feature selection (used by ``fit``)."""
+    coherence_prompts: list[str] = field(default_factory=list)
+    """Prompts for L_coh (used by ``fit``; none = L_coh on the retain batch)."""
+    coherence_batch: int = 8
+    """Coherence prompts per step (cycled)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.beta <= 1:
+            raise ConfigError(f"config key 'beta': must be in [0, 1], got {self.beta}")
+        if self.gamma < 0:
+            raise ConfigError(f"config key 'gamma': must be >= 0, got {self.gamma}")
+        if self.top_k < 1 or self.sae_k < 1 or self.sae_steps < 1 or self.coherence_batch < 1:
+            raise ConfigError("config keys 'top_k', 'sae_k', 'sae_steps', 'coherence_batch': must be >= 1")
+        if self.layers is not None and not self.layers:
+            raise ConfigError("config key 'layers': needs at least one layer (or null for the middle one)")
+        if bool(self.target_texts) != bool(self.benign_texts):
+            raise ConfigError("config keys 'target_texts' and 'benign_texts': give both or neither")
+
+
+@torch.no_grad()
+def text_hidden(model, tokenizer, texts: list[str], layers: list[int], batch_size: int = 16,
+                max_len: int = 128) -> dict[int, torch.Tensor]:
+    """Residual stream ``{l: (N_tokens, d)}`` at every non-padding token of ``texts`` (frozen, no grad)."""
+    from obliviate.models.layers import hidden_states_at
+
+    device = next(model.parameters()).device
+    out: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
+    was_training = model.training
+    model.eval()
+    try:
+        for s in range(0, len(texts), batch_size):
+            b = _encode(tokenizer, texts[s:s + batch_size], max_len)
+            ids, mask = b["input_ids"].to(device), b["attention_mask"].to(device)
+            hs = hidden_states_at(model, ids, mask, layers)
+            for l in layers:
+                out[l].append(hs[l][mask.bool()].float().cpu())
+    finally:
+        model.train(was_training)
+    return {l: torch.cat(v) for l, v in out.items()}
+
+
+def _encode(tokenizer, texts: list[str], max_len: int = 128) -> dict:
+    from obliviate.data import collate
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    enc = tokenizer(list(texts), truncation=True, max_length=max_len)["input_ids"]
+    return collate([torch.tensor(x) for x in enc if len(x)], pad)
+
+
+def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return h[mask.bool()].float().cpu()
+
+
+@register("crisp")
+class CRISP:
+    config_cls = CRISPConfig
+    needs_reference = True
+
+    def __init__(self, cfg: CRISPConfig):
+        self.cfg = cfg
+        self.layers: list[int] | None = None
+        self.saes: dict[int, object] | None = None
+        self.features: dict[int, list[int]] = {}
+        self.info: dict[int, dict] = {}
+        self.coherence: dict | None = None
+        self._coh_pos = 0
+
+    def resolve_layers(self, model) -> list[int]:
+        from obliviate.models.layers import check_layer, num_layers
+
+        layers = self.cfg.layers if self.cfg.layers is not None else [num_layers(model) // 2]
+        self.layers = sorted({check_layer(model, int(l)) for l in layers})
+        return self.layers
+
+    def trainable(self, model) -> list[str]:
+        from obliviate.models.layers import param_names_for
+
+        return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))
+
+    # ------------------------------------------------------------------ SAE and features
+    def fit_activations(self, target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor]) -> dict[int, dict]:
+        """Train one SAE per layer on target + benign activations ``{l: (N, d)}``, then pick features."""
+        self.saes, self.features, self.info = {}, {}, {}
+        for l in self.layers:
+            acts = torch.cat([target[l], benign[l]])
+            m = self.cfg.n_latents or 4 * acts.shape[1]
+            sae, sae_info = train_layer_sae(acts, m, min(self.cfg.sae_k, m), self.cfg.sae_steps, self.cfg.sae_lr,
+                                            self.cfg.seed + l)
+            feats, info = select_sae_features(sae, target[l], benign[l], self.cfg.min_ratio, self.cfg.top_k)
+            if not feats:
+                log.warning("CRISP: no SAE feature at layer %d fires >= %.3g x more on target than benign text",
+                            l, self.cfg.min_ratio)
+            self.saes[l], self.features[l] = sae, feats
+            self.info[l] = {**info, "features": feats, "sae_fvu": sae_info["fvu"]}
+        return self.info
+
+    def fit(self, model, tokenizer, target_texts: list[str] | None = None, benign_texts: list[str] | None = None,
+            coherence_prompts: list[str] | None = None) -> dict[int, dict]:
+        """Fit SAEs and features on the (still frozen) model from texts (default: the config's); see module doc."""
+        target = list(target_texts if target_texts is not None else self.cfg.target_texts)
+        benign = list(benign_texts if benign_texts is not None else self.cfg.benign_texts)
+        coherence = list(coherence_prompts if coherence_prompts is not None else self.cfg.coherence_prompts)
+        self.resolve_layers(model)
+        if coherence:
+            self.coherence = _encode(tokenizer, coherence)
+        if not target and not benign:
+            return {}
+        if not target or not benign:
+            raise ConfigError("CRISP fitting needs both target and benign texts")
+        return self.fit_activations(text_hidden(model, tokenizer, target, self.layers),
+                                    text_hidden(model, tokenizer, benign, self.layers))
+
+    def _fit_from_batch(self, batch: dict, ref) -> None:
+        f, r = batch["forget"], batch["retain"]
+        target = {l: _valid(ref.hidden(f, l), f["attention_mask"]) for l in self.layers}
+        benign = {l: _valid(ref.hidden(r, l), r["attention_mask"]) for l in self.layers}
+        self.fit_activations(target, benign)
+
+    # ------------------------------------------------------------------ training
+    def setup(self, model, ref, forget_batch: dict) -> None:
+        if self.layers is None:
+            self.resolve_layers(model)
+
+    def _coherence_batch(self, device) -> dict:
+        n = self.coherence["input_ids"].size(0)
+        idx = [(self._coh_pos + i) % n for i in range(min(self.cfg.coherence_batch, n))]
+        self._coh_pos = (self._coh_pos + len(idx)) % n
+        ids, mask = self.coherence["input_ids"][idx], self.coherence["attention_mask"][idx]
+        keep = int(mask.sum(1).max())
+        return {"input_ids": ids[:, :keep].to(device), "attention_mask": mask[:, :keep].to(device)}
+
+    def loss(self, model, batch, ref) -> dict:
+        from obliviate.models.layers import hidden_states_at, num_layers
+
+        if self.layers is None:
+            self.resolve_layers(model)
+        if self.saes is None:
+            self._fit_from_batch(batch, ref)
+        f, r = batch["forget"], batch["retain"]
+        device = f["input_ids"].device
+        top = max(self.layers)
+        hs_f = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)
+        hs_r = hidden_states_at(model, r["input_ids"], r["attention_mask"], self.layers, stop_after=top)
+        unlearn, reg = [], []
+        for l in self.layers:
+            sae = self.saes[l].to(device)
+            unlearn.append(unlearn_term(sae, hs_f[l], f["attention_mask"], self.features[l]))
+            reg.append(reg_term(hs_r[l], ref.hidden(r, l), r["attention_mask"]))
+        last = num_layers(model) - 1
+        c = self._coherence_batch(device) if self.coherence is not None else r
+        h_c = hidden_states_at(model, c["input_ids"], c["attention_mask"], [last])[last]
+        coh = reg_term(h_c, ref.hidden(c, last), c["attention_mask"])
+        return crisp_terms(torch.stack(unlearn).mean(), torch.stack(reg).mean(), coh, self.cfg.beta, self.cfg.gamma)

@@ -1,0 +1,150 @@
+"""The command line: help, bad input, results contract, kill-and-resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from obliviate.cli import main
+
+SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
+               "world.n_concept=2", "world.n_toxic=4"]
+SMALL_PRETRAIN = SMALL_WORLD + ["model.size=nano", "model.vocab_size=400", "batch_size=4", "train.log_every=5",
+                                 "qa_batch_size=8"]
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "obliviate.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def test_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("world", "pretrain", "eval", "demo", "methods", "unlearn", "attack", "compare"):
+        assert cmd in out
+
+
+def test_methods_one_per_line(capsys):
+    assert main(["methods"]) == 0
+    names = capsys.readouterr().out.split()
+    assert {"gradascent", "graddiff", "npo", "simnpo", "idkdpo", "wga", "rmu", "adaptive_rmu"} <= set(names)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["world", "bogus=1"], "bogus"),
+    (["world", "n_forget=many"], "n_forget"),
+    (["world", "n_forget=0"], "n_forget"),
+    (["pretrain", "model.size=huge"], "huge"),
+    (["pretrain", "train.lr=-1"], "lr"),
+    (["demo", "methods=[nosuch]"], "nosuch"),
+    (["demo", "runs.rmu.bogus=1"], "runs.rmu.bogus"),
+])
+def test_bad_config_is_one_line_and_leaves_no_results(tmp_path, capsys, args, needle):
+    out = tmp_path / "run"
+    rc = main([args[0], "--out", str(out), *args[1:]])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and needle in err
+    assert not (out / "results.json").exists()
+
+
+def test_missing_and_malformed_config_file(tmp_path, capsys):
+    rc = main(["world", "--out", str(tmp_path / "a"), "--config", str(tmp_path / "none.yaml")])
+    assert rc == 2 and "none.yaml" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("n_forget: [3,\n")
+    rc = main(["world", "--out", str(tmp_path / "b"), "--config", str(bad)])
+    assert rc == 2 and "bad.yaml" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "results.json").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    """A saved tiny model + tokenizer, and a copy of the tokenizer without a pad token."""
+    from obliviate.models import save_model, tiny_llama, train_tokenizer
+    from obliviate.world import WorldConfig, generate_world
+
+    root = tmp_path_factory.mktemp("tiny")
+    w = generate_world(WorldConfig(seed=0, n_forget=3, n_holdout=1, n_retain=3, n_general=3, n_concept=2, n_toxic=4))
+    tok = train_tokenizer([d["text"] for d in w.documents()], vocab_size=400)
+    model = tiny_llama(len(tok), n_layer=2, d_model=32, n_head=2)
+    save_model(model, root / "model")
+    tok.save_pretrained(str(root / "model"))
+    nopad = root / "nopad"
+    save_model(model, nopad)
+    cfg = json.loads((root / "model" / "tokenizer_config.json").read_text())
+    tok.save_pretrained(str(nopad))
+    tj = json.loads((nopad / "tokenizer_config.json").read_text())
+    tj.pop("pad_token", None)
+    (nopad / "tokenizer_config.json").write_text(json.dumps(tj))
+    (nopad / "special_tokens_map.json").unlink(missing_ok=True)
+    return root
+
+
+def test_tokenizer_without_pad_token(tiny_dirs, tmp_path, capsys):
+    out = tmp_path / "e"
+    rc = main(["eval", "--out", str(out), "--model", str(tiny_dirs / "nopad"), *SMALL_WORLD[:0],
+               "n_forget=3", "n_holdout=1", "n_retain=3", "n_general=3", "n_concept=2", "n_toxic=4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "pad" in err and "nopad" in err
+    assert not (out / "results.json").exists()
+
+
+def test_missing_model_dir(tmp_path, capsys):
+    rc = main(["eval", "--out", str(tmp_path / "e"), "--model", str(tmp_path / "nowhere")])
+    assert rc == 2 and "nowhere" in capsys.readouterr().err
+
+
+def test_layer_out_of_range(tiny_dirs, tmp_path, capsys):
+    out = tmp_path / "u"
+    rc = main(["unlearn", "--out", str(out), "--base", str(tiny_dirs / "model"), "--method", "rmu", "--no-progress",
+               "unlearn.params.layer=7", *SMALL_WORLD])
+    err = capsys.readouterr().err
+    assert rc == 2 and "layer 7" in err
+    assert not (out / "results.json").exists()
+
+
+def test_unknown_method_lists_known(tiny_dirs, tmp_path, capsys):
+    rc = main(["unlearn", "--out", str(tmp_path / "u"), "--base", str(tiny_dirs / "model"), "--method", "forgetall"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "forgetall" in err and "npo" in err
+
+
+def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
+    """Same seed twice gives identical metrics; a run SIGKILLed mid-way and resumed ends identically."""
+    args = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=60",
+            "train.checkpoint_every=10"]
+    env = {"OBLIVIATE_CACHE": str(tmp_path / "cache")}
+    a = run_cli(*args, "--out", str(tmp_path / "a"), env=env)
+    assert a.returncode == 0, a.stderr
+    b = run_cli(*args, "--out", str(tmp_path / "b"), env=env)
+    ma = json.loads((tmp_path / "a" / "results.json").read_text())["metrics"]
+    mb = json.loads((tmp_path / "b" / "results.json").read_text())["metrics"]
+    assert ma == mb
+
+    killed = tmp_path / "k"
+    proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli", *args, "--out", str(killed)],
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = killed / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if ckpts.exists() and any(p.name.startswith("step_") and int(p.name[5:]) >= 20 for p in ckpts.iterdir()):
+            break
+        time.sleep(0.05)
+    if proc.poll() is not None:
+        pytest.fail("pretraining finished before it could be killed")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "results.json").exists()
+    r = run_cli(*args, "--out", str(killed), env=env)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((killed / "results.json").read_text())
+    assert res["status"] == "complete"
+    assert res["metrics"] == ma

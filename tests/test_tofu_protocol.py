@@ -1,0 +1,92 @@
+"""The tiny-model TOFU protocol end to end on a few examples (skipped without the TOFU files)."""
+
+import argparse
+import json
+import math
+
+import pytest
+
+from obliviate.errors import ConfigError, DataError
+from obliviate.tofu import REQUIRED_FILES, TofuConfig, run_tofu, tofu_config, unlearn_config
+from obliviate.utils import data_dir
+
+SMALL = ["limit=12", "epochs=2", "batch_size=4", "warmup_steps=0", "model.n_layer=2", "model.d_model=32",
+         "model.n_head=2", "model.vocab_size=400", "max_new_tokens=4", "unlearn.steps=2", "unlearn.batch_size=4"]
+
+
+def need_tofu():
+    d = data_dir() / "tofu"
+    if not all((d / f"{s}.json").is_file() for s in REQUIRED_FILES):
+        pytest.skip(f"TOFU data not present in {d}")
+
+
+def tofu_cli(argv):
+    from obliviate.commands.benchmarks import register
+
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers(dest="command"))
+    args = p.parse_args(argv)
+    args.fn(args)
+
+
+def test_protocol_end_to_end_and_cache(tmp_path, capsys):
+    need_tofu()
+    from obliviate.results import read_results
+
+    out = tmp_path / "graddiff"
+    tofu_cli(["tofu", "--method", "graddiff", "--out", str(out), "--no-progress", *SMALL])
+    res = read_results(out)
+    m = res["metrics"]
+    assert res["status"] == "complete" and set(m) == {"base", "retain_model", "graddiff"}
+    assert 0.0 <= m["base"]["forget10_rouge_l"] <= 1.0
+    for key in ("forget_quality", "model_utility", "forget10_rouge_l", "forget_prob", "forget_truth_ratio",
+                "retain_prob", "real_authors_rouge_l", "world_facts_truth_ratio"):
+        assert math.isfinite(m["graddiff"][key]), key
+    assert 0.0 <= m["graddiff"]["forget_quality"] <= 1.0
+    assert m["graddiff"]["forget10_rouge_l"] == m["graddiff"]["forget_rouge_l"]
+    assert "per_example" not in m["graddiff"] and "forget_quality" not in m["retain_model"]
+    assert not res["timings"]["base_cached"] and not res["timings"]["retain_model_cached"]
+    per = json.loads((out / "per_example.json").read_text())
+    assert len(per["graddiff"]["forget_truth_ratio"]) == 12 and len(per["retain_model"]["forget_truth_ratio"]) == 12
+    assert "graddiff:" in capsys.readouterr().out
+
+    # Another method reuses both cached base models and their evaluations.
+    out2 = tmp_path / "npo"
+    tofu_cli(["tofu", "--method", "npo", "--out", str(out2), "--no-progress", *SMALL])
+    res2 = read_results(out2)
+    assert res2["timings"]["base_cached"] and res2["timings"]["retain_model_cached"]
+    assert res2["metrics"]["base"] == m["base"] and res2["metrics"]["retain_model"] == m["retain_model"]
+    assert math.isfinite(res2["metrics"]["npo"]["forget_quality"])
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    (tmp_path / "tofu").mkdir()
+    (tmp_path / "tofu" / "full.json").write_text('{"question": "q", "answer": "a"}\n')
+    with pytest.raises(DataError, match=r"TOFU data not found: .*lacks retain90.json, forget10.json"):
+        run_tofu(TofuConfig(data=str(tmp_path)), tmp_path / "out")
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_unknown_method_fails_before_anything(tmp_path):
+    with pytest.raises(ConfigError, match="unknown method 'nope'"):
+        run_tofu(TofuConfig(method="nope", data=str(tmp_path)), tmp_path / "out")
+
+
+def test_unlearn_defaults_and_overrides():
+    from obliviate.compare import TINY_DEFAULTS
+
+    u = unlearn_config(TofuConfig(method="rmu"))
+    assert u.method == "rmu" and u.train.lr == TINY_DEFAULTS["rmu"]["lr"]
+    assert u.train.steps == TINY_DEFAULTS["rmu"]["steps"] and u.params == TINY_DEFAULTS["rmu"]["params"]
+    u = unlearn_config(tofu_config(method="rmu", unlearn={"lr": 5e-4, "steps": 7, "params": {"coef": 3.0}}))
+    assert (u.train.lr, u.train.steps) == (5e-4, 7)
+    assert u.params == {**TINY_DEFAULTS["rmu"]["params"], "coef": 3.0}
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="limit"):
+        TofuConfig(limit=0)
+    with pytest.raises(ConfigError, match="epochs"):
+        TofuConfig(epochs=0)
+    with pytest.raises(ConfigError, match="unknown config key 'model.width'"):
+        tofu_config(model={"width": 3})
