@@ -38,8 +38,10 @@ from obliviate.world import WorldConfig, generate_world
 @dataclass
 class ModelConfig:
     size: str = "tiny"
-    """A named size from ``obliviate.models.builders.SIZES``."""
-    n_layer: int | None = None
+    """A named size from ``obliviate.models.builders.SIZES`` (its fields can be overridden below)."""
+    n_layer: int | None = 4
+    """Decoder layers (default 4: the world's default model is 'tiny' (d=128) at half depth, which
+    learns the world faster per step on a CPU than the 8-layer 'tiny')."""
     d_model: int | None = None
     n_head: int | None = None
     d_ff: int | None = None
@@ -63,7 +65,7 @@ class PretrainConfig:
     train: TrainConfig = field(default_factory=_default_pretrain_train)
     batch_size: int = 8
     """Rows of packed documents per step."""
-    qa_weight: float = 1.0
+    qa_weight: float = 2.0
     """Weight of the answer-only QA term (0: documents only)."""
     qa_batch_size: int = 64
     exclude_splits: list[str] = field(default_factory=list)
