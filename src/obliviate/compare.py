@@ -135,11 +135,13 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         metrics["oracle"].update(score_against(metrics["base"], metrics["oracle"]))
     base_acc = metrics["base"]["forget_qa_acc"]
     curves: dict = {}
+    timings: dict = {}  # wall times live outside ``metrics``: same seed, same metrics
     if cfg.attack_references:
         for ref_name in roots:
             m = load_model(str(roots[ref_name] / "model"))
             att = run_attacks(m, tok, world, base_acc, cfg.attacks)
             curves[ref_name] = att.pop("relearn_curve", None)
+            timings[f"{ref_name}_attack_seconds"] = att.pop("attack_seconds", None)
             metrics[ref_name].update(att)
     configs = {}
     for name in cfg.methods:
@@ -152,6 +154,7 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
             if saved.get("config") == json.loads(json.dumps(used)):
                 metrics[name] = saved["metrics"]
                 curves[name] = saved.get("curve")
+                timings.update(saved.get("timings", {}))
                 continue
         seed_everything(cfg.seed)
         model = load_model(str(base_root / "model"))
@@ -159,18 +162,21 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, mdir / "train",
                                  progress=progress, resume=False)
         m = evaluate_world(model, tok, world, dataset)
-        m["unlearn_seconds"] = time.time() - t1
+        timings[f"{name}_unlearn_seconds"] = time.time() - t1
         m.update(score_against(metrics["base"], m))
         if oracle_tr is not None:
             m.update(oracle_distance(model, None, tok, world, oracle_truth_ratios=oracle_tr,
                                      oracle_forget_acc=metrics["oracle"]["forget_qa_acc"]))
         att = run_attacks(model, tok, world, base_acc, cfg.attacks)
         curves[name] = att.pop("relearn_curve", None)
+        timings[f"{name}_attack_seconds"] = att.pop("attack_seconds", None)
         m.update(att)
         metrics[name] = m
-        atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name]})
-    write_report(out, cfg, metrics, curves, configs, time.time() - t0, base_root)
-    return {"metrics": metrics, "curves": curves, "configs": configs}
+        atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name],
+                                 "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
+    timings["total_seconds"] = time.time() - t0
+    write_report(out, cfg, metrics, curves, configs, timings["total_seconds"], base_root)
+    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings}
 
 
 # ---------------------------------------------------------------- report
@@ -196,11 +202,11 @@ def plot_pareto(metrics: dict, png: Path) -> None:
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    for name, m in metrics.items():
+    markers = "osD^vP<>Xh"
+    for i, (name, m) in enumerate(metrics.items()):
         x, y = m["forget_qa_acc"], utility(m)
-        marker = "*" if name in ("base", "oracle") else "o"
-        ax.scatter([x], [y], s=90 if marker == "*" else 50, marker=marker)
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        marker = "*" if name in ("base", "oracle") else markers[i % len(markers)]
+        ax.scatter([x], [y], s=110 if marker == "*" else 45, marker=marker, label=name, alpha=0.8)
         if m.get("relearn_forget_qa_acc") is not None and name not in ("base", "oracle"):
             ax.annotate("", xy=(m["relearn_forget_qa_acc"], y), xytext=(x, y),
                         arrowprops=dict(arrowstyle="->", color="grey", alpha=0.6))
@@ -210,6 +216,7 @@ def plot_pareto(metrics: dict, png: Path) -> None:
     ax.set_ylim(-0.05, 1.05)
     ax.set_title("forget vs retain (arrows: after relearning attack)", fontsize=9)
     ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower center", ncol=3)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)

@@ -70,8 +70,9 @@ def cmd_attack(args) -> None:
     if "relearn_facts_curve" in metrics:
         curves["facts (held-out half)"] = metrics["relearn_facts_curve"]
     plot_recovery(curves, out / "relearn_curve.png", base_acc)
+    seconds = metrics.pop("attack_seconds", None)  # wall time is not a metric: same seed, same metrics
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(args.model),
-                  base_model_dir=args.base)
+                  base_model_dir=args.base, timings={"attack_seconds": seconds})
     keys = ("relearn_initial_acc", "relearn_forget_qa_acc", "relearn_auc", "relearn_steps_to_base", "probe_acc",
             "format_mcq_cloze", "format_mcq_letters", "format_qa", "format_qa_paraphrase", "format_cloze")
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items() if k in keys},

@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dataclasses import dataclass, field
+
 from obliviate.cli import add_common, seeded
+from obliviate.unlearn import UnlearnConfig
+from obliviate.world import WorldConfig
+
+
+@dataclass
+class UnlearnCommandConfig:
+    seed: int = 0
+    world: WorldConfig = field(default_factory=WorldConfig)
+    unlearn: UnlearnConfig = field(default_factory=UnlearnConfig)
 
 
 def cmd_methods(args) -> None:
@@ -16,8 +27,6 @@ def cmd_methods(args) -> None:
 
 
 def cmd_unlearn(args) -> None:
-    from dataclasses import dataclass, field
-
     from obliviate.compare import forget_pairs, retain_pairs, score_against
     from obliviate.config import build_config
     from obliviate.data import encode_documents
@@ -25,18 +34,12 @@ def cmd_unlearn(args) -> None:
     from obliviate.models.load import load_model, save_model
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
     from obliviate.results import prepare_out_dir, write_results
-    from obliviate.unlearn import UnlearnConfig, unlearn
-    from obliviate.world import WorldConfig, generate_world
-
-    @dataclass
-    class Cfg:
-        seed: int = 0
-        world: WorldConfig = field(default_factory=WorldConfig)
-        unlearn: UnlearnConfig = field(default_factory=UnlearnConfig)
+    from obliviate.unlearn import unlearn
+    from obliviate.world import generate_world
 
     base = seeded(args.seed, ["seed", "world.seed", "unlearn.seed"])
     base["unlearn"]["method"] = args.method
-    cfg = build_config(Cfg, args.config, args.overrides, base=base)
+    cfg = build_config(UnlearnCommandConfig, args.config, args.overrides, base=base)
     model = load_model(args.base)
     tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.base), policy=args.pad_policy)
     world = generate_world(cfg.world)
@@ -67,7 +70,8 @@ def run_compare_command(args, default_methods=None) -> dict:
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     out = prepare_out_dir(args.out)
     res = run_compare(cfg, out, progress=not args.no_progress)
-    write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"])
+    write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
+                  timings=res["timings"])
     cols = ["forget_qa_acc", "retain_qa_acc", "s_unlearning", "relearn_forget_qa_acc"]
     print(f"{'model':14s} " + " ".join(f"{c:>22s}" for c in cols))
     for name, m in res["metrics"].items():
