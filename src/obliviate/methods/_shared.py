@@ -63,3 +63,19 @@ def rmu_forget_loss(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
     """mean over (valid tokens, dims) of (h - target)^2; target broadcasts over (B, T)."""
     sq = (h.float() - target.float()).pow(2).mean(-1)  # (B, T)
     return sq.mean() if mask is None else masked_mean(sq, mask.bool())
+
+
+def forget_and_retain(forget: torch.Tensor, model, batch: dict, ref, cfg) -> dict:
+    """The usual objective ``gamma * L_forget + alpha * L_retain`` as named terms.
+
+    ``cfg`` has ``gamma``, ``alpha`` and ``retain`` ("nll" or "kl"); the retain
+    term is left out when ``alpha`` is 0.
+    """
+    return add_retain({"forget": cfg.gamma * forget}, model, batch, ref, cfg)
+
+
+def add_retain(terms: dict, model, batch: dict, ref, cfg) -> dict:
+    """Add ``alpha * L_retain`` (``cfg.retain``: "nll" or "kl") to ``terms`` unless ``cfg.alpha`` is 0."""
+    if cfg.alpha:
+        terms["retain"] = cfg.alpha * retain_term(model, batch["retain"], ref, cfg.retain)
+    return terms

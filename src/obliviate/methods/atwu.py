@@ -53,14 +53,8 @@ from typing import Literal
 
 from obliviate.losses import masked_mean
 from obliviate.methods import register
-from obliviate.methods._shared import answer_logprob, dpo_loss, forward_logits, npo_loss, retain_term, simnpo_loss
+from obliviate.methods._shared import add_retain, answer_logprob, dpo_loss, forward_logits, npo_loss, simnpo_loss
 from obliviate.methods._token_weights import ScoredMethod, ScorerConfig, satga_plus_loss
-
-
-def _with_retain(terms: dict, cfg, model, batch, ref) -> dict:
-    if cfg.alpha:
-        terms["retain"] = cfg.alpha * retain_term(model, batch["retain"], ref, cfg.retain)
-    return terms
 
 
 @dataclass
@@ -83,7 +77,7 @@ class ATWU(ScoredMethod):
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
         terms = {"forget": self.cfg.lam * satga_plus_loss(z, nll, mask, self.cfg.sat_beta, self.cfg.exponent)}
-        return _with_retain(terms, self.cfg, model, batch, ref)
+        return add_retain(terms, model, batch, ref, self.cfg)
 
 
 @dataclass
@@ -107,7 +101,7 @@ class ATWUGradAscent(ScoredMethod):
 
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
-        return _with_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, self.cfg, model, batch, ref)
+        return add_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, model, batch, ref, self.cfg)
 
 
 @dataclass
@@ -132,7 +126,7 @@ class ATWUNPO(ScoredMethod):
         logp = answer_logprob(logits, f["labels"], weights=z)
         logp_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
         terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
-        return _with_retain(terms, self.cfg, model, batch, ref)
+        return add_retain(terms, model, batch, ref, self.cfg)
 
 
 @dataclass
@@ -160,7 +154,7 @@ class ATWUSimNPO(ScoredMethod):
         zm = z * mask
         nll_bar = (zm * nll).sum(-1) / zm.sum(-1).clamp(min=1e-8)
         terms = {"forget": self.cfg.gamma * simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta)}
-        return _with_retain(terms, self.cfg, model, batch, ref)
+        return add_retain(terms, model, batch, ref, self.cfg)
 
 
 @dataclass
@@ -188,4 +182,4 @@ class ATWUIdkDPO(ScoredMethod):
         lp_w = answer_logprob(forward_logits(model, w), w["labels"])
         lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
         terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
-        return _with_retain(terms, self.cfg, model, batch, ref)
+        return add_retain(terms, model, batch, ref, self.cfg)

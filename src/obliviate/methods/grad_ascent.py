@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import forward_logits, mean_answer_nll, retain_term
+from obliviate.methods._shared import forget_and_retain, forward_logits, mean_answer_nll
 
 
 @dataclass
@@ -60,7 +60,4 @@ class GradDiff:
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        return {
-            "forget": -self.cfg.gamma * mean_answer_nll(forward_logits(model, f), f["labels"]),
-            "retain": self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain),
-        }
+        return forget_and_retain(-mean_answer_nll(forward_logits(model, f), f["labels"]), model, batch, ref, self.cfg)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import answer_logprob, dpo_loss, forward_logits, retain_term
+from obliviate.methods._shared import answer_logprob, dpo_loss, forget_and_retain, forward_logits
 
 
 @dataclass
@@ -45,7 +45,4 @@ class IdkDPO:
         lp_w = answer_logprob(forward_logits(model, w), w["labels"])
         lp_l_ref = answer_logprob(ref.logits(f), f["labels"])
         lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
-        terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
-        if self.cfg.alpha:
-            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
-        return terms
+        return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta), model, batch, ref, self.cfg)

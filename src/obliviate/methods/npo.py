@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import answer_logprob, forward_logits, npo_loss, retain_term
+from obliviate.methods._shared import answer_logprob, forget_and_retain, forward_logits, npo_loss
 
 
 @dataclass
@@ -39,7 +39,4 @@ class NPO:
         f = batch["forget"]
         logp = answer_logprob(forward_logits(model, f), f["labels"])
         logp_ref = answer_logprob(ref.logits(f), f["labels"])
-        terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
-        if self.cfg.alpha:
-            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
-        return terms
+        return forget_and_retain(npo_loss(logp, logp_ref, self.cfg.beta), model, batch, ref, self.cfg)

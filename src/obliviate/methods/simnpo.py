@@ -14,7 +14,7 @@ from typing import Literal
 
 from obliviate.losses import token_nll
 from obliviate.methods import register
-from obliviate.methods._shared import forward_logits, retain_term, simnpo_loss
+from obliviate.methods._shared import forget_and_retain, forward_logits, simnpo_loss
 
 
 @dataclass
@@ -41,7 +41,4 @@ class SimNPO:
         f = batch["forget"]
         nll, mask = token_nll(forward_logits(model, f), f["labels"])
         nll_bar = nll.sum(-1) / mask.sum(-1).clamp(min=1)
-        terms = {"forget": self.cfg.gamma * simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta)}
-        if self.cfg.alpha:
-            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
-        return terms
+        return forget_and_retain(simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta), model, batch, ref, self.cfg)

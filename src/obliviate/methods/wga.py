@@ -16,7 +16,7 @@ import torch
 
 from obliviate.losses import masked_mean, token_nll
 from obliviate.methods import register
-from obliviate.methods._shared import forward_logits, retain_term
+from obliviate.methods._shared import forget_and_retain, forward_logits
 
 
 def wga_forget_loss(nll: torch.Tensor, mask: torch.Tensor, beta: float, beta2: float = 0.0) -> torch.Tensor:
@@ -52,7 +52,4 @@ class WGA:
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         nll, mask = token_nll(forward_logits(model, f), f["labels"])
-        terms = {"forget": self.cfg.gamma * wga_forget_loss(nll, mask, self.cfg.beta, self.cfg.beta2)}
-        if self.cfg.alpha:
-            terms["retain"] = self.cfg.alpha * retain_term(model, batch["retain"], ref, self.cfg.retain)
-        return terms
+        return forget_and_retain(wga_forget_loss(nll, mask, self.cfg.beta, self.cfg.beta2), model, batch, ref, self.cfg)
