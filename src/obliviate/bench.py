@@ -30,7 +30,7 @@ import torch
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
 from obliviate.train import select_trainable
-from obliviate.unlearn import IDK_ANSWERS, PairedQA, Reference, _wrap_lora
+from obliviate.unlearn import IDK_ANSWERS, PairedQA, Reference, wrap_lora
 
 
 @dataclass
@@ -157,8 +157,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
         patterns = method.trainable(model)
         select_trainable(model, patterns)
         if lora:
-            targets = [n for n, p in model.named_parameters() if p.requires_grad] if patterns != ["*"] else []
-            model = _wrap_lora(model, targets, _LoraArgs())
+            model = wrap_lora(model, patterns)
             select_trainable(model, ["*lora_*"])
         ref = Reference(model, shared=lora) if method.needs_reference else None
         if hasattr(method, "setup"):
@@ -174,12 +173,6 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
         }
     metrics["device"] = str(dev)
     return metrics
-
-
-@dataclass
-class _LoraArgs:
-    lora_r: int = 8
-    lora_alpha: float = 16.0
 
 
 def bench_table(metrics: dict) -> str:

@@ -166,7 +166,8 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         m.update(score_against(metrics["base"], m))
         if oracle_tr is not None:
             m.update(oracle_distance(model, None, tok, world, oracle_truth_ratios=oracle_tr,
-                                     oracle_forget_acc=metrics["oracle"]["forget_qa_acc"]))
+                                     oracle_forget_acc=metrics["oracle"]["forget_qa_acc"],
+                                     forget_acc=m["forget_qa_acc"]))
         att = run_attacks(model, tok, world, base_acc, cfg.attacks)
         curves[name] = att.pop("relearn_curve", None)
         timings[f"{name}_attack_seconds"] = att.pop("attack_seconds", None)

@@ -120,7 +120,7 @@ def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
     return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len, **ids, **kw)
 
 
-def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int, weights_field: str | None = None):
+def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int):
     sampler = StepSampler(len(dataset), batch_size, seed)
 
     def batch_fn(step: int) -> dict:

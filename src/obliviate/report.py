@@ -46,8 +46,7 @@ def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, 
 
     plt = _plt()
     models = list(groups)
-    metrics = sorted({k for g in groups.values() for k in g}, key=lambda k: list(next(iter(groups.values()))).index(k)
-                     if k in next(iter(groups.values())) else 99)
+    metrics = list(dict.fromkeys(k for g in groups.values() for k in g))  # first-seen order
     x = np.arange(len(metrics))
     w = 0.8 / max(1, len(models))
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(metrics) + 2), 3.8))

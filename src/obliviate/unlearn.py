@@ -121,11 +121,17 @@ def _to(batch, device):
     return batch.to(device) if torch.is_tensor(batch) else batch
 
 
-def _wrap_lora(model, targets: list[str], cfg: UnlearnConfig):
+def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
+    """LoRA adapters on the modules whose weights the method trains (all linear layers for ``["*"]``).
+
+    Call after :func:`obliviate.train.select_trainable` with the method's patterns.
+    Returns the peft model; its trainable parameters match ``"*lora_*"``.
+    """
     from peft import LoraConfig, get_peft_model
 
+    targets = [n for n, p in model.named_parameters() if p.requires_grad] if patterns != ["*"] else []
     modules = sorted({n.rsplit(".", 1)[0] for n in targets if n.endswith(".weight")})
-    lcfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0,
+    lcfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0,
                       target_modules=modules if modules else "all-linear", bias="none")
     return get_peft_model(model, lcfg)
 
@@ -149,8 +155,7 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
         method.fit(model, tokenizer)
     device = next(model.parameters()).device
     if cfg.lora:
-        targets = [n for n, p in model.named_parameters() if p.requires_grad] if patterns != ["*"] else []
-        model = _wrap_lora(model, targets, cfg)
+        model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
     ref = Reference(model, shared=cfg.lora) if method.needs_reference else None
     first = _to(data(0), device)

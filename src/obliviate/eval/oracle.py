@@ -70,10 +70,11 @@ def oracle_reference(oracle, tokenizer, world) -> dict:
 
 
 def oracle_distance(model, oracle, tokenizer, world, *, oracle_truth_ratios=None,
-                    oracle_forget_acc: float | None = None) -> dict:
+                    oracle_forget_acc: float | None = None, forget_acc: float | None = None) -> dict:
     """How far ``model`` is from ``oracle`` on ``world``'s forget facts.
 
-    ``oracle`` may be None when both ``oracle_truth_ratios`` and ``oracle_forget_acc`` are given.
+    ``oracle`` may be None when both ``oracle_truth_ratios`` and ``oracle_forget_acc`` are given;
+    ``forget_acc`` (the model's exact-match forget QA accuracy) is measured unless given.
     Returns ``forget_quality``, ``forget_acc_gap`` (signed), ``abs_forget_acc_gap``,
     ``forget_acc`` and ``oracle_forget_acc``.
     """
@@ -85,7 +86,7 @@ def oracle_distance(model, oracle, tokenizer, world, *, oracle_truth_ratios=None
         oracle_truth_ratios = ref["truth_ratios"] if oracle_truth_ratios is None else oracle_truth_ratios
         oracle_forget_acc = ref["forget_acc"] if oracle_forget_acc is None else oracle_forget_acc
     tr = world_truth_ratios(model, tokenizer, facts)
-    acc = _forget_acc(model, tokenizer, facts)
+    acc = _forget_acc(model, tokenizer, facts) if forget_acc is None else float(forget_acc)
     gap, abs_gap = oracle_gap(acc, oracle_forget_acc)
     return {"forget_quality": forget_quality_vs_oracle(tr, oracle_truth_ratios), "forget_acc_gap": gap,
             "abs_forget_acc_gap": abs_gap, "forget_acc": acc, "oracle_forget_acc": float(oracle_forget_acc)}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from obliviate.data import qa_prompt
 from obliviate.eval.core import mcq_accuracy, qa_accuracy, token_loss_by_label
 
@@ -61,7 +59,3 @@ def evaluate_world(model, tokenizer, world, dataset=None, splits=QA_SPLITS, deta
     if details:
         out["_per_item"] = per_item
     return out
-
-
-def mean(xs) -> float:
-    return float(np.mean(xs)) if len(xs) else float("nan")
