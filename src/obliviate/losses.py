@@ -73,6 +73,22 @@ def lm_loss(model, batch: dict) -> torch.Tensor:
     return masked_mean(nll, mask, weights)
 
 
+def lm_loss_labelled(model, batch: dict) -> torch.Tensor:
+    """:func:`lm_loss` (no ``loss_weights``) computing logits only at labelled positions.
+
+    Same value as :func:`lm_loss`; faster when many tokens carry no loss (prompts of QA
+    pairs). See :func:`obliviate.models.layers.logits_at`.
+    """
+    from obliviate.models.layers import logits_at
+
+    targets = shift_targets(batch["labels"])  # (B, T-1)
+    keep = F.pad(targets != IGNORE_INDEX, (0, 1))  # (B, T): position t predicts labels[t+1]
+    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
+    if logits.shape[0] == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX])
+
+
 def token_probs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """p(y_t) of each target token (B, T-1) and its mask; differentiable."""
     nll, mask = token_nll(logits, labels)

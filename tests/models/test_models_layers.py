@@ -224,3 +224,19 @@ def test_peft_lora_wrapped_llama():
     lora = [n for n in L.param_names_for(pm, "mlp", [1]) if "lora_" in n]
     assert len(lora) == 2 and all(params[n].requires_grad for n in lora)
     assert L.embeddings_tied(pm) == L.embeddings_tied(base)
+
+
+def test_logits_at_equals_full_logits_and_labelled_loss_equals_lm_loss(arch_model):
+    from obliviate.losses import lm_loss, lm_loss_labelled
+
+    _, m = arch_model
+    ids, mask = _batch(3)
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :4] = -100  # a "prompt" without loss
+    pos = torch.zeros_like(ids, dtype=torch.bool)
+    pos[0, 2] = pos[1, 5] = pos[0, 7] = True
+    with torch.no_grad():
+        full = m(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(L.logits_at(m, ids, mask, pos), full[pos], rtol=1e-5, atol=1e-5)
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        torch.testing.assert_close(lm_loss_labelled(m, batch), lm_loss(m, batch), rtol=1e-5, atol=1e-6)

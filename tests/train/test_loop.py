@@ -36,6 +36,24 @@ def test_step_sampler_is_pure_function_of_step():
     assert sorted(sum(seq[:3], [])) == sorted(set(sum(seq[:3], [])))  # no repeats within an epoch
 
 
+def test_length_grouped_sampler_visits_each_example_once_per_epoch_with_less_padding():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 200, size=1000)
+    grouped = StepSampler(1000, 16, 3, lengths=lengths, group_chunk=20)
+    plain = StepSampler(1000, 16, 3)
+    epoch = [grouped(i) for i in range(grouped.per_epoch)]
+    seen = np.concatenate(epoch)
+    assert len(seen) == len(set(seen.tolist())) == grouped.per_epoch * 16
+    pad = lambda s: np.mean([lengths[s(i)].max() - lengths[s(i)].mean() for i in range(s.per_epoch)])
+    assert pad(grouped) < 0.3 * pad(plain)
+    # still a pure function of the step, and shuffled: batch lengths are not monotone over the epoch
+    again = StepSampler(1000, 16, 3, lengths=lengths, group_chunk=20)
+    assert all((again(i) == epoch[i]).all() for i in reversed(range(grouped.per_epoch)))
+    means = [lengths[b].mean() for b in epoch]
+    assert not (np.all(np.diff(means) >= 0) or np.all(np.diff(means) <= 0))
+    assert not (grouped(0) == grouped(grouped.per_epoch)).all()  # next epoch, new batches
+
+
 def test_resume_is_exact(tmp_path):
     cfg = TrainConfig(steps=12, lr=1e-2, checkpoint_every=4, log_every=2, progress=False, warmup_steps=2)
     loss = lambda m, b, s: {"lm": lm_loss(m, b)}

@@ -268,6 +268,28 @@ def embeddings_tied(model: nn.Module) -> bool:
     return w_in is w_out or (w_in.data_ptr() == w_out.data_ptr() and w_in.shape == w_out.shape)
 
 
+def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+              positions: torch.Tensor) -> torch.Tensor:
+    """Logits only at the (B, T) boolean ``positions``: (N, V), N = positions.sum().
+
+    Runs the decoder body and applies the unembedding to the selected final hidden states
+    only, which saves the ``lm_head`` cost of every unselected position (for a tiny model with
+    a 4k vocabulary that is a third of the step). Models whose logits are not a plain linear
+    map of the last hidden state (Gemma-2's final soft-capping, or no ``lm_head``) fall back
+    to the full forward, so the result is always equal to ``model(...).logits[positions]``.
+    """
+    m = unwrap(model)
+    head = m.get_output_embeddings()
+    body = getattr(m, "base_model", None)
+    plain = (head is not None and body is not None and body is not m
+             and getattr(m.config, "final_logit_softcapping", None) is None
+             and getattr(m.config, "logit_scale", None) is None)
+    if not plain:
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[positions]
+    h = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return head(h[positions])
+
+
 # --------------------------------------------------------------------------- hidden states
 
 
