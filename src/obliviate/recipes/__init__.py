@@ -1,1 +1,115 @@
-"""End-to-end runs composed from the package's components."""
+"""Paper reproductions (``obliviate reproduce NAME``), composed from the package's components.
+
+A recipe is one module here with a config dataclass and a ``run(cfg, out, progress) -> dict``
+function, registered with :func:`recipe`. It writes, in its run directory, ``results.json``
+(atomically, last), ``report.md`` (tables, the paper's claims beside ours) and its plots.
+Recipes hold no method code: every objective, metric and attack they use lives in the package.
+
+The claims table is the same in every recipe: :class:`Claim` rows rendered by
+:func:`claims_markdown`, one sentence per claim saying whether our small-scale result agrees,
+with our number in it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+RECIPE_MODULES = {
+    "function-specific": "function_specific",
+    "atwu": "atwu",
+    "ember": "ember",
+    "token-filtering": "token_filtering",
+}
+"""Recipe name -> module in :mod:`obliviate.recipes` (imported on demand)."""
+
+_RECIPES: dict[str, tuple[type, Callable, str]] = {}
+
+
+def recipe(name: str, config_cls: type, description: str):
+    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass."""
+
+    def deco(fn):
+        _RECIPES[name] = (config_cls, fn, description)
+        return fn
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names of the recipes whose module is present."""
+    names = []
+    for name, mod in RECIPE_MODULES.items():
+        if importlib.util.find_spec(f"obliviate.recipes.{mod}") is not None:
+            names.append(name)
+    return names
+
+
+def get_recipe(name: str) -> tuple[type, Callable, str]:
+    """(config class, run function, description) of recipe ``name``; a clear error for an unknown one."""
+    from obliviate.errors import ConfigError
+
+    if name not in RECIPE_MODULES or name not in available():
+        raise ConfigError(f"unknown recipe '{name}' (available: {', '.join(available()) or 'none'})")
+    importlib.import_module(f"obliviate.recipes.{RECIPE_MODULES[name]}")
+    return _RECIPES[name]
+
+
+@dataclass
+class Claim:
+    """One claim of a paper next to our measurement."""
+
+    claim: str
+    """What the paper says, with its numbers."""
+    ours: str
+    """Our measurement, with the number."""
+    agrees: bool | None
+    """True / False, or None when our setting cannot test it."""
+    sentence: str
+    """One sentence saying whether, and why, our result agrees."""
+
+    def verdict(self) -> str:
+        return {True: "agrees", False: "disagrees", None: "not testable here"}[self.agrees]
+
+
+def claims_markdown(claims: list[Claim]) -> str:
+    """The claims table and one sentence per claim, as Markdown."""
+    lines = ["| paper's claim | ours | verdict |", "|---|---|---|"]
+    lines += [f"| {c.claim} | {c.ours} | {c.verdict()} |" for c in claims]
+    lines.append("")
+    lines += [f"- {c.sentence}" for c in claims]
+    return "\n".join(lines) + "\n"
+
+
+def claims_json(claims: list[Claim]) -> list[dict]:
+    return [{"claim": c.claim, "ours": c.ours, "verdict": c.verdict(), "sentence": c.sentence} for c in claims]
+
+
+def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:
+    """A Markdown table of ``rows`` (dicts) over ``columns``; floats formatted with ``fmt``, missing cells '–'."""
+
+    def cell(v):
+        if v is None:
+            return "–"
+        if isinstance(v, float):
+            return fmt.format(v)
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out, title: str, command: str, sections: list[tuple[str, str]], claims: list[Claim],
+                 seconds: float | None = None) -> None:
+    """``out/report.md``: title, the command that made it, its run time, each (heading, body), the claims."""
+    from pathlib import Path
+
+    from obliviate.results import atomic_write_text
+
+    parts = [f"# {title}\n", f"Made by: `{command}`" + (f" in {seconds / 60:.1f} min" if seconds else "") + "\n"]
+    for heading, body in sections:
+        parts.append(f"## {heading}\n\n{body}")
+    parts.append("## The paper's claims, and ours\n\n" + claims_markdown(claims))
+    atomic_write_text(Path(out) / "report.md", "\n".join(parts))

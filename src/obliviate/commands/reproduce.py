@@ -1,0 +1,47 @@
+"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.recipes`)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from obliviate.cli import add_common
+
+
+def recorded_command(argv: list[str] | None = None) -> str:
+    """The command line as typed (for the report's "Made by" line)."""
+    return "obliviate " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+
+
+def cmd_reproduce(args) -> None:
+    import dataclasses
+    import time
+
+    from obliviate.config import build_config
+    from obliviate.recipes import get_recipe
+    from obliviate.results import prepare_out_dir
+
+    config_cls, run, _ = get_recipe(args.name)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    base = {"seed": args.seed}
+    if args.quick:
+        base["quick"] = True
+    cfg = build_config(config_cls, args.config, args.overrides, base=base)
+    if "command" in fields and not cfg.command:
+        cfg.command = recorded_command()
+    out = prepare_out_dir(args.out)
+    t = time.time()
+    run(cfg, out, progress=not args.no_progress)
+    print(f"{args.name}: done in {(time.time() - t) / 60:.1f} min; report {out / 'report.md'}, "
+          f"results {out / 'results.json'}")
+
+
+def register(sub) -> None:
+    from obliviate.recipes import RECIPE_MODULES
+
+    s = sub.add_parser("reproduce", help="reproduce a paper's experiments at tiny scale: "
+                                         + ", ".join(RECIPE_MODULES))
+    s.add_argument("name", metavar="NAME", help="recipe: " + ", ".join(RECIPE_MODULES))
+    s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
+    add_common(s)
+    s.set_defaults(fn=cmd_reproduce)
