@@ -76,6 +76,15 @@ def _device(model) -> torch.device:
 
 
 @torch.no_grad()
+def _cache_kwarg(model) -> str:
+    """Name of the KV-cache argument and output: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    import inspect
+
+    from obliviate.models.layers import unwrap
+
+    return "cache" if "cache" in inspect.signature(unwrap(model).forward).parameters else "past_key_values"
+
+
 def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
                     stop: str | None = "\n") -> list[str]:
     """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``."""
@@ -99,11 +108,12 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         done = torch.zeros(len(enc), dtype=torch.bool, device=dev)
         gen = []
         past = None
+        cache_kw = _cache_kwarg(model)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cur_ids, cur_pos = ids, pos
         for _ in range(max_new_tokens):
-            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past})
+            past = getattr(out, cache_kw, None)
             nxt = out.logits[:, -1].argmax(-1)
             if eos is not None:
                 nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
