@@ -8,6 +8,7 @@ User errors print one line naming the bad input and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -51,6 +52,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+"""Errors that mean "the output cannot be written": reported as one line, exit status 2."""
+
+
+def disk_error(e: BaseException) -> str | None:
+    """One line for a full disk / read-only / permission error (an ``OSError``, or safetensors' own error
+    carrying ``os error N``); None for anything else."""
+    import re
+
+    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}[Errno {e.errno}] {e.strerror or e}"
+    text = " ".join(str(e).split())
+    m = re.search(r"os error (\d+)", text)
+    if type(e).__name__ == "SafetensorError" and m and int(m.group(1)) in _DISK_ERRNOS:
+        return f"safetensors: {text}"
+    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text or "inline_container.cc" in text):
+        return f"torch.save could not write its file (disk full or file too large?): {text}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -61,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         args.fn(args)
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"obliviate: error: {msg}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)
+        msg = disk_error(e)
+        if msg is None:
+            raise
         print(f"obliviate: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

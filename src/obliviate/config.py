@@ -4,11 +4,19 @@ One dataclass is the CLI surface, the saved config and the documentation. A
 config is built from defaults, then a YAML file, then ``key.sub=value``
 overrides; every step is validated against the dataclass field types, and an
 unknown key or a value of the wrong type raises :class:`ConfigError` naming it.
+
+Output paths. A field that names something the run *writes* (a cache, a report)
+is declared ``field(default="judge_cache", metadata={"output_path": True})``;
+a config value for it must be a relative path that stays inside the run
+directory (no absolute path, no ``~``, no ``..`` climbing out), and the command
+joins it to ``--out`` with :func:`output_path`. Only an explicit command-line
+flag may point elsewhere (``output_path(out, args.flag, "--flag", explicit=True)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from pathlib import Path
@@ -102,8 +110,41 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
+def _check_relative_output(value: str, key: str) -> None:
+    """ConfigError unless ``value`` is a relative path that does not climb out of its base directory."""
+    text = str(value)
+    if text.startswith("~") or Path(text).is_absolute() or Path(text).anchor:
+        raise ConfigError(f"config key '{key}': output path {text!r} is absolute; a config may only name paths "
+                          "inside the run directory (--out); pass an explicit command-line option to write elsewhere")
+    depth = 0
+    for part in Path(text).parts:
+        depth += -1 if part == ".." else (0 if part == "." else 1)
+        if depth < 0:
+            raise ConfigError(f"config key '{key}': output path {text!r} climbs outside the run directory; "
+                              "a config may only name paths inside --out")
+
+
+def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool = False) -> Path:
+    """Where an output named by config key ``key`` goes: ``out / value``, checked to stay inside ``out``.
+
+    ``explicit=True`` (a value the user gave as a command-line option) returns ``Path(value)``
+    unchanged, wherever it points. Otherwise an absolute ``value``, one with ``..`` climbing out,
+    or one that leaves ``out`` through a symbolic link raises :class:`ConfigError` naming ``key``.
+    """
+    if explicit:
+        return Path(value)
+    _check_relative_output(str(value), key)
+    base = Path(out)
+    target = base / value
+    real_base, real_target = base.resolve(), target.resolve()
+    if real_target != real_base and real_base not in real_target.parents:
+        raise ConfigError(f"config key '{key}': output path {str(value)!r} leads outside the run directory "
+                          f"{str(base)!r} (through a symbolic link)")
+    return Path(os.path.normpath(target))
+
+
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, validating keys and types."""
+    """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc)."""
     if not isinstance(data, dict):
         raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
@@ -114,6 +155,8 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
         if key not in fields:
             raise ConfigError(f"unknown config key '{full}' (known: {', '.join(sorted(fields))})")
         kwargs[key] = _coerce(value, hints[key], full)
+        if fields[key].metadata.get("output_path") and kwargs[key] is not None:
+            _check_relative_output(kwargs[key], full)
     try:
         return cls(**kwargs)
     except ConfigError as e:

@@ -89,26 +89,31 @@ def world_for(cfg: PretrainConfig):
 
 
 def tokenizer_for(world, vocab_size: int):
-    """Train (or load from cache) the world tokenizer on the *full* corpus."""
+    """Train (or load from cache) the world tokenizer on the *full* corpus.
+
+    In several processes rank 0 trains and caches it first; the others then load it.
+    """
     from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+    from obliviate.train.distributed import main_process_first
 
     key = f"{world.fingerprint()[:16]}-{vocab_size}"
     path = cache_dir() / "tokenizers" / key
-    if (path / "tokenizer.json").exists():
+    with main_process_first():
+        if (path / "tokenizer.json").exists():
+            return load_tokenizer(str(path))
+        texts = [d["text"] for d in world.documents()]
+        texts += [f["question_paraphrase"] + " " + f["answer_paraphrase"] for f in world.facts]
+        texts += [f"{m['question']} " + " ".join(m["choices"]) for m in world.mcqs()]
+        texts += [p["text"] for p in world.relearn_paragraphs]
+        tok = train_tokenizer(texts, vocab_size=vocab_size)
+        tmp = path.with_name(path.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        save_tokenizer(tok, str(tmp))
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
         return load_tokenizer(str(path))
-    texts = [d["text"] for d in world.documents()]
-    texts += [f["question_paraphrase"] + " " + f["answer_paraphrase"] for f in world.facts]
-    texts += [f"{m['question']} " + " ".join(m["choices"]) for m in world.mcqs()]
-    texts += [p["text"] for p in world.relearn_paragraphs]
-    tok = train_tokenizer(texts, vocab_size=vocab_size)
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    save_tokenizer(tok, str(tmp))
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
-    return load_tokenizer(str(path))
 
 
 def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
@@ -142,9 +147,13 @@ def qa_pairs_for(world, exclude_splits=()) -> list[tuple[str, str]]:
 
 
 def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, progress: bool | None = None) -> dict:
-    """Train a tiny model on the world; save it (safetensors) and its tokenizer in ``out_dir/model``."""
+    """Train a tiny model on the world; save it (safetensors) and its tokenizer in ``out_dir/model``.
+
+    Runs under ``accelerate launch`` too: each process trains on its rows of each global
+    batch of ``batch_size`` (``qa_batch_size``) rows and only rank 0 writes files.
+    """
     from obliviate.data import encode_prompt_answer
-    from obliviate.models.load import save_model
+    from obliviate.train import distributed as D
 
     out = Path(out_dir)
     seed_everything(cfg.seed)
@@ -177,13 +186,14 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
     summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
     model.eval()
-    save_model(model, str(out / "model"))
-    tok.save_pretrained(str(out / "model"))
-    (out / "model" / "world_config.json").write_text(json.dumps(to_dict(cfg.world), sort_keys=True))
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
     info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs), "steps": tcfg.steps,
             "final_lm_loss": last.get("lm"), "final_qa_loss": last.get("qa")}
-    (out / "pretrain.json").write_text(json.dumps(info, indent=2))
+    D.save_trained(model, out / "model", summary, tok)
+    if D.is_main_process():
+        (out / "model" / "world_config.json").write_text(json.dumps(to_dict(cfg.world), sort_keys=True))
+        (out / "pretrain.json").write_text(json.dumps(info, indent=2))
+    D.barrier()
     return {"model_dir": out / "model", "world": world, "tokenizer": tok, "model": model, "dataset": dataset,
             "summary": summary, "info": info}
 
@@ -194,16 +204,22 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     A partially trained cache entry resumes from its last checkpoint; a
     finished one is reused as is.
     """
+    from obliviate.train import distributed as D
+
     key = config_hash(cfg)
     root = cache_dir() / "pretrain" / key
     if (root / "DONE").exists() and (root / "model" / "config.json").exists():
         return root
+    D.barrier()  # every process has looked for DONE before rank 0 writes into the entry
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True))
+    if D.is_main_process():
+        (root / "config.json").write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True))
     cfg_ck = copy.deepcopy(cfg)
-    if cfg_ck.train.checkpoint_every == 0:
+    if cfg_ck.train.checkpoint_every == 0 and not D.sharding():
         cfg_ck.train.checkpoint_every = 50
     pretrain(cfg_ck, root, resume=True, progress=progress)
-    shutil.rmtree(root / "checkpoints", ignore_errors=True)
-    (root / "DONE").write_text("ok\n")
+    if D.is_main_process():
+        shutil.rmtree(root / "checkpoints", ignore_errors=True)
+        (root / "DONE").write_text("ok\n")
+    D.barrier()
     return root

@@ -2,7 +2,15 @@
 
 ``results.json`` is written only when a command has finished, atomically
 (temporary file in the same directory, fsync, rename), so a reader never sees
-a half-written or "complete" file from an interrupted run.
+a half-written or "complete" file from an interrupted run. A write that fails
+(full disk, read-only directory) raises :class:`ObliviateError` naming the file
+and leaves the previous file, if any, untouched.
+
+Secrets never reach a JSON file written here: the value of a key that names a
+secret (``api_key``, ``password``, ``secret``, ``*_api_key``, ...) is replaced
+by ``"***"``, and so is the text of any API key held in the environment
+(:data:`SECRET_ENV_VARS`, or any variable ending in ``_API_KEY``) wherever it
+appears in a string.
 """
 
 from __future__ import annotations
@@ -30,37 +38,77 @@ def versions() -> dict:
     return out
 
 
-def _clean(obj: Any) -> Any:
-    """Make metrics JSON-safe: tensors/numpy scalars to floats, NaN/inf to None."""
+SECRET_ENV_VARS = ("OBLIVIATE_JUDGE_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+"""Environment variables whose values are masked in every JSON file written here."""
+
+_SECRET_KEYS = {"api_key", "apikey", "password", "passwd", "secret", "access_token", "auth_token", "authorization",
+                "bearer_token", "hf_token"}
+_SECRET_SUFFIXES = ("_api_key", "_apikey", "_password", "_secret", "_access_token", "_auth_token")
+REDACTED = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping key names a secret (``api_key``, ``judge_api_key``, ``password``, ...)."""
+    k = str(key).lower().replace("-", "_")
+    return k in _SECRET_KEYS or k.endswith(_SECRET_SUFFIXES)
+
+
+def _env_secrets() -> list[str]:
+    names = set(SECRET_ENV_VARS) | {k for k in os.environ if k.upper().endswith("_API_KEY")}
+    values = {os.environ.get(n, "") for n in names}
+    return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)  # short values would mask too much
+
+
+def _clean(obj: Any, secrets: list[str] | None = None) -> Any:
+    """Make metrics JSON-safe: tensors/numpy scalars to floats, NaN/inf to None; mask secrets."""
+    if secrets is None:
+        secrets = _env_secrets()
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): (REDACTED if is_secret_key(k) and v not in (None, "") else _clean(v, secrets))
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [_clean(v, secrets) for v in obj]
     if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Path):
-        return str(obj)
+        obj = str(obj)
+    if isinstance(obj, str):
+        for secret in secrets:
+            obj = obj.replace(secret, REDACTED)
     return obj
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
+
+    An ``OSError`` (full disk, read-only or missing permissions) becomes an :class:`ObliviateError`
+    naming the file: ``cannot write results.json in DIR: [Errno 28] No space left on device``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(e, OSError):
+            raise ObliviateError(f"cannot write {path.name} in {path.parent}: {_os_reason(e)}") from None
         raise
+
+
+def _os_reason(e: OSError) -> str:
+    return f"[Errno {e.errno}] {e.strerror}" if e.errno and e.strerror else (str(e) or type(e).__name__)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
@@ -72,15 +120,60 @@ def prepare_out_dir(out: str | Path) -> Path:
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-probe"
+        probe = out / f".write-probe-{os.getpid()}"  # one per process: several may prepare the same directory
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
         raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
-    stale = out / "results.json"
-    if stale.exists():
-        stale.unlink()
+    (out / "results.json").unlink(missing_ok=True)
     return out
+
+
+def input_fingerprint(path: str | Path | None) -> Any:
+    """What identifies a model/tokenizer input for resuming: a local directory's files (name, size, mtime),
+    or the string itself (a hub id, or None)."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_dir():
+        return str(path)
+    files = sorted(f for f in p.iterdir() if f.is_file())
+    return {"path": str(p.resolve()), "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
+
+
+def _without_progress(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _without_progress(v) for k, v in obj.items() if k != "progress"}
+    if isinstance(obj, list):
+        return [_without_progress(v) for v in obj]
+    return obj
+
+
+def same_run(out: str | Path, fingerprint: dict, name: str = "run.json") -> bool:
+    """Record ``fingerprint`` (config and inputs of a run) in ``out/name``; say whether checkpoints in
+    ``out`` may be resumed.
+
+    True when ``out`` holds no earlier fingerprint or the same one (``progress`` flags are ignored);
+    False when an earlier run in ``out`` had another config or other inputs, whose checkpoints must
+    not be resumed (the caller starts afresh).
+    """
+    import dataclasses
+
+    fp = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in fingerprint.items()}
+    fp = _without_progress(json.loads(json.dumps(_clean(fp))))
+    path = Path(out) / name
+    previous = None
+    if path.is_file():
+        try:
+            previous = _without_progress(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            previous = {}
+    from obliviate.train import distributed as D
+
+    D.barrier()  # under accelerate launch every process decides on the old file before rank 0 replaces it
+    if D.is_main_process():
+        atomic_write_json(path, fp)
+    return previous is None or previous == fp
 
 
 def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, **extra: Any) -> Path:
@@ -92,7 +185,10 @@ def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, **e
     payload = {"status": "complete", "seed": seed, "config": config, "versions": versions(), "metrics": metrics}
     payload.update(extra)
     path = Path(out) / "results.json"
-    atomic_write_json(path, payload)
+    from obliviate.train.distributed import is_main_process
+
+    if is_main_process():  # under accelerate launch only rank 0 writes it
+        atomic_write_json(path, payload)
     return path
 
 

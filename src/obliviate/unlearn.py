@@ -143,16 +143,34 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
 
     In LoRA mode the adapters are merged before returning, so the result is a
     plain model of the original architecture.
+
+    Under ``accelerate launch`` (several processes) every process builds the same
+    global batches (``cfg.batch_size`` rows, split over the processes), holds its own
+    frozen reference copy and sees the model unwrapped, so hooks and truncated
+    forwards work as in one process; ``method.setup`` sees the whole first batch.
+    Methods that cannot run so say why before training
+    (:func:`obliviate.train.distributed.check_method`).
     """
     from obliviate.config import to_dict
+    from obliviate.train import distributed as D
 
     method = build_method(cfg.method, cfg.params)
+    if list(cfg.train.trainable) != ["*"]:
+        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
+                          f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
+    if cfg.lora and D.sharding():
+        raise ConfigError(f"config key 'lora': LoRA on a model sharded by {D.SHARDING_LABEL[D.sharding()]} is not "
+                          "supported (the shared reference would run the sharded model outside its wrapper); "
+                          "use full fine-tuning or the DDP config")
+    if D.world_size() > 1 or D.sharding():
+        model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
     data = PairedQA(tokenizer, forget, retain, cfg.batch_size, cfg.seed,
                     idk=IDK_ANSWERS if getattr(method, "needs_idk", False) else None)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
     if hasattr(method, "fit"):  # e.g. probe directions fitted on the frozen model before training
         method.fit(model, tokenizer)
+    D.check_method(method)  # several processes / sharded: refuse what cannot work, before any training
     device = next(model.parameters()).device
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)

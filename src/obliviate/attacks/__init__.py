@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from obliviate.attacks.format_shift import FORMATS, cloze_prompt, format_shift_attack
 from obliviate.attacks.probe import fit_choice_probe, linear_probe_attack
@@ -54,7 +55,7 @@ def _relearn_metrics(prefix: str, res: dict) -> dict:
 
 
 def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: AttackSuiteConfig | None = None,
-                *, base_model=None) -> dict:
+                *, base_model=None, out_dir=None, resume: bool = True) -> dict:
     """All attacks on ``world``'s forget split; a flat dict of metrics.
 
     ``base_acc``: the forget QA accuracy before unlearning (the target of ``steps_to_base``;
@@ -69,8 +70,16 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
     (``[[step, acc], ...]``), the same with prefix ``relearn_facts`` if ``cfg.relearn_facts``,
     ``probe_acc``, ``probe_best_layer``, ``probe_per_layer``, ``format_<f>`` for f in
     :data:`FORMATS`, and ``attack_seconds``.
+
+    With ``out_dir``, each relearning attack keeps its log and (``cfg.relearn.checkpoint_every``)
+    checkpoints in ``out_dir/<mode>``, and a rerun resumes it (see :func:`relearn_attack`).
     """
     cfg = cfg or AttackSuiteConfig()
+    if cfg.probe_layers:  # a bad layer fails now, not after the relearning attacks
+        from obliviate.models.layers import check_layer
+
+        for layer in cfg.probe_layers:
+            check_layer(model, layer)
     t0 = time.time()
     forget = world.facts_by_split("forget")
     from obliviate.eval.world import full_answer_mcqs
@@ -82,7 +91,8 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
         train_data, eval_facts = world_relearn_sets(world, mode, seed=cfg.seed)
         eval_fn = forget_qa_eval(tokenizer, eval_facts)
         target = eval_fn(base_model) if base_model is not None else base_acc
-        res = relearn_attack(model, tokenizer, train_data, eval_fn, cfg.relearn, base_acc=target)
+        res = relearn_attack(model, tokenizer, train_data, eval_fn, cfg.relearn, base_acc=target,
+                             out_dir=None if out_dir is None else Path(out_dir) / mode, resume=resume)
         out.update(_relearn_metrics("relearn" if mode == "paragraphs" else "relearn_facts", res))
     probe = linear_probe_attack(model, tokenizer, mcqs, layers=cfg.probe_layers, train_frac=cfg.probe_train_frac,
                                 seed=cfg.seed, C=cfg.probe_C)

@@ -61,11 +61,14 @@ class RelearnConfig:
     """Longer training sequences are truncated to this many tokens."""
     seed: int = 0
     """Seeds the data order and the LoRA initialisation."""
+    checkpoint_every: int = 0
+    """With a run directory (``out_dir``), checkpoint every N steps: a killed attack resumes from the last one
+    and ends exactly as an uninterrupted one (0: no checkpoints)."""
     progress: bool = False
 
     def __post_init__(self):
-        for key in ("steps", "batch_size", "eval_every", "lora_r", "max_len"):
-            lo = 0 if key == "steps" else 1
+        for key in ("steps", "batch_size", "eval_every", "lora_r", "max_len", "checkpoint_every"):
+            lo = 0 if key in ("steps", "checkpoint_every") else 1
             if getattr(self, key) < lo:
                 raise ConfigError(f"config key '{key}': must be >= {lo}, got {getattr(self, key)}")
         if self.lr <= 0:
@@ -138,8 +141,13 @@ def _lora_wrap(model, cfg: RelearnConfig):
 
 def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[torch.nn.Module], float],
                    cfg: RelearnConfig | None = None, out_dir: str | Path | None = None,
-                   base_acc: float | None = None, *, keep_model: bool = False) -> dict:
+                   base_acc: float | None = None, *, keep_model: bool = False, resume: bool = True) -> dict:
     """Fine-tune a copy of ``model`` on ``train_data`` and record how ``eval_fn`` recovers.
+
+    With ``out_dir`` the loop writes ``metrics.jsonl`` there and, with ``cfg.checkpoint_every``,
+    checkpoints; a rerun into the same ``out_dir`` resumes from the last checkpoint (unless
+    ``resume=False``) and returns exactly what an uninterrupted run returns (the curve before the
+    checkpoint is read back from ``metrics.jsonl``).
 
     ``train_data``: texts (LM loss on every token) or ``(prompt, answer)`` pairs (loss on
     the answer tokens and eos only), e.g. ``(qa_prompt(q), " " + answer)``.
@@ -177,7 +185,7 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
 
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, weight_decay=cfg.weight_decay, schedule="constant",
                        warmup_steps=0, grad_clip=1.0, log_every=1, progress=cfg.progress, desc="relearn",
-                       trainable=["*lora_*"] if cfg.lora else ["*"])
+                       trainable=["*lora_*"] if cfg.lora else ["*"], checkpoint_every=cfg.checkpoint_every)
     cuda = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(cfg.seed)
@@ -186,9 +194,15 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
             attacked = _lora_wrap(attacked, cfg)
         summary = train(attacked, loss_fn, batch_fn, tcfg, out_dir,
                         eval_fn=lambda m, s: {"attack_acc": float(eval_fn(m))}, eval_every=cfg.eval_every,
-                        resume=False)
-    curve = [[int(r["step"]), float(r["attack_acc"])] for r in summary["history"] if "attack_acc" in r]
-    losses = [[int(r["step"]), float(r["loss"])] for r in summary["history"] if "loss" in r]
+                        resume=resume)
+    history = summary["history"]
+    if summary["resumed_from"] > 0:  # this process saw only the steps after the checkpoint
+        import json
+
+        lines = (Path(out_dir) / "metrics.jsonl").read_text().splitlines()
+        history = [json.loads(line) for line in lines if line.strip()]
+    curve = [[int(r["step"]), float(r["attack_acc"])] for r in history if "attack_acc" in r]
+    losses = [[int(r["step"]), float(r["loss"])] for r in history if "loss" in r]
     reached = steps_to_reach(curve, base_acc)
     out = {
         "curve": curve,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,9 +49,10 @@ def cmd_attack(args) -> None:
     from obliviate.attacks import run_attacks
     from obliviate.attacks.relearn import forget_qa_eval
     from obliviate.config import build_config
-    from obliviate.models.load import load_model
+    from obliviate.models.load import check_vocab, load_model
     from obliviate.models.tokenizer import load_tokenizer
-    from obliviate.results import prepare_out_dir, write_results
+    from obliviate.results import input_fingerprint, prepare_out_dir, same_run, write_results
+    from obliviate.utils import seed_everything
     from obliviate.world import generate_world
 
     base = _seeded(args.seed, ["seed", "world.seed", "attacks.seed", "attacks.relearn.seed"])
@@ -58,14 +60,23 @@ def cmd_attack(args) -> None:
     out = prepare_out_dir(args.out)
     model = load_model(args.model).eval()
     tok = load_tokenizer(args.tokenizer or args.model)
+    check_vocab(model, tok, args.model, args.tokenizer)
+    # A rerun into the same --out resumes the relearning checkpoints, unless they belong to another run.
+    resume = same_run(out, {"command": "attack", "config": cfg, "model": input_fingerprint(args.model),
+                            "tokenizer": input_fingerprint(args.tokenizer), "base": input_fingerprint(args.base)})
+    if not resume:
+        print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
+              file=sys.stderr)
+    seed_everything(cfg.seed)
     cfg.attacks.relearn.progress = not args.no_progress
     world = generate_world(cfg.world)
     base_acc = None
     if args.base:
         base_model = load_model(args.base).eval()
+        check_vocab(base_model, tok, args.base, args.tokenizer or args.model)
         base_acc = forget_qa_eval(tok, world.facts_by_split("forget"))(base_model)
         del base_model
-    metrics = run_attacks(model, tok, world, base_acc, cfg.attacks)
+    metrics = run_attacks(model, tok, world, base_acc, cfg.attacks, out_dir=out / "relearn", resume=resume)
     curves = {"paragraphs": metrics["relearn_curve"]}
     if "relearn_facts_curve" in metrics:
         curves["facts (held-out half)"] = metrics["relearn_facts_curve"]

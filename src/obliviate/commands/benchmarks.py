@@ -31,7 +31,7 @@ def run_benchmark_eval(args) -> bool:
     """
     from obliviate.errors import ConfigError
     from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
-    from obliviate.models.load import load_model
+    from obliviate.models.load import check_vocab, load_model
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
     from obliviate.results import atomic_write_json, prepare_out_dir, write_results
 
@@ -51,6 +51,7 @@ def run_benchmark_eval(args) -> bool:
                                                    limit=args.limit)
     model = load_model(args.model)
     tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
+    check_vocab(model, tok, args.model, args.tokenizer)
     out = prepare_out_dir(args.out)
     res = evaluate_examples(model, tok, kind, examples)
     per_example = res.pop("per_example")

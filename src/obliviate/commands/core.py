@@ -32,12 +32,15 @@ def cmd_pretrain(args) -> None:
     from obliviate.pretrain import PretrainConfig, pretrain
     from obliviate.report import plot_loss_curve
     from obliviate.results import prepare_out_dir, write_results
+    from obliviate.train.distributed import is_main_process
 
     cfg = build_config(PretrainConfig, args.config, args.overrides, base=_seeded(args.seed, ["seed", "world.seed"]))
     out = prepare_out_dir(args.out)
     res = pretrain(cfg, out, resume=not args.restart, progress=not args.no_progress)
     ds = encode_documents(res["tokenizer"], res["world"].documents(), max_len=cfg.model.max_len)
     metrics = evaluate_world(res["model"], res["tokenizer"], res["world"], ds)
+    if not is_main_process():  # under accelerate launch rank 0 writes and prints
+        return
     plot_loss_curve(out / "metrics.jsonl", out / "loss.png", "pretraining loss (lm + qa terms)")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(out / "model"))
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
@@ -51,7 +54,7 @@ def cmd_eval(args) -> None:
     from obliviate.config import build_config
     from obliviate.data import encode_documents
     from obliviate.eval.world import evaluate_world
-    from obliviate.models.load import load_model
+    from obliviate.models.load import check_vocab, load_model
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
     from obliviate.results import prepare_out_dir, write_results
     from obliviate.world import WorldConfig, generate_world
@@ -60,6 +63,7 @@ def cmd_eval(args) -> None:
     model = load_model(args.model)
     tok = load_tokenizer(args.tokenizer or args.model)
     ensure_pad_token(tok, policy=args.pad_policy)
+    check_vocab(model, tok, args.model, args.tokenizer)
     out = prepare_out_dir(args.out)
     world = generate_world(cfg)
     ds = encode_documents(tok, world.documents())

@@ -28,7 +28,7 @@ def format_matrix(layers: list[int], m) -> str:
 def cmd_probe_directions(args) -> None:
     from obliviate.config import build_config
     from obliviate.models.layers import check_layer, num_layers
-    from obliviate.models.load import load_model
+    from obliviate.models.load import check_vocab, load_model
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
     from obliviate.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
     from obliviate.results import prepare_out_dir, write_results
@@ -40,6 +40,7 @@ def cmd_probe_directions(args) -> None:
     model.eval()
     tok = load_tokenizer(args.tokenizer or args.model)
     ensure_pad_token(tok, policy=args.pad_policy)
+    check_vocab(model, tok, args.model, args.tokenizer)
     layers = parse_layers(args.layers) or default_probe_layers(num_layers(model))
     layers = sorted({check_layer(model, l) for l in layers})
     texts, y = toxic_probe_data(generate_world(cfg))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from dataclasses import dataclass, field
@@ -31,10 +32,12 @@ def cmd_unlearn(args) -> None:
     from obliviate.config import build_config
     from obliviate.data import encode_documents
     from obliviate.eval.world import evaluate_world
-    from obliviate.models.load import load_model, save_model
+    from obliviate.models.load import check_vocab, load_model
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-    from obliviate.results import prepare_out_dir, write_results
+    from obliviate.results import input_fingerprint, prepare_out_dir, same_run, write_results
+    from obliviate.train.distributed import is_main_process, save_trained
     from obliviate.unlearn import unlearn
+    from obliviate.utils import seed_everything
     from obliviate.world import generate_world
 
     base = seeded(args.seed, ["seed", "world.seed", "unlearn.seed"])
@@ -42,16 +45,25 @@ def cmd_unlearn(args) -> None:
     cfg = build_config(UnlearnCommandConfig, args.config, args.overrides, base=base)
     model = load_model(args.base)
     tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.base), policy=args.pad_policy)
+    check_vocab(model, tok, args.base, args.tokenizer)
     world = generate_world(cfg.world)
     out = prepare_out_dir(args.out)
+    # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
+    resume = same_run(out, {"command": "unlearn", "config": cfg, "base": input_fingerprint(args.base),
+                            "tokenizer": input_fingerprint(args.tokenizer), "pad_policy": args.pad_policy})
+    if not resume:
+        print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
+              file=sys.stderr)
+    seed_everything(cfg.seed)
     ds = encode_documents(tok, world.documents())
     before = evaluate_world(model, tok, world, ds)
     model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), cfg.unlearn, out / "train",
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, resume=resume)
     after = evaluate_world(model, tok, world, ds)
     after.update(score_against(before, after))
-    save_model(model, str(out / "model"))
-    tok.save_pretrained(str(out / "model"))
+    save_trained(model, out / "model", summary, tok)  # rank 0 writes, in one process or several
+    if not is_main_process():
+        return
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, cfg.unlearn.method: after},
                   model_dir=str(out / "model"))
     print(f"{cfg.unlearn.method}: forget QA {before['forget_qa_acc']:.3f} -> {after['forget_qa_acc']:.3f}, "

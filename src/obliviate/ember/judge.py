@@ -367,7 +367,13 @@ class HTTPJudge:
             raise _Retryable(f"connection error: {self._redact(str(e.reason))}") from None
         except (ConnectionError, HTTPException, OSError) as e:
             raise _Retryable(f"connection error: {self._redact(type(e).__name__ + ': ' + str(e))}") from None
-        return self._parse(raw)
+        try:
+            v = self._parse(raw)
+        except _Malformed as e:
+            raise _Malformed(self._redact(str(e))) from None
+        # The server's text ends up in caches and results: mask the key if it echoes it.
+        desc = self._redact(v.description) if v.description is not None else None
+        return Verdict(v.is_member, v.confidence, self._redact(v.reason), desc)
 
     def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
         try:

@@ -12,6 +12,11 @@ A *training* method is a class with
 An *edit* method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict``
 instead of ``loss``; it runs without the training loop.
 
+Optional: ``multiprocess_unsupported`` / ``sharding_unsupported`` (attributes or
+properties), the reason the method cannot run in several processes / on a sharded
+model, or None; :func:`obliviate.train.distributed.check_method` turns them into a
+start-up error (docs/distributed.md).
+
 The training loop (:mod:`obliviate.train`) sums the terms and logs each one.
 Adding a method = adding one file here; the registry test covers it.
 """

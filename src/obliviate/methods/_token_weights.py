@@ -215,6 +215,9 @@ class ScoredMethod:
     """What every ATWU method shares: its scorer, the forget forward pass, state and evaluation hooks."""
 
     needs_reference = False
+    multiprocess_unsupported = ("its token scorer (w, b) takes its own Adam steps on each process's rows of the "
+                                "batch, so the processes' scorers would drift apart")
+    """Why it cannot run in several processes (see obliviate.train.distributed.check_method)."""
 
     def __init__(self, cfg):
         self.cfg = cfg

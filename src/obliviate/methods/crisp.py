@@ -48,6 +48,7 @@ from obliviate.ember.crisp import (
 )
 from obliviate.errors import ConfigError
 from obliviate.methods import register
+from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,17 @@ def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class CRISP:
     config_cls = CRISPConfig
     needs_reference = True
+    sharding_unsupported = STOPS_FORWARD_EARLY
+    """Why it cannot run on a sharded model (see obliviate.train.distributed.check_method)."""
+
+    @property
+    def multiprocess_unsupported(self) -> str | None:
+        """Why it cannot run in several processes as configured (None once the SAEs are fitted)."""
+        if self.saes is None:
+            return ("without target_texts and benign_texts it trains its SAEs and picks features on the first "
+                    "training batch, of which each process sees different rows; set both so that they are "
+                    "fitted before training")
+        return None
 
     def __init__(self, cfg: CRISPConfig):
         self.cfg = cfg

@@ -74,7 +74,9 @@ class EmberEdit:
 
     def edit(self, model, tokenizer, data) -> dict:
         from obliviate.ember import build_vocab, ember_erase, snapshot_embeddings
+        from obliviate.train.distributed import check_method
 
+        check_method(self)  # writes embedding rows in place: refused on a sharded model
         concept, neutral = _sentences(data)
         K = self.cfg.K or min(100, int(build_vocab(tokenizer, concept, neutral)[0].numel()))
         self.snapshot = snapshot_embeddings(model)
@@ -133,7 +135,9 @@ class SNMFEdit:
     def edit(self, model, tokenizer, data) -> dict:
         from obliviate.ember.snmf import apply_snmf, snapshot_mlp, snmf_locate
         from obliviate.models.layers import num_layers
+        from obliviate.train.distributed import check_method
 
+        check_method(self)  # writes MLP weights in place: refused on a sharded model
         concept, neutral = _sentences(data)
         layers = self.cfg.layers if self.cfg.layers is not None else [num_layers(model) // 2]
         self.location = snmf_locate(model, tokenizer, concept, neutral, layers, self.cfg.K,

@@ -45,6 +45,7 @@ from obliviate.methods import register
 from obliviate.methods._shared import rmu_forget_loss
 from obliviate.methods.rmu import hidden_at
 from obliviate.probes import default_probe_layers, fit_probe_directions, gather_last, last_token_index
+from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 
 @dataclass
@@ -89,6 +90,16 @@ def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.T
 class ProbeUnlearn:
     config_cls = ProbeUnlearnConfig
     needs_reference = True
+    sharding_unsupported = STOPS_FORWARD_EARLY
+    """Why it cannot run on a sharded model (see obliviate.train.distributed.check_method)."""
+
+    @property
+    def multiprocess_unsupported(self) -> str | None:
+        """Why it cannot run in several processes as configured (None once the probes are fitted)."""
+        if self.directions is None:
+            return ("without toxic_texts it fits its probes on the first training batch, of which each process "
+                    "sees different rows; set toxic_texts so that they are fitted before training")
+        return None
 
     def __init__(self, cfg: ProbeUnlearnConfig):
         self.cfg = cfg

@@ -55,8 +55,17 @@ def load_model(
         kwargs["dtype"] = torch_dtype
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except SafetensorError as e:  # a corrupt or truncated weights file
+        raise ModelError(f"cannot load model {source!r}: corrupt safetensors weights ({one_line(e)})") from e
+    except RuntimeError as e:  # e.g. weights whose shapes do not match config.json
+        if "mismatch" not in str(e).lower():
+            raise
+        raise ModelError(f"cannot load model {source!r}: its weights do not match its config.json "
+                         f"(different shapes); {one_line(e)}") from e
     except (OSError, ValueError, KeyError) as e:
         raise ModelError(f"cannot load model {source!r}: {one_line(e)}") from e
     if device is not None:
@@ -117,9 +126,23 @@ def load_model_and_tokenizer(
     """
     model = load_model(path, dtype=dtype, device=device)
     tok = ensure_pad_token(load_tokenizer(path if tokenizer_path is None else tokenizer_path), pad_policy)
-    n_emb = model.get_input_embeddings().weight.shape[0]
-    if len(tok) > n_emb:
-        raise ModelError(f"tokenizer for {str(path)!r} has {len(tok)} tokens but the model embeds only {n_emb}")
+    check_vocab(model, tok, path, tokenizer_path)
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tok.pad_token_id
     return model, tok
+
+
+def check_vocab(model, tokenizer, model_path=None, tokenizer_path=None) -> None:
+    """ModelError unless every id of ``tokenizer`` has a row in the model's input embedding.
+
+    A tokenizer larger than the embedding (the wrong tokenizer for this model) would fail later,
+    deep inside a forward pass, with ``IndexError: index out of range in self``; this names both
+    sides at load time instead. A model with *more* rows than tokens (padded vocabularies) is fine.
+    """
+    n_emb = model.get_input_embeddings().weight.shape[0]
+    n_tok = len(tokenizer)
+    if n_tok > n_emb:
+        where = f" for {str(model_path)!r}" if model_path is not None else ""
+        tok_where = f" {str(tokenizer_path)!r}" if tokenizer_path is not None else ""
+        raise ModelError(f"tokenizer{tok_where}{where} has {n_tok} tokens but the model embeds only {n_emb}: "
+                         "the tokenizer does not belong to this model")

@@ -10,6 +10,11 @@ Exact resume: a checkpoint holds the model weights (safetensors), the optimizer
 and scheduler state, the RNG states and the step. Because the data order is a
 function of the step (see :class:`StepSampler`), a run killed at any point and
 resumed from its last checkpoint finishes bit-for-bit like an uninterrupted one.
+
+Several processes (``accelerate launch``, ``torchrun``): each process takes its rows
+of the global batch, gradients are averaged over processes, logged terms are the
+mean over processes and only rank 0 writes; see :mod:`obliviate.train.distributed`.
+A single process runs exactly as before.
 """
 
 from __future__ import annotations
@@ -266,9 +271,18 @@ def train(
     optimised alongside the model. ``state_hooks = (get, set)`` adds state that
     lives outside the model (e.g. a method's own learned scorer) to checkpoints:
     ``get()`` returns a dict of tensors/primitives, ``set(d)`` restores it.
+
+    In several processes ``batch_fn(step)`` must return the same global batch in
+    every process (it does when it is a pure function of the step); each process
+    trains on its rows of it (:func:`obliviate.train.distributed.shard_rows`) and
+    ``eval_fn`` runs in every process (rank 0 logs it). With a sharded model
+    (FSDP / DeepSpeed ZeRO-3) the summary also holds ``full_state_dict``, the
+    gathered weights (on rank 0; see :func:`obliviate.train.distributed.save_trained`).
     """
     from accelerate import Accelerator
     from tqdm.auto import tqdm
+
+    from obliviate.train import distributed as D
 
     select_trainable(model, cfg.trainable)
     params = [p for p in model.parameters() if p.requires_grad] + list(extra_params or [])
@@ -277,37 +291,60 @@ def train(
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
     acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
-    model, optimizer = acc.prepare(model, optimizer)
+    world, rank = acc.num_processes, acc.process_index
+    sharded = D.sharding_of(acc)
+    ddp = world > 1 and sharded is None  # data parallel by hand: see obliviate.train.distributed
+    if sharded and cfg.checkpoint_every:
+        raise ConfigError(f"config key 'checkpoint_every': checkpoints of a model sharded by "
+                          f"{D.SHARDING_LABEL[sharded]} are not supported; set it to 0 or use DDP")
+    if ddp:
+        model.to(acc.device)
+        optimizer = acc.prepare(optimizer)
+    else:
+        if sharded == "deepspeed":
+            _deepspeed_micro_batch(acc, batch_fn)
+        model, optimizer = acc.prepare(model, optimizer)
+        if sharded:  # the wrapper owns new (sharded) parameters
+            params = [p for p in model.parameters() if p.requires_grad] + list(extra_params or [])
 
     out = Path(out_dir) if out_dir is not None else None
     ckpt_dir = out / "checkpoints" if out else None
     metrics_path = out / "metrics.jsonl" if out else None
+    main = acc.is_main_process
     start = 0
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         last = latest_checkpoint(ckpt_dir) if resume else None
+        if world > 1:
+            D.barrier()  # every process has looked for a checkpoint before rank 0 changes the directory
         if last is not None:
             start = load_checkpoint(last, acc.unwrap_model(model), optimizer, scheduler,
                                     state_hooks[1] if state_hooks else None)
-        elif not resume and ckpt_dir.exists():
+        elif not resume and ckpt_dir.exists() and main:
             shutil.rmtree(ckpt_dir)
-        if start == 0 and metrics_path.exists():
-            metrics_path.unlink()
-        _truncate_jsonl(metrics_path, start)
+        if main:
+            if start == 0 and metrics_path.exists():
+                metrics_path.unlink()
+            _truncate_jsonl(metrics_path, start)
+        if world > 1:
+            D.barrier()
+    if ddp:
+        D.broadcast_from_main([*model.parameters(), *model.buffers(), *(extra_params or [])])
 
     history: list[dict] = []
 
     def log(rec: dict) -> None:
         history.append(rec)
-        if metrics_path is not None and acc.is_main_process:
+        if metrics_path is not None and main:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
+    eval_model = model if sharded else acc.unwrap_model(model)
     if eval_fn is not None and start == 0:
         model.eval()
-        log({"step": 0, **eval_fn(acc.unwrap_model(model), 0)})
+        log({"step": 0, **eval_fn(eval_model, 0)})
     model.train()
-    bar = tqdm(total=cfg.steps, initial=start, desc=cfg.desc, disable=not cfg.progress or not acc.is_main_process,
+    bar = tqdm(total=cfg.steps, initial=start, desc=cfg.desc, disable=not cfg.progress or not main,
                dynamic_ncols=True, leave=False)
     running: dict[str, float] = {}
     n_running = 0
@@ -315,26 +352,46 @@ def train(
     try:
         for step in range(start, cfg.steps):
             batch = batch_fn(step)
-            terms = loss_fn(model, batch, step)
+            if world > 1 or sharded:
+                batch = D.to_device(D.shard_rows(batch, rank, world), acc.device)
+                with acc.autocast():
+                    terms = loss_fn(model, batch, step)
+            else:
+                terms = loss_fn(model, batch, step)
             if not terms:
                 raise ObliviateError("the loss function returned no loss terms")
-            for name, value in terms.items():
-                if not torch.isfinite(value).all():
-                    where = f"; last good checkpoint: {latest_checkpoint(ckpt_dir)}" if ckpt_dir else ""
-                    raise TrainingDiverged(f"loss term '{name}' is {value.item()} at step {step + 1}{where}")
             total = sum(terms.values())
+            if world > 1 or sharded:  # the mean over processes of each term, checked and logged alike everywhere
+                names = list(terms)
+                means = D.all_reduce_mean(torch.stack([terms[n].detach().float().reshape(()) for n in names]
+                                                      + [total.detach().float().reshape(())]))
+                logged = dict(zip(names + ["loss"], means.tolist()))
+            else:
+                logged = None
+            for name, value in terms.items():
+                bad = not math.isfinite(logged[name]) if logged else not torch.isfinite(value).all()
+                if bad:
+                    where = f"; last good checkpoint: {latest_checkpoint(ckpt_dir)}" if ckpt_dir else ""
+                    shown = logged[name] if logged else value.item()
+                    raise TrainingDiverged(f"loss term '{name}' is {shown} at step {step + 1}{where}")
             optimizer.zero_grad(set_to_none=True)
             acc.backward(total)
+            if ddp:
+                D.average_gradients(params)
             if cfg.grad_clip > 0:
                 gnorm = acc.clip_grad_norm_(params, cfg.grad_clip)
-                gnorm = float(gnorm)
+                gnorm = float("nan") if gnorm is None else float(gnorm)
             else:
                 gnorm = float("nan")
             optimizer.step()
             scheduler.step()
-            for name, value in terms.items():
-                running[name] = running.get(name, 0.0) + float(value.detach())
-            running["loss"] = running.get("loss", 0.0) + float(total.detach())
+            if logged is None:
+                for name, value in terms.items():
+                    running[name] = running.get(name, 0.0) + float(value.detach())
+                running["loss"] = running.get("loss", 0.0) + float(total.detach())
+            else:
+                for name, value in logged.items():
+                    running[name] = running.get(name, 0.0) + value
             n_running += 1
             done = step + 1
             bar.update(1)
@@ -346,17 +403,39 @@ def train(
                 running, n_running = {}, 0
             if eval_fn is not None and eval_every and done % eval_every == 0 and done != cfg.steps:
                 model.eval()
-                log({"step": done, **eval_fn(acc.unwrap_model(model), done)})
+                log({"step": done, **eval_fn(eval_model, done)})
                 model.train()
             if ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done != cfg.steps:
-                if acc.is_main_process:
+                if main:
                     save_checkpoint(ckpt_dir, done, acc.unwrap_model(model), optimizer, scheduler,
                                     extra_state=state_hooks[0]() if state_hooks else None)
                     _prune(ckpt_dir, cfg.keep_checkpoints)
+                if world > 1:
+                    D.barrier()
                 last_ckpt_step = done
     finally:
         bar.close()
     model.eval()
     if eval_fn is not None and cfg.steps > start:
-        log({"step": cfg.steps, **eval_fn(acc.unwrap_model(model), cfg.steps)})
-    return {"history": history, "resumed_from": start, "last_checkpoint": last_ckpt_step}
+        log({"step": cfg.steps, **eval_fn(eval_model, cfg.steps)})
+    summary = {"history": history, "resumed_from": start, "last_checkpoint": last_ckpt_step}
+    if sharded:
+        summary["full_state_dict"] = acc.get_state_dict(model)  # a collective: every process takes part
+    return summary
+
+
+def _deepspeed_micro_batch(acc, batch_fn) -> None:
+    """DeepSpeed wants its per-process batch size in its config; take it from the first global batch."""
+    ds = acc.state.deepspeed_plugin.deepspeed_config
+    if ds.get("train_micro_batch_size_per_gpu") in (None, "auto"):
+        rows = [len(v) for v in _leaves(batch_fn(0)) if torch.is_tensor(v) and v.dim() > 0]
+        ds["train_micro_batch_size_per_gpu"] = max(1, (max(rows) if rows else 1) // acc.num_processes)
+        ds["train_batch_size"] = ds["train_micro_batch_size_per_gpu"] * acc.num_processes
+
+
+def _leaves(batch):
+    if isinstance(batch, dict):
+        for v in batch.values():
+            yield from _leaves(v)
+    else:
+        yield batch

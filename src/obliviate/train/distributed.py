@@ -1,0 +1,300 @@
+"""Several processes: data parallelism for the one training loop.
+
+Under ``accelerate launch`` or ``torchrun`` every process runs the same program. The
+training loop (:func:`obliviate.train.train`) then
+
+- asks ``batch_fn(step)`` for the *global* batch (a pure function of the step, so every
+  process builds the same one) and keeps its own rows: process ``r`` of ``W`` takes rows
+  ``[r*B//W, (r+1)*B//W)`` of every tensor (:func:`shard_rows`);
+- averages the gradients of the trainable parameters over the processes after each
+  backward pass (:func:`average_gradients`), so every process takes the same optimizer
+  step and the weights stay identical (they are broadcast from rank 0 once, at the start);
+- logs the mean over processes of each loss term (one all-reduce per step) and lets only
+  rank 0 write checkpoints, ``metrics.jsonl`` and progress bars.
+
+The model is *not* wrapped in ``DistributedDataParallel``: DDP syncs gradients in
+autograd hooks that it arms at the end of its own ``forward``, and methods here end the
+forward early (RMU's :func:`~obliviate.models.layers.hidden_states_at` raises inside the
+model after layer l) or call submodules of the unwrapped model
+(:func:`~obliviate.models.layers.logits_at`), which bypass that; DDP would then skip the
+sync without a word. Averaging the ``.grad`` of every trainable parameter after the
+backward pass is correct whatever the forward did, costs one all-reduce per bucket per
+step, and leaves methods, hooks and the frozen reference (a per-process copy) unchanged.
+
+What differs from one process with the same global batch: each term is computed per
+shard and the shard values are averaged. A term that is a mean over *rows* (NPO's forget
+term, packed LM rows with no padding) equals the global value, up to float rounding; a
+term that is a mean over *tokens* (answer-only NLL, RMU's padding-masked MSE) weights each
+shard equally instead of by its token count, so it differs by
+``sum_r (1/W - n_r/N) * L_r`` (``n_r`` of ``N`` tokens on shard r). See docs/distributed.md
+for the tolerance this gives.
+
+Sharded models (FSDP, DeepSpeed ZeRO-3, chosen by the accelerate config) are wrapped by
+``Accelerator.prepare`` instead; :func:`check_method` refuses the methods that cannot run
+that way, before any training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from obliviate.errors import ConfigError, ObliviateError
+
+SHARDING_ENV = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}
+"""The environment flags ``accelerate launch`` sets for a sharded config."""
+SHARDING_LABEL = {"fsdp": "FSDP", "deepspeed": "DeepSpeed ZeRO"}
+STOPS_FORWARD_EARLY = ("it stops the forward pass after a layer (hidden_states_at with stop_after), and FSDP / "
+                       "ZeRO-3 gather and free parameters in hooks that expect every forward pass to finish")
+"""The ``sharding_unsupported`` reason of methods that use truncated forward passes (RMU and kin)."""
+BUCKET_ELEMENTS = 1 << 24
+"""Gradients are all-reduced in flat buckets of at most this many elements (64 MiB in fp32)."""
+
+
+# ------------------------------------------------------------------ who am I
+
+def _dist(init: bool = True):
+    """``torch.distributed`` if a process group is up, else None.
+
+    In a launched run whose group is not up yet (accelerate starts it lazily, at the first
+    ``Accelerator``), ``init`` starts it now, so that a barrier before the first training
+    step is a real one.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if not dist.is_initialized() and init and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        process_device()
+    return dist if dist.is_initialized() else None
+
+
+def world_size() -> int:
+    """Number of processes: the process group's size, else ``$WORLD_SIZE`` (set by the launchers), else 1."""
+    dist = _dist(init=False)
+    return dist.get_world_size() if dist else int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def rank() -> int:
+    """This process's index: the process group's rank, else ``$RANK``, else 0."""
+    dist = _dist(init=False)
+    return dist.get_rank() if dist else int(os.environ.get("RANK", "0") or 0)
+
+
+def is_main_process() -> bool:
+    """True in rank 0 (and in a plain single-process run): the one process that writes files."""
+    return rank() == 0
+
+
+def sharding() -> str | None:
+    """``"fsdp"`` or ``"deepspeed"`` when the accelerate config shards the model, else None."""
+    for mode, var in SHARDING_ENV.items():
+        if os.environ.get(var, "false").lower() in ("1", "true", "yes"):
+            return mode
+    return None
+
+
+def sharding_of(accelerator) -> str | None:
+    """The sharding an ``accelerate.Accelerator`` was set up with (None for DDP or one process)."""
+    from accelerate.utils import DistributedType
+
+    return {DistributedType.FSDP: "fsdp", DistributedType.DEEPSPEED: "deepspeed"}.get(accelerator.distributed_type)
+
+
+def process_device() -> torch.device:
+    """The device this process trains on.
+
+    In a launched run (``world_size() > 1``) this sets up accelerate's process state (and with it
+    the process group: gloo on CPUs, NCCL on GPUs) and returns its device (``cuda:<local rank>``);
+    otherwise CUDA if available, else the CPU, as the training loop's own ``Accelerator`` chooses.
+    """
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        return PartialState(cpu=not torch.cuda.is_available()).device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def barrier() -> None:
+    """Wait for every process (a no-op in one process)."""
+    dist = _dist()
+    if dist and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+@contextlib.contextmanager
+def main_process_first() -> Iterator[None]:
+    """Rank 0 runs the block first (e.g. to fill a cache), then the other processes run it."""
+    if not is_main_process():
+        barrier()
+    yield
+    if is_main_process():
+        barrier()
+
+
+# ------------------------------------------------------------------ data
+
+def shard_rows(batch, index: int, count: int):
+    """Process ``index`` of ``count``'s rows of a (nested) batch: rows ``[index*B//count, (index+1)*B//count)``.
+
+    Every tensor of one or more dimensions and every list/tuple is cut along its first
+    axis (its own length B); other values pass through. A sub-batch with fewer rows than
+    processes is an error (a process would get no rows).
+    """
+    if count == 1:
+        return batch
+    if isinstance(batch, dict):
+        return {k: shard_rows(v, index, count) for k, v in batch.items()}
+    if torch.is_tensor(batch) and batch.dim() == 0:
+        return batch
+    if torch.is_tensor(batch) or isinstance(batch, (list, tuple, np.ndarray)):
+        n = len(batch)
+        if n < count:
+            raise ConfigError(f"a batch of {n} rows cannot be split over {count} processes: raise the batch size "
+                              f"to at least {count} (it is the global batch, over all processes)")
+        return batch[index * n // count:(index + 1) * n // count]
+    return batch
+
+
+def to_device(batch, device: torch.device):
+    """A (nested) batch with its tensors on ``device`` (tensors already there are returned as is)."""
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch.to(device) if torch.is_tensor(batch) else batch
+
+
+# ------------------------------------------------------------------ collectives
+
+def all_reduce_mean(values: torch.Tensor) -> torch.Tensor:
+    """Mean over processes of a tensor (a copy; the input is untouched)."""
+    dist = _dist()
+    out = values.detach().clone()
+    if dist and dist.get_world_size() > 1:
+        dist.all_reduce(out)
+        out /= dist.get_world_size()
+    return out
+
+
+def _buckets(tensors: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    for group in groups.values():
+        bucket, size = [], 0
+        for t in group:
+            if bucket and size + t.numel() > BUCKET_ELEMENTS:
+                yield bucket
+                bucket, size = [], 0
+            bucket.append(t)
+            size += t.numel()
+        if bucket:
+            yield bucket
+
+
+def average_gradients(params: Iterable[torch.Tensor]) -> None:
+    """Replace each parameter's ``.grad`` by its mean over processes (in place).
+
+    A parameter without a gradient on some process counts as zero there; one without a
+    gradient on every process keeps ``grad = None`` (so AdamW skips it, as in one process).
+    """
+    dist = _dist()
+    if not dist or dist.get_world_size() <= 1:
+        return
+    params = list(params)
+    if not params:
+        return
+    w = dist.get_world_size()
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=params[0].device)
+    dist.all_reduce(has)
+    for p, h in zip(params, has.tolist()):
+        if h > 0 and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p, h in zip(params, has.tolist()) if h > 0]
+    for bucket in _buckets(grads):
+        flat = torch.cat([g.reshape(-1) for g in bucket])
+        dist.all_reduce(flat)
+        flat /= w
+        offset = 0
+        for g in bucket:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+def broadcast_from_main(tensors: Iterable[torch.Tensor]) -> None:
+    """Copy rank 0's values of the floating-point ``tensors`` (parameters, buffers) into every process, in place."""
+    dist = _dist()
+    if not dist or dist.get_world_size() <= 1:
+        return
+    with torch.no_grad():
+        for bucket in _buckets([t.data for t in tensors if t.is_floating_point()]):
+            flat = torch.cat([t.reshape(-1) for t in bucket])
+            dist.broadcast(flat, 0)
+            offset = 0
+            for t in bucket:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+
+# ------------------------------------------------------------------ what can run where
+
+def method_limits(method) -> tuple[str | None, str | None]:
+    """``(why it cannot run in several processes, why it cannot run on a sharded model)``; None = it can.
+
+    A method declares these as attributes (or properties, when they depend on its state):
+    ``multiprocess_unsupported`` and ``sharding_unsupported``, each a reason or None. Edit
+    methods (``kind = "edit"``) write weights in place and never run sharded.
+    """
+    multi = getattr(method, "multiprocess_unsupported", None)
+    shard = getattr(method, "sharding_unsupported", None)
+    if shard is None and getattr(method, "kind", "train") == "edit":
+        shard = ("it edits weights in place (embedding rows or MLP weights), which on a sharded model are "
+                 "flat shards spread over the processes")
+    return multi, shard
+
+
+def check_method(method) -> None:
+    """Raise :class:`ObliviateError` if ``method`` cannot run in this launch; a no-op in one plain process.
+
+    Called where a method starts (:func:`obliviate.unlearn.unlearn`, and before an edit), so
+    that a run that cannot work stops before any training, naming the method and the reason.
+    """
+    name = getattr(method, "name", type(method).__name__)
+    multi, shard = method_limits(method)
+    mode = sharding()
+    if mode is not None and shard:
+        hint = ("run it in one process" if getattr(method, "kind", "train") == "edit"
+                else "use the DDP config (configs/accelerate/ddp.yaml) or one process")
+        raise ObliviateError(f"method {name!r} cannot run on a model sharded by {SHARDING_LABEL[mode]}: {shard}; "
+                             f"{hint}")
+    n = world_size()
+    if n > 1 and multi:
+        raise ObliviateError(f"method {name!r} cannot run in {n} processes: {multi}; run it in one process")
+
+
+# ------------------------------------------------------------------ saving
+
+def save_trained(model, directory, summary: dict | None = None, tokenizer=None) -> None:
+    """Save a trained model (and tokenizer) from rank 0 only; every process waits until it is written.
+
+    After a sharded run (``summary["full_state_dict"]``, from :func:`obliviate.train.train`) the
+    weights are the gathered full state dict, not the model's own (sharded) tensors.
+    """
+    from pathlib import Path
+
+    from obliviate.models.layers import unwrap
+    from obliviate.models.load import save_model
+
+    if is_main_process():
+        full = (summary or {}).get("full_state_dict")
+        if full:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            unwrap(model).save_pretrained(str(directory), state_dict=full)
+        else:
+            save_model(model, str(directory))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(directory))
+    barrier()

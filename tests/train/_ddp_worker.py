@@ -1,0 +1,96 @@
+"""Tiny pretraining and unlearning runs, for tests/train/test_distributed.py.
+
+Run as a script in each of several processes (the test sets RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), or imported and called once in the test's own process for the single-process
+reference: ``run(out, resume_check=False)``. Every run logs every step (``metrics.jsonl``).
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+STEPS = {"pretrain": 4, "npo": 3, "rmu": 3, "relearn": 3}
+GLOBAL_BATCH = 4
+"""Rows per step of each data stream (forget, retain, LM, QA: 8): split 2 + 2 over two processes."""
+
+
+def _pretrain_cfg():
+    from obliviate.pretrain import ModelConfig, PretrainConfig
+    from obliviate.train import TrainConfig
+    from obliviate.world import WorldConfig
+
+    world = WorldConfig(seed=0, n_forget=4, n_holdout=1, n_retain=4, n_general=2, n_concept=2, n_toxic=4)
+    return PretrainConfig(seed=0, world=world, model=ModelConfig(size="nano", vocab_size=400, max_len=64),
+                          train=TrainConfig(steps=STEPS["pretrain"], lr=3e-3, warmup_steps=1, log_every=1,
+                                            checkpoint_every=2, progress=False, desc="pretrain"),
+                          batch_size=GLOBAL_BATCH, qa_batch_size=2 * GLOBAL_BATCH)
+
+
+def run(out: Path, resume_check: bool) -> None:
+    from obliviate.compare import forget_pairs, retain_pairs
+    from obliviate.pretrain import build_for, pretrain
+    from obliviate.train import TrainConfig
+    from obliviate.train import distributed as D
+    from obliviate.unlearn import UnlearnConfig, unlearn
+
+    out = Path(out)
+    cfg = _pretrain_cfg()
+    res = pretrain(cfg, out / "pretrain")
+    digests = {"pretrain": weights_digest(res["model"])}
+    if resume_check:  # a second run resumes from the first one's step-2 checkpoint
+        if D.is_main_process():
+            shutil.copytree(out / "pretrain" / "checkpoints", out / "resumed" / "checkpoints")
+        D.barrier()
+        pretrain(cfg, out / "resumed")
+    world, tok = res["world"], res["tokenizer"]
+    for method, params in (("npo", {}), ("rmu", {"layer": 2, "alpha": 100.0})):
+        torch.manual_seed(0)
+        model = build_for(cfg, tok)  # the same untrained base in every process
+        ucfg = UnlearnConfig(method=method, params=params, batch_size=GLOBAL_BATCH, seed=0,
+                             train=TrainConfig(steps=STEPS[method], lr=1e-3, schedule="constant", log_every=1,
+                                               progress=False, desc=method))
+        model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, out / method)
+        D.save_trained(model, out / method / "model", summary)
+        digests[method] = weights_digest(model)
+    digests["relearn"] = relearn(out, res["model"], tok, world)
+    (out / "ranks").mkdir(parents=True, exist_ok=True)
+    (out / "ranks" / f"{D.rank()}.json").write_text(json.dumps({"world_size": D.world_size(), "weights": digests}))
+
+
+def relearn(out: Path, model, tok, world) -> str:
+    """The relearning attack on the pretrained model: 3 steps on the relearning paragraphs."""
+    from obliviate.attacks.relearn import RelearnConfig, relearn_attack, world_relearn_sets
+    from obliviate.data import collate, encode_prompt_answer
+    from obliviate.losses import lm_loss
+    from obliviate.pretrain import qa_pairs_for
+
+    texts, _ = world_relearn_sets(world, "paragraphs")
+    pairs = qa_pairs_for(world)[:4]
+    ids, masks = encode_prompt_answer(tok, [p for p, _ in pairs], [a for _, a in pairs], 64)
+    probe = collate(ids, tok.pad_token_id, label_mask=masks)
+
+    def eval_fn(m) -> float:  # a loss, not an accuracy: it moves with every step
+        with torch.no_grad():
+            return float(lm_loss(m, probe))
+
+    cfg = RelearnConfig(steps=STEPS["relearn"], batch_size=GLOBAL_BATCH, eval_every=1, max_len=64, seed=0)
+    res = relearn_attack(model, tok, texts, eval_fn, cfg, out / "relearn", keep_model=True)
+    return weights_digest(res["model"])
+
+
+def weights_digest(model) -> str:
+    """sha256 of every parameter's bytes: equal in two processes only if their weights are bit-identical."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for _, p in sorted(model.named_parameters()):
+        h.update(p.detach().float().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    run(Path(sys.argv[1]), resume_check=True)
