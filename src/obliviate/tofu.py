@@ -163,17 +163,19 @@ def _digest(texts) -> str:
 def tofu_tokenizer(sets: dict, vocab_size: int):
     """Train (or load from the cache) the tokenizer on all TOFU QA text; returns (tokenizer, key)."""
     from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+    from obliviate.train.distributed import main_process_first
     from obliviate.utils import cache_dir
 
     texts = tokenizer_texts(sets)
     key = f"{_digest(texts)}-{vocab_size}"
     path = cache_dir() / "tofu" / "tokenizers" / key
-    if not (path / "tokenizer.json").exists():
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_tokenizer(train_tokenizer(texts, vocab_size=vocab_size), tmp)
-        shutil.rmtree(path, ignore_errors=True)
-        tmp.rename(path)
+    with main_process_first():  # several processes: rank 0 trains and caches it, the others load it
+        if not (path / "tokenizer.json").exists():
+            tmp = path.with_name(path.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            save_tokenizer(train_tokenizer(texts, vocab_size=vocab_size), tmp)
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
     return load_tokenizer(str(path)), key
 
 
@@ -186,20 +188,26 @@ def finetune_key(cfg: TofuConfig, which: str, tokenizer_key: str, pairs) -> dict
 
 def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, pairs,
                     progress: bool | None = None) -> tuple[Path, bool]:
-    """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``, trained now)."""
+    """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``, trained now).
+
+    Under ``accelerate launch`` each process trains on its rows of each global batch and
+    only rank 0 writes the cache entry.
+    """
     from obliviate.data import collate, encode_prompt_answer
-    from obliviate.losses import lm_loss_labelled
+    from obliviate.losses import lm_loss, lm_loss_labelled
     from obliviate.models.builders import tiny_llama
-    from obliviate.models.load import save_model
     from obliviate.train import StepSampler, TrainConfig, train
+    from obliviate.train import distributed as D
     from obliviate.utils import cache_dir, seed_everything
 
     key = finetune_key(cfg, which, tokenizer_key, pairs)
     root = cache_dir() / "tofu" / config_hash(key)
     if (root / "DONE").exists() and (root / "model" / "config.json").exists():
         return root, False
+    D.barrier()  # every process has looked for DONE before rank 0 writes into the entry
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True))
+    if D.is_main_process():
+        (root / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True))
     m = cfg.model
     seed_everything(cfg.seed)
     model = tiny_llama(len(tokenizer), n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, d_ff=m.d_ff,
@@ -216,14 +224,18 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
 
     tcfg = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, steps // 10),
                        schedule="cosine", min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
-                       log_every=max(1, min(50, steps // 20)), checkpoint_every=cfg.checkpoint_every,
+                       log_every=max(1, min(50, steps // 20)),
+                       checkpoint_every=0 if D.sharding() else cfg.checkpoint_every,  # none when sharded
                        desc=f"tofu {which}", **({"progress": progress} if progress is not None else {}))
-    train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
+    # lm_loss_labelled runs the unwrapped body and head, which a sharded model only allows through its wrapper
+    qa_loss = lm_loss if D.sharding() else lm_loss_labelled
+    summary = train(model, lambda mdl, b, s: {"qa": qa_loss(mdl, b)}, batch_fn, tcfg, root, resume=True)
     model.eval()
-    save_model(model, str(root / "model"))
-    tokenizer.save_pretrained(str(root / "model"))
-    shutil.rmtree(root / "checkpoints", ignore_errors=True)
-    (root / "DONE").write_text("ok\n")
+    D.save_trained(model, root / "model", summary, tokenizer)
+    if D.is_main_process():
+        shutil.rmtree(root / "checkpoints", ignore_errors=True)
+        (root / "DONE").write_text("ok\n")
+    D.barrier()
     return root, True
 
 
@@ -272,26 +284,36 @@ def unlearn_config(cfg: TofuConfig):
 
 # ------------------------------------------------------------------ the protocol
 
-def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None) -> dict:
-    """Run the protocol for ``cfg.method``; write ``out/results.json`` and ``out/per_example.json``.
+@dataclass
+class TofuBases:
+    """The protocol's cached pieces, shared by every method run on them (:func:`prepare_bases`)."""
 
-    Returns ``{"metrics", "per_example", "timings"}``.
-    """
+    sets: dict
+    """Every TOFU split the protocol reads (:func:`load_tofu_sets`)."""
+    tokenizer: object
+    roots: dict
+    """``{"base": dir, "retain_model": dir}``, each holding ``model/``."""
+    metrics: dict
+    """TOFU metrics of ``base`` (with ``forget_quality``) and ``retain_model``."""
+    per_example: dict
+    """Per-example forget truth ratios and greedy answers of both models."""
+    timings: dict
+
+    @property
+    def retain_truth_ratios(self) -> list:
+        """Forget-set truth ratios of the retain-only model: forget quality is measured against these."""
+        return self.per_example["retain_model"]["forget_truth_ratio"]
+
+
+def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
+    """Steps 1-3 of the protocol: data, tokenizer, both fine-tuned models and their evaluations (all cached)."""
     from obliviate.eval.tofu import forget_quality
-    from obliviate.models.load import load_model, save_model
-    from obliviate.results import atomic_write_json, write_results
-    from obliviate.unlearn import unlearn
-    from obliviate.utils import seed_everything
 
-    out = Path(out)
-    ucfg = unlearn_config(cfg)
-    t_all = time.time()
     timings: dict = {}
     sets = load_tofu_sets(cfg)
     t = time.time()
     tok, tok_key = tofu_tokenizer(sets, cfg.model.vocab_size)
     timings["tokenizer_s"] = time.time() - t
-
     metrics: dict = {}
     per_example: dict = {}
     roots = {}
@@ -308,26 +330,61 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None) -> 
         metrics[name] = res
     retain_tr = per_example["retain_model"]["forget_truth_ratio"]
     metrics["base"]["forget_quality"] = forget_quality(per_example["base"]["forget_truth_ratio"], retain_tr)
+    return TofuBases(sets=sets, tokenizer=tok, roots=roots, metrics=metrics, per_example=per_example,
+                     timings=timings)
 
+
+def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path | None,
+                         progress: bool | None = None) -> tuple:
+    """Steps 4-5 for ``cfg.method`` on the cached base model: returns (model, metrics, per_example, timings).
+
+    ``metrics`` has every scalar of :func:`evaluate` plus ``forget_quality``; ``out_dir``
+    receives the unlearning run's logs (None: none written).
+    """
+    from obliviate.eval.tofu import forget_quality
+    from obliviate.models.load import load_model
+    from obliviate.unlearn import unlearn
+    from obliviate.utils import seed_everything
+
+    ucfg = unlearn_config(cfg)
+    timings: dict = {}
     t = time.time()
     seed_everything(cfg.seed)
-    model = load_model(str(roots["base"] / "model"))
-    model, _ = unlearn(model, tok, qa_pairs(sets["forget10"]), qa_pairs(sets["retain90"]), ucfg, out / "unlearn",
-                       progress=progress, resume=False)
+    model = load_model(str(bases.roots["base"] / "model"))
+    model, _ = unlearn(model, bases.tokenizer, qa_pairs(bases.sets["forget10"]), qa_pairs(bases.sets["retain90"]),
+                       ucfg, out_dir, progress=progress, resume=False)
     timings["unlearn_s"] = time.time() - t
     t = time.time()
-    res = evaluate(model, tok, sets, cfg)
+    res = evaluate(model, bases.tokenizer, bases.sets, cfg)
     timings["method_eval_s"] = time.time() - t
-    per_example[cfg.method] = res.pop("per_example")
-    res["forget_quality"] = forget_quality(per_example[cfg.method]["forget_truth_ratio"], retain_tr)
-    metrics[cfg.method] = res
+    per_example = res.pop("per_example")
+    res["forget_quality"] = forget_quality(per_example["forget_truth_ratio"], bases.retain_truth_ratios)
+    return model, res, per_example, timings
+
+
+def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None) -> dict:
+    """Run the protocol for ``cfg.method``; write ``out/results.json`` and ``out/per_example.json``.
+
+    Returns ``{"metrics", "per_example", "timings"}``.
+    """
+    from obliviate.models.load import save_model
+    from obliviate.results import atomic_write_json, write_results
+
+    out = Path(out)
+    ucfg = unlearn_config(cfg)  # unknown methods fail before any training
+    t_all = time.time()
+    bases = prepare_bases(cfg, progress)
+    model, res, per, tims = unlearn_and_evaluate(cfg, bases, out / "unlearn", progress)
+    metrics = {**bases.metrics, cfg.method: res}
+    per_example = {**bases.per_example, cfg.method: per}
+    timings = {**bases.timings, **tims}
     save_model(model, str(out / "model"))
-    tok.save_pretrained(str(out / "model"))
+    bases.tokenizer.save_pretrained(str(out / "model"))
     timings["total_s"] = time.time() - t_all
 
     atomic_write_json(out / "per_example.json", per_example)
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
-                  unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in roots.items()},
+                  unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
                   model_dir=str(out / "model"))
     return {"metrics": metrics, "per_example": per_example, "timings": timings}
 
