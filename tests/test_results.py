@@ -47,3 +47,17 @@ def test_out_dir_that_is_a_file(tmp_path):
     f.write_text("x")
     with pytest.raises(ObliviateError, match="file"):
         prepare_out_dir(f)
+
+
+def test_atomic_writes_make_ordinary_permission_files(tmp_path):
+    import os
+    import stat
+
+    from obliviate.results import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644

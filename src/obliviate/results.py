@@ -95,6 +95,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException as e:
         if tmp is not None:
@@ -105,6 +106,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         if isinstance(e, OSError):
             raise ObliviateError(f"cannot write {path.name} in {path.parent}: {_os_reason(e)}") from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _os_reason(e: OSError) -> str:
