@@ -148,3 +148,19 @@ def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     res = json.loads((killed / "results.json").read_text())
     assert res["status"] == "complete"
     assert res["metrics"] == ma
+
+
+def test_overrides_may_follow_options_and_unknown_flags_still_fail(capsys):
+    import pytest
+
+    from obliviate.cli import build_parser, main
+
+    p = build_parser()
+    args, extra = p.parse_known_args(["reproduce", "atwu", "--out", "x", "quick=true"])
+    assert extra == ["quick=true"]  # argparse alone would reject this ...
+    with pytest.raises(SystemExit):  # ... and main still rejects a stray flag
+        main(["reproduce", "atwu", "--out", "x", "--bogus"])
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    # ... while main passes the override on: an unknown key is reported as such, not as argparse junk
+    assert main(["reproduce", "function-specific", "--out", "/nonexistent-dir-xyz/o", "no_such_key=1"]) == 2
+    assert "no_such_key" in capsys.readouterr().err

@@ -75,7 +75,14 @@ def disk_error(e: BaseException) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may follow options (``reproduce NAME --out DIR k=v``): argparse binds a
+    # command's positionals in one go, so overrides after an option come back as extras.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+            args.overrides = list(args.overrides or []) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0
