@@ -16,6 +16,15 @@ batch, measured in the same process:
 
 LoRA variants (``<method>+lora``) show that the reference model of LoRA
 training is the adapter-disabled model itself: no second copy.
+
+Data filtering (``metrics.filtering``, :func:`measure_filtering`): the token
+classifier of ``obliviate reproduce token-filtering`` (a biLM, inference only,
+under ``torch.inference_mode``, documents batched by length) against one
+*pretraining* step (forward + backward + AdamW step on packed rows) of each model
+size that recipe filters, on the world's documents, in the same process with the
+same threads. ``throughput_ratio`` = classifier tokens/s / pretraining tokens/s;
+classifying every corpus token once then costs ``1 / ratio`` of one pretraining
+epoch (the paper's target: ratio >= 20, under 5%).
 """
 
 from __future__ import annotations
@@ -43,6 +52,20 @@ class BenchConfig:
     batch_size: int = 16
     repeats: int = 5
     warmup: int = 2
+    filtering: bool = True
+    """Also time the data-filtering token classifier against pretraining (``metrics.filtering``)."""
+    filtered_sizes: list[str] | None = None
+    """Sizes (``"<layers>x<width>"``) of the filtered models; None: the token-filtering recipe's full sizes."""
+    classifier_layers: int | None = None
+    """biLM depth; None: the token-filtering recipe's default."""
+    classifier_d: int | None = None
+    """biLM width; None: the token-filtering recipe's default."""
+    classifier_window: int | None = None
+    """Context-pooling window of the token features; None: the token-filtering recipe's default."""
+    classifier_batch_size: int = 64
+    """Documents per classifier batch."""
+    filter_target: float = 20.0
+    """The throughput ratio the paper asks for (filtering under 1/20 = 5% of pretraining compute)."""
 
 
 def _tensor_bytes(tensors) -> int:
@@ -172,7 +195,111 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
             "reference_copy": bool(ref is not None and not ref.shared),
         }
     metrics["device"] = str(dev)
+    if cfg.filtering:
+        if progress:
+            print("bench: data-filtering classifier vs pretraining throughput", flush=True)
+        metrics["filtering"] = measure_filtering(cfg)
     return metrics
+
+
+def filtering_ratio(classifier_tokens_per_s: float, train_tokens_per_s: float, target: float = 20.0) -> dict:
+    """Classifier throughput as a multiple of pretraining throughput, and what it means.
+
+    ``cost_fraction = 1 / ratio``: classifying each corpus token once costs that fraction of
+    one pretraining pass over it (classifier tokens/s vs pretraining tokens/s, same machine).
+    """
+    if classifier_tokens_per_s <= 0 or train_tokens_per_s <= 0:
+        raise ValueError(f"throughputs must be positive, got {classifier_tokens_per_s} and {train_tokens_per_s}")
+    ratio = classifier_tokens_per_s / train_tokens_per_s
+    return {"throughput_ratio": ratio, "cost_fraction": 1.0 / ratio, "meets_target": bool(ratio >= target)}
+
+
+def _median_seconds(fn, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure_filtering(cfg: BenchConfig) -> dict:
+    """Token-classifier vs pretraining throughput on the world's documents (see the module docstring).
+
+    The biLM and its logistic head are freshly initialised: throughput does not depend on
+    the weights (the recipe reports the trained classifier's AUROC). Runs on the CPU (the
+    biLM featurizer batches on the CPU), whatever device the method timings used.
+    """
+    from obliviate.data import encode_documents, pack_sequences
+    from obliviate.filtering import BiLM, ContextPooled, LogisticHead, TokenClassifier
+    from obliviate.models.builders import param_count, tiny_llama
+    from obliviate.pretrain import make_lm_batches, tokenizer_for
+    from obliviate.recipes.token_filtering import PRESETS, TokenFilteringConfig, parse_size
+    from obliviate.world import generate_world
+
+    rdef = TokenFilteringConfig()
+    sizes = cfg.filtered_sizes or PRESETS["full"]["sizes"]
+    n_layer = cfg.classifier_layers or rdef.bilm_layers
+    d = cfg.classifier_d or rdef.bilm_d
+    world = generate_world(rdef.world)
+    tok = tokenizer_for(world, rdef.vocab_size)
+    docs = encode_documents(tok, world.documents(), max_len=rdef.row_len)
+    seqs = sorted(docs.input_ids, key=len)  # length-bucketed batches: little padding
+    n_tokens = int(sum(len(s) for s in seqs))
+    ids = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+
+    halves = [tiny_llama(len(tok), n_layer=n_layer, d_model=d, n_head=parse_size(f"1x{d}")[2],
+                         max_len=rdef.row_len, seed=cfg.seed + i, **ids) for i in range(2)]
+    bilm = BiLM(halves[0], halves[1], layer=n_layer - 1, pad_id=tok.pad_token_id)
+    window = rdef.context_window if cfg.classifier_window is None else cfg.classifier_window
+    feat = ContextPooled(bilm, window) if window else bilm
+    clf = TokenClassifier(feat, special_ids=[tok.pad_token_id, tok.bos_token_id, tok.eos_token_id])
+    gen = torch.Generator().manual_seed(cfg.seed)
+    clf.head = LogisticHead(torch.zeros(feat.dim), torch.ones(feat.dim), torch.randn(feat.dim, generator=gen), 0.0)
+
+    def classify():
+        with torch.inference_mode():
+            clf.predict_proba(seqs, batch_size=cfg.classifier_batch_size)
+
+    clf_s = _median_seconds(classify, cfg.repeats, 1)
+    clf_tps = n_tokens / clf_s
+    packed = pack_sequences(docs, rdef.row_len)
+    batch = make_lm_batches(packed, rdef.batch_size, cfg.seed, tok.pad_token_id)(0)
+    step_tokens = int(batch["attention_mask"].sum())
+    out = {"classifier": f"biLM {n_layer}x{d}" + (f" + window {window}" if window else ""),
+           "classifier_tokens_per_s": clf_tps, "corpus_tokens": n_tokens, "vocab_size": len(tok),
+           "threads": torch.get_num_threads(), "models": {}}
+    for size in sizes:
+        L, w, h = parse_size(size)
+        model = tiny_llama(len(tok), n_layer=L, d_model=w, n_head=h, max_len=rdef.row_len, seed=cfg.seed, **ids).train()
+        r = measure(model, lambda m=model: {"lm": lm_loss(m, batch)}, None, cfg.repeats, cfg.warmup)
+        train_tps = step_tokens / r["step_seconds"]
+        out["models"][size] = {"params": param_count(model, non_embedding=False), "train_tokens_per_s": train_tps,
+                               **filtering_ratio(clf_tps, train_tps, cfg.filter_target)}
+    largest = out["models"][sizes[-1]]
+    out.update({"filtered_model": sizes[-1], "throughput_ratio": largest["throughput_ratio"],
+                "cost_fraction": largest["cost_fraction"], "meets_target": largest["meets_target"],
+                "target": cfg.filter_target})
+    return out
+
+
+def filtering_table(metrics: dict) -> str:
+    """Markdown section for ``metrics["filtering"]`` (empty string when absent)."""
+    from obliviate.report import markdown_table
+
+    f = metrics.get("filtering")
+    if not f:
+        return ""
+    rows = [{"filtered model": k, "params": v["params"], "pretrain tok/s": v["train_tokens_per_s"],
+             "classifier tok/s": f["classifier_tokens_per_s"], "ratio": v["throughput_ratio"],
+             "cost %": 100 * v["cost_fraction"]} for k, v in f["models"].items()]
+    head = (f"Data-filtering classifier ({f['classifier']}, inference) vs pretraining step (forward + backward + "
+            f"AdamW), vocabulary {f['vocab_size']}, {f['threads']} thread(s): ratio "
+            f"{f['throughput_ratio']:.1f}x for the largest filtered model {f['filtered_model']} "
+            f"(target >= {f['target']:g}x: {'met' if f['meets_target'] else 'not met'}).\n\n")
+    return head + markdown_table(rows, list(rows[0]), "{:.1f}")
 
 
 def bench_table(metrics: dict) -> str:

@@ -6,7 +6,7 @@ from obliviate.cli import add_common
 
 
 def cmd_bench(args) -> None:
-    from obliviate.bench import BenchConfig, bench_table, run_bench
+    from obliviate.bench import BenchConfig, bench_table, filtering_table, run_bench
     from obliviate.config import build_config
     from obliviate.results import atomic_write_text, prepare_out_dir, write_results
 
@@ -14,6 +14,9 @@ def cmd_bench(args) -> None:
     out = prepare_out_dir(args.out)
     metrics = run_bench(cfg, progress=not args.no_progress)
     table = bench_table(metrics)
+    filtering = filtering_table(metrics)
+    if filtering:
+        table += "\n" + filtering
     atomic_write_text(out / "bench.md", f"Device: {metrics['device']}, model size `{cfg.size}`, batch {cfg.batch_size}.\n\n"
                       + table + "\n")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)

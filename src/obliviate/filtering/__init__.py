@@ -3,8 +3,8 @@
 * :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream.
 * :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
   window expansion" rule, precision/recall/F1 against ground truth.
-* :mod:`.classifiers` — biLM token classifier, document classifier, optional pretrained
-  encoder features, threshold sweeps (AUROC), throughput.
+* :mod:`.classifiers` — biLM token classifier (optionally with context pooling), document
+  classifier, optional pretrained encoder features, threshold sweeps (AUROC), throughput.
 * :mod:`.strategies` — loss masking (input/target convention), removal with
   ``<|hidden|>``, document drop, label noise; batches for the one training loop.
 * :mod:`.scaling` — 6ND compute, power-law fit, compute slowdown, adversarial tokens.
@@ -12,6 +12,7 @@
 
 from obliviate.filtering.classifiers import (
     BiLM,
+    ContextPooled,
     DocumentClassifier,
     LogisticHead,
     MiniLMFeaturizer,
@@ -22,6 +23,7 @@ from obliviate.filtering.classifiers import (
     throughput,
     train_lm,
     training_throughput,
+    window_mean,
 )
 from obliviate.filtering.sae import TopKSAE, residual_activations, train_sae
 from obliviate.filtering.scaling import (
@@ -62,8 +64,8 @@ from obliviate.filtering.weak_labels import (
 )
 
 __all__ = [
-    "BiLM", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
-    "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput",
+    "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
+    "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput", "window_mean",
     "TopKSAE", "residual_activations", "train_sae",
     "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes", "tokens_for",
     "tokens_to_recover", "training_flops",
