@@ -37,11 +37,11 @@ def cmd_reproduce(args) -> None:
 
 
 def register(sub) -> None:
-    from obliviate.recipes import RECIPE_MODULES
+    from obliviate.recipes import available
 
-    s = sub.add_parser("reproduce", help="reproduce a paper's experiments at tiny scale: "
-                                         + ", ".join(RECIPE_MODULES))
-    s.add_argument("name", metavar="NAME", help="recipe: " + ", ".join(RECIPE_MODULES))
+    names = ", ".join(available())
+    s = sub.add_parser("reproduce", help=f"reproduce a paper's experiments at tiny scale: {names}")
+    s.add_argument("name", metavar="NAME", help=f"recipe: {names}")
     s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
     add_common(s)
     s.set_defaults(fn=cmd_reproduce)

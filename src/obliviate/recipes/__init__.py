@@ -13,6 +13,7 @@ with our number in it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
