@@ -1,0 +1,997 @@
+"""``obliviate reproduce ember``: embedding erasure against relearning (seeds 000 and 003).
+
+Paper: Suslik, Shafran, Geva 2026, "Don't Forget Your Embeddings: Robust Knowledge Erasure
+via Precise Editing of Embeddings" (METHODS.md §4, [paper/code]). Its claim: MLP-only erasure
+leaves the concept in the token embeddings, so relearning brings it back; subtracting a few
+concept features from a tiny fraction of the input embeddings (EMBER) stops that.
+
+Two parts; every finished piece is stored in ``out/parts/<part>/<piece>.json`` with the
+config it was made with, so a rerun into the same ``--out`` resumes (a piece whose config
+changed is redone):
+
+1. **world** — the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
+   and the world's concept (a saga: its characters, artifacts, places and orders;
+   ``World.concept``). EMBER alone (delta from the grid, :func:`obliviate.ember.select_delta`),
+   RMU, SNMF and CRISP alone and each with EMBER (:func:`obliviate.ember.combine.ember_then`:
+   EMBER with the grid's delta first, then the MLP method on top, with the same settings as
+   alone; the paper re-tunes the MLP method on top, we do not). Per row:
+
+   - ``concept_acc``: 4-way MCQ accuracy on the concept's facts (chance 0.25; each option
+     scored as the full answer sentence, as :func:`obliviate.eval.world.evaluate_world`);
+   - ``similar_acc``: the same on the general domain (people with a birthplace and a
+     profession: the closest domain to the saga's characters);
+   - ``utility_acc``: the same on biology and medicine facts together;
+   - ``coherence``: a proxy for fluent text about the concept. On the concept sentences
+     (text the base model was trained on, and the text EMBER and the methods are fit on),
+     positions are split by whether they *read or predict* a concept-exclusive token (the
+     input token or the target token is part of a term of ``World.concept["exclusive_terms"]``:
+     names of characters, artifacts, places, orders; :func:`footprint`). L_other = mean
+     next-token loss over the other positions (grammar, function words, shared vocabulary);
+     ``coherence = min(1, exp(L_other(base) - L_other))`` = base perplexity / perplexity there,
+     1 = as fluent as the base model. The paper asks an LLM judge to rate generations; this
+     needs no judge and no sampling;
+   - ``loss_exclusive`` / ``loss_other`` / ``loss_neutral`` and their changes from the base
+     (``d_loss_*``): loss at the positions that read or predict an exclusive token, at the
+     other positions of the concept sentences, and on neutral text (the world's coherence
+     prompts and neutral sentences, which contain no exclusive term);
+   - ``relearn_concept_acc``: concept accuracy after the relearning attack (METHODS.md §4,
+     scaled down: a full fine-tune of a copy on the concept's relearning paragraphs, AdamW,
+     weight decay 0.01, ``relearn_epochs`` epochs; the tiny model needs lr 1e-3 instead of
+     1e-5 and a batch of 4 instead of 1); ``relearn_curve`` is the accuracy after each epoch;
+   - ``vocab_fraction_edited`` (0 for rows without EMBER) and ``n_tokens_edited``.
+
+   The delta grid picks the delta with the best HM(efficacy, specificity, coherence) among
+   those keeping utility >= 0.9 of the base (efficacy from concept accuracy, specificity =
+   HM of the utility and similar-domain fractions; :mod:`obliviate.ember.edit`).
+
+2. **data** — the real EMBER concepts (``<data>/ember/``, :func:`obliviate.benchmarks.load_ember`;
+   ``$OBLIVIATE_DATA`` or ``../shared/data``; the part is skipped with a note when absent).
+   Per concept (``ember_data.n_concepts`` of them, or ``ember_data.concepts`` by name): a
+   byte-level BPE tokenizer and a tiny Llama trained from scratch on 80% of the concept's
+   sentences and of the neutral sentences; perplexity on the other 20% of each, before
+   EMBER, after EMBER, and after relearning on the concept's relearning paragraphs (both the
+   edited model and, for reference, the unedited one). These models cannot answer the MCQs,
+   so delta is chosen on perplexity: efficacy = ``1 - exp(L_c(base) - L_c)`` (0 when
+   concept perplexity is unchanged), specificity = coherence = utility =
+   ``min(1, exp(L_n(base) - L_n))`` on neutral text, then :func:`~obliviate.ember.select_delta`
+   (neutral perplexity may rise by at most ~11%). The judge is the offline one built from
+   the sentences (:func:`obliviate.ember.judge_from_sentences`) with a looser keep rule
+   (``ember_data.min_confidence`` = 0.5: at the paper's 0.85 it keeps no feature of these
+   noisy tiny-model embeddings). Real concepts are the hard case for an offline judge: set
+   ``min_confidence=0.85`` to see the paper's rule.
+
+Scaled-down EMBER settings (``world_concept.*``): the world's V' has ~450 tokens (the paper's
+thousands), so the winner-takes-all keeps ``sparsity`` = 2% per feature (10 tokens, close to
+the 20 top tokens the paper's judge reads) instead of 1% (5 tokens); K = 100 and the mass
+ratio >= 2 are the paper's. The judge is the offline :class:`~obliviate.ember.LexiconJudge`
+over the world's exclusive terms (``judge=lexicon``; ``judge=sentences`` uses the
+sentence-statistics judge that needs no ground truth), with the paper's keep rule
+(confidence >= 0.85). The report says how often the two judges agree on the candidates.
+
+``results.json``: ``metrics.<row>`` for rows ``base``, ``ember``, ``<m>``, ``<m>+ember``
+(m in ``world_concept.methods``) with the fields above; ``delta_grid`` (per delta, and the
+choice); ``real_data.<concept>`` (perplexities, delta, fraction edited); ``notes``.
+
+Run time: docs/recipes.md, section "ember".
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from obliviate.config import config_hash, deep_merge, to_dict
+from obliviate.errors import ConfigError, DataError
+from obliviate.pretrain import PretrainConfig
+from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
+
+PAPER = "Suslik, Shafran, Geva 2026, Don't Forget Your Embeddings (seeds 000/003)"
+PARTS = ("world", "data")
+METHODS = ["rmu", "snmf", "crisp"]
+DELTAS = [0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 200.0]
+PAPER_VOCAB_FRACTION = 0.0014
+LLAMA3_VOCAB = 128256
+HALVED = 0.65
+"""Claim 1 agrees when relearned accuracy with EMBER is at most this share of the one without (mean over methods)."""
+CONFINED = 0.25
+"""Claim 3 agrees when the loss change off the exclusive tokens is at most this share of the change on them."""
+PIECES_VERSION = 1
+"""Part of every stored piece's key: bump it when a metric's definition changes, so old pieces are redone."""
+
+METHOD_DEFAULTS: dict[str, dict] = {
+    # Settings for the world's 4-layer d=128 model, on top of obliviate.compare.TINY_DEFAULTS; "runs.<m>.*"
+    # overrides them. Chosen by a small sweep on world seed 0 (docs/recipes.md, "ember"): RMU needs a larger
+    # steering coefficient and a smaller retain weight than compare's defaults to bring the concept MCQ down
+    # (with utility >= 0.9 of the base); SNMF: the two middle MLP layers and delta 5, the strongest edit that
+    # kept utility (delta 8-10 lowers every domain alike); CRISP: the paper's beta, gamma, top-k and LoRA rank
+    # 4 (the recipe sets lora_r = 4) with a tiny-model learning rate, its SAEs trained on the concept and
+    # neutral sentences. SNMF and CRISP leave the concept MCQ unchanged at this scale (the report says so).
+    "rmu": {"steps": 100, "params": {"coef": 50.0, "alpha": 5.0}},
+    "snmf": {"params": {"layers": [1, 2], "delta": 5.0, "K": 32, "sparsity": 0.05, "n_iter": 200,
+                        "max_features": 3}},
+    "crisp": {"lora": True, "lr": 1e-2, "steps": 50, "params": {"top_k": 10, "sae_steps": 200}},
+}
+
+
+@dataclass
+class WorldConceptConfig:
+    """The world-concept part."""
+
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    """MLP methods, each run alone and with EMBER."""
+    runs: dict = field(default_factory=dict)
+    """Per-method overrides (as ``obliviate compare``): ``runs.rmu.steps=30``, ``runs.snmf.params.delta=2``."""
+    method_steps: int | None = None
+    """Training steps of every training method unless ``runs.<m>.steps`` is set (None: their defaults)."""
+    K: int = 100
+    """Embedding features (the paper's value for a 2B model); capped at |V'|."""
+    sparsity: float = 0.02
+    """Winner-takes-all share of V' kept per feature (paper: 0.01 of a much larger V'; module docstring)."""
+    min_ratio: float = 2.0
+    judge: Literal["lexicon", "sentences"] = "lexicon"
+    """``lexicon``: LexiconJudge over the world's exclusive terms; ``sentences``: judge_from_sentences."""
+    judge_top: int = 20
+    """Top tokens per candidate feature shown to the judge (paper: 20)."""
+    min_confidence: float = 0.85
+    factor_max_iter: int = 5000
+    """Cap on factorisation iterations (paper: 20,000; early stop after ``factor_patience`` without gain)."""
+    factor_patience: int = 500
+    deltas: list[float] = field(default_factory=lambda: list(DELTAS))
+    """The delta grid (paper's)."""
+    relearn_epochs: int = 2
+    relearn_batch_size: int = 4
+    relearn_lr: float = 1e-3
+    relearn_weight_decay: float = 0.01
+
+    def __post_init__(self):
+        from obliviate.methods import get_method
+
+        for name in self.methods:
+            if name.endswith("+ember") or name == "ember":
+                raise ConfigError(f"config key 'world_concept.methods': give plain MLP methods, not {name!r} "
+                                  "(each is run alone and with EMBER)")
+            get_method(name)
+        for name in self.runs:
+            if name not in self.methods:
+                raise ConfigError(f"config key 'world_concept.runs.{name}': '{name}' is not among the methods")
+        if not self.deltas:
+            raise ConfigError("config key 'world_concept.deltas': needs at least one delta")
+        _check_positive(self, "world_concept", ("K", "judge_top", "factor_max_iter", "factor_patience",
+                                                "relearn_epochs", "relearn_batch_size"))
+        if self.method_steps is not None and self.method_steps < 1:
+            raise ConfigError(f"config key 'world_concept.method_steps': must be >= 1, got {self.method_steps}")
+        if not 0 < self.sparsity <= 1:
+            raise ConfigError(f"config key 'world_concept.sparsity': must be in (0, 1], got {self.sparsity}")
+
+
+@dataclass
+class EmberDataConfig:
+    """The real-EMBER-data part."""
+
+    data: str | None = None
+    """Data directory holding ``ember/`` (None: ``$OBLIVIATE_DATA`` or ``../shared/data``)."""
+    concepts: list[str] = field(default_factory=list)
+    """Concepts by name; empty: the first ``n_concepts`` in the file's order."""
+    n_concepts: int = 3
+    heldout: float = 0.2
+    """Share of the concept and neutral sentences held out for perplexity."""
+    vocab_size: int = 2048
+    """BPE vocabulary trained per concept (smaller ones split most words into pieces the judge cannot read)."""
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    max_len: int = 128
+    train_steps: int = 200
+    """Steps of 16 packed rows (~15k training tokens per concept, so ~28 epochs; more steps overfit: held-out
+    perplexity rose from 256 at 200 steps to 659 at 400 on "Culture of Greece")."""
+    batch_size: int = 16
+    """Packed rows of ``max_len`` tokens per step."""
+    lr: float = 3e-3
+    K: int = 100
+    sparsity: float = 0.01
+    min_ratio: float = 2.0
+    min_confidence: float = 0.5
+    """Keep rule of the sentence-statistics judge (paper: 0.85 with an LLM judge; on these tiny models' noisy
+    features the offline judge keeps nothing at 0.85, so the part keeps features whose top tokens are at least
+    half concept words)."""
+    judge_top: int = 20
+    factor_max_iter: int = 5000
+    factor_patience: int = 500
+    deltas: list[float] = field(default_factory=lambda: list(DELTAS))
+    n_relearn: int = 40
+    """Relearning paragraphs used (the protocol's cap is 100)."""
+    relearn_epochs: int = 2
+    relearn_batch_size: int = 4
+    relearn_lr: float = 1e-3
+
+    def __post_init__(self):
+        _check_positive(self, "ember_data", ("n_concepts", "vocab_size", "n_layer", "d_model", "n_head", "max_len",
+                                             "train_steps", "batch_size", "K", "judge_top", "factor_max_iter",
+                                             "factor_patience", "n_relearn", "relearn_epochs", "relearn_batch_size"))
+        if not 0 < self.heldout < 1:
+            raise ConfigError(f"config key 'ember_data.heldout': must be in (0, 1), got {self.heldout}")
+        if not self.deltas:
+            raise ConfigError("config key 'ember_data.deltas': needs at least one delta")
+
+
+@dataclass
+class EmberRecipeConfig:
+    seed: int = 0
+    """Seed of the unlearning runs, relearning attacks and the data part's models (EMBER's factorisation
+    uses the paper's seed 42)."""
+    quick: bool = False
+    """A few minutes: 3 deltas, one real concept with a shorter-trained model (see ``QUICK``)."""
+    command: str = ""
+    parts: list[str] = field(default_factory=lambda: list(PARTS))
+    """Which parts to run: ``world``, ``data``."""
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    """The world and its cached base model (as in ``obliviate compare``)."""
+    world_concept: WorldConceptConfig = field(default_factory=WorldConceptConfig)
+    ember_data: EmberDataConfig = field(default_factory=EmberDataConfig)
+
+    def __post_init__(self):
+        bad = [p for p in self.parts if p not in PARTS]
+        if bad:
+            raise ConfigError(f"config key 'parts': unknown part {bad[0]!r} (valid: {', '.join(PARTS)})")
+
+
+QUICK: dict[str, dict] = {
+    "world_concept": {"deltas": [1.0, 10.0, 100.0], "factor_max_iter": 2000},
+    "ember_data": {"n_concepts": 1, "train_steps": 120, "deltas": [1.0, 10.0, 100.0], "n_relearn": 20},
+}
+"""``--quick``: these values replace the ones still at their defaults."""
+
+
+def _check_positive(cfg, section: str, keys) -> None:
+    for key in keys:
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"config key '{section}.{key}': must be >= 1, got {getattr(cfg, key)}")
+
+
+def apply_quick(cfg: EmberRecipeConfig) -> EmberRecipeConfig:
+    """``cfg`` with the :data:`QUICK` values wherever a field still has its default (explicit overrides win)."""
+    cfg = copy.deepcopy(cfg)
+    for section, values in QUICK.items():
+        sub = getattr(cfg, section)
+        default = type(sub)()
+        for key, value in values.items():
+            if getattr(sub, key) == getattr(default, key):
+                setattr(sub, key, copy.deepcopy(value))
+    return cfg
+
+
+# ---------------------------------------------------------------- resumable pieces
+
+class Pieces:
+    """Finished pieces of one part, stored as ``out/parts/<part>/<name>.json`` with the key they were made with."""
+
+    def __init__(self, out: Path, part: str):
+        self.dir = Path(out) / "parts" / part
+
+    def get(self, name: str, key: dict) -> dict | None:
+        path = self.dir / f"{name}.json"
+        if not path.exists():
+            return None
+        saved = json.loads(path.read_text())
+        return saved.get("result") if saved.get("key") == json.loads(json.dumps(key)) else None
+
+    def put(self, name: str, key: dict, result: dict) -> dict:
+        from obliviate.results import atomic_write_json
+
+        atomic_write_json(self.dir / f"{name}.json", {"key": key, "result": result})
+        return json.loads(json.dumps(result))
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "concept"
+
+
+# ---------------------------------------------------------------- world: evaluation
+
+def term_spans(texts: list[str], terms: list[str]) -> list[dict]:
+    """Documents ``{"text", "spans"}`` labelling every whole-word occurrence of a term with ``{"excl": 1}``."""
+    terms = sorted({t for t in terms if t.strip()}, key=len, reverse=True)
+    if not terms:
+        raise DataError("no exclusive terms to label")
+    pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(t) for t in terms) + r")(?!\w)")
+    return [{"text": t, "spans": [[m.start(), m.end(), {"excl": 1}] for m in pattern.finditer(t)]} for t in texts]
+
+
+def group_losses(model, dataset) -> dict[str, float]:
+    """Mean next-token loss per ``excl`` label of ``dataset``: ``{"exclusive", "other"}`` (missing groups omitted)."""
+    from obliviate.eval import token_loss_by_label
+
+    by = token_loss_by_label(model, dataset, "excl")
+    out = {}
+    if "1" in by:
+        out["exclusive"] = by["1"]["loss"]
+    if "None" in by:
+        out["other"] = by["None"]["loss"]
+    return out
+
+
+def footprint(dataset):
+    """``dataset`` with each token's ``excl`` label replaced by "the position reads or predicts an exclusive token".
+
+    :func:`obliviate.eval.token_loss_by_label` attributes the loss of predicting token i to
+    token i's label; after this, that label is 1 when token i *or* token i - 1 (the input at
+    that step) is part of an exclusive term: EMBER edits input embeddings, so its direct
+    footprint is the prediction made from an edited token plus the prediction of the term itself.
+    """
+    import numpy as np
+
+    names = dataset.vocab["excl"]
+    if "1" not in names:
+        return dataset
+    one = names.index("1")
+    none = names.index("None") if "None" in names else len(names)
+    if none == len(names):
+        names = names + ["None"]
+    labels = []
+    for lab in dataset.labels["excl"]:
+        prev = np.concatenate([[none, none], lab[1:-1]])[: len(lab)]  # input token of each target (bos: none)
+        labels.append(np.where((lab == one) | (prev == one), one, none).astype(lab.dtype))
+    return dataclasses.replace(dataset, labels={**dataset.labels, "excl": labels}, vocab={**dataset.vocab,
+                                                                                          "excl": names})
+
+
+class ConceptEval:
+    """Concept / similar-domain / utility MCQ accuracy and token-group losses on one world (module docstring)."""
+
+    def __init__(self, world, tokenizer, max_len: int = 256):
+        from obliviate.data import encode_documents
+        from obliviate.eval.world import full_answer_mcqs
+
+        self.tok = tokenizer
+        c = world.concept
+        self.mcqs = {
+            "concept": full_answer_mcqs(world, world.mcqs(split="concept")),
+            "similar": full_answer_mcqs(world, world.mcqs(split="general")),
+            "utility": full_answer_mcqs(world, world.mcqs(split="retain") + world.mcqs(split="forget")),
+        }
+        for k, v in self.mcqs.items():
+            if not v:
+                raise DataError(f"the world has no {k} MCQs (check pretrain.world sizes)")
+        self.relearn_texts = [p["text"] for p in c["relearn_paragraphs"]]
+        if not self.relearn_texts:
+            raise DataError("the world's concept has no relearning paragraphs")
+        self.concept_text = footprint(encode_documents(tokenizer, term_spans(c["concept_sentences"],
+                                                                             c["exclusive_terms"]),
+                                                       max_len, fields=("excl",)))
+        neutral = list(c["coherence_prompts"]) + list(c["neutral_sentences"])
+        self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len, fields=("excl",))
+
+    def acc(self, model, which: str) -> float:
+        from obliviate.data import qa_prompt
+        from obliviate.eval import mcq_accuracy
+
+        return mcq_accuracy(model, self.tok, self.mcqs[which], style="cloze",
+                            context_fn=lambda q: qa_prompt(q["question"]))["accuracy"]
+
+    def __call__(self, model) -> dict:
+        out = {f"{k}_acc": self.acc(model, k) for k in ("concept", "similar", "utility")}
+        g = group_losses(model, self.concept_text)
+        out["loss_exclusive"], out["loss_other"] = g.get("exclusive"), g.get("other")
+        out["loss_neutral"] = group_losses(model, self.neutral_text)["other"]
+        return out
+
+    def relearn(self, model, wc: WorldConceptConfig, seed: int) -> dict:
+        """The relearning attack on a copy of ``model``: concept accuracy after each epoch."""
+        from obliviate.attacks.relearn import RelearnConfig, relearn_attack
+
+        per_epoch = math.ceil(len(self.relearn_texts) / wc.relearn_batch_size)
+        rc = RelearnConfig(steps=wc.relearn_epochs * per_epoch, lr=wc.relearn_lr,
+                           weight_decay=wc.relearn_weight_decay, batch_size=wc.relearn_batch_size,
+                           eval_every=per_epoch, seed=seed)
+        r = relearn_attack(model, self.tok, self.relearn_texts, lambda m: self.acc(m, "concept"), rc)
+        return {"relearn_concept_acc": r["final_acc"],
+                "relearn_curve": [[step / per_epoch, acc] for step, acc in r["curve"]]}
+
+
+def derived(base: dict, m: dict) -> dict:
+    """Changes from the base row: ``d_loss_*`` and the coherence proxy ``min(1, exp(L_other(base) - L_other))``."""
+    out = {}
+    for k in ("exclusive", "other", "neutral"):
+        a, b = m.get(f"loss_{k}"), base.get(f"loss_{k}")
+        out[f"d_loss_{k}"] = None if a is None or b is None else a - b
+    out["coherence"] = min(1.0, math.exp(base["loss_other"] - m["loss_other"]))
+    return out
+
+
+def grid_scores(base: dict, m: dict) -> dict:
+    """Efficacy, specificity, coherence and utility of one delta (inputs of :func:`select_delta`)."""
+    from obliviate.ember import efficacy, specificity
+
+    return {"efficacy": efficacy(m["concept_acc"], base["concept_acc"]),
+            "specificity": specificity(m["utility_acc"], base["utility_acc"], m["similar_acc"], base["similar_acc"]),
+            "coherence": derived(base, m)["coherence"], "utility": m["utility_acc"]}
+
+
+# ---------------------------------------------------------------- world: methods
+
+def world_judge(world, wc: WorldConceptConfig):
+    from obliviate.ember import LexiconJudge, judge_from_sentences
+
+    c = world.concept
+    if wc.judge == "lexicon":
+        return LexiconJudge(c["exclusive_terms"])
+    return judge_from_sentences(c["concept_sentences"], c["neutral_sentences"])
+
+
+def locate(model, tok, world, wc: WorldConceptConfig):
+    """EMBER's concept features on ``model`` (delta-independent; nothing is modified)."""
+    from obliviate.ember import build_vocab, locate_concept_features
+
+    c = world.concept
+    n = int(build_vocab(tok, c["concept_sentences"], c["neutral_sentences"])[0].numel())
+    return locate_concept_features(model, tok, c["concept_sentences"], c["neutral_sentences"], world_judge(world, wc),
+                                   min(wc.K, n), seed=42, sparsity=wc.sparsity, min_ratio=wc.min_ratio,
+                                   min_confidence=wc.min_confidence, n_top_tokens=wc.judge_top,
+                                   factor_kwargs={"max_iter": wc.factor_max_iter, "patience": wc.factor_patience})
+
+
+def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
+    """Keep decisions of the two offline judges on the candidates: the lexicon of exclusive terms (ground truth)
+    vs the sentence-statistics judge (what one would use without ground truth)."""
+    from obliviate.ember import LexiconJudge, judge_from_sentences
+    from obliviate.ember.judge import judge_features
+
+    c = world.concept
+    truth, _ = judge_features(LexiconJudge(c["exclusive_terms"]), loc.top_tokens, wc.min_confidence)
+    try:
+        stats, _ = judge_features(judge_from_sentences(c["concept_sentences"], c["neutral_sentences"]),
+                                  loc.top_tokens, wc.min_confidence)
+    except DataError:
+        stats = []
+    cands = list(loc.top_tokens)
+    agree = sum((k in truth) == (k in stats) for k in cands)
+    return {"n_candidates": len(cands), "kept_lexicon": sorted(truth), "kept_sentences": sorted(stats),
+            "agree": agree, "agreement": agree / len(cands) if cands else None}
+
+
+def method_settings(cfg: EmberRecipeConfig, name: str):
+    """(UnlearnConfig, JSON record of the settings) of MLP method ``name``.
+
+    Layers: :data:`obliviate.compare.TINY_DEFAULTS`, then :data:`METHOD_DEFAULTS`, then ``world_concept.runs``.
+    """
+    from obliviate.compare import CompareConfig, method_run
+    from obliviate.methods import get_method
+
+    wc = cfg.world_concept
+    raw = deep_merge(METHOD_DEFAULTS.get(name, {}), wc.runs.get(name, {}) or {})
+    is_edit = getattr(get_method(name), "kind", "train") == "edit"
+    if wc.method_steps is not None and not is_edit and "steps" not in (wc.runs.get(name, {}) or {}):
+        raw = {**raw, "steps": wc.method_steps}
+    ucfg, used = method_run(CompareConfig(seed=cfg.seed, runs={name: raw}), name)
+    if name == "crisp":
+        ucfg = dataclasses.replace(ucfg, lora_r=4)
+        used = {**used, "lora_r": 4}
+    if is_edit:
+        used = {"params": used["params"]}
+    return ucfg, used
+
+
+def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool):
+    """An ``unlearn_fn`` for :func:`~obliviate.ember.combine.ember_then` running ``name`` with the recipe's settings.
+
+    Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
+    paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.
+    """
+    from obliviate.ember.combine import method_runner as runner
+
+    c = world.concept
+    ucfg, _ = method_settings(cfg, name)
+    ucfg.train.progress = progress
+    params = dict(ucfg.params)
+    if name == "crisp":
+        params.setdefault("target_texts", list(c["concept_sentences"]))
+        params.setdefault("benign_texts", list(c["neutral_sentences"]))
+        params.setdefault("coherence_prompts", list(c["coherence_prompts"]))
+    forget = [("", s) for s in c["concept_sentences"]]
+    retain = [("", s) for s in c["neutral_sentences"]]
+    edit_data = {"concept_sentences": c["concept_sentences"], "neutral_sentences": c["neutral_sentences"]}
+    return runner(tok, forget, retain, ucfg, edit_data=edit_data, params=params, progress=progress)
+
+
+def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, dict, dict, dict]:
+    """The world part: returns (rows, delta grid record, timings, notes)."""
+    from obliviate.ember import ember_erase, restore_embeddings, select_delta, snapshot_embeddings
+    from obliviate.ember.combine import ember_then
+    from obliviate.models.load import load_model
+    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.pretrain import cached_pretrain, world_for
+    from obliviate.utils import seed_everything
+
+    wc = cfg.world_concept
+    pieces = Pieces(out, "world")
+    world = world_for(cfg.pretrain)
+    root = cached_pretrain(cfg.pretrain, progress=progress)
+    tok = load_tokenizer(str(root / "model"))
+    ev = ConceptEval(world, tok, cfg.pretrain.model.max_len)
+    fresh = lambda: load_model(str(root / "model"))  # noqa: E731
+    pre = {"version": PIECES_VERSION, "pretrain": config_hash(to_dict(cfg.pretrain)), "seed": cfg.seed,
+           "relearn": [wc.relearn_epochs, wc.relearn_batch_size, wc.relearn_lr, wc.relearn_weight_decay]}
+    timings: dict = {}
+    rows: dict = {}
+
+    def row(name: str, key: dict, make) -> dict:
+        """Evaluate and attack the model ``make()`` returns (with its edit record), or reuse the stored row."""
+        done = pieces.get(name, key)
+        if done is None:
+            t = time.time()
+            seed_everything(cfg.seed)
+            model, extra = make()
+            m = ev(model)
+            m.update(ev.relearn(model, wc, cfg.seed))
+            m.update(extra)
+            done = pieces.put(name, key, {"metrics": m, "seconds": time.time() - t})
+        timings[f"world_{name}_seconds"] = done["seconds"]
+        return done["metrics"]
+
+    no_edit = {"vocab_fraction_edited": 0.0, "n_tokens_edited": 0}
+    rows["base"] = row("base", pre, lambda: (fresh(), no_edit))
+    base = rows["base"]
+
+    # EMBER's delta grid on the base model (the location does not depend on delta).
+    ember_key = {**pre, "ember": {k: getattr(wc, k) for k in ("K", "sparsity", "min_ratio", "judge", "judge_top",
+                                                              "min_confidence", "factor_max_iter",
+                                                              "factor_patience")}}
+    grid_key = {**ember_key, "deltas": list(wc.deltas)}
+    located: dict = {}
+
+    def location():
+        if "loc" not in located:
+            located["loc"] = locate(fresh(), tok, world, wc)
+        return located["loc"]
+
+    grid = pieces.get("ember_grid", grid_key)
+    if grid is None:
+        t = time.time()
+        model = fresh()
+        loc = location()
+        snap = snapshot_embeddings(model)
+        results = []
+        for d in wc.deltas:
+            res = ember_erase(model, tok, None, None, None, None, d, location=loc)
+            m = ev(model)
+            restore_embeddings(model, snap)
+            results.append({"delta": float(d), **m, **grid_scores(base, m), "n_tokens_edited": res.record.n_edited,
+                            "vocab_fraction_edited": res.vocab_fraction_edited})
+        choice = select_delta(results, base["utility_acc"], grid=None)
+        grid = pieces.put("ember_grid", grid_key, {
+            "rows": results, "delta": choice.delta, "score": choice.score, "qualified": choice.qualified,
+            "reason": choice.reason, "features": list(loc.features), "n_candidates": len(loc.candidates),
+            "n_sentence_tokens": int(loc.token_ids.numel()), "n_edited": int(loc.eligible_token_ids.numel()),
+            "edited_tokens": [tok.decode([int(t)]) for t in loc.eligible_token_ids],
+            "candidates": {str(k): {"ratio": float(loc.ratios[k]), "top_tokens": loc.top_tokens[k],
+                                    "kept": k in loc.features, "confidence": loc.verdicts[k].confidence}
+                           for k in loc.candidates},
+            "factor_loss": loc.factor_result.loss, "factor_iters": loc.factor_result.n_iter,
+            "judge_agreement": judge_agreement(world, loc, wc), "seconds": time.time() - t})
+    timings["world_ember_grid_seconds"] = grid["seconds"]
+    delta = grid["delta"]
+    ember_key = {**ember_key, "delta": delta}
+
+    def ember_alone():
+        model = fresh()
+        res = ember_erase(model, tok, None, None, None, None, delta, location=location())
+        return model, {"vocab_fraction_edited": res.vocab_fraction_edited, "n_tokens_edited": res.record.n_edited,
+                       "delta": delta}
+
+    rows["ember"] = row("ember", ember_key, ember_alone)
+
+    for name in wc.methods:
+        _, used = method_settings(cfg, name)
+        key = {**pre, "method": used}
+
+        def alone(name=name):
+            model, _ = method_runner(cfg, name, world, tok, progress)(name, fresh())
+            return model, no_edit
+
+        def combined(name=name):
+            run = method_runner(cfg, name, world, tok, progress)
+            comb = ember_then(f"{name}+ember", fresh(), tok, None, None, None, delta, run, location=location())
+            return comb.model, {"vocab_fraction_edited": comb.ember.vocab_fraction_edited,
+                                "n_tokens_edited": comb.ember.record.n_edited, "delta": delta}
+
+        rows[name] = row(name, key, alone)
+        rows[f"{name}+ember"] = row(f"{name}+ember", {**key, **ember_key}, combined)
+
+    for name, m in rows.items():
+        m.update(derived(base, m))
+    notes = {"world_delta": f"delta {delta:g}: {grid['reason']}"}
+    if not grid["features"]:
+        notes["world_features"] = "the judge kept no EMBER feature: the EMBER rows equal the rows without it"
+    return rows, grid, timings, notes
+
+
+# ---------------------------------------------------------------- real EMBER data
+
+def text_loss(model, tok, texts: list[str], max_len: int) -> float:
+    """Mean next-token loss of ``model`` over every token of ``texts`` (each ``[bos] text [eos]``)."""
+    from obliviate.data import encode_documents
+
+    return group_losses(model, encode_documents(tok, [{"text": t} for t in texts], max_len, fields=("excl",)))["other"]
+
+
+def split_heldout(items: list, frac: float, seed: int) -> tuple[list, list]:
+    """(train, held out) with ``ceil(frac * n)`` items held out, chosen by a seeded permutation."""
+    import numpy as np
+
+    perm = np.random.default_rng(seed).permutation(len(items))
+    n_out = max(1, math.ceil(frac * len(items)))
+    held = set(perm[:n_out].tolist())
+    return [x for i, x in enumerate(items) if i not in held], [x for i, x in enumerate(items) if i in held]
+
+
+def train_concept_model(dc: EmberDataConfig, texts: list[str], seed: int, progress: bool):
+    """A tokenizer and a tiny Llama trained from scratch on ``texts`` (LM loss, packed rows)."""
+    from obliviate.data import encode_documents, pack_sequences
+    from obliviate.losses import lm_loss
+    from obliviate.models.builders import tiny_llama
+    from obliviate.models.tokenizer import train_tokenizer
+    from obliviate.pretrain import make_lm_batches
+    from obliviate.train import TrainConfig, train
+    from obliviate.utils import seed_everything
+
+    tok = train_tokenizer(texts, vocab_size=dc.vocab_size)
+    ds = pack_sequences(encode_documents(tok, [{"text": t} for t in texts], dc.max_len, fields=("excl",)), dc.max_len)
+    seed_everything(seed)
+    model = tiny_llama(len(tok), n_layer=dc.n_layer, d_model=dc.d_model, n_head=dc.n_head, max_len=dc.max_len,
+                       seed=seed, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                       eos_token_id=tok.eos_token_id)
+    tc = TrainConfig(steps=dc.train_steps, lr=dc.lr, warmup_steps=min(20, dc.train_steps // 10), schedule="cosine",
+                     log_every=max(1, dc.train_steps // 10), progress=progress, desc="concept model")
+    train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, make_lm_batches(ds, dc.batch_size, seed, tok.pad_token_id),
+          tc, None)
+    model.eval()
+    return model, tok
+
+
+def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bool) -> dict:
+    """The data part for one concept (module docstring); perplexities are ``exp`` of mean token losses."""
+    from obliviate.attacks.relearn import RelearnConfig, relearn_attack
+    from obliviate.ember import (
+        build_vocab, ember_erase, judge_from_sentences, locate_concept_features, restore_embeddings,
+        select_delta, snapshot_embeddings,
+    )
+
+    t0 = time.time()
+    c_train, c_test = split_heldout(list(data.concept_sentences[concept]), dc.heldout, seed)
+    n_train, n_test = split_heldout([x.text for x in data.neutral_sentences], dc.heldout, seed + 1)
+    model, tok = train_concept_model(dc, c_train + n_train, seed, progress)
+
+    def losses(m) -> dict:
+        return {"concept_loss": text_loss(m, tok, c_test, dc.max_len),
+                "neutral_loss": text_loss(m, tok, n_test, dc.max_len)}
+
+    out: dict = {"n_train_sentences": len(c_train) + len(n_train), "vocab_size": len(tok), "base": losses(model)}
+    base = out["base"]
+    try:
+        judge = judge_from_sentences(c_train, n_train)
+    except DataError as e:
+        out.update({"note": f"no EMBER: {e}", "vocab_fraction_edited": 0.0, "n_tokens_edited": 0})
+        return _finish_concept(out, t0)
+    n_vocab = int(build_vocab(tok, c_train, n_train)[0].numel())
+    loc = locate_concept_features(model, tok, c_train, n_train, judge, min(dc.K, n_vocab), seed=42,
+                                  sparsity=dc.sparsity, min_ratio=dc.min_ratio, min_confidence=dc.min_confidence,
+                                  n_top_tokens=dc.judge_top,
+                                  factor_kwargs={"max_iter": dc.factor_max_iter, "patience": dc.factor_patience})
+    snap = snapshot_embeddings(model)
+    grid = []
+    for d in dc.deltas:
+        ember_erase(model, tok, None, None, None, None, d, location=loc)
+        m = losses(model)
+        restore_embeddings(model, snap)
+        spec = min(1.0, math.exp(base["neutral_loss"] - m["neutral_loss"]))
+        eff = max(0.0, 1.0 - math.exp(base["concept_loss"] - m["concept_loss"]))
+        grid.append({"delta": float(d), **m, "efficacy": eff, "specificity": spec, "coherence": spec,
+                     "utility": spec})
+    choice = select_delta(grid, 1.0, grid=None)
+    res = ember_erase(model, tok, None, None, None, None, choice.delta, location=loc)
+    out.update({"n_sentence_tokens": n_vocab, "n_candidates": len(loc.candidates), "features": list(loc.features),
+                "edited_tokens": [tok.decode([t]) for t in res.eligible_token_ids],
+                "n_tokens_edited": res.record.n_edited, "vocab_fraction_edited": res.vocab_fraction_edited,
+                "delta": choice.delta, "delta_qualified": choice.qualified, "grid": grid, "ember": losses(model)})
+    paragraphs = list(data.relearn_paragraphs[concept])[: dc.n_relearn]
+    per_epoch = math.ceil(len(paragraphs) / dc.relearn_batch_size)
+    rc = RelearnConfig(steps=dc.relearn_epochs * per_epoch, lr=dc.relearn_lr, batch_size=dc.relearn_batch_size,
+                       eval_every=per_epoch, max_len=dc.max_len, seed=seed)
+    for name, edited in (("relearn_ember", True), ("relearn_base", False)):
+        if not edited:
+            restore_embeddings(model, snap)
+        r = relearn_attack(model, tok, paragraphs, lambda m: text_loss(m, tok, c_test, dc.max_len), rc,
+                           keep_model=True)
+        out[name] = losses(r["model"])
+    out["n_relearn"] = len(paragraphs)
+    return _finish_concept(out, t0)
+
+
+def _finish_concept(out: dict, t0: float) -> dict:
+    for k, v in list(out.items()):
+        if isinstance(v, dict) and "concept_loss" in v:
+            v["concept_ppl"] = math.exp(min(v["concept_loss"], 50.0))
+            v["neutral_ppl"] = math.exp(min(v["neutral_loss"], 50.0))
+    out["seconds"] = time.time() - t0
+    return out
+
+
+def run_data(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, dict, str | None]:
+    """The data part: (per-concept results, timings, note when skipped)."""
+    from obliviate.benchmarks import list_ember_concepts, load_ember
+
+    dc = cfg.ember_data
+    try:
+        names = list_ember_concepts(dc.data)
+        concepts = list(dc.concepts) if dc.concepts else names[: dc.n_concepts]
+        data = load_ember(concepts, dc.data)
+    except DataError as e:
+        return {}, {}, f"EMBER data not found or unreadable: {e}"
+    pieces = Pieces(out, "data")
+    key = {"version": PIECES_VERSION, "seed": cfg.seed,
+           "ember_data": {k: v for k, v in to_dict(dc).items() if k != "data"}}
+    results, timings = {}, {}
+    for concept in concepts:
+        done = pieces.get(_slug(concept), {**key, "concept": concept})
+        if done is None:
+            done = pieces.put(_slug(concept), {**key, "concept": concept},
+                              run_concept(dc, data, concept, cfg.seed, progress))
+        results[concept] = done
+        timings[f"data_{_slug(concept)}_seconds"] = done["seconds"]
+    return results, timings, None
+
+
+# ---------------------------------------------------------------- claims
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def make_claims(cfg: EmberRecipeConfig, rows: dict, real: dict) -> list[Claim]:
+    methods = [m for m in cfg.world_concept.methods if m in rows and f"{m}+ember" in rows]
+    claims = []
+
+    # 1. relearned accuracy roughly halved
+    c1 = "Relearned concept accuracy roughly halves with EMBER: RMU/CRISP 70-76% -> 35% on Llama-3.1-8B"
+    if not methods:
+        claims.append(Claim(c1, "world part not run", None, "Not testable here: the world part did not run."))
+    else:
+        pairs = {m: (rows[m]["relearn_concept_acc"], rows[f"{m}+ember"]["relearn_concept_acc"]) for m in methods}
+        ours = "; ".join(f"{m} {_pct(a)} -> {_pct(b)}" for m, (a, b) in pairs.items())
+        regained = {m: rows[m]["relearn_concept_acc"] - rows[m]["concept_acc"] for m in methods}
+        testable = [m for m in methods if regained[m] >= 0.1 and pairs[m][0] > 0]
+        if not testable:
+            claims.append(Claim(c1, ours, None, "Not testable here: without EMBER the relearning attack regained less "
+                                "than 10 points for every method, so there was nothing for EMBER to prevent."))
+        else:
+            ratio = sum(pairs[m][1] / pairs[m][0] for m in testable) / len(testable)
+            agrees = ratio <= HALVED
+            claims.append(Claim(c1, f"{ours} (mean ratio {ratio:.2f})", agrees,
+                                f"{'Agrees' if agrees else 'Disagrees'}: with EMBER the relearned concept accuracy is "
+                                f"{ratio:.2f} of the accuracy without it (mean over {', '.join(testable)}; "
+                                f"'roughly halved' read as <= {HALVED}); chance is 25%, the base model "
+                                f"{_pct(rows['base']['concept_acc'])}."))
+
+    # 2. vocabulary fraction
+    c2 = "EMBER edits at most 0.14% of the vocabulary"
+    fracs = {}
+    if "ember" in rows:
+        fracs["world"] = (rows["ember"]["vocab_fraction_edited"], rows["ember"]["n_tokens_edited"])
+    for name, r in real.items():
+        fracs[name] = (r.get("vocab_fraction_edited", 0.0), r.get("n_tokens_edited", 0))
+    if not fracs:
+        claims.append(Claim(c2, "nothing run", None, "Not testable here: no part ran."))
+    else:
+        worst = max(f for f, _ in fracs.values())
+        ours = "; ".join(f"{k} {100 * f:.2f}% ({n} tokens)" for k, (f, n) in fracs.items())
+        agrees = worst <= PAPER_VOCAB_FRACTION
+        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most {100 * worst:.2f}% of the vocabulary was "
+                    "edited.")
+        if not agrees:
+            sizes = sorted({round(n / f) for f, n in fracs.values() if f > 0})
+            most = max(n for _, n in fracs.values())
+            sentence += (f" Our vocabularies are tiny ({' and '.join(f'{v:,}' for v in sizes)} tokens against "
+                         f"Llama-3's {LLAMA3_VOCAB:,}), so one token is already {100 / min(sizes):.2f}%; 0.14% of "
+                         f"Llama-3's vocabulary is ~{PAPER_VOCAB_FRACTION * LLAMA3_VOCAB:.0f} tokens, and we edit "
+                         f"at most {most}.")
+        claims.append(Claim(c2, ours, agrees, sentence))
+
+    # 3. coherence cost confined to concept-exclusive tokens
+    c3 = "EMBER's coherence cost is confined to concept-exclusive tokens"
+    e = rows.get("ember")
+    if e is None or e.get("d_loss_exclusive") is None:
+        claims.append(Claim(c3, "world part not run", None, "Not testable here: the world part did not run."))
+    else:
+        dx, do, dn = e["d_loss_exclusive"], e["d_loss_other"], e["d_loss_neutral"]
+        ours = f"loss change: at exclusive tokens {dx:+.3f}, other concept-text positions {do:+.3f}, neutral {dn:+.3f}"
+        mlp = "; ".join(f"{m}: {rows[m]['d_loss_exclusive']:+.3f} / {rows[m]['d_loss_other']:+.3f}" for m in methods)
+        contrast = f" For contrast (exclusive / other): {mlp}." if mlp else ""
+        if dx <= 0.05:
+            claims.append(Claim(c3, ours, None, "Not testable here: EMBER did not raise the loss on the exclusive "
+                                f"tokens measurably ({dx:+.3f} nats).{contrast}"))
+        else:
+            agrees = do <= CONFINED * dx and abs(dn) <= CONFINED * dx
+            claims.append(Claim(c3, ours, agrees,
+                                f"{'Agrees' if agrees else 'Disagrees'}: on the concept sentences EMBER raised the "
+                                f"loss where a concept-exclusive token is read or predicted by {dx:.3f} nats and "
+                                f"elsewhere by {do:+.3f} (neutral text {dn:+.3f}); 'confined' read as <= {CONFINED} "
+                                f"of the exclusive change.{contrast}"))
+    return claims
+
+
+# ---------------------------------------------------------------- report
+
+WORLD_COLUMNS = ["row", "concept_acc", "similar_acc", "utility_acc", "coherence", "relearn_concept_acc", "regained",
+                 "vocab_fraction_edited", "n_tokens_edited"]
+LOSS_COLUMNS = ["row", "loss_exclusive", "loss_other", "loss_neutral", "d_loss_exclusive", "d_loss_other",
+                "d_loss_neutral"]
+
+
+def _plot_relearn(rows: dict, methods: list[str], png: Path) -> None:
+    import numpy as np
+
+    from obliviate.report import _plt
+
+    plt = _plt()
+    groups = ["none"] + [m for m in methods if m in rows and f"{m}+ember" in rows]
+    names = {g: ("base", "ember") if g == "none" else (g, f"{g}+ember") for g in groups}
+    bars = [("after unlearning", "concept_acc", 0), ("after relearning", "relearn_concept_acc", 0),
+            ("+EMBER, after unlearning", "concept_acc", 1), ("+EMBER, after relearning", "relearn_concept_acc", 1)]
+    x = np.arange(len(groups))
+    w = 0.2
+    fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 3, 3.8))
+    for i, (label, key, j) in enumerate(bars):
+        ax.bar(x + (i - 1.5) * w, [rows[names[g][j]][key] for g in groups], w, label=label,
+               hatch="//" if j else None, alpha=0.85)
+    ax.axhline(0.25, color="k", lw=0.8, ls=":", label="chance")
+    ax.set_xticks(x)
+    ax.set_xticklabels(["no MLP method" if g == "none" else g for g in groups])
+    ax.set_ylabel("concept MCQ accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("relearning attack, without and with EMBER", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def _plot_grid(grid: dict, png: Path) -> None:
+    from obliviate.report import _plt
+
+    plt = _plt()
+    rs = grid["rows"]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for key in ("concept_acc", "similar_acc", "utility_acc", "coherence"):
+        ax.plot([r["delta"] for r in rs], [r[key] for r in rs], marker="o", ms=3, label=key)
+    ax.axvline(grid["delta"], color="grey", ls="--", lw=0.8, label=f"chosen delta {grid['delta']:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("delta")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("EMBER alone on the world's concept: the delta grid", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def _plot_real(real: dict, png: Path) -> None:
+    from obliviate.report import plot_grouped_bars
+
+    stages = [("base", "base"), ("ember", "EMBER"), ("relearn_base", "relearned, no EMBER"),
+              ("relearn_ember", "relearned, EMBER")]
+    groups = {label: {f"{c[:14]} {kind}": r[s][f"{kind}_ppl"] for c, r in real.items() if s in r
+                      for kind in ("concept", "neutral")} for s, label in stages}
+    groups = {k: v for k, v in groups.items() if v}
+    if groups:
+        plot_grouped_bars(groups, png, "real EMBER concepts: held-out perplexity", "perplexity", ylim=None)
+
+
+def _report(cfg: EmberRecipeConfig, out: Path, rows: dict, grid: dict | None, real: dict, notes: dict,
+            claims: list[Claim], seconds: float) -> None:
+    wc = cfg.world_concept
+    sections = [("Setup", (
+        f"Paper: {PAPER}. Tiny-scale reproduction (METHODS.md §4). Part *world*: the cached tiny base model "
+        f"(`pretrain.*`, {cfg.pretrain.model.n_layer} layers) and the world's concept; concept / similar-domain "
+        "(people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = base "
+        "perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "
+        "concept-exclusive term (a proxy for fluent text about the concept; 1 = unchanged); `loss_exclusive` is "
+        "the loss at the positions that do, `loss_neutral` the loss on neutral text. "
+        "`relearn_concept_acc`: concept accuracy after "
+        f"fine-tuning a copy on the concept's relearning paragraphs for {wc.relearn_epochs} epochs (lr "
+        f"{wc.relearn_lr:g}, batch {wc.relearn_batch_size}, weight decay {wc.relearn_weight_decay:g}); `regained` = "
+        "that minus the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the EMBER-only "
+        "grid, then the MLP method on top with the same settings as alone (the paper re-tunes it; we do not).\n"))]
+    if rows:
+        table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n, m in rows.items()]
+        body = markdown_table(table, WORLD_COLUMNS, fmt="{:.4f}")
+        if grid is not None:
+            ja = grid["judge_agreement"]
+            body += (f"\nEMBER: |V'| = {grid['n_sentence_tokens']} tokens, {grid['n_candidates']} candidate features "
+                     f"(mass ratio >= {wc.min_ratio:g}), {len(grid['features'])} kept by the `{wc.judge}` judge, "
+                     f"{grid['n_edited']} token rows edited: {', '.join(repr(t) for t in grid['edited_tokens'][:30])}. "
+                     f"Factorisation: {grid['factor_iters']} iterations, relative loss {grid['factor_loss']:.3f}. "
+                     f"The two offline judges (exclusive-term lexicon = ground truth, sentence statistics) agree on "
+                     f"{ja['agree']}/{ja['n_candidates']} candidates (lexicon keeps {ja['kept_lexicon']}, sentence "
+                     f"statistics {ja['kept_sentences']}).\n\n![relearning](relearn_bars.png)\n")
+        sections.append(("World concept: unlearning and relearning", body))
+        sections.append(("Where the loss changes (concept sentences: positions reading or predicting an exclusive "
+                         "term vs the others; neutral text)",
+                         markdown_table([{"row": n, **m} for n, m in rows.items()], LOSS_COLUMNS)))
+    if grid is not None:
+        gcols = ["delta", "concept_acc", "similar_acc", "utility_acc", "coherence", "efficacy", "specificity",
+                 "n_tokens_edited"]
+        sections.append(("EMBER delta grid (world)",
+                         markdown_table(grid["rows"], gcols) + f"\nChosen delta {grid['delta']:g} "
+                         f"(HM {grid['score']:.3f}; {grid['reason']}).\n\n![delta grid](delta_grid.png)\n"))
+    if "data" in notes:
+        sections.append(("Real EMBER concepts", f"Skipped: {notes['data']}\n"))
+    elif real:
+        table = []
+        for c, r in real.items():
+            row = {"concept": c, "edited": r.get("n_tokens_edited"), "vocab_fraction": r.get("vocab_fraction_edited"),
+                   "delta": r.get("delta")}
+            for s in ("base", "ember", "relearn_base", "relearn_ember"):
+                if s in r:
+                    row[f"{s} concept/neutral ppl"] = f"{r[s]['concept_ppl']:.1f} / {r[s]['neutral_ppl']:.1f}"
+            table.append(row)
+        cols = ["concept", "edited", "vocab_fraction", "delta", "base concept/neutral ppl", "ember concept/neutral ppl",
+                "relearn_base concept/neutral ppl", "relearn_ember concept/neutral ppl"]
+        dc = cfg.ember_data
+        sections.append(("Real EMBER concepts", (
+            f"Per concept a tokenizer ({dc.vocab_size} tokens) and a {dc.n_layer}-layer d={dc.d_model} model trained "
+            f"from scratch on {100 * (1 - dc.heldout):.0f}% of the concept and neutral sentences "
+            f"({dc.train_steps} steps); perplexity on the held-out rest. EMBER's judge: the sentence-statistics judge; "
+            "delta by the grid on perplexity (module docstring). Relearning: the concept's first "
+            f"{dc.n_relearn} relearning paragraphs, {dc.relearn_epochs} epochs, applied to the EMBER-edited model and, "
+            "for reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
+            + "\n![real data](real_data_ppl.png)\n")))
+    write_report(out, "EMBER: embedding erasure against relearning (tiny scale)", cfg.command or "obliviate reproduce "
+                 "ember", sections, claims, seconds)
+
+
+# ---------------------------------------------------------------- the recipe
+
+@recipe("ember", EmberRecipeConfig, "EMBER embedding erasure with RMU/SNMF/CRISP, relearning attack, real concepts")
+def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
+    """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""
+    from obliviate.results import write_results
+
+    out = Path(out)
+    t0 = time.time()
+    if cfg.quick:
+        cfg = apply_quick(cfg)
+    rows, grid, real, timings, notes = {}, None, {}, {}, {}
+    if "world" in cfg.parts:
+        rows, grid, t, n = run_world(cfg, out, progress)
+        timings.update(t)
+        notes.update(n)
+    if "data" in cfg.parts:
+        real, t, note = run_data(cfg, out, progress)
+        timings.update(t)
+        if note:
+            notes["data"] = note
+    claims = make_claims(cfg, rows, real)
+    if rows:
+        _plot_relearn(rows, cfg.world_concept.methods, out / "relearn_bars.png")
+    if grid is not None:
+        _plot_grid(grid, out / "delta_grid.png")
+    if real:
+        _plot_real(real, out / "real_data_ppl.png")
+    timings["total_seconds"] = time.time() - t0
+    _report(cfg, out, rows, grid, real, notes, claims, timings["total_seconds"])
+    notes["parts"] = list(cfg.parts)
+    delta_grid = None if grid is None else {k: grid[k] for k in ("rows", "delta", "score", "qualified", "reason",
+                                                                 "features", "judge_agreement")}
+    write_results(out, seed=cfg.seed, config=cfg, metrics=rows, claims=claims_json(claims), timings=timings,
+                  notes=notes, delta_grid=delta_grid, real_data=real)
+    return {"metrics": rows, "claims": claims, "timings": timings, "notes": notes, "delta_grid": delta_grid,
+            "real_data": real}
