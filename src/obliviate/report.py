@@ -68,11 +68,13 @@ def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, 
     return Path(out_png)
 
 
-def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:
+def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
+    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``."""
+
     def cell(v):
         if isinstance(v, float):
             return fmt.format(v) if v == v else "n/a"
-        return "" if v is None else str(v)
+        return missing if v is None else str(v)
 
     head = "| " + " | ".join(columns) + " |"
     sep = "|" + "|".join("---" for _ in columns) + "|"

@@ -88,18 +88,10 @@ def claims_json(claims: list[Claim]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:
-    """A Markdown table of ``rows`` (dicts) over ``columns``; floats formatted with ``fmt``, missing cells '–'."""
+    """:func:`obliviate.report.markdown_table` with missing cells shown as '–', ending in a newline."""
+    from obliviate.report import markdown_table as table
 
-    def cell(v):
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return fmt.format(v)
-        return str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return table(rows, columns, fmt, missing="–") + "\n"
 
 
 def write_report(out, title: str, command: str, sections: list[tuple[str, str]], claims: list[Claim],
