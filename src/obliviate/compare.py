@@ -199,7 +199,7 @@ def _rows(metrics: dict) -> list[dict]:
 
 
 def plot_pareto(metrics: dict, png: Path) -> None:
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
@@ -218,13 +218,11 @@ def plot_pareto(metrics: dict, png: Path) -> None:
     ax.set_title("forget vs retain (arrows: after relearning attack)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower center", ncol=3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def plot_recovery(curves: dict, base_acc: float, png: Path) -> None:
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -240,13 +238,11 @@ def plot_recovery(curves: dict, base_acc: float, png: Path) -> None:
     ax.set_title("relearning attack: recovery of forgotten facts", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def plot_base_loss(base_root: Path, png: Path) -> None:
-    from obliviate.report import _plt, read_jsonl
+    from obliviate.report import _plt, read_jsonl, save_figure
 
     plt = _plt()
     recs = [r for r in read_jsonl(base_root / "metrics.jsonl") if "loss" in r]
@@ -261,9 +257,7 @@ def plot_base_loss(base_root: Path, png: Path) -> None:
     ax.set_title("base model pretraining", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, configs: dict, seconds: float,

@@ -212,7 +212,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
 
 def plot_alpha_trajectory(traj: dict, png: str | Path, title: str | None = None) -> Path:
     """Sampled alphas (coloured by reward), exp(mu) and the chosen alpha per outer step; rewards below."""
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     steps = traj["steps"]
@@ -236,6 +236,5 @@ def plot_alpha_trajectory(traj: dict, png: str | Path, title: str | None = None)
     bx.set_ylabel("reward (S)")
     bx.legend(fontsize=8)
     bx.grid(alpha=0.3)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
     return Path(png)

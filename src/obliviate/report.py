@@ -15,6 +15,22 @@ def _plt():
     return plt
 
 
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it to ``path`` atomically (format from the suffix) and close it."""
+    import io
+
+    from obliviate.results import atomic_write_bytes
+
+    path = Path(path)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi)
+    _plt().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
@@ -33,9 +49,7 @@ def plot_loss_curve(metrics_path: str | Path, out_png: str | Path, title: str = 
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png)
     return Path(out_png)
 
 
@@ -62,9 +76,7 @@ def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, 
     ax.grid(axis="y", alpha=0.3)
     if len(models) > 1:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png)
     return Path(out_png)
 
 

@@ -81,7 +81,12 @@ def _clean(obj: Any, secrets: list[str] | None = None) -> Any:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
 
     An ``OSError`` (full disk, read-only or missing permissions) becomes an :class:`ObliviateError`
     naming the file: ``cannot write results.json in DIR: [Errno 28] No space left on device``.
@@ -91,8 +96,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files

@@ -23,10 +23,9 @@ class AttackCommandConfig:
 def plot_recovery(curves: dict[str, list], out_png: str | Path, base_acc: float | None = None,
                   title: str = "relearning attack") -> Path:
     """``curves[name] = [[step, acc], ...]`` as lines; ``base_acc`` as a dashed line."""
-    import matplotlib
+    from obliviate.report import _plt, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _plt()
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, curve in curves.items():
@@ -39,9 +38,7 @@ def plot_recovery(curves: dict[str, list], out_png: str | Path, base_acc: float 
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png)
     return Path(out_png)
 
 

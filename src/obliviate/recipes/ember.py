@@ -837,7 +837,7 @@ LOSS_COLUMNS = ["row", "loss_exclusive", "loss_other", "loss_neutral", "d_loss_e
 def _plot_relearn(rows: dict, methods: list[str], png: Path) -> None:
     import numpy as np
 
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     groups = ["none"] + [m for m in methods if m in rows and f"{m}+ember" in rows]
@@ -858,13 +858,11 @@ def _plot_relearn(rows: dict, methods: list[str], png: Path) -> None:
     ax.set_title("relearning attack, without and with EMBER", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def _plot_grid(grid: dict, png: Path) -> None:
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     rs = grid["rows"]
@@ -878,9 +876,7 @@ def _plot_grid(grid: dict, png: Path) -> None:
     ax.set_title("EMBER alone on the world's concept: the delta grid", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def _plot_real(real: dict, png: Path) -> None:

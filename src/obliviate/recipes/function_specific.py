@@ -570,7 +570,7 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int]) -> list[Claim]:
 
 
 def plot_probe_cosine(probes: dict, png: Path) -> None:
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     layers, cos = probes["layers"], probes["cosine"]
@@ -587,16 +587,14 @@ def plot_probe_cosine(probes: dict, png: Path) -> None:
     ax.set_ylabel("layer")
     ax.set_title("cosine of toxicity probe directions", fontsize=9)
     fig.colorbar(im, ax=ax, shrink=0.8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 def plot_u_r(metrics: dict, png: Path) -> None:
     """Each row's (U, R) point, per seed (faint) and mean; S = U x R is the rectangle's area (grey iso-S lines)."""
     import numpy as np
 
-    from obliviate.report import _plt
+    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2), sharey=True)
@@ -616,9 +614,7 @@ def plot_u_r(metrics: dict, png: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower left")
     axes[0].set_ylabel("R (utility kept)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 # ------------------------------------------------------------------ report

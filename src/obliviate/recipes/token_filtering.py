@@ -1029,10 +1029,9 @@ def _law(fit) -> str:
 
 
 def _plots(out: Path, cfg, m, main, adv) -> None:
-    import matplotlib
+    from obliviate.report import _plt, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _plt()
 
     strategies = ["none"] + list(cfg.strategies)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
@@ -1049,9 +1048,7 @@ def _plots(out: Path, cfg, m, main, adv) -> None:
     axes[2].set(title="forget-domain compute slowdown", xlabel="parameters", ylabel="slowdown (x)")
     for ax in axes:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "scaling.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "scaling.png")
 
     par = m["pareto"]
     fig, ax = plt.subplots(figsize=(5.5, 4))
@@ -1064,9 +1061,7 @@ def _plots(out: Path, cfg, m, main, adv) -> None:
     ax.set(xlabel="retain loss (lower is better)", ylabel="forget loss (higher is better)",
            title=f"Pareto, {par['size']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "pareto.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "pareto.png")
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for k, v in adv.items():
@@ -1077,9 +1072,7 @@ def _plots(out: Path, cfg, m, main, adv) -> None:
     ax.set(xlabel="fine-tuning tokens", ylabel="held-out forget loss",
            title=f"adversarial fine-tuning, {cfg.sizes[-1]}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "adversarial.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "adversarial.png")
 
     rows = m["label_noise"]["rows"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -1089,6 +1082,4 @@ def _plots(out: Path, cfg, m, main, adv) -> None:
             ax.semilogy([p for p, _ in pts], [v for _, v in pts], "o-", label=lab)
     ax.set(xlabel="flag flip probability p", ylabel="compute slowdown (x)", title="label noise")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "noise.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "noise.png")

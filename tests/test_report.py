@@ -1,0 +1,44 @@
+import os
+
+import pytest
+
+from obliviate.errors import ObliviateError
+from obliviate.report import _plt, markdown_table, save_figure
+
+
+def test_save_figure_writes_closes_and_leaves_no_temporary(tmp_path):
+    plt = _plt()
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    out = save_figure(fig, tmp_path / "a.png")
+    assert out == tmp_path / "a.png"
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)
+    assert os.listdir(tmp_path) == ["a.png"]
+
+
+def test_save_figure_format_follows_the_suffix(tmp_path):
+    fig, _ = _plt().subplots()
+    assert save_figure(fig, tmp_path / "a.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_save_figure_keeps_the_old_plot_when_the_write_fails(tmp_path, monkeypatch):
+    plt = _plt()
+    save_figure(plt.subplots()[0], tmp_path / "a.png")
+    old = (tmp_path / "a.png").read_bytes()
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("obliviate.results.os.replace", full_disk)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    with pytest.raises(ObliviateError, match="a.png.*No space left"):
+        save_figure(fig, tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes() == old
+    assert os.listdir(tmp_path) == ["a.png"]
+
+
+def test_markdown_table_formats_floats_and_missing_cells():
+    md = markdown_table([{"a": 0.12345, "b": "x"}, {"a": None}], ["a", "b"], missing="-")
+    assert md.splitlines() == ["| a | b |", "|---|---|", "| 0.123 | x |", "| - | - |"]
