@@ -1,4 +1,5 @@
 import json
+import math
 
 import numpy as np
 import pytest
@@ -108,3 +109,24 @@ def test_nan_loss_stops_with_step_and_term(tmp_path):
 
     with pytest.raises(TrainingDiverged, match=r"'bad'.*step 5.*step_00000004"):
         train(tiny(), loss, data(), cfg, tmp_path)
+
+
+@pytest.mark.parametrize("grad_clip", [1.0, 0.0])
+def test_nan_gradient_with_finite_loss_stops_before_the_step(tmp_path, grad_clip):
+    cfg = TrainConfig(steps=10, checkpoint_every=2, log_every=1, grad_clip=grad_clip, progress=False)
+
+    def loss(m, b, s):
+        x = lm_loss(m, b)
+        return {"lm": x, "kink": torch.sqrt(0 * x) if s == 4 else 0 * x}  # value 0, gradient 0 * inf = NaN
+
+    m = tiny()
+    with pytest.raises(TrainingDiverged, match=r"gradient norm is nan at step 5.*step_00000004"):
+        train(m, loss, data(), cfg, tmp_path)
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
+def test_grad_norm_is_logged_without_clipping(tmp_path):
+    out = train(tiny(), lambda m, b, s: {"lm": lm_loss(m, b)}, data(),
+                TrainConfig(steps=2, log_every=1, grad_clip=0.0, progress=False), tmp_path)
+    recs = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in recs if "grad_norm" in r)

@@ -378,11 +378,17 @@ def train(
             acc.backward(total)
             if ddp:
                 D.average_gradients(params)
-            if cfg.grad_clip > 0:
-                gnorm = acc.clip_grad_norm_(params, cfg.grad_clip)
-                gnorm = float("nan") if gnorm is None else float(gnorm)
-            else:
-                gnorm = float("nan")
+            # the total gradient norm (max_norm inf: measured, not clipped); None where the backend
+            # (DeepSpeed) clips by itself and returns none
+            gnorm = acc.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+            gnorm_known = gnorm is not None
+            gnorm = float(gnorm) if gnorm_known else float("nan")
+            if gnorm_known and not math.isfinite(gnorm) and getattr(acc, "scaler", None) is None:
+                # finite loss terms but a NaN/inf gradient: stop before the step corrupts the weights
+                # (an fp16 grad scaler skips such steps by itself, so then the step goes ahead)
+                where = f"; last good checkpoint: {latest_checkpoint(ckpt_dir)}" if ckpt_dir else ""
+                raise TrainingDiverged(f"gradient norm is {gnorm} at step {step + 1} (loss terms "
+                                       f"{', '.join(terms)} finite){where}")
             optimizer.step()
             scheduler.step()
             if logged is None:
