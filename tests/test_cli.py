@@ -150,6 +150,23 @@ def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     assert res["metrics"] == ma
 
 
+def test_pretrain_does_not_resume_checkpoints_of_another_config(tmp_path, capsys, monkeypatch):
+    """Checkpoints left in --out by a pretraining run with another config are not resumed."""
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))
+    common = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=6",
+              "train.checkpoint_every=2"]
+    assert main([*common, "--out", str(tmp_path / "p"), "train.lr=1e-3"]) == 0
+    assert any((tmp_path / "p" / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert main([*common, "--out", str(tmp_path / "p"), "train.lr=2e-3"]) == 0
+    assert "starting afresh" in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "fresh"), "train.lr=2e-3"]) == 0
+    assert "starting afresh" not in capsys.readouterr().err
+    m1 = json.loads((tmp_path / "p" / "results.json").read_text())["metrics"]
+    m2 = json.loads((tmp_path / "fresh" / "results.json").read_text())["metrics"]
+    assert m1 == m2
+
+
 def test_overrides_may_follow_options_and_unknown_flags_still_fail(capsys):
     import pytest
 

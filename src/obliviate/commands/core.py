@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from obliviate.cli import add_common as _common, seeded as _seeded
 
@@ -31,12 +32,16 @@ def cmd_pretrain(args) -> None:
     from obliviate.eval.world import evaluate_world
     from obliviate.pretrain import PretrainConfig, pretrain
     from obliviate.report import plot_loss_curve
-    from obliviate.results import prepare_out_dir, write_results
+    from obliviate.results import prepare_out_dir, same_run, write_results
     from obliviate.train.distributed import is_main_process
 
     cfg = build_config(PretrainConfig, args.config, args.overrides, base=_seeded(args.seed, ["seed", "world.seed"]))
     out = prepare_out_dir(args.out)
-    res = pretrain(cfg, out, resume=not args.restart, progress=not args.no_progress)
+    # A rerun into the same --out resumes the checkpoints, unless they belong to another config.
+    same = same_run(out, {"command": "pretrain", "config": cfg})
+    if not same and not args.restart:
+        print(f"obliviate: {out} holds checkpoints of another run (other config); starting afresh", file=sys.stderr)
+    res = pretrain(cfg, out, resume=same and not args.restart, progress=not args.no_progress)
     ds = encode_documents(res["tokenizer"], res["world"].documents(), max_len=cfg.model.max_len)
     metrics = evaluate_world(res["model"], res["tokenizer"], res["world"], ds)
     if not is_main_process():  # under accelerate launch rank 0 writes and prints
