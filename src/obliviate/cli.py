@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0
+    quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
     try:
         args.fn(args)
     except ObliviateError as e:
@@ -101,7 +102,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("obliviate: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if quiet_hf:
+            _hf_progress_bars(True)
     return 0
+
+
+def _hf_progress_bars(on: bool) -> bool:
+    """Turn the Hugging Face progress bars (weight loading and writing) on or off; say whether they were on."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if on else hf_logging.disable_progress_bar)()
+    return was
 
 
 if __name__ == "__main__":
