@@ -24,7 +24,7 @@ from obliviate.eval import s_unlearning
 from obliviate.eval.world import evaluate_world
 from obliviate.methods import get_method
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
-from obliviate.results import atomic_write_json
+from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.train import TrainConfig
 from obliviate.unlearn import UnlearnConfig, unlearn
 
@@ -303,5 +303,5 @@ def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, con
            "![accuracy by split](plots/domain_accuracy.png)", "", "![base model training](plots/base_loss.png)", "",
            "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
            f"Total time {seconds:.0f} s."]
-    (out / "report.md").write_text("\n".join(md) + "\n")
+    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     write_html(out / "report.md", out / "report.html")

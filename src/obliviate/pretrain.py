@@ -30,6 +30,7 @@ from obliviate.config import config_hash, to_dict
 from obliviate.data import TokenDataset, collate, encode_documents, pack_sequences
 from obliviate.errors import ConfigError
 from obliviate.losses import lm_loss
+from obliviate.results import atomic_write_text
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.utils import cache_dir, seed_everything
 from obliviate.world import WorldConfig, generate_world
@@ -191,8 +192,8 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
             "final_lm_loss": last.get("lm"), "final_qa_loss": last.get("qa")}
     D.save_trained(model, out / "model", summary, tok)
     if D.is_main_process():
-        (out / "model" / "world_config.json").write_text(json.dumps(to_dict(cfg.world), sort_keys=True))
-        (out / "pretrain.json").write_text(json.dumps(info, indent=2))
+        atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))
+        atomic_write_text(out / "pretrain.json", json.dumps(info, indent=2))
     D.barrier()
     return {"model_dir": out / "model", "world": world, "tokenizer": tok, "model": model, "dataset": dataset,
             "summary": summary, "info": info}

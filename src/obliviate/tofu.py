@@ -336,7 +336,8 @@ def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
 
 def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path | None,
                          progress: bool | None = None) -> tuple:
-    """Steps 4-5 for ``cfg.method`` on the cached base model: returns (model, metrics, per_example, timings).
+    """Steps 4-5 for ``cfg.method`` on the cached base model: returns (model, metrics, per_example, timings,
+    training summary).
 
     ``metrics`` has every scalar of :func:`evaluate` plus ``forget_quality``; ``out_dir``
     receives the unlearning run's logs (None: none written).
@@ -351,7 +352,7 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
     t = time.time()
     seed_everything(cfg.seed)
     model = load_model(str(bases.roots["base"] / "model"))
-    model, _ = unlearn(model, bases.tokenizer, qa_pairs(bases.sets["forget10"]), qa_pairs(bases.sets["retain90"]),
+    model, summary = unlearn(model, bases.tokenizer, qa_pairs(bases.sets["forget10"]), qa_pairs(bases.sets["retain90"]),
                        ucfg, out_dir, progress=progress, resume=False)
     timings["unlearn_s"] = time.time() - t
     t = time.time()
@@ -359,7 +360,7 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
     timings["method_eval_s"] = time.time() - t
     per_example = res.pop("per_example")
     res["forget_quality"] = forget_quality(per_example["forget_truth_ratio"], bases.retain_truth_ratios)
-    return model, res, per_example, timings
+    return model, res, per_example, timings, summary
 
 
 def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None) -> dict:
@@ -367,22 +368,21 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None) -> 
 
     Returns ``{"metrics", "per_example", "timings"}``.
     """
-    from obliviate.models.load import save_model
     from obliviate.results import atomic_write_json, write_results
+    from obliviate.train import distributed as D
 
     out = Path(out)
     ucfg = unlearn_config(cfg)  # unknown methods fail before any training
     t_all = time.time()
     bases = prepare_bases(cfg, progress)
-    model, res, per, tims = unlearn_and_evaluate(cfg, bases, out / "unlearn", progress)
+    model, res, per, tims, summary = unlearn_and_evaluate(cfg, bases, out / "unlearn", progress)
     metrics = {**bases.metrics, cfg.method: res}
     per_example = {**bases.per_example, cfg.method: per}
     timings = {**bases.timings, **tims}
-    save_model(model, str(out / "model"))
-    bases.tokenizer.save_pretrained(str(out / "model"))
+    D.save_trained(model, out / "model", summary, bases.tokenizer)  # rank 0 writes, in one process or several
     timings["total_s"] = time.time() - t_all
-
-    atomic_write_json(out / "per_example.json", per_example)
+    if D.is_main_process():
+        atomic_write_json(out / "per_example.json", per_example)
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
                   unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
                   model_dir=str(out / "model"))

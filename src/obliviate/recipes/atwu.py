@@ -283,7 +283,7 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
         done = _load_part(parts / f"{name}.json", key)
         if done is None:
             t = time.time()
-            _, res, _, _ = unlearn_and_evaluate(configs[name], bases, None, progress=progress)
+            _, res, *_ = unlearn_and_evaluate(configs[name], bases, None, progress=progress)
             m = _tofu_row(res)
             m.update({f"tofu_{k}": v for k, v in uq_metrics(b[f_key], res[f_key], b[r_key], res[r_key]).items()})
             done = {"key": key, "metrics": m, "seconds": time.time() - t}
