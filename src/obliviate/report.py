@@ -49,8 +49,7 @@ def plot_loss_curve(metrics_path: str | Path, out_png: str | Path, title: str = 
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    save_figure(fig, out_png)
-    return Path(out_png)
+    return save_figure(fig, out_png)
 
 
 def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, title: str, ylabel: str,
@@ -76,8 +75,7 @@ def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, 
     ax.grid(axis="y", alpha=0.3)
     if len(models) > 1:
         ax.legend(fontsize=8)
-    save_figure(fig, out_png)
-    return Path(out_png)
+    return save_figure(fig, out_png)
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:

@@ -38,8 +38,7 @@ def plot_recovery(curves: dict[str, list], out_png: str | Path, base_acc: float 
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    save_figure(fig, out_png)
-    return Path(out_png)
+    return save_figure(fig, out_png)
 
 
 def cmd_attack(args) -> None:
