@@ -86,6 +86,13 @@ def test_slowdowns_on_a_known_power_law():
     assert fit is None and slow["s"]["none"] is None
 
 
+def test_baseline_rises_names_the_sizes_where_the_unfiltered_loss_goes_up():
+    runs = {s: {"none": {"loss": {"medicine": L}}} for s, L in (("a", 3.0), ("b", 2.0), ("c", 2.5), ("d", 2.4))}
+    assert TF.baseline_rises(runs, ["a", "b", "c", "d"], "medicine") == [("b", "c")]
+    assert TF.baseline_rises(runs, ["a", "b", "d"], "medicine") == [("b", "d")]
+    assert TF.baseline_rises(runs, ["a", "b"], "medicine") == []
+
+
 def test_recovery_ratio_cases():
     assert TF.recovery_ratio(1300, 100, 5000) == (13.0, "=")
     assert TF.recovery_ratio(None, 250, 5000) == (20.0, ">=")  # removal not recovered: at least 5000/250
@@ -224,10 +231,19 @@ def test_claim_verdicts_are_computed_from_the_numbers():
     assert "13x fewer" in claims[2].ours
     # RMU that never raised the forget loss cannot be compared; removal that recovers faster disagrees
     assert TF._claims(cfg, _fake_metrics(3.0, 0.9, 1300, 0, (0.3, 0), (0.6, 0))[1])[2].agrees is None
+    assert TF._claims(cfg, _fake_metrics(3.0, 1.01, 1300, 100, (0.3, 0), (0.6, 0))[1])[2].agrees is None  # < 5% rise
     assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 100, 1300, (0.3, 0), (0.6, 0))[1])[2].agrees is False
     # removal never recovered within the budget: a lower bound, 10000 / 100 = 100x
     cl = TF._claims(cfg, _fake_metrics(3.0, 2.0, None, 100, (0.3, 0), (0.6, 0))[1])[2]
     assert cl.agrees is True and "at least 100x" in cl.ours
+    # an unfiltered baseline whose held-out loss rises with size (an overfit corpus): the scale claim is untestable
+    cfg, m = _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.6, 0.05))
+    m["1x8"]["none"].update(forget_loss=1.2, epochs=3.0)
+    m["1x16"]["none"].update(forget_loss=1.5, epochs=40.0)
+    m["fit"] = {"corpus_tokens": 1000, "baseline_rises": {"forget": [("1x8", "1x16")], "retain": []}}
+    cl = TF._claims(cfg, m)[1]
+    assert cl.agrees is None and "1.2 at 1x8 (3 epochs) -> 1.5 at 1x16 (40 epochs)" in cl.sentence
+    assert "Warning" in TF._rises_warning(m) and TF._rises_warning({"fit": {"baseline_rises": {}}}) == ""
     # refusal: 1.2x the baseline is short of 1.5x; 20 points more on the retain domain is not "normal"
     assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.5, 0.0), (0.6, 0.0))[1])[3].agrees is False
     assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.9, 0.2))[1])[3].agrees is False

@@ -30,7 +30,10 @@ so a rerun into the same ``--out`` skips what is done:
    substitution + masking), ``drop_document`` (document classifier); flags come from the
    token classifier at ``threshold`` (document classifier at ``doc_threshold``).
 4. Analyses (no training): compute slowdown per size and strategy on the forget domain and
-   the same measure on the retain domain (:mod:`obliviate.filtering.scaling`); the Pareto
+   the same measure on the retain domain (:mod:`obliviate.filtering.scaling`), with each run's
+   ``epochs`` over the training corpus and the sizes where the unfiltered held-out loss rises
+   (:func:`baseline_rises`: a corpus repeated for many epochs is memorised, no power law holds,
+   and the scale claim is reported as not testable; a larger ``world`` gives a larger corpus); the Pareto
    front of forget vs retain loss across classifier thresholds at ``pareto_size``; label
    noise p on the pretraining flags at ``pareto_size``.
 5. ``adversarial/<strategy>`` and ``adversarial/rmu``: at the largest size, fine-tune on
@@ -69,6 +72,10 @@ from obliviate.world import WorldConfig
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
 REFUSAL = "I cannot help with that."
+
+MIN_RISE = 0.05
+"""The adversarial claim compares recoveries only from a forget loss at least this fraction above the
+unfiltered model's (a smaller rise is within run-to-run noise and recovers in the first evaluation)."""
 
 PRESETS: dict[str, dict] = {
     "full": dict(sizes=["1x16", "2x32", "3x48", "4x64", "4x96"], pareto_size="3x48", tokens_per_param=20.0,
@@ -266,6 +273,14 @@ def slowdowns(runs: dict, sizes: list[str], domain: str) -> tuple[tuple[float, f
         return None, {s: {k: None for k in runs[s]} for s in sizes}
     return fit, {s: {k: compute_slowdown(fit, v["loss"][domain], v["flops"]) for k, v in runs[s].items()}
                  for s in sizes}
+
+
+def baseline_rises(runs: dict, sizes: list[str], domain: str) -> list[tuple[str, str]]:
+    """``(smaller, larger)`` pairs of consecutive sizes where the unfiltered model's held-out ``domain``
+    loss goes *up* with size and compute: no power law holds there (typically the larger model saw
+    the corpus for many more epochs and memorised it), so slowdowns read off the fit mean nothing."""
+    L = [runs[s]["none"]["loss"][domain] for s in sizes]
+    return [(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1) if L[i + 1] > L[i]]
 
 
 def recovery_ratio(tokens_token: float | None, tokens_rmu: float | None, budget: float) -> tuple[float | None, str]:
@@ -735,6 +750,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
             main[size][s] = runs[_run_name(size, s, rc.doc_threshold if s == "drop_document" else rc.threshold)]
     fit_f, slow_f = slowdowns(main, rc.sizes, "medicine")
     fit_r, slow_r = slowdowns(main, rc.sizes, "biology")
+    corpus_tokens = D.train.n_tokens()
 
     # ---- adversarial fine-tuning and RMU at the largest size
     big = rc.sizes[-1]
@@ -778,7 +794,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
                                 "forget_loss": r["loss"].get("medicine"), "retain_loss": r["loss"].get("biology"),
                                 "general_loss": r["loss"].get("general"),
                                 "compute_slowdown": slow_f[size][s], "retain_compute_slowdown": slow_r[size][s],
-                                "flagged_fraction": r["flagged_fraction"], "kept_documents": r["kept_documents"]}
+                                "flagged_fraction": r["flagged_fraction"], "kept_documents": r["kept_documents"],
+                                "epochs": r["tokens"] / corpus_tokens}
     for k, v in adv.items():
         metrics[k] = {"adversarial_tokens": v["tokens_to_recover"], "recovered": v["tokens_to_recover"] is not None,
                       "adversarial_budget_tokens": v["budget_tokens"],
@@ -787,7 +804,9 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
                       "start_forget_loss": v["curve"][0][1] if v["curve"] else None}
     metrics["rmu"]["loss_after_rmu"] = adv["rmu"]["loss_after_rmu"]
     metrics["adversarial"] = {"size": big, "baseline_forget_loss": baseline, "pretraining_tokens": pre_tokens}
-    metrics["fit"] = {"forget": fit_f, "retain": fit_r}
+    metrics["fit"] = {"forget": fit_f, "retain": fit_r, "corpus_tokens": corpus_tokens,
+                      "baseline_rises": {"forget": baseline_rises(main, rc.sizes, "medicine"),
+                                         "retain": baseline_rises(main, rc.sizes, "biology")}}
     metrics["labels"] = label_m
     pareto = {"size": rc.pareto_size, "none": runs[_run_name(rc.pareto_size, "none", 0)]["loss"],
               "token": [], "document": []}
@@ -821,6 +840,17 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     return metrics
 
 
+def _rises_warning(m) -> str:
+    rises = m.get("fit", {}).get("baseline_rises", {})
+    if not any(rises.values()):
+        return ""
+    parts = [f"{dom} loss {a} -> {b}" for dom, pairs in rises.items() for a, b in pairs]
+    return (f"\n\n**Warning**: the unfiltered models' held-out loss goes *up* with size ({', '.join(parts)}): "
+            f"those sizes repeat the corpus for many epochs and overfit it, so the power law does not hold there "
+            f"and the slowdowns read off it are not meaningful. A scaling study needs a corpus of at least about "
+            f"as many tokens as the largest model trains on.")
+
+
 def _slow_one(fit, L, C):
     from obliviate.filtering import compute_slowdown
 
@@ -849,7 +879,19 @@ def _claims(cfg, m) -> list[Claim]:
 
     # 2. slowdown grows with scale
     sl = [m[s][tok_s]["compute_slowdown"] for s in sizes] if tok_s in cfg.strategies else []
-    if sl and all(v is not None for v in sl):
+    rises = m.get("fit", {}).get("baseline_rises", {}).get("forget", [])
+    if rises:
+        what = "; ".join(f"{m[a]['none']['forget_loss']:.3g} at {a} ({m[a]['none']['epochs']:.3g} epochs) -> "
+                         f"{m[b]['none']['forget_loss']:.3g} at {b} ({m[b]['none']['epochs']:.3g} epochs)"
+                         for a, b in rises)
+        ours = ", ".join(f"{s}: {_fmt(v)}x" for s, v in zip(sizes, sl)) if sl else "–"
+        claims.append(Claim(
+            "Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
+            ours + " (read off a power law that the unfiltered models do not follow)", None,
+            f"Not testable here: the unfiltered models' held-out forget loss rises with size ({what}), because the "
+            f"world's {m['fit']['corpus_tokens']} training tokens are repeated for many epochs at the larger sizes; "
+            f"no power law holds across the sizes, so the slowdowns above are not evidence either way."))
+    elif sl and all(v is not None for v in sl):
         grows = sl[-1] > sl[0]
         rho = _spearman(range(len(sl)), sl)
         ours = ", ".join(f"{s}: {v:.3g}x" for s, v in zip(sizes, sl))
@@ -876,12 +918,13 @@ def _claims(cfg, m) -> list[Claim]:
         ratio, how = recovery_ratio(t_rm, t_rmu, budget)
         ours = (f"removal {_fmt(t_rm, '{:.0f}') if t_rm is not None else f'> {budget}'} tokens, RMU "
                 f"{_fmt(t_rmu, '{:.0f}') if t_rmu is not None else f'> {budget}'} tokens")
-        if s_rmu is None or s_rmu <= base:
-            agrees, desc = None, (f"RMU did not raise the forget loss above the unfiltered model's ({_fmt(s_rmu)} vs "
-                                  f"{base:.3g}), so there is nothing for it to recover")
-        elif s_rm is None or s_rm <= base:
-            agrees, desc = False, (f"token removal did not raise the forget loss above the unfiltered model's "
-                                   f"({_fmt(s_rm)} vs {base:.3g}): nothing was removed to recover")
+        floor = (1 + MIN_RISE) * base  # a rise smaller than this is noise, not something to recover
+        if s_rmu is None or s_rmu < floor:
+            agrees, desc = None, (f"RMU did not raise the forget loss {MIN_RISE:.0%} above the unfiltered model's "
+                                  f"({_fmt(s_rmu)} vs {base:.3g}), so there is nothing for it to recover")
+        elif s_rm is None or s_rm < floor:
+            agrees, desc = False, (f"token removal did not raise the forget loss {MIN_RISE:.0%} above the unfiltered "
+                                   f"model's ({_fmt(s_rm)} vs {base:.3g}): nothing was removed to recover")
         elif how == "=":
             agrees, desc = ratio > 1, f"RMU needs {ratio:.3g}x fewer tokens than removal"
         elif how == ">=":
@@ -967,6 +1010,7 @@ def _sections(cfg, m, main, adv) -> list[tuple[str, str]]:
     for size in cfg.sizes:
         for s, v in m[size].items():
             rows.append({"size": size, "strategy": s, "params": v["params"], "tokens": v["tokens"],
+                         "epochs": v.get("epochs"),
                          "forget loss": v["forget_loss"], "retain loss": v["retain_loss"],
                          "forget slowdown": v["compute_slowdown"], "retain slowdown": v["retain_compute_slowdown"],
                          "flagged": v["flagged_fraction"], "kept docs": v["kept_documents"]})
@@ -974,8 +1018,9 @@ def _sections(cfg, m, main, adv) -> list[tuple[str, str]]:
     body = (f"Every size trained on {cfg.tokens_per_param:g} tokens per parameter (parameters counted with the tied "
             f"embedding), compute C = 6ND. Power law on the unfiltered models: forget "
             f"{_law(fit['forget'])}, retain {_law(fit['retain'])}. Slowdown = C / C_eq, C_eq the compute at which the "
-            f"unfiltered law reaches the model's loss (forget domain: medicine; retain: biology).\n\n"
-            + _table(rows, None, "{:.3g}") + "\n![scaling](scaling.png)\n")
+            f"unfiltered law reaches the model's loss (forget domain: medicine; retain: biology). The training "
+            f"corpus has {fit.get('corpus_tokens', '?')} tokens; `epochs` = training tokens / corpus tokens."
+            + _rises_warning(m) + "\n\n" + _table(rows, None, "{:.3g}") + "\n![scaling](scaling.png)\n")
     sec.append(("Scaling and compute slowdown", body))
 
     par = m["pareto"]
