@@ -155,6 +155,23 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
         again = TF.run(cfg, tmp_path, progress=False)
     assert again["1x16"]["remove"]["compute_slowdown"] == pytest.approx(m["1x16"]["remove"]["compute_slowdown"])
     assert again["remove"]["adversarial_tokens"] == m["remove"]["adversarial_tokens"]
+    assert "epochs" in metrics["1x8"]["none"] and metrics["fit"]["corpus_tokens"] > 0
+    # ... and one with another config refuses the parts, naming the difference, and loses nothing
+    before = sorted(p.name for p in (tmp_path / "parts").iterdir())
+    with pytest.raises(ConfigError, match=r"another config \(differs in: adv_steps\)"):
+        TF.run(from_dict(TF.TokenFilteringConfig, {**TINY, "adv_steps": TINY.get("adv_steps", 1) + 1}), tmp_path,
+               progress=False)
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == before
+
+
+def test_parts_made_before_configs_were_recorded_are_taken(tmp_path):
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "labels.json").write_text('{"x": 1, "seconds": 2.0}')
+    parts = TF.Parts(tmp_path, {"a": 1})
+    assert parts.get("labels", lambda: {"x": 2}) == {"x": 1}
+    assert json.loads((tmp_path / "parts" / "config.json").read_text()) == {"a": 1}
+    with pytest.raises(ConfigError, match="differs in: a"):
+        TF.Parts(tmp_path, {"a": 2})
 
 
 def test_registered_and_reachable_from_the_cli():

@@ -308,10 +308,31 @@ class Parts:
     The stored result carries its wall time (``seconds``), which ``get`` moves to :attr:`timings`.
     """
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, config: dict | None = None):
         self.dir = Path(out) / "parts"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.timings: dict[str, float] = {}
+        if config is not None:
+            self.check_config(config)
+
+    def check_config(self, config: dict) -> None:
+        """Refuse parts made with another config (they would mix two runs); record ``config`` otherwise.
+
+        Parts stored before configs were recorded are taken as they are.
+        """
+        import json
+
+        from obliviate.results import atomic_write_json
+
+        config = json.loads(json.dumps(config))
+        path = self.dir / "config.json"
+        if path.exists():
+            saved = json.loads(path.read_text())
+            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+            if diff:
+                raise ConfigError(f"{self.dir.parent} holds parts of a run with another config (differs in: "
+                                  f"{', '.join(diff)}); use another --out, or delete {self.dir} to start afresh")
+        atomic_write_json(path, config)
 
     def path(self, name: str, suffix: str = ".json") -> Path:
         return self.dir / (name.replace("/", "__").replace("@", "_at_").replace("+", "_") + suffix)
@@ -717,7 +738,9 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     out = Path(out)
     rc = resolve(cfg)
     seed_everything(rc.seed)
-    parts = Parts(out)
+    from obliviate.config import to_dict
+
+    parts = Parts(out, {k: v for k, v in to_dict(rc).items() if k != "command"})
     D = _data(rc)
 
     def labels_job():  # the labeller comes from the pretraining cache (trained there once)
