@@ -28,6 +28,32 @@ RECIPE_MODULES = {
 _RECIPES: dict[str, tuple[type, Callable, str]] = {}
 
 
+def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
+    """``fn()``'s result, stored in the JSON file ``path`` with the ``key`` (settings) that made it and
+    reused while the key matches (a part made with other settings is computed again and replaced).
+
+    Returns (the result as read back from the file, the seconds it took when it was computed): a
+    rerun sees the same JSON-clean values as the first run.
+    """
+    import json
+    import time
+    from pathlib import Path
+
+    from obliviate.results import atomic_write_json
+
+    path = Path(path)
+    key = json.loads(json.dumps(key))
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return saved["result"], saved.get("seconds", 0.0)
+    t = time.time()
+    result = fn()
+    atomic_write_json(path, {"key": key, "result": result, "seconds": time.time() - t})
+    saved = json.loads(path.read_text())
+    return saved["result"], saved["seconds"]
+
+
 def recipe(name: str, config_cls: type, description: str):
     """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass."""
 

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +67,7 @@ from typing import Literal
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.pretrain import PretrainConfig
-from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
+from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
 from obliviate.tofu import TofuConfig
 
 PAPER = "Yuce, Nikolaou, Flammarion 2026, Learning What to Forget (seed 001)"
@@ -158,14 +157,6 @@ def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
     return unlearning_quality(f0, fu, r0, ru)
 
 
-def _load_part(path: Path, key: dict) -> dict | None:
-    """A finished part's stored record when it was made with the same ``key``."""
-    if not path.exists():
-        return None
-    saved = json.loads(path.read_text())
-    return saved if saved.get("key") == json.loads(json.dumps(key)) else None
-
-
 def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> None:
     """Every method's run settings and method parameters, in each part that runs, fail here before any training."""
     from obliviate.compare import MethodRun
@@ -188,7 +179,6 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
     from obliviate.models.load import load_model
     from obliviate.models.tokenizer import load_tokenizer
     from obliviate.pretrain import cached_pretrain, world_for
-    from obliviate.results import atomic_write_json
     from obliviate.unlearn import unlearn
     from obliviate.utils import seed_everything
 
@@ -203,26 +193,23 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
     pre_key = {"pretrain": config_hash(to_dict(cfg.pretrain))}
     timings: dict = {}
 
-    base = _load_part(parts / "base.json", pre_key)
-    if base is None:
-        t = time.time()
-        ev = evaluate_world(base_model, tok, world, splits=WORLD_SPLITS)
-        aur = token_score_aurocs(base_model, tok, facts, corpus_texts=[d["text"] for d in world.documents()])
-        base = {"key": pre_key, "metrics": ev, "token_aurocs": aur, "seconds": time.time() - t}
-        atomic_write_json(parts / "base.json", base)
+    def base_part():
+        return {"metrics": evaluate_world(base_model, tok, world, splits=WORLD_SPLITS),
+                "token_aurocs": token_score_aurocs(base_model, tok, facts,
+                                                   corpus_texts=[d["text"] for d in world.documents()])}
+
+    base, timings["world_base_seconds"] = cached_part(parts / "base.json", pre_key, base_part)
     metrics: dict = {"base": dict(base["metrics"])}
     aur = base["token_aurocs"]
     metrics["token_baselines"] = {n: {"token_auroc": aur[n]} for n in ("uniform", "probability", "rarity")}
     metrics["token_labels"] = {"n_specific": aur["n_specific"], "n_structural": aur["n_structural"]}
-    timings["world_base_seconds"] = base["seconds"]
     b = metrics["base"]
 
     for name in methods:
         ucfg, used = method_run(ccfg, name)
         key = {**pre_key, "seed": cfg.seed, "run": used}
-        done = _load_part(parts / f"{name}.json", key)
-        if done is None:
-            t = time.time()
+
+        def method_part():
             seed_everything(cfg.seed)
             model = load_model(str(root / "model"))
             model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, None,
@@ -236,12 +223,12 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
                         for w, mdl in (("base", base_model), ("unlearned", model))}
                 m["token_auroc_base"], m["token_auroc_unlearned"] = read["base"], read["unlearned"]
                 m["score_mean"] = method.scorer.last.get("z_mean")
-            done = {"key": key, "metrics": m, "seconds": time.time() - t}
-            atomic_write_json(parts / f"{name}.json", done)
-        metrics[name] = dict(done["metrics"])
+            return m
+
+        m, timings[f"world_{name}_seconds"] = cached_part(parts / f"{name}.json", key, method_part)
+        metrics[name] = dict(m)
         if "token_auroc_base" in metrics[name]:
             metrics[name]["token_auroc"] = metrics[name][f"token_auroc_{cfg.token_auroc_on}"]
-        timings[f"world_{name}_seconds"] = done["seconds"]
     return metrics, timings
 
 
@@ -263,7 +250,6 @@ def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:
 
 def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bool) -> tuple[dict, dict]:
     """The TOFU part: returns (metrics, timings); metrics keys are prefixed ``tofu_``."""
-    from obliviate.results import atomic_write_json
     from obliviate.tofu import prepare_bases, unlearn_and_evaluate, unlearn_config
 
     parts = out / "parts" / "tofu"
@@ -280,16 +266,14 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
                 "max_new_tokens": cfg.tofu.max_new_tokens, "uq_from": cfg.tofu_uq_from}
     for name in methods:
         key = {**base_key, "unlearn": to_dict(unlearn_config(configs[name]))}
-        done = _load_part(parts / f"{name}.json", key)
-        if done is None:
-            t = time.time()
+
+        def method_part():
             _, res, *_ = unlearn_and_evaluate(configs[name], bases, None, progress=progress)
             m = _tofu_row(res)
             m.update({f"tofu_{k}": v for k, v in uq_metrics(b[f_key], res[f_key], b[r_key], res[r_key]).items()})
-            done = {"key": key, "metrics": m, "seconds": time.time() - t}
-            atomic_write_json(parts / f"{name}.json", done)
-        metrics[name] = done["metrics"]
-        timings[f"tofu_{name}_seconds"] = done["seconds"]
+            return m
+
+        metrics[name], timings[f"tofu_{name}_seconds"] = cached_part(parts / f"{name}.json", key, method_part)
     return metrics, timings
 
 

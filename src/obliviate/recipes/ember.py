@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import re
 import time
@@ -90,7 +89,7 @@ from typing import Literal
 from obliviate.config import config_hash, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.pretrain import PretrainConfig
-from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
+from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
 
 PAPER = "Suslik, Shafran, Geva 2026, Don't Forget Your Embeddings (seeds 000/003)"
 PARTS = ("world", "data")
@@ -267,27 +266,7 @@ def apply_quick(cfg: EmberRecipeConfig) -> EmberRecipeConfig:
     return cfg
 
 
-# ---------------------------------------------------------------- resumable pieces
-
-class Pieces:
-    """Finished pieces of one part, stored as ``out/parts/<part>/<name>.json`` with the key they were made with."""
-
-    def __init__(self, out: Path, part: str):
-        self.dir = Path(out) / "parts" / part
-
-    def get(self, name: str, key: dict) -> dict | None:
-        path = self.dir / f"{name}.json"
-        if not path.exists():
-            return None
-        saved = json.loads(path.read_text())
-        return saved.get("result") if saved.get("key") == json.loads(json.dumps(key)) else None
-
-    def put(self, name: str, key: dict, result: dict) -> dict:
-        from obliviate.results import atomic_write_json
-
-        atomic_write_json(self.dir / f"{name}.json", {"key": key, "result": result})
-        return json.loads(json.dumps(result))
-
+# ---------------------------------------------------------------- stored pieces (obliviate.recipes.cached_part)
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "concept"
@@ -510,7 +489,7 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
     from obliviate.utils import seed_everything
 
     wc = cfg.world_concept
-    pieces = Pieces(out, "world")
+    parts = Path(out) / "parts" / "world"
     world = world_for(cfg.pretrain)
     root = cached_pretrain(cfg.pretrain, progress=progress)
     tok = load_tokenizer(str(root / "model"))
@@ -523,17 +502,17 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
 
     def row(name: str, key: dict, make) -> dict:
         """Evaluate and attack the model ``make()`` returns (with its edit record), or reuse the stored row."""
-        done = pieces.get(name, key)
-        if done is None:
-            t = time.time()
+
+        def compute():
             seed_everything(cfg.seed)
             model, extra = make()
             m = ev(model)
             m.update(ev.relearn(model, wc, cfg.seed))
             m.update(extra)
-            done = pieces.put(name, key, {"metrics": m, "seconds": time.time() - t})
-        timings[f"world_{name}_seconds"] = done["seconds"]
-        return done["metrics"]
+            return m
+
+        m, timings[f"world_{name}_seconds"] = cached_part(parts / f"{name}.json", key, compute)
+        return m
 
     no_edit = {"vocab_fraction_edited": 0.0, "n_tokens_edited": 0}
     rows["base"] = row("base", pre, lambda: (fresh(), no_edit))
@@ -551,9 +530,7 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
             located["loc"] = locate(fresh(), tok, world, wc)
         return located["loc"]
 
-    grid = pieces.get("ember_grid", grid_key)
-    if grid is None:
-        t = time.time()
+    def grid_part():
         model = fresh()
         loc = location()
         snap = snapshot_embeddings(model)
@@ -565,7 +542,7 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
             results.append({"delta": float(d), **m, **grid_scores(base, m), "n_tokens_edited": res.record.n_edited,
                             "vocab_fraction_edited": res.vocab_fraction_edited})
         choice = select_delta(results, base["utility_acc"], grid=None)
-        grid = pieces.put("ember_grid", grid_key, {
+        return {
             "rows": results, "delta": choice.delta, "score": choice.score, "qualified": choice.qualified,
             "reason": choice.reason, "features": list(loc.features), "n_candidates": len(loc.candidates),
             "n_sentence_tokens": int(loc.token_ids.numel()), "n_edited": int(loc.eligible_token_ids.numel()),
@@ -574,8 +551,9 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
                                     "kept": k in loc.features, "confidence": loc.verdicts[k].confidence}
                            for k in loc.candidates},
             "factor_loss": loc.factor_result.loss, "factor_iters": loc.factor_result.n_iter,
-            "judge_agreement": judge_agreement(world, loc, wc), "seconds": time.time() - t})
-    timings["world_ember_grid_seconds"] = grid["seconds"]
+            "judge_agreement": judge_agreement(world, loc, wc)}
+
+    grid, timings["world_ember_grid_seconds"] = cached_part(parts / "ember_grid.json", grid_key, grid_part)
     delta = grid["delta"]
     ember_key = {**ember_key, "delta": delta}
 
@@ -734,17 +712,14 @@ def run_data(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, d
         data = load_ember(concepts, dc.data)
     except DataError as e:
         return {}, {}, f"EMBER data not found or unreadable: {e}"
-    pieces = Pieces(out, "data")
+    parts = Path(out) / "parts" / "data"
     key = {"version": PIECES_VERSION, "seed": cfg.seed,
            "ember_data": {k: v for k, v in to_dict(dc).items() if k != "data"}}
     results, timings = {}, {}
     for concept in concepts:
-        done = pieces.get(_slug(concept), {**key, "concept": concept})
-        if done is None:
-            done = pieces.put(_slug(concept), {**key, "concept": concept},
-                              run_concept(dc, data, concept, cfg.seed, progress))
-        results[concept] = done
-        timings[f"data_{_slug(concept)}_seconds"] = done["seconds"]
+        results[concept], timings[f"data_{_slug(concept)}_seconds"] = cached_part(
+            parts / f"{_slug(concept)}.json", {**key, "concept": concept},
+            lambda: run_concept(dc, data, concept, cfg.seed, progress))
     return results, timings, None
 
 

@@ -69,7 +69,7 @@ from typing import Literal
 from obliviate.config import config_hash
 from obliviate.errors import ConfigError, DataError
 from obliviate.pretrain import PretrainConfig
-from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
+from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
 
 PAPER = "Atil, Gupta, Passonneau 2026, Model Unlearning Objectives Vary for Distinct Language Functions"
 LEARNED = "cosine_rmu_learned_alpha"
@@ -451,24 +451,6 @@ def check_settings(cfg: FunctionSpecificConfig, s: Setup) -> None:
         check_layer(model, int(l))
 
 
-def cached_part(out: Path, name: str, settings: dict, fn) -> tuple[dict, float]:
-    """``fn()``'s result, stored in ``out/parts/<name>.json`` with the ``settings`` that made it and reused
-    while they match. Returns (result as read back from the file, seconds it took)."""
-    from obliviate.results import atomic_write_json
-
-    path = out / "parts" / f"{name}.json"
-    settings = json.loads(json.dumps(settings))
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("settings") == settings:
-            return saved["result"], saved.get("seconds", 0.0)
-    t = time.time()
-    result = fn()
-    atomic_write_json(path, {"settings": settings, "result": result, "seconds": time.time() - t})
-    saved = json.loads(path.read_text())  # the same JSON-clean values as a rerun reads
-    return saved["result"], saved["seconds"]
-
-
 # ------------------------------------------------------------------ aggregation and claims
 
 
@@ -705,11 +687,12 @@ def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
                 "tox_heldout_frac": cfg.tox_heldout_frac, "tox_inputs": cfg.tox_inputs,
                 "max_new_tokens": cfg.max_new_tokens}
     timings: dict = {}
+    parts = out / "parts"
     base, timings["base_seconds"] = cached_part(
-        out, "base", {"part": "base", **data_key},
+        parts / "base.json", {"part": "base", **data_key},
         lambda: evaluate(load_model(str(s.base_dir)).eval(), s, cfg.max_new_tokens))
     probes, timings["probe_directions_seconds"] = cached_part(
-        out, "probe_directions", {"part": "probe_directions", "layers": cfg.analysis_layers, **data_key},
+        parts / "probe_directions.json", {"part": "probe_directions", "layers": cfg.analysis_layers, **data_key},
         lambda: probe_analysis(cfg, s))
     metrics: dict = {"base": {**base, "u": 0.0, "r": 1.0, "s_unlearning": 0.0, "function": "reference"}}
     settings: dict = {}
@@ -731,7 +714,7 @@ def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
                        "params": {k: x for k, x in params.items() if k != "seed"}}
         name = f"{v}-s{seed}"
         result, timings[f"{name}_seconds"] = cached_part(
-            out, name, run_key, lambda: run_variant(cfg, s, v, seed, params, out / "parts" / name))
+            parts / f"{name}.json", run_key, lambda: run_variant(cfg, s, v, seed, params, parts / name))
         runs[v].append(result)
         if v == LEARNED:
             trajs[seed] = result["alpha_trajectory"]
