@@ -1,11 +1,12 @@
-"""Generic JSONL loading with a field mapping, and the benchmark registry."""
+"""Generic loading of users' files (JSONL, JSON, CSV/TSV, text) with a field mapping, and the benchmark registry."""
 
 import json
 
 import pytest
 
 from obliviate.benchmarks import (
-    BENCHMARKS, MCQExample, QAExample, TextExample, benchmark_kind, get_benchmark, load_jsonl, parse_mapping,
+    BENCHMARKS, MCQExample, QAExample, TextExample, benchmark_kind, get_benchmark, load_jsonl, load_records,
+    parse_mapping,
 )
 from obliviate.errors import ConfigError, DataError
 from obliviate.utils import data_dir
@@ -130,3 +131,211 @@ def test_get_benchmark_mmlu_subject_and_root(tmp_path):
     assert [(r.subject, r.answer_index, r.split) for r in rows] == [("toy", 2, "mmlu_dev")]
     with pytest.raises(DataError, match="needs a subject"):
         get_benchmark("mmlu:")
+
+
+# ------------------------------------------------------------------ load_records: formats, mappings, errors
+
+def one_line_error(fn, *args, **kw) -> str:
+    with pytest.raises(DataError) as e:
+        fn(*args, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+QA = [{"question": "Who?", "answer": "Me."}, {"question": "Where?", "answer": "Here."}]
+
+
+def test_load_jsonl_is_load_records(tmp_path):
+    f = write_jsonl(tmp_path / "a.jsonl", QA)
+    assert load_jsonl(f) == load_records(f) and load_jsonl(f, limit=1) == load_records(f)[:1]
+
+
+@pytest.mark.parametrize("name,body", [
+    ("muse.json", json.dumps(QA, indent=2)),  # a JSON array (MUSE)
+    ("wrapped.json", json.dumps({"version": 1, "data": QA}, indent=2)),  # one key holds the records
+    ("lines.json", "".join(json.dumps(r) + "\n" for r in QA)),  # JSON Lines named .json (TOFU)
+    ("pretty.jsonl", json.dumps(QA, indent=2)),  # a pretty-printed array named .jsonl
+    ("oneline.jsonl", json.dumps(QA)),
+    ("wrapped.jsonl", json.dumps({"data": QA}, indent=2)),
+])
+def test_json_documents_and_lines(tmp_path, name, body):
+    (tmp_path / name).write_text(body, encoding="utf-8")
+    rows = load_records(tmp_path / name, "qa")
+    assert [(r.question, r.answer, r.split) for r in rows] == [("Who?", "Me.", name.split(".")[0]),
+                                                               ("Where?", "Here.", name.split(".")[0])]
+    assert rows[0].meta == {}
+
+
+def test_json_document_errors_name_the_record(tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps([QA[0], {"question": "Q?"}]))
+    assert one_line_error(load_records, f) == "m.json record 1: missing field 'answer'"
+    f.write_text(json.dumps({"a": QA, "b": QA}))
+    assert "several keys hold lists of objects ('a', 'b')" in one_line_error(load_records, f)
+    f.write_text(json.dumps({"question": "Q?", "choices": ["a", "b"]}))
+    assert "m.json: expected a JSON array of records" in one_line_error(load_records, f)
+    f.write_text('[\n  {"question": "Q?",\n   "answer": }\n]')
+    assert one_line_error(load_records, f).startswith("m.json line 3: invalid JSON (Expecting value")
+    f.write_text('[{"question": "Q?", "answer": "A"}] junk')
+    assert one_line_error(load_records, f).startswith("m.json line 1: invalid JSON (Extra data")
+    f.write_text(json.dumps([QA[0], "text"]))
+    assert one_line_error(load_records, f) == "m.json record 1: expected a JSON object, got str"
+    f = tmp_path / "m.jsonl"
+    f.write_text('[\n  {"question": "Q?", "answer": "A"},\n  {"question": }\n]')  # a pretty array, broken
+    assert one_line_error(load_records, f).startswith("m.jsonl line 3: invalid JSON (Expecting value")
+    f.write_text('[1, 2]\n{"question": "Q?", "answer": "A"}\n')
+    assert one_line_error(load_records, f) == "m.jsonl line 1: expected a JSON object, got list"
+    f.write_text('{"question": "Q?", oops}\n{"question": "Q?", "answer": "A"}\n')
+    assert one_line_error(load_records, f).startswith("m.jsonl line 1: invalid JSON (Expecting property name")
+    f.write_text(json.dumps({"data": []}, indent=2))
+    assert one_line_error(load_records, f) == "m.jsonl: no records"
+
+
+def test_csv_and_tsv(tmp_path):
+    f = tmp_path / "quiz.csv"
+    f.write_text('q,A,B,C,D,gold,note\n'
+                 '"Two\nlines?",w,x,y,z,B,\n'
+                 '1+1?,1,2,3,4,1,easy\n', encoding="utf-8")
+    rows = load_records(f, "mcq", "question=q,choices=A+B+C+D,answer_index=gold")
+    assert [(r.question, r.choices, r.answer_index) for r in rows] == [
+        ("Two\nlines?", ["w", "x", "y", "z"], 1), ("1+1?", ["1", "2", "3", "4"], 1)]  # "1" is an index in CSV
+    assert rows[1].meta == {"note": "easy"} and rows[0].meta == {"note": ""}
+    f.write_text('q,A,B,gold\nok,x,y,A\nbad,x,y,C\n')
+    assert one_line_error(load_records, f, "mcq", "question=q,choices=A+B,answer_index=gold") == \
+        "quiz.csv line 3: field 'gold' = 'C' is out of range for 2 choices"
+    f.write_text('q,A,B,gold\n"Two\nlines",x,y,A\nbad,x,y,Z\n')  # a quoted newline: the record starts on line 4
+    assert one_line_error(load_records, f, "mcq", "question=q,choices=A+B,answer_index=gold").startswith(
+        "quiz.csv line 4: ")
+    f.write_text('question,answer\nWho?,Me.\nWhere?\n')
+    assert one_line_error(load_records, f) == "quiz.csv line 3: 1 fields, but the header (line 1) names 2"
+    # a list field in one column holds a JSON array; an empty optional cell is absent
+    f = tmp_path / "qa.tsv"
+    f.write_text('question\tanswer\tperturbed_answers\tparaphrased_answer\n'
+                 'Who?\tMe.\t["You.", "Them."]\t\n', encoding="utf-8")
+    (row,) = load_records(f, "qa")
+    assert row.perturbed_answers == ["You.", "Them."] and row.paraphrased_answer is None
+    f.write_text('question\tanswer\tperturbed_answers\nWho?\tMe.\tYou.\n')
+    assert one_line_error(load_records, f, "qa").startswith(
+        "qa.tsv line 2: field 'perturbed_answers' must be a JSON array of strings")
+
+
+def test_txt_lines_and_paragraphs(tmp_path):
+    f = tmp_path / "forget.txt"
+    f.write_text("First line.\nSecond line.\n\n\nThird, after blanks.\n", encoding="utf-8")
+    assert [r.text for r in load_records(f, "text")] == ["First line.", "Second line.", "Third, after blanks."]
+    paras = ["First line.\nSecond line.", "Third, after blanks."]
+    assert [r.text for r in load_records(f, "text", "split_by=blank")] == paras
+    assert [r.text for r in load_records(f, "text", split_by="blank")] == paras
+    assert all(r.split == "forget" for r in load_records(f, "text"))
+    for kind in ("qa", "mcq"):
+        assert one_line_error(load_records, f, kind).startswith("forget.txt: a .txt file holds plain text")
+    with pytest.raises(ConfigError, match="split_by='para'"):
+        load_records(f, "text", "split_by=para")
+    with pytest.raises(ConfigError, match="applies to .txt files"):
+        load_records(write_jsonl(tmp_path / "a.jsonl", QA), "qa", "split_by=blank")
+
+
+def test_choices_from_several_fields(tmp_path):
+    """WMDP/MUSE-style: the correct choice in one field, the wrong ones in another."""
+    f = write_jsonl(tmp_path / "tf.jsonl", [
+        {"q": "Sky?", "true_answer": "blue", "false_answer": ["green", "red"]},
+        {"q": "Grass?", "true_answer": ["green"], "false_answer": ["blue", "red"]},
+        {"q": "Same text twice?", "true_answer": "x", "false_answer": ["x", "y"]},  # position, not text
+    ])
+    rows = load_records(f, "mcq", "question=q,choices=true_answer+false_answer,answer=true_answer")
+    assert [(r.choices, r.answer_index, r.answer) for r in rows] == [
+        (["blue", "green", "red"], 0, "blue"), (["green", "blue", "red"], 0, "green"), (["x", "x", "y"], 0, "x")]
+    assert rows[0].meta == {}
+    # wrong answers first: the correct one is wherever its field lands
+    rows = load_records(f, "mcq", "question=q,choices=false_answer+true_answer,answer=true_answer")
+    assert [r.answer_index for r in rows] == [2, 2, 2]
+    # answer naming a field outside the choices: matched by text; answer_index still works
+    f = write_jsonl(tmp_path / "g.jsonl", [{"q": "Sky?", "a": "blue", "b": "red", "gold": "red", "i": 1}])
+    assert load_records(f, "mcq", "question=q,choices=a+b,answer=gold")[0].answer_index == 1
+    assert load_records(f, "mcq", "question=q,choices=a+b,answer_index=i")[0].answer_index == 1
+    assert load_records(f, "mcq", "question=q,choices=a+b,answer_index=i,answer=gold")[0].answer_index == 1
+    assert one_line_error(load_records, f, "mcq", "question=q,choices=a+b,answer_index=i,answer=a") == \
+        "g.jsonl line 1: field 'i' says choice 1 but field 'a' says choice 0"
+    assert one_line_error(load_records, f, "mcq", "question=q,choices=a+nope,answer=gold") == \
+        "g.jsonl line 1: missing field 'nope' (mapped to 'choices')"
+    f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "choices": ["blue", "red"], "answer": "red"}])
+    assert load_records(f, "mcq")[0].answer_index == 1  # no answer_index: 'answer' is the correct text
+    f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "choices": ["blue", "red"]}])
+    assert one_line_error(load_records, f, "mcq") == \
+        "h.jsonl line 1: missing field 'answer_index' (or 'answer', the correct choice's text)"
+    f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "a": "blue", "b": 3, "answer": "blue"}])
+    assert one_line_error(load_records, f, "mcq", "choices=a+b") == \
+        "h.jsonl line 1: field 'b' must be a string or a list of strings"
+
+
+@pytest.mark.parametrize("choices,answer,index", [
+    (["B", "A"], "A", 1),  # the text of a choice wins over the letter reading
+    (["b", "a"], "a", 1),
+    (["apple", "banana"], "b", 1),  # not a choice's text: a letter, either case
+    (["apple", "banana"], "B", 1),
+    (["a", "b", "c"], "C", 2),  # text match is exact; "C" is not a choice, so it is a letter
+    (["apple", "banana"], "banana", 1),
+    (["apple", "banana"], 0, 0),
+])
+def test_letter_or_text_answer(tmp_path, choices, answer, index):
+    f = write_jsonl(tmp_path / "l.jsonl", [{"question": "Q?", "choices": choices, "answer_index": answer}])
+    assert load_records(f, "mcq")[0].answer_index == index
+    f = write_jsonl(tmp_path / "l.jsonl", [{"question": "Q?", "choices": choices, "gold": answer}])
+    assert load_records(f, "mcq", "answer=gold")[0].answer_index == index
+
+
+def test_limit_stops_reading(tmp_path):
+    # line 3 is broken (bad JSON / not UTF-8 / short row): with limit=2 it is never read
+    f = write_jsonl(tmp_path / "a.jsonl", QA + ["{oops"])
+    assert len(load_records(f, limit=2)) == 2
+    assert "line 3: invalid JSON" in one_line_error(load_records, f, limit=3)
+    f = tmp_path / "a.csv"
+    f.write_bytes(b"question,answer\nWho?,Me.\nWhere?,Here.\n\xff\xfe,x\n")
+    assert [r.question for r in load_records(f, limit=2)] == ["Who?", "Where?"]
+    f = tmp_path / "a.txt"
+    f.write_bytes(b"one\ntwo\n\xff\n")
+    assert [r.text for r in load_records(f, "text", limit=2)] == ["one", "two"]
+    assert len(load_records(write_jsonl(tmp_path / "b.json", QA), limit=1)) == 1
+    with pytest.raises(ConfigError, match="limit=0"):
+        load_records(f, "text", limit=0)
+
+
+@pytest.mark.parametrize("name,body,message", [
+    ("u.jsonl", b'{"question": "a", "answer": "b"}\n{"question": "\xe9", "answer": "b"}\n',
+     "u.jsonl line 2: not valid UTF-8"),
+    ("u.json", b'[\n{"question": "a", "answer": "b"},\n{"question": "\xe9"}]', "u.json line 3: not valid UTF-8"),
+    ("u.csv", b"question,answer\na,b\n\xe9,b\n", "u.csv line 3: not valid UTF-8"),
+    ("u.txt", b"fine\n\xe9\n", "u.txt line 2: not valid UTF-8"),
+    ("deep.jsonl", b'{"question": "a", "answer": ' + b"[" * 100000 + b"\n",
+     "deep.jsonl line 1: invalid JSON (nested too deeply)"),
+    ("deep.json", b"[" * 100000, "deep.json: invalid JSON (nested too deeply)"),
+    ("big.jsonl", b'{"question": "a", "answer": ' + b"1" * 5000 + b"}\n",
+     "big.jsonl line 1: invalid JSON (a number too large"),
+    ("big.json", b'[{"question": "a", "answer": ' + b"1" * 5000 + b"}]",
+     "big.json: invalid JSON (a number too large"),
+    ("x.parquet", b"PAR1", "x.parquet: unsupported file type '.parquet'"),
+    ("e.jsonl", b'{"question": " ", "answer": "b"}\n', "e.jsonl line 1: field 'question' is empty"),
+    ("e.csv", b"question,answer\nWho?,\n", "e.csv line 2: field 'answer' is empty"),
+    ("empty.jsonl", b"\n\n", "empty.jsonl: no records"),
+])
+def test_errors_are_one_line_naming_the_file(tmp_path, name, body, message):
+    (tmp_path / name).write_bytes(body)
+    assert one_line_error(load_records, tmp_path / name, "text" if name.endswith(".txt") else "qa").startswith(
+        message)
+
+
+def test_mcq_choice_errors(tmp_path):
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": list("abcdefghijk"), "answer_index": 0}])
+    assert one_line_error(load_records, f, "mcq") == \
+        "c.jsonl line 1: field 'choices' has 11 choices; at most 10 (A-J) are supported"
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": list("abcdefghij"), "answer_index": "J"}])
+    assert load_records(f, "mcq")[0].answer_index == 9
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", ""], "answer_index": 0}])
+    assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'choices' has an empty choice (entry 1)"
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "", "choices": ["a", "b"], "answer_index": 0}])
+    assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'question' is empty"
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", "a"], "answer_index": "a"}])
+    assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'answer_index' = 'a' matches 2 choices"
+    f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", "b"], "gold": ""}])
+    assert one_line_error(load_records, f, "mcq", "answer=gold") == "c.jsonl line 1: field 'gold' is empty"

@@ -7,7 +7,7 @@ Hugging Face hub where an equivalent exists. Malformed records raise
 """
 
 from obliviate.benchmarks.ember import EMBER_SPLITS, EmberData, list_ember_concepts, load_ember
-from obliviate.benchmarks.generic import load_jsonl, parse_mapping
+from obliviate.benchmarks.generic import load_jsonl, load_records, parse_mapping
 from obliviate.benchmarks.mcq import WMDP_SUBSETS, list_mmlu_subjects, load_medmcqa, load_mmlu, load_wmdp
 from obliviate.benchmarks.registry import BENCHMARKS, benchmark_kind, benchmark_names, get_benchmark
 from obliviate.benchmarks.rtp import RTP_ATTRIBUTES, load_rtp
@@ -17,6 +17,6 @@ from obliviate.benchmarks.tofu import TOFU_SPLITS, load_tofu, load_tofu_idk
 __all__ = [
     "BENCHMARKS", "EMBER_SPLITS", "EmberData", "MCQExample", "QAExample", "RTP_ATTRIBUTES", "TOFU_SPLITS",
     "TextExample", "WMDP_SUBSETS", "benchmark_kind", "benchmark_names", "get_benchmark", "list_ember_concepts",
-    "list_mmlu_subjects", "load_ember", "load_jsonl", "load_medmcqa", "load_mmlu", "load_rtp", "load_tofu",
-    "load_tofu_idk", "load_wmdp", "parse_mapping",
+    "list_mmlu_subjects", "load_ember", "load_jsonl", "load_medmcqa", "load_mmlu", "load_records", "load_rtp",
+    "load_tofu", "load_tofu_idk", "load_wmdp", "parse_mapping",
 ]

@@ -45,28 +45,69 @@ def require_file(path: Path, what: str) -> Path:
     return path
 
 
+def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
+    """Every line of a UTF-8 file with its 1-based number, line ending kept.
+
+    The file is read line by line (never whole); a leading byte-order mark is dropped. Bytes that
+    are not UTF-8 raise ``"<name> line <n>: not valid UTF-8 (...)"``.
+    """
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{name} line {n}: not valid UTF-8 ({e.reason}, byte 0x{raw[e.start]:02x} "
+                                f"at column {e.start + 1})") from None
+
+
+def parse_json(text: str, where: str, one_line: bool = False) -> Any:
+    """``json.loads`` whose every failure is one DataError line starting with ``where``.
+
+    ``one_line``: ``where`` already names the line (JSON Lines); otherwise the line of a syntax
+    error is appended to ``where``. Nesting too deep for the parser and integers
+    too long to convert are refused, not left to raise RecursionError / ValueError.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        at = where if one_line else f"{where} line {e.lineno}"
+        raise DataError(f"{at}: invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as e:  # int("1" * 5000): CPython's limit on integer digits
+        raise DataError(f"{where}: invalid JSON (a number too large: {str(e).split(':')[0]})") from None
+
+
 def iter_jsonl(path: Path, name: str) -> Iterator[tuple[str, dict]]:
     """Yield ``(where, record)`` for each non-blank line; ``where`` is ``"<name> line <n>"`` (1-based)."""
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{name} line {n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-            yield where, rec
+    for n, line in iter_text_lines(path, name):
+        if not line.strip():
+            continue
+        where = f"{name} line {n}"
+        rec = parse_json(line, where, one_line=True)
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        yield where, rec
+
+
+def read_text(path: Path, name: str) -> str:
+    """The whole file as UTF-8 text (leading byte-order mark dropped); bad bytes name their line."""
+    raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(f"{name} line {line}: not valid UTF-8 ({e.reason}, byte 0x{raw[e.start]:02x} "
+                        f"at column {col})") from None
 
 
 def read_json(path: Path, name: str) -> Any:
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{name} line {e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    return parse_json(read_text(path, name), name)
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:

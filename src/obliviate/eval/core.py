@@ -1,19 +1,25 @@
 """Metrics as functions.
 
 All model evaluations run under ``torch.no_grad`` in eval mode, in batches, and
-accept any Hugging Face causal LM with its tokenizer (in memory).
+accept any Hugging Face causal LM with its tokenizer (in memory). ``progress=True`` shows a
+tqdm bar. Inputs longer than the model's context (:func:`model_max_length`) are cut from the
+left, keeping the bos token, and one warning says how many were cut.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Sequence
 
 import numpy as np
 import torch
 
+from obliviate.data import collate, encode_prompt_answer, qa_answer, qa_prompt
+from obliviate.errors import ModelError
 from obliviate.losses import token_nll
+from obliviate.models.layers import unwrap
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -75,29 +81,77 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-@torch.no_grad()
 def _cache_kwarg(model) -> str:
     """Name of the KV-cache argument and output: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
     import inspect
 
-    from obliviate.models.layers import unwrap
-
     return "cache" if "cache" in inspect.signature(unwrap(model).forward).parameters else "past_key_values"
 
 
+def model_max_length(model) -> int | None:
+    """The most positions ``model`` takes: ``config.max_position_embeddings`` (or ``n_positions``), else None."""
+    config = getattr(unwrap(model), "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _fit(prefix: list[int], suffix: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
+    """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit`` tokens.
+
+    Returns (prefix, suffix, cut?). When even the suffix alone is too long, one prefix token stays
+    (the bos, else the last) and the suffix keeps its first tokens.
+    """
+    if limit is None or len(prefix) + len(suffix) <= limit:
+        return prefix, suffix, False
+    head = prefix[:1] if bos is not None and prefix[:1] == [bos] else []
+    body = prefix[len(head):]
+    room = limit - len(head) - len(suffix)
+    if room >= 1 or (room == 0 and head):
+        return head + body[len(body) - room:], suffix, True
+    keep = head or prefix[-1:]
+    return keep, suffix[:limit - len(keep)], True
+
+
+def _bar(progress: bool, total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not progress, leave=False)
+
+
+@torch.no_grad()
 def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
-                    stop: str | None = "\n") -> list[str]:
-    """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``."""
+                    stop: str | None = "\n", progress: bool = False) -> list[str]:
+    """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``.
+
+    A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos).
+    """
     was_training = model.training
     model.eval()
     dev = _device(model)
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     if pad is None:
         pad = eos
+    max_len = model_max_length(model)
+    limit = None if max_len is None else max_len - max_new_tokens
+    if limit is not None and limit < 1:
+        raise ModelError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's "
+                         f"{max_len} positions")
+    n_cut = 0
     outs: list[str] = []
+    bar = _bar(progress, len(prompts), "generating")
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
-        enc = [([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"] for p in chunk]
+        enc = []
+        for p in chunk:
+            ids, _, cut = _fit(([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"],
+                               [], limit, bos)
+            enc.append(ids)
+            n_cut += cut
         T = max(len(e) for e in enc)
         ids = torch.full((len(enc), T), pad, dtype=torch.long)
         att = torch.zeros((len(enc), T), dtype=torch.long)
@@ -132,49 +186,111 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
             if stop:
                 text = text.split(stop)[0]
             outs.append(text)
+        bar.update(len(chunk))
+    bar.close()
     model.train(was_training)
+    if n_cut:
+        warnings.warn(f"greedy_generate: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
+                      f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} positions",
+                      stacklevel=3)
     return outs
 
 
 def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prompt_fn=None,
-                max_new_tokens: int = 24, batch_size: int = 64) -> dict:
-    """Greedy exact match (normalised) and mean ROUGE-L recall of answers."""
-    from obliviate.data import qa_prompt
+                max_new_tokens: int = 24, batch_size: int = 64, progress: bool = False, answer_fn=None) -> dict:
+    """Greedy exact match (normalised), mean ROUGE-L recall, and the mean answer probability.
 
+    ``answer_prob`` is the mean over questions of :func:`answer_probs` of ``answer_fn(answer)``
+    (default :func:`obliviate.data.qa_answer`, the answer as trained) after ``prompt_fn(question)``
+    (default :func:`obliviate.data.qa_prompt`); ``answer_probs`` holds the per-question values.
+    """
     prompt_fn = prompt_fn or qa_prompt
+    answer_fn = answer_fn or qa_answer
     if not questions:
-        return {"exact_match": float("nan"), "rouge_l": float("nan"), "n": 0, "predictions": []}
-    preds = greedy_generate(model, tokenizer, [prompt_fn(q) for q in questions], max_new_tokens, batch_size)
+        return {"exact_match": float("nan"), "rouge_l": float("nan"), "answer_prob": float("nan"), "n": 0,
+                "predictions": []}
+    prompts = [prompt_fn(q) for q in questions]
+    preds = greedy_generate(model, tokenizer, prompts, max_new_tokens, batch_size, progress=progress)
     em = [float(normalise_text(p) == normalise_text(a)) for p, a in zip(preds, answers)]
     rl = [rouge_l_recall(p, a) for p, a in zip(preds, answers)]
-    return {"exact_match": float(np.mean(em)), "rouge_l": float(np.mean(rl)), "n": len(questions),
-            "predictions": preds, "correct": em}
+    probs = answer_probs(model, tokenizer, prompts, [answer_fn(a) for a in answers], batch_size, progress)
+    return {"exact_match": float(np.mean(em)), "rouge_l": float(np.mean(rl)), "answer_prob": float(np.mean(probs)),
+            "n": len(questions), "predictions": preds, "correct": em, "answer_probs": probs}
 
 
 @torch.no_grad()
-def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[list[str]], batch_size: int = 64,
-                    normalise: bool = False) -> list[list[float]]:
-    """Sum (or mean, if ``normalise``) log p(continuation | context) for each option.
+def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 64,
+                 progress: bool = False) -> list[float]:
+    """exp(-mean NLL) of each answer's tokens given its prompt (TOFU's normalised probability).
 
-    Context and continuation are tokenised separately and concatenated, the
-    way lm-evaluation-harness scores ``loglikelihood`` requests.
+    Teacher forcing with the training tokenisation (:func:`obliviate.data.encode_prompt_answer`):
+    ``[bos] + prompt`` then ``answer + [eos]``, the answer and eos tokens scored. ``answers`` are
+    scored as given (pass ``qa_answer(a)`` for the trained form). A prompt that does not fit the
+    model's context with its answer keeps its last tokens (and bos). An answer with no tokens gets NaN.
     """
-    from obliviate.data import collate
-
+    if len(prompts) != len(answers):
+        raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
     was_training = model.training
     model.eval()
     dev = _device(model)
     bos = tokenizer.bos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    max_len = model_max_length(model)
+    seqs, masks = encode_prompt_answer(tokenizer, prompts, answers, max_len=10**9)
+    n_cut = 0
+    pairs = []
+    for seq, mask in zip(seqs, masks):
+        p_ids, a_ids = seq[mask == 0].tolist(), seq[mask == 1].tolist()  # prompt tokens, then answer tokens
+        p_ids, a_ids, cut = _fit(p_ids, a_ids, max_len, bos)
+        n_cut += cut
+        pairs.append((np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))))
+    out: list[float] = []
+    bar = _bar(progress, len(pairs), "answer probabilities")
+    for s in range(0, len(pairs), batch_size):
+        chunk = pairs[s:s + batch_size]
+        batch = collate([x for x, _ in chunk], pad, label_mask=[m for _, m in chunk])
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
+        mean = nll.double().sum(-1) / mask.sum(-1)  # 0/0 = nan for an answer with no tokens
+        out.extend(torch.exp(-mean).cpu().tolist())
+        bar.update(len(chunk))
+    bar.close()
+    model.train(was_training)
+    if n_cut:
+        warnings.warn(f"answer_probs: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
+                      f"answer fits the model's {max_len} positions", stacklevel=3)
+    return out
+
+
+@torch.no_grad()
+def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[list[str]], batch_size: int = 64,
+                    normalise: bool = False, progress: bool = False) -> list[list[float]]:
+    """Sum (or mean, if ``normalise``) log p(continuation | context) for each option.
+
+    Context and continuation are tokenised separately and concatenated, the
+    way lm-evaluation-harness scores ``loglikelihood`` requests. A context that does not fit
+    the model's context with its continuation keeps its last tokens (and bos).
+    """
+    was_training = model.training
+    model.eval()
+    dev = _device(model)
+    bos = tokenizer.bos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    max_len = model_max_length(model)
     flat_seqs, flat_masks, owner = [], [], []
+    n_cut = 0
     for i, (ctx, conts) in enumerate(zip(contexts, continuations)):
         c_ids = ([bos] if bos is not None else []) + tokenizer(ctx, add_special_tokens=False)["input_ids"]
         for cont in conts:
             x_ids = tokenizer(cont, add_special_tokens=False)["input_ids"]
-            flat_seqs.append(np.asarray(c_ids + x_ids))
-            flat_masks.append(np.asarray([0] * len(c_ids) + [1] * len(x_ids)))
+            c_fit, x_ids, cut = _fit(c_ids, x_ids, max_len, bos)
+            n_cut += cut
+            flat_seqs.append(np.asarray(c_fit + x_ids))
+            flat_masks.append(np.asarray([0] * len(c_fit) + [1] * len(x_ids)))
             owner.append(i)
     scores: list[float] = []
+    bar = _bar(progress, len(flat_seqs), "choice log-probs")
     for s in range(0, len(flat_seqs), batch_size):
         batch = collate(flat_seqs[s:s + batch_size], pad, label_mask=flat_masks[s:s + batch_size])
         batch = {k: v.to(dev) for k, v in batch.items()}
@@ -184,7 +300,12 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
         if normalise:
             tot = tot / mask.sum(-1).clamp(min=1)
         scores.extend(tot.float().cpu().tolist())
+        bar.update(len(batch["input_ids"]))
+    bar.close()
     model.train(was_training)
+    if n_cut:
+        warnings.warn(f"choice_logprobs: {n_cut} of {len(flat_seqs)} context + continuation pairs were longer than "
+                      f"the model's {max_len} positions; their contexts were cut from the left to fit", stacklevel=3)
     out: list[list[float]] = [[] for _ in contexts]
     for i, sc in zip(owner, scores):
         out[i].append(sc)
@@ -198,7 +319,7 @@ def mcq_prompt(question: str, choices: list[str]) -> str:
 
 
 def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", batch_size: int = 64,
-                 context_fn=None) -> dict:
+                 context_fn=None, progress: bool = False) -> dict:
     """Zero-shot MCQ accuracy by log-likelihood.
 
     ``style="letters"``: the lm-eval format, scoring " A".." D" after
@@ -217,7 +338,7 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
         conts = [[" " + c for c in m["choices"]] for m in mcqs]
     else:
         raise ValueError(f"unknown MCQ style {style!r}")
-    scores = choice_logprobs(model, tokenizer, ctxs, conts, batch_size)
+    scores = choice_logprobs(model, tokenizer, ctxs, conts, batch_size, progress=progress)
     preds = [int(np.argmax(s)) for s in scores]
     correct = [float(p == m["answer_index"]) for p, m in zip(preds, mcqs)]
     return {"accuracy": float(np.mean(correct)), "n": len(mcqs), "predictions": preds, "correct": correct,
@@ -225,13 +346,11 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
 
 
 @torch.no_grad()
-def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int = 32) -> dict:
+def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int = 32, progress: bool = False) -> dict:
     """Mean next-token loss and perplexity per label value of ``field``.
 
     Each target token is attributed to its own label (the token being predicted).
     """
-    from obliviate.data import collate
-
     was_training = model.training
     model.eval()
     dev = _device(model)
@@ -239,6 +358,7 @@ def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int =
     sums = np.zeros(len(names))
     counts = np.zeros(len(names))
     pad = 0
+    bar = _bar(progress, len(dataset), f"token loss by {field}")
     for s in range(0, len(dataset), batch_size):
         seqs = dataset.input_ids[s:s + batch_size]
         labs = dataset.labels[field][s:s + batch_size]
@@ -251,6 +371,8 @@ def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int =
             sel = mask & (lab == k)
             sums[k] += float(nll[sel].sum())
             counts[k] += float(sel.sum())
+        bar.update(len(seqs))
+    bar.close()
     model.train(was_training)
     out = {}
     for k, name in enumerate(names):

@@ -1,0 +1,171 @@
+"""eval.core: context-length truncation, answer probabilities (checked by hand), progress bars."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+from obliviate.data import TokenDataset, qa_prompt
+from obliviate.errors import ModelError
+from obliviate.eval.core import (
+    _fit, answer_probs, choice_logprobs, greedy_generate, mcq_accuracy, model_max_length, qa_accuracy,
+    token_loss_by_label,
+)
+from obliviate.models.builders import tiny_random
+
+LONG = "Doctors treat Morvexia with zalpradine. The glimmerfin eats moss and its cells glow. " * 3  # > 32 tokens
+
+
+@pytest.fixture
+def gpt2_32(tiny_tokenizer):
+    """A tiny GPT-2 that takes at most 32 positions (wpe has 32 rows: position 32 would be an IndexError)."""
+    tok = tiny_tokenizer
+    config = T.GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_inner=64, n_layer=2, n_head=4,
+                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=tok.pad_token_id,
+                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return T.GPT2LMHeadModel(config).eval()
+
+
+def ids_of(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_model_max_length(gpt2_32, tiny_model):
+    assert model_max_length(tiny_random("gpt2")) == 128  # GPT2Config.n_positions
+    assert model_max_length(tiny_random("llama")) == 128  # max_position_embeddings
+    assert model_max_length(gpt2_32) == 32
+    assert model_max_length(torch.nn.Linear(2, 2)) is None  # no config
+
+
+def test_fit_cuts_prefix_from_the_left_keeping_bos():
+    bos = 1
+    assert _fit([1, 10, 11, 12], [20], None, bos) == ([1, 10, 11, 12], [20], False)
+    assert _fit([1, 10, 11, 12], [20], 5, bos) == ([1, 10, 11, 12], [20], False)
+    assert _fit([1, 10, 11, 12], [20], 4, bos) == ([1, 11, 12], [20], True)
+    assert _fit([1, 10, 11, 12], [20, 21, 22], 4, bos) == ([1], [20, 21, 22], True)
+    assert _fit([1, 10, 11, 12], [20, 21, 22, 23], 4, bos) == ([1], [20, 21, 22], True)  # suffix alone too long
+    assert _fit([10, 11, 12], [20], 3, None) == ([11, 12], [20], True)  # no bos: plain left cut
+    assert _fit([10, 11, 12], [20, 21, 22], 3, None) == ([12], [20, 21], True)
+
+
+def manual_greedy(model, ids: list[int], n: int, eos: int) -> list[int]:
+    """Unbatched, uncached greedy decoding: the reference for greedy_generate."""
+    out = []
+    for _ in range(n):
+        with torch.no_grad():
+            nxt = int(model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax())
+        if nxt == eos:
+            break
+        out.append(nxt)
+    return out
+
+
+def test_greedy_generate_cuts_long_prompts(gpt2_32, tiny_tokenizer):
+    model, tok = gpt2_32, tiny_tokenizer
+    prompts = ["Doctors treat Morvexia with", LONG]
+    assert len(ids_of(tok, LONG)) + 1 + 8 > 32
+    with pytest.warns(UserWarning) as rec:
+        got = greedy_generate(model, tok, prompts, max_new_tokens=8, stop=None)
+    msgs = [str(w.message) for w in rec]
+    assert msgs == ["greedy_generate: 1 of 2 prompts were cut from the left to 24 tokens so that prompt + "
+                    "max_new_tokens=8 fits the model's 32 positions"]
+    for p, g in zip(prompts, got):
+        kept = [tok.bos_token_id] + ids_of(tok, p)[-23:]  # bos + the last 23 tokens = 24
+        assert g == tok.decode(manual_greedy(model, kept, 8, tok.eos_token_id), skip_special_tokens=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # short prompts: no warning
+        greedy_generate(model, tok, prompts[:1], max_new_tokens=8)
+    with pytest.raises(ModelError, match="max_new_tokens=32 leaves no room for a prompt in the model's 32 positions"):
+        greedy_generate(model, tok, prompts, max_new_tokens=32)
+
+
+def manual_logprob(model, ctx: list[int], cont: list[int]) -> float:
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([ctx + cont])).logits[0].double(), -1)
+    return float(sum(logp[len(ctx) + j - 1, t] for j, t in enumerate(cont)))
+
+
+def test_choice_logprobs_cuts_long_contexts(gpt2_32, tiny_tokenizer):
+    model, tok = gpt2_32, tiny_tokenizer
+    conts = [" zalpradine.", " moss and its cells glow."]
+    with pytest.warns(UserWarning, match="^choice_logprobs: 2 of 4 context \\+ continuation pairs were longer than "
+                                         "the model's 32 positions; their contexts were cut from the left to fit$"):
+        got = choice_logprobs(model, tok, ["Doctors treat Morvexia with", LONG], [conts, conts], batch_size=3)
+    bos = tok.bos_token_id
+    for ctx, row in zip(["Doctors treat Morvexia with", LONG], got):
+        for cont, score in zip(conts, row):
+            x = ids_of(tok, cont)
+            c = [bos] + ids_of(tok, ctx)[-(32 - 1 - len(x)):]
+            assert len(c) + len(x) <= 32
+            assert score == pytest.approx(manual_logprob(model, c, x), abs=1e-4)
+    mcqs = [{"question": LONG, "choices": ["a", "b"], "answer_index": 0}]
+    with pytest.warns(UserWarning, match="choice_logprobs: 2 of 2"):
+        assert mcq_accuracy(model, tok, mcqs)["n"] == 1
+
+
+def manual_answer_prob(model, tok, prompt: str, answer: str) -> float:
+    """exp(-mean NLL) of answer + eos after [bos] + prompt, from one unbatched forward pass."""
+    p = [tok.bos_token_id] + ids_of(tok, prompt)
+    a = ids_of(tok, answer) + [tok.eos_token_id]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([p + a])).logits[0].double(), -1)
+    nll = [-float(logp[len(p) + j - 1, t]) for j, t in enumerate(a)]
+    return math.exp(-sum(nll) / len(nll))
+
+
+def test_answer_probs_by_hand(tiny_model, tiny_tokenizer):
+    model, tok = tiny_model, tiny_tokenizer
+    prompts = [qa_prompt("What is Morvexia treated with?"), qa_prompt("Where?"), "Ilsa Varnholt was born in"]
+    answers = [" Morvexia is treated with zalpradine.", " In caves.", " Dremmin"]  # different lengths: padding
+    model.train()
+    got = answer_probs(model, tok, prompts, answers, batch_size=2)
+    assert model.training  # mode restored
+    model.eval()
+    expected = [manual_answer_prob(model, tok, p, a) for p, a in zip(prompts, answers)]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert all(0 < g < 1 for g in got)
+    # qa_accuracy scores " " + answer after qa_prompt(question), as trained
+    res = qa_accuracy(model, tok, ["What is Morvexia treated with?", "Where?"], ["Morvexia is treated with zalpradine.",
+                                                                                  "In caves."], max_new_tokens=4)
+    assert res["answer_probs"] == pytest.approx(expected[:2], abs=1e-6)
+    assert res["answer_prob"] == pytest.approx(np.mean(expected[:2]), abs=1e-6)
+    assert math.isnan(qa_accuracy(model, tok, [], [])["answer_prob"])
+    with pytest.raises(ValueError, match="2 prompts but 1 answers"):
+        answer_probs(model, tok, prompts[:2], answers[:1])
+
+
+def test_answer_probs_cut_long_prompts(gpt2_32, tiny_tokenizer):
+    model, tok = gpt2_32, tiny_tokenizer
+    answer = " zalpradine."
+    with pytest.warns(UserWarning, match="^answer_probs: 1 of 2 prompts were cut from the left so that prompt \\+ "
+                                         "answer fits the model's 32 positions$"):
+        got = answer_probs(model, tok, ["Doctors treat Morvexia with", LONG], [answer, answer])
+    a = ids_of(tok, answer) + [tok.eos_token_id]
+    p = [tok.bos_token_id] + ids_of(tok, LONG)[-(32 - 1 - len(a)):]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([p + a])).logits[0].double(), -1)
+    expected = math.exp(sum(float(logp[len(p) + j - 1, t]) for j, t in enumerate(a)) / len(a))
+    assert got[1] == pytest.approx(expected, abs=1e-6)
+
+
+def test_progress_bars_do_not_change_results(tiny_model, tiny_tokenizer, capsys):
+    model, tok = tiny_model, tiny_tokenizer
+    qs, ans = ["What is Morvexia treated with?"], ["zalpradine"]
+    quiet = qa_accuracy(model, tok, qs, ans, max_new_tokens=4)
+    assert capsys.readouterr().err == ""
+    loud = qa_accuracy(model, tok, qs, ans, max_new_tokens=4, progress=True)
+    err = capsys.readouterr().err
+    assert "generating" in err and "answer probabilities" in err
+    assert loud == quiet
+    mcqs = [{"question": "Red?", "choices": ["blue", "red"], "answer_index": 1}]
+    assert mcq_accuracy(model, tok, mcqs, progress=True) == mcq_accuracy(model, tok, mcqs)
+    assert "choice log-probs" in capsys.readouterr().err
+    ds = TokenDataset([np.array([1, 5, 6, 7, 2]), np.array([1, 8, 9, 2])],
+                      {"domain": [np.array([0, 0, 1, 1, 1]), np.array([1, 1, 0, 0])]}, {"domain": ["a", "b"]})
+    assert token_loss_by_label(model, ds, progress=True) == token_loss_by_label(model, ds)
+    assert "token loss by domain" in capsys.readouterr().err
