@@ -22,32 +22,17 @@ from obliviate.config import from_dict, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval import s_unlearning
 from obliviate.eval.world import evaluate_world
-from obliviate.methods import get_method
+from obliviate.methods import get_method, method_defaults
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.train import TrainConfig
 from obliviate.unlearn import UnlearnConfig, unlearn
 
-# Per-method defaults for the tiny world models (tuned on world seed 0, checked on other seeds; see
-# docs/results.md). The dataclass defaults are the papers' 7B-scale values; on a 4-layer d=128 model the
-# hidden states are small, so RMU's steering coefficient and retain weight are rescaled.
-TINY_DEFAULTS: dict[str, dict] = {
-    "gradascent": {"lr": 3e-4, "steps": 20, "params": {}},
-    "graddiff": {"lr": 3e-4, "steps": 50, "params": {}},
-    "npo": {"lr": 3e-4, "steps": 50, "params": {}},
-    "simnpo": {"lr": 1e-3, "steps": 50, "params": {}},
-    "idkdpo": {"lr": 3e-4, "steps": 50, "params": {}},
-    "wga": {"lr": 1e-3, "steps": 50, "params": {}},
-    "rmu": {"lr": 1e-3, "steps": 50, "params": {"coef": 20.0, "alpha": 10.0}},
-    "adaptive_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0}},
-    "cosine_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0}},
-}
-FALLBACK_DEFAULT = {"lr": 1e-3, "steps": 50, "params": {}}
-
 
 @dataclass
 class MethodRun:
-    """Hyper-parameters of one method in a comparison (unset fields take TINY_DEFAULTS)."""
+    """Hyper-parameters of one method in a comparison (unset fields take the method's "tiny" preset,
+    :func:`obliviate.methods.method_defaults`)."""
 
     lr: float | None = None
     steps: int | None = None
@@ -87,7 +72,7 @@ def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
     get_method(name)  # unknown names fail before any training
     raw = cfg.runs.get(name, {}) or {}
     run = from_dict(MethodRun, raw, prefix=f"runs.{name}")
-    base = TINY_DEFAULTS.get(name, FALLBACK_DEFAULT)
+    base = method_defaults(name, "tiny")  # the world models are tiny (obliviate.methods.preset_name)
     params = {**base["params"], **run.params}
     tc = TrainConfig(steps=run.steps or base["steps"], lr=run.lr or base["lr"], schedule="constant",
                      log_every=5, desc=name)

@@ -17,28 +17,99 @@ properties), the reason the method cannot run in several processes / on a sharde
 model, or None; :func:`obliviate.train.distributed.check_method` turns them into a
 start-up error (docs/distributed.md).
 
+The registration carries the method's metadata: ``paper`` (the source) and
+``presets``, its run defaults per model scale (see :func:`register`,
+:func:`method_defaults`, :func:`preset_name`).
+
 The training loop (:mod:`obliviate.train`) sums the terms and logs each one.
 Adding a method = adding one file here; the registry test covers it.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib
 import pkgutil
 
+from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 
 METHODS: dict[str, type] = {}
 
+PRESETS = ("tiny", "paper")
+"""Every method has these two presets (:func:`method_defaults`):
 
-def register(name: str):
-    """Class decorator: make a method available as ``name``."""
+- ``"tiny"``: for the models obliviate trains itself (the world and TOFU models, under ~100M
+  parameters); tuned on world seed 0 (docs/results.md);
+- ``"paper"``: the paper's settings, for billion-parameter models.
+"""
+
+DEFAULT_PRESETS: dict[str, dict] = {
+    "tiny": {"lr": 1e-3, "steps": 50, "params": {}},
+    "paper": {"lr": 1e-5, "steps": 125, "params": {}},
+}
+"""What :func:`register` gives a method for a preset it does not name (and for a key a preset
+leaves out). ``paper``: lr 1e-5 for 125 steps, the usual TOFU fine-tuning setting (10 epochs of
+the 400 forget10 pairs at batch 32, as in open-unlearning)."""
+
+PRESET_THRESHOLD = 100_000_000
+"""Models with fewer parameters than this get the ``"tiny"`` preset (:func:`preset_name`)."""
+
+
+def _check_presets(name: str, cls: type, presets: dict | None) -> dict[str, dict]:
+    """``presets`` completed from :data:`DEFAULT_PRESETS` and checked against ``cls.config_cls``."""
+    presets = copy.deepcopy(presets or {})
+    where = f"method {name!r}"
+    unknown = sorted(set(presets) - set(PRESETS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown preset {unknown[0]!r} (valid: {', '.join(PRESETS)})")
+    config_cls = getattr(cls, "config_cls", None)
+    if config_cls is None or not dataclasses.is_dataclass(config_cls):
+        raise ConfigError(f"{where}: config_cls must be a dataclass, got {config_cls!r}")
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    out = {}
+    for preset in PRESETS:
+        p = presets.get(preset, {})
+        if not isinstance(p, dict):
+            raise ConfigError(f"{where}, preset {preset!r}: must be a dict of lr, steps, params, got {p!r}")
+        bad = sorted(set(p) - {"lr", "steps", "params"})
+        if bad:
+            raise ConfigError(f"{where}, preset {preset!r}: unknown key {bad[0]!r} (valid: lr, steps, params)")
+        full = {**copy.deepcopy(DEFAULT_PRESETS[preset]), **p}
+        lr, steps, params = full["lr"], full["steps"], full["params"]
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+            raise ConfigError(f"{where}, preset {preset!r}: lr must be a number > 0, got {lr!r}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"{where}, preset {preset!r}: steps must be an integer >= 1, got {steps!r}")
+        if not isinstance(params, dict):
+            raise ConfigError(f"{where}, preset {preset!r}: params must be a dict, got {params!r}")
+        extra = sorted(set(params) - fields)
+        if extra:
+            raise ConfigError(f"{where}, preset {preset!r}: {extra[0]!r} is not a field of "
+                              f"{config_cls.__name__} (fields: {', '.join(sorted(fields))})")
+        out[preset] = {"lr": float(lr), "steps": steps, "params": params}
+    return out
+
+
+def register(name: str, *, paper: str = "", presets: dict | None = None):
+    """Class decorator: make a method available as ``name``.
+
+    ``paper``: the method's source (shown by ``obliviate methods -v``). ``presets`` maps a
+    preset name (:data:`PRESETS`) to ``{"lr": float, "steps": int, "params": {...}}``, where
+    ``params`` override fields of the method's config dataclass. A preset (or a key of one)
+    that is not given comes from :data:`DEFAULT_PRESETS`, so a new method needs nothing but
+    its own file. Presets are checked here, at import time: a ``params`` key that is not a
+    field of ``config_cls`` raises :class:`~obliviate.errors.ConfigError`.
+    """
 
     def deco(cls):
         if name in METHODS and METHODS[name] is not cls:
             raise RuntimeError(f"method {name!r} registered twice")
         cls.name = name
         cls.kind = getattr(cls, "kind", "train")
+        cls.paper = paper
+        cls.presets = _check_presets(name, cls, presets)
         METHODS[name] = cls
         return cls
 
@@ -63,10 +134,33 @@ def get_method(name: str) -> type:
     return METHODS[name]
 
 
+def method_defaults(name: str, preset: str) -> dict:
+    """A copy of method ``name``'s run defaults for ``preset``: ``{"lr", "steps", "params"}``."""
+    cls = get_method(name)
+    if preset not in cls.presets:
+        raise ConfigError(f"unknown preset {preset!r} of method {name!r} (valid: {', '.join(cls.presets)})")
+    return copy.deepcopy(cls.presets[preset])
+
+
+def preset_name(model_or_param_count) -> str:
+    """``"tiny"`` for a model (or a parameter count) under :data:`PRESET_THRESHOLD` (100M), else ``"paper"``.
+
+    A model's count is its total number of parameters, embeddings included and tied weights
+    counted once (``model.parameters()``). Every model obliviate trains itself is far below
+    100M (the world's are a few million); the papers' models are 1B and up.
+    """
+    n = model_or_param_count
+    if not isinstance(n, int) or isinstance(n, bool):
+        if not hasattr(n, "parameters"):
+            raise ConfigError(f"preset_name: expected a model or a parameter count, got {n!r}")
+        n = sum(p.numel() for p in n.parameters())
+    if n < 0:
+        raise ConfigError(f"preset_name: parameter count must be >= 0, got {n}")
+    return "tiny" if n < PRESET_THRESHOLD else "paper"
+
+
 def build_method(name: str, overrides: dict | None = None, model=None):
     """Instantiate method ``name`` with its config from defaults plus ``overrides``."""
-    from obliviate.config import from_dict
-
     cls = get_method(name)
     cfg = from_dict(cls.config_cls, overrides or {}, prefix=f"method.{name}")
     return cls(cfg)

@@ -41,6 +41,9 @@ is already forgotten" and chase it. SATGA+'s sg(p)^e(z) factor damps exactly tho
 tokens, which is the paper's reason for it. The scores are therefore the same
 quantity in every ATWU method and comparable by token AUROC.
 
+Presets: :func:`obliviate.methods.register`'s defaults (the summary gives no model
+learning rate or step count); the ATWU recipe sets its own on top.
+
 The scorer's (w, b) live on the method object (``method.scorer_state()``), never
 among the model's parameters, so the training loop's optimizer cannot touch them.
 ``method.token_scores(model, batch)`` returns the current scores for evaluation.
@@ -56,6 +59,8 @@ from obliviate.methods import register
 from obliviate.methods._shared import add_retain, answer_logprob, dpo_loss, forward_logits, npo_loss, simnpo_loss
 from obliviate.methods._token_weights import ScoredMethod, ScorerConfig, satga_plus_loss
 
+PAPER = "Yuce, Nikolaou, Flammarion 2026, ATWU (reconstruction)"
+
 
 @dataclass
 class ATWUConfig(ScorerConfig):
@@ -64,7 +69,7 @@ class ATWUConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu")
+@register("atwu", paper=PAPER)
 class ATWU(ScoredMethod):
     """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
 
@@ -89,7 +94,7 @@ class ATWUGAConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_ga")
+@register("atwu_ga", paper=PAPER)
 class ATWUGradAscent(ScoredMethod):
     """GradAscent with ATWU token weights: -sum_t z_t CE_t / sum_t z_t (a reconstruction)."""
 
@@ -113,7 +118,7 @@ class ATWUNPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_npo")
+@register("atwu_npo", paper=PAPER)
 class ATWUNPO(ScoredMethod):
     """NPO with log pi = sum_t z_t log p(y_t|.) on policy and reference (a reconstruction)."""
 
@@ -139,7 +144,7 @@ class ATWUSimNPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_simnpo")
+@register("atwu_simnpo", paper=PAPER)
 class ATWUSimNPO(ScoredMethod):
     """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
 
@@ -166,7 +171,7 @@ class ATWUIdkDPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_idkdpo")
+@register("atwu_idkdpo", paper=PAPER)
 class ATWUIdkDPO(ScoredMethod):
     """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
 

@@ -9,9 +9,13 @@ RMU with a direction-only forget loss at decoder layer l:
 
 Means run over valid (non-padding) tokens when ``mask_padding``. No steering
 coefficient: only the direction of h_l is pushed to u, its norm is free. Same
-conventions as :mod:`obliviate.methods.rmu`: layer l defaults to the middle
-layer, only the MLP down-projections of layers l-n+1..l train, the forward pass
+conventions as :mod:`obliviate.methods.rmu`: layer l defaults to the one nearest
+``layer_frac * n_layers`` (7/32, WMDP's layer 7 of 32; the tiny preset uses 0.5, i.e.
+n_layers // 2), only the MLP down-projections of layers l-n+1..l train, the forward pass
 stops after layer l, and u comes from the same seeded generator.
+
+Presets: tiny lr 1e-3, 50 steps, alpha = 10; paper: RMU's (lr 5e-5, 150 steps, alpha = 1200),
+since the reconstruction has no settings of its own.
 
 The retain weight alpha can be learned by REINFORCE instead of fixed, see
 :mod:`obliviate.meta_alpha`.
@@ -29,13 +33,15 @@ from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.methods import register
 from obliviate.methods._shared import rmu_forget_loss
-from obliviate.methods.rmu import RMU
+from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, check_layer_frac
 
 
 @dataclass
 class CosineRMUConfig:
     layer: int | None = None
-    """Decoder layer l whose output is steered; None = the middle layer (n_layers // 2)."""
+    """Decoder layer l whose output is steered; None = from ``layer_frac`` (as RMU)."""
+    layer_frac: float = WMDP_LAYER_FRAC
+    """With ``layer`` unset: l = the layer nearest to layer_frac * n_layers (7/32: WMDP's layer 7 of 32)."""
     alpha: float = 1200.0
     """Weight of the retain term (RMU's default, for retain="mse"; the cosine retain term is
     bounded in [0, 2], so retain="cosine" wants a much smaller alpha, ~1-10)."""
@@ -52,6 +58,7 @@ class CosineRMUConfig:
             raise ConfigError(f"config key 'n_train_layers': must be >= 1, got {self.n_train_layers}")
         if self.alpha < 0:
             raise ConfigError(f"config key 'alpha': must be >= 0, got {self.alpha}")
+        check_layer_frac(self.layer_frac)
 
 
 def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -65,7 +72,9 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
     return dist.mean() if mask is None else masked_mean(dist, mask.bool())
 
 
-@register("cosine_rmu")
+@register("cosine_rmu", paper="Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)",
+          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+                   "paper": {"lr": 5e-5, "steps": 150, "params": {"alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 

@@ -126,7 +126,7 @@ def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return h[mask.bool()].float().cpu()
 
 
-@register("crisp")
+@register("crisp", paper="Ashuach et al. 2025, CRISP")
 class CRISP:
     config_cls = CRISPConfig
     needs_reference = True

@@ -59,7 +59,7 @@ class EmberEditConfig:
             raise ConfigError(f"config key 'K': must be >= 1, got {self.K}")
 
 
-@register("ember")
+@register("ember", paper="Suslik, Shafran, Geva 2026, EMBER (embedding erasure)")
 class EmberEdit:
     """EMBER: subtract judged concept features from concept-only input embeddings."""
 
@@ -118,7 +118,7 @@ class SNMFEditConfig:
             raise ConfigError("config key 'layers': needs at least one layer (or null for the middle one)")
 
 
-@register("snmf")
+@register("snmf", paper="semi-NMF of MLP activations, as in Suslik, Shafran, Geva 2026 (EMBER)")
 class SNMFEdit:
     """SNMF: semi-NMF concept features of MLP activations, projected out of W_down / W_up."""
 

@@ -7,6 +7,10 @@ the forget answer:
 
 (the -(2/beta) scaling matches NPO, which is this loss without a winner).
 Total ``gamma * L_forget + alpha * L_retain``; beta = 0.1 (METHODS.md §1).
+
+Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
+(TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
+
 The batch must carry ``batch["idk"]``: the forget questions with refusal answers.
 """
 
@@ -27,7 +31,8 @@ class IdkDPOConfig:
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("idkdpo")
+@register("idkdpo", paper="Maini et al. 2024, TOFU (arXiv:2401.06121)",
+          presets={"tiny": {"lr": 3e-4, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class IdkDPO:
     config_cls = IdkDPOConfig
     needs_reference = True

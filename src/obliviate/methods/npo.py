@@ -5,6 +5,9 @@
 with log pi the sum of answer-token log-probabilities; total
 ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL). Defaults: beta = 0.1,
 gamma = alpha = 1 (METHODS.md §1).
+
+Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
+(TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ class NPOConfig:
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("npo")
+@register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",
+          presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class NPO:
     config_cls = NPOConfig
     needs_reference = True

@@ -30,7 +30,8 @@ Where the probes come from (in this order):
 ``probe_unlearn_single`` is the single-layer ablation: the same objective at one
 layer (default the middle one; ``layers=[l]`` picks another). Passing
 ``layers=[l]`` to ``probe_unlearn`` is equivalent. Default alpha = 10 is ours (the
-summary gives none).
+summary gives none). Presets: :func:`obliviate.methods.register`'s defaults (the
+summary gives no learning rate or step count either).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from obliviate.methods._shared import rmu_forget_loss
 from obliviate.methods.rmu import hidden_at
 from obliviate.probes import default_probe_layers, fit_probe_directions, gather_last, last_token_index
 from obliviate.train.distributed import STOPS_FORWARD_EARLY
+
+PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 
 
 @dataclass
@@ -86,7 +89,7 @@ def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.T
     return torch.stack(terms).mean()
 
 
-@register("probe_unlearn")
+@register("probe_unlearn", paper=PAPER)
 class ProbeUnlearn:
     config_cls = ProbeUnlearnConfig
     needs_reference = True
@@ -209,7 +212,7 @@ class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
             raise ConfigError(f"config key 'layers': the single-layer variant takes one layer, got {self.layers}")
 
 
-@register("probe_unlearn_single")
+@register("probe_unlearn_single", paper=PAPER)
 class ProbeUnlearnSingle(ProbeUnlearn):
     """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
 

@@ -8,10 +8,20 @@ At decoder layer l:
 Only the MLP down-projections of layers l-2..l train. The forward pass stops
 after layer l (nothing above it is computed). Padding is masked out of both
 means (``mask_padding``; the original code did not mask, set it False to match).
-Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5 (METHODS.md §1).
+Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5, 150 batches (METHODS.md §1).
+
+Layer: ``layer`` if set, else the layer nearest to ``layer_frac * n_layers`` (halves
+rounded down, clamped to 0..n_layers-1; :func:`rmu_layer`). ``layer_frac`` defaults to
+7/32, WMDP's layer 7 of Zephyr's 32, so a 32-layer model gets layer 7 and a 24-layer one
+layer 5. The tiny preset uses ``layer_frac = 0.5``, i.e. n_layers // 2 (layer 2 of the
+world's 4-layer models).
+
+Presets: tiny lr 1e-3, 50 steps, c = 20, alpha = 10 (the world models' hidden states are
+small, so c and alpha are rescaled; tuned on world seed 0, docs/results.md); paper as above.
 
 Adaptive RMU (Dang et al. 2025): c = beta * mean_{b,t} ||h_l(x_f)|| measured
 with the frozen model on the first forget batch, before any update; beta = 5.
+Presets as RMU's without c (tiny: alpha = 10).
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+import math
+
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.methods import register
@@ -27,10 +39,19 @@ from obliviate.methods._shared import random_unit_vector, rmu_forget_loss
 from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 
+WMDP_LAYER_FRAC = 7 / 32
+"""WMDP's RMU layer as a fraction of the depth: layer 7 of Zephyr-7B's 32."""
+
+TINY_PRESET_LAYER_FRAC = 0.5
+"""The tiny presets' layer fraction: n_layers // 2, the layer those presets were tuned with."""
+
+
 @dataclass
 class RMUConfig:
     layer: int | None = None
-    """Decoder layer l whose output is steered; None = the middle layer (n_layers // 2)."""
+    """Decoder layer l whose output is steered; None = from ``layer_frac`` (:func:`rmu_layer`)."""
+    layer_frac: float = WMDP_LAYER_FRAC
+    """With ``layer`` unset: l = the layer nearest to layer_frac * n_layers (7/32: WMDP's layer 7 of 32)."""
     coef: float = 6.5
     """Steering coefficient c."""
     alpha: float = 1200.0
@@ -44,12 +65,26 @@ class RMUConfig:
     def __post_init__(self):
         if self.n_train_layers < 1:
             raise ConfigError(f"config key 'n_train_layers': must be >= 1, got {self.n_train_layers}")
+        check_layer_frac(self.layer_frac)
 
 
-def resolve_layer(model, layer: int | None) -> int:
+def check_layer_frac(frac: float) -> None:
+    if not 0.0 <= frac <= 1.0:
+        raise ConfigError(f"config key 'layer_frac': must be in [0, 1], got {frac}")
+
+
+def rmu_layer(n_layers: int, layer_frac: float) -> int:
+    """The layer nearest to ``layer_frac * n_layers``, halves rounded down, in 0..n_layers-1.
+
+    Rounding halves down makes ``layer_frac = 0.5`` exactly ``n_layers // 2``; 7/32 of 32 is 7.
+    """
+    return min(max(math.ceil(layer_frac * n_layers - 0.5), 0), n_layers - 1)
+
+
+def resolve_layer(model, layer: int | None, layer_frac: float = WMDP_LAYER_FRAC) -> int:
     from obliviate.models.layers import check_layer, num_layers
 
-    l = num_layers(model) // 2 if layer is None else layer
+    l = rmu_layer(num_layers(model), layer_frac) if layer is None else layer
     check_layer(model, l)
     return l
 
@@ -67,7 +102,11 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
     return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer], stop_after=layer)[layer]
 
 
-@register("rmu")
+@register("rmu", paper="Li et al. 2024, WMDP (arXiv:2403.03218)",
+          presets={"tiny": {"lr": 1e-3, "steps": 50,
+                            "params": {"coef": 20.0, "alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+                   "paper": {"lr": 5e-5, "steps": 150,
+                             "params": {"coef": 6.5, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class RMU:
     config_cls = RMUConfig
     needs_reference = True
@@ -81,11 +120,11 @@ class RMU:
         self._u: dict[int, torch.Tensor] = {}
 
     def trainable(self, model) -> list[str]:
-        self.layer = resolve_layer(model, self.cfg.layer)
+        self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
         return rmu_trainable(model, self.layer, self.cfg.n_train_layers)
 
     def setup(self, model, ref, forget_batch: dict) -> None:
-        self.layer = resolve_layer(model, self.cfg.layer)
+        self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
 
     def control(self, topic: int, d: int, device) -> torch.Tensor:
         if topic not in self._u:
@@ -127,7 +166,10 @@ def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return norms.mean() if mask is None else masked_mean(norms, mask.bool())
 
 
-@register("adaptive_rmu")
+@register("adaptive_rmu", paper="Dang et al. 2025, Adaptive RMU",
+          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+                   "paper": {"lr": 5e-5, "steps": 150,
+                             "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class AdaptiveRMU(RMU):
     config_cls = AdaptiveRMUConfig
 

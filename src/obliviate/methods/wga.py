@@ -5,6 +5,9 @@
 over forget answer tokens, p_t = p(y_t | y_<t, x). ``beta2 = 0`` is WGA
 (beta = 1 by default); ``beta2 > 0`` is SatImp. Total
 ``gamma * L_forget + alpha * L_retain`` (METHODS.md §1).
+
+Presets: tiny lr 1e-3, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 63 steps
+(open-unlearning's TOFU setting: 5 epochs of forget10 at batch 32), beta = 1.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class WGAConfig:
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("wga")
+@register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",
+          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
 class WGA:
     config_cls = WGAConfig
 

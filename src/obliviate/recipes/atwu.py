@@ -9,7 +9,7 @@ so an interrupted run resumes into the same ``--out``:
 
 1. **world**: the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
    (as :mod:`obliviate.compare` uses it) is unlearned on the forget facts with each method
-   (defaults :data:`obliviate.compare.TINY_DEFAULTS`, overrides ``runs.<method>.*``).
+   (defaults: each method's tiny preset, ``obliviate.methods.method_defaults``; overrides ``runs.<method>.*``).
    F = forget QA accuracy, R = mean of retain and general QA accuracy (the utility of
    S-unlearning); FQ, RD, UQ (:mod:`obliviate.eval.uq`) and S-unlearning. For the ATWU
    methods, the token AUROC of the learned scores (the final scorer, ``method.token_scores``;
@@ -77,7 +77,7 @@ PAPER_UQ, PAPER_MARGIN = 91.7, 5.8
 PARTS = ("world", "tofu")
 RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"lr": 3e-4}}
 """Recipe defaults under the user's ``runs`` / ``tofu_runs``: a weighted objective gets its base objective's
-learning rate (:data:`obliviate.compare.TINY_DEFAULTS`; ``atwu_simnpo`` already shares SimNPO's)."""
+learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares SimNPO's)."""
 SCORER_DEFAULTS: dict = {"position": "token"}
 """Scorer settings of every ATWU method in this recipe (tuned on world seed 0; see the module docstring)."""
 WORLD_SPLITS = ("forget", "retain", "general")

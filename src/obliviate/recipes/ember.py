@@ -105,7 +105,7 @@ PIECES_VERSION = 1
 """Part of every stored piece's key: bump it when a metric's definition changes, so old pieces are redone."""
 
 METHOD_DEFAULTS: dict[str, dict] = {
-    # Settings for the world's 4-layer d=128 model, on top of obliviate.compare.TINY_DEFAULTS; "runs.<m>.*"
+    # Settings for the world's 4-layer d=128 model, on top of each method's tiny preset; "runs.<m>.*"
     # overrides them. Chosen by a small sweep on world seed 0 (docs/recipes.md, "ember"): RMU needs a larger
     # steering coefficient and a smaller retain weight than compare's defaults to bring the concept MCQ down
     # (with utility >= 0.9 of the base); SNMF: the two middle MLP layers and delta 5, the strongest edit that
@@ -438,7 +438,8 @@ def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
 def method_settings(cfg: EmberRecipeConfig, name: str):
     """(UnlearnConfig, JSON record of the settings) of MLP method ``name``.
 
-    Layers: :data:`obliviate.compare.TINY_DEFAULTS`, then :data:`METHOD_DEFAULTS`, then ``world_concept.runs``.
+    Layers: the method's tiny preset (``obliviate.methods.method_defaults``), then :data:`METHOD_DEFAULTS`, then
+    ``world_concept.runs``.
     """
     from obliviate.compare import CompareConfig, method_run
     from obliviate.methods import get_method

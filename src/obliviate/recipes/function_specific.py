@@ -68,6 +68,7 @@ from typing import Literal
 
 from obliviate.config import config_hash
 from obliviate.errors import ConfigError, DataError
+from obliviate.methods import method_defaults
 from obliviate.pretrain import PretrainConfig
 from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
 
@@ -104,7 +105,7 @@ class FunctionSpecificConfig:
     tox_lr: float = 1e-3
     batch_size: int = 16
     params: dict = field(default_factory=dict)
-    """Method parameters per variant, on top of :data:`obliviate.compare.TINY_DEFAULTS`:
+    """Method parameters per variant, on top of the method's tiny preset (``obliviate.methods.method_defaults``):
     ``params.rmu.coef=10``, ``params.tox_probe_multi.alpha=30``; ``params.cosine_rmu_learned_alpha.alpha``
     is the REINFORCE starting point alpha0."""
     meta_frac: float = 0.25
@@ -362,11 +363,9 @@ def mcq_s_reward(base_model, s: Setup):
 
 
 def variant_params(cfg: FunctionSpecificConfig, variant: str, seed: int) -> dict:
-    """The method parameters of ``variant`` (without probe texts): TINY_DEFAULTS, then ``cfg.params``."""
-    from obliviate.compare import FALLBACK_DEFAULT, TINY_DEFAULTS
-
+    """The method parameters of ``variant`` (without probe texts): the method's tiny preset, then ``cfg.params``."""
     method = VARIANTS[variant]
-    params = {**TINY_DEFAULTS.get(method, FALLBACK_DEFAULT)["params"], "seed": seed}
+    params = {**method_defaults(method, "tiny")["params"], "seed": seed}
     if variant == "tox_probe_multi" and cfg.probe_layers is not None:
         params["layers"] = sorted(set(cfg.probe_layers))
     params.update(cfg.params.get(variant, {}))

@@ -40,7 +40,7 @@ so a rerun into the same ``--out`` skips what is done:
    forget-domain text (medicine runs of the training documents) with AdamW (betas 0.9/0.95,
    weight decay 0.01, clip 0.5, ``adv_lr``: the paper's 3e-5 is for 1.8B models, far too small
    here) and count tokens until the held-out forget loss is back at the unfiltered model's;
-   ``rmu`` is RMU (``TINY_DEFAULTS`` of :mod:`obliviate.compare`, ``rmu`` overrides) applied
+   ``rmu`` is RMU (its tiny preset, ``obliviate.methods.method_defaults``, and ``rmu`` overrides) applied
    to the unfiltered model with forget-domain text as forget set and the other domains' text
    as retain set.
 6. ``refusal/<strategy>``: at the largest size, SFT on refusals for the forget facts'
@@ -171,9 +171,9 @@ class TokenFilteringConfig:
     adv_batch_size: int = 8
     adv_eval_every: int | None = None
     rmu_coef: float = 20.0
-    """RMU steering coefficient (``TINY_DEFAULTS`` value; on these models it raises the forget loss)."""
+    """RMU steering coefficient (the tiny preset's value; on these models it raises the forget loss)."""
     rmu_alpha: float = 100.0
-    """RMU retain weight (``TINY_DEFAULTS`` has 10, which on these smaller models wrecks the retain domain too:
+    """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
     """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``compare.MethodRun``)."""
