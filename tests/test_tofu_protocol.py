@@ -3,10 +3,13 @@
 import argparse
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from obliviate.errors import ConfigError, DataError
+from obliviate.methods import method_defaults
+from obliviate.results import read_results
 from obliviate.tofu import REQUIRED_FILES, TofuConfig, run_tofu, tofu_config, unlearn_config
 from obliviate.utils import data_dir
 
@@ -31,8 +34,6 @@ def tofu_cli(argv):
 
 def test_protocol_end_to_end_and_cache(tmp_path, capsys):
     need_tofu()
-    from obliviate.results import read_results
-
     out = tmp_path / "graddiff"
     tofu_cli(["tofu", "--method", "graddiff", "--out", str(out), "--no-progress", *SMALL])
     res = read_results(out)
@@ -59,6 +60,21 @@ def test_protocol_end_to_end_and_cache(tmp_path, capsys):
     assert math.isfinite(res2["metrics"]["npo"]["forget_quality"])
 
 
+def test_forget_split_option(tmp_path, capsys):
+    """``--forget forget01``: the retain-only model is trained on retain99, everything is evaluated on forget01."""
+    need_tofu()
+    out = tmp_path / "forget01"
+    tofu_cli(["tofu", "--method", "graddiff", "--forget", "forget01", "--out", str(out), "--no-progress", *SMALL])
+    res = read_results(out)
+    m = res["metrics"]
+    assert res["config"]["forget"] == "forget01"
+    assert json.loads((Path(res["base_dirs"]["retain_model"]) / "config.json").read_text())["which"] == "retain99"
+    for name in ("base", "retain_model", "graddiff"):
+        assert m[name]["forget01_rouge_l"] == m[name]["forget_rouge_l"] and "forget10_rouge_l" not in m[name]
+    assert math.isfinite(m["graddiff"]["forget_quality"])
+    assert "base forget01 ROUGE-L" in capsys.readouterr().out
+
+
 def test_missing_data_is_a_clear_error(tmp_path):
     (tmp_path / "tofu").mkdir()
     (tmp_path / "tofu" / "full.json").write_text('{"question": "q", "answer": "a"}\n')
@@ -73,14 +89,13 @@ def test_unknown_method_fails_before_anything(tmp_path):
 
 
 def test_unlearn_defaults_and_overrides():
-    from obliviate.compare import TINY_DEFAULTS
-
+    tiny = method_defaults("rmu", "tiny")
     u = unlearn_config(TofuConfig(method="rmu"))
-    assert u.method == "rmu" and u.train.lr == TINY_DEFAULTS["rmu"]["lr"]
-    assert u.train.steps == TINY_DEFAULTS["rmu"]["steps"] and u.params == TINY_DEFAULTS["rmu"]["params"]
+    assert u.method == "rmu" and u.train.lr == tiny["lr"]
+    assert u.train.steps == tiny["steps"] and u.params == tiny["params"]
     u = unlearn_config(tofu_config(method="rmu", unlearn={"lr": 5e-4, "steps": 7, "params": {"coef": 3.0}}))
     assert (u.train.lr, u.train.steps) == (5e-4, 7)
-    assert u.params == {**TINY_DEFAULTS["rmu"]["params"], "coef": 3.0}
+    assert u.params == {**tiny["params"], "coef": 3.0}
 
 
 def test_config_validation():
