@@ -106,7 +106,7 @@ def test_unlearn_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model
     assert "starting afresh" not in capsys.readouterr().err
     a, b = json.loads((ref / "results.json").read_text()), json.loads((killed / "results.json").read_text())
     assert b["status"] == "complete" and b["metrics"] == a["metrics"]
-    assert a["metrics"]["npo"]["loss_general"] != a["metrics"]["base"]["loss_general"]  # training changed the model
+    assert a["metrics"]["npo"]["forget_qa_prob"] != a["metrics"]["base"]["forget_qa_prob"]  # training changed the model
     wa, wb = _weights(ref / "model"), _weights(killed / "model")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     la, lb = _jsonl(ref / "train" / "metrics.jsonl"), _jsonl(killed / "train" / "metrics.jsonl")
@@ -137,7 +137,7 @@ def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_
     assert main([*args, "--out", str(ref)]) == 0
 
     killed = tmp_path / "killed"
-    ckpts = killed / "relearn" / "paragraphs" / "checkpoints"
+    ckpts = killed / "relearn" / "corpus" / "checkpoints"
     kill_after_checkpoint([*args, "--out", str(killed)], ckpts, min_step=10)
     assert not (killed / "results.json").exists()
     assert 10 <= _steps_done(ckpts) < 40
@@ -146,8 +146,8 @@ def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_
     a, b = json.loads((ref / "results.json").read_text()), json.loads((killed / "results.json").read_text())
     assert b["status"] == "complete" and b["metrics"] == a["metrics"]
     assert [c[0] for c in b["metrics"]["relearn_curve"]] == [0, 10, 20, 30, 40]  # the curve before the kill too
-    la = _jsonl(ref / "relearn" / "paragraphs" / "metrics.jsonl")
-    lb = _jsonl(killed / "relearn" / "paragraphs" / "metrics.jsonl")
+    la = _jsonl(ref / "relearn" / "corpus" / "metrics.jsonl")
+    lb = _jsonl(killed / "relearn" / "corpus" / "metrics.jsonl")
     losses = [r["loss"] for r in la if "loss" in r]
     assert len(losses) == 40 and len(set(losses)) > 1
     assert lb == la  # the loss at every step and the accuracy at every evaluation

@@ -38,7 +38,7 @@ def seeded(seed: int, paths: list[str]) -> dict:
 
 # Each module in obliviate.commands defines ``register(subparsers)``; they are listed here
 # in the order ``obliviate --help`` shows them.
-COMMAND_MODULES = ["core", "unlearn", "attack", "probes", "benchmarks", "reproduce", "bench"]
+COMMAND_MODULES = ["core", "finetune", "unlearn", "attack", "probes", "benchmarks", "reproduce", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

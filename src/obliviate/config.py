@@ -154,6 +154,11 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
             raise ConfigError(f"unknown config key '{full}' (known: {', '.join(sorted(fields))})")
+        factory = fields[key].default_factory
+        if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]) and factory is not dataclasses.MISSING:
+            # A partial section changes the keys it names and keeps the field's own defaults for the rest
+            # (``unlearn.train.steps=10`` must not reset the unlearning lr and schedule to TrainConfig's).
+            value = deep_merge(to_dict(factory()), value)
         kwargs[key] = _coerce(value, hints[key], full)
         if fields[key].metadata.get("output_path") and kwargs[key] is not None:
             _check_relative_output(kwargs[key], full)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from obliviate.errors import DataError
+from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
+from obliviate.tasks import Data, PromptFormat
 
 ANSWER_ROLES = ("none", "structural", "specific")
 
@@ -162,3 +163,54 @@ def pack_sequences(dataset: TokenDataset, row_len: int) -> TokenDataset:
     ids = [np.concatenate([dataset.input_ids[i] for i in row]) for row in rows]
     labels = {f: [np.concatenate([arrs[i] for i in row]) for row in rows] for f, arrs in dataset.labels.items()}
     return TokenDataset(ids, labels, dict(dataset.vocab))
+
+
+def as_data(data) -> Data:
+    """A :class:`~obliviate.tasks.Data` from a Data, or from a list of formatted ``(prompt, answer)`` pairs."""
+    if isinstance(data, Data):
+        return data
+    return Data(qa=[(p, a) for p, a in data])
+
+
+IDENTITY_PROMPT = PromptFormat(template="{question}", answer_prefix="")
+"""Pairs that are already formatted prompts and answers (the world's and TOFU's own lists)."""
+
+
+def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: int = 256,
+                doc_mode: str = "chunk") -> tuple[list[np.ndarray], list[np.ndarray], dict]:
+    """Token ids and loss masks of ``data`` (a :class:`Data` or formatted pairs); returns (ids, masks, stats).
+
+    QA pairs: ``prompt + answer + eos``, loss on the answer and eos (:func:`encode_prompt_answer`).
+    Documents: ``bos + text + eos``, loss on every token; a document longer than ``max_len``
+    tokens is split into consecutive windows (``doc_mode="chunk"``, nothing lost) or cut to its
+    first ``max_len`` tokens (``"cut"``). ``stats`` counts documents, windows and tokens cut, so a
+    run can say what it did to long documents.
+    """
+    if doc_mode not in ("chunk", "cut"):
+        raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {doc_mode!r}")
+    data = as_data(data)
+    fmt = prompt or IDENTITY_PROMPT
+    seqs, masks = [], []
+    stats = {"qa": len(data.qa), "docs": len(data.docs), "doc_windows": 0, "tokens_cut": 0, "qa_cut": 0}
+    if data.qa:
+        pairs = fmt.pairs(data.qa, tokenizer)
+        seqs, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], max_len=10 ** 9)
+        for i, s in enumerate(seqs):
+            if len(s) > max_len:
+                stats["qa_cut"] += 1
+                seqs[i], masks[i] = s[:max_len], masks[i][:max_len]
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    for text in data.docs:
+        ids = ([bos] if bos is not None else []) + tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += [eos] if eos is not None else []
+        if doc_mode == "cut" or len(ids) <= max_len:
+            stats["tokens_cut"] += max(0, len(ids) - max_len)
+            windows = [ids[:max_len]]
+        else:
+            windows = [ids[i:i + max_len] for i in range(0, len(ids), max_len)]
+            windows = [w for w in windows if len(w) >= 2] or windows[:1]
+        for w in windows:
+            seqs.append(np.asarray(w, dtype=np.int64))
+            masks.append(np.ones(len(w), dtype=np.int64))
+        stats["doc_windows"] += len(windows)
+    return seqs, masks, stats

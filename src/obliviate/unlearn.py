@@ -14,16 +14,23 @@ the first step.
 from __future__ import annotations
 
 import copy
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from obliviate.data import collate, encode_prompt_answer
+from obliviate.config import to_dict
+from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import build_method
+from obliviate.models.layers import hidden_states_at
+from obliviate.models.tokenizer import pad_id
+from obliviate.tasks import Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
+from obliviate.train import distributed as D
 
 IDK_ANSWERS = [
     "I don't know.",
@@ -46,6 +53,10 @@ class UnlearnConfig:
     """Overrides of the method's config dataclass, e.g. {beta: 0.2}."""
     train: TrainConfig = field(default_factory=_default_unlearn_train)
     batch_size: int = 16
+    max_len: int = 256
+    """Longest training sequence in tokens (capped at the model's context length): longer documents are split
+    into windows of this length (``doc_mode="chunk"``) or cut (``"cut"``); either is reported."""
+    doc_mode: str = "chunk"
     lora: bool = False
     lora_r: int = 8
     lora_alpha: float = 16.0
@@ -54,6 +65,10 @@ class UnlearnConfig:
     def __post_init__(self):
         if self.batch_size < 1:
             raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
+        if self.max_len < 2:
+            raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
+        if self.doc_mode not in ("chunk", "cut"):
+            raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
 
 
 class Reference:
@@ -78,31 +93,43 @@ class Reference:
 
     @torch.no_grad()
     def hidden(self, batch: dict, layer: int) -> torch.Tensor:
-        from obliviate.models.layers import hidden_states_at
-
         with self._ctx():
             return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
                                     stop_after=layer)[layer]
 
 
-class PairedQA:
-    """Forget/retain (and refusal) prompt-answer examples, paired into batches by step."""
+class PairedData:
+    """Forget/retain (and refusal) examples, paired into batches by step.
 
-    def __init__(self, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[str, str]],
-                 batch_size: int, seed: int, idk: list[str] | None = None, max_len: int = 256):
+    ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents,
+    rendered with ``prompt``) or a list of already formatted ``(prompt, answer)`` pairs.
+    ``idk``: refusal answers, paired with the forget QA prompts (IdkDPO-style methods);
+    they need forget QA pairs.
+    """
+
+    def __init__(self, tokenizer, forget, retain, batch_size: int, seed: int, idk: list[str] | None = None,
+                 max_len: int = 256, prompt: PromptFormat | None = None, doc_mode: str = "chunk"):
+        forget, retain = as_data(forget), as_data(retain)
         if not forget:
             raise DataError("the forget set is empty: nothing to unlearn")
         if not retain:
             raise DataError("the retain set is empty")
-        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.f_ids, self.f_mask = encode_prompt_answer(tokenizer, [p for p, _ in forget], [a for _, a in forget], max_len)
-        self.r_ids, self.r_mask = encode_prompt_answer(tokenizer, [p for p, _ in retain], [a for _, a in retain], max_len)
-        self.f_sampler = StepSampler(len(forget), batch_size, seed)
-        self.r_sampler = StepSampler(len(retain), batch_size, seed + 1)
+        self.pad = pad_id(tokenizer)
+        self.f_ids, self.f_mask, f_stats = encode_data(tokenizer, forget, prompt, max_len, doc_mode)
+        self.r_ids, self.r_mask, r_stats = encode_data(tokenizer, retain, prompt, max_len, doc_mode)
+        self.stats = {"forget": f_stats, "retain": r_stats, "max_len": max_len, "doc_mode": doc_mode}
+        self.f_sampler = StepSampler(len(self.f_ids), batch_size, seed)
+        self.r_sampler = StepSampler(len(self.r_ids), batch_size, seed + 1)
         self.i_ids = None
         if idk:
-            answers = [" " + idk[i % len(idk)] for i in range(len(forget))]
-            self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, [p for p, _ in forget], answers, max_len)
+            if forget.docs:
+                raise DataError(f"refusal (IdK) answers need forget QA pairs, but the forget data has "
+                                f"{len(forget.docs)} documents")
+            fmt = prompt or IDENTITY_PROMPT
+            prompts = [p for p, _ in fmt.pairs(forget.qa, tokenizer)]
+            answers = [fmt.answer(idk[i % len(idk)]) if prompt is not None else " " + idk[i % len(idk)]
+                       for i in range(len(prompts))]
+            self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
 
     def __call__(self, step: int) -> dict:
         fi, ri = self.f_sampler(step), self.r_sampler(step)
@@ -115,10 +142,18 @@ class PairedQA:
         return batch
 
 
-def _to(batch, device):
+PairedQA = PairedData
+"""The former name (QA pairs only); kept for callers that build batches from pairs."""
+
+
+def to_device(batch, device):
+    """``batch`` (nested dicts of tensors) on ``device``: the loop's batches go wherever the model is."""
     if isinstance(batch, dict):
-        return {k: _to(v, device) for k, v in batch.items()}
+        return {k: to_device(v, device) for k, v in batch.items()}
     return batch.to(device) if torch.is_tensor(batch) else batch
+
+
+_to = to_device
 
 
 def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
@@ -136,13 +171,23 @@ def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
     return get_peft_model(model, lcfg)
 
 
-def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[str, str]], cfg: UnlearnConfig,
-            out_dir: str | Path | None = None, *, eval_fn=None, eval_every: int = 0, progress: bool | None = None,
-            resume: bool = True):
-    """Unlearn ``forget`` (prompt, answer) pairs while keeping ``retain``; returns (model, summary).
+def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str | Path | None = None, *,
+            prompt: PromptFormat | None = None, idk: list[str] | None = None, eval_fn=None, eval_every: int = 0,
+            progress: bool | None = None, resume: bool = True):
+    """Unlearn ``forget`` while keeping ``retain``; returns ``(model, summary)``. The one executor.
 
-    In LoRA mode the adapters are merged before returning, so the result is a
-    plain model of the original architecture.
+    ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents; pairs are
+    rendered with ``prompt``, documents are split into ``cfg.max_len``-token windows with loss on every
+    token) or a list of already formatted ``(prompt, answer)`` pairs. ``idk``: refusal answers for
+    methods that need them (default :data:`IDK_ANSWERS`).
+
+    **In place**: ``model`` itself is trained (or edited) and returned; pass a copy to keep the
+    original (:func:`obliviate.api.unlearn` does). In LoRA mode the adapters are merged before
+    returning, so the result is a plain model of the original architecture (a new object).
+
+    Edit methods (``kind = "edit"``, e.g. ``ember``, ``snmf``) edit the weights without the
+    training loop: the forget documents (or QA texts) are their concept sentences and the
+    retain documents their neutral sentences.
 
     Under ``accelerate launch`` (several processes) every process builds the same
     global batches (``cfg.batch_size`` rows, split over the processes), holds its own
@@ -150,22 +195,31 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
     forwards work as in one process; ``method.setup`` sees the whole first batch.
     Methods that cannot run so say why before training
     (:func:`obliviate.train.distributed.check_method`).
-    """
-    from obliviate.config import to_dict
-    from obliviate.train import distributed as D
 
+    ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and
+    ``data`` (what was encoded: QA pairs, documents, windows, tokens cut).
+    """
     method = build_method(cfg.method, cfg.params)
+    forget, retain = as_data(forget), as_data(retain)
+    if getattr(method, "kind", "train") == "edit":
+        return _edit(method, model, tokenizer, forget, retain, prompt)
     if list(cfg.train.trainable) != ["*"]:
         raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
                           f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
+    if getattr(method, "needs_idk", False) and forget.docs:
+        raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
+                          f"but the forget data has {len(forget.docs)} documents; use another method for documents")
     if cfg.lora and D.sharding():
         raise ConfigError(f"config key 'lora': LoRA on a model sharded by {D.SHARDING_LABEL[D.sharding()]} is not "
                           "supported (the shared reference would run the sharded model outside its wrapper); "
                           "use full fine-tuning or the DDP config")
     if D.world_size() > 1 or D.sharding():
         model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
-    data = PairedQA(tokenizer, forget, retain, cfg.batch_size, cfg.seed,
-                    idk=IDK_ANSWERS if getattr(method, "needs_idk", False) else None)
+    max_len = _max_len(model, cfg.max_len)
+    data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
+                      doc_mode=cfg.doc_mode,
+                      idk=(idk or IDK_ANSWERS) if getattr(method, "needs_idk", False) else None)
+    _report_cuts(data.stats)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
     if hasattr(method, "fit"):  # e.g. probe directions fitted on the frozen model before training
@@ -176,7 +230,7 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
     ref = Reference(model, shared=cfg.lora) if method.needs_reference else None
-    first = _to(data(0), device)
+    first = to_device(data(0), device)
     if hasattr(method, "setup"):
         method.setup(model, ref, first["forget"])
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
@@ -184,7 +238,7 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
     hooks = None
     if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
         hooks = (method.scorer_state, method.load_scorer_state)
-    summary = train(model, lambda m, b, s: method.loss(m, _to(b, device), ref), data, tcfg, out_dir,
+    summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
                     eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
     if cfg.lora:
         model = model.merge_and_unload()
@@ -194,4 +248,41 @@ def unlearn(model, tokenizer, forget: list[tuple[str, str]], retain: list[tuple[
     summary["method"] = cfg.method
     summary["method_obj"] = method
     summary["trainable"] = patterns
+    summary["data"] = data.stats
     return model, summary
+
+
+def _max_len(model, wanted: int) -> int:
+    """``wanted``, capped at the model's context length when it declares one."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None) or \
+        getattr(getattr(model, "config", None), "n_positions", None)
+    return min(wanted, int(limit)) if isinstance(limit, int) and limit > 1 else wanted
+
+
+def _report_cuts(stats: dict) -> None:
+    """Say on stderr what was done to sequences longer than ``max_len`` (never silently)."""
+    for side in ("forget", "retain"):
+        st = stats[side]
+        if st["docs"] and st["doc_windows"] > st["docs"]:
+            print(f"obliviate: {side} documents longer than {stats['max_len']} tokens were split into windows: "
+                  f"{st['docs']} documents -> {st['doc_windows']} windows (config key 'max_len')", file=sys.stderr)
+        if st["tokens_cut"]:
+            print(f"obliviate: {side} documents cut to {stats['max_len']} tokens: {st['tokens_cut']} tokens dropped "
+                  f"(doc_mode=cut; config keys 'max_len', 'doc_mode')", file=sys.stderr)
+        if st["qa_cut"]:
+            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut "
+                  "(config key 'max_len')", file=sys.stderr)
+
+
+def _edit(method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
+    """Run an edit method: its concept sentences are the forget texts, its neutral sentences the retain texts."""
+    fmt = prompt or IDENTITY_PROMPT
+
+    def texts(d: Data) -> list[str]:
+        return list(d.docs) + [p + a for p, a in fmt.pairs(d.qa, tokenizer)]
+
+    info = method.edit(model, tokenizer, {"concept_sentences": texts(forget), "neutral_sentences": texts(retain)})
+    model.eval()
+    return model, {"method": method.name, "method_obj": method, "edit": info, "history": [], "trainable": [],
+                   "data": {"forget": {"qa": len(forget.qa), "docs": len(forget.docs)},
+                            "retain": {"qa": len(retain.qa), "docs": len(retain.docs)}}}

@@ -61,9 +61,12 @@ def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tok
                               "attacks.relearn.eval_every=1", *world])
     args.fn(args)
     res = read_results(tmp_path / "run")
-    assert res["status"] == "complete" and res["config"]["world"]["seed"] == 0
+    assert res["status"] == "complete" and res["config"]["seed"] == 0 and res["task"]["name"] == "world"
     m = res["metrics"]
     assert [s for s, _ in m["relearn_curve"]] == [0, 1, 2]
-    assert m["relearn_steps_to_base"] == 0  # the base model is the model itself
-    assert all(k in m for k in STABLE_KEYS)
+    assert [s for s, _ in m["relearn_disjoint_curve"]] == [0, 1, 2]
+    assert set(m["attacks_run"]) == {"relearn", "relearn_disjoint", "probe"}
+    # this fixture model never learned the forget facts: nothing to recover, so no steps_to_base
+    assert m["base_knows_forget"] is False and m["relearn_steps_to_base"] is None
+    assert 0.0 <= m["probe_acc"] <= 1.0
     assert (tmp_path / "run" / "relearn_curve.png").stat().st_size > 1000

@@ -17,14 +17,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 
 
-def probe_texts(mcqs: Sequence[dict]) -> list[str]:
-    """The cloze texts, MCQ-major: ``qa_prompt(q) + " " + choice`` for each choice of each MCQ."""
-    from obliviate.data import qa_prompt
-
-    return [qa_prompt(m["question"]) + " " + c for m in mcqs for c in m["choices"]]
+def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
+    """The cloze texts, MCQ-major: ``prompt_fn(q) + " " + choice`` for each choice of each MCQ
+    (``prompt_fn`` defaults to the world's :func:`~obliviate.data.qa_prompt`)."""
+    prompt_fn = prompt_fn or qa_prompt
+    return [prompt_fn(m["question"]) + " " + c for m in mcqs for c in m["choices"]]
 
 
 @torch.no_grad()
@@ -100,7 +101,8 @@ def fit_choice_probe(features: np.ndarray, answer_index: Sequence[int], train_id
 
 
 def linear_probe_attack(model, tokenizer, mcqs: Sequence[dict], layers: Sequence[int] | None = None,
-                        train_frac: float = 0.5, seed: int = 0, C: float = 1.0, batch_size: int = 64) -> dict:
+                        train_frac: float = 0.5, seed: int = 0, C: float = 1.0, batch_size: int = 64,
+                        prompt_fn=None) -> dict:
     """Probe accuracy per layer on held-out MCQs (see module docstring).
 
     ``mcqs``: dicts with ``question``, ``choices`` (same count for all) and ``answer_index``,
@@ -119,7 +121,7 @@ def linear_probe_attack(model, tokenizer, mcqs: Sequence[dict], layers: Sequence
     if not layers:
         raise ConfigError("no layers to probe")
     train_idx, test_idx = split_indices(len(mcqs), train_frac, seed)
-    hidden = last_token_hidden(model, tokenizer, probe_texts(mcqs), layers, batch_size)
+    hidden = last_token_hidden(model, tokenizer, probe_texts(mcqs, prompt_fn), layers, batch_size)
     answers = [m["answer_index"] for m in mcqs]
     per_layer = {l: fit_choice_probe(h.reshape(len(mcqs), k, -1), answers, train_idx, test_idx, C, seed)
                  for l, h in hidden.items()}

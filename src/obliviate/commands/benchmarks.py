@@ -37,10 +37,11 @@ def run_benchmark_eval(args) -> bool:
 
     benchmark, data = getattr(args, "benchmark", None), getattr(args, "data", None)
     if not benchmark and not data:
-        for opt in ("kind", "mapping", "limit"):
-            if getattr(args, opt, None) is not None:
-                raise ConfigError(f"--{opt} needs --benchmark or --data")
-        return False
+        if getattr(args, "kind", None) is not None:
+            raise ConfigError("--kind needs --data")
+        return False  # the task evaluation (--task / --forget) takes --mapping and --limit too
+    if getattr(args, "task", None) or getattr(args, "forget", None):
+        raise ConfigError("give either --benchmark/--data or --task/--forget, not both")
     if getattr(args, "config", None):
         raise ConfigError(f"--config {args.config} configures the world evaluation, not --benchmark/--data")
     if getattr(args, "overrides", None):
@@ -65,24 +66,46 @@ def run_benchmark_eval(args) -> bool:
 
 def cmd_tofu(args) -> None:
     from obliviate.config import build_config
+    from obliviate.errors import ConfigError
     from obliviate.results import prepare_out_dir
-    from obliviate.tofu import TofuConfig, run_tofu
+    from obliviate.tofu import GivenModels, TofuConfig, check_run, run_tofu
 
-    base = {"seed": args.seed, "method": args.method} if args.method else {"seed": args.seed}
+    given = None
+    if args.model:
+        if not args.retain_model:
+            raise ConfigError("--model needs --retain-model (the TOFU retain model, trained without the forget "
+                              "split: forget quality is measured against it)")
+        given = GivenModels(args.model, args.retain_model, args.tokenizer, args.pad_policy or "error")
+    else:
+        for opt in ("retain_model", "tokenizer", "pad_policy"):
+            if getattr(args, opt) is not None:
+                raise ConfigError(f"--{opt.replace('_', '-')} needs --model")
+    base = {"seed": args.seed, **({"method": args.method} if args.method else {}),
+            **({"forget": args.forget} if args.forget else {})}
     cfg = build_config(TofuConfig, args.config, args.overrides, base=base)
+    check_run(cfg, args.out, given)  # before the output directory is touched
     out = prepare_out_dir(args.out)
-    res = run_tofu(cfg, out, progress=not args.no_progress)
-    m = res["metrics"]
-    print(f"base forget10 ROUGE-L {m['base']['forget10_rouge_l']:.3f} "
-          f"(retain-only model {m['retain_model']['forget10_rouge_l']:.3f})")
-    for key in ("forget_quality", "model_utility", "forget10_rouge_l"):
+    res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
+    m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
+    print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
+    for key in ("forget_quality", "model_utility", rouge):
         print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
     print(f"results: {out / 'results.json'}")
 
 
 def register(sub) -> None:
-    s = sub.add_parser("tofu", help="tiny-model TOFU protocol: fine-tune on full (and retain90), unlearn forget10, "
-                                    "report forget quality and model utility")
+    s = sub.add_parser("tofu", help="TOFU: fine-tune tiny models on full and the retain split (or start from "
+                                    "--model and --retain-model), unlearn the forget split, report forget quality "
+                                    "and model utility")
     add_common(s)
     s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
+    s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split retain99, "
+                                    "retain95, retain90)")
+    g = s.add_argument_group("given models (instead of training tiny ones)")
+    g.add_argument("--model", help="model fine-tuned on TOFU full (directory or hub id): evaluated and unlearned")
+    g.add_argument("--retain-model", help="the same base fine-tuned on the retain split only (directory or hub id); "
+                                          "required with --model")
+    g.add_argument("--tokenizer", help="tokenizer directory or hub id, if not the model's")
+    g.add_argument("--pad-policy", choices=["error", "eos"], help="what to do when the tokenizer has no pad token "
+                                                                  "(default: error)")
     s.set_defaults(fn=cmd_tofu)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 import sys
 
+from dataclasses import dataclass, field
+
 from obliviate.cli import add_common as _common, seeded as _seeded
+from obliviate.commands.benchmarks import add_benchmark_args, run_benchmark_eval
+from obliviate.commands.common import add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args
+from obliviate.commands.unlearn import EvalOptions
+from obliviate.config import build_config
+from obliviate.eval.task import evaluate_task
+from obliviate.results import prepare_out_dir, write_results
 
 
 def cmd_world(args) -> None:
@@ -51,29 +59,29 @@ def cmd_pretrain(args) -> None:
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
 
 
-def cmd_eval(args) -> None:
-    from obliviate.commands.benchmarks import run_benchmark_eval
+@dataclass
+class EvalCommandConfig:
+    seed: int = 0
+    world: dict = field(default_factory=dict)
+    """Keys of the world's config for ``--task world`` (former spelling: the keys without ``world.``)."""
+    eval: EvalOptions = field(default_factory=EvalOptions)
 
+
+def cmd_eval(args) -> None:
+    """Evaluate a model on a task (default: the world), or on a benchmark with --benchmark / --data."""
     if run_benchmark_eval(args):
         return
-    from obliviate.config import build_config
-    from obliviate.data import encode_documents
-    from obliviate.eval.world import evaluate_world
-    from obliviate.models.load import check_vocab, load_model
-    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-    from obliviate.results import prepare_out_dir, write_results
-    from obliviate.world import WorldConfig, generate_world
-
-    cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
-    model = load_model(args.model)
-    tok = load_tokenizer(args.tokenizer or args.model)
-    ensure_pad_token(tok, policy=args.pad_policy)
-    check_vocab(model, tok, args.model, args.tokenizer)
+    check_out_dir(args.out, [args.model, args.tokenizer])
+    overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
+                 for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
+    cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed})
+    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
-    world = generate_world(cfg)
-    ds = encode_documents(tok, world.documents())
-    metrics = evaluate_world(model, tok, world, ds)
-    write_results(out, seed=cfg.seed, config={"world": cfg.__dict__, "model": args.model}, metrics=metrics)
+    metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
+                            progress=not args.no_progress)
+    write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
+                  task=task.summary())
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
 
 
@@ -92,14 +100,11 @@ def register(sub) -> None:
     _common(s)
     s.add_argument("--restart", action="store_true", help="ignore checkpoints in --out and start again")
     s.set_defaults(fn=cmd_pretrain)
-    s = sub.add_parser("eval", help="evaluate a model on the world, or on a benchmark with --benchmark")
+    s = sub.add_parser("eval", help="evaluate a model on a task (default: the world), or on a benchmark with "
+                       "--benchmark / --data")
     _common(s)
-    s.add_argument("--model", required=True, help="model directory (or hub id)")
-    s.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
-    s.add_argument("--pad-policy", choices=["error", "eos"], default="error",
-                   help="what to do when the tokenizer has no pad token")
-    from obliviate.commands.benchmarks import add_benchmark_args
-
+    add_model_args(s)
+    add_task_args(s, shared=False)
     add_benchmark_args(s)
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")

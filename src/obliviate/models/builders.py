@@ -128,19 +128,23 @@ def param_count(model: torch.nn.Module, non_embedding: bool = True) -> int:
     return total
 
 
-def tiny_random(arch: str, vocab_size: int = 128, seed: int = 0, tie_embeddings: bool | None = None):
+def tiny_random(arch: str, vocab_size: int = 128, seed: int = 0, tie_embeddings: bool | None = None, *,
+                d_model: int = 32, n_layer: int = 3, n_head: int = 4, d_ff: int | None = None, max_len: int = 128,
+                pad_token_id: int = 0, bos_token_id: int = 1, eos_token_id: int = 2):
     """A tiny randomly initialised causal LM of architecture ``arch`` (see :data:`ARCHS`), for tests.
 
-    3 decoder layers, ``d_model=32``, MLP width 64 (so d_model != d_ff), 4 heads, no dropout,
-    eager attention. pad/bos/eos ids are 0/1/2. ``tie_embeddings=None`` keeps the
+    By default 3 decoder layers, ``d_model=32``, MLP width ``2 * d_model`` (so d_model != d_ff),
+    4 heads, no dropout, eager attention, pad/bos/eos ids 0/1/2. ``tie_embeddings=None`` keeps the
     architecture's default (tied for gpt2 and gemma2, untied for the others).
     """
     import transformers as T
 
     if arch not in ARCHS:
         raise ConfigError(f"unknown architecture {arch!r} (valid: {', '.join(ARCHS)})")
-    d, d_ff, n_layer, n_head, max_len = 32, 64, 3, 4, 128
-    common: dict[str, Any] = dict(vocab_size=vocab_size, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    d, n_head = d_model, n_head
+    d_ff = d_ff or 2 * d_model
+    common: dict[str, Any] = dict(vocab_size=vocab_size, pad_token_id=pad_token_id, bos_token_id=bos_token_id,
+                                  eos_token_id=eos_token_id)
     if tie_embeddings is not None:
         common["tie_word_embeddings"] = tie_embeddings
     llama_like = dict(

@@ -155,6 +155,15 @@ def load_tokenizer(path_or_id: str | os.PathLike):
         raise ModelError(f"cannot load tokenizer {str(path_or_id)!r} (not a local directory; hub load failed): {one_line(e)}") from e
 
 
+def pad_id(tok) -> int:
+    """The id to pad batches with: the pad token, else eos (padding is masked by the attention mask)."""
+    pid = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if pid is None:
+        raise ConfigError("the tokenizer has neither a pad nor an eos token to pad batches with "
+                          "(add one, or use --pad-policy eos with a tokenizer that has eos)")
+    return pid
+
+
 def ensure_pad_token(tok, policy: str = "error"):
     """Make sure ``tok`` has a pad token; returns ``tok``.
 

@@ -1,0 +1,121 @@
+"""Arguments every model-and-task command shares: ``--model``, ``--task`` and the file shorthand.
+
+Everything that can be checked without a model is checked in :func:`check_inputs` and
+:func:`task_from_args` before :func:`load_model_args` loads one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from obliviate.errors import ConfigError
+from obliviate.models.load import check_vocab, load_model, resolve_dtype
+from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.tasks import Task, check_task_spec, load_task
+from obliviate.tasks.files import task_from_files
+
+
+def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases: tuple[str, ...] = (),
+                   required: bool = True, help: str = "model directory or hub id") -> None:
+    p.add_argument(flag, *aliases, dest="model", required=required, help=help)
+    p.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
+    p.add_argument("--pad-policy", choices=["error", "eos"], default="error",
+                   help="what to do when the tokenizer has no pad token (eos: pad with eos)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda when available, else cpu)")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: as saved)")
+
+
+def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
+    """``--task`` and the file shorthand; ``shared=False`` leaves out ``--mapping`` and ``--limit`` (for a
+    parser that already has them, as ``eval``'s benchmark options do)."""
+    g = p.add_argument_group("task (what to forget and how to check it)")
+    g.add_argument("--task", default=None, help="world (default), tofu:forget10, ember:<concept>, wmdp:bio, "
+                   "muse:news or file:SPEC.yaml")
+    g.add_argument("--forget", action="append", metavar="FILE", help="your forget file(s): QA pairs or texts "
+                   "(.jsonl .json .csv .tsv .txt); with --retain, builds a task without a spec")
+    g.add_argument("--retain", action="append", metavar="FILE", help="your retain file(s)")
+    g.add_argument("--utility", action="append", metavar="FILE", help="evaluation file(s) of general ability")
+    g.add_argument("--holdout", action="append", metavar="FILE", help="data never trained on")
+    g.add_argument("--relearn", action="append", metavar="FILE", help="related texts for the relearning attack")
+    if shared:
+        g.add_argument("--mapping", help="field mapping for those files, e.g. question=prompt,answer=target")
+    g.add_argument("--template", help="prompt template with {question} (default 'Question: {question}\\nAnswer:')")
+    g.add_argument("--chat-template", action="store_true", help="prompt with the tokenizer's chat template")
+    if shared:
+        g.add_argument("--limit", type=int, help="use only the first N records of every set (quick checks)")
+
+
+def task_spec(args) -> str:
+    """The task the arguments name (``files`` for the shorthand)."""
+    if getattr(args, "forget", None):
+        if args.task:
+            raise ConfigError("give either --task or --forget/--retain files, not both")
+        return "files"
+    for flag in ("retain", "utility", "holdout", "relearn", "mapping"):
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag} needs --forget FILE (or use --task file:SPEC.yaml)")
+    return args.task or "world"
+
+
+def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
+    """Load the task of ``args`` (no model needed): the shorthand files, or ``--task``."""
+    spec = task_spec(args)
+    limit = getattr(args, "limit", None)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {limit}")
+    if spec == "files":
+        return task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
+                               relearn=args.relearn, mapping=args.mapping, template=args.template,
+                               chat=args.chat_template, limit=limit)
+    check_task_spec(spec)
+    task = load_task(spec, seed=seed, world=world or {}, limit=limit)
+    if getattr(args, "chat_template", False):
+        task.prompt.chat = True
+    elif getattr(args, "template", None):
+        task.prompt.template = args.template
+    return task
+
+
+def check_out_dir(out: str, inputs: list[str | None]) -> None:
+    """Refuse an empty ``--out`` and one that is, contains or lies inside an input directory."""
+    if out is None or not str(out).strip():
+        raise ConfigError("--out is empty (an unset shell variable?): give a run directory")
+    o = Path(out).expanduser().resolve()
+    for inp in inputs:
+        if not inp or not Path(inp).exists():
+            continue
+        i = Path(inp).expanduser().resolve()
+        if o == i or i in o.parents or o in i.parents:
+            raise ConfigError(f"--out {out} overlaps the input model directory {inp}: choose a directory "
+                              "outside it, so nothing is overwritten")
+
+
+def pick_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r} is not a device (valid: cpu, cuda, cuda:N, mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available here")
+    return dev
+
+
+def load_model_args(args, path: str | None = None):
+    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``, tokenizer checked."""
+    path = path or args.model
+    resolve_dtype(getattr(args, "dtype", None))  # a bad dtype fails before the load
+    device = pick_device(getattr(args, "device", None))
+    tok = ensure_pad_token(load_tokenizer(args.tokenizer or path), policy=args.pad_policy)
+    model = load_model(path, dtype=getattr(args, "dtype", None))
+    check_vocab(model, tok, path, args.tokenizer)
+    return model.to(device).eval(), tok
+
+
+def warn(msg: str) -> None:
+    print(f"obliviate: warning: {msg}", file=sys.stderr)

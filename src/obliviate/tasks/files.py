@@ -1,0 +1,218 @@
+"""``file:SPEC.yaml``: the user's own forget, retain, evaluation and relearning files.
+
+A spec is a small YAML file; paths are relative to it::
+
+    name: my-task                     # optional (default: the spec's file name)
+    prompt: {template: "Q: {question}\\nA:", answer_prefix: " "}   # or {chat: true}
+    forget: [forget_qa.jsonl]         # QA pairs and/or documents
+    retain:
+      - {path: retain.txt, split_by: blank}
+    evals:                            # optional; each with a role and (optionally) a kind
+      - {path: quiz.csv, role: forget, kind: mcq, mapping: "question=q,choices=a+b+c+d,answer=a"}
+    utility: [general_mcq.json]       # shorthand for evals with role utility
+    neighbour: [related_qa.jsonl]     # ... with role neighbour
+    holdout: [holdout_qa.jsonl]       # never trained on (membership inference)
+    relearn: [related.txt]            # a related corpus for the relearning attack
+    auto_evals: true                  # also evaluate on the forget and retain training data
+
+Each entry is a path or ``{path, kind, mapping, split_by, name, role, style}``. Files are read by
+:func:`obliviate.benchmarks.load_records` (.jsonl, .json, .csv, .tsv, .txt). ``kind`` (qa, mcq,
+text) is detected when not given: a ``.txt`` file is text; otherwise the first record's fields
+decide, under their own names or common other names (``prompt``/``response``,
+``input``/``output``, ``options``, ``label``, ``content``, ...; :data:`SYNONYMS`), which then become
+the mapping. An explicit ``mapping`` always wins.
+
+Training data: QA records become QA pairs, text records documents; MCQ files are evaluation sets
+only. With ``auto_evals`` (default) the forget and retain training data are evaluated too
+(``forget_qa``, ``forget_text``, ``retain_qa``, ``retain_text``).
+
+The command-line shorthand ``--forget FILE --retain FILE [--utility FILE] [--holdout FILE]
+[--relearn FILE]`` builds the same task without a spec (:func:`task_from_files`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from obliviate.benchmarks.generic import FORMATS, _iter_records, load_records, parse_mapping
+from obliviate.config import load_yaml
+from obliviate.errors import ConfigError, DataError
+from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task
+
+SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem"),
+            "choices": ("choices", "options", "candidates", "answers", "endings"),
+            "answer_index": ("answer_index", "answer_idx", "label", "gold", "correct", "target", "answer")},
+    "qa": {"question": ("question", "prompt", "q", "query", "input", "instruction", "problem"),
+           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference")},
+    "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract")},
+}
+ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style"}
+SPEC_KEYS = {"name", "prompt", "forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn",
+             "auto_evals"}
+
+
+def _first_record(path: Path) -> dict:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"{path.name}: unsupported file type {path.suffix or '(none)'!r} "
+                        f"(expected {', '.join(FORMATS)})")
+    for _, rec in _iter_records(path, path.name, fmt, "text", "line"):
+        if not isinstance(rec, dict):
+            raise DataError(f"{path.name}: the first record is not an object")
+        return rec
+    raise DataError(f"{path.name}: no records")
+
+
+def guess(path: Path, kind: str | None, mapping: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(kind, mapping) of a file: explicit values first, then the first record's field names."""
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    if path.suffix.lower() == ".txt":
+        return kind or "text", mapping
+    keys = set(_first_record(path))
+    kinds = [kind] if kind else ["mcq", "qa", "text"]
+    if kind is None:
+        mentioned = set(mapping)
+        if mentioned & {"choices", "answer_index"}:
+            kinds = ["mcq"]
+        elif mentioned & {"question"}:
+            kinds = ["mcq", "qa"]
+        elif mentioned == {"text"}:
+            kinds = ["text"]
+    for k in kinds:
+        out = dict(mapping)
+        ok = True
+        for field, names in SYNONYMS[k].items():
+            if field in out:
+                continue
+            found = next((n for n in names if n in keys), None)
+            if found is None:
+                if field == "answer_index" and "answer" in out:
+                    continue
+                ok = False
+                break
+            out[field] = found
+        if ok and k == "mcq" and out.get("answer_index") == out.get("question"):
+            ok = False
+        if ok:
+            return k, out
+    if kind:
+        return kind, mapping  # load_records names the missing field
+    raise DataError(f"{path.name}: cannot tell whether it holds QA pairs, MCQs or texts from its fields "
+                    f"({', '.join(sorted(keys)) or 'none'}); give kind and mapping, e.g. "
+                    "{path: ..., kind: qa, mapping: 'question=prompt,answer=target'}")
+
+
+def _entry(raw: Any, base: Path, where: str) -> dict:
+    if isinstance(raw, (str, Path)):
+        raw = {"path": str(raw)}
+    if not isinstance(raw, dict) or "path" not in raw:
+        raise ConfigError(f"{where}: expected a file path or a mapping with 'path', got {raw!r:.80}")
+    unknown = sorted(set(raw) - ENTRY_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (valid: {', '.join(sorted(ENTRY_KEYS))})")
+    path = Path(str(raw["path"])).expanduser()
+    return {**raw, "path": path if path.is_absolute() else base / path}
+
+
+def read_entry(entry: dict, limit: int | None) -> tuple[str, list]:
+    """(kind, records) of one file entry."""
+    mapping = parse_mapping(entry.get("mapping")) if isinstance(entry.get("mapping"), (str, type(None))) \
+        else dict(entry["mapping"])
+    kind, mapping = guess(entry["path"], entry.get("kind"), mapping)
+    recs = load_records(entry["path"], kind=kind, mapping=mapping, limit=limit, split_by=entry.get("split_by"))
+    return kind, recs
+
+
+def _training(entries: list[dict], side: str, limit: int | None) -> Data:
+    data = Data()
+    for e in entries:
+        kind, recs = read_entry(e, limit)
+        if kind == "qa":
+            data.qa += [(r.question, r.answer) for r in recs]
+        elif kind == "text":
+            data.docs += [r.text for r in recs]
+        else:
+            raise DataError(f"{e['path'].name}: MCQ records cannot be {side} training data (they are evaluation "
+                            "sets: list the file under 'evals', or give QA pairs or texts)")
+    return data
+
+
+def _as_list(value: Any, key: str) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None) -> Task:
+    """The task of a spec mapping (see the module docstring); relative paths are under ``base``."""
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise ConfigError(f"task spec {name!r}: unknown key(s) {', '.join(unknown)} "
+                          f"(valid: {', '.join(sorted(SPEC_KEYS))})")
+    ent = {k: [_entry(r, base, f"task spec key '{k}'") for r in _as_list(spec.get(k), k)]
+           for k in ("forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn")}
+    if not ent["forget"]:
+        raise ConfigError(f"task spec {name!r}: no forget files (key 'forget')")
+    prompt_spec = spec.get("prompt") or {}
+    if isinstance(prompt_spec, str):
+        prompt_spec = {"template": prompt_spec}
+    try:
+        prompt = PromptFormat(**prompt_spec)
+    except TypeError as e:
+        raise ConfigError(f"task spec {name!r}: bad 'prompt' ({e}); keys: template, answer_prefix, chat, system") \
+            from None
+    forget = _training(ent["forget"], "forget", limit)
+    retain = _training(ent["retain"], "retain", limit)
+    evals: list[EvalSet] = []
+    if spec.get("auto_evals", True):
+        for side, data in (("forget", forget), ("retain", retain)):
+            if data.qa:
+                evals.append(EvalSet(f"{side}_qa", side, "qa", [{"question": q, "answer": a} for q, a in data.qa]))
+            if data.docs:
+                evals.append(EvalSet(f"{side}_text", side, "text", [{"text": t} for t in data.docs]))
+    for key in ("evals", "utility", "neighbour"):
+        for e in ent[key]:
+            role = e.get("role") or ("forget" if key == "evals" else key)
+            if key != "evals" and e.get("role") not in (None, key):
+                raise ConfigError(f"task spec key '{key}': {e['path'].name} has role {e['role']!r}")
+            kind, recs = read_entry(e, limit)
+            evals.append(EvalSet(e.get("name") or f"{role}_{e['path'].stem}", role, kind, recs,
+                                 mcq_style=e.get("style") or "letters"))
+    holdout = _training(ent["holdout"], "holdout", limit) if ent["holdout"] else None
+    relearn: list[str] = []
+    for e in ent["relearn"]:
+        kind, recs = read_entry(e, limit)
+        if kind == "mcq":
+            raise DataError(f"{e['path'].name}: a relearning corpus holds texts or QA pairs, not MCQs")
+        relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
+    return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None, holdout=holdout,
+                prompt=prompt, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
+
+
+def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
+                    holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
+                    mapping: str | None = None, template: str | None = None, chat: bool = False,
+                    limit: int | None = None, name: str = "files") -> Task:
+    """The ``--forget FILE --retain FILE ...`` shorthand: one spec built from paths (``mapping`` applies to all)."""
+    def entries(paths):
+        return [{"path": p, **({"mapping": mapping} if mapping else {})} for p in paths or []]
+
+    spec: dict = {k: entries(v) for k, v in (("forget", forget), ("retain", retain), ("utility", utility),
+                                              ("holdout", holdout), ("relearn", relearn), ("evals", evals)) if v}
+    if chat:
+        spec["prompt"] = {"chat": True}
+    elif template:
+        spec["prompt"] = {"template": template}
+    return build_file_task(name, Path.cwd(), spec, limit)
+
+
+@register_task("file", help="your own files, described by a YAML spec: file:SPEC.yaml", needs_argument=True)
+def file_task(arg: str | None, *, limit: int | None = None, **_) -> Task:
+    path = Path(arg).expanduser()
+    if not path.is_file():
+        raise DataError(f"task spec not found: {path}")
+    spec = load_yaml(path)
+    return build_file_task(spec.get("name") or path.stem, path.parent, spec, limit)

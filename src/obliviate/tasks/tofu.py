@@ -1,0 +1,120 @@
+"""``tofu:forget01|forget05|forget10``: TOFU's fictitious authors (Maini et al. 2024).
+
+- forget = the QA pairs of the forget split; retain = the matching retain split
+  (forget01 -> retain99, forget05 -> retain95, forget10 -> retain90). Where the retain file is
+  missing locally (and the hub is not allowed) it is derived as ``full`` minus the forget
+  split's questions (``meta["retain_derived"]`` says so); the retain split is also the
+  oracle's training data (TOFU's retain-only reference model for forget quality).
+- evaluation (the files :func:`obliviate.eval.tofu.tofu_eval` reads): ``forget_qa``
+  (``<forget>_perturbed``, role forget), ``retain_qa`` (``retain_perturbed``, role retain),
+  ``real_authors_qa`` / ``world_facts_qa`` (their ``_perturbed`` files, role utility) and
+  ``real_authors_mcq`` / ``world_facts_mcq``: the same questions with their four options,
+  scored cloze style (each option text as the continuation), role utility.
+- ``meta["perturbed"]``: the :class:`~obliviate.benchmarks.QAExample` lists of the four
+  perturbed files, keyed as :func:`~obliviate.eval.tofu.tofu_eval`'s arguments
+  (``forget``, ``retain``, ``real_authors``, ``world_facts``).
+- holdout = TOFU's ``holdout01|05|10`` split when ``tofu/holdoutNN.json`` is present locally
+  (the shared data has none), else None; idk = ``tofu/idontknow.jsonl`` when present (else
+  None: the run's default refusals); relearn = None (the disjoint-relearning halves come
+  from :meth:`~obliviate.tasks.Task.forget_halves`).
+- prompt: :func:`~obliviate.eval.tofu.tofu_prompt` as a template, the answer after a space
+  (:func:`~obliviate.eval.tofu.tofu_answer`).
+"""
+
+from __future__ import annotations
+
+from obliviate.benchmarks import _io
+from obliviate.benchmarks.schema import MCQExample, QAExample
+from obliviate.benchmarks.tofu import TOFU_HUB_ID, load_tofu, load_tofu_idk
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.tofu import tofu_answer, tofu_prompt
+from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
+
+RETAIN_OF = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
+"""Each forget split and the retain split that completes it to ``full``."""
+
+HOLDOUT_OF = {"forget01": "holdout01", "forget05": "holdout05", "forget10": "holdout10"}
+
+
+def _pairs(examples: list[QAExample]) -> list[tuple[str, str]]:
+    return [(ex.question, ex.answer) for ex in examples]
+
+
+def _mcqs(examples: list[QAExample]) -> list[MCQExample]:
+    """real_authors / world_facts questions with their four options (the answer is one of them)."""
+    return [MCQExample(question=ex.question, choices=list(ex.options), answer_index=ex.options.index(ex.answer),
+                       split=f"{ex.split}_mcq") for ex in examples]
+
+
+def _retain(split: str, forget: list[QAExample], root, allow_hub: bool) -> tuple[list[QAExample], bool]:
+    """The retain split of ``split`` and whether it was derived from ``full``."""
+    name = RETAIN_OF[split]
+    base = _io.root_dir(root)
+    path = base / "tofu" / f"{name}.json"
+    if path.is_file() or allow_hub:
+        return load_tofu(name, root=root, allow_hub=allow_hub), False
+    if not (base / "tofu" / "full.json").is_file():
+        raise DataError(f"TOFU split {name!r}: file not found: {path}, nor tofu/full.json to derive it from "
+                        f"(set $OBLIVIATE_DATA to the data directory, pass root=..., or allow_hub=True "
+                        f"to read {TOFU_HUB_ID})")
+    questions = {ex.question for ex in forget}
+    return [ex for ex in load_tofu("full", root=root) if ex.question not in questions], True
+
+
+def _holdout(split: str, root) -> list[QAExample] | None:
+    """TOFU's holdout split of the same size, read from ``tofu/holdoutNN.json`` if present."""
+    name = HOLDOUT_OF[split]
+    base = _io.root_dir(root)
+    path = base / "tofu" / f"{name}.json"
+    if not path.is_file():
+        return None
+    out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
+                     split=name) for where, rec in _io.iter_jsonl(path, _io.display(path, base))]
+    if not out:
+        raise DataError(f"{_io.display(path, base)}: no records")
+    return out
+
+
+@register_task("tofu", help="TOFU fictitious authors: tofu:forget01|forget05|forget10",
+               arguments=lambda: list(RETAIN_OF), needs_argument=True)
+def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0, allow_hub: bool = False,
+              **_) -> Task:
+    """The TOFU task of forget split ``arg`` (see the module docstring)."""
+    split = (arg or "").strip().lower()
+    if split not in RETAIN_OF:
+        raise ConfigError(f"task 'tofu:{arg}': unknown TOFU forget split {arg!r}; valid: {', '.join(RETAIN_OF)}")
+
+    forget_all = load_tofu(split, root=root, allow_hub=allow_hub)
+    retain_all, derived = _retain(split, forget_all, root, allow_hub)
+    forget, retain = cut(forget_all, limit), cut(retain_all, limit)
+    perturbed = {
+        "forget": cut(load_tofu(f"{split}_perturbed", root=root, allow_hub=allow_hub), limit),
+        "retain": cut(load_tofu("retain_perturbed", root=root, allow_hub=allow_hub), limit),
+        "real_authors": cut(load_tofu("real_authors_perturbed", root=root, allow_hub=allow_hub), limit),
+        "world_facts": cut(load_tofu("world_facts_perturbed", root=root, allow_hub=allow_hub), limit),
+    }
+    options = {s: cut(load_tofu(s, root=root, allow_hub=allow_hub), limit) for s in ("real_authors", "world_facts")}
+
+    evals = [EvalSet("forget_qa", "forget", "qa", perturbed["forget"]),
+             EvalSet("retain_qa", "retain", "qa", perturbed["retain"]),
+             EvalSet("real_authors_qa", "utility", "qa", perturbed["real_authors"]),
+             EvalSet("world_facts_qa", "utility", "qa", perturbed["world_facts"]),
+             EvalSet("real_authors_mcq", "utility", "mcq", _mcqs(options["real_authors"]), mcq_style="cloze"),
+             EvalSet("world_facts_mcq", "utility", "mcq", _mcqs(options["world_facts"]), mcq_style="cloze")]
+
+    holdout = _holdout(split, root)
+    idk_path = _io.root_dir(root) / "tofu" / "idontknow.jsonl"
+    retain_data = Data(qa=_pairs(retain))
+    return Task(
+        name=f"tofu:{split}",
+        forget=Data(qa=_pairs(forget)),
+        retain=retain_data,
+        evals=evals,
+        relearn=None,
+        holdout=Data(qa=_pairs(cut(holdout, limit))) if holdout else None,
+        prompt=PromptFormat(template=tofu_prompt("{question}"), answer_prefix=tofu_answer("")),
+        idk=load_tofu_idk(root) if idk_path.is_file() else None,
+        oracle_data=retain_data,
+        meta={"split": split, "retain_split": RETAIN_OF[split], "retain_derived": derived,
+              "holdout_split": HOLDOUT_OF[split] if holdout else None, "perturbed": perturbed},
+    )
