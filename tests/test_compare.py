@@ -1,10 +1,12 @@
 """The comparison pipeline end to end on a very small world (results contract, resume, report)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from obliviate.cli import main
+from obliviate.models.load import load_model
 from obliviate.report import markdown_to_html
 
 SMALL = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.world.n_retain=3",
@@ -31,6 +33,7 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "relearning" in html
     assert (out / "methods" / "rmu" / "result.json").exists()
+    _check_models(out, res)
 
     # A second run with the same config reuses the finished methods and gives the same metrics.
     import obliviate.compare as compare
@@ -41,8 +44,23 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(compare, "unlearn", no_training)
     (out / "results.json").unlink()
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0
-    again = json.loads((out / "results.json").read_text())["metrics"]
-    assert again == m
+    again = json.loads((out / "results.json").read_text())
+    assert again["metrics"] == m
+    assert again["model_dirs"] == res["model_dirs"]  # a resumed method keeps its saved model
+    _check_models(out, again)
+
+
+def _check_models(out: Path, res: dict) -> None:
+    """The run directory holds every model it reports on, and each loads."""
+    dirs = res["model_dirs"]
+    assert set(dirs) == set(res["metrics"])
+    expected = {"base": out / "models" / "base", "oracle": out / "models" / "oracle",
+                **{n: out / "methods" / n / "model" for n in dirs if n not in ("base", "oracle")}}
+    for name, d in dirs.items():
+        assert Path(d) == expected[name], name
+        assert (Path(d) / "config.json").exists() and (Path(d) / "model.safetensors").exists(), name
+        model = load_model(d)
+        assert sum(p.numel() for p in model.parameters()) > 0
 
 
 def test_markdown_to_html_tables_lists_and_embedded_images(tmp_path):

@@ -38,6 +38,7 @@ import torch
 
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
+from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
 from obliviate.train import select_trainable
 from obliviate.unlearn import IDK_ANSWERS, PairedQA, Reference, wrap_lora
 
@@ -145,9 +146,7 @@ def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -
 
 
 def _world_batch(cfg: BenchConfig):
-    from obliviate.compare import forget_pairs, retain_pairs
     from obliviate.models.tokenizer import train_tokenizer
-    from obliviate.world import WorldConfig, generate_world
 
     world = generate_world(WorldConfig(seed=cfg.seed))
     tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
@@ -237,7 +236,6 @@ def measure_filtering(cfg: BenchConfig) -> dict:
     from obliviate.models.builders import param_count, tiny_llama
     from obliviate.pretrain import make_lm_batches, tokenizer_for
     from obliviate.recipes.token_filtering import PRESETS, TokenFilteringConfig, parse_size
-    from obliviate.world import generate_world
 
     rdef = TokenFilteringConfig()
     sizes = cfg.filtered_sizes or PRESETS["full"]["sizes"]

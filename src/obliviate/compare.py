@@ -4,8 +4,10 @@ For each method: unlearn the base model on the world's forget facts while
 retaining the retain and general facts, evaluate (forget / retain accuracy,
 S-unlearning, distance to the oracle), then attack (relearning, linear probe,
 format shift). Each method's finished result is stored in
-``out/methods/<name>/result.json``, so an interrupted comparison resumes where
-it stopped. The report shows one table, a Pareto plot (forget vs retain) and
+``out/methods/<name>/result.json`` and its unlearned model in
+``out/methods/<name>/model``, so an interrupted comparison resumes where it
+stopped; the base and oracle models are copied to ``out/models/``, so the run
+directory holds every model it reports on. The report shows one table, a Pareto plot (forget vs retain) and
 the relearning recovery curves, as Markdown and as self-contained HTML.
 """
 
@@ -13,19 +15,20 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks import AttackSuiteConfig, run_attacks
 from obliviate.config import from_dict, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval import s_unlearning
-from obliviate.eval.world import evaluate_world
 from obliviate.methods import get_method, method_defaults
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.results import atomic_write_json, atomic_write_text
+from obliviate.tasks.world import AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks
 from obliviate.train import TrainConfig
+from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.unlearn import UnlearnConfig, unlearn
 
 
@@ -55,19 +58,6 @@ class CompareConfig:
     """Also attack the base and oracle models (reference points for the recovery curves)."""
 
 
-def retain_pairs(world) -> list[tuple[str, str]]:
-    from obliviate.data import qa_answer, qa_prompt
-
-    return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for s in ("retain", "general")
-            for f in world.facts_by_split(s)]
-
-
-def forget_pairs(world) -> list[tuple[str, str]]:
-    from obliviate.data import qa_answer, qa_prompt
-
-    return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in world.facts_by_split("forget")]
-
-
 def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
     get_method(name)  # unknown names fail before any training
     raw = cfg.runs.get(name, {}) or {}
@@ -91,7 +81,24 @@ def score_against(base: dict, m: dict) -> dict:
     return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
 
 
+def _copy_model(src: Path, dst: Path) -> None:
+    """Copy a cached model directory into the run (rank 0; kept if already there); every process waits."""
+    if is_main_process() and not (dst / "config.json").exists():
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        tmp.rename(dst)
+    barrier()
+
+
 def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
+    """Compare ``cfg.methods`` on the world; the run directory ``out`` holds every model reported.
+
+    Returns ``metrics``, ``curves``, ``configs``, ``timings`` and ``model_dirs`` (``{"base": ...,
+    "oracle": ..., "<method>": ...}``: ``out/models/base``, ``out/models/oracle`` and
+    ``out/methods/<method>/model``).
+    """
     from obliviate.data import encode_documents
     from obliviate.eval.oracle import oracle_distance, world_truth_ratios
     from obliviate.models.load import load_model
@@ -118,6 +125,10 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         metrics["oracle"] = evaluate_world(oracle_model, tok, world, dataset)
         oracle_tr = world_truth_ratios(oracle_model, tok, world.facts_by_split("forget"))
         metrics["oracle"].update(score_against(metrics["base"], metrics["oracle"]))
+    model_dirs: dict = {}
+    for ref_name, root in roots.items():
+        _copy_model(root / "model", out / "models" / ref_name)
+        model_dirs[ref_name] = str(out / "models" / ref_name)
     base_acc = metrics["base"]["forget_qa_acc"]
     curves: dict = {}
     timings: dict = {}  # wall times live outside ``metrics``: same seed, same metrics
@@ -134,7 +145,8 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         done = mdir / "result.json"
         ucfg, used = method_run(cfg, name)
         configs[name] = used
-        if done.exists():
+        model_dirs[name] = str(mdir / "model")
+        if done.exists() and (mdir / "model" / "config.json").exists():  # finished, its model kept
             saved = json.loads(done.read_text())
             if saved.get("config") == json.loads(json.dumps(used)):
                 metrics[name] = saved["metrics"]
@@ -158,11 +170,12 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         timings[f"{name}_attack_seconds"] = att.pop("attack_seconds", None)
         m.update(att)
         metrics[name] = m
+        save_trained(model, mdir / "model", summary, tok)  # before result.json: a finished method has its model
         atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name],
                                  "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
     timings["total_seconds"] = time.time() - t0
     write_report(out, cfg, metrics, curves, configs, timings["total_seconds"], base_root)
-    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings}
+    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": model_dirs}
 
 
 # ---------------------------------------------------------------- report

@@ -31,9 +31,9 @@ from obliviate.data import TokenDataset, collate, encode_documents, pack_sequenc
 from obliviate.errors import ConfigError
 from obliviate.losses import lm_loss
 from obliviate.results import atomic_write_text
+from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.utils import cache_dir, seed_everything
-from obliviate.world import WorldConfig, generate_world
 
 
 @dataclass

@@ -220,15 +220,21 @@ def plot_forget_keep(metrics: dict, png: Path) -> None:
 def plot_curves(curves: dict, png: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = 0
     for name, curve in curves.items():
         if curve:
             xs, ys = zip(*curve)
             ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in ("base", "oracle") else "-", label=name)
+            drawn += 1
+    if not drawn:
+        ax.text(0.5, 0.5, "no relearning attack: the task has no relearning data", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("relearning steps")
     ax.set_ylabel("forget score under attack")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if drawn:
+        ax.legend(fontsize=7)
     save_figure(fig, png)
 
 

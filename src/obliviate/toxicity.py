@@ -4,7 +4,7 @@ A scorer maps texts to toxicity probabilities in [0, 1] (:class:`ToxicityScorer`
 
 - :class:`LexiconToxicityScorer` (offline default, meant for the synthetic world's toxic
   register): counts whole-word, case-insensitive occurrences of lexicon entries (by
-  default :data:`obliviate.world.TOXIC_LEXICON`, e.g. "idiot", "shut up") and returns
+  default :data:`obliviate.tasks.world.TOXIC_LEXICON`, e.g. "idiot", "shut up") and returns
   ``1 - 2**(-hits)``: 0 hits -> 0, 1 hit -> 0.5 (toxic at the 0.5 threshold),
   2 -> 0.75, 3 -> 0.875. Plural "s" of an entry counts ("idiots"). On held-out
   world sentences (toxic register vs its neutral twin) it is ~100% accurate at 0.5, by
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from obliviate.errors import ConfigError, DataError, ObliviateError
+from obliviate.tasks.world import TOXIC_LEXICON
 
 TOXIC_THRESHOLD = 0.5
 
@@ -42,8 +43,6 @@ class LexiconToxicityScorer:
 
     def __init__(self, lexicon: Sequence[str] | None = None):
         if lexicon is None:
-            from obliviate.world import TOXIC_LEXICON
-
             lexicon = TOXIC_LEXICON
         words = [w.strip().lower() for w in lexicon if w and w.strip()]
         if not words:

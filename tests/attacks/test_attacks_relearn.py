@@ -9,12 +9,12 @@ from obliviate.attacks.relearn import (
     forget_qa_eval,
     relearn_attack,
     steps_to_reach,
-    world_relearn_sets,
 )
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy
 from obliviate.eval.tofu import answer_prob
+from obliviate.tasks.world import world_relearn_sets
 
 
 # ------------------------------------------------------------------ curve maths (hand-computed)

@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from obliviate.attacks import FORMATS, AttackSuiteConfig, RelearnConfig, run_attacks
+from obliviate.attacks import FORMATS, RelearnConfig
 from obliviate.errors import ConfigError
+from obliviate.tasks.world import AttackSuiteConfig, run_attacks
 
 STABLE_KEYS = ["relearn_forget_qa_acc", "relearn_auc", "relearn_steps_to_base", "relearn_curve", "probe_acc",
                "probe_best_layer"] + [f"format_{f}" for f in FORMATS]

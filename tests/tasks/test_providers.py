@@ -5,7 +5,6 @@ files written here; WMDP and MUSE only from tiny files in their documented layou
 No model is trained or scored here.
 """
 
-import csv
 import json
 
 import pytest
@@ -18,6 +17,7 @@ from obliviate.tasks import TASKS, Task, check_task_spec, load_task, task_names
 from obliviate.tasks.ember import EMBER_CONCEPTS, EMBER_SLUGS, concept_slug
 from obliviate.tasks.wmdp import MMLU_PER_SUBJECT
 from obliviate.utils import data_dir
+from _userdata import write_json, write_jsonl
 
 PROVIDERS = {"tofu": ["forget01", "forget05", "forget10"], "ember": list(EMBER_SLUGS), "wmdp": ["bio", "cyber"],
              "muse": ["news", "books"]}
@@ -38,16 +38,6 @@ def one_line(err) -> str:
 
 def roles(task: Task) -> dict:
     return {e.name: (e.role, e.kind) for e in task.evals}
-
-
-def write_jsonl(path, records):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-
-
-def write_json(path, obj):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj), encoding="utf-8")
 
 
 # ------------------------------------------------------------------ registry and arguments
@@ -242,32 +232,6 @@ def test_ember_missing_files(tmp_path):
 
 # ------------------------------------------------------------------ WMDP, tiny files
 
-def _mcq(i, topic):
-    return {"question": f"{topic} question {i}?", "choices": [f"{topic} {i} {c}" for c in "wxyz"], "answer": i % 4}
-
-
-def _mmlu_csv(path, subject, n):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["question", "choice0", "choice1", "choice2", "choice3", "answer"])
-        for i in range(n):
-            w.writerow([f"{subject} question {i}?", "a", "b", "c", "d", i % 4])
-
-
-@pytest.fixture
-def tiny_wmdp(tmp_path):
-    write_json(tmp_path / "wmdp" / "bio_questions.json", [_mcq(i, "bio") for i in range(6)])
-    write_json(tmp_path / "wmdp" / "cyber_questions.json", [_mcq(i, "cyber") for i in range(6)])
-    for part in ("forget", "retain"):
-        write_jsonl(tmp_path / "wmdp" / f"bio-{part}-corpus.jsonl",
-                    [{"text": f"bio {part} document {i}.", "title": "t"} for i in range(7)])
-    for subject, n in (("college_biology", 3), ("virology", 2), ("anatomy", MMLU_PER_SUBJECT + 5),
-                       ("astronomy", 4), ("college_computer_science", 2), ("computer_security", 2)):
-        _mmlu_csv(tmp_path / "mmlu" / "test" / f"{subject}_test.csv", subject, n)
-    return tmp_path
-
-
 def test_wmdp_bio_tiny(tiny_wmdp):
     task = load_task("wmdp:bio", root=tiny_wmdp, seed=5, whatever="ignored")
     assert task.name == "wmdp:bio"
@@ -317,20 +281,6 @@ def test_wmdp_corpus_record_without_text(tiny_wmdp):
 
 
 # ------------------------------------------------------------------ MUSE, tiny files
-
-@pytest.fixture
-def tiny_muse(tmp_path):
-    d = tmp_path / "muse" / "news"
-    (d / "raw").mkdir(parents=True)
-    (d / "raw" / "forget.txt").write_text("Forget article one.\nStill one.\n\nForget article two.\n\n\n"
-                                          "Forget article three.\n", encoding="utf-8")
-    (d / "raw" / "retain1.txt").write_text("Retain one.\n\nRetain two.\n", encoding="utf-8")
-    (d / "raw" / "holdout.txt").write_text("Holdout one.\n  \nHoldout two.\n\nHoldout three.", encoding="utf-8")
-    write_json(d / "knowmem" / "forget_qa.json", [{"question": f"Forget q{i}?", "answer": f"fa{i}"} for i in range(4)])
-    write_json(d / "knowmem" / "retain_qa.json", [{"question": f"Retain q{i}?", "answer": f"ra{i}"} for i in range(3)])
-    write_json(d / "verbmem" / "forget.json", [{"prompt": f"Once {i}", "gt": f" upon a time {i}."} for i in range(2)])
-    return tmp_path
-
 
 def test_split_documents():
     assert split_documents("a\nb\n\n c \n \n\n\nd\n") == ["a\nb", "c", "d"]

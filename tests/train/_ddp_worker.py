@@ -30,8 +30,8 @@ def _pretrain_cfg():
 
 
 def run(out: Path, resume_check: bool) -> None:
-    from obliviate.compare import forget_pairs, retain_pairs
     from obliviate.pretrain import build_for, pretrain
+    from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train import TrainConfig
     from obliviate.train import distributed as D
     from obliviate.unlearn import UnlearnConfig, unlearn
@@ -62,10 +62,11 @@ def run(out: Path, resume_check: bool) -> None:
 
 def relearn(out: Path, model, tok, world) -> str:
     """The relearning attack on the pretrained model: 3 steps on the relearning paragraphs."""
-    from obliviate.attacks.relearn import RelearnConfig, relearn_attack, world_relearn_sets
+    from obliviate.attacks.relearn import RelearnConfig, relearn_attack
     from obliviate.data import collate, encode_prompt_answer
     from obliviate.losses import lm_loss
     from obliviate.pretrain import qa_pairs_for
+    from obliviate.tasks.world import world_relearn_sets
 
     texts, _ = world_relearn_sets(world, "paragraphs")
     pairs = qa_pairs_for(world)[:4]

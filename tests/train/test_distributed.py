@@ -96,9 +96,9 @@ def test_processes_stay_in_sync_and_only_rank0_writes(runs):
 
 def test_first_step_is_the_mean_of_the_shards(runs):
     """NPO's step-1 terms in two processes = mean over rows 0-1 and 2-3 of the terms, computed here."""
-    from obliviate.compare import forget_pairs, retain_pairs
     from obliviate.methods import build_method
     from obliviate.pretrain import build_for, tokenizer_for, world_for
+    from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train.distributed import shard_rows
     from obliviate.unlearn import PairedQA, Reference
 

@@ -13,7 +13,7 @@ evaluates ``eval_fn`` at step 0, every ``eval_every`` steps and at the end:
   ``acc >= base_acc``, and the number of training tokens (non-padding input tokens)
   consumed by then; ``None`` if never reached or if ``base_acc`` is unknown.
 
-On the synthetic world (:func:`world_relearn_sets`): mode ``"paragraphs"`` trains on
+On the synthetic world (:func:`obliviate.tasks.world.world_relearn_sets`): mode ``"paragraphs"`` trains on
 held-out paragraphs that only state *auxiliary* attributes of the forget entities
 (never the QA facts) and evaluates QA on all forget facts, so any recovery is knowledge
 that was still in the weights; mode ``"facts"`` trains on a seeded half of the forget QA
@@ -38,9 +38,6 @@ import numpy as np
 import torch
 
 from obliviate.errors import ConfigError, DataError
-
-RELEARN_MODES = ("paragraphs", "facts")
-
 
 @dataclass
 class RelearnConfig:
@@ -221,37 +218,6 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         attacked.eval()
         out["model"] = attacked
     return out
-
-
-# ------------------------------------------------------------------ the world
-
-def world_relearn_sets(world, mode: str = "paragraphs", seed: int = 0) -> tuple[list, list[dict]]:
-    """``(train data, eval facts)`` of a relearning attack on ``world``'s forget split.
-
-    ``"paragraphs"``: the texts of ``world.relearn_paragraphs`` about forget entities
-    (auxiliary attributes only) and all forget facts. ``"facts"``: ``(qa_prompt(question),
-    " " + answer)`` pairs of a seeded half (``n // 2``) of the forget facts, and the other facts.
-    """
-    from obliviate.data import qa_answer, qa_prompt
-
-    facts = world.facts_by_split("forget")
-    if not facts:
-        raise DataError("the world has no forget facts to relearn")
-    if mode == "paragraphs":
-        entities = {f["entity"] for f in facts}
-        texts = [p["text"] for p in world.relearn_paragraphs if p["entity"] in entities]
-        if not texts:
-            raise DataError("the world has no relearning paragraphs about its forget entities")
-        return texts, list(facts)
-    if mode == "facts":
-        if len(facts) < 2:
-            raise DataError(f"mode 'facts' needs at least 2 forget facts, the world has {len(facts)}")
-        perm = np.random.default_rng(seed).permutation(len(facts))
-        n_train = len(facts) // 2
-        train_facts = [facts[i] for i in sorted(perm[:n_train])]
-        eval_facts = [facts[i] for i in sorted(perm[n_train:])]
-        return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in train_facts], eval_facts
-    raise ConfigError(f"unknown relearning mode {mode!r} (valid: {', '.join(RELEARN_MODES)})")
 
 
 def answer_token_budget(tokenizer, answers: Sequence[str], slack: int = 4) -> int:

@@ -81,7 +81,8 @@ def cmd_attack(args) -> None:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("attack", help="relearning, probe and format-shift attacks on a model's forget knowledge")
+    s = sub.add_parser("attack", help="relearning (related corpus, disjoint halves) and probe attacks on a "
+                       "model's forget knowledge")
     _common(s)
     add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
     s.add_argument("--base", help="the model before unlearning: its forget score is the target of "

@@ -17,10 +17,11 @@ def add_benchmark_args(p) -> None:
     g = p.add_argument_group("benchmark evaluation (instead of the synthetic world)")
     g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10 "
                                        "(with --data: the name to report the file under)")
-    g.add_argument("--data", help="your own JSON Lines file of QA pairs or MCQs")
+    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv)")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
-    g.add_argument("--mapping", help="schema_field=file_field pairs for --data, e.g. question=prompt,answer=target")
-    g.add_argument("--limit", type=int, help="evaluate only the first N examples")
+    g.add_argument("--mapping", help="schema_field=file_field pairs for --data or --forget/--retain files, e.g. "
+                   "question=prompt,answer=target")
+    g.add_argument("--limit", type=int, help="evaluate only the first N examples (of every set of a task)")
 
 
 def run_benchmark_eval(args) -> bool:

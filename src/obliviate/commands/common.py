@@ -29,6 +29,22 @@ def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases
     p.add_argument("--dtype", help="float32, bfloat16 or float16 (default: as saved)")
 
 
+def add_eval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, dest="eval_batch_size", help="evaluation batch size (default 32)")
+    p.add_argument("--max-new-tokens", type=int, help="greedy tokens per QA answer (default: the longest "
+                   "reference answer plus 4)")
+
+
+def eval_overrides(args) -> dict:
+    """The ``eval`` config section set by ``--batch-size`` / ``--max-new-tokens`` (config keys ``eval.*``)."""
+    out = {}
+    if getattr(args, "eval_batch_size", None) is not None:
+        out["batch_size"] = args.eval_batch_size
+    if getattr(args, "max_new_tokens", None) is not None:
+        out["max_new_tokens"] = args.max_new_tokens
+    return out
+
+
 def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     """``--task`` and the file shorthand; ``shared=False`` leaves out ``--mapping`` and ``--limit`` (for a
     parser that already has them, as ``eval``'s benchmark options do)."""

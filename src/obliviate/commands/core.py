@@ -9,17 +9,18 @@ from dataclasses import dataclass, field
 
 from obliviate.cli import add_common as _common, seeded as _seeded
 from obliviate.commands.benchmarks import add_benchmark_args, run_benchmark_eval
-from obliviate.commands.common import add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args
+from obliviate.commands.common import (add_eval_args, add_model_args, add_task_args, check_out_dir, eval_overrides,
+                                       load_model_args, task_from_args)
 from obliviate.commands.unlearn import EvalOptions
 from obliviate.config import build_config
 from obliviate.eval.task import evaluate_task
 from obliviate.results import prepare_out_dir, write_results
+from obliviate.tasks.world import WorldConfig, evaluate_world, generate_world
 
 
 def cmd_world(args) -> None:
     from obliviate.config import build_config
     from obliviate.results import prepare_out_dir, write_results
-    from obliviate.world import WorldConfig, generate_world
 
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out)
@@ -37,7 +38,6 @@ def cmd_world(args) -> None:
 def cmd_pretrain(args) -> None:
     from obliviate.config import build_config
     from obliviate.data import encode_documents
-    from obliviate.eval.world import evaluate_world
     from obliviate.pretrain import PretrainConfig, pretrain
     from obliviate.report import plot_loss_curve
     from obliviate.results import prepare_out_dir, same_run, write_results
@@ -74,7 +74,8 @@ def cmd_eval(args) -> None:
     check_out_dir(args.out, [args.model, args.tokenizer])
     overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
-    cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed})
+    cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed,
+                                                                          "eval": eval_overrides(args)})
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
@@ -105,6 +106,7 @@ def register(sub) -> None:
     _common(s)
     add_model_args(s)
     add_task_args(s, shared=False)
+    add_eval_args(s)
     add_benchmark_args(s)
     s.set_defaults(fn=cmd_eval)
     s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")

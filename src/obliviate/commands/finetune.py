@@ -6,7 +6,8 @@ import sys
 from dataclasses import dataclass, field
 
 from obliviate.cli import add_common, seeded
-from obliviate.commands.common import add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args
+from obliviate.commands.common import (add_eval_args, add_model_args, add_task_args, check_out_dir, eval_overrides,
+                                       load_model_args, task_from_args)
 from obliviate.commands.unlearn import EvalOptions, eval_kwargs
 from obliviate.config import build_config, to_dict
 from obliviate.eval.task import evaluate_task
@@ -31,7 +32,7 @@ class FinetuneCommandConfig:
 def cmd_finetune(args) -> None:
     check_out_dir(args.out, [args.model, args.tokenizer])
     cfg = build_config(FinetuneCommandConfig, args.config, args.overrides,
-                       base=seeded(args.seed, ["seed", "finetune.seed"]))
+                       base={**seeded(args.seed, ["seed", "finetune.seed"]), "eval": eval_overrides(args)})
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     data = training_data(task, cfg.finetune.data)
     model, tok = load_model_args(args)
@@ -66,4 +67,5 @@ def register(sub) -> None:
     add_common(s)
     add_model_args(s)
     add_task_args(s)
+    add_eval_args(s)
     s.set_defaults(fn=cmd_finetune)

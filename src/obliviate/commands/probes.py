@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from obliviate.cli import add_common as _common
+from obliviate.tasks.world import WorldConfig, generate_world
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -32,7 +33,6 @@ def cmd_probe_directions(args) -> None:
     from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
     from obliviate.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
     from obliviate.results import prepare_out_dir, write_results
-    from obliviate.world import WorldConfig, generate_world
 
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out) if args.out else None

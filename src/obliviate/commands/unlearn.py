@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
 from dataclasses import dataclass, field
 
 from obliviate.cli import add_common, seeded
-from obliviate.commands.common import (add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args,
-                                       task_spec, warn)
+from obliviate.commands.common import (add_eval_args, add_model_args, add_task_args, check_out_dir, eval_overrides,
+                                       load_model_args, task_from_args, task_spec, warn)
 from obliviate.config import build_config, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.task import evaluate_task, knows_forget_set, score_against
@@ -82,6 +80,7 @@ def resolve_method(name: str) -> str:
 def unlearn_command_config(args, method: str, preset: str) -> UnlearnCommandConfig:
     """Dataclass defaults, then the method's preset, then ``--config``, then the overrides (each key once)."""
     base = seeded(args.seed, ["seed", "unlearn.seed"])
+    base["eval"] = eval_overrides(args)
     d = method_defaults(method, preset)
     base["unlearn"].update(method=method, params=d["params"])
     if METHODS[method].kind != "edit":
@@ -148,14 +147,19 @@ def run_compare_command(args, default_methods=None) -> dict:
     out = prepare_out_dir(args.out)
     res = run_compare(cfg, out, progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
-                  timings=res["timings"])
-    cols = ["forget_qa_acc", "retain_qa_acc", "s_unlearning", "relearn_forget_qa_acc"]
-    print(f"{'model':14s} " + " ".join(f"{c:>22s}" for c in cols))
-    for name, m in res["metrics"].items():
-        vals = [m.get(c) for c in cols]
-        print(f"{name:14s} " + " ".join(f"{v:22.3f}" if isinstance(v, float) else f"{'-':>22s}" for v in vals))
+                  timings=res["timings"], model_dirs=res["model_dirs"])
+    print_table(res["metrics"], ["forget_qa_acc", "retain_qa_acc", "s_unlearning", "relearn_forget_qa_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return res
+
+
+def print_table(metrics: dict, cols: list[str]) -> None:
+    """One line per model: its name and the values of ``cols`` ("-" where missing)."""
+    w = max([len(n) for n in metrics] + [5]) + 2
+    print(f"{'model':{w}s} " + " ".join(f"{c:>22s}" for c in cols))
+    for name, m in metrics.items():
+        vals = [m.get(c) for c in cols]
+        print(f"{name:{w}s} " + " ".join(f"{v:22.3f}" if isinstance(v, float) else f"{'-':>22s}" for v in vals))
 
 
 def cmd_compare(args) -> None:
@@ -177,11 +181,7 @@ def cmd_compare(args) -> None:
                            load=lambda p: load_model_args(args, path=p), progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task.summary(), model_dirs=res["models"])
-    cols = ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"]
-    print(f"{'model':22s} " + " ".join(f"{c:>20s}" for c in cols))
-    for name, m in res["metrics"].items():
-        vals = [m.get(c) for c in cols]
-        print(f"{name:22s} " + " ".join(f"{v:20.3f}" if isinstance(v, float) else f"{'-':>20s}" for v in vals))
+    print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 
 
@@ -196,6 +196,7 @@ def register(sub) -> None:
                    "the former spelling)")
     s.add_argument("--method", required=True, help="method name (see `obliviate methods`; case-insensitive)")
     add_task_args(s)
+    add_eval_args(s)
     s.set_defaults(fn=cmd_unlearn)
     s = sub.add_parser("compare", help="several methods on one base model: table, plots, Markdown and HTML report "
                        "(the world demo, or any --task / --model)")

@@ -20,6 +20,7 @@ from obliviate.data import collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import ModelError
 from obliviate.losses import token_nll
 from obliviate.models.layers import unwrap
+from obliviate.models.tokenizer import pad_id
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -133,9 +134,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     was_training = model.training
     model.eval()
     dev = _device(model)
-    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-    if pad is None:
-        pad = eos
+    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, pad_id(tokenizer)
     max_len = model_max_length(model)
     limit = None if max_len is None else max_len - max_new_tokens
     if limit is not None and limit < 1:
@@ -234,7 +233,7 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
     model.eval()
     dev = _device(model)
     bos = tokenizer.bos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     max_len = model_max_length(model)
     seqs, masks = encode_prompt_answer(tokenizer, prompts, answers, max_len=10**9)
     n_cut = 0
@@ -276,7 +275,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     model.eval()
     dev = _device(model)
     bos = tokenizer.bos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer)
     max_len = model_max_length(model)
     flat_seqs, flat_masks, owner = [], [], []
     n_cut = 0

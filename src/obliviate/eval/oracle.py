@@ -6,7 +6,7 @@
 - :func:`forget_quality_vs_oracle`: KS-test p-value between the model's and the oracle's truth
   ratios on the forget facts (:func:`obliviate.eval.tofu.forget_quality`); 1 = indistinguishable.
 - :func:`oracle_gap`: forget QA accuracy (greedy exact match, as ``forget_qa_acc`` of
-  :func:`obliviate.eval.world.evaluate_world`) of the model minus the oracle's (signed: > 0 means the
+  :func:`obliviate.tasks.world.evaluate_world`) of the model minus the oracle's (signed: > 0 means the
   model still knows more than a model that never saw the facts; < 0 means it over-forgot, which
   is itself detectable), and its absolute value.
 

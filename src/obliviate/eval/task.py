@@ -35,10 +35,27 @@ def answer_budget(tokenizer, answers, slack: int = 4, cap: int = 256) -> int:
     return min(cap, longest + slack)
 
 
+def _prompt_of(item) -> str | None:
+    """The prompt a text item continues (MUSE's verbmem: ``meta["prompt"]``), or None for a plain text."""
+    prompt = item.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    meta = item.get("meta")
+    return meta.get("prompt") if isinstance(meta, dict) else None
+
+
 @torch.no_grad()
-def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16) -> dict:
-    """Mean next-token loss over every token of ``texts`` (``bos + text + eos``, in ``max_len`` windows)."""
-    seqs, _, _ = encode_data(tokenizer, Data(docs=list(texts)), max_len=max_len)
+def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16,
+              prompts: list[str | None] | None = None) -> dict:
+    """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in ``max_len``
+    windows), or, where ``prompts[i]`` is given, only the continuation ``texts[i]`` after its prompt."""
+    prompts = prompts or [None] * len(texts)
+    plain = [t for t, p in zip(texts, prompts) if p is None]
+    seqs, masks, _ = encode_data(tokenizer, Data(docs=plain), max_len=max_len) if plain else ([], [], {})
+    cont = [(p, t) for t, p in zip(texts, prompts) if p is not None]
+    if cont:
+        s2, m2, _ = encode_data(tokenizer, Data(qa=cont), max_len=max_len)
+        seqs, masks = list(seqs) + list(s2), list(masks) + list(m2)
     was = model.training
     model.eval()
     dev = next(model.parameters()).device
@@ -46,7 +63,8 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
     total, count = 0.0, 0
     order = np.argsort([len(s) for s in seqs])
     for i in range(0, len(seqs), batch_size):
-        batch = collate([seqs[j] for j in order[i:i + batch_size]], pad)
+        idx = order[i:i + batch_size]
+        batch = collate([seqs[j] for j in idx], pad, label_mask=[masks[j] for j in idx])
         logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         total += float(nll[mask].double().sum())
@@ -74,7 +92,8 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
         r = mcq_accuracy(model, tokenizer, items, style=es.mcq_style, batch_size=batch_size,
                          context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer), progress=progress)
         return {"acc": r["accuracy"], "chance": es.chance, "_correct": r["correct"]}
-    r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size)
+    r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size,
+                  prompts=[_prompt_of(x) for x in es.items])
     return {"loss": r["loss"], "ppl": r["ppl"]}
 
 

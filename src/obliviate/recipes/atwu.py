@@ -68,6 +68,7 @@ from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.pretrain import PretrainConfig
 from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
+from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
 from obliviate.tofu import TofuConfig
 
 PAPER = "Yuce, Nikolaou, Flammarion 2026, Learning What to Forget (seed 001)"
@@ -173,9 +174,8 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
 
 def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bool) -> tuple[dict, dict]:
     """The world part: returns (metrics, timings)."""
-    from obliviate.compare import CompareConfig, forget_pairs, method_run, retain_pairs, score_against, utility
+    from obliviate.compare import CompareConfig, method_run, score_against, utility
     from obliviate.eval.token_scores import token_score_aurocs
-    from obliviate.eval.world import evaluate_world
     from obliviate.models.load import load_model
     from obliviate.models.tokenizer import load_tokenizer
     from obliviate.pretrain import cached_pretrain, world_for

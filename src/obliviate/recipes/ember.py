@@ -17,7 +17,7 @@ changed is redone):
    alone; the paper re-tunes the MLP method on top, we do not). Per row:
 
    - ``concept_acc``: 4-way MCQ accuracy on the concept's facts (chance 0.25; each option
-     scored as the full answer sentence, as :func:`obliviate.eval.world.evaluate_world`);
+     scored as the full answer sentence, as :func:`obliviate.tasks.world.evaluate_world`);
    - ``similar_acc``: the same on the general domain (people with a birthplace and a
      profession: the closest domain to the saga's characters);
    - ``utility_acc``: the same on biology and medicine facts together;
@@ -90,6 +90,7 @@ from obliviate.config import config_hash, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.pretrain import PretrainConfig
 from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
+from obliviate.tasks.world import full_answer_mcqs
 
 PAPER = "Suslik, Shafran, Geva 2026, Don't Forget Your Embeddings (seeds 000/003)"
 PARTS = ("world", "data")
@@ -326,7 +327,6 @@ class ConceptEval:
 
     def __init__(self, world, tokenizer, max_len: int = 256):
         from obliviate.data import encode_documents
-        from obliviate.eval.world import full_answer_mcqs
 
         self.tok = tokenizer
         c = world.concept

@@ -9,13 +9,13 @@ Everything runs on the synthetic world and its cached tiny base model
 (:func:`obliviate.pretrain.cached_pretrain` of ``pretrain.*``, as ``obliviate demo`` uses it).
 
 **Knowledge forgetting** (the paper's WMDP / MMLU setting). Unlearning trains on all forget facts,
-retaining the retain and general facts (:func:`obliviate.compare.forget_pairs`,
-:func:`~obliviate.compare.retain_pairs`), with L2 RMU, Adaptive RMU, cosine RMU (fixed alpha) and
+retaining the retain and general facts (:func:`obliviate.tasks.world.forget_pairs`,
+:func:`~obliviate.tasks.world.retain_pairs`), with L2 RMU, Adaptive RMU, cosine RMU (fixed alpha) and
 cosine RMU with alpha learned by REINFORCE (:func:`obliviate.meta_alpha.learn_alpha_unlearn`).
 The forget and retain facts are split once (:func:`obliviate.meta_alpha.world_meta_splits`,
 ``meta_frac``): the REINFORCE reward is S-unlearning on the *meta* share, every row of the table
 is scored on the disjoint *final* share. As WMDP and MMLU, U and R come from 4-way multiple
-choice by answer log-likelihood (chance 0.25, :func:`obliviate.eval.world.full_answer_mcqs`):
+choice by answer log-likelihood (chance 0.25, :func:`obliviate.tasks.world.full_answer_mcqs`):
 U = clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs, R = clip((Mu - 0.25) / (M0 - 0.25))
 with M = mean MCQ accuracy on the final retain and the general facts. (Greedy QA exact match is
 reported beside it: on the world it drops to 0 within a few dozen steps for every RMU variant,
@@ -71,6 +71,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.methods import method_defaults
 from obliviate.pretrain import PretrainConfig
 from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
+from obliviate.tasks.world import forget_pairs, full_answer_mcqs, retain_pairs
 
 PAPER = "Atil, Gupta, Passonneau 2026, Model Unlearning Objectives Vary for Distinct Language Functions"
 LEARNED = "cosine_rmu_learned_alpha"
@@ -219,7 +220,6 @@ class Setup:
 
 def toxicity_data(world, heldout_frac: float, inputs: str, seed: int) -> dict:
     """Held-out / training split of the register and the toxicity unlearning inputs (see module doc)."""
-    from obliviate.compare import retain_pairs
     from obliviate.meta_alpha import split_holdout
 
     pairs = register_pairs(world)
@@ -248,7 +248,6 @@ def toxicity_data(world, heldout_frac: float, inputs: str, seed: int) -> dict:
 
 
 def make_setup(cfg: FunctionSpecificConfig, progress: bool) -> Setup:
-    from obliviate.compare import forget_pairs, retain_pairs
     from obliviate.meta_alpha import world_meta_splits
     from obliviate.models.tokenizer import load_tokenizer
     from obliviate.pretrain import cached_pretrain, world_for
@@ -268,7 +267,6 @@ def mcq_acc(model, s: Setup, facts: list[dict]) -> float:
     """4-way MCQ accuracy (full-answer cloze, as ``evaluate_world``) on the MCQs of ``facts``."""
     from obliviate.data import qa_prompt
     from obliviate.eval import mcq_accuracy
-    from obliviate.eval.world import full_answer_mcqs
 
     ids = {f["id"] for f in facts}
     mcqs = [m for m in s.world.mcqs() if m["fact_id"] in ids]

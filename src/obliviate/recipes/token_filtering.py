@@ -67,7 +67,7 @@ import torch
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
-from obliviate.world import WorldConfig
+from obliviate.tasks.world import WorldConfig, generate_world
 
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
@@ -362,7 +362,6 @@ def _data(cfg: TokenFilteringConfig):
     from obliviate.data import encode_documents
     from obliviate.models.tokenizer import special_token_id
     from obliviate.pretrain import tokenizer_for
-    from obliviate.world import generate_world
 
     world = generate_world(cfg.world)
     tok = tokenizer_for(world, cfg.vocab_size)

@@ -148,10 +148,12 @@ class Task:
         return [e for e in self.evals if e.role == role]
 
     def forget_halves(self, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
-        """The task's own halves, or a seeded even split of the forget QA pairs (None with fewer than 2)."""
+        """The task's own halves, or a seeded even split of the forget QA pairs (of the forget-role QA evaluation
+        sets when the forget data are documents, e.g. MUSE's knowmem questions); None with fewer than 2."""
         if self.halves is not None:
             return self.halves
-        qa = list(self.forget.qa)
+        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for es in self.evals_by_role("forget")
+                                      if es.kind == "qa" for x in es.items]
         if len(qa) < 2:
             return None
         perm = np.random.default_rng(seed).permutation(len(qa))

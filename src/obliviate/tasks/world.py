@@ -9,16 +9,37 @@ relearning corpus = the paragraphs about the forget entities' auxiliary attribut
 split (:func:`obliviate.pretrain.cached_pretrain`).
 
 This module and :mod:`obliviate.world` are the only places that know the world's
-record layout; the rest of the package sees a :class:`~obliviate.tasks.Task`.
+record layout; the rest of the package sees a :class:`~obliviate.tasks.Task`. It is
+also the world's one door: outside :mod:`obliviate.world`, only this module (and the
+demo, :mod:`obliviate.compare`) imports the world. What other modules need of it is
+here: the world itself (:class:`WorldConfig`, :func:`generate_world`, :class:`World`,
+:data:`TOXIC_LEXICON`), its evaluation (:func:`evaluate_world`), its relearning sets
+(:func:`world_relearn_sets`) and its attack suite (:func:`run_attacks`).
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from obliviate.attacks.format_shift import format_shift_attack
+from obliviate.attacks.probe import linear_probe_attack
+from obliviate.attacks.relearn import RelearnConfig, forget_qa_eval, relearn_attack
 from obliviate.benchmarks.schema import MCQExample, QAExample
 from obliviate.config import from_dict
 from obliviate.data import qa_answer, qa_prompt
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.core import mcq_accuracy, qa_accuracy, token_loss_by_label
+from obliviate.models.layers import check_layer
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
-from obliviate.world import WorldConfig, generate_world
+from obliviate.world import SPLITS, TOXIC_LEXICON, World, WorldConfig, generate_world
+
+QA_SPLITS = ("forget", "retain", "general", "concept", "holdout")
+RELEARN_MODES = ("paragraphs", "facts")
+"""Modes of :func:`world_relearn_sets`."""
 
 
 def forget_pairs(world) -> list[tuple[str, str]]:
@@ -92,7 +113,153 @@ def world_task(arg: str | None = None, *, seed: int = 0, world: dict | WorldConf
         try:
             cfg.seed = int(arg)
         except ValueError:
-            from obliviate.errors import ConfigError
-
             raise ConfigError(f"task 'world:{arg}': the argument is the world seed, an integer") from None
     return task_from_world(generate_world(cfg), limit=limit)
+
+
+# ------------------------------------------------------------------ evaluation
+
+def evaluate_world(model, tokenizer, world, dataset=None, splits=QA_SPLITS, details: bool = False) -> dict:
+    """Metrics of ``model`` on the world.
+
+    ``<split>_qa_acc``: greedy exact match on the canonical questions;
+    ``<split>_qa_rouge``: ROUGE-L recall; ``forget_para_qa_acc``: exact match on
+    paraphrased questions (value must match the paraphrased or canonical
+    answer); ``<split>_mcq_acc``: zero-shot 4-way MCQ by answer log-likelihood
+    (chance 0.25; each option scored as the full answer sentence); ``loss_<domain>``: per-domain token loss on ``dataset``.
+    """
+    out: dict = {}
+    per_item: dict = {}
+    for split in splits:
+        facts = world.facts_by_split(split)
+        if not facts:
+            continue
+        r = qa_accuracy(model, tokenizer, [f["question"] for f in facts], [f["answer"] for f in facts])
+        out[f"{split}_qa_acc"] = r["exact_match"]
+        out[f"{split}_qa_rouge"] = r["rouge_l"]
+        per_item[f"{split}_qa"] = r["correct"]
+        mcqs = world.mcqs(split=split)
+        if mcqs:
+            m = mcq_accuracy(model, tokenizer, full_answer_mcqs(world, mcqs), style="cloze",
+                             context_fn=lambda q: qa_prompt(q["question"]))
+            out[f"{split}_mcq_acc"] = m["accuracy"]
+    forget = world.facts_by_split("forget")
+    if forget:
+        r = qa_accuracy(model, tokenizer, [f["question_paraphrase"] for f in forget], [f["answer"] for f in forget])
+        out["forget_para_qa_acc"] = r["exact_match"]
+    if dataset is not None:
+        for name, v in token_loss_by_label(model, dataset, "domain").items():
+            if name != "None":  # bos/eos carry no domain
+                out[f"loss_{name}"] = v["loss"]
+    if details:
+        out["_per_item"] = per_item
+    return out
+
+
+# ------------------------------------------------------------------ attacks
+
+def world_relearn_sets(world, mode: str = "paragraphs", seed: int = 0) -> tuple[list, list[dict]]:
+    """``(train data, eval facts)`` of a relearning attack on ``world``'s forget split.
+
+    ``"paragraphs"``: the texts of ``world.relearn_paragraphs`` about forget entities
+    (auxiliary attributes only, never the QA facts) and all forget facts, so any recovery is
+    knowledge that was still in the weights. ``"facts"``: ``(qa_prompt(question), " " + answer)``
+    pairs of a seeded half (``n // 2``) of the forget facts, and the other facts.
+    """
+    facts = world.facts_by_split("forget")
+    if not facts:
+        raise DataError("the world has no forget facts to relearn")
+    if mode == "paragraphs":
+        entities = {f["entity"] for f in facts}
+        texts = [p["text"] for p in world.relearn_paragraphs if p["entity"] in entities]
+        if not texts:
+            raise DataError("the world has no relearning paragraphs about its forget entities")
+        return texts, list(facts)
+    if mode == "facts":
+        if len(facts) < 2:
+            raise DataError(f"mode 'facts' needs at least 2 forget facts, the world has {len(facts)}")
+        perm = np.random.default_rng(seed).permutation(len(facts))
+        n_train = len(facts) // 2
+        train_facts = [facts[i] for i in sorted(perm[:n_train])]
+        eval_facts = [facts[i] for i in sorted(perm[n_train:])]
+        return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in train_facts], eval_facts
+    raise ConfigError(f"unknown relearning mode {mode!r} (valid: {', '.join(RELEARN_MODES)})")
+
+
+@dataclass
+class AttackSuiteConfig:
+    relearn: RelearnConfig = field(default_factory=RelearnConfig)
+    relearn_facts: bool = False
+    """Also run the relearning attack in mode "facts" (train on half the forget QA pairs, test on the rest)."""
+    probe_layers: list[int] | None = None
+    """Decoder layers to probe (default: all)."""
+    probe_train_frac: float = 0.5
+    probe_C: float = 1.0
+    seed: int = 0
+    """Seeds the probe split and the "facts" relearning split (the fine-tuning itself uses ``relearn.seed``)."""
+
+    def __post_init__(self):
+        if not 0 < self.probe_train_frac < 1:
+            raise ConfigError(f"config key 'probe_train_frac': must be in (0, 1), got {self.probe_train_frac}")
+        if self.probe_C <= 0:
+            raise ConfigError(f"config key 'probe_C': must be > 0, got {self.probe_C}")
+
+
+def _relearn_metrics(prefix: str, res: dict) -> dict:
+    return {f"{prefix}_forget_qa_acc": res["final_acc"], f"{prefix}_initial_acc": res["initial_acc"],
+            f"{prefix}_auc": res["auc"], f"{prefix}_steps_to_base": res["steps_to_base"],
+            f"{prefix}_tokens_to_base": res["tokens_to_base"], f"{prefix}_base_acc": res["base_acc"],
+            f"{prefix}_curve": res["curve"]}
+
+
+def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: AttackSuiteConfig | None = None,
+                *, base_model=None, out_dir=None, resume: bool = True) -> dict:
+    """All attacks (:mod:`obliviate.attacks`) on ``world``'s forget split; a flat dict of metrics.
+
+    None of them modifies ``model``. ``base_acc``: the forget QA accuracy before unlearning (the
+    target of ``steps_to_base``; ideally measured with :func:`~obliviate.attacks.forget_qa_eval`,
+    whose default prefix match is >= exact match); ``base_model``, if given, is evaluated instead,
+    on each relearning mode's own eval facts. Without either, the ``*_steps_to_base`` /
+    ``*_tokens_to_base`` metrics are None. In mode "facts" a scalar ``base_acc`` (measured on all
+    forget facts) stands in for the base accuracy on the evaluated half.
+
+    Keys: ``relearn_forget_qa_acc`` (after relearning), ``relearn_initial_acc``, ``relearn_auc``,
+    ``relearn_steps_to_base``, ``relearn_tokens_to_base``, ``relearn_base_acc``, ``relearn_curve``
+    (``[[step, acc], ...]``), the same with prefix ``relearn_facts`` if ``cfg.relearn_facts``,
+    ``probe_acc``, ``probe_best_layer``, ``probe_per_layer``, ``format_<f>`` for f in
+    :data:`~obliviate.attacks.FORMATS`, and ``attack_seconds``.
+
+    With ``out_dir``, each relearning attack keeps its log and (``cfg.relearn.checkpoint_every``)
+    checkpoints in ``out_dir/<mode>``, and a rerun resumes it (see :func:`~obliviate.attacks.relearn_attack`).
+    """
+    cfg = cfg or AttackSuiteConfig()
+    for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
+        check_layer(model, layer)
+    t0 = time.time()
+    forget = world.facts_by_split("forget")
+    mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))  # options as whole answer sentences
+    out: dict = {}
+    modes = ["paragraphs"] + (["facts"] if cfg.relearn_facts else [])
+    for mode in modes:
+        train_data, eval_facts = world_relearn_sets(world, mode, seed=cfg.seed)
+        eval_fn = forget_qa_eval(tokenizer, eval_facts)
+        target = eval_fn(base_model) if base_model is not None else base_acc
+        res = relearn_attack(model, tokenizer, train_data, eval_fn, cfg.relearn, base_acc=target,
+                             out_dir=None if out_dir is None else Path(out_dir) / mode, resume=resume)
+        out.update(_relearn_metrics("relearn" if mode == "paragraphs" else "relearn_facts", res))
+    probe = linear_probe_attack(model, tokenizer, mcqs, layers=cfg.probe_layers, train_frac=cfg.probe_train_frac,
+                                seed=cfg.seed, C=cfg.probe_C)
+    out["probe_acc"] = probe["best_acc"]
+    out["probe_best_layer"] = probe["best_layer"]
+    out["probe_per_layer"] = {str(l): a for l, a in probe["per_layer"].items()}
+    for name, acc in format_shift_attack(model, tokenizer, forget, mcqs).items():
+        out[f"format_{name}"] = acc
+    out["attack_seconds"] = time.time() - t0
+    return out
+
+
+__all__ = [
+    "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "AttackSuiteConfig", "World", "WorldConfig", "evaluate_world",
+    "forget_pairs", "full_answer_mcqs", "generate_world", "retain_pairs", "run_attacks", "task_from_world",
+    "world_relearn_sets", "world_task",
+]

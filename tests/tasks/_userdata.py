@@ -1,0 +1,105 @@
+"""Helpers of tests/tasks: a user's own problem in miniature: small random-init models of real architectures, each saved with
+its own tokenizer, and QA / document files with field names of their own."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+from obliviate.models.builders import tiny_random
+from obliviate.tasks.wmdp import MMLU_PER_SUBJECT
+from obliviate.models.load import save_model
+from obliviate.models.tokenizer import train_tokenizer
+
+_SYL = ["ka", "lo", "mi", "ren", "tu", "sa", "vor", "el", "dra", "qui", "zan", "po", "bel", "ix", "nor", "fe"]
+_CITIES = ["Velmora", "Ostrand", "Karith", "Pellune", "Zoravik", "Thessin", "Mirrowen", "Dunhal"]
+_COLOURS = ["teal", "amber", "crimson", "ivory", "indigo", "olive", "scarlet", "silver"]
+
+
+def _name(rng: random.Random, seen: set) -> str:
+    while True:
+        n = "".join(rng.choice(_SYL) for _ in range(2)).capitalize() + " " + \
+            "".join(rng.choice(_SYL) for _ in range(2)).capitalize()
+        if n not in seen:
+            seen.add(n)
+            return n
+
+
+def make_facts(n: int, seed: int = 0) -> list[dict]:
+    """``n`` fictitious people, each with a city and a colour: one QA pair and one sentence per fact."""
+    rng = random.Random(seed)
+    seen: set = set()
+    out = []
+    for i in range(n):
+        name = _name(rng, seen)
+        city, colour = rng.choice(_CITIES), rng.choice(_COLOURS)
+        if i % 2 == 0:
+            q, a = f"Where does {name} live?", city
+        else:
+            q, a = f"What is the favourite colour of {name}?", colour
+        out.append({"name": name, "question": q, "answer": a,
+                    "sentence": f"{name} lives in {city} and loves the colour {colour}."})
+    return out
+
+
+def write_user_files(root, n_forget: int = 16, n_retain: int = 16, seed: int = 0) -> dict:
+    """forget QA as JSON Lines (fields ``prompt`` / ``response``), retain QA as CSV (``q``, ``a``), retain
+    documents as plain text, related texts for relearning, and a utility MCQ file (JSON array)."""
+    facts = make_facts(n_forget + n_retain, seed)
+    forget, retain = facts[:n_forget], facts[n_forget:]
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {k: root / f for k, f in (("forget", "forget.jsonl"), ("retain_qa", "retain.csv"),
+                                         ("retain_docs", "retain_docs.txt"), ("relearn", "related.txt"),
+                                         ("utility", "utility_mcq.json"))}
+    paths["forget"].write_text("".join(json.dumps({"prompt": f["question"], "response": f["answer"]}) + "\n"
+                                       for f in forget))
+    with open(paths["retain_qa"], "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["q", "a"])
+        w.writerows([[f["question"], f["answer"]] for f in retain])
+    paths["retain_docs"].write_text("\n".join(f["sentence"] for f in retain) + "\n")
+    paths["relearn"].write_text("\n".join(f"{f['name']} is a person of note." for f in forget) + "\n")
+    mcq = [{"stem": f"Which city is home to {f['name']}?", "options": _CITIES[:4],
+            "label": _CITIES[:4].index(f["answer"]) if f["answer"] in _CITIES[:4] else 0} for f in retain[:8]]
+    paths["utility"].write_text(json.dumps(mcq, indent=2))
+    paths["texts"] = [f["question"] + " " + f["answer"] for f in facts] + [f["sentence"] for f in facts] + \
+        [m["stem"] + " " + " ".join(m["options"]) for m in mcq] + ["Question: x\nAnswer: y"] * 4
+    return paths
+
+
+def save_tiny_model(directory, arch: str, texts: list[str], seed: int = 0, d_model: int = 96, n_layer: int = 2):
+    """A random-init ``arch`` model with a BPE tokenizer trained on ``texts``, both saved in ``directory``."""
+    tok = train_tokenizer(texts, vocab_size=600)
+    model = tiny_random(arch, vocab_size=len(tok), seed=seed, d_model=d_model, n_layer=n_layer, max_len=256,
+                        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    save_model(model, directory)
+    tok.save_pretrained(str(directory))
+    return directory
+
+
+# ------------------------------------------------------------------ provider layouts in miniature
+
+def write_jsonl(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def write_json(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _mcq(i, topic):
+    return {"question": f"{topic} question {i}?", "choices": [f"{topic} {i} {c}" for c in "wxyz"], "answer": i % 4}
+
+
+def _mmlu_csv(path, subject, n):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["question", "choice0", "choice1", "choice2", "choice3", "answer"])
+        for i in range(n):
+            w.writerow([f"{subject} question {i}?", "a", "b", "c", "d", i % 4])
+
+
