@@ -16,9 +16,23 @@ from pathlib import Path
 from obliviate.errors import ObliviateError
 
 
+def seed_arg(text: str) -> int:
+    """``--seed``: an integer in ``[0, 2**32)`` (the range of :func:`obliviate.utils.check_seed`), checked
+    by argparse, so a bad seed fails before anything runs."""
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or more digits than int() converts
+        value = None
+    if value is None or not 0 <= value < 2**32:
+        shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {shown}")
+    return value
+
+
 def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the run and, unless overridden, of the world")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
+                   "world: an integer in [0, 2**32)")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")

@@ -16,6 +16,7 @@ flag may point elsewhere (``output_path(out, args.flag, "--flag", explicit=True)
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -25,6 +26,19 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 
 from obliviate.errors import ConfigError, DataError
+
+
+SHOWN_CHARS = 80
+"""Error messages show at most this many characters of a bad value."""
+
+MAX_YAML_DEPTH = 100
+"""A YAML file nested deeper than this is refused (configs need a handful of levels)."""
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` cut to :data:`SHOWN_CHARS` characters (``...`` marks a cut), for error messages."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
 def _type_name(tp: Any) -> str:
@@ -47,66 +61,79 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             try:
                 return _coerce(value, arg, key)
             except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(f"config key '{key}': {value!r} is not a valid {_type_name(tp)}")
+                errors.append(e)
+        if len(errors) == 1:  # ``float | None``: the float's own message says what is wrong
+            raise errors[0]
+        raise ConfigError(f"config key '{key}': {show(value)} is not a valid {_type_name(tp)}")
     if origin is Literal:
         choices = get_args(tp)
         if value not in choices:
-            raise ConfigError(f"config key '{key}': {value!r} is not one of {list(choices)}")
+            raise ConfigError(f"config key '{key}': {show(value)} is not one of {list(choices)}")
         return value
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v != ""] if value else []
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
+            raise ConfigError(f"config key '{key}': expected a list, got {show(value)}")
         args = get_args(tp)
         inner = args[0] if args else Any
         out = [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
         return out if origin is list else tuple(out)
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")
+            raise ConfigError(f"config key '{key}': expected a mapping, got {show(value)}")
         return dict(value)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if not isinstance(value, dict):
-            raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")
+            raise ConfigError(f"config key '{key}': expected a mapping, got {show(value)}")
         return from_dict(tp, value, prefix=key)
     if tp is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"config key '{key}': expected true/false, got {value!r}")
+        raise ConfigError(f"config key '{key}': expected true/false, got {show(value)}")
     if tp is int:
         if isinstance(value, bool):
-            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+            raise ConfigError(f"config key '{key}': expected an integer, got {show(value)}")
         if isinstance(value, int):
             return value
         if isinstance(value, str):
             try:
                 return int(value)
-            except ValueError:
-                pass
+            except ValueError as e:
+                if "digits" in str(e):  # CPython's limit on the digits of an int
+                    raise ConfigError(f"config key '{key}': an integer of {len(value.strip())} digits is too "
+                                      f"large, got {show(value)}") from None
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        raise ConfigError(f"config key '{key}': expected an integer, got {show(value)}")
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+            raise ConfigError(f"config key '{key}': expected a number, got {show(value)}")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:  # an int beyond the float range
+                number = math.inf
+        elif isinstance(value, str):
+            try:
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"config key '{key}': expected a number, got {show(value)}")
+        if not math.isfinite(number):  # NaN or infinity: no config value means either
+            shown = value if isinstance(value, str) else number
+            raise ConfigError(f"config key '{key}': must be a finite number, got {str(shown)[:SHOWN_CHARS]}")
+        return number
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
+        raise ConfigError(f"config key '{key}': expected a string, got {show(value)}")
     return value
 
 
@@ -114,13 +141,13 @@ def _check_relative_output(value: str, key: str) -> None:
     """ConfigError unless ``value`` is a relative path that does not climb out of its base directory."""
     text = str(value)
     if text.startswith("~") or Path(text).is_absolute() or Path(text).anchor:
-        raise ConfigError(f"config key '{key}': output path {text!r} is absolute; a config may only name paths "
+        raise ConfigError(f"config key '{key}': output path {show(text)} is absolute; a config may only name paths "
                           "inside the run directory (--out); pass an explicit command-line option to write elsewhere")
     depth = 0
     for part in Path(text).parts:
         depth += -1 if part == ".." else (0 if part == "." else 1)
         if depth < 0:
-            raise ConfigError(f"config key '{key}': output path {text!r} climbs outside the run directory; "
+            raise ConfigError(f"config key '{key}': output path {show(text)} climbs outside the run directory; "
                               "a config may only name paths inside --out")
 
 
@@ -138,7 +165,7 @@ def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool 
     target = base / value
     real_base, real_target = base.resolve(), target.resolve()
     if real_target != real_base and real_base not in real_target.parents:
-        raise ConfigError(f"config key '{key}': output path {str(value)!r} leads outside the run directory "
+        raise ConfigError(f"config key '{key}': output path {show(str(value))} leads outside the run directory "
                           f"{str(base)!r} (through a symbolic link)")
     return Path(os.path.normpath(target))
 
@@ -146,14 +173,14 @@ def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {data!r}")
+        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {show(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
-            raise ConfigError(f"unknown config key '{full}' (known: {', '.join(sorted(fields))})")
+            raise ConfigError(f"unknown config key '{full[:SHOWN_CHARS]}' (known: {', '.join(sorted(fields))})")
         factory = fields[key].default_factory
         if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]) and factory is not dataclasses.MISSING:
             # A partial section changes the keys it names and keeps the field's own defaults for the rest
@@ -181,21 +208,21 @@ def parse_overrides(items: list[str]) -> dict:
     out: dict = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"override '{item}' is not of the form key=value")
+            raise ConfigError(f"override '{item[:SHOWN_CHARS]}' is not of the form key=value")
         key, raw = item.split("=", 1)
         key = key.strip()
         if not key:
-            raise ConfigError(f"override '{item}' has an empty key")
+            raise ConfigError(f"override '{item[:SHOWN_CHARS]}' has an empty key")
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw) if raw != "" else ""
+        except (yaml.YAMLError, RecursionError):  # not YAML (or refused, see _StrictLoader): the text itself
             value = raw
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override '{item}' conflicts with an earlier override")
+                raise ConfigError(f"override '{item[:SHOWN_CHARS]}' conflicts with an earlier override")
         node[parts[-1]] = value
     return out
 
@@ -210,16 +237,99 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses what a config never needs and a hostile file uses.
+
+    Refused, each as a :class:`yaml.MarkedYAMLError` carrying the line: a key given twice in one
+    mapping (the later value used to win silently), aliases (``*name``: the "billion laughs"
+    document expands a few lines into gigabytes), nesting deeper than :data:`MAX_YAML_DEPTH`
+    (would end in ``RecursionError``) and integers too long for ``int()`` (``ValueError``).
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, f"uses the alias *{event.anchor[:SHOWN_CHARS]}; YAML aliases are not supported "
+                "(write the value out)", event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                                                  event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: {...}``: merged keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader's own error says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {show(key)} (first given on line {first + 1})",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # CPython's limit on the digits of an int
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(node.value)} characters is too large", node.start_mark) from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+
+def parse_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with the refusals of :class:`_StrictLoader` (duplicate keys, aliases, ...)."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A YAML mapping from ``path``; any problem is one :class:`DataError` line naming the file (and line)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"config file {path} line {line}: not valid UTF-8 ({e.reason}, byte "
+                        f"0x{raw[e.start]:02x})") from None
+    try:
+        data = parse_yaml(text)
     except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        where = f" (line {line + 1})" if line is not None else ""
-        raise DataError(f"config file {path} is not valid YAML{where}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None)
+        why = f": {' '.join(str(problem).split())[:2 * SHOWN_CHARS]}" if problem else ""
+        raise DataError(f"config file {path} is not valid YAML{where}{why}") from None
+    except RecursionError:  # not expected past MAX_YAML_DEPTH, but never a traceback
+        raise DataError(f"config file {path} is not valid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -15,6 +15,7 @@ appears in a string.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -24,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
+
+try:
+    import fcntl
+except ImportError:  # Windows: run directories are not locked
+    fcntl = None
 
 
 def versions() -> dict:
@@ -127,8 +133,74 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(_clean(obj), indent=2, sort_keys=True) + "\n")
 
 
+LOCK_NAME = ".obliviate.lock"
+"""The file in a run directory that the process running there holds locked (and writes its pid in)."""
+MAX_HELD_LOCKS = 64
+"""A process keeps at most this many run directories locked; the oldest is let go first (only a long-lived
+process, such as a test session running many commands, ever prepares that many)."""
+_HELD_LOCKS: dict[str, Any] = {}
+"""Real path of a run directory -> the open lock file holding it locked, for the life of the process."""
+
+
+def _launch_rank() -> int:
+    """This process's rank in a launched run (``$RANK``, else ``$LOCAL_RANK``), 0 in a plain run."""
+    for var in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def lock_out_dir(out: str | Path) -> None:
+    """Hold ``out`` exclusively for this run: ``fcntl.flock`` on ``out/.obliviate.lock``, kept until the
+    process ends. Another process that prepares the same directory fails at once with
+    ``output directory DIR is in use by another obliviate run (pid N); ...``.
+
+    Re-entrant: a process that prepares a directory it already holds (several commands run in one
+    process) just keeps it. In a launched run (``$RANK`` / ``$LOCAL_RANK`` > 0) only rank 0 takes the
+    lock, so the processes of one run never block each other. Where ``flock`` is missing or unsupported
+    (Windows, some network file systems) nothing is locked.
+    """
+    if fcntl is None or _launch_rank() != 0:
+        return
+    key, path = os.path.realpath(out), Path(out) / LOCK_NAME
+    held = _HELD_LOCKS.pop(key, None)
+    if held is not None:
+        try:
+            same = os.path.samestat(os.fstat(held.fileno()), os.stat(path))
+        except OSError:  # the directory was deleted (and perhaps made again) since: lock it afresh
+            same = False
+        if same:
+            _HELD_LOCKS[key] = held  # (now the most recently used)
+            return
+        held.close()
+    try:
+        f = open(path, "a+")
+    except OSError as e:
+        raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # e.g. ENOLCK: cannot lock here
+            f.close()
+            return
+        f.seek(0)
+        pid = f.read(40).strip() or "unknown"
+        f.close()
+        raise ObliviateError(f"output directory {out} is in use by another obliviate run (pid {pid}); wait for "
+                             "it to finish, or choose another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    _HELD_LOCKS[key] = f
+    while len(_HELD_LOCKS) > MAX_HELD_LOCKS:
+        _HELD_LOCKS.pop(next(iter(_HELD_LOCKS))).close()
+
+
 def prepare_out_dir(out: str | Path) -> Path:
-    """Create ``out`` (checking it is writable) and remove a stale results.json."""
+    """Create ``out`` (checking it is writable), lock it for this run (:func:`lock_out_dir`) and remove
+    a stale results.json."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +209,7 @@ def prepare_out_dir(out: str | Path) -> Path:
         probe.unlink()
     except OSError as e:
         raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
+    lock_out_dir(out)
     (out / "results.json").unlink(missing_ok=True)
     return out
 
@@ -149,7 +222,7 @@ def input_fingerprint(path: str | Path | None) -> Any:
     p = Path(path)
     if not p.is_dir():
         return str(path)
-    files = sorted(f for f in p.iterdir() if f.is_file())
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name != LOCK_NAME)  # the lock changes per run
     return {"path": str(p.resolve()), "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
 
 

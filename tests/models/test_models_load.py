@@ -1,4 +1,6 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,4 +89,104 @@ def test_tokenizer_larger_than_embedding_is_refused(trained_tok, tmp_path):
     save_model(tiny_llama(100, n_layer=1, d_model=32), d)
     save_tokenizer(trained_tok, d)
     with pytest.raises(ModelError, match="embeds only 100"):
+        load_model_and_tokenizer(d)
+
+
+# --------------------------------------------------------------------------- issue #16: non-finite weights, paths
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(tmp_path):
+    model = tiny_llama(300, n_layer=1, d_model=32)
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[3, 5] = float("nan")
+    d = save_model(model, tmp_path / "nan_weights")
+    with pytest.raises(ModelError, match=rf"^model '{d}' has non-finite weights: 'model.layers.0.mlp.up_proj.weight' "
+                                         r"holds NaN or infinite values$"):
+        load_model(d)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1e999"])
+def test_config_json_with_a_non_finite_float_is_refused(value, tmp_path):
+    d = save_model(tiny_llama(300, n_layer=1, d_model=32), tmp_path / "m")
+    text = (d / "config.json").read_text()
+    cfg = json.loads(text)
+    assert "rms_norm_eps" in cfg
+    (d / "config.json").write_text(text.replace(f'"rms_norm_eps": {cfg["rms_norm_eps"]}', f'"rms_norm_eps": {value}'))
+    with pytest.raises(ModelError, match=r"config\.json': 'rms_norm_eps' is not a finite number$"):
+        load_model(d)
+
+
+def _no_hub(monkeypatch, what="AutoModelForCausalLM"):
+    """Make every hub look-up fail as it does offline, and record the names looked up."""
+    import transformers
+
+    asked = []
+
+    def offline(name, *a, **kw):
+        asked.append(name)
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files of {name}.")
+
+    monkeypatch.setattr(getattr(transformers, what), "from_pretrained", offline)
+    return asked
+
+
+def test_a_mistyped_local_path_says_no_such_local_directory(tmp_path, monkeypatch):
+    """``runs/bsae`` could be a hub id: it is tried there, and the error says neither exists."""
+    from obliviate.models.tokenizer import load_tokenizer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "base").mkdir(parents=True)
+    asked = _no_hub(monkeypatch)
+    with pytest.raises(ModelError, match=r"^no local directory 'runs/bsae', and no hub model 'runs/bsae' could be "
+                                         r"loaded: We couldn't connect"):
+        load_model("runs/bsae")
+    assert asked == ["runs/bsae"]
+    asked = _no_hub(monkeypatch, "AutoTokenizer")
+    with pytest.raises(ModelError, match=r"^no local directory 'runs/bsae', and no hub tokenizer 'runs/bsae'"):
+        load_tokenizer("runs/bsae")
+    assert asked == ["runs/bsae"]
+
+
+@pytest.mark.parametrize("name", ["runs/a/bsae", "./runs/bsae", "/nowhere/bsae", "~/no-such-obliviate-model",
+                                  "my model", "runs/bsae/"])
+def test_names_that_cannot_be_hub_ids_fail_at_once_as_missing_directories(name, tmp_path, monkeypatch):
+    from obliviate.models.tokenizer import load_tokenizer
+
+    monkeypatch.chdir(tmp_path)
+    asked = _no_hub(monkeypatch)
+    shown = re.escape(str(Path(name)))  # as a path: "./runs/bsae" is shown as 'runs/bsae'
+    with pytest.raises(ModelError, match=rf"^model directory '{shown}' does not exist$"):
+        load_model(name)
+    tok_asked = _no_hub(monkeypatch, "AutoTokenizer")
+    with pytest.raises(ModelError, match=rf"^tokenizer directory '{shown}' does not exist$"):
+        load_tokenizer(name)
+    assert asked == tok_asked == []
+
+
+def test_symbolic_link_loops_and_dangling_links_are_named_as_such(tmp_path, monkeypatch):
+    from obliviate.models.tokenizer import load_tokenizer
+
+    asked = _no_hub(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    Path("loop").symlink_to("loop")
+    Path("gone").symlink_to("nowhere")
+    for name in ("loop", str(tmp_path / "loop"), "loop/model"):
+        with pytest.raises(ModelError, match=rf"^model directory '{re.escape(name)}' is a symbolic link loop"):
+            load_model(name)
+        with pytest.raises(ModelError, match=rf"^tokenizer directory '{re.escape(name)}' is a symbolic link loop"):
+            load_tokenizer(name)
+    with pytest.raises(ModelError, match=r"^model directory 'gone' is a symbolic link to 'nowhere', which does not "
+                                         r"exist$"):
+        load_model("gone")
+    assert asked == []
+
+
+def test_the_pad_token_error_names_the_command_line_flag(trained_tok, tmp_path):
+    d = tmp_path / "nopad"
+    save_model(tiny_llama(len(trained_tok), n_layer=1, d_model=32, pad_token_id=None), d)
+    save_tokenizer(trained_tok, d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.pop("pad_token")
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match=r"has no pad token; use --pad-policy eos to pad with the eos token$"):
         load_model_and_tokenizer(d)

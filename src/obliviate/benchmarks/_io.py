@@ -62,15 +62,71 @@ def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
                                 f"at column {e.start + 1})") from None
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` for :func:`json.loads`: a dict, or ``_DuplicateKey`` for a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _duplicate_key_line(text: str, key: str) -> int | None:
+    """1-based line where ``key`` is given a second time in one object of the JSON ``text`` (None if nowhere).
+
+    Only called once a duplicate is known to exist, so its pure-Python walk costs nothing otherwise.
+    """
+    stack: list[set | None] = []  # the keys of each open object; None for an array
+    expect_key = False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            value, end = json.decoder.scanstring(text, i + 1)
+            if expect_key and stack and stack[-1] is not None:
+                if value == key and value in stack[-1]:
+                    return text.count("\n", 0, i) + 1
+                stack[-1].add(value)
+            expect_key = False
+            i = end
+            continue
+        if c == "{":
+            stack.append(set())
+            expect_key = True
+        elif c == "[":
+            stack.append(None)
+        elif c in "]}":
+            if stack:
+                stack.pop()
+        elif c == ",":
+            expect_key = bool(stack) and stack[-1] is not None
+        i += 1
+    return None
+
+
 def parse_json(text: str, where: str, one_line: bool = False) -> Any:
     """``json.loads`` whose every failure is one DataError line starting with ``where``.
 
     ``one_line``: ``where`` already names the line (JSON Lines); otherwise the line of a syntax
     error is appended to ``where``. Nesting too deep for the parser and integers
-    too long to convert are refused, not left to raise RecursionError / ValueError.
+    too long to convert are refused, not left to raise RecursionError / ValueError, and so is
+    a key given twice in one object (``json.loads`` would keep the last value without a word).
     """
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        line = None if one_line else _duplicate_key_line(text, e.key)
+        at = f"{where} line {line}" if line is not None else where
+        key = repr(e.key) if len(repr(e.key)) <= 80 else repr(e.key)[:80] + "..."
+        raise DataError(f"{at}: duplicate key {key} in one JSON object") from None
     except json.JSONDecodeError as e:
         at = where if one_line else f"{where} line {e.lineno}"
         raise DataError(f"{at}: invalid JSON ({e.msg} at column {e.colno})") from None

@@ -1,18 +1,66 @@
-"""Small helpers shared by the loaders: telling local paths from hub ids, one-line errors."""
+"""Small helpers shared by the loaders: telling local paths from hub ids, one-line errors.
+
+A name is looked up on the hub only when it could be a hub id (``"gpt2"``, ``"org/name"``: one slash
+at most, letters, digits, ``-``, ``_``, ``.``) and nothing of that name is on disk. Anything else
+(``./runs/x``, ``/abs``, ``~/m``, ``runs/a/b``, ``my model``) is a local path, and a missing one fails at
+once as a missing local directory instead of as a failed download.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+from pathlib import Path
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+
+
+def could_be_hub_id(s: str) -> bool:
+    """True for ``"name"`` / ``"org/name"`` made of hub characters (the rules of huggingface_hub's
+    ``validate_repo_id``: at most 96 characters, no ``--`` or ``..``, not ending in ``.`` or ``-``)."""
+    return (bool(_HUB_ID.fullmatch(s)) and len(s) <= 96 and "--" not in s and ".." not in s
+            and not s.endswith((".", "-")))
 
 
 def looks_like_path(s: str) -> bool:
-    """True for strings that can only be a filesystem path, never a hub id ("org/name")."""
+    """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``).
+
+    Narrower than ``not could_be_hub_id(s)``: ``"not a hub id!"`` is neither (see obliviate.tofu).
+    """
     return (
         s.startswith((".", "/", "~"))
         or s.count("/") > 1
         or s.endswith("/")
         or (os.sep != "/" and os.sep in s)
     )
+
+
+def _stat_errno(path: str) -> int | None:
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+def is_local(s: str) -> bool:
+    """Whether ``s`` names something on disk or can only be a path (see the module doc); False means: a hub id."""
+    return os.path.lexists(s) or not could_be_hub_id(s) or _stat_errno(s) not in (None, errno.ENOENT)
+
+
+def missing_reason(path: str | os.PathLike) -> str:
+    """Why the local ``path`` cannot be read, for ``f"... {path!r} {reason}"``: ``"does not exist"``,
+    ``"is a symbolic link loop ..."`` or ``"is a symbolic link to 'T', which does not exist"``."""
+    err = _stat_errno(str(path))
+    if err == errno.ELOOP:
+        return "is a symbolic link loop (too many levels of symbolic links)"
+    p = Path(path)
+    if p.is_symlink():
+        return f"is a symbolic link to {os.readlink(p)!r}, which does not exist"
+    if err not in (None, errno.ENOENT, errno.ENOTDIR):
+        return f"cannot be read ({os.strerror(err)})"
+    return "does not exist"
 
 
 def one_line(e: BaseException) -> str:

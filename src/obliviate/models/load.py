@@ -4,13 +4,14 @@ checkpoints (``pytorch_model.bin``) are refused, never unpickled."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 import torch
 
 from obliviate.errors import ConfigError, ModelError
-from obliviate.models._paths import looks_like_path, one_line
+from obliviate.models._paths import is_local, missing_reason, one_line
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 
 _DTYPES = {
@@ -43,12 +44,15 @@ def load_model(
     are not an existing path and do not look like one (``"org/name"``) are hub ids.
     ``dtype=None`` keeps the checkpoint's dtype; ``device=None`` leaves it on the CPU;
     ``attn_implementation=None`` lets transformers choose (``"sdpa"`` where available).
+    A name that could be either (``runs/x`` when there is no such directory) is tried on the hub,
+    and the error then says both. The loaded weights are checked to be finite (:func:`check_finite`).
     """
     from transformers import AutoModelForCausalLM
 
     torch_dtype = resolve_dtype(dtype)
     source = str(name_or_path)
-    if Path(source).exists() or looks_like_path(source):
+    local = is_local(source)
+    if local:
         source = str(_check_model_dir(Path(source)))
     kwargs = dict(use_safetensors=True, trust_remote_code=trust_remote_code)
     if torch_dtype is not None:
@@ -67,15 +71,44 @@ def load_model(
         raise ModelError(f"cannot load model {source!r}: its weights do not match its config.json "
                          f"(different shapes); {one_line(e)}") from e
     except (OSError, ValueError, KeyError) as e:
+        if not local:
+            raise ModelError(f"no local directory {source!r}, and no hub model {source!r} could be loaded: "
+                             f"{one_line(e)}") from e
         raise ModelError(f"cannot load model {source!r}: {one_line(e)}") from e
     if device is not None:
         model = model.to(device)
+    check_finite(model, source)
     return model.eval()
+
+
+def check_finite(model, name) -> None:
+    """ModelError naming ``name`` and the first floating-point parameter or buffer holding NaN or inf.
+
+    Such weights load without complaint and then give NaN logits and losses far from the cause;
+    one ``isfinite`` pass at load time names the tensor instead.
+    """
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    for tensor_name, t in tensors:
+        if t.is_floating_point() and t.numel() and t.device.type != "meta" and not bool(torch.isfinite(t).all()):
+            raise ModelError(f"model {str(name)!r} has non-finite weights: {tensor_name!r} holds NaN or "
+                             "infinite values")
+
+
+def _non_finite_key(obj, prefix: str = "") -> str | None:
+    """The dotted key of the first NaN/inf number in parsed JSON ``obj``, else None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return prefix or "<root>"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        found = _non_finite_key(v, f"{prefix}.{k}" if prefix else str(k))
+        if found:
+            return found
+    return None
 
 
 def _check_model_dir(path: Path) -> Path:
     if not path.exists():
-        raise ModelError(f"model directory {str(path)!r} does not exist")
+        raise ModelError(f"model directory {str(path)!r} {missing_reason(path)}")
     if not path.is_dir():
         raise ModelError(f"model path {str(path)!r} is not a directory")
     config = path / "config.json"
@@ -83,10 +116,15 @@ def _check_model_dir(path: Path) -> Path:
         raise ModelError(f"model directory {str(path)!r} has no config.json")
     try:
         parsed = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        bad = _non_finite_key(parsed)
+    except (OSError, ValueError) as e:  # also bad UTF-8, bad JSON, an integer of too many digits
         raise ModelError(f"malformed {str(config)!r}: {one_line(e)}") from e
+    except RecursionError:
+        raise ModelError(f"malformed {str(config)!r}: nested too deeply") from None
     if not isinstance(parsed, dict) or "model_type" not in parsed:
         raise ModelError(f"malformed {str(config)!r}: no 'model_type' key")
+    if bad is not None:  # json.loads takes NaN / Infinity / 1e999; a NaN rms_norm_eps makes every logit NaN
+        raise ModelError(f"malformed {str(config)!r}: {bad!r} is not a finite number")
     if not any(path.glob("*.safetensors")):
         pickled = sorted(p.name for p in path.glob("*.bin"))
         hint = f" (found pickled {', '.join(pickled)}; refusing to unpickle)" if pickled else ""

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from obliviate.errors import ConfigError, ModelError
-from obliviate.models._paths import looks_like_path, one_line
+from obliviate.models._paths import is_local, missing_reason, one_line
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "<|pad|>",
@@ -140,9 +140,11 @@ def load_tokenizer(path_or_id: str | os.PathLike):
     from transformers import AutoTokenizer
 
     path = Path(path_or_id)
-    if path.exists() or looks_like_path(str(path_or_id)):
+    if is_local(str(path_or_id)):
+        if not path.exists():
+            raise ModelError(f"tokenizer directory {str(path)!r} {missing_reason(path)}")
         if not path.is_dir():
-            raise ModelError(f"tokenizer directory {str(path)!r} does not exist")
+            raise ModelError(f"tokenizer path {str(path)!r} is not a directory")
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
             raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or tokenizer_config.json")
         try:
@@ -152,7 +154,8 @@ def load_tokenizer(path_or_id: str | os.PathLike):
     try:
         return AutoTokenizer.from_pretrained(str(path_or_id))
     except (OSError, ValueError) as e:
-        raise ModelError(f"cannot load tokenizer {str(path_or_id)!r} (not a local directory; hub load failed): {one_line(e)}") from e
+        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub tokenizer {str(path_or_id)!r} could be "
+                         f"loaded: {one_line(e)}") from e
 
 
 def pad_id(tok) -> int:
@@ -177,7 +180,7 @@ def ensure_pad_token(tok, policy: str = "error"):
         return tok
     if policy == "error":
         raise ModelError(
-            f"tokenizer at {_where(tok)} has no pad token; use pad_policy='eos' to pad with the eos token"
+            f"tokenizer at {_where(tok)} has no pad token; use --pad-policy eos to pad with the eos token"
         )
     if tok.eos_token is None:
         raise ModelError(f"tokenizer at {_where(tok)} has no pad token and no eos token to pad with")

@@ -61,8 +61,29 @@ class TrainConfig:
     def __post_init__(self):
         if self.steps < 0:
             raise ConfigError(f"config key 'steps': must be >= 0, got {self.steps}")
+        for key in ("lr", "weight_decay", "beta1", "beta2", "min_lr_ratio", "grad_clip"):
+            value = getattr(self, key)
+            try:
+                finite = not isinstance(value, bool) and math.isfinite(value)  # numpy scalars too
+            except TypeError:
+                finite = False
+            if not finite:
+                raise ConfigError(f"config key '{key}': must be a finite number, got {repr(value)[:80]}")
         if self.lr <= 0:
             raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"config key 'weight_decay': must be >= 0, got {self.weight_decay}")
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"config key '{key}': must be in [0, 1), got {getattr(self, key)}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"config key 'min_lr_ratio': must be in [0, 1], got {self.min_lr_ratio}")
+        if self.grad_clip < 0:
+            raise ConfigError(f"config key 'grad_clip': must be >= 0 (0 disables clipping), got {self.grad_clip}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"config key 'warmup_steps': must be >= 0, got {self.warmup_steps}")
+        if self.keep_checkpoints < 1:
+            raise ConfigError(f"config key 'keep_checkpoints': must be >= 1, got {self.keep_checkpoints}")
         if self.log_every < 1:
             raise ConfigError(f"config key 'log_every': must be >= 1, got {self.log_every}")
         if self.checkpoint_every < 0:
@@ -72,7 +93,7 @@ class TrainConfig:
 
 
 class TrainingDiverged(ObliviateError):
-    """A loss term became NaN or infinite."""
+    """A loss term, the gradient norm or the trained weights became NaN or infinite."""
 
 
 class StepSampler:
@@ -389,7 +410,13 @@ def train(
                 where = f"; last good checkpoint: {latest_checkpoint(ckpt_dir)}" if ckpt_dir else ""
                 raise TrainingDiverged(f"gradient norm is {gnorm} at step {step + 1} (loss terms "
                                        f"{', '.join(terms)} finite){where}")
-            optimizer.step()
+            try:
+                optimizer.step()
+            except RuntimeError as e:  # torch's "value cannot be converted to type float without overflow"
+                if "overflow" not in str(e):
+                    raise
+                raise TrainingDiverged(f"the optimizer step at step {step + 1} overflows the parameters' dtype "
+                                       f"(lr={cfg.lr:g} too large?)") from None
             scheduler.step()
             if logged is None:
                 for name, value in terms.items():
@@ -422,12 +449,30 @@ def train(
     finally:
         bar.close()
     model.eval()
+    if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
+        bad = _first_non_finite(model, extra_params)
+        if world > 1 or sharded:  # every process stops, or none (sharded: each holds only its own part)
+            flag = D.all_reduce_mean(torch.tensor([float(bad is not None)], device=acc.device))
+            bad = bad or ("a parameter on another process" if float(flag) > 0 else None)
+        if bad is not None:
+            raise TrainingDiverged(f"{bad} holds NaN or infinite values after step {cfg.steps} (lr={cfg.lr:g} "
+                                   "too large?); the trained weights are not usable")
     if eval_fn is not None and cfg.steps > start:
         log({"step": cfg.steps, **eval_fn(eval_model, cfg.steps)})
     summary = {"history": history, "resumed_from": start, "last_checkpoint": last_ckpt_step}
     if sharded:
         summary["full_state_dict"] = acc.get_state_dict(model)  # a collective: every process takes part
     return summary
+
+
+def _first_non_finite(model: torch.nn.Module, extra_params=None) -> str | None:
+    """``"parameter 'NAME'"`` for the first trained tensor holding NaN or inf, else None (one isfinite pass)."""
+    named = [(f"parameter '{n}'", p) for n, p in model.named_parameters() if p.requires_grad]
+    named += [(f"extra parameter {i}", p) for i, p in enumerate(extra_params or [])]
+    for name, p in named:
+        if p.is_floating_point() and p.numel() and not bool(torch.isfinite(p.detach()).all()):
+            return name
+    return None
 
 
 def _deepspeed_micro_batch(acc, batch_fn) -> None:
