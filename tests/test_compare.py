@@ -30,6 +30,14 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
             assert key in m[name], (name, key)
         assert 0.0 <= m[name]["s_unlearning"] <= 1.0
     assert "forget_qa_acc" in m["base"] and "retain_qa_acc" in m["base"]
+    # issue 15's results contract: both controls, and the robustness numbers in every row
+    assert {"positive_control", "oracle"} <= set(m)
+    for name, row in m.items():
+        for key in ("relearn_disjoint_acc", "relearn_disjoint_start_acc", "recovery_cost_tokens", "mia_auc_loss",
+                    "mia_auc_zlib", "mia_auc_min_k", "mia_auc_min_k_plus_plus"):
+            assert key in row, (name, key)
+    assert set(res["robustness"]["verdicts"]) == {"graddiff", "rmu"}
+    assert "## Robustness" in (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "relearning" in html
     assert (out / "methods" / "rmu" / "result.json").exists()
@@ -54,8 +62,9 @@ def _check_models(out: Path, res: dict) -> None:
     """The run directory holds every model it reports on, and each loads."""
     dirs = res["model_dirs"]
     assert set(dirs) == set(res["metrics"])
-    expected = {"base": out / "models" / "base", "oracle": out / "models" / "oracle",
-                **{n: out / "methods" / n / "model" for n in dirs if n not in ("base", "oracle")}}
+    refs = ("base", "oracle", "positive_control")
+    expected = {**{n: out / "models" / n for n in refs},
+                **{n: out / "methods" / n / "model" for n in dirs if n not in refs}}
     for name, d in dirs.items():
         assert Path(d) == expected[name], name
         assert (Path(d) / "config.json").exists() and (Path(d) / "model.safetensors").exists(), name

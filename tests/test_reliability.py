@@ -132,12 +132,12 @@ def test_unlearn_does_not_resume_checkpoints_of_another_run(tiny_model_dir, tmp_
 def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     args = ["attack", "--model", str(tiny_model_dir), "--seed", "2", "--no-progress", *SMALL_WORLD,
             "attacks.relearn.steps=40", "attacks.relearn.checkpoint_every=5", "attacks.relearn.eval_every=10",
-            "attacks.relearn.batch_size=2", "attacks.relearn.lr=3e-3"]
+            "attacks.relearn.batch_size=2", "attacks.lr_grid=[3e-3]", "attacks.lora=false", "attacks.disjoint=false"]
     ref = tmp_path / "ref"
     assert main([*args, "--out", str(ref)]) == 0
 
     killed = tmp_path / "killed"
-    ckpts = killed / "relearn" / "corpus" / "checkpoints"
+    ckpts = killed / "relearn" / "corpus-lr0.003" / "checkpoints"
     kill_after_checkpoint([*args, "--out", str(killed)], ckpts, min_step=10)
     assert not (killed / "results.json").exists()
     assert 10 <= _steps_done(ckpts) < 40
@@ -146,8 +146,8 @@ def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_
     a, b = json.loads((ref / "results.json").read_text()), json.loads((killed / "results.json").read_text())
     assert b["status"] == "complete" and b["metrics"] == a["metrics"]
     assert [c[0] for c in b["metrics"]["relearn_curve"]] == [0, 10, 20, 30, 40]  # the curve before the kill too
-    la = _jsonl(ref / "relearn" / "corpus" / "metrics.jsonl")
-    lb = _jsonl(killed / "relearn" / "corpus" / "metrics.jsonl")
+    la = _jsonl(ref / "relearn" / "corpus-lr0.003" / "metrics.jsonl")
+    lb = _jsonl(killed / "relearn" / "corpus-lr0.003" / "metrics.jsonl")
     losses = [r["loss"] for r in la if "loss" in r]
     assert len(losses) == 40 and len(set(losses)) > 1
     assert lb == la  # the loss at every step and the accuracy at every evaluation

@@ -20,13 +20,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
+from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval import s_unlearning
 from obliviate.methods import get_method, method_defaults
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.results import atomic_write_json, atomic_write_text
-from obliviate.tasks.world import AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks
+from obliviate.tasks.world import (AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks,
+                                   task_from_world)
 from obliviate.train import TrainConfig
 from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.unlearn import UnlearnConfig, unlearn
@@ -56,6 +59,12 @@ class CompareConfig:
     """Also pretrain the oracle (no forget facts) and report each method's distance to it."""
     attack_references: bool = True
     """Also attack the base and oracle models (reference points for the recovery curves)."""
+    positive_control: bool = True
+    """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
+    disjoint: TaskAttackConfig = field(default_factory=lambda: TaskAttackConfig(
+        corpus=False, probe=False, lr_grid=[3e-4], lora=False))
+    """The disjoint-halves relearning attack and membership inference on every model (one learning rate and
+    no LoRA by default, to keep the demo within minutes; ``obliviate attack`` tries the whole grid)."""
 
 
 def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
@@ -132,6 +141,15 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
     base_acc = metrics["base"]["forget_qa_acc"]
     curves: dict = {}
     timings: dict = {}  # wall times live outside ``metrics``: same seed, same metrics
+    task = task_from_world(world)
+
+    def robustness_attacks(model) -> dict:
+        """Disjoint-halves relearning, membership inference, recovery cost (and the paragraph attack's
+        numbers under the names the calibration reads)."""
+        att = run_task_attacks(model, tok, task, cfg.disjoint, base_model=base_model)
+        return {k: v for k, v in att.items() if k.startswith(("relearn_disjoint", "recovery_cost", "mia_auc",
+                                                                "recovery_budget"))}
+
     if cfg.attack_references:
         for ref_name in roots:
             m = load_model(str(roots[ref_name] / "model"))
@@ -139,6 +157,21 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
             curves[ref_name] = att.pop("relearn_curve", None)
             timings[f"{ref_name}_attack_seconds"] = att.pop("attack_seconds", None)
             metrics[ref_name].update(att)
+            metrics[ref_name].update(robustness_attacks(m))
+    if cfg.positive_control:
+        control, info = suppression_control(base_model, tok, task, seed=cfg.seed)
+        m = evaluate_world(control, tok, world, dataset)
+        m.update(score_against(metrics["base"], m))
+        att = run_attacks(control, tok, world, base_acc, cfg.attacks)
+        curves["positive_control"] = att.pop("relearn_curve", None)
+        att.pop("attack_seconds", None)
+        m.update(att)
+        m.update(robustness_attacks(control))
+        metrics["positive_control"] = m
+        timings["positive_control"] = info
+        save_trained(control, out / "models" / "positive_control", None, tok)
+        model_dirs["positive_control"] = str(out / "models" / "positive_control")
+        del control
     configs = {}
     for name in cfg.methods:
         mdir = out / "methods" / name
@@ -169,13 +202,21 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         curves[name] = att.pop("relearn_curve", None)
         timings[f"{name}_attack_seconds"] = att.pop("attack_seconds", None)
         m.update(att)
+        m.update(robustness_attacks(model))
         metrics[name] = m
         save_trained(model, mdir / "model", summary, tok)  # before result.json: a finished method has its model
         atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name],
                                  "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
+    for m in metrics.values():  # the paragraph attack under the names the calibration reads
+        if m.get("relearn_forget_qa_acc") is not None:
+            m.update(relearn_acc=m["relearn_forget_qa_acc"], relearn_start_acc=m.get("relearn_initial_acc"))
+    if "relearn_forget_qa_acc" in metrics["base"]:
+        metrics["base"]["relearn_base_acc"] = metrics["base"]["forget_qa_acc"]
+    robustness = robustness_summary(metrics)
     timings["total_seconds"] = time.time() - t0
-    write_report(out, cfg, metrics, curves, configs, timings["total_seconds"], base_root)
-    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": model_dirs}
+    write_report(out, cfg, metrics, curves, configs, timings["total_seconds"], base_root, robustness)
+    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": model_dirs,
+            "robustness": robustness}
 
 
 # ---------------------------------------------------------------- report
@@ -259,7 +300,7 @@ def plot_base_loss(base_root: Path, png: Path) -> None:
 
 
 def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, configs: dict, seconds: float,
-                 base_root: Path | None = None) -> None:
+                 base_root: Path | None = None, robustness: dict | None = None) -> None:
     from obliviate.report import markdown_table, plot_grouped_bars, write_html
 
     plots = out / "plots"
@@ -284,6 +325,7 @@ def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, con
         "",
         markdown_table(rows, COLUMNS),
         "",
+        *(robustness_markdown(metrics, robustness) if robustness else []),
         "## How much comes back under relearning",
         "",
     ]

@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict, to_dict
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, DataError
 from obliviate.eval.task import evaluate_task, keep_score, score_against
 from obliviate.methods import METHODS, get_method, method_defaults, method_names, preset_name
 from obliviate.models.builders import tiny_llama
@@ -71,6 +72,10 @@ class TaskCompareConfig:
     tiny: TinyBase = field(default_factory=TinyBase)
     oracle: bool = True
     """Train (tiny base) an oracle on the retain data only, and attack it as the negative control."""
+    positive_control: bool = True
+    """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
+    positive_control_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``steps``, ``lr``)."""
     eval_batch_size: int = 32
 
 
@@ -164,6 +169,21 @@ def run_task_compare(task: Task, cfg: TaskCompareConfig, out: Path, *, model_dir
         metrics["oracle"].update(attack("oracle", oracle))
         del oracle
     metrics["base"].update(attack("base", base_model))
+    if cfg.positive_control:
+        try:
+            control, control_info = suppression_control(base_model, tok, task, seed=cfg.seed,
+                                                        **cfg.positive_control_args)
+        except DataError as e:  # e.g. a task with MCQs only: nothing to refuse
+            control_info = {"skipped": str(e)}
+        else:
+            metrics["positive_control"] = evaluate_task(control, tok, task, **ev)
+            metrics["positive_control"].update(score_against(metrics["base"], metrics["positive_control"]))
+            metrics["positive_control"].update(attack("positive_control", control))
+            save_model(control, out / "positive_control_model")
+            tok.save_pretrained(str(out / "positive_control_model"))
+            dirs["positive_control"] = str(out / "positive_control_model")
+            del control
+        timings["positive_control"] = control_info
     configs = {}
     for name in methods:
         mdir = out / "methods" / name
@@ -189,9 +209,11 @@ def run_task_compare(task: Task, cfg: TaskCompareConfig, out: Path, *, model_dir
         atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name],
                                  "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
         del model
+    robustness = robustness_summary(metrics)
     timings["total_seconds"] = time.time() - t0
-    write_task_report(out, task, metrics, curves, configs, timings["total_seconds"], base_score)
-    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "models": dirs}
+    write_task_report(out, task, metrics, curves, configs, timings["total_seconds"], base_score, robustness)
+    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "models": dirs,
+            "robustness": robustness}
 
 
 COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_score", "s_unlearning",
@@ -239,7 +261,7 @@ def plot_curves(curves: dict, png: Path) -> None:
 
 
 def write_task_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
-                      base_score: float | None) -> None:
+                      base_score: float | None, robustness: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -251,6 +273,7 @@ def write_task_report(out: Path, task: Task, metrics: dict, curves: dict, config
           "`relearn_disjoint_acc`: forget accuracy on one half of the forget facts after fine-tuning on the other "
           "half (both swaps averaged); the oracle's value is what a model that never saw the facts reaches.", "",
           markdown_table(rows, COLUMNS), "",
+          *(robustness_markdown(metrics, robustness) if robustness else []),
           "![forget vs kept](plots/forget_keep.png)", "", "![recovery](plots/recovery.png)", "",
           "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
           f"Total time {seconds:.0f} s."]

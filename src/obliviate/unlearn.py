@@ -199,13 +199,10 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and
     ``data`` (what was encoded: QA pairs, documents, windows, tokens cut).
     """
-    method = build_method(cfg.method, cfg.params)
+    method = check_unlearn_config(cfg)
     forget, retain = as_data(forget), as_data(retain)
     if getattr(method, "kind", "train") == "edit":
         return _edit(method, model, tokenizer, forget, retain, prompt)
-    if list(cfg.train.trainable) != ["*"]:
-        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
-                          f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
     if getattr(method, "needs_idk", False) and forget.docs:
         raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
                           f"but the forget data has {len(forget.docs)} documents; use another method for documents")
@@ -250,6 +247,15 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     summary["trainable"] = patterns
     summary["data"] = data.stats
     return model, summary
+
+
+def check_unlearn_config(cfg: UnlearnConfig):
+    """Everything about ``cfg`` that can be checked without a model; returns the built method."""
+    method = build_method(cfg.method, cfg.params)
+    if list(cfg.train.trainable) != ["*"]:
+        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
+                          f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
+    return method
 
 
 def _max_len(model, wanted: int) -> int:

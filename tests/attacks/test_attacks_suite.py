@@ -59,14 +59,14 @@ def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tok
              ("n_forget", "n_holdout", "n_retain", "n_general", "n_concept", "n_toxic")]
     args = parser.parse_args(["attack", "--model", str(model_dir), "--base", str(model_dir), "--out",
                               str(tmp_path / "run"), "--no-progress", "attacks.relearn.steps=2",
-                              "attacks.relearn.eval_every=1", *world])
+                              "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.lora=false", *world])
     args.fn(args)
     res = read_results(tmp_path / "run")
     assert res["status"] == "complete" and res["config"]["seed"] == 0 and res["task"]["name"] == "world"
     m = res["metrics"]
     assert [s for s, _ in m["relearn_curve"]] == [0, 1, 2]
     assert [s for s, _ in m["relearn_disjoint_curve"]] == [0, 1, 2]
-    assert set(m["attacks_run"]) == {"relearn", "relearn_disjoint", "probe"}
+    assert set(m["attacks_run"]) == {"relearn", "relearn_disjoint", "probe", "mia"}
     # this fixture model never learned the forget facts: nothing to recover, so no steps_to_base
     assert m["base_knows_forget"] is False and m["relearn_steps_to_base"] is None
     assert 0.0 <= m["probe_acc"] <= 1.0

@@ -18,17 +18,18 @@ def test_compare_every_method_on_an_ember_concept(tmp_path):
     steps = [f"runs.{m}.steps=2" for m in method_names() if METHODS[m].kind != "edit"]
     rc = main(["compare", "--task", "ember:harry_potter", "--limit", "6", "--out", str(out), "--no-progress",
                "finetune.epochs=2", "tiny.d_model=32", "tiny.vocab_size=400", "attacks.relearn.steps=2",
-               "attacks.relearn.eval_every=1", *steps])
+               "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.lora=false", *steps])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     # every method runs on documents (none of them needs QA pairs: EMBER's forget data are sentences)
     expected = {m for m in method_names() if not getattr(METHODS[m], "needs_idk", False)}
-    assert set(res["metrics"]) == expected | {"base", "oracle"}
+    assert set(res["metrics"]) == expected | {"base", "oracle", "positive_control"}
+    assert set(res["robustness"]["verdicts"]) == expected
     assert res["task"]["name"] == "ember:harry_potter" and res["task"]["forget"] == "6 documents"
     for name in expected:
         assert "forget_score" in res["metrics"][name] and "relearn_acc" in res["metrics"][name], name
     assert (out / "report.html").exists() and (out / "plots" / "forget_keep.png").exists()
-    assert set(res["model_dirs"]) == {"base", "oracle"}
+    assert set(res["model_dirs"]) == {"base", "oracle", "positive_control"}
 
 
 def test_compare_oracle_needs_a_task_or_model(tmp_path, capsys):

@@ -56,7 +56,8 @@ def _file(tmp_path, request):
 BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "muse": _muse, "file": _file}
 
 TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2}, "runs": {"npo": {"steps": 2}, "rmu": {"steps": 2}},
-        "attacks": {"relearn": {"steps": 2, "eval_every": 1}}, "tiny": {"d_model": 32, "vocab_size": 400}}
+        "attacks": {"relearn": {"steps": 2, "eval_every": 1}, "lr_grid": [1e-3], "lora": False},
+        "tiny": {"d_model": 32, "vocab_size": 400}}
 
 
 def test_every_provider_has_a_tiny_run():
@@ -69,7 +70,10 @@ def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     cfg = from_dict(TaskCompareConfig, json.loads(json.dumps(TINY)))
     res = run_task_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]
-    assert set(m) == {"base", "oracle", "npo", "rmu"}
+    has_questions = bool(task.forget.qa or any(es.kind == "qa" for es in task.evals_by_role("forget")))
+    assert set(m) == {"base", "oracle", "npo", "rmu"} | ({"positive_control"} if has_questions else set())
+    assert set(res["robustness"]["verdicts"]) == {"npo", "rmu"}
+    assert "## Robustness" in (tmp_path / "run" / "report.md").read_text()
     for row in m.values():
         assert any(k.endswith(("_em", "_acc", "_loss")) for k in row)  # evaluated on the task's sets
         assert row["attacks_run"]  # at least one attack had data

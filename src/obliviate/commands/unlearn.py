@@ -16,7 +16,7 @@ from obliviate.models.card import write_model_card
 from obliviate.task_compare import TaskCompareConfig, run_task_compare
 from obliviate.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
-from obliviate.unlearn import unlearn
+from obliviate.unlearn import check_unlearn_config, unlearn
 from obliviate.utils import seed_everything
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
 from obliviate.unlearn import UnlearnConfig
@@ -96,6 +96,7 @@ def cmd_unlearn(args) -> None:
     check_out_dir(args.out, [args.model, args.tokenizer])
     method = resolve_method(args.method)
     cfg = unlearn_command_config(args, method, "tiny")  # every key checked before the model is loaded
+    check_unlearn_config(cfg.unlearn)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     model, tok = load_model_args(args)
     preset = preset_name(model)
@@ -147,7 +148,7 @@ def run_compare_command(args, default_methods=None) -> dict:
     out = prepare_out_dir(args.out)
     res = run_compare(cfg, out, progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
-                  timings=res["timings"], model_dirs=res["model_dirs"])
+                  timings=res["timings"], model_dirs=res["model_dirs"], robustness=res["robustness"])
     print_table(res["metrics"], ["forget_qa_acc", "retain_qa_acc", "s_unlearning", "relearn_forget_qa_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return res
@@ -180,7 +181,7 @@ def cmd_compare(args) -> None:
     res = run_task_compare(task, cfg, out, model_dir=args.model, oracle_dir=args.oracle,
                            load=lambda p: load_model_args(args, path=p), progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
-                  timings=res["timings"], task=task.summary(), model_dirs=res["models"])
+                  timings=res["timings"], task=task.summary(), model_dirs=res["models"], robustness=res["robustness"])
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
 

@@ -4,8 +4,7 @@ The model is trained on the task's forget and retain data together (QA pairs wit
 the answer and eos only; documents with the loss on every token), through the one training
 loop, for ``epochs`` passes over the data with a cosine schedule. The defaults depend on the
 model's size (:func:`obliviate.methods.preset_name`): a model under 100M parameters (the tiny
-random-init ones tests use, or obliviate's own) takes ``lr=3e-3`` for 40 epochs, a larger one TOFU's
-``lr=1e-5`` for 5 epochs.
+random-init ones tests use, or obliviate's own) takes ``lr=3e-3`` for 40 epochs (at least 200 steps), a larger one TOFU's ``lr=1e-5`` for 5 epochs.
 """
 
 from __future__ import annotations
@@ -21,8 +20,10 @@ from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
 from obliviate.train.loop import StepSampler, TrainConfig, train
 
-PRESETS = {"tiny": {"epochs": 40, "lr": 3e-3}, "paper": {"epochs": 5, "lr": 1e-5}}
-"""Fine-tuning defaults by model size (see the module docstring)."""
+PRESETS = {"tiny": {"epochs": 40, "lr": 3e-3, "min_steps": 200}, "paper": {"epochs": 5, "lr": 1e-5, "min_steps": 0}}
+"""Fine-tuning defaults by model size (see the module docstring). ``min_steps``: a tiny model learning a
+small data set from scratch needs a few hundred steps whatever the epoch count (40 epochs of 32 QA pairs
+are only 80 steps of 16)."""
 
 
 @dataclass
@@ -66,8 +67,11 @@ def training_data(task, which: str) -> Data:
 
 def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | Path | None = None, *,
              prompt: PromptFormat | None = None, preset: str = "tiny", progress: bool | None = None,
-             resume: bool = True):
-    """Train ``model`` (in place) on ``data``; returns ``(model, summary)`` with ``summary["data"]`` the encoding stats."""
+             resume: bool = True, trainable: list[str] | None = None):
+    """Train ``model`` (in place) on ``data``; returns ``(model, summary)`` with ``summary["data"]`` the encoding stats.
+
+    ``trainable``: fnmatch patterns of the parameters to train (default: all); the others stay frozen.
+    """
     if preset not in PRESETS:
         raise ConfigError(f"unknown fine-tuning preset {preset!r} (valid: {', '.join(PRESETS)})")
     epochs = cfg.epochs or PRESETS[preset]["epochs"]
@@ -77,6 +81,8 @@ def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | P
     ids, masks, stats = encode_data(tokenizer, data, prompt, max_len)
     sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])
     steps = epochs * sampler.per_epoch
+    if cfg.epochs is None:  # the preset's epochs, with its floor on steps
+        steps = max(steps, PRESETS[preset]["min_steps"])
     pad = pad_id(tokenizer)
     device = next(model.parameters()).device
 
@@ -88,8 +94,11 @@ def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | P
     tcfg = TrainConfig(steps=steps, lr=lr, warmup_steps=int(cfg.warmup_frac * steps), schedule="cosine",
                        min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
                        log_every=max(1, min(20, steps // 20)), checkpoint_every=cfg.checkpoint_every,
-                       desc="finetune", **({"progress": progress} if progress is not None else {}))
+                       desc="finetune", trainable=list(trainable or ["*"]),
+                       **({"progress": progress} if progress is not None else {}))
     summary = train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, batch_fn, tcfg, out_dir, resume=resume)
+    for p in model.parameters():
+        p.requires_grad_(True)
     model.eval()
     summary["data"] = {**stats, "max_len": max_len}
     summary["finetune"] = {**to_dict(cfg), "epochs": epochs, "lr": lr, "steps": steps, "preset": preset}

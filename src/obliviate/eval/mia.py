@@ -1,0 +1,320 @@
+"""Membership inference: does the model treat an example as one it was trained on?
+
+Four reference-free scores of a text (or of a continuation given a prefix) under a causal LM,
+their ROC AUC between members and non-members, and MUSE's PrivLeak.
+
+**Convention: every score here is a member score, higher = more likely a member.** Several
+reference implementations report the negation (higher = non-member: MUSE's ``PPL``,
+``PPL/zlib``, ``Min-k%``; Open-Unlearning's ``-mean(min-k)``); the AUC is the same once the
+labels are flipped accordingly, and :func:`priv_leak` says how MUSE's AUC relates to ours.
+
+Tokenisation follows the rest of the package (:func:`obliviate.data.encode_prompt_answer`,
+:func:`obliviate.data.encode_data`): a text is ``[bos] + tokens(text) + [eos]`` and every token
+after the bos is scored, the eos included (the package trains documents with the loss on every
+token, eos too); a ``(prefix, continuation)`` pair is ``[bos] + tokens(prefix)`` then
+``tokens(continuation) + [eos]``, the two tokenised separately, and only the continuation and
+eos are scored. ``add_eos=False`` scores no eos (MUSE's own scoring: LLaMA's ``encode`` adds a bos
+and no eos). A sequence longer than the model's context keeps its bos, loses prefix tokens from
+the left, then continuation tokens from the right, and one warning says how many were cut (the
+rule of :mod:`obliviate.eval.core`). With a tokenizer that has no bos, the first token of a text
+is context only (nothing predicts it). Batches are right-padded with
+:func:`obliviate.models.tokenizer.pad_id`; padding is masked by the attention mask.
+
+Notation: for the scored tokens ``x_1..x_n`` of an example, ``l_t = log p(x_t | x_<t)`` (natural
+log; ``x_<t`` includes bos and prefix), the NLL is ``-l_t`` and ``p(.|x_<t)`` is the model's
+next-token distribution over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from obliviate.data import collate
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.core import model_max_length
+from obliviate.models.tokenizer import pad_id
+
+SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
+"""The member scores :func:`mia_scores` returns, in order."""
+
+_SIGMA_FLOOR = 1e-12
+"""Min-K%++ divides by sigma_t; a floor keeps a (numerically) one-hot distribution finite."""
+
+_CHUNK_ELEMENTS = 1 << 24
+"""Positions x vocabulary entries handled at once in float64 (128 MB), to bound memory on large vocabularies."""
+
+
+# ------------------------------------------------------------------ token statistics
+
+def _fit(prefix: list[int], cont: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
+    """Cut ``prefix`` from the left (keeping a leading bos), then ``cont`` from the right, to fit ``limit``."""
+    if limit is None or len(prefix) + len(cont) <= limit:
+        return prefix, cont, False
+    head = prefix[:1] if bos is not None and prefix[:1] == [bos] else []
+    body = prefix[len(head):]
+    room = limit - len(head) - len(cont)
+    if room >= 0 and (head or room >= 1):
+        return head + (body[len(body) - room:] if room else []), cont, True
+    keep = head or prefix[-1:]
+    return keep, cont[:max(0, limit - len(keep))], True
+
+
+def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], limit: int | None,
+            add_eos: bool) -> tuple[list[tuple[list[int], int]], int]:
+    """(token ids, number of context tokens) per example, and how many examples were cut."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    out, n_cut = [], 0
+    for i, (text, prefix) in enumerate(zip(texts, prefixes)):
+        if not isinstance(text, str) or not (prefix is None or isinstance(prefix, str)):
+            raise DataError(f"example {i}: texts and prefixes must be strings, got "
+                            f"{type(text).__name__} and {type(prefix).__name__}")
+        ctx = ([bos] if bos is not None else []) + (tokenizer(prefix, add_special_tokens=False)["input_ids"]
+                                                     if prefix else [])
+        cont = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + ([eos] if add_eos and eos is not None
+                                                                               else [])
+        if not ctx and cont:  # no bos and no prefix: the first token has nothing to be predicted from
+            ctx, cont = cont[:1], cont[1:]
+        ctx, cont, cut = _fit(list(ctx), cont, limit, bos)
+        n_cut += cut
+        if not cont:
+            raise DataError(f"example {i} has no token to score (text {text[:40]!r}"
+                            + (f", prefix {prefix[:40]!r}" if prefix else "") + ")")
+        out.append((ctx + cont, len(ctx)))
+    return out, n_cut
+
+
+def _row_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """log p of ``targets`` under ``logits`` (n, V), and the mean and std of log p(z) for z ~ p, in float64."""
+    step = max(1, _CHUNK_ELEMENTS // max(1, logits.shape[-1]))
+    lp_out, mu_out, sd_out = [], [], []
+    for s in range(0, logits.shape[0], step):
+        lp = torch.log_softmax(logits[s:s + step].double(), dim=-1)  # (m, V)
+        p = lp.exp()
+        mu = (p * lp).sum(-1)
+        var = (p * (lp - mu[:, None]).square()).sum(-1)  # E[(log p - mu)^2]: never negative, unlike E[lp^2] - mu^2
+        lp_out.append(lp.gather(-1, targets[s:s + step, None]).squeeze(-1))
+        mu_out.append(mu)
+        sd_out.append(var.sqrt())
+    return tuple(torch.cat(x).cpu().numpy() for x in (lp_out, mu_out, sd_out))
+
+
+@torch.no_grad()
+def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
+                        batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> list[dict]:
+    """Per example, the scored tokens' log-probabilities and the mean / std of the next-token log-probability.
+
+    Returns, for each text (in order), a dict of float64 / int64 arrays of length ``n`` (the scored
+    tokens: the text's, or the continuation's given ``prefixes[i]``, plus eos; see the module docstring):
+
+    - ``token_ids``: the scored tokens ``x_t``;
+    - ``token_logprobs``: ``l_t = log p(x_t | x_<t)``;
+    - ``mu``: ``mu_t = E_{z ~ p(.|x_<t)}[log p(z | x_<t)] = sum_z p(z|x_<t) log p(z|x_<t)`` (minus the entropy);
+    - ``sigma``: ``sigma_t = sqrt(E_{z ~ p(.|x_<t)}[(log p(z | x_<t) - mu_t)^2])``
+
+    (``mu`` and ``sigma`` are Min-K%++'s normalisers, Zhang et al. 2024, arXiv:2404.02936). One forward
+    pass per batch of ``batch_size`` examples (sorted by length, to pad little); the statistics are
+    computed in float64. ``max_len`` defaults to the model's context
+    (:func:`obliviate.eval.core.model_max_length`). ``prefixes`` may hold ``None`` or ``""`` for
+    "no prefix".
+    """
+    texts = list(texts)
+    prefixes = [None] * len(texts) if prefixes is None else list(prefixes)
+    if len(prefixes) != len(texts):
+        raise DataError(f"token_logprob_stats: {len(texts)} texts but {len(prefixes)} prefixes")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not texts:
+        return []
+    limit = model_max_length(model) if max_len is None else max_len
+    if limit is not None and limit < 2:
+        raise ConfigError(f"max_len={limit} leaves no token to score (need at least 2 positions)")
+    encoded, n_cut = _encode(tokenizer, texts, prefixes, limit, add_eos)
+    if n_cut:
+        warnings.warn(f"token_logprob_stats: {n_cut} of {len(texts)} examples were cut to fit {limit} positions "
+                      f"(prefix from the left, then the text from the right)", stacklevel=2)
+    pad = pad_id(tokenizer)
+    device = next(model.parameters()).device
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))
+    out: list[dict | None] = [None] * len(encoded)
+    was_training = model.training
+    model.eval()
+    try:
+        for s in range(0, len(order), batch_size):
+            idx = order[s:s + batch_size]
+            batch = collate([np.asarray(encoded[i][0], dtype=np.int64) for i in idx], pad)
+            ids = batch["input_ids"].to(device)
+            logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
+            for row, i in enumerate(idx):
+                seq, n_ctx = encoded[i]
+                n = len(seq)
+                targets = ids[row, n_ctx:n]
+                lp, mu, sigma = _row_stats(logits[row, n_ctx - 1:n - 1], targets)
+                out[i] = {"token_ids": targets.cpu().numpy().astype(np.int64), "token_logprobs": lp,
+                          "mu": mu, "sigma": sigma}
+    finally:
+        model.train(was_training)
+    return out
+
+
+# ------------------------------------------------------------------ per-example scores
+
+def _check_k(k: float) -> float:
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 < k <= 1:
+        raise ConfigError(f"k must be a fraction in (0, 1], got {k!r}")
+    return float(k)
+
+
+def _lowest_mean(values: np.ndarray, k: float) -> float:
+    """Mean of the ``max(1, floor(k n))`` lowest of ``values``."""
+    m = max(1, int(len(values) * _check_k(k)))
+    return float(np.mean(np.sort(values)[:m]))
+
+
+def loss_score(stats: dict) -> float:
+    """LOSS attack (Yeom et al. 2018, "Privacy Risk in Machine Learning: Analyzing the Connection to
+    Overfitting", the loss-threshold adversary): member score = ``-L(x)`` with ``L(x) = -(1/n) sum_t l_t``
+    the mean token NLL. Members have lower loss, hence higher score."""
+    return float(np.mean(stats["token_logprobs"]))
+
+
+def zlib_score(stats: dict, text: str) -> float:
+    """zlib-ratio attack (Carlini et al. 2021, "Extracting Training Data from Large Language Models",
+    arXiv:2012.07805, the ratio of the log-perplexity to the zlib entropy): member score =
+    ``-L(x) / len(zlib.compress(text))``, with ``L(x)`` the *mean* token NLL (the log-perplexity) and
+    the zlib entropy counted in bytes of ``zlib.compress(text.encode("utf-8"))`` at the default level.
+
+    This is MUSE's definition (swj0419/muse_bench ``PPL/zlib`` = HF mean loss / compressed length),
+    the same as the Min-K% and Min-K%++ reference code (log of the perplexity, i.e. the mean NLL, over
+    the compressed length); MUSE reports the ratio itself (higher = non-member), we its negation.
+    ``text`` is the scored text: the continuation of a (prefix, continuation) pair.
+    """
+    return float(np.mean(stats["token_logprobs"])) / len(zlib.compress(text.encode("utf-8")))
+
+
+def min_k_score(stats: dict, k: float = 0.2) -> float:
+    """Min-K% Prob (Shi et al. 2023, "Detecting Pretraining Data from Large Language Models",
+    arXiv:2310.16789): member score = ``(1/|S|) sum_{t in S} l_t``, ``S`` the ``max(1, floor(k n))``
+    tokens with the lowest ``l_t`` (k = 20% by default; at least one token, as Open-Unlearning does;
+    the paper's code takes ``int(k n)``). Members have few very unlikely tokens, hence a higher score.
+    MUSE (``Min-k%``) and the paper's code report the negation."""
+    return _lowest_mean(np.asarray(stats["token_logprobs"], dtype=np.float64), k)
+
+
+def min_k_plus_plus_score(stats: dict, k: float = 0.2) -> float:
+    """Min-K%++ (Zhang et al. 2024, "Min-K%++: Improved Baseline for Detecting Pre-Training Data from
+    Large Language Models", arXiv:2404.02936): per token ``z_t = (l_t - mu_t) / sigma_t`` with
+    ``mu_t = E_{z~p(.|x_<t)}[log p(z|x_<t)]`` and ``sigma_t`` the standard deviation of ``log p(z|x_<t)``
+    under the same distribution (see :func:`token_logprob_stats`); member score = the mean of the
+    ``max(1, floor(k n))`` lowest ``z_t``. Training tokens sit near a local maximum of the likelihood
+    (a mode of ``p(.|x_<t)``), so their ``z_t`` are high. ``sigma_t`` is floored at 1e-12 only to keep
+    a numerically one-hot distribution finite."""
+    lp = np.asarray(stats["token_logprobs"], dtype=np.float64)
+    z = (lp - np.asarray(stats["mu"], dtype=np.float64)) / np.maximum(np.asarray(stats["sigma"], dtype=np.float64),
+                                                                     _SIGMA_FLOOR)
+    return _lowest_mean(z, k)
+
+
+def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None, k: float = 0.2,
+               batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> dict[str, np.ndarray]:
+    """The four member scores of each text (higher = more likely a member): ``{name: (N,) float64}`` for
+    ``name`` in :data:`SCORES` (``loss``: :func:`loss_score`, ``zlib``: :func:`zlib_score`, ``min_k``:
+    :func:`min_k_score`, ``min_k_plus_plus``: :func:`min_k_plus_plus_score`), from one
+    :func:`token_logprob_stats` pass; ``k`` is the Min-K% / Min-K%++ fraction."""
+    _check_k(k)
+    texts = list(texts)
+    stats = token_logprob_stats(model, tokenizer, texts, prefixes, batch_size=batch_size, max_len=max_len,
+                                add_eos=add_eos)
+    return {
+        "loss": np.array([loss_score(s) for s in stats], dtype=np.float64),
+        "zlib": np.array([zlib_score(s, t) for s, t in zip(stats, texts)], dtype=np.float64),
+        "min_k": np.array([min_k_score(s, k) for s in stats], dtype=np.float64),
+        "min_k_plus_plus": np.array([min_k_plus_plus_score(s, k) for s in stats], dtype=np.float64),
+    }
+
+
+# ------------------------------------------------------------------ AUC and PrivLeak
+
+def mia_auc(member_scores, nonmember_scores) -> float:
+    """ROC AUC of member scores against non-member scores (``sklearn.metrics.roc_auc_score``, members
+    labelled 1): the probability that a random member outscores a random non-member, ties counting one
+    half. 1.0 = perfectly separated, 0.5 = chance (or all ties), 0.0 = perfectly reversed."""
+    from sklearn.metrics import roc_auc_score
+
+    pos = np.asarray(member_scores, dtype=np.float64).ravel()
+    neg = np.asarray(nonmember_scores, dtype=np.float64).ravel()
+    if not pos.size or not neg.size:
+        raise DataError(f"mia_auc needs members and non-members; got {pos.size} and {neg.size}")
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        raise DataError("mia_auc: scores must be finite (found NaN or inf)")
+    y = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    return float(roc_auc_score(y, np.concatenate([pos, neg])))
+
+
+def priv_leak(auc_model: float, auc_retrain: float) -> float:
+    """MUSE's PrivLeak (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language
+    Models", arXiv:2407.06460): ``(AUC_unlearn - AUC_retrain) / AUC_retrain``, as a fraction
+    (MUSE's tables show it times 100), from AUCs as :func:`mia_auc` computes them (members = forget set,
+    labelled 1; non-members = holdout; higher score = member).
+
+    MUSE's AUC is the other way round: muse_bench's ``forget_holdout_Min-40%`` labels the *holdout* 1
+    and the *forget* set 0 with score ``-Min-k%`` (MUSE's README: the first split is the non-member
+    data), so it equals ``1 - AUC`` in our convention (Open-Unlearning's ``privleak`` makes the same
+    ``1 - x`` conversion for this reason). This function converts, so its value is MUSE's:
+
+        priv_leak = ((1 - auc_model) - (1 - auc_retrain)) / (1 - auc_retrain)
+                  = (auc_retrain - auc_model) / (1 - auc_retrain).
+
+    Sign, as in MUSE: 0 = the unlearned model tells forget from holdout as well as a model never
+    trained on the forget set; negative = under-unlearning (forget examples still look like members:
+    the target model is near -1, i.e. MUSE's -100%); positive = over-unlearning (forget examples look
+    *less* member-like than unseen text). Undefined (DataError) when ``auc_retrain`` is 1.
+    """
+    for name, v in (("auc_model", auc_model), ("auc_retrain", auc_retrain)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not 0 <= v <= 1:
+            raise DataError(f"priv_leak: {name} must be an AUC in [0, 1], got {v!r}")
+    if math.isclose(float(auc_retrain), 1.0):
+        raise DataError("priv_leak: the retrained model's AUC is 1 (MUSE's AUC 0), so PrivLeak is undefined")
+    muse_model, muse_retrain = 1.0 - float(auc_model), 1.0 - float(auc_retrain)
+    return (muse_model - muse_retrain) / muse_retrain
+
+
+def _split(examples, what: str) -> tuple[list[str], list[str | None]]:
+    """Texts and prefixes from a list of texts and/or (prefix, continuation) pairs."""
+    texts, prefixes = [], []
+    for i, ex in enumerate(examples):
+        if isinstance(ex, str):
+            texts.append(ex)
+            prefixes.append(None)
+        elif isinstance(ex, (tuple, list)) and len(ex) == 2 and all(isinstance(x, str) for x in ex):
+            prefixes.append(ex[0])
+            texts.append(ex[1])
+        else:
+            raise DataError(f"{what}[{i}] must be a text or a (prefix, continuation) pair of strings, got {ex!r:.80}")
+    if not texts:
+        raise DataError(f"mia_metrics: no {what}")
+    return texts, prefixes
+
+
+def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_size: int = 16, *,
+                max_len: int | None = None, add_eos: bool = True) -> dict:
+    """MIA AUC of each score, forget vs holdout: ``mia_auc_loss``, ``mia_auc_zlib``, ``mia_auc_min_k``,
+    ``mia_auc_min_k_plus_plus``.
+
+    ``members`` are the forget examples, ``nonmembers`` the holdout ones; each a list of texts or of
+    ``(prefix, continuation)`` pairs (only the continuation is scored). An AUC near 0.5 means the
+    model does not tell them apart (what a model never trained on the forget set gives, when forget
+    and holdout come from one distribution); near 1, the forget set still looks trained on. Feed
+    the unlearned and the retrained model's ``mia_auc_*`` to :func:`priv_leak` for MUSE's PrivLeak.
+    """
+    m_texts, m_prefixes = _split(members, "members")
+    n_texts, n_prefixes = _split(nonmembers, "nonmembers")
+    scores = mia_scores(model, tokenizer, m_texts + n_texts, m_prefixes + n_prefixes, k=k, batch_size=batch_size,
+                        max_len=max_len, add_eos=add_eos)
+    n = len(m_texts)
+    return {f"mia_auc_{name}": mia_auc(scores[name][:n], scores[name][n:]) for name in SCORES}

@@ -1,0 +1,37 @@
+"""The relearning attack is an instrument checked before it is believed: on a tiny world of fictitious people it
+must tell a model that only suppresses (the positive control) from one that never knew (the oracle).
+
+A tiny Llama is fine-tuned from scratch on 16 forget and 16 retain QA facts; the oracle on the retain facts only;
+the positive control is the base model with its last layer trained to refuse the forget questions. Relearning
+on one half of the forget facts and testing on the other must bring the positive control back to >= 80% of the
+base model's held-out accuracy, leave the oracle no higher than 0.1 above where it started, and leave the base
+model with >= 0.9 of its own accuracy. Measured when written (seed 0): positive control 0.0 -> 1.0 of a base
+1.0, oracle 0.19 -> 0.0, base 1.0 -> 1.0. Without the attack's calibration (e.g. too few relearning steps,
+``attacks.relearn.steps=2``), the positive control stays near 0 and the test fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+from _userdata import write_user_files
+from obliviate.config import from_dict
+from obliviate.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.tasks.files import task_from_files
+
+
+def test_disjoint_relearning_separates_the_controls(tmp_path):
+    f = write_user_files(tmp_path / "data", n_forget=16, n_retain=16, seed=0)
+    task = task_from_files([str(f["forget"])], [str(f["retain_qa"])])
+    cfg = from_dict(TaskCompareConfig, json.loads(json.dumps({
+        "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "corpus": False, "probe": False},
+        "tiny": {"d_model": 96, "vocab_size": 600}})))
+    res = run_task_compare(task, cfg, tmp_path / "run", progress=False)
+    m = res["metrics"]
+    base, pos, neg = m["base"], m["positive_control"], m["oracle"]
+    assert base["relearn_disjoint_start_acc"] >= 0.9  # the base model knows its facts
+    assert pos["relearn_disjoint_start_acc"] <= 0.1  # the control hides them
+    assert pos["relearn_disjoint_acc"] >= 0.8 * base["relearn_disjoint_base_acc"]
+    assert neg["relearn_disjoint_acc"] <= neg["relearn_disjoint_start_acc"] + 0.1
+    assert base["relearn_disjoint_acc"] >= 0.9 * base["relearn_disjoint_start_acc"]
+    assert res["robustness"]["calibration"]["relearn_disjoint"]["relearn_disjoint_calibrated"] is True
