@@ -22,29 +22,13 @@ from pathlib import Path
 
 from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
-from obliviate.config import from_dict, to_dict
-from obliviate.errors import ConfigError
 from obliviate.eval import s_unlearning
-from obliviate.methods import get_method, method_defaults
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.tasks.world import (AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks,
                                    task_from_world)
-from obliviate.train import TrainConfig
 from obliviate.train.distributed import barrier, is_main_process, save_trained
-from obliviate.unlearn import UnlearnConfig, unlearn
-
-
-@dataclass
-class MethodRun:
-    """Hyper-parameters of one method in a comparison (unset fields take the method's "tiny" preset,
-    :func:`obliviate.methods.method_defaults`)."""
-
-    lr: float | None = None
-    steps: int | None = None
-    batch_size: int = 16
-    lora: bool = False
-    params: dict = field(default_factory=dict)
+from obliviate.unlearn import UnlearnConfig, method_run_config, unlearn
 
 
 @dataclass
@@ -68,16 +52,8 @@ class CompareConfig:
 
 
 def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
-    get_method(name)  # unknown names fail before any training
-    raw = cfg.runs.get(name, {}) or {}
-    run = from_dict(MethodRun, raw, prefix=f"runs.{name}")
-    base = method_defaults(name, "tiny")  # the world models are tiny (obliviate.methods.preset_name)
-    params = {**base["params"], **run.params}
-    tc = TrainConfig(steps=run.steps or base["steps"], lr=run.lr or base["lr"], schedule="constant",
-                     log_every=5, desc=name)
-    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora,
-                         seed=cfg.seed)
-    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+    """Method ``name``'s run: its "tiny" preset (the world models are tiny), then ``cfg.runs[name]``."""
+    return method_run_config(name, cfg.runs.get(name), "tiny", cfg.seed)
 
 
 def utility(m: dict) -> float:

@@ -21,32 +21,18 @@ from pathlib import Path
 
 from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
-from obliviate.config import from_dict, to_dict
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import DataError
 from obliviate.eval.task import evaluate_task, keep_score, score_against
-from obliviate.methods import METHODS, get_method, method_defaults, method_names, preset_name
+from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.models.builders import tiny_llama
-from obliviate.models.card import write_model_card
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
 from obliviate.report import _plt, markdown_table, save_figure, write_html
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.tasks import Task
-from obliviate.train import TrainConfig
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.unlearn import UnlearnConfig, unlearn
+from obliviate.unlearn import UnlearnConfig, method_run_config, unlearn
 from obliviate.utils import seed_everything
-
-
-@dataclass
-class MethodOverrides:
-    """Per-method overrides in a comparison (unset fields take the method's preset)."""
-
-    lr: float | None = None
-    steps: int | None = None
-    batch_size: int = 16
-    lora: bool = False
-    params: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -85,15 +71,7 @@ def runnable_methods(task: Task) -> list[str]:
 
 
 def method_config(cfg: TaskCompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
-    get_method(name)
-    run = from_dict(MethodOverrides, cfg.runs.get(name, {}) or {}, prefix=f"runs.{name}")
-    d = method_defaults(name, preset)
-    params = {**d["params"], **run.params}
-    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"], lr=run.lr or d["lr"],
-                     schedule="constant", log_every=5, desc=name)
-    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora,
-                         seed=cfg.seed)
-    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+    return method_run_config(name, cfg.runs.get(name), preset, cfg.seed)
 
 
 def task_texts(task: Task) -> list[str]:

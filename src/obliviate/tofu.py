@@ -47,7 +47,7 @@ from pathlib import Path
 
 from obliviate.benchmarks import load_tofu
 from obliviate.benchmarks._io import root_dir
-from obliviate.compare import MethodRun
+from obliviate.unlearn import MethodRun
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError

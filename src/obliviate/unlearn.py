@@ -19,13 +19,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from obliviate.config import to_dict
+from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods import build_method
+from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.models.layers import hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
@@ -69,6 +68,31 @@ class UnlearnConfig:
             raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
         if self.doc_mode not in ("chunk", "cut"):
             raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
+
+
+@dataclass
+class MethodRun:
+    """Per-method overrides in a comparison (unset fields take the method's preset,
+    :func:`obliviate.methods.method_defaults`)."""
+
+    lr: float | None = None
+    steps: int | None = None
+    batch_size: int = 16
+    lora: bool = False
+    params: dict = field(default_factory=dict)
+
+
+def method_run_config(name: str, overrides: dict | None, preset: str, seed: int) -> tuple[UnlearnConfig, dict]:
+    """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
+    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports."""
+    get_method(name)  # unknown names fail before any training
+    run = from_dict(MethodRun, overrides or {}, prefix=f"runs.{name}")
+    d = method_defaults(name, preset)
+    params = {**d["params"], **run.params}
+    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"], lr=run.lr or d["lr"],
+                     schedule="constant", log_every=5, desc=name)
+    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora, seed=seed)
+    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
 
 
 class Reference:

@@ -9,7 +9,7 @@ from obliviate.cli import add_common, seeded
 from obliviate.commands.common import (add_eval_args, add_model_args, add_task_args, check_out_dir, eval_overrides,
                                        load_model_args, task_from_args)
 from obliviate.commands.unlearn import EvalOptions, eval_kwargs
-from obliviate.config import build_config, to_dict
+from obliviate.config import build_config
 from obliviate.eval.task import evaluate_task
 from obliviate.methods import preset_name
 from obliviate.models.card import write_model_card

@@ -160,7 +160,7 @@ def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
 
 def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> None:
     """Every method's run settings and method parameters, in each part that runs, fail here before any training."""
-    from obliviate.compare import MethodRun
+    from obliviate.unlearn import MethodRun
     from obliviate.methods import build_method
 
     for name in methods:
@@ -236,7 +236,7 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
 
 def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
     """``cfg.tofu`` for method ``name`` with the recipe's defaults and its ``tofu_runs`` overrides."""
-    from obliviate.compare import MethodRun
+    from obliviate.unlearn import MethodRun
 
     run = from_dict(MethodRun, method_runs(cfg, name, "tofu_runs"), prefix=f"tofu_runs.{name}")
     return dataclasses.replace(cfg.tofu, method=name, unlearn=run)
