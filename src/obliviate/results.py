@@ -10,7 +10,8 @@ Secrets never reach a JSON file written here: the value of a key that names a
 secret (``api_key``, ``password``, ``secret``, ``*_api_key``, ...) is replaced
 by ``"***"``, and so is the text of any API key held in the environment
 (:data:`SECRET_ENV_VARS`, or any variable ending in ``_API_KEY``) wherever it
-appears in a string.
+appears in a string, in any of its forms (:func:`secret_forms`: stripped of a
+trailing newline, repr- or JSON-escaped, percent-encoded).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import math
 import os
 import platform
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +61,24 @@ def is_secret_key(key: str) -> bool:
     return k in _SECRET_KEYS or k.endswith(_SECRET_SUFFIXES)
 
 
+def secret_forms(secret: str | None) -> list[str]:
+    """Every form in which ``secret`` may show up in a text, longest first: as given, without surrounding
+    whitespace (a key read from a file keeps its newline), escaped as ``repr``, ``bytes`` repr and JSON
+    write it, and percent-encoded. Replacing each of them masks the secret wherever an error text quotes it."""
+    if not secret:
+        return []
+    forms = set()
+    for value in {secret, secret.strip()}:
+        forms |= {value, repr(value)[1:-1], json.dumps(value)[1:-1], urllib.parse.quote(value, safe="")}
+        forms.add(repr(value.encode("utf-8", "backslashreplace"))[2:-1])
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
 def _env_secrets() -> list[str]:
     names = set(SECRET_ENV_VARS) | {k for k in os.environ if k.upper().endswith("_API_KEY")}
     values = {os.environ.get(n, "") for n in names}
-    return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)  # short values would mask too much
+    forms = {f for v in values if len(v.strip()) >= 8 for f in secret_forms(v)}  # short values would mask too much
+    return sorted((f for f in forms if len(f) >= 8), key=len, reverse=True)
 
 
 def _clean(obj: Any, secrets: list[str] | None = None) -> Any:

@@ -275,3 +275,218 @@ def test_http_judge_config_errors():
         HTTPJudge("localhost:8000", "m", concept="x")
     with pytest.raises(ConfigError):
         HTTPJudge("http://localhost:8000", "m", concept=" ")
+
+
+# --------------------------------------------------------------------------- hostile servers (issue 16)
+
+class RawServer:
+    """A local server whose reply to each POST is written by ``answer(handler, n)`` (n: requests so far)."""
+
+    def __init__(self, answer):
+        self.requests = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                server.requests.append({"path": self.path, "headers": dict(self.headers)})
+                try:
+                    answer(self, len(server.requests))
+                except OSError:
+                    pass  # the client hung up
+
+            do_GET = do_POST
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = self.origin + "/v1"
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def raw_server(monkeypatch):
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    servers = []
+
+    def make(answer):
+        servers.append(RawServer(answer))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def send(handler, status, body, headers=()):
+    handler.send_response(status)
+    for name, value in headers:
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("where", ["other origin", "same origin"])
+def test_http_redirects_are_not_followed_and_the_key_stays_home(raw_server, status, where):
+    """A 3xx used to be followed with the Authorization header (urllib copies it), and the other host's
+    reply was taken as the verdict. Now no redirect is followed: no verdict, not retried, the key sent once."""
+    other = raw_server(lambda h, n: send(h, 200, GOOD))
+    target = other.url if where == "other origin" else None
+    home = raw_server(lambda h, n: send(h, status, b"", [("Location", (target or home.url) + "/chat/completions")]))
+    v = make_judge(home.url, retries=2).judge(0, ["x"])
+    assert v.is_member is None and v.confidence == 0.0
+    assert f"HTTP {status} redirect to" in v.reason and "not followed" in v.reason and "not retried" in v.reason
+    assert other.requests == [] or where == "same origin"
+    assert len(home.requests) == 1
+    assert not [r for r in other.requests if KEY in str(r["headers"])]
+
+
+def test_http_redirect_location_with_credentials_is_masked(raw_server):
+    home = raw_server(lambda h, n: send(h, 302, b"", [("Location", f"http://me:{KEY}@10.0.0.1/steal?k={KEY}")]))
+    v = make_judge(home.url).judge(0, ["x"])
+    assert v.is_member is None and "redirect" in v.reason and KEY not in v.reason
+
+
+def dribble(handler, n, head=False, gap=0.05, seconds=4.0):
+    """Answer a byte at a time, each within any per-read timeout, for ``seconds`` in all."""
+    body = GOOD + b" " * 200
+    text = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    if not head:
+        handler.wfile.write(text)
+        handler.wfile.flush()
+        text = b""
+    end = time.monotonic() + seconds
+    for b in text + body:
+        if time.monotonic() > end:
+            return
+        handler.wfile.write(bytes([b]))
+        handler.wfile.flush()
+        time.sleep(gap)
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["slow body", "slow headers"])
+def test_http_timeout_is_total_not_per_read(raw_server, head):
+    """A server that sends a byte every 0.05 s never trips a per-read timeout; it used to take 6.8 s against
+    a 0.5 s timeout. Now the whole request is cut at ``timeout``."""
+    s = raw_server(lambda h, n: dribble(h, n, head=head))
+    t0 = time.monotonic()
+    v = make_judge(s.url, timeout=0.5, retries=1).judge(0, ["x"])
+    elapsed = time.monotonic() - t0
+    assert v.is_member is None and "timed out after 0.5 s (after 2 attempts)" in v.reason
+    assert elapsed < 2.0  # 2 x 0.5 s and the backoff, not 2 x 4 s
+
+
+def test_http_reply_size_is_capped(raw_server):
+    """A 300 MB reply used to be read whole. A declared or streamed reply beyond max_reply_bytes is no verdict,
+    not retried, and not read beyond the cap."""
+    declared = raw_server(lambda h, n: (h.send_response(200), h.send_header("Content-Length", str(300 * 2**20)),
+                                        h.end_headers(), h.wfile.write(b"{" * 1000)))
+    t0 = time.monotonic()
+    v = make_judge(declared.url, retries=2).judge(0, ["x"])
+    assert v.is_member is None and f"reply of {300 * 2**20} bytes is larger than 4194304" in v.reason
+    assert "not retried" in v.reason and len(declared.requests) == 1 and time.monotonic() - t0 < 1.5
+
+    sent = []
+
+    def stream(h, n):  # no Content-Length: the reply ends when the connection closes
+        h.send_response(200)
+        h.send_header("Connection", "close")
+        h.end_headers()
+        for _ in range(64):
+            h.wfile.write(b" " * 2**16)
+            sent.append(2**16)
+
+    streamed = raw_server(stream)
+    v = make_judge(streamed.url, max_reply_bytes=2**20).judge(0, ["x"])
+    assert v.is_member is None and "reply is larger than 1048576 bytes" in v.reason
+    with pytest.raises(ConfigError):
+        make_judge(streamed.url, max_reply_bytes=0)
+
+
+@pytest.mark.parametrize("key_from", ["api_key", "env"])
+def test_a_key_with_a_trailing_newline_is_stripped_and_masked_in_every_form(raw_server, tmp_path, caplog,
+                                                                              monkeypatch, key_from):
+    """A key read from a file keeps its newline; it used to make http.client raise "Invalid header value
+    b'Bearer sk-...\\n'", whose repr-escaped key passed the mask into verdicts and results.json."""
+    from obliviate.results import write_results
+
+    caplog.set_level(logging.DEBUG)
+    forms = [KEY, repr(KEY + "\n"), json.dumps(KEY + "\n"), repr((KEY + "\n").encode()), KEY + "%0A"]
+    echo = " | ".join(forms)
+
+    def answer(h, n):
+        if n == 1:
+            send(h, 500, echo.encode())
+        else:
+            send(h, 200, reply(json.dumps({"is_member": True, "confidence": 0.9, "description": echo})))
+
+    s = raw_server(answer)
+    kw = {"api_key": KEY + "\n"} if key_from == "api_key" else {"api_key": None}
+    monkeypatch.setenv("OBLIVIATE_JUDGE_API_KEY", KEY + "\r\n")
+    j = make_judge(s.url, cache_dir=tmp_path / "cache", **kw)
+    v = j.judge(0, ["x"])
+    assert v.is_member is True
+    assert s.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # the stripped key was sent
+    error = f"unexpected ValueError: Invalid header value b'Bearer {KEY}\\r\\n'"
+    write_results(tmp_path, seed=0, config={"note": error}, metrics={"verdict": v.to_dict()})
+    texts = {"verdict": repr(v), "redacted": j._redact(error), "logs": caplog.text, "repr": repr(j) + repr(vars(j)),
+             "results.json": (tmp_path / "results.json").read_text(),
+             "cache": "".join(p.read_text() for p in (tmp_path / "cache").iterdir())}
+    for where, text in texts.items():
+        assert KEY not in text, where
+    assert "***" in v.description
+
+
+@pytest.mark.parametrize("bad", ["\u200b", "\x00", "\t", "\u00e9", " ", "\ufeff", "\x1b[31m"])
+@pytest.mark.parametrize("key_from", ["api_key", "env"])
+def test_keys_with_invisible_or_control_characters_are_refused_without_printing_the_key(monkeypatch, bad,
+                                                                                         key_from):
+    key = KEY[:6] + bad + KEY[6:]
+    monkeypatch.delenv("OBLIVIATE_JUDGE_API_KEY", raising=False)
+    if key_from == "env":
+        if "\x00" in key:
+            pytest.skip("an environment variable cannot hold a NUL")
+        monkeypatch.setenv("OBLIVIATE_JUDGE_API_KEY", key)
+    with pytest.raises(ConfigError) as e:
+        HTTPJudge("http://127.0.0.1:9", "m", api_key=key if key_from == "api_key" else None, concept="HP")
+    msg = str(e.value)
+    assert f"U+{ord(bad[0]):04X} at position 7" in msg and "printable ASCII" in msg
+    assert ("$OBLIVIATE_JUDGE_API_KEY" in msg) == (key_from == "env")
+    assert KEY not in msg and KEY[:6] not in msg and KEY[7:] not in msg and "\n" not in msg
+
+
+def test_credentials_in_base_url_never_show(raw_server, caplog, monkeypatch):
+    """``http://user:pass@host`` used to show in repr and in log lines; now they go as basic auth only."""
+    import base64
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.delenv("OBLIVIATE_JUDGE_API_KEY", raising=False)
+    password = "pa%40ss-SECRET-91b2"  # percent-encoded '@' in the URL
+    s = raw_server(lambda h, n: send(h, 500 if n == 1 else 200, GOOD))
+    url = s.url.replace("http://", f"http://judge-user:{password}@")
+    j = HTTPJudge(url, "judge-model", timeout=2.0, retries=1, backoff=0.0, concept="HP")
+    assert j.judge(0, ["x"]).is_member is True
+    auth = s.requests[0]["headers"]["Authorization"]
+    assert auth == "Basic " + base64.b64encode(b"judge-user:pa@ss-SECRET-91b2").decode()
+    assert "attempt 1/2 failed" in caplog.text  # the failure was logged, with the base URL
+    refused = HTTPJudge(url.replace(s.origin.rpartition(":")[2], "9"), "m", retries=0, concept="HP").judge(0, ["x"])
+    texts = {"repr": repr(j), "str": str(j), "vars": repr(vars(j)), "pickle": pickle.dumps(j).decode("latin-1"),
+             "base_url": j.base_url, "logs": caplog.text, "refused": repr(refused)}
+    for where, text in texts.items():
+        for secret in ("SECRET", password, "pa@ss"):
+            assert secret not in text, where
+    assert j.base_url == s.url and "credentials in base_url='***'" in repr(j)
+    for bad in (f"judge-user:{password}@127.0.0.1:8000", url):
+        with pytest.raises(ConfigError) as e:
+            HTTPJudge(bad, "m", api_key=KEY, concept="HP") if bad == url else HTTPJudge(bad, "m", concept="HP")
+        assert "SECRET" not in str(e.value) and KEY not in str(e.value)

@@ -16,15 +16,20 @@ A judge never raises for a bad reply: it returns ``Verdict(is_member=None, ...)`
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import http.client
 import json
 import logging
+import math
 import os
 import re
 import socket
 import string
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +38,9 @@ from http.client import HTTPException
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from obliviate.config import show
 from obliviate.errors import ConfigError, DataError
+from obliviate.results import REDACTED, secret_forms
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,9 @@ MIN_CONFIDENCE = 0.85
 N_TOP_TOKENS = 20
 
 API_KEY_ENV = "OBLIVIATE_JUDGE_API_KEY"
+
+MAX_REPLY_BYTES = 4 * 2**20
+"""The most a judge reads of one reply (4 MiB); a larger reply is no verdict, and is not read whole."""
 
 
 @dataclass(frozen=True)
@@ -206,11 +216,110 @@ class _Secret:
         return (_Secret, (None,))
 
 
+def _check_key(key: str | None, where: str) -> str | None:
+    """The API key without surrounding whitespace (a key read from a file keeps its newline); a key with an
+    invisible, control or non-ASCII character inside is refused, naming the character, never the key."""
+    if key is None:
+        return None
+    key = str(key).strip()
+    for i, ch in enumerate(key):
+        if not "\x21" <= ch <= "\x7e":
+            raise ConfigError(
+                f"HTTPJudge: the API key ({where}) has an invisible, control or non-ASCII character U+{ord(ch):04X} "
+                f"at position {i + 1} of {len(key)}; API keys are printable ASCII, check how it was copied")
+    return key or None
+
+
+def _split_credentials(base_url: str) -> tuple[str, str | None]:
+    """``http://user:pass@host/v1`` -> (``http://host/v1``, ``'user:pass'``); the URL is returned as is without."""
+    parts = urllib.parse.urlsplit(base_url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return base_url, None
+    user, _, password = userinfo.partition(":")
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    return plain, f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+
+
+class _Watchdog:
+    """A total time limit for one request: when it fires, every socket the request opened is shut down,
+    so a server that answers a byte at a time cannot stretch a request past ``timeout``."""
+
+    def __init__(self, timeout: float):
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+
+    def add(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the OS socket, also under an SSL wrapper
+        except OSError:
+            pass
+
+    def handlers(self) -> list:
+        """urllib handlers whose connections register their sockets here."""
+        watch = self
+
+        def watched(http_class):
+            class Watched(http_class):
+                def connect(self):
+                    super().connect()
+                    watch.add(self.sock)
+            return Watched
+
+        class HTTP(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(watched(http.client.HTTPConnection), req)
+
+        out = [HTTP(), _NoRedirect()]
+        if hasattr(http.client, "HTTPSConnection"):
+            class HTTPS(urllib.request.HTTPSHandler):
+                def https_open(self, req):
+                    return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context,
+                                        check_hostname=self._check_hostname)
+            out.append(HTTPS())
+        return out
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are never followed: urllib would send the Authorization header (the key) to wherever a
+    3xx points, and take that host's reply as the verdict. A 3xx becomes an HTTPError instead."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 class _Malformed(Exception):
     pass
 
 
 class _Retryable(Exception):
+    pass
+
+
+class _TooLarge(Exception):
     pass
 
 
@@ -221,34 +330,50 @@ class HTTPJudge:
     the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
     "description": str}`` (a ```json fence around it is tolerated).
 
-    * Timeouts (``timeout`` s per request), connection errors, 5xx/429 answers and
+    * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection errors, 5xx/429 answers and
       malformed replies are retried up to ``retries`` more times, sleeping
       ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
       ``Verdict(None, 0.0, "no verdict: ...")``.
     * Other 4xx answers (bad key, bad model name) are not retried: no verdict, with the status.
+    * Redirects are not followed (the key would go to wherever they point): no verdict, naming where to.
+    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no verdict, not retried.
     * ``judge()`` never raises.
     * With ``cache_dir``, each verdict is stored as ``<sha256(model, messages)>.json`` and a
       repeated question is answered from disk without a request. Only real verdicts are
       cached (not "no verdict"), so an outage is not remembered.
     * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the
       ``Authorization`` header; it is never logged, shown by ``repr``, pickled, cached, or
-      put in a verdict (it is also masked in any server text that echoes it).
+      put in a verdict (it is also masked, in every form, in any server or error text that echoes it).
+      Surrounding whitespace is stripped from it; a key with an invisible or control character inside
+      is refused. Credentials in ``base_url`` (``http://user:pass@host``) are sent as HTTP basic auth
+      when there is no API key, and are kept out of ``base_url``, ``repr`` and logs like the key.
 
     ``concept`` (keyword-only, required) names the target concept in the prompt.
     """
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 20,
                  retries: int = 3, backoff: float = 0.5, cache_dir: str | os.PathLike | None = None, *,
-                 concept: str, temperature: float = 0.0):
-        if not base_url or not str(base_url).startswith(("http://", "https://")):
-            raise ConfigError(f"HTTPJudge: base_url={base_url!r} must start with http:// or https://")
+                 concept: str, temperature: float = 0.0, max_reply_bytes: int = MAX_REPLY_BYTES):
+        base_url, userinfo = _split_credentials(str(base_url or ""))
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            shown = f"***@{base_url.rpartition('@')[2]}" if "@" in base_url else base_url  # no credentials
+            raise ConfigError(f"HTTPJudge: base_url={show(shown)} must start with http:// or https://")
         if not model:
             raise ConfigError("HTTPJudge: model name is empty")
         if not concept or not str(concept).strip():
             raise ConfigError("HTTPJudge: concept is empty")
-        if timeout <= 0 or retries < 0 or backoff < 0:
-            raise ConfigError(f"HTTPJudge: timeout={timeout}, retries={retries}, backoff={backoff} out of range")
-        self.base_url = str(base_url).rstrip("/")
+        if not timeout > 0 or retries < 0 or not backoff >= 0 or not max_reply_bytes >= 1 \
+                or not math.isfinite(timeout) or not math.isfinite(backoff):
+            raise ConfigError(f"HTTPJudge: timeout={timeout}, retries={retries}, backoff={backoff}, "
+                              f"max_reply_bytes={max_reply_bytes} out of range")
+        if api_key is not None:
+            key = _check_key(api_key, "api_key")
+        else:
+            key = _check_key(os.environ.get(API_KEY_ENV) or None, f"${API_KEY_ENV}")
+        if key and userinfo:
+            raise ConfigError("HTTPJudge: base_url holds credentials (user:***@) and an API key is given too "
+                              f"(api_key or ${API_KEY_ENV}); give one of them")
+        self.base_url = base_url.rstrip("/")
         self.model = model
         self.concept = str(concept).strip()
         self.timeout = float(timeout)
@@ -256,14 +381,18 @@ class HTTPJudge:
         self.backoff = float(backoff)
         self.temperature = float(temperature)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self._api_key = _Secret(api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None)
+        self.max_reply_bytes = int(max_reply_bytes)
+        self._api_key = _Secret(key)
+        self._userinfo = _Secret(userinfo)
+        self._given_key = _Secret(api_key if isinstance(api_key, str) else None)  # as given, for masking only
         self.n_requests = 0
         """Requests actually sent (cache hits do not count)."""
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
+        auth = ", credentials in base_url='***'" if self._userinfo else ""
         return (f"HTTPJudge(base_url={self.base_url!r}, model={self.model!r}, concept={self.concept!r}, "
-                f"api_key={key}, timeout={self.timeout}, retries={self.retries}, cache_dir={self.cache_dir!r})")
+                f"api_key={key}{auth}, timeout={self.timeout}, retries={self.retries}, cache_dir={self.cache_dir!r})")
 
     # ------------------------------------------------------------------ prompt and cache
 
@@ -305,18 +434,39 @@ class HTTPJudge:
     # ------------------------------------------------------------------ request
 
     def _redact(self, text: str) -> str:
-        key = self._api_key.get()
-        return text.replace(key, "***") if key else text
+        """``text`` with the key and base_url's credentials masked, in every form (:func:`secret_forms`)."""
+        userinfo = self._userinfo.get() or ""
+        secrets = (self._given_key.get(), self._api_key.get(), userinfo, userinfo.partition(":")[2])
+        for form in sorted({f for x in secrets for f in secret_forms(x)}, key=len, reverse=True):
+            text = text.replace(form, REDACTED)
+        return text
 
     def _post(self, messages: list[dict]) -> bytes:
         body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature}).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key.get()}"
+        elif self._userinfo:
+            headers["Authorization"] = "Basic " + base64.b64encode(self._userinfo.get().encode()).decode()
         req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
         self.n_requests += 1
-        with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return resp.read()
+        with _Watchdog(self.timeout) as watch:
+            try:
+                opener = urllib.request.build_opener(*watch.handlers())
+                with opener.open(req, timeout=self.timeout) as resp:
+                    size = resp.headers.get("Content-Length", "")
+                    if size.strip().isdigit() and int(size) > self.max_reply_bytes:
+                        raise _TooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
+                    raw = resp.read(self.max_reply_bytes + 1)
+            except Exception:
+                if watch.expired:
+                    raise TimeoutError from None
+                raise
+            if watch.expired:
+                raise TimeoutError
+        if len(raw) > self.max_reply_bytes:
+            raise _TooLarge(f"reply is larger than {self.max_reply_bytes} bytes")
+        return raw
 
     @staticmethod
     def _parse(raw: bytes) -> Verdict:
@@ -353,11 +503,19 @@ class HTTPJudge:
         """One request. Raises _Retryable / _Malformed, or returns a verdict (a no-verdict for fatal 4xx)."""
         try:
             raw = self._post(messages)
+        except _TooLarge as e:
+            return Verdict(None, 0.0, f"no verdict: {e}, not read whole, not retried")
         except urllib.error.HTTPError as e:
             status = e.code
+            location = e.headers.get("Location", "") if e.headers is not None else ""
             e.close()
             if status >= 500 or status in (408, 429):
                 raise _Retryable(f"HTTP {status}") from None
+            if 300 <= status < 400:
+                where = urllib.parse.urljoin(self.base_url + "/", _split_credentials(location)[0])
+                return Verdict(None, 0.0, f"no verdict: HTTP {status} redirect to {self._redact(where)[:200]!r} "
+                                          "not followed (the API key goes to base_url only; set base_url to the "
+                                          "address that answers), not retried")
             return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(str(e.reason))}), not retried")
         except (TimeoutError, socket.timeout):
             raise _Retryable(f"timed out after {self.timeout:g} s") from None
