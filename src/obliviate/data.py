@@ -118,11 +118,29 @@ def collate(seqs: list[np.ndarray], pad_id: int, extra: dict[str, list[np.ndarra
     return batch
 
 
+MAX_CHARS_PER_TOKEN = 64
+"""No token of a text tokenizer covers more characters than this (GPT-2's longest run about 30, Llama's 16)."""
+
+
+def clip_chars(text: str, max_tokens: int | None, keep: str = "end") -> str:
+    """``text`` without characters that cannot be among its last (``keep="end"``) or first (``"start"``)
+    ``max_tokens`` tokens: at most ``max_tokens * MAX_CHARS_PER_TOKEN`` characters are kept. Tokenising a
+    50 MB question whole took minutes and gigabytes (and ended the process) only for most of it to be cut;
+    callers that cut token ids to a length clip the text first, so the tokenizer sees a bounded string."""
+    if max_tokens is None or not isinstance(text, str):
+        return text
+    room = max(1, max_tokens) * MAX_CHARS_PER_TOKEN
+    if len(text) <= room:
+        return text
+    return text[-room:] if keep == "end" else text[:room]
+
+
 def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_len: int = 256) -> tuple[list, list]:
     """Token ids of ``prompt + answer + eos`` and a mask that is 1 on answer (and eos) tokens only."""
     seqs, masks = [], []
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     for p, a in zip(prompts, answers):
+        p, a = clip_chars(p, max_len, "start"), clip_chars(a, max_len, "start")  # the first max_len tokens stay
         p_ids = ([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"]
         a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
         seq = (p_ids + a_ids)[:max_len]
@@ -194,7 +212,8 @@ def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: in
     stats = {"qa": len(data.qa), "docs": len(data.docs), "doc_windows": 0, "tokens_cut": 0, "qa_cut": 0}
     if data.qa:
         pairs = fmt.pairs(data.qa, tokenizer)
-        seqs, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], max_len=10 ** 9)
+        seqs, masks = encode_prompt_answer(tokenizer, [clip_chars(p, max_len, "start") for p, _ in pairs],
+                                           [clip_chars(a, max_len, "start") for _, a in pairs], max_len=10 ** 9)
         for i, s in enumerate(seqs):
             if len(s) > max_len:
                 stats["qa_cut"] += 1

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from obliviate.config import show
 from obliviate.errors import DataError
 from obliviate.utils import data_dir
 
@@ -186,6 +187,18 @@ def get(rec: dict, key: str, where: str) -> Any:
 def as_str(value: Any, key: str, where: str) -> str:
     if not isinstance(value, str):
         raise DataError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    return unicode_text(value, key, where)
+
+
+def unicode_text(value: str, key: str, where: str) -> str:
+    """``value`` if it is valid Unicode text; a lone surrogate (JSON ``"\\ud800"`` without its pair, which
+    no tokenizer can encode) is refused, naming the field and the character's position."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(f"{where}: field {key!r} holds a lone surrogate \\u{ord(value[e.start]):04x} at character "
+                        f"{e.start + 1} (half of a UTF-16 pair, e.g. a JSON escape without its other half); "
+                        "not valid Unicode text") from None
     return value
 
 
@@ -200,6 +213,8 @@ def opt_str(rec: dict, key: str, where: str) -> str | None:
 def as_str_list(value: Any, key: str, where: str, n: int | None = None, min_len: int = 1) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DataError(f"{where}: field {key!r} must be a list of strings")
+    for v in value:
+        unicode_text(v, key, where)
     if n is not None and len(value) != n:
         raise DataError(f"{where}: field {key!r} has {len(value)} entries, expected {n}")
     if len(value) < min_len:
@@ -222,7 +237,7 @@ def as_index(value: Any, n_choices: int, key: str, where: str, letters: bool = F
         idx = value
     else:
         kinds = "an integer index or a letter" if letters else "an integer index"
-        raise DataError(f"{where}: field {key!r} = {value!r} must be {kinds}")
+        raise DataError(f"{where}: field {key!r} = {show(value)} must be {kinds}")
     if not 0 <= idx < n_choices:
-        raise DataError(f"{where}: field {key!r} = {value!r} is out of range for {n_choices} choices")
+        raise DataError(f"{where}: field {key!r} = {show(value)} is out of range for {n_choices} choices")
     return idx

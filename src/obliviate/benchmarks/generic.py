@@ -52,6 +52,7 @@ from typing import Any
 
 from obliviate.benchmarks import _io
 from obliviate.benchmarks.schema import MCQExample, QAExample, TextExample
+from obliviate.config import show
 from obliviate.errors import ConfigError, DataError
 
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -364,6 +365,8 @@ def _str_list(got: dict[str, Any], where: str, strings: bool) -> tuple[list[str]
             kinds = "a list of strings" if single else "a string or a list of strings"
             hint = " (in CSV: a JSON array such as [\"a\", \"b\"])" if strings and single else ""
             raise DataError(f"{where}: field {key!r} must be {kinds}{hint}")
+        for v in value:
+            _io.unicode_text(v, key, where)
         spans[key] = (len(out), len(out) + len(value))
         out.extend(value)
     return out, spans
@@ -421,10 +424,10 @@ def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int,
     if len(hits) == 1:
         return hits[0]  # text wins over the letter reading
     if len(hits) > 1:
-        raise DataError(f"{where}: field {key!r} = {value!r} matches {len(hits)} choices")
+        raise DataError(f"{where}: field {key!r} = {show(value)} matches {len(hits)} choices")
     v = value.strip()
     if not v:
         raise DataError(f"{where}: field {key!r} is empty")
     if len(v) == 1 and v.upper() in _io.LETTERS:
         return _io.as_index(v, len(choices), key, where, letters=True)
-    raise DataError(f"{where}: field {key!r} = {value!r} is not an index, a letter, or exactly one choice")
+    raise DataError(f"{where}: field {key!r} = {show(value)} is not an index, a letter, or exactly one choice")

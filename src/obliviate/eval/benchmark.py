@@ -35,7 +35,8 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
 
     With ``data``, ``kind`` (qa or mcq) is required and ``mapping`` maps schema fields to the
     file's fields (see :func:`obliviate.benchmarks.load_jsonl`); ``name`` defaults to the file stem.
-    ``limit`` keeps the first ``limit`` examples (in file order).
+    ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
+    is read no further.
     """
     from obliviate.benchmarks import benchmark_kind, get_benchmark, load_jsonl
 
@@ -46,7 +47,7 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
             raise ConfigError(f"--data {data} needs --kind ({' or '.join(KINDS)})")
         if kind not in KINDS:
             raise ConfigError(f"--kind {kind!r} cannot be evaluated (valid: {', '.join(KINDS)})")
-        examples = load_jsonl(data, kind=kind, mapping=mapping)
+        examples = load_jsonl(data, kind=kind, mapping=mapping, limit=limit)  # read no further than limit
         name = name or Path(data).stem
     else:
         if not name:
@@ -90,11 +91,11 @@ def evaluate_qa(model, tokenizer, examples, batch_size: int = 32, max_new_tokens
         wrong = [[o for o in ex["options"] if o != ex["answer"]] for ex in examples]
         flat_q = qs + [q for q, w in zip(qs, wrong) for _ in w]
         flat_a = answers + [a for w in wrong for a in w]
-        p = np.exp(-answer_nll(model, tokenizer, flat_q, flat_a, batch_size=batch_size))
+        p = np.exp(-answer_nll(model, tokenizer, flat_q, flat_a, batch_size=batch_size, cut=True))
         sizes = np.cumsum([len(w) for w in wrong])[:-1]
         per = normalised_choice_prob(p[:len(qs)], np.split(p[len(qs):], sizes))
     else:
-        per = np.exp(-answer_nll(model, tokenizer, qs, answers, batch_size=batch_size))
+        per = np.exp(-answer_nll(model, tokenizer, qs, answers, batch_size=batch_size, cut=True))
     return {"exact_match": res["exact_match"], "rouge_l": res["rouge_l"], "prob": float(np.mean(per)),
             "prob_kind": "normalised_over_options" if with_options else "answer", "n": res["n"],
             "per_example": {"prediction": res["predictions"], "answer": answers, "correct": res["correct"],

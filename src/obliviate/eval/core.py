@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from obliviate.data import collate, encode_prompt_answer, qa_answer, qa_prompt
+from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import ModelError
 from obliviate.losses import token_nll
 from obliviate.models.layers import unwrap
@@ -147,8 +147,9 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         chunk = prompts[i:i + batch_size]
         enc = []
         for p in chunk:
-            ids, _, cut = _fit(([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"],
-                               [], limit, bos)
+            p_ids = tokenizer(clip_chars(p, limit), add_special_tokens=False)["input_ids"]
+            ids, _, cut = _fit(([bos] if bos is not None else []) + p_ids, [], limit, bos)
+            cut = cut or len(p) > len(clip_chars(p, limit))
             enc.append(ids)
             n_cut += cut
         T = max(len(e) for e in enc)
@@ -235,13 +236,15 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
     bos = tokenizer.bos_token_id
     pad = pad_id(tokenizer)
     max_len = model_max_length(model)
-    seqs, masks = encode_prompt_answer(tokenizer, prompts, answers, max_len=10**9)
+    clipped = [clip_chars(p, max_len) for p in prompts]
+    seqs, masks = encode_prompt_answer(tokenizer, clipped, [clip_chars(a, max_len, "start") for a in answers],
+                                       max_len=10**9)
     n_cut = 0
     pairs = []
-    for seq, mask in zip(seqs, masks):
+    for seq, mask, p, c in zip(seqs, masks, prompts, clipped):
         p_ids, a_ids = seq[mask == 0].tolist(), seq[mask == 1].tolist()  # prompt tokens, then answer tokens
         p_ids, a_ids, cut = _fit(p_ids, a_ids, max_len, bos)
-        n_cut += cut
+        n_cut += cut or len(c) < len(p)
         pairs.append((np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))))
     out: list[float] = []
     bar = _bar(progress, len(pairs), "answer probabilities")
@@ -280,11 +283,12 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     flat_seqs, flat_masks, owner = [], [], []
     n_cut = 0
     for i, (ctx, conts) in enumerate(zip(contexts, continuations)):
-        c_ids = ([bos] if bos is not None else []) + tokenizer(ctx, add_special_tokens=False)["input_ids"]
+        clipped = clip_chars(ctx, max_len)
+        c_ids = ([bos] if bos is not None else []) + tokenizer(clipped, add_special_tokens=False)["input_ids"]
         for cont in conts:
-            x_ids = tokenizer(cont, add_special_tokens=False)["input_ids"]
+            x_ids = tokenizer(clip_chars(cont, max_len, "start"), add_special_tokens=False)["input_ids"]
             c_fit, x_ids, cut = _fit(c_ids, x_ids, max_len, bos)
-            n_cut += cut
+            n_cut += cut or len(clipped) < len(ctx)
             flat_seqs.append(np.asarray(c_fit + x_ids))
             flat_masks.append(np.asarray([0] * len(c_fit) + [1] * len(x_ids)))
             owner.append(i)

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from obliviate.data import collate
+from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import model_max_length
 from obliviate.models.tokenizer import pad_id
@@ -74,14 +74,14 @@ def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], lim
         if not isinstance(text, str) or not (prefix is None or isinstance(prefix, str)):
             raise DataError(f"example {i}: texts and prefixes must be strings, got "
                             f"{type(text).__name__} and {type(prefix).__name__}")
-        ctx = ([bos] if bos is not None else []) + (tokenizer(prefix, add_special_tokens=False)["input_ids"]
-                                                     if prefix else [])
-        cont = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + ([eos] if add_eos and eos is not None
-                                                                               else [])
+        ctx = ([bos] if bos is not None else []) + (
+            tokenizer(clip_chars(prefix, limit), add_special_tokens=False)["input_ids"] if prefix else [])
+        cont = list(tokenizer(clip_chars(text, limit, "start"), add_special_tokens=False)["input_ids"]) + (
+            [eos] if add_eos and eos is not None else [])
         if not ctx and cont:  # no bos and no prefix: the first token has nothing to be predicted from
             ctx, cont = cont[:1], cont[1:]
         ctx, cont, cut = _fit(list(ctx), cont, limit, bos)
-        n_cut += cut
+        n_cut += bool(cut or clip_chars(text, limit, "start") != text or clip_chars(prefix, limit) != prefix)
         if not cont:
             raise DataError(f"example {i} has no token to score (text {text[:40]!r}"
                             + (f", prefix {prefix[:40]!r}" if prefix else "") + ")")

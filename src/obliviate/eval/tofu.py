@@ -21,14 +21,15 @@ P~(a|q) = exp(-L(a|q)) is the length-normalised answer probability.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from obliviate.data import collate, encode_prompt_answer
+from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import greedy_generate, rouge_l_recall
+from obliviate.eval.core import _fit, greedy_generate, rouge_l_recall
 from obliviate.losses import token_nll
 
 UTILITY_SETS = ("retain", "real_authors", "world_facts")
@@ -51,11 +52,13 @@ def tofu_answer(answer: str) -> str:
 
 @torch.no_grad()
 def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str], batch_size: int = 32,
-               max_len: int | None = None, prompt_fn: Callable[[str], str] = tofu_prompt) -> np.ndarray:
+               max_len: int | None = None, prompt_fn: Callable[[str], str] = tofu_prompt,
+               cut: bool = False) -> np.ndarray:
     """Mean token NLL L(a|q) of each answer (its tokens and the eos) given ``prompt_fn(q)``: shape (N,).
 
     ``[bos] + prompt + " answer" + [eos]`` longer than ``max_len`` (default: the model's
-    ``max_position_embeddings``) raises :class:`DataError` instead of being truncated.
+    ``max_position_embeddings``) raises :class:`DataError` instead of being truncated; with ``cut``
+    (evaluation of a user's file) the prompt is cut from the left instead, keeping bos, with one warning.
     """
     if len(questions) != len(answers):
         raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
@@ -63,13 +66,25 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
         return np.zeros(0)
     if max_len is None:
         max_len = getattr(model.config, "max_position_embeddings", None) or 2048
-    seqs, masks = encode_prompt_answer(tokenizer, [prompt_fn(q) for q in questions],
-                                       [tofu_answer(a) for a in answers], max_len=10**9)
+    prompts = [prompt_fn(q) for q in questions]
+    clipped = [clip_chars(p, max_len) for p in prompts]  # a 50 MB question is not tokenised whole
+    seqs, masks = encode_prompt_answer(tokenizer, clipped, [clip_chars(tofu_answer(a), max_len, "start")
+                                                            for a in answers], max_len=10**9)
+    n_cut = 0
     for i, (s, m) in enumerate(zip(seqs, masks)):
-        if len(s) > max_len:
-            raise DataError(f"example {i}: prompt + answer is {len(s)} tokens, longer than max_len={max_len}")
-        if m.sum() == 0:
+        if len(s) > max_len or len(clipped[i]) < len(prompts[i]):
+            if not cut:
+                at_least = "at least " if len(clipped[i]) < len(prompts[i]) else ""
+                raise DataError(f"example {i}: prompt + answer is {at_least}{len(s)} tokens, longer than "
+                                f"max_len={max_len}")
+            p_ids, a_ids, _ = _fit(s[m == 0].tolist(), s[m == 1].tolist(), max_len, tokenizer.bos_token_id)
+            seqs[i], masks[i] = np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))
+            n_cut += 1
+        if masks[i].sum() == 0:
             raise DataError(f"example {i}: the answer has no tokens")
+    if n_cut:
+        warnings.warn(f"answer_nll: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
+                      f"answer fits the model's {max_len} positions", stacklevel=2)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
