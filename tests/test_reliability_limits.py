@@ -7,7 +7,6 @@ input gets.
 
 import json
 import time
-import warnings
 
 import pytest
 import torch
@@ -121,7 +120,8 @@ def test_eval_data_with_limit_reads_no_further_than_the_limit(tmp_path, name, bo
 
 
 @pytest.mark.parametrize("record,kind,message", [
-    ('{"question": "ab\\ud800", "answer": "b"}', "qa", "field 'question' holds a lone surrogate \\ud800 at character 3"),
+    ('{"question": "ab\\ud800", "answer": "b"}', "qa",
+     "field 'question' holds a lone surrogate \\ud800 at character 3"),
     ('{"question": "q", "answer": "\\udfff!"}', "qa", "field 'answer' holds a lone surrogate \\udfff at character 1"),
     ('{"question": "q", "choices": ["x", "y\\udc00"], "answer_index": 0}', "mcq",
      "field 'choices' holds a lone surrogate \\udc00 at character 2"),
@@ -174,3 +174,161 @@ def test_an_alias_bomb_under_unlearn_params_or_a_known_key_is_refused_at_once(tm
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err and len(lines[0]) < 300
     assert "uses the alias *a; YAML aliases are not supported" in lines[0]
     assert not (out / "results.json").exists()
+
+
+# --------------------------------------------------------------------------- one line where torch / transformers raised
+
+SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
+               "world.n_concept=2", "world.n_toxic=4"]
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("obliviate:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("obliviate: error: ") and len(lines[0]) < 400
+    return lines[0]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.lr=.inf", "config key 'train.lr': must be a finite number, got inf"),
+    ("train.lr=.nan", "config key 'train.lr': must be a finite number, got nan"),
+    ("train.beta1=2", "config key 'train.beta1': must be in [0, 1), got 2.0"),
+    ("train.weight_decay=-1", "config key 'train.weight_decay': must be >= 0, got -1.0"),
+])
+def test_training_values_torch_rejects_are_one_line_before_anything_runs(tmp_path, capsys, override, message):
+    """torch's optimizer raised ``ValueError: Invalid beta parameter`` (a traceback) or trained on to a NaN
+    model; ``lr=.inf`` reported a NaN loss term without naming lr."""
+    from obliviate.cli import main
+
+    out = tmp_path / "o"
+    assert main(["pretrain", "--out", str(out), *SMALL_WORLD, override]) == 2
+    assert message in one_error(capsys)
+    assert not (out / "results.json").exists()
+
+
+def test_an_absurd_d_model_is_one_line_before_anything_is_allocated(tmp_path, capsys):
+    from obliviate.cli import main
+    from obliviate.errors import ConfigError
+    from obliviate.models.builders import tiny_llama
+
+    with pytest.raises(ConfigError, match=r"^a model with d_model=1000000000000, n_layer=4, .* GiB of float32 "
+                                          r"weights, more than this machine's .* GiB of memory$"):
+        tiny_llama(300, d_model=10**12, n_head=4)
+    out = tmp_path / "o"
+    assert main(["pretrain", "--out", str(out), *SMALL_WORLD, "model.d_model=1048576"]) == 2
+    assert "a model with d_model=1048576" in one_error(capsys)
+    assert not (out / "results.json").exists()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_tokenizer):
+    from obliviate.models import save_model, tiny_llama
+
+    root = tmp_path_factory.mktemp("limits_model")
+    tok = tiny_tokenizer
+    save_model(tiny_llama(len(tok), n_layer=2, d_model=32, n_head=2), root / "model")
+    tok.save_pretrained(str(root / "model"))
+    return root / "model"
+
+
+def _variant(model_dir, tmp_path, config=None, tokenizer_json=None):
+    import shutil
+
+    d = shutil.copytree(model_dir, tmp_path / "variant")
+    if config:
+        c = json.loads((d / "config.json").read_text())
+        c.update(config)
+        (d / "config.json").write_text(json.dumps(c))
+    if tokenizer_json is not None:
+        (d / "tokenizer.json").write_text(tokenizer_json)
+    return d
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("hidden_size", "big", "'hidden_size' must be a positive integer, got 'big'"),
+    ("num_hidden_layers", -1, "'num_hidden_layers' must be a positive integer, got -1"),
+    ("num_hidden_layers", "2", "'num_hidden_layers' must be a positive integer, got '2'"),
+    ("num_attention_heads", 0, "'num_attention_heads' must be a positive integer, got 0"),
+    ("vocab_size", -5, "'vocab_size' must be a positive integer, got -5"),
+    ("max_position_embeddings", 12.5, "'max_position_embeddings' must be a positive integer, got 12.5"),
+    ("rms_norm_eps", "x", "'rms_norm_eps' must be a positive number, got 'x'"),
+    ("hidden_act", 5, "a field of its config.json has the wrong type: Validation error for field 'hidden_act'"),
+    ("tie_word_embeddings", "yes", "a field of its config.json has the wrong type"),
+])
+def test_a_config_field_of_the_wrong_type_or_a_negative_size_is_one_line(model_dir, tmp_path, capsys, field,
+                                                                           value, message):
+    """A string ``hidden_size`` was a StrictDataclassFieldValidationError traceback; ``num_hidden_layers: -1``
+    loaded a model with no layers that then crashed in eval (``__len__() should return >= 0``); a negative
+    ``vocab_size`` failed deep in torch."""
+    from obliviate.cli import main
+
+    d = _variant(model_dir, tmp_path, config={field: value})
+    out = tmp_path / "o"
+    assert main(["eval", "--model", str(d), "--out", str(out), "--no-progress", *SMALL_WORLD[:0],
+                 "n_forget=3", "n_holdout=1", "n_retain=3", "n_general=3", "n_concept=2", "n_toxic=4"]) == 2
+    line = one_error(capsys)
+    assert message in line and str(d) in line
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{}", "tokenizer.json must be a JSON object with a 'model' object, got an object without a 'model' object"),
+    ("[]", "tokenizer.json must be a JSON object with a 'model' object, got a JSON list"),
+    ("null", "tokenizer.json must be a JSON object with a 'model' object, got null"),
+    ('{"model": {}}', "KeyError: 'added_tokens'"),
+])
+def test_a_tokenizer_json_of_an_empty_object_or_array_is_one_line(model_dir, tmp_path, text, message):
+    """``{}`` was a KeyError, ``[]`` a TypeError, ``null`` an AttributeError traceback inside transformers."""
+    from obliviate.errors import ModelError
+    from obliviate.models.tokenizer import load_tokenizer
+
+    d = _variant(model_dir, tmp_path, tokenizer_json=text)
+    with pytest.raises(ModelError) as e:
+        load_tokenizer(d)
+    assert str(e.value).startswith(f"cannot load tokenizer from {str(d)!r}: ") and message in str(e.value)
+
+
+SMALL_WORLD_ONLY = [w.split(".", 1)[1] for w in SMALL_WORLD]
+
+
+def test_a_full_disk_while_writing_the_world_names_the_file(tmp_path, capsys, monkeypatch):
+    """``obliviate world`` printed ``[Errno 28] No space left on device`` without saying which file."""
+    import errno
+    import pathlib
+
+    from obliviate.cli import main
+
+    out = tmp_path / "w"
+    (out / "world").mkdir(parents=True)
+    (out / "world" / "world.json").symlink_to("/dev/full")  # a real ENOSPC from write(), no file name on it
+    if not pathlib.Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    assert main(["world", "--out", str(out), *SMALL_WORLD_ONLY]) == 2
+    assert one_error(capsys) == f"obliviate: error: {out / 'world' / 'world.json'}: [Errno 28] No space left on device"
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full)
+    out = tmp_path / "w2"
+    assert main(["world", "--out", str(out), *SMALL_WORLD_ONLY]) == 2
+    assert one_error(capsys) == f"obliviate: error: {out / 'world' / 'world.json'}: [Errno 28] No space left on device"
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
+    """Ctrl-C while the commands were being imported (torch, transformers: seconds) was a traceback."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys\n"
+            "from obliviate import cli\n"
+            "real = cli.build_parser\n"
+            "def interrupted():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command modules are imported\n"
+            "    return real()\n"
+            "cli.build_parser = interrupted\n"
+            "sys.exit(cli.main(['methods']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "obliviate: interrupted" and "Traceback" not in r.stderr

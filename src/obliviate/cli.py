@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def disk_error(e: BaseException) -> str | None:
     import re
 
     if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
-        where = f"{e.filename}: " if e.filename else ""
+        path = e.filename or _file_being_written(e)
+        where = f"{path}: " if path else ""
         return f"{where}[Errno {e.errno}] {e.strerror or e}"
     text = " ".join(str(e).split())
     m = re.search(r"os error (\d+)", text)
@@ -87,7 +89,40 @@ def disk_error(e: BaseException) -> str | None:
     return None
 
 
+def _file_being_written(e: BaseException) -> str | None:
+    """The file an ``OSError`` without a file name (a ``write`` that met a full disk) was writing: the
+    innermost frame of its traceback holding an open-file object, or a path as ``self`` / ``path``."""
+    import io
+    from pathlib import PurePath
+
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        values = frame.f_locals
+        for value in values.values():
+            name = getattr(value, "name", None) if isinstance(value, io.IOBase) else None
+            if isinstance(name, (str, bytes)) and not isinstance(name, int):
+                return os.fsdecode(name)
+        for key in ("self", "path", "file", "filename"):
+            if isinstance(values.get(key), PurePath):
+                return str(values[key])
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
+    line, ``obliviate: interrupted``, and status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("obliviate: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     # key=value overrides may follow options (``reproduce NAME --out DIR k=v``): argparse binds a
     # command's positionals in one go, so overrides after an option come back as extras.
@@ -113,9 +148,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"obliviate: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("obliviate: interrupted", file=sys.stderr)
-        return 130
     finally:
         if quiet_hf:
             _hf_progress_bars(True)

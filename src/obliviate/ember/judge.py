@@ -330,8 +330,8 @@ class HTTPJudge:
     the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
     "description": str}`` (a ```json fence around it is tolerated).
 
-    * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection errors, 5xx/429 answers and
-      malformed replies are retried up to ``retries`` more times, sleeping
+    * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection
+      errors, 5xx/429 answers and malformed replies are retried up to ``retries`` more times, sleeping
       ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
       ``Verdict(None, 0.0, "no verdict: ...")``.
     * Other 4xx answers (bad key, bad model name) are not retried: no verdict, with the status.

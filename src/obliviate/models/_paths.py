@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from obliviate.config import show
+
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
@@ -66,3 +68,37 @@ def missing_reason(path: str | os.PathLike) -> str:
 def one_line(e: BaseException) -> str:
     """An exception's message squeezed onto one line (and cut to 300 characters)."""
     return " ".join(str(e).split())[:300]
+
+
+def is_config_field_error(e: BaseException) -> bool:
+    """Whether ``e`` is transformers' check of a config.json field (huggingface_hub's ``StrictDataclassError``,
+    e.g. a string ``hidden_size``), which loading a model *or its tokenizer* may raise."""
+    return any(c.__name__ == "StrictDataclassError" for c in type(e).__mro__)
+
+
+_SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings", "n_embd", "n_layer", "n_head",
+                "n_positions", "n_inner", "n_ctx", "d_model", "n_layers", "n_heads", "ffn_dim")
+"""config.json fields that size the network: when given (not null), each must be a positive integer."""
+_POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta", "norm_eps")
+
+
+def bad_config_field(config: dict) -> str | None:
+    """Why a field of a parsed config.json (or of its ``text_config``) cannot build a model, else None.
+
+    transformers would raise a validation traceback for a string ``hidden_size``, build a model with no
+    layers for ``num_hidden_layers: -1`` (then crash in the first forward pass), or fail deep inside
+    torch for a negative ``vocab_size``.
+    """
+    for cfg, prefix in ((config, ""), (config.get("text_config"), "text_config.")):
+        if not isinstance(cfg, dict):
+            continue
+        for key in _SIZE_FIELDS:
+            v = cfg.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                return f"{prefix}{key!r} must be a positive integer, got {show(v)}"
+        for key in _POSITIVE_FLOATS:
+            v = cfg.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+                return f"{prefix}{key!r} must be a positive number, got {show(v)}"
+    return None

@@ -10,6 +10,7 @@ Default special-token ids (pad=0, bos=1, eos=2) match :func:`obliviate.models.to
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import torch
@@ -65,6 +66,8 @@ def tiny_llama(
     n_kv_head = n_head if n_kv_head is None else n_kv_head
     if n_head % n_kv_head:
         raise ConfigError(f"n_head={n_head} is not a multiple of n_kv_head={n_kv_head}")
+    _check_fits_in_memory(vocab_size, n_layer, d_model, n_head, n_kv_head,
+                          default_d_ff(d_model) if d_ff is None else d_ff, tie_embeddings)
     for name, tid in (("pad_token_id", pad_token_id), ("bos_token_id", bos_token_id), ("eos_token_id", eos_token_id)):
         if tid is not None and not 0 <= tid < vocab_size:
             raise ConfigError(f"{name}={tid} is outside the vocabulary (size {vocab_size})")
@@ -82,6 +85,27 @@ def tiny_llama(
         eos_token_id=eos_token_id,
     )
     return _init(LlamaForCausalLM, config, seed, attn_implementation)
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system
+        return None
+
+
+def _check_fits_in_memory(vocab_size: int, n_layer: int, d_model: int, n_head: int, n_kv_head: int, d_ff: int,
+                          tie_embeddings: bool) -> None:
+    """ConfigError, before anything is allocated, when the float32 weights of the model alone would not fit
+    in this machine's memory (an absurd ``d_model`` used to end in torch's allocator error, or worse)."""
+    head = d_model // n_head
+    per_layer = 2 * d_model * n_head * head + 2 * d_model * n_kv_head * head + 3 * d_model * d_ff + 2 * d_model
+    params = vocab_size * d_model * (1 if tie_embeddings else 2) + n_layer * per_layer + d_model
+    memory = _memory_bytes()
+    if memory and 4 * params > memory:
+        raise ConfigError(f"a model with d_model={d_model}, n_layer={n_layer}, d_ff={d_ff}, vocab_size={vocab_size} "
+                          f"has about {params:.3g} parameters: {4 * params / 2**30:.3g} GiB of float32 weights, more "
+                          f"than this machine's {memory / 2**30:.3g} GiB of memory")
 
 
 def build_model(size_or_kwargs: str | dict[str, Any], vocab_size: int, seed: int = 0, **overrides):

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from obliviate.errors import ConfigError, ModelError
-from obliviate.models._paths import is_local, missing_reason, one_line
+from obliviate.models._paths import bad_config_field, is_config_field_error, is_local, missing_reason, one_line
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 
 _DTYPES = {
@@ -70,11 +70,18 @@ def load_model(
             raise
         raise ModelError(f"cannot load model {source!r}: its weights do not match its config.json "
                          f"(different shapes); {one_line(e)}") from e
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        # TypeError: transformers' config validation (StrictDataclassFieldValidationError) of a field left
+        # unchecked above; ZeroDivisionError: e.g. zero attention heads of a model type not listed there
         if not local:
             raise ModelError(f"no local directory {source!r}, and no hub model {source!r} could be loaded: "
                              f"{one_line(e)}") from e
         raise ModelError(f"cannot load model {source!r}: {one_line(e)}") from e
+    except Exception as e:  # huggingface_hub's StrictDataclassError: transformers' check of a config field
+        if not is_config_field_error(e):
+            raise
+        raise ModelError(f"cannot load model {source!r}: a field of its config.json has the wrong type: "
+                         f"{one_line(e)}") from e
     if device is not None:
         model = model.to(device)
     check_finite(model, source)
@@ -125,6 +132,9 @@ def _check_model_dir(path: Path) -> Path:
         raise ModelError(f"malformed {str(config)!r}: no 'model_type' key")
     if bad is not None:  # json.loads takes NaN / Infinity / 1e999; a NaN rms_norm_eps makes every logit NaN
         raise ModelError(f"malformed {str(config)!r}: {bad!r} is not a finite number")
+    why = bad_config_field(parsed)
+    if why is not None:
+        raise ModelError(f"malformed {str(config)!r}: {why}")
     if not any(path.glob("*.safetensors")):
         pickled = sorted(p.name for p in path.glob("*.bin"))
         hint = f" (found pickled {', '.join(pickled)}; refusing to unpickle)" if pickled else ""
