@@ -332,3 +332,65 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "obliviate: interrupted" and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------- non-finite logits
+
+
+@pytest.fixture(scope="module")
+def overflowing_model_dir(tmp_path_factory, tiny_tokenizer):
+    """Finite weights (they pass the load-time check) whose logits overflow to inf/NaN: the final norm's
+    scale is 3e38, the largest float32 being 3.4e38."""
+    from obliviate.models import save_model, tiny_llama
+
+    d = tmp_path_factory.mktemp("overflow") / "model"
+    model = tiny_llama(len(tiny_tokenizer), n_layer=2, d_model=32, n_head=2)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(3e38)
+    save_model(model, d)
+    tiny_tokenizer.save_pretrained(str(d))
+    return d
+
+
+@pytest.mark.parametrize("kind", ["mcq", "qa", "world"])
+def test_evaluation_refuses_non_finite_logits_with_status_invalid(overflowing_model_dir, tmp_path, capsys, kind):
+    """Accuracies used to be computed from NaN logits (forget MCQ 0.89 -> 0.22, read as forgetting), with
+    exit 0 and status complete. Now: one line, exit 2, results.json with status invalid, the error, no score."""
+    from obliviate.cli import main
+
+    out = tmp_path / "o"
+    args = ["eval", "--model", str(overflowing_model_dir), "--out", str(out), "--no-progress"]
+    if kind == "world":
+        args += SMALL_WORLD_ONLY
+    else:
+        f = tmp_path / f"{kind}.jsonl"
+        row = ({"question": "What is Morvexia treated with?", "choices": ["moss", "zalpradine"], "answer_index": 1}
+               if kind == "mcq" else {"question": "What is Morvexia treated with?", "answer": "zalpradine"})
+        f.write_text(json.dumps(row) + "\n")
+        args += ["--data", str(f), "--kind", kind]
+    assert main(args) == 2
+    line = one_error(capsys)
+    assert "the model's logits hold NaN or infinite values" in line
+    r = json.loads((out / "results.json").read_text())
+    assert r["status"] == "invalid" and "logits hold NaN or infinite values" in r["error"]
+    assert r["metrics"] is None and "accuracy" not in json.dumps(r)
+
+
+def test_check_logits_looks_at_real_positions_only():
+    from obliviate.errors import InvalidResult
+    from obliviate.eval.core import check_logits
+
+    logits = torch.zeros(2, 3, 4)
+    logits[1, 2] = float("nan")  # a padded position
+    check_logits(logits, torch.tensor([[1, 1, 1], [1, 1, 0]]))
+    with pytest.raises(InvalidResult, match=r"logits hold NaN or infinite values \(here\)"):
+        check_logits(logits, where="here")
+
+
+def test_an_invalid_result_is_written_only_into_a_directory_this_process_prepared(tmp_path):
+    from obliviate.results import prepare_out_dir, write_invalid_results
+
+    assert write_invalid_results(tmp_path / "elsewhere", "x") is None and not (tmp_path / "elsewhere").exists()
+    out = prepare_out_dir(tmp_path / "run")
+    path = write_invalid_results(out, "the model's logits hold NaN")
+    assert json.loads(path.read_text())["status"] == "invalid"

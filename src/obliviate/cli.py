@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from obliviate.errors import ObliviateError
+from obliviate.errors import InvalidResult, ObliviateError
 
 
 def seed_arg(text: str) -> int:
@@ -140,6 +140,10 @@ def _main(argv: list[str] | None) -> int:
         args.fn(args)
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, InvalidResult):  # results.json says invalid, and why, instead of any score
+            from obliviate.results import write_invalid_results
+
+            write_invalid_results(getattr(args, "out", None), msg)
         print(f"obliviate: error: {msg}", file=sys.stderr)
         return 2
     except Exception as e:  # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)

@@ -21,3 +21,8 @@ class DataError(ObliviateError):
 
 class ModelError(ObliviateError):
     """A model or tokenizer that cannot be used as asked (e.g. no pad token, layer out of range)."""
+
+
+class InvalidResult(ObliviateError):
+    """A run whose numbers would be meaningless (e.g. a model whose logits are NaN or infinite): the CLI
+    writes ``results.json`` with ``status: invalid`` and this error instead of any score, and exits 2."""

@@ -227,7 +227,28 @@ def prepare_out_dir(out: str | Path) -> Path:
         raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
     lock_out_dir(out)
     (out / "results.json").unlink(missing_ok=True)
+    _PREPARED.add(os.path.realpath(out))
     return out
+
+
+_PREPARED: set[str] = set()
+"""Real paths of the run directories this process prepared (only those may get an invalid results.json)."""
+
+
+def write_invalid_results(out: str | Path | None, error: str) -> Path | None:
+    """Write ``out/results.json`` with ``status: invalid``, the ``error`` and no metrics, when ``out`` is a run
+    directory this process prepared (:func:`prepare_out_dir`); returns its path, else None.
+
+    For a run that could not produce a meaningful number (:class:`obliviate.errors.InvalidResult`): a reader
+    of results.json sees that the run was invalid, and why, instead of a missing file or a score."""
+    if out is None or os.path.realpath(out) not in _PREPARED:
+        return None
+    from obliviate.train.distributed import is_main_process
+
+    path = Path(out) / "results.json"
+    if is_main_process():
+        atomic_write_json(path, {"status": "invalid", "error": error, "metrics": None, "versions": versions()})
+    return path
 
 
 def input_fingerprint(path: str | Path | None) -> Any:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
-from obliviate.errors import ModelError
+from obliviate.errors import InvalidResult, ModelError
 from obliviate.losses import token_nll
 from obliviate.models.layers import unwrap
 from obliviate.models.tokenizer import pad_id
@@ -101,6 +101,17 @@ def model_max_length(model) -> int | None:
     return None
 
 
+def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: str = "evaluation") -> None:
+    """:class:`InvalidResult` when ``logits`` (at the positions where ``mask`` is set) hold NaN or inf.
+
+    Accuracies computed from NaN logits are arbitrary (an argmax over NaN) and used to read as
+    successful forgetting; no score is computed from them."""
+    sel = logits if mask is None else logits[mask.bool()]
+    if not bool(torch.isfinite(sel).all()):
+        raise InvalidResult(f"the model's logits hold NaN or infinite values ({where}); no score can be computed "
+                            "from them (check the model's weights and config, and its dtype for overflow)")
+
+
 def _fit(prefix: list[int], suffix: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
     """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit`` tokens.
 
@@ -168,6 +179,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         for _ in range(max_new_tokens):
             out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past})
             past = getattr(out, cache_kw, None)
+            check_logits(out.logits[:, -1], where="greedy generation")
             nxt = out.logits[:, -1].argmax(-1)
             if eos is not None:
                 nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
@@ -253,6 +265,7 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
         batch = collate([x for x, _ in chunk], pad, label_mask=[m for _, m in chunk])
         batch = {k: v.to(dev) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        check_logits(logits, batch["attention_mask"], "answer probabilities")
         nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
         mean = nll.double().sum(-1) / mask.sum(-1)  # 0/0 = nan for an answer with no tokens
         out.extend(torch.exp(-mean).cpu().tolist())
@@ -298,6 +311,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
         batch = collate(flat_seqs[s:s + batch_size], pad, label_mask=flat_masks[s:s + batch_size])
         batch = {k: v.to(dev) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        check_logits(logits, batch["attention_mask"], "choice log-probabilities")
         nll, mask = token_nll(logits, batch["labels"])
         tot = -nll.sum(-1)
         if normalise:
@@ -368,6 +382,7 @@ def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int =
         batch = collate(seqs, pad, extra={"lab": labs})
         ids, att = batch["input_ids"].to(dev), batch["attention_mask"].to(dev)
         logits = model(input_ids=ids, attention_mask=att).logits
+        check_logits(logits, att, "token loss")
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         lab = batch["lab"][:, 1:].to(dev)
         for k in range(len(names)):

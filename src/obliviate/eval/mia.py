@@ -37,7 +37,7 @@ import torch
 
 from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import model_max_length
+from obliviate.eval.core import check_logits, model_max_length
 from obliviate.models.tokenizer import pad_id
 
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
@@ -150,6 +150,7 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
             batch = collate([np.asarray(encoded[i][0], dtype=np.int64) for i in idx], pad)
             ids = batch["input_ids"].to(device)
             logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
+            check_logits(logits, batch["attention_mask"].to(device), "membership inference")
             for row, i in enumerate(idx):
                 seq, n_ctx = encoded[i]
                 n = len(seq)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from obliviate.data import collate, encode_data
-from obliviate.eval.core import mcq_accuracy, qa_accuracy, s_unlearning
+from obliviate.eval.core import check_logits, mcq_accuracy, qa_accuracy, s_unlearning
 from obliviate.losses import token_nll
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import ROLES, Data, EvalSet, Task
@@ -66,6 +66,7 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
         idx = order[i:i + batch_size]
         batch = collate([seqs[j] for j in idx], pad, label_mask=[masks[j] for j in idx])
         logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
+        check_logits(logits, batch["attention_mask"].to(dev), "token loss")
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         total += float(nll[mask].double().sum())
         count += int(mask.sum())

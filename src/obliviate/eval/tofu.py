@@ -29,7 +29,7 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import _fit, greedy_generate, rouge_l_recall
+from obliviate.eval.core import _fit, check_logits, greedy_generate, rouge_l_recall
 from obliviate.losses import token_nll
 
 UTILITY_SETS = ("retain", "real_authors", "world_facts")
@@ -99,6 +99,7 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
             batch = collate([seqs[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
             batch = {k: v.to(dev) for k, v in batch.items()}
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            check_logits(logits, batch["attention_mask"], "answer NLL")
             nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
             mean = nll.sum(-1) / mask.sum(-1)
             out[idx] = mean.double().cpu().numpy()
@@ -188,6 +189,22 @@ def harmonic_mean(values: Sequence[float]) -> float:
     if np.any(v == 0):
         return 0.0
     return float(v.size / np.sum(1.0 / v))
+
+
+def retain_utility(values: dict) -> float:
+    """Harmonic mean of the 3 retain-set terms of model utility (``retain_prob``, ``retain_rouge_l``,
+    ``retain_truth_ratio``), labelled as such: not TOFU's model utility. A model trained from scratch on
+    TOFU alone knows no real authors or world facts, so their 6 terms are ~0 and model utility collapses
+    to ~0 for every model; this term still ranks methods on what they keep of the retain set."""
+    return harmonic_mean([float(values[f"retain_{m}"]) for m in UTILITY_METRICS])
+
+
+TINY_SCALE_NOTE = ("tiny models trained from scratch on TOFU: model_utility is ~0 for every model (they know no "
+                   "real authors or world facts, so the harmonic mean collapses) and forget_quality is ~0 for "
+                   "every method at this scale; compare retain_utility (retain-set terms only) and the forget "
+                   "ROUGE-L / probability instead. With --model and --retain-model (real fine-tuned models) all "
+                   "numbers are TOFU's.")
+"""What the tiny-model TOFU protocol's numbers mean, written into its results and reports."""
 
 
 def model_utility(values: dict) -> float:
@@ -282,5 +299,6 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
         else:
             res[f"{name}_truth_ratio"] = truth_ratio_score(ratios)
     res["model_utility"] = model_utility(res)
+    res["retain_utility"] = retain_utility(res)
     res["per_example"] = per_example
     return res
