@@ -51,7 +51,7 @@ from obliviate.unlearn import MethodRun
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
-from obliviate.eval.tofu import forget_quality, tofu_answer, tofu_eval, tofu_prompt
+from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_answer, tofu_eval, tofu_prompt
 from obliviate.losses import lm_loss, lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.models._paths import looks_like_path
@@ -503,7 +503,8 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
         atomic_write_json(out / "per_example.json", per_example)
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
                   unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
-                  model_dir=str(out / "model"), **({"given_models": to_dict(given)} if given else {}))
+                  model_dir=str(out / "model"),
+                  **({"given_models": to_dict(given)} if given else {"scale_note": TINY_SCALE_NOTE}))
     return {"metrics": metrics, "per_example": per_example, "timings": timings}
 
 

@@ -11,7 +11,7 @@ from obliviate.benchmarks import QAExample
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import (
     UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
-    model_truth_ratio, model_utility, normalised_choice_prob, tofu_eval, tofu_prompt, truth_ratio,
+    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, tofu_prompt, truth_ratio,
     truth_ratio_score,
 )
 
@@ -62,6 +62,12 @@ def test_model_utility_hand():
         model_utility({k: v for k, v in values.items() if k != "retain_prob"})
     with pytest.raises(ValueError):
         harmonic_mean([0.5, -0.1])
+
+
+def test_retain_utility_is_the_retain_terms_only():
+    values = dict(zip(UTILITY_KEYS, [1.0, 0.5, 0.25] + [0.0] * 6))  # a tiny model: no real-world knowledge
+    assert model_utility(values) == 0.0
+    assert retain_utility(values) == pytest.approx(3 / (1 + 2 + 4))
 
 
 # ------------------------------------------------------------------ tiny model

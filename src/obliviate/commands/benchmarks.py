@@ -69,6 +69,7 @@ def cmd_tofu(args) -> None:
     from obliviate.config import build_config
     from obliviate.errors import ConfigError
     from obliviate.results import prepare_out_dir
+    from obliviate.eval.tofu import TINY_SCALE_NOTE
     from obliviate.tofu import GivenModels, TofuConfig, check_run, run_tofu
 
     given = None
@@ -89,8 +90,10 @@ def cmd_tofu(args) -> None:
     res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
     m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
     print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
-    for key in ("forget_quality", "model_utility", rouge):
+    for key in ("forget_quality", "model_utility", "retain_utility", rouge):
         print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
+    if given is None:
+        print(f"note: {TINY_SCALE_NOTE}")
     print(f"results: {out / 'results.json'}")
 
 

@@ -66,6 +66,7 @@ from typing import Literal
 
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.tofu import TINY_SCALE_NOTE
 from obliviate.pretrain import PretrainConfig
 from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
 from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
@@ -243,7 +244,7 @@ def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
 
 
 def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:
-    keys = ("forget_quality", "model_utility", "forget10_rouge_l", "retain_rouge_l", "forget_prob", "retain_prob",
+    keys = ("forget_quality", "model_utility", "retain_utility", "forget10_rouge_l", "retain_rouge_l", "forget_prob", "retain_prob",
             "forget_truth_ratio")
     return {f"{prefix}{k}": m.get(k) for k in keys}
 
@@ -365,7 +366,7 @@ WORLD_COLUMNS = ["method", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "
                  "token_auroc"]
 AUROC_COLUMNS = ["scorer", "token_auroc", "token_auroc_base", "token_auroc_unlearned", "score_mean"]
 TOFU_COLUMNS = ["method", "tofu_forget10_rouge_l", "tofu_retain_rouge_l", "tofu_fq", "tofu_rd", "tofu_uq",
-                "tofu_forget_quality", "tofu_model_utility"]
+                "tofu_forget_quality", "tofu_model_utility", "tofu_retain_utility"]
 
 
 def _plots(out: Path, metrics: dict, methods: list[str], tofu_ran: bool) -> list[str]:
@@ -418,7 +419,7 @@ def _report(cfg, out: Path, metrics: dict, methods: list[str], parts: list[str],
         if tofu_ran:
             rows = [{"method": "base", **metrics["base"]}, {"method": "retain-only", **metrics["tofu_retain_model"]}]
             rows += [{"method": n, **metrics[n]} for n in methods]
-            sections.append(("TOFU (tiny-model protocol)", markdown_table(rows, TOFU_COLUMNS)))
+            sections.append(("TOFU (tiny-model protocol)", f"{TINY_SCALE_NOTE}\n\n" + markdown_table(rows, TOFU_COLUMNS)))
         else:
             sections.append(("TOFU (tiny-model protocol)", f"Skipped: {tofu_note}\n"))
     figs = _plots(out, metrics, methods, tofu_ran)
