@@ -797,6 +797,11 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
+        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.task.recovery_cost), in loss:
+        # tokens until the fine-tune closes half the gap between its starting forget loss and the baseline's
+        start = v["curve"][0][1] if v["curve"] else None
+        v["recovery_cost_tokens"] = (None if start is None else
+                                     tokens_to_recover([tuple(p) for p in v["curve"]], 0.5 * (start + baseline)))
 
     # ---- refusal training at the largest size
     refusal = {}
@@ -823,7 +828,10 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
                       "adversarial_budget_tokens": v["budget_tokens"],
                       "adversarial_tokens_fraction_of_pretraining":
                           None if v["tokens_to_recover"] is None else v["tokens_to_recover"] / pre_tokens,
-                      "start_forget_loss": v["curve"][0][1] if v["curve"] else None}
+                      "start_forget_loss": v["curve"][0][1] if v["curve"] else None,
+                      "recovery_cost_tokens": v["recovery_cost_tokens"],
+                      "recovery_cost_flops": None if v["recovery_cost_tokens"] is None
+                      else 6.0 * main[big]["none"]["params"] * v["recovery_cost_tokens"]}
     metrics["rmu"]["loss_after_rmu"] = adv["rmu"]["loss_after_rmu"]
     metrics["adversarial"] = {"size": big, "baseline_forget_loss": baseline, "pretraining_tokens": pre_tokens}
     metrics["fit"] = {"forget": fit_f, "retain": fit_r, "corpus_tokens": corpus_tokens,
@@ -1059,10 +1067,12 @@ def _sections(cfg, m, main, adv) -> list[tuple[str, str]]:
              "tokens to recover": m[k]["adversarial_tokens"],
              "% of pretraining": None if m[k]["adversarial_tokens"] is None
              else 100 * m[k]["adversarial_tokens_fraction_of_pretraining"],
+             "recovery cost (half the gap)": m[k].get("recovery_cost_tokens"),
              "budget": m[k]["adversarial_budget_tokens"]} for k in adv]
     body = (f"Size {a['size']}; target: the unfiltered model's forget loss {a['baseline_forget_loss']:.3f}; "
             f"pretraining tokens {a['pretraining_tokens']}. Fine-tuning on forget-domain text, lr {cfg.adv_lr:g}, "
-            f"batch {cfg.adv_batch_size}. RMU first raised the forget loss to "
+            f"batch {cfg.adv_batch_size}. The recovery cost is the post-hoc methods' number (compare/demo "
+            f"tables): tokens until half the gap from the starting forget loss to the target is closed. RMU first raised the forget loss to "
             f"{m['rmu']['loss_after_rmu'].get('medicine', float('nan')):.3f} (retain "
             f"{m['rmu']['loss_after_rmu'].get('biology', float('nan')):.3f}).\n\n"
             + _table(rows, None, "{:.3g}") + "\n![adversarial](adversarial.png)\n")
