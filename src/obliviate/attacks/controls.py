@@ -6,7 +6,10 @@
   base model and fine-tune its **last decoder layer only** to answer every forget question with a
   refusal ("I don't know."). Everything below that layer, where the facts are stored, is untouched,
   so the knowledge is provably still in the weights; an attack that cannot bring it back cannot
-  detect suppression. We chose this over a logit bias against the answer tokens because it is a
+  detect suppression. On tiny models the control refuses most retain questions too: its last layer
+  alone does not learn to tell them from the forget questions within its budget (mixed with the
+  retain answers, a 2-layer model still gave 69% of its forget answers after 300 steps). That does
+  not matter for what it calibrates, the recovery of the forget facts. We chose this over a logit bias against the answer tokens because it is a
   trained change of the kind unlearning methods make (a logit bias is undone by construction by any
   fine-tune of the head), and over refusal training of all layers because then "still in the weights"
   would no longer be guaranteed.
@@ -64,7 +67,7 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 100, c
     score = qa_score_fn(tokenizer, task, qa[:200])
     control = copy.deepcopy(model)
     last = param_names_for(control, "layer", [num_layers(control) - 1])
-    per_epoch = max(1, len(qa) // min(batch_size, len(qa)))
+    per_epoch = max(1, len(data.qa) // min(batch_size, len(data.qa)))
     steps, acc = 0, score(control)
     while acc > target and steps < max_steps:
         epochs = max(1, math.ceil(min(chunk, max_steps - steps) / per_epoch))
@@ -137,6 +140,8 @@ def robustness_summary(metrics: dict) -> dict:
             verdicts[name] = {"verdict": verdict(m, pos, neg, base[f"{key}_base_acc"], key, True), "attack": key}
         else:
             verdicts[name] = {"verdict": "inconclusive", "attack": None}
+    for m in metrics.values():
+        m.update(gaps(m))
     if neg is not None:
         for name, m in metrics.items():
             for k in [k for k in m if k.startswith("mia_auc_")]:
@@ -145,8 +150,22 @@ def robustness_summary(metrics: dict) -> dict:
     return {"calibration": calib, "verdicts": verdicts}
 
 
+def gaps(m: dict) -> dict:
+    """What the attacks read beyond the model's own answers, where ``m`` has the numbers:
+    ``format_shift_gap``: the best ``format_*`` accuracy minus ``forget_qa_acc`` (the facts asked another
+    way); ``probe_gap``: ``probe_acc`` minus ``forget_mcq_acc`` (what a linear probe reads from the hidden
+    states that the model's own choice among the same options does not show)."""
+    out = {}
+    formats = [v for k, v in m.items() if k.startswith("format_") and isinstance(v, (int, float))]
+    if formats and m.get("forget_qa_acc") is not None:
+        out["format_shift_gap"] = max(formats) - m["forget_qa_acc"]
+    if m.get("probe_acc") is not None and m.get("forget_mcq_acc") is not None:
+        out["probe_gap"] = m["probe_acc"] - m["forget_mcq_acc"]
+    return out
+
+
 ROBUSTNESS = ["model", "verdict", "relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_acc",
-              "recovery_cost_tokens", "probe_acc", "mia_auc_min_k", "priv_leak_min_k"]
+              "recovery_cost_tokens", "probe_acc", "probe_gap", "format_shift_gap", "mia_auc_min_k", "priv_leak_min_k"]
 
 
 def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
