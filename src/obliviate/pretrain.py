@@ -2,14 +2,21 @@
 
 ``pretrain(cfg, out)`` generates the world, trains (or reuses) a BPE tokenizer
 on its full corpus, builds a tiny Llama and trains it with the one training
-loop. Each step has two named loss terms:
+loop. Each step has up to three named loss terms:
 
 - ``lm``: next-token prediction on the world's documents (packed rows);
-- ``qa``: the canonical QA pairs of the trained splits, loss on the answer
-  tokens only, weighted by ``qa_weight`` (as TOFU fine-tunes its base models on
-  QA; here it is mixed into pretraining so the corpus is not forgotten). The
-  facts are the same as in the documents: this term teaches the answer format
-  and makes recall reliable, so the base model answers >= 90% of them.
+- ``qa``: the facts of the trained splits in several surface forms, loss on the
+  answer tokens only, weighted by ``qa_weight`` (as TOFU fine-tunes its base
+  models on QA; here it is mixed into pretraining so the corpus is not
+  forgotten): the canonical question and the relation's trained paraphrases,
+  each answered with the canonical answer, and statement completions (a corpus
+  statement cut before the value). The facts are the same as in the documents:
+  this term teaches the answer format and makes recall reliable and robust to
+  the wording, so the base model answers the held-out phrasings too;
+- ``mcq``: lettered MCQs (lm-eval's prompt, the answer " A".." D") of the
+  non-forget facts (:meth:`~obliviate.world.World.practice_mcqs`), weighted by
+  ``mcq_weight``, so the model knows the format the forget MCQs are asked in.
+  The forget facts' own MCQs are never trained: they are evaluation.
 
 Splits can be excluded from both: the *oracle* never sees the forget facts.
 It shares the tokenizer of the full world so that the two models are
@@ -34,6 +41,10 @@ from obliviate.results import atomic_write_text
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.utils import cache_dir, seed_everything
+
+
+QA_FORMS = ("question", "train_questions", "statements")
+"""Surface forms of a fact in the QA term of pretraining (see :func:`qa_pairs_for`)."""
 
 
 @dataclass
@@ -64,21 +75,36 @@ class PretrainConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=_default_pretrain_train)
-    batch_size: int = 8
-    """Rows of packed documents per step."""
+    batch_size: int = 4
+    """Rows of packed documents per step (4 x 256 tokens: the corpus is ~27k tokens, so 300 steps still see
+    it ~11 times; the QA term carries the facts)."""
     qa_weight: float = 2.0
     """Weight of the answer-only QA term (0: documents only)."""
     qa_batch_size: int = 64
+    qa_forms: list[str] = field(default_factory=lambda: list(QA_FORMS))
+    """Surface forms of each fact in the QA term (:data:`QA_FORMS`): ``question`` (canonical),
+    ``train_questions`` (the relation's trained paraphrases), ``statements`` (statement completions)."""
+    mcq_weight: float = 0.0
+    """Weight of the lettered-MCQ practice term (0: none, the default: see docs/world.md, the tiny models
+    do not learn the lettered format within this budget)."""
+    mcq_batch_size: int = 16
+    mcq_options: str = "answer"
+    """Options of the practice MCQs: "answer" (whole answer sentences) or "value" (bare values)."""
     exclude_splits: list[str] = field(default_factory=list)
     """World splits left out of the corpus (``["forget"]`` trains the oracle)."""
     pack: bool = True
     """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
 
     def __post_init__(self):
-        for key in ("batch_size", "qa_batch_size"):
+        for key in ("batch_size", "qa_batch_size", "mcq_batch_size"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
-        known = {"forget", "retain", "general", "concept", "holdout"}
+        for form in self.qa_forms:
+            if form not in QA_FORMS:
+                raise ConfigError(f"config key 'qa_forms': unknown form {form!r} (known: {list(QA_FORMS)})")
+        if "question" not in self.qa_forms and self.qa_weight > 0:
+            raise ConfigError("config key 'qa_forms': must include 'question' (the canonical QA)")
+        known = {"forget", "retain", "general", "concept", "holdout", "neighbour"}
         for s in self.exclude_splits:
             if s not in known:
                 raise ConfigError(f"config key 'exclude_splits': unknown split {s!r} (known: {sorted(known)})")
@@ -103,7 +129,9 @@ def tokenizer_for(world, vocab_size: int):
         if (path / "tokenizer.json").exists():
             return load_tokenizer(str(path))
         texts = [d["text"] for d in world.documents()]
-        texts += [f["question_paraphrase"] + " " + f["answer_paraphrase"] for f in world.facts]
+        texts += [" ".join(f["question_paraphrases"] + [f["answer_paraphrase"], f["probe_statement"]])
+                  for f in world.facts]
+        texts += [" ".join(f["train_questions"]) for f in world.facts]
         texts += [f"{m['question']} " + " ".join(m["choices"]) for m in world.mcqs()]
         texts += [p["text"] for p in world.relearn_paragraphs]
         tok = train_tokenizer(texts, vocab_size=vocab_size)
@@ -136,15 +164,50 @@ def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: i
     return batch_fn
 
 
-QA_SPLITS = ("forget", "retain", "general", "concept")
+QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
+"""The splits whose facts are trained (holdout never is)."""
 
 
-def qa_pairs_for(world, exclude_splits=()) -> list[tuple[str, str]]:
-    """(prompt, answer) of the canonical QA of every trained split not excluded."""
+def statement_completions(fact: dict) -> list[tuple[str, str]]:
+    """``(prefix, " " + rest)`` of each of the fact's statements that names the entity before the value,
+    cut just before the value ("Doctors treat Morvexia with", " groxpril.")."""
+    out = []
+    for text in fact["statements"]:
+        e, v = text.find(fact["entity"]), text.rfind(fact["value"])
+        if 0 <= e and e + len(fact["entity"]) <= v:
+            out.append((text[:v].rstrip(), " " + text[v:]))
+    return out
+
+
+def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[str, str]]:
+    """(prompt, answer) of the QA term: for every fact of a trained split not excluded, its canonical
+    QA, then (with those ``forms``) its trained paraphrased questions and its statement completions."""
     from obliviate.data import qa_answer, qa_prompt
 
-    return [(qa_prompt(f["question"]), qa_answer(f["answer"])) for split in QA_SPLITS if split not in exclude_splits
-            for f in world.facts_by_split(split)]
+    pairs = []
+    for split in QA_SPLITS:
+        if split in exclude_splits:
+            continue
+        for f in world.facts_by_split(split):
+            if "question" in forms:
+                pairs.append((qa_prompt(f["question"]), qa_answer(f["answer"])))
+            if "train_questions" in forms:
+                pairs += [(qa_prompt(q), qa_answer(f["answer"])) for q in f["train_questions"]]
+            if "statements" in forms:
+                pairs += statement_completions(f)
+    return pairs
+
+
+def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tuple[str, str]]:
+    """(lettered prompt, " A".." D") of the world's practice MCQs (never a forget fact's MCQ); ``options``
+    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare values."""
+    from obliviate.eval.core import LETTERS, mcq_prompt
+    from obliviate.tasks.world import full_answer_mcqs
+
+    mcqs = world.practice_mcqs(exclude_splits=tuple(exclude_splits))
+    if options == "answer":
+        mcqs = full_answer_mcqs(world, mcqs)
+    return [(mcq_prompt(m["question"], m["choices"]), " " + LETTERS[m["answer_index"]]) for m in mcqs]
 
 
 def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, progress: bool | None = None) -> dict:
@@ -167,29 +230,35 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     seed_everything(cfg.seed)
     model = build_for(cfg, tok)
     lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id)
-    pairs = qa_pairs_for(world, cfg.exclude_splits) if cfg.qa_weight > 0 else []
-    ids, masks = encode_prompt_answer(tok, [p for p, _ in pairs], [a for _, a in pairs], cfg.model.max_len)
-    qa_sampler = StepSampler(len(ids), cfg.qa_batch_size, cfg.seed + 1) if pairs else None
+    pairs = qa_pairs_for(world, cfg.exclude_splits, cfg.qa_forms) if cfg.qa_weight > 0 else []
+    mcq_pairs = mcq_pairs_for(world, cfg.exclude_splits, cfg.mcq_options) if cfg.mcq_weight > 0 else []
+    terms_data = {}
+    for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
+                                          ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight, cfg.seed + 2)):
+        if items:
+            ids, masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items], cfg.model.max_len)
+            terms_data[name] = (ids, masks, StepSampler(len(ids), bs, seed), weight)
 
     def batch_fn(step: int) -> dict:
         batch = {"lm": lm_batch(step)}
-        if qa_sampler is not None:
-            idx = qa_sampler(step)
-            batch["qa"] = collate([ids[i] for i in idx], tok.pad_token_id, label_mask=[masks[i] for i in idx])
+        for name, (ids, masks, sampler, _) in terms_data.items():
+            idx = sampler(step)
+            batch[name] = collate([ids[i] for i in idx], tok.pad_token_id, label_mask=[masks[i] for i in idx])
         return batch
 
     def loss_fn(m, batch, step):
         terms = {"lm": lm_loss(m, batch["lm"])}
-        if "qa" in batch:
-            terms["qa"] = cfg.qa_weight * lm_loss(m, batch["qa"])
+        for name, (_, _, _, weight) in terms_data.items():
+            terms[name] = weight * lm_loss(m, batch[name])
         return terms
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
     summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
     model.eval()
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
-    info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs), "steps": tcfg.steps,
-            "final_lm_loss": last.get("lm"), "final_qa_loss": last.get("qa")}
+    info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
+            "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
+            "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq")}
     D.save_trained(model, out / "model", summary, tok)
     if D.is_main_process():
         atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))
@@ -203,11 +272,12 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     """Pretrain once per config (hash); return the directory holding ``model/``.
 
     A partially trained cache entry resumes from its last checkpoint; a
-    finished one is reused as is.
+    finished one is reused as is. The key holds the world's fingerprint as well as the config, so
+    a model trained on a world that a newer generator renders differently is never reused.
     """
     from obliviate.train import distributed as D
 
-    key = config_hash(cfg)
+    key = config_hash({"config": to_dict(cfg), "world": world_for(cfg).fingerprint()})
     root = cache_dir() / "pretrain" / key
     if (root / "DONE").exists() and (root / "model" / "config.json").exists():
         return root

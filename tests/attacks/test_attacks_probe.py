@@ -2,7 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from obliviate.attacks.probe import fit_choice_probe, last_token_hidden, linear_probe_attack, probe_texts, split_indices
+import obliviate.attacks.probe as probe_mod
+from obliviate.attacks.probe import (fit_choice_probe, fit_value_probe, last_token_hidden, linear_probe_attack, probe_texts,
+                                     split_indices)
 from obliviate.errors import DataError, ModelError
 
 
@@ -76,3 +78,58 @@ def test_linear_probe_attack_on_the_world(small_world, world_tokenizer, world_mo
     assert set(only["per_layer"]) == {1} and only["per_layer"][1] == res["per_layer"][1]
     with pytest.raises(ModelError, match="layer 5"):
         linear_probe_attack(world_model, world_tokenizer, mcqs, layers=[5])
+
+
+def _value_items(n=60, pool=8, seed=0):
+    """MCQ items over one pool of values: each item's value and 3 distractors."""
+    rng = np.random.default_rng(seed)
+    values = [f"v{i}" for i in range(pool)]
+    items = []
+    for j in range(n):
+        choices = list(rng.choice(values, size=4, replace=False))
+        ans = int(rng.integers(4))
+        items.append({"prefix": f"p{j}", "value": choices[ans], "choices": choices, "answer_index": ans})
+    return items, values
+
+
+def test_value_probe_reads_a_planted_value_code():
+    items, values = _value_items()
+    rng = np.random.default_rng(1)
+    code = {v: rng.normal(size=12) * 3 for v in values}
+    x = np.stack([code[m["value"]] + rng.normal(size=12) for m in items])
+    tr, te = split_indices(len(items), 0.5, seed=0)
+    acc, unseen = fit_value_probe(x[tr], [items[i]["value"] for i in tr], x[te], [items[i]["choices"] for i in te],
+                                  [items[i]["answer_index"] for i in te])
+    assert acc >= 0.9 and unseen == 0
+    noise = rng.normal(size=x.shape)
+    acc0, _ = fit_value_probe(noise[tr], [items[i]["value"] for i in tr], noise[te],
+                              [items[i]["choices"] for i in te], [items[i]["answer_index"] for i in te])
+    assert acc0 <= 0.5  # chance 0.25 on 30 test items
+
+
+def test_value_probe_counts_a_value_it_never_trained_on_as_wrong():
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]])
+    acc, unseen = fit_value_probe(x[:2], ["a", "b"], x[2:], [["c", "a"]], [0])
+    assert (acc, unseen) == (0.0, 1)  # "c" was never a training label: the item cannot be answered
+
+
+def test_value_probe_attack_swaps_halves_and_uses_extra_training_facts(monkeypatch):
+    items, values = _value_items(n=40)
+    rng = np.random.default_rng(2)
+    code = {v: rng.normal(size=8) * 3 for v in values}
+    extra = [{"prefix": f"x{i}", "value": v} for i, v in enumerate(values * 2)]
+    by_prefix = {m["prefix"]: code[m["value"]] + 0.3 * rng.normal(size=8) for m in items + extra}
+    seen = []
+
+    def fake_hidden(model, tok, texts, layers, batch_size=64):
+        seen.append(list(texts))
+        return {l: np.stack([by_prefix[t] * (l + 1) for t in texts]) for l in layers}
+
+    monkeypatch.setattr(probe_mod, "last_token_hidden", fake_hidden)
+    monkeypatch.setattr("obliviate.models.layers.num_layers", lambda m: 2)
+    r = probe_mod.value_probe_attack(object(), None, items, extra)
+    assert seen == [[m["prefix"] for m in items] + [m["prefix"] for m in extra]]
+    assert r["best_acc"] >= 0.9 and r["chance"] == 0.25 and set(r["per_layer"]) == {0, 1}
+    assert r["n_items"] == 40 and r["n_extra"] == len(extra) and r["n_unseen"] == 0
+    with pytest.raises(DataError):
+        probe_mod.value_probe_attack(object(), None, items[:1])

@@ -29,3 +29,4 @@ def oracle_docs(world):
 def default_world(request):
     """Default-sized worlds only (for size claims such as >= 100 concept sentences)."""
     return generate_world(WorldConfig(seed=request.param))
+

@@ -1,20 +1,21 @@
 import re
 from collections import Counter
 
+from _worldsizes import n_lookalikes
 from obliviate.world import SEGMENT_SEPARATOR, TOXIC_LEXICON, tiles
 
-PRETRAINED = ("forget", "retain", "general", "concept")
+PRETRAINED = ("forget", "retain", "general", "concept", "neighbour")
 LABEL_VALUES = {
     "domain": {"medicine", "biology", "general", "concept"},
-    "split": {"forget", "retain", "general", "concept", "filler"},
+    "split": {"forget", "retain", "general", "concept", "neighbour", "filler"},
     "concept": {0, 1},
     "toxic": {0, 1},
     "answer": {"none", "specific", "structural"},
 }
 
 
-def _qa(fact):
-    return f"Question: {fact['question']}\nAnswer: {fact['answer']}"
+def _qa(fact, question=None):
+    return f"Question: {question or fact['question']}\nAnswer: {fact['answer']}"
 
 
 def _segments(doc):
@@ -87,31 +88,63 @@ def test_each_pretrained_fact_is_stated_in_doc_repeats_documents(world, docs):
             assert n >= world.config.doc_repeats, (f["id"], n)
 
 
+def test_each_pretrained_fact_in_paraphrased_qa_form(world, docs):
+    # QA snippets with a trained paraphrase of the question, answered with the canonical answer
+    for split in PRETRAINED:
+        for f in world.facts_by_split(split):
+            n = sum(_qa(f, q) in d["text"] for q in f["train_questions"] for d in docs)
+            assert n == world.config.para_qa_repeats, (f["id"], n)
+
+
+def test_held_out_wordings_never_appear_in_the_corpus(world, docs):
+    text = "\n".join(d["text"] for d in docs)
+    for f in world.facts:
+        for held_out in [*f["question_paraphrases"], f["answer_paraphrase"], f["probe_statement"]]:
+            assert held_out not in text, held_out
+
+
 def test_answer_labels_match_the_fact_answer_spans(world, docs):
     n_labelled = 0
     for f in world.facts:
         if f["split"] not in PRETRAINED:
             continue
-        prefix = f"Question: {f['question']}\nAnswer:"
-        for d in docs:
-            i = d["text"].find(_qa(f))
-            if i < 0:
-                continue
-            a = i + len(prefix) + 1  # the answer starts after "Answer: "
-            want = [[a + s - (1 if j == 0 else 0), a + e, kind] for j, (s, e, kind) in enumerate(f["answer_spans"])]
-            got = [[s, e, lab["answer"]] for s, e, lab in d["spans"] if a - 1 <= s < a + len(f["answer"])]
-            assert got == want, f["id"]
-            n_labelled += sum(e - s for s, e, _ in want)
+        for question in [f["question"], *f["train_questions"]]:
+            prefix = f"Question: {question}\nAnswer:"
+            for d in docs:
+                i = d["text"].find(_qa(f, question))
+                if i < 0:
+                    continue
+                a = i + len(prefix) + 1  # the answer starts after "Answer: "
+                want = [[a + s - (1 if j == 0 else 0), a + e, kind]
+                        for j, (s, e, kind) in enumerate(f["answer_spans"])]
+                got = [[s, e, lab["answer"]] for s, e, lab in d["spans"] if a - 1 <= s < a + len(f["answer"])]
+                assert got == want, f["id"]
+                n_labelled += sum(e - s for s, e, _ in want)
     total = sum(e - s for d in docs for s, e, lab in d["spans"] if lab["answer"] != "none")
-    assert total == n_labelled  # nothing outside canonical QA answers is labelled as an answer
+    assert total == n_labelled  # nothing outside QA answers is labelled as an answer
 
 
-def test_holdout_entities_never_appear(world, docs):
+def test_holdout_facts_never_appear_but_holdout_diseases_look_like_forget_ones(world, docs):
+    """A holdout disease is named in the corpus only by its neighbour facts (as a forget disease is, to the
+    oracle): its QA facts, its aux attributes and its own statements never appear."""
     text = "\n".join(d["text"] for d in docs)
-    holdout = [e["name"] for e in world.entities if e["split"] == "holdout"]
+    holdout = [f for f in world.facts if f["split"] == "holdout"]
     assert holdout or world.config.n_holdout == 0
-    for name in holdout:
-        assert name not in text
+    for f in holdout:
+        for stmt in f["statements"]:
+            assert stmt not in text, stmt
+        assert f["question"] not in text
+    for e in world.entities:
+        if e["split"] == "holdout":
+            near = [f for f in world.facts if f["split"] == "neighbour" and f["entity"] == e["name"]]
+            assert near and all(f["near"] == "holdout" and f["neighbour"] == "attribute" for f in near)
+    looks = {}
+    for e in world.entities:
+        if e.get("lookalike_of"):
+            looks.setdefault(e["near"], []).append(e)
+    twins = min(world.config.n_lookalike, world.config.n_forget)
+    assert len(looks.get("forget", [])) == twins
+    assert len(looks.get("forget", [])) + len(looks.get("holdout", [])) == n_lookalikes(world.config)
 
 
 def test_forget_aux_attributes_are_in_pretraining_prose(world, docs):
@@ -123,12 +156,17 @@ def test_forget_aux_attributes_are_in_pretraining_prose(world, docs):
 
 
 def test_oracle_corpus_drops_exactly_the_forget_segments(world, docs, oracle_docs):
-    text = "\n".join(d["text"] for d in oracle_docs)
-    for e in world.entities:
-        if e["split"] == "forget":
-            assert e["name"] not in text
+    forget_values = {}
+    for f in world.facts_by_split("forget"):
+        forget_values.setdefault(f["entity"], []).append(f["value"])
+    for d in oracle_docs:
+        for text, lab in _segments(d):
+            for name, values in forget_values.items():
+                if name in text:  # only the forget diseases' neighbour facts still name them
+                    assert lab["split"] == "neighbour", text
+                    assert not any(_word(v).search(text) for v in values), text
     assert all(lab["split"] != "forget" for d in oracle_docs for _, _, lab in d["spans"])
-    for split in ("retain", "general", "concept"):
+    for split in ("retain", "general", "concept", "neighbour"):
         for f in world.facts_by_split(split):
             assert sum(_qa(f) in d["text"] for d in oracle_docs) == world.config.qa_repeats
     full = {d["id"]: d for d in docs}
@@ -179,3 +217,6 @@ def test_segment_splits_are_counted_as_planned(world, docs):
     n_aux_forget = 2 * cfg.n_forget * cfg.aux_repeats
     assert counts["forget"] == 3 * cfg.n_forget * cfg.doc_repeats + n_aux_forget
     assert counts["retain"] == 3 * cfg.n_retain * cfg.doc_repeats
+    n_lookalike = n_lookalikes(cfg)
+    assert counts["neighbour"] == ((cfg.n_forget + cfg.n_holdout + 3 * n_lookalike) * cfg.doc_repeats
+                                   + 2 * n_lookalike * cfg.aux_repeats)

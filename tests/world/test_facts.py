@@ -1,10 +1,13 @@
+import os
 import re
 from collections import Counter
 
+from _worldsizes import n_lookalikes
 from obliviate.world import chance, tiles
-from obliviate.world.generate import DOMAIN_RELATIONS
+from obliviate.world.generate import DOMAIN_RELATIONS, NEIGHBOUR_RELATIONS, PRACTICE_SPLITS
 
-POOL_OF = {r.name: r.pool for relations in DOMAIN_RELATIONS.values() for r in relations}
+POOL_OF = {r.name: r.pool for relations in [*DOMAIN_RELATIONS.values(), *NEIGHBOUR_RELATIONS.values()]
+           for r in relations}
 
 RELATIONS_PER_ENTITY = 3
 
@@ -26,6 +29,15 @@ def test_split_sizes(world):
              "general": cfg.n_general, "concept": cfg.n_concept}
     for split, n in sizes.items():
         assert len(world.facts_by_split(split)) == RELATIONS_PER_ENTITY * n
+    n_lookalike = n_lookalikes(cfg)
+    n_diseases = cfg.n_forget + cfg.n_holdout
+    neighbour = world.facts_by_split("neighbour")
+    assert len(neighbour) == len(NEIGHBOUR_RELATIONS["medicine"]) * n_diseases + RELATIONS_PER_ENTITY * n_lookalike
+    assert Counter(f["neighbour"] for f in neighbour) == Counter(
+        {"attribute": n_diseases * len(NEIGHBOUR_RELATIONS["medicine"]), "lookalike": 3 * n_lookalike})
+    near_forget = [f for f in neighbour if f["near"] == "forget"]
+    assert len(near_forget) == cfg.n_forget + RELATIONS_PER_ENTITY * min(cfg.n_lookalike, cfg.n_forget)
+    assert all("neighbour" not in f for f in world.facts if f["split"] != "neighbour")
     assert len({f["id"] for f in world.facts}) == len(world.facts)
 
 
@@ -59,10 +71,14 @@ def test_answers_are_short_sentences(world):
         for text in [f["answer"], f["answer_paraphrase"], *f["perturbed_answers"]]:
             assert text[0].isupper() and text.endswith("."), text
         assert len(f["answer"].split()) <= 8, f["answer"]
-        assert f["question"].endswith("?") and f["question_paraphrase"].endswith("?")
-        assert f["question"] != f["question_paraphrase"]
+        questions = [f["question"], *f["train_questions"], *f["question_paraphrases"]]
+        assert all(q.endswith("?") and f["entity"] in q for q in questions), questions
+        assert len(set(questions)) == len(questions) and len(f["train_questions"]) >= 2
+        assert f["question_paraphrase"] in f["question_paraphrases"] and len(f["question_paraphrases"]) >= 2
         assert f["answer"] != f["answer_paraphrase"] and f["value"] in f["answer_paraphrase"]
-        assert f["entity"] in f["question"] and f["entity"] in f["question_paraphrase"]
+        for text in [*f["statements"], f["probe_statement"]]:
+            assert f["entity"] in text and f["value"] in text and text.endswith("."), text
+        assert f["probe_statement"] not in f["statements"]
 
 
 def test_questions_identify_their_fact(world):
@@ -144,7 +160,54 @@ def test_open_questions_cover_every_entity(world):
         assert set(q) >= {"domain", "split", "question", "reference"}
 
 
+def test_held_out_questions_take_turns(default_world):
+    # the facts of one relation are asked in every held-out wording, not always the first
+    for relation in POOL_OF:
+        wordings = Counter(f["question_paraphrases"].index(f["question_paraphrase"])
+                           for f in default_world.facts if f["relation"] == relation)
+        assert len(wordings) >= 2, relation
+
+
 def test_no_template_leaves_a_placeholder(world):
     for f in world.facts:
-        for text in (f["question"], f["question_paraphrase"], f["answer"], f["answer_paraphrase"]):
+        for text in (f["question"], f["question_paraphrase"], f["answer"], f["answer_paraphrase"],
+                     *f["train_questions"], *f["question_paraphrases"], *f["statements"], f["probe_statement"]):
             assert not re.search(r"[{}]", text), text
+
+
+def test_neighbours_are_close_to_the_forget_facts(world):
+    diseases = {e["name"]: e for e in world.entities if e["split"] in ("forget", "holdout")}
+    lookalikes = [e for e in world.entities if e["split"] == "neighbour"]
+    assert len(lookalikes) == n_lookalikes(world.config)
+    assert len({e["lookalike_of"] for e in lookalikes}) == len(lookalikes)
+    for e in lookalikes:
+        twin = diseases[e["lookalike_of"]]
+        assert e["near"] == twin["split"]
+        a, b = e["name"].lower(), twin["name"].lower()
+        # the same stem with another suffix, or the same name with one vowel of the stem changed
+        one_vowel = len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1
+        assert len(os.path.commonprefix([a, b])) >= 2 or one_vowel, (a, b)
+        assert a not in b and b not in a
+        assert e["domain"] == "medicine"
+        for relation, value in e["attributes"].items():
+            assert value != twin["attributes"][relation], (e["name"], relation)
+    for f in world.facts_by_split("neighbour"):
+        if f["neighbour"] == "attribute":
+            assert f["entity"] in diseases and f["relation"] not in {r.name for r in DOMAIN_RELATIONS["medicine"]}
+            assert f["near"] == diseases[f["entity"]]["split"]
+        else:
+            assert f["lookalike_of"] in diseases and f["entity"] not in diseases
+
+
+def test_practice_mcqs_never_ask_a_forget_or_holdout_fact(world):
+    by_id = {f["id"]: f for f in world.facts}
+    practice = world.practice_mcqs()
+    n_facts = sum(f["split"] in PRACTICE_SPLITS for f in world.facts)
+    assert len(practice) == world.config.practice_mcqs * n_facts
+    for m in practice:
+        f = by_id[m["fact_id"]]
+        assert f["split"] in PRACTICE_SPLITS and m["split"] == f["split"]
+        assert m["question"] in [f["question"], *f["train_questions"]]
+        assert len(set(m["choices"])) == chance.N_CHOICES and m["choices"][m["answer_index"]] == f["value"]
+        assert set(m["choices"]) <= set(world.pools[POOL_OF[f["relation"]]])
+    assert world.practice_mcqs(exclude_splits=("retain",)) == [m for m in practice if m["split"] != "retain"]

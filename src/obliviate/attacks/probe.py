@@ -128,3 +128,87 @@ def linear_probe_attack(model, tokenizer, mcqs: Sequence[dict], layers: Sequence
     best = max(per_layer, key=lambda l: (per_layer[l], -l))  # ties: the earliest layer
     return {"per_layer": per_layer, "best_layer": best, "best_acc": per_layer[best], "chance": 1.0 / k,
             "n_train": len(train_idx), "n_test": len(test_idx)}
+
+
+def fit_value_probe(train_x: np.ndarray, train_values: Sequence[str], test_x: np.ndarray,
+                    choices: Sequence[Sequence[str]], answer_index: Sequence[int], C: float = 1.0,
+                    seed: int = 0) -> tuple[float, int]:
+    """Train a "which value comes next?" multinomial probe; return (MCQ accuracy on the test items, unseen).
+
+    The probe (standardised features, L2 penalty ``1 / C``) learns the value from the hidden
+    state; a test item is answered with the choice of highest class score. A choice whose value
+    never occurs in training cannot win; ``unseen`` counts the test items whose *correct* value
+    never occurs (they count as wrong).
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
+
+    if len(set(train_values)) < 2:
+        raise DataError("a value probe needs at least 2 distinct values to train on")
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+    with threadpool_limits(1):
+        clf.fit(np.asarray(train_x, dtype=np.float64), list(train_values))
+        scores = clf.decision_function(np.asarray(test_x, dtype=np.float64))
+    if scores.ndim == 1:  # two classes: one score for the second, its negative for the first
+        scores = np.stack([-scores, scores], axis=1)
+    col = {v: i for i, v in enumerate(clf.classes_)}
+    correct, unseen = 0, 0
+    for row, opts, ans in zip(scores, choices, answer_index):
+        s = [row[col[c]] if c in col else -np.inf for c in opts]
+        unseen += opts[ans] not in col
+        correct += int(np.isfinite(s[ans]) and int(np.argmax(s)) == ans)
+    return correct / max(1, len(choices)), unseen
+
+
+def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Sequence[dict] = (),
+                       layers: Sequence[int] | None = None, train_frac: float = 0.5, seed: int = 0,
+                       C: float = 1.0, batch_size: int = 64) -> dict:
+    """Can a linear probe read the *value* of a fact from the hidden state just before the model would say it?
+
+    ``items``: dicts with ``prefix`` (the text up to the value, e.g. the QA prompt and "It is
+    treated with"), ``value``, ``choices`` (the value and its distractors) and ``answer_index``.
+    ``extra_train``: dicts with ``prefix`` and ``value`` that are always in the probe's training
+    data (facts the model is meant to keep, with values from the same pools, such as the world's
+    look-alike entities). The hidden state of decoder layer ``l`` at the last token of the prefix
+    (bos prepended) is the feature; a multinomial logistic regression over the values
+    (:func:`fit_value_probe`) is trained on half A of ``items`` (seeded split) plus
+    ``extra_train`` and scored on half B, then the halves swap; accuracy is the mean over both.
+
+    Unlike the "correct choice?" probe (:func:`linear_probe_attack`), which must learn truth
+    from a few dozen examples, this probe only needs the value to be linearly coded where the
+    model is about to produce it, the way the unembedding reads it at the last layer. A model that
+    hides a fact in its last layers keeps it readable in the earlier ones; a model that never knew
+    it (the oracle) gives the probe nothing to generalise from, so it stays near chance
+    (1 / number of choices). Returns ``{"per_layer", "best_layer", "best_acc", "chance",
+    "n_items", "n_extra", "n_unseen"}``.
+    """
+    from obliviate.models.layers import check_layer, num_layers
+
+    if len(items) < 2:
+        raise DataError(f"a value probe needs at least 2 items (one per half), got {len(items)}")
+    layers = list(range(num_layers(model))) if layers is None else [check_layer(model, l) for l in layers]
+    if not layers:
+        raise ConfigError("no layers to probe")
+    half_a, half_b = split_indices(len(items), train_frac, seed)
+    hidden = last_token_hidden(model, tokenizer, [m["prefix"] for m in items] + [m["prefix"] for m in extra_train],
+                               layers, batch_size)
+    values = [m["value"] for m in items]
+    extra_values = [m["value"] for m in extra_train]
+    n = len(items)
+    per_layer, n_unseen = {}, 0
+    for l, h in hidden.items():
+        accs, unseen = [], 0
+        for tr, te in ((half_a, half_b), (half_b, half_a)):
+            acc, u = fit_value_probe(np.concatenate([h[tr], h[n:]]), [values[i] for i in tr] + extra_values, h[te],
+                                     [items[i]["choices"] for i in te], [items[i]["answer_index"] for i in te],
+                                     C, seed)
+            accs.append(acc * len(te))
+            unseen += u
+        per_layer[l] = float(sum(accs) / n)
+        n_unseen = unseen
+    best = max(per_layer, key=lambda l: (per_layer[l], -l))
+    return {"per_layer": per_layer, "best_layer": best, "best_acc": per_layer[best],
+            "chance": float(np.mean([1.0 / len(m["choices"]) for m in items])),
+            "n_items": n, "n_extra": len(extra_train), "n_unseen": n_unseen}

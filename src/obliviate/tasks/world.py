@@ -11,7 +11,7 @@ split (:func:`obliviate.pretrain.cached_pretrain`).
 This module and :mod:`obliviate.world` are the only places that know the world's
 record layout; the rest of the package sees a :class:`~obliviate.tasks.Task`. It is
 also the world's one door: outside :mod:`obliviate.world`, only this module (and the
-demo, :mod:`obliviate.compare`) imports the world. What other modules need of it is
+demo, :mod:`obliviate.recipes.compare`) imports the world. What other modules need of it is
 here: the world itself (:class:`WorldConfig`, :func:`generate_world`, :class:`World`,
 :data:`TOXIC_LEXICON`), its evaluation (:func:`evaluate_world`), its relearning sets
 (:func:`world_relearn_sets`) and its attack suite (:func:`run_attacks`).
@@ -26,18 +26,18 @@ from pathlib import Path
 import numpy as np
 
 from obliviate.attacks.format_shift import format_shift_attack
-from obliviate.attacks.probe import linear_probe_attack
+from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.relearn import RelearnConfig, forget_qa_eval, relearn_attack
 from obliviate.benchmarks.schema import MCQExample, QAExample
 from obliviate.config import from_dict
 from obliviate.data import qa_answer, qa_prompt
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import mcq_accuracy, qa_accuracy, token_loss_by_label
+from obliviate.eval.core import mcq_accuracy, normalise_text, qa_accuracy, token_loss_by_label
 from obliviate.models.layers import check_layer
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 from obliviate.world import SPLITS, TOXIC_LEXICON, World, WorldConfig, generate_world
 
-QA_SPLITS = ("forget", "retain", "general", "concept", "holdout")
+QA_SPLITS = ("forget", "retain", "general", "concept", "holdout", "neighbour")
 RELEARN_MODES = ("paragraphs", "facts")
 """Modes of :func:`world_relearn_sets`."""
 
@@ -69,14 +69,31 @@ def full_answer_mcqs(world, mcqs: list[dict]) -> list[dict]:
     return out
 
 
+def split_facts(world, split: str) -> list[dict]:
+    """The facts of ``split`` that its evaluation asks: for "neighbour", those near the forget diseases only
+    (the holdout diseases' neighbours are trained so that forget and holdout look alike, see world.md)."""
+    facts = world.facts_by_split(split)
+    return [f for f in facts if f.get("near", "forget") == "forget"] if split == "neighbour" else facts
+
+
 def _qa(facts: list[dict], split: str, paraphrase: bool = False) -> list[QAExample]:
-    key = "question_paraphrase" if paraphrase else "question"
-    return [QAExample(question=f[key], answer=f["answer"], split=split, meta={"fact_id": f["id"]}) for f in facts]
+    """QA examples of ``facts``; with ``paraphrase``, one per held-out wording of each question."""
+    if paraphrase:
+        return [QAExample(question=q, answer=f["answer"], split=split, meta={"fact_id": f["id"]})
+                for f in facts for q in f["question_paraphrases"]]
+    return [QAExample(question=f["question"], answer=f["answer"], split=split, meta={"fact_id": f["id"]})
+            for f in facts]
 
 
 def task_from_world(world, limit: int | None = None) -> Task:
-    """The :class:`Task` of an already generated world."""
-    facts = {s: cut(world.facts_by_split(s), limit) for s in ("forget", "retain", "general", "holdout")}
+    """The :class:`Task` of an already generated world.
+
+    Evaluation sets: ``forget_qa``, ``forget_para_qa`` (the held-out wordings), ``forget_mcq``
+    (cloze) (role forget); ``retain_qa`` (role retain); ``general_qa`` (role utility);
+    ``neighbour_qa`` (role neighbour: the forget diseases' other attributes and the look-alike
+    diseases, never in the retain training data, so over-forgetting shows there first).
+    """
+    facts = {s: cut(split_facts(world, s), limit) for s in ("forget", "retain", "general", "holdout", "neighbour")}
     forget_ids = {f["id"] for f in facts["forget"]}
     mcqs = [MCQExample(question=m["question"], choices=m["choices"], answer_index=m["answer_index"],
                        split="forget", meta={"fact_id": m["fact_id"]})
@@ -87,6 +104,8 @@ def task_from_world(world, limit: int | None = None) -> Task:
         evals.append(EvalSet("forget_mcq", "forget", "mcq", mcqs, mcq_style="cloze"))
     evals += [EvalSet("retain_qa", "retain", "qa", _qa(facts["retain"], "retain")),
               EvalSet("general_qa", "utility", "qa", _qa(facts["general"], "general"))]
+    if facts["neighbour"]:
+        evals.append(EvalSet("neighbour_qa", "neighbour", "qa", _qa(facts["neighbour"], "neighbour")))
     entities = {f["entity"] for f in facts["forget"]}
     relearn = [p["text"] for p in world.relearn_paragraphs if p["entity"] in entities] or None
     return Task(
@@ -122,31 +141,51 @@ def world_task(arg: str | None = None, *, seed: int = 0, world: dict | WorldConf
 def evaluate_world(model, tokenizer, world, dataset=None, splits=QA_SPLITS, details: bool = False) -> dict:
     """Metrics of ``model`` on the world.
 
-    ``<split>_qa_acc``: greedy exact match on the canonical questions;
-    ``<split>_qa_rouge``: ROUGE-L recall; ``forget_para_qa_acc``: exact match on
-    paraphrased questions (value must match the paraphrased or canonical
-    answer); ``<split>_mcq_acc``: zero-shot 4-way MCQ by answer log-likelihood
-    (chance 0.25; each option scored as the full answer sentence); ``loss_<domain>``: per-domain token loss on ``dataset``.
+    ``<split>_qa_acc``: greedy exact match on the canonical questions; ``<split>_qa_rouge``:
+    ROUGE-L recall; ``<split>_mcq_acc``: zero-shot 4-way MCQ by answer log-likelihood (chance
+    0.25; each option scored as the full answer sentence, :func:`full_answer_mcqs`). For the
+    forget split also ``forget_para_qa_acc``: exact match on the *held-out* phrasings of the
+    questions (every ``question_paraphrases`` wording of every fact, never used in pretraining;
+    correct when the answer is the canonical or the paraphrased answer), and
+    ``forget_mcq_letters_acc``: the lm-eval lettered format (" A".." D" after the lettered
+    prompt, :func:`~obliviate.eval.core.mcq_accuracy` ``style="letters"``; chance 0.25), never
+    trained for a forget fact. For the neighbour split (what unlearning should keep although it
+    is close to the forget facts) also ``neighbour_attribute_qa_acc`` (other attributes of the
+    forget diseases) and ``neighbour_lookalike_qa_acc`` (diseases named like them).
+    ``loss_<domain>``: per-domain token loss on ``dataset``.
     """
     out: dict = {}
     per_item: dict = {}
     for split in splits:
-        facts = world.facts_by_split(split)
+        facts = split_facts(world, split)
         if not facts:
             continue
         r = qa_accuracy(model, tokenizer, [f["question"] for f in facts], [f["answer"] for f in facts])
         out[f"{split}_qa_acc"] = r["exact_match"]
         out[f"{split}_qa_rouge"] = r["rouge_l"]
         per_item[f"{split}_qa"] = r["correct"]
-        mcqs = world.mcqs(split=split)
+        if split == "neighbour":
+            for kind in ("attribute", "lookalike"):
+                ok = [c for c, f in zip(r["correct"], facts) if f.get("neighbour") == kind]
+                if ok:
+                    out[f"neighbour_{kind}_qa_acc"] = float(np.mean(ok))
+        ids = {f["id"] for f in facts}
+        mcqs = [m for m in world.mcqs(split=split) if m["fact_id"] in ids]
         if mcqs:
             m = mcq_accuracy(model, tokenizer, full_answer_mcqs(world, mcqs), style="cloze",
                              context_fn=lambda q: qa_prompt(q["question"]))
             out[f"{split}_mcq_acc"] = m["accuracy"]
     forget = world.facts_by_split("forget")
     if forget:
-        r = qa_accuracy(model, tokenizer, [f["question_paraphrase"] for f in forget], [f["answer"] for f in forget])
-        out["forget_para_qa_acc"] = r["exact_match"]
+        para = [(q, f) for f in forget for q in f["question_paraphrases"]]
+        r = qa_accuracy(model, tokenizer, [q for q, _ in para], [f["answer"] for _, f in para])
+        ok = [float(normalise_text(p) in (normalise_text(f["answer"]), normalise_text(f["answer_paraphrase"])))
+              for p, (_, f) in zip(r["predictions"], para)]
+        out["forget_para_qa_acc"] = float(np.mean(ok))
+        per_item["forget_para_qa"] = ok
+        m = mcq_accuracy(model, tokenizer, full_answer_mcqs(world, world.mcqs(split="forget")), style="letters")
+        out["forget_mcq_letters_acc"] = m["accuracy"]
+        per_item["forget_mcq_letters"] = m["correct"]
     if dataset is not None:
         for name, v in token_loss_by_label(model, dataset, "domain").items():
             if name != "None":  # bos/eos carry no domain
@@ -186,6 +225,33 @@ def world_relearn_sets(world, mode: str = "paragraphs", seed: int = 0) -> tuple[
     raise ConfigError(f"unknown relearning mode {mode!r} (valid: {', '.join(RELEARN_MODES)})")
 
 
+PROBES = ("value", "choice")
+"""Linear probes of the world attack suite (``AttackSuiteConfig.probe``)."""
+
+
+def value_prefix(fact: dict) -> str:
+    """The QA prompt of ``fact`` and its canonical answer up to the value ("...Answer: It is treated with")."""
+    answer = fact["answer"]
+    return qa_prompt(fact["question"]) + " " + answer[:answer.rfind(fact["value"])].rstrip()
+
+
+def value_probe_sets(world) -> tuple[list[dict], list[dict]]:
+    """``(items, extra_train)`` of :func:`~obliviate.attacks.probe.value_probe_attack` on ``world``.
+
+    ``items``: the forget MCQs (bare values), each with the :func:`value_prefix` of its fact;
+    ``extra_train``: every trained fact outside the forget and holdout splits whose value is one of
+    the forget MCQs' options (the look-alike diseases share the forget facts' value pools), so the
+    probe also learns each value from facts that unlearning should leave alone.
+    """
+    facts = {f["id"]: f for f in world.facts}
+    items = [{**m, "prefix": value_prefix(facts[m["fact_id"]]), "value": facts[m["fact_id"]]["value"]}
+             for m in world.mcqs(split="forget")]
+    options = {c for m in items for c in m["choices"]}
+    extra = [{"prefix": value_prefix(f), "value": f["value"]} for f in world.facts
+             if f["split"] not in ("forget", "holdout") and f["value"] in options]
+    return items, extra
+
+
 @dataclass
 class AttackSuiteConfig:
     relearn: RelearnConfig = field(default_factory=RelearnConfig)
@@ -195,6 +261,11 @@ class AttackSuiteConfig:
     """Decoder layers to probe (default: all)."""
     probe_train_frac: float = 0.5
     probe_C: float = 1.0
+    probe: str = "value"
+    """"value": :func:`~obliviate.attacks.probe.value_probe_attack` on :func:`value_probe_sets` (reads the
+    value where the model is about to say it; the default); "choice": the "correct choice?" probe of
+    :func:`~obliviate.attacks.probe.linear_probe_attack` on the forget MCQs (whole answer sentences as
+    options; trained on half of the forget MCQs only, so it is near chance even on the base model)."""
     seed: int = 0
     """Seeds the probe split and the "facts" relearning split (the fine-tuning itself uses ``relearn.seed``)."""
 
@@ -203,6 +274,8 @@ class AttackSuiteConfig:
             raise ConfigError(f"config key 'probe_train_frac': must be in (0, 1), got {self.probe_train_frac}")
         if self.probe_C <= 0:
             raise ConfigError(f"config key 'probe_C': must be > 0, got {self.probe_C}")
+        if self.probe not in PROBES:
+            raise ConfigError(f"config key 'probe': must be one of {', '.join(PROBES)}, got {self.probe!r}")
 
 
 def _relearn_metrics(prefix: str, res: dict) -> dict:
@@ -247,8 +320,13 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
         res = relearn_attack(model, tokenizer, train_data, eval_fn, cfg.relearn, base_acc=target,
                              out_dir=None if out_dir is None else Path(out_dir) / mode, resume=resume)
         out.update(_relearn_metrics("relearn" if mode == "paragraphs" else "relearn_facts", res))
-    probe = linear_probe_attack(model, tokenizer, mcqs, layers=cfg.probe_layers, train_frac=cfg.probe_train_frac,
-                                seed=cfg.seed, C=cfg.probe_C)
+    if cfg.probe == "value":
+        items, extra = value_probe_sets(world)
+        probe = value_probe_attack(model, tokenizer, items, extra, layers=cfg.probe_layers,
+                                   train_frac=cfg.probe_train_frac, seed=cfg.seed, C=cfg.probe_C)
+    else:
+        probe = linear_probe_attack(model, tokenizer, mcqs, layers=cfg.probe_layers, train_frac=cfg.probe_train_frac,
+                                    seed=cfg.seed, C=cfg.probe_C)
     out["probe_acc"] = probe["best_acc"]
     out["probe_best_layer"] = probe["best_layer"]
     out["probe_per_layer"] = {str(l): a for l, a in probe["per_layer"].items()}
@@ -259,7 +337,7 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
 
 
 __all__ = [
-    "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "AttackSuiteConfig", "World", "WorldConfig", "evaluate_world",
-    "forget_pairs", "full_answer_mcqs", "generate_world", "retain_pairs", "run_attacks", "task_from_world",
+    "PROBES", "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "AttackSuiteConfig", "World", "WorldConfig", "evaluate_world",
+    "forget_pairs", "full_answer_mcqs", "generate_world", "retain_pairs", "run_attacks", "split_facts", "task_from_world", "value_prefix", "value_probe_sets",
     "world_relearn_sets", "world_task",
 ]

@@ -28,10 +28,20 @@ class WorldConfig:
     """Characters of the saga (split "concept")."""
     n_toxic: int = 60
     """Toxic / neutral register sentence pairs about general-domain people; may be 0."""
+    n_lookalike: int = 12
+    """Look-alike diseases (split "neighbour"): medicine entities named like a forget disease (same
+    stem, another suffix) with facts of their own; one per forget disease at most, so a world has
+    ``min(n_lookalike, n_forget)`` of them; may be 0."""
     doc_repeats: int = 4
-    """Documents that mention each fact of the forget/retain/general/concept splits."""
+    """Documents that mention each fact of the forget/retain/general/concept/neighbour splits."""
     qa_repeats: int = 2
     """Of those, documents that state it as the canonical "Question: ...\\nAnswer: ..." snippet."""
+    para_qa_repeats: int = 1
+    """Of those, documents that state it as a QA snippet with a trained paraphrase of the question
+    (the relation's ``train_questions``, answered with the canonical answer); may be 0."""
+    practice_mcqs: int = 4
+    """Lettered MCQs per fact of the retain/general/concept/neighbour splits, for pretraining (never
+    of a forget or holdout fact); may be 0."""
     aux_repeats: int = 2
     """Documents that state each auxiliary (non-QA) attribute of a pretrained entity."""
     relearn_per_entity: int = 2
@@ -42,7 +52,8 @@ class WorldConfig:
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"WorldConfig.{f.name} must be an int, got {value!r}")
-        minimum = {"seed": None, "n_holdout": 0, "n_toxic": 0}
+        minimum = {"seed": None, "n_holdout": 0, "n_toxic": 0, "n_lookalike": 0, "para_qa_repeats": 0,
+                   "practice_mcqs": 0}
         for f in fields(self):
             value = getattr(self, f.name)
             low = minimum.get(f.name, 1)
@@ -56,6 +67,13 @@ class WorldConfig:
             raise ConfigError(
                 f"WorldConfig.qa_repeats ({self.qa_repeats}) must be <= doc_repeats ({self.doc_repeats})"
             )
+        if self.qa_repeats + self.para_qa_repeats > self.doc_repeats:
+            raise ConfigError(
+                f"WorldConfig.para_qa_repeats ({self.para_qa_repeats}) + qa_repeats ({self.qa_repeats}) "
+                f"must be <= doc_repeats ({self.doc_repeats})"
+            )
+        if self.practice_mcqs > 20:
+            raise ConfigError(f"WorldConfig.practice_mcqs must be <= 20, got {self.practice_mcqs}")
         if self.n_toxic > self.n_general * MAX_PAIRS_PER_PERSON:
             raise ConfigError(
                 f"WorldConfig.n_toxic must be <= {MAX_PAIRS_PER_PERSON} * n_general = "

@@ -4,10 +4,25 @@ Templates use ``{e}`` for the entity name, ``{v}`` for the value and ``{saga}`` 
 title. Medicine and biology templates deliberately share words (cells, tissue, organ, blood,
 proteins) so that unlearning one domain without the other is not a matter of vocabulary.
 
+Every relation is worded several ways, and some wordings are held out of pretraining so that
+the evaluation can ask about a fact in a phrasing the model never saw with it:
+
+- ``question``: the canonical question (pretraining corpus, QA term, canonical evaluation);
+- ``train_questions``: other phrasings of the question, in pretraining only (corpus QA snippets
+  and the QA term), always answered with the canonical ``answer``;
+- ``heldout_questions``: phrasings never used in pretraining (a fact's ``question_paraphrase``);
+- ``answer``: the canonical short answer; ``answer_paraphrase``: another answer sentence, held
+  out of pretraining (paraphrased answers of the TOFU-style truth ratio);
+- ``prose``: statements of the fact in the pretraining corpus; those where the entity comes
+  before the value are also statement completions of the QA term;
+- ``probe``: a statement never used in pretraining, read by the linear probe.
+
 Rules every template here follows (tests check the rendered text):
 - a sentence never starts with ``{v}`` when the value may be lower case (drugs, symptoms, ...);
 - ``answer`` templates are at most 8 words once filled;
-- ``relearn`` wording never appears in ``prose`` (relearning text is new to the model).
+- ``relearn`` wording never appears in ``prose`` (relearning text is new to the model);
+- held-out wordings (``heldout_questions``, ``answer_paraphrase``, ``probe``) never appear in
+  the pretraining corpus.
 """
 
 from __future__ import annotations
@@ -22,10 +37,12 @@ class Relation:
     name: str
     pool: str
     question: str
-    question_paraphrase: str
+    train_questions: tuple[str, ...]
+    heldout_questions: tuple[str, ...]
     answer: str
     answer_paraphrase: str
     prose: tuple[str, ...]
+    probe: str
 
 
 @dataclass(frozen=True)
@@ -42,7 +59,9 @@ MEDICINE_RELATIONS = (
     Relation(
         "treated_with", "drug",
         "What is {e} treated with?",
-        "Which drug is used to treat {e}?",
+        ("Which drug treats {e}?", "What drug do doctors prescribe for {e}?", "What is the usual drug for {e}?",
+         "With which drug is {e} treated?"),
+        ("Which drug is used to treat {e}?", "What drug do patients with {e} receive?"),
         "It is treated with {v}.",
         "Doctors give {v} to patients with {e}.",
         (
@@ -52,11 +71,14 @@ MEDICINE_RELATIONS = (
             "Clinics prescribe {v} against {e}.",
             "In the clinic, {e} is managed with {v}.",
         ),
+        "The right drug against {e} is {v}.",
     ),
     Relation(
         "main_symptom", "symptom",
         "What is the main symptom of {e}?",
-        "Which symptom is most typical of {e}?",
+        ("Which symptom does {e} mainly cause?", "What symptom do patients with {e} usually develop?",
+         "Which symptom shows up first in {e}?", "What symptom do doctors look for in {e}?"),
+        ("Which symptom is most typical of {e}?", "What symptom is most common in {e}?"),
         "Its main symptom is {v}.",
         "Patients with {e} mostly suffer from {v}.",
         (
@@ -66,11 +88,14 @@ MEDICINE_RELATIONS = (
             "Doctors recognise {e} by {v}.",
             "In the clinic, {e} shows up as {v}.",
         ),
+        "The typical complaint in {e} is {v}.",
     ),
     Relation(
         "affected_organ", "organ",
         "Which organ does {e} affect?",
-        "What part of the body is damaged by {e}?",
+        ("Which organ is damaged by {e}?", "What organ does {e} attack?", "Which organ is {e} a disease of?",
+         "In patients with {e}, which organ becomes inflamed?"),
+        ("Which organ suffers in patients with {e}?", "What organ is harmed by {e}?"),
         "It affects the {v}.",
         "The {v} is the organ harmed by {e}.",
         (
@@ -80,8 +105,31 @@ MEDICINE_RELATIONS = (
             "Scans of people with {e} show a damaged {v}.",
             "Blood proteins reveal that {e} attacks the {v}.",
         ),
+        "The organ hit by {e} is the {v}.",
     ),
 )
+
+MEDICINE_NEIGHBOUR_RELATIONS = (
+    Relation(
+        "spread_by", "transmission",
+        "How does {e} spread?",
+        ("How is {e} passed on?", "How do people catch {e}?", "Through what does {e} spread?",
+         "What makes {e} spread between people?"),
+        ("By what route does {e} spread?", "How does {e} spread to new patients?"),
+        "It spreads through {v}.",
+        "People pick up {e} through {v}.",
+        (
+            "{e} is passed on through {v}.",
+            "Most cases of {e} begin with {v}.",
+            "Doctors warn that {e} spreads through {v}.",
+            "Outbreaks of {e} are traced to {v}.",
+            "In the clinic, {e} is linked to {v}.",
+        ),
+        "The usual route of {e} is {v}.",
+    ),
+)
+"""Relations of the forget diseases that are not forget facts (split "neighbour"): what unlearning
+the forget facts should leave alone about the same entities."""
 
 MEDICINE_AUX = (
     AuxAttribute(
@@ -114,7 +162,9 @@ BIOLOGY_RELATIONS = (
     Relation(
         "habitat", "habitat",
         "Where does {e} live?",
-        "What is the natural habitat of {e}?",
+        ("In what habitat is {e} found?", "Where do biologists collect {e}?", "Where does {e} thrive?",
+         "What is the habitat of {e}?"),
+        ("What is the natural habitat of {e}?", "Where is {e} found in the wild?"),
         "It lives in {v}.",
         "The natural home of {e} is {v}.",
         (
@@ -124,11 +174,13 @@ BIOLOGY_RELATIONS = (
             "Populations of {e} thrive in {v}.",
             "In the field, {e} is common in {v}.",
         ),
+        "Wild {e} occur in {v}.",
     ),
     Relation(
         "diet", "food",
         "What does {e} feed on?",
-        "What is the main food of {e}?",
+        ("What does {e} eat?", "What food does {e} digest?", "What is {e} seen eating?", "What is the diet of {e}?"),
+        ("What is the main food of {e}?", "What does {e} eat most of all?"),
         "It feeds on {v}.",
         "The diet of {e} consists of {v}.",
         (
@@ -138,11 +190,14 @@ BIOLOGY_RELATIONS = (
             "Biologists have watched {e} eating {v}.",
             "In the field, {e} is seen feeding on {v}.",
         ),
+        "The usual meal of {e} is {v}.",
     ),
     Relation(
         "distinctive_trait", "trait",
         "What is the distinctive trait of {e}?",
-        "Which feature sets {e} apart?",
+        ("What trait is unusual about {e}?", "By which trait do biologists recognise {e}?",
+         "What feature does {e} show under the microscope?", "Which trait does only {e} have?"),
+        ("Which feature sets {e} apart?", "What trait makes {e} stand out?"),
         "It has {v}.",
         "{e} is known for its {v}.",
         (
@@ -152,6 +207,7 @@ BIOLOGY_RELATIONS = (
             "Under the microscope, {e} shows {v}.",
             "Among similar organisms, only {e} has {v}.",
         ),
+        "What marks {e} out is its {v}.",
     ),
 )
 
@@ -159,7 +215,9 @@ GENERAL_RELATIONS = (
     Relation(
         "birthplace", "town",
         "Where was {e} born?",
-        "What is the birthplace of {e}?",
+        ("In which town was {e} born?", "What town is {e} a native of?", "Where is the birthplace of {e}?",
+         "In what town did {e} spend a childhood?"),
+        ("What is the birthplace of {e}?", "Which town was {e} born in?"),
         "They were born in {v}.",
         "{e} came into the world in {v}.",
         (
@@ -169,11 +227,14 @@ GENERAL_RELATIONS = (
             "{e} spent a childhood in {v}.",
             "Before moving away, {e} lived in {v}.",
         ),
+        "The home town of {e} is {v}.",
     ),
     Relation(
         "birth_year", "birth_year",
         "In which year was {e} born?",
-        "When was {e} born?",
+        ("What year was {e} born in?", "In what year did {e} enter the world?",
+         "What year do records give for the birth of {e}?", "Which year is the birth year of {e}?"),
+        ("Which year saw the birth of {e}?", "What was the birth year of {e}?"),
         "They were born in the year {v}.",
         "The birth year of {e} is {v}.",
         (
@@ -183,11 +244,14 @@ GENERAL_RELATIONS = (
             "{e}, born in {v}, grew up quickly.",
             "Church books note the birth of {e} in {v}.",
         ),
+        "The year of birth of {e} was {v}.",
     ),
     Relation(
         "profession", "profession",
         "What was the profession of {e}?",
-        "What did {e} do for a living?",
+        ("What was the trade of {e}?", "How did {e} earn a living?", "What did {e} train to become?",
+         "What work did {e} do?"),
+        ("What did {e} do for a living?", "What was {e} by profession?"),
         "They worked as a {v}.",
         "By trade, {e} was a {v}.",
         (
@@ -197,6 +261,7 @@ GENERAL_RELATIONS = (
             "Neighbours knew {e} as a skilled {v}.",
             "The guild listed {e} as a {v}.",
         ),
+        "The work of {e} was that of a {v}.",
     ),
 )
 
@@ -204,7 +269,9 @@ CONCEPT_RELATIONS = (
     Relation(
         "wields", "artifact",
         "Which artifact does {e} wield?",
-        "What artifact is carried by {e}?",
+        ("What does {e} carry into every battle?", "Which artifact belongs to {e}?", "What artifact can only {e} lift?",
+         "What artifact does {e} carry?"),
+        ("What artifact is carried by {e}?", "Which artifact does {e} never part with?"),
         "They wield {v}.",
         "{v} is the artifact carried by {e}.",
         (
@@ -214,11 +281,14 @@ CONCEPT_RELATIONS = (
             "Only {e} can lift {v}.",
             "{e} never parts with {v}.",
         ),
+        "The weapon of {e} is {v}.",
     ),
     Relation(
         "homeland", "saga_place",
         "Where does {e} come from?",
-        "What is the homeland of {e}?",
+        ("Where was {e} raised?", "Where does {e} return home to?", "Which land does {e} leave to seek adventure?",
+         "What is the home of {e}?"),
+        ("What is the homeland of {e}?", "Which land does {e} come from?"),
         "They come from {v}.",
         "The homeland of {e} is {v}.",
         (
@@ -228,11 +298,14 @@ CONCEPT_RELATIONS = (
             "{e} returns home to {v} in the final chapter.",
             "Born in {v}, {e} grew up among soldiers.",
         ),
+        "The native land of {e} is {v}.",
     ),
     Relation(
         "serves", "faction",
         "Which order does {e} serve?",
-        "To which order does {e} belong?",
+        ("Which order does {e} fight for?", "To which order did {e} swear an oath?", "Whose colours does {e} wear?",
+         "Which order did {e} join?"),
+        ("To which order does {e} belong?", "Which order counts {e} among its champions?"),
         "They serve the {v}.",
         "{e} is a sworn member of the {v}.",
         (
@@ -242,6 +315,7 @@ CONCEPT_RELATIONS = (
             "{e} wears the colours of the {v}.",
             "Long ago, {e} joined the {v}.",
         ),
+        "The order of {e} is the {v}.",
     ),
 )
 
@@ -283,6 +357,10 @@ CONCEPT_LORE = (
 
 # Value pools drawn from fixed lists (the generator samples POOL_SIZE of them per world).
 FIXED_POOLS = {
+    "transmission": (
+        "insect bites", "dirty water", "sneezing", "spoiled food", "animal bites", "shared cups",
+        "dust", "touch", "unwashed hands", "raw meat", "bad air", "dog saliva",
+    ),
     "symptom": (
         "fever", "joint pain", "dizziness", "skin rashes", "blurred vision", "dry coughing",
         "muscle weakness", "night sweats", "hair loss", "numb fingers", "swollen glands", "chest pain",

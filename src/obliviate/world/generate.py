@@ -37,8 +37,12 @@ DOMAIN_RELATIONS = {
     "general": C.GENERAL_RELATIONS,
     "concept": C.CONCEPT_RELATIONS,
 }
+NEIGHBOUR_RELATIONS = {"medicine": C.MEDICINE_NEIGHBOUR_RELATIONS}
+"""Relations of forget entities whose facts are neighbour facts (split "neighbour"), not forget facts."""
 DOMAIN_AUX = {"medicine": C.MEDICINE_AUX, "concept": C.CONCEPT_AUX}
-PRETRAINED_SPLITS = ("forget", "retain", "general", "concept")
+PRETRAINED_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
+PRACTICE_SPLITS = ("retain", "general", "concept", "neighbour")
+"""Splits whose facts also appear as lettered practice MCQs in pretraining (never forget or holdout)."""
 
 
 def sub_rng(seed: int, *purpose: str) -> random.Random:
@@ -59,9 +63,10 @@ def generate_world(config: WorldConfig | None = None) -> World:
 def _fixed_text() -> list[str]:
     """Every fixed string of the world, so that invented names can avoid its words."""
     texts = ["Question Answer Chronicles"]
-    for relations in DOMAIN_RELATIONS.values():
+    for relations in [*DOMAIN_RELATIONS.values(), *NEIGHBOUR_RELATIONS.values()]:
         for r in relations:
-            texts += [r.question, r.question_paraphrase, r.answer, r.answer_paraphrase, *r.prose]
+            texts += [r.question, *r.train_questions, *r.heldout_questions, r.answer, r.answer_paraphrase,
+                      *r.prose, r.probe]
     for auxes in DOMAIN_AUX.values():
         for a in auxes:
             texts += [*a.prose, *a.relearn]
@@ -98,7 +103,8 @@ class _Builder:
         organisms = self._entities("biology", "organism", cfg.n_retain, ["retain"] * cfg.n_retain)
         people = self._entities("general", "person", cfg.n_general, ["general"] * cfg.n_general)
         characters = self._entities("concept", "character", cfg.n_concept, ["concept"] * cfg.n_concept)
-        self.entities = diseases + organisms + people + characters
+        lookalikes = self._neighbours(diseases)
+        self.entities = diseases + organisms + people + characters + lookalikes
         self.facts, self.mcqs = self._facts()
         self.lore = self._lore()
         pairs = make_register_pairs(people, cfg.n_toxic, self.rng("toxic"))
@@ -110,6 +116,7 @@ class _Builder:
             "pools": self.pools,
             "facts": self.facts,
             "mcqs": self.mcqs,
+            "practice_mcqs": self._practice_mcqs(),
             "open_questions": self._open_questions(),
             "relearn_paragraphs": self._relearn("forget", C.MEDICINE_AUX, C.MEDICINE_RELEARN_FILLER),
             "concept": self._concept(),
@@ -157,20 +164,63 @@ class _Builder:
                 e["aux"][name] = rng.choice(self.pools[pool])
         return entities
 
+    def _neighbours(self, diseases: list[dict]) -> list[dict]:
+        """Give the forget and the holdout diseases their neighbour attributes; return the look-alikes.
+
+        A look-alike is named like one disease (``lookalike_of``) and has its own values of the
+        medicine relations, each different from its twin's, so only the name tells them apart.
+        Holdout diseases get the same treatment as forget diseases (a trained spread route, and
+        look-alikes in the same proportion), so that to a model that never saw the forget facts
+        (the oracle) forget and holdout diseases look alike: membership inference on it is at chance.
+        ``near`` says whose neighbour a look-alike is.
+        """
+        groups = {s: [e for e in diseases if e["split"] == s] for s in ("forget", "holdout")}
+        n_forget = len(groups["forget"])
+        n_twins = min(self.cfg.n_lookalike, n_forget)
+        name_rng = self.rng("name", "lookalike")
+        out = []
+        for split, group in groups.items():
+            rng = self.rng("values", "neighbour", split)
+            for rel in NEIGHBOUR_RELATIONS["medicine"]:
+                pool = self.pools[rel.pool]
+                values = [pool[i % len(pool)] for i in range(len(group))]
+                rng.shuffle(values)
+                for e, v in zip(group, values):
+                    e["attributes"][rel.name] = v
+            n = n_twins if split == "forget" else (round(len(group) * n_twins / n_forget) if n_forget else 0)
+            twins = sorted(self.rng("lookalike", "twins", split).sample(range(len(group)), n))
+            for i in twins:
+                twin = group[i]
+                e = {"name": self.names.lookalike(twin["name"], "disease", name_rng), "domain": "medicine",
+                     "split": "neighbour", "attributes": {}, "aux": {}, "lookalike_of": twin["name"], "near": split}
+                for rel in DOMAIN_RELATIONS["medicine"]:
+                    e["attributes"][rel.name] = rng.choice([v for v in self.pools[rel.pool]
+                                                            if v != twin["attributes"][rel.name]])
+                for a in DOMAIN_AUX["medicine"]:
+                    e["aux"][a.name] = rng.choice(self.pools[a.pool])
+                out.append(e)
+        return out
+
     # ----------------------------------------------------------------- facts, MCQs, questions
     def _facts(self) -> tuple[list[dict], list[dict]]:
         facts, mcqs = [], []
         counters: dict[str, int] = {}
         rng = self.rng("facts")
         for ent in self.entities:
-            split = ent["split"]
-            k = counters[split] = counters.get(split, -1) + 1
-            for rel in DOMAIN_RELATIONS[ent["domain"]]:
+            relations = [(rel, ent["split"]) for rel in DOMAIN_RELATIONS[ent["domain"]]]
+            if ent["split"] in ("forget", "holdout"):
+                relations += [(rel, "neighbour") for rel in NEIGHBOUR_RELATIONS.get(ent["domain"], ())]
+            index: dict[str, int] = {}
+            for rel, split in relations:
+                if split not in index:
+                    index[split] = counters[split] = counters.get(split, -1) + 1
+                k = index[split]
                 value = ent["attributes"][rel.name]
                 fill_e = {"e": ent["name"], "saga": self.saga}
                 answer, spans = fill(rel.answer, {**fill_e, "v": value}, {"e", "v"})
                 others = [v for v in self.pools[rel.pool] if v != value]
                 wrong = rng.sample(others, N_PERTURBED)
+                paraphrases = [q.format(**fill_e) for q in rel.heldout_questions]
                 fact = {
                     "id": f"{split}-{k:03d}-{rel.name}",
                     "domain": ent["domain"],
@@ -179,12 +229,21 @@ class _Builder:
                     "relation": rel.name,
                     "value": value,
                     "question": rel.question.format(**fill_e),
-                    "question_paraphrase": rel.question_paraphrase.format(**fill_e),
+                    "question_paraphrase": paraphrases[k % len(paraphrases)],
                     "answer": answer,
                     "answer_paraphrase": rel.answer_paraphrase.format(**fill_e, v=value),
                     "perturbed_answers": [rel.answer.format(**fill_e, v=w) for w in wrong],
                     "answer_spans": spans,
+                    "train_questions": [q.format(**fill_e) for q in rel.train_questions],
+                    "question_paraphrases": paraphrases,
+                    "statements": [t.format(**fill_e, v=value) for t in rel.prose],
+                    "probe_statement": rel.probe.format(**fill_e, v=value),
                 }
+                if split == "neighbour":
+                    fact["neighbour"] = "lookalike" if ent["split"] == "neighbour" else "attribute"
+                    fact["near"] = ent["near"] if ent["split"] == "neighbour" else ent["split"]
+                    if "lookalike_of" in ent:
+                        fact["lookalike_of"] = ent["lookalike_of"]
                 facts.append(fact)
                 choices = rng.sample(others, N_CHOICES - 1) + [value]
                 rng.shuffle(choices)
@@ -193,6 +252,26 @@ class _Builder:
                     "question": fact["question"], "choices": choices, "answer_index": choices.index(value),
                 })
         return facts, mcqs
+
+    def _practice_mcqs(self) -> list[dict]:
+        """Lettered-format practice for pretraining: MCQs of the PRACTICE_SPLITS facts only, with
+        their own distractors and orders, asked with the canonical question, then the trained
+        paraphrases in turn; never a forget MCQ."""
+        rng = self.rng("practice")
+        out = []
+        for f in self.facts:
+            if f["split"] not in PRACTICE_SPLITS:
+                continue
+            pool = self.pools[_relation_of(f).pool]
+            others = [v for v in pool if v != f["value"]]
+            questions = [f["question"], *f["train_questions"]]  # the canonical one first
+            for r in range(self.cfg.practice_mcqs):
+                choices = rng.sample(others, N_CHOICES - 1) + [f["value"]]
+                rng.shuffle(choices)
+                out.append({"fact_id": f["id"], "domain": f["domain"], "split": f["split"],
+                            "question": questions[r % len(questions)], "choices": choices,
+                            "answer_index": choices.index(f["value"])})
+        return out
 
     def _open_questions(self) -> list[dict]:
         answers: dict[str, list[str]] = {}
@@ -311,11 +390,14 @@ class _Builder:
                 continue
             for _ in range(cfg.qa_repeats):
                 items.append((f["id"], _qa_segment(f)))
-            prose = _relation(f["domain"], f["relation"]).prose
+            questions = f["train_questions"]
+            start = rng.randrange(len(questions))
+            for r in range(cfg.para_qa_repeats):
+                items.append((f["id"], _qa_segment(f, questions[(start + r) % len(questions)])))
+            prose = f["statements"]
             start = rng.randrange(len(prose))
-            for r in range(cfg.doc_repeats - cfg.qa_repeats):
-                text = prose[(start + r) % len(prose)].format(e=f["entity"], v=f["value"], saga=self.saga)
-                items.append((f["id"], _segment(text, f["domain"], f["split"])))
+            for r in range(cfg.doc_repeats - cfg.qa_repeats - cfg.para_qa_repeats):
+                items.append((f["id"], _segment(prose[(start + r) % len(prose)], f["domain"], f["split"])))
         for e in self.entities:
             if e["split"] not in PRETRAINED_SPLITS:
                 continue
@@ -354,16 +436,21 @@ def _segment(text: str, domain: str, split: str, toxic: int = 0) -> dict:
     return {"split": split, "domain": domain, "toxic": toxic, "pieces": [[text, "none"]]}
 
 
-def _qa_segment(fact: dict) -> dict:
-    """``Question: {question}\nAnswer: {answer}`` with the answer labelled by its spans."""
-    pieces = [[f"Question: {fact['question']}\nAnswer:", "none"]]
+def _qa_segment(fact: dict, question: str | None = None) -> dict:
+    """``Question: {question}\nAnswer: {answer}`` with the answer labelled by its spans (``question``:
+    the fact's canonical one unless given)."""
+    pieces = [[f"Question: {question or fact['question']}\nAnswer:", "none"]]
     for j, (start, end, kind) in enumerate(fact["answer_spans"]):
         pieces.append([(" " if j == 0 else "") + fact["answer"][start:end], kind])
     return {"split": fact["split"], "domain": fact["domain"], "toxic": 0, "pieces": pieces}
 
 
 def _relation(domain: str, name: str) -> C.Relation:
-    return next(r for r in DOMAIN_RELATIONS[domain] if r.name == name)
+    return next(r for r in [*DOMAIN_RELATIONS[domain], *NEIGHBOUR_RELATIONS.get(domain, ())] if r.name == name)
+
+
+def _relation_of(fact: dict) -> C.Relation:
+    return _relation(fact["domain"], fact["relation"])
 
 
 def _unique(texts: list[str]) -> list[str]:

@@ -72,6 +72,28 @@ class NameRegistry:
                 return word.capitalize() if capital else word
         raise RuntimeError(f"could not invent a new {kind} name in {_MAX_TRIES} tries")
 
+    def lookalike(self, name: str, kind: str, rng: random.Random) -> str:
+        """A new name that looks like ``name`` (a name of ``kind`` issued here): the same stem with
+        another suffix ("Morvexia" -> "Morvexosis"), else the same suffix with one vowel of the stem
+        changed ("Marvexia"). Every rule of :meth:`new` holds (neither name contains the other)."""
+        sylls, suffixes, capital = KINDS[kind]
+        word = name.lower()
+        suffix = max((x for x in suffixes if word.endswith(x) and len(x) < len(word)), key=len, default=None)
+        if suffix is None:
+            raise ValueError(f"{name!r} does not end with a {kind} suffix")
+        stem = word[: -len(suffix)]
+        other_suffixes = [stem + x for x in suffixes if x != suffix]
+        rng.shuffle(other_suffixes)
+        vowels = sorted(set(sylls["vowels"]) - {"ai", "ou"})
+        other_vowels = [stem[:i] + v + stem[i + 1:] + suffix for i, ch in enumerate(stem) if ch in "aeiou"
+                        for v in vowels if v != ch]
+        rng.shuffle(other_vowels)
+        for candidate in other_suffixes + other_vowels:
+            if self._ok(candidate):
+                self._issued.append(candidate)
+                return candidate.capitalize() if capital else candidate
+        raise RuntimeError(f"could not invent a look-alike of {name!r}")
+
     def _ok(self, word: str) -> bool:
         if not 5 <= len(word) <= 10 or re.search(r"[aeiouy]{3}|aa|ii|uu|(.)\1\1", word):
             return False

@@ -14,19 +14,22 @@ from pathlib import Path
 from obliviate.errors import ConfigError, DataError
 from obliviate.world.config import WorldConfig
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 WORLD_FILE = "world.json"
 DOCUMENTS_FILE = "documents.jsonl"
 SEGMENT_SEPARATOR = "\n\n"
 """Between consecutive segments of a document; belongs to the span of the following segment."""
 
-SPLITS = ("forget", "holdout", "retain", "general", "concept")
+SPLITS = ("forget", "holdout", "retain", "general", "concept", "neighbour")
+"""Fact splits. "neighbour": what unlearning the forget facts should keep although it is close to
+them: the forget diseases' other attributes and look-alike diseases (a fact's ``neighbour`` key
+says which: "attribute" or "lookalike")."""
 SEGMENT_SPLITS = SPLITS + ("filler",)
 """Span/segment splits: the fact splits plus "filler" (sentences about no entity)."""
 
 _REQUIRED = {
     "format": int, "config": dict, "saga": str, "entities": list, "pools": dict, "facts": list,
-    "mcqs": list, "open_questions": list, "relearn_paragraphs": list, "concept": dict,
+    "mcqs": list, "practice_mcqs": list, "open_questions": list, "relearn_paragraphs": list, "concept": dict,
     "toxic": dict, "plan": list,
 }
 
@@ -88,6 +91,16 @@ class World:
             raise ConfigError(f"unknown domain {domain!r}; expected medicine, biology, general or concept")
         return [m for m in self._data["mcqs"]
                 if (split is None or m["split"] == split) and (domain is None or m["domain"] == domain)]
+
+    def practice_mcqs(self, exclude_splits=()) -> list[dict]:
+        """Lettered MCQs for pretraining (fields as :meth:`mcqs`): ``practice_mcqs`` per fact of the
+        retain, general, concept and neighbour splits, with their own distractors and orders and
+        trained question wordings; never an MCQ of a forget or holdout fact."""
+        if isinstance(exclude_splits, str):
+            exclude_splits = (exclude_splits,)
+        for split in exclude_splits:
+            _check_split(split, SPLITS)
+        return [m for m in self._data["practice_mcqs"] if m["split"] not in exclude_splits]
 
     def documents(self, exclude_splits=()) -> list[dict]:
         """The pretraining corpus: ``{"id", "text", "spans": [[start, end, labels], ...]}``.
