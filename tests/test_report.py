@@ -42,3 +42,36 @@ def test_save_figure_keeps_the_old_plot_when_the_write_fails(tmp_path, monkeypat
 def test_markdown_table_formats_floats_and_missing_cells():
     md = markdown_table([{"a": 0.12345, "b": "x"}, {"a": None}], ["a", "b"], missing="-")
     assert md.splitlines() == ["| a | b |", "|---|---|", "| 0.123 | x |", "| - | - |"]
+
+
+def test_wide_tables_scroll_in_their_own_box_and_headers_can_break(tmp_path):
+    from obliviate.report import markdown_table, markdown_to_html
+
+    cols = ["model"] + [f"relearn_disjoint_metric_{i}" for i in range(12)]
+    html = markdown_to_html(markdown_table([{"model": "npo", **{c: 0.5 for c in cols[1:]}}], cols), tmp_path)
+    assert "<div class='wide'><table>" in html and html.count("</table></div>") == 1
+    assert "<th>relearn_<wbr>disjoint_<wbr>metric_<wbr>0</th>" in html
+    assert ".wide{overflow-x:auto}" in html
+
+
+def test_models_at_one_point_are_all_drawn_apart(tmp_path, monkeypatch):
+    import obliviate.report as R
+
+    drawn = []
+    real = R._plt
+
+    def spy():
+        plt = real()
+        orig = plt.Axes.scatter
+
+        def scatter(self, x, y, *a, **k):
+            drawn.append((round(x[0], 4), round(y[0], 4)))
+            return orig(self, x, y, *a, **k)
+
+        monkeypatch.setattr(plt.Axes, "scatter", scatter)
+        return plt
+
+    monkeypatch.setattr(R, "_plt", spy)
+    pts = {"base": (1.0, 1.0), "graddiff": (0.0, 1.0), "npo": (0.0, 1.0), "rmu": (0.001, 0.999)}
+    assert R.plot_tradeoff(pts, tmp_path / "p.png", "x", "y").exists()
+    assert len(drawn) == 4 and len(set(drawn)) == 4  # three models at one point, three markers apart

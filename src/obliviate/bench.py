@@ -40,7 +40,7 @@ from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
 from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
 from obliviate.train import select_trainable
-from obliviate.unlearn import IDK_ANSWERS, PairedQA, Reference, wrap_lora
+from obliviate.executor import IDK_ANSWERS, PairedQA, Reference, wrap_lora
 
 
 @dataclass

@@ -153,7 +153,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
                         batch_size: int = 16, seed: int = 0, out_dir: str | Path | None = None):
     """Unlearn with ``method_name`` ("rmu" or "cosine_rmu") while learning its alpha by REINFORCE.
 
-    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.unlearn.unlearn`;
+    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.executor.unlearn`;
     ``meta_eval_fn(model) -> reward`` scores a branch on the held-out meta splits (e.g.
     :func:`qa_s_reward` on :func:`world_meta_splits`). ``params`` override the method's
     config (``alpha`` is set per branch); ``alpha0`` defaults to the config's alpha;
@@ -169,7 +169,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
     from obliviate.results import atomic_write_json
     from obliviate.train import TrainConfig
     from obliviate.train import train as train_loop
-    from obliviate.unlearn import PairedQA, Reference, UnlearnConfig, _to
+    from obliviate.executor import PairedQA, Reference, UnlearnConfig, _to
 
     if method_name not in META_METHODS:
         raise ConfigError(f"learned alpha supports methods {', '.join(META_METHODS)}, got {method_name!r}")

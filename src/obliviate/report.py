@@ -78,6 +78,79 @@ def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, 
     return save_figure(fig, out_png)
 
 
+REFERENCES = ("base", "oracle")
+"""Models drawn as stars and dashed lines: the reference points of a comparison."""
+
+
+def plot_tradeoff(points: dict[str, tuple[float, float]], png: str | Path, xlabel: str, ylabel: str,
+                  title: str | None = None, arrows: dict[str, float] | None = None) -> Path:
+    """Scatter of ``{name: (x, y)}`` in [0, 1]^2, one marker and label per model.
+
+    Models at the same point (to 0.01) are fanned out around it and labelled together, so none hides
+    another. ``arrows``: ``{name: x_after}`` draws an arrow from a model's point to ``(x_after, y)``
+    (e.g. its forget score after an attack).
+    """
+    import math
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.8, 4.4))
+    markers = "osD^vP<>Xh"
+    groups: dict[tuple, list[str]] = {}
+    for name, (x, y) in points.items():
+        groups.setdefault((round(x, 2), round(y, 2)), []).append(name)
+    for i, name in enumerate(points):
+        x, y = points[name]
+        group = groups[(round(x, 2), round(y, 2))]
+        if len(group) > 1:  # fan out on a small circle, in a fixed order
+            a = 2 * math.pi * group.index(name) / len(group)
+            x, y = x + 0.025 * math.cos(a), y + 0.025 * math.sin(a)
+        marker = "*" if name in REFERENCES else markers[i % len(markers)]
+        ax.scatter([x], [y], s=110 if marker == "*" else 45, marker=marker, label=name, alpha=0.85)
+        if arrows and arrows.get(name) is not None and name not in REFERENCES:
+            ax.annotate("", xy=(arrows[name], y), xytext=(x, y),
+                        arrowprops=dict(arrowstyle="->", color="grey", alpha=0.6))
+    for (gx, gy), names in groups.items():
+        if len(names) > 1:
+            ax.annotate(", ".join(names), (gx, gy), xytext=(0, -16), textcoords="offset points", fontsize=6,
+                        ha="center", color="dimgrey")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(-0.08, 1.08)
+    ax.set_ylim(-0.08, 1.08)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower center", ncol=3)
+    return save_figure(fig, png)
+
+
+def plot_recovery_curves(curves: dict[str, list], png: str | Path, xlabel: str, ylabel: str,
+                         title: str | None = None, base_line: float | None = None,
+                         empty: str = "no relearning attack was run") -> Path:
+    """One line per ``{name: [[x, y], ...]}`` curve (references dashed); ``base_line``: a dotted level."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = 0
+    for name, curve in curves.items():
+        if curve:
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in REFERENCES else "-", label=name)
+            drawn += 1
+    if base_line is not None:
+        ax.axhline(base_line, color="k", lw=0.8, ls=":", label="base before attack")
+    if not drawn:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-0.05, 1.05)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if drawn or base_line is not None:
+        ax.legend(fontsize=7)
+    return save_figure(fig, png)
+
+
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
     """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``."""
 
@@ -134,9 +207,10 @@ def markdown_to_html(md: str, base_dir: Path) -> str:
                     rows.append([c.strip() for c in lines[i].strip("|").split("|")])
                 i += 1
             head, body = rows[0], rows[1:]
-            t = ["<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
+            t = ["<div class='wide'><table><tr>" + "".join(f"<th>{_inline(c).replace('_', '_<wbr>')}</th>"
+                                                         for c in head) + "</tr>"]
             t += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body]
-            out.append("\n".join(t) + "</table>")
+            out.append("\n".join(t) + "</table></div>")
             continue
         elif line.startswith("- "):
             items = []
@@ -149,8 +223,8 @@ def markdown_to_html(md: str, base_dir: Path) -> str:
             out.append(f"<p>{_inline(line)}</p>")
         i += 1
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;"
-             "text-align:right}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:8px}")
+             ".wide{overflow-x:auto}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+             "padding:3px 5px;text-align:right}th{max-width:7em;vertical-align:bottom}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:8px}")
     return f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate report</title><style>{style}</style>" \
            f"</head><body>{''.join(out)}</body></html>\n"
 

@@ -27,11 +27,11 @@ from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.models.builders import tiny_llama
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
-from obliviate.report import _plt, markdown_table, save_figure, write_html
+from obliviate.report import markdown_table, plot_recovery_curves, plot_tradeoff, write_html
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.tasks import Task
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.unlearn import UnlearnConfig, method_run_config, unlearn
+from obliviate.executor import UnlearnConfig, method_run_config, unlearn
 from obliviate.utils import seed_everything
 
 
@@ -199,43 +199,14 @@ COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_
 
 
 def plot_forget_keep(metrics: dict, png: Path) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    markers = "osD^vP<>Xh"
-    for i, (name, m) in enumerate(metrics.items()):
-        x, y = m.get("forget_score"), keep_score(m)
-        if x is None or y is None:
-            continue
-        marker = "*" if name in ("base", "oracle") else markers[i % len(markers)]
-        ax.scatter([x], [y], s=110 if marker == "*" else 45, marker=marker, label=name, alpha=0.8)
-    ax.set_xlabel("forget score (lower is better)")
-    ax.set_ylabel("kept: retain (or neighbour / utility) score")
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_ylim(-0.05, 1.05)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower center", ncol=3)
-    save_figure(fig, png)
+    points = {name: (m["forget_score"], keep_score(m)) for name, m in metrics.items()
+              if m.get("forget_score") is not None and keep_score(m) is not None}
+    plot_tradeoff(points, png, "forget score (lower is better)", "kept: retain (or neighbour / utility) score")
 
 
 def plot_curves(curves: dict, png: Path) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = 0
-    for name, curve in curves.items():
-        if curve:
-            xs, ys = zip(*curve)
-            ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in ("base", "oracle") else "-", label=name)
-            drawn += 1
-    if not drawn:
-        ax.text(0.5, 0.5, "no relearning attack: the task has no relearning data", ha="center", va="center",
-                transform=ax.transAxes)
-    ax.set_xlabel("relearning steps")
-    ax.set_ylabel("forget score under attack")
-    ax.set_ylim(-0.05, 1.05)
-    ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=7)
-    save_figure(fig, png)
+    plot_recovery_curves(curves, png, "relearning steps", "forget score under attack",
+                         empty="no relearning attack: the task has no relearning data")
 
 
 def write_task_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,

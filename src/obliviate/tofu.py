@@ -13,7 +13,7 @@ see :data:`FORGET_SPLITS`):
    model, same config, on ``retain90``. Both are cached by config hash under
    ``<cache>/tofu/<hash>/`` (resumable checkpoints while training, ``DONE`` when finished),
    with their TOFU evaluations, so re-running a method retrains nothing.
-3. ``forget10`` is unlearned with any registered method (:func:`obliviate.unlearn.unlearn`;
+3. ``forget10`` is unlearned with any registered method (:func:`obliviate.executor.unlearn`;
    forget = forget10 QA, retain = retain90 QA).
 4. :func:`obliviate.eval.tofu.tofu_eval` on ``forget10_perturbed``, ``retain_perturbed``,
    ``real_authors_perturbed`` and ``world_facts_perturbed``; forget quality is the KS-test
@@ -47,7 +47,7 @@ from pathlib import Path
 
 from obliviate.benchmarks import load_tofu
 from obliviate.benchmarks._io import root_dir
-from obliviate.unlearn import MethodRun
+from obliviate.executor import MethodRun
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
@@ -61,7 +61,7 @@ from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer, save_to
 from obliviate.results import atomic_write_json, write_results
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.train import distributed as D
-from obliviate.unlearn import unlearn
+from obliviate.executor import unlearn
 from obliviate.utils import cache_dir, seed_everything
 
 FORGET_SPLITS = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
@@ -294,10 +294,10 @@ def cached_evaluate(root: Path, tokenizer, sets: dict, cfg: TofuConfig) -> tuple
 
 
 def unlearn_config(cfg: TofuConfig):
-    """The :class:`~obliviate.unlearn.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
+    """The :class:`~obliviate.executor.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
     (:func:`obliviate.methods.method_defaults`; the TOFU models trained here are tiny), then ``cfg.unlearn``."""
     from obliviate.train import TrainConfig
-    from obliviate.unlearn import UnlearnConfig
+    from obliviate.executor import UnlearnConfig
 
     get_method(cfg.method)  # unknown names fail before any training
     base = method_defaults(cfg.method, "tiny")

@@ -78,7 +78,7 @@ def test_snmf_plus_ember(concept_setup):
 
 def test_rmu_plus_ember_trains_on_top_of_the_edit(concept_setup):
     from obliviate.train import TrainConfig
-    from obliviate.unlearn import UnlearnConfig
+    from obliviate.executor import UnlearnConfig
 
     c, tok = concept_setup
     model = _model(tok)

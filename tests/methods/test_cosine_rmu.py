@@ -8,7 +8,7 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.cosine_rmu import cosine_distance
-from obliviate.unlearn import PairedQA, Reference
+from obliviate.executor import PairedQA, Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: Why?\nAnswer:", " No.")]

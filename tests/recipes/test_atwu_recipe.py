@@ -48,7 +48,7 @@ def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     assert (out / "parts" / "world" / "atwu.json").exists()
 
     # A rerun into the same directory reuses every finished method.
-    import obliviate.unlearn as unlearn_mod
+    import obliviate.executor as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished method was trained again")

@@ -127,7 +127,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
 
     # A rerun into the same directory reuses every finished piece.
     import obliviate.attacks.relearn as relearn_mod
-    import obliviate.unlearn as unlearn_mod
+    import obliviate.executor as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished piece was trained again")

@@ -154,7 +154,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
 
     # A rerun into the same directory reuses every finished part.
     import obliviate.meta_alpha as meta_alpha
-    import obliviate.unlearn as unlearn_mod
+    import obliviate.executor as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("trained again")
@@ -169,7 +169,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
 
 
 def test_bad_layer_fails_before_training(tmp_path, monkeypatch, capsys):
-    import obliviate.unlearn as unlearn_mod
+    import obliviate.executor as unlearn_mod
     from obliviate.cli import main
 
     def no_training(*a, **k):

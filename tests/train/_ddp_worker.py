@@ -34,7 +34,7 @@ def run(out: Path, resume_check: bool) -> None:
     from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train import TrainConfig
     from obliviate.train import distributed as D
-    from obliviate.unlearn import UnlearnConfig, unlearn
+    from obliviate.executor import UnlearnConfig, unlearn
 
     out = Path(out)
     cfg = _pretrain_cfg()

@@ -100,7 +100,7 @@ def test_first_step_is_the_mean_of_the_shards(runs):
     from obliviate.pretrain import build_for, tokenizer_for, world_for
     from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train.distributed import shard_rows
-    from obliviate.unlearn import PairedQA, Reference
+    from obliviate.executor import PairedQA, Reference
 
     worker, single, multi = runs
     cfg = worker._pretrain_cfg()
@@ -164,7 +164,7 @@ def test_methods_that_cannot_run_sharded_say_so_at_start(flag, label, monkeypatc
     from obliviate.errors import ConfigError, ObliviateError
     from obliviate.methods import build_method
     from obliviate.train import TrainConfig
-    from obliviate.unlearn import UnlearnConfig, unlearn
+    from obliviate.executor import UnlearnConfig, unlearn
 
     pairs = [("Question: What is Morvexia treated with?\nAnswer:", " zalpradine."),
              ("Question: Where does the glimmerfin live?\nAnswer:", " in cold caves.")]

@@ -34,7 +34,7 @@ from obliviate.models.layers import num_layers, param_names_for
 from obliviate.report import markdown_table
 from obliviate.tasks import Data, Task
 from obliviate.train.finetune import FinetuneConfig, finetune
-from obliviate.unlearn import IDK_ANSWERS
+from obliviate.executor import IDK_ANSWERS
 
 MIN_POSITIVE_RECOVERY = 0.5
 """The positive control must get back at least this share of the base model's forget score."""

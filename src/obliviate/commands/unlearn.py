@@ -15,10 +15,10 @@ from obliviate.models.card import write_model_card
 from obliviate.task_compare import TaskCompareConfig, run_task_compare
 from obliviate.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
-from obliviate.unlearn import check_unlearn_config, unlearn
+from obliviate.executor import check_unlearn_config, unlearn
 from obliviate.utils import seed_everything
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
-from obliviate.unlearn import UnlearnConfig
+from obliviate.executor import UnlearnConfig
 
 
 @dataclass
@@ -136,7 +136,7 @@ def cmd_unlearn(args) -> None:
 
 
 def run_compare_command(args, default_methods=None) -> dict:
-    from obliviate.compare import CompareConfig, run_compare
+    from obliviate.recipes.compare import CompareConfig, run_compare
     from obliviate.config import build_config
     from obliviate.results import prepare_out_dir, write_results
 

@@ -3,7 +3,7 @@
 Protocol: delta is fixed first, from the EMBER-only grid (:func:`obliviate.ember.select_delta`);
 EMBER is applied with that delta, then the MLP method runs on top of the edited model
 (for a training method the frozen reference is therefore the EMBER-edited model). Any
-registered method works: training methods go through :func:`obliviate.unlearn.unlearn`,
+registered method works: training methods go through :func:`obliviate.executor.unlearn`,
 edit methods (``kind = "edit"``) through their ``edit``.
 
 ``unlearn_fn(method_name, model) -> (model, record)`` does the second stage;
@@ -77,7 +77,7 @@ def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain
     """An ``unlearn_fn`` for :func:`ember_then` that runs any registered method.
 
     Training methods: ``unlearn(model, tokenizer, forget, retain, cfg with method=name)``
-    (``cfg`` an :class:`~obliviate.unlearn.UnlearnConfig`; its ``params`` are used unless
+    (``cfg`` an :class:`~obliviate.executor.UnlearnConfig`; its ``params`` are used unless
     ``params`` is given). Edit methods: ``build_method(name, params).edit(model, tokenizer, edit_data)``.
     """
     from obliviate.methods import build_method, get_method
@@ -87,7 +87,7 @@ def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain
             if edit_data is None:
                 raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
             return model, build_method(name, params).edit(model, tokenizer, edit_data)
-        from obliviate.unlearn import UnlearnConfig, unlearn
+        from obliviate.executor import UnlearnConfig, unlearn
 
         if forget is None or retain is None:
             raise ConfigError(f"method {name!r} trains: give forget and retain pairs")

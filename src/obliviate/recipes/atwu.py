@@ -8,7 +8,7 @@ Two parts, each method's result stored when it finishes (``out/parts/<part>/<met
 so an interrupted run resumes into the same ``--out``:
 
 1. **world**: the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
-   (as :mod:`obliviate.compare` uses it) is unlearned on the forget facts with each method
+   (as :mod:`obliviate.recipes.compare` uses it) is unlearned on the forget facts with each method
    (defaults: each method's tiny preset, ``obliviate.methods.method_defaults``; overrides ``runs.<method>.*``).
    F = forget QA accuracy, R = mean of retain and general QA accuracy (the utility of
    S-unlearning); FQ, RD, UQ (:mod:`obliviate.eval.uq`) and S-unlearning. For the ATWU
@@ -161,7 +161,7 @@ def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
 
 def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> None:
     """Every method's run settings and method parameters, in each part that runs, fail here before any training."""
-    from obliviate.unlearn import MethodRun
+    from obliviate.executor import MethodRun
     from obliviate.methods import build_method
 
     for name in methods:
@@ -175,12 +175,12 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
 
 def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bool) -> tuple[dict, dict]:
     """The world part: returns (metrics, timings)."""
-    from obliviate.compare import CompareConfig, method_run, score_against, utility
+    from obliviate.recipes.compare import CompareConfig, method_run, score_against, utility
     from obliviate.eval.token_scores import token_score_aurocs
     from obliviate.models.load import load_model
     from obliviate.models.tokenizer import load_tokenizer
     from obliviate.pretrain import cached_pretrain, world_for
-    from obliviate.unlearn import unlearn
+    from obliviate.executor import unlearn
     from obliviate.utils import seed_everything
 
     parts = out / "parts" / "world"
@@ -237,7 +237,7 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
 
 def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
     """``cfg.tofu`` for method ``name`` with the recipe's defaults and its ``tofu_runs`` overrides."""
-    from obliviate.unlearn import MethodRun
+    from obliviate.executor import MethodRun
 
     run = from_dict(MethodRun, method_runs(cfg, name, "tofu_runs"), prefix=f"tofu_runs.{name}")
     return dataclasses.replace(cfg.tofu, method=name, unlearn=run)

@@ -441,7 +441,7 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     Layers: the method's tiny preset (``obliviate.methods.method_defaults``), then :data:`METHOD_DEFAULTS`, then
     ``world_concept.runs``.
     """
-    from obliviate.compare import CompareConfig, method_run
+    from obliviate.recipes.compare import CompareConfig, method_run
     from obliviate.methods import get_method
 
     wc = cfg.world_concept

@@ -376,7 +376,7 @@ def run_variant(cfg: FunctionSpecificConfig, s: Setup, variant: str, seed: int, 
     from obliviate.meta_alpha import learn_alpha_unlearn
     from obliviate.models.load import load_model
     from obliviate.train import TrainConfig
-    from obliviate.unlearn import UnlearnConfig, unlearn
+    from obliviate.executor import UnlearnConfig, unlearn
     from obliviate.utils import seed_everything
 
     seed_everything(seed)

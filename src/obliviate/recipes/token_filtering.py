@@ -176,7 +176,7 @@ class TokenFilteringConfig:
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
-    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.unlearn.MethodRun``)."""
+    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.executor.MethodRun``)."""
     refusal_strategies: list[str] = field(default_factory=lambda: ["none", "mask", "remove"])
     refusal_steps: int | None = None
     refusal_lr: float = 1e-3
@@ -649,8 +649,8 @@ def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict
 
 def _rmu(cfg, D, model, progress: bool):
     """RMU on the unfiltered model: forget set = forget-domain text, retain set = the other domains' text."""
-    from obliviate.compare import CompareConfig, method_run
-    from obliviate.unlearn import unlearn
+    from obliviate.recipes.compare import CompareConfig, method_run
+    from obliviate.executor import unlearn
 
     forget = [(D.tok.decode(r.tolist()), "") for r in _domain_runs(D.train, "medicine")]
     retain = [(D.tok.decode(r.tolist()), "") for r in _domain_runs(D.train, "medicine", inside=False)]

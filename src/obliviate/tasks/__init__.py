@@ -131,7 +131,7 @@ class Task:
     """Data never trained on (membership inference, the oracle's forget stand-in)."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
     idk: list[str] | None = None
-    """Refusal answers for IdkDPO-style methods (default: :data:`obliviate.unlearn.IDK_ANSWERS`)."""
+    """Refusal answers for IdkDPO-style methods (default: :data:`obliviate.executor.IDK_ANSWERS`)."""
     oracle_data: Data | None = None
     """What a model that never saw the forget data is trained on, where the task can train one."""
     meta: dict = field(default_factory=dict)

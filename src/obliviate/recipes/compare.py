@@ -24,11 +24,12 @@ from obliviate.attacks.controls import robustness_markdown, robustness_summary, 
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
 from obliviate.eval import s_unlearning
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.report import plot_recovery_curves, plot_tradeoff
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.tasks.world import (AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks,
                                    task_from_world)
 from obliviate.train.distributed import barrier, is_main_process, save_trained
-from obliviate.unlearn import UnlearnConfig, method_run_config, unlearn
+from obliviate.executor import UnlearnConfig, method_run_config, unlearn
 
 
 @dataclass
@@ -197,7 +198,8 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
 
 # ---------------------------------------------------------------- report
 
-COLUMNS = ["model", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "s_unlearning", "forget_quality",
+COLUMNS = ["model", "forget_qa_acc", "forget_para_qa_acc", "retain_qa_acc", "general_qa_acc", "neighbour_qa_acc",
+           "s_unlearning", "forget_quality",
            "abs_forget_acc_gap", "relearn_forget_qa_acc", "relearn_recovered", "probe_acc", "format_qa_paraphrase",
            "format_mcq_cloze", "format_cloze"]
 
@@ -214,46 +216,15 @@ def _rows(metrics: dict) -> list[dict]:
 
 
 def plot_pareto(metrics: dict, png: Path) -> None:
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    markers = "osD^vP<>Xh"
-    for i, (name, m) in enumerate(metrics.items()):
-        x, y = m["forget_qa_acc"], utility(m)
-        marker = "*" if name in ("base", "oracle") else markers[i % len(markers)]
-        ax.scatter([x], [y], s=110 if marker == "*" else 45, marker=marker, label=name, alpha=0.8)
-        if m.get("relearn_forget_qa_acc") is not None and name not in ("base", "oracle"):
-            ax.annotate("", xy=(m["relearn_forget_qa_acc"], y), xytext=(x, y),
-                        arrowprops=dict(arrowstyle="->", color="grey", alpha=0.6))
-    ax.set_xlabel("forget QA accuracy (lower is better)")
-    ax.set_ylabel("utility: retain+general QA accuracy")
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("forget vs retain (arrows: after relearning attack)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower center", ncol=3)
-    save_figure(fig, png)
+    plot_tradeoff({name: (m["forget_qa_acc"], utility(m)) for name, m in metrics.items()}, png,
+                  "forget QA accuracy (lower is better)", "utility: retain+general QA accuracy",
+                  "forget vs retain (arrows: after relearning attack)",
+                  arrows={name: m.get("relearn_forget_qa_acc") for name, m in metrics.items()})
 
 
 def plot_recovery(curves: dict, base_acc: float, png: Path) -> None:
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, curve in curves.items():
-        if not curve:
-            continue
-        xs, ys = zip(*curve)
-        ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in ("base", "oracle") else "-", label=name)
-    ax.axhline(base_acc, color="k", lw=0.8, ls=":", label="base before attack")
-    ax.set_xlabel("relearning steps")
-    ax.set_ylabel("forget QA accuracy")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("relearning attack: recovery of forgotten facts", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    save_figure(fig, png)
+    plot_recovery_curves(curves, png, "relearning steps", "forget QA accuracy",
+                         "relearning attack: recovery of forgotten facts", base_line=base_acc)
 
 
 def plot_base_loss(base_root: Path, png: Path) -> None:
@@ -283,7 +254,7 @@ def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, con
     plots.mkdir(parents=True, exist_ok=True)
     plot_pareto(metrics, plots / "pareto.png")
     plot_recovery(curves, metrics["base"]["forget_qa_acc"], plots / "recovery.png")
-    splits = ("forget", "retain", "general", "concept", "holdout")
+    splits = ("forget", "neighbour", "retain", "general", "concept", "holdout")
     plot_grouped_bars({name: {s: m.get(f"{s}_qa_acc") for s in splits if f"{s}_qa_acc" in m}
                        for name, m in metrics.items()}, plots / "domain_accuracy.png",
                       "QA exact match by split", "accuracy")
@@ -295,7 +266,9 @@ def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, con
         "",
         f"World seed {cfg.pretrain.world.seed}, run seed {cfg.seed}. Forget = "
         "the world's forget-domain (medicine) facts; utility = mean of retain-domain (biology) and general QA "
-        "accuracy. S-unlearning = U x R (METHODS.md §2). `forget_quality` is the KS-test p-value of truth ratios "
+        "accuracy; `neighbour_qa_acc` = the forget diseases' other attributes and their look-alike diseases, which no "
+        "method trains on as retain data (over-forgetting shows there first); `forget_para_qa_acc` = forget facts asked "
+        "in wordings never seen in pretraining. S-unlearning = U x R (docs/evaluation.md). `forget_quality` is the KS-test p-value of truth ratios "
         "against the oracle (higher = closer). `relearn_recovered` is the share of the base model's forget "
         "accuracy that the relearning attack brings back.",
         "",

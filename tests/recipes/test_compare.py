@@ -44,7 +44,7 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     _check_models(out, res)
 
     # A second run with the same config reuses the finished methods and gives the same metrics.
-    import obliviate.compare as compare
+    import obliviate.recipes.compare as compare
 
     def no_training(*a, **k):
         raise AssertionError("a finished method was trained again")
