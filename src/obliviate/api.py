@@ -1,0 +1,162 @@
+"""The Python API: load a task, then unlearn, evaluate, attack and compare, on models in memory.
+
+Every function takes a Hugging Face causal LM and its tokenizer as objects, the way
+``lm_eval.simple_evaluate(model=...)`` does, and never writes unless given a directory::
+
+    import obliviate
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained("my-model")
+    tok = AutoTokenizer.from_pretrained("my-model")
+    task = obliviate.load_task(forget="forget.jsonl", retain="retain.csv")
+    before = obliviate.evaluate(model, tok, task)
+    unlearned, info = obliviate.executor(model, tok, task, "npo")   # ``model`` is left as it was
+    after = obliviate.evaluate(unlearned, tok, task)
+    attacks = obliviate.attack(unlearned, tok, task, base_model=model)
+
+The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
+underneath: :func:`obliviate.executor.unlearn`, :func:`obliviate.eval.task.evaluate_task`,
+:func:`obliviate.attacks.task.run_task_attacks` and :func:`obliviate.task_compare.run_task_compare`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
+from obliviate.config import from_dict
+from obliviate.errors import ConfigError
+from obliviate.eval.task import evaluate_task
+from obliviate.methods import preset_name
+from obliviate.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.tasks import Task
+from obliviate.tasks import load_task as _load_spec
+from obliviate.tasks.files import task_from_files
+from obliviate.train.finetune import FinetuneConfig, training_data
+from obliviate.train.finetune import finetune as _finetune
+from obliviate.executor import method_run_config
+from obliviate.executor import unlearn as _unlearn
+from obliviate.utils import seed_everything
+
+Paths = str | Path | Sequence[str | Path] | None
+
+
+def _paths(p: Paths) -> list[str] | None:
+    if p is None:
+        return None
+    return [str(p)] if isinstance(p, (str, Path)) else [str(x) for x in p]
+
+
+def load_task(spec: str | Task | None = None, *, forget: Paths = None, retain: Paths = None, utility: Paths = None,
+              holdout: Paths = None, relearn: Paths = None, mapping: str | None = None,
+              template: str | None = None, chat: bool = False, limit: int | None = None,
+              **options: Any) -> Task:
+    """A task: a named one (``"world"``, ``"tofu:forget10"``, ``"wmdp:bio"``, ``"muse:news"``,
+    ``"ember:harry_potter"``, ``"file:spec.yaml"``; see ``obliviate tasks``) or your own files.
+
+    ``forget`` / ``retain`` / ``utility`` / ``holdout`` / ``relearn``: a path or a list of paths (JSON
+    Lines, JSON, CSV/TSV or text; fields are recognised by name, ``mapping="question=q,answer=a"``
+    names others); ``template``: the prompt, with ``{question}``; ``chat``: the tokenizer's chat
+    template. ``limit`` cuts every set to its first N records. ``options`` go to a named task's
+    provider (e.g. ``seed`` for the world, ``root`` for the data directory).
+    """
+    if forget is not None:
+        if spec is not None:
+            raise ConfigError("load_task: give a task name or forget/retain files, not both")
+        return task_from_files(_paths(forget), _paths(retain), utility=_paths(utility), holdout=_paths(holdout),
+                               relearn=_paths(relearn), mapping=mapping, template=template, chat=chat, limit=limit)
+    if any(x is not None for x in (retain, utility, holdout, relearn)):
+        raise ConfigError("load_task: retain/utility/holdout/relearn files need forget files too")
+    return _load_spec(spec or "world", **({"limit": limit} if limit is not None else {}), **options)
+
+
+def _check_task(fn: str, task) -> None:
+    if not isinstance(task, Task):
+        raise ConfigError(f"{fn}: task must be an obliviate Task (see obliviate.load_task), got {type(task).__name__}")
+
+
+def finetune(model, tokenizer, task: Task, *, in_place: bool = False, seed: int = 0, data: str = "both",
+             out_dir: str | Path | None = None, progress: bool = False, **config: Any):
+    """Teach ``model`` the task (TOFU's first step): train on its forget and retain data (``data="retain"``:
+    retain only, an oracle where the task has none). Returns ``(model, info)``; ``model`` is not changed
+    unless ``in_place=True``. ``config``: keys of :class:`~obliviate.train.finetune.FinetuneConfig`
+    (``epochs``, ``lr``, ``batch_size``, ...; defaults by model size)."""
+    _check_task("finetune", task)
+    cfg = from_dict(FinetuneConfig, {**config, "seed": seed, "data": data}, prefix="finetune")
+    seed_everything(seed)
+    target = model if in_place else copy.deepcopy(model)
+    new, summary = _finetune(target, tokenizer, training_data(task, cfg.data), cfg, out_dir, prompt=task.prompt,
+                             preset=preset_name(model), progress=progress, resume=out_dir is not None)
+    return new, summary
+
+
+def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool = False, seed: int = 0,
+            preset: str | None = None, out_dir: str | Path | None = None, progress: bool = False,
+            **overrides: Any):
+    """Unlearn ``task``'s forget data from ``model`` with ``method``, keeping its retain data.
+
+    Returns ``(unlearned_model, info)``. **``model`` is not changed**: a copy is trained, unless
+    ``in_place=True`` (which saves the memory of a copy; the returned model is then ``model``
+    itself, or with LoRA a merged new object). ``info`` has the settings used (``settings``) and the
+    training summary (``history``, ``data``: what was encoded).
+
+    The method's own defaults apply, chosen by model size (``preset``: ``"tiny"`` under 100M
+    parameters, else ``"paper"``); ``overrides`` change them: ``lr``, ``steps``, ``batch_size``,
+    ``lora``, and ``params`` (a dict of the method's own parameters, e.g. ``params={"beta": 0.2}``).
+    ``out_dir``: keep checkpoints and ``metrics.jsonl`` there (a rerun resumes); default: nothing
+    is written. Same ``seed``, same machine: same model.
+    """
+    _check_task("unlearn", task)
+    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed)
+    seed_everything(seed)
+    target = model if in_place else copy.deepcopy(model)
+    new, summary = _unlearn(target, tokenizer, task.forget, task.retain, ucfg, out_dir, prompt=task.prompt,
+                            idk=task.idk, progress=progress, resume=out_dir is not None)
+    info = {"method": ucfg.method, "settings": used,
+            **{k: v for k, v in summary.items() if k not in ("method", "method_obj")}}
+    return new, info
+
+
+def evaluate(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_tokens: int | None = None,
+             progress: bool = False) -> dict:
+    """Every evaluation set of ``task`` on ``model``: ``forget_score``, ``retain_score``, ``utility_score``
+    and per set ``<name>_em`` / ``_rouge_l`` / ``_prob`` (QA), ``_acc`` (MCQ), ``_loss`` (text); see
+    docs/tasks.md. Non-finite logits raise :class:`~obliviate.errors.InvalidResult`, never a score."""
+    _check_task("evaluate", task)
+    return evaluate_task(model, tokenizer, task, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                         progress=progress)
+
+
+def attack(model, tokenizer, task: Task, *, base_model=None, progress: bool = False, **config: Any) -> dict:
+    """Every attack ``task`` has data for, on ``model`` (never modified): relearning on disjoint halves of
+    the forget facts and on the related corpus (best of an lr grid and LoRA, for the attacker), the linear
+    probe, membership inference and the recovery cost. ``base_model`` sets the target of
+    ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.task.TaskAttackConfig`, e.g.
+    ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}``."""
+    _check_task("attack", task)
+    cfg = from_dict(TaskAttackConfig, config, prefix="attack")
+    return run_task_attacks(model, tokenizer, task, cfg, base_model=base_model)
+
+
+def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[str] | None = None,
+            oracle=None, seed: int = 0, progress: bool = False, **config: Any) -> dict:
+    """Every method (or ``methods``) on ``model``, each from a fresh copy, against the controls: the
+    ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
+    Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
+    ``config``: keys of :class:`~obliviate.task_compare.TaskCompareConfig` (``runs``, ``attacks``, ...).
+    Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
+    _check_task("compare", task)
+    cfg = from_dict(TaskCompareConfig, {**config, "seed": seed,
+                                        **({"methods": [m.lower() for m in methods]} if methods is not None else {})},
+                    prefix="compare")
+    models = {"<base>": model, "<oracle>": oracle}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return run_task_compare(task, cfg, out, model_dir="<base>", oracle_dir="<oracle>" if oracle is not None else None,
+                            load=lambda name: (models[name], tokenizer), progress=progress)
+
+
+__all__ = ["attack", "compare", "evaluate", "finetune", "load_task", "unlearn"]
