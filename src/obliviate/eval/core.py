@@ -8,6 +8,7 @@ left, keeping the bos token, and one warning says how many were cut.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import warnings
@@ -46,12 +47,32 @@ def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
     return prev[-1]
 
 
+@functools.lru_cache(maxsize=1)
+def _porter():
+    from nltk.stem import porter
+
+    return porter.PorterStemmer()
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return _porter().stem(word) if len(word) > 3 else word
+
+
+def rouge_tokens(text: str) -> list[str]:
+    """The words ROUGE compares, as the rouge-score package (which TOFU and OpenUnlearning use) makes them:
+    lower-cased, every run of characters other than a-z and 0-9 a separator, and words longer than 3
+    characters reduced by the Porter stemmer (NLTK's)."""
+    return [_stem(w) for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
+
 def rouge_l_recall(prediction: str, reference: str) -> float:
-    """ROUGE-L recall: LCS(pred, ref) / len(ref), on normalised word tokens."""
-    ref = normalise_text(reference).split()
+    """ROUGE-L recall: LCS(pred, ref) / len(ref) on :func:`rouge_tokens`, equal to rouge-score's
+    ``RougeScorer(["rougeL"], use_stemmer=True)`` recall (TOFU's setting)."""
+    ref = rouge_tokens(reference)
     if not ref:
         return 0.0
-    return _lcs(normalise_text(prediction).split(), ref) / len(ref)
+    return _lcs(rouge_tokens(prediction), ref) / len(ref)
 
 
 def chance_corrected(acc: float, base: float, chance: float) -> float:
