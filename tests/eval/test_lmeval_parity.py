@@ -53,32 +53,87 @@ def bos_tokenizer(tok):
     return tok
 
 
+def _scaled_model(texts, seed=1):
+    """A tiny Llama with a bos-prepending tokenizer trained on ``texts``, with weights large enough that its
+    choice depends on the question (at init it is always the same letter)."""
+    from obliviate.models.builders import tiny_llama
+    from obliviate.models.tokenizer import train_tokenizer
+
+    tok = bos_tokenizer(train_tokenizer(texts + ["Answer: A B C D"], vocab_size=600))
+    enc = tok("Answer:")["input_ids"]
+    assert enc[0] == tok.bos_token_id and tok("Answer:", add_special_tokens=False)["input_ids"] == enc[1:]
+    model = tiny_llama(len(tok), n_layer=2, d_model=32, n_head=2, max_len=1024, seed=seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(10.0)
+    return model, tok
+
+
+def _check_parity(model, tok, mcqs, theirs):
+    from obliviate.eval import mcq_accuracy
+
+    ours = mcq_accuracy(model, tok, mcqs, style="letters")
+    assert len(set(ours["predictions"])) > 1  # a constant answer would make the comparison trivial
+    top2 = [sorted(s)[-1] - sorted(s)[-2] for s in ours["scores"]]
+    assert min(top2) > 1e-3  # no near-ties that numerical noise could flip
+    assert len(theirs) == len(mcqs)
+    assert ours["predictions"] == theirs  # item by item
+    answers = [m["answer_index"] if isinstance(m, dict) else m.answer_index for m in mcqs]
+    assert ours["accuracy"] == pytest.approx(sum(t == a for t, a in zip(theirs, answers)) / len(mcqs))
+
+
 def test_mmlu_subset_parity_with_lm_eval():
     pytest.importorskip("lm_eval")
     path = data_dir() / "mmlu" / "test" / "anatomy_test.csv"
     if not path.is_file():
         pytest.skip(f"{path} not present")
     from obliviate.benchmarks import load_mmlu
-    from obliviate.eval import mcq_accuracy
     from obliviate.eval.lmeval import lmeval_mmlu_choices
-    from obliviate.models.builders import tiny_llama
-    from obliviate.models.tokenizer import train_tokenizer
 
     mcqs = load_mmlu("anatomy")[:N_ITEMS]
-    texts = [m.question + " " + " ".join(m.choices) for m in load_mmlu("anatomy")] + ["Answer: A B C D"]
-    tok = bos_tokenizer(train_tokenizer(texts, vocab_size=600))
-    enc = tok("Answer:")["input_ids"]
-    assert enc[0] == tok.bos_token_id and tok("Answer:", add_special_tokens=False)["input_ids"] == enc[1:]
-    model = tiny_llama(len(tok), n_layer=2, d_model=32, n_head=2, max_len=1024, seed=1)
-    with torch.no_grad():  # larger weights: the choice depends on the question (at init it is always the same letter)
-        for p in model.parameters():
-            if p.ndim == 2:
-                p.mul_(10.0)
+    model, tok = _scaled_model([m.question + " " + " ".join(m.choices) for m in load_mmlu("anatomy")])
+    _check_parity(model, tok, mcqs, lmeval_mmlu_choices(model, tok, path, limit=N_ITEMS))
 
-    ours = mcq_accuracy(model, tok, mcqs, style="letters")
-    assert len(set(ours["predictions"])) > 1  # a constant answer would make the comparison trivial
-    top2 = [sorted(s)[-1] - sorted(s)[-2] for s in ours["scores"]]
-    assert min(top2) > 1e-3  # no near-ties that numerical noise could flip
-    theirs = lmeval_mmlu_choices(model, tok, path, limit=N_ITEMS)
-    assert len(theirs) == N_ITEMS
-    assert ours["predictions"] == theirs
+
+def test_wmdp_subset_parity_with_lm_eval():
+    pytest.importorskip("lm_eval")
+    if not (data_dir() / "wmdp" / "bio_questions.json").is_file():
+        pytest.skip("local WMDP questions not present")
+    from obliviate.benchmarks import load_wmdp
+    from obliviate.eval.lmeval import lmeval_mcq_choices
+
+    all_items = load_wmdp("bio")
+    mcqs = [{"question": m.question, "choices": list(m.choices), "answer_index": m.answer_index}
+            for m in all_items[:N_ITEMS]]
+    model, tok = _scaled_model([m.question + " " + " ".join(m.choices) for m in all_items[:200]], seed=2)
+    _check_parity(model, tok, mcqs, lmeval_mcq_choices(model, tok, mcqs))
+
+
+def test_eval_lm_eval_runs_a_local_task_yaml(tmp_path):
+    pytest.importorskip("lm_eval")
+    import json
+
+    from obliviate.cli import main
+    from obliviate.eval.lmeval import _task_yaml
+    from obliviate.models.load import save_model
+
+    items = [{"question": f"Which number is {i}?", "choices": [str(i), str(i + 1), str(i + 2), str(i + 3)],
+              "answer": 0} for i in range(6)]
+    data = tmp_path / "tasks" / "numbers.jsonl"
+    data.parent.mkdir()
+    data.write_text("".join(json.dumps(x) + "\n" for x in items))
+    (tmp_path / "tasks" / "my_numbers.yaml").write_text(_task_yaml("my_numbers", data, 4))
+    model, tok = _scaled_model([x["question"] + " " + " ".join(x["choices"]) for x in items])
+    save_model(model, tmp_path / "m")
+    tok.save_pretrained(str(tmp_path / "m"))
+    rc = main(["eval", "--model", str(tmp_path / "m"), "--lm-eval", "my_numbers", "--lm-eval-include",
+               str(tmp_path / "tasks"), "--out", str(tmp_path / "out")])
+    assert rc in (0, None)
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    acc = res["metrics"]["lm_eval"]["my_numbers"]["acc"]
+    from obliviate.eval import mcq_accuracy
+    ours = mcq_accuracy(model, tok, [{**x, "answer_index": 0} for x in items], style="letters")["accuracy"]
+    assert acc == pytest.approx(ours)
+    assert main(["eval", "--model", str(tmp_path / "m"), "--lm-eval", "no_such_task", "--lm-eval-include",
+                 str(tmp_path / "tasks"), "--out", str(tmp_path / "out2")]) == 2

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from obliviate.cli import add_common
 
@@ -22,6 +23,9 @@ def add_benchmark_args(p) -> None:
     g.add_argument("--mapping", help="schema_field=file_field pairs for --data or --forget/--retain files, e.g. "
                    "question=prompt,answer=target")
     g.add_argument("--limit", type=int, help="evaluate only the first N examples (of every set of a task)")
+    g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on the model "
+                   "in memory; hub tasks download their data (network), your own task YAMLs work offline")
+    g.add_argument("--lm-eval-include", metavar="DIR", help="directory of your own lm-eval task YAMLs")
 
 
 def run_benchmark_eval(args) -> bool:
@@ -37,6 +41,8 @@ def run_benchmark_eval(args) -> bool:
     from obliviate.results import atomic_write_json, prepare_out_dir, write_results
 
     benchmark, data = getattr(args, "benchmark", None), getattr(args, "data", None)
+    if getattr(args, "lm_eval", None) or getattr(args, "lm_eval_include", None):
+        return run_lmeval_command(args)
     if not benchmark and not data:
         if getattr(args, "kind", None) is not None:
             raise ConfigError("--kind needs --data")
@@ -62,6 +68,37 @@ def run_benchmark_eval(args) -> bool:
               "model": args.model, "tokenizer": args.tokenizer or args.model}
     write_results(out, seed=args.seed, config=config, metrics={name: res})
     print(json.dumps({name: {k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}}, indent=1))
+    return True
+
+
+def run_lmeval_command(args) -> bool:
+    """``obliviate eval --lm-eval TASKS``: lm-eval's numbers for the model, in ``results.json`` under ``metrics.lm_eval``."""
+    from obliviate.errors import ConfigError
+    from obliviate.eval.lmeval import _lm_eval, run_lmeval_tasks
+    from obliviate.models.load import check_vocab, load_model
+    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+    from obliviate.results import prepare_out_dir, write_results
+
+    if not args.lm_eval:
+        raise ConfigError("--lm-eval-include needs --lm-eval TASKS")
+    for opt in ("benchmark", "data", "task", "forget", "config", "overrides"):
+        if getattr(args, opt, None):
+            raise ConfigError(f"--lm-eval runs lm-eval's own tasks; it does not take --{opt.replace('_', '-')}")
+    tasks = [t.strip() for t in args.lm_eval.split(",") if t.strip()]
+    if not tasks:
+        raise ConfigError(f"--lm-eval: no task names in {args.lm_eval!r}")
+    if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
+        raise ConfigError(f"--lm-eval-include: no such directory: {args.lm_eval_include}")
+    _lm_eval()  # a missing lm-eval fails before the model is loaded
+    model = load_model(args.model)
+    tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
+    check_vocab(model, tok, args.model, args.tokenizer)
+    out = prepare_out_dir(args.out)
+    res = run_lmeval_tasks(model, tok, tasks, include_path=args.lm_eval_include, limit=args.limit)
+    config = {"lm_eval": tasks, "include": args.lm_eval_include, "limit": args.limit, "model": args.model,
+              "tokenizer": args.tokenizer or args.model}
+    write_results(out, seed=args.seed, config=config, metrics={"lm_eval": res})
+    print(json.dumps(res, indent=1))
     return True
 
 

@@ -119,3 +119,31 @@ def lmeval_mmlu_choices(model, tokenizer, csv_path: str | os.PathLike, limit: in
     subject = path.stem.rsplit("_", 1)[0]
     mcqs = _read_mmlu_csv(path, path.name, subject, "local")[:limit]
     return lmeval_mcq_choices(model, tokenizer, mcqs, batch_size=batch_size)
+
+
+def run_lmeval_tasks(model, tokenizer, tasks: list[str], include_path: str | os.PathLike | None = None,
+                     limit: int | None = None, batch_size: int = 16, num_fewshot: int | None = None) -> dict:
+    """lm-eval's ``simple_evaluate`` of ``tasks`` on the in-memory ``model``: ``{task: {metric: value}}``.
+
+    ``include_path``: a directory of your own task YAMLs (local data files work offline; the hub's
+    tasks download their data, which needs the network). ``limit``: the first N documents of each task.
+    """
+    _lm_eval()
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    if not tasks:
+        raise DataError("no lm-eval tasks given")
+    if include_path is not None and not Path(include_path).is_dir():
+        raise DataError(f"lm-eval task directory not found: {include_path}")
+    tm = TaskManager(include_path=None if include_path is None else str(include_path))
+    unknown = [t for t in tasks if t not in tm.all_tasks]
+    if unknown:
+        raise DataError(f"unknown lm-eval task(s): {', '.join(unknown)} (local tasks need --lm-eval-include DIR)")
+    out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=list(tasks), limit=limit,
+                          num_fewshot=num_fewshot, task_manager=tm)
+    results = {}
+    for task, values in out["results"].items():
+        results[task] = {k.split(",")[0]: float(v) for k, v in values.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool) and "_stderr" not in k}
+    return results
