@@ -32,7 +32,9 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
+from obliviate.config import to_dict
 from obliviate.errors import ConfigError, ObliviateError
+from obliviate.train.trackers import check_trackers, close_trackers, open_trackers
 
 
 @dataclass
@@ -57,8 +59,12 @@ class TrainConfig:
     """fnmatch patterns over parameter names; others are frozen."""
     progress: bool = True
     desc: str = "train"
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers that also get every logged record: ``tensorboard``, ``mlflow``, ``wandb``
+    (:mod:`obliviate.train.trackers`)."""
 
     def __post_init__(self):
+        check_trackers(self.report_to)
         if self.steps < 0:
             raise ConfigError(f"config key 'steps': must be >= 0, got {self.steps}")
         for key in ("lr", "weight_decay", "beta1", "beta2", "min_lr_ratio", "grad_clip"):
@@ -354,11 +360,15 @@ def train(
 
     history: list[dict] = []
 
+    trackers = open_trackers(cfg.report_to, out, cfg.desc, to_dict(cfg)) if main and cfg.report_to else []
+
     def log(rec: dict) -> None:
         history.append(rec)
         if metrics_path is not None and main:
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+        for t in trackers:
+            t.log(rec, rec["step"])
 
     eval_model = model if sharded else acc.unwrap_model(model)
     if eval_fn is not None and start == 0:
@@ -446,19 +456,25 @@ def train(
                 if world > 1:
                     D.barrier()
                 last_ckpt_step = done
+    except BaseException:
+        close_trackers(trackers)
+        raise
     finally:
         bar.close()
     model.eval()
-    if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
-        bad = _first_non_finite(model, extra_params)
-        if world > 1 or sharded:  # every process stops, or none (sharded: each holds only its own part)
-            flag = D.all_reduce_mean(torch.tensor([float(bad is not None)], device=acc.device))
-            bad = bad or ("a parameter on another process" if float(flag) > 0 else None)
-        if bad is not None:
-            raise TrainingDiverged(f"{bad} holds NaN or infinite values after step {cfg.steps} (lr={cfg.lr:g} "
-                                   "too large?); the trained weights are not usable")
-    if eval_fn is not None and cfg.steps > start:
-        log({"step": cfg.steps, **eval_fn(eval_model, cfg.steps)})
+    try:
+        if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
+            bad = _first_non_finite(model, extra_params)
+            if world > 1 or sharded:  # every process stops, or none (sharded: each holds only its own part)
+                flag = D.all_reduce_mean(torch.tensor([float(bad is not None)], device=acc.device))
+                bad = bad or ("a parameter on another process" if float(flag) > 0 else None)
+            if bad is not None:
+                raise TrainingDiverged(f"{bad} holds NaN or infinite values after step {cfg.steps} (lr={cfg.lr:g} "
+                                       "too large?); the trained weights are not usable")
+        if eval_fn is not None and cfg.steps > start:
+            log({"step": cfg.steps, **eval_fn(eval_model, cfg.steps)})
+    finally:
+        close_trackers(trackers)
     summary = {"history": history, "resumed_from": start, "last_checkpoint": last_ckpt_step}
     if sharded:
         summary["full_state_dict"] = acc.get_state_dict(model)  # a collective: every process takes part
