@@ -1,6 +1,6 @@
 """Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; METHODS.md §5).
 
-* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream.
+* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma Scope (:func:`load_sae`).
 * :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
   window expansion" rule, precision/recall/F1 against ground truth.
 * :mod:`.classifiers` — biLM token classifier (optionally with context pooling), document
@@ -25,7 +25,7 @@ from obliviate.filtering.classifiers import (
     training_throughput,
     window_mean,
 )
-from obliviate.filtering.sae import TopKSAE, residual_activations, train_sae
+from obliviate.filtering.sae import PretrainedSAE, TopKSAE, load_sae, residual_activations, train_sae
 from obliviate.filtering.scaling import (
     compute_slowdown,
     equivalent_compute,
@@ -66,7 +66,7 @@ from obliviate.filtering.weak_labels import (
 __all__ = [
     "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
     "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput", "window_mean",
-    "TopKSAE", "residual_activations", "train_sae",
+    "PretrainedSAE", "TopKSAE", "load_sae", "residual_activations", "train_sae",
     "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes", "tokens_for",
     "tokens_to_recover", "training_flops",
     "CONVENTIONS", "STRATEGIES", "FilteredDataset", "add_label_noise", "apply_strategy", "collate_weighted",

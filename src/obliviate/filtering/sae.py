@@ -182,3 +182,156 @@ def residual_activations(model: nn.Module, dataset: TokenDataset, layer: int, ba
         model.train(was_training)
     labels = {f: np.concatenate(arrs) for f, arrs in dataset.labels.items()}
     return torch.cat(out), labels
+
+
+# ----------------------------------------------------------------------------- SAEs trained elsewhere
+
+ACTIVATIONS = ("relu", "topk", "jumprelu")
+
+
+class PretrainedSAE(nn.Module):
+    """A sparse autoencoder trained by another library, with the same interface as :class:`TopKSAE`
+    (``encode``, ``encode_all``, ``decode``, ``n_latents``, ``d``) so the weak-label pipeline takes it.
+
+    ``W_enc`` (d, m), ``b_enc`` (m), ``W_dec`` (m, d), ``b_dec`` (d); codes are, with
+    ``pre = (x - b_dec if subtract_b_dec else x) @ W_enc + b_enc``: ``relu(pre)`` (SAELens "standard"),
+    the ``k`` largest of ``relu(pre)`` (TopK: SAELens "topk", EleutherAI sparsify), or
+    ``pre * (pre > threshold)`` (JumpReLU: SAELens "jumprelu", Gemma Scope). ``layer``: the decoder
+    layer whose output it reads, when its files say so (SAELens ``blocks.L.hook_resid_post``,
+    sparsify ``layers.L``); ``source``: the format it came from.
+    """
+
+    def __init__(self, W_enc, b_enc, W_dec, b_dec, *, activation: str = "relu", k: int | None = None,
+                 threshold=None, subtract_b_dec: bool = True, layer: int | None = None, source: str = ""):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"SAE activation {activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+        d, m = W_enc.shape
+        shapes = {"b_enc": (tuple(b_enc.shape), (m,)), "W_dec": (tuple(W_dec.shape), (m, d)),
+                  "b_dec": (tuple(b_dec.shape), (d,))}
+        if threshold is not None:
+            shapes["threshold"] = (tuple(threshold.shape), (m,))
+        bad = [f"{n} {got} (expected {want})" for n, (got, want) in shapes.items() if got != want]
+        if bad:
+            raise DataError(f"SAE weights from {source or 'files'} do not fit together: {', '.join(bad)}")
+        if activation == "topk" and not (isinstance(k, int) and 1 <= k <= m):
+            raise DataError(f"a TopK SAE needs k in 1..{m}, got {k!r}")
+        if activation == "jumprelu" and threshold is None:
+            raise DataError("a JumpReLU SAE needs its threshold tensor")
+        self.W_enc, self.b_enc = nn.Parameter(W_enc.float()), nn.Parameter(b_enc.float())
+        self.W_dec, self.b_dec = nn.Parameter(W_dec.float()), nn.Parameter(b_dec.float())
+        self.register_buffer("threshold", None if threshold is None else threshold.float())
+        self.activation, self.k, self.subtract_b_dec = activation, k, subtract_b_dec
+        self.layer, self.source = layer, source
+        self.requires_grad_(False)
+        self.eval()
+
+    d = TopKSAE.d
+    n_latents = TopKSAE.n_latents
+    encode_all = TopKSAE.encode_all
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.b_dec) if self.subtract_b_dec else x) @ self.W_enc + self.b_enc
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.pre_activations(x.to(self.W_enc.dtype))
+        if self.activation == "jumprelu":
+            return pre * (pre > self.threshold)
+        pre = F.relu(pre)
+        if self.activation == "relu":
+            return pre
+        vals, idx = pre.topk(self.k, dim=-1)
+        return torch.zeros_like(pre).scatter_(-1, idx, vals)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.W_dec + self.b_dec
+
+
+def _layer_from(name: str | None) -> int | None:
+    import re
+
+    m = re.search(r"(?:blocks|layers|layer)[._](\d+)", name or "")
+    return int(m.group(1)) if m else None
+
+
+def _read_cfg(path: Path) -> dict:
+    import json
+
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: not a readable SAE config ({e})") from None
+    if not isinstance(cfg, dict):
+        raise DataError(f"{path}: an SAE config must be a JSON object")
+    return cfg
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as e:
+        raise DataError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load_sae(path: str | Path):
+    """An SAE from disk, in whichever format it is (never unpickled: safetensors, JSON and ``.npz`` only):
+
+    - obliviate's own file (``TopKSAE.save``): a ``.safetensors`` file with ``k`` in its metadata;
+    - SAELens: a directory with ``cfg.json`` and ``sae_weights.safetensors`` (architectures
+      ``standard``, ``topk``, ``jumprelu``; ``apply_b_dec_to_input``; the layer from ``hook_name``);
+    - EleutherAI sparsify: a directory with ``cfg.json`` (``k``) and ``sae.safetensors``
+      (``encoder.weight``, ``encoder.bias``, ``W_dec``, ``b_dec``; the layer from the directory name,
+      e.g. ``layers.12``);
+    - Gemma Scope's own release: a directory with ``params.npz`` (``W_enc``, ``b_enc``, ``W_dec``,
+      ``b_dec``, ``threshold``; JumpReLU).
+    """
+    path = Path(path)
+    if path.is_file():
+        return TopKSAE.load(path)
+    if not path.is_dir():
+        raise DataError(f"SAE {str(path)!r} does not exist")
+    if (path / "sae_weights.safetensors").is_file():
+        cfg = _read_cfg(path / "cfg.json")
+        t = _tensors(path / "sae_weights.safetensors")
+        arch = cfg.get("architecture", "standard")
+        kwargs = cfg.get("activation_fn_kwargs") or {}
+        activation = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}.get(arch)
+        if activation is None:
+            raise DataError(f"{path}: SAELens architecture {arch!r} is not supported (standard, topk, jumprelu)")
+        if arch == "standard" and cfg.get("activation_fn_str", cfg.get("activation_fn", "relu")) == "topk":
+            activation = "topk"
+        missing = {"W_enc", "b_enc", "W_dec", "b_dec"} - set(t)
+        if missing:
+            raise DataError(f"{path / 'sae_weights.safetensors'}: missing {sorted(missing)}")
+        return PretrainedSAE(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], activation=activation,
+                             k=kwargs.get("k", cfg.get("k")), threshold=t.get("threshold"),
+                             subtract_b_dec=bool(cfg.get("apply_b_dec_to_input", True)),
+                             layer=_layer_from(cfg.get("hook_name")), source="SAELens")
+    if (path / "sae.safetensors").is_file():
+        cfg = _read_cfg(path / "cfg.json")
+        t = _tensors(path / "sae.safetensors")
+        missing = {"encoder.weight", "encoder.bias", "W_dec", "b_dec"} - set(t)
+        if missing:
+            raise DataError(f"{path / 'sae.safetensors'}: missing {sorted(missing)}")
+        w_enc = t["encoder.weight"].t()  # nn.Linear keeps (m, d)
+        w_dec = t["W_dec"]
+        if w_dec.shape == w_enc.shape:  # stored (d, m): the transposed orientation
+            w_dec = w_dec.t()
+        return PretrainedSAE(w_enc, t["encoder.bias"], w_dec, t["b_dec"], activation="topk", k=cfg.get("k"),
+                             layer=_layer_from(path.name), source="sparsify")
+    if (path / "params.npz").is_file():
+        import numpy as _np
+
+        with _np.load(path / "params.npz", allow_pickle=False) as z:
+            t = {k.lower(): torch.from_numpy(_np.asarray(z[k], dtype=_np.float32)) for k in z.files}
+        missing = {"w_enc", "b_enc", "w_dec", "b_dec", "threshold"} - set(t)
+        if missing:
+            raise DataError(f"{path / 'params.npz'}: missing {sorted(missing)}")
+        return PretrainedSAE(t["w_enc"], t["b_enc"], t["w_dec"], t["b_dec"], activation="jumprelu",
+                             threshold=t["threshold"], subtract_b_dec=False, layer=_layer_from(str(path)),
+                             source="Gemma Scope")
+    raise DataError(f"{path}: no SAE found (expected obliviate's .safetensors file, SAELens cfg.json + "
+                    "sae_weights.safetensors, sparsify cfg.json + sae.safetensors, or Gemma Scope params.npz)")
