@@ -40,7 +40,7 @@ from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
 from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
 from obliviate.train import select_trainable
-from obliviate.executor import IDK_ANSWERS, PairedQA, Reference, wrap_lora
+from obliviate.executor import IDK_ANSWERS, PairedData, make_reference, wrap_lora
 
 
 @dataclass
@@ -150,8 +150,8 @@ def _world_batch(cfg: BenchConfig):
 
     world = generate_world(WorldConfig(seed=cfg.seed))
     tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
-    data = PairedQA(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
-    return tok, data(0)
+    data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
+    return tok, data
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
@@ -161,8 +161,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
 
     torch.manual_seed(cfg.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tok, batch = _world_batch(cfg)
-    batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in batch.items()}
+    tok, data = _world_batch(cfg)
+    batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
 
     def fresh():
         return build_model(cfg.size, vocab_size=len(tok), seed=cfg.seed).to(dev).train()
@@ -181,7 +181,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
         if lora:
             model = wrap_lora(model, patterns)
             select_trainable(model, ["*lora_*"])
-        ref = Reference(model, shared=lora) if method.needs_reference else None
+        ref = make_reference(method, model, data, lora=lora)
         if hasattr(method, "setup"):
             method.setup(model, ref, batch["forget"])
         r = measure(model, lambda: method.loss(model, batch, ref), ref.model if ref else None, cfg.repeats, cfg.warmup)
@@ -191,7 +191,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
             "peak_bytes": r["peak_bytes"],
             "step_time_ratio": r["step_seconds"] / plain["step_seconds"],
             "peak_mem_ratio": r["peak_bytes"] / plain["peak_bytes"],
-            "reference_copy": bool(ref is not None and not ref.shared),
+            "reference_copy": bool(ref is not None and ref.model is not None and not ref.shared),
         }
     metrics["device"] = str(dev)
     if cfg.filtering:

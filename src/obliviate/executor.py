@@ -19,12 +19,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
+from obliviate.methods._shared import answer_logprob
 from obliviate.models.layers import hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
@@ -59,6 +61,9 @@ class UnlearnConfig:
     lora: bool = False
     lora_r: int = 8
     lora_alpha: float = 16.0
+    cache_reference: bool = True
+    """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
+    once before training and hold no reference copy; False keeps a live frozen copy (the results agree)."""
     seed: int = 0
 
     def __post_init__(self):
@@ -96,11 +101,21 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int)
 
 
 class Reference:
-    """Frozen reference: a detached copy, or the same model with LoRA adapters disabled."""
+    """The frozen reference: a detached copy, the same model with LoRA adapters disabled, or (``cache``)
+    no model at all, only the per-sequence reference log-probabilities computed once before training.
 
-    def __init__(self, model, shared: bool):
+    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget
+    set, IdkDPO on the forget and IdK answers) ask :meth:`answer_logprob`; with a cache it is read by
+    example index, so full fine-tuning holds no second model. Terms that need whole distributions
+    (the KL retain term) need :meth:`logits`, which only a live reference has.
+    """
+
+    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None):
         self.shared = shared
-        if shared:
+        self.cache = cache
+        if cache is not None:
+            self.model = None
+        elif shared:
             self.model = model
         else:
             self.model = copy.deepcopy(model).eval()
@@ -110,16 +125,87 @@ class Reference:
     def _ctx(self):
         return self.model.disable_adapter() if self.shared else nullcontext()
 
+    def _live(self, what: str):
+        if self.model is None:
+            raise ObliviateError(f"the cached reference has only answer log-probabilities, not {what} (a method "
+                                 "that needs them must not declare cached_reference_keys)")
+
     @torch.no_grad()
     def logits(self, batch: dict) -> torch.Tensor:
+        self._live("logits")
         with self._ctx():
             return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
     @torch.no_grad()
+    def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
+        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
+        if self.cache is not None:
+            return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
+        return answer_logprob(self.logits(batch), batch["labels"])
+
+    @torch.no_grad()
     def hidden(self, batch: dict, layer: int) -> torch.Tensor:
+        self._live("hidden states")
         with self._ctx():
             return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
                                     stop_after=layer)[layer]
+
+    def state(self) -> dict:
+        return {k: v.clone() for k, v in (self.cache or {}).items()}
+
+    def load_state(self, state: dict) -> None:
+        if self.cache is not None and state:
+            self.cache = {k: v.clone() for k, v in state.items()}
+
+
+def make_reference(method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
+    """The reference ``method`` needs (None if it needs none): cached log-probabilities where the method
+    declares ``cached_reference_keys`` and ``cache`` is on, else the model with its LoRA adapters off
+    (``lora``), else a frozen copy. Built from ``model`` as it is now, before any step."""
+    if not method.needs_reference:
+        return None
+    keys = tuple(method.cached_reference_keys()) if hasattr(method, "cached_reference_keys") else ()
+    if keys and cache:
+        return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
+    return Reference(model, shared=lora)
+
+
+def checkpoint_hooks(method, ref):
+    """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
+    and a cached reference (so a resumed run reads the very values the first one computed)."""
+    parts = {}
+    if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
+        parts["method"] = (method.scorer_state, method.load_scorer_state)
+    if ref is not None and ref.cache is not None:
+        parts["reference"] = (ref.state, ref.load_state)
+    if not parts:
+        return None
+    if list(parts) == ["method"]:  # the layout checkpoints had before the reference cache
+        return parts["method"]
+    return (lambda: {k: get() for k, (get, _) in parts.items()},
+            lambda state: [parts[k][1](v) for k, v in state.items() if k in parts])
+
+
+@torch.no_grad()
+def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
+    ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out = {}
+    try:
+        for key in keys:
+            ids, masks = data.sequences(key)
+            vals = []
+            for s in range(0, len(ids), batch_size):
+                b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
+                logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+                vals.append(answer_logprob(logits, b["labels"]).float().cpu())
+            out[key] = torch.cat(vals) if vals else torch.zeros(0)
+    finally:
+        model.train(was)
+    return out
 
 
 class PairedData:
@@ -155,14 +241,27 @@ class PairedData:
                        for i in range(len(prompts))]
             self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
 
+    def sequences(self, key: str) -> tuple[list, list]:
+        """The encoded sequences and label masks of sub-set ``key``: "forget", "retain" or "idk"."""
+        got = {"forget": (self.f_ids, self.f_mask), "retain": (self.r_ids, self.r_mask),
+               "idk": (self.i_ids, getattr(self, "i_mask", None))}[key]
+        if got[0] is None:
+            raise DataError(f"no {key} sequences in this data")
+        return got
+
     def __call__(self, step: int) -> dict:
+        """The step's batch: sub-batches "forget", "retain" (and "idk"), each with ``index``, the rows'
+        example numbers (what a cached reference is read by)."""
         fi, ri = self.f_sampler(step), self.r_sampler(step)
         batch = {
-            "forget": collate([self.f_ids[i] for i in fi], self.pad, label_mask=[self.f_mask[i] for i in fi]),
-            "retain": collate([self.r_ids[i] for i in ri], self.pad, label_mask=[self.r_mask[i] for i in ri]),
+            "forget": {**collate([self.f_ids[i] for i in fi], self.pad, label_mask=[self.f_mask[i] for i in fi]),
+                       "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))},
+            "retain": {**collate([self.r_ids[i] for i in ri], self.pad, label_mask=[self.r_mask[i] for i in ri]),
+                       "index": torch.as_tensor(np.asarray(ri, dtype=np.int64))},
         }
         if self.i_ids is not None:
-            batch["idk"] = collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi])
+            batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi]),
+                            "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))}
         return batch
 
 
@@ -250,15 +349,13 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
-    ref = Reference(model, shared=cfg.lora) if method.needs_reference else None
+    ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference)
     first = to_device(data(0), device)
     if hasattr(method, "setup"):
         method.setup(model, ref, first["forget"])
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
-    hooks = None
-    if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
-        hooks = (method.scorer_state, method.load_scorer_state)
+    hooks = checkpoint_hooks(method, ref)
     summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
                     eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
     if cfg.lora:

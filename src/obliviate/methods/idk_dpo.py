@@ -44,10 +44,15 @@ class IdkDPO:
     def trainable(self, model) -> list[str]:
         return ["*"]
 
+    def cached_reference_keys(self) -> tuple[str, ...]:
+        """Reference log-probabilities of the forget answers and the refusals, computed once before training
+        (no reference copy); a KL retain term needs whole distributions, so then the reference stays live."""
+        return () if self.cfg.retain == "kl" else ("forget", "idk")
+
     def loss(self, model, batch, ref) -> dict:
         f, w = batch["forget"], batch["idk"]
         lp_l = answer_logprob(forward_logits(model, f), f["labels"])
         lp_w = answer_logprob(forward_logits(model, w), w["labels"])
-        lp_l_ref = answer_logprob(ref.logits(f), f["labels"])
-        lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
+        lp_l_ref = ref.answer_logprob(f, "forget")
+        lp_w_ref = ref.answer_logprob(w, "idk")
         return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta), model, batch, ref, self.cfg)
