@@ -129,6 +129,13 @@ def test_value_probe_attack_swaps_halves_and_uses_extra_training_facts(monkeypat
     monkeypatch.setattr("obliviate.models.layers.num_layers", lambda m: 2)
     r = probe_mod.value_probe_attack(object(), None, items, extra)
     assert seen == [[m["prefix"] for m in items] + [m["prefix"] for m in extra]]
+    # other wordings of a training item's prefix are read too (and never tested)
+    for m in items:
+        m["train_prefixes"] = [m["prefix"] + "'"]
+        by_prefix[m["prefix"] + "'"] = by_prefix[m["prefix"]]
+    seen.clear()
+    r2 = probe_mod.value_probe_attack(object(), None, items, extra)
+    assert seen[0][len(items) + len(extra):] == [m["prefix"] + "'" for m in items] and r2["best_acc"] >= 0.9
     assert r["best_acc"] >= 0.9 and r["chance"] == 0.25 and set(r["per_layer"]) == {0, 1}
     assert r["n_items"] == 40 and r["n_extra"] == len(extra) and r["n_unseen"] == 0
     with pytest.raises(DataError):

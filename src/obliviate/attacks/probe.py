@@ -169,7 +169,9 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
 
     ``items``: dicts with ``prefix`` (the text up to the value, e.g. the QA prompt and "It is
     treated with"), ``value``, ``choices`` (the value and its distractors) and ``answer_index``.
-    ``extra_train``: dicts with ``prefix`` and ``value`` that are always in the probe's training
+    An item may carry ``train_prefixes``: other wordings of its prefix, added to the training data when
+    the item is in the training half (never tested). ``extra_train``: dicts with ``prefix`` and
+    ``value`` that are always in the probe's training
     data (facts the model is meant to keep, with values from the same pools, such as the world's
     look-alike entities). The hidden state of decoder layer ``l`` at the last token of the prefix
     (bos prepended) is the feature; a multinomial logistic regression over the values
@@ -192,18 +194,22 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
     if not layers:
         raise ConfigError("no layers to probe")
     half_a, half_b = split_indices(len(items), train_frac, seed)
-    hidden = last_token_hidden(model, tokenizer, [m["prefix"] for m in items] + [m["prefix"] for m in extra_train],
-                               layers, batch_size)
+    more = [(i, p) for i, m in enumerate(items) for p in m.get("train_prefixes", ())]
+    texts = [m["prefix"] for m in items] + [m["prefix"] for m in extra_train] + [p for _, p in more]
+    hidden = last_token_hidden(model, tokenizer, texts, layers, batch_size)
     values = [m["value"] for m in items]
     extra_values = [m["value"] for m in extra_train]
-    n = len(items)
+    n, n_extra = len(items), len(extra_train)
     per_layer, n_unseen = {}, 0
     for l, h in hidden.items():
         accs, unseen = [], 0
         for tr, te in ((half_a, half_b), (half_b, half_a)):
-            acc, u = fit_value_probe(np.concatenate([h[tr], h[n:]]), [values[i] for i in tr] + extra_values, h[te],
-                                     [items[i]["choices"] for i in te], [items[i]["answer_index"] for i in te],
-                                     C, seed)
+            in_train = set(tr.tolist())
+            rows = [n + n_extra + j for j, (i, _) in enumerate(more) if i in in_train]
+            x = np.concatenate([h[tr], h[n:n + n_extra], h[rows]])
+            y = [values[i] for i in tr] + extra_values + [values[more[r - n - n_extra][0]] for r in rows]
+            acc, u = fit_value_probe(x, y, h[te], [items[i]["choices"] for i in te],
+                                     [items[i]["answer_index"] for i in te], C, seed)
             accs.append(acc * len(te))
             unseen += u
         per_layer[l] = float(sum(accs) / n)

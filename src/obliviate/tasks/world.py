@@ -229,23 +229,26 @@ PROBES = ("value", "choice")
 """Linear probes of the world attack suite (``AttackSuiteConfig.probe``)."""
 
 
-def value_prefix(fact: dict) -> str:
-    """The QA prompt of ``fact`` and its canonical answer up to the value ("...Answer: It is treated with")."""
+def value_prefix(fact: dict, question: str | None = None) -> str:
+    """The QA prompt of ``fact`` (its canonical question unless given) and its canonical answer up to the value
+    ("...Answer: It is treated with")."""
     answer = fact["answer"]
-    return qa_prompt(fact["question"]) + " " + answer[:answer.rfind(fact["value"])].rstrip()
+    return qa_prompt(question or fact["question"]) + " " + answer[:answer.rfind(fact["value"])].rstrip()
 
 
 def value_probe_sets(world) -> tuple[list[dict], list[dict]]:
     """``(items, extra_train)`` of :func:`~obliviate.attacks.probe.value_probe_attack` on ``world``.
 
-    ``items``: the forget MCQs (bare values), each with the :func:`value_prefix` of its fact;
+    ``items``: the forget MCQs (bare values), each with the :func:`value_prefix` of its fact (and, for
+    training only, the same prefix after each trained wording of the question);
     ``extra_train``: every trained fact outside the forget and holdout splits whose value is one of
     the forget MCQs' options (the look-alike diseases share the forget facts' value pools), so the
     probe also learns each value from facts that unlearning should leave alone.
     """
     facts = {f["id"]: f for f in world.facts}
-    items = [{**m, "prefix": value_prefix(facts[m["fact_id"]]), "value": facts[m["fact_id"]]["value"]}
-             for m in world.mcqs(split="forget")]
+    items = [{**m, "prefix": value_prefix(f), "value": f["value"],
+              "train_prefixes": [value_prefix(f, q) for q in f["train_questions"]]}
+             for m in world.mcqs(split="forget") for f in [facts[m["fact_id"]]]]
     options = {c for m in items for c in m["choices"]}
     extra = [{"prefix": value_prefix(f), "value": f["value"]} for f in world.facts
              if f["split"] not in ("forget", "holdout") and f["value"] in options]

@@ -411,8 +411,11 @@ INVENTED_POOLS = {
 # Year pools: pool name -> (first, last) inclusive.
 YEAR_POOLS = {"birth_year": (1700, 1999), "disease_year": (1750, 1989)}
 
-POOL_SIZE = 8
-"""Distinct values per relation pool: with 24 entities each value is shared by ~3 of them."""
+POOL_SIZE = 12
+"""Distinct values per relation pool (fewer where a fixed list is shorter): with 24 entities each value
+is shared by 2 of them. A model that only learns the answer format and guesses the commonest value is
+right 1/12 of the time, below the 0.1 that a relearning attack may lift a model that never knew the
+facts (with 8 values an oracle relearning on half the facts reached 0.15 on the other half)."""
 
 FILLER = {
     "medicine": (
