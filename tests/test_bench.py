@@ -1,14 +1,71 @@
 """`obliviate bench` on one method, full and LoRA: ratios are positive and LoRA keeps no reference copy."""
 
+import pytest
+import torch
+
 from obliviate.bench import BenchConfig, bench_table, run_bench
 
 
 def test_bench_rmu_full_and_lora():
     m = run_bench(BenchConfig(methods=["rmu"], lora_methods=["rmu"], size="nano", batch_size=4, repeats=1,
-                              warmup=1), progress=False)
+                              warmup=1, min_rounds=2, max_rounds=3), progress=False)
     assert m["rmu"]["step_time_ratio"] > 0 and m["rmu"]["peak_mem_ratio"] > 0
     assert m["rmu"]["reference_copy"] is True
     assert m["rmu+lora"]["reference_copy"] is False
     # the adapter-disabled reference holds no parameters of its own: less memory than the full-copy run
     assert m["rmu+lora"]["peak_bytes"] < m["rmu"]["peak_bytes"]
     assert "rmu+lora" in bench_table(m)
+    assert m["rmu"]["flop_bound"] > 0 and m["timing"]["rounds"] in (2, 3)
+
+
+def test_interleaved_ratios_on_a_fake_clock():
+    """The bench's own logic: on a clock that charges each step a known cost (plus noise, and a neighbouring job
+    slowing one round down), ratios come out as the costs' ratios, the same computation twice comes out the same
+    within the tolerance, and the order is shuffled round by round."""
+    import random
+
+    from obliviate.bench import interleaved_ratios
+
+    now = [0.0]
+    rng = random.Random(1)
+    costs = {"plain": 1.0, "graddiff": 2.0, "simnpo": 2.0, "npo": 2.33}
+    orders = []
+
+    def step(name):
+        def run():
+            orders.append(name)
+            slow = 3.0 if 20 <= len(orders) < 25 else 1.0  # a burst of load for a few steps
+            now[0] += costs[name] * slow * (1 + rng.uniform(-0.02, 0.02))
+        return run
+
+    out = interleaved_ratios({n: step(n) for n in costs}, "plain", clock=lambda: now[0], wall=lambda: now[0],
+                             min_rounds=7, max_rounds=40, tol=0.05)
+    assert out["plain"]["ratio"] == 1.0 and out["npo"]["converged"]
+    for n, c in costs.items():
+        assert abs(out[n]["ratio"] - c) <= 0.05 * c, (n, out[n])
+        assert out[n]["q1"] <= out[n]["ratio"] <= out[n]["q3"]
+    assert abs(out["graddiff"]["ratio"] - out["simnpo"]["ratio"]) <= 0.05 * 2.0  # same computation, same number
+    rounds = [tuple(orders[i:i + 4]) for i in range(0, len(orders), 4)]
+    assert len(set(rounds)) > 1  # shuffled, not a fixed order a periodic disturbance could line up with
+
+
+def test_flop_bound_counts_layer_passes():
+    from obliviate.bench import count_layer_passes, flop_bound
+    from obliviate.models.builders import tiny_llama
+
+    model = tiny_llama(50, n_layer=2, d_model=16, n_head=2, seed=0)
+    ids = torch.randint(0, 50, (2, 5))
+
+    def plain():
+        model(input_ids=ids).logits.sum().backward()
+
+    def two_and_a_frozen_forward():
+        model(input_ids=ids).logits.sum().backward()
+        model(input_ids=ids).logits.sum().backward()
+        with torch.no_grad():
+            model(input_ids=ids)
+
+    p = count_layer_passes([model], plain)
+    assert p == {"forward": 2 * 2 * 5, "backward": 2 * 2 * 5}
+    q = count_layer_passes([model], two_and_a_frozen_forward)
+    assert flop_bound(q, p) == pytest.approx(2 + 1 / 3)

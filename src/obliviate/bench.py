@@ -3,9 +3,18 @@
 For each registered training method, on the same model and the same paired
 batch, measured in the same process:
 
-- ``step_time_ratio``: median wall time of one optimizer step of the method
-  divided by that of a plain fine-tuning step (LM loss on the forget batch,
-  all parameters trained);
+- ``step_time_ratio``: one optimizer step of the method over one plain fine-tuning step
+  (LM loss on the forget batch, all parameters trained), timed in **interleaved rounds**
+  (:func:`interleaved_ratios`): every round runs each method's step and the plain step once,
+  in a shuffled order, and takes each method's ratio to that round's plain step; the result is
+  the median over rounds with its interquartile range (``step_time_ratio_q1`` / ``_q3``), and
+  rounds are added until every range is within +-5% of its median (``converged``). Steps are
+  timed with the process CPU clock on one thread (what a neighbouring job cannot inflate);
+  the wall-clock ratio is reported beside it (``wall_time_ratio``);
+- ``flop_bound``: what the step must cost if forward = 1/3 and backward = 2/3 of a fine-tuning
+  step, from the decoder-layer passes it actually makes (counted with hooks: tokens x layers
+  forward, and backward; a truncated forward counts only its layers), and
+  ``ratio_to_bound`` = ``step_time_ratio / flop_bound``;
 - ``peak_mem_ratio``: peak training memory of the step divided by the plain
   step's. On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU, where
   torch has no allocator statistics, it is the measured sum of the bytes that
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,7 +62,13 @@ class BenchConfig:
     size: str = "tiny"
     batch_size: int = 16
     repeats: int = 5
+    """Timed steps of the data-filtering throughput measurement."""
     warmup: int = 2
+    min_rounds: int = 7
+    """Interleaved rounds before the spread is checked (:func:`interleaved_ratios`)."""
+    max_rounds: int = 60
+    tolerance: float = 0.05
+    """Rounds are added until every ratio's interquartile range is within +-tolerance of its median."""
     filtering: bool = True
     """Also time the data-filtering token classifier against pretraining (``metrics.filtering``)."""
     filtered_sizes: list[str] | None = None
@@ -154,6 +170,103 @@ def _world_batch(cfg: BenchConfig):
     return tok, data
 
 
+def _quartiles(xs: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
+
+
+def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, min_rounds: int = 7,
+                       max_rounds: int = 60, tol: float = 0.05, seed: int = 0, wall=time.perf_counter) -> dict:
+    """Time ratios of ``steps`` (name -> callable running one step) to ``steps[baseline]``, interleaved.
+
+    Each round calls every step once in a shuffled order (seeded) and records each one's time over the
+    baseline's time in that round. After ``min_rounds``, rounds are added until every ratio's
+    interquartile range is within ``+-tol`` of its median, or ``max_rounds``. Returns per name
+    ``{"ratio", "q1", "q3", "wall_ratio", "rounds", "converged"}`` (the baseline's ratio is 1).
+    """
+    import random
+
+    if baseline not in steps:
+        raise ValueError(f"baseline {baseline!r} is not one of the steps")
+    rng = random.Random(seed)
+    names = list(steps)
+    ratios: dict[str, list[float]] = {n: [] for n in names if n != baseline}
+    walls: dict[str, list[float]] = {n: [] for n in ratios}
+
+    def spread_ok() -> bool:
+        for xs in ratios.values():
+            q1, med, q3 = _quartiles(xs)
+            if (q3 - q1) / 2 > tol * med:
+                return False
+        return True
+
+    rounds = 0
+    while rounds < max_rounds:
+        order = names[:]
+        rng.shuffle(order)
+        cpu, wl = {}, {}
+        for n in order:
+            c0, w0 = clock(), wall()
+            steps[n]()
+            cpu[n], wl[n] = clock() - c0, wall() - w0
+        for n in ratios:
+            ratios[n].append(cpu[n] / cpu[baseline])
+            walls[n].append(wl[n] / wl[baseline])
+        rounds += 1
+        if rounds >= min_rounds and spread_ok():
+            break
+    converged = spread_ok()
+    out = {baseline: {"ratio": 1.0, "q1": 1.0, "q3": 1.0, "wall_ratio": 1.0, "rounds": rounds, "converged": converged}}
+    for n, xs in ratios.items():
+        q1, med, q3 = _quartiles(xs)
+        out[n] = {"ratio": med, "q1": q1, "q3": q3, "wall_ratio": statistics.median(walls[n]), "rounds": rounds,
+                  "converged": converged}
+    return out
+
+
+def count_layer_passes(models, step) -> dict:
+    """Decoder-layer passes of one call of ``step``: ``{"forward", "backward"}`` in tokens x layers, over the
+    decoder layers of every model in ``models`` (the trained model and a live reference copy, if any)."""
+    from obliviate.models.layers import decoder_layers
+
+    counts = {"forward": 0, "backward": 0}
+    handles = []
+
+    def fwd(module, args, kwargs, output):
+        x = args[0] if args else kwargs.get("hidden_states")
+        counts["forward"] += int(x.shape[0] * x.shape[1])
+
+    def bwd(module, grad_input, grad_output):
+        g = grad_output[0]
+        if g is not None:
+            counts["backward"] += int(g.shape[0] * g.shape[1])
+
+    seen = set()
+    for m in models:
+        if m is None:
+            continue
+        for layer in decoder_layers(m):
+            if id(layer) in seen:
+                continue
+            seen.add(id(layer))
+            handles.append(layer.register_forward_hook(fwd, with_kwargs=True))
+            handles.append(layer.register_full_backward_hook(bwd))
+    try:
+        with warnings.catch_warnings():  # a frozen lower layer's hook fires on its output's gradient: as intended
+            warnings.simplefilter("ignore", UserWarning)
+            step()
+    finally:
+        for h in handles:
+            h.remove()
+    return counts
+
+
+def flop_bound(passes: dict, plain: dict) -> float:
+    """The step's cost in plain fine-tuning steps if forward = 1/3 and backward = 2/3 of one."""
+    cost = lambda c: c["forward"] / 3 + 2 * c["backward"] / 3
+    return cost(passes) / cost(plain)
+
+
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
@@ -167,13 +280,29 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     def fresh():
         return build_model(cfg.size, vocab_size=len(tok), seed=cfg.seed).to(dev).train()
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the process CPU clock then measures the step itself
+    try:
+        metrics = _time_methods(cfg, fresh, data, batch, dev, progress)
+    finally:
+        torch.set_num_threads(threads)
+    metrics["device"] = str(dev)
+    if cfg.filtering:
+        if progress:
+            print("bench: data-filtering classifier vs pretraining throughput", flush=True)
+        metrics["filtering"] = measure_filtering(cfg)
+    return metrics
+
+
+def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
     base_model = fresh()
     select_trainable(base_model, ["*"])
-    plain = measure(base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None, cfg.repeats, cfg.warmup)
     names = cfg.methods or [n for n in method_names() if getattr(METHODS[n], "kind", "train") == "train"]
     jobs = [(n, False) for n in names] + [(n, True) for n in cfg.lora_methods]
-    metrics: dict = {"plain_finetune": {"step_seconds": plain["step_seconds"], "peak_bytes": plain["peak_bytes"]}}
-    for name, lora in tqdm(jobs, desc="bench", disable=not progress):
+    runs = {"plain_finetune": (base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None)}
+    for name, lora in jobs:
         model = fresh()
         method = build_method(name)
         patterns = method.trainable(model)
@@ -184,20 +313,39 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
         ref = make_reference(method, model, data, lora=lora)
         if hasattr(method, "setup"):
             method.setup(model, ref, batch["forget"])
-        r = measure(model, lambda: method.loss(model, batch, ref), ref.model if ref else None, cfg.repeats, cfg.warmup)
-        key = f"{name}+lora" if lora else name
-        metrics[key] = {
-            "step_seconds": r["step_seconds"],
-            "peak_bytes": r["peak_bytes"],
-            "step_time_ratio": r["step_seconds"] / plain["step_seconds"],
-            "peak_mem_ratio": r["peak_bytes"] / plain["peak_bytes"],
-            "reference_copy": bool(ref is not None and ref.model is not None and not ref.shared),
-        }
-    metrics["device"] = str(dev)
-    if cfg.filtering:
-        if progress:
-            print("bench: data-filtering classifier vs pretraining throughput", flush=True)
-        metrics["filtering"] = measure_filtering(cfg)
+        runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)), ref)
+    steps = {}
+    for key, (model, loss_fn, ref) in runs.items():
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+        steps[key] = (lambda m=model, f=loss_fn, o=opt: _one_step(m, f, o))
+        for _ in range(cfg.warmup):
+            steps[key]()
+    passes = {key: count_layer_passes([runs[key][0], getattr(runs[key][2], "model", None)], steps[key])
+              for key in tqdm(steps, desc="bench: passes", disable=not progress)}
+    if progress:
+        print(f"bench: interleaved rounds over {len(steps)} steps", flush=True)
+    clock = time.process_time
+    if dev.type == "cuda":  # a GPU step is timed on the wall clock, after the device has finished
+        def clock():
+            torch.cuda.synchronize()
+            return time.perf_counter()
+    timing = interleaved_ratios(steps, "plain_finetune", min_rounds=cfg.min_rounds, max_rounds=cfg.max_rounds,
+                                tol=cfg.tolerance, seed=cfg.seed, clock=clock)
+    metrics: dict = {}
+    for key, (model, loss_fn, ref) in tqdm(runs.items(), desc="bench: memory", disable=not progress):
+        mem = measure(model, loss_fn, getattr(ref, "model", None), repeats=1, warmup=0)
+        t = timing[key]
+        bound = flop_bound(passes[key], passes["plain_finetune"])
+        metrics[key] = {"step_time_ratio": t["ratio"], "step_time_ratio_q1": t["q1"], "step_time_ratio_q3": t["q3"],
+                        "wall_time_ratio": t["wall_ratio"], "flop_bound": bound, "ratio_to_bound": t["ratio"] / bound,
+                        "peak_bytes": mem["peak_bytes"], "reference_copy": bool(
+                            ref is not None and ref.model is not None and not ref.shared),
+                        "layer_passes": passes[key]}
+        if key != "plain_finetune":
+            metrics[key]["peak_mem_ratio"] = mem["peak_bytes"] / metrics["plain_finetune"]["peak_bytes"]
+    metrics["timing"] = {"rounds": timing["plain_finetune"]["rounds"],
+                         "converged": timing["plain_finetune"]["converged"], "tolerance": cfg.tolerance,
+                         "clock": "wall clock, synchronised" if dev.type == "cuda" else "process CPU time, 1 thread"}
     return metrics
 
 
@@ -306,4 +454,6 @@ def bench_table(metrics: dict) -> str:
     rows = [{"method": k, **v} for k, v in metrics.items() if isinstance(v, dict) and "step_time_ratio" in v]
     for r in rows:
         r["peak_MiB"] = r["peak_bytes"] / 2**20
-    return markdown_table(rows, ["method", "step_time_ratio", "peak_mem_ratio", "peak_MiB", "reference_copy"], "{:.2f}")
+        r["IQR"] = f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}" if "step_time_ratio_q1" in r else None
+    return markdown_table(rows, ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound", "ratio_to_bound",
+                                 "peak_mem_ratio", "peak_MiB", "reference_copy"], "{:.2f}")

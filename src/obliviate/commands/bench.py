@@ -17,8 +17,19 @@ def cmd_bench(args) -> None:
     filtering = filtering_table(metrics)
     if filtering:
         table += "\n" + filtering
-    atomic_write_text(out / "bench.md", f"Device: {metrics['device']}, model size `{cfg.size}`, batch {cfg.batch_size}.\n\n"
-                      + table + "\n")
+    import datetime
+    import os
+    import platform
+
+    import torch
+
+    t = metrics.get("timing", {})
+    head = (f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores "
+            f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, model size "
+            f"`{cfg.size}`, batch {cfg.batch_size}. Step-time ratios: median of {t.get('rounds')} interleaved rounds "
+            f"({t.get('clock')}), IQR in brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): "
+            f"{t.get('converged')}.\n\n")
+    atomic_write_text(out / "bench.md", head + table + "\n")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
     print(table)
 
