@@ -51,18 +51,6 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor 
     return (values * w).sum() / w.sum().clamp(min=1e-8)
 
 
-def sequence_nll(logits: torch.Tensor, labels: torch.Tensor, normalise: bool = False) -> torch.Tensor:
-    """Sum (or mean, if ``normalise``) of target-token NLL per sequence: (B,).
-
-    ``-sequence_nll`` is log pi(y|x) with y the labelled tokens.
-    """
-    nll, mask = token_nll(logits, labels)
-    total = nll.sum(-1)
-    if normalise:
-        total = total / mask.sum(-1).clamp(min=1)
-    return total
-
-
 def lm_loss(model, batch: dict) -> torch.Tensor:
     """Mean next-token NLL over labelled tokens, honouring ``loss_weights``."""
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -87,12 +75,6 @@ def lm_loss_labelled(model, batch: dict) -> torch.Tensor:
     if logits.shape[0] == 0:
         return logits.sum() * 0.0
     return F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX])
-
-
-def token_probs(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """p(y_t) of each target token (B, T-1) and its mask; differentiable."""
-    nll, mask = token_nll(logits, labels)
-    return torch.exp(-nll) * mask, mask
 
 
 def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """REINFORCE-learned retain weight alpha (Atil, Gupta, Passonneau 2026). Reconstruction from the
-paper's summary (METHODS.md §2).
+paper's summary (docs/methods.md).
 
 Policy: log alpha ~ N(mu, sigma^2), sigma = 0.5, mu_0 = log(alpha default). Each outer step
 

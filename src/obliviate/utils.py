@@ -46,5 +46,3 @@ def cache_dir() -> Path:
     return Path(env) if env else Path(".cache") / "obliviate"
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

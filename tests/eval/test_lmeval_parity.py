@@ -27,7 +27,7 @@ def test_lmeval_missing_is_a_clear_error(monkeypatch, tiny_model, tiny_tokenizer
 
 
 def test_task_yaml_prompt_matches_ours():
-    # The lm-eval task's Jinja template, rendered by hand, is our mcq_prompt (METHODS.md §6).
+    # The lm-eval task's Jinja template, rendered by hand, is our mcq_prompt (docs/methods.md).
     import json
 
     from obliviate.eval import mcq_prompt

@@ -1,4 +1,4 @@
-"""UQ, FQ and RD by hand (METHODS.md §3)."""
+"""UQ, FQ and RD by hand (docs/methods.md)."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """Relearning attack: fine-tune a copy of the unlearned model and watch the knowledge come back.
 
 Unlearning that only suppresses answers is undone by a few fine-tuning steps on
-*related* data (METHODS.md §6). :func:`relearn_attack` fine-tunes a deep copy of the
+*related* data (docs/methods.md). :func:`relearn_attack` fine-tunes a deep copy of the
 model with the one training loop (:func:`obliviate.train.train`) for a fixed budget and
 evaluates ``eval_fn`` at step 0, every ``eval_every`` steps and at the end:
 

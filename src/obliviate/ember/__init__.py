@@ -1,4 +1,4 @@
-"""EMBER: erase a concept by editing token embeddings (Suslik, Shafran, Geva 2026; METHODS.md §4).
+"""EMBER: erase a concept by editing token embeddings (Suslik, Shafran, Geva 2026; docs/methods.md).
 
 * :mod:`.factorize` — vocabulary V' and codes, sparse (winner-takes-all) factorisation
   of the embeddings, mass ratio.

@@ -1,4 +1,4 @@
-"""EMBER combined with an MLP method: ``rmu+ember``, ``snmf+ember``, ``crisp+ember`` (METHODS.md §4).
+"""EMBER combined with an MLP method: ``rmu+ember``, ``snmf+ember``, ``crisp+ember`` (docs/methods.md).
 
 Protocol: delta is fixed first, from the EMBER-only grid (:func:`obliviate.ember.select_delta`);
 EMBER is applied with that delta, then the MLP method runs on top of the edited model

@@ -1,4 +1,4 @@
-"""CRISP: persistent concept unlearning with sparse-autoencoder features (METHODS.md §4, [paper/code]).
+"""CRISP: persistent concept unlearning with sparse-autoencoder features (docs/methods.md, [paper/code]).
 
 The MLP partner of EMBER (Ashuach et al. 2025). Components, as functions:
 

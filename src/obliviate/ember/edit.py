@@ -5,7 +5,7 @@ k in F_C), EMBER edits the INPUT embedding only::
 
     e_t <- e_t - delta * sum_{k in F_C} G_tk F[:, k]
 
-(METHODS.md §4, [paper/code]). The output embedding (``lm_head``) is left as it is. When
+(docs/methods.md, [paper/code]). The output embedding (``lm_head``) is left as it is. When
 input and output embeddings are tied (one shared tensor), :func:`apply_ember` first
 unties them: the ``lm_head`` gets its own copy of the weight and
 ``config.tie_word_embeddings`` becomes False, so the edit cannot reach the output side;
@@ -32,7 +32,7 @@ from obliviate.ember.factorize import CODE_CONCEPT, check_codes
 from obliviate.errors import ConfigError, DataError, ModelError
 
 DELTA_GRID = (0.5, 1, 2, 5, 10, 50, 100, 200)
-"""The EMBER delta grid of METHODS.md §4."""
+"""The EMBER delta grid of docs/methods.md."""
 
 UTILITY_KEEP = 0.9
 """A delta qualifies only if utility >= UTILITY_KEEP * base utility."""

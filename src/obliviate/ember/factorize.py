@@ -1,7 +1,7 @@
 """EMBER step 1: the token vocabulary V' and a sparse factorisation of its embeddings.
 
 Paper: Suslik, Shafran, Geva (2026), "Don't Forget Your Embeddings: Robust Knowledge
-Erasure via Precise Editing of Embeddings" (METHODS.md §4, [paper/code]).
+Erasure via Precise Editing of Embeddings" (docs/methods.md, [paper/code]).
 
 Vocabulary
 ----------

@@ -2,7 +2,7 @@
 
 The paper shows the top-20 tokens of each high-mass-ratio feature to a hosted LLM, which
 writes a one-sentence description and answers JSON ``{is_member, confidence}``; a feature
-is kept when ``is_member`` and ``confidence >= 0.85`` (METHODS.md §4). Here a judge is
+is kept when ``is_member`` and ``confidence >= 0.85`` (docs/methods.md). Here a judge is
 anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method:
 
 * :class:`LexiconJudge` — offline default, no network: the share of the top tokens that

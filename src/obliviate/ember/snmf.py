@@ -1,6 +1,6 @@
 """SNMF: concept features in MLP activations by semi-non-negative matrix factorisation, and the MLP edit.
 
-The MLP partner of EMBER (METHODS.md §4, [paper/code]; semi-NMF of Ding, Li, Jordan 2010).
+The MLP partner of EMBER (docs/methods.md, [paper/code]; semi-NMF of Ding, Li, Jordan 2010).
 
 Factorisation
 -------------
@@ -41,7 +41,7 @@ is ``(d_model, d_mlp)``, :func:`~obliviate.models.layers.up_proj_weight_out_in` 
     W_down[:, S] -= delta * (W_down[:, S] u) u^T      # = W_down (I - delta u u^T) on the columns S
     W_up[S, :]   -= delta * u (u^T W_up[S, :])        # = (I - delta u u^T) W_up on the rows S
 
-METHODS.md writes the down edit as ``W_down[:, S] -= delta f (f^T W_down[:, S])`` for a
+docs/methods.md writes the down edit as ``W_down[:, S] -= delta f (f^T W_down[:, S])`` for a
 weight stored ``(d_mlp, d_model)``; the line above is the same edit in our orientation.
 delta = 1 removes the feature's component exactly; larger deltas reverse it. With a
 gated MLP (SwiGLU) the up edit acts on the non-gated branch only. Only the columns S of

@@ -1,4 +1,4 @@
-"""Evaluate an in-memory model on a public benchmark or a user's JSONL (METHODS.md §6).
+"""Evaluate an in-memory model on a public benchmark or a user's JSONL (docs/methods.md).
 
 - **MCQ** benchmarks (WMDP, MMLU, MedMCQA, ``--kind mcq`` files): zero-shot accuracy by
   log-likelihood in the lm-evaluation-harness format (:func:`obliviate.eval.mcq_accuracy`

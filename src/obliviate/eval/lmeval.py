@@ -6,7 +6,7 @@
   Lines file and a task YAML in a temporary directory, loaded with
   ``TaskManager(include_path=...)``), runs it with ``simple_evaluate`` and returns the
   option lm-eval chooses for each question. The task uses the MMLU prompt of
-  METHODS.md §6 (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
+  docs/methods.md (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
   so its choices can be compared with :func:`obliviate.eval.mcq_accuracy` (``style="letters"``).
 - :func:`lmeval_mmlu_choices` does the same for a local MMLU CSV file.
 

@@ -1,4 +1,4 @@
-"""TOFU metrics (Maini et al. 2024), as specified in METHODS.md §6.
+"""TOFU metrics (Maini et al. 2024), as specified in docs/methods.md.
 
 Notation: for a question q and an answer a, L(a|q) is the mean next-token NLL of the
 answer tokens (`` {a}`` followed by eos) after the prompt :func:`tofu_prompt`, and

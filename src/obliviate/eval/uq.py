@@ -1,4 +1,4 @@
-"""Unlearning quality (UQ) from forget quality (FQ) and retain degradation (RD) (METHODS.md §3).
+"""Unlearning quality (UQ) from forget quality (FQ) and retain degradation (RD) (docs/methods.md).
 
 With F a forget-set performance (higher = the model still knows more; e.g. QA or MCQ
 accuracy on the forget facts) and R a retain/utility performance, before (0) and

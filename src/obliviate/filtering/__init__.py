@@ -1,4 +1,4 @@
-"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; METHODS.md §5).
+"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; docs/methods.md).
 
 * :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma Scope (:func:`load_sae`).
 * :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then

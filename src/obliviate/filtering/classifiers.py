@@ -1,4 +1,4 @@
-"""Token and document classifiers for data filtering (METHODS.md §5; authors' ``data/train-probe.py``).
+"""Token and document classifiers for data filtering (docs/methods.md; authors' ``data/train-probe.py``).
 
 biLM token classifier
     Two tiny causal LMs (:func:`obliviate.models.tiny_llama`), trained with the one

@@ -1,4 +1,4 @@
-"""A small TopK sparse autoencoder on a model's residual stream (METHODS.md §5, weak labels).
+"""A small TopK sparse autoencoder on a model's residual stream (docs/methods.md, weak labels).
 
 The paper labels tokens with the latents of a Gemma-Scope SAE on a 9B model; here the
 labeller is a larger tiny model pretrained on the world, so we train its SAE ourselves.

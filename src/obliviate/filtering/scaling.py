@@ -1,4 +1,4 @@
-"""Scaling and compute slowdown (METHODS.md §5; authors' ``analysis/scaling.py``).
+"""Scaling and compute slowdown (docs/methods.md; authors' ``analysis/scaling.py``).
 
 * Model sizes are spaced geometrically; each is trained on ``tokens = 20 * params``
   (Chinchilla ratio); training compute is ``C = 6 N D`` FLOPs.

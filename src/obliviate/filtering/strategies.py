@@ -1,4 +1,4 @@
-"""Filtering strategies for pretraining: loss masking, removal, document drop, label noise (METHODS.md §5).
+"""Filtering strategies for pretraining: loss masking, removal, document drop, label noise (docs/methods.md).
 
 Every strategy turns a :class:`~obliviate.data.TokenDataset` and per-token flags
 (``flags[i][t]`` = token t of sequence i is in the forget domain) into a

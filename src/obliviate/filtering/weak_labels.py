@@ -1,4 +1,4 @@
-"""Weak token labels from SAE latents (METHODS.md §5; authors' ``data/med/sae/label-corpus.py``).
+"""Weak token labels from SAE latents (docs/methods.md; authors' ``data/med/sae/label-corpus.py``).
 
 Pipeline: residual activations of a labeller model -> :class:`~obliviate.filtering.sae.TopKSAE`
 codes -> choose the *domain latents* -> one threshold per latent -> the labelling rule.

@@ -1,6 +1,6 @@
 """ATWU's learned token weights: the scorer, the SATGA+ token loss and the w-step.
 
-Shared by every ATWU method in :mod:`obliviate.methods.atwu` (METHODS.md §3,
+Shared by every ATWU method in :mod:`obliviate.methods.atwu` (docs/methods.md,
 a reconstruction from the seed paper's summary, not the authors' code).
 
 Scorer (a linear probe on the final hidden state, the one that feeds the LM head)::
@@ -48,7 +48,7 @@ EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 
 @dataclass
 class ScorerConfig:
-    """Token scorer and w-step settings, shared by all ATWU methods (METHODS.md §3)."""
+    """Token scorer and w-step settings, shared by all ATWU methods (docs/methods.md)."""
 
     sat_beta: float = 5.0
     """beta of SATGA+ (the saturation exponent scale)."""

@@ -1,6 +1,6 @@
 """ATWU: Alternating Token-Weighted Unlearning (Yuce, Nikolaou, Flammarion 2026, seed 001).
 
-A reconstruction (METHODS.md §3): the paper's full text was not available; this is
+A reconstruction (docs/methods.md): the paper's full text was not available; this is
 the most faithful concrete reading of its summary. The scorer, SATGA+ and the
 w-step are in :mod:`obliviate.methods._token_weights`.
 
@@ -22,7 +22,7 @@ by default (``exponent``: beta_one_minus_z | beta_z | beta; "beta" with z = 1 is
 Defaults: beta (``sat_beta``) = 5, rho = 0.3, tau = 0.05, mu = 10, lambda (``lam``) =
 alpha = 1, one w-step per theta-step, Adam lr 1e-3.
 
-ATWU-weighted objectives (METHODS.md §3) use the same scorer and the same
+ATWU-weighted objectives (docs/methods.md) use the same scorer and the same
 w-step, and replace log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss:
 
 - ``atwu_ga``: ``-sum_t z_t CE_t / sum_t z_t`` (plus ``alpha`` * retain; alpha = 0 by

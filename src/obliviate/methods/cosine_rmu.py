@@ -1,5 +1,5 @@
 """Cosine RMU (Atil, Gupta, Passonneau 2026, "Model Unlearning Objectives Vary for Distinct
-Language Functions"). Reconstruction from the paper's summary (METHODS.md §2).
+Language Functions"). Reconstruction from the paper's summary (docs/methods.md).
 
 RMU with a direction-only forget loss at decoder layer l:
 

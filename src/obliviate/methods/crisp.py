@@ -1,4 +1,4 @@
-"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; METHODS.md §4, [paper/code]).
+"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; docs/methods.md, [paper/code]).
 
     L = (1 - beta) L_unlearn + beta L_reg + beta gamma L_coh,      beta = 0.99, gamma = 0.01
 

@@ -1,6 +1,6 @@
 """Edit-style methods "ember" (embedding edit) and "snmf" (MLP edit): no training loop.
 
-Both follow METHODS.md §4 ([paper/code]); the maths is in :mod:`obliviate.ember` (EMBER:
+Both follow docs/methods.md ([paper/code]); the maths is in :mod:`obliviate.ember` (EMBER:
 ``factorize``, ``judge``, ``edit``, ``pipeline``; SNMF: ``snmf``). An edit method has
 ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict`` (a JSON-serialisable
 summary), editing ``model`` in place. ``data`` is a mapping with

@@ -1,6 +1,6 @@
 """Gradient ascent on the forget set (GradAscent) and its retain-regularised form (GradDiff).
 
-Objective (METHODS.md §1): ``gamma * L_forget + alpha * L_retain`` with
+Objective (docs/methods.md): ``gamma * L_forget + alpha * L_retain`` with
 ``L_forget = -CE(forget answer tokens)`` and ``L_retain`` = NLL on retain data
 (``retain="nll"``) or KL(p_ref || p_theta) on retain data (``retain="kl"``).
 GradAscent is the case ``alpha = 0``; GradDiff uses ``gamma = alpha = 1``.

@@ -6,7 +6,7 @@ the forget answer:
     L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w) - log pi_ref(y_w)) - (log pi(y_l) - log pi_ref(y_l))))
 
 (the -(2/beta) scaling matches NPO, which is this loss without a winner).
-Total ``gamma * L_forget + alpha * L_retain``; beta = 0.1 (METHODS.md §1).
+Total ``gamma * L_forget + alpha * L_retain``; beta = 0.1 (docs/methods.md).
 
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.

@@ -4,7 +4,7 @@
 
 with log pi the sum of answer-token log-probabilities; total
 ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL). Defaults: beta = 0.1,
-gamma = alpha = 1 (METHODS.md §1).
+gamma = alpha = 1 (docs/methods.md).
 
 log pi_ref depends only on the fixed forget sequences, so it is computed once before training
 (:func:`obliviate.executor.reference_logprobs`) and no reference copy is held; with ``retain="kl"``

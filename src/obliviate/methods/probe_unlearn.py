@@ -1,6 +1,6 @@
 """Multi-layer probe-guided toxicity unlearning (Atil, Gupta, Passonneau 2026, "Model Unlearning
 Objectives Vary for Distinct Language Functions"). Reconstruction from the paper's summary
-(METHODS.md §2).
+(docs/methods.md).
 
 For a set of decoder layers L (default: early, middle and late, see
 :func:`obliviate.probes.default_probe_layers`), logistic probes (L2, C = 1) fitted on

@@ -8,7 +8,7 @@ At decoder layer l:
 Only the MLP down-projections of layers l-2..l train. The forward pass stops
 after layer l (nothing above it is computed). Padding is masked out of both
 means (``mask_padding``; the original code did not mask, set it False to match).
-Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5, 150 batches (METHODS.md §1).
+Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5, 150 batches (docs/methods.md).
 
 Layer: ``layer`` if set, else the layer nearest to ``layer_frac * n_layers`` (halves
 rounded down, clamped to 0..n_layers-1; :func:`rmu_layer`). ``layer_frac`` defaults to

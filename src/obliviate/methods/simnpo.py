@@ -4,7 +4,7 @@
 
 with NLL_bar_i the mean answer-token NLL of forget sample i (minimising the
 loss pushes it up); total ``gamma * L_forget + alpha * L_retain``. Defaults from
-TOFU: beta = 4.5, delta = 0, gamma = 0.125, alpha = 1 (METHODS.md §1).
+TOFU: beta = 4.5, delta = 0, gamma = 0.125, alpha = 1 (docs/methods.md).
 
 Presets: tiny lr 1e-3, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32) with the values above.

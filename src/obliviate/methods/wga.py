@@ -4,7 +4,7 @@
 
 over forget answer tokens, p_t = p(y_t | y_<t, x). ``beta2 = 0`` is WGA
 (beta = 1 by default); ``beta2 > 0`` is SatImp. Total
-``gamma * L_forget + alpha * L_retain`` (METHODS.md §1).
+``gamma * L_forget + alpha * L_retain`` (docs/methods.md).
 
 Presets: tiny lr 1e-3, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 63 steps
 (open-unlearning's TOFU setting: 5 epochs of forget10 at batch 32), beta = 1.

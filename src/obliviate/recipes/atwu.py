@@ -2,7 +2,7 @@
 
 Paper: Yuce, Nikolaou, Flammarion 2026, "Learning What to Forget: Improving LLM Unlearning
 via Learned Token-Level Importance". ATWU and its weighted objectives are a reconstruction
-from the paper's summary (METHODS.md §3, :mod:`obliviate.methods.atwu`), not the authors' code.
+from the paper's summary (docs/methods.md, :mod:`obliviate.methods.atwu`), not the authors' code.
 
 Two parts, each method's result stored when it finishes (``out/parts/<part>/<method>.json``),
 so an interrupted run resumes into the same ``--out``:
@@ -35,7 +35,7 @@ being unlearned, which unlearning itself scrambles on the forget answers (after 
 probability heuristic computed on the unlearned model falls to AUROC ~0.2). ``token_auroc`` therefore
 reads the learned scorer (final w, b) out on the *original* model's hidden states (the model the labels
 and the probability baseline refer to; ``token_auroc_on=unlearned`` switches), and both readings are
-reported (``token_auroc_base``, ``token_auroc_unlearned``). With METHODS.md §3's defaults (w lr 1e-3,
+reported (``token_auroc_base``, ``token_auroc_unlearned``). With docs/methods.md's defaults (w lr 1e-3,
 one w-step, rho 0.3, tau 0.05, mu 10, beta 5, ``position="predict"``) the learned scores were not
 reliably aligned with the true spans: world seed 0, run seeds 0/1/2, ATWU: 0.72/0.43/0.47 (unlearned
 reading), 0.89/0.38/0.67 (original reading); world seed 1: 0.53/0.51/0.28 and 0.46/0.44/0.50. Neither
@@ -393,7 +393,7 @@ def _report(cfg, out: Path, metrics: dict, methods: list[str], parts: list[str],
             claims: list[Claim], seconds: float) -> None:
     tofu_ran = "tofu" in parts and tofu_note is None
     sections = [("Setting", (
-        f"A reconstruction of {PAPER} (METHODS.md §3) at tiny scale. ATWU = SATGA+ with the learned linear token "
+        f"A reconstruction of {PAPER} (docs/methods.md) at tiny scale. ATWU = SATGA+ with the learned linear token "
         "scorer; `atwu_npo` / `atwu_simnpo` = NPO / SimNPO with ATWU's weights. "
         "FQ = (F0 - Fu)/F0, RD = max(0, (R0 - Ru)/R0), UQ = 100 HM(FQ, 1 - RD). World: F = forget QA accuracy, "
         f"R = mean of retain and general QA accuracy (world seed {cfg.pretrain.world.seed}, run seed {cfg.seed}). "

@@ -1,7 +1,7 @@
 """``obliviate reproduce ember``: embedding erasure against relearning (seeds 000 and 003).
 
 Paper: Suslik, Shafran, Geva 2026, "Don't Forget Your Embeddings: Robust Knowledge Erasure
-via Precise Editing of Embeddings" (METHODS.md §4, [paper/code]). Its claim: MLP-only erasure
+via Precise Editing of Embeddings" (docs/methods.md, [paper/code]). Its claim: MLP-only erasure
 leaves the concept in the token embeddings, so relearning brings it back; subtracting a few
 concept features from a tiny fraction of the input embeddings (EMBER) stops that.
 
@@ -34,7 +34,7 @@ changed is redone):
      (``d_loss_*``): loss at the positions that read or predict an exclusive token, at the
      other positions of the concept sentences, and on neutral text (the world's coherence
      prompts and neutral sentences, which contain no exclusive term);
-   - ``relearn_concept_acc``: concept accuracy after the relearning attack (METHODS.md §4,
+   - ``relearn_concept_acc``: concept accuracy after the relearning attack (docs/methods.md,
      scaled down: a full fine-tune of a copy on the concept's relearning paragraphs, AdamW,
      weight decay 0.01, ``relearn_epochs`` epochs; the tiny model needs lr 1e-3 instead of
      1e-5 and a batch of 4 instead of 1); ``relearn_curve`` is the accuracy after each epoch;
@@ -871,7 +871,7 @@ def _report(cfg: EmberRecipeConfig, out: Path, rows: dict, grid: dict | None, re
             claims: list[Claim], seconds: float) -> None:
     wc = cfg.world_concept
     sections = [("Setup", (
-        f"Paper: {PAPER}. Tiny-scale reproduction (METHODS.md §4). Part *world*: the cached tiny base model "
+        f"Paper: {PAPER}. Tiny-scale reproduction (docs/methods.md). Part *world*: the cached tiny base model "
         f"(`pretrain.*`, {cfg.pretrain.model.n_layer} layers) and the world's concept; concept / similar-domain "
         "(people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = base "
         "perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "

@@ -2,7 +2,7 @@
 
 Paper: Atil, Gupta, Passonneau 2026, "Model Unlearning Objectives Vary for Distinct Language
 Functions". Cosine RMU, the REINFORCE-learned retain weight and the multi-layer probe method are
-a reconstruction from the paper's summary (METHODS.md §2; :mod:`obliviate.methods.cosine_rmu`,
+a reconstruction from the paper's summary (docs/methods.md; :mod:`obliviate.methods.cosine_rmu`,
 :mod:`obliviate.meta_alpha`, :mod:`obliviate.methods.probe_unlearn`), not the authors' code.
 
 Everything runs on the synthetic world and its cached tiny base model
@@ -33,7 +33,7 @@ fitted on the frozen model with the same toxic vs neutral training inputs. Toxic
 :func:`obliviate.toxicity.continuation_toxicity` of greedy continuations (``max_new_tokens``
 <= 20) of the held-out toxic prompts, scored by the offline
 :class:`~obliviate.toxicity.LexiconToxicityScorer` with the world's lexicon (mean, and the
-fraction >= 0.5). U = clip((tox0 - toxu) / tox0) (METHODS.md §2). R = mean of two retention
+fraction >= 0.5). U = clip((tox0 - toxu) / tox0) (docs/methods.md). R = mean of two retention
 ratios: the knowledge R above (world knowledge kept) and the neutral-register fidelity
 clip(Fu / F0), F = mean over held-out neutral prompts of the ROUGE-L recall of the greedy
 continuation against the world's neutral sentence (the model still says the kind thing); a

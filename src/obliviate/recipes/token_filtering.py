@@ -2,7 +2,7 @@
 
 The claim: filtering the forget domain token by token *during pretraining* removes the
 capability more robustly than post-hoc unlearning, Pareto-dominates document filtering and
-gets stronger with scale (METHODS.md §5). The forget domain is the world's medicine, the
+gets stronger with scale (docs/methods.md). The forget domain is the world's medicine, the
 retain domain its biology (worded like medicine on purpose). Every number is measured on
 held-out documents of the world (``eval_fraction`` of them, never trained on).
 
