@@ -69,3 +69,14 @@ def test_flop_bound_counts_layer_passes():
     assert p == {"forward": 2 * 2 * 5, "backward": 2 * 2 * 5}
     q = count_layer_passes([model], two_and_a_frozen_forward)
     assert flop_bound(q, p) == pytest.approx(2 + 1 / 3)
+
+
+def test_logit_memory_is_cut_to_the_labelled_share():
+    from obliviate.bench import measure_logit_memory
+    from obliviate.data import collate
+
+    seqs = [list(range(1, 21)) for _ in range(4)]
+    batch = collate(seqs, 0, label_mask=[[i >= 15 for i in range(20)] for _ in seqs])  # 5 of 20 tokens labelled
+    m = measure_logit_memory(batch, vocab=8192, d_model=16)
+    assert m["labelled_logits_bytes"] < m["full_logits_bytes"]
+    assert m["memory_ratio"] <= 1.5 * m["labelled_share"] + 0.05  # the logits dominate what is saved

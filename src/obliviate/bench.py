@@ -69,6 +69,9 @@ class BenchConfig:
     max_rounds: int = 60
     tolerance: float = 0.05
     """Rounds are added until every ratio's interquartile range is within +-tolerance of its median."""
+    logit_memory: bool = True
+    """Also measure the activation memory of full vs labelled-only logits on a 128k vocabulary
+    (``metrics.logit_memory``, :func:`measure_logit_memory`)."""
     filtering: bool = True
     """Also time the data-filtering token classifier against pretraining (``metrics.filtering``)."""
     filtered_sizes: list[str] | None = None
@@ -287,6 +290,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     finally:
         torch.set_num_threads(threads)
     metrics["device"] = str(dev)
+    if cfg.logit_memory:
+        metrics["logit_memory"] = measure_logit_memory(data(0)["forget"], seed=cfg.seed)
     if cfg.filtering:
         if progress:
             print("bench: data-filtering classifier vs pretraining throughput", flush=True)
@@ -347,6 +352,32 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
                          "converged": timing["plain_finetune"]["converged"], "tolerance": cfg.tolerance,
                          "clock": "wall clock, synchronised" if dev.type == "cuda" else "process CPU time, 1 thread"}
     return metrics
+
+
+def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, seed: int = 0) -> dict:
+    """Activation memory of an answer log-probability with full B x T x V logits vs logits only at the
+    labelled positions (:func:`obliviate.methods._shared.sequence_logprob`), on a small-hidden model with a
+    ``vocab``-token vocabulary (Llama 3's 128k by default) and ``batch`` (token ids folded into the vocabulary).
+
+    Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of
+    positions that carry a label (the ratio should come out near it: the logits dominate)."""
+    from obliviate.methods._shared import answer_logprob, forward_logits, sequence_logprob
+    from obliviate.models.builders import tiny_llama
+
+    model = tiny_llama(vocab, n_layer=1, d_model=d_model, n_head=2, seed=seed).train()
+    b = {k: v.cpu() for k, v in batch.items()}
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    out = {}
+    for name, fn in (("full_logits", lambda: answer_logprob(forward_logits(model, b), b["labels"])),
+                     ("labelled_logits", lambda: sequence_logprob(model, b))):
+        counter = {"param_ptrs": set(params)}
+        with count_saved_activations(counter):
+            fn().sum().backward()
+        model.zero_grad(set_to_none=True)
+        out[f"{name}_bytes"] = int(counter.get("bytes", 0))
+    labelled = (b["labels"][:, 1:] != -100).sum().item() / max(1, b["labels"][:, 1:].numel())
+    out.update(vocab=vocab, labelled_share=labelled, memory_ratio=out["labelled_logits_bytes"] / out["full_logits_bytes"])
+    return out
 
 
 def filtering_ratio(classifier_tokens_per_s: float, train_tokens_per_s: float, target: float = 20.0) -> dict:

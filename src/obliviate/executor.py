@@ -26,7 +26,7 @@ from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
-from obliviate.methods._shared import answer_logprob
+from obliviate.methods._shared import sequence_logprob
 from obliviate.models.layers import hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
@@ -141,7 +141,9 @@ class Reference:
         """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
         if self.cache is not None:
             return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
-        return answer_logprob(self.logits(batch), batch["labels"])
+        self._live("a live model")
+        with self._ctx():
+            return sequence_logprob(self.model, batch)
 
     @torch.no_grad()
     def hidden(self, batch: dict, layer: int) -> torch.Tensor:
@@ -200,8 +202,7 @@ def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) ->
             vals = []
             for s in range(0, len(ids), batch_size):
                 b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
-                logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-                vals.append(answer_logprob(logits, b["labels"]).float().cpu())
+                vals.append(sequence_logprob(model, b).float().cpu())
             out[key] = torch.cat(vals) if vals else torch.zeros(0)
     finally:
         model.train(was)

@@ -5,11 +5,40 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from obliviate.losses import kl_to_reference, masked_mean, token_nll
+from obliviate.losses import IGNORE_INDEX, kl_to_reference, masked_mean, shift_targets, token_nll
+from obliviate.models.layers import logits_at
 
 
 def forward_logits(model, batch: dict) -> torch.Tensor:
     return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+
+def labelled_logprobs(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p(y_t), row)`` of every labelled target token of ``batch``: two (N,) tensors.
+
+    The output projection runs only at the N positions that predict a labelled token
+    (:func:`~obliviate.models.layers.logits_at`), never on B x T x V logits: answer tokens of QA
+    pairs, unmasked document tokens. On a 128k vocabulary that is the largest activation by far.
+    """
+    targets = shift_targets(batch["labels"])  # (B, T-1): target of position t is labels[t+1]
+    labelled = targets != IGNORE_INDEX
+    keep = F.pad(labelled, (0, 1))  # (B, T)
+    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
+    logp = -F.cross_entropy(logits.float(), targets[labelled], reduction="none")
+    return logp, keep.nonzero()[:, 0]
+
+
+def sequence_logprob(model, batch: dict) -> torch.Tensor:
+    """log pi(y|x) per sequence, (B,), equal to ``answer_logprob(forward_logits(model, batch), labels)`` with
+    logits only at the labelled positions (:func:`labelled_logprobs`)."""
+    logp, rows = labelled_logprobs(model, batch)
+    return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows, logp)
+
+
+def mean_labelled_nll(model, batch: dict) -> torch.Tensor:
+    """Mean labelled-token NLL over the batch (a scalar), with logits only at the labelled positions."""
+    logp, _ = labelled_logprobs(model, batch)
+    return -logp.mean() if logp.numel() else logp.sum() * 0.0
 
 
 def answer_logprob(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -44,11 +73,10 @@ def dpo_loss(logp_w: torch.Tensor, logp_w_ref: torch.Tensor, logp_l: torch.Tenso
 
 def retain_term(model, batch: dict, ref, kind: str) -> torch.Tensor:
     """Retain loss: NLL on retain data, or KL(p_ref || p_theta) on its labelled positions."""
-    logits = forward_logits(model, batch)
     if kind == "nll":
-        return mean_answer_nll(logits, batch["labels"])
+        return mean_labelled_nll(model, batch)
     if kind == "kl":
-        return kl_to_reference(logits, ref.logits(batch), batch["labels"])
+        return kl_to_reference(forward_logits(model, batch), ref.logits(batch), batch["labels"])
     raise ValueError(f"unknown retain loss {kind!r}")
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, forward_logits, mean_answer_nll
+from obliviate.methods._shared import forget_and_retain, mean_labelled_nll
 
 
 @dataclass
@@ -38,7 +38,7 @@ class GradAscent:
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        return {"forget": -self.cfg.gamma * mean_answer_nll(forward_logits(model, f), f["labels"])}
+        return {"forget": -self.cfg.gamma * mean_labelled_nll(model, f)}
 
 
 @dataclass
@@ -66,4 +66,4 @@ class GradDiff:
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        return forget_and_retain(-mean_answer_nll(forward_logits(model, f), f["labels"]), model, batch, ref, self.cfg)
+        return forget_and_retain(-mean_labelled_nll(model, f), model, batch, ref, self.cfg)

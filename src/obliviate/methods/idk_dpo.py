@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import answer_logprob, dpo_loss, forget_and_retain, forward_logits
+from obliviate.methods._shared import dpo_loss, forget_and_retain, sequence_logprob
 
 
 @dataclass
@@ -51,8 +51,8 @@ class IdkDPO:
 
     def loss(self, model, batch, ref) -> dict:
         f, w = batch["forget"], batch["idk"]
-        lp_l = answer_logprob(forward_logits(model, f), f["labels"])
-        lp_w = answer_logprob(forward_logits(model, w), w["labels"])
+        lp_l = sequence_logprob(model, f)
+        lp_w = sequence_logprob(model, w)
         lp_l_ref = ref.answer_logprob(f, "forget")
         lp_w_ref = ref.answer_logprob(w, "idk")
         return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta), model, batch, ref, self.cfg)

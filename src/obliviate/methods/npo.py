@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import answer_logprob, forget_and_retain, forward_logits, npo_loss
+from obliviate.methods._shared import forget_and_retain, npo_loss, sequence_logprob
 
 
 @dataclass
@@ -49,6 +49,6 @@ class NPO:
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        logp = answer_logprob(forward_logits(model, f), f["labels"])
+        logp = sequence_logprob(model, f)
         logp_ref = ref.answer_logprob(f, "forget")
         return forget_and_retain(npo_loss(logp, logp_ref, self.cfg.beta), model, batch, ref, self.cfg)
