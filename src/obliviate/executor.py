@@ -27,6 +27,7 @@ from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encod
 from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.methods._shared import sequence_logprob
+from obliviate.methods.contract import NoReference
 from obliviate.models.layers import hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
@@ -178,7 +179,7 @@ def checkpoint_hooks(method, ref):
     parts = {}
     if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
         parts["method"] = (method.scorer_state, method.load_scorer_state)
-    if ref is not None and ref.cache is not None:
+    if isinstance(ref, Reference) and ref.cache is not None:
         parts["reference"] = (ref.state, ref.load_state)
     if not parts:
         return None
@@ -350,7 +351,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
-    ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference)
+    ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference) or NoReference(cfg.method)
     first = to_device(data(0), device)
     if hasattr(method, "setup"):
         method.setup(model, ref, first["forget"])

@@ -1,6 +1,7 @@
 """Unlearning methods: one file each, registered by decorator.
 
-A *training* method is a class with
+The whole contract (every declaration and optional hook) is :mod:`obliviate.methods.contract`. In short,
+a *training* method is a class with
 
 - ``config_cls``: its config dataclass (defaults documented there);
 - ``needs_reference``: whether it reads a frozen reference model;
@@ -34,6 +35,7 @@ import pkgutil
 
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
+from obliviate.methods.contract import check_method_class
 
 METHODS: dict[str, type] = {}
 
@@ -106,6 +108,7 @@ def register(name: str, *, paper: str = "", presets: dict | None = None):
     def deco(cls):
         if name in METHODS and METHODS[name] is not cls:
             raise RuntimeError(f"method {name!r} registered twice")
+        check_method_class(name, cls)
         cls.name = name
         cls.kind = getattr(cls, "kind", "train")
         cls.paper = paper
