@@ -23,7 +23,7 @@ from pathlib import Path
 from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
 from obliviate.eval import s_unlearning
-from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
 from obliviate.report import plot_recovery_curves, plot_tradeoff
 from obliviate.results import atomic_write_json, atomic_write_text
 from obliviate.tasks.world import (AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks,
@@ -42,6 +42,8 @@ class CompareConfig:
     attacks: AttackSuiteConfig = field(default_factory=AttackSuiteConfig)
     oracle: bool = True
     """Also pretrain the oracle (no forget facts) and report each method's distance to it."""
+    parallel_pretrain: bool = False
+    """Pretrain the base model and the oracle at the same time, one thread each (a second process)."""
     attack_references: bool = True
     """Also attack the base and oracle models (reference points for the recovery curves)."""
     positive_control: bool = True
@@ -96,7 +98,12 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
     t0 = time.time()
     world = world_for(cfg.pretrain)
     world.save(out / "world")
-    base_root = cached_pretrain(cfg.pretrain, progress=progress)
+    if cfg.oracle:
+        ocfg = copy.deepcopy(cfg.pretrain)
+        ocfg.exclude_splits = sorted(set(ocfg.exclude_splits) | {"forget"})
+        base_root, oracle_root = cached_pretrain_pair(cfg.pretrain, ocfg, progress, parallel=cfg.parallel_pretrain)
+    else:
+        base_root = cached_pretrain(cfg.pretrain, progress=progress)
     tok = load_tokenizer(str(base_root / "model"))
     base_model = load_model(str(base_root / "model"))
     dataset = encode_documents(tok, world.documents(), max_len=cfg.pretrain.model.max_len)
@@ -104,9 +111,7 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
     roots = {"base": base_root}
     oracle_tr = None
     if cfg.oracle:
-        ocfg = copy.deepcopy(cfg.pretrain)
-        ocfg.exclude_splits = sorted(set(ocfg.exclude_splits) | {"forget"})
-        roots["oracle"] = cached_pretrain(ocfg, progress=progress)
+        roots["oracle"] = oracle_root
         oracle_model = load_model(str(roots["oracle"] / "model"))
         metrics["oracle"] = evaluate_world(oracle_model, tok, world, dataset)
         oracle_tr = world_truth_ratios(oracle_model, tok, world.facts_by_split("forget"))
