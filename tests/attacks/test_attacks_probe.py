@@ -140,3 +140,16 @@ def test_value_probe_attack_swaps_halves_and_uses_extra_training_facts(monkeypat
     assert r["n_items"] == 40 and r["n_extra"] == len(extra) and r["n_unseen"] == 0
     with pytest.raises(DataError):
         probe_mod.value_probe_attack(object(), None, items[:1])
+
+
+def test_stratified_halves_put_each_shared_value_in_both():
+    from obliviate.attacks.probe import stratified_halves
+
+    values = ["a", "a", "b", "b", "b", "c", "c", "d"]
+    for seed in range(5):
+        a, b = stratified_halves(values, seed)
+        assert sorted(np.concatenate([a, b]).tolist()) == list(range(len(values)))
+        assert abs(len(a) - len(b)) <= 1
+        for v in "abc":  # held by two or more items: in both halves
+            assert {values[i] for i in a} >= {v} and {values[i] for i in b} >= {v}
+    assert not np.array_equal(stratified_halves(values, 0)[0], stratified_halves(values, 1)[0])

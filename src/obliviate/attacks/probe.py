@@ -130,6 +130,26 @@ def linear_probe_attack(model, tokenizer, mcqs: Sequence[dict], layers: Sequence
             "n_train": len(train_idx), "n_test": len(test_idx)}
 
 
+def stratified_halves(values: Sequence[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two halves of ``range(len(values))`` with the items of each value dealt out alternately (in a seeded
+    order), so a value held by two or more items is in both halves: the probe is then tested only on values
+    it has seen in training, where the world allows. Values are visited in a seeded order too, and the half
+    that gets a value's first item alternates, so the halves differ in size by at most one."""
+    if len(values) < 2:
+        raise DataError(f"a value probe needs at least 2 items (one per half), got {len(values)}")
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(v, []).append(i)
+    halves: tuple[list[int], list[int]] = ([], [])
+    turn = 0
+    for v in [sorted(groups)[j] for j in rng.permutation(len(groups))]:
+        for i in rng.permutation(groups[v]):
+            halves[turn % 2].append(int(i))
+            turn += 1
+    return np.sort(np.asarray(halves[0], dtype=int)), np.sort(np.asarray(halves[1], dtype=int))
+
+
 def fit_value_probe(train_x: np.ndarray, train_values: Sequence[str], test_x: np.ndarray,
                     choices: Sequence[Sequence[str]], answer_index: Sequence[int], C: float = 1.0,
                     seed: int = 0) -> tuple[float, int]:
@@ -163,7 +183,7 @@ def fit_value_probe(train_x: np.ndarray, train_values: Sequence[str], test_x: np
 
 
 def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Sequence[dict] = (),
-                       layers: Sequence[int] | None = None, train_frac: float = 0.5, seed: int = 0,
+                       layers: Sequence[int] | None = None, seed: int = 0,
                        C: float = 1.0, batch_size: int = 64) -> dict:
     """Can a linear probe read the *value* of a fact from the hidden state just before the model would say it?
 
@@ -175,7 +195,8 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
     data (facts the model is meant to keep, with values from the same pools, such as the world's
     look-alike entities). The hidden state of decoder layer ``l`` at the last token of the prefix
     (bos prepended) is the feature; a multinomial logistic regression over the values
-    (:func:`fit_value_probe`) is trained on half A of ``items`` (seeded split) plus
+    (:func:`fit_value_probe`) is trained on half A of ``items`` (:func:`stratified_halves`: each value's
+    items dealt to both halves where it has two or more) plus
     ``extra_train`` and scored on half B, then the halves swap; accuracy is the mean over both.
 
     Unlike the "correct choice?" probe (:func:`linear_probe_attack`), which must learn truth
@@ -193,7 +214,7 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
     layers = list(range(num_layers(model))) if layers is None else [check_layer(model, l) for l in layers]
     if not layers:
         raise ConfigError("no layers to probe")
-    half_a, half_b = split_indices(len(items), train_frac, seed)
+    half_a, half_b = stratified_halves([m["value"] for m in items], seed)
     more = [(i, p) for i, m in enumerate(items) for p in m.get("train_prefixes", ())]
     texts = [m["prefix"] for m in items] + [m["prefix"] for m in extra_train] + [p for _, p in more]
     hidden = last_token_hidden(model, tokenizer, texts, layers, batch_size)

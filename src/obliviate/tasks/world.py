@@ -325,8 +325,8 @@ def run_attacks(model, tokenizer, world, base_acc: float | None = None, cfg: Att
         out.update(_relearn_metrics("relearn" if mode == "paragraphs" else "relearn_facts", res))
     if cfg.probe == "value":
         items, extra = value_probe_sets(world)
-        probe = value_probe_attack(model, tokenizer, items, extra, layers=cfg.probe_layers,
-                                   train_frac=cfg.probe_train_frac, seed=cfg.seed, C=cfg.probe_C)
+        probe = value_probe_attack(model, tokenizer, items, extra, layers=cfg.probe_layers, seed=cfg.seed,
+                                   C=cfg.probe_C)
     else:
         probe = linear_probe_attack(model, tokenizer, mcqs, layers=cfg.probe_layers, train_frac=cfg.probe_train_frac,
                                     seed=cfg.seed, C=cfg.probe_C)
