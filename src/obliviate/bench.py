@@ -12,8 +12,9 @@ batch, measured in the same process:
   timed with the process CPU clock on one thread (what a neighbouring job cannot inflate);
   the wall-clock ratio is reported beside it (``wall_time_ratio``);
 - ``flop_bound``: what the step must cost if forward = 1/3 and backward = 2/3 of a fine-tuning
-  step, from the decoder-layer passes it actually makes (counted with hooks: tokens x layers
-  forward, and backward; a truncated forward counts only its layers), and
+  step, from the work it actually does (multiply-accumulates of every linear layer, counted with
+  hooks, forward and backward; logits at labelled positions and truncated forwards count as what
+  they compute), and
   ``ratio_to_bound`` = ``step_time_ratio / flop_bound``;
 - ``peak_mem_ratio``: peak training memory of the step divided by the plain
   step's. On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU, where
@@ -228,32 +229,33 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
 
 
 def count_layer_passes(models, step) -> dict:
-    """Decoder-layer passes of one call of ``step``: ``{"forward", "backward"}`` in tokens x layers, over the
-    decoder layers of every model in ``models`` (the trained model and a live reference copy, if any)."""
-    from obliviate.models.layers import decoder_layers
-
+    """Multiply-accumulates of one call of ``step`` in the linear layers of ``models`` (the trained model and a
+    live reference copy, if any): ``{"forward", "backward"}``, each the sum over ``nn.Linear`` calls of
+    rows x in x out. The output projection counts only the rows it is applied to (logits at labelled
+    positions), and a truncated forward only the layers it runs; attention's own products are left out
+    (short sequences)."""
     counts = {"forward": 0, "backward": 0}
     handles = []
 
-    def fwd(module, args, kwargs, output):
-        x = args[0] if args else kwargs.get("hidden_states")
-        counts["forward"] += int(x.shape[0] * x.shape[1])
+    def macs(module, x):
+        return int(x.numel() // x.shape[-1]) * module.in_features * module.out_features
+
+    def fwd(module, args, output):
+        counts["forward"] += macs(module, args[0])
 
     def bwd(module, grad_input, grad_output):
-        g = grad_output[0]
-        if g is not None:
-            counts["backward"] += int(g.shape[0] * g.shape[1])
+        if grad_output[0] is not None:
+            counts["backward"] += macs(module, grad_output[0].new_empty(grad_output[0].shape[:-1] + (module.in_features,)))
 
     seen = set()
     for m in models:
         if m is None:
             continue
-        for layer in decoder_layers(m):
-            if id(layer) in seen:
-                continue
-            seen.add(id(layer))
-            handles.append(layer.register_forward_hook(fwd, with_kwargs=True))
-            handles.append(layer.register_full_backward_hook(bwd))
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Linear) and id(mod) not in seen:
+                seen.add(id(mod))
+                handles.append(mod.register_forward_hook(fwd))
+                handles.append(mod.register_full_backward_hook(bwd))
     try:
         with warnings.catch_warnings():  # a frozen lower layer's hook fires on its output's gradient: as intended
             warnings.simplefilter("ignore", UserWarning)
