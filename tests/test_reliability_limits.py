@@ -322,6 +322,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
     import sys
 
     code = ("import os, signal, sys\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with it ignored\n"
             "from obliviate import cli\n"
             "real = cli.build_parser\n"
             "def interrupted():\n"

@@ -112,7 +112,9 @@ def test_rmu_default_layer_is_wmdp_fraction_and_tiny_keeps_the_middle(name, tiny
 
 
 def _fresh_class(config_cls):
-    return type("Probe", (), {"config_cls": config_cls})
+    """A minimal training method (the contract: config_cls, trainable, loss)."""
+    return type("Probe", (), {"config_cls": config_cls, "trainable": lambda self, model: ["*"],
+                              "loss": lambda self, model, batch, ref: {}})
 
 
 @dataclasses.dataclass
