@@ -115,6 +115,7 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         oracle_model = load_model(str(roots["oracle"] / "model"))
         metrics["oracle"] = evaluate_world(oracle_model, tok, world, dataset)
         oracle_tr = world_truth_ratios(oracle_model, tok, world.facts_by_split("forget"))
+        del oracle_model  # attacked later from its directory, like every reference: not held through the method loop
         metrics["oracle"].update(score_against(metrics["base"], metrics["oracle"]))
     model_dirs: dict = {}
     for ref_name, root in roots.items():
