@@ -8,7 +8,8 @@ from obliviate.bench import BenchConfig, bench_table, run_bench
 
 def test_bench_rmu_full_and_lora():
     m = run_bench(BenchConfig(methods=["rmu"], lora_methods=["rmu"], size="nano", batch_size=4, repeats=1,
-                              warmup=1, min_rounds=2, max_rounds=3), progress=False)
+                              warmup=1, min_rounds=2, max_rounds=3, eval_speed=False,
+                              logit_memory=False), progress=False)
     assert m["rmu"]["step_time_ratio"] > 0 and m["rmu"]["peak_mem_ratio"] > 0
     assert m["rmu"]["reference_copy"] is True
     assert m["rmu+lora"]["reference_copy"] is False
@@ -81,3 +82,13 @@ def test_logit_memory_is_cut_to_the_labelled_share():
     m = measure_logit_memory(batch, vocab=8192, d_model=16)
     assert m["labelled_logits_bytes"] < m["full_logits_bytes"]
     assert m["memory_ratio"] <= 1.5 * m["labelled_share"] + 0.05  # the logits dominate what is saved
+
+
+@pytest.mark.slow
+def test_eval_speed_entry():
+    from obliviate.bench import measure_eval_speed
+
+    m = measure_eval_speed(BenchConfig(size="nano"), rounds=1)
+    assert m["qa_examples_per_s"] > 0 and m["mcq_examples_per_s"] > 0 and m["n_mcq"] == 72
+    pytest.importorskip("lm_eval")
+    assert m["mcq_time_vs_lm_eval"] > 0

@@ -51,6 +51,7 @@ from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
 from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
 from obliviate.train import select_trainable
+from obliviate.models.tokenizer import train_tokenizer
 from obliviate.executor import IDK_ANSWERS, PairedData, make_reference, wrap_lora
 
 
@@ -73,6 +74,8 @@ class BenchConfig:
     logit_memory: bool = True
     """Also measure the activation memory of full vs labelled-only logits on a 128k vocabulary
     (``metrics.logit_memory``, :func:`measure_logit_memory`)."""
+    eval_speed: bool = True
+    """Also measure evaluation throughput and MCQ scoring time against lm-eval (``metrics.eval_speed``)."""
     filtering: bool = True
     """Also time the data-filtering token classifier against pretraining (``metrics.filtering``)."""
     filtered_sizes: list[str] | None = None
@@ -166,7 +169,7 @@ def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -
 
 
 def _world_batch(cfg: BenchConfig):
-    from obliviate.models.tokenizer import train_tokenizer
+
 
     world = generate_world(WorldConfig(seed=cfg.seed))
     tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
@@ -294,6 +297,10 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     metrics["device"] = str(dev)
     if cfg.logit_memory:
         metrics["logit_memory"] = measure_logit_memory(data(0)["forget"], seed=cfg.seed)
+    if cfg.eval_speed:
+        if progress:
+            print("bench: evaluation throughput, and MCQ scoring against lm-eval", flush=True)
+        metrics["eval_speed"] = measure_eval_speed(cfg)
     if cfg.filtering:
         if progress:
             print("bench: data-filtering classifier vs pretraining throughput", flush=True)
@@ -379,6 +386,45 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
         out[f"{name}_bytes"] = int(counter.get("bytes", 0))
     labelled = (b["labels"][:, 1:] != -100).sum().item() / max(1, b["labels"][:, 1:].numel())
     out.update(vocab=vocab, labelled_share=labelled, memory_ratio=out["labelled_logits_bytes"] / out["full_logits_bytes"])
+    return out
+
+
+def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
+    """Evaluation throughput on the tiny world model's tokenizer and a fresh tiny model: QA greedy generation
+    and lettered MCQ scoring (examples per second, process CPU time), and the MCQ time against lm-eval's
+    ``simple_evaluate`` on the same questions, model and prompt, interleaved round by round (lm-eval is a dev
+    dependency; without it the ratio is None)."""
+    from obliviate.eval.core import mcq_accuracy, qa_accuracy
+    from obliviate.models.builders import build_model
+    from obliviate.tasks.world import full_answer_mcqs
+
+    world = generate_world(WorldConfig(seed=cfg.seed))
+    tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
+    model = build_model(cfg.size, vocab_size=len(tok), seed=cfg.seed).eval()
+    mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))
+    facts = world.facts_by_split("forget")
+    try:
+        from obliviate.eval.lmeval import lmeval_mcq_choices
+
+        import lm_eval  # noqa: F401
+    except ImportError:
+        lmeval_mcq_choices = None
+    times: dict[str, list[float]] = {"qa": [], "mcq": [], "lm_eval_mcq": []}
+    for _ in range(rounds):
+        for name, fn in (("qa", lambda: qa_accuracy(model, tok, [f["question"] for f in facts],
+                                                    [f["answer"] for f in facts])),
+                         ("mcq", lambda: mcq_accuracy(model, tok, mcqs, style="letters")),
+                         ("lm_eval_mcq", (lambda: lmeval_mcq_choices(model, tok, mcqs)) if lmeval_mcq_choices else None)):
+            if fn is None:
+                continue
+            t = time.process_time()
+            fn()
+            times[name].append(time.process_time() - t)
+    out = {"qa_examples_per_s": len(facts) / statistics.median(times["qa"]),
+           "mcq_examples_per_s": len(mcqs) / statistics.median(times["mcq"]), "n_qa": len(facts), "n_mcq": len(mcqs)}
+    if times["lm_eval_mcq"]:
+        ratios = [a / b for a, b in zip(times["mcq"], times["lm_eval_mcq"])]
+        out["mcq_time_vs_lm_eval"] = statistics.median(ratios)
     return out
 
 

@@ -169,3 +169,22 @@ def test_progress_bars_do_not_change_results(tiny_model, tiny_tokenizer, capsys)
                       {"domain": [np.array([0, 0, 1, 1, 1]), np.array([1, 1, 0, 0])]}, {"domain": ["a", "b"]})
     assert token_loss_by_label(model, ds, progress=True) == token_loss_by_label(model, ds)
     assert "token loss by domain" in capsys.readouterr().err
+
+
+def test_one_token_options_share_one_forward_and_equal_separate_scoring(gpt2_32, tiny_tokenizer):
+    """Lettered MCQs: every option is one token after the same context, so all are read off one forward pass
+    (as lm-eval groups them); the scores equal scoring each context + option on its own."""
+    model, tok = gpt2_32, tiny_tokenizer
+    letters = [w for w in (tok.decode([i]) for i in range(40, 400)) if len(ids_of(tok, w)) == 1][:4]
+    assert len(letters) == 4
+    calls = []
+    hook = model.register_forward_hook(lambda m, a, k, o: calls.append(1), with_kwargs=True)
+    try:
+        got = choice_logprobs(model, tok, ["Q: one?\nAnswer:", "Q: two, longer?\nAnswer:"], [letters, letters])
+    finally:
+        hook.remove()
+    bos = tok.bos_token_id
+    for ctx, row in zip(["Q: one?\nAnswer:", "Q: two, longer?\nAnswer:"], got):
+        for x, score in zip(letters, row):
+            assert score == pytest.approx(manual_logprob(model, [bos] + ids_of(tok, ctx), ids_of(tok, x)), abs=1e-4)
+    assert len(calls) <= 1  # one batched forward (logits_at may run the body only)

@@ -20,7 +20,7 @@ import torch
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
 from obliviate.losses import token_nll
-from obliviate.models.layers import unwrap
+from obliviate.models.layers import logits_at, unwrap
 from obliviate.models.tokenizer import pad_id
 
 LETTERS = "ABCDEFGHIJ"
@@ -315,19 +315,39 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     pad = pad_id(tokenizer)
     max_len = model_max_length(model)
     flat_seqs, flat_masks, owner = [], [], []
+    shared: list[tuple[int, np.ndarray, list[int]]] = []  # (question, context ids, one token per option)
     n_cut = 0
     for i, (ctx, conts) in enumerate(zip(contexts, continuations)):
         clipped = clip_chars(ctx, max_len)
         c_ids = ([bos] if bos is not None else []) + tokenizer(clipped, add_special_tokens=False)["input_ids"]
-        for cont in conts:
-            x_ids = tokenizer(clip_chars(cont, max_len, "start"), add_special_tokens=False)["input_ids"]
+        x_all = [tokenizer(clip_chars(cont, max_len, "start"), add_special_tokens=False)["input_ids"] for cont in conts]
+        if conts and all(len(x) == 1 for x in x_all) and len(c_ids) + 1 <= max_len and len(c_ids) > 0:
+            # every option is one token after the same context (lettered MCQs): one forward for all of them,
+            # the options read off the last position, as lm-evaluation-harness groups such requests
+            shared.append((i, np.asarray(c_ids), [x[0] for x in x_all]))
+            n_cut += len(conts) * (len(clipped) < len(ctx))
+            continue
+        for x_ids in x_all:
             c_fit, x_ids, cut = _fit(c_ids, x_ids, max_len, bos)
             n_cut += cut or len(clipped) < len(ctx)
             flat_seqs.append(np.asarray(c_fit + x_ids))
             flat_masks.append(np.asarray([0] * len(c_fit) + [1] * len(x_ids)))
             owner.append(i)
+    out: list[list[float]] = [[] for _ in contexts]
+    bar = _bar(progress, len(flat_seqs) + sum(len(t) for _, _, t in shared), "choice log-probs")
+    for s in range(0, len(shared), batch_size):
+        chunk = shared[s:s + batch_size]
+        batch = collate([c for _, c, _ in chunk], pad)
+        ids, att = batch["input_ids"].to(dev), batch["attention_mask"].to(dev)
+        last = torch.as_tensor([len(c) - 1 for _, c, _ in chunk], device=dev)
+        logits = logits_at(model, ids, att, torch.zeros_like(ids, dtype=torch.bool).index_put_(
+            (torch.arange(len(chunk), device=dev), last), torch.tensor(True, device=dev)))
+        check_logits(logits, None, "choice log-probabilities")
+        logp = torch.log_softmax(logits.float(), -1)  # (len(chunk), V)
+        for row, (i, _, toks) in enumerate(chunk):
+            out[i] = logp[row, toks].cpu().tolist()
+        bar.update(sum(len(t) for _, _, t in chunk))
     scores: list[float] = []
-    bar = _bar(progress, len(flat_seqs), "choice log-probs")
     for s in range(0, len(flat_seqs), batch_size):
         batch = collate(flat_seqs[s:s + batch_size], pad, label_mask=flat_masks[s:s + batch_size])
         batch = {k: v.to(dev) for k, v in batch.items()}
@@ -342,9 +362,9 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     bar.close()
     model.train(was_training)
     if n_cut:
-        warnings.warn(f"choice_logprobs: {n_cut} of {len(flat_seqs)} context + continuation pairs were longer than "
-                      f"the model's {max_len} positions; their contexts were cut from the left to fit", stacklevel=3)
-    out: list[list[float]] = [[] for _ in contexts]
+        n_pairs = len(flat_seqs) + sum(len(t) for _, _, t in shared)
+        warnings.warn(f"choice_logprobs: {n_cut} of {n_pairs} context + continuation pairs were longer than the "
+                      f"model's {max_len} positions; their contexts were cut from the left to fit", stacklevel=3)
     for i, sc in zip(owner, scores):
         out[i].append(sc)
     return out
