@@ -36,6 +36,8 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
                    "world: an integer in [0, 2**32)")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
+                   "trackers (comma-separated): tensorboard, mlflow, wandb")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
 
 
@@ -137,6 +139,10 @@ def _main(argv: list[str] | None) -> int:
         return 0
     quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
     try:
+        if getattr(args, "log_with", None):
+            from obliviate.train.trackers import set_default_trackers  # obliviate.train loads torch: not for --help
+
+            set_default_trackers([t.strip() for t in args.log_with.split(",") if t.strip()])
         args.fn(args)
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

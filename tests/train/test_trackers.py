@@ -76,3 +76,32 @@ def test_tensorboard_writes_scalars(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("loss")] == [1, 2]
+
+
+def test_log_with_writes_tensorboard_and_mlflow_and_they_read_back(tmp_path, monkeypatch):
+    """``--log-with tensorboard,mlflow`` on a command that trains: event files and a local MLflow store hold the
+    loss terms by name, step by step."""
+    pytest.importorskip("tensorboard")
+    mlflow = pytest.importorskip("mlflow")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from obliviate.cli import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(T, "_DEFAULT", [])
+    out = tmp_path / "run"
+    rc = main(["pretrain", "--out", str(out), "--no-progress", "--log-with", "tensorboard,mlflow",
+               "world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=2", "world.n_concept=2",
+               "world.n_toxic=2", "model.size=nano", "train.steps=4", "train.log_every=2", "train.warmup_steps=1"])
+    assert rc in (0, None)
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("lm")] == [2, 4] and [e.step for e in acc.Scalars("qa")] == [2, 4]
+    client = mlflow.tracking.MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert len(runs) == 1
+    history = client.get_metric_history(runs[0].info.run_id, "lm")
+    assert [m.step for m in history] == [2, 4]
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--out", str(tmp_path / "x"), "--log-with"])
+    assert main(["pretrain", "--out", str(tmp_path / "y"), "--log-with", "tensorbored"]) == 2

@@ -34,7 +34,7 @@ import torch
 
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, ObliviateError
-from obliviate.train.trackers import check_trackers, close_trackers, open_trackers
+from obliviate.train.trackers import check_trackers, close_trackers, default_trackers, open_trackers
 
 
 @dataclass
@@ -59,7 +59,7 @@ class TrainConfig:
     """fnmatch patterns over parameter names; others are frozen."""
     progress: bool = True
     desc: str = "train"
-    report_to: list[str] = field(default_factory=list)
+    report_to: list[str] = field(default_factory=default_trackers)
     """Experiment trackers that also get every logged record: ``tensorboard``, ``mlflow``, ``wandb``
     (:mod:`obliviate.train.trackers`)."""
 

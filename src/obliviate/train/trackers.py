@@ -7,8 +7,8 @@ imported when asked for; a missing one is a one-line error before training start
 
 - ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` writing to ``<run dir>/tensorboard``
   (``pip install tensorboard``); needs the run's output directory.
-- ``mlflow``: the active MLflow run, or a new one (``pip install mlflow``; ``MLFLOW_TRACKING_URI``
-  says where it goes, by default ``./mlruns``).
+- ``mlflow``: the active MLflow run, or a new one (``pip install mlflow`` or ``mlflow-skinny``);
+  ``MLFLOW_TRACKING_URI`` says where it goes, and without it a local store in ``<run dir>/mlruns``.
 - ``wandb``: ``wandb.init`` in the run directory (``pip install wandb``; ``WANDB_MODE=offline``
   keeps it local). Keys are read from the environment by the library itself; obliviate never sees them.
 """
@@ -16,6 +16,7 @@ imported when asked for; a missing one is a one-line error before training start
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +53,9 @@ class MLflow:
         except ImportError:
             raise ConfigError("train.report_to: mlflow needs the mlflow package: pip install mlflow") from None
         self.mlflow = mlflow
+        if not os.environ.get("MLFLOW_TRACKING_URI") and run_dir is not None:  # offline: a store in the run dir
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            mlflow.set_tracking_uri((Path(run_dir).resolve() / "mlruns").as_uri())
         self.own_run = mlflow.active_run() is None
         if self.own_run:
             mlflow.start_run(run_name=name)
@@ -84,6 +88,20 @@ class WandB:
 
 TRACKERS: dict[str, Callable] = {"tensorboard": TensorBoard, "mlflow": MLflow, "wandb": WandB}
 """Tracker name -> class taking ``(run_dir, run_name, config)`` with ``log(rec, step)`` and ``close()``."""
+
+
+_DEFAULT: list[str] = []
+
+
+def set_default_trackers(names) -> None:
+    """Trackers every training loop of this process reports to unless its config says otherwise
+    (``--log-with`` on the command line sets them for every command that trains)."""
+    check_trackers(names)
+    _DEFAULT[:] = list(names)
+
+
+def default_trackers() -> list[str]:
+    return list(_DEFAULT)
 
 
 def check_trackers(names) -> None:
