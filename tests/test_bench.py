@@ -50,27 +50,25 @@ def test_interleaved_ratios_on_a_fake_clock():
     assert len(set(rounds)) > 1  # shuffled, not a fixed order a periodic disturbance could line up with
 
 
-def test_flop_bound_counts_layer_passes():
+def test_flop_bound_counts_the_products_computed():
     from obliviate.bench import count_layer_passes, flop_bound
-    from obliviate.models.builders import tiny_llama
 
-    model = tiny_llama(50, n_layer=2, d_model=16, n_head=2, seed=0)
-    ids = torch.randint(0, 50, (2, 5))
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    x = torch.randn(5, 4)
 
-    def plain():
-        model(input_ids=ids).logits.sum().backward()
+    def step():
+        net(x).sum().backward()
 
-    def two_and_a_frozen_forward():
-        model(input_ids=ids).logits.sum().backward()
-        model(input_ids=ids).logits.sum().backward()
-        with torch.no_grad():
-            model(input_ids=ids)
-
-    p = count_layer_passes([model], plain)
-    linear = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
-    assert p == {"forward": 2 * 5 * linear, "backward": 2 * 5 * linear}
-    q = count_layer_passes([model], two_and_a_frozen_forward)
-    assert flop_bound(q, p) == pytest.approx(2 + 1 / 3)
+    # forward 5*4*8 + 5*8*3; backward: the first layer's weight gradient only (its input needs none),
+    # the second's weight and input gradients
+    assert count_layer_passes([net], step) == {"forward": 160 + 120, "backward": 160 + 2 * 120}
+    net[0].weight.requires_grad_(False)
+    net[0].bias.requires_grad_(False)
+    # now nothing needs an input gradient at all: layer 2 computes its weight gradient only
+    assert count_layer_passes([net], step) == {"forward": 280, "backward": 120}
+    plain = {"forward": 280, "backward": 400}
+    twice_and_a_frozen_forward = {"forward": 3 * 280, "backward": 2 * 400}
+    assert flop_bound(twice_and_a_frozen_forward, plain) == pytest.approx(2 + 280 / 680)
 
 
 def test_logit_memory_is_cut_to_the_labelled_share():

@@ -11,10 +11,11 @@ batch, measured in the same process:
   rounds are added until every range is within +-5% of its median (``converged``). Steps are
   timed with the process CPU clock on one thread (what a neighbouring job cannot inflate);
   the wall-clock ratio is reported beside it (``wall_time_ratio``);
-- ``flop_bound``: what the step must cost if forward = 1/3 and backward = 2/3 of a fine-tuning
-  step, from the work it actually does (multiply-accumulates of every linear layer, counted with
-  hooks, forward and backward; logits at labelled positions and truncated forwards count as what
-  they compute), and
+- ``flop_bound``: what the step must cost in plain steps, from the products it computes: the
+  multiply-accumulates of every linear layer, counted with hooks, forward and backward (a weight
+  gradient where the weight is trained, an input gradient where one is needed: for plain
+  fine-tuning that is forward = 1/3 and backward = 2/3 of the step); logits at labelled positions
+  and truncated forwards count as what they compute; and
   ``ratio_to_bound`` = ``step_time_ratio / flop_bound``;
 - ``peak_mem_ratio``: peak training memory of the step divided by the plain
   step's. On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU, where
@@ -233,22 +234,27 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
 
 def count_layer_passes(models, step) -> dict:
     """Multiply-accumulates of one call of ``step`` in the linear layers of ``models`` (the trained model and a
-    live reference copy, if any): ``{"forward", "backward"}``, each the sum over ``nn.Linear`` calls of
-    rows x in x out. The output projection counts only the rows it is applied to (logits at labelled
-    positions), and a truncated forward only the layers it runs; attention's own products are left out
-    (short sequences)."""
+    live reference copy, if any), each ``rows x in x out``: ``forward``; ``backward``, the products the backward
+    pass computes: the weight gradient where the weight is trained and the input gradient where the input
+    needs one (so a frozen layer's backward costs one product, a trained one two, a layer before the first
+    trained one nothing). The output projection counts only the rows it is applied to (logits at labelled
+    positions), a truncated forward only the layers it runs; attention's own products are left out (short
+    sequences)."""
     counts = {"forward": 0, "backward": 0}
     handles = []
 
-    def macs(module, x):
-        return int(x.numel() // x.shape[-1]) * module.in_features * module.out_features
+    def macs(module, rows):
+        return rows * module.in_features * module.out_features
 
     def fwd(module, args, output):
-        counts["forward"] += macs(module, args[0])
+        counts["forward"] += macs(module, int(args[0].numel() // args[0].shape[-1]))
 
     def bwd(module, grad_input, grad_output):
-        if grad_output[0] is not None:
-            counts["backward"] += macs(module, grad_output[0].new_empty(grad_output[0].shape[:-1] + (module.in_features,)))
+        g = grad_output[0]
+        if g is None:
+            return
+        rows = int(g.numel() // g.shape[-1])
+        counts["backward"] += macs(module, rows) * (int(module.weight.requires_grad) + int(grad_input[0] is not None))
 
     seen = set()
     for m in models:
@@ -270,9 +276,9 @@ def count_layer_passes(models, step) -> dict:
 
 
 def flop_bound(passes: dict, plain: dict) -> float:
-    """The step's cost in plain fine-tuning steps if forward = 1/3 and backward = 2/3 of one."""
-    cost = lambda c: c["forward"] / 3 + 2 * c["backward"] / 3
-    return cost(passes) / cost(plain)
+    """The step's cost in plain fine-tuning steps, counting the products it computes (:func:`count_layer_passes`).
+    For plain fine-tuning the backward computes two products per forward one: forward = 1/3, backward = 2/3."""
+    return (passes["forward"] + passes["backward"]) / (plain["forward"] + plain["backward"])
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:

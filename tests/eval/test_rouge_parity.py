@@ -24,9 +24,11 @@ def test_rouge_l_matches_rouge_score_on_tofu_answers():
         pytest.skip(f"{path} not present")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    pairs = [(r["paraphrased_answer"], r["answer"]) for r in rows]
-    pairs += [(r["perturbed_answer"][0], r["answer"]) for r in rows]
+    pairs = [(r["paraphrased_answer"], r["answer"]) for r in rows]  # paraphrased
+    pairs += [(p, r["answer"]) for r in rows for p in r["perturbed_answer"]]  # every perturbed answer
+    pairs += [(r["answer"], r["answer"]) for r in rows]  # verbatim
+    pairs += [(r["answer"], r["paraphrased_answer"]) for r in rows]  # and the other way round
     ours = [rouge_l_recall(p, ref) for p, ref in pairs]
     theirs = [scorer.score(ref, p)["rougeL"].recall for p, ref in pairs]
-    assert len(pairs) >= 400
+    assert len(pairs) >= 1600
     assert ours == pytest.approx(theirs, abs=1e-12)
