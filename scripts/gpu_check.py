@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from obliviate.executor import IDK_ANSWERS, PairedData, make_reference, to_device, wrap_lora
-from obliviate.methods import METHODS, build_method, method_names
+from obliviate.bench import prepare_method
+from obliviate.executor import IDK_ANSWERS, PairedData, to_device
+from obliviate.methods import METHODS, method_names
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import train_tokenizer
 from obliviate.results import atomic_write_json
 from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
-from obliviate.train import select_trainable
 
 
 def device_guard(model, seen: list) -> list:
@@ -54,18 +54,10 @@ def method_steps(dev: torch.device, dtype: torch.dtype, size: str, batch_size: i
         torch.manual_seed(seed)
         model = build_model(size, vocab_size=len(tok), seed=seed).to(dev, dtype).train()
         seen: list = []
-        method = build_method(name)
-        patterns = method.trainable(model)
-        select_trainable(model, patterns)
-        if lora:
-            model = wrap_lora(model, patterns)
-            select_trainable(model, ["*lora_*"])
+        model, method, ref = prepare_method(name, model, data, batch, lora=lora)
         handles = device_guard(model, seen)
-        ref = make_reference(method, model, data, lora=lora)
         if ref is not None and ref.model is not None and ref.model is not model:
-            device_guard(ref.model, seen)
-        if hasattr(method, "setup"):
-            method.setup(model, ref, batch["forget"])
+            handles += device_guard(ref.model, seen)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
         times = []
         for _ in range(3):  # the first step warms up kernels; the median of the others is reported

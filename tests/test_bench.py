@@ -51,7 +51,7 @@ def test_interleaved_ratios_on_a_fake_clock():
 
 
 def test_flop_bound_counts_the_products_computed():
-    from obliviate.bench import count_layer_passes, flop_bound
+    from obliviate.bench import count_products, flop_bound
 
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     x = torch.randn(5, 4)
@@ -61,11 +61,11 @@ def test_flop_bound_counts_the_products_computed():
 
     # forward 5*4*8 + 5*8*3; backward: the first layer's weight gradient only (its input needs none),
     # the second's weight and input gradients
-    assert count_layer_passes([net], step) == {"forward": 160 + 120, "backward": 160 + 2 * 120}
+    assert count_products([net], step) == {"forward": 160 + 120, "backward": 160 + 2 * 120}
     net[0].weight.requires_grad_(False)
     net[0].bias.requires_grad_(False)
     # now nothing needs an input gradient at all: layer 2 computes its weight gradient only
-    assert count_layer_passes([net], step) == {"forward": 280, "backward": 120}
+    assert count_products([net], step) == {"forward": 280, "backward": 120}
     plain = {"forward": 280, "backward": 400}
     twice_and_a_frozen_forward = {"forward": 3 * 280, "backward": 2 * 400}
     assert flop_bound(twice_and_a_frozen_forward, plain) == pytest.approx(2 + 280 / 680)

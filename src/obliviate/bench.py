@@ -178,6 +178,22 @@ def _world_batch(cfg: BenchConfig):
     return tok, data
 
 
+def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False):
+    """Method ``name`` set up on ``model`` for single steps on ``batch`` (a step of ``data``), as the executor sets
+    it up: its parameters selected, LoRA adapters if ``lora``, its reference and ``setup``. Returns
+    ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with ``lora``)."""
+    method = build_method(name)
+    patterns = method.trainable(model)
+    select_trainable(model, patterns)
+    if lora:
+        model = wrap_lora(model, patterns)
+        select_trainable(model, ["*lora_*"])
+    ref = make_reference(method, model, data, lora=lora)
+    if hasattr(method, "setup"):
+        method.setup(model, ref, batch["forget"])
+    return model, method, ref
+
+
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
     return q[0], statistics.median(xs), q[2]
@@ -232,7 +248,7 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
     return out
 
 
-def count_layer_passes(models, step) -> dict:
+def count_products(models, step) -> dict:
     """Multiply-accumulates of one call of ``step`` in the linear layers of ``models`` (the trained model and a
     live reference copy, if any), each ``rows x in x out``: ``forward``; ``backward``, the products the backward
     pass computes: the weight gradient where the weight is trained and the input gradient where the input
@@ -276,7 +292,7 @@ def count_layer_passes(models, step) -> dict:
 
 
 def flop_bound(passes: dict, plain: dict) -> float:
-    """The step's cost in plain fine-tuning steps, counting the products it computes (:func:`count_layer_passes`).
+    """The step's cost in plain fine-tuning steps, counting the products it computes (:func:`count_products`).
     For plain fine-tuning the backward computes two products per forward one: forward = 1/3, backward = 2/3."""
     return (passes["forward"] + passes["backward"]) / (plain["forward"] + plain["backward"])
 
@@ -323,16 +339,7 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
     jobs = [(n, False) for n in names] + [(n, True) for n in cfg.lora_methods]
     runs = {"plain_finetune": (base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None)}
     for name, lora in jobs:
-        model = fresh()
-        method = build_method(name)
-        patterns = method.trainable(model)
-        select_trainable(model, patterns)
-        if lora:
-            model = wrap_lora(model, patterns)
-            select_trainable(model, ["*lora_*"])
-        ref = make_reference(method, model, data, lora=lora)
-        if hasattr(method, "setup"):
-            method.setup(model, ref, batch["forget"])
+        model, method, ref = prepare_method(name, fresh(), data, batch, lora=lora)
         runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)), ref)
     steps = {}
     for key, (model, loss_fn, ref) in runs.items():
@@ -340,7 +347,7 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
         steps[key] = (lambda m=model, f=loss_fn, o=opt: _one_step(m, f, o))
         for _ in range(cfg.warmup):
             steps[key]()
-    passes = {key: count_layer_passes([runs[key][0], getattr(runs[key][2], "model", None)], steps[key])
+    passes = {key: count_products([runs[key][0], getattr(runs[key][2], "model", None)], steps[key])
               for key in tqdm(steps, desc="bench: passes", disable=not progress)}
     if progress:
         print(f"bench: interleaved rounds over {len(steps)} steps", flush=True)
@@ -360,7 +367,7 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
                         "wall_time_ratio": t["wall_ratio"], "flop_bound": bound, "ratio_to_bound": t["ratio"] / bound,
                         "peak_bytes": mem["peak_bytes"], "reference_copy": bool(
                             ref is not None and ref.model is not None and not ref.shared),
-                        "layer_passes": passes[key]}
+                        "products": passes[key]}
         if key != "plain_finetune":
             metrics[key]["peak_mem_ratio"] = mem["peak_bytes"] / metrics["plain_finetune"]["peak_bytes"]
     metrics["timing"] = {"rounds": timing["plain_finetune"]["rounds"],
