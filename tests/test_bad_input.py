@@ -12,21 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from _cli_errors import SMALL_WORLD, one_error
 from obliviate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
-               "world.n_concept=2", "world.n_toxic=4"]
 WORLD_ONLY = [w.split(".", 1)[1] for w in SMALL_WORLD]
-
-
-def one_error(capsys) -> str:
-    """The one ``obliviate: error:`` line on stderr (progress bars of transformers may precede it), no traceback."""
-    err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.startswith("obliviate:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("obliviate: error: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

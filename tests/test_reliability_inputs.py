@@ -14,24 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from _cli_errors import SMALL_WORLD, one_error
 from obliviate.benchmarks._io import iter_jsonl, parse_json, read_json
 from obliviate.cli import main
 from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.results import LOCK_NAME, prepare_out_dir
 from obliviate.train import TrainConfig, TrainingDiverged, train
 from obliviate.utils import seed_everything
-
-SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
-               "world.n_concept=2", "world.n_toxic=4"]
-
-
-def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.startswith("obliviate:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("obliviate: error: ")
-    return lines[0]
-
 
 # --------------------------------------------------------------------------- 1. finite, in-range values
 

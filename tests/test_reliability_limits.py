@@ -12,6 +12,8 @@ import pytest
 import torch
 import transformers as T
 
+from _cli_errors import SMALL_WORLD
+from _cli_errors import one_error as _one_error  # this file also caps the line's length
 from obliviate.benchmarks.generic import load_records
 from obliviate.errors import DataError
 from obliviate.eval.benchmark import evaluate_benchmark, load_benchmark_examples
@@ -178,16 +180,9 @@ def test_an_alias_bomb_under_unlearn_params_or_a_known_key_is_refused_at_once(tm
 
 # --------------------------------------------------------------------------- one line where torch / transformers raised
 
-SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
-               "world.n_concept=2", "world.n_toxic=4"]
-
-
 def one_error(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [l for l in err.splitlines() if l.startswith("obliviate:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("obliviate: error: ") and len(lines[0]) < 400
-    return lines[0]
+    return _one_error(capsys, max_len=400)
+
 
 
 @pytest.mark.parametrize("override,message", [
