@@ -71,6 +71,20 @@ def split_indices(n: int, train_frac: float, seed: int) -> tuple[np.ndarray, np.
     return np.sort(perm[:n_train]), np.sort(perm[n_train:])
 
 
+def _fit_and_score(train_x, train_y, test_x, C: float, seed: int):
+    """A logistic regression on standardised features (L2 penalty ``1 / C``), fit and applied: ``(clf, scores)``."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
+
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+    # A problem this small is slowed down, not sped up, by BLAS threads (badly so on a busy machine).
+    with threadpool_limits(1):
+        clf.fit(train_x, train_y)
+        return clf, clf.decision_function(test_x)
+
+
 def fit_choice_probe(features: np.ndarray, answer_index: Sequence[int], train_idx, test_idx,
                      C: float = 1.0, seed: int = 0) -> float:
     """Train a "correct choice?" logistic-regression probe and return held-out MCQ accuracy.
@@ -79,11 +93,6 @@ def fit_choice_probe(features: np.ndarray, answer_index: Sequence[int], train_id
     choices of the ``train_idx`` MCQs (standardised features, L2 penalty ``1 / C``); a test MCQ
     counts as correct when its correct choice has the highest decision score.
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-    from threadpoolctl import threadpool_limits
-
     feats = np.asarray(features, dtype=np.float64)
     if feats.ndim != 3:
         raise ValueError(f"features must be (n_mcq, n_choices, d), got shape {feats.shape}")
@@ -92,11 +101,9 @@ def fit_choice_probe(features: np.ndarray, answer_index: Sequence[int], train_id
     labels = np.zeros((n, k), dtype=int)
     labels[np.arange(n), answers] = 1
     train_idx, test_idx = np.asarray(train_idx, dtype=int), np.asarray(test_idx, dtype=int)
-    clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
-    # A problem this small is slowed down, not sped up, by BLAS threads (badly so on a busy machine).
-    with threadpool_limits(1):
-        clf.fit(feats[train_idx].reshape(-1, d), labels[train_idx].reshape(-1))
-        scores = clf.decision_function(feats[test_idx].reshape(-1, d)).reshape(len(test_idx), k)
+    _, scores = _fit_and_score(feats[train_idx].reshape(-1, d), labels[train_idx].reshape(-1),
+                               feats[test_idx].reshape(-1, d), C, seed)
+    scores = scores.reshape(len(test_idx), k)
     return float(np.mean(scores.argmax(1) == answers[test_idx]))
 
 
@@ -160,17 +167,10 @@ def fit_value_probe(train_x: np.ndarray, train_values: Sequence[str], test_x: np
     never occurs in training cannot win; ``unseen`` counts the test items whose *correct* value
     never occurs (they count as wrong).
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-    from threadpoolctl import threadpool_limits
-
     if len(set(train_values)) < 2:
         raise DataError("a value probe needs at least 2 distinct values to train on")
-    clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
-    with threadpool_limits(1):
-        clf.fit(np.asarray(train_x, dtype=np.float64), list(train_values))
-        scores = clf.decision_function(np.asarray(test_x, dtype=np.float64))
+    clf, scores = _fit_and_score(np.asarray(train_x, dtype=np.float64), list(train_values),
+                                 np.asarray(test_x, dtype=np.float64), C, seed)
     if scores.ndim == 1:  # two classes: one score for the second, its negative for the first
         scores = np.stack([-scores, scores], axis=1)
     col = {v: i for i, v in enumerate(clf.classes_)}
