@@ -9,14 +9,44 @@ Batches are dicts with ``input_ids`` (B, T), ``attention_mask`` (B, T) and
 Hugging Face convention (the model shifts internally): ``-100`` means "no loss
 here". An optional ``loss_weights`` (B, T) float tensor, aligned with
 ``labels``, weights each target token.
+
+**Token means over several processes.** A mean over tokens must weight each token of the
+global batch alike, whatever process holds it. Inside :func:`token_means_over_processes`
+(the training loop opens it around every loss when the batch is split over processes)
+:func:`masked_mean` divides this shard's sum by the *mean over processes* of the token
+counts, so the mean over processes of the returned values (what the loop logs, and whose
+gradient the averaged gradients are) is the global batch's token mean exactly. The value
+one process returns is then its share, not a mean: use it only linearly (scaled, summed).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100
+_COUNT_MEAN: list[Callable[[torch.Tensor], torch.Tensor]] = []
+"""While a loss of a split batch is computed: the mean over processes (one collective per call)."""
+
+
+@contextlib.contextmanager
+def token_means_over_processes(mean_over_processes: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """Token means in the block weight the tokens of every process alike (see the module docstring)."""
+    _COUNT_MEAN.append(mean_over_processes)
+    try:
+        yield
+    finally:
+        _COUNT_MEAN.pop()
+
+
+def ratio_of_sums(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """``total / count`` (count clamped at 1e-8); over processes, the count is the mean of every process's count."""
+    if _COUNT_MEAN:
+        count = _COUNT_MEAN[-1](count.detach().float().reshape(1)).reshape(()).to(count.dtype)
+    return total / count.clamp(min=1e-8)
 
 
 def shift_targets(labels: torch.Tensor) -> torch.Tensor:
@@ -48,7 +78,7 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor 
     w = mask.to(values.dtype)
     if weights is not None:
         w = w * weights.to(values.dtype)
-    return (values * w).sum() / w.sum().clamp(min=1e-8)
+    return ratio_of_sums((values * w).sum(), w.sum())
 
 
 def lm_loss(model, batch: dict) -> torch.Tensor:
@@ -72,9 +102,8 @@ def lm_loss_labelled(model, batch: dict) -> torch.Tensor:
     targets = shift_targets(batch["labels"])  # (B, T-1)
     keep = F.pad(targets != IGNORE_INDEX, (0, 1))  # (B, T): position t predicts labels[t+1]
     logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
-    if logits.shape[0] == 0:
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX])
+    nll = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum")
+    return ratio_of_sums(nll, torch.tensor(float(logits.shape[0]), device=nll.device))
 
 
 def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

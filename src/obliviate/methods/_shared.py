@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from obliviate.losses import IGNORE_INDEX, kl_to_reference, masked_mean, shift_targets, token_nll
+from obliviate.losses import IGNORE_INDEX, kl_to_reference, masked_mean, ratio_of_sums, shift_targets, token_nll
 from obliviate.models.layers import logits_at
 
 
@@ -38,7 +38,7 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
 def mean_labelled_nll(model, batch: dict) -> torch.Tensor:
     """Mean labelled-token NLL over the batch (a scalar), with logits only at the labelled positions."""
     logp, _ = labelled_logprobs(model, batch)
-    return -logp.mean() if logp.numel() else logp.sum() * 0.0
+    return ratio_of_sums(-logp.sum(), torch.tensor(float(logp.numel()), device=logp.device))
 
 
 def answer_logprob(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
