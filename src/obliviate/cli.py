@@ -114,6 +114,10 @@ def _file_being_written(e: BaseException) -> str | None:
     return None
 
 
+TRAINING_COMMANDS = {"pretrain", "demo", "finetune", "unlearn", "compare", "attack", "tofu", "reproduce"}
+"""Commands that run the training loop, so refuse a sharded launch of one process at once."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
     line, ``obliviate: interrupted``, and status 130."""
@@ -143,6 +147,10 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.trackers import set_default_trackers  # obliviate.train loads torch: not for --help
 
             set_default_trackers([t.strip() for t in args.log_with.split(",") if t.strip()])
+        if args.command in TRAINING_COMMANDS:
+            from obliviate.train.distributed import check_launch  # loads torch: not for --help
+
+            check_launch()  # before any model is loaded
         args.fn(args)
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

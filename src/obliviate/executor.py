@@ -331,10 +331,6 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if getattr(method, "needs_idk", False) and forget.docs:
         raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
                           f"but the forget data has {len(forget.docs)} documents; use another method for documents")
-    if cfg.lora and D.sharding():
-        raise ConfigError(f"config key 'lora': LoRA on a model sharded by {D.SHARDING_LABEL[D.sharding()]} is not "
-                          "supported (the shared reference would run the sharded model outside its wrapper); "
-                          "use full fine-tuning or the DDP config")
     if D.world_size() > 1 or D.sharding():
         model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
     max_len = _max_len(model, cfg.max_len)

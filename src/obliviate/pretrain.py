@@ -329,7 +329,7 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     if D.is_main_process():
         (root / "config.json").write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True))
     cfg_ck = copy.deepcopy(cfg)
-    if cfg_ck.train.checkpoint_every == 0 and not D.sharding():
+    if cfg_ck.train.checkpoint_every == 0 and D.can_checkpoint():
         cfg_ck.train.checkpoint_every = 50
     pretrain(cfg_ck, root, resume=True, progress=progress)
     if D.is_main_process():

@@ -52,7 +52,7 @@ from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_answer, tofu_eval, tofu_prompt
-from obliviate.losses import lm_loss, lm_loss_labelled
+from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.models._paths import looks_like_path
 from obliviate.models.builders import tiny_llama
@@ -256,11 +256,9 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     tcfg = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, steps // 10),
                        schedule="cosine", min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
                        log_every=max(1, min(50, steps // 20)),
-                       checkpoint_every=0 if D.sharding() else cfg.checkpoint_every,  # none when sharded
+                       checkpoint_every=cfg.checkpoint_every if D.can_checkpoint() else 0,  # none under DeepSpeed
                        desc=f"tofu {which}", **({"progress": progress} if progress is not None else {}))
-    # lm_loss_labelled runs the unwrapped body and head, which a sharded model only allows through its wrapper
-    qa_loss = lm_loss if D.sharding() else lm_loss_labelled
-    summary = train(model, lambda mdl, b, s: {"qa": qa_loss(mdl, b)}, batch_fn, tcfg, root, resume=True)
+    summary = train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
     model.eval()
     D.save_trained(model, root / "model", summary, tokenizer)
     if D.is_main_process():

@@ -1,21 +1,31 @@
 """Several processes: two CPU processes (gloo) against one process with the same global batch.
 
-``_ddp_worker.py`` pretrains a nano model for 4 steps, resumes a copy of that run from its
-step-2 checkpoint, unlearns with NPO and RMU for 3 steps each and runs a 3-step relearning
-attack; the test runs it once in this process and once in two launched processes, then checks:
+``_dist_worker.py`` pretrains a nano model for 4 steps, resumes a copy of that run from its
+step-2 checkpoint, unlearns with NPO and RMU (its truncated forward) for 3 steps each and runs
+a 3-step relearning attack. The test runs it once in this process and once in two launched
+processes for each backend: data parallel (no flag), FSDP2 (``ACCELERATE_USE_FSDP``, the flag
+``accelerate launch`` sets for an FSDP config) and DeepSpeed ZeRO-3 (``ACCELERATE_USE_DEEPSPEED``,
+stage 3, ``DS_ACCELERATOR=cpu``). It checks:
 
-- both processes end with bit-identical weights (gradients were averaged), rank 0 alone
-  wrote each ``metrics.jsonl`` (one line per step) and the resumed run repeats the last
-  two steps bit for bit;
-- the first logged NPO terms equal the mean of the per-shard values, computed here by hand
-  on rows 0-1 and 2-3 of the global batch (so each process really trained on its half);
-- every logged loss term matches the single-process run within ``rtol = 5e-3`` (plus
-  ``atol = 1e-4`` for terms that start at 0, like RMU's retain MSE), and the grad norm within
-  ``5e-2``. The difference is real, not noise: a term that is a mean over tokens (answer-only
-  NLL, QA, masked MSE) is averaged per shard and then over the processes, which weights the
-  shards equally instead of by their token counts (docs/distributed.md); seen here: <= 1e-3
-  on the terms, <= 2e-2 on the grad norm. Row-mean terms with padding-free rows (the packed
-  ``lm`` term at step 1, NPO's forget term) agree to float rounding.
+- both processes end with bit-identical weights, rank 0 alone wrote each ``metrics.jsonl``
+  (one line per step) and the resumed run repeats the last two steps bit for bit (DeepSpeed
+  runs do not checkpoint: refused, see below);
+- the sharded backends really shard: while the attack trains, each process holds about half
+  of the parameters' elements (DDP: all of them);
+- the first logged NPO terms equal the terms of the whole global batch computed here in one
+  piece, and differ from the plain mean of the two shards' terms (the retain NLL is a mean over
+  answer tokens and the shards hold different numbers: token means weight every token of the
+  global batch alike, obliviate.losses);
+- every logged term is within ``TERM_ATOL`` (+ ``TERM_RTOL``) of the single-process run, the grad
+  norm within ``GRAD_NORM_RTOL``, and the saved weights within ``WEIGHT_ATOL``. Seen on 2 cores:
+  terms <= 2e-6, grad norm <= 2e-6 relative, weights <= 2e-5 (ZeRO-3's pretraining; FSDP2 and
+  DDP <= 6e-6). What is left is float summation order: the shards' sums are added in another
+  order, and AdamW's normalised steps carry that into the weights.
+
+ZeRO-3 runs under ``make test-all`` only (marked slow) and skips without deepspeed: deepspeed is
+not a dependency (it builds with ``--no-build-isolation``), and its first run in a fresh
+environment compiles a C++ communication op (about 40 s on 2 cores; cached in
+``~/.cache/torch_extensions`` after that).
 """
 
 import importlib.util
@@ -28,13 +38,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 HERE = Path(__file__).parent
-RTOL, ATOL, GRAD_NORM_RTOL = 5e-3, 1e-4, 5e-2
+TERM_ATOL, TERM_RTOL, GRAD_NORM_RTOL, WEIGHT_ATOL = 1e-5, 1e-6, 1e-4, 2e-4
+LAUNCH_ENV = {"ddp": {}, "fsdp": {"ACCELERATE_USE_FSDP": "true"},
+              "deepspeed": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+                            "DS_ACCELERATOR": "cpu"}}
+BACKENDS = ["ddp", "fsdp",
+            pytest.param("deepspeed", marks=[pytest.mark.slow, pytest.mark.skipif(
+                importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")])]
 
 
 def _worker():
-    spec = importlib.util.spec_from_file_location("_ddp_worker", HERE / "_ddp_worker.py")
+    spec = importlib.util.spec_from_file_location("_dist_worker", HERE / "_dist_worker.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -51,18 +68,27 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """(worker module, single-process output dir, two-process output dir)."""
-    root = tmp_path_factory.mktemp("ddp")
+def single(tmp_path_factory):
+    """(worker module, the single-process output dir)."""
+    root = tmp_path_factory.mktemp("one")
     worker = _worker()  # the launched processes inherit $OBLIVIATE_CACHE: they reuse this run's tokenizer
-    worker.run(root / "single", resume_check=False)
+    worker.run(root, resume_check=False)
+    return worker, root
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def runs(request, single, tmp_path_factory):
+    """(backend, worker module, single-process output dir, two-process output dir)."""
+    worker, one = single
+    root = tmp_path_factory.mktemp(request.param)
     port = _free_port()
     procs = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
-               "CUDA_VISIBLE_DEVICES": ""}
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "_ddp_worker.py"), str(root / "multi")], env=env,
+        env = {k: v for k, v in os.environ.items() if k not in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")}
+        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+                    "CUDA_VISIBLE_DEVICES": "", **LAUNCH_ENV[request.param]})
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "_dist_worker.py"), str(root)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         outs = [p.communicate(timeout=600)[0] for p in procs]
@@ -71,38 +97,48 @@ def runs(tmp_path_factory):
             if p.poll() is None:
                 p.kill()
     for rank, (p, text) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
-    return worker, root / "single", root / "multi"
+        assert p.returncode == 0, f"{request.param} rank {rank} failed:\n{text[-3000:]}"
+    return request.param, worker, one, root
 
 
 def test_processes_stay_in_sync_and_only_rank0_writes(runs):
-    worker, single, multi = runs
+    backend, worker, single, multi = runs
     ranks = [json.loads((multi / "ranks" / f"{r}.json").read_text()) for r in range(2)]
     assert [r["world_size"] for r in ranks] == [2, 2]
-    assert ranks[0]["weights"] == ranks[1]["weights"]  # averaged gradients: identical steps everywhere
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # identical steps everywhere
     for name, steps in worker.STEPS.items():  # one line per logged step (and evaluation): rank 1 wrote none
         two = _records(multi / name / "metrics.jsonl")
         assert [r["step"] for r in two if "loss" in r] == list(range(1, steps + 1)), name
         assert len(two) == len(_records(single / name / "metrics.jsonl")), name
+    if backend == "deepspeed":
+        return
     assert sorted(p.name for p in (multi / "pretrain" / "checkpoints").iterdir()) == ["step_00000002"]
     full, resumed = _records(multi / "pretrain" / "metrics.jsonl"), _records(multi / "resumed" / "metrics.jsonl")
     assert resumed == full[2:]
-    from safetensors.torch import load_file
-
     a = load_file(str(multi / "pretrain" / "model" / "model.safetensors"))
     b = load_file(str(multi / "resumed" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_first_step_is_the_mean_of_the_shards(runs):
-    """NPO's step-1 terms in two processes = mean over rows 0-1 and 2-3 of the terms, computed here."""
+def test_sharded_backends_hold_half_of_the_parameters(runs):
+    backend, _, _, multi = runs
+    shares = [json.loads((multi / "ranks" / f"{r}.json").read_text())["local_share"] for r in range(2)]
+    if backend == "ddp":
+        assert shares == [1.0, 1.0]
+    else:  # an odd-sized tensor leaves one process a row more
+        assert all(0.4 < s < 0.6 for s in shares), shares
+        assert sum(shares) == pytest.approx(1.0, abs=0.05)
+
+
+def test_first_step_is_the_whole_batch_value(runs):
+    """NPO's step-1 terms in two processes = the terms of the whole global batch, computed here."""
+    from obliviate.executor import PairedQA, Reference
     from obliviate.methods import build_method
     from obliviate.pretrain import build_for, tokenizer_for, world_for
     from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train.distributed import shard_rows
-    from obliviate.executor import PairedQA, Reference
 
-    worker, single, multi = runs
+    _, worker, single, multi = runs
     cfg = worker._pretrain_cfg()
     world = world_for(cfg)
     tok = tokenizer_for(world, cfg.model.vocab_size)
@@ -115,18 +151,16 @@ def test_first_step_is_the_mean_of_the_shards(runs):
         shards = [method.loss(model, shard_rows(batch, r, 2), ref) for r in range(2)]
         whole = method.loss(model, batch, ref)
     got_multi = _records(multi / "npo" / "metrics.jsonl")[0]
-    got_single = _records(single / "npo" / "metrics.jsonl")[0]
     for term in ("forget", "retain"):
-        expected = float((shards[0][term] + shards[1][term]) / 2)
-        assert got_multi[term] == pytest.approx(expected, rel=1e-6), term
-        assert got_single[term] == pytest.approx(float(whole[term]), rel=1e-6), term
+        assert got_multi[term] == pytest.approx(float(whole[term]), rel=1e-6), term
     # the retain NLL is a mean over answer tokens, and the two shards hold different token counts
-    assert float(whole["retain"]) != pytest.approx(got_multi["retain"], rel=1e-7, abs=0)
+    naive = float((shards[0]["retain"] + shards[1]["retain"]) / 2)
+    assert naive != pytest.approx(got_multi["retain"], rel=1e-5, abs=0)
 
 
 @pytest.mark.parametrize("name", ["pretrain", "npo", "rmu", "relearn"])
-def test_metrics_match_one_process_within_tolerance(runs, name):
-    _, single, multi = runs
+def test_matches_one_process_within_tolerance(runs, name):
+    _, _, single, multi = runs
     one, two = _records(single / name / "metrics.jsonl"), _records(multi / name / "metrics.jsonl")
     assert [r["step"] for r in one] == [r["step"] for r in two]
     for a, b in zip(one, two):
@@ -135,7 +169,21 @@ def test_metrics_match_one_process_within_tolerance(runs, name):
         if "grad_norm" in a:
             assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=GRAD_NORM_RTOL)
         for key in set(a) - {"step", "lr", "grad_norm"}:  # loss terms (and the relearning curve, a loss)
-            assert b[key] == pytest.approx(a[key], rel=RTOL, abs=ATOL), f"{name} step {a['step']} {key}"
+            assert b[key] == pytest.approx(a[key], rel=TERM_RTOL, abs=TERM_ATOL), f"{name} step {a['step']} {key}"
+    w1 = load_file(str(single / name / "model" / "model.safetensors"))
+    w2 = load_file(str(multi / name / "model" / "model.safetensors"))
+    assert w1.keys() == w2.keys()
+    worst = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert worst <= WEIGHT_ATOL, f"{name}: weights differ by up to {worst:.2e}"
+    moved = max(float((w1[k] - w0).abs().max()) for k, w0 in _start_weights(single, name).items())
+    assert moved > 10 * WEIGHT_ATOL  # training moved the weights far more than the tolerance
+
+
+def _start_weights(single: Path, name: str) -> dict:
+    """The weights each run started from: the untrained base (pretraining, NPO, RMU), the pretrained model."""
+    if name == "relearn":
+        return load_file(str(single / "pretrain" / "model" / "model.safetensors"))
+    return load_file(str(single / "base" / "model.safetensors"))
 
 
 # ------------------------------------------------------------------ without launching
@@ -159,31 +207,49 @@ def test_shard_rows_splits_every_row_tensor_and_list():
 
 @pytest.mark.parametrize("flag,label", [("ACCELERATE_USE_FSDP", "FSDP"),
                                         ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed ZeRO")])
-def test_methods_that_cannot_run_sharded_say_so_at_start(flag, label, monkeypatch, tiny_model, tiny_tokenizer):
-    """The flags ``accelerate launch`` sets for an FSDP / DeepSpeed config: refused before any training."""
-    from obliviate.errors import ConfigError, ObliviateError
-    from obliviate.methods import build_method
-    from obliviate.train import TrainConfig
-    from obliviate.executor import UnlearnConfig, unlearn
+def test_a_sharded_launch_of_one_process_is_refused(flag, label, monkeypatch, capsys, tmp_path, tiny_model,
+                                                    tiny_tokenizer):
+    """``accelerate launch --cpu`` starts one process whatever ``--num_processes`` says; a plain ``python`` with
+    the flag set is the same: nothing would be sharded, so the CLI refuses before loading any model, and the
+    loop refuses before any step."""
+    from obliviate.cli import main
+    from obliviate.errors import ConfigError
+    from obliviate.train import TrainConfig, train
 
-    pairs = [("Question: What is Morvexia treated with?\nAnswer:", " zalpradine."),
-             ("Question: Where does the glimmerfin live?\nAnswer:", " in cold caves.")]
+    sys.path.insert(0, str(HERE.parent))
+    from _cli_errors import one_error
+
     monkeypatch.setenv(flag, "true")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "run"
+    assert main(["unlearn", "--out", str(out), "--base", str(tmp_path / "no-such-model"), "--method", "npo"]) == 2
+    line = one_error(capsys, max_len=400)
+    assert f"{flag} asks for sharding by {label}, but this launch runs 1 process" in line  # not "no such model"
+    assert not out.exists()
     before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
-    cfg = lambda method, **kw: UnlearnConfig(method=method, batch_size=2, train=TrainConfig(steps=1, progress=False),
-                                             **kw)
-    for method in ("rmu", "adaptive_rmu", "crisp", "probe_unlearn"):
-        with pytest.raises(ObliviateError, match=rf"method '{method}' cannot run on a model sharded by {label}.*"
-                                                 r"stops the forward pass"):
-            unlearn(tiny_model, tiny_tokenizer, pairs[:1], pairs[1:], cfg(method))
-    with pytest.raises(ConfigError, match="lora"):
-        unlearn(tiny_model, tiny_tokenizer, pairs[:1], pairs[1:], cfg("npo", lora=True))
-    for method in ("ember", "snmf"):  # edit methods: refused where they run
-        with pytest.raises(ObliviateError, match=rf"method '{method}' cannot run on a model sharded by {label}: "
-                                                 r"it edits weights in place"):
-            build_method(method).edit(tiny_model, tiny_tokenizer, {"concept_sentences": ["a"],
-                                                                   "neutral_sentences": ["b"]})
-    assert all(torch.equal(p, before[n]) for n, p in tiny_model.named_parameters())  # nothing ran
+    batch = {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    with pytest.raises(ConfigError, match=f"{flag} asks for sharding"):
+        train(tiny_model, lambda m, b, s: {"lm": m(**b).logits.mean()}, lambda s: batch,
+              TrainConfig(steps=1, progress=False), tmp_path / "loop")
+    assert all(torch.equal(p, before[n]) for n, p in tiny_model.named_parameters())
+    assert not (tmp_path / "loop").exists()
+
+
+def test_deepspeed_refuses_checkpoints_before_any_step(monkeypatch, tmp_path, tiny_model):
+    """A DeepSpeed launch (2 processes, the plugin set) with ``checkpoint_every``: one line, nothing trained."""
+    from types import SimpleNamespace
+
+    from obliviate.errors import ConfigError
+    from obliviate.train import TrainConfig, train
+
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    acc = SimpleNamespace(num_processes=2, process_index=0, is_main_process=True,
+                          state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(deepspeed_config={})))
+    with pytest.raises(ConfigError, match="checkpoint_every': checkpoints of a DeepSpeed run are not supported"):
+        train(tiny_model, lambda m, b, s: {}, lambda s: {}, TrainConfig(steps=1, checkpoint_every=1, progress=False),
+              tmp_path / "run", accelerator=acc)
+    assert not (tmp_path / "run").exists()
 
 
 def test_methods_with_per_process_state_refuse_several_processes(monkeypatch):

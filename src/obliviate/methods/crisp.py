@@ -48,7 +48,6 @@ from obliviate.ember.crisp import (
 )
 from obliviate.errors import ConfigError
 from obliviate.methods import register
-from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +129,6 @@ def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class CRISP:
     config_cls = CRISPConfig
     needs_reference = True
-    sharding_unsupported = STOPS_FORWARD_EARLY
-    """Why it cannot run on a sharded model (see obliviate.train.distributed.check_method)."""
 
     @property
     def multiprocess_unsupported(self) -> str | None:

@@ -46,7 +46,6 @@ from obliviate.methods import register
 from obliviate.methods._shared import rmu_forget_loss
 from obliviate.methods.rmu import hidden_at
 from obliviate.probes import default_probe_layers, fit_probe_directions, gather_last, last_token_index
-from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 
@@ -93,8 +92,6 @@ def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.T
 class ProbeUnlearn:
     config_cls = ProbeUnlearnConfig
     needs_reference = True
-    sharding_unsupported = STOPS_FORWARD_EARLY
-    """Why it cannot run on a sharded model (see obliviate.train.distributed.check_method)."""
 
     @property
     def multiprocess_unsupported(self) -> str | None:

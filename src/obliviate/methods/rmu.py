@@ -36,7 +36,6 @@ from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.methods import register
 from obliviate.methods._shared import random_unit_vector, rmu_forget_loss
-from obliviate.train.distributed import STOPS_FORWARD_EARLY
 
 
 WMDP_LAYER_FRAC = 7 / 32
@@ -110,8 +109,6 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
 class RMU:
     config_cls = RMUConfig
     needs_reference = True
-    sharding_unsupported = STOPS_FORWARD_EARLY
-    """Why it cannot run on a sharded model (see obliviate.train.distributed.check_method)."""
 
     def __init__(self, cfg: RMUConfig):
         self.cfg = cfg

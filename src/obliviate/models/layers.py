@@ -80,6 +80,15 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model
 
 
+def is_fsdp(model: nn.Module) -> bool:
+    """True for a module sharded by torch FSDP2 (``fully_shard``)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
 def _is_hf_model(model: nn.Module) -> bool:
     from transformers import PreTrainedModel
 
@@ -276,12 +285,13 @@ def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.T
     only, which saves the ``lm_head`` cost of every unselected position (for a tiny model with
     a 4k vocabulary that is a third of the step). Models whose logits are not a plain linear
     map of the last hidden state (Gemma-2's final soft-capping, or no ``lm_head``) fall back
-    to the full forward, so the result is always equal to ``model(...).logits[positions]``.
+    to the full forward, so the result is always equal to ``model(...).logits[positions]``; so does a
+    model sharded by FSDP2, whose root (embeddings, head) is gathered only by the whole model's forward.
     """
     m = unwrap(model)
     head = m.get_output_embeddings()
     body = getattr(m, "base_model", None)
-    plain = (head is not None and body is not None and body is not m
+    plain = (head is not None and body is not None and body is not m and not is_fsdp(m)
              and getattr(m.config, "final_logit_softcapping", None) is None
              and getattr(m.config, "logit_scale", None) is None)
     if not plain:

@@ -1,5 +1,7 @@
 """The one training loop: pretraining, fine-tuning, unlearning and attacks all use it."""
 
-from obliviate.train.loop import StepSampler, TrainConfig, TrainingDiverged, select_trainable, train
+from obliviate.train.config import TrainConfig
+from obliviate.train.loop import TrainingDiverged, select_trainable, train
+from obliviate.train.sampler import StepSampler
 
 __all__ = ["TrainConfig", "StepSampler", "TrainingDiverged", "select_trainable", "train"]

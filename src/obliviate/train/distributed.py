@@ -48,9 +48,6 @@ from obliviate.errors import ConfigError, ObliviateError
 SHARDING_ENV = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}
 """The environment flags ``accelerate launch`` sets for a sharded config."""
 SHARDING_LABEL = {"fsdp": "FSDP", "deepspeed": "DeepSpeed ZeRO"}
-STOPS_FORWARD_EARLY = ("it stops the forward pass after a layer (hidden_states_at with stop_after), and FSDP / "
-                       "ZeRO-3 gather and free parameters in hooks that expect every forward pass to finish")
-"""The ``sharding_unsupported`` reason of methods that use truncated forward passes (RMU and kin)."""
 BUCKET_ELEMENTS = 1 << 24
 """Gradients are all-reduced in flat buckets of at most this many elements (64 MiB in fp32)."""
 
@@ -98,11 +95,19 @@ def sharding() -> str | None:
     return None
 
 
-def sharding_of(accelerator) -> str | None:
-    """The sharding an ``accelerate.Accelerator`` was set up with (None for DDP or one process)."""
-    from accelerate.utils import DistributedType
+def check_launch() -> None:
+    """Refuse a launch that asks for sharding but would not shard: one process (``accelerate launch --cpu``
+    starts one whatever ``--num_processes`` says; so does a plain ``python`` with the flag set)."""
+    mode = sharding()
+    if mode is not None and world_size() < 2:
+        raise ConfigError(f"{SHARDING_ENV[mode]} asks for sharding by {SHARDING_LABEL[mode]}, but this launch runs "
+                          f"1 process, so nothing would be sharded; launch 2 or more (e.g. torchrun "
+                          f"--nproc_per_node 2, see docs/distributed.md) or unset {SHARDING_ENV[mode]}")
 
-    return {DistributedType.FSDP: "fsdp", DistributedType.DEEPSPEED: "deepspeed"}.get(accelerator.distributed_type)
+
+def can_checkpoint() -> bool:
+    """Whether the training loop checkpoints in this launch (every backend but DeepSpeed's)."""
+    return sharding() != "deepspeed"
 
 
 def process_device() -> torch.device:
@@ -246,14 +251,10 @@ def method_limits(method) -> tuple[str | None, str | None]:
 
     A method declares these as attributes (or properties, when they depend on its state):
     ``multiprocess_unsupported`` and ``sharding_unsupported``, each a reason or None. Edit
-    methods (``kind = "edit"``) write weights in place and never run sharded.
+    methods (``kind = "edit"``) never reach the training loop: each process edits its whole,
+    unsharded model the same way, sharded launch or not.
     """
-    multi = getattr(method, "multiprocess_unsupported", None)
-    shard = getattr(method, "sharding_unsupported", None)
-    if shard is None and getattr(method, "kind", "train") == "edit":
-        shard = ("it edits weights in place (embedding rows or MLP weights), which on a sharded model are "
-                 "flat shards spread over the processes")
-    return multi, shard
+    return getattr(method, "multiprocess_unsupported", None), getattr(method, "sharding_unsupported", None)
 
 
 def check_method(method) -> None:
@@ -262,14 +263,13 @@ def check_method(method) -> None:
     Called where a method starts (:func:`obliviate.executor.unlearn`, and before an edit), so
     that a run that cannot work stops before any training, naming the method and the reason.
     """
+    check_launch()
     name = getattr(method, "name", type(method).__name__)
     multi, shard = method_limits(method)
     mode = sharding()
     if mode is not None and shard:
-        hint = ("run it in one process" if getattr(method, "kind", "train") == "edit"
-                else "use the DDP config (configs/accelerate/ddp.yaml) or one process")
         raise ObliviateError(f"method {name!r} cannot run on a model sharded by {SHARDING_LABEL[mode]}: {shard}; "
-                             f"{hint}")
+                             "use the DDP config (configs/accelerate/ddp.yaml) or one process")
     n = world_size()
     if n > 1 and multi:
         raise ObliviateError(f"method {name!r} cannot run in {n} processes: {multi}; run it in one process")
@@ -280,21 +280,13 @@ def check_method(method) -> None:
 def save_trained(model, directory, summary: dict | None = None, tokenizer=None) -> None:
     """Save a trained model (and tokenizer) from rank 0 only; every process waits until it is written.
 
-    After a sharded run (``summary["full_state_dict"]``, from :func:`obliviate.train.train`) the
-    weights are the gathered full state dict, not the model's own (sharded) tensors.
+    The model is whole in every process after any run, sharded ones included (the training loop
+    gathers a sharded copy back into it), so rank 0's own tensors are the full weights.
     """
-    from pathlib import Path
-
-    from obliviate.models.layers import unwrap
     from obliviate.models.load import save_model
 
     if is_main_process():
-        full = (summary or {}).get("full_state_dict")
-        if full:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            unwrap(model).save_pretrained(str(directory), state_dict=full)
-        else:
-            save_model(model, str(directory))
+        save_model(model, str(directory))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(directory))
     barrier()

@@ -18,7 +18,9 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.losses import lm_loss
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
-from obliviate.train.loop import StepSampler, TrainConfig, train
+from obliviate.train.config import TrainConfig
+from obliviate.train.loop import train
+from obliviate.train.sampler import StepSampler
 
 PRESETS = {"tiny": {"epochs": 40, "lr": 3e-3, "min_steps": 200}, "paper": {"epochs": 5, "lr": 1e-5, "min_steps": 0}}
 """Fine-tuning defaults by model size (see the module docstring). ``min_steps``: a tiny model learning a
