@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.obliviate-installed
 OUT    ?= runs/demo
 SEED   ?= 0
 TORCH  := torch==2.13.0
+DEEPSPEED := deepspeed==0.19.8
 
 .PHONY: install demo test test-all bench clean
 
@@ -28,7 +29,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# the slow tests include DeepSpeed ZeRO-3 (docs/distributed.md): deepspeed is built without isolation,
+# against the installed torch, and without its C++ ops (the one it needs compiles on first use)
 test-all: $(STAMP)
+	@$(PY) -c "import deepspeed" 2>/dev/null || ($(PY) -m pip install -q -c $(VENV)/torch-constraint.txt setuptools wheel \
+		&& DS_BUILD_OPS=0 $(PY) -m pip install -q -c $(VENV)/torch-constraint.txt --no-build-isolation $(DEEPSPEED))
 	$(PY) -m pytest -q -m ""
 
 bench: $(STAMP)

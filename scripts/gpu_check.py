@@ -1,5 +1,5 @@
-"""GPU check (issue #18): one unlearning step of every training method on the GPU in bf16, then a short
-demo-sized run; asserts that every tensor handed to a model is on that model's device, and writes the step
+"""GPU check (issues #18, #20): one unlearning step of every training method on the GPU in bf16, one NPO
+step of the FSDP2 backend (fully_shard on a one-process group: NCCL on the GPU), then a short demo-sized run; asserts that every tensor handed to a model is on that model's device, and writes the step
 times to ``OUT/gpu_check.json``. CI never has a GPU: run it when one is lent.
 
     .venv/bin/python scripts/gpu_check.py --out runs/gpu_check              # cuda, bfloat16, with the demo
@@ -81,6 +81,52 @@ def method_steps(dev: torch.device, dtype: torch.dtype, size: str, batch_size: i
     return out
 
 
+def fsdp2_step(dev: torch.device, dtype: torch.dtype, size: str, batch_size: int, seed: int = 0) -> dict:
+    """One NPO step through :class:`obliviate.train.backend.FSDP2` on a one-process group (the launch check,
+    which wants 2+ processes, is not on this path): the model is sharded (DTensors), the loss finite, and
+    ``finish`` leaves the stepped weights in the plain model."""
+    import contextlib
+    import os
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from obliviate.train.backend import FSDP2
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=0, world_size=1)
+    world = generate_world(WorldConfig(seed=seed))
+    tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
+    data = PairedData(tok, forget_pairs(world), retain_pairs(world), batch_size, seed, idk=IDK_ANSWERS)
+    batch = to_device(data(0), dev)
+    torch.manual_seed(seed)
+    model = build_model(size, vocab_size=len(tok), seed=seed).to(dev, dtype).train()
+    model, method, ref = prepare_method("npo", model, data, batch, lora=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    acc = SimpleNamespace(num_processes=1, process_index=0, is_main_process=True, device=dev,
+                          autocast=contextlib.nullcontext)
+    backend = FSDP2(acc)
+    work, opt, params = backend.prepare(model, None, lambda ps: torch.optim.AdamW(ps, lr=1e-4), lambda s: batch)
+    assert all(hasattr(p, "to_local") for p in params), "FSDP2 left a parameter unsharded"
+    sync(dev)
+    t = time.perf_counter()
+    loss = sum(method.loss(work, batch, ref).values())
+    assert torch.isfinite(loss.float()), f"fsdp2 npo: loss {loss.item()}"
+    backend.backward(loss, params)
+    norm = backend.clip(params, 1.0)
+    opt.step()
+    sync(dev)
+    seconds = time.perf_counter() - t
+    backend.finish(model, work)
+    moved = max(float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters())
+    assert moved > 0, "the FSDP2 step did not reach the plain model"
+    dist.destroy_process_group()
+    print(f"fsdp2 npo: {seconds * 1e3:.1f} ms, grad norm {norm:.3g}", flush=True)
+    return {"step_seconds": seconds, "grad_norm": norm, "max_weight_change": moved}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
@@ -98,6 +144,7 @@ def main() -> None:
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "dtype": args.dtype,
            "torch": torch.__version__, "methods": method_steps(dev, getattr(torch, args.dtype), args.size,
                                                                 args.batch_size)}
+    res["fsdp2"] = fsdp2_step(dev, getattr(torch, args.dtype), args.size, args.batch_size)
     if not args.no_demo:  # the demo itself, on whatever device the loop picks (the GPU when there is one)
         from obliviate.cli import main as cli
 
