@@ -16,7 +16,7 @@ import torch
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
-from obliviate.tasks import Data, PromptFormat
+from obliviate.task import Data, PromptFormat
 
 ANSWER_ROLES = ("none", "structural", "specific")
 

@@ -14,6 +14,7 @@ the first step.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -411,3 +412,28 @@ def _edit(method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFo
     return model, {"method": method.name, "method_obj": method, "edit": info, "history": [], "trainable": [],
                    "data": {"forget": {"qa": len(forget.qa), "docs": len(forget.docs)},
                             "retain": {"qa": len(retain.qa), "docs": len(retain.docs)}}}
+
+
+def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain: list[tuple[str, str]] | None = None,
+                  cfg=None, *, edit_data: dict | None = None, params: dict | None = None,
+                  out_dir: str | Path | None = None, progress: bool | None = False):
+    """``fn(name, model) -> (model, record)`` that runs any registered method on ``model``: the second stage
+    of :func:`obliviate.ember.combine.ember_then`.
+
+    Training methods: ``unlearn(model, tokenizer, forget, retain, cfg with method=name)``
+    (``cfg`` an :class:`UnlearnConfig`; its ``params`` are used unless
+    ``params`` is given). Edit methods: ``build_method(name, params).edit(model, tokenizer, edit_data)``.
+    """
+    def run(name: str, model: torch.nn.Module) -> tuple[torch.nn.Module, dict]:
+        if getattr(get_method(name), "kind", "train") == "edit":
+            if edit_data is None:
+                raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
+            return model, build_method(name, params).edit(model, tokenizer, edit_data)
+        if forget is None or retain is None:
+            raise ConfigError(f"method {name!r} trains: give forget and retain pairs")
+        ucfg = cfg or UnlearnConfig()
+        ucfg = dataclasses.replace(ucfg, method=name, params=ucfg.params if params is None else params)
+        model, summary = unlearn(model, tokenizer, forget, retain, ucfg, out_dir, progress=progress)
+        return model, {k: v for k, v in summary.items() if k != "method_obj"}
+
+    return run

@@ -1,6 +1,6 @@
 import pytest
 
-import obliviate.eval
+import obliviate.attacks.format_shift as format_shift_module
 from obliviate.attacks.format_shift import FORMATS, cloze_parts, cloze_prompt, format_shift_attack, starts_with_value
 from obliviate.data import qa_prompt
 from obliviate.errors import DataError
@@ -57,7 +57,7 @@ def test_scoring_of_the_generated_formats(small_world, world_tokenizer, world_mo
     def fake_generate(model, tokenizer, prompts, max_new_tokens=24, batch_size=64, stop="\n"):
         return [scripted[p] for p in prompts]
 
-    monkeypatch.setattr(obliviate.eval, "greedy_generate", fake_generate)
+    monkeypatch.setattr(format_shift_module, "greedy_generate", fake_generate)
     res = format_shift_attack(world_model, world_tokenizer, facts, mcqs)
     assert res["qa"] == pytest.approx(len(range(0, n, 2)) / n)
     assert res["qa_paraphrase"] == pytest.approx(sum(i % 3 != 2 for i in range(n)) / n)

@@ -2,17 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from obliviate.attacks.relearn import (
-    RelearnConfig,
-    answer_matches,
-    curve_auc,
-    forget_qa_eval,
-    relearn_attack,
-    steps_to_reach,
-)
+from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy
+from obliviate.eval.answers import answer_matches, forget_qa_eval
 from obliviate.eval.tofu import answer_prob
 from obliviate.tasks.world import world_relearn_sets
 

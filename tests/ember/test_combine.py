@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from obliviate.ember.combine import ember_then, method_runner, split_combo
+from obliviate.ember.combine import ember_then, split_combo
+from obliviate.executor import method_runner
 from obliviate.ember.judge import LexiconJudge
 from obliviate.errors import ConfigError
 

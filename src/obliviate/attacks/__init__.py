@@ -13,14 +13,8 @@ from __future__ import annotations
 
 from obliviate.attacks.format_shift import FORMATS, cloze_prompt, format_shift_attack
 from obliviate.attacks.probe import fit_choice_probe, linear_probe_attack
-from obliviate.attacks.relearn import (
-    RelearnConfig,
-    answer_matches,
-    curve_auc,
-    forget_qa_eval,
-    relearn_attack,
-    steps_to_reach,
-)
+from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
+from obliviate.eval.answers import answer_matches, forget_qa_eval  # scoring, kept importable from here
 
 
 __all__ = [

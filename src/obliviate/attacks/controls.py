@@ -32,7 +32,7 @@ from obliviate.errors import DataError
 from obliviate.eval.mia import priv_leak
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.report import markdown_table
-from obliviate.tasks import Data, Task
+from obliviate.task import Data, Task
 from obliviate.train.finetune import FinetuneConfig, finetune
 from obliviate.executor import IDK_ANSWERS
 

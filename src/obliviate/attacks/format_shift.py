@@ -21,7 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from obliviate.data import qa_prompt
 from obliviate.errors import DataError
+from obliviate.eval.answers import answer_token_budget
+from obliviate.eval.core import greedy_generate, mcq_accuracy, normalise_text
 
 FORMATS = ("mcq_cloze", "mcq_letters", "qa", "qa_paraphrase", "cloze")
 
@@ -37,7 +40,6 @@ def cloze_parts(fact: dict) -> tuple[str, str]:
 
 def cloze_prompt(fact: dict) -> str:
     """``qa_prompt(question) + " " + answer prefix``: the model must continue with the value."""
-    from obliviate.data import qa_prompt
 
     prefix, _ = cloze_parts(fact)
     return qa_prompt(fact["question"]) + (" " + prefix if prefix else "")
@@ -45,7 +47,6 @@ def cloze_prompt(fact: dict) -> str:
 
 def starts_with_value(prediction: str, value: str) -> bool:
     """True if the normalised prediction's first words are the normalised value's words."""
-    from obliviate.eval import normalise_text
 
     want = normalise_text(value).split()
     return bool(want) and normalise_text(prediction).split()[:len(want)] == want
@@ -58,9 +59,6 @@ def format_shift_attack(model, tokenizer, facts: Sequence[dict], mcqs: Sequence[
     ``answer_paraphrase``, ``value``, ``answer_spans``), e.g. ``world.facts_by_split("forget")``;
     ``mcqs``: the MCQs of the same facts, e.g. ``world.mcqs(split="forget")``.
     """
-    from obliviate.attacks.relearn import answer_token_budget
-    from obliviate.data import qa_prompt
-    from obliviate.eval import greedy_generate, mcq_accuracy, normalise_text
 
     if not facts:
         raise DataError("no facts for the format-shift attack")

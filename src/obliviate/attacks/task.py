@@ -22,14 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from obliviate.attacks.probe import linear_probe_attack
-from obliviate.attacks.relearn import RelearnConfig, answer_matches, curve_auc, relearn_attack, steps_to_reach
+from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.answers import answer_matches
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
 from obliviate.eval.mia import mia_metrics
 from obliviate.eval.task import answer_budget
 from obliviate.methods import preset_name
 from obliviate.models.layers import check_layer
-from obliviate.tasks import Task
+from obliviate.task import Task
 
 
 @dataclass

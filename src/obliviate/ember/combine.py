@@ -7,15 +7,13 @@ registered method works: training methods go through :func:`obliviate.executor.u
 edit methods (``kind = "edit"``) through their ``edit``.
 
 ``unlearn_fn(method_name, model) -> (model, record)`` does the second stage;
-:func:`method_runner` builds one from the usual unlearning inputs.
+:func:`obliviate.executor.method_runner` builds one from the usual unlearning inputs.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from torch import nn
 
@@ -69,31 +67,3 @@ def ember_then(method_name: str, model: nn.Module, tokenizer, concept: Sequence[
                         **locate_kwargs)
     model, record = unlearn_fn(base, model)
     return Combined(model=model, ember=ember, method=record, method_name=base)
-
-
-def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain: list[tuple[str, str]] | None = None,
-                  cfg=None, *, edit_data: dict | None = None, params: dict | None = None,
-                  out_dir: str | Path | None = None, progress: bool | None = False):
-    """An ``unlearn_fn`` for :func:`ember_then` that runs any registered method.
-
-    Training methods: ``unlearn(model, tokenizer, forget, retain, cfg with method=name)``
-    (``cfg`` an :class:`~obliviate.executor.UnlearnConfig`; its ``params`` are used unless
-    ``params`` is given). Edit methods: ``build_method(name, params).edit(model, tokenizer, edit_data)``.
-    """
-    from obliviate.methods import build_method, get_method
-
-    def run(name: str, model: nn.Module) -> tuple[nn.Module, dict]:
-        if getattr(get_method(name), "kind", "train") == "edit":
-            if edit_data is None:
-                raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
-            return model, build_method(name, params).edit(model, tokenizer, edit_data)
-        from obliviate.executor import UnlearnConfig, unlearn
-
-        if forget is None or retain is None:
-            raise ConfigError(f"method {name!r} trains: give forget and retain pairs")
-        ucfg = cfg or UnlearnConfig()
-        ucfg = dataclasses.replace(ucfg, method=name, params=ucfg.params if params is None else params)
-        model, summary = unlearn(model, tokenizer, forget, retain, ucfg, out_dir, progress=progress)
-        return model, {k: v for k, v in summary.items() if k != "method_obj"}
-
-    return run

@@ -67,10 +67,14 @@ class Verdict:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def kept(self, min_confidence: float = MIN_CONFIDENCE) -> bool:
+        """True iff the verdict says member with ``confidence >= min_confidence``."""
+        return self.is_member is True and self.confidence >= min_confidence
+
 
 def keep(verdict: Verdict, min_confidence: float = MIN_CONFIDENCE) -> bool:
-    """True iff the verdict says member with ``confidence >= min_confidence``."""
-    return verdict.is_member is True and verdict.confidence >= min_confidence
+    """True iff the verdict says member with ``confidence >= min_confidence`` (:meth:`Verdict.kept`)."""
+    return verdict.kept(min_confidence)
 
 
 @runtime_checkable

@@ -22,15 +22,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from obliviate.data import qa_prompt
 from obliviate.errors import DataError
+from obliviate.eval.answers import forget_qa_eval
+from obliviate.eval.tofu import forget_quality, model_truth_ratio
 
 _ORACLE_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def world_truth_ratios(model, tokenizer, facts: Sequence[dict], batch_size: int = 64) -> np.ndarray:
     """Truth ratio of each fact under ``model``: shape (len(facts),). Small R: the model prefers the truth."""
-    from obliviate.data import qa_prompt
-    from obliviate.eval.tofu import model_truth_ratio
 
     if not facts:
         raise DataError("no facts to compute truth ratios on")
@@ -41,7 +42,6 @@ def world_truth_ratios(model, tokenizer, facts: Sequence[dict], batch_size: int 
 
 def forget_quality_vs_oracle(tr_model, tr_oracle) -> float:
     """KS-test p-value between the two truth-ratio samples (TOFU forget quality)."""
-    from obliviate.eval.tofu import forget_quality
 
     return forget_quality(tr_model, tr_oracle)
 
@@ -53,7 +53,6 @@ def oracle_gap(acc_model: float, acc_oracle: float) -> tuple[float, float]:
 
 
 def _forget_acc(model, tokenizer, facts) -> float:
-    from obliviate.attacks.relearn import forget_qa_eval
 
     return forget_qa_eval(tokenizer, facts, match="exact")(model)
 

@@ -21,18 +21,18 @@ import numpy as np
 import torch
 
 from obliviate.data import collate, encode_data
+from obliviate.eval.answers import answer_token_budget
 from obliviate.eval.core import check_logits, mcq_accuracy, qa_accuracy, s_unlearning
 from obliviate.losses import token_nll
 from obliviate.models.tokenizer import pad_id
-from obliviate.tasks import ROLES, Data, EvalSet, Task
+from obliviate.task import ROLES, Data, EvalSet, Task
 
 PRIMARY = {"qa": "em", "mcq": "acc"}
 
 
 def answer_budget(tokenizer, answers, slack: int = 4, cap: int = 256) -> int:
-    """Greedy tokens for exact match: the longest reference answer plus ``slack`` (at most ``cap``)."""
-    longest = max((len(tokenizer(" " + a, add_special_tokens=False)["input_ids"]) for a in answers), default=0)
-    return min(cap, longest + slack)
+    """Greedy tokens for exact match: the longest reference answer plus ``slack``, at most ``cap``."""
+    return answer_token_budget(tokenizer, answers, slack, cap)
 
 
 def _prompt_of(item) -> str | None:

@@ -103,10 +103,8 @@ def top_activating_tokens(codes, token_ids, decode: Callable[[int], str], latent
 
 
 def _judge_says(judge, latent: int, tokens: list[str]) -> bool:
-    if hasattr(judge, "judge"):
-        from obliviate.ember.judge import keep
-
-        return keep(judge.judge(latent, tokens, None))
+    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.ember.judge): its verdict says whether to keep
+        return judge.judge(latent, tokens, None).kept()
     return bool(judge(latent, tokens))
 
 

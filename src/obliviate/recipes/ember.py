@@ -464,7 +464,7 @@ def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool)
     Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
     paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.
     """
-    from obliviate.ember.combine import method_runner as runner
+    from obliviate.executor import method_runner as runner
 
     c = world.concept
     ucfg, _ = method_settings(cfg, name)

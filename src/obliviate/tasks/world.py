@@ -27,11 +27,12 @@ import numpy as np
 
 from obliviate.attacks.format_shift import format_shift_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
-from obliviate.attacks.relearn import RelearnConfig, forget_qa_eval, relearn_attack
+from obliviate.attacks.relearn import RelearnConfig, relearn_attack
 from obliviate.benchmarks.schema import MCQExample, QAExample
 from obliviate.config import from_dict
 from obliviate.data import qa_answer, qa_prompt
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.answers import forget_qa_eval
 from obliviate.eval.core import mcq_accuracy, normalise_text, qa_accuracy, token_loss_by_label
 from obliviate.models.layers import check_layer
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
