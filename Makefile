@@ -8,7 +8,7 @@ SEED   ?= 0
 TORCH  := torch==2.13.0
 DEEPSPEED := deepspeed==0.19.8
 
-.PHONY: install demo test test-all bench clean
+.PHONY: install demo test test-all bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ test-all: $(STAMP)
 	@$(PY) -c "import deepspeed" 2>/dev/null || ($(PY) -m pip install -q -c $(VENV)/torch-constraint.txt setuptools wheel \
 		&& DS_BUILD_OPS=0 $(PY) -m pip install -q -c $(VENV)/torch-constraint.txt --no-build-isolation $(DEEPSPEED))
 	$(PY) -m pytest -q -m ""
+
+# the generated tables of docs/methods.md (tests/methods/test_docs.py fails when they are stale)
+docs: $(STAMP)
+	$(PY) -m obliviate.methods._docs docs/methods.md
 
 bench: $(STAMP)
 	$(VENV)/bin/obliviate bench --out runs/bench

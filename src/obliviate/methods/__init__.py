@@ -94,10 +94,13 @@ def _check_presets(name: str, cls: type, presets: dict | None) -> dict[str, dict
     return out
 
 
-def register(name: str, *, paper: str = "", presets: dict | None = None):
+def register(name: str, *, paper: str = "", equation: str = "", trains: str = "all parameters",
+             presets: dict | None = None):
     """Class decorator: make a method available as ``name``.
 
-    ``paper``: the method's source (shown by ``obliviate methods -v``). ``presets`` maps a
+    ``paper``: the method's source (shown by ``obliviate methods -v``). ``equation``: its objective in
+    one line (forget term; retain term), and ``trains``: which parameters it changes, both shown in
+    the generated table of docs/methods.md (:mod:`obliviate.methods._docs`). ``presets`` maps a
     preset name (:data:`PRESETS`) to ``{"lr": float, "steps": int, "params": {...}}``, where
     ``params`` override fields of the method's config dataclass. A preset (or a key of one)
     that is not given comes from :data:`DEFAULT_PRESETS`, so a new method needs nothing but
@@ -112,6 +115,8 @@ def register(name: str, *, paper: str = "", presets: dict | None = None):
         cls.name = name
         cls.kind = getattr(cls, "kind", "train")
         cls.paper = paper
+        cls.equation = equation
+        cls.trains = trains
         cls.presets = _check_presets(name, cls, presets)
         METHODS[name] = cls
         return cls

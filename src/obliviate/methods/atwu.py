@@ -69,7 +69,9 @@ class ATWUConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu", paper=PAPER)
+@register("atwu", paper=PAPER,
+          equation=("SATGA+: −z_t sg(p_t)^{β(1−z_t)} CE_t with a learned linear token scorer z (alternating θ / w "
+                    "steps) + retain NLL"))
 class ATWU(ScoredMethod):
     """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
 
@@ -94,7 +96,8 @@ class ATWUGAConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_ga", paper=PAPER)
+@register("atwu_ga", paper=PAPER,
+          equation="−Σ_t z_t CE_t / Σ_t z_t with learned token weights z")
 class ATWUGradAscent(ScoredMethod):
     """GradAscent with ATWU token weights: -sum_t z_t CE_t / sum_t z_t (a reconstruction)."""
 
@@ -118,7 +121,8 @@ class ATWUNPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_npo", paper=PAPER)
+@register("atwu_npo", paper=PAPER,
+          equation="NPO with log π = Σ_t z_t log p_t")
 class ATWUNPO(ScoredMethod):
     """NPO with log pi = sum_t z_t log p(y_t|.) on policy and reference (a reconstruction)."""
 
@@ -144,7 +148,8 @@ class ATWUSimNPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_simnpo", paper=PAPER)
+@register("atwu_simnpo", paper=PAPER,
+          equation="SimNPO with NLL̄ = Σ_t z_t CE_t / Σ_t z_t")
 class ATWUSimNPO(ScoredMethod):
     """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
 
@@ -171,7 +176,8 @@ class ATWUIdkDPOConfig(ScorerConfig):
     retain: Literal["nll", "kl"] = "nll"
 
 
-@register("atwu_idkdpo", paper=PAPER)
+@register("atwu_idkdpo", paper=PAPER,
+          equation="IdkDPO with the forget answer's log π weighted by z")
 class ATWUIdkDPO(ScoredMethod):
     """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
 

@@ -125,7 +125,10 @@ def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return h[mask.bool()].float().cpu()
 
 
-@register("crisp", paper="Ashuach et al. 2025, CRISP")
+@register("crisp", paper="Ashuach et al. 2025, CRISP",
+          equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · hidden MSE "
+                    "to the frozen model on benign text + β γ · last-layer MSE on coherence prompts"),
+          trains="MLP down-projections")
 class CRISP:
     config_cls = CRISPConfig
     needs_reference = True

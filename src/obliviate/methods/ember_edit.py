@@ -59,7 +59,10 @@ class EmberEditConfig:
             raise ConfigError(f"config key 'K': must be >= 1, got {self.K}")
 
 
-@register("ember", paper="Suslik, Shafran, Geva 2026, EMBER (embedding erasure)")
+@register("ember", paper="Suslik, Shafran, Geva 2026, EMBER (embedding erasure)",
+          equation=("E′ = E − δ · Σ_k (judged concept features of the sparse factorisation E ≈ Z D) on concept-only "
+                    "token rows"),
+          trains="input embedding rows of concept-only tokens")
 class EmberEdit:
     """EMBER: subtract judged concept features from concept-only input embeddings."""
 
@@ -118,7 +121,9 @@ class SNMFEditConfig:
             raise ConfigError("config key 'layers': needs at least one layer (or null for the middle one)")
 
 
-@register("snmf", paper="semi-NMF of MLP activations, as in Suslik, Shafran, Geva 2026 (EMBER)")
+@register("snmf", paper="semi-NMF of MLP activations, as in Suslik, Shafran, Geva 2026 (EMBER)",
+          equation="project the semi-NMF concept features of MLP activations out of W_down (and W_up)",
+          trains="MLP weights of the located layers")
 class SNMFEdit:
     """SNMF: semi-NMF concept features of MLP activations, projected out of W_down / W_up."""
 

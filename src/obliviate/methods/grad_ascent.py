@@ -25,6 +25,7 @@ class GradAscentConfig:
 
 
 @register("gradascent", paper="baseline (TOFU, Maini et al. 2024)",
+          equation="−CE on forget answers",
           presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
 class GradAscent:
     config_cls = GradAscentConfig
@@ -52,6 +53,7 @@ class GradDiffConfig:
 
 
 @register("graddiff", paper="baseline (TOFU, Maini et al. 2024)",
+          equation="γ · (−CE on forget answers) + α · (NLL or KL to the reference on retain)",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}})
 class GradDiff:

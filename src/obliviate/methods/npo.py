@@ -32,6 +32,7 @@ class NPOConfig:
 
 
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",
+          equation="−(2/β) mean log σ(−β (log π − log π_ref)) on forget + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class NPO:
     config_cls = NPOConfig

@@ -88,7 +88,10 @@ def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.T
     return torch.stack(terms).mean()
 
 
-@register("probe_unlearn", paper=PAPER)
+@register("probe_unlearn", paper=PAPER,
+          equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α · MSE to "
+                    "the frozen model"),
+          trains="MLP down-projections up to the deepest probed layer")
 class ProbeUnlearn:
     config_cls = ProbeUnlearnConfig
     needs_reference = True
@@ -209,7 +212,8 @@ class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
             raise ConfigError(f"config key 'layers': the single-layer variant takes one layer, got {self.layers}")
 
 
-@register("probe_unlearn_single", paper=PAPER)
+@register("probe_unlearn_single", paper=PAPER,
+          equation="probe_unlearn at one layer (ablation)", trains="MLP down-projections up to the probed layer")
 class ProbeUnlearnSingle(ProbeUnlearn):
     """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
 

@@ -102,6 +102,8 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
 
 
 @register("rmu", paper="Li et al. 2024, WMDP (arXiv:2403.03218)",
+          equation="mean ‖h_l(x_f) − c u‖² + α mean ‖h_l(x_r) − h_l^ref(x_r)‖²",
+          trains="MLP down-projections of layers l−2..l",
           presets={"tiny": {"lr": 1e-3, "steps": 50,
                             "params": {"coef": 20.0, "alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
@@ -164,6 +166,8 @@ def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 @register("adaptive_rmu", paper="Dang et al. 2025, Adaptive RMU",
+          equation="RMU with c = β · mean ‖h_l^ref(x_f)‖ (frozen model, first batch)",
+          trains="MLP down-projections of layers l−2..l",
           presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
                              "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})

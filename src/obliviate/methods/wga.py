@@ -42,6 +42,7 @@ class WGAConfig:
 
 
 @register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",
+          equation="−mean sg(p_t)^β (1 − sg(p_t))^β₂ CE_t on forget tokens + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
 class WGA:
     config_cls = WGAConfig

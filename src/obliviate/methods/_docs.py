@@ -1,0 +1,105 @@
+"""The tables of docs/methods.md, generated from the registry: what each registered method declares.
+
+``make docs`` (``python -m obliviate.methods._docs docs/methods.md``) rewrites the block between
+:data:`BEGIN` and :data:`END`; ``tests/methods/test_docs.py`` fails when the file is stale, so a new
+method file shows up in the docs by running one command, and a changed default cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from obliviate.errors import ConfigError
+from obliviate.methods import METHODS, build_method, method_names
+
+BEGIN = "<!-- BEGIN generated from the method registry by `make docs`; do not edit by hand -->"
+END = "<!-- END generated -->"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _value(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, str):
+        return repr(v)
+    return str(v)
+
+
+def config_defaults(cls) -> str:
+    """``key=value`` of every field of the method's config dataclass, in declaration order."""
+    out = []
+    for f in dataclasses.fields(cls.config_cls):
+        if f.default is not dataclasses.MISSING:
+            out.append(f"{f.name}={_value(f.default)}")
+        elif f.default_factory is not dataclasses.MISSING:
+            out.append(f"{f.name}={_value(f.default_factory())}")
+        else:
+            out.append(f"{f.name} (required)")
+    return ", ".join(out) or "—"
+
+
+def preset_text(preset: dict) -> str:
+    params = ", ".join(f"{k}={_value(v)}" for k, v in preset.get("params", {}).items())
+    return f"lr {preset['lr']:g}, {preset['steps']} steps" + (f"; {params}" if params else "")
+
+
+def needs(name: str) -> str:
+    """What the method needs and where it cannot run, read from its declarations with its default config."""
+    method = build_method(name)
+    out = []
+    if getattr(method, "kind", "train") == "edit":
+        out.append("edit (no training loop)")
+    if getattr(method, "needs_reference", False):
+        out.append("reference")
+    if getattr(method, "needs_idk", False):
+        out.append("refusal answers")
+    if getattr(method, "multiprocess_unsupported", None):
+        out.append("one process")
+    elif getattr(method, "sharding_unsupported", None):
+        out.append("no sharding")
+    return ", ".join(out) or "—"
+
+
+def render() -> str:
+    """The generated block (markers included)."""
+    names = method_names()
+    rows = ["| name | objective | trains | needs | source |", "|---|---|---|---|---|"]
+    for n in names:
+        c = METHODS[n]
+        rows.append(f"| `{n}` | {_cell(c.equation or '—')} | {_cell(c.trains)} | {_cell(needs(n))} | "
+                    f"{_cell(c.paper or '—')} |")
+    rows += ["", "| name | `tiny` preset | `paper` preset | config defaults (`unlearn.params.KEY`) |", "|---|---|---|---|"]
+    for n in names:
+        c = METHODS[n]
+        rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "
+                    f"{_cell(config_defaults(c))} |")
+    return "\n".join([BEGIN, "", *rows, "", END])
+
+
+def current_block(text: str, path: str | Path = "docs/methods.md") -> tuple[int, int]:
+    """``(start, end)`` offsets of the generated block in ``text`` (end just after :data:`END`)."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ConfigError(f"{path}: no generated block (a line {BEGIN!r} ... {END!r}) to rewrite")
+    return start, end + len(END)
+
+
+def update(path: str | Path) -> bool:
+    """Rewrite the generated block of ``path``; True if it changed."""
+    path = Path(path)
+    text = path.read_text()
+    start, end = current_block(text, path)
+    new = text[:start] + render() + text[end:]
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    target = sys.argv[1] if len(sys.argv) > 1 else "docs/methods.md"
+    print(f"{target}: {'rewritten' if update(target) else 'up to date'}")
