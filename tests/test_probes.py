@@ -9,13 +9,8 @@ import pytest
 import torch
 
 from obliviate.errors import DataError
-from obliviate.probes import (
-    default_probe_layers,
-    fit_probe_directions,
-    last_token_index,
-    last_token_states,
-    pairwise_cosine,
-)
+from obliviate.models.layers import last_token_index
+from obliviate.probes import default_probe_layers, fit_probe_directions, last_token_states, pairwise_cosine
 
 
 def test_default_probe_layers():

@@ -9,6 +9,7 @@ tokens) whether it is forget-specific or structural.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
+from obliviate.models.tokenizer import pad_id
 from obliviate.task import Data, PromptFormat
 
 ANSWER_ROLES = ("none", "structural", "specific")
@@ -120,6 +122,18 @@ def collate(seqs: list[np.ndarray], pad_id: int, extra: dict[str, list[np.ndarra
 
 MAX_CHARS_PER_TOKEN = 64
 """No token of a text tokenizer covers more characters than this (GPT-2's longest run about 30, Llama's 16)."""
+
+
+def text_batches(tokenizer, texts: Sequence[str], batch_size: int = 16, max_len: int = 128):
+    """Batches (``collate``) of ``texts`` encoded as the tokenizer encodes them (its special tokens), each cut to
+    ``max_len`` tokens, padded with :func:`~obliviate.models.tokenizer.pad_id`; empty encodings are dropped."""
+    pad = pad_id(tokenizer)
+    texts = list(texts)
+    for s in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[s:s + batch_size], truncation=True, max_length=max_len)["input_ids"]
+        seqs = [np.asarray(x, dtype=np.int64) for x in enc if len(x)]
+        if seqs:
+            yield collate(seqs, pad)
 
 
 def clip_chars(text: str, max_tokens: int | None, keep: str = "end") -> str:

@@ -29,7 +29,7 @@ from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.methods._shared import sequence_logprob
 from obliviate.methods.contract import NoReference
-from obliviate.models.layers import hidden_states_at
+from obliviate.models.layers import evaluating, hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks import Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
@@ -191,23 +191,19 @@ def checkpoint_hooks(method, ref):
 
 
 @torch.no_grad()
+@evaluating
 def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
     ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
-    was = model.training
-    model.eval()
     device = next(model.parameters()).device
     out = {}
-    try:
-        for key in keys:
-            ids, masks = data.sequences(key)
-            vals = []
-            for s in range(0, len(ids), batch_size):
-                b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
-                vals.append(sequence_logprob(model, b).float().cpu())
-            out[key] = torch.cat(vals) if vals else torch.zeros(0)
-    finally:
-        model.train(was)
+    for key in keys:
+        ids, masks = data.sequences(key)
+        vals = []
+        for s in range(0, len(ids), batch_size):
+            b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
+            vals.append(sequence_logprob(model, b).float().cpu())
+        out[key] = torch.cat(vals) if vals else torch.zeros(0)
     return out
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
+from obliviate.data import collate
 from obliviate.errors import ConfigError, DataError
+from obliviate.models.layers import states_over_batches
+from obliviate.models.tokenizer import pad_id
 
 
 def default_probe_layers(n_layers: int) -> list[int]:
@@ -34,65 +36,22 @@ def default_probe_layers(n_layers: int) -> list[int]:
     return [n_layers // 4, n_layers // 2, (3 * n_layers) // 4]
 
 
-def last_token_index(attention_mask: torch.Tensor, input_ids: torch.Tensor | None = None,
-                     skip_id: int | None = None) -> torch.Tensor:
-    """Index (B,) of each row's last non-padding token (left or right padding).
-
-    If ``skip_id`` is given (the eos id) and that token is ``skip_id``, the token before
-    it is taken instead (when the row has one).
-    """
-    mask = attention_mask.bool()
-    T = mask.size(1)
-    pos = torch.arange(T, device=mask.device).expand_as(mask)
-    last = torch.where(mask, pos, torch.full_like(pos, -1)).max(dim=1).values  # (B,)
-    if (last < 0).any():
-        raise DataError("a row of the batch has no tokens (attention mask all zero)")
-    if skip_id is not None and input_ids is not None:
-        first = torch.where(mask, pos, torch.full_like(pos, T)).min(dim=1).values
-        at_last = input_ids.gather(1, last[:, None])[:, 0]
-        last = torch.where((at_last == skip_id) & (last > first), last - 1, last)
-    return last
-
-
-def gather_last(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """h (B, T, d) at per-row positions ``index`` (B,) -> (B, d)."""
-    return h[torch.arange(h.size(0), device=h.device), index.to(h.device)]
-
-
-@torch.no_grad()
 def last_token_states(model, tokenizer, texts: Sequence[str], layers: Sequence[int], batch_size: int = 32,
-                      max_len: int = 256) -> dict[int, np.ndarray]:
+                      max_len: int | None = 256) -> dict[int, np.ndarray]:
     """``{l: (N, d) float32 array}``: each text's last-token hidden state at decoder layer l.
 
-    Texts are encoded as bos + text (no eos), right-padded; the forward pass stops
-    after the highest requested layer (:func:`obliviate.models.layers.hidden_states_at`).
+    Texts are encoded as bos + text (no eos; the first ``max_len`` tokens, all with None), right-padded;
+    the forward pass stops after the highest requested layer (:func:`obliviate.models.layers.states_over_batches`).
     """
-    from obliviate.data import collate
-    from obliviate.models.layers import hidden_states_at
-
     if not texts:
         raise DataError("no texts to compute hidden states of")
-    layers = list(layers)
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     bos = tokenizer.bos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     head = [bos] if bos is not None else []
     seqs = [np.asarray((head + tokenizer(t, add_special_tokens=False)["input_ids"])[:max_len], dtype=np.int64)
             for t in texts]
-    out: dict[int, list[np.ndarray]] = {l: [] for l in layers}
-    try:
-        for i in range(0, len(seqs), batch_size):
-            batch = collate(seqs[i:i + batch_size], pad)
-            ids, att = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-            hs = hidden_states_at(model, ids, att, layers)
-            idx = last_token_index(att)
-            for l in layers:
-                out[l].append(gather_last(hs[l], idx).float().cpu().numpy())
-    finally:
-        model.train(was_training)
-    return {l: np.concatenate(v) for l, v in out.items()}
+    pad = pad_id(tokenizer)
+    batches = (collate(seqs[i:i + batch_size], pad) for i in range(0, len(seqs), batch_size))
+    return {l: h.numpy() for l, h in states_over_batches(model, batches, layers, at="last").items()}
 
 
 def fit_probe_directions(states: dict[int, np.ndarray], y: Sequence[int], C: float = 1.0, seed: int = 0,

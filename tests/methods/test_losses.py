@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from obliviate.losses import masked_mean, token_nll
-from obliviate.methods._shared import dpo_loss, npo_loss, rmu_forget_loss, simnpo_loss
+from obliviate.losses import hidden_mse, masked_mean, token_nll
+from obliviate.methods._shared import dpo_loss, npo_loss, simnpo_loss
 from obliviate.methods.rmu import mean_token_norm
 from obliviate.methods.wga import wga_forget_loss
 
@@ -60,9 +60,9 @@ def test_rmu_forget_loss_masks_padding():
     h = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
     target = torch.tensor([1.0, 1.0]).expand_as(h)
     # first token: ((0)^2 + (1)^2)/2 = 0.5 ; second token masked
-    assert math.isclose(rmu_forget_loss(h, target, torch.tensor([[1, 0]])).item(), 0.5)
+    assert math.isclose(hidden_mse(h, target, torch.tensor([[1, 0]])).item(), 0.5)
     # unmasked: (0.5 + (4 + 9)/2) / 2 = 3.5
-    assert math.isclose(rmu_forget_loss(h, target, None).item(), 3.5)
+    assert math.isclose(hidden_mse(h, target, None).item(), 3.5)
 
 
 def test_adaptive_rmu_coefficient_norm():

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
+from obliviate.probes import last_token_states
 
 
 def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
@@ -28,36 +28,11 @@ def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
     return [prompt_fn(m["question"]) + " " + c for m in mcqs for c in m["choices"]]
 
 
-@torch.no_grad()
 def last_token_hidden(model, tokenizer, texts: Sequence[str], layers: Sequence[int],
                       batch_size: int = 64) -> dict[int, np.ndarray]:
-    """``{l: (N, d_model)}`` float32 hidden states of layer ``l`` at the last token of each text (bos prepended)."""
-    from obliviate.data import collate
-    from obliviate.models.layers import hidden_states_at
-
-    bos = tokenizer.bos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
-    seqs = [np.asarray(([bos] if bos is not None else []) + tokenizer(t, add_special_tokens=False)["input_ids"])
-            for t in texts]
-    dev = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out: dict[int, list[np.ndarray]] = {l: [] for l in layers}
-    try:
-        for s in range(0, len(seqs), batch_size):
-            chunk = seqs[s:s + batch_size]
-            batch = collate(chunk, pad)  # right padding: the last real token is at len - 1
-            ids, att = batch["input_ids"].to(dev), batch["attention_mask"].to(dev)
-            hidden = hidden_states_at(model, ids, att, layers)
-            last = torch.as_tensor([len(c) - 1 for c in chunk], device=dev)
-            rows = torch.arange(len(chunk), device=dev)
-            for l in layers:
-                out[l].append(hidden[l][rows, last].float().cpu().numpy())  # (B, d)
-    finally:
-        model.train(was_training)
-    return {l: np.concatenate(v) for l, v in out.items()}
+    """``{l: (N, d_model)}`` float32 hidden states of layer ``l`` at the last token of each text (bos prepended,
+    nothing cut): :func:`obliviate.probes.last_token_states`."""
+    return last_token_states(model, tokenizer, texts, layers, batch_size=batch_size, max_len=None)
 
 
 def split_indices(n: int, train_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

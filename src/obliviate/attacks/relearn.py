@@ -37,7 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
+from obliviate.losses import lm_loss
+from obliviate.models.tokenizer import pad_id
+from obliviate.train import StepSampler, TrainConfig, train
 
 @dataclass
 class RelearnConfig:
@@ -112,7 +116,6 @@ def _is_pairs(data: Sequence) -> bool:
 
 def _encode(tokenizer, data: Sequence, max_len: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Token ids and loss masks: every token of a text (after bos), or the answer (+ eos) of a pair."""
-    from obliviate.data import encode_prompt_answer
 
     if _is_pairs(data):
         return encode_prompt_answer(tokenizer, [p for p, _ in data], [a for _, a in data], max_len)
@@ -153,16 +156,12 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
     ``tokens_to_base``, ``tokens_per_step`` (mean), ``loss`` (``[[step, train loss], ...]``) and,
     with ``keep_model``, the fine-tuned ``model``.
     """
-    from obliviate.data import collate
-    from obliviate.train import StepSampler, TrainConfig, train
 
     cfg = cfg or RelearnConfig()
     if not train_data:
         raise DataError("no relearning data: the training set is empty")
     seqs, masks = _encode(tokenizer, train_data, cfg.max_len)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
+    pad = pad_id(tokenizer)
     sampler = StepSampler(len(seqs), cfg.batch_size, cfg.seed)
     device = next(model.parameters()).device
 
@@ -172,8 +171,6 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         return {k: v.to(device) for k, v in batch.items()}
 
     def loss_fn(m, batch, step):
-        from obliviate.losses import lm_loss
-
         return {"lm": lm_loss(m, batch)}
 
     lengths = np.asarray([len(s) for s in seqs])

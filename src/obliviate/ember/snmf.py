@@ -60,7 +60,9 @@ import torch
 from torch import nn
 
 from obliviate.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
+from obliviate.data import text_batches
 from obliviate.errors import ConfigError, DataError, ObliviateError
+from obliviate.models.layers import states_over_batches
 
 log = logging.getLogger(__name__)
 
@@ -152,29 +154,10 @@ def mlp_activations(model: nn.Module, tokenizer, texts: Sequence[str], layers: S
 
     The forward pass stops after layer ``max(layers)``.
     """
-    from obliviate.data import collate
-    from obliviate.models.layers import capture_mlp_activations, hidden_states_at
-
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts:
         raise DataError("SNMF: no texts to collect activations from")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    out: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
-    try:
-        for s in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[s:s + batch_size], truncation=True, max_length=max_len)["input_ids"]
-            batch = collate([torch.tensor(x) for x in enc], pad)
-            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-            with capture_mlp_activations(model, layers) as acts:
-                hidden_states_at(model, ids, mask, list(layers), stop_after=max(layers))
-            for l in layers:
-                out[l].append(acts[l][mask.bool()].float().cpu())  # (n_valid, d_mlp)
-    finally:
-        model.train(was_training)
-    return {l: torch.cat(v) for l, v in out.items()}
+    return states_over_batches(model, text_batches(tokenizer, texts, batch_size, max_len), layers, mlp=True)
 
 
 def select_features(G: torch.Tensor, codes: torch.Tensor, min_ratio: float = 2.0,

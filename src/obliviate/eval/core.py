@@ -20,7 +20,7 @@ import torch
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
 from obliviate.losses import token_nll
-from obliviate.models.layers import logits_at, unwrap
+from obliviate.models.layers import evaluating, logits_at, unwrap
 from obliviate.models.tokenizer import pad_id
 
 LETTERS = "ABCDEFGHIJ"
@@ -157,14 +157,13 @@ def _bar(progress: bool, total: int, desc: str):
 
 
 @torch.no_grad()
+@evaluating
 def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
                     stop: str | None = "\n", progress: bool = False) -> list[str]:
     """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``.
 
     A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos).
     """
-    was_training = model.training
-    model.eval()
     dev = _device(model)
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, pad_id(tokenizer)
     max_len = model_max_length(model)
@@ -221,7 +220,6 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
             outs.append(text)
         bar.update(len(chunk))
     bar.close()
-    model.train(was_training)
     if n_cut:
         warnings.warn(f"greedy_generate: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
                       f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} positions",
@@ -251,7 +249,17 @@ def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prom
             "n": len(questions), "predictions": preds, "correct": em, "answer_probs": probs}
 
 
+def answer_mean_nll(model, batch: dict, what: str) -> torch.Tensor:
+    """Each row's mean NLL over its labelled (answer) tokens, (B,) float64: nan for a row without any.
+    ``what`` names the computation in the error if the logits are not finite."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    check_logits(logits, batch["attention_mask"], what)
+    nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
+    return nll.double().sum(-1) / mask.sum(-1)  # 0/0 = nan for an answer with no tokens
+
+
 @torch.no_grad()
+@evaluating
 def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch_size: int = 64,
                  progress: bool = False) -> list[float]:
     """exp(-mean NLL) of each answer's tokens given its prompt (TOFU's normalised probability).
@@ -263,8 +271,6 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
     """
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
-    was_training = model.training
-    model.eval()
     dev = _device(model)
     bos = tokenizer.bos_token_id
     pad = pad_id(tokenizer)
@@ -285,14 +291,9 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
         chunk = pairs[s:s + batch_size]
         batch = collate([x for x, _ in chunk], pad, label_mask=[m for _, m in chunk])
         batch = {k: v.to(dev) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        check_logits(logits, batch["attention_mask"], "answer probabilities")
-        nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
-        mean = nll.double().sum(-1) / mask.sum(-1)  # 0/0 = nan for an answer with no tokens
-        out.extend(torch.exp(-mean).cpu().tolist())
+        out.extend(torch.exp(-answer_mean_nll(model, batch, "answer probabilities")).cpu().tolist())
         bar.update(len(chunk))
     bar.close()
-    model.train(was_training)
     if n_cut:
         warnings.warn(f"answer_probs: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
                       f"answer fits the model's {max_len} positions", stacklevel=3)
@@ -300,6 +301,7 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
 
 
 @torch.no_grad()
+@evaluating
 def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[list[str]], batch_size: int = 64,
                     normalise: bool = False, progress: bool = False) -> list[list[float]]:
     """Sum (or mean, if ``normalise``) log p(continuation | context) for each option.
@@ -308,8 +310,6 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     way lm-evaluation-harness scores ``loglikelihood`` requests. A context that does not fit
     the model's context with its continuation keeps its last tokens (and bos).
     """
-    was_training = model.training
-    model.eval()
     dev = _device(model)
     bos = tokenizer.bos_token_id
     pad = pad_id(tokenizer)
@@ -360,7 +360,6 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
         scores.extend(tot.float().cpu().tolist())
         bar.update(len(batch["input_ids"]))
     bar.close()
-    model.train(was_training)
     if n_cut:
         n_pairs = len(flat_seqs) + sum(len(t) for _, _, t in shared)
         warnings.warn(f"choice_logprobs: {n_cut} of {n_pairs} context + continuation pairs were longer than the "
@@ -404,13 +403,12 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
 
 
 @torch.no_grad()
+@evaluating
 def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int = 32, progress: bool = False) -> dict:
     """Mean next-token loss and perplexity per label value of ``field``.
 
     Each target token is attributed to its own label (the token being predicted).
     """
-    was_training = model.training
-    model.eval()
     dev = _device(model)
     names = dataset.vocab[field]
     sums = np.zeros(len(names))
@@ -432,7 +430,6 @@ def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int =
             counts[k] += float(sel.sum())
         bar.update(len(seqs))
     bar.close()
-    model.train(was_training)
     out = {}
     for k, name in enumerate(names):
         if counts[k] > 0:

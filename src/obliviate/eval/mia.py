@@ -38,6 +38,7 @@ import torch
 from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import check_logits, model_max_length
+from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
@@ -105,6 +106,7 @@ def _row_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray,
 
 
 @torch.no_grad()
+@evaluating
 def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
                         batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> list[dict]:
     """Per example, the scored tokens' log-probabilities and the mean / std of the next-token log-probability.
@@ -142,24 +144,19 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
     device = next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))
     out: list[dict | None] = [None] * len(encoded)
-    was_training = model.training
-    model.eval()
-    try:
-        for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            batch = collate([np.asarray(encoded[i][0], dtype=np.int64) for i in idx], pad)
-            ids = batch["input_ids"].to(device)
-            logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
-            check_logits(logits, batch["attention_mask"].to(device), "membership inference")
-            for row, i in enumerate(idx):
-                seq, n_ctx = encoded[i]
-                n = len(seq)
-                targets = ids[row, n_ctx:n]
-                lp, mu, sigma = _row_stats(logits[row, n_ctx - 1:n - 1], targets)
-                out[i] = {"token_ids": targets.cpu().numpy().astype(np.int64), "token_logprobs": lp,
-                          "mu": mu, "sigma": sigma}
-    finally:
-        model.train(was_training)
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        batch = collate([np.asarray(encoded[i][0], dtype=np.int64) for i in idx], pad)
+        ids = batch["input_ids"].to(device)
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).logits
+        check_logits(logits, batch["attention_mask"].to(device), "membership inference")
+        for row, i in enumerate(idx):
+            seq, n_ctx = encoded[i]
+            n = len(seq)
+            targets = ids[row, n_ctx:n]
+            lp, mu, sigma = _row_stats(logits[row, n_ctx - 1:n - 1], targets)
+            out[i] = {"token_ids": targets.cpu().numpy().astype(np.int64), "token_logprobs": lp,
+                      "mu": mu, "sigma": sigma}
     return out
 
 

@@ -24,6 +24,7 @@ from obliviate.data import collate, encode_data
 from obliviate.eval.answers import answer_token_budget
 from obliviate.eval.core import check_logits, mcq_accuracy, qa_accuracy, s_unlearning
 from obliviate.losses import token_nll
+from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.task import ROLES, Data, EvalSet, Task
 
@@ -45,6 +46,7 @@ def _prompt_of(item) -> str | None:
 
 
 @torch.no_grad()
+@evaluating
 def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16,
               prompts: list[str | None] | None = None) -> dict:
     """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in ``max_len``
@@ -56,8 +58,6 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
     if cont:
         s2, m2, _ = encode_data(tokenizer, Data(qa=cont), max_len=max_len)
         seqs, masks = list(seqs) + list(s2), list(masks) + list(m2)
-    was = model.training
-    model.eval()
     dev = next(model.parameters()).device
     pad = pad_id(tokenizer)
     total, count = 0.0, 0
@@ -70,7 +70,6 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         total += float(nll[mask].double().sum())
         count += int(mask.sum())
-    model.train(was)
     loss = total / max(count, 1)
     return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": count}
 

@@ -29,8 +29,9 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import _fit, check_logits, greedy_generate, rouge_l_recall
-from obliviate.losses import token_nll
+from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, rouge_l_recall
+from obliviate.models.layers import evaluating
+from obliviate.models.tokenizer import pad_id
 
 UTILITY_SETS = ("retain", "real_authors", "world_facts")
 UTILITY_METRICS = ("prob", "rouge_l", "truth_ratio")
@@ -51,6 +52,7 @@ def tofu_answer(answer: str) -> str:
 # ------------------------------------------------------------------ model-level scores
 
 @torch.no_grad()
+@evaluating
 def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str], batch_size: int = 32,
                max_len: int | None = None, prompt_fn: Callable[[str], str] = tofu_prompt,
                cut: bool = False) -> np.ndarray:
@@ -85,26 +87,15 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
     if n_cut:
         warnings.warn(f"answer_nll: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
                       f"answer fits the model's {max_len} positions", stacklevel=2)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ConfigError("tokenizer has neither a pad nor an eos token to pad batches with")
+    pad = pad_id(tokenizer)
     dev = next(model.parameters()).device
     order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths together: less padding
     out = np.zeros(len(seqs))
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            batch = collate([seqs[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
-            batch = {k: v.to(dev) for k, v in batch.items()}
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            check_logits(logits, batch["attention_mask"], "answer NLL")
-            nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
-            mean = nll.sum(-1) / mask.sum(-1)
-            out[idx] = mean.double().cpu().numpy()
-    finally:
-        model.train(was_training)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        batch = collate([seqs[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        out[idx] = answer_mean_nll(model, batch, "answer NLL").cpu().numpy()
     return out
 
 

@@ -30,6 +30,8 @@ import torch
 from obliviate.data import collate, qa_prompt, token_labels
 from obliviate.errors import DataError
 from obliviate.losses import token_nll
+from obliviate.models.layers import evaluating
+from obliviate.models.tokenizer import pad_id
 
 LABEL_CODES = {"specific": 1, "structural": 0}
 
@@ -84,7 +86,7 @@ def world_token_labels(tokenizer, facts: Sequence[dict], max_len: int = 256) -> 
         seqs.append(np.asarray(ids[:max_len], dtype=np.int64))
         answer_masks.append(np.asarray(amask[:max_len], dtype=np.int64))
         codes.append(np.asarray(code[:max_len], dtype=np.int64))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    pad = pad_id(tokenizer)
     batch = collate(seqs, pad, extra={"answer_role": codes}, label_mask=answer_masks)
     labels = batch.pop("answer_role")[:, 1:]  # (B, T-1): padding got -1 from collate
     return batch, labels
@@ -127,6 +129,7 @@ def rarity_scorer(counts: torch.Tensor) -> Callable:
 # ---------------------------------------------------------------- report
 
 @torch.no_grad()
+@evaluating
 def token_score_aurocs(model, tokenizer, facts: Sequence[dict], scorers: dict[str, Callable] | None = None,
                        corpus_texts: Sequence[str] | None = None, batch_size: int = 32) -> dict:
     """Token AUROC of each scorer on ``facts`` (e.g. ``world.facts_by_split("forget")``).
@@ -142,18 +145,13 @@ def token_score_aurocs(model, tokenizer, facts: Sequence[dict], scorers: dict[st
     all_scorers.update(scorers or {})
     batch, labels = world_token_labels(tokenizer, facts)
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     collected: dict[str, list[torch.Tensor]] = {n: [] for n in all_scorers}
-    try:
-        for s in range(0, len(facts), batch_size):
-            sub = {k: v[s:s + batch_size] for k, v in batch.items()}
-            T = int(sub["attention_mask"].sum(-1).max())
-            sub = {k: v[:, :T].to(device) for k, v in sub.items()}
-            for name, fn in all_scorers.items():
-                collected[name].append(fn(model, sub).float().cpu().reshape(-1, T - 1))
-    finally:
-        model.train(was_training)
+    for s in range(0, len(facts), batch_size):
+        sub = {k: v[s:s + batch_size] for k, v in batch.items()}
+        T = int(sub["attention_mask"].sum(-1).max())
+        sub = {k: v[:, :T].to(device) for k, v in sub.items()}
+        for name, fn in all_scorers.items():
+            collected[name].append(fn(model, sub).float().cpu().reshape(-1, T - 1))
     out = {}
     for name, parts in collected.items():
         chunks = [labels[s:s + batch_size, :p.size(1)] for s, p in zip(range(0, len(facts), batch_size), parts)]

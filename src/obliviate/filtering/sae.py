@@ -26,6 +26,7 @@ from torch import nn
 
 from obliviate.data import TokenDataset, collate
 from obliviate.errors import ConfigError, DataError
+from obliviate.models.layers import states_over_batches
 
 
 class TopKSAE(nn.Module):
@@ -165,23 +166,12 @@ def residual_activations(model: nn.Module, dataset: TokenDataset, layer: int, ba
     Uses :func:`obliviate.models.layers.hidden_states_at` (``capture_hidden`` on a
     forward pass truncated after ``layer``).
     """
-    from obliviate.models.layers import hidden_states_at
-
     if len(dataset) == 0:
         raise DataError("residual_activations: empty dataset")
-    was_training = model.training
-    model.eval()
-    out = []
-    try:
-        for s in range(0, len(dataset), batch_size):
-            seqs = dataset.input_ids[s:s + batch_size]
-            batch = collate(seqs, pad_id)
-            h = hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer])[layer]  # (B, T, d)
-            out.append(h[batch["attention_mask"].bool()].float().cpu())
-    finally:
-        model.train(was_training)
+    batches = (collate(dataset.input_ids[s:s + batch_size], pad_id) for s in range(0, len(dataset), batch_size))
+    acts = states_over_batches(model, batches, [layer])[layer]
     labels = {f: np.concatenate(arrs) for f, arrs in dataset.labels.items()}
-    return torch.cat(out), labels
+    return acts, labels
 
 
 # ----------------------------------------------------------------------------- SAEs trained elsewhere

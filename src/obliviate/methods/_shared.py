@@ -35,6 +35,16 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
     return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows, logp)
 
 
+def sequence_mean_nll(model, batch: dict) -> torch.Tensor:
+    """Each sequence's mean labelled-token NLL, (B,) (0 for a row without labelled tokens), with logits only at
+    the labelled positions."""
+    logp, rows = labelled_logprobs(model, batch)
+    B = batch["labels"].shape[0]
+    total = torch.zeros(B, dtype=logp.dtype, device=logp.device).index_add(0, rows, -logp)
+    count = torch.zeros(B, dtype=logp.dtype, device=logp.device).index_add(0, rows, torch.ones_like(logp))
+    return total / count.clamp(min=1)
+
+
 def mean_labelled_nll(model, batch: dict) -> torch.Tensor:
     """Mean labelled-token NLL over the batch (a scalar), with logits only at the labelled positions."""
     logp, _ = labelled_logprobs(model, batch)
@@ -85,12 +95,6 @@ def random_unit_vector(d: int, seed: int, device=None) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     r = torch.rand(d, generator=g)
     return (r / r.norm()).to(device)
-
-
-def rmu_forget_loss(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """mean over (valid tokens, dims) of (h - target)^2; target broadcasts over (B, T)."""
-    sq = (h.float() - target.float()).pow(2).mean(-1)  # (B, T)
-    return sq.mean() if mask is None else masked_mean(sq, mask.bool())
 
 
 def forget_and_retain(forget: torch.Tensor, model, batch: dict, ref, cfg) -> dict:

@@ -30,9 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.errors import ConfigError
-from obliviate.losses import masked_mean
+from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
-from obliviate.methods._shared import rmu_forget_loss
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, check_layer_frac
 
 
@@ -87,5 +86,5 @@ class CosineRMU(RMU):
 
     def retain_term(self, h_r: torch.Tensor, h_r_ref: torch.Tensor, mask) -> torch.Tensor:
         if self.cfg.retain == "mse":
-            return rmu_forget_loss(h_r, h_r_ref, mask)  # RMU's masked MSE
+            return hidden_mse(h_r, h_r_ref, mask)  # RMU's masked MSE
         return cosine_distance(h_r, h_r_ref, mask)

@@ -46,8 +46,10 @@ from obliviate.ember.crisp import (
     train_layer_sae,
     unlearn_term,
 )
-from obliviate.errors import ConfigError
+from obliviate.data import text_batches
+from obliviate.errors import ConfigError, DataError
 from obliviate.methods import register
+from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches
 
 log = logging.getLogger(__name__)
 
@@ -95,30 +97,15 @@ class CRISPConfig:
 def text_hidden(model, tokenizer, texts: list[str], layers: list[int], batch_size: int = 16,
                 max_len: int = 128) -> dict[int, torch.Tensor]:
     """Residual stream ``{l: (N_tokens, d)}`` at every non-padding token of ``texts`` (frozen, no grad)."""
-    from obliviate.models.layers import hidden_states_at
-
-    device = next(model.parameters()).device
-    out: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
-    was_training = model.training
-    model.eval()
-    try:
-        for s in range(0, len(texts), batch_size):
-            b = _encode(tokenizer, texts[s:s + batch_size], max_len)
-            ids, mask = b["input_ids"].to(device), b["attention_mask"].to(device)
-            hs = hidden_states_at(model, ids, mask, layers)
-            for l in layers:
-                out[l].append(hs[l][mask.bool()].float().cpu())
-    finally:
-        model.train(was_training)
-    return {l: torch.cat(v) for l, v in out.items()}
+    return states_over_batches(model, text_batches(tokenizer, texts, batch_size, max_len), layers)
 
 
 def _encode(tokenizer, texts: list[str], max_len: int = 128) -> dict:
-    from obliviate.data import collate
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    enc = tokenizer(list(texts), truncation=True, max_length=max_len)["input_ids"]
-    return collate([torch.tensor(x) for x in enc if len(x)], pad)
+    """All of ``texts`` as one batch."""
+    batch = next(text_batches(tokenizer, texts, max(1, len(texts)), max_len), None)
+    if batch is None:
+        raise DataError("CRISP: no text to encode (every text is empty)")
+    return batch
 
 
 def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -152,15 +139,11 @@ class CRISP:
         self._coh_pos = 0
 
     def resolve_layers(self, model) -> list[int]:
-        from obliviate.models.layers import check_layer, num_layers
-
         layers = self.cfg.layers if self.cfg.layers is not None else [num_layers(model) // 2]
         self.layers = sorted({check_layer(model, int(l)) for l in layers})
         return self.layers
 
     def trainable(self, model) -> list[str]:
-        from obliviate.models.layers import param_names_for
-
         return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))
 
     # ------------------------------------------------------------------ SAE and features
@@ -216,8 +199,6 @@ class CRISP:
         return {"input_ids": ids[:, :keep].to(device), "attention_mask": mask[:, :keep].to(device)}
 
     def loss(self, model, batch, ref) -> dict:
-        from obliviate.models.layers import hidden_states_at, num_layers
-
         if self.layers is None:
             self.resolve_layers(model)
         if self.saes is None:

@@ -42,10 +42,11 @@ import numpy as np
 import torch
 
 from obliviate.errors import ConfigError
+from obliviate.losses import hidden_mse
 from obliviate.methods import register
-from obliviate.methods._shared import rmu_forget_loss
 from obliviate.methods.rmu import hidden_at
-from obliviate.probes import default_probe_layers, fit_probe_directions, gather_last, last_token_index
+from obliviate.models.layers import gather_last, last_token_index
+from obliviate.probes import default_probe_layers, fit_probe_directions
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 
@@ -198,7 +199,7 @@ class ProbeUnlearn:
         hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)
         forget = probe_forget_loss(hs, self.directions, self._last(f))
         h_r = hidden_at(model, r, top)
-        retain = rmu_forget_loss(h_r, ref.hidden(r, top), self._mask(r))  # masked MSE to the frozen states
+        retain = hidden_mse(h_r, ref.hidden(r, top), self._mask(r))  # masked MSE to the frozen states
         return {"forget": forget, "retain": self.cfg.alpha * retain}
 
 

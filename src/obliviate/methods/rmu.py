@@ -33,9 +33,9 @@ import torch
 import math
 
 from obliviate.errors import ConfigError
-from obliviate.losses import masked_mean
+from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
-from obliviate.methods._shared import random_unit_vector, rmu_forget_loss
+from obliviate.methods._shared import random_unit_vector
 
 
 WMDP_LAYER_FRAC = 7 / 32
@@ -141,10 +141,10 @@ class RMU:
         return torch.stack([self.control(int(t), d, device) for t in topics])[:, None, :]
 
     def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
-        return rmu_forget_loss(h_f, (self.coef * u).expand_as(h_f), mask)
+        return hidden_mse(h_f, (self.coef * u).expand_as(h_f), mask)
 
     def retain_term(self, h_r: torch.Tensor, h_r_ref: torch.Tensor, mask) -> torch.Tensor:
-        return rmu_forget_loss(h_r, h_r_ref, mask)
+        return hidden_mse(h_r, h_r_ref, mask)
 
     def loss(self, model, batch, ref) -> dict:
         f, r = batch["forget"], batch["retain"]

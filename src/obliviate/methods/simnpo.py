@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.losses import token_nll
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, forward_logits, simnpo_loss
+from obliviate.methods._shared import forget_and_retain, sequence_mean_nll, simnpo_loss
 
 
 @dataclass
@@ -44,7 +43,5 @@ class SimNPO:
         return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
-        f = batch["forget"]
-        nll, mask = token_nll(forward_logits(model, f), f["labels"])
-        nll_bar = nll.sum(-1) / mask.sum(-1).clamp(min=1)
+        nll_bar = sequence_mean_nll(model, batch["forget"])  # (B,)
         return forget_and_retain(simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta), model, batch, ref, self.cfg)

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
-from obliviate.errors import ConfigError, ModelError
+from obliviate.errors import ConfigError, DataError, ModelError
 
 # Where each architecture keeps its decoder layers, tried in order on the unwrapped model.
 _LAYER_PATHS = (
@@ -346,6 +347,80 @@ def capture_mlp_activations(model: nn.Module, layers: Sequence[int]) -> Iterator
     finally:
         for h in handles:
             h.remove()
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode for the block; its training flag is restored after, on error too."""
+    was = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was)
+
+
+def evaluating(fn):
+    """Decorator: ``fn(model, ...)`` runs with ``model`` (its first argument) in eval mode (:func:`eval_mode`)."""
+    @functools.wraps(fn)
+    def run(model, *args, **kwargs):
+        with eval_mode(model):
+            return fn(model, *args, **kwargs)
+    return run
+
+
+def last_token_index(attention_mask: torch.Tensor, input_ids: torch.Tensor | None = None,
+                     skip_id: int | None = None) -> torch.Tensor:
+    """Index (B,) of each row's last non-padding token (left or right padding).
+
+    If ``skip_id`` is given (the eos id) and that token is ``skip_id``, the token before
+    it is taken instead (when the row has one).
+    """
+    mask = attention_mask.bool()
+    T = mask.size(1)
+    pos = torch.arange(T, device=mask.device).expand_as(mask)
+    last = torch.where(mask, pos, torch.full_like(pos, -1)).max(dim=1).values  # (B,)
+    if (last < 0).any():
+        raise DataError("a row of the batch has no tokens (attention mask all zero)")
+    if skip_id is not None and input_ids is not None:
+        first = torch.where(mask, pos, torch.full_like(pos, T)).min(dim=1).values
+        at_last = input_ids.gather(1, last[:, None])[:, 0]
+        last = torch.where((at_last == skip_id) & (last > first), last - 1, last)
+    return last
+
+
+def gather_last(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """h (B, T, d) at per-row positions ``index`` (B,) -> (B, d)."""
+    return h[torch.arange(h.size(0), device=h.device), index.to(h.device)]
+
+
+@torch.no_grad()
+def states_over_batches(model: nn.Module, batches, layers: Sequence[int], *, at: str = "tokens",
+                        mlp: bool = False) -> dict[int, torch.Tensor]:
+    """Hidden states (``mlp``: MLP activations, the down-projection's input) of ``layers`` over ``batches``.
+
+    ``batches``: an iterable of ``{"input_ids", "attention_mask"}`` (B, T). ``at="tokens"``: every
+    non-padding token, ``{l: (N_tokens, d)}`` in order; ``at="last"``: each row's last non-padding
+    token, ``{l: (N_rows, d)}``. Float32 on the CPU; the model in eval mode, the forward pass stopped
+    after ``max(layers)`` (:func:`hidden_states_at`).
+    """
+    if at not in ("tokens", "last"):
+        raise ConfigError(f"states_over_batches: at must be 'tokens' or 'last', got {at!r}")
+    layers = list(layers)
+    device = next(model.parameters()).device
+    out: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
+    with eval_mode(model):
+        for batch in batches:
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            with contextlib.ExitStack() as stack:
+                acts = stack.enter_context(capture_mlp_activations(model, layers)) if mlp else None
+                hs = hidden_states_at(model, ids, mask, layers, stop_after=max(layers))
+            got = acts if mlp else hs
+            for l in layers:
+                h = got[l]
+                out[l].append((h[mask.bool()] if at == "tokens" else gather_last(h, last_token_index(mask)))
+                              .float().cpu())
+    return {l: torch.cat(v) for l, v in out.items()}
 
 
 def hidden_states_at(
