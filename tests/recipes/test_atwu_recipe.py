@@ -81,6 +81,7 @@ def test_tofu_part_on_a_few_examples(tmp_path):
 
 
 def test_claims_from_hand_made_metrics():
+    from obliviate.config import to_dict
     from obliviate.recipes.atwu import AtwuRecipeConfig, make_claims
 
     methods = ["atwu", "npo", "atwu_npo"]
@@ -91,20 +92,22 @@ def test_claims_from_hand_made_metrics():
         "atwu_npo": {"tofu_uq": 90.0},  # an ATWU variant is not the runner-up
         "token_baselines": {"uniform": {"token_auroc": 0.5}, "rarity": {"token_auroc": 0.95}},
     }
-    c = make_claims(AtwuRecipeConfig(methods=methods), metrics, methods, tofu_ran=True)
+    results = {"config": to_dict(AtwuRecipeConfig(methods=methods)), "metrics": metrics,
+               "notes": {"methods": methods, "parts": ["world", "tofu"], "tofu": "ran"}}
+    c = make_claims(results)
     assert [x.agrees for x in c] == [True, True, False, True]
     assert c[1].ours == "+8.0 points over npo" and "and size" in c[1].sentence  # 80 - 72 = 8 >= 5.8
     assert "rarity 0.95" in c[2].sentence and "above uniform 0.50" in c[2].sentence
     assert "drop 6%" in c[3].ours  # (0.50 - 0.47) / 0.50 = 0.06 <= 0.1
     metrics["atwu"]["tofu_model_utility"] = 0.40  # a 20% drop
     metrics["npo"]["tofu_uq"] = 85.0
-    c = make_claims(AtwuRecipeConfig(methods=methods), metrics, methods, tofu_ran=True)
+    c = make_claims(results)
     assert [x.agrees for x in c] == [False, False, False, False] and c[1].ours == "-5.0 points over npo"
 
 
 def test_config_errors_name_the_key(tmp_path):
     from obliviate.config import from_dict
-    from obliviate.recipes.atwu import AtwuRecipeConfig, run
+    from obliviate.recipes.atwu.run import AtwuRecipeConfig, run
 
     with pytest.raises(ConfigError, match="unknown method 'nope'"):
         from_dict(AtwuRecipeConfig, {"methods": ["atwu", "nope"]})
@@ -131,7 +134,7 @@ def test_atwu_token_auroc_beats_uniform_on_the_default_world(tmp_path):
 
 
 def test_quick_runs_the_world_part_with_the_quick_methods(tmp_path, monkeypatch):
-    import obliviate.recipes.atwu as recipe_mod
+    import obliviate.recipes.atwu.run as recipe_mod
     from obliviate.config import from_dict
 
     calls = []

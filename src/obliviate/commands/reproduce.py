@@ -1,4 +1,5 @@
-"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.recipes`)."""
+"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.recipes`);
+``--render-only DIR`` re-renders a finished one's report from its ``results.json``."""
 
 from __future__ import annotations
 
@@ -18,9 +19,16 @@ def cmd_reproduce(args) -> None:
     import time
 
     from obliviate.config import build_config
-    from obliviate.recipes import get_recipe
+    from obliviate.errors import ConfigError
+    from obliviate.recipes import get_recipe, render_only
     from obliviate.results import prepare_out_dir
 
+    if args.render_only:
+        render_only(args.name, args.render_only)
+        print(f"{args.name}: report {args.render_only}/report.md rendered from its results.json")
+        return
+    if not args.out:
+        raise ConfigError("reproduce: --out DIR is required (or --render-only DIR)")
     config_cls, run, _ = get_recipe(args.name)
     fields = {f.name for f in dataclasses.fields(config_cls)}
     base = {"seed": args.seed}
@@ -43,5 +51,7 @@ def register(sub) -> None:
     s = sub.add_parser("reproduce", help=f"reproduce a paper's experiments at tiny scale: {names}")
     s.add_argument("name", metavar="NAME", help=f"recipe: {names}")
     s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
-    add_common(s)
+    s.add_argument("--render-only", metavar="DIR", help="re-render DIR/report.md and its plots from DIR/results.json, "
+                   "training nothing (recipes that split run / claims / report: atwu)")
+    add_common(s, out_required=False)
     s.set_defaults(fn=cmd_reproduce)

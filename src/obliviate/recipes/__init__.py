@@ -1,9 +1,14 @@
 """Paper reproductions (``obliviate reproduce NAME``), composed from the package's components.
 
-A recipe is one module here with a config dataclass and a ``run(cfg, out, progress) -> dict``
+A recipe is a module (or a folder) here with a config dataclass and a ``run(cfg, out, progress) -> dict``
 function, registered with :func:`recipe`. It writes, in its run directory, ``results.json``
 (atomically, last), ``report.md`` (tables, the paper's claims beside ours) and its plots.
 Recipes hold no method code: every objective, metric and attack they use lives in the package.
+
+A recipe folder (``recipes/<name>/``) splits ``run.py`` (the experiments), ``claims.py`` (the paper's
+claims and our verdicts) and ``report.py`` (``report.md`` and plots); claims and report are pure
+functions of ``results.json``, so ``obliviate reproduce NAME --render-only DIR`` re-renders a report
+without training (:func:`render_only`). So far ``atwu`` is a folder; the others are single modules.
 
 The claims table is the same in every recipe: :class:`Claim` rows rendered by
 :func:`claims_markdown`, one sentence per claim saying whether our small-scale result agrees,
@@ -26,6 +31,7 @@ RECIPE_MODULES = {
 """Recipe name -> module in :mod:`obliviate.recipes` (imported on demand)."""
 
 _RECIPES: dict[str, tuple[type, Callable, str]] = {}
+_RENDERERS: dict[str, Callable] = {}
 
 
 def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
@@ -54,14 +60,52 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     return saved["result"], saved["seconds"]
 
 
-def recipe(name: str, config_cls: type, description: str):
-    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass."""
+def recipe(name: str, config_cls: type, description: str, render: Callable | None = None):
+    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass; ``render(results, out)``,
+    if given, writes the report from ``results.json`` alone (``--render-only``)."""
 
     def deco(fn):
         _RECIPES[name] = (config_cls, fn, description)
+        if render is not None:
+            _RENDERERS[name] = render
         return fn
 
     return deco
+
+
+def as_results(cfg, **parts) -> dict:
+    """What ``results.json`` will hold (config as a dict, and ``parts``), JSON-cleaned as it is written, so that a
+    report rendered from it during the run is the one ``--render-only`` renders from the file."""
+    import dataclasses
+    import json
+
+    from obliviate.results import _clean
+
+    payload = {"seed": cfg.seed, "config": dataclasses.asdict(cfg), **parts}
+    return json.loads(json.dumps(_clean(payload), sort_keys=True))  # as atomic_write_json writes it
+
+
+def render_only(name: str, out) -> None:
+    """Re-render recipe ``name``'s ``report.md`` (and plots) in ``out`` from ``out/results.json``, training nothing."""
+    import json
+    from pathlib import Path
+
+    from obliviate.errors import ConfigError, InvalidResult
+
+    get_recipe(name)
+    if name not in _RENDERERS:
+        have = ", ".join(n for n in available() if get_recipe(n) and n in _RENDERERS) or "none"
+        raise ConfigError(f"recipe '{name}' cannot re-render a report from results.json yet (recipes that can: {have})")
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"--render-only {out}: no results.json there")
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidResult(f"{path}: not a readable results.json ({e})") from None
+    if results.get("status") != "complete":
+        raise InvalidResult(f"{path}: status is {results.get('status')!r}, not 'complete'; nothing to render")
+    _RENDERERS[name](results, Path(out))
 
 
 def available() -> list[str]:
