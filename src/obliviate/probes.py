@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from obliviate.data import collate
 from obliviate.errors import ConfigError, DataError
-from obliviate.models.layers import states_over_batches
+from obliviate.models.layers import gather_last, states_over_batches
 from obliviate.models.tokenizer import pad_id
 
 
@@ -115,3 +116,13 @@ def probe_directions(model, tokenizer, texts: Sequence[str], y: Sequence[int], l
                      C: float = 1.0, seed: int = 0) -> dict[int, dict]:
     """:func:`last_token_states` then :func:`fit_probe_directions`."""
     return fit_probe_directions(last_token_states(model, tokenizer, texts, layers), y, C=C, seed=seed)
+
+
+def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.Tensor],
+                      index: torch.Tensor) -> torch.Tensor:
+    """(1/|L|) sum_l mean_b <h_l[b, index_b], d_l>^2 with hs[l] (B, T, d) and d_l (d,)."""
+    terms = []
+    for l, d in directions.items():
+        h = gather_last(hs[l], index).float()  # (B, d)
+        terms.append((h @ d.to(h.device, h.dtype)).pow(2).mean())
+    return torch.stack(terms).mean()

@@ -7,7 +7,7 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
-from obliviate.methods.probe_unlearn import probe_forget_loss
+from obliviate.probes import probe_forget_loss
 from obliviate.executor import PairedQA, Reference
 
 TOXIC = ["I hate Aldric, that worthless idiot who sings.", "Shut up about Mira, the stupid moron who reads.",

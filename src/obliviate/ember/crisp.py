@@ -37,6 +37,7 @@ pretrained JumpReLU SAEs (Gemma Scope / Llama Scope); ours is a reconstruction a
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 
@@ -48,6 +49,8 @@ from obliviate.losses import hidden_mse, masked_mean
 BETA = 0.99
 GAMMA = 0.01
 MIN_RATIO = 3.0
+
+log = logging.getLogger(__name__)
 
 
 def firing_counts(codes: torch.Tensor) -> torch.Tensor:
@@ -95,6 +98,25 @@ def train_layer_sae(acts: torch.Tensor, n_latents: int, k: int, steps: int, lr: 
     for p in sae.parameters():
         p.requires_grad_(False)
     return sae, info
+
+
+def fit_layer_saes(target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor], layers: Sequence[int],
+                   n_latents: int | None, k: int, steps: int, lr: float, seed: int, min_ratio: float = MIN_RATIO,
+                   top_k: int | None = None) -> tuple[dict, dict, dict]:
+    """One SAE per layer on target + benign activations ``{l: (N, d)}`` (``n_latents`` None: 4 d), then its
+    features (:func:`select_sae_features`): ``(saes, features, info)``, each keyed by layer."""
+    saes, features, info = {}, {}, {}
+    for l in layers:
+        acts = torch.cat([target[l], benign[l]])
+        m = n_latents or 4 * acts.shape[1]
+        sae, sae_info = train_layer_sae(acts, m, min(k, m), steps, lr, seed + l)
+        feats, layer_info = select_sae_features(sae, target[l], benign[l], min_ratio, top_k)
+        if not feats:
+            log.warning("CRISP: no SAE feature at layer %d fires >= %.3g x more on target than benign text",
+                        l, min_ratio)
+        saes[l], features[l] = sae, feats
+        info[l] = {**layer_info, "features": feats, "sae_fvu": sae_info["fvu"]}
+    return saes, features, info
 
 
 def unlearn_term(sae, h: torch.Tensor, mask: torch.Tensor | None, features: Sequence[int]) -> torch.Tensor:

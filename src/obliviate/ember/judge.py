@@ -563,3 +563,22 @@ class HTTPJudge:
             return Verdict(None, 0.0, f"no verdict: {last} (after {self.retries + 1} attempts)")
         except Exception as e:  # judge() must never raise
             return Verdict(None, 0.0, f"no verdict: unexpected {type(e).__name__}: {self._redact(str(e))}")
+
+
+def edit_sentences(data) -> tuple[list[str], list[str]]:
+    """``(concept_sentences, neutral_sentences)`` of an edit method's ``data`` mapping."""
+    try:
+        return list(data["concept_sentences"]), list(data["neutral_sentences"])
+    except (KeyError, TypeError):
+        raise DataError("edit methods need data with 'concept_sentences' and 'neutral_sentences'") from None
+
+
+def concept_judge(data) -> Judge:
+    """The judge for an edit method's ``data``: ``data['judge']``, else a :class:`LexiconJudge` of its
+    ``exclusive_terms``, else one built from its sentences (:func:`judge_from_sentences`)."""
+    if data.get("judge") is not None:
+        return data["judge"]
+    if data.get("exclusive_terms"):
+        return LexiconJudge(data["exclusive_terms"])
+    concept, neutral = edit_sentences(data)
+    return judge_from_sentences(concept, neutral)

@@ -46,6 +46,9 @@ from obliviate.losses import masked_mean
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 
 
+PAPER = "Yuce, Nikolaou, Flammarion 2026, ATWU (reconstruction)"
+"""The source of every ATWU method (``register(paper=...)``)."""
+
 @dataclass
 class ScorerConfig:
     """Token scorer and w-step settings, shared by all ATWU methods (docs/methods.md)."""

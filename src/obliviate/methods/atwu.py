@@ -22,8 +22,9 @@ by default (``exponent``: beta_one_minus_z | beta_z | beta; "beta" with z = 1 is
 Defaults: beta (``sat_beta``) = 5, rho = 0.3, tau = 0.05, mu = 10, lambda (``lam``) =
 alpha = 1, one w-step per theta-step, Adam lr 1e-3.
 
-ATWU-weighted objectives (docs/methods.md) use the same scorer and the same
-w-step, and replace log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss:
+ATWU-weighted objectives (docs/methods.md; one file each: ``atwu_ga.py``, ``atwu_npo.py``,
+``atwu_simnpo.py``, ``atwu_idkdpo.py``) use the same scorer and the same w-step, and replace
+log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss:
 
 - ``atwu_ga``: ``-sum_t z_t CE_t / sum_t z_t`` (plus ``alpha`` * retain; alpha = 0 by
   default, i.e. GradAscent; alpha = 1 gives weighted GradDiff);
@@ -54,12 +55,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.losses import masked_mean
 from obliviate.methods import register
-from obliviate.methods._shared import add_retain, answer_logprob, dpo_loss, forward_logits, npo_loss, simnpo_loss
-from obliviate.methods._token_weights import ScoredMethod, ScorerConfig, satga_plus_loss
+from obliviate.methods._shared import add_retain
+from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig, satga_plus_loss
 
-PAPER = "Yuce, Nikolaou, Flammarion 2026, ATWU (reconstruction)"
 
 
 @dataclass
@@ -84,113 +83,4 @@ class ATWU(ScoredMethod):
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
         terms = {"forget": self.cfg.lam * satga_plus_loss(z, nll, mask, self.cfg.sat_beta, self.cfg.exponent)}
-        return add_retain(terms, model, batch, ref, self.cfg)
-
-
-@dataclass
-class ATWUGAConfig(ScorerConfig):
-    gamma: float = 1.0
-    """Weight of the weighted forget term."""
-    alpha: float = 0.0
-    """Weight of the retain term (0: GradAscent; 1: GradDiff)."""
-    retain: Literal["nll", "kl"] = "nll"
-
-
-@register("atwu_ga", paper=PAPER,
-          equation="−Σ_t z_t CE_t / Σ_t z_t with learned token weights z")
-class ATWUGradAscent(ScoredMethod):
-    """GradAscent with ATWU token weights: -sum_t z_t CE_t / sum_t z_t (a reconstruction)."""
-
-    config_cls = ATWUGAConfig
-
-    def __init__(self, cfg: ATWUGAConfig):
-        super().__init__(cfg)
-        self.needs_reference = bool(cfg.alpha) and cfg.retain == "kl"
-
-    def loss(self, model, batch, ref) -> dict:
-        _, nll, mask, z = self.forget_pass(model, batch["forget"])
-        return add_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, model, batch, ref, self.cfg)
-
-
-@dataclass
-class ATWUNPOConfig(ScorerConfig):
-    beta: float = 0.1
-    """NPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
-    gamma: float = 1.0
-    alpha: float = 1.0
-    retain: Literal["nll", "kl"] = "nll"
-
-
-@register("atwu_npo", paper=PAPER,
-          equation="NPO with log π = Σ_t z_t log p_t")
-class ATWUNPO(ScoredMethod):
-    """NPO with log pi = sum_t z_t log p(y_t|.) on policy and reference (a reconstruction)."""
-
-    config_cls = ATWUNPOConfig
-    needs_reference = True
-
-    def loss(self, model, batch, ref) -> dict:
-        f = batch["forget"]
-        logits, _, _, z = self.forget_pass(model, f)
-        logp = answer_logprob(logits, f["labels"], weights=z)
-        logp_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
-        terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
-        return add_retain(terms, model, batch, ref, self.cfg)
-
-
-@dataclass
-class ATWUSimNPOConfig(ScorerConfig):
-    beta: float = 4.5
-    """SimNPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
-    delta: float = 0.0
-    gamma: float = 0.125
-    alpha: float = 1.0
-    retain: Literal["nll", "kl"] = "nll"
-
-
-@register("atwu_simnpo", paper=PAPER,
-          equation="SimNPO with NLL̄ = Σ_t z_t CE_t / Σ_t z_t")
-class ATWUSimNPO(ScoredMethod):
-    """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
-
-    config_cls = ATWUSimNPOConfig
-
-    def __init__(self, cfg: ATWUSimNPOConfig):
-        super().__init__(cfg)
-        self.needs_reference = cfg.retain == "kl"
-
-    def loss(self, model, batch, ref) -> dict:
-        _, nll, mask, z = self.forget_pass(model, batch["forget"])
-        zm = z * mask
-        nll_bar = (zm * nll).sum(-1) / zm.sum(-1).clamp(min=1e-8)
-        terms = {"forget": self.cfg.gamma * simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta)}
-        return add_retain(terms, model, batch, ref, self.cfg)
-
-
-@dataclass
-class ATWUIdkDPOConfig(ScorerConfig):
-    beta: float = 0.1
-    """DPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
-    gamma: float = 1.0
-    alpha: float = 1.0
-    retain: Literal["nll", "kl"] = "nll"
-
-
-@register("atwu_idkdpo", paper=PAPER,
-          equation="IdkDPO with the forget answer's log π weighted by z")
-class ATWUIdkDPO(ScoredMethod):
-    """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
-
-    config_cls = ATWUIdkDPOConfig
-    needs_reference = True
-    needs_idk = True
-
-    def loss(self, model, batch, ref) -> dict:
-        f, w = batch["forget"], batch["idk"]
-        logits, _, _, z = self.forget_pass(model, f)
-        lp_l = answer_logprob(logits, f["labels"], weights=z)
-        lp_l_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
-        lp_w = answer_logprob(forward_logits(model, w), w["labels"])
-        lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
-        terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
         return add_retain(terms, model, batch, ref, self.cfg)

@@ -31,27 +31,15 @@ method=crisp unlearn.lora=true unlearn.lora_r=4`` (the engine wraps those same m
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 import torch
 
-from obliviate.ember.crisp import (
-    BETA,
-    GAMMA,
-    MIN_RATIO,
-    crisp_terms,
-    reg_term,
-    select_sae_features,
-    train_layer_sae,
-    unlearn_term,
-)
 from obliviate.data import text_batches
+from obliviate.ember.crisp import BETA, GAMMA, MIN_RATIO, crisp_terms, fit_layer_saes, reg_term, unlearn_term
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import register
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,25 +81,6 @@ class CRISPConfig:
             raise ConfigError("config keys 'target_texts' and 'benign_texts': give both or neither")
 
 
-@torch.no_grad()
-def text_hidden(model, tokenizer, texts: list[str], layers: list[int], batch_size: int = 16,
-                max_len: int = 128) -> dict[int, torch.Tensor]:
-    """Residual stream ``{l: (N_tokens, d)}`` at every non-padding token of ``texts`` (frozen, no grad)."""
-    return states_over_batches(model, text_batches(tokenizer, texts, batch_size, max_len), layers)
-
-
-def _encode(tokenizer, texts: list[str], max_len: int = 128) -> dict:
-    """All of ``texts`` as one batch."""
-    batch = next(text_batches(tokenizer, texts, max(1, len(texts)), max_len), None)
-    if batch is None:
-        raise DataError("CRISP: no text to encode (every text is empty)")
-    return batch
-
-
-def _valid(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return h[mask.bool()].float().cpu()
-
-
 @register("crisp", paper="Ashuach et al. 2025, CRISP",
           equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · hidden MSE "
                     "to the frozen model on benign text + β γ · last-layer MSE on coherence prompts"),
@@ -149,18 +118,9 @@ class CRISP:
     # ------------------------------------------------------------------ SAE and features
     def fit_activations(self, target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor]) -> dict[int, dict]:
         """Train one SAE per layer on target + benign activations ``{l: (N, d)}``, then pick features."""
-        self.saes, self.features, self.info = {}, {}, {}
-        for l in self.layers:
-            acts = torch.cat([target[l], benign[l]])
-            m = self.cfg.n_latents or 4 * acts.shape[1]
-            sae, sae_info = train_layer_sae(acts, m, min(self.cfg.sae_k, m), self.cfg.sae_steps, self.cfg.sae_lr,
-                                            self.cfg.seed + l)
-            feats, info = select_sae_features(sae, target[l], benign[l], self.cfg.min_ratio, self.cfg.top_k)
-            if not feats:
-                log.warning("CRISP: no SAE feature at layer %d fires >= %.3g x more on target than benign text",
-                            l, self.cfg.min_ratio)
-            self.saes[l], self.features[l] = sae, feats
-            self.info[l] = {**info, "features": feats, "sae_fvu": sae_info["fvu"]}
+        c = self.cfg
+        self.saes, self.features, self.info = fit_layer_saes(target, benign, self.layers, c.n_latents, c.sae_k,
+                                                             c.sae_steps, c.sae_lr, c.seed, c.min_ratio, c.top_k)
         return self.info
 
     def fit(self, model, tokenizer, target_texts: list[str] | None = None, benign_texts: list[str] | None = None,
@@ -171,19 +131,20 @@ class CRISP:
         coherence = list(coherence_prompts if coherence_prompts is not None else self.cfg.coherence_prompts)
         self.resolve_layers(model)
         if coherence:
-            self.coherence = _encode(tokenizer, coherence)
+            self.coherence = next(text_batches(tokenizer, coherence, len(coherence)), None)
+            if self.coherence is None:
+                raise DataError("CRISP: every coherence prompt is empty")
         if not target and not benign:
             return {}
         if not target or not benign:
             raise ConfigError("CRISP fitting needs both target and benign texts")
-        return self.fit_activations(text_hidden(model, tokenizer, target, self.layers),
-                                    text_hidden(model, tokenizer, benign, self.layers))
+        return self.fit_activations(*(states_over_batches(model, text_batches(tokenizer, texts), self.layers)
+                                      for texts in (target, benign)))
 
     def _fit_from_batch(self, batch: dict, ref) -> None:
         f, r = batch["forget"], batch["retain"]
-        target = {l: _valid(ref.hidden(f, l), f["attention_mask"]) for l in self.layers}
-        benign = {l: _valid(ref.hidden(r, l), r["attention_mask"]) for l in self.layers}
-        self.fit_activations(target, benign)
+        self.fit_activations(*({l: ref.hidden(b, l)[b["attention_mask"].bool()].float().cpu() for l in self.layers}
+                               for b in (f, r)))
 
     # ------------------------------------------------------------------ training
     def setup(self, model, ref, forget_batch: dict) -> None:

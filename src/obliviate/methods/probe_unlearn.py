@@ -45,10 +45,11 @@ from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
 from obliviate.methods.rmu import hidden_at
-from obliviate.models.layers import gather_last, last_token_index
-from obliviate.probes import default_probe_layers, fit_probe_directions
+from obliviate.models.layers import check_layer, gather_last, hidden_states_at, last_token_index, num_layers, param_names_for, unwrap
+from obliviate.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
+"""The source of ``probe_unlearn`` and ``probe_unlearn_single``."""
 
 
 @dataclass
@@ -79,16 +80,6 @@ class ProbeUnlearnConfig:
             raise ConfigError("config keys 'toxic_texts' and 'neutral_texts': give both or neither")
 
 
-def probe_forget_loss(hs: dict[int, torch.Tensor], directions: dict[int, torch.Tensor],
-                      index: torch.Tensor) -> torch.Tensor:
-    """(1/|L|) sum_l mean_b <h_l[b, index_b], d_l>^2 with hs[l] (B, T, d) and d_l (d,)."""
-    terms = []
-    for l, d in directions.items():
-        h = gather_last(hs[l], index).float()  # (B, d)
-        terms.append((h @ d.to(h.device, h.dtype)).pow(2).mean())
-    return torch.stack(terms).mean()
-
-
 @register("probe_unlearn", paper=PAPER,
           equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α · MSE to "
                     "the frozen model"),
@@ -117,15 +108,11 @@ class ProbeUnlearn:
         return default_probe_layers(n_layers)
 
     def resolve_layers(self, model) -> list[int]:
-        from obliviate.models.layers import check_layer, num_layers
-
         layers = self.cfg.layers if self.cfg.layers is not None else self.default_layers(num_layers(model))
         self.layers = sorted({check_layer(model, int(l)) for l in layers})
         return self.layers
 
     def trainable(self, model) -> list[str]:
-        from obliviate.models.layers import param_names_for
-
         layers = self.resolve_layers(model)
         return param_names_for(model, "mlp_down", range(0, max(layers) + 1))
 
@@ -175,8 +162,6 @@ class ProbeUnlearn:
             raise ConfigError("probe_unlearn: 'toxic_texts' are set but fit(model, tokenizer) was not called "
                               "before training")
         if self.eos_id is None:
-            from obliviate.models.layers import unwrap
-
             eos = getattr(getattr(unwrap(model), "config", None), "eos_token_id", None)
             self.eos_id = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
 
@@ -188,8 +173,6 @@ class ProbeUnlearn:
         return batch["attention_mask"] if self.cfg.mask_padding else None
 
     def loss(self, model, batch, ref) -> dict:
-        from obliviate.models.layers import hidden_states_at
-
         if self.layers is None:
             self.resolve_layers(model)
         if self.directions is None:
@@ -201,24 +184,3 @@ class ProbeUnlearn:
         h_r = hidden_at(model, r, top)
         retain = hidden_mse(h_r, ref.hidden(r, top), self._mask(r))  # masked MSE to the frozen states
         return {"forget": forget, "retain": self.cfg.alpha * retain}
-
-
-@dataclass
-class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
-    """As :class:`ProbeUnlearnConfig`, with one layer (None = the middle layer)."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.layers is not None and len(self.layers) != 1:
-            raise ConfigError(f"config key 'layers': the single-layer variant takes one layer, got {self.layers}")
-
-
-@register("probe_unlearn_single", paper=PAPER,
-          equation="probe_unlearn at one layer (ablation)", trains="MLP down-projections up to the probed layer")
-class ProbeUnlearnSingle(ProbeUnlearn):
-    """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
-
-    config_cls = ProbeUnlearnSingleConfig
-
-    def default_layers(self, n_layers: int) -> list[int]:
-        return [n_layers // 2]

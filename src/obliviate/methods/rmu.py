@@ -1,4 +1,4 @@
-"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP), and Adaptive RMU.
+"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP); Adaptive RMU is :mod:`.adaptive_rmu`.
 
 At decoder layer l:
 
@@ -18,22 +18,17 @@ world's 4-layer models).
 
 Presets: tiny lr 1e-3, 50 steps, c = 20, alpha = 10 (the world models' hidden states are
 small, so c and alpha are rescaled; tuned on world seed 0, docs/results.md); paper as above.
-
-Adaptive RMU (Dang et al. 2025): c = beta * mean_{b,t} ||h_l(x_f)|| measured
-with the frozen model on the first forget batch, before any update; beta = 5.
-Presets as RMU's without c (tiny: alpha = 10).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-import math
-
 from obliviate.errors import ConfigError
-from obliviate.losses import hidden_mse, masked_mean
+from obliviate.losses import hidden_mse
 from obliviate.methods import register
 from obliviate.methods._shared import random_unit_vector
 
@@ -152,29 +147,3 @@ class RMU:
         forget = self.forget_term(h_f, self.controls(f, h_f.size(-1), h_f.device), self._mask(f))
         retain = self.retain_term(hidden_at(model, r, self.layer), ref.hidden(r, self.layer), self._mask(r))
         return {"forget": forget, "retain": self.cfg.alpha * retain}
-
-
-@dataclass
-class AdaptiveRMUConfig(RMUConfig):
-    beta: float = 5.0
-    """c = beta * mean ||h_l(x_f)|| on the first forget batch (frozen model)."""
-
-
-def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    norms = h.float().norm(dim=-1)  # (B, T)
-    return norms.mean() if mask is None else masked_mean(norms, mask.bool())
-
-
-@register("adaptive_rmu", paper="Dang et al. 2025, Adaptive RMU",
-          equation="RMU with c = β · mean ‖h_l^ref(x_f)‖ (frozen model, first batch)",
-          trains="MLP down-projections of layers l−2..l",
-          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
-                   "paper": {"lr": 5e-5, "steps": 150,
-                             "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
-class AdaptiveRMU(RMU):
-    config_cls = AdaptiveRMUConfig
-
-    def setup(self, model, ref, forget_batch: dict) -> None:
-        super().setup(model, ref, forget_batch)
-        h = ref.hidden(forget_batch, self.layer)
-        self.coef = float(self.cfg.beta * mean_token_norm(h, self._mask(forget_batch)))

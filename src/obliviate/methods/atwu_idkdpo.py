@@ -1,0 +1,41 @@
+"""IdkDPO with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`): the loser (the forget answer) has
+log pi = sum_t z_t log p(y_t|.) on policy and reference; the winner (a refusal) is unweighted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.methods._shared import add_retain, answer_logprob, dpo_loss, forward_logits
+from obliviate.methods import register
+from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
+
+
+@dataclass
+class ATWUIdkDPOConfig(ScorerConfig):
+    beta: float = 0.1
+    """DPO's beta (the SATGA+ beta of the scorer is ``sat_beta``)."""
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+
+@register("atwu_idkdpo", paper=PAPER,
+          equation="IdkDPO with the forget answer's log π weighted by z")
+class ATWUIdkDPO(ScoredMethod):
+    """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
+
+    config_cls = ATWUIdkDPOConfig
+    needs_reference = True
+    needs_idk = True
+
+    def loss(self, model, batch, ref) -> dict:
+        f, w = batch["forget"], batch["idk"]
+        logits, _, _, z = self.forget_pass(model, f)
+        lp_l = answer_logprob(logits, f["labels"], weights=z)
+        lp_l_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
+        lp_w = answer_logprob(forward_logits(model, w), w["labels"])
+        lp_w_ref = answer_logprob(ref.logits(w), w["labels"])
+        terms = {"forget": self.cfg.gamma * dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta)}
+        return add_retain(terms, model, batch, ref, self.cfg)
