@@ -118,6 +118,18 @@ TRAINING_COMMANDS = {"pretrain", "demo", "finetune", "unlearn", "compare", "atta
 """Commands that run the training loop, so refuse a sharded launch of one process at once."""
 
 
+def _quiet_deepspeed() -> None:
+    """With deepspeed installed, accelerate imports it whenever a model is unwrapped or saved, and deepspeed then
+    logs a warning that it picked the CPU; on a machine without CUDA, name the CPU for it (``DS_ACCELERATOR``)."""
+    import importlib.util
+
+    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
     line, ``obliviate: interrupted``, and status 130."""
@@ -147,6 +159,7 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.trackers import set_default_trackers  # obliviate.train loads torch: not for --help
 
             set_default_trackers([t.strip() for t in args.log_with.split(",") if t.strip()])
+        _quiet_deepspeed()
         if args.command in TRAINING_COMMANDS:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 

@@ -86,7 +86,9 @@ class Backend:
         return model, optimizer, params
 
     def eval_model(self, model):
-        return self.acc.unwrap_model(model)
+        """The model evaluation sees: the one being trained (never wrapped by this backend, so hooks and
+        ``logits_at`` see the plain model; ``Accelerator.unwrap_model`` would import deepspeed when installed)."""
+        return model
 
     # -- every step
     def local(self, batch):
@@ -121,7 +123,7 @@ class Backend:
     # -- checkpoints
     def weights(self, model) -> dict[str, torch.Tensor]:
         """Full tensors of the trained parameters (a collective when sharded; rank 0 writes them)."""
-        return {n: p.detach() for n, p in self.acc.unwrap_model(model).named_parameters() if p.requires_grad}
+        return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
 
     def optimizer_state(self, model, optimizer) -> dict:
         return optimizer.state_dict()
@@ -166,9 +168,6 @@ class DataParallel(Backend):
 
 class _Sharded(DataParallel):
     """Trains a deep copy of the caller's model, sharded; :meth:`finish` gathers it back."""
-
-    def eval_model(self, model):
-        return model
 
     def finish(self, original, model) -> None:
         full = self.gather(model)
