@@ -273,3 +273,17 @@ def test_methods_with_per_process_state_refuse_several_processes(monkeypatch):
         check_method(ok)
     monkeypatch.setenv("WORLD_SIZE", "1")
     check_method(build_method("atwu"))
+
+
+def test_deepspeed_asked_for_but_not_installed_is_one_line(monkeypatch):
+    import importlib.util
+
+    from obliviate.errors import ConfigError
+    from obliviate.train.backend import make_accelerator
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="asks for DeepSpeed, but deepspeed is not installed"):
+        make_accelerator()

@@ -42,11 +42,17 @@ def make_accelerator():
     """The ``Accelerator`` of a training run: on the CPU unless CUDA is there; for DeepSpeed, its plugin from the
     launch's environment (``accelerate launch`` config, or ``ACCELERATE_DEEPSPEED_*``) and, on CPUs, the gloo
     backend (without it every process believes it is rank 0 of 1)."""
+    import importlib.util
+
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
+    D.check_launch()  # a sharded launch of one process: refused before accelerate looks at the plugin
     cuda = torch.cuda.is_available()
     if D.sharding() == "deepspeed":
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError(f"{D.SHARDING_ENV['deepspeed']} asks for DeepSpeed, but deepspeed is not installed "
+                              "(pip install deepspeed; see docs/distributed.md)")
         return Accelerator(kwargs_handlers=[] if cuda else [InitProcessGroupKwargs(backend="gloo")])
     return Accelerator(cpu=not cuda)
 
