@@ -31,6 +31,7 @@ from obliviate.eval.task import answer_budget
 from obliviate.methods import preset_name
 from obliviate.models.layers import check_layer
 from obliviate.task import Task
+from obliviate.train.distributed import is_main_process
 
 
 @dataclass
@@ -209,9 +210,10 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
         base_score = fn(base_model)
     if base_score is not None:
         out["base_knows_forget"] = bool(base_score > KNOWS_MARGIN + forget_chance(task))
-        if not out["base_knows_forget"]:
+        if not out["base_knows_forget"] and is_main_process():
             print(f"obliviate: warning: the base model does not know the forget set (forget score {base_score:.3f}): "
                   "there is nothing to recover, so steps_to_base is null", file=sys.stderr)
+        if not out["base_knows_forget"]:
             base_model, base_score = None, None
     grid = attack_grid(model, cfg)
     if cfg.corpus and task.relearn and fn is not None:

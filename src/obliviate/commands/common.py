@@ -17,6 +17,7 @@ from obliviate.models.load import check_vocab, load_model, resolve_dtype
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.tasks import Task, check_task_spec, load_task
 from obliviate.tasks.files import task_from_files
+from obliviate.train.distributed import is_main_process
 
 
 def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases: tuple[str, ...] = (),
@@ -134,4 +135,6 @@ def load_model_args(args, path: str | None = None):
 
 
 def warn(msg: str) -> None:
-    print(f"obliviate: warning: {msg}", file=sys.stderr)
+    """``obliviate: warning: MSG`` on stderr, once per run (rank 0 only under a launcher)."""
+    if is_main_process():
+        print(f"obliviate: warning: {msg}", file=sys.stderr)
