@@ -2,6 +2,9 @@
 
 import pytest
 import torch
+import transformers.utils.logging as hf_logging
+
+hf_logging.get_logger("transformers")  # its log handler binds the session's stderr now, not one test's capsys
 
 
 @pytest.fixture(autouse=True)
