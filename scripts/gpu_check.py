@@ -9,7 +9,6 @@ times to ``OUT/gpu_check.json``. CI never has a GPU: run it when one is lent.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 

@@ -298,8 +298,6 @@ def flop_bound(passes: dict, plain: dict) -> float:
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
-    from tqdm.auto import tqdm
-
     from obliviate.models.builders import build_model
 
     torch.manual_seed(cfg.seed)

@@ -40,6 +40,7 @@ from obliviate.losses import lm_loss
 from obliviate.results import atomic_write_text
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.train.backend import can_checkpoint
 from obliviate.utils import cache_dir, seed_everything
 
 
@@ -259,7 +260,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
             "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
             "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq")}
-    D.save_trained(model, out / "model", summary, tok)
+    D.save_trained(model, out / "model", tok)
     if D.is_main_process():
         atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))
         atomic_write_text(out / "pretrain.json", json.dumps(info, indent=2))
@@ -329,7 +330,7 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     if D.is_main_process():
         (root / "config.json").write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True))
     cfg_ck = copy.deepcopy(cfg)
-    if cfg_ck.train.checkpoint_every == 0 and D.can_checkpoint():
+    if cfg_ck.train.checkpoint_every == 0 and can_checkpoint():
         cfg_ck.train.checkpoint_every = 50
     pretrain(cfg_ck, root, resume=True, progress=progress)
     if D.is_main_process():

@@ -60,6 +60,7 @@ from obliviate.models.load import check_vocab, load_model
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer, save_tokenizer, train_tokenizer
 from obliviate.results import atomic_write_json, write_results
 from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.train.backend import can_checkpoint
 from obliviate.train import distributed as D
 from obliviate.executor import unlearn
 from obliviate.utils import cache_dir, seed_everything
@@ -256,11 +257,11 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     tcfg = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, steps // 10),
                        schedule="cosine", min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
                        log_every=max(1, min(50, steps // 20)),
-                       checkpoint_every=cfg.checkpoint_every if D.can_checkpoint() else 0,  # none under DeepSpeed
+                       checkpoint_every=cfg.checkpoint_every if can_checkpoint() else 0,  # none under DeepSpeed
                        desc=f"tofu {which}", **({"progress": progress} if progress is not None else {}))
-    summary = train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
+    train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
     model.eval()
-    D.save_trained(model, root / "model", summary, tokenizer)
+    D.save_trained(model, root / "model", tokenizer)
     if D.is_main_process():
         shutil.rmtree(root / "checkpoints", ignore_errors=True)
         (root / "DONE").write_text("ok\n")
@@ -495,7 +496,7 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
     metrics = {**bases.metrics, cfg.method: res}
     per_example = {**bases.per_example, cfg.method: per}
     timings = {**bases.timings, **tims}
-    D.save_trained(model, out / "model", summary, bases.tokenizer)  # rank 0 writes, in one process or several
+    D.save_trained(model, out / "model", bases.tokenizer)  # rank 0 writes, in one process or several
     timings["total_s"] = time.time() - t_all
     if D.is_main_process():
         atomic_write_json(out / "per_example.json", per_example)

@@ -61,7 +61,7 @@ def run(out: Path, resume_check: bool) -> None:
                              train=TrainConfig(steps=STEPS[method], lr=1e-3, schedule="constant", log_every=1,
                                                progress=False, desc=method))
         model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, out / method)
-        D.save_trained(model, out / method / "model", summary)
+        D.save_trained(model, out / method / "model")
         digests[method] = weights_digest(model)
     digests["relearn"], share = relearn(out, res["model"], tok, world)
     (out / "ranks").mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,7 @@ def cmd_finetune(args) -> None:
     model, summary = finetune(model, tok, data, cfg.finetune, out / "train", prompt=task.prompt, preset=preset,
                               progress=progress, resume=resume)
     metrics = evaluate_task(model, tok, task, **eval_kwargs(cfg, progress))
-    save_trained(model, out / "model", summary, tok)
+    save_trained(model, out / "model", tok)
     if not is_main_process():
         return
     write_model_card(out / "model", base_model=args.model, task=task.name, method="finetune",

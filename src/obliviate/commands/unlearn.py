@@ -120,7 +120,7 @@ def cmd_unlearn(args) -> None:
                              idk=task.idk, progress=progress, resume=resume)
     after = evaluate_task(model, tok, task, **eval_kwargs(cfg, progress))
     after.update(score_against(before, after))
-    save_trained(model, out / "model", summary, tok)  # rank 0 writes, in one process or several
+    save_trained(model, out / "model", tok)  # rank 0 writes, in one process or several
     if not is_main_process():
         return
     write_model_card(out / "model", base_model=args.model, task=task.name, method=method,

@@ -152,7 +152,7 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         m.update(robustness_attacks(control))
         metrics["positive_control"] = m
         timings["positive_control"] = info
-        save_trained(control, out / "models" / "positive_control", None, tok)
+        save_trained(control, out / "models" / "positive_control", tok)
         model_dirs["positive_control"] = str(out / "models" / "positive_control")
         del control
     configs = {}
@@ -187,7 +187,7 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
         m.update(att)
         m.update(robustness_attacks(model))
         metrics[name] = m
-        save_trained(model, mdir / "model", summary, tok)  # before result.json: a finished method has its model
+        save_trained(model, mdir / "model", tok)  # before result.json: a finished method has its model
         atomic_write_json(done, {"config": used, "metrics": m, "curve": curves[name],
                                  "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
     for m in metrics.values():  # the paragraph attack under the names the calibration reads

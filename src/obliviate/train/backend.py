@@ -8,6 +8,9 @@ process's rows of the global batch), ``mean`` (loss terms averaged over processe
 full trained weights and the optimizer state through it, so a sharded run checkpoints and
 resumes exactly like one process.
 
+Evaluation during training gets the model being trained: no backend wraps it, so hooks and
+``logits_at`` see the plain (or FSDP2-sharded) Hugging Face model.
+
 - :class:`Single`: one process; accelerate places the model (GPU, mixed precision).
 - :class:`DataParallel`: several processes, the whole model in each, gradients averaged by
   hand after the backward pass (:func:`obliviate.train.distributed.average_gradients`; why
@@ -60,13 +63,18 @@ def make_accelerator():
 def backend_for(accelerator, grad_clip: float = 1.0) -> "Backend":
     """The backend of this launch: the sharding the environment asks for (:func:`~obliviate.train.distributed.sharding`),
     else data parallel in several processes, else one process."""
-    mode, world = D.sharding(), accelerator.num_processes
     D.check_launch()
-    if mode == "fsdp":
-        return FSDP2(accelerator)
+    mode = D.sharding()
     if mode == "deepspeed":
         return DeepSpeed(accelerator, grad_clip)
-    return DataParallel(accelerator) if world > 1 else Single(accelerator)
+    if mode == "fsdp":
+        return FSDP2(accelerator)
+    return DataParallel(accelerator) if accelerator.num_processes > 1 else Single(accelerator)
+
+
+def can_checkpoint() -> bool:
+    """Whether the training loop can checkpoint in this launch (known before any model or Accelerator exists)."""
+    return SHARDED.get(D.sharding(), Backend).checkpoints
 
 
 class Backend:
@@ -76,9 +84,7 @@ class Backend:
 
     def __init__(self, accelerator):
         self.acc = accelerator
-        self.world, self.rank, self.main = accelerator.num_processes, accelerator.process_index, \
-            accelerator.is_main_process
-        self.work: torch.nn.Module | None = None
+        self.world, self.rank = accelerator.num_processes, accelerator.process_index
 
     # -- set-up
     checkpoints = True
@@ -91,11 +97,6 @@ class Backend:
         model, optimizer = self.acc.prepare(model, make_optimizer(params))
         return model, optimizer, params
 
-    def eval_model(self, model):
-        """The model evaluation sees: the one being trained (never wrapped by this backend, so hooks and
-        ``logits_at`` see the plain model; ``Accelerator.unwrap_model`` would import deepspeed when installed)."""
-        return model
-
     # -- every step
     def local(self, batch):
         return batch
@@ -104,9 +105,9 @@ class Backend:
         return contextlib.nullcontext()  # Accelerator.prepare wrapped the forward already
 
     def mean(self, terms: dict[str, torch.Tensor], total: torch.Tensor) -> dict[str, float] | None:
-        """The mean over processes of each term and of ``"loss"``; None in one process (read the tensors)."""
+        """The mean over processes of each term and of ``"loss"`` (in one process: their values)."""
         if self.world == 1:
-            return None
+            return {n: float(v.detach()) for n, v in terms.items()} | {"loss": float(total.detach())}
         names = list(terms)
         means = D.all_reduce_mean(torch.stack([terms[n].detach().float().reshape(()) for n in names]
                                               + [total.detach().float().reshape(())]))
@@ -182,7 +183,6 @@ class _Sharded(DataParallel):
             for n, t in full.items():
                 if n in named:
                     named[n].copy_(t.to(named[n].device, named[n].dtype))
-        self.work = None
 
     def weights(self, model) -> dict[str, torch.Tensor]:
         trained = {n for n, p in self._named(model) if p.requires_grad}
@@ -203,7 +203,6 @@ class FSDP2(_Sharded):
         for layer in decoder_layers(work):
             fully_shard(layer)
         fully_shard(unwrap(work))  # the Hugging Face model, inside any peft wrapper: its forward gathers the root
-        self.work = work
         params = trainable_tensors(work, None)
         return work, make_optimizer(params), params
 
@@ -260,11 +259,11 @@ class DeepSpeed(_Sharded):
         ds.setdefault("zero_allow_untested_optimizer", True)  # the torch AdamW: no C++ op to build
         work = copy.deepcopy(model)
         engine, optimizer = self.acc.prepare(work, make_optimizer(trainable_tensors(work, None)))
-        self.work = engine
+        self.engine = engine  # its step (inside the backward) measures the grad norm
         return engine, optimizer, trainable_tensors(engine.module, None)
 
     def clip(self, params, max_norm: float) -> float | None:
-        norm = self.work.get_global_grad_norm() if hasattr(self.work, "get_global_grad_norm") else None
+        norm = self.engine.get_global_grad_norm() if hasattr(self.engine, "get_global_grad_norm") else None
         return None if norm is None else float(norm)  # DeepSpeed clips inside its step (gradient_clipping)
 
     def _named(self, model):
@@ -276,7 +275,6 @@ class DeepSpeed(_Sharded):
         named = list(model.module.named_parameters())
         with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
             return {n: p.detach().clone() for n, p in named}
-
 
 
 def trainable_tensors(model, extra=None) -> list[torch.Tensor]:
@@ -296,3 +294,7 @@ def _leaves(batch):
             yield from _leaves(v)
     else:
         yield batch
+
+
+SHARDED: dict[str, type[Backend]] = {"fsdp": FSDP2, "deepspeed": DeepSpeed}
+"""The backend of each sharding mode (:func:`~obliviate.train.distributed.sharding`)."""

@@ -105,11 +105,6 @@ def check_launch() -> None:
                           f"--nproc_per_node 2, see docs/distributed.md) or unset {SHARDING_ENV[mode]}")
 
 
-def can_checkpoint() -> bool:
-    """Whether the training loop checkpoints in this launch (every backend but DeepSpeed's)."""
-    return sharding() != "deepspeed"
-
-
 def process_device() -> torch.device:
     """The device this process trains on.
 
@@ -277,7 +272,7 @@ def check_method(method) -> None:
 
 # ------------------------------------------------------------------ saving
 
-def save_trained(model, directory, summary: dict | None = None, tokenizer=None) -> None:
+def save_trained(model, directory, tokenizer=None) -> None:
     """Save a trained model (and tokenizer) from rank 0 only; every process waits until it is written.
 
     The model is whole in every process after any run, sharded ones included (the training loop

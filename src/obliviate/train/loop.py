@@ -166,7 +166,7 @@ def train(
 
     def evaluate(step: int) -> None:
         model.eval()
-        log({"step": step, **eval_fn(backend.eval_model(model), step)})
+        log({"step": step, **eval_fn(model, step)})
         model.train()
 
     def diverged(what: str) -> TrainingDiverged:
@@ -189,9 +189,7 @@ def train(
             if not terms:
                 raise ObliviateError("the loss function returned no loss terms")
             total = sum(terms.values())
-            logged = backend.mean(terms, total)  # None in one process: the tensors themselves are read
-            if logged is None:
-                logged = {n: float(v.detach()) for n, v in terms.items()} | {"loss": float(total.detach())}
+            logged = backend.mean(terms, total)
             for name in terms:
                 if not math.isfinite(logged[name]):
                     raise diverged(f"loss term '{name}' is {logged[name]} at step {step + 1}")
@@ -243,13 +241,13 @@ def train(
     model.eval()
     try:
         if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
-            bad = _first_non_finite(backend.eval_model(model), extra_params)
+            bad = _first_non_finite(model, extra_params)
             if backend.any(bad is not None):  # every process stops, or none (sharded: each holds its own part)
                 raise TrainingDiverged(f"{bad or 'a parameter on another process'} holds NaN or infinite values "
                                        f"after step {cfg.steps} (lr={cfg.lr:g} too large?); the trained weights "
                                        "are not usable")
         if eval_fn is not None and cfg.steps > start:
-            log({"step": cfg.steps, **eval_fn(backend.eval_model(model), cfg.steps)})
+            log({"step": cfg.steps, **eval_fn(model, cfg.steps)})
     finally:
         close_trackers(trackers)
     backend.finish(original, model)
