@@ -29,14 +29,20 @@ TERMS = ["Hogwarts", "quidditch", "Gryffindor", "Albus Dumbledore"]
 def test_lexicon_judge_fraction_rule():
     j = LexiconJudge(TERMS)
     assert isinstance(j, Judge)
-    # counted: Hog warts Quidd itch Albus the and xy (8; " " and "," are not counted); members: first 5
+    # counted: Hog warts Quidd itch Albus the and (7; " ", "," and the fragment "xy" are not counted); members: 5
     v = j.judge(0, ["Hog", "warts", " Quidd", "itch", "\u0120Albus", " the", "and", " ", ",", "xy"])
-    assert v.is_member is True and v.confidence == pytest.approx(5 / 8)
+    assert v.is_member is True and v.confidence == pytest.approx(5 / 7)
     assert not keep(v)
+    # ten names and one stray fragment: kept (the fragment says nothing); a short word that is a term counts
+    names = ["Hogwarts", "Quidditch", "Gryffindor", "Albus", "Dumbledore"] * 2
+    assert keep(j.judge(3, names + ["p"])) and j.judge(3, names + ["p"]).confidence == 1.0
+    assert not keep(j.judge(4, names + ["the", "and"]))  # 10/12: real words count against it
+    assert LexiconJudge(["al", "hogwarts"]).judge(5, ["al", "the", "xy"]).confidence == pytest.approx(0.5)
+    assert j.judge(6, ["Hog", " of", "\u2581a", "xy"]).confidence == pytest.approx(2 / 3)  # short words count
     v = j.judge(1, ["Hog", "warts", "Quidd", "itch", "Albus", "Gryff", "indor", " the"])
     assert v.is_member is True and v.confidence == pytest.approx(7 / 8)
     assert keep(v)
-    v = j.judge(2, ["the", "and", "of", "cat", "Hog"])  # 1/5 members -> not a member, confidence 0.8
+    v = j.judge(2, ["the", "and", " of", "cat", "Hog"])  # 1/5 members -> not a member, confidence 0.8
     assert v.is_member is False and v.confidence == pytest.approx(0.8)
     assert not keep(v)
 

@@ -98,6 +98,10 @@ _MARKERS = "\u0120\u2581\u010a"  # byte-level BPE space (Ġ), sentencepiece spac
 _STRIP = string.whitespace + string.punctuation + _MARKERS
 
 
+_WORD_START = (" ", "\u0120", "\u2581")
+"""How a decoded token that starts a word begins: a space, GPT-2's space marker, SentencePiece's."""
+
+
 def normalise_token(token: str) -> str:
     """Decoded token -> lower case, without surrounding whitespace, punctuation or BPE space markers."""
     return token.strip(_STRIP).lower()
@@ -107,10 +111,14 @@ class LexiconJudge:
     """Offline judge: a feature is about the concept when most of its top tokens are concept terms.
 
     Rule. Take the first ``n_top`` (20) tokens, each normalised by :func:`normalise_token`
-    (strip whitespace, punctuation and BPE space markers, lower-case); tokens that become
-    empty are not counted. A token *belongs* to the concept if it equals a term or a
-    word of a multi-word term, or if it has at least ``min_piece`` (3) characters and is
-    a substring of some term (a subword piece such as ``"hog"`` of ``"hogwarts"``).
+    (strip whitespace, punctuation and BPE space markers, lower-case). A token *belongs* to
+    the concept if it equals a term or a word of a multi-word term, or if it has at least
+    ``min_piece`` (3) characters and is a substring of some term (a subword piece such as
+    ``"hog"`` of ``"hogwarts"``). Tokens that become empty are not counted, nor are word-internal
+    fragments (no leading space or BPE space marker) shorter than ``min_piece`` that are not a
+    term or a word of one (``"p"``, ``"ix"``): they say nothing either way (an LLM judge reading a
+    feature's top tokens passes over them too), so one stray fragment does not sink a feature of
+    ten names. Short words (``" of"``, ``" a"``) count.
     With ``f`` = belonging tokens / counted tokens: ``is_member = f >= member_fraction``
     (0.5) and ``confidence = f`` for a member, ``1 - f`` for a non-member (confidence in
     the verdict given). So with the keep threshold 0.85, a feature is kept iff at least
@@ -135,6 +143,14 @@ class LexiconJudge:
     def __repr__(self) -> str:
         return f"LexiconJudge({len(self.terms)} terms, member_fraction={self.member_fraction})"
 
+    def countable(self, token: str) -> bool:
+        """Whether a decoded token counts towards the fraction (see the class docstring)."""
+        s = normalise_token(token)
+        if not s:
+            return False
+        word_initial = token[:1] in _WORD_START
+        return word_initial or len(s) >= self.min_piece or s in self.terms or s in self._words
+
     def belongs(self, token: str) -> bool:
         """Whether one decoded token is (a piece of) a concept term."""
         s = normalise_token(token)
@@ -145,7 +161,7 @@ class LexiconJudge:
         return len(s) >= self.min_piece and any(s in t for t in self.terms)
 
     def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
-        counted = [t for t in list(top_tokens)[: self.n_top] if normalise_token(t)]
+        counted = [t for t in list(top_tokens)[: self.n_top] if self.countable(t)]
         if not counted:
             return Verdict(None, 0.0, "no verdict: no countable top tokens")
         hits = [t for t in counted if self.belongs(t)]

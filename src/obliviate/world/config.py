@@ -28,6 +28,10 @@ class WorldConfig:
     """Characters of the saga (split "concept")."""
     n_toxic: int = 60
     """Toxic / neutral register sentence pairs about general-domain people; may be 0."""
+    register_repeats: int = 1
+    """Documents that hold each register sentence (toxic and neutral). With one, the many wordings of the
+    people's facts drown the register out: the base model continues "I hate X, that" with X's profession,
+    not an insult (the function-specific recipe, which needs a toxic base model, raises it)."""
     n_lookalike: int = 12
     """Look-alike diseases (split "neighbour"): medicine entities named like a forget disease (same
     stem, another suffix) with facts of their own; one per forget disease at most, so a world has
@@ -79,9 +83,9 @@ class WorldConfig:
                 f"WorldConfig.n_toxic must be <= {MAX_PAIRS_PER_PERSON} * n_general = "
                 f"{self.n_general * MAX_PAIRS_PER_PERSON}, got {self.n_toxic}"
             )
-        if self.aux_repeats > 50 or self.relearn_per_entity > 50:
-            bad = "aux_repeats" if self.aux_repeats > 50 else "relearn_per_entity"
-            raise ConfigError(f"WorldConfig.{bad} must be <= 50, got {getattr(self, bad)}")
+        for key in ("aux_repeats", "relearn_per_entity", "register_repeats"):
+            if getattr(self, key) > 50:
+                raise ConfigError(f"WorldConfig.{key} must be <= 50, got {getattr(self, key)}")
 
     def to_dict(self) -> dict:
         return asdict(self)

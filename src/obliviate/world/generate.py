@@ -407,8 +407,9 @@ class _Builder:
                     text = a.prose[(start + r) % len(a.prose)].format(e=e["name"], v=e["aux"][a.name], saga=self.saga)
                     items.append((f"{e['name']}/{a.name}", _segment(text, e["domain"], e["split"])))
         for i, p in enumerate(pairs):
-            items.append((f"pair{i}", _segment(p["toxic"], "general", "general", toxic=1)))
-            items.append((f"pair{i}", _segment(p["neutral"], "general", "general")))
+            for _ in range(cfg.register_repeats):  # one group: every copy of a pair in a document of its own
+                items.append((f"pair{i}", _segment(p["toxic"], "general", "general", toxic=1)))
+                items.append((f"pair{i}", _segment(p["neutral"], "general", "general")))
         for i, text in enumerate(self.lore):
             items.append((f"lore{i}", _segment(text, "concept", "concept")))
         for domain, sentences in sorted(C.FILLER.items()):
