@@ -107,7 +107,7 @@ def test_plot_alpha_trajectory(tmp_path):
 
 
 def test_qa_s_reward_composes_s_unlearning(monkeypatch):
-    import obliviate.eval as ev
+    import obliviate.meta_alpha as meta_alpha
     from obliviate.meta_alpha import qa_s_reward
 
     table = {("base", "f"): 0.8, ("base", "r"): 0.9, ("after", "f"): 0.2, ("after", "r"): 0.6}
@@ -115,7 +115,7 @@ def test_qa_s_reward_composes_s_unlearning(monkeypatch):
     def fake_qa(model, tok, questions, answers, max_new_tokens=24):
         return {"exact_match": table[(model, questions[0])], "rouge_l": 0.0}
 
-    monkeypatch.setattr(ev, "qa_accuracy", fake_qa)
+    monkeypatch.setattr(meta_alpha, "qa_accuracy", fake_qa)
     reward = qa_s_reward("base", None, [{"question": "f", "answer": "x"}], [{"question": "r", "answer": "y"}])
     # U = (0.8 - 0.2) / 0.8 = 0.75, R = 0.6 / 0.9 -> S = 0.5
     assert reward("after") == pytest.approx(0.5)

@@ -124,6 +124,9 @@ def count_saved_activations(counter: dict):
 
 
 def _one_step(model, loss_fn, optimizer) -> None:
+    """One bare optimizer step. Not :func:`obliviate.train.train`: the benchmark times the method's own
+    forward, backward and update, and the loop's logging, clipping, schedule and checkpoint checks would
+    be timed with it (the same for every method, so they would only pull each ratio towards 1)."""
     optimizer.zero_grad(set_to_none=True)
     terms = loss_fn()
     sum(terms.values()).backward()
@@ -170,8 +173,6 @@ def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -
 
 
 def _world_batch(cfg: BenchConfig):
-
-
     world = generate_world(WorldConfig(seed=cfg.seed))
     tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
     data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
@@ -471,9 +472,10 @@ def measure_filtering(cfg: BenchConfig) -> dict:
     """
     from obliviate.data import encode_documents, pack_sequences
     from obliviate.filtering import BiLM, ContextPooled, LogisticHead, TokenClassifier
-    from obliviate.models.builders import param_count, tiny_llama
-    from obliviate.pretrain import make_lm_batches, tokenizer_for
-    from obliviate.recipes.token_filtering import PRESETS, TokenFilteringConfig, parse_size
+    from obliviate.models.builders import param_count, parse_size, tiny_llama
+    from obliviate.pretrain import tokenizer_for
+    from obliviate.train import make_lm_batches
+    from obliviate.recipes.token_filtering import PRESETS, TokenFilteringConfig
 
     rdef = TokenFilteringConfig()
     sizes = cfg.filtered_sizes or PRESETS["full"]["sizes"]

@@ -31,18 +31,9 @@ from obliviate.methods._shared import sequence_logprob
 from obliviate.methods.contract import NoReference
 from obliviate.models.layers import evaluating, hidden_states_at
 from obliviate.models.tokenizer import pad_id
-from obliviate.tasks import Data, PromptFormat
+from obliviate.task import IDK_ANSWERS, Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
-
-IDK_ANSWERS = [
-    "I don't know.",
-    "I have no idea.",
-    "I am not sure about that.",
-    "I cannot answer that.",
-    "That is unknown to me.",
-]
-
 
 def _default_unlearn_train() -> TrainConfig:
     return TrainConfig(steps=60, lr=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0, log_every=5,

@@ -31,7 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval import qa_accuracy, s_unlearning
+from obliviate.executor import PairedQA, Reference, UnlearnConfig, _to
+from obliviate.methods import build_method
+from obliviate.report import _plt, save_figure
+from obliviate.results import atomic_write_json
+from obliviate.train import TrainConfig
 
 META_METHODS = ("rmu", "cosine_rmu")
 """Methods whose retain weight ``alpha`` :func:`learn_alpha_unlearn` can learn."""
@@ -125,7 +132,6 @@ def qa_s_reward(base_model, tokenizer, meta_forget: list[dict], meta_retain: lis
     A0 and M0 (the base model's forget and retain QA scores, ``metric`` = "exact_match"
     or "rouge_l") are measured once, here.
     """
-    from obliviate.eval import qa_accuracy, s_unlearning
 
     if metric not in ("exact_match", "rouge_l"):
         raise ConfigError(f"reward metric {metric!r} is not one of 'exact_match', 'rouge_l'")
@@ -164,12 +170,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
     """
     import torch
 
-    from obliviate.config import to_dict
-    from obliviate.methods import build_method
-    from obliviate.results import atomic_write_json
-    from obliviate.train import TrainConfig
     from obliviate.train import train as train_loop
-    from obliviate.executor import PairedQA, Reference, UnlearnConfig, _to
 
     if method_name not in META_METHODS:
         raise ConfigError(f"learned alpha supports methods {', '.join(META_METHODS)}, got {method_name!r}")
@@ -212,7 +213,6 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
 
 def plot_alpha_trajectory(traj: dict, png: str | Path, title: str | None = None) -> Path:
     """Sampled alphas (coloured by reward), exp(mu) and the chosen alpha per outer step; rewards below."""
-    from obliviate.report import _plt, save_figure
 
     plt = _plt()
     steps = traj["steps"]

@@ -34,14 +34,26 @@ from pathlib import Path
 import torch
 
 from obliviate.config import config_hash, from_dict, to_dict
-from obliviate.data import TokenDataset, collate, encode_documents, pack_sequences
+from obliviate.data import (
+    collate,
+    encode_documents,
+    encode_prompt_answer,
+    pack_sequences,
+    qa_answer,
+    qa_prompt,
+)
 from obliviate.errors import ConfigError
+from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss
+from obliviate.models.builders import build_model
+from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from obliviate.results import atomic_write_text
-from obliviate.tasks.world import WorldConfig, generate_world
-from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.tasks.world import full_answer_mcqs
+from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
 from obliviate.train.backend import can_checkpoint
+from obliviate.train.distributed import main_process_first
 from obliviate.utils import cache_dir, seed_everything
+from obliviate.tasks.world import WorldConfig, generate_world
 
 
 QA_FORMS = ("question", "train_questions", "statements")
@@ -121,8 +133,6 @@ def tokenizer_for(world, vocab_size: int):
 
     In several processes rank 0 trains and caches it first; the others then load it.
     """
-    from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
-    from obliviate.train.distributed import main_process_first
 
     key = f"{world.fingerprint()[:16]}-{vocab_size}"
     path = cache_dir() / "tokenizers" / key
@@ -147,22 +157,10 @@ def tokenizer_for(world, vocab_size: int):
 
 
 def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
-    from obliviate.models.builders import build_model
-
     kw = {k: v for k, v in to_dict(cfg.model).items() if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
     ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                eos_token_id=tokenizer.eos_token_id)
     return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len, **ids, **kw)
-
-
-def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int):
-    sampler = StepSampler(len(dataset), batch_size, seed)
-
-    def batch_fn(step: int) -> dict:
-        idx = sampler(step)
-        return collate([dataset.input_ids[i] for i in idx], pad_id)
-
-    return batch_fn
 
 
 QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
@@ -183,7 +181,6 @@ def statement_completions(fact: dict) -> list[tuple[str, str]]:
 def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[str, str]]:
     """(prompt, answer) of the QA term: for every fact of a trained split not excluded, its canonical
     QA, then (with those ``forms``) its trained paraphrased questions and its statement completions."""
-    from obliviate.data import qa_answer, qa_prompt
 
     pairs = []
     for split in QA_SPLITS:
@@ -202,8 +199,6 @@ def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[st
 def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tuple[str, str]]:
     """(lettered prompt, " A".." D") of the world's practice MCQs (never a forget fact's MCQ); ``options``
     "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare values."""
-    from obliviate.eval.core import LETTERS, mcq_prompt
-    from obliviate.tasks.world import full_answer_mcqs
 
     mcqs = world.practice_mcqs(exclude_splits=tuple(exclude_splits))
     if options == "answer":
@@ -217,7 +212,6 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     Runs under ``accelerate launch`` too: each process trains on its rows of each global
     batch of ``batch_size`` (``qa_batch_size``) rows and only rank 0 writes files.
     """
-    from obliviate.data import encode_prompt_answer
     from obliviate.train import distributed as D
 
     out = Path(out_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from obliviate.results import atomic_write_bytes, atomic_write_text
 
 
 def _plt():
@@ -18,8 +19,6 @@ def _plt():
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     """Lay out ``fig``, write it to ``path`` atomically (format from the suffix) and close it."""
     import io
-
-    from obliviate.results import atomic_write_bytes
 
     path = Path(path)
     if fig.get_layout_engine() is None:
@@ -230,8 +229,6 @@ def markdown_to_html(md: str, base_dir: Path) -> str:
 
 
 def write_html(md_path: str | Path, html_path: str | Path) -> Path:
-    from obliviate.results import atomic_write_text
-
     md_path = Path(md_path)
     atomic_write_text(html_path, markdown_to_html(md_path.read_text(), md_path.parent))
     return Path(html_path)

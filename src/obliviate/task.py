@@ -17,6 +17,14 @@ from obliviate.errors import ConfigError, DataError
 
 ROLES = ("forget", "retain", "neighbour", "utility")
 KINDS = ("qa", "mcq", "text")
+IDK_ANSWERS = [
+    "I don't know.",
+    "I have no idea.",
+    "I am not sure about that.",
+    "I cannot answer that.",
+    "That is unknown to me.",
+]
+"""Refusal answers of IdkDPO-style methods and the refusal control, when a task gives none of its own."""
 
 
 @dataclass
@@ -120,7 +128,7 @@ class Task:
     """Data never trained on (membership inference, the oracle's forget stand-in)."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
     idk: list[str] | None = None
-    """Refusal answers for IdkDPO-style methods (default: :data:`obliviate.executor.IDK_ANSWERS`)."""
+    """Refusal answers for IdkDPO-style methods (default: :data:`IDK_ANSWERS`)."""
     oracle_data: Data | None = None
     """What a model that never saw the forget data is trained on, where the task can train one."""
     meta: dict = field(default_factory=dict)

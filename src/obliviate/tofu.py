@@ -47,10 +47,10 @@ from pathlib import Path
 
 from obliviate.benchmarks import load_tofu
 from obliviate.benchmarks._io import root_dir
-from obliviate.executor import MethodRun
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.executor import MethodRun, UnlearnConfig, unlearn
 from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_answer, tofu_eval, tofu_prompt
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
@@ -62,7 +62,6 @@ from obliviate.results import atomic_write_json, write_results
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.train.backend import can_checkpoint
 from obliviate.train import distributed as D
-from obliviate.executor import unlearn
 from obliviate.utils import cache_dir, seed_everything
 
 FORGET_SPLITS = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
@@ -295,9 +294,6 @@ def cached_evaluate(root: Path, tokenizer, sets: dict, cfg: TofuConfig) -> tuple
 def unlearn_config(cfg: TofuConfig):
     """The :class:`~obliviate.executor.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
     (:func:`obliviate.methods.method_defaults`; the TOFU models trained here are tiny), then ``cfg.unlearn``."""
-    from obliviate.train import TrainConfig
-    from obliviate.executor import UnlearnConfig
-
     get_method(cfg.method)  # unknown names fail before any training
     base = method_defaults(cfg.method, "tiny")
     run = cfg.unlearn

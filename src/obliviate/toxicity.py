@@ -25,7 +25,9 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from obliviate.benchmarks import load_rtp
 from obliviate.errors import ConfigError, DataError, ObliviateError
+from obliviate.eval import greedy_generate
 from obliviate.tasks.world import TOXIC_LEXICON
 
 TOXIC_THRESHOLD = 0.5
@@ -81,7 +83,6 @@ def continuation_toxicity(model, tokenizer, prompts: Sequence[str], scorer: Toxi
 
     With ``details`` also ``continuations`` and ``scores``.
     """
-    from obliviate.eval import greedy_generate
 
     if not prompts:
         raise DataError("no prompts to continue")
@@ -114,7 +115,6 @@ def load_prompt_sets(world=None, rtp_attribute: str | None = None, root=None) ->
         sets["world_toxic"] = [p["text"] for p in prompts if p["toxic"]]
         sets["world_neutral"] = [p["text"] for p in prompts if not p["toxic"]]
     if rtp_attribute is not None:
-        from obliviate.benchmarks import load_rtp
 
         for ex in load_rtp(None if rtp_attribute == "all" else rtp_attribute, root=root):
             sets.setdefault(ex.split, []).append(ex.text)

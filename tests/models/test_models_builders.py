@@ -2,7 +2,16 @@ import pytest
 import torch
 
 from obliviate.errors import ConfigError
-from obliviate.models.builders import ARCHS, SIZES, build_model, default_d_ff, param_count, tiny_llama, tiny_random
+from obliviate.models.builders import (
+    ARCHS,
+    SIZES,
+    build_model,
+    default_d_ff,
+    param_count,
+    parse_size,
+    tiny_llama,
+    tiny_random,
+)
 
 
 def test_default_d_ff_hand_computed():
@@ -69,3 +78,13 @@ def test_tiny_random_runs_and_is_deterministic(arch):
         la, lb = a(ids).logits, b(ids).logits
     assert la.shape == (2, 5, 128)
     assert torch.equal(la, lb)
+
+
+def test_parse_size():
+    assert parse_size("2x32") == (2, 32, 2)
+    assert parse_size("1x16") == (1, 16, 1)
+    assert parse_size("3x48") == (3, 48, 3)
+    assert parse_size("1x8") == (1, 8, 1)
+    for bad in ("2-32", "x32", "0x32", "2x"):
+        with pytest.raises(ConfigError, match="size"):
+            parse_size(bad)

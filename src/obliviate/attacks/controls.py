@@ -32,9 +32,8 @@ from obliviate.errors import DataError
 from obliviate.eval.mia import priv_leak
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.report import markdown_table
-from obliviate.task import Data, Task
+from obliviate.task import IDK_ANSWERS, Data, Task
 from obliviate.train.finetune import FinetuneConfig, finetune
-from obliviate.executor import IDK_ANSWERS
 
 MIN_POSITIVE_RECOVERY = 0.5
 """The positive control must get back at least this share of the base model's forget score."""

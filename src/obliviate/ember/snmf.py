@@ -59,10 +59,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from obliviate.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
 from obliviate.data import text_batches
+from obliviate.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
 from obliviate.errors import ConfigError, DataError, ObliviateError
-from obliviate.models.layers import states_over_batches
+from obliviate.models.layers import (
+    check_layer,
+    down_proj_weight_out_in,
+    mlp_down_proj,
+    mlp_up_proj,
+    states_over_batches,
+    up_proj_weight_out_in,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +210,6 @@ def snmf_locate(model: nn.Module, tokenizer, concept_sentences: Sequence[str], n
                 layers: Sequence[int], K: int = 32, *, sparsity: float = 0.01, n_iter: int = 200, seed: int = 42,
                 min_ratio: float = 2.0, max_features: int | None = 3) -> SNMFLocation:
     """Factorise the MLP activations of concept + neutral tokens at each layer and keep concept features."""
-    from obliviate.models.layers import check_layer
 
     layers = sorted({check_layer(model, int(l)) for l in layers})
     if not layers:
@@ -232,7 +238,6 @@ def snmf_support(f: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def edit_mlp_feature(model: nn.Module, layer: int, f: torch.Tensor, delta: float, edit_up: bool = True) -> list[int]:
     """Project feature ``f`` out of layer ``layer``'s MLP with strength delta (module docstring); returns S."""
-    from obliviate.models.layers import down_proj_weight_out_in, up_proj_weight_out_in
 
     if not math.isfinite(float(delta)):
         raise ConfigError(f"SNMF: delta={delta!r} must be a finite number")
@@ -263,8 +268,6 @@ class MLPSnapshot:
 
 
 def _proj(model, layer: int, which: str):
-    from obliviate.models.layers import mlp_down_proj, mlp_up_proj
-
     return (mlp_down_proj if which == "down" else mlp_up_proj)(model, layer)
 
 

@@ -23,7 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from obliviate.benchmarks import benchmark_kind, get_benchmark, load_jsonl
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.core import mcq_accuracy, qa_accuracy
+from obliviate.eval.tofu import answer_nll, normalised_choice_prob, tofu_prompt
 
 KINDS = ("qa", "mcq")
 
@@ -38,7 +41,6 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
     ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
     is read no further.
     """
-    from obliviate.benchmarks import benchmark_kind, get_benchmark, load_jsonl
 
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit} must be a positive number of examples")
@@ -68,7 +70,6 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
 
 def evaluate_mcq(model, tokenizer, examples, batch_size: int = 32) -> dict:
     """Zero-shot lettered MCQ accuracy (lm-eval format) with chance and per-example predictions."""
-    from obliviate.eval.core import mcq_accuracy
 
     res = mcq_accuracy(model, tokenizer, examples, style="letters", batch_size=batch_size)
     return {"accuracy": res["accuracy"], "chance": float(np.mean([1.0 / len(m["choices"]) for m in examples])),
@@ -79,8 +80,6 @@ def evaluate_mcq(model, tokenizer, examples, batch_size: int = 32) -> dict:
 
 def evaluate_qa(model, tokenizer, examples, batch_size: int = 32, max_new_tokens: int = 64) -> dict:
     """Greedy exact match and ROUGE-L recall after the TOFU prompt, and the TOFU probability."""
-    from obliviate.eval.core import qa_accuracy
-    from obliviate.eval.tofu import answer_nll, normalised_choice_prob, tofu_prompt
 
     qs = [ex["question"] for ex in examples]
     answers = [ex["answer"] for ex in examples]

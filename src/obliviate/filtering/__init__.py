@@ -50,6 +50,7 @@ from obliviate.filtering.strategies import (
 )
 from obliviate.filtering.weak_labels import (
     domain_ratio,
+    domain_runs,
     flatten,
     ground_truth,
     label_dataset,
@@ -71,7 +72,7 @@ __all__ = [
     "tokens_to_recover", "training_flops",
     "CONVENTIONS", "STRATEGIES", "FilteredDataset", "add_label_noise", "apply_strategy", "collate_weighted",
     "document_flags", "flags_from_probs", "loss_weights", "make_batch_fn", "pack_filtered",
-    "domain_ratio", "flatten", "ground_truth", "label_dataset", "latent_thresholds", "prf1",
+    "domain_ratio", "domain_runs", "flatten", "ground_truth", "label_dataset", "latent_thresholds", "prf1",
     "select_domain_latents", "special_mask", "split_flat", "top_activating_tokens", "weak_labels",
     "window_expand",
 ]

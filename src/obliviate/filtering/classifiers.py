@@ -42,6 +42,12 @@ from torch import nn
 
 from obliviate.data import TokenDataset, collate
 from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.filtering.weak_labels import flatten, prf1
+from obliviate.losses import lm_loss
+from obliviate.models.builders import tiny_llama
+from obliviate.models.layers import check_layer, d_model, hidden_states_at
+from obliviate.models.load import load_model, save_model
+from obliviate.train import TrainConfig, make_lm_batches, train
 
 
 def _seqs(data) -> list[np.ndarray]:
@@ -67,10 +73,6 @@ def train_lm(dataset: TokenDataset, vocab_size: int, *, reverse: bool = False, n
              seed: int = 0, pad_id: int = 0, bos_id: int | None = 1, eos_id: int | None = 2,
              out_dir: str | Path | None = None, progress: bool = False) -> nn.Module:
     """A tiny Llama trained with :func:`obliviate.train.train` on ``lm_loss`` (reversed sequences if ``reverse``)."""
-    from obliviate.losses import lm_loss
-    from obliviate.models.builders import tiny_llama
-    from obliviate.pretrain import make_lm_batches
-    from obliviate.train import TrainConfig, train
 
     seqs = _seqs(dataset)
     if not seqs:
@@ -91,8 +93,6 @@ class BiLM:
     """A left-to-right and a right-to-left LM; :meth:`features` gives ``[h_fwd(t), h_bwd(t)]`` at ``layer``."""
 
     def __init__(self, fwd: nn.Module, bwd: nn.Module, layer: int, pad_id: int = 0):
-        from obliviate.models.layers import check_layer
-
         self.fwd, self.bwd = fwd.eval(), bwd.eval()
         self.layer = check_layer(fwd, layer)
         check_layer(bwd, layer)
@@ -113,15 +113,11 @@ class BiLM:
 
     @property
     def dim(self) -> int:
-        from obliviate.models.layers import d_model
-
         return d_model(self.fwd) + d_model(self.bwd)
 
     def save(self, directory: str | Path) -> Path:
         """Write ``l2r/`` and ``r2l/`` (config + safetensors) and ``bilm.json`` (layer, pad id)."""
         import json
-
-        from obliviate.models.load import save_model
 
         directory = Path(directory)
         save_model(self.fwd, directory / "l2r")
@@ -132,8 +128,6 @@ class BiLM:
     @classmethod
     def load(cls, directory: str | Path) -> "BiLM":
         import json
-
-        from obliviate.models.load import load_model
 
         directory = Path(directory)
         if not (directory / "bilm.json").is_file():
@@ -150,7 +144,6 @@ class BiLM:
         no valid position attends to padding: the forward passes run with no attention mask,
         which gives the same valid states and lets attention take its fast causal path.
         """
-        from obliviate.models.layers import hidden_states_at
 
         param = next(self.fwd.parameters(), None)  # the training loop may have moved the halves to a GPU
         dev = param.device if param is not None else input_ids.device
@@ -428,8 +421,6 @@ def threshold_sweep(p, truth, thresholds: Sequence[float] | None = None) -> dict
     """
     from sklearn.metrics import roc_auc_score
 
-    from obliviate.filtering.weak_labels import flatten, prf1
-
     pv = np.asarray(flatten(p) if isinstance(p, list) else p, dtype=np.float64).ravel()
     tv = np.asarray(flatten(truth) if isinstance(truth, list) else truth).astype(bool).ravel()
     if pv.shape != tv.shape:
@@ -458,7 +449,6 @@ def throughput(classifier, data, batch_size: int = 32) -> float:
 
 def training_throughput(model: nn.Module, data, batch_size: int = 16, steps: int = 3, pad_id: int = 0) -> float:
     """Tokens per second of a training step's forward + backward of ``model`` (no optimizer step; grads cleared)."""
-    from obliviate.losses import lm_loss
 
     seqs = _seqs(data)
     if not seqs:

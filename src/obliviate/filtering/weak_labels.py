@@ -71,6 +71,33 @@ def ground_truth(dataset: TokenDataset, field: str = "domain", value: str = "med
     return [np.asarray(a) == code for a in dataset.labels[field]]
 
 
+def domain_runs(dataset: TokenDataset, domain: str, min_len: int = 4, inside: bool = True,
+                field: str = "domain") -> list[np.ndarray]:
+    """Contiguous runs (at least ``min_len`` tokens) of token ids whose ground-truth ``field`` label is
+    ``domain`` (``inside``), or is another domain (not ``domain`` and not unlabelled ``"None"``)."""
+    if field not in dataset.labels:
+        raise DataError(f"dataset has no label field {field!r} (has: {sorted(dataset.labels)})")
+    names = dataset.vocab[field]
+    code = names.index(domain) if domain in names else -1
+    none = names.index("None") if "None" in names else -2
+    runs = []
+    for ids, lab in zip(dataset.input_ids, dataset.labels[field]):
+        lab = np.asarray(lab)
+        m = (lab == code) if inside else ((lab != code) & (lab != none))
+        t = 0
+        while t < len(ids):
+            if not m[t]:
+                t += 1
+                continue
+            e = t
+            while e < len(ids) and m[e]:
+                e += 1
+            if e - t >= min_len:
+                runs.append(np.asarray(ids[t:e]))
+            t = e
+    return runs
+
+
 # --------------------------------------------------------------------------- latent choice
 
 

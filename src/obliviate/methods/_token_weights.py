@@ -145,7 +145,10 @@ class TokenScorer:
     """z = sigmoid(<w, h> + b) with its own Adam optimizer over (w, b).
 
     (w, b) are created on first use (the width and device come from the features).
-    They are plain leaf tensors owned by this object, not model parameters.
+    They are plain leaf tensors owned by this object, not model parameters. Their Adam step
+    is not the training loop's: SATGA+ alternates it with the model's step *inside* one
+    training step (the w-step reads the current model's hidden states, then theta steps on
+    the weights it produced), so it is part of the method's loss, not a second run of the loop.
     """
 
     def __init__(self, cfg: ScorerConfig):

@@ -31,6 +31,7 @@ from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
 from obliviate.methods._shared import random_unit_vector
+from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
 
 
 WMDP_LAYER_FRAC = 7 / 32
@@ -76,23 +77,17 @@ def rmu_layer(n_layers: int, layer_frac: float) -> int:
 
 
 def resolve_layer(model, layer: int | None, layer_frac: float = WMDP_LAYER_FRAC) -> int:
-    from obliviate.models.layers import check_layer, num_layers
-
     l = rmu_layer(num_layers(model), layer_frac) if layer is None else layer
     check_layer(model, l)
     return l
 
 
 def rmu_trainable(model, layer: int, n_train_layers: int) -> list[str]:
-    from obliviate.models.layers import param_names_for
-
     layers = list(range(max(0, layer - n_train_layers + 1), layer + 1))
     return param_names_for(model, "mlp_down", layers)
 
 
 def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
-    from obliviate.models.layers import hidden_states_at
-
     return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer], stop_after=layer)[layer]
 
 

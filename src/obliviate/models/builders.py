@@ -35,6 +35,20 @@ def default_d_ff(d_model: int) -> int:
     return 16 * math.ceil(8 * d_model / 3 / 16)
 
 
+def parse_size(size: str) -> tuple[int, int, int]:
+    """``"<layers>x<width>"`` -> (n_layer, d_model, n_head) with heads of 16 dims (at least one head)."""
+    try:
+        layers, width = (int(x) for x in str(size).lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"model size {size!r} is not of the form '<layers>x<width>' (e.g. '2x32')") from None
+    if layers < 1 or width < 2:
+        raise ConfigError(f"model size {size!r}: needs >= 1 layer and width >= 2")
+    n_head = max(1, width // 16)
+    if width % n_head or (width // n_head) % 2:
+        raise ConfigError(f"model size {size!r}: width {width} does not split into {n_head} heads of even size")
+    return layers, width, n_head
+
+
 def tiny_llama(
     vocab_size: int,
     n_layer: int = 4,

@@ -2,6 +2,6 @@
 
 from obliviate.train.config import TrainConfig
 from obliviate.train.loop import TrainingDiverged, select_trainable, train
-from obliviate.train.sampler import StepSampler
+from obliviate.train.sampler import StepSampler, make_lm_batches
 
-__all__ = ["TrainConfig", "StepSampler", "TrainingDiverged", "select_trainable", "train"]
+__all__ = ["TrainConfig", "StepSampler", "TrainingDiverged", "make_lm_batches", "select_trainable", "train"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from obliviate.data import TokenDataset, collate
 from obliviate.errors import ObliviateError
 
 
@@ -51,3 +52,15 @@ class StepSampler:
     def __call__(self, step: int) -> np.ndarray:
         epoch, i = divmod(step, self.per_epoch)
         return self._perm(epoch)[i * self.bs:(i + 1) * self.bs]
+
+
+def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int):
+    """``batch_fn(step)``: the step's :class:`StepSampler` batch of ``dataset``'s sequences, padded with
+    ``pad_id`` (language-model batches: labels are the inputs)."""
+    sampler = StepSampler(len(dataset), batch_size, seed)
+
+    def batch_fn(step: int) -> dict:
+        idx = sampler(step)
+        return collate([dataset.input_ids[i] for i in idx], pad_id)
+
+    return batch_fn
