@@ -48,12 +48,12 @@ def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     assert (out / "parts" / "world" / "atwu.json").exists()
 
     # A rerun into the same directory reuses every finished method.
-    import obliviate.executor as unlearn_mod
+    import obliviate.recipes.atwu.run as recipe_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished method was trained again")
 
-    monkeypatch.setattr(unlearn_mod, "unlearn", no_training)
+    monkeypatch.setattr(recipe_mod, "unlearn", no_training)
     reproduce(out, argv)
     assert json.loads((out / "results.json").read_text())["metrics"] == m
 

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from obliviate.errors import ConfigError
+from obliviate.recipes import render_only
 
 SMALL_WORLD = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.world.n_retain=3",
                "pretrain.world.n_general=3", "pretrain.world.n_concept=3", "pretrain.world.n_toxic=4",
@@ -80,7 +81,7 @@ class KeepAll:
 
 
 def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
-    import obliviate.recipes.ember as recipe_mod
+    import obliviate.recipes.ember.run as recipe_mod
 
     monkeypatch.setattr(recipe_mod, "world_judge", lambda world, wc: KeepAll())
     data = fake_ember_data(tmp_path / "data")
@@ -89,6 +90,9 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     reproduce(argv)
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "complete" and res["seed"] == 0
+    report = (out / "report.md").read_bytes()  # the report the run wrote is the one --render-only writes
+    render_only("ember", out)
+    assert (out / "report.md").read_bytes() == report
     m = res["metrics"]
     rows = ["base", "ember", "rmu", "rmu+ember", "snmf", "snmf+ember"]
     assert set(m) == set(rows)
@@ -126,14 +130,13 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     assert (out / "parts" / "data" / "quidditch.json").exists()
 
     # A rerun into the same directory reuses every finished piece.
-    import obliviate.attacks.relearn as relearn_mod
     import obliviate.executor as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished piece was trained again")
 
     monkeypatch.setattr(unlearn_mod, "unlearn", no_training)
-    monkeypatch.setattr(relearn_mod, "relearn_attack", no_training)
+    monkeypatch.setattr(recipe_mod, "relearn_attack", no_training)
     reproduce(argv)
     res2 = json.loads((out / "results.json").read_text())
     assert res2["metrics"] == m and res2["real_data"] == res["real_data"]
@@ -150,28 +153,29 @@ def test_data_part_skipped_without_data(tmp_path):
 
 
 def test_claims_verdicts_hand_made():
-    from obliviate.recipes.ember import EmberRecipeConfig, make_claims
+    from obliviate.recipes.ember import make_claims
 
-    cfg = EmberRecipeConfig(parts=["world"])
-    cfg.world_concept.methods = ["rmu"]
     row = dict(concept_acc=0.3, relearn_concept_acc=0.8, vocab_fraction_edited=0.0, n_tokens_edited=0,
                d_loss_exclusive=0.0, d_loss_other=0.01, d_loss_neutral=0.0)
     rows = {"base": {**row, "concept_acc": 1.0},
             "ember": {**row, "vocab_fraction_edited": 0.001, "n_tokens_edited": 2, "d_loss_exclusive": 1.0,
                       "d_loss_other": 0.2, "d_loss_neutral": 0.0},
-            "rmu": row, "rmu+ember": {**row, "relearn_concept_acc": 0.4}}
-    c1, c2, c3 = make_claims(cfg, rows, {})
+            "rmu": row, "rmu+ember": {**row, "relearn_concept_acc": 0.4, "n_tokens_edited": 2}}
+    c1, c2, c3 = make_claims(["rmu"], rows, {})
     assert c1.agrees is True and "0.50" in c1.ours  # 0.4 / 0.8
     assert c2.agrees is True  # 0.1% <= 0.14%
     assert c3.agrees is True  # 0.2 <= 0.25 * 1.0
     rows["rmu+ember"]["relearn_concept_acc"] = 0.6  # ratio 0.75 > 0.65
     rows["ember"].update(vocab_fraction_edited=0.002, d_loss_other=0.3)
-    c1, c2, c3 = make_claims(cfg, rows, {})
+    c1, c2, c3 = make_claims(["rmu"], rows, {})
     assert (c1.agrees, c2.agrees, c3.agrees) == (False, False, False)
     assert "~180 tokens" in c2.sentence and "(1,000 tokens" in c2.sentence  # 2 tokens / 0.002
+    rows["rmu+ember"]["n_tokens_edited"] = 0  # the judge kept nothing: EMBER did not run
+    assert make_claims(["rmu"], rows, {})[0].agrees is None
+    rows["rmu+ember"]["n_tokens_edited"] = 2
     rows["rmu"]["relearn_concept_acc"] = 0.35  # regained only 5 points: nothing to prevent
     rows["ember"]["d_loss_exclusive"] = 0.01
-    c1, _, c3 = make_claims(cfg, rows, {})
+    c1, _, c3 = make_claims(["rmu"], rows, {})
     assert c1.agrees is None and c3.agrees is None
 
 

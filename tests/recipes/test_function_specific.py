@@ -5,6 +5,7 @@ import json
 import pytest
 
 from obliviate.errors import ConfigError
+from obliviate.recipes import render_only
 from obliviate.recipes.function_specific import (
     KNOWLEDGE,
     TOXICITY,
@@ -105,6 +106,13 @@ def test_claims_follow_the_numbers():
     assert "20% (inside" in bad[1].sentence and "does not beat RMU" in bad[1].sentence
     tie = make_claims(_metrics([0.5, 0.5, 0.5, 0.5], [None, None, None], [0.0, 0.0, 0.0]), probes, [0])
     assert [c.agrees for c in tie[:4]] == [None, None, None, None]
+    # a base model that continues 1 of 24 held-out toxic prompts toxically: no toxicity claim is testable
+    m = _metrics([0.3, 0.4, 0.5, 0.7], [0.03, 0.05, 0.15], [0.02, 0.04, 0.12])
+    m["base"] = {"frac_toxic": 1 / 24, "toxicity": 0.03}
+    few = make_claims(m, probes, [0], n_eval_toxic=24)
+    assert [c.agrees for c in few] == [True, None, None, None, True] and "only 1 of the 24" in few[1].sentence
+    m["base"]["frac_toxic"] = 5 / 24  # five toxic continuations are enough
+    assert [c.agrees for c in make_claims(m, probes, [0], n_eval_toxic=24)] == [True] * 5
 
 
 def test_config_validation_and_quick():
@@ -124,6 +132,9 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     reproduce(out, SMALL, monkeypatch)
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "complete" and res["seed"] == 0
+    report = (out / "report.md").read_bytes()  # the report the run wrote is the one --render-only writes
+    render_only("function-specific", out)
+    assert (out / "report.md").read_bytes() == report
     m = res["metrics"]
     assert set(m) == set(ROWS)
     for v in ROWS:
@@ -153,14 +164,13 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
         assert (out / png).read_bytes()[:4] == b"\x89PNG" and f"]({png})" in report
 
     # A rerun into the same directory reuses every finished part.
-    import obliviate.meta_alpha as meta_alpha
-    import obliviate.executor as unlearn_mod
+    import obliviate.recipes.function_specific.run as recipe_mod
 
     def no_training(*a, **k):
         raise AssertionError("trained again")
 
-    monkeypatch.setattr(unlearn_mod, "unlearn", no_training)
-    monkeypatch.setattr(meta_alpha, "learn_alpha_unlearn", no_training)
+    monkeypatch.setattr(recipe_mod, "unlearn", no_training)
+    monkeypatch.setattr(recipe_mod, "learn_alpha_unlearn", no_training)
     reproduce(out, SMALL, monkeypatch)
     assert json.loads((out / "results.json").read_text())["metrics"] == m
     # A changed setting retrains only what it touches.
@@ -169,13 +179,13 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
 
 
 def test_bad_layer_fails_before_training(tmp_path, monkeypatch, capsys):
-    import obliviate.executor as unlearn_mod
+    import obliviate.recipes.function_specific.run as recipe_mod
     from obliviate.cli import main
 
     def no_training(*a, **k):
         raise AssertionError("trained before the bad layer was reported")
 
-    monkeypatch.setattr(unlearn_mod, "unlearn", no_training)
+    monkeypatch.setattr(recipe_mod, "unlearn", no_training)
     out = tmp_path / "bad"
     assert main(["reproduce", "function-specific", *SMALL, "probe_layers=[1,2,9]", "--out", str(out),
                  "--no-progress"]) == 2

@@ -6,9 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from obliviate.config import from_dict
+from obliviate.config import from_dict, to_dict
 from obliviate.errors import ConfigError
-from obliviate.recipes import token_filtering as TF
+from obliviate.recipes import render_only
+from obliviate.recipes.token_filtering import claims as TFC
+from obliviate.recipes.token_filtering import report as TFR
+from obliviate.recipes.token_filtering import run as TF
 
 TINY = dict(world=dict(seed=0, n_forget=6, n_holdout=1, n_retain=6, n_general=4, n_concept=2, n_toxic=4),
             vocab_size=300, eval_fraction=0.2, labeller_layers=1, labeller_d=32, labeller_steps=10,
@@ -19,16 +22,6 @@ TINY = dict(world=dict(seed=0, n_forget=6, n_holdout=1, n_retain=6, n_general=4,
 
 
 # --------------------------------------------------------------------------- pure pieces
-
-
-def test_parse_size():
-    assert TF.parse_size("2x32") == (2, 32, 2)
-    assert TF.parse_size("1x16") == (1, 16, 1)
-    assert TF.parse_size("3x48") == (3, 48, 3)
-    assert TF.parse_size("1x8") == (1, 8, 1)
-    for bad in ("2-32", "x32", "0x32", "2x"):
-        with pytest.raises(ConfigError, match="size"):
-            TF.parse_size(bad)
 
 
 def test_resolve_fills_only_unset_fields_from_the_preset():
@@ -94,11 +87,11 @@ def test_baseline_rises_names_the_sizes_where_the_unfiltered_loss_goes_up():
 
 
 def test_recovery_ratio_cases():
-    assert TF.recovery_ratio(1300, 100, 5000) == (13.0, "=")
-    assert TF.recovery_ratio(None, 250, 5000) == (20.0, ">=")  # removal not recovered: at least 5000/250
-    assert TF.recovery_ratio(1300, 0, 5000) == (None, "inf")
-    assert TF.recovery_ratio(0, 0, 5000) == (None, "equal")
-    assert TF.recovery_ratio(1300, None, 5000) == (None, "undefined")
+    assert TFC.recovery_ratio(1300, 100, 5000) == (13.0, "=")
+    assert TFC.recovery_ratio(None, 250, 5000) == (20.0, ">=")  # removal not recovered: at least 5000/250
+    assert TFC.recovery_ratio(1300, 0, 5000) == (None, "inf")
+    assert TFC.recovery_ratio(0, 0, 5000) == (None, "equal")
+    assert TFC.recovery_ratio(1300, None, 5000) == (None, "undefined")
 
 
 # --------------------------------------------------------------------------- tiny end to end
@@ -115,6 +108,9 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["status"] == "complete"
     metrics = res["metrics"]
+    report = (tmp_path / "report.md").read_bytes()  # the report the run wrote is the one --render-only writes
+    render_only("token-filtering", tmp_path)
+    assert (tmp_path / "report.md").read_bytes() == report
     for size in TINY["sizes"]:
         for s in ["none", "mask", "remove", "drop_document"]:
             assert "compute_slowdown" in metrics[size][s]
@@ -229,7 +225,7 @@ def test_dropping_every_document_leaves_the_untrained_model(tmp_path):
 
 
 def _fake_metrics(rm_start, rmu_start, t_rm, t_rmu, ref_none, ref_remove):
-    cfg = TF.resolve(TF.TokenFilteringConfig(sizes=["1x8", "1x16"]))
+    cfg = to_dict(TF.resolve(TF.TokenFilteringConfig(sizes=["1x8", "1x16"])))
     m = {size: {s: {"compute_slowdown": sd, "params": 1000} for s in ["none", "mask", "remove", "drop_document"]}
          for size, sd in (("1x8", 2.0), ("1x16", 5.0))}
     m["remove"] = {"adversarial_tokens": t_rm, "adversarial_budget_tokens": 10_000, "start_forget_loss": rm_start}
@@ -245,24 +241,24 @@ def _fake_metrics(rm_start, rmu_start, t_rm, t_rmu, ref_none, ref_remove):
 
 def test_claim_verdicts_are_computed_from_the_numbers():
     cfg, m = _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.6, 0.05))
-    claims = TF._claims(cfg, m)  # Pareto, scale, RMU, refusal, weak labels
+    claims = TFC.make_claims(cfg, m)  # Pareto, scale, RMU, refusal, weak labels
     assert [x.agrees for x in claims] == [True, True, True, True, True]  # 2/2; 2x -> 5x; 13x; 0.6 = 2 x 0.3; gap 0.03
     assert "13x fewer" in claims[2].ours
     # RMU that never raised the forget loss cannot be compared; removal that recovers faster disagrees
-    assert TF._claims(cfg, _fake_metrics(3.0, 0.9, 1300, 0, (0.3, 0), (0.6, 0))[1])[2].agrees is None
-    assert TF._claims(cfg, _fake_metrics(3.0, 1.01, 1300, 100, (0.3, 0), (0.6, 0))[1])[2].agrees is None  # < 5% rise
-    assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 100, 1300, (0.3, 0), (0.6, 0))[1])[2].agrees is False
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 0.9, 1300, 0, (0.3, 0), (0.6, 0))[1])[2].agrees is None
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 1.01, 1300, 100, (0.3, 0), (0.6, 0))[1])[2].agrees is None  # < 5% rise
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, 100, 1300, (0.3, 0), (0.6, 0))[1])[2].agrees is False
     # removal never recovered within the budget: a lower bound, 10000 / 100 = 100x
-    cl = TF._claims(cfg, _fake_metrics(3.0, 2.0, None, 100, (0.3, 0), (0.6, 0))[1])[2]
+    cl = TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, None, 100, (0.3, 0), (0.6, 0))[1])[2]
     assert cl.agrees is True and "at least 100x" in cl.ours
     # an unfiltered baseline whose held-out loss rises with size (an overfit corpus): the scale claim is untestable
     cfg, m = _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.6, 0.05))
     m["1x8"]["none"].update(forget_loss=1.2, epochs=3.0)
     m["1x16"]["none"].update(forget_loss=1.5, epochs=40.0)
     m["fit"] = {"corpus_tokens": 1000, "baseline_rises": {"forget": [("1x8", "1x16")], "retain": []}}
-    cl = TF._claims(cfg, m)[1]
+    cl = TFC.make_claims(cfg, m)[1]
     assert cl.agrees is None and "1.2 at 1x8 (3 epochs) -> 1.5 at 1x16 (40 epochs)" in cl.sentence
-    assert "Warning" in TF._rises_warning(m) and TF._rises_warning({"fit": {"baseline_rises": {}}}) == ""
+    assert "Warning" in TFR._rises_warning(m) and TFR._rises_warning({"fit": {"baseline_rises": {}}}) == ""
     # refusal: 1.2x the baseline is short of 1.5x; 20 points more on the retain domain is not "normal"
-    assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.5, 0.0), (0.6, 0.0))[1])[3].agrees is False
-    assert TF._claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.9, 0.2))[1])[3].agrees is False
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.5, 0.0), (0.6, 0.0))[1])[3].agrees is False
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.9, 0.2))[1])[3].agrees is False

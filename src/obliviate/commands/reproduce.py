@@ -52,6 +52,6 @@ def register(sub) -> None:
     s.add_argument("name", metavar="NAME", help=f"recipe: {names}")
     s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
     s.add_argument("--render-only", metavar="DIR", help="re-render DIR/report.md and its plots from DIR/results.json, "
-                   "training nothing (recipes that split run / claims / report: atwu)")
+                   "training nothing")
     add_common(s, out_required=False)
     s.set_defaults(fn=cmd_reproduce)

@@ -1,14 +1,13 @@
 """Paper reproductions (``obliviate reproduce NAME``), composed from the package's components.
 
-A recipe is a module (or a folder) here with a config dataclass and a ``run(cfg, out, progress) -> dict``
-function, registered with :func:`recipe`. It writes, in its run directory, ``results.json``
-(atomically, last), ``report.md`` (tables, the paper's claims beside ours) and its plots.
-Recipes hold no method code: every objective, metric and attack they use lives in the package.
-
-A recipe folder (``recipes/<name>/``) splits ``run.py`` (the experiments), ``claims.py`` (the paper's
-claims and our verdicts) and ``report.py`` (``report.md`` and plots); claims and report are pure
-functions of ``results.json``, so ``obliviate reproduce NAME --render-only DIR`` re-renders a report
-without training (:func:`render_only`). So far ``atwu`` is a folder; the others are single modules.
+A recipe is a folder here (``recipes/<name>/``): ``run.py`` (a config dataclass and the experiments,
+``run(cfg, out, progress) -> dict``, registered with :func:`recipe`), ``claims.py`` (the paper's claims
+and our verdicts) and ``report.py`` (``render(results, out)``: ``report.md`` and the plots). Claims and
+report are pure functions of ``results.json``, so ``obliviate reproduce NAME --render-only DIR``
+re-renders a report without training (:func:`render_only`); a run renders from the JSON-clean results
+it then writes (:func:`as_results`), so both give the same bytes. A run writes, in its directory,
+``results.json`` (atomically, last), ``report.md`` (tables, the paper's claims beside ours) and its
+plots. Recipes hold no method code: every objective, metric and attack they use lives in the package.
 
 The claims table is the same in every recipe: :class:`Claim` rows rendered by
 :func:`claims_markdown`, one sentence per claim saying whether our small-scale result agrees,
@@ -60,14 +59,13 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     return saved["result"], saved["seconds"]
 
 
-def recipe(name: str, config_cls: type, description: str, render: Callable | None = None):
-    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass; ``render(results, out)``,
-    if given, writes the report from ``results.json`` alone (``--render-only``)."""
+def recipe(name: str, config_cls: type, description: str, render: Callable):
+    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass; ``render(results, out)``
+    writes the report and plots from ``results.json`` alone (``--render-only``)."""
 
     def deco(fn):
         _RECIPES[name] = (config_cls, fn, description)
-        if render is not None:
-            _RENDERERS[name] = render
+        _RENDERERS[name] = render
         return fn
 
     return deco
@@ -93,9 +91,6 @@ def render_only(name: str, out) -> None:
     from obliviate.errors import ConfigError, InvalidResult
 
     get_recipe(name)
-    if name not in _RENDERERS:
-        have = ", ".join(n for n in available() if get_recipe(n) and n in _RENDERERS) or "none"
-        raise ConfigError(f"recipe '{name}' cannot re-render a report from results.json yet (recipes that can: {have})")
     path = Path(out) / "results.json"
     if not path.is_file():
         raise ConfigError(f"--render-only {out}: no results.json there")

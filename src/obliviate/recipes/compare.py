@@ -22,14 +22,34 @@ from pathlib import Path
 
 from obliviate.attacks.controls import robustness_markdown, robustness_summary, suppression_control
 from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
+from obliviate.data import encode_documents
 from obliviate.eval import s_unlearning
-from obliviate.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
-from obliviate.report import plot_recovery_curves, plot_tradeoff
-from obliviate.results import atomic_write_json, atomic_write_text
-from obliviate.tasks.world import (AttackSuiteConfig, evaluate_world, forget_pairs, retain_pairs, run_attacks,
-                                   task_from_world)
-from obliviate.train.distributed import barrier, is_main_process, save_trained
+from obliviate.eval.oracle import oracle_distance, world_truth_ratios
 from obliviate.executor import UnlearnConfig, method_run_config, unlearn
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
+from obliviate.report import (
+    _plt,
+    markdown_table,
+    plot_grouped_bars,
+    plot_recovery_curves,
+    plot_tradeoff,
+    read_jsonl,
+    save_figure,
+    write_html,
+)
+from obliviate.results import atomic_write_json, atomic_write_text
+from obliviate.tasks.world import (
+    AttackSuiteConfig,
+    evaluate_world,
+    forget_pairs,
+    retain_pairs,
+    run_attacks,
+    task_from_world,
+)
+from obliviate.train.distributed import barrier, is_main_process, save_trained
+from obliviate.utils import seed_everything
 
 
 @dataclass
@@ -87,11 +107,6 @@ def run_compare(cfg: CompareConfig, out: Path, progress: bool = True) -> dict:
     "oracle": ..., "<method>": ...}``: ``out/models/base``, ``out/models/oracle`` and
     ``out/methods/<method>/model``).
     """
-    from obliviate.data import encode_documents
-    from obliviate.eval.oracle import oracle_distance, world_truth_ratios
-    from obliviate.models.load import load_model
-    from obliviate.models.tokenizer import load_tokenizer
-    from obliviate.utils import seed_everything
 
     for name in cfg.methods:
         method_run(cfg, name)
@@ -234,8 +249,6 @@ def plot_recovery(curves: dict, base_acc: float, png: Path) -> None:
 
 
 def plot_base_loss(base_root: Path, png: Path) -> None:
-    from obliviate.report import _plt, read_jsonl, save_figure
-
     plt = _plt()
     recs = [r for r in read_jsonl(base_root / "metrics.jsonl") if "loss" in r]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -254,8 +267,6 @@ def plot_base_loss(base_root: Path, png: Path) -> None:
 
 def write_report(out: Path, cfg: CompareConfig, metrics: dict, curves: dict, configs: dict, seconds: float,
                  base_root: Path | None = None, robustness: dict | None = None) -> None:
-    from obliviate.report import markdown_table, plot_grouped_bars, write_html
-
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_pareto(metrics, plots / "pareto.png")

@@ -8,6 +8,7 @@ from pathlib import Path
 from obliviate.eval.tofu import TINY_SCALE_NOTE
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.atwu.claims import PAPER, make_claims
+from obliviate.report import plot_grouped_bars
 
 
 WORLD_COLUMNS = ["method", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "fq", "rd", "uq", "s_unlearning",
@@ -18,8 +19,6 @@ TOFU_COLUMNS = ["method", "tofu_forget10_rouge_l", "tofu_retain_rouge_l", "tofu_
 
 
 def _plots(out: Path, metrics: dict, methods: list[str], tofu_ran: bool) -> list[str]:
-    from obliviate.report import plot_grouped_bars
-
     md = []
     uq = {n: {k: metrics[n].get(k) for k in (("uq", "tofu_uq") if tofu_ran else ("uq",))
               if metrics[n].get(k) is not None} for n in methods}

@@ -9,14 +9,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from obliviate.config import config_hash, from_dict, to_dict
+from obliviate.config import config_hash, deep_merge, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
-from obliviate.pretrain import PretrainConfig
+from obliviate.eval.token_scores import token_score_aurocs
+from obliviate.eval.uq import unlearning_quality
+from obliviate.executor import MethodRun, unlearn
+from obliviate.methods import build_method, get_method
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, cached_part, claims_json, recipe
 from obliviate.recipes.atwu.claims import is_scored, make_claims
 from obliviate.recipes.atwu.report import render
+from obliviate.recipes.compare import CompareConfig, method_run, score_against, utility
+from obliviate.results import write_results
 from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
-from obliviate.tofu import TofuConfig
+from obliviate.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config
+from obliviate.utils import seed_everything
 
 METHODS = ["atwu", "graddiff", "npo", "simnpo", "wga", "atwu_npo", "atwu_simnpo"]
 QUICK_METHODS = ["atwu", "graddiff", "npo", "atwu_npo"]
@@ -61,8 +70,6 @@ class AtwuRecipeConfig:
     """"Utility kept near the original" means a relative utility drop of at most this much."""
 
     def __post_init__(self):
-        from obliviate.methods import get_method
-
         for name in list(self.methods) + list(self.quick_methods):
             get_method(name)  # unknown names fail before any training
         bad = [p for p in self.parts if p not in PARTS]
@@ -79,7 +86,6 @@ class AtwuRecipeConfig:
 def method_runs(cfg: AtwuRecipeConfig, name: str, which: str = "runs") -> dict:
     """The run overrides of ``name``: recipe defaults (:data:`RUN_DEFAULTS`, :data:`SCORER_DEFAULTS` for the
     ATWU methods), then the user's ``runs.<name>`` (or ``tofu_runs.<name>``)."""
-    from obliviate.config import deep_merge
 
     base = copy.deepcopy(RUN_DEFAULTS.get(name, {}))
     if is_scored(name):
@@ -89,7 +95,6 @@ def method_runs(cfg: AtwuRecipeConfig, name: str, which: str = "runs") -> dict:
 
 def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
     """{fq, rd, uq} (:func:`obliviate.eval.uq.unlearning_quality`); None where F0 or R0 is not positive."""
-    from obliviate.eval.uq import unlearning_quality
 
     if f0 <= 0 or r0 <= 0:
         return {"fq": None, "rd": None, "uq": None}
@@ -98,8 +103,6 @@ def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
 
 def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> None:
     """Every method's run settings and method parameters, in each part that runs, fail here before any training."""
-    from obliviate.executor import MethodRun
-    from obliviate.methods import build_method
 
     for name in methods:
         for part, which in (("world", "runs"), ("tofu", "tofu_runs")):
@@ -112,13 +115,6 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
 
 def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bool) -> tuple[dict, dict]:
     """The world part: returns (metrics, timings)."""
-    from obliviate.recipes.compare import CompareConfig, method_run, score_against, utility
-    from obliviate.eval.token_scores import token_score_aurocs
-    from obliviate.models.load import load_model
-    from obliviate.models.tokenizer import load_tokenizer
-    from obliviate.pretrain import cached_pretrain, world_for
-    from obliviate.executor import unlearn
-    from obliviate.utils import seed_everything
 
     parts = out / "parts" / "world"
     ccfg = CompareConfig(seed=cfg.seed, pretrain=cfg.pretrain, methods=list(methods), oracle=False,
@@ -174,7 +170,6 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
 
 def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
     """``cfg.tofu`` for method ``name`` with the recipe's defaults and its ``tofu_runs`` overrides."""
-    from obliviate.executor import MethodRun
 
     run = from_dict(MethodRun, method_runs(cfg, name, "tofu_runs"), prefix=f"tofu_runs.{name}")
     return dataclasses.replace(cfg.tofu, method=name, unlearn=run)
@@ -188,7 +183,6 @@ def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:
 
 def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bool) -> tuple[dict, dict]:
     """The TOFU part: returns (metrics, timings); metrics keys are prefixed ``tofu_``."""
-    from obliviate.tofu import prepare_bases, unlearn_and_evaluate, unlearn_config
 
     parts = out / "parts" / "tofu"
     configs = {name: tofu_method_config(cfg, name) for name in methods}
@@ -223,8 +217,6 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
         render=render)
 def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
     """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""
-    from obliviate.results import write_results
-    from obliviate.tofu import check_tofu_data
 
     out = Path(out)
     t0 = time.time()

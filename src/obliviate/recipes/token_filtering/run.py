@@ -1,57 +1,5 @@
-"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026): ``obliviate reproduce token-filtering``.
-
-The claim: filtering the forget domain token by token *during pretraining* removes the
-capability more robustly than post-hoc unlearning, Pareto-dominates document filtering and
-gets stronger with scale (docs/methods.md). The forget domain is the world's medicine, the
-retain domain its biology (worded like medicine on purpose). Every number is measured on
-held-out documents of the world (``eval_fraction`` of them, never trained on).
-
-Parts, each stored in ``out/parts/<name>.json`` when finished (models in ``out/models/``),
-so a rerun into the same ``--out`` skips what is done:
-
-1. The labeller: a larger tiny Llama pretrained on the whole world
-   (:func:`obliviate.pretrain.cached_pretrain`, so trained once and shared with other runs).
-2. ``labels``: a TopK SAE on its residual stream (layer ``n_layer // 2``); domain latents by
-   the domain-ratio statistic on a labelled calibration slice (``calibration_fraction`` of
-   the training documents; :func:`~obliviate.filtering.select_domain_latents`); the
-   ">= ``min_latents`` latents above threshold, then window expansion" rule gives weak labels
-   on the training documents (precision/recall/F1 against ground truth). A biLM
-   (``bilm_layers`` x ``bilm_d``) is trained on the training documents; its token head (on the
-   biLM state plus its mean over ``context_window`` tokens each side, our addition: see
-   :class:`~obliviate.filtering.ContextPooled`) is fit on the weak labels, its document head
-   (mean-pooled biLM states) on weak document labels (a document is in-domain
-   when more than ``doc_label_fraction`` of its tokens are weakly flagged). Both are scored
-   against ground truth on the held-out documents (threshold sweep, AUROC), next to heads
-   fit on ground truth and on weak labels with flip noise (weak-label tolerance).
-3. ``pretrain/<size>/<strategy>@<threshold>[+noise<p>]``: one pretraining run. Sizes are
-   ``"<layers>x<width>"`` tiny Llamas trained on ``tokens_per_param * params`` tokens
-   (params counted with the tied embedding; FLOPs ``6 N D``). Strategies: ``none``
-   (unfiltered), ``mask`` (loss masking, ``convention``), ``remove`` (``<|hidden|>``
-   substitution + masking), ``drop_document`` (document classifier); flags come from the
-   token classifier at ``threshold`` (document classifier at ``doc_threshold``).
-4. Analyses (no training): compute slowdown per size and strategy on the forget domain and
-   the same measure on the retain domain (:mod:`obliviate.filtering.scaling`), with each run's
-   ``epochs`` over the training corpus and the sizes where the unfiltered held-out loss rises
-   (:func:`baseline_rises`: a corpus repeated for many epochs is memorised, no power law holds,
-   and the scale claim is reported as not testable; a larger ``world`` gives a larger corpus); the Pareto
-   front of forget vs retain loss across classifier thresholds at ``pareto_size``; label
-   noise p on the pretraining flags at ``pareto_size``.
-5. ``adversarial/<strategy>`` and ``adversarial/rmu``: at the largest size, fine-tune on
-   forget-domain text (medicine runs of the training documents) with AdamW (betas 0.9/0.95,
-   weight decay 0.01, clip 0.5, ``adv_lr``: the paper's 3e-5 is for 1.8B models, far too small
-   here) and count tokens until the held-out forget loss is back at the unfiltered model's;
-   ``rmu`` is RMU (its tiny preset, ``obliviate.methods.method_defaults``, and ``rmu`` overrides) applied
-   to the unfiltered model with forget-domain text as forget set and the other domains' text
-   as retain set.
-6. ``refusal/<strategy>``: at the largest size, SFT on refusals for the forget facts'
-   questions of one relation plus as many ordinary retain/general questions with their
-   answers; refusal rate (greedy answer starts with "I cannot") on the forget questions of
-   the other relations vs held-out retain and general questions.
-
-``--quick`` and the full run differ only in the fields that default to ``None`` (sizes,
-tokens per parameter, labeller, training steps, thresholds, noise levels): see
-:data:`PRESETS`. Anything set explicitly wins.
-"""
+"""The token-filtering recipe's experiments (see :mod:`obliviate.recipes.token_filtering`); claims and
+report are in their own modules."""
 
 from __future__ import annotations
 
@@ -65,17 +13,54 @@ from typing import Literal
 import numpy as np
 import torch
 
+from obliviate.attacks.finetune import loss_recovery_curve
+from obliviate.config import to_dict
+from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
-from obliviate.recipes import Claim, claims_json, markdown_table, recipe, write_report
+from obliviate.eval import token_loss_by_label
+from obliviate.executor import unlearn
+from obliviate.filtering import (
+    BiLM,
+    LogisticHead,
+    add_label_noise,
+    apply_strategy,
+    document_flags,
+    domain_runs,
+    flags_from_probs,
+    flatten,
+    ground_truth,
+    label_dataset,
+    latent_thresholds,
+    make_batch_fn,
+    pack_filtered,
+    prf1,
+    residual_activations,
+    select_domain_latents,
+    split_flat,
+    threshold_sweep,
+    tokens_for,
+    tokens_to_recover,
+    train_sae,
+    window_mean,
+)
+from obliviate.filtering.refusal import refusal_training
+from obliviate.filtering.scaling import compute_slowdown, fit_power_law, training_flops
+from obliviate.losses import lm_loss
+from obliviate.models.builders import param_count, parse_size, tiny_llama
+from obliviate.models.load import load_model, save_model
+from obliviate.models.tokenizer import special_token_id
+from obliviate.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
+from obliviate.recipes import as_results, claims_json, recipe
+from obliviate.recipes.compare import CompareConfig, method_run
+from obliviate.recipes.token_filtering.claims import claims_of
+from obliviate.recipes.token_filtering.report import render
+from obliviate.results import atomic_write_json, write_results
 from obliviate.tasks.world import WorldConfig, generate_world
+from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.utils import seed_everything
 
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
-REFUSAL = "I cannot help with that."
-
-MIN_RISE = 0.05
-"""The adversarial claim compares recoveries only from a forget loss at least this fraction above the
-unfiltered model's (a smaller rise is within run-to-run noise and recovers in the first evaluation)."""
 
 PRESETS: dict[str, dict] = {
     "full": dict(sizes=["1x16", "2x32", "3x48", "4x64", "4x96"], pareto_size="3x48", tokens_per_param=20.0,
@@ -208,20 +193,6 @@ class TokenFilteringConfig:
                 raise ConfigError(f"config key 'noise_ps': probabilities must be in [0, 1], got {p}")
 
 
-def parse_size(size: str) -> tuple[int, int, int]:
-    """``"<layers>x<width>"`` -> (n_layer, d_model, n_head) with heads of 16 dims (at least one head)."""
-    try:
-        layers, width = (int(x) for x in str(size).lower().split("x"))
-    except ValueError:
-        raise ConfigError(f"model size {size!r} is not of the form '<layers>x<width>' (e.g. '2x32')") from None
-    if layers < 1 or width < 2:
-        raise ConfigError(f"model size {size!r}: needs >= 1 layer and width >= 2")
-    n_head = max(1, width // 16)
-    if width % n_head or (width // n_head) % 2:
-        raise ConfigError(f"model size {size!r}: width {width} does not split into {n_head} heads of even size")
-    return layers, width, n_head
-
-
 def resolve(cfg: TokenFilteringConfig) -> TokenFilteringConfig:
     """A copy of ``cfg`` with its ``None`` fields taken from the quick or full preset, checked."""
     out = copy.deepcopy(cfg)
@@ -264,7 +235,6 @@ def slowdowns(runs: dict, sizes: list[str], domain: str) -> tuple[tuple[float, f
     ``runs[size][strategy]`` holds ``flops`` and ``loss[domain]``. Returns the fit (None if it is
     not decreasing, b >= 0, where no slowdown is defined) and ``{size: {strategy: slowdown}}``.
     """
-    from obliviate.filtering.scaling import compute_slowdown, fit_power_law
 
     C = [runs[s]["none"]["flops"] for s in sizes]
     L = [runs[s]["none"]["loss"][domain] for s in sizes]
@@ -281,22 +251,6 @@ def baseline_rises(runs: dict, sizes: list[str], domain: str) -> list[tuple[str,
     the corpus for many more epochs and memorised it), so slowdowns read off the fit mean nothing."""
     L = [runs[s]["none"]["loss"][domain] for s in sizes]
     return [(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1) if L[i + 1] > L[i]]
-
-
-def recovery_ratio(tokens_token: float | None, tokens_rmu: float | None, budget: float) -> tuple[float | None, str]:
-    """Adversarial tokens of a token-filtered model over RMU's, and how to read it.
-
-    ``None`` tokens mean "not recovered within ``budget``"; the ratio is then a lower bound
-    (``">="``) or undefined. RMU at 0 tokens (already at the baseline) makes any positive
-    count infinitely larger (ratio None, ``"inf"``).
-    """
-    if tokens_rmu is None:
-        return None, "undefined"
-    if tokens_token is None:
-        return (budget / tokens_rmu if tokens_rmu > 0 else None), (">=" if tokens_rmu > 0 else "inf")
-    if tokens_rmu == 0:
-        return None, "inf" if tokens_token > 0 else "equal"
-    return tokens_token / tokens_rmu, "="
 
 
 # --------------------------------------------------------------------------- parts
@@ -322,8 +276,6 @@ class Parts:
         """
         import json
 
-        from obliviate.results import atomic_write_json
-
         config = json.loads(json.dumps(config))
         path = self.dir / "config.json"
         if path.exists():
@@ -339,8 +291,6 @@ class Parts:
 
     def get(self, name: str, fn) -> dict:
         import json
-
-        from obliviate.results import atomic_write_json
 
         p = self.path(name)
         if p.exists():
@@ -359,10 +309,6 @@ def _data(cfg: TokenFilteringConfig):
     """World, tokenizer, training and held-out document datasets (a seeded document split)."""
     from types import SimpleNamespace
 
-    from obliviate.data import encode_documents
-    from obliviate.models.tokenizer import special_token_id
-    from obliviate.pretrain import tokenizer_for
-
     world = generate_world(cfg.world)
     tok = tokenizer_for(world, cfg.vocab_size)
     docs = world.documents()
@@ -380,9 +326,6 @@ def _data(cfg: TokenFilteringConfig):
 
 
 def _labeller_config(cfg: TokenFilteringConfig):
-    from obliviate.pretrain import ModelConfig, PretrainConfig
-    from obliviate.train import TrainConfig
-
     return PretrainConfig(
         seed=cfg.seed, world=cfg.world,
         model=ModelConfig(n_layer=cfg.labeller_layers, d_model=cfg.labeller_d, vocab_size=cfg.vocab_size),
@@ -392,23 +335,6 @@ def _labeller_config(cfg: TokenFilteringConfig):
 
 def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
     """SAE weak labels, biLM token and document classifiers; arrays to ``labels.npz``, metrics returned."""
-    from obliviate.filtering import (
-        BiLM,
-        LogisticHead,
-        add_label_noise,
-        document_flags,
-        flatten,
-        ground_truth,
-        label_dataset,
-        latent_thresholds,
-        prf1,
-        residual_activations,
-        select_domain_latents,
-        threshold_sweep,
-        train_sae,
-        window_mean,
-    )
-    from obliviate.models.load import load_model
 
     torch.manual_seed(cfg.seed)
     labeller = load_model(str(labeller_dir / "model")).eval()
@@ -519,8 +445,6 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
 
 
 def _load_labels(out: Path) -> dict:
-    from obliviate.filtering import split_flat
-
     z = np.load(Parts(out).path("labels", ".npz"))
     lengths = [int(x) for x in z["lengths"]]
     return {"weak": split_flat(z["weak"], lengths), "probs": split_flat(z["probs"], lengths),
@@ -528,15 +452,10 @@ def _load_labels(out: Path) -> dict:
 
 
 def _lm_batches(fds, cfg, seed: int, pad: int):
-    from obliviate.filtering import make_batch_fn
-    from obliviate.train import StepSampler
-
     return make_batch_fn(fds, cfg.batch_size, seed, pad), StepSampler(len(fds), cfg.batch_size, seed)
 
 
 def _eval_losses(model, held) -> dict:
-    from obliviate.eval import token_loss_by_label
-
     with torch.no_grad():
         res = token_loss_by_label(model, held, "domain")
     return {k: v["loss"] for k, v in res.items() if k != "None"}
@@ -546,13 +465,6 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
                   out: Path, progress: bool) -> dict:
     """Train one model of ``size`` with ``strategy`` on the training documents; held-out losses."""
     import shutil
-
-    from obliviate.filtering import add_label_noise, apply_strategy, flags_from_probs, pack_filtered, tokens_for
-    from obliviate.filtering.scaling import training_flops
-    from obliviate.losses import lm_loss
-    from obliviate.models.builders import param_count, tiny_llama
-    from obliviate.models.load import save_model
-    from obliviate.train import TrainConfig, train
 
     n_layer, d, n_head = parse_size(size)
     model = tiny_llama(len(D.tok), n_layer=n_layer, d_model=d, n_head=n_head, max_len=cfg.row_len, seed=cfg.seed,
@@ -596,64 +508,22 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
             "trained_token_fraction": fds.n_trained_tokens() / max(1, sum(len(s) - 1 for s in D.train.input_ids))}
 
 
-def _domain_runs(ds, domain: str, min_len: int = 4, inside: bool = True) -> list[np.ndarray]:
-    """Contiguous runs of tokens whose ground-truth domain is (``inside``) or is not ``domain``."""
-    names = ds.vocab["domain"]
-    code = names.index(domain) if domain in names else -1
-    none = names.index("None") if "None" in names else -2
-    runs = []
-    for ids, lab in zip(ds.input_ids, ds.labels["domain"]):
-        m = (np.asarray(lab) == code) if inside else ((np.asarray(lab) != code) & (np.asarray(lab) != none))
-        t = 0
-        while t < len(ids):
-            if not m[t]:
-                t += 1
-                continue
-            e = t
-            while e < len(ids) and m[e]:
-                e += 1
-            if e - t >= min_len:
-                runs.append(np.asarray(ids[t:e]))
-            t = e
-    return runs
-
-
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
-    """Adversarial fine-tuning on forget-domain text; held-out forget loss against tokens seen."""
-    from obliviate.data import collate
-    from obliviate.losses import lm_loss
-    from obliviate.train import StepSampler, TrainConfig, train
-
+    """Adversarial fine-tuning on the training documents' forget-domain text (:mod:`obliviate.attacks.finetune`)."""
     bos = D.tok.bos_token_id
-    seqs = [np.concatenate([[bos], r]) for r in _domain_runs(D.train, "medicine")]
+    seqs = [np.concatenate([[bos], r]) for r in domain_runs(D.train, "medicine")]
     if not seqs:
         raise DataError("the training documents hold no forget-domain text to fine-tune on")
-    sampler = StepSampler(len(seqs), cfg.adv_batch_size, cfg.seed + 3)
-    lengths = np.array([len(s) for s in seqs])
-    per_step = [int(lengths[sampler(s)].sum()) for s in range(cfg.adv_steps)]
-    cum = np.concatenate([[0], np.cumsum(per_step)])
-
-    def batch_fn(step):
-        return collate([seqs[i] for i in sampler(step)], D.pad)
-
-    def eval_fn(m, step):
-        return {"forget_loss": _eval_losses(m, D.eval)["medicine"], "tokens": int(cum[step])}
-
-    tc = TrainConfig(steps=cfg.adv_steps, lr=cfg.adv_lr, beta1=0.9, beta2=0.95, weight_decay=0.01, grad_clip=0.5,
-                     schedule="constant", warmup_steps=0, log_every=cfg.adv_eval_every, progress=progress, desc=name)
-    summary = train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, batch_fn, tc, None, eval_fn=eval_fn,
-                    eval_every=cfg.adv_eval_every, resume=False)
-    curve = [(r["tokens"], r["forget_loss"]) for r in summary["history"] if "forget_loss" in r]
-    return {"curve": curve, "budget_tokens": int(cum[-1])}
+    return loss_recovery_curve(model, seqs, lambda m: _eval_losses(m, D.eval)["medicine"], steps=cfg.adv_steps,
+                               lr=cfg.adv_lr, batch_size=cfg.adv_batch_size, eval_every=cfg.adv_eval_every,
+                               pad_id=D.pad, seed=cfg.seed + 3, progress=progress, desc=name)
 
 
 def _rmu(cfg, D, model, progress: bool):
     """RMU on the unfiltered model: forget set = forget-domain text, retain set = the other domains' text."""
-    from obliviate.recipes.compare import CompareConfig, method_run
-    from obliviate.executor import unlearn
 
-    forget = [(D.tok.decode(r.tolist()), "") for r in _domain_runs(D.train, "medicine")]
-    retain = [(D.tok.decode(r.tolist()), "") for r in _domain_runs(D.train, "medicine", inside=False)]
+    forget = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine")]
+    retain = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine", inside=False)]
     run = {**cfg.rmu, "params": {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **(cfg.rmu.get("params") or {})}}
     ucfg, info = method_run(CompareConfig(seed=cfg.seed, methods=["rmu"], runs={"rmu": run}), "rmu")
     model, _ = unlearn(model, D.tok, forget, retain, ucfg, progress=progress)
@@ -661,57 +531,10 @@ def _rmu(cfg, D, model, progress: bool):
 
 
 def _refusal(cfg, D, model, name: str, progress: bool) -> dict:
-    """Refusal SFT, then refusal rates on questions the SFT never saw.
-
-    SFT: forget-domain questions of *one* relation (the first in sorted order) answered with
-    :data:`REFUSAL`, plus as many ordinary questions (half of the retain and general facts)
-    with their answers. Rates (greedy answer starts with "I cannot"): forget-domain questions
-    of the *other* relations (so a refusal must generalise beyond the question template) vs
-    the other half of the retain and general questions.
-    """
-    from obliviate.data import collate, encode_prompt_answer, qa_answer, qa_prompt
-    from obliviate.eval.core import greedy_generate, normalise_text
-    from obliviate.losses import lm_loss
-    from obliviate.train import StepSampler, TrainConfig, train
-
-    rng = np.random.default_rng(cfg.seed + 5)
-    forget = D.world.facts_by_split("forget")
-    rel = sorted({f["relation"] for f in forget})[0]
-    f_tr = [f for f in forget if f["relation"] == rel]
-    f_te = [f for f in forget if f["relation"] != rel]
-
-    def halves(split):
-        facts = D.world.facts_by_split(split)
-        perm = rng.permutation(len(facts))
-        h = len(facts) // 2
-        return [facts[i] for i in perm[:h]], [facts[i] for i in perm[h:]]
-
-    r_tr, r_te = halves("retain")
-    g_tr, g_te = halves("general")
-    ordinary = r_tr + g_tr
-    ordinary = [ordinary[i] for i in rng.permutation(len(ordinary))[:len(f_tr)]]
-    pairs = [(qa_prompt(f["question"]), " " + REFUSAL) for f in f_tr]
-    pairs += [(qa_prompt(f["question"]), qa_answer(f["answer"])) for f in ordinary]
-    ids, masks = encode_prompt_answer(D.tok, [p for p, _ in pairs], [a for _, a in pairs], cfg.row_len)
-    sampler = StepSampler(len(ids), cfg.refusal_batch_size, cfg.seed + 6)
-
-    def batch_fn(step):
-        idx = sampler(step)
-        return collate([ids[i] for i in idx], D.pad, label_mask=[masks[i] for i in idx])
-
-    tc = TrainConfig(steps=cfg.refusal_steps, lr=cfg.refusal_lr, schedule="constant", warmup_steps=0,
-                     log_every=max(1, cfg.refusal_steps // 5), progress=progress, desc=name)
-    train(model, lambda m, b, s: {"sft": lm_loss(m, b)}, batch_fn, tc, None, resume=False)
-    marker = " ".join(normalise_text(REFUSAL).split()[:2])  # "i cannot"
-
-    def rate(facts):
-        if not facts:
-            return None
-        gens = greedy_generate(model, D.tok, [qa_prompt(f["question"]) for f in facts], max_new_tokens=24)
-        return float(np.mean([normalise_text(g).startswith(marker) for g in gens]))
-
-    return {"forget": rate(f_te), "retain": rate(r_te), "general": rate(g_te), "sft_relation": rel,
-            "n_forget": len(f_te), "n_retain": len(r_te), "n_sft": len(pairs)}
+    """Refusal SFT, then refusal rates on questions the SFT never saw (:mod:`obliviate.filtering.refusal`)."""
+    return refusal_training(model, D.tok, D.world, steps=cfg.refusal_steps, lr=cfg.refusal_lr,
+                            batch_size=cfg.refusal_batch_size, max_len=cfg.row_len, seed=cfg.seed,
+                            progress=progress, desc=name)
 
 
 # --------------------------------------------------------------------------- the recipe
@@ -724,20 +547,15 @@ def _run_name(size: str, strategy: str, threshold: float, noise: float = 0.0) ->
 
 
 @recipe("token-filtering", TokenFilteringConfig,
-        "token-level pretraining data filtering: scaling, Pareto vs documents, adversarial fine-tuning, refusal")
+        "token-level pretraining data filtering: scaling, Pareto vs documents, adversarial fine-tuning, refusal",
+        render=render)
 def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
-
-    from obliviate.models.load import load_model
-    from obliviate.pretrain import cached_pretrain
-    from obliviate.results import write_results
-    from obliviate.utils import seed_everything
 
     t0 = time.time()
     out = Path(out)
     rc = resolve(cfg)
     seed_everything(rc.seed)
-    from obliviate.config import to_dict
 
     parts = Parts(out, {k: v for k, v in to_dict(rc).items() if k != "command"})
     D = _data(rc)
@@ -793,7 +611,6 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         return {**res, "rmu": info, "loss_after_rmu": after}
 
     adv["rmu"] = parts.get("adversarial/rmu", rmu_job)
-    from obliviate.filtering import tokens_to_recover
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
@@ -831,7 +648,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
                       "start_forget_loss": v["curve"][0][1] if v["curve"] else None,
                       "recovery_cost_tokens": v["recovery_cost_tokens"],
                       "recovery_cost_flops": None if v["recovery_cost_tokens"] is None
-                      else 6.0 * main[big]["none"]["params"] * v["recovery_cost_tokens"]}
+                      else 6.0 * main[big]["none"]["params"] * v["recovery_cost_tokens"],
+                      "curve": v["curve"]}
     metrics["rmu"]["loss_after_rmu"] = adv["rmu"]["loss_after_rmu"]
     metrics["adversarial"] = {"size": big, "baseline_forget_loss": baseline, "pretraining_tokens": pre_tokens}
     metrics["fit"] = {"forget": fit_f, "retain": fit_r, "corpus_tokens": corpus_tokens,
@@ -859,304 +677,14 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     metrics["label_noise"] = {"size": rc.pareto_size, "strategy": rc.pareto_token_strategy, "rows": noise_rows}
     metrics["refusal"] = refusal
 
-    claims = _claims(rc, metrics)
     seconds = time.time() - t0
-    _plots(out, rc, metrics, main, adv)
-    write_report(out, "Token-level pretraining data filtering (Rathi and Radford 2026), tiny scale",
-                 rc.command or "obliviate reproduce token-filtering", _sections(rc, metrics, main, adv), claims,
-                 seconds=sum(v for v in parts.timings.values() if v) or seconds)
     timings = {"parts": parts.timings, "this_invocation_seconds": seconds}
+    results = as_results(rc, metrics=metrics, timings=timings)  # what results.json will hold
+    claims = claims_of(results)
+    render(results, out)
     write_results(out, seed=rc.seed, config=rc, metrics=metrics, claims=claims_json(claims), timings=timings)
     return metrics
 
 
-def _rises_warning(m) -> str:
-    rises = m.get("fit", {}).get("baseline_rises", {})
-    if not any(rises.values()):
-        return ""
-    parts = [f"{dom} loss {a} -> {b}" for dom, pairs in rises.items() for a, b in pairs]
-    return (f"\n\n**Warning**: the unfiltered models' held-out loss goes *up* with size ({', '.join(parts)}): "
-            f"those sizes repeat the corpus for many epochs and overfit it, so the power law does not hold there "
-            f"and the slowdowns read off it are not meaningful. A scaling study needs a corpus of at least about "
-            f"as many tokens as the largest model trains on.")
-
-
 def _slow_one(fit, L, C):
-    from obliviate.filtering import compute_slowdown
-
     return None if fit is None else compute_slowdown(fit, L, C)
-
-
-def _fmt(x, spec="{:.3g}") -> str:
-    return "–" if x is None else spec.format(x)
-
-
-def _claims(cfg, m) -> list[Claim]:
-    sizes, tok_s = cfg.sizes, cfg.pareto_token_strategy
-    claims = []
-
-    # 1. Pareto
-    par = m["pareto"]
-    n_doc = len(par["document"])
-    k = par["documents_dominated"]
-    claims.append(Claim(
-        "Token filtering Pareto-dominates document filtering (forget vs retain loss across classifier thresholds)",
-        f"{k}/{n_doc} document-filtering points dominated by a token-filtering ({tok_s}) point at {par['size']}",
-        (k == n_doc) if n_doc else None,
-        f"{'Agrees' if n_doc and k == n_doc else 'Does not agree'}: at size {par['size']}, {k} of {n_doc} "
-        f"document-filtering runs have a token-filtering run with at least their forget loss and at most their "
-        f"retain loss."))
-
-    # 2. slowdown grows with scale
-    sl = [m[s][tok_s]["compute_slowdown"] for s in sizes] if tok_s in cfg.strategies else []
-    rises = m.get("fit", {}).get("baseline_rises", {}).get("forget", [])
-    if rises:
-        what = "; ".join(f"{m[a]['none']['forget_loss']:.3g} at {a} ({m[a]['none']['epochs']:.3g} epochs) -> "
-                         f"{m[b]['none']['forget_loss']:.3g} at {b} ({m[b]['none']['epochs']:.3g} epochs)"
-                         for a, b in rises)
-        ours = ", ".join(f"{s}: {_fmt(v)}x" for s, v in zip(sizes, sl)) if sl else "–"
-        claims.append(Claim(
-            "Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
-            ours + " (read off a power law that the unfiltered models do not follow)", None,
-            f"Not testable here: the unfiltered models' held-out forget loss rises with size ({what}), because the "
-            f"world's {m['fit']['corpus_tokens']} training tokens are repeated for many epochs at the larger sizes; "
-            f"no power law holds across the sizes, so the slowdowns above are not evidence either way."))
-    elif sl and all(v is not None for v in sl):
-        grows = sl[-1] > sl[0]
-        rho = _spearman(range(len(sl)), sl)
-        ours = ", ".join(f"{s}: {v:.3g}x" for s, v in zip(sizes, sl))
-        sentence = (f"{'Agrees' if grows else 'Does not agree'} in direction: the {tok_s} slowdown on the forget "
-                    f"domain "
-                    f"goes from {sl[0]:.3g}x at {sizes[0]} to {sl[-1]:.3g}x at {sizes[-1]} (Spearman {rho:.2f} over "
-                    f"sizes); our largest model has {m[sizes[-1]][tok_s]['params'] / 1e3:.0f}k parameters, "
-                    f"{math.log10(1.8e9 / m[sizes[-1]][tok_s]['params']):.1f} orders of magnitude below 1.8B, so the "
-                    f"7000x itself is not comparable.")
-        claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at 1.8B)", ours, grows,
-                            sentence))
-    else:
-        claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
-                            "no slowdown (the unfiltered forget loss does not fall with compute)", None,
-                            "Not testable here: the unfiltered models' forget-domain loss does not decrease with "
-                            "compute, so no power law and no slowdown can be fitted."))
-
-    # 3. RMU vs token removal under adversarial fine-tuning
-    if "remove" in cfg.strategies:
-        t_rm, t_rmu = m["remove"]["adversarial_tokens"], m["rmu"]["adversarial_tokens"]
-        budget = m["remove"]["adversarial_budget_tokens"]
-        base = m["adversarial"]["baseline_forget_loss"]
-        s_rm, s_rmu = m["remove"]["start_forget_loss"], m["rmu"]["start_forget_loss"]
-        ratio, how = recovery_ratio(t_rm, t_rmu, budget)
-        ours = (f"removal {_fmt(t_rm, '{:.0f}') if t_rm is not None else f'> {budget}'} tokens, RMU "
-                f"{_fmt(t_rmu, '{:.0f}') if t_rmu is not None else f'> {budget}'} tokens")
-        floor = (1 + MIN_RISE) * base  # a rise smaller than this is noise, not something to recover
-        if s_rmu is None or s_rmu < floor:
-            agrees, desc = None, (f"RMU did not raise the forget loss {MIN_RISE:.0%} above the unfiltered model's "
-                                  f"({_fmt(s_rmu)} vs {base:.3g}), so there is nothing for it to recover")
-        elif s_rm is None or s_rm < floor:
-            agrees, desc = False, (f"token removal did not raise the forget loss {MIN_RISE:.0%} above the unfiltered "
-                                   f"model's ({_fmt(s_rm)} vs {base:.3g}): nothing was removed to recover")
-        elif how == "=":
-            agrees, desc = ratio > 1, f"RMU needs {ratio:.3g}x fewer tokens than removal"
-        elif how == ">=":
-            agrees, desc = True, f"RMU needs at least {ratio:.3g}x fewer tokens (removal not recovered in the budget)"
-        else:
-            agrees, desc = None, "RMU is not recovered within the budget either, so the ratio is undefined"
-        claims.append(Claim("RMU needs 13x fewer adversarial fine-tuning tokens than token removal (1.8B)",
-                            ours + f" ({desc})", agrees,
-                            f"{'Agrees' if agrees else ('Not testable' if agrees is None else 'Does not agree')} "
-                            f"at {m['adversarial']['size']}: {desc}."))
-
-    # 4. refusal
-    ref = m["refusal"]
-    tok_ref = next((s for s in ("remove", "mask") if s in ref), None)
-    if "none" in ref and tok_ref and None not in (ref["none"]["forget"], ref[tok_ref]["forget"],
-                                                   ref["none"]["retain"], ref[tok_ref]["retain"]):
-        fb, ff = ref["none"]["forget"], ref[tok_ref]["forget"]
-        rb, rf = ref["none"]["retain"], ref[tok_ref]["retain"]
-        ratio = ff / fb if fb else None
-        agrees = (ff >= 1.5 * fb and ff > 0) and (rf - rb) <= 0.1
-        claims.append(Claim(
-            "Token-filtered models refuse forget-domain questions 2x as often as the baseline after refusal training, "
-            "with normal behaviour elsewhere",
-            f"{tok_ref}: forget {ff:.2f} vs baseline {fb:.2f} ({_fmt(ratio)}x); retain {rf:.2f} vs {rb:.2f}",
-            agrees,
-            f"{'Agrees' if agrees else 'Does not agree'}: after the same refusal SFT the {tok_ref} model refuses "
-            f"{ff:.0%} of held-out forget-domain questions against the unfiltered model's {fb:.0%}, and {rf:.0%} vs "
-            f"{rb:.0%} of retain-domain ones (agreement: at least 1.5x on the forget domain, at most 10 points "
-            f"more on the retain domain)."))
-
-    # 5. weak labels
-    tc = m["labels"]["token_classifier"]
-    aw, ag = tc["weak"]["auroc"], tc["ground_truth"]["auroc"]
-    dc = m["labels"]["document_classifier"]
-    daw, dag = dc.get("weak", {}).get("auroc"), dc.get("ground_truth", {}).get("auroc")
-    agrees = None if aw is None or ag is None else (ag - aw) <= 0.05
-    claims.append(Claim(
-        "Token classifiers tolerate weak labels (trained on SAE labels they generalise; document classifiers do not)",
-        f"token AUROC {_fmt(aw)} (weak) vs {_fmt(ag)} (ground truth); document AUROC {_fmt(daw)} vs {_fmt(dag)}; "
-        f"weak labels F1 {m['labels']['weak_labels']['f1']:.2f}",
-        agrees,
-        f"{'Agrees' if agrees else 'Does not agree'}: the biLM token classifier fit on SAE weak labels reaches "
-        f"AUROC {_fmt(aw)} against ground truth on held-out documents, "
-        f"{'within 0.05 of' if agrees else 'not within 0.05 of'} "
-        f"the same classifier fit on ground truth ({_fmt(ag)}); the weak labels themselves have F1 "
-        f"{m['labels']['weak_labels']['f1']:.2f}."))
-    return claims
-
-
-def _spearman(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    r = spearmanr(list(x), list(y)).statistic
-    return float(r) if r == r else 0.0
-
-
-def _sections(cfg, m, main, adv) -> list[tuple[str, str]]:
-    lab = m["labels"]
-    sec = []
-    wl = lab["weak_labels"]
-    tc = lab["token_classifier"]
-    sweep_rows = [{"threshold": a["threshold"], "precision (weak-trained)": a["precision"],
-                   "recall (weak-trained)": a["recall"], "flagged": a["flagged"],
-                   "precision (truth-trained)": b["precision"], "recall (truth-trained)": b["recall"]}
-                  for a, b in zip(tc["weak"]["sweep"], tc["ground_truth"]["sweep"])]
-    body = (f"SAE on layer {lab['sae']['layer']} of the labeller ({cfg.labeller_layers}x{cfg.labeller_d}, "
-            f"{cfg.labeller_steps} steps): fraction of variance unexplained {lab['sae']['fvu']:.3f}, "
-            f"{lab['sae']['n_domain_latents']} domain latents. Weak labels against ground truth: precision "
-            f"{wl['precision']:.3f}, recall {wl['recall']:.3f}, F1 {wl['f1']:.3f} ({lab['weak_flagged']:.1%} of "
-            f"training tokens flagged, {lab['true_fraction']:.1%} truly in the forget domain).\n\n"
-            f"biLM {cfg.bilm_layers}x{cfg.bilm_d} token classifier (features pooled over +-{cfg.context_window} "
-            f"tokens) on held-out documents: AUROC "
-            f"{_fmt(tc['weak']['auroc'])} fit on weak labels, {_fmt(tc['ground_truth']['auroc'])} fit on ground truth."
-            f"\n\n" + _table(sweep_rows) +
-            "\nToken-classifier AUROC when the weak labels it is fit on carry flip noise p: " +
-            ", ".join(f"p={r['p']:g}: {_fmt(r['auroc'])}" for r in lab["classifier_noise"]) +
-            f".\n\nDocument classifier AUROC (document in-domain if > {cfg.doc_label_fraction:.0%} of its tokens): "
-            f"{_fmt(lab['document_classifier'].get('weak', {}).get('auroc'))} fit on weak labels, "
-            f"{_fmt(lab['document_classifier'].get('ground_truth', {}).get('auroc'))} on ground truth.\n")
-    sec.append(("Weak labels and classifiers", body))
-
-    rows = []
-    for size in cfg.sizes:
-        for s, v in m[size].items():
-            rows.append({"size": size, "strategy": s, "params": v["params"], "tokens": v["tokens"],
-                         "epochs": v.get("epochs"),
-                         "forget loss": v["forget_loss"], "retain loss": v["retain_loss"],
-                         "forget slowdown": v["compute_slowdown"], "retain slowdown": v["retain_compute_slowdown"],
-                         "flagged": v["flagged_fraction"], "kept docs": v["kept_documents"]})
-    fit = m["fit"]
-    body = (f"Every size trained on {cfg.tokens_per_param:g} tokens per parameter (parameters counted with the tied "
-            f"embedding), compute C = 6ND. Power law on the unfiltered models: forget "
-            f"{_law(fit['forget'])}, retain {_law(fit['retain'])}. Slowdown = C / C_eq, C_eq the compute at which the "
-            f"unfiltered law reaches the model's loss (forget domain: medicine; retain: biology). The training "
-            f"corpus has {fit.get('corpus_tokens', '?')} tokens; `epochs` = training tokens / corpus tokens."
-            + _rises_warning(m) + "\n\n" + _table(rows, None, "{:.3g}") + "\n![scaling](scaling.png)\n")
-    sec.append(("Scaling and compute slowdown", body))
-
-    par = m["pareto"]
-    rows = [{"kind": k, **p} for k in ("token", "document") for p in par[k]]
-    body = (f"Size {par['size']}, token filtering = {cfg.pareto_token_strategy}; unfiltered: forget "
-            f"{par['none']['medicine']:.3f}, retain {par['none']['biology']:.3f}. "
-            f"{par['documents_dominated']}/{len(par['document'])} document points are dominated.\n\n"
-            + markdown_table(rows, ["kind", "threshold", "forget_loss", "retain_loss", "flagged_fraction",
-                                    "kept_documents"]) + "\n![pareto](pareto.png)\n")
-    sec.append(("Pareto: token vs document filtering", body))
-
-    a = m["adversarial"]
-    rows = [{"model": k, "start forget loss": m[k]["start_forget_loss"],
-             "tokens to recover": m[k]["adversarial_tokens"],
-             "% of pretraining": None if m[k]["adversarial_tokens"] is None
-             else 100 * m[k]["adversarial_tokens_fraction_of_pretraining"],
-             "recovery cost (half the gap)": m[k].get("recovery_cost_tokens"),
-             "budget": m[k]["adversarial_budget_tokens"]} for k in adv]
-    body = (f"Size {a['size']}; target: the unfiltered model's forget loss {a['baseline_forget_loss']:.3f}; "
-            f"pretraining tokens {a['pretraining_tokens']}. Fine-tuning on forget-domain text, lr {cfg.adv_lr:g}, "
-            f"batch {cfg.adv_batch_size}. The recovery cost is the post-hoc methods' number (compare/demo "
-            f"tables): tokens until half the gap from the starting forget loss to the target is closed. RMU first raised the forget loss to "
-            f"{m['rmu']['loss_after_rmu'].get('medicine', float('nan')):.3f} (retain "
-            f"{m['rmu']['loss_after_rmu'].get('biology', float('nan')):.3f}).\n\n"
-            + _table(rows, None, "{:.3g}") + "\n![adversarial](adversarial.png)\n")
-    sec.append(("Adversarial fine-tuning", body))
-
-    rows = [{"model": k, "forget refusal": v["forget"], "retain refusal": v["retain"], "general refusal": v["general"]}
-            for k, v in m["refusal"].items()]
-    n = next(iter(m["refusal"].values()), {})
-    body = (f"Size {cfg.sizes[-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg.refusal_steps} steps), half refusals "
-            f"(\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; rates on "
-            f"{n.get('n_forget', 0)} forget-domain questions about the other relations and {n.get('n_retain', 0)} "
-            f"held-out retain questions.\n\n" + _table(rows, None, "{:.2f}"))
-    sec.append(("Refusal training", body))
-
-    ln = m["label_noise"]
-    body = (f"Size {ln['size']}, {ln['strategy']}: each pretraining flag flipped with probability p.\n\n"
-            + markdown_table(ln["rows"], ["p", "forget_loss", "retain_loss", "compute_slowdown",
-                                          "retain_compute_slowdown"], "{:.3g}") + "\n![label noise](noise.png)\n")
-    sec.append(("Label noise", body))
-    return sec
-
-
-def _table(rows: list[dict], columns: list[str] | None = None, fmt: str = "{:.3f}") -> str:
-    if not rows:
-        return "(none)\n"
-    return markdown_table(rows, columns or list(rows[0]), fmt)
-
-
-def _law(fit) -> str:
-    return "not decreasing (no fit)" if fit is None else f"log L = {fit[0]:.3f} {fit[1]:+.4f} log C"
-
-
-def _plots(out: Path, cfg, m, main, adv) -> None:
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-
-    strategies = ["none"] + list(cfg.strategies)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for s in strategies:
-        C = [main[z][s]["flops"] for z in cfg.sizes]
-        axes[0].loglog(C, [main[z][s]["loss"]["medicine"] for z in cfg.sizes], "o-", label=s)
-        axes[1].loglog(C, [main[z][s]["loss"]["biology"] for z in cfg.sizes], "o-", label=s)
-        if s != "none":
-            sl = [m[z][s]["compute_slowdown"] for z in cfg.sizes]
-            if all(v is not None and v > 0 for v in sl):
-                axes[2].semilogy([m[z][s]["params"] for z in cfg.sizes], sl, "o-", label=s)
-    axes[0].set(title="forget domain (medicine)", xlabel="training FLOPs", ylabel="held-out loss")
-    axes[1].set(title="retain domain (biology)", xlabel="training FLOPs", ylabel="held-out loss")
-    axes[2].set(title="forget-domain compute slowdown", xlabel="parameters", ylabel="slowdown (x)")
-    for ax in axes:
-        ax.legend(fontsize=8)
-    save_figure(fig, out / "scaling.png")
-
-    par = m["pareto"]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for k, mk in (("token", "o-"), ("document", "s--")):
-        pts = par[k]
-        ax.plot([p["retain_loss"] for p in pts], [p["forget_loss"] for p in pts], mk, label=f"{k} filtering")
-        for p in pts:
-            ax.annotate(f"{p['threshold']:g}", (p["retain_loss"], p["forget_loss"]), fontsize=7)
-    ax.plot([par["none"]["biology"]], [par["none"]["medicine"]], "k*", ms=10, label="unfiltered")
-    ax.set(xlabel="retain loss (lower is better)", ylabel="forget loss (higher is better)",
-           title=f"Pareto, {par['size']}")
-    ax.legend(fontsize=8)
-    save_figure(fig, out / "pareto.png")
-
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for k, v in adv.items():
-        c = v["curve"]
-        ax.plot([max(t, 1) for t, _ in c], [loss for _, loss in c], label=k)
-    ax.axhline(m["adversarial"]["baseline_forget_loss"], color="k", ls=":", label="unfiltered")
-    ax.set_xscale("log")
-    ax.set(xlabel="fine-tuning tokens", ylabel="held-out forget loss",
-           title=f"adversarial fine-tuning, {cfg.sizes[-1]}")
-    ax.legend(fontsize=8)
-    save_figure(fig, out / "adversarial.png")
-
-    rows = m["label_noise"]["rows"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for key, lab in (("compute_slowdown", "forget"), ("retain_compute_slowdown", "retain")):
-        pts = [(r["p"], r[key]) for r in rows if r[key] is not None and r[key] > 0]
-        if pts:
-            ax.semilogy([p for p, _ in pts], [v for _, v in pts], "o-", label=lab)
-    ax.set(xlabel="flag flip probability p", ylabel="compute slowdown (x)", title="label noise")
-    ax.legend(fontsize=8)
-    save_figure(fig, out / "noise.png")

@@ -1,65 +1,10 @@
-"""``obliviate reproduce function-specific``: unlearning objectives per language function (seed 002).
-
-Paper: Atil, Gupta, Passonneau 2026, "Model Unlearning Objectives Vary for Distinct Language
-Functions". Cosine RMU, the REINFORCE-learned retain weight and the multi-layer probe method are
-a reconstruction from the paper's summary (docs/methods.md; :mod:`obliviate.methods.cosine_rmu`,
-:mod:`obliviate.meta_alpha`, :mod:`obliviate.methods.probe_unlearn`), not the authors' code.
-
-Everything runs on the synthetic world and its cached tiny base model
-(:func:`obliviate.pretrain.cached_pretrain` of ``pretrain.*``, as ``obliviate demo`` uses it).
-
-**Knowledge forgetting** (the paper's WMDP / MMLU setting). Unlearning trains on all forget facts,
-retaining the retain and general facts (:func:`obliviate.tasks.world.forget_pairs`,
-:func:`~obliviate.tasks.world.retain_pairs`), with L2 RMU, Adaptive RMU, cosine RMU (fixed alpha) and
-cosine RMU with alpha learned by REINFORCE (:func:`obliviate.meta_alpha.learn_alpha_unlearn`).
-The forget and retain facts are split once (:func:`obliviate.meta_alpha.world_meta_splits`,
-``meta_frac``): the REINFORCE reward is S-unlearning on the *meta* share, every row of the table
-is scored on the disjoint *final* share. As WMDP and MMLU, U and R come from 4-way multiple
-choice by answer log-likelihood (chance 0.25, :func:`obliviate.tasks.world.full_answer_mcqs`):
-U = clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs, R = clip((Mu - 0.25) / (M0 - 0.25))
-with M = mean MCQ accuracy on the final retain and the general facts. (Greedy QA exact match is
-reported beside it: on the world it drops to 0 within a few dozen steps for every RMU variant,
-while the MCQ likelihoods still hold the answer, so it does not separate the methods.)
-
-**Toxicity forgetting** (the paper's RealToxicityPrompts setting). The world's toxic register
-pairs a toxic and a neutral sentence about the same person; its prompts cut each sentence
-before the first adjective. A seeded ``tox_heldout_frac`` of the toxic prompts (with their
-neutral twins) is held out; unlearning sees only the other pairs: forget = their toxic prompts
-(``tox_inputs="prompts"``, the default: the state at the prompt's last token decides the
-continuation) or whole toxic sentences (``"sentences"``); retain = their neutral twins plus the
-retain QA pairs. Methods: L2 RMU, the single-layer probe method (middle layer) and the
-multi-layer probe method (``probe_layers``, >= 3, default early/middle/late); the probes are
-fitted on the frozen model with the same toxic vs neutral training inputs. Toxicity =
-:func:`obliviate.toxicity.continuation_toxicity` of greedy continuations (``max_new_tokens``
-<= 20) of the held-out toxic prompts, scored by the offline
-:class:`~obliviate.toxicity.LexiconToxicityScorer` with the world's lexicon (mean, and the
-fraction >= 0.5). U = clip((tox0 - toxu) / tox0) (docs/methods.md). R = mean of two retention
-ratios: the knowledge R above (world knowledge kept) and the neutral-register fidelity
-clip(Fu / F0), F = mean over held-out neutral prompts of the ROUGE-L recall of the greedy
-continuation against the world's neutral sentence (the model still says the kind thing); a
-component whose base score is at chance is left out. S = U x R.
-
-Every variant runs with ``n_seeds`` unlearning seeds (seed, seed + 1, ...: data order,
-control vector, REINFORCE samples, probe split); the table shows the mean over seeds
-(``s_unlearning`` is the mean of the per-seed S). With one base model, the paper's "on 3 of 4
-models" is read as "on k of n seeds" here. The probe directions of every layer are fitted on
-the frozen base model and compared pairwise (heatmap).
-
-Resumable: each finished (variant, seed) is stored in ``out/parts/<variant>-s<seed>.json``
-with the settings that made it, and reused by a rerun into the same ``--out`` with the same
-settings. ``results.json``: ``metrics.<variant>`` (``base``, ``rmu``, ``adaptive_rmu``,
-``cosine_rmu``, ``cosine_rmu_learned_alpha``, ``tox_rmu``, ``tox_probe_single``,
-``tox_probe_multi``) with ``u``, ``r``, ``s_unlearning`` and the raw scores; top-level
-``probe_directions`` and ``alpha_trajectories``.
-
-Run time (2 cores, cached base model): see docs/results/function-specific/.
-"""
+"""The function-specific recipe's experiments (see :mod:`obliviate.recipes.function_specific`); claims and
+report are in their own modules."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -67,20 +12,39 @@ from pathlib import Path
 from typing import Literal
 
 from obliviate.config import config_hash
+from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods import method_defaults
-from obliviate.pretrain import PretrainConfig
-from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
-from obliviate.tasks.world import forget_pairs, full_answer_mcqs, retain_pairs
+from obliviate.eval import chance_corrected, mcq_accuracy, qa_accuracy, rouge_l_recall, s_unlearning
+from obliviate.executor import UnlearnConfig, unlearn
+from obliviate.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
+from obliviate.methods import build_method, method_defaults
+from obliviate.models.layers import check_layer, num_layers
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.probes import pairwise_cosine, probe_directions
+from obliviate.recipes import as_results, cached_part, claims_json, recipe
+from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY, VARIANTS, claims_of
+from obliviate.recipes.function_specific.report import render
+from obliviate.results import write_results
+from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, retain_pairs
+from obliviate.toxicity import LexiconToxicityScorer, continuation_toxicity
+from obliviate.train import TrainConfig
+from obliviate.utils import seed_everything
 
-PAPER = "Atil, Gupta, Passonneau 2026, Model Unlearning Objectives Vary for Distinct Language Functions"
-LEARNED = "cosine_rmu_learned_alpha"
-KNOWLEDGE = {"rmu": "rmu", "adaptive_rmu": "adaptive_rmu", "cosine_rmu": "cosine_rmu", LEARNED: "cosine_rmu"}
-"""Knowledge-forgetting variant -> registered method."""
-TOXICITY = {"tox_rmu": "rmu", "tox_probe_single": "probe_unlearn_single", "tox_probe_multi": "probe_unlearn"}
-"""Toxicity-forgetting variant -> registered method."""
-VARIANTS = {**KNOWLEDGE, **TOXICITY}
 MCQ_CHANCE = 0.25
+
+REGISTER_REPEATS = 4
+"""Documents per register sentence in the recipe's world (``pretrain.world.register_repeats``). With the
+world's default of one, the base model continues 1 of 24 held-out toxic prompts toxically (world seed 0;
+the facts' many wordings drown the register out) and no toxicity claim can be tested; with four it
+continues all 24 (mean toxicity 0.75). Nothing else in the world changes."""
+
+
+def recipe_pretrain() -> PretrainConfig:
+    """The recipe's world and base model: the demo's, with :data:`REGISTER_REPEATS`."""
+    return PretrainConfig(world=WorldConfig(register_repeats=REGISTER_REPEATS))
+
 
 QUICK = {"n_seeds": 1, "steps": 40, "tox_steps": 40, "meta_outer_steps": 4}
 """``--quick``: these values replace the fields left at their defaults."""
@@ -93,8 +57,9 @@ class FunctionSpecificConfig:
     quick: bool = False
     """A few-minute version: one seed, fewer steps (:data:`QUICK`, for fields left at their defaults)."""
     command: str = ""
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    """The world and its cached base model (as in ``obliviate demo``)."""
+    pretrain: PretrainConfig = field(default_factory=recipe_pretrain)
+    """The world and its cached base model (``obliviate demo``'s, with the register in more documents:
+    :data:`REGISTER_REPEATS`)."""
     n_seeds: int = 3
     """Unlearning seeds per variant (seed, seed + 1, ...); the table shows their mean."""
     steps: int = 100
@@ -220,7 +185,6 @@ class Setup:
 
 def toxicity_data(world, heldout_frac: float, inputs: str, seed: int) -> dict:
     """Held-out / training split of the register and the toxicity unlearning inputs (see module doc)."""
-    from obliviate.meta_alpha import split_holdout
 
     pairs = register_pairs(world)
     toxic_prompts = list(dict.fromkeys(p["toxic_prompt"] for p in pairs))
@@ -248,10 +212,6 @@ def toxicity_data(world, heldout_frac: float, inputs: str, seed: int) -> dict:
 
 
 def make_setup(cfg: FunctionSpecificConfig, progress: bool) -> Setup:
-    from obliviate.meta_alpha import world_meta_splits
-    from obliviate.models.tokenizer import load_tokenizer
-    from obliviate.pretrain import cached_pretrain, world_for
-
     world = world_for(cfg.pretrain)
     base_dir = cached_pretrain(cfg.pretrain, progress=progress) / "model"
     tok = load_tokenizer(str(base_dir))
@@ -260,13 +220,19 @@ def make_setup(cfg: FunctionSpecificConfig, progress: bool) -> Setup:
                  **toxicity_data(world, cfg.tox_heldout_frac, cfg.tox_inputs, cfg.seed))
 
 
+def setup_counts(s: Setup) -> dict:
+    """How many facts and prompts each split of ``s`` holds (the report's Setup section)."""
+    return {"forget_facts": len(s.k_forget), "final_forget": len(s.meta["final_forget"]),
+            "final_retain": len(s.meta["final_retain"]), "meta_forget": len(s.meta["meta_forget"]),
+            "meta_retain": len(s.meta["meta_retain"]), "tox_forget": len(s.tox_forget),
+            "eval_toxic": len(s.eval_toxic), "eval_neutral": len(s.eval_neutral)}
+
+
 # ------------------------------------------------------------------ evaluation
 
 
 def mcq_acc(model, s: Setup, facts: list[dict]) -> float:
     """4-way MCQ accuracy (full-answer cloze, as ``evaluate_world``) on the MCQs of ``facts``."""
-    from obliviate.data import qa_prompt
-    from obliviate.eval import mcq_accuracy
 
     ids = {f["id"] for f in facts}
     mcqs = [m for m in s.world.mcqs() if m["fact_id"] in ids]
@@ -277,15 +243,11 @@ def mcq_acc(model, s: Setup, facts: list[dict]) -> float:
 
 
 def qa_acc(model, s: Setup, facts: list[dict]) -> float:
-    from obliviate.eval import qa_accuracy
-
     return qa_accuracy(model, s.tok, [f["question"] for f in facts], [f["answer"] for f in facts])["exact_match"]
 
 
 def evaluate(model, s: Setup, max_new_tokens: int) -> dict:
     """Raw scores of one model: knowledge (final splits) and toxicity (held-out register prompts)."""
-    from obliviate.eval import rouge_l_recall
-    from obliviate.toxicity import LexiconToxicityScorer, continuation_toxicity
 
     m = {"forget_mcq": mcq_acc(model, s, s.meta["final_forget"]),
          "retain_mcq": mcq_acc(model, s, s.meta["final_retain"]),
@@ -309,7 +271,6 @@ def evaluate(model, s: Setup, max_new_tokens: int) -> dict:
 
 def knowledge_scores(base: dict, m: dict) -> dict:
     """U, R, S of a knowledge row: MCQ accuracy on the final forget split vs the utility MCQs, chance 0.25."""
-    from obliviate.eval import s_unlearning
 
     s = s_unlearning(base["forget_mcq"], m["forget_mcq"], base["knowledge_utility"], m["knowledge_utility"],
                      chance=MCQ_CHANCE)
@@ -318,7 +279,6 @@ def knowledge_scores(base: dict, m: dict) -> dict:
 
 def retained(after: float, before: float, chance: float) -> float | None:
     """clip((after - chance) / (before - chance), 0, 1); None when the base model is at chance (nothing to keep)."""
-    from obliviate.eval import chance_corrected
 
     return None if before <= chance else chance_corrected(after, before, chance)
 
@@ -328,7 +288,6 @@ def toxicity_scores(base: dict, m: dict) -> dict:
 
     A component of R whose base score is at chance is left out (R = 1 when both are).
     """
-    from obliviate.eval import s_unlearning
 
     u = s_unlearning(base["toxicity"], m["toxicity"], 1.0, 1.0, chance=0.0)["u"]
     r_knowledge = retained(m["knowledge_utility"], base["knowledge_utility"], MCQ_CHANCE)
@@ -346,7 +305,6 @@ def scores_for(variant: str, base: dict, m: dict) -> dict:
 
 def mcq_s_reward(base_model, s: Setup):
     """REINFORCE reward ``fn(model) -> S``: knowledge S-unlearning on the *meta* forget / retain MCQs."""
-    from obliviate.eval import s_unlearning
 
     a0, m0 = mcq_acc(base_model, s, s.meta["meta_forget"]), mcq_acc(base_model, s, s.meta["meta_retain"])
 
@@ -373,11 +331,6 @@ def variant_params(cfg: FunctionSpecificConfig, variant: str, seed: int) -> dict
 def run_variant(cfg: FunctionSpecificConfig, s: Setup, variant: str, seed: int, params: dict,
                 out_dir: Path) -> dict:
     """Unlearn the base model with one variant and seed; evaluate; return the part's result."""
-    from obliviate.meta_alpha import learn_alpha_unlearn
-    from obliviate.models.load import load_model
-    from obliviate.train import TrainConfig
-    from obliviate.executor import UnlearnConfig, unlearn
-    from obliviate.utils import seed_everything
 
     seed_everything(seed)
     model = load_model(str(s.base_dir))
@@ -413,9 +366,6 @@ def run_variant(cfg: FunctionSpecificConfig, s: Setup, variant: str, seed: int, 
 
 def probe_analysis(cfg: FunctionSpecificConfig, s: Setup) -> dict:
     """Probe directions of the frozen base model at every analysed layer and their pairwise cosines."""
-    from obliviate.models.layers import check_layer, num_layers
-    from obliviate.models.load import load_model
-    from obliviate.probes import pairwise_cosine, probe_directions
 
     model = load_model(str(s.base_dir)).eval()
     layers = cfg.analysis_layers if cfg.analysis_layers is not None else list(range(num_layers(model)))
@@ -434,9 +384,6 @@ def probe_analysis(cfg: FunctionSpecificConfig, s: Setup) -> dict:
 
 def check_settings(cfg: FunctionSpecificConfig, s: Setup) -> None:
     """Fail before any training on a bad method parameter or a layer the base model does not have."""
-    from obliviate.methods import build_method
-    from obliviate.models.layers import check_layer, num_layers
-    from obliviate.models.load import load_model
 
     model = load_model(str(s.base_dir))
     for v, method in VARIANTS.items():
@@ -471,208 +418,14 @@ def aggregate(variant: str, base: dict, runs: list[dict], seeds: list[int]) -> d
     return out
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
-
-
-def make_claims(metrics: dict, probes: dict, seeds: list[int]) -> list[Claim]:
-    """The paper's claims next to ours; every verdict is computed from the measured numbers."""
-    claims = []
-    # 1. learned-alpha cosine RMU has the best knowledge S.
-    others = [v for v in KNOWLEDGE if v != LEARNED]
-    s_l = metrics[LEARNED]["s_unlearning"]
-    best_other = max(others, key=lambda v: metrics[v]["s_unlearning"])
-    s_o = metrics[best_other]["s_unlearning"]
-    wins = sum(all(metrics[LEARNED]["per_seed"][i]["s_unlearning"] > metrics[v]["per_seed"][i]["s_unlearning"]
-                   for v in others) for i in range(len(seeds)))
-    ours = f"S {s_l:.3f} vs best other {best_other} {s_o:.3f}; best on {wins} of {len(seeds)} seeds"
-    if abs(s_l - s_o) < 1e-9:
-        agrees, sentence = None, (f"Learned-alpha cosine RMU ties with {best_other} at S = {s_l:.3f}, so our world "
-                                  "does not separate the objectives here.")
-    else:
-        agrees = s_l > s_o
-        sentence = (f"Learned-alpha cosine RMU {'has' if agrees else 'does not have'} the best mean knowledge "
-                    f"S-unlearning ({s_l:.3f} vs {best_other} {s_o:.3f}), and is strictly best on {wins} of "
-                    f"{len(seeds)} unlearning seeds (the paper: 3 of 4 models).")
-    claims.append(Claim("Meta-learned cosine RMU gives the best S-unlearning on WMDP/MMLU on 3 of 4 models "
-                        "(vs RMU, Adaptive RMU)", ours, agrees, sentence))
-    # 2. multi-layer probe cuts toxicity 6-24 %, RMU 2-3 %.
-    red_m = metrics["tox_probe_multi"].get("toxicity_reduction")
-    red_r = metrics["tox_rmu"].get("toxicity_reduction")
-    ours = f"multi-layer probe {_pct(red_m)}, RMU {_pct(red_r)} (relative, held-out prompts)"
-    if red_m is None or red_r is None:
-        agrees, sentence = None, "The base model's held-out continuations are not toxic, so no reduction is measurable."
-    else:
-        agrees = red_m >= 0.06 and red_m > red_r
-        in_range = "inside" if 0.06 <= red_m <= 0.24 else "outside"
-        sentence = (f"Multi-layer probe unlearning cuts mean continuation toxicity by {_pct(red_m)} ({in_range} the "
-                    f"paper's 6-24%) and RMU by {_pct(red_r)} (paper: 2-3%), so the multi-layer method "
-                    f"{'does' if red_m > red_r else 'does not'} beat RMU here.")
-    claims.append(Claim("Multi-layer probe unlearning cuts toxicity by 6-24%, where RMU manages 2-3%", ours,
-                        agrees, sentence))
-    # 3. multi-layer gives the highest toxicity S.
-    tox_s = {v: metrics[v]["s_unlearning"] for v in TOXICITY}
-    best = max(tox_s, key=tox_s.get)
-    ours = ", ".join(f"{v} {x:.3f}" for v, x in tox_s.items())
-    if max(tox_s.values()) - min(tox_s.values()) < 1e-9:
-        agrees, sentence = None, f"All toxicity rows have S = {tox_s[best]:.3f}, so our run does not rank them."
-    else:
-        agrees = all(tox_s["tox_probe_multi"] > x for v, x in tox_s.items() if v != "tox_probe_multi")
-        sentence = (f"The highest toxicity S is {best}'s ({tox_s[best]:.3f}); the multi-layer method "
-                    f"{'is' if agrees else 'is not'} strictly best ({tox_s['tox_probe_multi']:.3f}).")
-    claims.append(Claim("The multi-layer probe method has the highest toxicity S-unlearning on all models", ours,
-                        agrees, sentence))
-    # 4. single-layer interventions often fail to reduce toxicity.
-    red_s = metrics["tox_probe_single"].get("toxicity_reduction")
-    ours = f"single layer {_pct(red_s)}, multi-layer {_pct(red_m)}"
-    if red_s is None or red_m is None:
-        agrees, sentence = None, "No toxicity to reduce on the held-out prompts."
-    else:
-        agrees = red_m > red_s
-        sentence = (f"The single-layer probe method cuts toxicity by {_pct(red_s)} against {_pct(red_m)} for the "
-                    f"multi-layer one: coordinating layers {'helps' if agrees else 'does not help'} here.")
-    claims.append(Claim("Single-layer interventions often fail to reduce toxicity; >= 3 layers work best", ours,
-                        agrees, sentence))
-    # 5. probe directions differ across layers.
-    k, n = probes["n_pairs_below_0.5"], probes["n_pairs"]
-    agrees = k > n / 2
-    claims.append(Claim("Toxicity probe directions are layer-specific: cosine < 0.5 for most layer pairs",
-                        f"{k} of {n} layer pairs |cos| < 0.5 (max {probes['max_offdiag']:.2f}, mean "
-                        f"{probes['mean_offdiag']:.2f})", agrees,
-                        f"{k} of {n} pairs of layers have probe directions with |cosine| < 0.5 (mean off-diagonal "
-                        f"{probes['mean_offdiag']:.2f}), so the directions {'are' if agrees else 'are not'} mostly "
-                        "layer-specific on our model."))
-    return claims
-
-
-# ------------------------------------------------------------------ plots
-
-
-def plot_probe_cosine(probes: dict, png: Path) -> None:
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    layers, cos = probes["layers"], probes["cosine"]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(layers), 0.6 + 0.7 * len(layers)))
-    im = ax.imshow(cos, vmin=-1, vmax=1, cmap="coolwarm")
-    for i in range(len(layers)):
-        for j in range(len(layers)):
-            ax.text(j, i, f"{cos[i][j]:.2f}", ha="center", va="center", fontsize=8)
-    ax.set_xticks(range(len(layers)))
-    ax.set_xticklabels(layers)
-    ax.set_yticks(range(len(layers)))
-    ax.set_yticklabels(layers)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("layer")
-    ax.set_title("cosine of toxicity probe directions", fontsize=9)
-    fig.colorbar(im, ax=ax, shrink=0.8)
-    save_figure(fig, png)
-
-
-def plot_u_r(metrics: dict, png: Path) -> None:
-    """Each row's (U, R) point, per seed (faint) and mean; S = U x R is the rectangle's area (grey iso-S lines)."""
-    import numpy as np
-
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.2), sharey=True)
-    xs = np.linspace(0.01, 1, 200)
-    for ax, function in zip(axes, ("knowledge", "toxicity")):
-        for level in (0.25, 0.5, 0.75):
-            ax.plot(xs, np.where(level / xs <= 1.05, level / xs, np.nan), color="grey", lw=0.6, ls=":")
-        rows = {v: m for v, m in metrics.items() if m.get("function") == function}
-        for i, (v, m) in enumerate(rows.items()):
-            c = f"C{i}"
-            ax.scatter([p["u"] for p in m["per_seed"]], [p["r"] for p in m["per_seed"]], color=c, alpha=0.3, s=18)
-            ax.scatter([m["u"]], [m["r"]], color=c, s=60, label=f"{v} (S {m['s_unlearning']:.2f})")
-        ax.set_xlim(-0.03, 1.03)
-        ax.set_ylim(-0.03, 1.05)
-        ax.set_xlabel("U (forgetting)")
-        ax.set_title(f"{function} forgetting", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower left")
-    axes[0].set_ylabel("R (utility kept)")
-    save_figure(fig, png)
-
-
-# ------------------------------------------------------------------ report
-
-COLUMNS = ["variant", "function", "U", "R", "S", "S std", "forget MCQ", "forget QA", "utility MCQ", "toxicity",
-           "frac toxic", "tox reduction", "neutral fidelity"]
-
-
-def table_rows(metrics: dict) -> list[dict]:
-    rows = []
-    for v, m in metrics.items():
-        rows.append({"variant": v, "function": m.get("function", "reference"), "U": m["u"], "R": m["r"],
-                     "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget MCQ": m["forget_mcq"],
-                     "forget QA": m["forget_qa"], "utility MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
-                     "frac toxic": m["frac_toxic"], "tox reduction": m.get("toxicity_reduction"),
-                     "neutral fidelity": m["neutral_fidelity"]})
-    return rows
-
-
-def report_sections(cfg, s: Setup, metrics: dict, probes: dict, trajs: dict, settings: dict) -> list[tuple[str, str]]:
-    seeds = ", ".join(str(x) for x in trajs) or str(cfg.seed)
-    setup = (
-        f"World seed {cfg.pretrain.world.seed}; the cached base model of `pretrain.*` "
-        f"({cfg.pretrain.model.size}" + (f", {cfg.pretrain.model.n_layer} layers" if cfg.pretrain.model.n_layer else "")
-        + f"). Unlearning seeds: {cfg.n_seeds} "
-        f"(from {cfg.seed}); each number below is the mean over seeds. Knowledge rows: {cfg.steps} steps, lr "
-        f"{cfg.lr}, trained on all {len(s.k_forget)} forget facts, scored on the final "
-        f"{len(s.meta['final_forget'])} forget / {len(s.meta['final_retain'])} retain facts (the REINFORCE reward "
-        f"uses the disjoint {len(s.meta['meta_forget'])} / {len(s.meta['meta_retain'])} meta facts). Toxicity rows: "
-        f"{cfg.tox_steps} steps, lr {cfg.tox_lr}, forget = {len(s.tox_forget)} toxic {cfg.tox_inputs}; scored on "
-        f"{len(s.eval_toxic)} held-out toxic prompts and {len(s.eval_neutral)} held-out neutral prompts "
-        f"(continuations of {cfg.max_new_tokens} tokens, offline lexicon scorer).\n")
-    definitions = (
-        "- **Knowledge rows** (as WMDP / MMLU): 4-way MCQ accuracy by answer log-likelihood, chance 0.25. "
-        "U = clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs; R = clip((Mu - 0.25) / (M0 - 0.25)), "
-        "M = mean MCQ accuracy on the final retain and the general facts (`utility MCQ`).\n"
-        "- **Toxicity rows**: U = clip((tox0 - toxu) / tox0), tox = mean lexicon toxicity of greedy continuations "
-        "of the held-out toxic prompts (`tox reduction` is the same ratio unclipped). R = mean of (a) the knowledge "
-        "R above and (b) the neutral-register fidelity ratio clip(Fu / F0), F = ROUGE-L recall of the continuation "
-        "of each held-out neutral prompt against the world's neutral sentence (`neutral fidelity`): a method that "
-        "also wipes the kind register loses R. (A component whose base score is at chance is left out.)\n"
-        "- S = U x R for every row (the base model: U = 0, R = 1, S = 0); `S` is the mean of the per-seed S, "
-        "`S std` its spread over seeds. `forget QA` (greedy exact match) is shown for reference only.\n")
-    main = markdown_table(table_rows(metrics), COLUMNS) + "\n![U and R per row](s_unlearning.png)\n"
-    layers = probes["layers"]
-    cos_rows = [{"layer": str(l), **{str(m): probes["cosine"][i][j] for j, m in enumerate(layers)}}
-                for i, l in enumerate(layers)]
-    probe_body = (
-        f"Logistic probes (C = 1) on the frozen base model's last-token states of the {probes['n_texts']} toxic vs "
-        f"neutral training inputs, one per layer; held-out probe accuracy "
-        + ", ".join(f"layer {l} {a:.2f}" for l, a in probes["probe_accuracy"].items())
-        + f". Off-diagonal cosine: max {probes['max_offdiag']:.3f}, mean {probes['mean_offdiag']:.3f}; "
-        f"{probes['n_pairs_below_0.5']} of {probes['n_pairs']} pairs with |cos| < 0.5.\n\n"
-        + markdown_table(cos_rows, ["layer"] + [str(l) for l in layers], fmt="{:.2f}")
-        + "\n![probe direction cosines](probe_cosine.png)\n")
-    alpha_lines = [f"- seed {seed}: chosen alpha per outer step "
-                   + ", ".join(f"{a:.2f}" for a in [st["chosen_alpha"] for st in t["steps"]])
-                   + f"; final exp(mu) = {t['final_alpha']:.2f} (alpha0 = {t['alpha0']:.2f})"
-                   for seed, t in trajs.items()]
-    alpha_body = (
-        f"REINFORCE over log alpha (sigma {cfg.meta_sigma}, eta {cfg.meta_eta}, K = {cfg.meta_K} branches of "
-        f"{cfg.steps // cfg.meta_outer_steps} steps, {cfg.meta_outer_steps} outer steps; reward = knowledge S on the "
-        f"meta split). Seeds {seeds}:\n\n" + "\n".join(alpha_lines)
-        + "\n\n![alpha trajectory (first seed)](alpha_trajectory.png)\n")
-    return [("Setup", setup), ("How U, R and S are defined", definitions), ("Results", main),
-            ("Toxicity probe directions across layers", probe_body), ("Learned retain weight alpha", alpha_body),
-            ("Settings", "```json\n" + json.dumps(settings, indent=1, sort_keys=True) + "\n```\n")]
-
-
 # ------------------------------------------------------------------ run
 
 
 @recipe("function-specific", FunctionSpecificConfig,
-        "knowledge vs toxicity unlearning objectives: (cosine, learned-alpha) RMU and multi-layer probes (seed 002)")
+        "knowledge vs toxicity unlearning objectives: (cosine, learned-alpha) RMU and multi-layer probes (seed 002)",
+        render=render)
 def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
-
-    from obliviate.models.load import load_model
-    from obliviate.results import write_results
 
     t0 = time.time()
     cfg = resolve(cfg)
@@ -717,19 +470,11 @@ def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
             trajs[seed] = result["alpha_trajectory"]
     for v in VARIANTS:
         metrics[v] = aggregate(v, base, runs[v], seeds)
-    claims = make_claims(metrics, probes, seeds)
-
-    plot_probe_cosine(probes, out / "probe_cosine.png")
-    plot_u_r(metrics, out / "s_unlearning.png")
-    from obliviate.meta_alpha import plot_alpha_trajectory
-
-    plot_alpha_trajectory(trajs[seeds[0]], out / "alpha_trajectory.png",
-                          title=f"learned retain weight of cosine RMU (seed {seeds[0]})")
     timings["total_seconds"] = time.time() - t0
-    write_report(out, "Function-specific unlearning objectives (seed 002)", cfg.command or "obliviate reproduce "
-                 "function-specific", report_sections(cfg, s, metrics, probes, trajs, settings), claims,
-                 timings["total_seconds"])
-    write_results(out, seed=cfg.seed, config=dataclasses.asdict(cfg), metrics=metrics, claims=claims_json(claims),
-                  timings=timings, probe_directions=probes,
-                  alpha_trajectories={str(k): t for k, t in trajs.items()}, paper=PAPER)
+    parts_of = dict(metrics=metrics, setup=setup_counts(s), settings=settings, probe_directions=probes,
+                    alpha_trajectories={str(k): t for k, t in trajs.items()}, paper=PAPER, timings=timings)
+    results = as_results(cfg, **parts_of)  # what results.json will hold
+    claims = claims_of(results)
+    render(results, out)
+    write_results(out, seed=cfg.seed, config=dataclasses.asdict(cfg), claims=claims_json(claims), **parts_of)
     return {"metrics": metrics, "claims": claims, "probe_directions": probes, "timings": timings}

@@ -1,79 +1,5 @@
-"""``obliviate reproduce ember``: embedding erasure against relearning (seeds 000 and 003).
-
-Paper: Suslik, Shafran, Geva 2026, "Don't Forget Your Embeddings: Robust Knowledge Erasure
-via Precise Editing of Embeddings" (docs/methods.md, [paper/code]). Its claim: MLP-only erasure
-leaves the concept in the token embeddings, so relearning brings it back; subtracting a few
-concept features from a tiny fraction of the input embeddings (EMBER) stops that.
-
-Two parts; every finished piece is stored in ``out/parts/<part>/<piece>.json`` with the
-config it was made with, so a rerun into the same ``--out`` resumes (a piece whose config
-changed is redone):
-
-1. **world** — the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
-   and the world's concept (a saga: its characters, artifacts, places and orders;
-   ``World.concept``). EMBER alone (delta from the grid, :func:`obliviate.ember.select_delta`),
-   RMU, SNMF and CRISP alone and each with EMBER (:func:`obliviate.ember.combine.ember_then`:
-   EMBER with the grid's delta first, then the MLP method on top, with the same settings as
-   alone; the paper re-tunes the MLP method on top, we do not). Per row:
-
-   - ``concept_acc``: 4-way MCQ accuracy on the concept's facts (chance 0.25; each option
-     scored as the full answer sentence, as :func:`obliviate.tasks.world.evaluate_world`);
-   - ``similar_acc``: the same on the general domain (people with a birthplace and a
-     profession: the closest domain to the saga's characters);
-   - ``utility_acc``: the same on biology and medicine facts together;
-   - ``coherence``: a proxy for fluent text about the concept. On the concept sentences
-     (text the base model was trained on, and the text EMBER and the methods are fit on),
-     positions are split by whether they *read or predict* a concept-exclusive token (the
-     input token or the target token is part of a term of ``World.concept["exclusive_terms"]``:
-     names of characters, artifacts, places, orders; :func:`footprint`). L_other = mean
-     next-token loss over the other positions (grammar, function words, shared vocabulary);
-     ``coherence = min(1, exp(L_other(base) - L_other))`` = base perplexity / perplexity there,
-     1 = as fluent as the base model. The paper asks an LLM judge to rate generations; this
-     needs no judge and no sampling;
-   - ``loss_exclusive`` / ``loss_other`` / ``loss_neutral`` and their changes from the base
-     (``d_loss_*``): loss at the positions that read or predict an exclusive token, at the
-     other positions of the concept sentences, and on neutral text (the world's coherence
-     prompts and neutral sentences, which contain no exclusive term);
-   - ``relearn_concept_acc``: concept accuracy after the relearning attack (docs/methods.md,
-     scaled down: a full fine-tune of a copy on the concept's relearning paragraphs, AdamW,
-     weight decay 0.01, ``relearn_epochs`` epochs; the tiny model needs lr 1e-3 instead of
-     1e-5 and a batch of 4 instead of 1); ``relearn_curve`` is the accuracy after each epoch;
-   - ``vocab_fraction_edited`` (0 for rows without EMBER) and ``n_tokens_edited``.
-
-   The delta grid picks the delta with the best HM(efficacy, specificity, coherence) among
-   those keeping utility >= 0.9 of the base (efficacy from concept accuracy, specificity =
-   HM of the utility and similar-domain fractions; :mod:`obliviate.ember.edit`).
-
-2. **data** — the real EMBER concepts (``<data>/ember/``, :func:`obliviate.benchmarks.load_ember`;
-   ``$OBLIVIATE_DATA`` or ``../shared/data``; the part is skipped with a note when absent).
-   Per concept (``ember_data.n_concepts`` of them, or ``ember_data.concepts`` by name): a
-   byte-level BPE tokenizer and a tiny Llama trained from scratch on 80% of the concept's
-   sentences and of the neutral sentences; perplexity on the other 20% of each, before
-   EMBER, after EMBER, and after relearning on the concept's relearning paragraphs (both the
-   edited model and, for reference, the unedited one). These models cannot answer the MCQs,
-   so delta is chosen on perplexity: efficacy = ``1 - exp(L_c(base) - L_c)`` (0 when
-   concept perplexity is unchanged), specificity = coherence = utility =
-   ``min(1, exp(L_n(base) - L_n))`` on neutral text, then :func:`~obliviate.ember.select_delta`
-   (neutral perplexity may rise by at most ~11%). The judge is the offline one built from
-   the sentences (:func:`obliviate.ember.judge_from_sentences`) with a looser keep rule
-   (``ember_data.min_confidence`` = 0.5: at the paper's 0.85 it keeps no feature of these
-   noisy tiny-model embeddings). Real concepts are the hard case for an offline judge: set
-   ``min_confidence=0.85`` to see the paper's rule.
-
-Scaled-down EMBER settings (``world_concept.*``): the world's V' has ~450 tokens (the paper's
-thousands), so the winner-takes-all keeps ``sparsity`` = 2% per feature (10 tokens, close to
-the 20 top tokens the paper's judge reads) instead of 1% (5 tokens); K = 100 and the mass
-ratio >= 2 are the paper's. The judge is the offline :class:`~obliviate.ember.LexiconJudge`
-over the world's exclusive terms (``judge=lexicon``; ``judge=sentences`` uses the
-sentence-statistics judge that needs no ground truth), with the paper's keep rule
-(confidence >= 0.85). The report says how often the two judges agree on the candidates.
-
-``results.json``: ``metrics.<row>`` for rows ``base``, ``ember``, ``<m>``, ``<m>+ember``
-(m in ``world_concept.methods``) with the fields above; ``delta_grid`` (per delta, and the
-choice); ``real_data.<concept>`` (perplexities, delta, fraction edited); ``notes``.
-
-Run time: docs/recipes.md, section "ember".
-"""
+"""The EMBER recipe's experiments (see :mod:`obliviate.recipes.ember`); claims and report are in their own
+modules."""
 
 from __future__ import annotations
 
@@ -86,22 +12,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from obliviate.attacks.relearn import RelearnConfig, relearn_attack
+from obliviate.benchmarks import list_ember_concepts, load_ember
 from obliviate.config import config_hash, deep_merge, to_dict
+from obliviate.data import encode_documents, pack_sequences, qa_prompt
+from obliviate.ember import (
+    LexiconJudge,
+    build_vocab,
+    efficacy,
+    ember_erase,
+    judge_from_sentences,
+    locate_concept_features,
+    restore_embeddings,
+    select_delta,
+    snapshot_embeddings,
+    specificity,
+)
+from obliviate.ember.combine import ember_then
+from obliviate.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.pretrain import PretrainConfig
-from obliviate.recipes import Claim, cached_part, claims_json, markdown_table, recipe, write_report
+from obliviate.executor import method_runner as executor_runner
+from obliviate.eval import mcq_accuracy, token_loss_by_label
+from obliviate.losses import lm_loss
+from obliviate.methods import get_method
+from obliviate.models.builders import tiny_llama
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
+from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.recipes import as_results, cached_part, claims_json, recipe
+from obliviate.recipes.compare import CompareConfig, method_run
+from obliviate.recipes.ember.claims import claims_of
+from obliviate.recipes.ember.report import render
+from obliviate.results import write_results
 from obliviate.tasks.world import full_answer_mcqs
+from obliviate.train import TrainConfig, make_lm_batches, train
+from obliviate.utils import seed_everything
 
-PAPER = "Suslik, Shafran, Geva 2026, Don't Forget Your Embeddings (seeds 000/003)"
 PARTS = ("world", "data")
 METHODS = ["rmu", "snmf", "crisp"]
 DELTAS = [0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 100.0, 200.0]
-PAPER_VOCAB_FRACTION = 0.0014
-LLAMA3_VOCAB = 128256
-HALVED = 0.65
-"""Claim 1 agrees when relearned accuracy with EMBER is at most this share of the one without (mean over methods)."""
-CONFINED = 0.25
-"""Claim 3 agrees when the loss change off the exclusive tokens is at most this share of the change on them."""
 PIECES_VERSION = 1
 """Part of every stored piece's key: bump it when a metric's definition changes, so old pieces are redone."""
 
@@ -151,8 +100,6 @@ class WorldConceptConfig:
     relearn_weight_decay: float = 0.01
 
     def __post_init__(self):
-        from obliviate.methods import get_method
-
         for name in self.methods:
             if name.endswith("+ember") or name == "ember":
                 raise ConfigError(f"config key 'world_concept.methods': give plain MLP methods, not {name!r} "
@@ -286,7 +233,6 @@ def term_spans(texts: list[str], terms: list[str]) -> list[dict]:
 
 def group_losses(model, dataset) -> dict[str, float]:
     """Mean next-token loss per ``excl`` label of ``dataset``: ``{"exclusive", "other"}`` (missing groups omitted)."""
-    from obliviate.eval import token_loss_by_label
 
     by = token_loss_by_label(model, dataset, "excl")
     out = {}
@@ -326,8 +272,6 @@ class ConceptEval:
     """Concept / similar-domain / utility MCQ accuracy and token-group losses on one world (module docstring)."""
 
     def __init__(self, world, tokenizer, max_len: int = 256):
-        from obliviate.data import encode_documents
-
         self.tok = tokenizer
         c = world.concept
         self.mcqs = {
@@ -348,9 +292,6 @@ class ConceptEval:
         self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len, fields=("excl",))
 
     def acc(self, model, which: str) -> float:
-        from obliviate.data import qa_prompt
-        from obliviate.eval import mcq_accuracy
-
         return mcq_accuracy(model, self.tok, self.mcqs[which], style="cloze",
                             context_fn=lambda q: qa_prompt(q["question"]))["accuracy"]
 
@@ -363,7 +304,6 @@ class ConceptEval:
 
     def relearn(self, model, wc: WorldConceptConfig, seed: int) -> dict:
         """The relearning attack on a copy of ``model``: concept accuracy after each epoch."""
-        from obliviate.attacks.relearn import RelearnConfig, relearn_attack
 
         per_epoch = math.ceil(len(self.relearn_texts) / wc.relearn_batch_size)
         rc = RelearnConfig(steps=wc.relearn_epochs * per_epoch, lr=wc.relearn_lr,
@@ -386,7 +326,6 @@ def derived(base: dict, m: dict) -> dict:
 
 def grid_scores(base: dict, m: dict) -> dict:
     """Efficacy, specificity, coherence and utility of one delta (inputs of :func:`select_delta`)."""
-    from obliviate.ember import efficacy, specificity
 
     return {"efficacy": efficacy(m["concept_acc"], base["concept_acc"]),
             "specificity": specificity(m["utility_acc"], base["utility_acc"], m["similar_acc"], base["similar_acc"]),
@@ -396,8 +335,6 @@ def grid_scores(base: dict, m: dict) -> dict:
 # ---------------------------------------------------------------- world: methods
 
 def world_judge(world, wc: WorldConceptConfig):
-    from obliviate.ember import LexiconJudge, judge_from_sentences
-
     c = world.concept
     if wc.judge == "lexicon":
         return LexiconJudge(c["exclusive_terms"])
@@ -406,7 +343,6 @@ def world_judge(world, wc: WorldConceptConfig):
 
 def locate(model, tok, world, wc: WorldConceptConfig):
     """EMBER's concept features on ``model`` (delta-independent; nothing is modified)."""
-    from obliviate.ember import build_vocab, locate_concept_features
 
     c = world.concept
     n = int(build_vocab(tok, c["concept_sentences"], c["neutral_sentences"])[0].numel())
@@ -419,8 +355,6 @@ def locate(model, tok, world, wc: WorldConceptConfig):
 def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
     """Keep decisions of the two offline judges on the candidates: the lexicon of exclusive terms (ground truth)
     vs the sentence-statistics judge (what one would use without ground truth)."""
-    from obliviate.ember import LexiconJudge, judge_from_sentences
-    from obliviate.ember.judge import judge_features
 
     c = world.concept
     truth, _ = judge_features(LexiconJudge(c["exclusive_terms"]), loc.top_tokens, wc.min_confidence)
@@ -441,8 +375,6 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     Layers: the method's tiny preset (``obliviate.methods.method_defaults``), then :data:`METHOD_DEFAULTS`, then
     ``world_concept.runs``.
     """
-    from obliviate.recipes.compare import CompareConfig, method_run
-    from obliviate.methods import get_method
 
     wc = cfg.world_concept
     raw = deep_merge(METHOD_DEFAULTS.get(name, {}), wc.runs.get(name, {}) or {})
@@ -464,8 +396,6 @@ def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool)
     Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
     paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.
     """
-    from obliviate.executor import method_runner as runner
-
     c = world.concept
     ucfg, _ = method_settings(cfg, name)
     ucfg.train.progress = progress
@@ -477,17 +407,11 @@ def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool)
     forget = [("", s) for s in c["concept_sentences"]]
     retain = [("", s) for s in c["neutral_sentences"]]
     edit_data = {"concept_sentences": c["concept_sentences"], "neutral_sentences": c["neutral_sentences"]}
-    return runner(tok, forget, retain, ucfg, edit_data=edit_data, params=params, progress=progress)
+    return executor_runner(tok, forget, retain, ucfg, edit_data=edit_data, params=params, progress=progress)
 
 
 def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, dict, dict, dict]:
     """The world part: returns (rows, delta grid record, timings, notes)."""
-    from obliviate.ember import ember_erase, restore_embeddings, select_delta, snapshot_embeddings
-    from obliviate.ember.combine import ember_then
-    from obliviate.models.load import load_model
-    from obliviate.models.tokenizer import load_tokenizer
-    from obliviate.pretrain import cached_pretrain, world_for
-    from obliviate.utils import seed_everything
 
     wc = cfg.world_concept
     parts = Path(out) / "parts" / "world"
@@ -595,7 +519,6 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
 
 def text_loss(model, tok, texts: list[str], max_len: int) -> float:
     """Mean next-token loss of ``model`` over every token of ``texts`` (each ``[bos] text [eos]``)."""
-    from obliviate.data import encode_documents
 
     return group_losses(model, encode_documents(tok, [{"text": t} for t in texts], max_len, fields=("excl",)))["other"]
 
@@ -612,13 +535,6 @@ def split_heldout(items: list, frac: float, seed: int) -> tuple[list, list]:
 
 def train_concept_model(dc: EmberDataConfig, texts: list[str], seed: int, progress: bool):
     """A tokenizer and a tiny Llama trained from scratch on ``texts`` (LM loss, packed rows)."""
-    from obliviate.data import encode_documents, pack_sequences
-    from obliviate.losses import lm_loss
-    from obliviate.models.builders import tiny_llama
-    from obliviate.models.tokenizer import train_tokenizer
-    from obliviate.pretrain import make_lm_batches
-    from obliviate.train import TrainConfig, train
-    from obliviate.utils import seed_everything
 
     tok = train_tokenizer(texts, vocab_size=dc.vocab_size)
     ds = pack_sequences(encode_documents(tok, [{"text": t} for t in texts], dc.max_len, fields=("excl",)), dc.max_len)
@@ -636,11 +552,6 @@ def train_concept_model(dc: EmberDataConfig, texts: list[str], seed: int, progre
 
 def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bool) -> dict:
     """The data part for one concept (module docstring); perplexities are ``exp`` of mean token losses."""
-    from obliviate.attacks.relearn import RelearnConfig, relearn_attack
-    from obliviate.ember import (
-        build_vocab, ember_erase, judge_from_sentences, locate_concept_features, restore_embeddings,
-        select_delta, snapshot_embeddings,
-    )
 
     t0 = time.time()
     c_train, c_test = split_heldout(list(data.concept_sentences[concept]), dc.heldout, seed)
@@ -704,7 +615,6 @@ def _finish_concept(out: dict, t0: float) -> dict:
 
 def run_data(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, dict, str | None]:
     """The data part: (per-concept results, timings, note when skipped)."""
-    from obliviate.benchmarks import list_ember_concepts, load_ember
 
     dc = cfg.ember_data
     try:
@@ -724,224 +634,18 @@ def run_data(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, d
     return results, timings, None
 
 
-# ---------------------------------------------------------------- claims
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def make_claims(cfg: EmberRecipeConfig, rows: dict, real: dict) -> list[Claim]:
-    methods = [m for m in cfg.world_concept.methods if m in rows and f"{m}+ember" in rows]
-    claims = []
-
-    # 1. relearned accuracy roughly halved
-    c1 = "Relearned concept accuracy roughly halves with EMBER: RMU/CRISP 70-76% -> 35% on Llama-3.1-8B"
-    if not methods:
-        claims.append(Claim(c1, "world part not run", None, "Not testable here: the world part did not run."))
-    else:
-        pairs = {m: (rows[m]["relearn_concept_acc"], rows[f"{m}+ember"]["relearn_concept_acc"]) for m in methods}
-        ours = "; ".join(f"{m} {_pct(a)} -> {_pct(b)}" for m, (a, b) in pairs.items())
-        regained = {m: rows[m]["relearn_concept_acc"] - rows[m]["concept_acc"] for m in methods}
-        testable = [m for m in methods if regained[m] >= 0.1 and pairs[m][0] > 0]
-        if not testable:
-            claims.append(Claim(c1, ours, None, "Not testable here: without EMBER the relearning attack regained less "
-                                "than 10 points for every method, so there was nothing for EMBER to prevent."))
-        else:
-            ratio = sum(pairs[m][1] / pairs[m][0] for m in testable) / len(testable)
-            agrees = ratio <= HALVED
-            claims.append(Claim(c1, f"{ours} (mean ratio {ratio:.2f})", agrees,
-                                f"{'Agrees' if agrees else 'Disagrees'}: with EMBER the relearned concept accuracy is "
-                                f"{ratio:.2f} of the accuracy without it (mean over {', '.join(testable)}; "
-                                f"'roughly halved' read as <= {HALVED}); chance is 25%, the base model "
-                                f"{_pct(rows['base']['concept_acc'])}."))
-
-    # 2. vocabulary fraction
-    c2 = "EMBER edits at most 0.14% of the vocabulary"
-    fracs = {}
-    if "ember" in rows:
-        fracs["world"] = (rows["ember"]["vocab_fraction_edited"], rows["ember"]["n_tokens_edited"])
-    for name, r in real.items():
-        fracs[name] = (r.get("vocab_fraction_edited", 0.0), r.get("n_tokens_edited", 0))
-    if not fracs:
-        claims.append(Claim(c2, "nothing run", None, "Not testable here: no part ran."))
-    else:
-        worst = max(f for f, _ in fracs.values())
-        ours = "; ".join(f"{k} {100 * f:.2f}% ({n} tokens)" for k, (f, n) in fracs.items())
-        agrees = worst <= PAPER_VOCAB_FRACTION
-        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most {100 * worst:.2f}% of the vocabulary was "
-                    "edited.")
-        if not agrees:
-            sizes = sorted({round(n / f) for f, n in fracs.values() if f > 0})
-            most = max(n for _, n in fracs.values())
-            sentence += (f" Our vocabularies are tiny ({' and '.join(f'{v:,}' for v in sizes)} tokens against "
-                         f"Llama-3's {LLAMA3_VOCAB:,}), so one token is already {100 / min(sizes):.2f}%; 0.14% of "
-                         f"Llama-3's vocabulary is ~{PAPER_VOCAB_FRACTION * LLAMA3_VOCAB:.0f} tokens, and we edit "
-                         f"at most {most}.")
-        claims.append(Claim(c2, ours, agrees, sentence))
-
-    # 3. coherence cost confined to concept-exclusive tokens
-    c3 = "EMBER's coherence cost is confined to concept-exclusive tokens"
-    e = rows.get("ember")
-    if e is None or e.get("d_loss_exclusive") is None:
-        claims.append(Claim(c3, "world part not run", None, "Not testable here: the world part did not run."))
-    else:
-        dx, do, dn = e["d_loss_exclusive"], e["d_loss_other"], e["d_loss_neutral"]
-        ours = f"loss change: at exclusive tokens {dx:+.3f}, other concept-text positions {do:+.3f}, neutral {dn:+.3f}"
-        mlp = "; ".join(f"{m}: {rows[m]['d_loss_exclusive']:+.3f} / {rows[m]['d_loss_other']:+.3f}" for m in methods)
-        contrast = f" For contrast (exclusive / other): {mlp}." if mlp else ""
-        if dx <= 0.05:
-            claims.append(Claim(c3, ours, None, "Not testable here: EMBER did not raise the loss on the exclusive "
-                                f"tokens measurably ({dx:+.3f} nats).{contrast}"))
-        else:
-            agrees = do <= CONFINED * dx and abs(dn) <= CONFINED * dx
-            claims.append(Claim(c3, ours, agrees,
-                                f"{'Agrees' if agrees else 'Disagrees'}: on the concept sentences EMBER raised the "
-                                f"loss where a concept-exclusive token is read or predicted by {dx:.3f} nats and "
-                                f"elsewhere by {do:+.3f} (neutral text {dn:+.3f}); 'confined' read as <= {CONFINED} "
-                                f"of the exclusive change.{contrast}"))
-    return claims
-
-
-# ---------------------------------------------------------------- report
-
-WORLD_COLUMNS = ["row", "concept_acc", "similar_acc", "utility_acc", "coherence", "relearn_concept_acc", "regained",
-                 "vocab_fraction_edited", "n_tokens_edited"]
-LOSS_COLUMNS = ["row", "loss_exclusive", "loss_other", "loss_neutral", "d_loss_exclusive", "d_loss_other",
-                "d_loss_neutral"]
-
-
-def _plot_relearn(rows: dict, methods: list[str], png: Path) -> None:
-    import numpy as np
-
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    groups = ["none"] + [m for m in methods if m in rows and f"{m}+ember" in rows]
-    names = {g: ("base", "ember") if g == "none" else (g, f"{g}+ember") for g in groups}
-    bars = [("after unlearning", "concept_acc", 0), ("after relearning", "relearn_concept_acc", 0),
-            ("+EMBER, after unlearning", "concept_acc", 1), ("+EMBER, after relearning", "relearn_concept_acc", 1)]
-    x = np.arange(len(groups))
-    w = 0.2
-    fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 3, 3.8))
-    for i, (label, key, j) in enumerate(bars):
-        ax.bar(x + (i - 1.5) * w, [rows[names[g][j]][key] for g in groups], w, label=label,
-               hatch="//" if j else None, alpha=0.85)
-    ax.axhline(0.25, color="k", lw=0.8, ls=":", label="chance")
-    ax.set_xticks(x)
-    ax.set_xticklabels(["no MLP method" if g == "none" else g for g in groups])
-    ax.set_ylabel("concept MCQ accuracy")
-    ax.set_ylim(0, 1.05)
-    ax.set_title("relearning attack, without and with EMBER", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(axis="y", alpha=0.3)
-    save_figure(fig, png)
-
-
-def _plot_grid(grid: dict, png: Path) -> None:
-    from obliviate.report import _plt, save_figure
-
-    plt = _plt()
-    rs = grid["rows"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for key in ("concept_acc", "similar_acc", "utility_acc", "coherence"):
-        ax.plot([r["delta"] for r in rs], [r[key] for r in rs], marker="o", ms=3, label=key)
-    ax.axvline(grid["delta"], color="grey", ls="--", lw=0.8, label=f"chosen delta {grid['delta']:g}")
-    ax.set_xscale("log")
-    ax.set_xlabel("delta")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("EMBER alone on the world's concept: the delta grid", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    save_figure(fig, png)
-
-
-def _plot_real(real: dict, png: Path) -> None:
-    from obliviate.report import plot_grouped_bars
-
-    stages = [("base", "base"), ("ember", "EMBER"), ("relearn_base", "relearned, no EMBER"),
-              ("relearn_ember", "relearned, EMBER")]
-    groups = {label: {f"{c[:14]} {kind}": r[s][f"{kind}_ppl"] for c, r in real.items() if s in r
-                      for kind in ("concept", "neutral")} for s, label in stages}
-    groups = {k: v for k, v in groups.items() if v}
-    if groups:
-        plot_grouped_bars(groups, png, "real EMBER concepts: held-out perplexity", "perplexity", ylim=None)
-
-
-def _report(cfg: EmberRecipeConfig, out: Path, rows: dict, grid: dict | None, real: dict, notes: dict,
-            claims: list[Claim], seconds: float) -> None:
-    wc = cfg.world_concept
-    sections = [("Setup", (
-        f"Paper: {PAPER}. Tiny-scale reproduction (docs/methods.md). Part *world*: the cached tiny base model "
-        f"(`pretrain.*`, {cfg.pretrain.model.n_layer} layers) and the world's concept; concept / similar-domain "
-        "(people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = base "
-        "perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "
-        "concept-exclusive term (a proxy for fluent text about the concept; 1 = unchanged); `loss_exclusive` is "
-        "the loss at the positions that do, `loss_neutral` the loss on neutral text. "
-        "`relearn_concept_acc`: concept accuracy after "
-        f"fine-tuning a copy on the concept's relearning paragraphs for {wc.relearn_epochs} epochs (lr "
-        f"{wc.relearn_lr:g}, batch {wc.relearn_batch_size}, weight decay {wc.relearn_weight_decay:g}); `regained` = "
-        "that minus the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the EMBER-only "
-        "grid, then the MLP method on top with the same settings as alone (the paper re-tunes it; we do not).\n"))]
-    if rows:
-        table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n, m in rows.items()]
-        body = markdown_table(table, WORLD_COLUMNS, fmt="{:.4f}")
-        if grid is not None:
-            ja = grid["judge_agreement"]
-            body += (f"\nEMBER: |V'| = {grid['n_sentence_tokens']} tokens, {grid['n_candidates']} candidate features "
-                     f"(mass ratio >= {wc.min_ratio:g}), {len(grid['features'])} kept by the `{wc.judge}` judge, "
-                     f"{grid['n_edited']} token rows edited: {', '.join(repr(t) for t in grid['edited_tokens'][:30])}. "
-                     f"Factorisation: {grid['factor_iters']} iterations, relative loss {grid['factor_loss']:.3f}. "
-                     f"The two offline judges (exclusive-term lexicon = ground truth, sentence statistics) agree on "
-                     f"{ja['agree']}/{ja['n_candidates']} candidates (lexicon keeps {ja['kept_lexicon']}, sentence "
-                     f"statistics {ja['kept_sentences']}).\n\n![relearning](relearn_bars.png)\n")
-        sections.append(("World concept: unlearning and relearning", body))
-        sections.append(("Where the loss changes (concept sentences: positions reading or predicting an exclusive "
-                         "term vs the others; neutral text)",
-                         markdown_table([{"row": n, **m} for n, m in rows.items()], LOSS_COLUMNS)))
-    if grid is not None:
-        gcols = ["delta", "concept_acc", "similar_acc", "utility_acc", "coherence", "efficacy", "specificity",
-                 "n_tokens_edited"]
-        sections.append(("EMBER delta grid (world)",
-                         markdown_table(grid["rows"], gcols) + f"\nChosen delta {grid['delta']:g} "
-                         f"(HM {grid['score']:.3f}; {grid['reason']}).\n\n![delta grid](delta_grid.png)\n"))
-    if "data" in notes:
-        sections.append(("Real EMBER concepts", f"Skipped: {notes['data']}\n"))
-    elif real:
-        table = []
-        for c, r in real.items():
-            row = {"concept": c, "edited": r.get("n_tokens_edited"), "vocab_fraction": r.get("vocab_fraction_edited"),
-                   "delta": r.get("delta")}
-            for s in ("base", "ember", "relearn_base", "relearn_ember"):
-                if s in r:
-                    row[f"{s} concept/neutral ppl"] = f"{r[s]['concept_ppl']:.1f} / {r[s]['neutral_ppl']:.1f}"
-            table.append(row)
-        cols = ["concept", "edited", "vocab_fraction", "delta", "base concept/neutral ppl", "ember concept/neutral ppl",
-                "relearn_base concept/neutral ppl", "relearn_ember concept/neutral ppl"]
-        dc = cfg.ember_data
-        sections.append(("Real EMBER concepts", (
-            f"Per concept a tokenizer ({dc.vocab_size} tokens) and a {dc.n_layer}-layer d={dc.d_model} model trained "
-            f"from scratch on {100 * (1 - dc.heldout):.0f}% of the concept and neutral sentences "
-            f"({dc.train_steps} steps); perplexity on the held-out rest. EMBER's judge: the sentence-statistics judge; "
-            "delta by the grid on perplexity (module docstring). Relearning: the concept's first "
-            f"{dc.n_relearn} relearning paragraphs, {dc.relearn_epochs} epochs, applied to the EMBER-edited model and, "
-            "for reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
-            + "\n![real data](real_data_ppl.png)\n")))
-    write_report(out, "EMBER: embedding erasure against relearning (tiny scale)", cfg.command or "obliviate reproduce "
-                 "ember", sections, claims, seconds)
-
-
 # ---------------------------------------------------------------- the recipe
 
-@recipe("ember", EmberRecipeConfig, "EMBER embedding erasure with RMU/SNMF/CRISP, relearning attack, real concepts")
+@recipe("ember", EmberRecipeConfig, "EMBER embedding erasure with RMU/SNMF/CRISP, relearning attack, real concepts",
+        render=render)
 def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
     """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""
-    from obliviate.results import write_results
 
     out = Path(out)
     t0 = time.time()
     if cfg.quick:
         cfg = apply_quick(cfg)
-    rows, grid, real, timings, notes = {}, None, {}, {}, {}
+    rows, grid, real, timings, notes = {}, None, {}, {}, {"parts": list(cfg.parts)}
     if "world" in cfg.parts:
         rows, grid, t, n = run_world(cfg, out, progress)
         timings.update(t)
@@ -951,19 +655,12 @@ def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
         timings.update(t)
         if note:
             notes["data"] = note
-    claims = make_claims(cfg, rows, real)
-    if rows:
-        _plot_relearn(rows, cfg.world_concept.methods, out / "relearn_bars.png")
-    if grid is not None:
-        _plot_grid(grid, out / "delta_grid.png")
-    if real:
-        _plot_real(real, out / "real_data_ppl.png")
+        notes["concepts"] = list(real)
     timings["total_seconds"] = time.time() - t0
-    _report(cfg, out, rows, grid, real, notes, claims, timings["total_seconds"])
-    notes["parts"] = list(cfg.parts)
-    delta_grid = None if grid is None else {k: grid[k] for k in ("rows", "delta", "score", "qualified", "reason",
-                                                                 "features", "judge_agreement")}
-    write_results(out, seed=cfg.seed, config=cfg, metrics=rows, claims=claims_json(claims), timings=timings,
-                  notes=notes, delta_grid=delta_grid, real_data=real)
-    return {"metrics": rows, "claims": claims, "timings": timings, "notes": notes, "delta_grid": delta_grid,
+    parts = dict(metrics=rows, timings=timings, notes=notes, delta_grid=grid, real_data=real)
+    results = as_results(cfg, **parts)  # what results.json will hold
+    claims = claims_of(results)
+    render(results, out)
+    write_results(out, seed=cfg.seed, config=cfg, claims=claims_json(claims), **parts)
+    return {"metrics": rows, "claims": claims, "timings": timings, "notes": notes, "delta_grid": grid,
             "real_data": real}
