@@ -3,6 +3,8 @@
 * :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma Scope (:func:`load_sae`).
 * :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
   window expansion" rule, precision/recall/F1 against ground truth.
+* :mod:`.pipeline` — the two above end to end: :func:`sae_weak_labels` of a labeller model.
+* :mod:`.refusal` — refusal training and refusal rates (the paper's refusal experiment).
 * :mod:`.classifiers` — biLM token classifier (optionally with context pooling), document
   classifier, optional pretrained encoder features, threshold sweeps (AUROC), throughput.
 * :mod:`.strategies` — loss masking (input/target convention), removal with
@@ -25,6 +27,7 @@ from obliviate.filtering.classifiers import (
     training_throughput,
     window_mean,
 )
+from obliviate.filtering.pipeline import WeakLabelConfig, sae_weak_labels
 from obliviate.filtering.sae import PretrainedSAE, TopKSAE, load_sae, residual_activations, train_sae
 from obliviate.filtering.scaling import (
     compute_slowdown,
@@ -65,6 +68,7 @@ from obliviate.filtering.weak_labels import (
 )
 
 __all__ = [
+    "WeakLabelConfig", "sae_weak_labels",
     "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
     "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput", "window_mean",
     "PretrainedSAE", "TopKSAE", "load_sae", "residual_activations", "train_sae",

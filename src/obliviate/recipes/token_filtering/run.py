@@ -22,6 +22,7 @@ from obliviate.executor import unlearn
 from obliviate.filtering import (
     BiLM,
     LogisticHead,
+    WeakLabelConfig,
     add_label_noise,
     apply_strategy,
     document_flags,
@@ -29,18 +30,13 @@ from obliviate.filtering import (
     flags_from_probs,
     flatten,
     ground_truth,
-    label_dataset,
-    latent_thresholds,
     make_batch_fn,
     pack_filtered,
-    prf1,
-    residual_activations,
-    select_domain_latents,
+    sae_weak_labels,
     split_flat,
     threshold_sweep,
     tokens_for,
     tokens_to_recover,
-    train_sae,
     window_mean,
 )
 from obliviate.filtering.refusal import refusal_training
@@ -343,25 +339,12 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
     truth_tr, truth_ev = ground_truth(train), ground_truth(held)
 
     # weak labels: SAE on the labeller's residual stream, latents chosen on a calibration slice
-    acts, _ = residual_activations(labeller, train, layer, pad_id=D.pad)
-    sae, sae_info = train_sae(acts, cfg.sae_latents, cfg.sae_k, steps=cfg.sae_steps, seed=cfg.seed, progress=progress)
-    codes = sae.encode_all(acts)
-    n_cal = max(1, int(round(cfg.calibration_fraction * len(train))))
-    cal_rows = sum(len(s) for s in train.input_ids[:n_cal])
-    cal_truth = flatten(truth_tr[:n_cal])
-    latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=cfg.min_ratio)
-    if not latents:  # a weak labeller: fall back to the most domain-specific latents that fire at all
-        latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=1.0, min_domain_freq=0.0, max_latents=8)
-    if not latents:
-        raise DataError("no SAE latent is more active on the forget domain than elsewhere: the labeller is too weak "
-                        "(raise labeller_steps or sae_steps)")
-    thresholds = latent_thresholds(codes[:, latents])
-    weak = label_dataset(labeller, train, sae, layer, latents, thresholds, special_ids=D.special,
-                         min_latents=min(cfg.min_latents, len(latents)), pad_id=D.pad)
-    weak_m = prf1(weak, truth_tr)
-    if not any(w.any() for w in weak):
-        raise DataError("the weak labels flag no token (lower min_latents or min_ratio)")
-    del labeller, acts, codes
+    wcfg = WeakLabelConfig(latents=cfg.sae_latents, k=cfg.sae_k, steps=cfg.sae_steps,
+                           calibration_fraction=cfg.calibration_fraction, min_ratio=cfg.min_ratio,
+                           min_latents=cfg.min_latents, seed=cfg.seed)
+    weak, weak_info = sae_weak_labels(labeller, train, truth_tr, layer, wcfg, special_ids=D.special, pad_id=D.pad,
+                                      progress=progress)
+    del labeller
 
     # biLM features of every training and held-out document
     bilm = BiLM.train(train, len(D.tok), n_layer=cfg.bilm_layers, d_model=cfg.bilm_d,
@@ -433,8 +416,7 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
     np.savez_compressed(Parts(out).path("labels", ".npz"), lengths=lengths, weak=flatten(weak).astype(bool),
                         probs=flatten(probs_tr).astype(np.float32), doc_probs=np.asarray(doc_probs_tr, np.float32))
     return {
-        "sae": {"layer": layer, **sae_info, "n_domain_latents": len(latents), "domain_latents": latents},
-        "weak_labels": {k: weak_m[k] for k in ("precision", "recall", "f1")},
+        **weak_info,
         "weak_flagged": float(flatten(weak).mean()),
         "true_fraction": float(flatten(truth_tr).mean()),
         "token_classifier": {"weak": sweep_weak, "ground_truth": sweep_gt},
