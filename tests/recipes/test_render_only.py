@@ -50,6 +50,12 @@ def test_render_only_through_the_cli_and_its_errors(tmp_path, capsys):
     (half / "results.json").write_text(json.dumps({"status": "invalid", "error": "killed"}))
     assert main(["reproduce", "atwu", "--render-only", str(half)]) == 2
     assert "not 'complete'" in capsys.readouterr().err and not (half / "report.md").exists()
+    # another recipe's results.json: one line, and nothing in the directory is touched
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()}
+    assert main(["reproduce", "ember", "--render-only", str(tmp_path)]) == 2
+    assert "which the ember report needs" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir() if f.is_file()} == before
+    assert not any(f.name.startswith(".render-") for f in tmp_path.iterdir())
     assert main(["reproduce", "atwu"]) == 2  # neither --out nor --render-only
     assert "--out DIR is required" in capsys.readouterr().err
 

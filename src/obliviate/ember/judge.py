@@ -98,8 +98,8 @@ _MARKERS = "\u0120\u2581\u010a"  # byte-level BPE space (Ġ), sentencepiece spac
 _STRIP = string.whitespace + string.punctuation + _MARKERS
 
 
-_WORD_START = (" ", "\u0120", "\u2581")
-"""How a decoded token that starts a word begins: a space, GPT-2's space marker, SentencePiece's."""
+_WORD_START = (" ", "\n", "\u0120", "\u2581", "\u010a")
+"""How a decoded token that starts a word begins: a space or newline, or GPT-2's / SentencePiece's markers."""
 
 
 def normalise_token(token: str) -> str:

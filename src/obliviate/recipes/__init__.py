@@ -86,6 +86,9 @@ def as_results(cfg, **parts) -> dict:
 def render_only(name: str, out) -> None:
     """Re-render recipe ``name``'s ``report.md`` (and plots) in ``out`` from ``out/results.json``, training nothing."""
     import json
+    import os
+    import shutil
+    import tempfile
     from pathlib import Path
 
     from obliviate.errors import ConfigError, InvalidResult
@@ -100,7 +103,19 @@ def render_only(name: str, out) -> None:
         raise InvalidResult(f"{path}: not a readable results.json ({e})") from None
     if results.get("status") != "complete":
         raise InvalidResult(f"{path}: status is {results.get('status')!r}, not 'complete'; nothing to render")
-    _RENDERERS[name](results, Path(out))
+    # Rendered beside the results first and moved in only when all of it rendered: a results.json the
+    # renderer cannot read (another recipe's, or an older obliviate's that stored less) overwrites nothing.
+    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
+    try:
+        try:
+            _RENDERERS[name](results, staging)
+        except KeyError as e:
+            raise InvalidResult(f"{path}: no {e.args[0]!r} in it, which the {name} report needs (a results.json "
+                                f"of another recipe, or one made before obliviate stored it: rerun the recipe)") from None
+        for f in sorted(staging.iterdir()):
+            os.replace(f, Path(out) / f.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def available() -> list[str]:

@@ -60,9 +60,9 @@ changed is redone):
    noisy tiny-model embeddings). Real concepts are the hard case for an offline judge: set
    ``min_confidence=0.85`` to see the paper's rule.
 
-Scaled-down EMBER settings (``world_concept.*``): the world's V' has ~450 tokens (the paper's
-thousands), so the winner-takes-all keeps ``sparsity`` = 2% per feature (10 tokens, close to
-the 20 top tokens the paper's judge reads) instead of 1% (5 tokens); K = 100 and the mass
+Scaled-down EMBER settings (``world_concept.*``): the world's V' has ~570 tokens (the paper's
+thousands), so the winner-takes-all keeps ``sparsity`` = 2% per feature (11-12 tokens, close to
+the 20 top tokens the paper's judge reads) instead of 1% (6 tokens); K = 100 and the mass
 ratio >= 2 are the paper's. The judge is the offline :class:`~obliviate.ember.LexiconJudge`
 over the world's exclusive terms (``judge=lexicon``; ``judge=sentences`` uses the
 sentence-statistics judge that needs no ground truth), with the paper's keep rule

@@ -6,7 +6,9 @@ a reconstruction from the paper's summary (docs/methods.md; :mod:`obliviate.meth
 :mod:`obliviate.meta_alpha`, :mod:`obliviate.methods.probe_unlearn`), not the authors' code.
 
 Everything runs on the synthetic world and its cached tiny base model
-(:func:`obliviate.pretrain.cached_pretrain` of ``pretrain.*``, as ``obliviate demo`` uses it).
+(:func:`obliviate.pretrain.cached_pretrain` of ``pretrain.*``): ``obliviate demo``'s, pretrained with each
+register sentence in 4 documents (``pretrain.world.register_repeats``, :data:`run.REGISTER_REPEATS`; with
+the demo's 1 the base model is hardly ever toxic and the toxicity claims are not testable).
 
 **Knowledge forgetting** (the paper's WMDP / MMLU setting). Unlearning trains on all forget facts,
 retaining the retain and general facts (:func:`obliviate.tasks.world.forget_pairs`,

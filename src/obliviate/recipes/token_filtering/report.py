@@ -119,7 +119,7 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
 
     rows = [{"model": k, "forget refusal": v["forget"], "retain refusal": v["retain"], "general refusal": v["general"]}
             for k, v in ((k, m["refusal"][k]) for k in cfg["refusal_strategies"] if k in m["refusal"])]
-    n = next(iter(m["refusal"].values()), {})
+    n = next((m["refusal"][k] for k in cfg["refusal_strategies"] if k in m["refusal"]), {})
     body = (f"Size {cfg['sizes'][-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg['refusal_steps']} steps), half refusals "
             f"(\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; rates on "
             f"{n.get('n_forget', 0)} forget-domain questions about the other relations and {n.get('n_retain', 0)} "
