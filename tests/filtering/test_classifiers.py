@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from obliviate.data import encode_documents
 from obliviate.errors import DataError, ModelError
 from obliviate.filtering.classifiers import (
     BiLM,
@@ -24,7 +23,6 @@ from obliviate.filtering.classifiers import (
 from obliviate.filtering.strategies import document_flags
 from obliviate.filtering.weak_labels import (
     flatten,
-    ground_truth,
     label_dataset,
     latent_thresholds,
     prf1,
@@ -113,21 +111,14 @@ def test_threshold_sweep_hand_computed():
 
 
 @pytest.fixture(scope="module")
-def world_bilm():
+def world_bilm(tiny_world_tokens):
     from threadpoolctl import threadpool_limits
 
-    from obliviate.models.tokenizer import train_tokenizer
-    from obliviate.world import WorldConfig, generate_world
-
+    w = tiny_world_tokens
     torch.set_num_threads(1)
-    world = generate_world(WorldConfig(seed=0, n_forget=4, n_holdout=2, n_retain=4, n_general=4, n_concept=3,
-                                       n_toxic=6))
-    docs = world.documents()
-    tok = train_tokenizer([d["text"] for d in docs], vocab_size=400)
-    ds = encode_documents(tok, docs)
     with threadpool_limits(1):
-        bilm = BiLM.train(ds, len(tok), n_layer=2, d_model=32, n_head=2, steps=20, batch_size=8, seed=0)
-    return SimpleNamespace(tok=tok, ds=ds, bilm=bilm, truth=ground_truth(ds))
+        bilm = BiLM.train(w.ds, len(w.tok), n_layer=2, d_model=32, n_head=2, steps=20, batch_size=8, seed=0)
+    return SimpleNamespace(tok=w.tok, ds=w.ds, bilm=bilm, truth=w.truth)
 
 
 def test_real_bilm_features_are_aligned_with_padding(world_bilm):

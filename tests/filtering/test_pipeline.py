@@ -5,29 +5,22 @@ import pytest
 import torch
 from threadpoolctl import threadpool_limits
 
-from obliviate.data import encode_documents
-from obliviate.filtering import WeakLabelConfig, ground_truth, prf1, sae_weak_labels, train_lm
-from obliviate.models.tokenizer import train_tokenizer
-from obliviate.tasks.world import WorldConfig, generate_world
+from obliviate.filtering import WeakLabelConfig, prf1, sae_weak_labels, train_lm
 
 
 @pytest.fixture(scope="module")
-def labelled():
+def labeller(tiny_world_tokens):
+    w = tiny_world_tokens
     torch.set_num_threads(1)
-    world = generate_world(WorldConfig(seed=1, n_forget=4, n_holdout=1, n_retain=4, n_general=4, n_concept=2,
-                                       n_toxic=4))
-    docs = world.documents()
-    tok = train_tokenizer([d["text"] for d in docs], vocab_size=400)
-    ds = encode_documents(tok, docs)
     with threadpool_limits(1):
-        lm = train_lm(ds, len(tok), n_layer=2, d_model=32, n_head=2, steps=20, batch_size=8, seed=0,
-                      pad_id=tok.pad_token_id, bos_id=tok.bos_token_id, eos_id=tok.eos_token_id)
-    special = [tok.pad_token_id, tok.bos_token_id, tok.eos_token_id]
-    return lm.eval(), ds, ground_truth(ds), special, tok.pad_token_id
+        lm = train_lm(w.ds, len(w.tok), n_layer=2, d_model=32, n_head=2, steps=20, batch_size=8, seed=0,
+                      pad_id=w.tok.pad_token_id, bos_id=w.tok.bos_token_id, eos_id=w.tok.eos_token_id)
+    return lm.eval()
 
 
-def test_weak_labels_read_ground_truth_only_on_the_calibration_slice(labelled):
-    lm, ds, truth, special, pad = labelled
+def test_weak_labels_read_ground_truth_only_on_the_calibration_slice(labeller, tiny_world_tokens):
+    w = tiny_world_tokens
+    lm, ds, truth, special, pad = labeller, w.ds, w.truth, w.special, w.tok.pad_token_id
     cfg = WeakLabelConfig(latents=64, k=8, steps=40, calibration_fraction=0.25, min_ratio=1.5, min_latents=1)
     with threadpool_limits(1):
         weak, info = sae_weak_labels(lm, ds, truth, 1, cfg, special_ids=special, pad_id=pad)
