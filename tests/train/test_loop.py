@@ -35,6 +35,9 @@ def test_step_sampler_is_pure_function_of_step():
     seq = [s1(i).tolist() for i in range(9)]
     assert [s2(i).tolist() for i in reversed(range(9))][::-1] == seq
     assert sorted(sum(seq[:3], [])) == sorted(set(sum(seq[:3], [])))  # no repeats within an epoch
+    lengths = [10 * i + 1 for i in range(10)]  # example i has 10i + 1 tokens
+    assert s1.step_tokens(lengths, 4) == [sum(lengths[j] for j in seq[k]) for k in range(4)]
+    assert s1.step_tokens(lengths, 0) == []
 
 
 def test_length_grouped_sampler_visits_each_example_once_per_epoch_with_less_padding():

@@ -31,8 +31,7 @@ def loss_recovery_curve(model, seqs: Sequence[np.ndarray], held_loss: Callable[[
     if not seqs:
         raise DataError("adversarial fine-tuning: no text to fine-tune on")
     sampler = StepSampler(len(seqs), batch_size, seed)
-    lengths = np.array([len(s) for s in seqs])
-    cum = np.concatenate([[0], np.cumsum([int(lengths[sampler(s)].sum()) for s in range(steps)])])
+    cum = np.concatenate([[0], np.cumsum(sampler.step_tokens([len(s) for s in seqs], steps))])
 
     def batch_fn(step):
         return collate([seqs[i] for i in sampler(step)], pad_id)

@@ -173,8 +173,7 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
     def loss_fn(m, batch, step):
         return {"lm": lm_loss(m, batch)}
 
-    lengths = np.asarray([len(s) for s in seqs])
-    step_tokens = [int(lengths[sampler(s)].sum()) for s in range(cfg.steps)]
+    step_tokens = sampler.step_tokens([len(s) for s in seqs], cfg.steps)
     cum_tokens = np.concatenate([[0], np.cumsum(step_tokens)]).astype(int)
 
     tcfg = TrainConfig(steps=cfg.steps, lr=cfg.lr, weight_decay=cfg.weight_decay, schedule="constant",

@@ -53,6 +53,11 @@ class StepSampler:
         epoch, i = divmod(step, self.per_epoch)
         return self._perm(epoch)[i * self.bs:(i + 1) * self.bs]
 
+    def step_tokens(self, lengths, steps: int) -> list[int]:
+        """Tokens in each of the first ``steps`` batches, ``lengths`` giving each example's length."""
+        lengths = np.asarray(lengths)
+        return [int(lengths[self(s)].sum()) for s in range(steps)]
+
 
 def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int):
     """``batch_fn(step)``: the step's :class:`StepSampler` batch of ``dataset``'s sequences, padded with

@@ -16,14 +16,14 @@ MIN_TOXIC = 5
 a reduction is one or two continuations changing, noise rather than a measurement."""
 
 
-def seeds_of(config: dict) -> list[int]:
-    """The unlearning seeds of a run (``seed``, ``seed + 1``, ...) from its resolved config."""
-    return [config["seed"] + i for i in range(config["n_seeds"])]
+def seeds_of(seed: int, n_seeds: int) -> list[int]:
+    """The unlearning seeds of a run: ``seed``, ``seed + 1``, ..., ``n_seeds`` of them."""
+    return [seed + i for i in range(n_seeds)]
 
 
 def claims_of(results: dict) -> list[Claim]:
     """:func:`make_claims` of a ``results.json``."""
-    return make_claims(results["metrics"], results["probe_directions"], seeds_of(results["config"]),
+    return make_claims(results["metrics"], results["probe_directions"], seeds_of(results["config"]["seed"], results["config"]["n_seeds"]),
                        n_eval_toxic=results["setup"]["eval_toxic"])
 
 

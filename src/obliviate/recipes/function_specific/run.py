@@ -24,7 +24,7 @@ from obliviate.models.tokenizer import load_tokenizer
 from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.probes import pairwise_cosine, probe_directions
 from obliviate.recipes import as_results, cached_part, claims_json, recipe
-from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY, VARIANTS, claims_of
+from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY, VARIANTS, claims_of, seeds_of
 from obliviate.recipes.function_specific.report import render
 from obliviate.results import write_results
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, retain_pairs
@@ -432,7 +432,7 @@ def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
     out = Path(out)
     s = make_setup(cfg, progress)
     check_settings(cfg, s)
-    seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
+    seeds = seeds_of(cfg.seed, cfg.n_seeds)
     data_key = {"base": config_hash(cfg.pretrain), "seed": cfg.seed, "meta_frac": cfg.meta_frac,
                 "tox_heldout_frac": cfg.tox_heldout_frac, "tox_inputs": cfg.tox_inputs,
                 "max_new_tokens": cfg.max_new_tokens}

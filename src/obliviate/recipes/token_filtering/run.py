@@ -474,8 +474,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     mean_row = packed.n_tokens() / len(packed)
     steps = max(1, math.ceil(target / (cfg.batch_size * mean_row)))
     batch_fn, sampler = _lm_batches(packed, cfg, cfg.seed, D.pad)
-    lengths = np.array([len(s) for s in packed.input_ids])
-    tokens = int(sum(lengths[sampler(s)].sum() for s in range(steps)))
+    tokens = sum(sampler.step_tokens([len(s) for s in packed.input_ids], steps))
     tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine", min_lr_ratio=0.1,
                      grad_clip=1.0, log_every=max(1, steps // 20), checkpoint_every=max(50, steps // 10),
                      progress=progress, desc=name)
