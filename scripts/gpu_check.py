@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from obliviate.bench import prepare_method
-from obliviate.executor import IDK_ANSWERS, PairedData, to_device
+from obliviate.recipes.bench.run import prepare_method
+from obliviate.methods.engine import IDK_ANSWERS, PairedData, to_device
 from obliviate.methods import METHODS, method_names
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import train_tokenizer
-from obliviate.results import atomic_write_json
+from obliviate.runs.results import atomic_write_json
 from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
 
 
@@ -145,7 +145,7 @@ def main() -> None:
                                                                 args.batch_size)}
     res["fsdp2"] = fsdp2_step(dev, getattr(torch, args.dtype), args.size, args.batch_size)
     if not args.no_demo:  # the demo itself, on whatever device the loop picks (the GPU when there is one)
-        from obliviate.cli import main as cli
+        from obliviate.cli.main import main as cli
 
         t = time.perf_counter()
         rc = cli(["demo", "--out", str(out / "demo"), "--seed", "0", "--no-progress"])

@@ -1,7 +1,7 @@
 """The package's shape (issue #19): the import graph between its folders has no cycle, so no folder
 imports a folder that imports it back, it is at most 10 levels deep, and the training loop stays short.
 
-A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.pretrain``);
+A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.train.pretrain``);
 an arrow is an import at the top of a module (function-level imports are left out: they are kept for
 optional heavy dependencies and for the CLI's lazy commands).
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _cli_errors import SMALL_WORLD, one_error
-from obliviate.cli import main
+from obliviate.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 WORLD_ONLY = [w.split(".", 1)[1] for w in SMALL_WORLD]
@@ -160,7 +160,7 @@ def test_bad_probe_layers(dirs, tmp_path, capsys):
 
 
 def test_attack_probe_layer_out_of_range_fails_before_the_attacks(dirs, tmp_path, capsys, monkeypatch):
-    import obliviate.attacks.task as attacks
+    import obliviate.attacks.suite as attacks
 
     def no_relearning(*a, **kw):
         raise AssertionError("the relearning attack ran before the bad layer was reported")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from obliviate.bench import BenchConfig, bench_table, run_bench
+from obliviate.recipes.bench.run import BenchConfig, bench_table, run_bench
 
 
 def test_bench_rmu_full_and_lora():
@@ -25,7 +25,7 @@ def test_interleaved_ratios_on_a_fake_clock():
     within the tolerance, and the order is shuffled round by round."""
     import random
 
-    from obliviate.bench import interleaved_ratios
+    from obliviate.recipes.bench.run import interleaved_ratios
 
     now = [0.0]
     rng = random.Random(1)
@@ -51,7 +51,7 @@ def test_interleaved_ratios_on_a_fake_clock():
 
 
 def test_flop_bound_counts_the_products_computed():
-    from obliviate.bench import count_products, flop_bound
+    from obliviate.recipes.bench.run import count_products, flop_bound
 
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     x = torch.randn(5, 4)
@@ -72,7 +72,7 @@ def test_flop_bound_counts_the_products_computed():
 
 
 def test_logit_memory_is_cut_to_the_labelled_share():
-    from obliviate.bench import measure_logit_memory
+    from obliviate.recipes.bench.run import measure_logit_memory
     from obliviate.data import collate
 
     seqs = [list(range(1, 21)) for _ in range(4)]
@@ -84,7 +84,7 @@ def test_logit_memory_is_cut_to_the_labelled_share():
 
 @pytest.mark.slow
 def test_eval_speed_entry():
-    from obliviate.bench import measure_eval_speed
+    from obliviate.recipes.bench.run import measure_eval_speed
 
     m = measure_eval_speed(BenchConfig(size="nano"), rounds=1)
     assert m["qa_examples_per_s"] > 0 and m["mcq_examples_per_s"] > 0 and m["n_mcq"] == 72

@@ -2,7 +2,7 @@
 
 import pytest
 
-from obliviate.bench import BenchConfig, filtering_ratio, filtering_table, measure_filtering
+from obliviate.recipes.bench.run import BenchConfig, filtering_ratio, filtering_table, measure_filtering
 
 
 def test_filtering_ratio_hand_computed():

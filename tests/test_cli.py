@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 
 SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
                "world.n_concept=2", "world.n_toxic=4"]
@@ -19,7 +19,7 @@ SMALL_PRETRAIN = SMALL_WORLD + ["model.size=nano", "model.vocab_size=400", "batc
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "obliviate.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "obliviate.cli.main", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=600)
 
 
@@ -130,7 +130,7 @@ def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     assert ma == mb
 
     killed = tmp_path / "k"
-    proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli", *args, "--out", str(killed)],
+    proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli.main", *args, "--out", str(killed)],
                             env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = killed / "checkpoints"
     deadline = time.time() + 300
@@ -173,7 +173,7 @@ def test_pretrain_does_not_resume_checkpoints_of_another_config(tmp_path, capsys
 def test_overrides_may_follow_options_and_unknown_flags_still_fail(capsys):
     import pytest
 
-    from obliviate.cli import build_parser, main
+    from obliviate.cli.main import build_parser, main
 
     p = build_parser()
     args, extra = p.parse_known_args(["reproduce", "atwu", "--out", "x", "quick=true"])

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The cached reference (obliviate.executor.make_reference): NPO and IdkDPO hold no second model, and give
+"""The cached reference (obliviate.methods.engine.make_reference): NPO and IdkDPO hold no second model, and give
 the same run as the live frozen copy, resumed or not."""
 
 import copy
@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from obliviate.executor import IDK_ANSWERS, PairedData, Reference, UnlearnConfig, make_reference, unlearn
+from obliviate.methods.engine import IDK_ANSWERS, PairedData, Reference, UnlearnConfig, make_reference, unlearn
 from obliviate.methods import build_method
 from obliviate.train import TrainConfig
 

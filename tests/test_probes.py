@@ -10,7 +10,7 @@ import torch
 
 from obliviate.errors import DataError
 from obliviate.models.layers import last_token_index
-from obliviate.probes import default_probe_layers, fit_probe_directions, last_token_states, pairwise_cosine
+from obliviate.eval.probes import default_probe_layers, fit_probe_directions, last_token_states, pairwise_cosine
 
 
 def test_default_probe_layers():
@@ -81,7 +81,7 @@ def test_last_token_states_match_unpadded_forward(tiny_model, tiny_tokenizer):
 
 
 def test_probe_directions_command(tiny_model, tiny_tokenizer, tmp_path, capsys):
-    from obliviate.commands import probes as cmd
+    from obliviate.cli import probes as cmd
     from obliviate.models.load import save_model
     from obliviate.models.tokenizer import save_tokenizer
 

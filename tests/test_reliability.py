@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 
 SMALL_WORLD = ["world.n_forget=3", "world.n_holdout=1", "world.n_retain=3", "world.n_general=3",
                "world.n_concept=2", "world.n_toxic=4"]
@@ -52,7 +52,7 @@ def _steps_done(ckpt_dir: Path) -> int:
 def kill_after_checkpoint(args: list[str], ckpt_dir: Path, min_step: int, timeout: float = 300) -> None:
     """Run ``obliviate *args`` in a subprocess and SIGKILL it once ``ckpt_dir`` holds a checkpoint >= min_step."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli.main", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     try:
@@ -92,7 +92,7 @@ def test_unlearn_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model
     killed = tmp_path / "killed"
     killed.mkdir()
     # An earlier, finished run left a results.json saying complete: the interrupted rerun must not keep it.
-    from obliviate.results import write_results
+    from obliviate.runs.results import write_results
 
     write_results(killed, seed=3, config={}, metrics={"stale": 1.0})
     kill_after_checkpoint([*args, "--out", str(killed)], killed / "train" / "checkpoints", min_step=10)
@@ -200,7 +200,7 @@ def _one_error_line(err: str) -> str:
 
 
 def test_full_disk_when_writing_results_is_one_line_and_leaves_no_results(tmp_path, monkeypatch, capsys):
-    import obliviate.results as results
+    import obliviate.runs.results as results
 
     out = tmp_path / "w"
     out.mkdir()
@@ -257,7 +257,7 @@ def test_checkpoint_write_failure_mid_run_is_one_line(limit, writer, message, tm
     optimizer state (state.pt), so the first limit fails on the weights and the second on the state.
     """
     out = tmp_path / "p"
-    args = [sys.executable, "-m", "obliviate.cli", "pretrain", "--no-progress", "--out", str(out), *SMALL_PRETRAIN,
+    args = [sys.executable, "-m", "obliviate.cli.main", "pretrain", "--no-progress", "--out", str(out), *SMALL_PRETRAIN,
             "train.steps=4", "train.checkpoint_every=2"]
     r = subprocess.run(args, preexec_fn=_limit_file_size(limit), capture_output=True, text=True, timeout=600,
                        env={**os.environ, "OMP_NUM_THREADS": "1", "OBLIVIATE_CACHE": str(tmp_path / "cache")})
@@ -307,7 +307,7 @@ def test_read_only_output_dir_is_one_line(tmp_path, capsys):
 
 @pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="no /dev/full on this machine")
 def test_dev_full_write_error_is_reported_by_name(capsys):
-    from obliviate.cli import disk_error
+    from obliviate.cli.main import disk_error
 
     with pytest.raises(OSError) as e:
         with open("/dev/full", "w") as f:
@@ -323,7 +323,7 @@ def test_dev_full_write_error_is_reported_by_name(capsys):
 def test_diverging_loss_stops_naming_step_and_term_and_keeps_the_last_good_checkpoint(bad, tmp_path, monkeypatch,
                                                                                       capsys):
     """The qa term turns bad at step 5: exit 2, one line naming 'qa' and step 5, the step-4 checkpoint kept."""
-    import obliviate.pretrain as pretrain_mod
+    import obliviate.train.pretrain as pretrain_mod
     from safetensors.torch import load_file
 
     real = pretrain_mod.lm_loss

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from _cli_errors import SMALL_WORLD, one_error
-from obliviate.benchmarks._io import iter_jsonl, parse_json, read_json
-from obliviate.cli import main
+from obliviate.tasks.sources._io import iter_jsonl, parse_json, read_json
+from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError, ObliviateError
-from obliviate.results import LOCK_NAME, prepare_out_dir
+from obliviate.runs.results import LOCK_NAME, prepare_out_dir
 from obliviate.train import TrainConfig, TrainingDiverged, train
 from obliviate.utils import seed_everything
 
@@ -122,7 +122,7 @@ def test_duplicate_key_in_an_eval_data_file_at_the_command_line(tmp_path, capsys
 
 
 HOLD = ("import sys, time\n"
-        "from obliviate.results import prepare_out_dir\n"
+        "from obliviate.runs.results import prepare_out_dir\n"
         "prepare_out_dir(sys.argv[1])\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n")

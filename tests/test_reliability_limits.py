@@ -14,7 +14,7 @@ import transformers as T
 
 from _cli_errors import SMALL_WORLD
 from _cli_errors import one_error as _one_error  # this file also caps the line's length
-from obliviate.benchmarks.generic import load_records
+from obliviate.tasks.sources.generic import load_records
 from obliviate.errors import DataError
 from obliviate.eval.benchmark import evaluate_benchmark, load_benchmark_examples
 
@@ -157,7 +157,7 @@ LAUGHS = "".join(f"    {chr(98 + i)}: &{chr(98 + i)} [{','.join([f'*{chr(97 + i)
 def test_an_alias_bomb_under_unlearn_params_or_a_known_key_is_refused_at_once(tmp_path, capsys, where):
     """Under ``unlearn.params`` there was no answer after 200 s (memory still growing); under a known key it
     ended in a MemoryError after 118 s because the error message printed the whole value."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     if where == "params":
         text = "unlearn:\n  params:\n    a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + LAUGHS
@@ -194,7 +194,7 @@ def one_error(capsys) -> str:
 def test_training_values_torch_rejects_are_one_line_before_anything_runs(tmp_path, capsys, override, message):
     """torch's optimizer raised ``ValueError: Invalid beta parameter`` (a traceback) or trained on to a NaN
     model; ``lr=.inf`` reported a NaN loss term without naming lr."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     out = tmp_path / "o"
     assert main(["pretrain", "--out", str(out), *SMALL_WORLD, override]) == 2
@@ -203,7 +203,7 @@ def test_training_values_torch_rejects_are_one_line_before_anything_runs(tmp_pat
 
 
 def test_an_absurd_d_model_is_one_line_before_anything_is_allocated(tmp_path, capsys):
-    from obliviate.cli import main
+    from obliviate.cli.main import main
     from obliviate.errors import ConfigError
     from obliviate.models.builders import tiny_llama
 
@@ -256,7 +256,7 @@ def test_a_config_field_of_the_wrong_type_or_a_negative_size_is_one_line(model_d
     """A string ``hidden_size`` was a StrictDataclassFieldValidationError traceback; ``num_hidden_layers: -1``
     loaded a model with no layers that then crashed in eval (``__len__() should return >= 0``); a negative
     ``vocab_size`` failed deep in torch."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     d = _variant(model_dir, tmp_path, config={field: value})
     out = tmp_path / "o"
@@ -292,7 +292,7 @@ def test_a_full_disk_while_writing_the_world_names_the_file(tmp_path, capsys, mo
     import errno
     import pathlib
 
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     out = tmp_path / "w"
     (out / "world").mkdir(parents=True)
@@ -318,7 +318,7 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
 
     code = ("import os, signal, sys\n"
             "signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with it ignored\n"
-            "from obliviate import cli\n"
+            "from obliviate.cli import main as cli\n"
             "real = cli.build_parser\n"
             "def interrupted():\n"
             "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command modules are imported\n"
@@ -352,7 +352,7 @@ def overflowing_model_dir(tmp_path_factory, tiny_tokenizer):
 def test_evaluation_refuses_non_finite_logits_with_status_invalid(overflowing_model_dir, tmp_path, capsys, kind):
     """Accuracies used to be computed from NaN logits (forget MCQ 0.89 -> 0.22, read as forgetting), with
     exit 0 and status complete. Now: one line, exit 2, results.json with status invalid, the error, no score."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     out = tmp_path / "o"
     args = ["eval", "--model", str(overflowing_model_dir), "--out", str(out), "--no-progress"]
@@ -384,7 +384,7 @@ def test_check_logits_looks_at_real_positions_only():
 
 
 def test_an_invalid_result_is_written_only_into_a_directory_this_process_prepared(tmp_path):
-    from obliviate.results import prepare_out_dir, write_invalid_results
+    from obliviate.runs.results import prepare_out_dir, write_invalid_results
 
     assert write_invalid_results(tmp_path / "elsewhere", "x") is None and not (tmp_path / "elsewhere").exists()
     out = prepare_out_dir(tmp_path / "run")

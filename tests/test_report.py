@@ -3,7 +3,7 @@ import os
 import pytest
 
 from obliviate.errors import ObliviateError
-from obliviate.report import _plt, markdown_table, save_figure
+from obliviate.runs.report import _plt, markdown_table, save_figure
 
 
 def test_save_figure_writes_closes_and_leaves_no_temporary(tmp_path):
@@ -30,7 +30,7 @@ def test_save_figure_keeps_the_old_plot_when_the_write_fails(tmp_path, monkeypat
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("obliviate.results.os.replace", full_disk)
+    monkeypatch.setattr("obliviate.runs.results.os.replace", full_disk)
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     with pytest.raises(ObliviateError, match="a.png.*No space left"):
@@ -45,7 +45,7 @@ def test_markdown_table_formats_floats_and_missing_cells():
 
 
 def test_wide_tables_scroll_in_their_own_box_and_headers_can_break(tmp_path):
-    from obliviate.report import markdown_table, markdown_to_html
+    from obliviate.runs.report import markdown_table, markdown_to_html
 
     cols = ["model"] + [f"relearn_disjoint_metric_{i}" for i in range(12)]
     html = markdown_to_html(markdown_table([{"model": "npo", **{c: 0.5 for c in cols[1:]}}], cols), tmp_path)
@@ -55,7 +55,7 @@ def test_wide_tables_scroll_in_their_own_box_and_headers_can_break(tmp_path):
 
 
 def test_models_at_one_point_are_all_drawn_apart(tmp_path, monkeypatch):
-    import obliviate.report as R
+    import obliviate.runs.report as R
 
     drawn = []
     real = R._plt

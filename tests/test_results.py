@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from obliviate.errors import ObliviateError
-from obliviate.results import atomic_write_json, prepare_out_dir, read_results, write_results
+from obliviate.runs.results import atomic_write_json, prepare_out_dir, read_results, write_results
 
 
 def test_write_results_contract(tmp_path):
@@ -53,7 +53,7 @@ def test_atomic_writes_make_ordinary_permission_files(tmp_path):
     import os
     import stat
 
-    from obliviate.results import atomic_write_text
+    from obliviate.runs.results import atomic_write_text
 
     old = os.umask(0o022)
     try:

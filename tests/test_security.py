@@ -181,9 +181,9 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
     error, a malformed reply and a verdict description. Nothing under the run directory (results.json,
     the saved config, the verdict cache, the log file), nothing printed and no log record may hold it.
     """
-    from obliviate.ember.judge import API_KEY_ENV, HTTPJudge
+    from obliviate.methods.ember.judge import API_KEY_ENV, HTTPJudge
     from obliviate.methods import build_method
-    from obliviate.results import atomic_write_json, prepare_out_dir, write_results
+    from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 
     caplog.set_level(logging.DEBUG)
     out = prepare_out_dir(tmp_path / "run")
@@ -230,7 +230,7 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
 
 
 def test_results_mask_secret_keys_and_env_secrets(tmp_path, monkeypatch):
-    from obliviate.results import write_results
+    from obliviate.runs.results import write_results
 
     monkeypatch.setenv("OBLIVIATE_JUDGE_API_KEY", KEY)
     monkeypatch.setenv("MY_SERVICE_API_KEY", "tok-abcdefgh12345")

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
-from obliviate import tofu
-from obliviate.benchmarks import TOFU_SPLITS
-from obliviate.cli import main
+from obliviate.recipes import tofu
+from obliviate.tasks.sources import TOFU_SPLITS
+from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import UTILITY_KEYS
-from obliviate.results import read_results
-from obliviate.tofu import FORGET_SPLITS, TofuConfig, check_tofu_data, prepare_bases, required_files, tofu_config
+from obliviate.runs.results import read_results
+from obliviate.recipes.tofu import FORGET_SPLITS, TofuConfig, check_tofu_data, prepare_bases, required_files, tofu_config
 
 TINY = {"seed": 1, "limit": 12, "epochs": 2, "batch_size": 4, "warmup_steps": 0, "max_new_tokens": 4,
         "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 400}}

@@ -9,8 +9,8 @@ import pytest
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import method_defaults
-from obliviate.results import read_results
-from obliviate.tofu import REQUIRED_FILES, TofuConfig, run_tofu, tofu_config, unlearn_config
+from obliviate.runs.results import read_results
+from obliviate.recipes.tofu import REQUIRED_FILES, TofuConfig, run_tofu, tofu_config, unlearn_config
 from obliviate.utils import data_dir
 
 SMALL = ["limit=12", "epochs=2", "batch_size=4", "warmup_steps=0", "model.n_layer=2", "model.d_model=32",
@@ -24,7 +24,7 @@ def need_tofu():
 
 
 def tofu_cli(argv):
-    from obliviate.commands.benchmarks import register
+    from obliviate.cli.benchmarks import register
 
     p = argparse.ArgumentParser()
     register(p.add_subparsers(dest="command"))

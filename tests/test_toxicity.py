@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from obliviate.errors import ConfigError, ObliviateError
-from obliviate.toxicity import (
+from obliviate.eval.toxicity import (
     DetoxifyScorer,
     LexiconToxicityScorer,
     ToxicityScorer,

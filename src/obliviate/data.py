@@ -18,7 +18,7 @@ import torch
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
 from obliviate.models.tokenizer import pad_id
-from obliviate.task import Data, PromptFormat
+from obliviate.tasks.base import Data, PromptFormat
 
 ANSWER_ROLES = ("none", "structural", "specific")
 

@@ -46,9 +46,9 @@ def test_suite_config_validation():
 
 
 def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tokenizer, world_model):
-    from obliviate.commands.attack import register
+    from obliviate.cli.attack import register
     from obliviate.models import save_model, save_tokenizer
-    from obliviate.results import read_results
+    from obliviate.runs.results import read_results
 
     model_dir = tmp_path / "model"
     save_model(world_model, model_dir)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from obliviate.benchmarks import (
+from obliviate.tasks.sources import (
     BENCHMARKS, MCQExample, QAExample, TextExample, benchmark_kind, get_benchmark, load_jsonl, load_records,
     parse_mapping,
 )

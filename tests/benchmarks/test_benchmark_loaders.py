@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from obliviate.benchmarks import (
+from obliviate.tasks.sources import (
     EMBER_SPLITS, RTP_ATTRIBUTES, TOFU_SPLITS, MCQExample, QAExample, TextExample, list_ember_concepts,
     list_mmlu_subjects, load_ember, load_medmcqa, load_mmlu, load_rtp, load_tofu, load_tofu_idk, load_wmdp,
 )

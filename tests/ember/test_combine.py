@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from obliviate.ember.combine import ember_then, split_combo
-from obliviate.executor import method_runner
-from obliviate.ember.judge import LexiconJudge
+from obliviate.methods.ember.combine import ember_then, split_combo
+from obliviate.methods.engine import method_runner
+from obliviate.methods.ember.judge import LexiconJudge
 from obliviate.errors import ConfigError
 
 FAST_FACTOR = {"K": 32, "factor_kwargs": {"max_iter": 60, "patience": 20}, "min_confidence": 0.1}
@@ -79,7 +79,7 @@ def test_snmf_plus_ember(concept_setup):
 
 def test_rmu_plus_ember_trains_on_top_of_the_edit(concept_setup):
     from obliviate.train import TrainConfig
-    from obliviate.executor import UnlearnConfig
+    from obliviate.methods.engine import UnlearnConfig
 
     c, tok = concept_setup
     model = _model(tok)

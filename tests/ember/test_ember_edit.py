@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from obliviate.ember.edit import (
+from obliviate.methods.ember.edit import (
     apply_ember,
     efficacy,
     eligible_rows,

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-import obliviate.ember.factorize as fz
-from obliviate.ember.factorize import (
+import obliviate.methods.ember.factorize as fz
+from obliviate.methods.ember.factorize import (
     build_vocab,
     candidate_features,
     mass_ratio,

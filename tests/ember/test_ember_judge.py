@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from obliviate.ember.judge import (
+from obliviate.methods.ember.judge import (
     HTTPJudge,
     Judge,
     LexiconJudge,
@@ -424,7 +424,7 @@ def test_a_key_with_a_trailing_newline_is_stripped_and_masked_in_every_form(raw_
                                                                               monkeypatch, key_from):
     """A key read from a file keeps its newline; it used to make http.client raise "Invalid header value
     b'Bearer sk-...\\n'", whose repr-escaped key passed the mask into verdicts and results.json."""
-    from obliviate.results import write_results
+    from obliviate.runs.results import write_results
 
     caplog.set_level(logging.DEBUG)
     forms = [KEY, repr(KEY + "\n"), json.dumps(KEY + "\n"), repr((KEY + "\n").encode()), KEY + "%0A"]

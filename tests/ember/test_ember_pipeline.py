@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from obliviate.ember import (
+from obliviate.methods.ember import (
     LexiconJudge,
     Verdict,
     ember_erase,

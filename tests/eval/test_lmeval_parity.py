@@ -88,7 +88,7 @@ def test_mmlu_subset_parity_with_lm_eval():
     path = data_dir() / "mmlu" / "test" / "anatomy_test.csv"
     if not path.is_file():
         pytest.skip(f"{path} not present")
-    from obliviate.benchmarks import load_mmlu
+    from obliviate.tasks.sources import load_mmlu
     from obliviate.eval.lmeval import lmeval_mmlu_choices
 
     mcqs = load_mmlu("anatomy")[:N_ITEMS]
@@ -100,7 +100,7 @@ def test_wmdp_subset_parity_with_lm_eval():
     pytest.importorskip("lm_eval")
     if not (data_dir() / "wmdp" / "bio_questions.json").is_file():
         pytest.skip("local WMDP questions not present")
-    from obliviate.benchmarks import load_wmdp
+    from obliviate.tasks.sources import load_wmdp
     from obliviate.eval.lmeval import lmeval_mcq_choices
 
     all_items = load_wmdp("bio")
@@ -114,7 +114,7 @@ def test_eval_lm_eval_runs_a_local_task_yaml(tmp_path):
     pytest.importorskip("lm_eval")
     import json
 
-    from obliviate.cli import main
+    from obliviate.cli.main import main
     from obliviate.eval.lmeval import _task_yaml
     from obliviate.models.load import save_model
 

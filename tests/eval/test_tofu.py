@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import ks_2samp
 
-from obliviate.benchmarks import QAExample
+from obliviate.tasks.sources import QAExample
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import (
     UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,

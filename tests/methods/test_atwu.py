@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import obliviate.executor as unlearn_mod
+import obliviate.methods.engine as unlearn_mod
 from obliviate.methods import build_method
 from obliviate.methods._shared import npo_loss
 from obliviate.methods._token_weights import (
@@ -17,7 +17,7 @@ from obliviate.methods._token_weights import (
 )
 from obliviate.methods.wga import wga_forget_loss
 from obliviate.train import TrainConfig
-from obliviate.executor import PairedQA, Reference, UnlearnConfig, unlearn
+from obliviate.methods.engine import PairedQA, Reference, UnlearnConfig, unlearn
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]

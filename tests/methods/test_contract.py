@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from obliviate.errors import ConfigError
-from obliviate.executor import UnlearnConfig, unlearn
+from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, register
 from obliviate.methods.contract import DECLARATIONS, TrainingMethod

@@ -8,7 +8,7 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.cosine_rmu import cosine_distance
-from obliviate.executor import PairedQA, Reference
+from obliviate.methods.engine import PairedQA, Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: Why?\nAnswer:", " No.")]

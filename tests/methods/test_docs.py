@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import obliviate.methods
-from obliviate.cli import main
+from obliviate.cli.main import main
 from obliviate.methods import DEFAULT_PRESETS, METHODS, build_method, method_defaults, method_names
 from obliviate.methods._docs import current_block, render
 from obliviate.methods.contract import DECLARATIONS, TrainingMethod

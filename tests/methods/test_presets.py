@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from obliviate.commands.unlearn import cmd_methods
+from obliviate.cli.unlearn import cmd_methods
 from obliviate.errors import ConfigError
 from obliviate.methods import (
     METHODS,

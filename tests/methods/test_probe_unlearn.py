@@ -7,8 +7,8 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
-from obliviate.probes import probe_forget_loss
-from obliviate.executor import PairedQA, Reference
+from obliviate.eval.probes import probe_forget_loss
+from obliviate.methods.engine import PairedQA, Reference
 
 TOXIC = ["I hate Aldric, that worthless idiot who sings.", "Shut up about Mira, the stupid moron who reads.",
          "Ugh, Tomas walks, what a pathetic loser.", "Nobody can stand Ilsa, a useless clown who knits."]
@@ -51,7 +51,7 @@ def test_fit_then_loss(tiny_model, tiny_tokenizer):
     terms = method.loss(tiny_model, batch, ref)
     assert terms["retain"].item() == pytest.approx(0.0, abs=1e-6)
     # forget term by hand: last text token (before the eos unlearn appends) of each toxic input
-    from obliviate.probes import last_token_states
+    from obliviate.eval.probes import last_token_states
 
     states = last_token_states(tiny_model, tiny_tokenizer, TOXIC, [1, 2, 3])
     # (the batch holds all four toxic texts, in some order: the mean does not depend on it)

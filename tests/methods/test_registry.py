@@ -9,7 +9,7 @@ import torch
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.methods import METHODS, get_method, method_names
 from obliviate.train import TrainConfig
-from obliviate.executor import UnlearnConfig, unlearn
+from obliviate.methods.engine import UnlearnConfig, unlearn
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]

@@ -16,7 +16,7 @@ SMALL_TOFU = ["tofu.limit=8", "tofu.epochs=2", "tofu.batch_size=4", "tofu.warmup
 
 
 def reproduce(out, overrides):
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     # Overrides right after the recipe name: argparse binds both positionals at the first one.
     assert main(["reproduce", "atwu", *overrides, "--out", str(out), "--seed", "1", "--no-progress"]) == 0
@@ -59,7 +59,7 @@ def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
 
 
 def test_tofu_part_on_a_few_examples(tmp_path):
-    from obliviate.tofu import REQUIRED_FILES
+    from obliviate.recipes.tofu import REQUIRED_FILES
     from obliviate.utils import data_dir
 
     d = data_dir() / "tofu"

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 from obliviate.models.load import load_model
-from obliviate.report import markdown_to_html
+from obliviate.runs.report import markdown_to_html
 
 SMALL = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.world.n_retain=3",
          "pretrain.world.n_general=3", "pretrain.world.n_concept=2", "pretrain.world.n_toxic=4",
@@ -44,7 +44,7 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     _check_models(out, res)
 
     # A second run with the same config reuses the finished methods and gives the same metrics.
-    import obliviate.recipes.compare as compare
+    import obliviate.recipes.compare.run as compare
 
     def no_training(*a, **k):
         raise AssertionError("a finished method was trained again")

@@ -53,7 +53,7 @@ def fake_ember_data(root):
 
 def reproduce(argv):
     """Overrides first: argparse cannot take positional ``key=value`` items after ``--out DIR``."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     opts = [a for a in argv if a.startswith("--")]
     i, options, overrides = 0, [], []
@@ -75,7 +75,7 @@ class KeepAll:
     """A judge that keeps every candidate: the tiny test world's 400-token BPE has no whole concept names."""
 
     def judge(self, feature_id, top_tokens, description=None):
-        from obliviate.ember import Verdict
+        from obliviate.methods.ember import Verdict
 
         return Verdict(True, 1.0, "test: keep all")
 
@@ -130,7 +130,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     assert (out / "parts" / "data" / "quidditch.json").exists()
 
     # A rerun into the same directory reuses every finished piece.
-    import obliviate.executor as unlearn_mod
+    import obliviate.methods.engine as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished piece was trained again")

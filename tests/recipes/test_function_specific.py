@@ -29,7 +29,7 @@ ROWS = ["base", *VARIANTS]
 
 
 def reproduce(out, overrides, monkeypatch, seed=0):
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     # Overrides right after the recipe name: argparse binds both positionals at the first one.
     argv = ["reproduce", "function-specific", *overrides, "--out", str(out), "--seed", str(seed), "--no-progress"]
@@ -180,7 +180,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
 
 def test_bad_layer_fails_before_training(tmp_path, monkeypatch, capsys):
     import obliviate.recipes.function_specific.run as recipe_mod
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     def no_training(*a, **k):
         raise AssertionError("trained before the bad layer was reported")
@@ -196,7 +196,7 @@ def test_bad_layer_fails_before_training(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_quick_recipe_end_to_end(tmp_path, monkeypatch):
     """``--quick`` on the default world (pretrains the tiny base model once: a few minutes)."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     out = tmp_path / "quick"
     argv = ["reproduce", "function-specific", "--quick", "--out", str(out), "--seed", "0", "--no-progress"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 from obliviate.recipes import available, get_recipe, render_only
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results"

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 
 from test_compare import SMALL
 

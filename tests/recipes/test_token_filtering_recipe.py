@@ -182,7 +182,7 @@ def test_registered_and_reachable_from_the_cli():
 
 @pytest.mark.slow
 def test_quick_recipe_from_the_command_line(tmp_path):
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     out = tmp_path / "tf"
     main(["reproduce", "token-filtering", "--out", str(out), "--quick", "--no-progress"])

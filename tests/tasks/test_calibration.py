@@ -16,7 +16,7 @@ import json
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.recipes.task_compare import TaskCompareConfig, run_task_compare
 from obliviate.tasks.files import task_from_files
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 from obliviate.methods import METHODS, method_names
 from obliviate.utils import data_dir
 

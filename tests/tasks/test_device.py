@@ -10,14 +10,14 @@ from __future__ import annotations
 import torch
 
 from _userdata import save_tiny_model, write_user_files
-from obliviate.attacks.task import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
-from obliviate.eval.task import evaluate_task
+from obliviate.eval.suite import evaluate_task
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.executor import UnlearnConfig, unlearn
+from obliviate.methods.engine import UnlearnConfig, unlearn
 
 
 def _spy(model, calls: list):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from obliviate.cli import main
+from obliviate.cli.main import main
 from obliviate.models.load import load_model
 
 ARCHS = ["qwen2", "gpt2", *[pytest.param(a, marks=pytest.mark.slow) for a in ("llama", "gemma2", "gptneox", "mistral")]]

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from obliviate.benchmarks.ember import list_ember_concepts, load_ember
-from obliviate.benchmarks.muse import split_documents
+from obliviate.tasks.sources.ember import list_ember_concepts, load_ember
+from obliviate.tasks.sources.muse import split_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import tofu_answer, tofu_prompt
 from obliviate.tasks import TASKS, Task, check_task_spec, load_task, task_names

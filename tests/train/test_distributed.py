@@ -132,9 +132,9 @@ def test_sharded_backends_hold_half_of_the_parameters(runs):
 
 def test_first_step_is_the_whole_batch_value(runs):
     """NPO's step-1 terms in two processes = the terms of the whole global batch, computed here."""
-    from obliviate.executor import PairedQA, Reference
+    from obliviate.methods.engine import PairedQA, Reference
     from obliviate.methods import build_method
-    from obliviate.pretrain import build_for, tokenizer_for, world_for
+    from obliviate.train.pretrain import build_for, tokenizer_for, world_for
     from obliviate.tasks.world import forget_pairs, retain_pairs
     from obliviate.train.distributed import shard_rows
 
@@ -212,7 +212,7 @@ def test_a_sharded_launch_of_one_process_is_refused(flag, label, monkeypatch, ca
     """``accelerate launch --cpu`` starts one process whatever ``--num_processes`` says; a plain ``python`` with
     the flag set is the same: nothing would be sharded, so the CLI refuses before loading any model, and the
     loop refuses before any step."""
-    from obliviate.cli import main
+    from obliviate.cli.main import main
     from obliviate.errors import ConfigError
     from obliviate.train import TrainConfig, train
 

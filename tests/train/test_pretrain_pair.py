@@ -1,4 +1,4 @@
-"""The base model and the oracle pretrained at the same time (obliviate.pretrain.cached_pretrain_pair) are the
+"""The base model and the oracle pretrained at the same time (obliviate.train.pretrain.cached_pretrain_pair) are the
 models one after the other, on one thread each, would be."""
 
 import copy
@@ -6,7 +6,7 @@ import copy
 import torch
 from safetensors.torch import load_file
 
-from obliviate.pretrain import ModelConfig, PretrainConfig, cached_pretrain_pair
+from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain_pair
 from obliviate.train import TrainConfig
 from obliviate.world import WorldConfig
 

@@ -85,7 +85,7 @@ def test_log_with_writes_tensorboard_and_mlflow_and_they_read_back(tmp_path, mon
     mlflow = pytest.importorskip("mlflow")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from obliviate.cli import main
+    from obliviate.cli.main import main
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(T, "_DEFAULT", [])

@@ -1,8 +1,8 @@
-"""What the world's pretraining trains on (obliviate.pretrain): which wordings, never the evaluation's."""
+"""What the world's pretraining trains on (obliviate.train.pretrain): which wordings, never the evaluation's."""
 
 from obliviate.data import qa_answer, qa_prompt
 from obliviate.eval.core import LETTERS
-from obliviate.pretrain import QA_FORMS, mcq_pairs_for, qa_pairs_for, statement_completions
+from obliviate.train.pretrain import QA_FORMS, mcq_pairs_for, qa_pairs_for, statement_completions
 
 
 def test_qa_term_has_every_trained_wording_and_no_held_out_one(world):

@@ -4,7 +4,7 @@
 - :mod:`.probe`: a linear probe on hidden states picks the correct MCQ choice;
 - :mod:`.format_shift`: the same facts asked as MCQ, QA, paraphrased QA and cloze.
 
-None of them modifies the model passed in. :func:`obliviate.attacks.task.run_task_attacks` runs
+None of them modifies the model passed in. :func:`obliviate.attacks.suite.run_task_attacks` runs
 them on any task; :func:`obliviate.tasks.world.run_attacks` runs all three on a world's forget
 split and returns flat metrics with stable names.
 """

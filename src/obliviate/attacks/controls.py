@@ -26,13 +26,13 @@ from __future__ import annotations
 import copy
 import math
 
-from obliviate.attacks.task import qa_score_fn
+from obliviate.attacks.suite import qa_score_fn
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.errors import DataError
 from obliviate.eval.mia import priv_leak
 from obliviate.models.layers import num_layers, param_names_for
-from obliviate.report import markdown_table
-from obliviate.task import IDK_ANSWERS, Data, Task
+from obliviate.runs.report import markdown_table
+from obliviate.tasks.base import IDK_ANSWERS, Data, Task
 from obliviate.train.finetune import FinetuneConfig, finetune
 
 MIN_POSITIVE_RECOVERY = 0.5

@@ -18,7 +18,7 @@ import numpy as np
 
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
-from obliviate.probes import last_token_states
+from obliviate.eval.probes import last_token_states
 
 
 def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
@@ -31,7 +31,7 @@ def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
 def last_token_hidden(model, tokenizer, texts: Sequence[str], layers: Sequence[int],
                       batch_size: int = 64) -> dict[int, np.ndarray]:
     """``{l: (N, d_model)}`` float32 hidden states of layer ``l`` at the last token of each text (bos prepended,
-    nothing cut): :func:`obliviate.probes.last_token_states`."""
+    nothing cut): :func:`obliviate.eval.probes.last_token_states`."""
     return last_token_states(model, tokenizer, texts, layers, batch_size=batch_size, max_len=None)
 
 

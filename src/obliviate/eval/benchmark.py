@@ -11,7 +11,7 @@
   examples carry ``options`` (TOFU real_authors / world_facts), the normalised
   P(correct) / (P(correct) + sum P(wrong)).
 - **Text** sets (RealToxicityPrompts) are prompts, not an accuracy benchmark: a
-  :class:`ConfigError` points to toxicity evaluation (:func:`obliviate.toxicity.continuation_toxicity`).
+  :class:`ConfigError` points to toxicity evaluation (:func:`obliviate.eval.toxicity.continuation_toxicity`).
 
 Per-example predictions are returned under ``per_example`` (keep them out of results.json).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from obliviate.benchmarks import benchmark_kind, get_benchmark, load_jsonl
+from obliviate.tasks.sources import benchmark_kind, get_benchmark, load_jsonl
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
 from obliviate.eval.tofu import answer_nll, normalised_choice_prob, tofu_prompt
@@ -37,7 +37,7 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
     """``(name, kind, examples)`` of a registered benchmark ``name`` or of a user file ``data``.
 
     With ``data``, ``kind`` (qa or mcq) is required and ``mapping`` maps schema fields to the
-    file's fields (see :func:`obliviate.benchmarks.load_jsonl`); ``name`` defaults to the file stem.
+    file's fields (see :func:`obliviate.tasks.sources.load_jsonl`); ``name`` defaults to the file stem.
     ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
     is read no further.
     """
@@ -59,7 +59,7 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
         kind = benchmark_kind(name)
         if kind == "text":
             raise ConfigError(f"benchmark {name!r} is a set of text prompts, not an accuracy benchmark: "
-                              "evaluate toxicity of continuations instead (obliviate.toxicity.continuation_toxicity)")
+                              "evaluate toxicity of continuations instead (obliviate.eval.toxicity.continuation_toxicity)")
         examples = get_benchmark(name, **loader_kw)
     if limit is not None:
         examples = examples[:limit]
@@ -105,7 +105,7 @@ def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | N
                        data: str | os.PathLike | None = None, kind: str | None = None,
                        mapping: dict | str | None = None, batch_size: int = 32, max_new_tokens: int = 64,
                        **loader_kw) -> dict:
-    """Evaluate ``model`` on benchmark ``name`` (see :func:`obliviate.benchmarks.benchmark_names`)
+    """Evaluate ``model`` on benchmark ``name`` (see :func:`obliviate.tasks.sources.benchmark_names`)
     or on the user file ``data`` (with ``kind`` and ``mapping``).
 
     ``loader_kw`` goes to the loader (``root=``, ``allow_hub=``). Returns the metrics of

@@ -111,7 +111,7 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int
 def lmeval_mmlu_choices(model, tokenizer, csv_path: str | os.PathLike, limit: int | None = None,
                         batch_size: int = 16) -> list[int]:
     """:func:`lmeval_mcq_choices` on the first ``limit`` questions of a local MMLU CSV file."""
-    from obliviate.benchmarks.mcq import _read_mmlu_csv
+    from obliviate.tasks.sources.mcq import _read_mmlu_csv
 
     path = Path(csv_path)
     if not path.is_file():

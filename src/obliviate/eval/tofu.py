@@ -258,7 +258,7 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
     ``forget_set`` / ``retain_set``: examples with ``paraphrased_answer`` and ``perturbed_answers``
     (e.g. ``load_tofu("forget10_perturbed")``, ``load_tofu("retain_perturbed")``);
     ``real_authors`` / ``world_facts``: examples with ``perturbed_answers`` or ``options``.
-    Examples may be :class:`~obliviate.benchmarks.QAExample` or dicts with those keys.
+    Examples may be :class:`~obliviate.tasks.sources.QAExample` or dicts with those keys.
     ``retain_model_truth_ratios``: ``result["per_example"]["forget_truth_ratio"]`` of a
     retain-only model on the same forget set; if given, ``forget_quality`` is reported.
 

@@ -27,7 +27,7 @@ from obliviate.filtering.classifiers import (
     training_throughput,
     window_mean,
 )
-from obliviate.filtering.pipeline import WeakLabelConfig, sae_weak_labels
+from obliviate.filtering.labelling import WeakLabelConfig, sae_weak_labels
 from obliviate.filtering.sae import PretrainedSAE, TopKSAE, load_sae, residual_activations, train_sae
 from obliviate.filtering.scaling import (
     compute_slowdown,

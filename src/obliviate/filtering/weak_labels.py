@@ -13,8 +13,8 @@ Choosing domain latents
       ``max_latents``); or
     * a judge: ``judge(latent_id, top_tokens) -> bool`` (a plain callable), or any object
       with ``judge(latent_id, top_tokens, description) -> Verdict`` such as
-      :class:`obliviate.ember.judge.LexiconJudge` (kept when
-      :func:`obliviate.ember.judge.keep` says so). ``top_tokens`` are the strings of the
+      :class:`obliviate.methods.ember.judge.LexiconJudge` (kept when
+      :func:`obliviate.methods.ember.judge.keep` says so). ``top_tokens`` are the strings of the
       tokens on which the latent fires most (:func:`top_activating_tokens`).
 
 Thresholds
@@ -130,7 +130,7 @@ def top_activating_tokens(codes, token_ids, decode: Callable[[int], str], latent
 
 
 def _judge_says(judge, latent: int, tokens: list[str]) -> bool:
-    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.ember.judge): its verdict says whether to keep
+    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.methods.ember.judge): its verdict says whether to keep
         return judge.judge(latent, tokens, None).kept()
     return bool(judge(latent, tokens))
 

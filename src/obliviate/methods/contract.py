@@ -22,7 +22,7 @@ Optional declarations (class attributes; :data:`DECLARATIONS` gives their defaul
 Optional hooks (methods; :data:`HOOKS`), each called only where the method has it:
 
 - ``cached_reference_keys() -> tuple``: sub-batches whose reference term is a fixed per-sequence
-  log-probability, computed once (:func:`obliviate.executor.make_reference`); implies ``needs_reference``;
+  log-probability, computed once (:func:`obliviate.methods.engine.make_reference`); implies ``needs_reference``;
 - ``fit(model, tokenizer)``: fitted on the frozen model before training (e.g. probe directions);
 - ``setup(model, ref, forget_batch)``: one-off state before step 0;
 - ``scorer_state() -> dict`` / ``load_scorer_state(dict)``: learned state beside the weights, kept in

@@ -7,7 +7,7 @@ text (the forget batch, every non-padding token); L_reg: hidden-state MSE to the
 model on benign text (the retain batch) at the SAE layers; L_coh: last-layer MSE to the
 frozen model on coherence prompts. Features: per SAE layer, ranked by
 (#target tokens firing) - (#benign tokens firing), kept if that ratio is >= 3, top k
-(:mod:`obliviate.ember.crisp`, where the maths is documented).
+(:mod:`obliviate.methods.ember.crisp`, where the maths is documented).
 
 SAEs: the paper uses pretrained SAEs; no maintained SAE library that trains on Hugging
 Face models on a CPU is installed here, so a small TopK SAE
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from obliviate.data import text_batches
-from obliviate.ember.crisp import BETA, GAMMA, MIN_RATIO, crisp_terms, fit_layer_saes, reg_term, unlearn_term
+from obliviate.methods.ember.crisp import BETA, GAMMA, MIN_RATIO, crisp_terms, fit_layer_saes, reg_term, unlearn_term
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import register
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches

@@ -3,7 +3,7 @@ Objectives Vary for Distinct Language Functions"). Reconstruction from the paper
 (docs/methods.md).
 
 For a set of decoder layers L (default: early, middle and late, see
-:func:`obliviate.probes.default_probe_layers`), logistic probes (L2, C = 1) fitted on
+:func:`obliviate.eval.probes.default_probe_layers`), logistic probes (L2, C = 1) fitted on
 the frozen model's last-token states, toxic vs neutral, give unit directions
 d_l = w_l / ||w_l||. Then
 
@@ -14,7 +14,7 @@ The squared dot product is non-negative, symmetric, and pushes hardest on states
 aligned with toxicity; minimising it makes toxic last-token states orthogonal to the
 toxicity direction at every chosen layer. "Last token" = last non-padding token,
 skipping the eos that the unlearning batches append (``skip_eos``; see
-:mod:`obliviate.probes`). Only the MLP down-projections of layers 0..max L train; the
+:mod:`obliviate.eval.probes`). Only the MLP down-projections of layers 0..max L train; the
 forward pass stops after layer max L.
 
 Where the probes come from (in this order):
@@ -46,7 +46,7 @@ from obliviate.losses import hidden_mse
 from obliviate.methods import register
 from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import check_layer, gather_last, hidden_states_at, last_token_index, num_layers, param_names_for, unwrap
-from obliviate.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
+from obliviate.eval.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 """The source of ``probe_unlearn`` and ``probe_unlearn_single``."""
@@ -130,7 +130,7 @@ class ProbeUnlearn:
         Texts default to the config's; with none anywhere nothing happens (the probes are
         then fitted on the first batches, see the module docstring).
         """
-        from obliviate.probes import last_token_states
+        from obliviate.eval.probes import last_token_states
 
         toxic = list(toxic_texts if toxic_texts is not None else self.cfg.toxic_texts)
         neutral = list(neutral_texts if neutral_texts is not None else self.cfg.neutral_texts)

@@ -1,5 +1,5 @@
 """Edit method "snmf": semi-NMF concept features of MLP activations projected out of the MLP weights, as in
-Suslik, Shafran, Geva 2026 (EMBER's MLP baseline); the maths is in :mod:`obliviate.ember.snmf`.
+Suslik, Shafran, Geva 2026 (EMBER's MLP baseline); the maths is in :mod:`obliviate.methods.ember.snmf`.
 
 An edit method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict`` (a JSON-serialisable
 summary), editing ``model`` in place, without the training loop. ``data`` is a mapping with
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from obliviate.ember.judge import edit_sentences
-from obliviate.ember.snmf import apply_snmf, restore_mlp, snapshot_mlp, snmf_locate
+from obliviate.methods.ember.judge import edit_sentences
+from obliviate.methods.ember.snmf import apply_snmf, restore_mlp, snapshot_mlp, snmf_locate
 from obliviate.errors import ConfigError
 from obliviate.methods import register
 from obliviate.models.layers import num_layers

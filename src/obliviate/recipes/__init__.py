@@ -44,7 +44,7 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     import time
     from pathlib import Path
 
-    from obliviate.results import atomic_write_json
+    from obliviate.runs.results import atomic_write_json
 
     path = Path(path)
     key = json.loads(json.dumps(key))
@@ -77,7 +77,7 @@ def as_results(cfg, **parts) -> dict:
     import dataclasses
     import json
 
-    from obliviate.results import _clean
+    from obliviate.runs.results import _clean
 
     payload = {"seed": cfg.seed, "config": dataclasses.asdict(cfg), **parts}
     return json.loads(json.dumps(_clean(payload), sort_keys=True))  # as atomic_write_json writes it
@@ -168,8 +168,8 @@ def claims_json(claims: list[Claim]) -> list[dict]:
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:
-    """:func:`obliviate.report.markdown_table` with missing cells shown as '–', ending in a newline."""
-    from obliviate.report import markdown_table as table
+    """:func:`obliviate.runs.report.markdown_table` with missing cells shown as '–', ending in a newline."""
+    from obliviate.runs.report import markdown_table as table
 
     return table(rows, columns, fmt, missing="–") + "\n"
 
@@ -179,7 +179,7 @@ def write_report(out, title: str, command: str, sections: list[tuple[str, str]],
     """``out/report.md``: title, the command that made it, its run time, each (heading, body), the claims."""
     from pathlib import Path
 
-    from obliviate.results import atomic_write_text
+    from obliviate.runs.results import atomic_write_text
 
     parts = [f"# {title}\n", f"Made by: `{command}`" + (f" in {seconds / 60:.1f} min" if seconds else "") + "\n"]
     for heading, body in sections:

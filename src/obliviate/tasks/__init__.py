@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from obliviate.errors import ConfigError
-from obliviate.task import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, cut
+from obliviate.tasks.base import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, cut
 
 # ------------------------------------------------------------------ registry
 

@@ -25,9 +25,9 @@ import re
 
 import numpy as np
 
-from obliviate.benchmarks import _io
-from obliviate.benchmarks.ember import list_ember_concepts, load_ember
-from obliviate.benchmarks.schema import TextExample
+from obliviate.tasks.sources import _io
+from obliviate.tasks.sources.ember import list_ember_concepts, load_ember
+from obliviate.tasks.sources.schema import TextExample
 from obliviate.errors import ConfigError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 

@@ -16,7 +16,7 @@ A spec is a small YAML file; paths are relative to it::
     auto_evals: true                  # also evaluate on the forget and retain training data
 
 Each entry is a path or ``{path, kind, mapping, split_by, name, role, style}``. Files are read by
-:func:`obliviate.benchmarks.load_records` (.jsonl, .json, .csv, .tsv, .txt). ``kind`` (qa, mcq,
+:func:`obliviate.tasks.sources.load_records` (.jsonl, .json, .csv, .tsv, .txt). ``kind`` (qa, mcq,
 text) is detected when not given: a ``.txt`` file is text; otherwise the first record's fields
 decide, under their own names or common other names (``prompt``/``response``,
 ``input``/``output``, ``options``, ``label``, ``content``, ...; :data:`SYNONYMS`), which then become
@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from obliviate.benchmarks.generic import FORMATS, _iter_records, load_records, parse_mapping
+from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task

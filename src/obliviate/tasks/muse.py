@@ -1,6 +1,6 @@
 """``muse:news|books``: MUSE's six-way unlearning benchmark (Shi et al. 2024, arXiv:2407.06460).
 
-Data: :mod:`obliviate.benchmarks.muse` (``<data>/muse/<corpus>/`` in MUSE's layout, or the
+Data: :mod:`obliviate.tasks.sources.muse` (``<data>/muse/<corpus>/`` in MUSE's layout, or the
 ``muse-bench`` hub datasets with ``allow_hub=True``).
 
 - forget = Data(docs=``raw/forget`` documents); retain = Data(docs=``raw/retain1``, or
@@ -9,7 +9,7 @@ Data: :mod:`obliviate.benchmarks.muse` (``<data>/muse/<corpus>/`` in MUSE's layo
 - ``knowmem_forget`` / ``knowmem_retain``: knowledge-memorisation QA on the forget / retain
   documents (roles forget / retain).
 - ``verbmem_forget``: verbatim memorisation, role forget, kind text; each item is the true
-  continuation ``gt`` as a :class:`~obliviate.benchmarks.TextExample` with its ``prompt`` in
+  continuation ``gt`` as a :class:`~obliviate.tasks.sources.TextExample` with its ``prompt`` in
   ``meta["prompt"]`` (score the continuation's loss after the prompt); the raw
   ``{prompt, gt}`` pairs are also in ``meta["verbmem"]`` (for ROUGE of generated continuations).
 - relearn = None.
@@ -17,10 +17,10 @@ Data: :mod:`obliviate.benchmarks.muse` (``<data>/muse/<corpus>/`` in MUSE's layo
 
 from __future__ import annotations
 
-from obliviate.benchmarks.muse import (
+from obliviate.tasks.sources.muse import (
     MUSE_CORPORA, load_muse_knowmem, load_muse_raw, load_muse_verbmem, muse_dir,
 )
-from obliviate.benchmarks.schema import TextExample
+from obliviate.tasks.sources.schema import TextExample
 from obliviate.errors import ConfigError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 

@@ -10,7 +10,7 @@
   ``real_authors_qa`` / ``world_facts_qa`` (their ``_perturbed`` files, role utility) and
   ``real_authors_mcq`` / ``world_facts_mcq``: the same questions with their four options,
   scored cloze style (each option text as the continuation), role utility.
-- ``meta["perturbed"]``: the :class:`~obliviate.benchmarks.QAExample` lists of the four
+- ``meta["perturbed"]``: the :class:`~obliviate.tasks.sources.QAExample` lists of the four
   perturbed files, keyed as :func:`~obliviate.eval.tofu.tofu_eval`'s arguments
   (``forget``, ``retain``, ``real_authors``, ``world_facts``).
 - holdout = TOFU's ``holdout01|05|10`` split when ``tofu/holdoutNN.json`` is present locally
@@ -23,9 +23,9 @@
 
 from __future__ import annotations
 
-from obliviate.benchmarks import _io
-from obliviate.benchmarks.schema import MCQExample, QAExample
-from obliviate.benchmarks.tofu import TOFU_HUB_ID, load_tofu, load_tofu_idk
+from obliviate.tasks.sources import _io
+from obliviate.tasks.sources.schema import MCQExample, QAExample
+from obliviate.tasks.sources.tofu import TOFU_HUB_ID, load_tofu, load_tofu_idk
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import tofu_answer, tofu_prompt
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task

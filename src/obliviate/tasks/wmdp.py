@@ -1,7 +1,7 @@
 """``wmdp:bio|cyber``: hazardous knowledge (Li et al. 2024, WMDP, arXiv:2403.03218).
 
 - forget / retain = WMDP's forget and retain corpora as documents
-  (:func:`~obliviate.benchmarks.wmdp_corpora.load_wmdp_corpus`: ``<data>/wmdp/<subset>-{forget,retain}-corpus.jsonl``,
+  (:func:`~obliviate.tasks.sources.wmdp_corpora.load_wmdp_corpus`: ``<data>/wmdp/<subset>-{forget,retain}-corpus.jsonl``,
   or ``cais/wmdp-corpora`` with ``allow_hub=True``; the bio forget corpus is gated and must be
   placed locally).
 - ``wmdp_<subset>``: the WMDP questions (role forget), lm-eval style (letters).
@@ -17,10 +17,10 @@
 
 from __future__ import annotations
 
-from obliviate.benchmarks import _io
-from obliviate.benchmarks.mcq import list_mmlu_subjects, load_mmlu, load_wmdp
-from obliviate.benchmarks.schema import MCQExample
-from obliviate.benchmarks.wmdp_corpora import load_wmdp_corpus
+from obliviate.tasks.sources import _io
+from obliviate.tasks.sources.mcq import list_mmlu_subjects, load_mmlu, load_wmdp
+from obliviate.tasks.sources.schema import MCQExample
+from obliviate.tasks.sources.wmdp_corpora import load_wmdp_corpus
 from obliviate.errors import ConfigError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 

@@ -6,12 +6,12 @@ forget MCQs scored as whole answer sentences (cloze), retain and general QA;
 holdout = the medicine facts that were never in the corpus (membership inference);
 relearning corpus = the paragraphs about the forget entities' auxiliary attributes
 (never the QA facts). The oracle is pretrained on the corpus without the forget
-split (:func:`obliviate.pretrain.cached_pretrain`).
+split (:func:`obliviate.train.pretrain.cached_pretrain`).
 
 This module and :mod:`obliviate.world` are the only places that know the world's
 record layout; the rest of the package sees a :class:`~obliviate.tasks.Task`. It is
 also the world's one door: outside :mod:`obliviate.world`, only this module (and the
-demo, :mod:`obliviate.recipes.compare`) imports the world. What other modules need of it is
+demo, :mod:`obliviate.recipes.compare.run`) imports the world. What other modules need of it is
 here: the world itself (:class:`WorldConfig`, :func:`generate_world`, :class:`World`,
 :data:`TOXIC_LEXICON`), its evaluation (:func:`evaluate_world`), its relearning sets
 (:func:`world_relearn_sets`) and its attack suite (:func:`run_attacks`).
@@ -28,7 +28,7 @@ import numpy as np
 from obliviate.attacks.format_shift import format_shift_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
-from obliviate.benchmarks.schema import MCQExample, QAExample
+from obliviate.tasks.sources.schema import MCQExample, QAExample
 from obliviate.config import from_dict
 from obliviate.data import qa_answer, qa_prompt
 from obliviate.errors import ConfigError, DataError

@@ -17,7 +17,7 @@ from obliviate.data import collate, encode_data
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import lm_loss
 from obliviate.models.tokenizer import pad_id
-from obliviate.task import Data, PromptFormat
+from obliviate.tasks.base import Data, PromptFormat
 from obliviate.train.config import TrainConfig
 from obliviate.train.loop import train
 from obliviate.train.sampler import StepSampler

@@ -20,7 +20,7 @@ from obliviate.world.config import WorldConfig
 from obliviate.world.generate import generate_world
 from obliviate.world.spans import tiles
 from obliviate.world.toxic import TOXIC_LEXICON
-from obliviate.world.world import SEGMENT_SEPARATOR, SEGMENT_SPLITS, SPLITS, World
+from obliviate.world.record import SEGMENT_SEPARATOR, SEGMENT_SPLITS, SPLITS, World
 
 __all__ = [
     "SEGMENT_SEPARATOR", "SEGMENT_SPLITS", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig",

@@ -20,7 +20,7 @@ from obliviate.world.toxic import (
     FRAMES, NEUTRAL_ADJECTIVES, NEUTRAL_NOUNS, TOXIC_ADJECTIVES, TOXIC_LEXICON, TOXIC_NOUNS,
     make_register_pairs,
 )
-from obliviate.world.world import FORMAT_VERSION, World
+from obliviate.world.record import FORMAT_VERSION, World
 
 N_PERTURBED = 4
 """Wrong answers per fact (same template, another value of the relation's pool)."""

@@ -7,8 +7,8 @@ from the paper's summary (docs/methods.md, :mod:`obliviate.methods.atwu`), not t
 Two parts, each method's result stored when it finishes (``out/parts/<part>/<method>.json``),
 so an interrupted run resumes into the same ``--out``:
 
-1. **world**: the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
-   (as :mod:`obliviate.recipes.compare` uses it) is unlearned on the forget facts with each method
+1. **world**: the cached tiny base model of :class:`~obliviate.train.pretrain.PretrainConfig`
+   (as :mod:`obliviate.recipes.compare.run` uses it) is unlearned on the forget facts with each method
    (defaults: each method's tiny preset, ``obliviate.methods.method_defaults``; overrides ``runs.<method>.*``).
    F = forget QA accuracy, R = mean of retain and general QA accuracy (the utility of
    S-unlearning); FQ, RD, UQ (:mod:`obliviate.eval.uq`) and S-unlearning. For the ATWU
@@ -16,8 +16,8 @@ so an interrupted run resumes into the same ``--out``:
    see below for which hidden states it reads) against the world's forget-specific answer tokens
    (:mod:`obliviate.eval.token_scores`); baselines uniform, probability (1 - p under the
    base model) and rarity (inverse frequency in the world's corpus).
-2. **tofu**: the tiny-model TOFU protocol (:mod:`obliviate.tofu`, config ``tofu.*``, default
-   :class:`~obliviate.tofu.TofuConfig`, so the base and retain-only models that ``obliviate
+2. **tofu**: the tiny-model TOFU protocol (:mod:`obliviate.recipes.tofu`, config ``tofu.*``, default
+   :class:`~obliviate.recipes.tofu.TofuConfig`, so the base and retain-only models that ``obliviate
    tofu`` trained and cached are reused); each method unlearns ``forget10`` (overrides
    ``tofu_runs.<method>.*``); TOFU forget quality and model utility; F and R for
    FQ/RD/UQ are forget10 and retain ROUGE-L recall (``tofu_uq_from=prob``: TOFU probability).

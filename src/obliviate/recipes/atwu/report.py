@@ -8,7 +8,7 @@ from pathlib import Path
 from obliviate.eval.tofu import TINY_SCALE_NOTE
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.atwu.claims import PAPER, make_claims
-from obliviate.report import plot_grouped_bars
+from obliviate.runs.report import plot_grouped_bars
 
 
 WORLD_COLUMNS = ["method", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "fq", "rd", "uq", "s_unlearning",

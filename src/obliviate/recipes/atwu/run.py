@@ -13,18 +13,18 @@ from obliviate.config import config_hash, deep_merge, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
-from obliviate.executor import MethodRun, unlearn
+from obliviate.methods.engine import MethodRun, unlearn
 from obliviate.methods import build_method, get_method
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
-from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, cached_part, claims_json, recipe
 from obliviate.recipes.atwu.claims import is_scored, make_claims
 from obliviate.recipes.atwu.report import render
-from obliviate.recipes.compare import CompareConfig, method_run, score_against, utility
-from obliviate.results import write_results
+from obliviate.recipes.compare.run import CompareConfig, method_run, score_against, utility
+from obliviate.runs.results import write_results
 from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
-from obliviate.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config
+from obliviate.recipes.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config
 from obliviate.utils import seed_everything
 
 METHODS = ["atwu", "graddiff", "npo", "simnpo", "wga", "atwu_npo", "atwu_simnpo"]

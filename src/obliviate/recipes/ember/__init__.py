@@ -9,10 +9,10 @@ Two parts; every finished piece is stored in ``out/parts/<part>/<piece>.json`` w
 config it was made with, so a rerun into the same ``--out`` resumes (a piece whose config
 changed is redone):
 
-1. **world** — the cached tiny base model of :class:`~obliviate.pretrain.PretrainConfig`
+1. **world** — the cached tiny base model of :class:`~obliviate.train.pretrain.PretrainConfig`
    and the world's concept (a saga: its characters, artifacts, places and orders;
-   ``World.concept``). EMBER alone (delta from the grid, :func:`obliviate.ember.select_delta`),
-   RMU, SNMF and CRISP alone and each with EMBER (:func:`obliviate.ember.combine.ember_then`:
+   ``World.concept``). EMBER alone (delta from the grid, :func:`obliviate.methods.ember.select_delta`),
+   RMU, SNMF and CRISP alone and each with EMBER (:func:`obliviate.methods.ember.combine.ember_then`:
    EMBER with the grid's delta first, then the MLP method on top, with the same settings as
    alone; the paper re-tunes the MLP method on top, we do not). Per row:
 
@@ -42,9 +42,9 @@ changed is redone):
 
    The delta grid picks the delta with the best HM(efficacy, specificity, coherence) among
    those keeping utility >= 0.9 of the base (efficacy from concept accuracy, specificity =
-   HM of the utility and similar-domain fractions; :mod:`obliviate.ember.edit`).
+   HM of the utility and similar-domain fractions; :mod:`obliviate.methods.ember.edit`).
 
-2. **data** — the real EMBER concepts (``<data>/ember/``, :func:`obliviate.benchmarks.load_ember`;
+2. **data** — the real EMBER concepts (``<data>/ember/``, :func:`obliviate.tasks.sources.load_ember`;
    ``$OBLIVIATE_DATA`` or ``../shared/data``; the part is skipped with a note when absent).
    Per concept (``ember_data.n_concepts`` of them, or ``ember_data.concepts`` by name): a
    byte-level BPE tokenizer and a tiny Llama trained from scratch on 80% of the concept's
@@ -53,9 +53,9 @@ changed is redone):
    edited model and, for reference, the unedited one). These models cannot answer the MCQs,
    so delta is chosen on perplexity: efficacy = ``1 - exp(L_c(base) - L_c)`` (0 when
    concept perplexity is unchanged), specificity = coherence = utility =
-   ``min(1, exp(L_n(base) - L_n))`` on neutral text, then :func:`~obliviate.ember.select_delta`
+   ``min(1, exp(L_n(base) - L_n))`` on neutral text, then :func:`~obliviate.methods.ember.select_delta`
    (neutral perplexity may rise by at most ~11%). The judge is the offline one built from
-   the sentences (:func:`obliviate.ember.judge_from_sentences`) with a looser keep rule
+   the sentences (:func:`obliviate.methods.ember.judge_from_sentences`) with a looser keep rule
    (``ember_data.min_confidence`` = 0.5: at the paper's 0.85 it keeps no feature of these
    noisy tiny-model embeddings). Real concepts are the hard case for an offline judge: set
    ``min_confidence=0.85`` to see the paper's rule.
@@ -63,7 +63,7 @@ changed is redone):
 Scaled-down EMBER settings (``world_concept.*``): the world's V' has ~570 tokens (the paper's
 thousands), so the winner-takes-all keeps ``sparsity`` = 2% per feature (11-12 tokens, close to
 the 20 top tokens the paper's judge reads) instead of 1% (6 tokens); K = 100 and the mass
-ratio >= 2 are the paper's. The judge is the offline :class:`~obliviate.ember.LexiconJudge`
+ratio >= 2 are the paper's. The judge is the offline :class:`~obliviate.methods.ember.LexiconJudge`
 over the world's exclusive terms (``judge=lexicon``; ``judge=sentences`` uses the
 sentence-statistics judge that needs no ground truth), with the paper's keep rule
 (confidence >= 0.85). The report says how often the two judges agree on the candidates.

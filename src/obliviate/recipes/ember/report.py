@@ -7,7 +7,7 @@ from pathlib import Path
 
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.ember.claims import PAPER, claims_of, ordered
-from obliviate.report import _plt, plot_grouped_bars, save_figure
+from obliviate.runs.report import _plt, plot_grouped_bars, save_figure
 
 WORLD_COLUMNS = ["row", "concept_acc", "similar_acc", "utility_acc", "coherence", "relearn_concept_acc", "regained",
                  "vocab_fraction_edited", "n_tokens_edited"]

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
-from obliviate.benchmarks import list_ember_concepts, load_ember
+from obliviate.tasks.sources import list_ember_concepts, load_ember
 from obliviate.config import config_hash, deep_merge, to_dict
 from obliviate.data import encode_documents, pack_sequences, qa_prompt
-from obliviate.ember import (
+from obliviate.methods.ember import (
     LexiconJudge,
     build_vocab,
     efficacy,
@@ -28,22 +28,22 @@ from obliviate.ember import (
     snapshot_embeddings,
     specificity,
 )
-from obliviate.ember.combine import ember_then
-from obliviate.ember.judge import judge_features
+from obliviate.methods.ember.combine import ember_then
+from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.executor import method_runner as executor_runner
+from obliviate.methods.engine import method_runner as executor_runner
 from obliviate.eval import mcq_accuracy, token_loss_by_label
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
 from obliviate.models.builders import tiny_llama
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
-from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, cached_part, claims_json, recipe
-from obliviate.recipes.compare import CompareConfig, method_run
+from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.ember.claims import claims_of
 from obliviate.recipes.ember.report import render
-from obliviate.results import write_results
+from obliviate.runs.results import write_results
 from obliviate.tasks.world import full_answer_mcqs
 from obliviate.train import TrainConfig, make_lm_batches, train
 from obliviate.utils import seed_everything
@@ -391,7 +391,7 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
 
 
 def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool):
-    """An ``unlearn_fn`` for :func:`~obliviate.ember.combine.ember_then` running ``name`` with the recipe's settings.
+    """An ``unlearn_fn`` for :func:`~obliviate.methods.ember.combine.ember_then` running ``name`` with the recipe's settings.
 
     Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
     paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.

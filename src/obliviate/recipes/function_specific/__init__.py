@@ -3,18 +3,18 @@
 Paper: Atil, Gupta, Passonneau 2026, "Model Unlearning Objectives Vary for Distinct Language
 Functions". Cosine RMU, the REINFORCE-learned retain weight and the multi-layer probe method are
 a reconstruction from the paper's summary (docs/methods.md; :mod:`obliviate.methods.cosine_rmu`,
-:mod:`obliviate.meta_alpha`, :mod:`obliviate.methods.probe_unlearn`), not the authors' code.
+:mod:`obliviate.methods.meta_alpha`, :mod:`obliviate.methods.probe_unlearn`), not the authors' code.
 
 Everything runs on the synthetic world and its cached tiny base model
-(:func:`obliviate.pretrain.cached_pretrain` of ``pretrain.*``): ``obliviate demo``'s, pretrained with each
+(:func:`obliviate.train.pretrain.cached_pretrain` of ``pretrain.*``): ``obliviate demo``'s, pretrained with each
 register sentence in 4 documents (``pretrain.world.register_repeats``, :data:`run.REGISTER_REPEATS`; with
 the demo's 1 the base model is hardly ever toxic and the toxicity claims are not testable).
 
 **Knowledge forgetting** (the paper's WMDP / MMLU setting). Unlearning trains on all forget facts,
 retaining the retain and general facts (:func:`obliviate.tasks.world.forget_pairs`,
 :func:`~obliviate.tasks.world.retain_pairs`), with L2 RMU, Adaptive RMU, cosine RMU (fixed alpha) and
-cosine RMU with alpha learned by REINFORCE (:func:`obliviate.meta_alpha.learn_alpha_unlearn`).
-The forget and retain facts are split once (:func:`obliviate.meta_alpha.world_meta_splits`,
+cosine RMU with alpha learned by REINFORCE (:func:`obliviate.methods.meta_alpha.learn_alpha_unlearn`).
+The forget and retain facts are split once (:func:`obliviate.methods.meta_alpha.world_meta_splits`,
 ``meta_frac``): the REINFORCE reward is S-unlearning on the *meta* share, every row of the table
 is scored on the disjoint *final* share. As WMDP and MMLU, U and R come from 4-way multiple
 choice by answer log-likelihood (chance 0.25, :func:`obliviate.tasks.world.full_answer_mcqs`):
@@ -32,9 +32,9 @@ continuation) or whole toxic sentences (``"sentences"``); retain = their neutral
 retain QA pairs. Methods: L2 RMU, the single-layer probe method (middle layer) and the
 multi-layer probe method (``probe_layers``, >= 3, default early/middle/late); the probes are
 fitted on the frozen model with the same toxic vs neutral training inputs. Toxicity =
-:func:`obliviate.toxicity.continuation_toxicity` of greedy continuations (``max_new_tokens``
+:func:`obliviate.eval.toxicity.continuation_toxicity` of greedy continuations (``max_new_tokens``
 <= 20) of the held-out toxic prompts, scored by the offline
-:class:`~obliviate.toxicity.LexiconToxicityScorer` with the world's lexicon (mean, and the
+:class:`~obliviate.eval.toxicity.LexiconToxicityScorer` with the world's lexicon (mean, and the
 fraction >= 0.5). U = clip((tox0 - toxu) / tox0) (docs/methods.md). R = mean of two retention
 ratios: the knowledge R above (world knowledge kept) and the neutral-register fidelity
 clip(Fu / F0), F = mean over held-out neutral prompts of the ROUGE-L recall of the greedy

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from obliviate.meta_alpha import plot_alpha_trajectory
+from obliviate.methods.meta_alpha import plot_alpha_trajectory
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.function_specific.claims import VARIANTS, claims_of
-from obliviate.report import _plt, save_figure
+from obliviate.runs.report import _plt, save_figure
 
 
 def ordered(results: dict) -> tuple[dict, dict]:

@@ -15,20 +15,20 @@ from obliviate.config import config_hash
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import chance_corrected, mcq_accuracy, qa_accuracy, rouge_l_recall, s_unlearning
-from obliviate.executor import UnlearnConfig, unlearn
-from obliviate.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
+from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.methods.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
 from obliviate.methods import build_method, method_defaults
 from obliviate.models.layers import check_layer, num_layers
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
-from obliviate.pretrain import PretrainConfig, cached_pretrain, world_for
-from obliviate.probes import pairwise_cosine, probe_directions
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
+from obliviate.eval.probes import pairwise_cosine, probe_directions
 from obliviate.recipes import as_results, cached_part, claims_json, recipe
 from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY, VARIANTS, claims_of, seeds_of
 from obliviate.recipes.function_specific.report import render
-from obliviate.results import write_results
+from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, retain_pairs
-from obliviate.toxicity import LexiconToxicityScorer, continuation_toxicity
+from obliviate.eval.toxicity import LexiconToxicityScorer, continuation_toxicity
 from obliviate.train import TrainConfig
 from obliviate.utils import seed_everything
 

@@ -10,7 +10,7 @@ Parts, each stored in ``out/parts/<name>.json`` when finished (models in ``out/m
 so a rerun into the same ``--out`` skips what is done:
 
 1. The labeller: a larger tiny Llama pretrained on the whole world
-   (:func:`obliviate.pretrain.cached_pretrain`, so trained once and shared with other runs).
+   (:func:`obliviate.train.pretrain.cached_pretrain`, so trained once and shared with other runs).
 2. ``labels``: a TopK SAE on its residual stream (layer ``n_layer // 2``); domain latents by
    the domain-ratio statistic on a labelled calibration slice (``calibration_fraction`` of
    the training documents; :func:`~obliviate.filtering.select_domain_latents`); the
@@ -51,7 +51,7 @@ so a rerun into the same ``--out`` skips what is done:
 ``results.json`` holds the resolved config, the metrics (with each fine-tuning curve) and the timings:
 everything the report shows, so ``obliviate reproduce token-filtering --render-only DIR`` re-renders it
 without training (``run.py`` runs the experiments, ``claims.py`` holds the claims, ``report.py``
-renders; the adversarial fine-tune is :mod:`obliviate.attacks.finetune`, refusal training
+renders; the adversarial fine-tune is :mod:`obliviate.attacks.adversarial`, refusal training
 :mod:`obliviate.filtering.refusal`, model sizes :func:`obliviate.models.builders.parse_size`).
 
 ``--quick`` and the full run differ only in the fields that default to ``None`` (sizes,

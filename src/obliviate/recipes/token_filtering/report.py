@@ -9,7 +9,7 @@ from pathlib import Path
 from obliviate.filtering.refusal import REFUSAL
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.token_filtering.claims import claims_of, fmt
-from obliviate.report import _plt, save_figure
+from obliviate.runs.report import _plt, save_figure
 
 TITLE = "Token-level pretraining data filtering (Rathi and Radford 2026), tiny scale"
 

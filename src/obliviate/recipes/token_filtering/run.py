@@ -13,12 +13,12 @@ from typing import Literal
 import numpy as np
 import torch
 
-from obliviate.attacks.finetune import loss_recovery_curve
+from obliviate.attacks.adversarial import loss_recovery_curve
 from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
-from obliviate.executor import unlearn
+from obliviate.methods.engine import unlearn
 from obliviate.filtering import (
     BiLM,
     LogisticHead,
@@ -45,12 +45,12 @@ from obliviate.losses import lm_loss
 from obliviate.models.builders import param_count, parse_size, tiny_llama
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import special_token_id
-from obliviate.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
+from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
 from obliviate.recipes import as_results, claims_json, recipe
-from obliviate.recipes.compare import CompareConfig, method_run
+from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.token_filtering.claims import claims_of
 from obliviate.recipes.token_filtering.report import render
-from obliviate.results import atomic_write_json, write_results
+from obliviate.runs.results import atomic_write_json, write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.utils import seed_everything
@@ -157,7 +157,7 @@ class TokenFilteringConfig:
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
-    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.executor.MethodRun``)."""
+    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.methods.engine.MethodRun``)."""
     refusal_strategies: list[str] = field(default_factory=lambda: ["none", "mask", "remove"])
     refusal_steps: int | None = None
     refusal_lr: float = 1e-3
@@ -490,7 +490,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
-    """Adversarial fine-tuning on the training documents' forget-domain text (:mod:`obliviate.attacks.finetune`)."""
+    """Adversarial fine-tuning on the training documents' forget-domain text (:mod:`obliviate.attacks.adversarial`)."""
     bos = D.tok.bos_token_id
     seqs = [np.concatenate([[bos], r]) for r in domain_runs(D.train, "medicine")]
     if not seqs:
@@ -595,7 +595,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
-        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.task.recovery_cost), in loss:
+        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.suite.recovery_cost), in loss:
         # tokens until the fine-tune closes half the gap between its starting forget loss and the baseline's
         start = v["curve"][0][1] if v["curve"] else None
         v["recovery_cost_tokens"] = (None if start is None else

@@ -1,0 +1,255 @@
+"""The attack suite on any :class:`~obliviate.tasks.Task`.
+
+- **relearn** (the task's related corpus, e.g. the world's paragraphs or EMBER's
+  RelearnParagraphs): fine-tune a copy on it and track the forget score (:func:`forget_score_fn`);
+- **relearn_disjoint** (the forget QA facts split into disjoint halves A and B): fine-tune on A,
+  measure on B, then swap and average, so that any recovery on the half never trained on is
+  knowledge that was still in the weights;
+- **probe**: a linear probe on the hidden states picks the correct choice of the forget MCQs.
+
+Each part runs only where the task has its data; ``results`` say which ran. The forget score
+of the relearning attacks is greedy QA with prefix match (a model fine-tuned on prose runs on
+after the answer) on the forget QA sets, or MCQ accuracy where the task has no forget QA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from obliviate.attacks.probe import linear_probe_attack
+from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.answers import answer_matches
+from obliviate.eval.core import mcq_accuracy, qa_accuracy
+from obliviate.eval.mia import mia_metrics
+from obliviate.eval.suite import answer_budget
+from obliviate.methods import preset_name
+from obliviate.models.layers import check_layer
+from obliviate.tasks.base import Task
+from obliviate.train.distributed import is_main_process
+
+
+@dataclass
+class TaskAttackConfig:
+    relearn: RelearnConfig = field(default_factory=RelearnConfig)
+    corpus: bool = True
+    """Relearn on the task's related corpus, where it has one."""
+    disjoint: bool = True
+    """Relearn on one half of the forget QA facts, test on the other, and swap."""
+    probe: bool = True
+    """Linear probe on the forget MCQs, where the task has them."""
+    probe_layers: list[int] | None = None
+    """Decoder layers to probe (default: all)."""
+    lr_grid: list[float] | None = None
+    """Learning rates the attacker tries (the best result is reported, as an adversary would); default by
+    model size, see :func:`attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys apply."""
+    lora: bool = True
+    """Also attack with LoRA adapters (at the grid's largest learning rate)."""
+    mia: bool = True
+    """Membership inference (forget vs holdout), where the task has a holdout split."""
+    mia_k: float = 0.2
+    """k of Min-K% and Min-K%++ (MUSE reports PrivLeak on Min-40%: ``mia_k=0.4``)."""
+    probe_train_frac: float = 0.5
+    probe_C: float = 1.0
+    max_eval: int = 200
+    """At most this many forget questions are scored at each point of a recovery curve."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0 < self.probe_train_frac < 1:
+            raise ConfigError(f"config key 'probe_train_frac': must be in (0, 1), got {self.probe_train_frac}")
+        if self.max_eval < 1:
+            raise ConfigError(f"config key 'max_eval': must be >= 1, got {self.max_eval}")
+        if self.lr_grid is not None and (not self.lr_grid or any(not 0 < lr < float("inf") for lr in self.lr_grid)):
+            raise ConfigError(f"config key 'lr_grid': needs finite learning rates > 0, got {self.lr_grid}")
+
+
+def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
+    """``fn(model)`` = greedy prefix-match accuracy on ``qa`` (question, answer) in the task's prompt format."""
+    if not qa:
+        raise DataError("no questions to score the relearning attack on")
+    prompts = [task.prompt.prompt(q, tokenizer) for q, _ in qa]
+    answers = [a for _, a in qa]
+    budget = answer_budget(tokenizer, answers)
+
+    def fn(model) -> float:
+        r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
+                        batch_size=batch_size)
+        return float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(r["predictions"], answers)]))
+
+    return fn
+
+
+def forget_score_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> Callable | None:
+    """The forget score a relearning attack tracks: forget QA (prefix match), else forget MCQ accuracy."""
+    qa = [(x["question"], x["answer"]) for es in task.evals_by_role("forget") if es.kind == "qa" for x in es.items]
+    if qa:
+        return qa_score_fn(tokenizer, task, qa[:max_eval], batch_size)
+    mcqs = [m for es in task.evals_by_role("forget") if es.kind == "mcq" for m in es.items][:max_eval]
+    if not mcqs:
+        return None
+    styles = {es.mcq_style for es in task.evals_by_role("forget") if es.kind == "mcq"}
+    style = styles.pop() if len(styles) == 1 else "letters"
+    items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
+             for m in mcqs]
+    return lambda model: mcq_accuracy(model, tokenizer, items, style=style, batch_size=batch_size,
+                                      context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer))["accuracy"]
+
+
+LR_GRIDS = {"tiny": (1e-4, 3e-4, 1e-3), "paper": (1e-5, 3e-5, 1e-4)}
+
+KNOWS_MARGIN = 0.1
+"""A base model whose forget score is within this of chance does not know the forget set."""
+
+
+def forget_chance(task: Task) -> float:
+    """Chance level of the score :func:`forget_score_fn` tracks (0 for QA, 1/choices for MCQ)."""
+    if any(es.kind == "qa" for es in task.evals_by_role("forget")):
+        return 0.0
+    sets = [es for es in task.evals_by_role("forget") if es.kind == "mcq"]
+    return float(np.mean([es.chance for es in sets])) if sets else 0.0
+
+
+def _curve_metrics(prefix: str, res: dict) -> dict:
+    return {f"{prefix}_acc": res["final_acc"], f"{prefix}_start_acc": res["initial_acc"], f"{prefix}_auc": res["auc"],
+            f"{prefix}_steps_to_base": res["steps_to_base"], f"{prefix}_tokens_to_base": res["tokens_to_base"],
+            f"{prefix}_base_acc": res["base_acc"], f"{prefix}_curve": res["curve"],
+            f"{prefix}_tokens_per_step": res.get("tokens_per_step")}
+
+
+def attack_grid(model, cfg: "TaskAttackConfig") -> list[tuple[str, RelearnConfig]]:
+    """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``).
+
+    The grid defaults by model size (:func:`obliviate.methods.preset_name`): 1e-4, 3e-4, 1e-3 for tiny
+    models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.
+    """
+    lrs = cfg.lr_grid or list(LR_GRIDS[preset_name(model)])
+    grid = [(f"lr{lr:g}", replace(cfg.relearn, lr=lr, lora=False)) for lr in lrs]
+    if cfg.lora:
+        grid.append((f"lora-lr{max(lrs):g}", replace(cfg.relearn, lr=max(lrs), lora=True)))
+    return grid
+
+
+def _disjoint(model, tokenizer, task: Task, halves, rc: RelearnConfig, max_eval: int, base_model, run_dir,
+              resume: bool) -> dict:
+    """Relearn on half A, score half B, then the other way round; the mean of the two curves."""
+    results = []
+    for i, (train_half, test_half) in enumerate((halves, halves[::-1])):
+        half_fn = qa_score_fn(tokenizer, task, list(test_half)[:max_eval])
+        target = half_fn(base_model) if base_model is not None else None
+        pairs = task.prompt.pairs(list(train_half), tokenizer)
+        results.append(relearn_attack(model, tokenizer, pairs, half_fn, rc, base_acc=target,
+                                      out_dir=None if run_dir is None else run_dir / str(i), resume=resume))
+    curve = _mean_curves([r["curve"] for r in results])
+    base_acc = None if base_model is None else float(np.mean([r["base_acc"] for r in results]))
+    tokens_per_step = float(np.mean([r["tokens_per_step"] for r in results]))
+    steps = steps_to_reach(curve, base_acc)
+    return {"final_acc": curve[-1][1], "initial_acc": curve[0][1], "auc": curve_auc(curve), "curve": curve,
+            "base_acc": base_acc, "steps_to_base": steps, "tokens_per_step": tokens_per_step,
+            "tokens_to_base": None if steps is None else int(steps * tokens_per_step)}
+
+
+def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
+    """Members (the forget data) and non-members (the holdout), as (prompt, answer) pairs or texts, the same
+    kind on both sides: QA pairs when both have them, else documents."""
+    f, h = task.forget, task.holdout
+    if f.qa and h.qa:
+        return task.prompt.pairs(f.qa, tokenizer), task.prompt.pairs(h.qa, tokenizer)
+    if f.docs and h.docs:
+        return list(f.docs), list(h.docs)
+    raise DataError(f"task {task.name!r}: forget and holdout data are of different kinds (QA pairs vs documents): "
+                    "membership inference needs the same kind on both sides")
+
+
+def n_params(model) -> int:
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def recovery_cost(res: dict, n: int) -> dict:
+    """Tokens (and FLOPs, 6 N tokens) the attacker needs to bring back half of the base model's forget score on
+    the held-out halves: the first evaluated step of the curve at or above ``base_acc / 2``; null when the budget
+    ran out first (or the base score is unknown)."""
+    if res.get("base_acc") is None:
+        return {"recovery_cost_tokens": None, "recovery_cost_flops": None}
+    step = steps_to_reach(res["curve"], 0.5 * res["base_acc"])
+    tokens = None if step is None else int(step * res["tokens_per_step"])
+    return {"recovery_cost_tokens": tokens, "recovery_cost_flops": None if tokens is None else 6.0 * n * tokens,
+            "recovery_budget_tokens": int(res["curve"][-1][0] * res["tokens_per_step"])}
+
+
+def _mean_curves(curves: list[list]) -> list[list]:
+    """Pointwise mean of recovery curves evaluated at the same steps."""
+    return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
+
+
+def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
+                     base_score: float | None = None, out_dir: str | Path | None = None, resume: bool = True) -> dict:
+    """Every attack the task has data for; a flat dict of metrics (``model`` is never modified).
+
+    ``base_model`` (or ``base_score``, its forget score) sets the target of ``*_steps_to_base``.
+    Each relearning attack tries every setting of :func:`attack_grid` and reports the best for the attacker
+    (highest final forget score), with the setting it took (``*_lr``, ``*_lora``).
+    Keys: ``relearn_*`` (corpus), ``relearn_disjoint_*`` (``_acc``: held-out half after relearning,
+    averaged over both swaps; ``_start_acc``: the same halves before), ``recovery_cost_tokens`` /
+    ``recovery_cost_flops`` (:func:`recovery_cost`), ``probe_acc`` / ``probe_best_layer`` /
+    ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`, forget vs holdout),
+    ``base_knows_forget`` and ``attacks_run``.
+    """
+    cfg = cfg or TaskAttackConfig()
+    for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
+        check_layer(model, layer)
+    out: dict = {"attacks_run": []}
+    run_dir = None if out_dir is None else Path(out_dir)
+    fn = forget_score_fn(tokenizer, task, cfg.max_eval)
+    if base_model is not None and fn is not None:
+        base_score = fn(base_model)
+    if base_score is not None:
+        out["base_knows_forget"] = bool(base_score > KNOWS_MARGIN + forget_chance(task))
+        if not out["base_knows_forget"] and is_main_process():
+            print(f"obliviate: warning: the base model does not know the forget set (forget score {base_score:.3f}): "
+                  "there is nothing to recover, so steps_to_base is null", file=sys.stderr)
+        if not out["base_knows_forget"]:
+            base_model, base_score = None, None
+    grid = attack_grid(model, cfg)
+    if cfg.corpus and task.relearn and fn is not None:
+        tried = [(rc, relearn_attack(model, tokenizer, list(task.relearn), fn, rc, base_acc=base_score,
+                                     out_dir=None if run_dir is None else run_dir / f"corpus-{tag}", resume=resume))
+                 for tag, rc in grid]
+        best_cfg, res = max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
+        out.update(_curve_metrics("relearn", res))
+        out.update(relearn_lr=best_cfg.lr, relearn_lora=best_cfg.lora)
+        out["attacks_run"].append("relearn")
+    halves = task.forget_halves(cfg.seed) if cfg.disjoint else None
+    if halves is not None and all(halves):
+        tried = [(rc, _disjoint(model, tokenizer, task, halves, rc, cfg.max_eval, base_model,
+                                None if run_dir is None else run_dir / f"disjoint-{tag}", resume))
+                 for tag, rc in grid]
+        best_cfg, res = max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
+        out.update(_curve_metrics("relearn_disjoint", res))
+        out.update(relearn_disjoint_lr=best_cfg.lr, relearn_disjoint_lora=best_cfg.lora,
+                   relearn_disjoint_by_setting={tag: r["final_acc"] for (tag, _), (_, r) in zip(grid, tried)})
+        out.update(recovery_cost(res, n_params(model)))
+        out["attacks_run"].append("relearn_disjoint")
+    if cfg.mia and task.holdout:
+        members, nonmembers = mia_examples(task, tokenizer)
+        out.update(mia_metrics(model, tokenizer, members, nonmembers, k=cfg.mia_k))
+        out["attacks_run"].append("mia")
+    mcqs = [m for es in task.evals_by_role("forget") if es.kind == "mcq" for m in es.items]
+    if cfg.probe and len(mcqs) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1:
+        probe = linear_probe_attack(model, tokenizer, [{"question": m["question"], "choices": list(m["choices"]),
+                                                        "answer_index": m["answer_index"]} for m in mcqs],
+                                    layers=cfg.probe_layers, train_frac=cfg.probe_train_frac, seed=cfg.seed,
+                                    C=cfg.probe_C,
+                                    prompt_fn=lambda q: task.prompt.prompt(q, tokenizer))
+        out.update(probe_acc=probe["best_acc"], probe_best_layer=probe["best_layer"], probe_chance=probe["chance"],
+                   probe_per_layer={str(l): a for l, a in probe["per_layer"].items()})
+        out["attacks_run"].append("probe")
+    if not out["attacks_run"]:
+        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
+                        "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")
+    return out

@@ -1,0 +1,91 @@
+"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on any task."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
+from obliviate.cli.main import add_common as _common, seeded
+from obliviate.cli.args import add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args
+from obliviate.config import build_config
+from obliviate.runs.report import _plt, save_figure
+from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
+from obliviate.utils import seed_everything
+
+
+@dataclass
+class AttackCommandConfig:
+    seed: int = 0
+    world: dict = field(default_factory=dict)
+    """Keys of the world's config for ``--task world`` (the world seed is ``--seed``)."""
+    attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
+
+
+def plot_recovery(curves: dict[str, list], out_png: str | Path, base_acc: float | None = None,
+                  title: str = "relearning attack") -> Path:
+    """``curves[name] = [[step, acc], ...]`` as lines; ``base_acc`` as a dashed line."""
+    plt = _plt()
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, curve in curves.items():
+        ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", lw=1.5, label=name)
+    if base_acc is not None:
+        ax.axhline(base_acc, ls="--", color="grey", label="base model")
+    ax.set_xlabel("fine-tuning step")
+    ax.set_ylabel("forget score")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, out_png)
+
+
+def cmd_attack(args) -> None:
+    check_out_dir(args.out, [args.model, args.tokenizer, args.base])
+    base = seeded(args.seed, ["seed", "attacks.seed", "attacks.relearn.seed"])
+    cfg = build_config(AttackCommandConfig, args.config, args.overrides, base=base)
+    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    cfg.attacks.relearn.progress = not args.no_progress
+    model, tok = load_model_args(args)
+    out = prepare_out_dir(args.out)
+    # A rerun into the same --out resumes the relearning checkpoints, unless they belong to another run.
+    resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(),
+                            "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                            "base": input_fingerprint(args.base)})
+    if not resume:
+        print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
+              file=sys.stderr)
+    seed_everything(cfg.seed)
+    base_model = None
+    if args.base:
+        base_model, _ = load_model_args(args, path=args.base)
+    t0 = time.time()
+    metrics = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, out_dir=out / "relearn",
+                               resume=resume)
+    seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
+    del base_model
+    curves = {name: metrics[f"{key}_curve"] for key, name in (("relearn", "related corpus"),
+                                                                ("relearn_disjoint", "disjoint halves"))
+              if f"{key}_curve" in metrics}
+    if curves:
+        base_acc = metrics.get("relearn_base_acc", metrics.get("relearn_disjoint_base_acc"))
+        plot_recovery(curves, out / "relearn_curve.png", base_acc)
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(args.model),
+                  base_model_dir=args.base, task=task.summary(), timings={"attack_seconds": seconds})
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
+                      if not k.endswith(("_curve", "_per_layer"))}, indent=1))
+
+
+def register(sub) -> None:
+    s = sub.add_parser("attack", help="relearning (related corpus, disjoint halves) and probe attacks on a "
+                       "model's forget knowledge")
+    _common(s)
+    add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
+    s.add_argument("--base", help="the model before unlearning: its forget score is the target of "
+                   "steps_to_base (without it, steps_to_base is null)")
+    add_task_args(s)
+    s.set_defaults(fn=cmd_attack)

@@ -1,0 +1,198 @@
+"""Command-line interface: ``obliviate <command> [--config FILE] [key=value ...]``.
+
+Every command that produces results takes ``--out DIR`` and writes
+``DIR/results.json`` atomically when, and only when, it has finished.
+User errors print one line naming the bad input and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+from pathlib import Path
+
+from obliviate.errors import InvalidResult, ObliviateError
+
+
+def seed_arg(text: str) -> int:
+    """``--seed``: an integer in ``[0, 2**32)`` (the range of :func:`obliviate.utils.check_seed`), checked
+    by argparse, so a bad seed fails before anything runs."""
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or more digits than int() converts
+        value = None
+    if value is None or not 0 <= value < 2**32:
+        shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {shown}")
+    return value
+
+
+def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+    p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
+                   "world: an integer in [0, 2**32)")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
+                   "trackers (comma-separated): tensorboard, mlflow, wandb")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
+
+
+def seeded(seed: int, paths: list[str]) -> dict:
+    """A base config dict with ``seed`` set at each dotted path."""
+    base: dict = {}
+    for path in paths:
+        node = base
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = seed
+    return base
+
+
+# Each module in obliviate.cli defines ``register(subparsers)``; they are listed here
+# in the order ``obliviate --help`` shows them.
+COMMAND_MODULES = ["core", "finetune", "unlearn", "attack", "probes", "benchmarks", "reproduce", "bench"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    p = argparse.ArgumentParser(prog="obliviate", description="Remove targeted knowledge from language models, "
+                                "and prove that it is gone.")
+    sub = p.add_subparsers(dest="command", metavar="command")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"obliviate.cli.{name}").register(sub)
+    return p
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+"""Errors that mean "the output cannot be written": reported as one line, exit status 2."""
+
+
+def disk_error(e: BaseException) -> str | None:
+    """One line for a full disk / read-only / permission error (an ``OSError``, or safetensors' own error
+    carrying ``os error N``); None for anything else."""
+    import re
+
+    if isinstance(e, OSError) and e.errno in _DISK_ERRNOS:
+        path = e.filename or _file_being_written(e)
+        where = f"{path}: " if path else ""
+        return f"{where}[Errno {e.errno}] {e.strerror or e}"
+    text = " ".join(str(e).split())
+    m = re.search(r"os error (\d+)", text)
+    if type(e).__name__ == "SafetensorError" and m and int(m.group(1)) in _DISK_ERRNOS:
+        return f"safetensors: {text}"
+    if isinstance(e, RuntimeError) and ("PytorchStreamWriter" in text or "inline_container.cc" in text):
+        return f"torch.save could not write its file (disk full or file too large?): {text}"
+    return None
+
+
+def _file_being_written(e: BaseException) -> str | None:
+    """The file an ``OSError`` without a file name (a ``write`` that met a full disk) was writing: the
+    innermost frame of its traceback holding an open-file object, or a path as ``self`` / ``path``."""
+    import io
+    from pathlib import PurePath
+
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        values = frame.f_locals
+        for value in values.values():
+            name = getattr(value, "name", None) if isinstance(value, io.IOBase) else None
+            if isinstance(name, (str, bytes)) and not isinstance(name, int):
+                return os.fsdecode(name)
+        for key in ("self", "path", "file", "filename"):
+            if isinstance(values.get(key), PurePath):
+                return str(values[key])
+    return None
+
+
+TRAINING_COMMANDS = {"pretrain", "demo", "finetune", "unlearn", "compare", "attack", "tofu", "reproduce"}
+"""Commands that run the training loop, so refuse a sharded launch of one process at once."""
+
+
+def _quiet_deepspeed() -> None:
+    """With deepspeed installed, accelerate imports it whenever a model is unwrapped or saved, and deepspeed then
+    logs a warning that it picked the CPU; on a machine without CUDA, name the CPU for it (``DS_ACCELERATOR``)."""
+    import importlib.util
+
+    if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
+    line, ``obliviate: interrupted``, and status 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("obliviate: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    # key=value overrides may follow options (``reproduce NAME --out DIR k=v``): argparse binds a
+    # command's positionals in one go, so overrides after an option come back as extras.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+            args.overrides = list(args.overrides or []) + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if not getattr(args, "fn", None):
+        parser.print_help()
+        return 0
+    quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
+    try:
+        if getattr(args, "log_with", None):
+            from obliviate.train.trackers import set_default_trackers  # obliviate.train loads torch: not for --help
+
+            set_default_trackers([t.strip() for t in args.log_with.split(",") if t.strip()])
+        _quiet_deepspeed()
+        if args.command in TRAINING_COMMANDS:
+            from obliviate.train.distributed import check_launch  # loads torch: not for --help
+
+            check_launch()  # before any model is loaded
+        args.fn(args)
+    except ObliviateError as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, InvalidResult):  # results.json says invalid, and why, instead of any score
+            from obliviate.runs.results import write_invalid_results
+
+            write_invalid_results(getattr(args, "out", None), msg)
+        print(f"obliviate: error: {msg}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)
+        msg = disk_error(e)
+        if msg is None:
+            raise
+        print(f"obliviate: error: {msg}", file=sys.stderr)
+        return 2
+    finally:
+        if quiet_hf:
+            _hf_progress_bars(True)
+    return 0
+
+
+def _hf_progress_bars(on: bool) -> bool:
+    """Turn the Hugging Face progress bars (weight loading and writing) on or off; say whether they were on."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    (hf_logging.enable_progress_bar if on else hf_logging.disable_progress_bar)()
+    return was
+
+
+if __name__ == "__main__":
+    sys.exit(main())

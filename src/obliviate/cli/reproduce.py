@@ -1,0 +1,57 @@
+"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.recipes`);
+``--render-only DIR`` re-renders a finished one's report from its ``results.json``."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from obliviate.cli.main import add_common
+
+
+def recorded_command(argv: list[str] | None = None) -> str:
+    """The command line as typed (for the report's "Made by" line)."""
+    return "obliviate " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+
+
+def cmd_reproduce(args) -> None:
+    import dataclasses
+    import time
+
+    from obliviate.config import build_config
+    from obliviate.errors import ConfigError
+    from obliviate.recipes import get_recipe, render_only
+    from obliviate.runs.results import prepare_out_dir
+
+    if args.render_only:
+        render_only(args.name, args.render_only)
+        print(f"{args.name}: report {args.render_only}/report.md rendered from its results.json")
+        return
+    if not args.out:
+        raise ConfigError("reproduce: --out DIR is required (or --render-only DIR)")
+    config_cls, run, _ = get_recipe(args.name)
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    base = {"seed": args.seed}
+    if args.quick:
+        base["quick"] = True
+    cfg = build_config(config_cls, args.config, args.overrides, base=base)
+    if "command" in fields and not cfg.command:
+        cfg.command = recorded_command()
+    out = prepare_out_dir(args.out)
+    t = time.time()
+    run(cfg, out, progress=not args.no_progress)
+    print(f"{args.name}: done in {(time.time() - t) / 60:.1f} min; report {out / 'report.md'}, "
+          f"results {out / 'results.json'}")
+
+
+def register(sub) -> None:
+    from obliviate.recipes import available
+
+    names = ", ".join(available())
+    s = sub.add_parser("reproduce", help=f"reproduce a paper's experiments at tiny scale: {names}")
+    s.add_argument("name", metavar="NAME", help=f"recipe: {names}")
+    s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
+    s.add_argument("--render-only", metavar="DIR", help="re-render DIR/report.md and its plots from DIR/results.json, "
+                   "training nothing (the run's settings come from that file: --out, --quick and overrides are not used)")
+    add_common(s, out_required=False)
+    s.set_defaults(fn=cmd_reproduce)

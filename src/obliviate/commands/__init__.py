@@ -1,1 +1,0 @@
-"""CLI commands, one module per group; each defines ``register(subparsers)``."""

@@ -1,0 +1,150 @@
+"""Evaluation of a model on a :class:`~obliviate.tasks.Task`: every evaluation set, then one score per role.
+
+Per set ``<name>``:
+
+- QA: ``<name>_em`` (greedy exact match, normalised), ``<name>_rouge_l`` (ROUGE-L recall) and
+  ``<name>_prob`` (the reference answer's per-token geometric-mean probability, TOFU's normalised
+  probability);
+- MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level);
+- text: ``<name>_loss`` (mean token loss) and ``<name>_ppl``.
+
+Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
+sets of their accuracy (exact match for QA), with ``<role>_chance``. S-unlearning
+(:func:`score_against`) compares a model's forget and retain scores with the base model's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from obliviate.data import collate, encode_data
+from obliviate.eval.answers import answer_token_budget
+from obliviate.eval.core import check_logits, mcq_accuracy, qa_accuracy, s_unlearning
+from obliviate.losses import token_nll
+from obliviate.models.layers import evaluating
+from obliviate.models.tokenizer import pad_id
+from obliviate.tasks.base import ROLES, Data, EvalSet, Task
+
+PRIMARY = {"qa": "em", "mcq": "acc"}
+
+
+def answer_budget(tokenizer, answers, slack: int = 4, cap: int = 256) -> int:
+    """Greedy tokens for exact match: the longest reference answer plus ``slack``, at most ``cap``."""
+    return answer_token_budget(tokenizer, answers, slack, cap)
+
+
+def _prompt_of(item) -> str | None:
+    """The prompt a text item continues (MUSE's verbmem: ``meta["prompt"]``), or None for a plain text."""
+    prompt = item.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    meta = item.get("meta")
+    return meta.get("prompt") if isinstance(meta, dict) else None
+
+
+@torch.no_grad()
+@evaluating
+def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16,
+              prompts: list[str | None] | None = None) -> dict:
+    """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in ``max_len``
+    windows), or, where ``prompts[i]`` is given, only the continuation ``texts[i]`` after its prompt."""
+    prompts = prompts or [None] * len(texts)
+    plain = [t for t, p in zip(texts, prompts) if p is None]
+    seqs, masks, _ = encode_data(tokenizer, Data(docs=plain), max_len=max_len) if plain else ([], [], {})
+    cont = [(p, t) for t, p in zip(texts, prompts) if p is not None]
+    if cont:
+        s2, m2, _ = encode_data(tokenizer, Data(qa=cont), max_len=max_len)
+        seqs, masks = list(seqs) + list(s2), list(masks) + list(m2)
+    dev = next(model.parameters()).device
+    pad = pad_id(tokenizer)
+    total, count = 0.0, 0
+    order = np.argsort([len(s) for s in seqs])
+    for i in range(0, len(seqs), batch_size):
+        idx = order[i:i + batch_size]
+        batch = collate([seqs[j] for j in idx], pad, label_mask=[masks[j] for j in idx])
+        logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
+        check_logits(logits, batch["attention_mask"].to(dev), "token loss")
+        nll, mask = token_nll(logits, batch["labels"].to(dev))
+        total += float(nll[mask].double().sum())
+        count += int(mask.sum())
+    loss = total / max(count, 1)
+    return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": count}
+
+
+def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int = 32, max_new_tokens: int | None = None,
+                 max_len: int = 256, progress: bool = False) -> dict:
+    """The metrics of one evaluation set, keyed without the set's name (``em``, ``acc``, ``loss``...)."""
+    if es.kind == "qa":
+        questions = [x["question"] for x in es.items]
+        answers = [x["answer"] for x in es.items]
+        prompts = [task.prompt.prompt(q, tokenizer) for q in questions]
+        budget = max_new_tokens or answer_budget(tokenizer, answers)
+        r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
+                        batch_size=batch_size, progress=progress, answer_fn=task.prompt.answer)
+        return {"em": r["exact_match"], "rouge_l": r["rouge_l"], "prob": r["answer_prob"],
+                "_correct": r["correct"], "_predictions": r["predictions"]}
+    if es.kind == "mcq":
+        items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
+                 for m in es.items]
+        r = mcq_accuracy(model, tokenizer, items, style=es.mcq_style, batch_size=batch_size,
+                         context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer), progress=progress)
+        return {"acc": r["accuracy"], "chance": es.chance, "_correct": r["correct"]}
+    r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size,
+                  prompts=[_prompt_of(x) for x in es.items])
+    return {"loss": r["loss"], "ppl": r["ppl"]}
+
+
+def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_tokens: int | None = None,
+                  max_len: int = 256, progress: bool = False, details: bool = False) -> dict:
+    """Flat metrics of ``model`` on every evaluation set of ``task`` and one score per role (module docstring).
+
+    With ``details``, ``_per_item`` holds each QA/MCQ set's per-item correctness and QA predictions.
+    """
+    out: dict = {}
+    per_item: dict = {}
+    by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
+    for es in task.evals:
+        r = evaluate_set(model, tokenizer, task, es, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                         max_len=max_len, progress=progress)
+        per_item[es.name] = {k[1:]: r.pop(k) for k in list(r) if k.startswith("_")}
+        out.update({f"{es.name}_{k}": v for k, v in r.items()})
+        if es.kind in PRIMARY:
+            by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0))
+    for role, vals in by_role.items():
+        if vals:
+            out[f"{role}_score"] = float(np.mean([v for v, _ in vals]))
+            out[f"{role}_chance"] = float(np.mean([c for _, c in vals]))
+    if details:
+        out["_per_item"] = per_item
+    return out
+
+
+def keep_score(m: dict) -> float | None:
+    """What unlearning must keep: the retain score, else the neighbour or utility score (None without any)."""
+    for role in ("retain", "neighbour", "utility"):
+        if m.get(f"{role}_score") is not None:
+            return m[f"{role}_score"]
+    return None
+
+
+def score_against(base: dict, m: dict) -> dict:
+    """S-unlearning of ``m`` relative to ``base`` (chance-corrected), from the role scores."""
+    if base.get("forget_score") is None:
+        return {}
+    keep_b, keep_m = keep_score(base), keep_score(m)
+    role = next((r for r in ("retain", "neighbour", "utility") if base.get(f"{r}_score") is not None), None)
+    if keep_b is None:
+        keep_b = keep_m = 1.0
+    s = s_unlearning(base["forget_score"], m["forget_score"], keep_b, keep_m, chance=base.get("forget_chance", 0.0),
+                     retain_chance=base.get(f"{role}_chance", 0.0) if role else 0.0)
+    return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
+
+
+def knows_forget_set(m: dict, margin: float = 0.1) -> bool | None:
+    """Whether the forget score is clearly above chance (None when the task has no forget QA/MCQ set)."""
+    if m.get("forget_score") is None:
+        return None
+    return m["forget_score"] > m.get("forget_chance", 0.0) + margin

@@ -1,0 +1,55 @@
+"""EMBER: erase a concept by editing token embeddings (Suslik, Shafran, Geva 2026; docs/methods.md).
+
+* :mod:`.factorize` — vocabulary V' and codes, sparse (winner-takes-all) factorisation
+  of the embeddings, mass ratio.
+* :mod:`.judge` — is a feature about the concept? (offline lexicon judge, HTTP LLM judge)
+* :mod:`.edit` — the embedding edit, untie/snapshot/restore, metrics, delta selection.
+* :mod:`.pipeline` — ``locate_concept_features`` and ``ember_erase``.
+"""
+
+from obliviate.methods.ember.edit import (
+    DELTA_GRID,
+    DeltaChoice,
+    EditRecord,
+    EmbeddingSnapshot,
+    apply_ember,
+    efficacy,
+    eligible_rows,
+    eligible_tokens,
+    ember_delta_rows,
+    harmonic_mean,
+    normalised_frac,
+    restore_embeddings,
+    select_delta,
+    snapshot_embeddings,
+    specificity,
+    untie_embeddings,
+)
+from obliviate.methods.ember.factorize import (
+    FactorResult,
+    build_vocab,
+    candidate_features,
+    mass_ratio,
+    sparse_factorize,
+    top_token_ids,
+    winner_takes_all,
+)
+from obliviate.methods.ember.judge import (
+    HTTPJudge,
+    Judge,
+    LexiconJudge,
+    Verdict,
+    judge_features,
+    judge_from_sentences,
+    keep,
+)
+from obliviate.methods.ember.pipeline import EmberLocation, EmberResult, ember_erase, locate_concept_features
+
+__all__ = [
+    "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberLocation", "EmberResult", "FactorResult",
+    "HTTPJudge", "Judge", "LexiconJudge", "Verdict", "apply_ember", "build_vocab", "candidate_features", "efficacy",
+    "eligible_rows", "eligible_tokens", "ember_delta_rows", "ember_erase", "harmonic_mean", "judge_features",
+    "judge_from_sentences", "keep", "locate_concept_features", "mass_ratio", "normalised_frac",
+    "restore_embeddings", "select_delta", "snapshot_embeddings", "sparse_factorize", "specificity",
+    "top_token_ids", "untie_embeddings", "winner_takes_all",
+]

@@ -1,0 +1,600 @@
+"""EMBER step 2b: does a candidate feature belong to the concept? (the judge)
+
+The paper shows the top-20 tokens of each high-mass-ratio feature to a hosted LLM, which
+writes a one-sentence description and answers JSON ``{is_member, confidence}``; a feature
+is kept when ``is_member`` and ``confidence >= 0.85`` (docs/methods.md). Here a judge is
+anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method:
+
+* :class:`LexiconJudge` — offline default, no network: the share of the top tokens that
+  are pieces of known concept terms.
+* :class:`HTTPJudge` — an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only),
+  with timeouts, bounded retries and an on-disk cache.
+
+A judge never raises for a bad reply: it returns ``Verdict(is_member=None, ...)``
+("no verdict"), which is never kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import logging
+import math
+import os
+import re
+import socket
+import string
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from http.client import HTTPException
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from obliviate.config import show
+from obliviate.errors import ConfigError, DataError
+from obliviate.runs.results import REDACTED, secret_forms
+
+log = logging.getLogger(__name__)
+
+MIN_CONFIDENCE = 0.85
+"""A feature is kept when its verdict says member with at least this confidence."""
+
+N_TOP_TOKENS = 20
+
+API_KEY_ENV = "OBLIVIATE_JUDGE_API_KEY"
+
+MAX_REPLY_BYTES = 4 * 2**20
+"""The most a judge reads of one reply (4 MiB); a larger reply is no verdict, and is not read whole."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's answer for one feature. ``is_member=None`` means "no verdict"."""
+
+    is_member: bool | None
+    confidence: float
+    reason: str
+    description: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def kept(self, min_confidence: float = MIN_CONFIDENCE) -> bool:
+        """True iff the verdict says member with ``confidence >= min_confidence``."""
+        return self.is_member is True and self.confidence >= min_confidence
+
+
+def keep(verdict: Verdict, min_confidence: float = MIN_CONFIDENCE) -> bool:
+    """True iff the verdict says member with ``confidence >= min_confidence`` (:meth:`Verdict.kept`)."""
+    return verdict.kept(min_confidence)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Anything that can judge whether a feature's top tokens belong to the concept."""
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict: ...
+
+
+def judge_features(
+    judge: Judge, feature_tokens: Mapping[int, Sequence[str]], min_confidence: float = MIN_CONFIDENCE
+) -> tuple[list[int], dict[int, Verdict]]:
+    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all verdicts)."""
+    verdicts = {int(k): judge.judge(int(k), list(toks), None) for k, toks in feature_tokens.items()}
+    return [k for k, v in verdicts.items() if keep(v, min_confidence)], verdicts
+
+
+# --------------------------------------------------------------------------- offline judge
+
+_MARKERS = "\u0120\u2581\u010a"  # byte-level BPE space (Ġ), sentencepiece space (▁), BPE newline (Ċ)
+_STRIP = string.whitespace + string.punctuation + _MARKERS
+
+
+_WORD_START = (" ", "\n", "\u0120", "\u2581", "\u010a")
+"""How a decoded token that starts a word begins: a space or newline, or GPT-2's / SentencePiece's markers."""
+
+
+def normalise_token(token: str) -> str:
+    """Decoded token -> lower case, without surrounding whitespace, punctuation or BPE space markers."""
+    return token.strip(_STRIP).lower()
+
+
+class LexiconJudge:
+    """Offline judge: a feature is about the concept when most of its top tokens are concept terms.
+
+    Rule. Take the first ``n_top`` (20) tokens, each normalised by :func:`normalise_token`
+    (strip whitespace, punctuation and BPE space markers, lower-case). A token *belongs* to
+    the concept if it equals a term or a word of a multi-word term, or if it has at least
+    ``min_piece`` (3) characters and is a substring of some term (a subword piece such as
+    ``"hog"`` of ``"hogwarts"``). Tokens that become empty are not counted, nor are word-internal
+    fragments (no leading space or BPE space marker) shorter than ``min_piece`` that are not a
+    term or a word of one (``"p"``, ``"ix"``): they say nothing either way (an LLM judge reading a
+    feature's top tokens passes over them too), so one stray fragment does not sink a feature of
+    ten names. Short words (``" of"``, ``" a"``) count.
+    With ``f`` = belonging tokens / counted tokens: ``is_member = f >= member_fraction``
+    (0.5) and ``confidence = f`` for a member, ``1 - f`` for a non-member (confidence in
+    the verdict given). So with the keep threshold 0.85, a feature is kept iff at least
+    85% of its counted top tokens are concept pieces. No counted token -> no verdict.
+    ``description`` is ignored.
+    """
+
+    def __init__(self, terms: Iterable[str], member_fraction: float = 0.5, n_top: int = N_TOP_TOKENS,
+                 min_piece: int = 3):
+        if isinstance(terms, str):
+            terms = [terms]
+        self.terms = frozenset(t for t in (" ".join(str(x).lower().split()) for x in terms) if t)
+        if not self.terms:
+            raise ConfigError("LexiconJudge needs at least one non-empty concept term")
+        if not 0 < member_fraction <= 1:
+            raise ConfigError(f"member_fraction={member_fraction!r} must be in (0, 1]")
+        self._words = frozenset(w for t in self.terms for w in re.findall(r"\w+", t))
+        self.member_fraction = member_fraction
+        self.n_top = n_top
+        self.min_piece = min_piece
+
+    def __repr__(self) -> str:
+        return f"LexiconJudge({len(self.terms)} terms, member_fraction={self.member_fraction})"
+
+    def countable(self, token: str) -> bool:
+        """Whether a decoded token counts towards the fraction (see the class docstring)."""
+        s = normalise_token(token)
+        if not s:
+            return False
+        word_initial = token[:1] in _WORD_START
+        return word_initial or len(s) >= self.min_piece or s in self.terms or s in self._words
+
+    def belongs(self, token: str) -> bool:
+        """Whether one decoded token is (a piece of) a concept term."""
+        s = normalise_token(token)
+        if not s:
+            return False
+        if s in self.terms or s in self._words:
+            return True
+        return len(s) >= self.min_piece and any(s in t for t in self.terms)
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+        counted = [t for t in list(top_tokens)[: self.n_top] if self.countable(t)]
+        if not counted:
+            return Verdict(None, 0.0, "no verdict: no countable top tokens")
+        hits = [t for t in counted if self.belongs(t)]
+        f = len(hits) / len(counted)
+        member = f >= self.member_fraction
+        reason = f"{len(hits)}/{len(counted)} top tokens are concept terms: {[normalise_token(t) for t in hits][:10]}"
+        return Verdict(member, f if member else 1.0 - f, reason)
+
+
+def judge_from_sentences(
+    concept_sentences: Sequence[str],
+    neutral_sentences: Sequence[str],
+    min_count: int = 2,
+    min_ratio: float = 3.0,
+    min_len: int = 3,
+    **judge_kwargs,
+) -> LexiconJudge:
+    """A :class:`LexiconJudge` whose terms are words much more frequent in concept than neutral text.
+
+    Words are lower-cased ``\\w+`` runs of at least ``min_len`` characters. A word is a
+    term when it occurs at least ``min_count`` times in the concept sentences and its
+    rate there is at least ``min_ratio`` times its add-one-smoothed rate in the neutral
+    sentences: ``(c / N_c) / ((n + 1) / N_n) >= min_ratio`` (c, n: its counts; N_c, N_n:
+    total words on each side).
+    """
+    def words(sentences):
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        return Counter(w for s in sentences for w in re.findall(r"\w+", s.lower()) if len(w) >= min_len)
+
+    conc, neut = words(concept_sentences), words(neutral_sentences)
+    n_c, n_n = max(sum(conc.values()), 1), max(sum(neut.values()), 1)
+    terms = [w for w, c in conc.items() if c >= min_count and (c / n_c) / ((neut[w] + 1) / n_n) >= min_ratio]
+    if not terms:
+        raise DataError(
+            f"no word is at least {min_ratio}x more frequent in the concept sentences than in the neutral ones "
+            f"(min_count={min_count}); cannot build a LexiconJudge"
+        )
+    return LexiconJudge(terms, **judge_kwargs)
+
+
+# --------------------------------------------------------------------------- HTTP judge
+
+SYSTEM_PROMPT = (
+    "You audit features of a language model's token embeddings. Each feature is shown as the tokens "
+    "that load on it most strongly. Decide whether the feature is specifically about the target concept. "
+    'Answer with one JSON object only, no other text: {"is_member": true or false, "confidence": a number '
+    'from 0 to 1, "description": "one sentence describing what the tokens have in common"}.'
+)
+
+
+class _Secret:
+    """Holds the API key; prints as '***' so repr/vars/logs never show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None):
+        self._value = value
+
+    def get(self) -> str | None:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "'***'" if self._value else "None"
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # never pickle the key
+        return (_Secret, (None,))
+
+
+def _check_key(key: str | None, where: str) -> str | None:
+    """The API key without surrounding whitespace (a key read from a file keeps its newline); a key with an
+    invisible, control or non-ASCII character inside is refused, naming the character, never the key."""
+    if key is None:
+        return None
+    key = str(key).strip()
+    for i, ch in enumerate(key):
+        if not "\x21" <= ch <= "\x7e":
+            raise ConfigError(
+                f"HTTPJudge: the API key ({where}) has an invisible, control or non-ASCII character U+{ord(ch):04X} "
+                f"at position {i + 1} of {len(key)}; API keys are printable ASCII, check how it was copied")
+    return key or None
+
+
+def _split_credentials(base_url: str) -> tuple[str, str | None]:
+    """``http://user:pass@host/v1`` -> (``http://host/v1``, ``'user:pass'``); the URL is returned as is without."""
+    parts = urllib.parse.urlsplit(base_url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return base_url, None
+    user, _, password = userinfo.partition(":")
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    return plain, f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+
+
+class _Watchdog:
+    """A total time limit for one request: when it fires, every socket the request opened is shut down,
+    so a server that answers a byte at a time cannot stretch a request past ``timeout``."""
+
+    def __init__(self, timeout: float):
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self):
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._timer.cancel()
+
+    def add(self, sock) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock) -> None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the OS socket, also under an SSL wrapper
+        except OSError:
+            pass
+
+    def handlers(self) -> list:
+        """urllib handlers whose connections register their sockets here."""
+        watch = self
+
+        def watched(http_class):
+            class Watched(http_class):
+                def connect(self):
+                    super().connect()
+                    watch.add(self.sock)
+            return Watched
+
+        class HTTP(urllib.request.HTTPHandler):
+            def http_open(self, req):
+                return self.do_open(watched(http.client.HTTPConnection), req)
+
+        out = [HTTP(), _NoRedirect()]
+        if hasattr(http.client, "HTTPSConnection"):
+            class HTTPS(urllib.request.HTTPSHandler):
+                def https_open(self, req):
+                    return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context,
+                                        check_hostname=self._check_hostname)
+            out.append(HTTPS())
+        return out
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are never followed: urllib would send the Authorization header (the key) to wherever a
+    3xx points, and take that host's reply as the verdict. A 3xx becomes an HTTPError instead."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+class _Malformed(Exception):
+    pass
+
+
+class _Retryable(Exception):
+    pass
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class HTTPJudge:
+    """Judge with an OpenAI-compatible chat-completions endpoint, using only the standard library.
+
+    POSTs ``{base_url}/chat/completions`` with a system and a user message and expects
+    the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
+    "description": str}`` (a ```json fence around it is tolerated).
+
+    * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection
+      errors, 5xx/429 answers and malformed replies are retried up to ``retries`` more times, sleeping
+      ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
+      ``Verdict(None, 0.0, "no verdict: ...")``.
+    * Other 4xx answers (bad key, bad model name) are not retried: no verdict, with the status.
+    * Redirects are not followed (the key would go to wherever they point): no verdict, naming where to.
+    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no verdict, not retried.
+    * ``judge()`` never raises.
+    * With ``cache_dir``, each verdict is stored as ``<sha256(model, messages)>.json`` and a
+      repeated question is answered from disk without a request. Only real verdicts are
+      cached (not "no verdict"), so an outage is not remembered.
+    * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the
+      ``Authorization`` header; it is never logged, shown by ``repr``, pickled, cached, or
+      put in a verdict (it is also masked, in every form, in any server or error text that echoes it).
+      Surrounding whitespace is stripped from it; a key with an invisible or control character inside
+      is refused. Credentials in ``base_url`` (``http://user:pass@host``) are sent as HTTP basic auth
+      when there is no API key, and are kept out of ``base_url``, ``repr`` and logs like the key.
+
+    ``concept`` (keyword-only, required) names the target concept in the prompt.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 20,
+                 retries: int = 3, backoff: float = 0.5, cache_dir: str | os.PathLike | None = None, *,
+                 concept: str, temperature: float = 0.0, max_reply_bytes: int = MAX_REPLY_BYTES):
+        base_url, userinfo = _split_credentials(str(base_url or ""))
+        if not base_url or not base_url.startswith(("http://", "https://")):
+            shown = f"***@{base_url.rpartition('@')[2]}" if "@" in base_url else base_url  # no credentials
+            raise ConfigError(f"HTTPJudge: base_url={show(shown)} must start with http:// or https://")
+        if not model:
+            raise ConfigError("HTTPJudge: model name is empty")
+        if not concept or not str(concept).strip():
+            raise ConfigError("HTTPJudge: concept is empty")
+        if not timeout > 0 or retries < 0 or not backoff >= 0 or not max_reply_bytes >= 1 \
+                or not math.isfinite(timeout) or not math.isfinite(backoff):
+            raise ConfigError(f"HTTPJudge: timeout={timeout}, retries={retries}, backoff={backoff}, "
+                              f"max_reply_bytes={max_reply_bytes} out of range")
+        if api_key is not None:
+            key = _check_key(api_key, "api_key")
+        else:
+            key = _check_key(os.environ.get(API_KEY_ENV) or None, f"${API_KEY_ENV}")
+        if key and userinfo:
+            raise ConfigError("HTTPJudge: base_url holds credentials (user:***@) and an API key is given too "
+                              f"(api_key or ${API_KEY_ENV}); give one of them")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.concept = str(concept).strip()
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.temperature = float(temperature)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.max_reply_bytes = int(max_reply_bytes)
+        self._api_key = _Secret(key)
+        self._userinfo = _Secret(userinfo)
+        self._given_key = _Secret(api_key if isinstance(api_key, str) else None)  # as given, for masking only
+        self.n_requests = 0
+        """Requests actually sent (cache hits do not count)."""
+
+    def __repr__(self) -> str:
+        key = "'***'" if self._api_key else "None"
+        auth = ", credentials in base_url='***'" if self._userinfo else ""
+        return (f"HTTPJudge(base_url={self.base_url!r}, model={self.model!r}, concept={self.concept!r}, "
+                f"api_key={key}{auth}, timeout={self.timeout}, retries={self.retries}, cache_dir={self.cache_dir!r})")
+
+    # ------------------------------------------------------------------ prompt and cache
+
+    def messages(self, feature_id: int, top_tokens: Sequence[str], description: str | None = None) -> list[dict]:
+        tokens = json.dumps(list(top_tokens), ensure_ascii=False)
+        user = f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): {tokens}\n"
+        if description:
+            user += f"A previous description of this feature: {description}\n"
+        user += f"Is this feature specifically about {self.concept}? Answer with the JSON object only."
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def _cache_path(self, messages: list[dict]) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        blob = json.dumps({"model": self.model, "messages": messages}, sort_keys=True, ensure_ascii=False)
+        return self.cache_dir / f"{hashlib.sha256(blob.encode()).hexdigest()}.json"
+
+    def _read_cache(self, path: Path | None) -> Verdict | None:
+        if path is None or not path.is_file():
+            return None
+        try:
+            v = json.loads(path.read_text())["verdict"]
+            return Verdict(v["is_member"], float(v["confidence"]), str(v["reason"]), v.get("description"))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("ignoring unreadable judge cache file %s: %s", path, e)
+            return None
+
+    def _write_cache(self, path: Path | None, verdict: Verdict) -> None:
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps({"model": self.model, "verdict": verdict.to_dict()}, indent=1))
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("could not write judge cache file %s: %s", path, e)
+
+    # ------------------------------------------------------------------ request
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the key and base_url's credentials masked, in every form (:func:`secret_forms`)."""
+        userinfo = self._userinfo.get() or ""
+        secrets = (self._given_key.get(), self._api_key.get(), userinfo, userinfo.partition(":")[2])
+        for form in sorted({f for x in secrets for f in secret_forms(x)}, key=len, reverse=True):
+            text = text.replace(form, REDACTED)
+        return text
+
+    def _post(self, messages: list[dict]) -> bytes:
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature}).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key.get()}"
+        elif self._userinfo:
+            headers["Authorization"] = "Basic " + base64.b64encode(self._userinfo.get().encode()).decode()
+        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
+        self.n_requests += 1
+        with _Watchdog(self.timeout) as watch:
+            try:
+                opener = urllib.request.build_opener(*watch.handlers())
+                with opener.open(req, timeout=self.timeout) as resp:
+                    size = resp.headers.get("Content-Length", "")
+                    if size.strip().isdigit() and int(size) > self.max_reply_bytes:
+                        raise _TooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
+                    raw = resp.read(self.max_reply_bytes + 1)
+            except Exception:
+                if watch.expired:
+                    raise TimeoutError from None
+                raise
+            if watch.expired:
+                raise TimeoutError
+        if len(raw) > self.max_reply_bytes:
+            raise _TooLarge(f"reply is larger than {self.max_reply_bytes} bytes")
+        return raw
+
+    @staticmethod
+    def _parse(raw: bytes) -> Verdict:
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            raise _Malformed("response body is not JSON") from None
+        try:
+            content = reply["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise _Malformed("response has no choices[0].message.content") from None
+        if not isinstance(content, str):
+            raise _Malformed("message content is not a string")
+        text = content.strip()
+        fence = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.S)
+        if fence:
+            text = fence.group(1)
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            raise _Malformed("message content is not JSON") from None
+        if not isinstance(obj, dict):
+            raise _Malformed("message content is not a JSON object")
+        member, conf, desc = obj.get("is_member"), obj.get("confidence"), obj.get("description")
+        if not isinstance(member, bool):
+            raise _Malformed("is_member is missing or not a boolean")
+        if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 <= conf <= 1:
+            raise _Malformed("confidence is missing or not a number in [0, 1]")
+        if desc is not None and not isinstance(desc, str):
+            raise _Malformed("description is not a string")
+        return Verdict(member, float(conf), desc or "(the judge gave no description)", desc)
+
+    def _ask_once(self, messages: list[dict]) -> Verdict:
+        """One request. Raises _Retryable / _Malformed, or returns a verdict (a no-verdict for fatal 4xx)."""
+        try:
+            raw = self._post(messages)
+        except _TooLarge as e:
+            return Verdict(None, 0.0, f"no verdict: {e}, not read whole, not retried")
+        except urllib.error.HTTPError as e:
+            status = e.code
+            location = e.headers.get("Location", "") if e.headers is not None else ""
+            e.close()
+            if status >= 500 or status in (408, 429):
+                raise _Retryable(f"HTTP {status}") from None
+            if 300 <= status < 400:
+                where = urllib.parse.urljoin(self.base_url + "/", _split_credentials(location)[0])
+                return Verdict(None, 0.0, f"no verdict: HTTP {status} redirect to {self._redact(where)[:200]!r} "
+                                          "not followed (the API key goes to base_url only; set base_url to the "
+                                          "address that answers), not retried")
+            return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(str(e.reason))}), not retried")
+        except (TimeoutError, socket.timeout):
+            raise _Retryable(f"timed out after {self.timeout:g} s") from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise _Retryable(f"timed out after {self.timeout:g} s") from None
+            raise _Retryable(f"connection error: {self._redact(str(e.reason))}") from None
+        except (ConnectionError, HTTPException, OSError) as e:
+            raise _Retryable(f"connection error: {self._redact(type(e).__name__ + ': ' + str(e))}") from None
+        try:
+            v = self._parse(raw)
+        except _Malformed as e:
+            raise _Malformed(self._redact(str(e))) from None
+        # The server's text ends up in caches and results: mask the key if it echoes it.
+        desc = self._redact(v.description) if v.description is not None else None
+        return Verdict(v.is_member, v.confidence, self._redact(v.reason), desc)
+
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+        try:
+            messages = self.messages(feature_id, top_tokens, description)
+            path = self._cache_path(messages)
+            cached = self._read_cache(path)
+            if cached is not None:
+                return cached
+            last = "no attempt"
+            for attempt in range(self.retries + 1):
+                if attempt:
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                try:
+                    verdict = self._ask_once(messages)
+                except (_Retryable, _Malformed) as e:
+                    last = str(e)
+                    log.warning("judge %s feature %s: attempt %d/%d failed: %s",
+                                self.base_url, feature_id, attempt + 1, self.retries + 1, last)
+                    continue
+                if verdict.is_member is not None:
+                    self._write_cache(path, verdict)
+                else:
+                    log.warning("judge %s feature %s: %s", self.base_url, feature_id, verdict.reason)
+                return verdict
+            return Verdict(None, 0.0, f"no verdict: {last} (after {self.retries + 1} attempts)")
+        except Exception as e:  # judge() must never raise
+            return Verdict(None, 0.0, f"no verdict: unexpected {type(e).__name__}: {self._redact(str(e))}")
+
+
+def edit_sentences(data) -> tuple[list[str], list[str]]:
+    """``(concept_sentences, neutral_sentences)`` of an edit method's ``data`` mapping."""
+    try:
+        return list(data["concept_sentences"]), list(data["neutral_sentences"])
+    except (KeyError, TypeError):
+        raise DataError("edit methods need data with 'concept_sentences' and 'neutral_sentences'") from None
+
+
+def concept_judge(data) -> Judge:
+    """The judge for an edit method's ``data``: ``data['judge']``, else a :class:`LexiconJudge` of its
+    ``exclusive_terms``, else one built from its sentences (:func:`judge_from_sentences`)."""
+    if data.get("judge") is not None:
+        return data["judge"]
+    if data.get("exclusive_terms"):
+        return LexiconJudge(data["exclusive_terms"])
+    concept, neutral = edit_sentences(data)
+    return judge_from_sentences(concept, neutral)

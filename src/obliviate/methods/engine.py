@@ -1,0 +1,426 @@
+"""Post-hoc unlearning through the one training loop.
+
+``unlearn(model, tokenizer, method, forget, retain, cfg)`` pairs forget and
+retain batches each step, asks the method for its named loss terms and hands
+them to :func:`obliviate.train.train`. Full fine-tuning and LoRA (peft) are both
+supported; in LoRA mode the frozen reference is the *same* model with its
+adapters disabled, so no second copy is held in memory.
+
+Everything a user can get wrong (unknown method, a layer out of range, a
+parameter pattern that matches nothing, empty forget data) fails here before
+the first step.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from obliviate.config import from_dict, to_dict
+from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
+from obliviate.errors import ConfigError, DataError, ObliviateError
+from obliviate.methods import build_method, get_method, method_defaults
+from obliviate.methods._shared import sequence_logprob
+from obliviate.methods.contract import NoReference
+from obliviate.models.layers import evaluating, hidden_states_at
+from obliviate.models.tokenizer import pad_id
+from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
+from obliviate.train import StepSampler, TrainConfig, select_trainable, train
+from obliviate.train import distributed as D
+
+def _default_unlearn_train() -> TrainConfig:
+    return TrainConfig(steps=60, lr=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0, log_every=5,
+                       desc="unlearn")
+
+
+@dataclass
+class UnlearnConfig:
+    method: str = "graddiff"
+    params: dict = field(default_factory=dict)
+    """Overrides of the method's config dataclass, e.g. {beta: 0.2}."""
+    train: TrainConfig = field(default_factory=_default_unlearn_train)
+    batch_size: int = 16
+    max_len: int = 256
+    """Longest training sequence in tokens (capped at the model's context length): longer documents are split
+    into windows of this length (``doc_mode="chunk"``) or cut (``"cut"``); either is reported."""
+    doc_mode: str = "chunk"
+    lora: bool = False
+    lora_r: int = 8
+    lora_alpha: float = 16.0
+    cache_reference: bool = True
+    """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
+    once before training and hold no reference copy; False keeps a live frozen copy (the results agree)."""
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
+        if self.max_len < 2:
+            raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
+        if self.doc_mode not in ("chunk", "cut"):
+            raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
+
+
+@dataclass
+class MethodRun:
+    """Per-method overrides in a comparison (unset fields take the method's preset,
+    :func:`obliviate.methods.method_defaults`)."""
+
+    lr: float | None = None
+    steps: int | None = None
+    batch_size: int = 16
+    lora: bool = False
+    params: dict = field(default_factory=dict)
+
+
+def method_run_config(name: str, overrides: dict | None, preset: str, seed: int) -> tuple[UnlearnConfig, dict]:
+    """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
+    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports."""
+    get_method(name)  # unknown names fail before any training
+    run = from_dict(MethodRun, overrides or {}, prefix=f"runs.{name}")
+    d = method_defaults(name, preset)
+    params = {**d["params"], **run.params}
+    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"], lr=run.lr or d["lr"],
+                     schedule="constant", log_every=5, desc=name)
+    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora, seed=seed)
+    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+
+
+class Reference:
+    """The frozen reference: a detached copy, the same model with LoRA adapters disabled, or (``cache``)
+    no model at all, only the per-sequence reference log-probabilities computed once before training.
+
+    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget
+    set, IdkDPO on the forget and IdK answers) ask :meth:`answer_logprob`; with a cache it is read by
+    example index, so full fine-tuning holds no second model. Terms that need whole distributions
+    (the KL retain term) need :meth:`logits`, which only a live reference has.
+    """
+
+    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None):
+        self.shared = shared
+        self.cache = cache
+        if cache is not None:
+            self.model = None
+        elif shared:
+            self.model = model
+        else:
+            self.model = copy.deepcopy(model).eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+
+    def _ctx(self):
+        return self.model.disable_adapter() if self.shared else nullcontext()
+
+    def _live(self, what: str):
+        if self.model is None:
+            raise ObliviateError(f"the cached reference has only answer log-probabilities, not {what} (a method "
+                                 "that needs them must not declare cached_reference_keys)")
+
+    @torch.no_grad()
+    def logits(self, batch: dict) -> torch.Tensor:
+        self._live("logits")
+        with self._ctx():
+            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    @torch.no_grad()
+    def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
+        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
+        if self.cache is not None:
+            return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
+        self._live("a live model")
+        with self._ctx():
+            return sequence_logprob(self.model, batch)
+
+    @torch.no_grad()
+    def hidden(self, batch: dict, layer: int) -> torch.Tensor:
+        self._live("hidden states")
+        with self._ctx():
+            return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
+                                    stop_after=layer)[layer]
+
+    def state(self) -> dict:
+        return {k: v.clone() for k, v in (self.cache or {}).items()}
+
+    def load_state(self, state: dict) -> None:
+        if self.cache is not None and state:
+            self.cache = {k: v.clone() for k, v in state.items()}
+
+
+def make_reference(method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
+    """The reference ``method`` needs (None if it needs none): cached log-probabilities where the method
+    declares ``cached_reference_keys`` and ``cache`` is on, else the model with its LoRA adapters off
+    (``lora``), else a frozen copy. Built from ``model`` as it is now, before any step."""
+    if not method.needs_reference:
+        return None
+    keys = tuple(method.cached_reference_keys()) if hasattr(method, "cached_reference_keys") else ()
+    if keys and cache:
+        return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
+    return Reference(model, shared=lora)
+
+
+def checkpoint_hooks(method, ref):
+    """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
+    and a cached reference (so a resumed run reads the very values the first one computed)."""
+    parts = {}
+    if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
+        parts["method"] = (method.scorer_state, method.load_scorer_state)
+    if isinstance(ref, Reference) and ref.cache is not None:
+        parts["reference"] = (ref.state, ref.load_state)
+    if not parts:
+        return None
+    if list(parts) == ["method"]:  # the layout checkpoints had before the reference cache
+        return parts["method"]
+    return (lambda: {k: get() for k, (get, _) in parts.items()},
+            lambda state: [parts[k][1](v) for k, v in state.items() if k in parts])
+
+
+@torch.no_grad()
+@evaluating
+def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
+    ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
+    device = next(model.parameters()).device
+    out = {}
+    for key in keys:
+        ids, masks = data.sequences(key)
+        vals = []
+        for s in range(0, len(ids), batch_size):
+            b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
+            vals.append(sequence_logprob(model, b).float().cpu())
+        out[key] = torch.cat(vals) if vals else torch.zeros(0)
+    return out
+
+
+class PairedData:
+    """Forget/retain (and refusal) examples, paired into batches by step.
+
+    ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents,
+    rendered with ``prompt``) or a list of already formatted ``(prompt, answer)`` pairs.
+    ``idk``: refusal answers, paired with the forget QA prompts (IdkDPO-style methods);
+    they need forget QA pairs.
+    """
+
+    def __init__(self, tokenizer, forget, retain, batch_size: int, seed: int, idk: list[str] | None = None,
+                 max_len: int = 256, prompt: PromptFormat | None = None, doc_mode: str = "chunk"):
+        forget, retain = as_data(forget), as_data(retain)
+        if not forget:
+            raise DataError("the forget set is empty: nothing to unlearn")
+        if not retain:
+            raise DataError("the retain set is empty")
+        self.pad = pad_id(tokenizer)
+        self.f_ids, self.f_mask, f_stats = encode_data(tokenizer, forget, prompt, max_len, doc_mode)
+        self.r_ids, self.r_mask, r_stats = encode_data(tokenizer, retain, prompt, max_len, doc_mode)
+        self.stats = {"forget": f_stats, "retain": r_stats, "max_len": max_len, "doc_mode": doc_mode}
+        self.f_sampler = StepSampler(len(self.f_ids), batch_size, seed)
+        self.r_sampler = StepSampler(len(self.r_ids), batch_size, seed + 1)
+        self.i_ids = None
+        if idk:
+            if forget.docs:
+                raise DataError(f"refusal (IdK) answers need forget QA pairs, but the forget data has "
+                                f"{len(forget.docs)} documents")
+            fmt = prompt or IDENTITY_PROMPT
+            prompts = [p for p, _ in fmt.pairs(forget.qa, tokenizer)]
+            answers = [fmt.answer(idk[i % len(idk)]) if prompt is not None else " " + idk[i % len(idk)]
+                       for i in range(len(prompts))]
+            self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
+
+    def sequences(self, key: str) -> tuple[list, list]:
+        """The encoded sequences and label masks of sub-set ``key``: "forget", "retain" or "idk"."""
+        got = {"forget": (self.f_ids, self.f_mask), "retain": (self.r_ids, self.r_mask),
+               "idk": (self.i_ids, getattr(self, "i_mask", None))}[key]
+        if got[0] is None:
+            raise DataError(f"no {key} sequences in this data")
+        return got
+
+    def __call__(self, step: int) -> dict:
+        """The step's batch: sub-batches "forget", "retain" (and "idk"), each with ``index``, the rows'
+        example numbers (what a cached reference is read by)."""
+        fi, ri = self.f_sampler(step), self.r_sampler(step)
+        batch = {
+            "forget": {**collate([self.f_ids[i] for i in fi], self.pad, label_mask=[self.f_mask[i] for i in fi]),
+                       "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))},
+            "retain": {**collate([self.r_ids[i] for i in ri], self.pad, label_mask=[self.r_mask[i] for i in ri]),
+                       "index": torch.as_tensor(np.asarray(ri, dtype=np.int64))},
+        }
+        if self.i_ids is not None:
+            batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi]),
+                            "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))}
+        return batch
+
+
+PairedQA = PairedData
+"""The former name (QA pairs only); kept for callers that build batches from pairs."""
+
+
+def to_device(batch, device):
+    """``batch`` (nested dicts of tensors) on ``device``: the loop's batches go wherever the model is."""
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch.to(device) if torch.is_tensor(batch) else batch
+
+
+_to = to_device
+
+
+def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
+    """LoRA adapters on the modules whose weights the method trains (all linear layers for ``["*"]``).
+
+    Call after :func:`obliviate.train.select_trainable` with the method's patterns.
+    Returns the peft model; its trainable parameters match ``"*lora_*"``.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    targets = [n for n, p in model.named_parameters() if p.requires_grad] if patterns != ["*"] else []
+    modules = sorted({n.rsplit(".", 1)[0] for n in targets if n.endswith(".weight")})
+    lcfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0,
+                      target_modules=modules if modules else "all-linear", bias="none")
+    return get_peft_model(model, lcfg)
+
+
+def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str | Path | None = None, *,
+            prompt: PromptFormat | None = None, idk: list[str] | None = None, eval_fn=None, eval_every: int = 0,
+            progress: bool | None = None, resume: bool = True):
+    """Unlearn ``forget`` while keeping ``retain``; returns ``(model, summary)``. The one executor.
+
+    ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents; pairs are
+    rendered with ``prompt``, documents are split into ``cfg.max_len``-token windows with loss on every
+    token) or a list of already formatted ``(prompt, answer)`` pairs. ``idk``: refusal answers for
+    methods that need them (default :data:`IDK_ANSWERS`).
+
+    **In place**: ``model`` itself is trained (or edited) and returned; pass a copy to keep the
+    original (:func:`obliviate.api.unlearn` does). In LoRA mode the adapters are merged before
+    returning, so the result is a plain model of the original architecture (a new object).
+
+    Edit methods (``kind = "edit"``, e.g. ``ember``, ``snmf``) edit the weights without the
+    training loop: the forget documents (or QA texts) are their concept sentences and the
+    retain documents their neutral sentences.
+
+    Under ``accelerate launch`` (several processes) every process builds the same
+    global batches (``cfg.batch_size`` rows, split over the processes), holds its own
+    frozen reference copy and sees the model unwrapped, so hooks and truncated
+    forwards work as in one process; ``method.setup`` sees the whole first batch.
+    Methods that cannot run so say why before training
+    (:func:`obliviate.train.distributed.check_method`).
+
+    ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and
+    ``data`` (what was encoded: QA pairs, documents, windows, tokens cut).
+    """
+    method = check_unlearn_config(cfg)
+    forget, retain = as_data(forget), as_data(retain)
+    if getattr(method, "kind", "train") == "edit":
+        return _edit(method, model, tokenizer, forget, retain, prompt)
+    if getattr(method, "needs_idk", False) and forget.docs:
+        raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
+                          f"but the forget data has {len(forget.docs)} documents; use another method for documents")
+    if D.world_size() > 1 or D.sharding():
+        model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
+    max_len = _max_len(model, cfg.max_len)
+    data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
+                      doc_mode=cfg.doc_mode,
+                      idk=(idk or IDK_ANSWERS) if getattr(method, "needs_idk", False) else None)
+    _report_cuts(data.stats)
+    patterns = method.trainable(model)
+    select_trainable(model, patterns)  # validates patterns before anything else happens
+    if hasattr(method, "fit"):  # e.g. probe directions fitted on the frozen model before training
+        method.fit(model, tokenizer)
+    D.check_method(method)  # several processes / sharded: refuse what cannot work, before any training
+    device = next(model.parameters()).device
+    if cfg.lora:
+        model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
+        patterns = ["*lora_*"]
+    ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference) or NoReference(cfg.method)
+    first = to_device(data(0), device)
+    if hasattr(method, "setup"):
+        method.setup(model, ref, first["forget"])
+    tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
+                          **({"progress": progress} if progress is not None else {})})
+    hooks = checkpoint_hooks(method, ref)
+    summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
+                    eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
+    if cfg.lora:
+        model = model.merge_and_unload()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.eval()
+    summary["method"] = cfg.method
+    summary["method_obj"] = method
+    summary["trainable"] = patterns
+    summary["data"] = data.stats
+    return model, summary
+
+
+def check_unlearn_config(cfg: UnlearnConfig):
+    """Everything about ``cfg`` that can be checked without a model; returns the built method."""
+    method = build_method(cfg.method, cfg.params)
+    if list(cfg.train.trainable) != ["*"]:
+        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
+                          f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
+    return method
+
+
+def _max_len(model, wanted: int) -> int:
+    """``wanted``, capped at the model's context length when it declares one."""
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None) or \
+        getattr(getattr(model, "config", None), "n_positions", None)
+    return min(wanted, int(limit)) if isinstance(limit, int) and limit > 1 else wanted
+
+
+def _report_cuts(stats: dict) -> None:
+    """Say on stderr what was done to sequences longer than ``max_len`` (never silently)."""
+    for side in ("forget", "retain"):
+        st = stats[side]
+        if st["docs"] and st["doc_windows"] > st["docs"]:
+            print(f"obliviate: {side} documents longer than {stats['max_len']} tokens were split into windows: "
+                  f"{st['docs']} documents -> {st['doc_windows']} windows (config key 'max_len')", file=sys.stderr)
+        if st["tokens_cut"]:
+            print(f"obliviate: {side} documents cut to {stats['max_len']} tokens: {st['tokens_cut']} tokens dropped "
+                  f"(doc_mode=cut; config keys 'max_len', 'doc_mode')", file=sys.stderr)
+        if st["qa_cut"]:
+            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut "
+                  "(config key 'max_len')", file=sys.stderr)
+
+
+def _edit(method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
+    """Run an edit method: its concept sentences are the forget texts, its neutral sentences the retain texts."""
+    fmt = prompt or IDENTITY_PROMPT
+
+    def texts(d: Data) -> list[str]:
+        return list(d.docs) + [p + a for p, a in fmt.pairs(d.qa, tokenizer)]
+
+    info = method.edit(model, tokenizer, {"concept_sentences": texts(forget), "neutral_sentences": texts(retain)})
+    model.eval()
+    return model, {"method": method.name, "method_obj": method, "edit": info, "history": [], "trainable": [],
+                   "data": {"forget": {"qa": len(forget.qa), "docs": len(forget.docs)},
+                            "retain": {"qa": len(retain.qa), "docs": len(retain.docs)}}}
+
+
+def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain: list[tuple[str, str]] | None = None,
+                  cfg=None, *, edit_data: dict | None = None, params: dict | None = None,
+                  out_dir: str | Path | None = None, progress: bool | None = False):
+    """``fn(name, model) -> (model, record)`` that runs any registered method on ``model``: the second stage
+    of :func:`obliviate.methods.ember.combine.ember_then`.
+
+    Training methods: ``unlearn(model, tokenizer, forget, retain, cfg with method=name)``
+    (``cfg`` an :class:`UnlearnConfig`; its ``params`` are used unless
+    ``params`` is given). Edit methods: ``build_method(name, params).edit(model, tokenizer, edit_data)``.
+    """
+    def run(name: str, model: torch.nn.Module) -> tuple[torch.nn.Module, dict]:
+        if getattr(get_method(name), "kind", "train") == "edit":
+            if edit_data is None:
+                raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
+            return model, build_method(name, params).edit(model, tokenizer, edit_data)
+        if forget is None or retain is None:
+            raise ConfigError(f"method {name!r} trains: give forget and retain pairs")
+        ucfg = cfg or UnlearnConfig()
+        ucfg = dataclasses.replace(ucfg, method=name, params=ucfg.params if params is None else params)
+        model, summary = unlearn(model, tokenizer, forget, retain, ucfg, out_dir, progress=progress)
+        return model, {k: v for k, v in summary.items() if k != "method_obj"}
+
+    return run

@@ -1,0 +1,508 @@
+"""The TOFU protocol (Maini et al. 2024), ``obliviate tofu``: on tiny models trained here, or on given ones.
+
+Tiny models (the default; the steps below name the default forget split ``forget10``, whose
+retain split is ``retain90``; ``forget="forget05"`` / ``"forget01"`` use ``retain95`` / ``retain99``,
+see :data:`FORGET_SPLITS`):
+
+1. A byte-level BPE tokenizer is trained on all TOFU QA text (``full``, every ``*_perturbed``
+   file, ``real_authors``, ``world_facts``: questions, answers, paraphrases, perturbed answers,
+   options).
+2. A tiny Llama is fine-tuned *from scratch* on the ``full`` QA pairs (loss on the answer
+   tokens only, :func:`obliviate.data.encode_prompt_answer`, prompt
+   :func:`obliviate.eval.tofu.tofu_prompt`) with the one training loop; a *retain-only*
+   model, same config, on ``retain90``. Both are cached by config hash under
+   ``<cache>/tofu/<hash>/`` (resumable checkpoints while training, ``DONE`` when finished),
+   with their TOFU evaluations, so re-running a method retrains nothing.
+3. ``forget10`` is unlearned with any registered method (:func:`obliviate.methods.engine.unlearn`;
+   forget = forget10 QA, retain = retain90 QA).
+4. :func:`obliviate.eval.tofu.tofu_eval` on ``forget10_perturbed``, ``retain_perturbed``,
+   ``real_authors_perturbed`` and ``world_facts_perturbed``; forget quality is the KS-test
+   p-value against the retain-only model's forget-set truth ratios.
+
+``results.json``: ``metrics.base``, ``metrics.retain_model`` and ``metrics.<method>``, each
+with every scalar of :func:`~obliviate.eval.tofu.tofu_eval` plus ``forget10_rouge_l``
+(= ``forget_rouge_l``); ``forget_quality`` for base and method. Per-example truth ratios
+and greedy answers go to ``per_example.json``.
+
+With ``limit=N`` every split is cut to its first N records, and the base model is trained
+on ``forget10[:N] + retain90[:N]`` (so that the forget examples it is evaluated on are in
+its training data); this is for tests, not for reporting.
+
+Given models (:class:`GivenModels`, ``obliviate tofu --model M --retain-model R``): steps 1-2
+are skipped; ``M`` (fine-tuned on ``full``) is the base model and ``R`` (fine-tuned on the
+retain split only) the retain-only model; both are evaluated (not cached), ``M`` is unlearned
+as in steps 3-4, and ``results.json`` has the same metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obliviate.tasks.sources import load_tofu
+from obliviate.tasks.sources._io import root_dir
+from obliviate.config import config_hash, from_dict, to_dict
+from obliviate.data import collate, encode_prompt_answer
+from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
+from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_answer, tofu_eval, tofu_prompt
+from obliviate.losses import lm_loss_labelled
+from obliviate.methods import get_method, method_defaults
+from obliviate.models._paths import looks_like_path
+from obliviate.models.builders import tiny_llama
+from obliviate.models.load import check_vocab, load_model
+from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer, save_tokenizer, train_tokenizer
+from obliviate.runs.results import atomic_write_json, write_results
+from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.train.backend import can_checkpoint
+from obliviate.train import distributed as D
+from obliviate.utils import cache_dir, seed_everything
+
+FORGET_SPLITS = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
+"""The forget splits the protocol unlearns (``forget``), each with TOFU's retain split (together: ``full``)."""
+EVAL_SPLITS = {"forget": "forget10_perturbed", "retain": "retain_perturbed",
+               "real_authors": "real_authors_perturbed", "world_facts": "world_facts_perturbed"}
+"""The four evaluation sets for ``forget10`` (:func:`eval_splits` for any forget split)."""
+TOKENIZER_SPLITS = ("full", "forget01_perturbed", "forget05_perturbed", "forget10_perturbed", "retain_perturbed",
+                    "real_authors", "real_authors_perturbed", "world_facts", "world_facts_perturbed")
+
+
+def eval_splits(forget: str = "forget10") -> dict[str, str]:
+    """The evaluation sets: ``<forget>_perturbed``, ``retain_perturbed``, real authors and world facts."""
+    return {**EVAL_SPLITS, "forget": f"{forget}_perturbed"}
+
+
+def required_files(forget: str = "forget10", given: bool = False) -> tuple[str, ...]:
+    """Every TOFU file the protocol reads (without ``.json``); ``given``: with given models (no ``full``, no
+    tokenizer text)."""
+    qa = (forget, FORGET_SPLITS[forget]) if given else ("full", FORGET_SPLITS[forget], forget)
+    return tuple(dict.fromkeys(qa + tuple(eval_splits(forget).values()) + (() if given else TOKENIZER_SPLITS)))
+
+
+REQUIRED_FILES = required_files()
+"""Every TOFU file the tiny-model protocol reads for ``forget10``."""
+
+
+@dataclass
+class TofuModelConfig:
+    n_layer: int = 2
+    d_model: int = 256
+    n_head: int = 4
+    d_ff: int | None = None
+    """MLP width (default: 8/3 d_model)."""
+    vocab_size: int = 4096
+    """Upper bound of the BPE vocabulary trained on TOFU text."""
+    max_len: int = 512
+    """Context length; longer prompt + answer sequences are cut when fine-tuning."""
+
+
+@dataclass
+class TofuConfig:
+    seed: int = 0
+    method: str = "graddiff"
+    """Unlearning method (``obliviate methods``)."""
+    forget: str = "forget10"
+    """The forget split unlearned: ``forget01``, ``forget05`` or ``forget10`` (retain split: :data:`FORGET_SPLITS`)."""
+    model: TofuModelConfig = field(default_factory=TofuModelConfig)
+    epochs: int = 20
+    """Fine-tuning epochs for both base models. 30 epochs gave forget10 ROUGE-L 0.9996 (2 cores:
+    20.5 min for ``full``); 20 keep the whole protocol well inside 45 minutes (docs/tofu.md)."""
+    lr: float = 1e-3
+    batch_size: int = 16
+    warmup_steps: int = 100
+    weight_decay: float = 0.0
+    checkpoint_every: int = 500
+    """Fine-tuning checkpoint interval (steps): an interrupted run resumes from here."""
+    limit: int | None = None
+    """Use only the first N records of each TOFU split (tests)."""
+    unlearn: MethodRun = field(default_factory=MethodRun)
+    """Unlearning overrides: ``unlearn.lr``, ``unlearn.steps``, ``unlearn.batch_size``, ``unlearn.params.beta``."""
+    eval_batch_size: int = 32
+    max_new_tokens: int = 128
+    """Greedy tokens generated per answer for ROUGE-L (TOFU answers are up to ~100 tokens)."""
+    data: str | None = None
+    """Data directory (default ``$OBLIVIATE_DATA``, else ``../shared/data``)."""
+
+    def __post_init__(self):
+        for key in ("epochs", "batch_size", "eval_batch_size", "max_new_tokens"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"config key 'limit': must be >= 1, got {self.limit}")
+        if self.lr <= 0:
+            raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
+        if self.forget not in FORGET_SPLITS:
+            raise ConfigError(f"config key 'forget': unknown forget split {self.forget!r} "
+                              f"(valid: {', '.join(FORGET_SPLITS)})")
+
+    @property
+    def retain(self) -> str:
+        """The retain split of :attr:`forget` (``retain90`` for ``forget10``)."""
+        return FORGET_SPLITS[self.forget]
+
+
+# ------------------------------------------------------------------ data
+
+def check_tofu_data(root=None, files=REQUIRED_FILES) -> Path:
+    """The ``tofu/`` directory, or a :class:`DataError` naming which of ``files`` (:func:`required_files`) it lacks."""
+    d = root_dir(root) / "tofu"
+    missing = [f"{s}.json" for s in files if not (d / f"{s}.json").is_file()]
+    if missing:
+        raise DataError(f"TOFU data not found: {d} lacks {', '.join(missing)} "
+                        "(set $OBLIVIATE_DATA to the data directory, or config key 'data')")
+    return d
+
+
+def load_tofu_sets(cfg: TofuConfig, given: bool = False) -> dict[str, list]:
+    """Every split the protocol uses (:func:`required_files`), each cut to ``cfg.limit`` records."""
+    files = required_files(cfg.forget, given)
+    check_tofu_data(cfg.data, files)
+    return {s: load_tofu(s, root=cfg.data)[:cfg.limit] for s in files}
+
+
+def qa_pairs(examples) -> list[tuple[str, str]]:
+    """(prompt, answer) pairs in the TOFU format: ``tofu_prompt(q)``, ``" " + a``."""
+    return [(tofu_prompt(ex.question), tofu_answer(ex.answer)) for ex in examples]
+
+
+def base_train_pairs(sets: dict, which: str, limit: int | None, forget: str = "forget10") -> list[tuple[str, str]]:
+    """Fine-tuning pairs of the ``"full"`` model or the retain-only one (``which`` = the retain split of
+    ``forget``); see the module docstring for ``limit``."""
+    retain = FORGET_SPLITS[forget]
+    if which == retain:
+        return qa_pairs(sets[retain])
+    if which != "full":
+        raise ValueError(which)
+    return qa_pairs(sets[forget] + sets[retain]) if limit is not None else qa_pairs(sets["full"])
+
+
+def tokenizer_texts(sets: dict) -> list[str]:
+    texts = []
+    for split in TOKENIZER_SPLITS:
+        for ex in sets[split]:
+            texts.append(f"{tofu_prompt(ex.question)} {ex.answer}")
+            texts += [t for t in (ex.paraphrased_question, ex.paraphrased_answer) if t]
+            texts += list(ex.perturbed_answers or []) + list(ex.options or [])
+    return texts
+
+
+def _digest(texts) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------ cached pieces
+
+def tofu_tokenizer(sets: dict, vocab_size: int):
+    """Train (or load from the cache) the tokenizer on all TOFU QA text; returns (tokenizer, key)."""
+    texts = tokenizer_texts(sets)
+    key = f"{_digest(texts)}-{vocab_size}"
+    path = cache_dir() / "tofu" / "tokenizers" / key
+    with D.main_process_first():  # several processes: rank 0 trains and caches it, the others load it
+        if not (path / "tokenizer.json").exists():
+            tmp = path.with_name(path.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            save_tokenizer(train_tokenizer(texts, vocab_size=vocab_size), tmp)
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
+    return load_tokenizer(str(path)), key
+
+
+def finetune_key(cfg: TofuConfig, which: str, tokenizer_key: str, pairs) -> dict:
+    """Everything a fine-tuned base model depends on (its cache key is the hash of this)."""
+    return {"which": which, "seed": cfg.seed, "model": to_dict(cfg.model), "epochs": cfg.epochs, "lr": cfg.lr,
+            "batch_size": cfg.batch_size, "warmup_steps": cfg.warmup_steps, "weight_decay": cfg.weight_decay,
+            "limit": cfg.limit, "tokenizer": tokenizer_key, "batches": "length-grouped", "data": _digest(p + a for p, a in pairs)}
+
+
+def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, pairs,
+                    progress: bool | None = None) -> tuple[Path, bool]:
+    """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``, trained now).
+
+    Under ``accelerate launch`` each process trains on its rows of each global batch and
+    only rank 0 writes the cache entry.
+    """
+    key = finetune_key(cfg, which, tokenizer_key, pairs)
+    root = cache_dir() / "tofu" / config_hash(key)
+    if (root / "DONE").exists() and (root / "model" / "config.json").exists():
+        return root, False
+    D.barrier()  # every process has looked for DONE before rank 0 writes into the entry
+    root.mkdir(parents=True, exist_ok=True)
+    if D.is_main_process():
+        (root / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True))
+    m = cfg.model
+    seed_everything(cfg.seed)
+    model = tiny_llama(len(tokenizer), n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, d_ff=m.d_ff,
+                       max_len=m.max_len, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    ids, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], m.max_len)
+    sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])
+    steps = cfg.epochs * sampler.per_epoch
+    pad = tokenizer.pad_token_id
+
+    def batch_fn(step: int) -> dict:
+        idx = sampler(step)
+        return collate([ids[i] for i in idx], pad, label_mask=[masks[i] for i in idx])
+
+    tcfg = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, steps // 10),
+                       schedule="cosine", min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
+                       log_every=max(1, min(50, steps // 20)),
+                       checkpoint_every=cfg.checkpoint_every if can_checkpoint() else 0,  # none under DeepSpeed
+                       desc=f"tofu {which}", **({"progress": progress} if progress is not None else {}))
+    train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
+    model.eval()
+    D.save_trained(model, root / "model", tokenizer)
+    if D.is_main_process():
+        shutil.rmtree(root / "checkpoints", ignore_errors=True)
+        (root / "DONE").write_text("ok\n")
+    D.barrier()
+    return root, True
+
+
+def evaluate(model, tokenizer, sets: dict, cfg: TofuConfig) -> dict:
+    """:func:`obliviate.eval.tofu.tofu_eval` on the protocol's four evaluation sets (no forget quality), plus
+    ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``."""
+    splits = eval_splits(cfg.forget)
+    res = tofu_eval(model, tokenizer, *(sets[splits[k]] for k in ("forget", "retain", "real_authors", "world_facts")),
+                    batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens)
+    res[f"{cfg.forget}_rouge_l"] = res["forget_rouge_l"]
+    return res
+
+
+def cached_evaluate(root: Path, tokenizer, sets: dict, cfg: TofuConfig) -> tuple[dict, bool]:
+    """:func:`evaluate` of the cached model in ``root/model``, stored next to it; returns (result, computed now)."""
+    key = config_hash({"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in sets[s])
+                                for k, s in eval_splits(cfg.forget).items()},
+                       "max_new_tokens": cfg.max_new_tokens})
+    path = root / f"eval-{key}.json"
+    if path.exists():
+        return json.loads(path.read_text()), False
+    res = evaluate(load_model(str(root / "model")), tokenizer, sets, cfg)
+    atomic_write_json(path, res)
+    return json.loads(path.read_text()), True
+
+
+def unlearn_config(cfg: TofuConfig):
+    """The :class:`~obliviate.methods.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
+    (:func:`obliviate.methods.method_defaults`; the TOFU models trained here are tiny), then ``cfg.unlearn``."""
+    get_method(cfg.method)  # unknown names fail before any training
+    base = method_defaults(cfg.method, "tiny")
+    run = cfg.unlearn
+    params = {**base["params"], **run.params}
+    tc = TrainConfig(steps=run.steps or base["steps"], lr=run.lr or base["lr"], schedule="constant", log_every=5,
+                     desc=cfg.method)
+    return UnlearnConfig(method=cfg.method, params=params, train=tc, batch_size=run.batch_size, lora=run.lora,
+                         seed=cfg.seed)
+
+
+# ------------------------------------------------------------------ the protocol
+
+@dataclass
+class GivenModels:
+    """Two fine-tuned models to start from instead of training tiny ones (``obliviate tofu --model``)."""
+
+    model: str
+    """The model fine-tuned on TOFU ``full`` (a local directory or a hub id): evaluated, then unlearned."""
+    retain_model: str
+    """The same base model fine-tuned on the retain split only (TOFU's retain model): forget quality's reference."""
+    tokenizer: str | None = None
+    """Tokenizer directory or hub id (default: ``model``'s); it must fit both models."""
+    pad_policy: str = "error"
+    """For a tokenizer without a pad token: ``"error"``, or ``"eos"`` to pad with eos."""
+
+    def __post_init__(self):
+        if self.pad_policy not in ("error", "eos"):
+            raise ConfigError(f"pad policy {self.pad_policy!r} is not one of 'error', 'eos'")
+
+
+TINY_ONLY_KEYS = ("model", "epochs", "lr", "batch_size", "warmup_steps", "weight_decay", "checkpoint_every")
+"""Config keys that configure training the tiny models (``model`` with its subkeys): refused with
+:class:`GivenModels`."""
+
+
+def _tiny_training_settings(cfg: TofuConfig) -> dict:
+    """``{dotted key: value}`` of :data:`TINY_ONLY_KEYS`."""
+    flat = {f"model.{k}": v for k, v in to_dict(cfg.model).items()}
+    return {**flat, **{k: getattr(cfg, k) for k in TINY_ONLY_KEYS if k != "model"}}
+
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def check_source(source: str, what: str, files: tuple[str, ...]) -> None:
+    """ModelError unless ``source`` is a local directory holding one of ``files``, or looks like a hub id
+    (``org/name``); nothing is loaded."""
+    p = Path(source)
+    if p.exists() or looks_like_path(source):
+        if not p.is_dir():
+            raise ModelError(f"{what} {source!r} is not a directory" if p.exists()
+                             else f"{what} directory {source!r} does not exist")
+        if not any((p / f).is_file() for f in files):
+            raise ModelError(f"{what} directory {source!r} has no {' or '.join(files)}")
+    elif not _HUB_ID.fullmatch(source):
+        raise ModelError(f"{what} {source!r} is neither a local directory nor a hub id like 'org/name'")
+
+
+def check_run(cfg: TofuConfig, out: str | Path | None = None, given: GivenModels | None = None) -> None:
+    """What :func:`run_tofu` checks before it loads or trains anything: the method and its unlearning
+    overrides, the data files, and (``given``) that no tiny-model training key is set and that each model and
+    tokenizer is a local directory with the right files or a hub id."""
+    unlearn_config(cfg)
+    check_tofu_data(cfg.data, required_files(cfg.forget, given is not None))
+    if given is None:
+        return
+    default = _tiny_training_settings(TofuConfig())
+    for key, value in _tiny_training_settings(cfg).items():
+        if value != default[key]:
+            raise ConfigError(f"config key '{key}' configures training the tiny models; with given models "
+                              "(--model) nothing is trained")
+    check_source(given.model, "model", ("config.json",))
+    check_source(given.retain_model, "retain model", ("config.json",))
+    check_source(given.tokenizer or given.model, "tokenizer", ("tokenizer.json", "tokenizer_config.json"))
+    for src in (given.model, given.retain_model):
+        if out is not None and Path(src).is_dir() and (Path(out) / "model").resolve() == Path(src).resolve():
+            raise ConfigError(f"--out {out}: the unlearned model would overwrite the given model {src}")
+
+
+@dataclass
+class TofuBases:
+    """The protocol's base and retain-only models with their evaluations, shared by every method run on them
+    (:func:`prepare_bases`, :func:`given_bases`)."""
+
+    sets: dict
+    """Every TOFU split the protocol reads (:func:`load_tofu_sets`)."""
+    tokenizer: object
+    roots: dict
+    """``{"base": ..., "retain_model": ...}`` (``results.json``'s ``base_dirs``): for tiny models the cache
+    directory holding ``model/``, for given models the directory or hub id given."""
+    metrics: dict
+    """TOFU metrics of ``base`` (with ``forget_quality``) and ``retain_model``."""
+    per_example: dict
+    """Per-example forget truth ratios and greedy answers of both models."""
+    timings: dict
+    models: dict = field(default_factory=dict)
+    """What :meth:`load` loads each model from, where it is not ``roots[name] / "model"``."""
+
+    @property
+    def retain_truth_ratios(self) -> list:
+        """Forget-set truth ratios of the retain-only model: forget quality is measured against these."""
+        return self.per_example["retain_model"]["forget_truth_ratio"]
+
+    def load(self, name: str, device=None):
+        """Load ``"base"`` or ``"retain_model"`` (checked against :attr:`tokenizer`)."""
+        path = str(self.models.get(name) or Path(self.roots[name]) / "model")
+        model = load_model(path, device=device)
+        check_vocab(model, self.tokenizer, path)
+        if getattr(model.config, "pad_token_id", None) is None:
+            model.config.pad_token_id = self.tokenizer.pad_token_id
+        return model
+
+    def add_evaluations(self, evals: dict) -> TofuBases:
+        """Store both models' :func:`evaluate` results (the base model's with forget quality); returns self."""
+        for name, res in evals.items():
+            self.per_example[name] = res.pop("per_example")
+            self.metrics[name] = res
+        self.metrics["base"]["forget_quality"] = forget_quality(self.per_example["base"]["forget_truth_ratio"],
+                                                                self.retain_truth_ratios)
+        return self
+
+
+def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
+    """Steps 1-3 of the protocol: data, tokenizer, both fine-tuned tiny models and their evaluations (all cached)."""
+    sets = load_tofu_sets(cfg)
+    t = time.time()
+    tok, tok_key = tofu_tokenizer(sets, cfg.model.vocab_size)
+    bases = TofuBases(sets=sets, tokenizer=tok, roots={}, metrics={}, per_example={},
+                      timings={"tokenizer_s": time.time() - t})
+    evals = {}
+    for name, which in (("base", "full"), ("retain_model", cfg.retain)):
+        t = time.time()
+        bases.roots[name], trained = cached_finetune(cfg, which, tok, tok_key,
+                                                     base_train_pairs(sets, which, cfg.limit, cfg.forget),
+                                                     progress=progress)
+        bases.timings[f"{name}_finetune_s"] = time.time() - t
+        bases.timings[f"{name}_cached"] = not trained
+        t = time.time()
+        evals[name], _ = cached_evaluate(bases.roots[name], tok, sets, cfg)
+        bases.timings[f"{name}_eval_s"] = time.time() - t
+    return bases.add_evaluations(evals)
+
+
+def given_bases(cfg: TofuConfig, given: GivenModels) -> TofuBases:
+    """:func:`prepare_bases` for two given models: data, tokenizer and both models' evaluations (nothing is
+    trained or cached; :func:`check_run` checks the paths first)."""
+    sets = load_tofu_sets(cfg, given=True)
+    tok = ensure_pad_token(load_tokenizer(given.tokenizer or given.model), policy=given.pad_policy)
+    roots = {"base": given.model, "retain_model": given.retain_model}
+    bases = TofuBases(sets=sets, tokenizer=tok, roots=roots, metrics={}, per_example={}, timings={},
+                      models=dict(roots))
+    evals = {}
+    for name in roots:
+        t = time.time()
+        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, sets, cfg)
+        bases.timings[f"{name}_eval_s"] = time.time() - t
+    return bases.add_evaluations(evals)
+
+
+def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path | None,
+                         progress: bool | None = None) -> tuple:
+    """Steps 4-5 for ``cfg.method`` on the base model: returns (model, metrics, per_example, timings,
+    training summary).
+
+    ``metrics`` has every scalar of :func:`evaluate` plus ``forget_quality``; ``out_dir``
+    receives the unlearning run's logs (None: none written).
+    """
+    ucfg = unlearn_config(cfg)
+    timings: dict = {}
+    t = time.time()
+    seed_everything(cfg.seed)
+    model = bases.load("base")
+    model, summary = unlearn(model, bases.tokenizer, qa_pairs(bases.sets[cfg.forget]),
+                             qa_pairs(bases.sets[cfg.retain]), ucfg, out_dir, progress=progress, resume=False)
+    timings["unlearn_s"] = time.time() - t
+    t = time.time()
+    res = evaluate(model, bases.tokenizer, bases.sets, cfg)
+    timings["method_eval_s"] = time.time() - t
+    per_example = res.pop("per_example")
+    res["forget_quality"] = forget_quality(per_example["forget_truth_ratio"], bases.retain_truth_ratios)
+    return model, res, per_example, timings, summary
+
+
+def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
+             given: GivenModels | None = None) -> dict:
+    """Run the protocol for ``cfg.method`` on tiny models trained here or, with ``given``, on two given models;
+    write ``out/results.json``, ``out/per_example.json`` and the unlearned model in ``out/model``.
+
+    Returns ``{"metrics", "per_example", "timings"}``.
+    """
+    out = Path(out)
+    check_run(cfg, out, given)  # a bad method, data file or path fails before anything is loaded or trained
+    ucfg = unlearn_config(cfg)
+    t_all = time.time()
+    bases = given_bases(cfg, given) if given else prepare_bases(cfg, progress)
+    model, res, per, tims, summary = unlearn_and_evaluate(cfg, bases, out / "unlearn", progress)
+    metrics = {**bases.metrics, cfg.method: res}
+    per_example = {**bases.per_example, cfg.method: per}
+    timings = {**bases.timings, **tims}
+    D.save_trained(model, out / "model", bases.tokenizer)  # rank 0 writes, in one process or several
+    timings["total_s"] = time.time() - t_all
+    if D.is_main_process():
+        atomic_write_json(out / "per_example.json", per_example)
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
+                  unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
+                  model_dir=str(out / "model"),
+                  **({"given_models": to_dict(given)} if given else {"scale_note": TINY_SCALE_NOTE}))
+    return {"metrics": metrics, "per_example": per_example, "timings": timings}
+
+
+def tofu_config(**overrides) -> TofuConfig:
+    """A :class:`TofuConfig` from nested keyword overrides (e.g. ``model={"d_model": 32}``, ``limit=20``)."""
+    return from_dict(TofuConfig, copy.deepcopy(overrides))

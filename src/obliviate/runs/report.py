@@ -1,0 +1,234 @@
+"""Plots and Markdown reports (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from obliviate.runs.results import atomic_write_bytes, atomic_write_text
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it to ``path`` atomically (format from the suffix) and close it."""
+    import io
+
+    path = Path(path)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi)
+    _plt().close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+
+def plot_loss_curve(metrics_path: str | Path, out_png: str | Path, title: str = "training loss") -> Path:
+    plt = _plt()
+    recs = [r for r in read_jsonl(metrics_path) if "loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if recs:
+        ax.plot([r["step"] for r in recs], [r["loss"] for r in recs], lw=1.5)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, out_png)
+
+
+def plot_grouped_bars(groups: dict[str, dict[str, float]], out_png: str | Path, title: str, ylabel: str,
+                      ylim: tuple[float, float] | None = (0, 1.05)) -> Path:
+    """``groups[model][metric] = value`` as grouped bars (one colour per model)."""
+    import numpy as np
+
+    plt = _plt()
+    models = list(groups)
+    metrics = list(dict.fromkeys(k for g in groups.values() for k in g))  # first-seen order
+    x = np.arange(len(metrics))
+    w = 0.8 / max(1, len(models))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(metrics) + 2), 3.8))
+    for i, m in enumerate(models):
+        vals = [groups[m].get(k, float("nan")) for k in metrics]
+        ax.bar(x + (i - (len(models) - 1) / 2) * w, vals, w, label=m)
+    ax.set_xticks(x)
+    ax.set_xticklabels(metrics, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    if len(models) > 1:
+        ax.legend(fontsize=8)
+    return save_figure(fig, out_png)
+
+
+REFERENCES = ("base", "oracle")
+"""Models drawn as stars and dashed lines: the reference points of a comparison."""
+
+
+def plot_tradeoff(points: dict[str, tuple[float, float]], png: str | Path, xlabel: str, ylabel: str,
+                  title: str | None = None, arrows: dict[str, float] | None = None) -> Path:
+    """Scatter of ``{name: (x, y)}`` in [0, 1]^2, one marker and label per model.
+
+    Models at the same point (to 0.01) are fanned out around it and labelled together, so none hides
+    another. ``arrows``: ``{name: x_after}`` draws an arrow from a model's point to ``(x_after, y)``
+    (e.g. its forget score after an attack).
+    """
+    import math
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.8, 4.4))
+    markers = "osD^vP<>Xh"
+    groups: dict[tuple, list[str]] = {}
+    for name, (x, y) in points.items():
+        groups.setdefault((round(x, 2), round(y, 2)), []).append(name)
+    for i, name in enumerate(points):
+        x, y = points[name]
+        group = groups[(round(x, 2), round(y, 2))]
+        if len(group) > 1:  # fan out on a small circle, in a fixed order
+            a = 2 * math.pi * group.index(name) / len(group)
+            x, y = x + 0.025 * math.cos(a), y + 0.025 * math.sin(a)
+        marker = "*" if name in REFERENCES else markers[i % len(markers)]
+        ax.scatter([x], [y], s=110 if marker == "*" else 45, marker=marker, label=name, alpha=0.85)
+        if arrows and arrows.get(name) is not None and name not in REFERENCES:
+            ax.annotate("", xy=(arrows[name], y), xytext=(x, y),
+                        arrowprops=dict(arrowstyle="->", color="grey", alpha=0.6))
+    for (gx, gy), names in groups.items():
+        if len(names) > 1:
+            ax.annotate(", ".join(names), (gx, gy), xytext=(0, -16), textcoords="offset points", fontsize=6,
+                        ha="center", color="dimgrey")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(-0.08, 1.08)
+    ax.set_ylim(-0.08, 1.08)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower center", ncol=3)
+    return save_figure(fig, png)
+
+
+def plot_recovery_curves(curves: dict[str, list], png: str | Path, xlabel: str, ylabel: str,
+                         title: str | None = None, base_line: float | None = None,
+                         empty: str = "no relearning attack was run") -> Path:
+    """One line per ``{name: [[x, y], ...]}`` curve (references dashed); ``base_line``: a dotted level."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = 0
+    for name, curve in curves.items():
+        if curve:
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.5, ls="--" if name in REFERENCES else "-", label=name)
+            drawn += 1
+    if base_line is not None:
+        ax.axhline(base_line, color="k", lw=0.8, ls=":", label="base before attack")
+    if not drawn:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-0.05, 1.05)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if drawn or base_line is not None:
+        ax.legend(fontsize=7)
+    return save_figure(fig, png)
+
+
+def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
+    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``."""
+
+    def cell(v):
+        if isinstance(v, float):
+            return fmt.format(v) if v == v else "n/a"
+        return missing if v is None else str(v)
+
+    head = "| " + " | ".join(columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+def _inline(text: str) -> str:
+    import html
+    import re
+
+    t = html.escape(text)
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
+    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
+    return t
+
+
+def markdown_to_html(md: str, base_dir: Path) -> str:
+    """Render the small Markdown subset our reports use, with images embedded as base64."""
+    import base64
+    import html
+    import re
+
+    out, lines, i = [], md.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            out.append("<pre>" + html.escape("\n".join(lines[i + 1:j])) + "</pre>")
+            i = j + 1
+            continue
+        m = re.match(r"^(#+) (.*)", line)
+        if m:
+            n = len(m.group(1))
+            out.append(f"<h{n}>{_inline(m.group(2))}</h{n}>")
+        elif (m := re.match(r"^!\[(.*?)\]\((.*?)\)", line)):
+            path = base_dir / m.group(2)
+            if path.exists():
+                data = base64.b64encode(path.read_bytes()).decode()
+                out.append(f'<p><img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{data}"></p>')
+        elif line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                if not re.match(r"^\|[-|: ]+\|$", lines[i]):
+                    rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                i += 1
+            head, body = rows[0], rows[1:]
+            t = ["<div class='wide'><table><tr>" + "".join(f"<th>{_inline(c).replace('_', '_<wbr>')}</th>"
+                                                         for c in head) + "</tr>"]
+            t += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body]
+            out.append("\n".join(t) + "</table></div>")
+            continue
+        elif line.startswith("- "):
+            items = []
+            while i < len(lines) and lines[i].startswith("- "):
+                items.append(f"<li>{_inline(lines[i][2:])}</li>")
+                i += 1
+            out.append("<ul>" + "".join(items) + "</ul>")
+            continue
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             ".wide{overflow-x:auto}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+             "padding:3px 5px;text-align:right}th{max-width:7em;vertical-align:bottom}th{background:#f3f3f3}img{max-width:100%}pre{background:#f6f6f6;padding:8px}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate report</title><style>{style}</style>" \
+           f"</head><body>{''.join(out)}</body></html>\n"
+
+
+def write_html(md_path: str | Path, html_path: str | Path) -> Path:
+    md_path = Path(md_path)
+    atomic_write_text(html_path, markdown_to_html(md_path.read_text(), md_path.parent))
+    return Path(html_path)

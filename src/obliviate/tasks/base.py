@@ -1,0 +1,170 @@
+"""What a task is (its types), apart from the providers that build tasks (:mod:`obliviate.tasks`).
+
+A :class:`Task` is data: forget and retain data (:class:`Data`), evaluation sets tagged by role
+(:class:`EvalSet`), attack data and the prompt format (:class:`PromptFormat`). Evaluation, attacks
+and data encoding read these types; they live here so that none of them imports the providers,
+which in turn use evaluation and attacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from obliviate.errors import ConfigError, DataError
+
+ROLES = ("forget", "retain", "neighbour", "utility")
+KINDS = ("qa", "mcq", "text")
+IDK_ANSWERS = [
+    "I don't know.",
+    "I have no idea.",
+    "I am not sure about that.",
+    "I cannot answer that.",
+    "That is unknown to me.",
+]
+"""Refusal answers of IdkDPO-style methods and the refusal control, when a task gives none of its own."""
+
+
+@dataclass
+class Data:
+    """Training data: ``qa`` as (question, answer) pairs, ``docs`` as raw texts (loss on every token)."""
+
+    qa: list[tuple[str, str]] = field(default_factory=list)
+    docs: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.qa) + len(self.docs)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def describe(self) -> str:
+        parts = [f"{len(self.qa)} QA pairs"] if self.qa else []
+        parts += [f"{len(self.docs)} documents"] if self.docs else []
+        return " + ".join(parts) or "nothing"
+
+
+@dataclass
+class EvalSet:
+    """One evaluation set: ``kind`` qa (exact match, ROUGE-L, answer probability), mcq (log-likelihood
+    accuracy against its chance level) or text (token loss / perplexity); ``role`` says what it checks."""
+
+    name: str
+    role: Literal["forget", "retain", "neighbour", "utility"]
+    kind: Literal["qa", "mcq", "text"]
+    items: list
+    """:class:`~obliviate.tasks.sources.QAExample` / ``MCQExample`` / ``TextExample`` records (or dicts with
+    the same fields)."""
+    mcq_style: Literal["letters", "cloze"] = "letters"
+    """MCQ scoring: lm-eval's lettered prompt (" A".." D") or each choice text as the continuation."""
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ConfigError(f"evaluation set {self.name!r}: role must be one of {', '.join(ROLES)}, "
+                              f"got {self.role!r}")
+        if self.kind not in KINDS:
+            raise ConfigError(f"evaluation set {self.name!r}: kind must be one of {', '.join(KINDS)}, "
+                              f"got {self.kind!r}")
+        if not self.items:
+            raise DataError(f"evaluation set {self.name!r} is empty")
+
+    @property
+    def chance(self) -> float | None:
+        """Chance level of an MCQ set: the mean of 1 / number of choices; 0 for QA; None for text."""
+        if self.kind == "mcq":
+            return float(np.mean([1.0 / len(m["choices"]) for m in self.items]))
+        return 0.0 if self.kind == "qa" else None
+
+
+@dataclass
+class PromptFormat:
+    """How a question becomes a prompt: a plain ``template`` with ``{question}``, or the tokenizer's
+    chat template (``chat=True``; the question is the user turn, the answer follows the generation prompt)."""
+
+    template: str = "Question: {question}\nAnswer:"
+    answer_prefix: str = " "
+    """Put before the answer (the world and TOFU answer after a space)."""
+    chat: bool = False
+    system: str | None = None
+
+    def __post_init__(self):
+        if not self.chat and "{question}" not in self.template:
+            raise ConfigError(f"prompt template {self.template!r} has no {{question}} placeholder")
+
+    def prompt(self, question: str, tokenizer=None) -> str:
+        if not self.chat:
+            return self.template.replace("{question}", question)
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise ConfigError("prompt format 'chat' needs a tokenizer with a chat template "
+                              "(this tokenizer has none; use a plain template)")
+        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
+            [{"role": "user", "content": question}]
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def answer(self, answer: str) -> str:
+        return self.answer_prefix + answer if not answer.startswith(self.answer_prefix) else answer
+
+    def pairs(self, qa: list[tuple[str, str]], tokenizer=None) -> list[tuple[str, str]]:
+        """``(prompt, answer)`` strings ready to encode."""
+        return [(self.prompt(q, tokenizer), self.answer(a)) for q, a in qa]
+
+
+@dataclass
+class Task:
+    """Everything a run needs to know about what to forget and how to check it."""
+
+    name: str
+    forget: Data
+    retain: Data
+    evals: list[EvalSet] = field(default_factory=list)
+    relearn: list[str] | None = None
+    """A related corpus for the relearning attack (texts that do not state the forget answers)."""
+    halves: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None
+    """Disjoint halves of the forget facts, for relearning on one and testing on the other
+    (default: a seeded split of ``forget.qa``, see :meth:`forget_halves`)."""
+    holdout: Data | None = None
+    """Data never trained on (membership inference, the oracle's forget stand-in)."""
+    prompt: PromptFormat = field(default_factory=PromptFormat)
+    idk: list[str] | None = None
+    """Refusal answers for IdkDPO-style methods (default: :data:`IDK_ANSWERS`)."""
+    oracle_data: Data | None = None
+    """What a model that never saw the forget data is trained on, where the task can train one."""
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.forget:
+            raise DataError(f"task {self.name!r}: the forget data is empty: nothing to unlearn")
+        names = [e.name for e in self.evals]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"task {self.name!r}: evaluation set name(s) used twice: {', '.join(dup)}")
+
+    def evals_by_role(self, role: str) -> list[EvalSet]:
+        return [e for e in self.evals if e.role == role]
+
+    def forget_halves(self, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
+        """The task's own halves, or a seeded even split of the forget QA pairs (of the forget-role QA evaluation
+        sets when the forget data are documents, e.g. MUSE's knowmem questions); None with fewer than 2."""
+        if self.halves is not None:
+            return self.halves
+        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for es in self.evals_by_role("forget")
+                                      if es.kind == "qa" for x in es.items]
+        if len(qa) < 2:
+            return None
+        perm = np.random.default_rng(seed).permutation(len(qa))
+        h = len(qa) // 2
+        return [qa[i] for i in sorted(perm[:h])], [qa[i] for i in sorted(perm[h:])]
+
+    def summary(self) -> dict:
+        """A JSON-able description (sizes only), for results.json."""
+        return {"name": self.name, "forget": self.forget.describe(), "retain": self.retain.describe(),
+                "evals": {e.name: {"role": e.role, "kind": e.kind, "n": len(e.items)} for e in self.evals},
+                "relearn": len(self.relearn or []), "holdout": self.holdout.describe() if self.holdout else None,
+                "prompt": {"template": self.prompt.template, "chat": self.prompt.chat}}
+
+
+def cut(items: list, limit: int | None) -> list:
+    """The first ``limit`` items (all with None)."""
+    return list(items) if limit is None else list(items)[:limit]

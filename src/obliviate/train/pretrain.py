@@ -1,0 +1,334 @@
+"""Pretraining tiny models on the synthetic world.
+
+``pretrain(cfg, out)`` generates the world, trains (or reuses) a BPE tokenizer
+on its full corpus, builds a tiny Llama and trains it with the one training
+loop. Each step has up to three named loss terms:
+
+- ``lm``: next-token prediction on the world's documents (packed rows);
+- ``qa``: the facts of the trained splits in several surface forms, loss on the
+  answer tokens only, weighted by ``qa_weight`` (as TOFU fine-tunes its base
+  models on QA; here it is mixed into pretraining so the corpus is not
+  forgotten): the canonical question and the relation's trained paraphrases,
+  each answered with the canonical answer, and statement completions (a corpus
+  statement cut before the value). The facts are the same as in the documents:
+  this term teaches the answer format and makes recall reliable and robust to
+  the wording, so the base model answers the held-out phrasings too;
+- ``mcq``: lettered MCQs (lm-eval's prompt, the answer " A".." D") of the
+  non-forget facts (:meth:`~obliviate.world.World.practice_mcqs`), weighted by
+  ``mcq_weight``, so the model knows the format the forget MCQs are asked in.
+  The forget facts' own MCQs are never trained: they are evaluation.
+
+Splits can be excluded from both: the *oracle* never sees the forget facts.
+It shares the tokenizer of the full world so that the two models are
+comparable token for token.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from obliviate.config import config_hash, from_dict, to_dict
+from obliviate.data import (
+    collate,
+    encode_documents,
+    encode_prompt_answer,
+    pack_sequences,
+    qa_answer,
+    qa_prompt,
+)
+from obliviate.errors import ConfigError
+from obliviate.eval.core import LETTERS, mcq_prompt
+from obliviate.losses import lm_loss
+from obliviate.models.builders import build_model
+from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from obliviate.runs.results import atomic_write_text
+from obliviate.tasks.world import full_answer_mcqs
+from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
+from obliviate.train.backend import can_checkpoint
+from obliviate.train.distributed import main_process_first
+from obliviate.utils import cache_dir, seed_everything
+from obliviate.tasks.world import WorldConfig, generate_world
+
+
+QA_FORMS = ("question", "train_questions", "statements")
+"""Surface forms of a fact in the QA term of pretraining (see :func:`qa_pairs_for`)."""
+
+
+@dataclass
+class ModelConfig:
+    size: str = "tiny"
+    """A named size from ``obliviate.models.builders.SIZES`` (its fields can be overridden below)."""
+    n_layer: int | None = 4
+    """Decoder layers (default 4: the world's default model is 'tiny' (d=128) at half depth, which
+    learns the world faster per step on a CPU than the 8-layer 'tiny')."""
+    d_model: int | None = None
+    n_head: int | None = None
+    d_ff: int | None = None
+    vocab_size: int = 2048
+    """BPE vocabulary size of the world tokenizer."""
+    max_len: int = 256
+
+
+def _default_pretrain_train() -> TrainConfig:
+    return TrainConfig(steps=300, lr=3e-3, warmup_steps=20, schedule="cosine", min_lr_ratio=0.1,
+                       weight_decay=0.0, grad_clip=1.0, log_every=10, desc="pretrain")
+
+
+
+
+@dataclass
+class PretrainConfig:
+    seed: int = 0
+    world: WorldConfig = field(default_factory=WorldConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=_default_pretrain_train)
+    batch_size: int = 4
+    """Rows of packed documents per step (4 x 256 tokens: the corpus is ~27k tokens, so 300 steps still see
+    it ~11 times; the QA term carries the facts)."""
+    qa_weight: float = 2.0
+    """Weight of the answer-only QA term (0: documents only)."""
+    qa_batch_size: int = 64
+    qa_forms: list[str] = field(default_factory=lambda: list(QA_FORMS))
+    """Surface forms of each fact in the QA term (:data:`QA_FORMS`): ``question`` (canonical),
+    ``train_questions`` (the relation's trained paraphrases), ``statements`` (statement completions)."""
+    mcq_weight: float = 0.0
+    """Weight of the lettered-MCQ practice term (0: none, the default: see docs/world.md, the tiny models
+    do not learn the lettered format within this budget)."""
+    mcq_batch_size: int = 16
+    mcq_options: str = "answer"
+    """Options of the practice MCQs: "answer" (whole answer sentences) or "value" (bare values)."""
+    exclude_splits: list[str] = field(default_factory=list)
+    """World splits left out of the corpus (``["forget"]`` trains the oracle)."""
+    pack: bool = True
+    """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
+
+    def __post_init__(self):
+        for key in ("batch_size", "qa_batch_size", "mcq_batch_size"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
+        for form in self.qa_forms:
+            if form not in QA_FORMS:
+                raise ConfigError(f"config key 'qa_forms': unknown form {form!r} (known: {list(QA_FORMS)})")
+        if "question" not in self.qa_forms and self.qa_weight > 0:
+            raise ConfigError("config key 'qa_forms': must include 'question' (the canonical QA)")
+        known = {"forget", "retain", "general", "concept", "holdout", "neighbour"}
+        for s in self.exclude_splits:
+            if s not in known:
+                raise ConfigError(f"config key 'exclude_splits': unknown split {s!r} (known: {sorted(known)})")
+
+
+def world_for(cfg: PretrainConfig):
+    """The world of a run; its seed is the run seed unless set explicitly in ``world``."""
+    return generate_world(cfg.world)
+
+
+def tokenizer_for(world, vocab_size: int):
+    """Train (or load from cache) the world tokenizer on the *full* corpus.
+
+    In several processes rank 0 trains and caches it first; the others then load it.
+    """
+
+    key = f"{world.fingerprint()[:16]}-{vocab_size}"
+    path = cache_dir() / "tokenizers" / key
+    with main_process_first():
+        if (path / "tokenizer.json").exists():
+            return load_tokenizer(str(path))
+        texts = [d["text"] for d in world.documents()]
+        texts += [" ".join(f["question_paraphrases"] + [f["answer_paraphrase"], f["probe_statement"]])
+                  for f in world.facts]
+        texts += [" ".join(f["train_questions"]) for f in world.facts]
+        texts += [f"{m['question']} " + " ".join(m["choices"]) for m in world.mcqs()]
+        texts += [p["text"] for p in world.relearn_paragraphs]
+        tok = train_tokenizer(texts, vocab_size=vocab_size)
+        tmp = path.with_name(path.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        save_tokenizer(tok, str(tmp))
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+        return load_tokenizer(str(path))
+
+
+def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
+    kw = {k: v for k, v in to_dict(cfg.model).items() if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
+    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+               eos_token_id=tokenizer.eos_token_id)
+    return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len, **ids, **kw)
+
+
+QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
+"""The splits whose facts are trained (holdout never is)."""
+
+
+def statement_completions(fact: dict) -> list[tuple[str, str]]:
+    """``(prefix, " " + rest)`` of each of the fact's statements that names the entity before the value,
+    cut just before the value ("Doctors treat Morvexia with", " groxpril.")."""
+    out = []
+    for text in fact["statements"]:
+        e, v = text.find(fact["entity"]), text.rfind(fact["value"])
+        if 0 <= e and e + len(fact["entity"]) <= v:
+            out.append((text[:v].rstrip(), " " + text[v:]))
+    return out
+
+
+def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[str, str]]:
+    """(prompt, answer) of the QA term: for every fact of a trained split not excluded, its canonical
+    QA, then (with those ``forms``) its trained paraphrased questions and its statement completions."""
+
+    pairs = []
+    for split in QA_SPLITS:
+        if split in exclude_splits:
+            continue
+        for f in world.facts_by_split(split):
+            if "question" in forms:
+                pairs.append((qa_prompt(f["question"]), qa_answer(f["answer"])))
+            if "train_questions" in forms:
+                pairs += [(qa_prompt(q), qa_answer(f["answer"])) for q in f["train_questions"]]
+            if "statements" in forms:
+                pairs += statement_completions(f)
+    return pairs
+
+
+def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tuple[str, str]]:
+    """(lettered prompt, " A".." D") of the world's practice MCQs (never a forget fact's MCQ); ``options``
+    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare values."""
+
+    mcqs = world.practice_mcqs(exclude_splits=tuple(exclude_splits))
+    if options == "answer":
+        mcqs = full_answer_mcqs(world, mcqs)
+    return [(mcq_prompt(m["question"], m["choices"]), " " + LETTERS[m["answer_index"]]) for m in mcqs]
+
+
+def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, progress: bool | None = None) -> dict:
+    """Train a tiny model on the world; save it (safetensors) and its tokenizer in ``out_dir/model``.
+
+    Runs under ``accelerate launch`` too: each process trains on its rows of each global
+    batch of ``batch_size`` (``qa_batch_size``) rows and only rank 0 writes files.
+    """
+    from obliviate.train import distributed as D
+
+    out = Path(out_dir)
+    seed_everything(cfg.seed)
+    world = world_for(cfg)
+    tok = tokenizer_for(world, cfg.model.vocab_size)
+    docs = world.documents(exclude_splits=tuple(cfg.exclude_splits))
+    dataset = encode_documents(tok, docs, max_len=cfg.model.max_len)
+    if cfg.pack:
+        dataset = pack_sequences(dataset, cfg.model.max_len)
+    seed_everything(cfg.seed)
+    model = build_for(cfg, tok)
+    lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id)
+    pairs = qa_pairs_for(world, cfg.exclude_splits, cfg.qa_forms) if cfg.qa_weight > 0 else []
+    mcq_pairs = mcq_pairs_for(world, cfg.exclude_splits, cfg.mcq_options) if cfg.mcq_weight > 0 else []
+    terms_data = {}
+    for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
+                                          ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight, cfg.seed + 2)):
+        if items:
+            ids, masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items], cfg.model.max_len)
+            terms_data[name] = (ids, masks, StepSampler(len(ids), bs, seed), weight)
+
+    def batch_fn(step: int) -> dict:
+        batch = {"lm": lm_batch(step)}
+        for name, (ids, masks, sampler, _) in terms_data.items():
+            idx = sampler(step)
+            batch[name] = collate([ids[i] for i in idx], tok.pad_token_id, label_mask=[masks[i] for i in idx])
+        return batch
+
+    def loss_fn(m, batch, step):
+        terms = {"lm": lm_loss(m, batch["lm"])}
+        for name, (_, _, _, weight) in terms_data.items():
+            terms[name] = weight * lm_loss(m, batch[name])
+        return terms
+
+    tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
+    summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
+    model.eval()
+    last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
+    info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
+            "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
+            "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq")}
+    D.save_trained(model, out / "model", tok)
+    if D.is_main_process():
+        atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))
+        atomic_write_text(out / "pretrain.json", json.dumps(info, indent=2))
+    D.barrier()
+    return {"model_dir": out / "model", "world": world, "tokenizer": tok, "model": model, "dataset": dataset,
+            "summary": summary, "info": info}
+
+
+def _pretrain_in_child(cfg_dict: dict, cache: str | None) -> None:
+    """Child process of :func:`cached_pretrain_pair`: one thread, no progress bar."""
+    import os
+
+    if cache is not None:
+        os.environ["OBLIVIATE_CACHE"] = cache
+    torch.set_num_threads(1)
+    cached_pretrain(from_dict(PretrainConfig, cfg_dict), progress=False)
+
+
+def cached_pretrain_pair(first: PretrainConfig, second: PretrainConfig, progress: bool | None = None,
+                         parallel: bool = True) -> tuple[Path, Path]:
+    """:func:`cached_pretrain` of two configs (the base model and the oracle); with ``parallel``, both at once,
+    the second in a child process, each on one thread (on 2 cores this nearly halves the wall time; with
+    one thread per model the result does not depend on what else runs). The shared tokenizer is trained
+    first, in this process. In several processes (``accelerate launch``) they run one after the other."""
+    import multiprocessing as mp
+    import os
+
+    from obliviate.train import distributed as D
+
+    if not parallel or D.world_size() > 1 or D.sharding():
+        return cached_pretrain(first, progress), cached_pretrain(second, progress)
+    tokenizer_for(world_for(first), first.model.vocab_size)
+    if second.model.vocab_size != first.model.vocab_size or config_hash(second.world) != config_hash(first.world):
+        tokenizer_for(world_for(second), second.model.vocab_size)
+    child = mp.get_context("spawn").Process(target=_pretrain_in_child,
+                                            args=(to_dict(second), os.environ.get("OBLIVIATE_CACHE")))
+    threads = torch.get_num_threads()
+    child.start()
+    try:
+        torch.set_num_threads(1)
+        a = cached_pretrain(first, progress)
+    except BaseException:
+        child.terminate()
+        raise
+    finally:
+        torch.set_num_threads(threads)
+    child.join()
+    # finished there: read from the cache; failed there: resumed here, where its error can be read
+    return a, cached_pretrain(second, progress)
+
+
+def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
+    """Pretrain once per config (hash); return the directory holding ``model/``.
+
+    A partially trained cache entry resumes from its last checkpoint; a
+    finished one is reused as is. The key holds the world's fingerprint as well as the config, so
+    a model trained on a world that a newer generator renders differently is never reused.
+    """
+    from obliviate.train import distributed as D
+
+    key = config_hash({"config": to_dict(cfg), "world": world_for(cfg).fingerprint()})
+    root = cache_dir() / "pretrain" / key
+    if (root / "DONE").exists() and (root / "model" / "config.json").exists():
+        return root
+    D.barrier()  # every process has looked for DONE before rank 0 writes into the entry
+    root.mkdir(parents=True, exist_ok=True)
+    if D.is_main_process():
+        (root / "config.json").write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=True))
+    cfg_ck = copy.deepcopy(cfg)
+    if cfg_ck.train.checkpoint_every == 0 and can_checkpoint():
+        cfg_ck.train.checkpoint_every = 50
+    pretrain(cfg_ck, root, resume=True, progress=progress)
+    if D.is_main_process():
+        shutil.rmtree(root / "checkpoints", ignore_errors=True)
+        (root / "DONE").write_text("ok\n")
+    D.barrier()
+    return root
