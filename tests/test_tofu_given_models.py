@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from obliviate.recipes import tofu
-from obliviate.tasks.sources import TOFU_SPLITS
+from obliviate.tasks.tofu import TOFU_SPLITS
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import UTILITY_KEYS

@@ -4,10 +4,8 @@ import json
 
 import pytest
 
-from obliviate.tasks.sources import (
-    BENCHMARKS, MCQExample, QAExample, TextExample, benchmark_kind, get_benchmark, load_jsonl, load_records,
-    parse_mapping,
-)
+from obliviate.tasks.sources import MCQExample, QAExample, TextExample, load_jsonl, load_records, parse_mapping
+from obliviate.tasks.sources.benchmarks import BENCHMARKS, benchmark_kind, get_benchmark
 from obliviate.errors import ConfigError, DataError
 from obliviate.utils import data_dir
 

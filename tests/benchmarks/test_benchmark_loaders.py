@@ -4,10 +4,11 @@ import json
 
 import pytest
 
+from obliviate.tasks.ember import EMBER_SPLITS, list_ember_concepts, load_ember
 from obliviate.tasks.sources import (
-    EMBER_SPLITS, RTP_ATTRIBUTES, TOFU_SPLITS, MCQExample, QAExample, TextExample, list_ember_concepts,
-    list_mmlu_subjects, load_ember, load_medmcqa, load_mmlu, load_rtp, load_tofu, load_tofu_idk, load_wmdp,
+    RTP_ATTRIBUTES, MCQExample, QAExample, TextExample, list_mmlu_subjects, load_medmcqa, load_mmlu, load_rtp, load_wmdp,
 )
+from obliviate.tasks.tofu import TOFU_SPLITS, load_tofu, load_tofu_idk
 from obliviate.errors import DataError
 from obliviate.utils import data_dir
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from obliviate.tasks.sources import benchmark_kind, get_benchmark, load_jsonl
+from obliviate.tasks.sources import load_jsonl
+from obliviate.tasks.sources.benchmarks import benchmark_kind, get_benchmark
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
 from obliviate.eval.tofu import answer_nll, normalised_choice_prob, tofu_prompt
@@ -105,7 +106,7 @@ def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | N
                        data: str | os.PathLike | None = None, kind: str | None = None,
                        mapping: dict | str | None = None, batch_size: int = 32, max_new_tokens: int = 64,
                        **loader_kw) -> dict:
-    """Evaluate ``model`` on benchmark ``name`` (see :func:`obliviate.tasks.sources.benchmark_names`)
+    """Evaluate ``model`` on benchmark ``name`` (see :func:`obliviate.tasks.sources.benchmarks.benchmark_names`)
     or on the user file ``data`` (with ``kind`` and ``mapping``).
 
     ``loader_kw`` goes to the loader (``root=``, ``allow_hub=``). Returns the metrics of

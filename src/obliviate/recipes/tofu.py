@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.tasks.sources import load_tofu
+from obliviate.tasks.tofu import load_tofu
 from obliviate.tasks.sources._io import root_dir
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer

@@ -1,8 +1,5 @@
 """``muse:news|books``: MUSE's six-way unlearning benchmark (Shi et al. 2024, arXiv:2407.06460).
 
-Data: :mod:`obliviate.tasks.sources.muse` (``<data>/muse/<corpus>/`` in MUSE's layout, or the
-``muse-bench`` hub datasets with ``allow_hub=True``).
-
 - forget = Data(docs=``raw/forget`` documents); retain = Data(docs=``raw/retain1``, or
   ``raw/retain2`` where retain1 is absent locally); holdout = Data(docs=``raw/holdout``),
   never trained on: the non-member side of MUSE's privacy-leakage (membership inference) test.
@@ -13,17 +10,130 @@ Data: :mod:`obliviate.tasks.sources.muse` (``<data>/muse/<corpus>/`` in MUSE's l
   ``meta["prompt"]`` (score the continuation's loss after the prompt); the raw
   ``{prompt, gt}`` pairs are also in ``meta["verbmem"]`` (for ROUGE of generated continuations).
 - relearn = None.
+
+The data: local files under ``<data>/muse/<news|books>/``, the layout of MUSE's own ``data/<corpus>/``
+(swj0419/muse_bench):
+
+- ``raw/forget.txt``, ``raw/retain1.txt`` (or ``raw/retain2.txt``), ``raw/holdout.txt``: plain text;
+  documents are separated by blank lines (:func:`split_documents`);
+- ``knowmem/forget_qa.json``, ``knowmem/retain_qa.json``: JSON arrays of ``{question, answer}``;
+- ``verbmem/forget.json``: a JSON array of ``{prompt, gt}`` (a passage's opening and its true continuation).
+
+Hub fallback (``allow_hub=True``): ``muse-bench/MUSE-News`` / ``muse-bench/MUSE-Books``, configs
+``raw`` (splits forget, retain1, retain2, holdout; field ``text``), ``knowmem`` (splits forget_qa,
+retain_qa) and ``verbmem`` (split forget). Hub texts are split into documents the same way.
 """
 
 from __future__ import annotations
 
-from obliviate.tasks.sources.muse import (
-    MUSE_CORPORA, load_muse_knowmem, load_muse_raw, load_muse_verbmem, muse_dir,
-)
-from obliviate.tasks.sources.schema import TextExample
-from obliviate.errors import ConfigError
-from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
+import os
+import re
+from pathlib import Path
 
+from obliviate.errors import ConfigError, DataError
+from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
+from obliviate.tasks.sources import _io
+from obliviate.tasks.sources._hub import hub_records
+from obliviate.tasks.sources.schema import QAExample, TextExample
+
+MUSE_CORPORA = ("news", "books")
+MUSE_HUB_IDS = {"news": "muse-bench/MUSE-News", "books": "muse-bench/MUSE-Books"}
+MUSE_RAW_SPLITS = ("forget", "retain1", "retain2", "holdout")
+MUSE_KNOWMEM_SPLITS = ("forget_qa", "retain_qa")
+MUSE_LAYOUT = ("raw/forget.txt, raw/retain1.txt (or raw/retain2.txt), raw/holdout.txt, knowmem/forget_qa.json, "
+               "knowmem/retain_qa.json, verbmem/forget.json")
+"""The files a MUSE corpus directory holds, as named in errors."""
+
+
+def split_documents(text: str) -> list[str]:
+    """Blank-line-separated documents of ``text``, stripped, empty ones dropped."""
+    return [d.strip() for d in re.split(r"\n[ \t\r\f\v]*\n", text) if d.strip()]
+
+
+def muse_dir(corpus: str, root: str | os.PathLike | None = None) -> Path:
+    if corpus not in MUSE_CORPORA:
+        raise DataError(f"unknown MUSE corpus {corpus!r} (valid: {', '.join(MUSE_CORPORA)})")
+    return _io.root_dir(root) / "muse" / corpus
+
+
+def _missing(corpus: str, path: Path) -> DataError:
+    return DataError(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
+                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or allow_hub=True "
+                     f"to read {MUSE_HUB_IDS[corpus]})")
+
+
+def _json_records(path: Path, base: Path) -> list[tuple[str, dict]]:
+    name = _io.display(path, base)
+    data = _io.read_json(path, name)
+    if not isinstance(data, list):
+        raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
+    out = []
+    for i, rec in enumerate(data):
+        where = f"{name} record {i}"
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        out.append((where, rec))
+    return out
+
+
+def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
+                  allow_hub: bool = False) -> list[str]:
+    """The documents of ``raw/<split>.txt`` (``split`` one of :data:`MUSE_RAW_SPLITS`)."""
+    if split not in MUSE_RAW_SPLITS:
+        raise DataError(f"unknown MUSE raw split {split!r} (valid: {', '.join(MUSE_RAW_SPLITS)})")
+    d = muse_dir(corpus, root)
+    path = d / "raw" / f"{split}.txt"
+    if path.is_file():
+        docs = split_documents(path.read_text(encoding="utf-8"))
+    elif allow_hub:
+        docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], "raw", split, str(path))
+                for doc in split_documents(_io.req_str(rec, "text", where))]
+    else:
+        raise _missing(corpus, path)
+    if not docs:
+        raise DataError(f"{path}: no documents")
+    return docs
+
+
+def load_muse_knowmem(corpus: str, split: str, root: str | os.PathLike | None = None,
+                      allow_hub: bool = False) -> list[QAExample]:
+    """The QA pairs of ``knowmem/<split>.json`` (``forget_qa`` or ``retain_qa``)."""
+    if split not in MUSE_KNOWMEM_SPLITS:
+        raise DataError(f"unknown MUSE knowmem split {split!r} (valid: {', '.join(MUSE_KNOWMEM_SPLITS)})")
+    d = muse_dir(corpus, root)
+    path = d / "knowmem" / f"{split}.json"
+    if path.is_file():
+        records = _json_records(path, _io.root_dir(root))
+    elif allow_hub:
+        records = hub_records(MUSE_HUB_IDS[corpus], "knowmem", split, str(path))
+    else:
+        raise _missing(corpus, path)
+    out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
+                     split=f"muse_{corpus}_{split}") for where, rec in records]
+    if not out:
+        raise DataError(f"{path}: no questions")
+    return out
+
+
+def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
+                      allow_hub: bool = False) -> list[dict[str, str]]:
+    """The ``{prompt, gt}`` pairs of ``verbmem/forget.json``."""
+    d = muse_dir(corpus, root)
+    path = d / "verbmem" / "forget.json"
+    if path.is_file():
+        records = _json_records(path, _io.root_dir(root))
+    elif allow_hub:
+        records = hub_records(MUSE_HUB_IDS[corpus], "verbmem", "forget", str(path))
+    else:
+        raise _missing(corpus, path)
+    out = [{"prompt": _io.req_str(rec, "prompt", where), "gt": _io.req_str(rec, "gt", where)}
+           for where, rec in records]
+    if not out:
+        raise DataError(f"{path}: no records")
+    return out
+
+
+# ------------------------------------------------------------------ the task
 
 def _retain_split(corpus: str, root) -> str:
     raw = muse_dir(corpus, root) / "raw"

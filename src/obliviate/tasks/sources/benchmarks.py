@@ -7,26 +7,27 @@ Each entry of :data:`BENCHMARKS` is ``name -> (kind, loader)`` where ``kind`` is
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
+from obliviate.errors import DataError
+from obliviate.registry import Registry
 from obliviate.tasks.sources.mcq import WMDP_SUBSETS, load_medmcqa, load_mmlu, load_wmdp
 from obliviate.tasks.sources.rtp import RTP_ATTRIBUTES, load_rtp
-from obliviate.tasks.sources.tofu import TOFU_SPLITS, load_tofu
-from obliviate.errors import DataError
+from obliviate.tasks.tofu import TOFU_SPLITS, load_tofu
 
-BENCHMARKS: dict[str, tuple[str, Callable[..., list]]] = {}
+BENCHMARKS = Registry("benchmark", error=DataError)
+"""``name -> (kind, loader)``."""
 
 for _s in TOFU_SPLITS:
-    BENCHMARKS[f"tofu_{_s}"] = ("qa", partial(load_tofu, _s))
+    BENCHMARKS.add(f"tofu_{_s}", ("qa", partial(load_tofu, _s)))
 for _s in WMDP_SUBSETS:
-    BENCHMARKS[f"wmdp_{_s}"] = ("mcq", partial(load_wmdp, _s))
-BENCHMARKS["mmlu"] = ("mcq", partial(load_mmlu, None))
-BENCHMARKS["medmcqa"] = ("mcq", partial(load_medmcqa, "test"))
-BENCHMARKS["medmcqa_sampled_50"] = ("mcq", partial(load_medmcqa, "sampled_50"))
-BENCHMARKS["rtp"] = ("text", partial(load_rtp, None))
+    BENCHMARKS.add(f"wmdp_{_s}", ("mcq", partial(load_wmdp, _s)))
+BENCHMARKS.add("mmlu", ("mcq", partial(load_mmlu, None)))
+BENCHMARKS.add("medmcqa", ("mcq", partial(load_medmcqa, "test")))
+BENCHMARKS.add("medmcqa_sampled_50", ("mcq", partial(load_medmcqa, "sampled_50")))
+BENCHMARKS.add("rtp", ("text", partial(load_rtp, None)))
 for _s in RTP_ATTRIBUTES:
-    BENCHMARKS[f"rtp_{_s}"] = ("text", partial(load_rtp, _s))
+    BENCHMARKS.add(f"rtp_{_s}", ("text", partial(load_rtp, _s)))
 del _s
 
 
@@ -39,9 +40,7 @@ def benchmark_kind(name: str) -> str:
     """``"qa"``, ``"mcq"`` or ``"text"`` for a registered (or ``mmlu:<subject>``) name."""
     if name.startswith("mmlu:"):
         return "mcq"
-    if name not in BENCHMARKS:
-        raise _unknown(name)
-    return BENCHMARKS[name][0]
+    return _entry(name)[0]
 
 
 def get_benchmark(name: str, **kw) -> list:
@@ -51,10 +50,10 @@ def get_benchmark(name: str, **kw) -> list:
         if not subject:
             raise DataError("benchmark 'mmlu:' needs a subject, e.g. 'mmlu:anatomy'")
         return load_mmlu(subject, **kw)
+    return _entry(name)[1](**kw)
+
+
+def _entry(name: str) -> tuple:
     if name not in BENCHMARKS:
-        raise _unknown(name)
-    return BENCHMARKS[name][1](**kw)
-
-
-def _unknown(name: str) -> DataError:
-    return DataError(f"unknown benchmark {name!r} (known: {', '.join(benchmark_names())})")
+        raise BENCHMARKS.unknown(name, benchmark_names())
+    return BENCHMARKS[name]
