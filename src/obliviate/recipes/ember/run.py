@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
-from obliviate.tasks.sources import list_ember_concepts, load_ember
+from obliviate.tasks.ember import list_ember_concepts, load_ember
 from obliviate.config import config_hash, deep_merge, to_dict
 from obliviate.data import encode_documents, pack_sequences, qa_prompt
 from obliviate.methods.ember import (
