@@ -25,7 +25,7 @@ class Registry(dict):
         self.kind = kind
         self.package = package
         self.error = error
-        self._loaded = package is None
+        self._scanned: tuple[str, ...] | None = None
 
     def add(self, name: str, entry: Any) -> Any:
         """Register ``entry`` under ``name`` (the same entry twice is a no-op; another one is an error)."""
@@ -45,11 +45,14 @@ class Registry(dict):
         return deco
 
     def load_all(self) -> None:
-        """Import every public module of ``package`` (once), so that their decorators have run."""
-        if self._loaded:
+        """Import every public module of ``package`` (once per package path, so a folder added to the
+        package's ``__path__`` is read too), so that their decorators have run."""
+        if self.package is None:
             return
-        self._loaded = True
         pkg = importlib.import_module(self.package)
+        if self._scanned == tuple(pkg.__path__):
+            return
+        self._scanned = tuple(pkg.__path__)
         for mod in pkgutil.iter_modules(pkg.__path__):
             if not mod.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{mod.name}")

@@ -17,12 +17,11 @@ Providers are imported lazily (:func:`task_names`), so adding one is adding one 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from obliviate.errors import ConfigError
+from obliviate.registry import Registry
 from obliviate.tasks.base import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, cut
 
 # ------------------------------------------------------------------ registry
@@ -37,7 +36,8 @@ class Provider:
     needs_argument: bool = False
 
 
-TASKS: dict[str, Provider] = {}
+TASKS = Registry("task", package=__name__)
+"""``name -> Provider``; the first look-up imports every provider file of this package."""
 
 
 def register_task(name: str, help: str, arguments: Callable[[], list[str]] | None = None,
@@ -45,23 +45,16 @@ def register_task(name: str, help: str, arguments: Callable[[], list[str]] | Non
     """Function decorator: ``fn(argument: str | None, **options) -> Task`` provides task ``name``."""
 
     def deco(fn):
-        if name in TASKS and TASKS[name].fn is not fn:
-            raise RuntimeError(f"task provider {name!r} registered twice")
-        TASKS[name] = Provider(name, fn, help, arguments, needs_argument)
+        known = dict.get(TASKS, name)  # the same function again (a module imported twice) keeps its entry
+        if known is None or known.fn is not fn:
+            TASKS.add(name, Provider(name, fn, help, arguments, needs_argument))
         return fn
 
     return deco
 
 
-def _load_all() -> None:
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
 def task_names() -> list[str]:
-    _load_all()
-    return sorted(TASKS)
+    return TASKS.names()
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -75,14 +68,7 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
 def check_task_spec(spec: str) -> Provider:
     """The provider of ``spec``, or a one-line error naming it; loads no data."""
     name, arg = parse_spec(spec)
-    _load_all()
-    if name not in TASKS:
-        import difflib
-
-        close = difflib.get_close_matches(name, TASKS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown task {spec!r}{hint}; known: {', '.join(sorted(TASKS))}")
-    prov = TASKS[name]
+    prov = TASKS.lookup(name)
     if prov.needs_argument and not arg:
         valid = prov.arguments() if prov.arguments else None
         raise ConfigError(f"task {name!r} needs an argument: {name}:<...>"
