@@ -175,7 +175,8 @@ def test_attack_probe_layer_out_of_range_fails_before_the_attacks(dirs, tmp_path
 
 def test_unknown_recipe(tmp_path, capsys):
     assert main(["reproduce", "no-such-paper", "--out", str(tmp_path / "o")]) == 2
-    assert "unknown recipe 'no-such-paper' (available: " in one_error(capsys)
+    err = one_error(capsys)
+    assert "unknown recipe 'no-such-paper'" in err and "; known: atwu, " in err
 
 
 # --------------------------------------------------------------------------- data files

@@ -1,31 +1,32 @@
-import json
+"""The recipe framework: recipes are found in the one registry type, filled by ``@recipe`` in each recipe
+folder's ``run.py``; modules of :mod:`obliviate.recipes` that register nothing are not recipes."""
 
 import pytest
 
-from obliviate.recipes import cached_part
+from obliviate.errors import ConfigError
+from obliviate.recipes import RECIPES, Recipe, available, get_recipe
+from obliviate.registry import Registry
 
 
-def test_cached_part_reuses_a_part_while_its_key_matches(tmp_path):
-    calls = []
-
-    def fn(v=1):
-        calls.append(v)
-        return {"v": v, "pair": (1, 2)}
-
-    path = tmp_path / "parts" / "a.json"
-    res, secs = cached_part(path, {"k": 1}, fn)
-    assert res == {"v": 1, "pair": [1, 2]} and secs >= 0 and calls == [1]  # read back as JSON: tuples are lists
-    assert cached_part(path, {"k": 1}, lambda: fn(2))[0] == res and calls == [1]  # same key: not recomputed
-    res, _ = cached_part(path, {"k": 2}, lambda: fn(3))  # another key: recomputed and replaced
-    assert res["v"] == 3 and calls == [1, 3]
-    assert json.loads(path.read_text())["key"] == {"k": 2}
+def test_the_recipe_folders_register_themselves_and_nothing_else_is_a_recipe():
+    assert isinstance(RECIPES, Registry)
+    assert available() == ["atwu", "ember", "function-specific", "token-filtering"]  # not compare, bench, tofu
+    for name in available():
+        entry = RECIPES[name]
+        assert isinstance(entry, Recipe) and entry.run.__module__.endswith(".run")
+        assert get_recipe(name) == (entry.config, entry.run, entry.description)
 
 
-def test_cached_part_stores_nothing_when_the_part_fails(tmp_path):
-    def boom():
-        raise RuntimeError("mid-part failure")
+def test_an_unknown_recipe_is_one_line_naming_it_and_the_known_ones():
+    with pytest.raises(ConfigError) as e:
+        get_recipe("embr")
+    msg = str(e.value)
+    assert "unknown recipe 'embr'" in msg and "did you mean 'ember'" in msg and "token-filtering" in msg
+    assert "\n" not in msg
 
-    path = tmp_path / "b.json"
-    with pytest.raises(RuntimeError, match="mid-part"):
-        cached_part(path, {}, boom)
-    assert not path.exists()
+
+def test_a_name_is_registered_once():
+    entry = RECIPES["atwu"]
+    RECIPES.add("atwu", entry)  # the same entry again (a module imported twice): fine
+    with pytest.raises(RuntimeError, match="registered twice"):
+        RECIPES.add("atwu", entry._replace(description="another"))

@@ -162,16 +162,6 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == before
 
 
-def test_parts_made_before_configs_were_recorded_are_taken(tmp_path):
-    (tmp_path / "parts").mkdir()
-    (tmp_path / "parts" / "labels.json").write_text('{"x": 1, "seconds": 2.0}')
-    parts = TF.Parts(tmp_path, {"a": 1})
-    assert parts.get("labels", lambda: {"x": 2}) == {"x": 1}
-    assert json.loads((tmp_path / "parts" / "config.json").read_text()) == {"a": 1}
-    with pytest.raises(ConfigError, match="differs in: a"):
-        TF.Parts(tmp_path, {"a": 2})
-
-
 def test_registered_and_reachable_from_the_cli():
     from obliviate.recipes import available, get_recipe
 

@@ -16,47 +16,34 @@ with our number in it.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, NamedTuple
 
-RECIPE_MODULES = {
-    "function-specific": "function_specific",
-    "atwu": "atwu",
-    "ember": "ember",
-    "token-filtering": "token_filtering",
-}
-"""Recipe name -> module in :mod:`obliviate.recipes` (imported on demand)."""
-
-_RECIPES: dict[str, tuple[type, Callable, str]] = {}
-_RENDERERS: dict[str, Callable] = {}
+from obliviate.errors import ConfigError, InvalidResult
+from obliviate.registry import Registry
+from obliviate.runs.report import markdown_table as _markdown_table
+from obliviate.runs.results import _clean, atomic_write_text
 
 
-def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
-    """``fn()``'s result, stored in the JSON file ``path`` with the ``key`` (settings) that made it and
-    reused while the key matches (a part made with other settings is computed again and replaced).
+class Recipe(NamedTuple):
+    """A registered recipe: its config dataclass, ``run(cfg, out, progress)``, a one-line description and
+    ``render(results, out)``."""
 
-    Returns (the result as read back from the file, the seconds it took when it was computed): a
-    rerun sees the same JSON-clean values as the first run.
-    """
-    import json
-    import time
-    from pathlib import Path
+    config: type
+    run: Callable
+    description: str
+    render: Callable
 
-    from obliviate.runs.results import atomic_write_json
 
-    path = Path(path)
-    key = json.loads(json.dumps(key))
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("key") == key:
-            return saved["result"], saved.get("seconds", 0.0)
-    t = time.time()
-    result = fn()
-    atomic_write_json(path, {"key": key, "result": result, "seconds": time.time() - t})
-    saved = json.loads(path.read_text())
-    return saved["result"], saved["seconds"]
+RECIPES = Registry("recipe", package="obliviate.recipes")
+"""Recipe name -> :class:`Recipe`, filled by :func:`recipe` when a recipe folder is imported (the first look-up
+imports every module of :mod:`obliviate.recipes`; a recipe folder's ``__init__`` imports its ``run.py``)."""
 
 
 def recipe(name: str, config_cls: type, description: str, render: Callable):
@@ -64,8 +51,7 @@ def recipe(name: str, config_cls: type, description: str, render: Callable):
     writes the report and plots from ``results.json`` alone (``--render-only``)."""
 
     def deco(fn):
-        _RECIPES[name] = (config_cls, fn, description)
-        _RENDERERS[name] = render
+        RECIPES.add(name, Recipe(config_cls, fn, description, render))
         return fn
 
     return deco
@@ -74,25 +60,12 @@ def recipe(name: str, config_cls: type, description: str, render: Callable):
 def as_results(cfg, **parts) -> dict:
     """What ``results.json`` will hold (config as a dict, and ``parts``), JSON-cleaned as it is written, so that a
     report rendered from it during the run is the one ``--render-only`` renders from the file."""
-    import dataclasses
-    import json
-
-    from obliviate.runs.results import _clean
-
     payload = {"seed": cfg.seed, "config": dataclasses.asdict(cfg), **parts}
     return json.loads(json.dumps(_clean(payload), sort_keys=True))  # as atomic_write_json writes it
 
 
 def render_only(name: str, out) -> None:
     """Re-render recipe ``name``'s ``report.md`` (and plots) in ``out`` from ``out/results.json``, training nothing."""
-    import json
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from obliviate.errors import ConfigError, InvalidResult
-
     get_recipe(name)
     path = Path(out) / "results.json"
     if not path.is_file():
@@ -108,7 +81,7 @@ def render_only(name: str, out) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out))
     try:
         try:
-            _RENDERERS[name](results, staging)
+            RECIPES[name].render(results, staging)
         except KeyError as e:
             raise InvalidResult(f"{path}: no {e.args[0]!r} in it, which the {name} report needs (a results.json "
                                 f"of another recipe, or one made before obliviate stored it: rerun the recipe)") from None
@@ -119,22 +92,14 @@ def render_only(name: str, out) -> None:
 
 
 def available() -> list[str]:
-    """Names of the recipes whose module is present."""
-    names = []
-    for name, mod in RECIPE_MODULES.items():
-        if importlib.util.find_spec(f"obliviate.recipes.{mod}") is not None:
-            names.append(name)
-    return names
+    """Names of the registered recipes."""
+    return RECIPES.names()
 
 
 def get_recipe(name: str) -> tuple[type, Callable, str]:
-    """(config class, run function, description) of recipe ``name``; a clear error for an unknown one."""
-    from obliviate.errors import ConfigError
-
-    if name not in RECIPE_MODULES or name not in available():
-        raise ConfigError(f"unknown recipe '{name}' (available: {', '.join(available()) or 'none'})")
-    importlib.import_module(f"obliviate.recipes.{RECIPE_MODULES[name]}")
-    return _RECIPES[name]
+    """(config class, run function, description) of recipe ``name``; one error line for an unknown one."""
+    entry = RECIPES.lookup(name)
+    return entry.config, entry.run, entry.description
 
 
 @dataclass
@@ -169,18 +134,12 @@ def claims_json(claims: list[Claim]) -> list[dict]:
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:
     """:func:`obliviate.runs.report.markdown_table` with missing cells shown as '–', ending in a newline."""
-    from obliviate.runs.report import markdown_table as table
-
-    return table(rows, columns, fmt, missing="–") + "\n"
+    return _markdown_table(rows, columns, fmt, missing="–") + "\n"
 
 
 def write_report(out, title: str, command: str, sections: list[tuple[str, str]], claims: list[Claim],
                  seconds: float | None = None) -> None:
     """``out/report.md``: title, the command that made it, its run time, each (heading, body), the claims."""
-    from pathlib import Path
-
-    from obliviate.runs.results import atomic_write_text
-
     parts = [f"# {title}\n", f"Made by: `{command}`" + (f" in {seconds / 60:.1f} min" if seconds else "") + "\n"]
     for heading, body in sections:
         parts.append(f"## {heading}\n\n{body}")

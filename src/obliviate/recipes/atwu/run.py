@@ -18,10 +18,11 @@ from obliviate.methods import build_method, get_method
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
-from obliviate.recipes import as_results, cached_part, claims_json, recipe
+from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.atwu.claims import is_scored, make_claims
 from obliviate.recipes.atwu.report import render
 from obliviate.recipes.compare.run import CompareConfig, method_run, score_against, utility
+from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
 from obliviate.recipes.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config

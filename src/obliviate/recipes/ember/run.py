@@ -39,10 +39,11 @@ from obliviate.models.builders import tiny_llama
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
-from obliviate.recipes import as_results, cached_part, claims_json, recipe
+from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.ember.claims import claims_of
 from obliviate.recipes.ember.report import render
+from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import full_answer_mcqs
 from obliviate.train import TrainConfig, make_lm_batches, train
@@ -214,7 +215,7 @@ def apply_quick(cfg: EmberRecipeConfig) -> EmberRecipeConfig:
     return cfg
 
 
-# ---------------------------------------------------------------- stored pieces (obliviate.recipes.cached_part)
+# ---------------------------------------------------------------- stored pieces (obliviate.runs.parts.cached_part)
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "concept"

@@ -23,9 +23,10 @@ from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.eval.probes import pairwise_cosine, probe_directions
-from obliviate.recipes import as_results, cached_part, claims_json, recipe
+from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY, VARIANTS, claims_of, seeds_of
 from obliviate.recipes.function_specific.report import render
+from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, retain_pairs
 from obliviate.eval.toxicity import LexiconToxicityScorer, continuation_toxicity

@@ -50,7 +50,8 @@ from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.token_filtering.claims import claims_of
 from obliviate.recipes.token_filtering.report import render
-from obliviate.runs.results import atomic_write_json, write_results
+from obliviate.runs.parts import PartStore
+from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.utils import seed_everything
@@ -249,58 +250,6 @@ def baseline_rises(runs: dict, sizes: list[str], domain: str) -> list[tuple[str,
     return [(sizes[i], sizes[i + 1]) for i in range(len(sizes) - 1) if L[i + 1] > L[i]]
 
 
-# --------------------------------------------------------------------------- parts
-
-
-class Parts:
-    """``out/parts/<name>.json``: a finished part's result; ``get(name, fn)`` runs ``fn`` only once.
-
-    The stored result carries its wall time (``seconds``), which ``get`` moves to :attr:`timings`.
-    """
-
-    def __init__(self, out: Path, config: dict | None = None):
-        self.dir = Path(out) / "parts"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.timings: dict[str, float] = {}
-        if config is not None:
-            self.check_config(config)
-
-    def check_config(self, config: dict) -> None:
-        """Refuse parts made with another config (they would mix two runs); record ``config`` otherwise.
-
-        Parts stored before configs were recorded are taken as they are.
-        """
-        import json
-
-        config = json.loads(json.dumps(config))
-        path = self.dir / "config.json"
-        if path.exists():
-            saved = json.loads(path.read_text())
-            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
-            if diff:
-                raise ConfigError(f"{self.dir.parent} holds parts of a run with another config (differs in: "
-                                  f"{', '.join(diff)}); use another --out, or delete {self.dir} to start afresh")
-        atomic_write_json(path, config)
-
-    def path(self, name: str, suffix: str = ".json") -> Path:
-        return self.dir / (name.replace("/", "__").replace("@", "_at_").replace("+", "_") + suffix)
-
-    def get(self, name: str, fn) -> dict:
-        import json
-
-        p = self.path(name)
-        if p.exists():
-            res = json.loads(p.read_text())
-        else:
-            t = time.time()
-            res = fn()
-            res["seconds"] = time.time() - t
-            atomic_write_json(p, res)
-        res = dict(res)
-        self.timings[name] = res.pop("seconds", None)  # timings never go into metrics
-        return res
-
-
 def _data(cfg: TokenFilteringConfig):
     """World, tokenizer, training and held-out document datasets (a seeded document split)."""
     from types import SimpleNamespace
@@ -413,7 +362,7 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
         doc_probs_tr = np.array([float(np.mean(w)) for w in weak], dtype=np.float32)
 
     lengths = np.array([len(s) for s in train.input_ids])
-    np.savez_compressed(Parts(out).path("labels", ".npz"), lengths=lengths, weak=flatten(weak).astype(bool),
+    np.savez_compressed(PartStore(out / "parts").path("labels", ".npz"), lengths=lengths, weak=flatten(weak).astype(bool),
                         probs=flatten(probs_tr).astype(np.float32), doc_probs=np.asarray(doc_probs_tr, np.float32))
     return {
         **weak_info,
@@ -427,7 +376,7 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
 
 
 def _load_labels(out: Path) -> dict:
-    z = np.load(Parts(out).path("labels", ".npz"))
+    z = np.load(PartStore(out / "parts").path("labels", ".npz"))
     lengths = [int(x) for x in z["lengths"]]
     return {"weak": split_flat(z["weak"], lengths), "probs": split_flat(z["probs"], lengths),
             "doc_probs": z["doc_probs"]}
@@ -538,7 +487,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     rc = resolve(cfg)
     seed_everything(rc.seed)
 
-    parts = Parts(out, {k: v for k, v in to_dict(rc).items() if k != "command"})
+    parts = PartStore(out / "parts", {k: v for k, v in to_dict(rc).items() if k != "command"})
     D = _data(rc)
 
     def labels_job():  # the labeller comes from the pretraining cache (trained there once)

@@ -1,0 +1,78 @@
+"""The one resumable part store: a finished piece of a long run, kept as JSON beside the run, so an
+interrupted run resumes into the same directory and redoes only what is missing or was made otherwise.
+
+A part is a file ``{"key": ..., "result": ..., "seconds": ...}``: :func:`cached_part` reuses it while the
+``key`` (the settings that made it) matches. :class:`PartStore` is a directory of them that belongs to one
+run config and refuses parts of another.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from obliviate.errors import ConfigError
+from obliviate.runs.results import atomic_write_json
+
+
+def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
+    """``fn()``'s result, stored in the JSON file ``path`` with the ``key`` (settings) that made it and
+    reused while the key matches (a part made with other settings is computed again and replaced).
+
+    Returns (the result as read back from the file, the seconds it took when it was computed): a
+    rerun sees the same JSON-clean values as the first run.
+    """
+    path = Path(path)
+    key = json.loads(json.dumps(key))
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if "result" not in saved and key is None:  # a part stored before parts carried a key: the result itself
+            saved = {"key": None, "result": {k: v for k, v in saved.items() if k != "seconds"},
+                     "seconds": saved.get("seconds")}
+        if saved.get("key") == key and "result" in saved:
+            return saved["result"], saved.get("seconds", 0.0)
+    t = time.time()
+    result = fn()
+    atomic_write_json(path, {"key": key, "result": result, "seconds": time.time() - t})
+    saved = json.loads(path.read_text())
+    return saved["result"], saved["seconds"]
+
+
+class PartStore:
+    """A run's parts, one file per name in ``directory``; ``get(name, fn)`` runs ``fn`` only once.
+
+    With ``config``, the store belongs to that run config (recorded in ``config.json``) and refuses a
+    directory holding parts of another one (they would mix two runs). Each part's compute time goes to
+    :attr:`timings` (never into the part's result).
+    """
+
+    def __init__(self, directory, config: dict | None = None):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.timings: dict[str, float | None] = {}
+        if config is not None:
+            self.check_config(config)
+
+    def check_config(self, config: dict) -> None:
+        """Refuse parts made with another config; record ``config`` otherwise (parts stored before configs
+        were recorded are taken as they are)."""
+        config = json.loads(json.dumps(config))
+        path = self.dir / "config.json"
+        if path.exists():
+            saved = json.loads(path.read_text())
+            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+            if diff:
+                raise ConfigError(f"{self.dir.parent} holds parts of a run with another config (differs in: "
+                                  f"{', '.join(diff)}); use another --out, or delete {self.dir} to start afresh")
+        atomic_write_json(path, config)
+
+    def path(self, name: str, suffix: str = ".json") -> Path:
+        """The file of part ``name`` (``/``, ``@`` and ``+`` spelled out); other suffixes for a part's arrays."""
+        return self.dir / (name.replace("/", "__").replace("@", "_at_").replace("+", "_") + suffix)
+
+    def get(self, name: str, fn: Callable[[], dict], key=None) -> dict:
+        """Part ``name``: ``fn()``'s result as stored (:func:`cached_part`, redone when ``key`` changed)."""
+        result, self.timings[name] = cached_part(self.path(name), key, fn)
+        return result
