@@ -3,7 +3,7 @@ imports a folder that imports it back, it is at most 10 levels deep, and the tra
 
 A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.train.pretrain``);
 an arrow is an import at the top of a module (function-level imports are left out: they are kept for
-optional heavy dependencies and for the CLI's lazy commands).
+optional heavy dependencies).
 """
 
 import ast

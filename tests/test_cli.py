@@ -37,6 +37,22 @@ def test_methods_one_per_line(capsys):
     assert {"gradascent", "graddiff", "npo", "simnpo", "idkdpo", "wga", "rmu", "adaptive_rmu"} <= set(names)
 
 
+def test_every_command_has_its_own_help(capsys):
+    import argparse
+
+    from obliviate.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"world", "pretrain", "eval", "demo", "finetune", "methods", "unlearn", "compare", "attack",
+            "probe-directions", "tofu", "reproduce", "bench"} == set(sub.choices)
+    for name in sub.choices:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: obliviate {name} "), name
+
+
+
 @pytest.mark.parametrize("args,needle", [
     (["world", "bogus=1"], "bogus"),
     (["world", "n_forget=many"], "n_forget"),

@@ -81,7 +81,7 @@ def test_last_token_states_match_unpadded_forward(tiny_model, tiny_tokenizer):
 
 
 def test_probe_directions_command(tiny_model, tiny_tokenizer, tmp_path, capsys):
-    from obliviate.cli import probes as cmd
+    from obliviate.cli import probe_directions as cmd
     from obliviate.models.load import save_model
     from obliviate.models.tokenizer import save_tokenizer
 

@@ -312,7 +312,8 @@ def test_a_full_disk_while_writing_the_world_names_the_file(tmp_path, capsys, mo
 
 
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
-    """Ctrl-C while the commands were being imported (torch, transformers: seconds) was a traceback."""
+    """Ctrl-C while the commands were being imported (torch, transformers: seconds) was a traceback; inside
+    ``main`` (here: while the parser is built) it is one line (before ``main``: the test below)."""
     import subprocess
     import sys
 
@@ -321,10 +322,31 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130():
             "from obliviate.cli import main as cli\n"
             "real = cli.build_parser\n"
             "def interrupted():\n"
-            "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command modules are imported\n"
+            "    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the parser is built\n"
             "    return real()\n"
             "cli.build_parser = interrupted\n"
             "sys.exit(cli.main(['methods']))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip() == "obliviate: interrupted" and "Traceback" not in r.stderr
+
+
+def test_ctrl_c_while_the_command_modules_are_imported_is_one_line_and_exit_130():
+    """The console script imports :mod:`obliviate.cli.main`, and with it every command module, before ``main``
+    runs: Ctrl-C then is one line too."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "class CtrlC:  # Ctrl-C when torch is about to be imported (by the first command module)\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch':\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "        return None\n"
+            "sys.meta_path.insert(0, CtrlC())\n"
+            "from obliviate.cli.main import main  # what the console script does\n"
+            "sys.exit(main(['methods']))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip() == "obliviate: interrupted" and "Traceback" not in r.stderr

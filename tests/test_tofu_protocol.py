@@ -24,7 +24,7 @@ def need_tofu():
 
 
 def tofu_cli(argv):
-    from obliviate.cli.benchmarks import register
+    from obliviate.cli.tofu import register
 
     p = argparse.ArgumentParser()
     register(p.add_subparsers(dest="command"))

@@ -132,8 +132,8 @@ def test_bad_requests(tiny_model, tiny_tokenizer, tmp_path):
 # ------------------------------------------------------------------ CLI path
 
 def eval_parser():
-    from obliviate.cli.main import add_common
-    from obliviate.cli.benchmarks import add_benchmark_args
+    from obliviate.cli.args import add_common
+    from obliviate.cli.eval import add_benchmark_args
 
     p = argparse.ArgumentParser()
     add_common(p)  # the same options as `obliviate eval`
@@ -155,7 +155,7 @@ def saved_model(tiny_model, tiny_tokenizer, tmp_path):
 
 
 def test_cli_without_benchmark_does_nothing(saved_model, tmp_path):
-    from obliviate.cli.benchmarks import run_benchmark_eval
+    from obliviate.cli.eval import run_benchmark_eval
 
     args = eval_parser().parse_args(["--model", str(saved_model), "--out", str(tmp_path / "o")])
     assert run_benchmark_eval(args) is False
@@ -166,7 +166,7 @@ def test_cli_without_benchmark_does_nothing(saved_model, tmp_path):
 
 
 def test_cli_user_mcq_file_writes_results(saved_model, tiny_model, tiny_tokenizer, tmp_path):
-    from obliviate.cli.benchmarks import run_benchmark_eval
+    from obliviate.cli.eval import run_benchmark_eval
     from obliviate.eval import mcq_accuracy
     from obliviate.runs.results import read_results
 
@@ -189,7 +189,7 @@ def test_cli_user_mcq_file_writes_results(saved_model, tiny_model, tiny_tokenize
 
 
 def test_cli_rejects_world_overrides(saved_model, tmp_path):
-    from obliviate.cli.benchmarks import run_benchmark_eval
+    from obliviate.cli.eval import run_benchmark_eval
 
     args = eval_parser().parse_args(["--model", str(saved_model), "--out", str(tmp_path / "o"),
                                      "--benchmark", "wmdp_bio", "n_facts=3"])
@@ -198,7 +198,7 @@ def test_cli_rejects_world_overrides(saved_model, tmp_path):
 
 
 def test_cli_real_mmlu_subset(saved_model, tmp_path):
-    from obliviate.cli.benchmarks import run_benchmark_eval
+    from obliviate.cli.eval import run_benchmark_eval
     from obliviate.runs.results import read_results
 
     if not (data_dir() / "mmlu" / "test" / "anatomy_test.csv").exists():

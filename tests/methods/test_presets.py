@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from obliviate.cli.unlearn import cmd_methods
+from obliviate.cli.methods import cmd_methods
 from obliviate.errors import ConfigError
 from obliviate.methods import (
     METHODS,

@@ -1,6 +1,7 @@
-"""Arguments every model-and-task command shares: ``--model``, ``--task`` and the file shorthand.
+"""Options the commands share: ``--out``/``--seed``/``--config`` and overrides (:func:`add_common`),
+``--model``, ``--task`` and the file shorthand, and the ``eval.*`` options.
 
-Everything that can be checked without a model is checked in :func:`check_inputs` and
+Everything that can be checked without a model is checked in :func:`check_out_dir` and
 :func:`task_from_args` before :func:`load_model_args` loads one.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -18,6 +20,43 @@ from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.tasks import Task, check_task_spec, load_task
 from obliviate.tasks.files import task_from_files
 from obliviate.train.distributed import is_main_process
+
+
+def seed_arg(text: str) -> int:
+    """``--seed``: an integer in ``[0, 2**32)`` (the range of :func:`obliviate.utils.check_seed`), checked
+    by argparse, so a bad seed fails before anything runs."""
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or more digits than int() converts
+        value = None
+    if value is None or not 0 <= value < 2**32:
+        shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {shown}")
+    return value
+
+
+def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+    p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
+                   "world: an integer in [0, 2**32)")
+    p.add_argument("--config", help="YAML config file")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
+                   "trackers (comma-separated): tensorboard, mlflow, wandb")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
+
+
+def seeded(seed: int, paths: list[str]) -> dict:
+    """A base config dict with ``seed`` set at each dotted path."""
+    base: dict = {}
+    for path in paths:
+        node = base
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = seed
+    return base
+
 
 
 def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases: tuple[str, ...] = (),
@@ -44,6 +83,25 @@ def eval_overrides(args) -> dict:
     if getattr(args, "max_new_tokens", None) is not None:
         out["max_new_tokens"] = args.max_new_tokens
     return out
+
+
+@dataclass
+class EvalOptions:
+    """The ``eval`` config section of ``eval``, ``finetune`` and ``unlearn`` (``eval.batch_size=8``)."""
+    batch_size: int = 32
+    max_new_tokens: int | None = None
+    """Greedy tokens per QA answer (default: the longest reference answer plus 4)."""
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ConfigError(f"config key 'eval.batch_size': must be >= 1, got {self.batch_size}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"config key 'eval.max_new_tokens': must be >= 1, got {self.max_new_tokens}")
+
+
+def eval_kwargs(cfg, progress: bool) -> dict:
+    """The keyword arguments of :func:`obliviate.eval.suite.evaluate_task` set by ``cfg.eval``."""
+    return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens, "progress": progress}
 
 
 def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
@@ -75,7 +133,7 @@ def task_spec(args) -> str:
     for flag in ("retain", "utility", "holdout", "relearn", "mapping"):
         if getattr(args, flag, None):
             raise ConfigError(f"--{flag} needs --forget FILE (or use --task file:SPEC.yaml)")
-    return args.task or "world"
+    return getattr(args, "task", None) or "world"
 
 
 def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:

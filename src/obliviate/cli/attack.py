@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
-from obliviate.cli.main import add_common as _common, seeded
-from obliviate.cli.args import add_model_args, add_task_args, check_out_dir, load_model_args, task_from_args
+from obliviate.cli.args import add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded, \
+    task_from_args
 from obliviate.config import build_config
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
@@ -83,7 +83,7 @@ def cmd_attack(args) -> None:
 def register(sub) -> None:
     s = sub.add_parser("attack", help="relearning (related corpus, disjoint halves) and probe attacks on a "
                        "model's forget knowledge")
-    _common(s)
+    add_common(s)
     add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
     s.add_argument("--base", help="the model before unlearning: its forget score is the target of "
                    "steps_to_base (without it, steps_to_base is null)")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from obliviate.cli.main import add_common
+import datetime
+import os
+import platform
+
+import torch
+
+from obliviate.cli.args import add_common
+from obliviate.config import build_config
+from obliviate.recipes.bench.run import BenchConfig, bench_table, filtering_table, run_bench
+from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
 
 
 def cmd_bench(args) -> None:
-    from obliviate.recipes.bench.run import BenchConfig, bench_table, filtering_table, run_bench
-    from obliviate.config import build_config
-    from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
-
     cfg = build_config(BenchConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out)
     metrics = run_bench(cfg, progress=not args.no_progress)
@@ -17,12 +22,6 @@ def cmd_bench(args) -> None:
     filtering = filtering_table(metrics)
     if filtering:
         table += "\n" + filtering
-    import datetime
-    import os
-    import platform
-
-    import torch
-
     t = metrics.get("timing", {})
     head = (f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores "
             f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, model size "

@@ -5,10 +5,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from obliviate.cli.main import add_common, seeded
-from obliviate.cli.args import (add_eval_args, add_model_args, add_task_args, check_out_dir, eval_overrides,
-                                       load_model_args, task_from_args)
-from obliviate.cli.unlearn import EvalOptions, eval_kwargs
+from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
+                                eval_kwargs, eval_overrides, load_model_args, seeded, task_from_args)
 from obliviate.config import build_config
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name

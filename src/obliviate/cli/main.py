@@ -3,69 +3,38 @@
 Every command that produces results takes ``--out DIR`` and writes
 ``DIR/results.json`` atomically when, and only when, it has finished.
 User errors print one line naming the bad input and exit with status 2.
+Each command is one module of this package (``register(subparsers)`` and its ``cmd_*``); shared
+options are in :mod:`obliviate.cli.args`.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
-from pathlib import Path
 
 from obliviate.errors import InvalidResult, ObliviateError
 
-
-def seed_arg(text: str) -> int:
-    """``--seed``: an integer in ``[0, 2**32)`` (the range of :func:`obliviate.utils.check_seed`), checked
-    by argparse, so a bad seed fails before anything runs."""
-    try:
-        value = int(text)
-    except ValueError:  # not an integer, or more digits than int() converts
-        value = None
-    if value is None or not 0 <= value < 2**32:
-        shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {shown}")
-    return value
+try:  # importing the commands loads torch and transformers (seconds): Ctrl-C meanwhile is one line too
+    from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain, probe_directions,
+                               reproduce, tofu, unlearn, world)
+except KeyboardInterrupt:
+    print("obliviate: interrupted", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
-def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
-    p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
-    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
-                   "world: an integer in [0, 2**32)")
-    p.add_argument("--config", help="YAML config file")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
-                   "trackers (comma-separated): tensorboard, mlflow, wandb")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
-
-
-def seeded(seed: int, paths: list[str]) -> dict:
-    """A base config dict with ``seed`` set at each dotted path."""
-    base: dict = {}
-    for path in paths:
-        node = base
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = seed
-    return base
-
-
-# Each module in obliviate.cli defines ``register(subparsers)``; they are listed here
-# in the order ``obliviate --help`` shows them.
-COMMAND_MODULES = ["core", "finetune", "unlearn", "attack", "probes", "benchmarks", "reproduce", "bench"]
+COMMANDS = [world, pretrain, eval, demo, finetune, methods, unlearn, compare, attack, probe_directions, tofu, reproduce,
+            bench]
+"""The command modules, each with ``register(subparsers)``, in the order ``obliviate --help`` shows them."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     p = argparse.ArgumentParser(prog="obliviate", description="Remove targeted knowledge from language models, "
                                 "and prove that it is gone.")
     sub = p.add_subparsers(dest="command", metavar="command")
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"obliviate.cli.{name}").register(sub)
+    for module in COMMANDS:
+        module.register(sub)
     return p
 
 

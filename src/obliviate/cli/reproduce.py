@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
+import time
 
-from obliviate.cli.main import add_common
+from obliviate.cli.args import add_common
+from obliviate.config import build_config
+from obliviate.errors import ConfigError
+from obliviate.recipes import available, get_recipe, render_only
+from obliviate.runs.results import prepare_out_dir
 
 
 def recorded_command(argv: list[str] | None = None) -> str:
@@ -15,14 +21,6 @@ def recorded_command(argv: list[str] | None = None) -> str:
 
 
 def cmd_reproduce(args) -> None:
-    import dataclasses
-    import time
-
-    from obliviate.config import build_config
-    from obliviate.errors import ConfigError
-    from obliviate.recipes import get_recipe, render_only
-    from obliviate.runs.results import prepare_out_dir
-
     if args.render_only:
         render_only(args.name, args.render_only)
         print(f"{args.name}: report {args.render_only}/report.md rendered from its results.json")
@@ -45,8 +43,6 @@ def cmd_reproduce(args) -> None:
 
 
 def register(sub) -> None:
-    from obliviate.recipes import available
-
     names = ", ".join(available())
     s = sub.add_parser("reproduce", help=f"reproduce a paper's experiments at tiny scale: {names}")
     s.add_argument("name", metavar="NAME", help=f"recipe: {names}")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from obliviate.cli.main import add_common as _common
+from obliviate.cli.args import add_common
+from obliviate.config import build_config
+from obliviate.errors import ConfigError
+from obliviate.eval.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
+from obliviate.models.layers import check_layer, num_layers
+from obliviate.models.load import check_vocab, load_model
+from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 
 
 def parse_layers(text: str | None) -> list[int] | None:
-    from obliviate.errors import ConfigError
-
     if text is None:
         return None
     try:
@@ -27,13 +32,6 @@ def format_matrix(layers: list[int], m) -> str:
 
 
 def cmd_probe_directions(args) -> None:
-    from obliviate.config import build_config
-    from obliviate.models.layers import check_layer, num_layers
-    from obliviate.models.load import check_vocab, load_model
-    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-    from obliviate.eval.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
-    from obliviate.runs.results import prepare_out_dir, write_results
-
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out) if args.out else None
     model = load_model(args.model)
@@ -67,7 +65,7 @@ def cmd_probe_directions(args) -> None:
 def register(sub) -> None:
     s = sub.add_parser("probe-directions", help="toxicity probe directions per layer and their pairwise cosines "
                                                 "(overrides set the world config)")
-    _common(s, out_required=False)
+    add_common(s, out_required=False)
     s.add_argument("--model", required=True, help="model directory (or hub id)")
     s.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
     s.add_argument("--layers", help="comma-separated decoder layers, e.g. 0,2,3 (default: early/middle/late)")

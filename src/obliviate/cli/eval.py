@@ -1,16 +1,49 @@
-"""Benchmark commands: ``obliviate tofu`` and the ``--benchmark`` / ``--data`` options of ``obliviate eval``.
-
-``obliviate eval`` is defined in :mod:`obliviate.cli.core`; it calls
-:func:`add_benchmark_args` on its parser and, first thing in its handler,
-``if run_benchmark_eval(args): return``.
-"""
+"""``obliviate eval``: evaluate a model on a task (default: the world), on a benchmark or your own file
+(``--benchmark`` / ``--data``), or on lm-evaluation-harness tasks (``--lm-eval``)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.cli.main import add_common
+from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
+                                eval_overrides, load_model_args, task_from_args)
+from obliviate.config import build_config
+from obliviate.errors import ConfigError
+from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
+from obliviate.eval.lmeval import _lm_eval, run_lmeval_tasks
+from obliviate.eval.suite import evaluate_task
+from obliviate.models.load import check_vocab, load_model
+from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
+
+
+@dataclass
+class EvalCommandConfig:
+    seed: int = 0
+    world: dict = field(default_factory=dict)
+    """Keys of the world's config for ``--task world`` (former spelling: the keys without ``world.``)."""
+    eval: EvalOptions = field(default_factory=EvalOptions)
+
+
+def cmd_eval(args) -> None:
+    """Evaluate a model on a task (default: the world), or on a benchmark with --benchmark / --data."""
+    if run_benchmark_eval(args):
+        return
+    check_out_dir(args.out, [args.model, args.tokenizer])
+    overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
+                 for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
+    cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed,
+                                                                          "eval": eval_overrides(args)})
+    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    model, tok = load_model_args(args)
+    out = prepare_out_dir(args.out)
+    metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
+                            progress=not args.no_progress)
+    write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
+                  task=task.summary())
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
 
 
 def add_benchmark_args(p) -> None:
@@ -34,12 +67,6 @@ def run_benchmark_eval(args) -> bool:
     Writes ``results.json`` with ``metrics.<benchmark>`` (``accuracy`` for MCQ; ``exact_match``,
     ``rouge_l``, ``prob`` for QA) and the per-example predictions in ``predictions.json``.
     """
-    from obliviate.errors import ConfigError
-    from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
-    from obliviate.models.load import check_vocab, load_model
-    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-    from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
-
     benchmark, data = getattr(args, "benchmark", None), getattr(args, "data", None)
     if getattr(args, "lm_eval", None) or getattr(args, "lm_eval_include", None):
         return run_lmeval_command(args)
@@ -73,12 +100,6 @@ def run_benchmark_eval(args) -> bool:
 
 def run_lmeval_command(args) -> bool:
     """``obliviate eval --lm-eval TASKS``: lm-eval's numbers for the model, in ``results.json`` under ``metrics.lm_eval``."""
-    from obliviate.errors import ConfigError
-    from obliviate.eval.lmeval import _lm_eval, run_lmeval_tasks
-    from obliviate.models.load import check_vocab, load_model
-    from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-    from obliviate.runs.results import prepare_out_dir, write_results
-
     if not args.lm_eval:
         raise ConfigError("--lm-eval-include needs --lm-eval TASKS")
     for opt in ("benchmark", "data", "task", "forget", "config", "overrides"):
@@ -102,51 +123,12 @@ def run_lmeval_command(args) -> bool:
     return True
 
 
-def cmd_tofu(args) -> None:
-    from obliviate.config import build_config
-    from obliviate.errors import ConfigError
-    from obliviate.runs.results import prepare_out_dir
-    from obliviate.eval.tofu import TINY_SCALE_NOTE
-    from obliviate.recipes.tofu import GivenModels, TofuConfig, check_run, run_tofu
-
-    given = None
-    if args.model:
-        if not args.retain_model:
-            raise ConfigError("--model needs --retain-model (the TOFU retain model, trained without the forget "
-                              "split: forget quality is measured against it)")
-        given = GivenModels(args.model, args.retain_model, args.tokenizer, args.pad_policy or "error")
-    else:
-        for opt in ("retain_model", "tokenizer", "pad_policy"):
-            if getattr(args, opt) is not None:
-                raise ConfigError(f"--{opt.replace('_', '-')} needs --model")
-    base = {"seed": args.seed, **({"method": args.method} if args.method else {}),
-            **({"forget": args.forget} if args.forget else {})}
-    cfg = build_config(TofuConfig, args.config, args.overrides, base=base)
-    check_run(cfg, args.out, given)  # before the output directory is touched
-    out = prepare_out_dir(args.out)
-    res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
-    m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
-    print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
-    for key in ("forget_quality", "model_utility", "retain_utility", rouge):
-        print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
-    if given is None:
-        print(f"note: {TINY_SCALE_NOTE}")
-    print(f"results: {out / 'results.json'}")
-
-
 def register(sub) -> None:
-    s = sub.add_parser("tofu", help="TOFU: fine-tune tiny models on full and the retain split (or start from "
-                                    "--model and --retain-model), unlearn the forget split, report forget quality "
-                                    "and model utility")
+    s = sub.add_parser("eval", help="evaluate a model on a task (default: the world), or on a benchmark with "
+                       "--benchmark / --data")
     add_common(s)
-    s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
-    s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split retain99, "
-                                    "retain95, retain90)")
-    g = s.add_argument_group("given models (instead of training tiny ones)")
-    g.add_argument("--model", help="model fine-tuned on TOFU full (directory or hub id): evaluated and unlearned")
-    g.add_argument("--retain-model", help="the same base fine-tuned on the retain split only (directory or hub id); "
-                                          "required with --model")
-    g.add_argument("--tokenizer", help="tokenizer directory or hub id, if not the model's")
-    g.add_argument("--pad-policy", choices=["error", "eos"], help="what to do when the tokenizer has no pad token "
-                                                                  "(default: error)")
-    s.set_defaults(fn=cmd_tofu)
+    add_model_args(s)
+    add_task_args(s, shared=False)
+    add_eval_args(s)
+    add_benchmark_args(s)
+    s.set_defaults(fn=cmd_eval)

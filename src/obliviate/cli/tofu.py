@@ -1,0 +1,54 @@
+"""``obliviate tofu``: the TOFU protocol on tiny models, or on yours (``--model`` and ``--retain-model``)."""
+
+from __future__ import annotations
+
+from obliviate.cli.args import add_common
+from obliviate.config import build_config
+from obliviate.errors import ConfigError
+from obliviate.eval.tofu import TINY_SCALE_NOTE
+from obliviate.recipes.tofu import GivenModels, TofuConfig, check_run, run_tofu
+from obliviate.runs.results import prepare_out_dir
+
+
+def cmd_tofu(args) -> None:
+    given = None
+    if args.model:
+        if not args.retain_model:
+            raise ConfigError("--model needs --retain-model (the TOFU retain model, trained without the forget "
+                              "split: forget quality is measured against it)")
+        given = GivenModels(args.model, args.retain_model, args.tokenizer, args.pad_policy or "error")
+    else:
+        for opt in ("retain_model", "tokenizer", "pad_policy"):
+            if getattr(args, opt) is not None:
+                raise ConfigError(f"--{opt.replace('_', '-')} needs --model")
+    base = {"seed": args.seed, **({"method": args.method} if args.method else {}),
+            **({"forget": args.forget} if args.forget else {})}
+    cfg = build_config(TofuConfig, args.config, args.overrides, base=base)
+    check_run(cfg, args.out, given)  # before the output directory is touched
+    out = prepare_out_dir(args.out)
+    res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
+    m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
+    print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
+    for key in ("forget_quality", "model_utility", "retain_utility", rouge):
+        print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
+    if given is None:
+        print(f"note: {TINY_SCALE_NOTE}")
+    print(f"results: {out / 'results.json'}")
+
+
+def register(sub) -> None:
+    s = sub.add_parser("tofu", help="TOFU: fine-tune tiny models on full and the retain split (or start from "
+                                    "--model and --retain-model), unlearn the forget split, report forget quality "
+                                    "and model utility")
+    add_common(s)
+    s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
+    s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split retain99, "
+                                    "retain95, retain90)")
+    g = s.add_argument_group("given models (instead of training tiny ones)")
+    g.add_argument("--model", help="model fine-tuned on TOFU full (directory or hub id): evaluated and unlearned")
+    g.add_argument("--retain-model", help="the same base fine-tuned on the retain split only (directory or hub id); "
+                                          "required with --model")
+    g.add_argument("--tokenizer", help="tokenizer directory or hub id, if not the model's")
+    g.add_argument("--pad-policy", choices=["error", "eos"], help="what to do when the tokenizer has no pad token "
+                                                                  "(default: error)")
+    s.set_defaults(fn=cmd_tofu)

@@ -1,0 +1,28 @@
+"""``obliviate world``: generate the synthetic world and save it."""
+
+from __future__ import annotations
+
+from obliviate.cli.args import add_common
+from obliviate.config import build_config
+from obliviate.runs.results import prepare_out_dir, write_results
+from obliviate.tasks.world import WorldConfig, generate_world
+
+
+def cmd_world(args) -> None:
+    cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
+    out = prepare_out_dir(args.out)
+    world = generate_world(cfg)
+    world.save(out / "world")
+    splits = ("forget", "holdout", "retain", "general", "concept")
+    metrics = {f"n_facts_{s}": len(world.facts_by_split(s)) for s in splits}
+    docs = world.documents()
+    metrics.update(n_documents=len(docs), n_chars=sum(len(d["text"]) for d in docs),
+                   n_relearn_paragraphs=len(world.relearn_paragraphs), fingerprint=world.fingerprint())
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
+    print(f"world written to {out / 'world'} ({metrics['n_documents']} documents)")
+
+
+def register(sub) -> None:
+    s = sub.add_parser("world", help="generate the synthetic world and save it")
+    add_common(s)
+    s.set_defaults(fn=cmd_world)
