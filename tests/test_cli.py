@@ -43,7 +43,7 @@ def test_every_command_has_its_own_help(capsys):
     from obliviate.cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert {"world", "pretrain", "eval", "demo", "finetune", "methods", "unlearn", "compare", "attack",
+    assert {"world", "pretrain", "eval", "demo", "finetune", "methods", "tasks", "unlearn", "compare", "attack",
             "probe-directions", "tofu", "reproduce", "bench"} == set(sub.choices)
     for name in sub.choices:
         with pytest.raises(SystemExit) as e:
@@ -51,6 +51,19 @@ def test_every_command_has_its_own_help(capsys):
         assert e.value.code == 0
         assert capsys.readouterr().out.startswith(f"usage: obliviate {name} "), name
 
+
+def test_tasks_lists_every_provider_with_its_help(capsys):
+    from obliviate.tasks import TASKS, task_names
+
+    assert main(["tasks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == task_names()
+    for line, name in zip(lines, task_names()):
+        assert line.endswith(TASKS[name].help)
+    assert main(["tasks", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "arguments: forget01, forget05, forget10" in out  # tofu's splits
+    assert "harry_potter" in out  # an EMBER concept
 
 
 @pytest.mark.parametrize("args,needle", [
