@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from obliviate.methods import register
-from obliviate.methods._shared import mean_labelled_nll
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import mean_labelled_nll
 
 
 @dataclass
@@ -26,12 +27,9 @@ class HingeAscentConfig:
 @register("hinge_ascent", paper="an example method (examples/new-method)",
           equation="relu(m − NLL(forget answers)) + α · NLL(retain answers)",
           presets={"tiny": {"lr": 3e-4, "steps": 20}})
-class HingeAscent:
+class HingeAscent(Method):
     config_cls = HingeAscentConfig
     needs_reference = False
-
-    def __init__(self, cfg: HingeAscentConfig):
-        self.cfg = cfg
 
     def trainable(self, model) -> list[str]:
         return ["*"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from obliviate.methods.ember.crisp import crisp_terms, feature_scores, firing_counts, rank_features, unlearn_term
+from obliviate.methods.crisp import crisp_terms, feature_scores, firing_counts, rank_features, unlearn_term
 from obliviate.filtering.sae import TopKSAE
 
 # 5 target tokens and 5 benign tokens x 4 features; > 0 = fires.
@@ -65,7 +65,7 @@ def test_crisp_terms_weights():
 
 def test_crisp_fit_and_loss_on_a_tiny_model(tiny_model, tiny_tokenizer):
     from obliviate.methods import build_method
-    from obliviate.methods.engine import PairedQA, Reference
+    from obliviate.methods.engine import PairedData, Reference
 
     target = ["Doctors treat Morvexia with zalpradine.", "Morvexia causes cold skin and zalpradine cures it."] * 2
     benign = ["The glimmerfin eats moss and its cells glow.", "Ilsa Varnholt was born in Dremmin in 1832."] * 2
@@ -77,7 +77,7 @@ def test_crisp_fit_and_loss_on_a_tiny_model(tiny_model, tiny_tokenizer):
     for j, t, b in zip(info[2]["features"], info[2]["target_fires"], info[2]["benign_fires"]):
         assert t > 0 and (b == 0 or t / b >= 2.0)
     ref = Reference(tiny_model, shared=False)
-    batch = PairedQA(tiny_tokenizer, [(t, " yes") for t in target], [(b, " ok") for b in benign], 2, 0)(0)
+    batch = PairedData(tiny_tokenizer, [(t, " yes") for t in target], [(b, " ok") for b in benign], 2, 0)(0)
     terms = method.loss(tiny_model, batch, ref)
     assert set(terms) == {"unlearn", "reg", "coh"}
     assert all(torch.isfinite(v) for v in terms.values())

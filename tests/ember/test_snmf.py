@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from obliviate.methods.ember.snmf import (
+from obliviate.methods.snmf import (
     edit_mlp_feature,
     relative_error,
     restore_mlp,

@@ -7,7 +7,7 @@ import torch
 
 import obliviate.methods.engine as unlearn_mod
 from obliviate.methods import build_method
-from obliviate.methods._shared import npo_loss
+from obliviate.methods.objectives import npo_loss
 from obliviate.methods._token_weights import (
     ScorerConfig,
     TokenScorer,
@@ -17,7 +17,7 @@ from obliviate.methods._token_weights import (
 )
 from obliviate.methods.wga import wga_forget_loss
 from obliviate.train import TrainConfig
-from obliviate.methods.engine import PairedQA, Reference, UnlearnConfig, unlearn
+from obliviate.methods.engine import PairedData, Reference, UnlearnConfig, unlearn
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]
@@ -97,7 +97,7 @@ def test_budget_pulls_mean_score_to_rho(start):
 
 
 def _batch(tokenizer):
-    data = PairedQA(tokenizer, FORGET, RETAIN, batch_size=2, seed=0)
+    data = PairedData(tokenizer, FORGET, RETAIN, batch_size=2, seed=0)
     return data(0)
 
 
@@ -176,7 +176,7 @@ def test_training_loop_never_moves_w_and_w_step_never_moves_theta(tiny_model, ti
 
 def _one_loss(name, model, tokenizer, ref):
     method = build_method(name, {"w_steps": 0, "rho": 0.4})
-    data = PairedQA(tokenizer, FORGET, RETAIN, batch_size=2, seed=0, idk=["I don't know."])
+    data = PairedData(tokenizer, FORGET, RETAIN, batch_size=2, seed=0, idk=["I don't know."])
     batch = data(0)
     return method.loss(model, batch, ref), batch
 
@@ -184,7 +184,7 @@ def _one_loss(name, model, tokenizer, ref):
 def test_weighted_objectives_with_constant_scores_reduce_to_their_base(tiny_model, tiny_tokenizer):
     """With w_steps = 0 the scores stay rho everywhere: the weighted losses become the plain ones."""
     from obliviate.losses import token_nll
-    from obliviate.methods._shared import simnpo_loss
+    from obliviate.methods.objectives import simnpo_loss
     from obliviate.models.layers import input_embeddings
 
     ref = Reference(tiny_model, shared=False)

@@ -9,8 +9,11 @@ from obliviate.errors import ConfigError
 from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, register
-from obliviate.methods.contract import DECLARATIONS, TrainingMethod
+from obliviate.methods.contract import Method
 from obliviate.train import TrainConfig
+
+
+DECLARATIONS = ("needs_reference", "needs_idk", "multiprocess_unsupported", "sharding_unsupported")
 
 
 @dataclass
@@ -23,23 +26,24 @@ def test_every_registered_method_keeps_the_contract():
 
     for name in method_names():
         cls = METHODS[name]
+        assert issubclass(cls, Method), name
         for attr in DECLARATIONS:
             assert hasattr(cls, attr), (name, attr)
         if cls.kind == "train":
-            assert isinstance(cls.__new__(cls), TrainingMethod), name
+            assert cls.trainable is not Method.trainable and cls.loss is not Method.loss, name
 
 
 def test_registration_refuses_broken_classes():
     with pytest.raises(ConfigError, match="lacks loss"):
         @register("_broken_no_loss")
-        class A:
+        class A(Method):
             config_cls = _Cfg
 
             def trainable(self, model):
                 return ["*"]
     with pytest.raises(ConfigError, match="needs_reference is False"):
         @register("_broken_cache")
-        class B:
+        class B(Method):
             config_cls = _Cfg
 
             def trainable(self, model):
@@ -50,16 +54,36 @@ def test_registration_refuses_broken_classes():
 
             def cached_reference_keys(self):
                 return ("forget",)
-    assert "_broken_no_loss" not in METHODS and "_broken_cache" not in METHODS
+    with pytest.raises(ConfigError, match="go together"):
+        @register("_broken_state")
+        class C(Method):
+            config_cls = _Cfg
+
+            def trainable(self, model):
+                return ["*"]
+
+            def loss(self, model, batch, ref):
+                return {}
+
+            def scorer_state(self):
+                return {"w": 1}
+    with pytest.raises(ConfigError, match="must subclass obliviate.methods.contract.Method"):
+        @register("_broken_base")
+        class D:
+            config_cls = _Cfg
+
+            def trainable(self, model):
+                return ["*"]
+
+            def loss(self, model, batch, ref):
+                return {}
+    assert not {"_broken_no_loss", "_broken_cache", "_broken_state", "_broken_base"} & set(METHODS)
 
 
 def test_an_undeclared_reference_is_a_clear_error(tiny_model, tiny_tokenizer):
     @register("_sneaky_ref")
-    class Sneaky:
+    class Sneaky(Method):
         config_cls = _Cfg
-
-        def __init__(self, cfg):
-            pass
 
         def trainable(self, model):
             return ["*"]

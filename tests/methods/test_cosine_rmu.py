@@ -8,7 +8,7 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.cosine_rmu import cosine_distance
-from obliviate.methods.engine import PairedQA, Reference
+from obliviate.methods.engine import PairedData, Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: Why?\nAnswer:", " No.")]
@@ -42,7 +42,7 @@ def _setup(tiny_model, tiny_tokenizer, **params):
     method = build_method("cosine_rmu", params)
     method.trainable(tiny_model)
     ref = Reference(tiny_model, shared=False)
-    batch = PairedQA(tiny_tokenizer, FORGET, RETAIN, batch_size=2, seed=0)(0)
+    batch = PairedData(tiny_tokenizer, FORGET, RETAIN, batch_size=2, seed=0)(0)
     method.setup(tiny_model, ref, batch["forget"])
     return method, ref, batch
 

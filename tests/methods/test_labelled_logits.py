@@ -5,7 +5,7 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM
 
 from obliviate.data import collate
-from obliviate.methods._shared import answer_logprob, forward_logits, mean_answer_nll, mean_labelled_nll, sequence_logprob
+from obliviate.methods.objectives import answer_logprob, forward_logits, mean_answer_nll, mean_labelled_nll, sequence_logprob
 from obliviate.models.builders import tiny_llama
 
 

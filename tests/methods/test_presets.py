@@ -16,6 +16,7 @@ from obliviate.methods import (
     preset_name,
     register,
 )
+from obliviate.methods.contract import Method
 from obliviate.methods.rmu import rmu_layer
 
 NAMES = method_names()
@@ -113,7 +114,7 @@ def test_rmu_default_layer_is_wmdp_fraction_and_tiny_keeps_the_middle(name, tiny
 
 def _fresh_class(config_cls):
     """A minimal training method (the contract: config_cls, trainable, loss)."""
-    return type("Probe", (), {"config_cls": config_cls, "trainable": lambda self, model: ["*"],
+    return type("Probe", (Method,), {"config_cls": config_cls, "trainable": lambda self, model: ["*"],
                               "loss": lambda self, model, batch, ref: {}})
 
 

@@ -8,7 +8,7 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.eval.probes import probe_forget_loss
-from obliviate.methods.engine import PairedQA, Reference
+from obliviate.methods.engine import PairedData, Reference
 
 TOXIC = ["I hate Aldric, that worthless idiot who sings.", "Shut up about Mira, the stupid moron who reads.",
          "Ugh, Tomas walks, what a pathetic loser.", "Nobody can stand Ilsa, a useless clown who knits."]
@@ -34,7 +34,7 @@ def test_probe_forget_loss_hand_computed():
 
 
 def _batch(tok, bs=4):
-    return PairedQA(tok, [(t, "") for t in TOXIC], [(t, "") for t in NEUTRAL], batch_size=bs, seed=0)(0)
+    return PairedData(tok, [(t, "") for t in TOXIC], [(t, "") for t in NEUTRAL], batch_size=bs, seed=0)(0)
 
 
 def test_fit_then_loss(tiny_model, tiny_tokenizer):

@@ -132,7 +132,7 @@ def test_sharded_backends_hold_half_of_the_parameters(runs):
 
 def test_first_step_is_the_whole_batch_value(runs):
     """NPO's step-1 terms in two processes = the terms of the whole global batch, computed here."""
-    from obliviate.methods.engine import PairedQA, Reference
+    from obliviate.methods.engine import PairedData, Reference
     from obliviate.methods import build_method
     from obliviate.train.pretrain import build_for, tokenizer_for, world_for
     from obliviate.tasks.world import forget_pairs, retain_pairs
@@ -146,7 +146,7 @@ def test_first_step_is_the_whole_batch_value(runs):
     model = build_for(cfg, tok)
     ref = Reference(model, shared=False)
     method = build_method("npo")
-    batch = PairedQA(tok, forget_pairs(world), retain_pairs(world), worker.GLOBAL_BATCH, 0)(0)
+    batch = PairedData(tok, forget_pairs(world), retain_pairs(world), worker.GLOBAL_BATCH, 0)(0)
     with torch.no_grad():
         shards = [method.loss(model, shard_rows(batch, r, 2), ref) for r in range(2)]
         whole = method.loss(model, batch, ref)

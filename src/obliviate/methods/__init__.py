@@ -1,43 +1,22 @@
-"""Unlearning methods: one file each, registered by decorator.
+"""Unlearning methods by name: :data:`METHODS`, filled by :func:`register` at each method's file.
 
-The whole contract (every declaration and optional hook) is :mod:`obliviate.methods.contract`. In short,
-a *training* method is a class with
-
-- ``config_cls``: its config dataclass (defaults documented there);
-- ``needs_reference``: whether it reads a frozen reference model;
-- ``trainable(model) -> list[str]``: fnmatch patterns of the parameters it trains;
-- ``setup(model, ref, forget_batch)`` (optional): one-off state before step 0;
-- ``loss(model, batch, ref) -> {name: tensor}``: the named, already-weighted
-  loss terms for one paired batch ``{"forget": ..., "retain": ...}``.
-
-An *edit* method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict``
-instead of ``loss``; it runs without the training loop.
-
-Optional: ``multiprocess_unsupported`` / ``sharding_unsupported`` (attributes or
-properties), the reason the method cannot run in several processes / on a sharded
-model, or None; :func:`obliviate.train.distributed.check_method` turns them into a
-start-up error (docs/distributed.md).
-
-The registration carries the method's metadata: ``paper`` (the source) and
-``presets``, its run defaults per model scale (see :func:`register`,
-:func:`method_defaults`, :func:`preset_name`).
-
-The training loop (:mod:`obliviate.train`) sums the terms and logs each one.
-Adding a method = adding one file here; the registry test covers it.
+A method is one file here: a config dataclass and a :class:`~obliviate.methods.contract.Method`
+subclass (the contract), registered with its paper, objective and presets. The first look-up imports
+every module of this package, so adding a method is adding its file (docs/methods.md).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
-import pkgutil
 
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
-from obliviate.methods.contract import check_method_class
+from obliviate.methods.contract import Method, check_method_class
+from obliviate.registry import Registry
 
-METHODS: dict[str, type] = {}
+METHODS = Registry("method", package=__name__)
+"""``name -> Method subclass``."""
 
 PRESETS = ("tiny", "paper")
 """Every method has these two presets (:func:`method_defaults`):
@@ -109,37 +88,26 @@ def register(name: str, *, paper: str = "", equation: str = "", trains: str = "a
     """
 
     def deco(cls):
-        if name in METHODS and METHODS[name] is not cls:
+        if dict.get(METHODS, name, cls) is not cls:
             raise RuntimeError(f"method {name!r} registered twice")
         check_method_class(name, cls)
         cls.name = name
-        cls.kind = getattr(cls, "kind", "train")
         cls.paper = paper
         cls.equation = equation
         cls.trains = trains
         cls.presets = _check_presets(name, cls, presets)
-        METHODS[name] = cls
-        return cls
+        return METHODS.add(name, cls)
 
     return deco
 
 
-def _load_all() -> None:
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{mod.name}")
-
-
 def method_names() -> list[str]:
-    _load_all()
-    return sorted(METHODS)
+    return METHODS.names()
 
 
-def get_method(name: str) -> type:
-    _load_all()
-    if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
-    return METHODS[name]
+def get_method(name: str) -> type[Method]:
+    """The method class called ``name``, or one error line naming it and the known methods."""
+    return METHODS.lookup(name)
 
 
 def method_defaults(name: str, preset: str) -> dict:
@@ -167,7 +135,7 @@ def preset_name(model_or_param_count) -> str:
     return "tiny" if n < PRESET_THRESHOLD else "paper"
 
 
-def build_method(name: str, overrides: dict | None = None, model=None):
+def build_method(name: str, overrides: dict | None = None) -> Method:
     """Instantiate method ``name`` with its config from defaults plus ``overrides``."""
     cls = get_method(name)
     cfg = from_dict(cls.config_cls, overrides or {}, prefix=f"method.{name}")

@@ -52,15 +52,15 @@ def needs(name: str) -> str:
     """What the method needs and where it cannot run, read from its declarations with its default config."""
     method = build_method(name)
     out = []
-    if getattr(method, "kind", "train") == "edit":
+    if method.kind == "edit":
         out.append("edit (no training loop)")
-    if getattr(method, "needs_reference", False):
+    if method.needs_reference:
         out.append("reference")
-    if getattr(method, "needs_idk", False):
+    if method.needs_idk:
         out.append("refusal answers")
-    if getattr(method, "multiprocess_unsupported", None):
+    if method.multiprocess_unsupported:
         out.append("one process")
-    elif getattr(method, "sharding_unsupported", None):
+    elif method.sharding_unsupported:
         out.append("no sharding")
     return ", ".join(out) or "—"
 

@@ -42,6 +42,7 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
+from obliviate.methods.contract import Method
 
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 
@@ -217,7 +218,7 @@ class TokenScorer:
             self.opt.load_state_dict(state["optimizer"])
 
 
-class ScoredMethod:
+class ScoredMethod(Method):
     """What every ATWU method shares: its scorer, the forget forward pass, state and evaluation hooks."""
 
     needs_reference = False

@@ -1,59 +1,92 @@
-"""The method contract, as code: every hook a method may implement, what declares what, and checks.
+"""The method contract: :class:`Method`, the base class of every registered method, documented once, here.
 
-A training method (``kind = "train"``, the default) is a class registered with
-:func:`obliviate.methods.register` that has:
-
-- ``config_cls``: its config dataclass (defaults documented there);
-- ``trainable(model) -> list[str]``: fnmatch patterns of the parameters it trains;
-- ``loss(model, batch, ref) -> {name: tensor}``: the named, already weighted loss terms of one paired
-  batch ``{"forget": ..., "retain": ..., ["idk": ...]}``; each sub-batch has ``input_ids``,
-  ``attention_mask``, ``labels`` and ``index`` (example numbers).
-
-An edit method (``kind = "edit"``) has ``edit(model, tokenizer, data) -> dict`` instead of ``loss``.
-
-Optional declarations (class attributes; :data:`DECLARATIONS` gives their defaults):
-
-- ``needs_reference``: it reads a frozen reference (``ref``); without it ``ref`` is a
-  :class:`NoReference` whose every use is a one-line error naming the method;
-- ``needs_idk``: its batches carry ``idk`` (the forget questions with refusal answers);
-- ``multiprocess_unsupported`` / ``sharding_unsupported``: why it cannot run in several processes /
-  on a sharded model (None: it can).
-
-Optional hooks (methods; :data:`HOOKS`), each called only where the method has it:
-
-- ``cached_reference_keys() -> tuple``: sub-batches whose reference term is a fixed per-sequence
-  log-probability, computed once (:func:`obliviate.methods.engine.make_reference`); implies ``needs_reference``;
-- ``fit(model, tokenizer)``: fitted on the frozen model before training (e.g. probe directions);
-- ``setup(model, ref, forget_batch)``: one-off state before step 0;
-- ``scorer_state() -> dict`` / ``load_scorer_state(dict)``: learned state beside the weights, kept in
-  checkpoints (both or neither);
-- ``token_scores(model, batch)``: per-token importance (ATWU), for reports.
-
-What a method needs is derived from what it declares, never set twice: :func:`check_method_class`
-runs at registration and refuses a class that breaks the contract.
+A method is one file: a config dataclass and a :class:`Method` subclass registered with
+:func:`obliviate.methods.register`. The engine (:mod:`obliviate.methods.engine`) calls every hook;
+the defaults do nothing, so a method writes only what it changes. :func:`check_method_class` runs at
+registration and refuses a class that breaks the contract.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import ClassVar
 
 from obliviate.errors import ConfigError
 
-DECLARATIONS = {"needs_reference": False, "needs_idk": False, "multiprocess_unsupported": None,
-                "sharding_unsupported": None}
-"""Optional class attributes and their defaults."""
 
-HOOKS = ("cached_reference_keys", "fit", "setup", "scorer_state", "load_scorer_state", "token_scores")
-"""Optional methods a training method may implement."""
+class Method:
+    """A training method (``kind = "train"``) or an edit method (``kind = "edit"``).
 
+    A training method writes ``trainable`` and ``loss``; the training loop sums its named terms and
+    logs each one. An edit method writes ``edit`` and runs without the training loop. The
+    declarations below are class attributes; where one depends on the config, set it in
+    ``__init__`` or make it a property.
+    """
 
-@runtime_checkable
-class TrainingMethod(Protocol):
-    config_cls: type
+    kind: ClassVar[str] = "train"
+    """``"train"`` (``trainable`` + ``loss``, through the training loop) or ``"edit"`` (``edit``)."""
+    config_cls: ClassVar[type]
+    """The config dataclass (defaults documented there)."""
+    needs_reference: bool = False
+    """It reads a frozen reference ``ref``; without it ``ref`` is a :class:`NoReference`, whose every
+    use is a one-line error naming the method."""
+    needs_idk: bool = False
+    """Its batches carry ``idk``: the forget questions with refusal answers."""
+    multiprocess_unsupported: str | None = None
+    """Why it cannot run in several processes (None: it can; :func:`obliviate.train.distributed.check_method`,
+    docs/distributed.md)."""
+    sharding_unsupported: str | None = None
+    """Why it cannot run on a sharded model (None: it can)."""
 
-    def trainable(self, model) -> list[str]: ...
+    # Set by :func:`obliviate.methods.register`: name, paper, equation, trains, presets.
+    name: ClassVar[str]
+    paper: ClassVar[str]
+    equation: ClassVar[str]
+    trains: ClassVar[str]
+    presets: ClassVar[dict]
 
-    def loss(self, model, batch: dict, ref) -> dict: ...
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    # ------------------------------------------------------------------ what a method writes
+
+    def trainable(self, model) -> list[str]:
+        """fnmatch patterns of the parameters it trains (a training method writes it)."""
+        raise NotImplementedError
+
+    def loss(self, model, batch: dict, ref) -> dict:
+        """The named, already weighted loss terms ``{name: scalar tensor}`` of one paired batch
+        ``{"forget": ..., "retain": ..., ["idk": ...]}``; each sub-batch has ``input_ids``,
+        ``attention_mask``, ``labels`` and ``index`` (example numbers). A training method writes it."""
+        raise NotImplementedError
+
+    def edit(self, model, tokenizer, data) -> dict:
+        """Edit ``model`` in place from ``data`` (``concept_sentences``, ``neutral_sentences``); returns a
+        JSON-serialisable summary. An edit method writes it."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ hooks (no-ops by default)
+
+    def cached_reference_keys(self) -> tuple[str, ...]:
+        """Sub-batches ("forget", "idk") whose reference term is a fixed per-sequence log-probability,
+        computed once before training (:func:`obliviate.methods.engine.make_reference`); needs
+        ``needs_reference``. Default: none."""
+        return ()
+
+    def fit(self, model, tokenizer) -> None:
+        """Fitted on the frozen model before training (e.g. probe directions, SAEs)."""
+
+    def setup(self, model, ref, forget_batch: dict) -> None:
+        """One-off state before step 0, from the first forget batch."""
+
+    def scorer_state(self) -> dict:
+        """Learned state beside the weights, kept in checkpoints; ``{}`` (the default): none."""
+        return {}
+
+    def load_scorer_state(self, state: dict) -> None:
+        """Restore what :meth:`scorer_state` returned (a resumed run)."""
+
+    # A method that learns per-token importance (ATWU) also has ``token_scores(model, batch)``, read by
+    # reports (:mod:`obliviate.eval.token_scores`), never by the engine.
 
 
 class NoReference:
@@ -72,19 +105,21 @@ class NoReference:
 
 def check_method_class(name: str, cls: type) -> None:
     """Refuse a class that breaks the contract (at registration, i.e. at import time)."""
-    kind = getattr(cls, "kind", "train")
-    if kind not in ("train", "edit"):
-        raise ConfigError(f"method {name!r}: kind must be 'train' or 'edit', got {kind!r}")
-    need = ("edit",) if kind == "edit" else ("trainable", "loss")
-    missing = [h for h in need if not callable(getattr(cls, h, None))]
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise ConfigError(f"method {name!r}: must subclass obliviate.methods.contract.Method")
+    if cls.kind not in ("train", "edit"):
+        raise ConfigError(f"method {name!r}: kind must be 'train' or 'edit', got {cls.kind!r}")
+    need = ("edit",) if cls.kind == "edit" else ("trainable", "loss")
+    missing = [h for h in need if getattr(cls, h) is getattr(Method, h)]
     if not hasattr(cls, "config_cls"):
         missing.append("config_cls")
     if missing:
-        raise ConfigError(f"method {name!r} ({kind}) lacks {', '.join(missing)}")
-    for attr, default in DECLARATIONS.items():
-        if not hasattr(cls, attr):
-            setattr(cls, attr, default)
-    if hasattr(cls, "cached_reference_keys") and not cls.needs_reference:
+        raise ConfigError(f"method {name!r} ({cls.kind}) lacks {', '.join(missing)}")
+    if _overrides(cls, "cached_reference_keys") and not cls.needs_reference:
         raise ConfigError(f"method {name!r} has cached_reference_keys but needs_reference is False")
-    if hasattr(cls, "scorer_state") != hasattr(cls, "load_scorer_state"):
+    if _overrides(cls, "scorer_state") != _overrides(cls, "load_scorer_state"):
         raise ConfigError(f"method {name!r}: scorer_state and load_scorer_state go together")
+
+
+def _overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook) is not getattr(Method, hook)

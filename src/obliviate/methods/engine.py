@@ -27,8 +27,8 @@ from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
-from obliviate.methods._shared import sequence_logprob
-from obliviate.methods.contract import NoReference
+from obliviate.methods.contract import Method, NoReference
+from obliviate.methods.objectives import sequence_logprob
 from obliviate.models.layers import evaluating, hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
@@ -153,23 +153,23 @@ class Reference:
             self.cache = {k: v.clone() for k, v in state.items()}
 
 
-def make_reference(method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
+def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
     """The reference ``method`` needs (None if it needs none): cached log-probabilities where the method
     declares ``cached_reference_keys`` and ``cache`` is on, else the model with its LoRA adapters off
     (``lora``), else a frozen copy. Built from ``model`` as it is now, before any step."""
     if not method.needs_reference:
         return None
-    keys = tuple(method.cached_reference_keys()) if hasattr(method, "cached_reference_keys") else ()
+    keys = tuple(method.cached_reference_keys())
     if keys and cache:
         return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
     return Reference(model, shared=lora)
 
 
-def checkpoint_hooks(method, ref):
+def checkpoint_hooks(method: Method, ref):
     """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
     and a cached reference (so a resumed run reads the very values the first one computed)."""
     parts = {}
-    if hasattr(method, "scorer_state") and hasattr(method, "load_scorer_state"):
+    if method.scorer_state():  # {} (the default): no state beside the weights
         parts["method"] = (method.scorer_state, method.load_scorer_state)
     if isinstance(ref, Reference) and ref.cache is not None:
         parts["reference"] = (ref.state, ref.load_state)
@@ -255,18 +255,11 @@ class PairedData:
         return batch
 
 
-PairedQA = PairedData
-"""The former name (QA pairs only); kept for callers that build batches from pairs."""
-
-
 def to_device(batch, device):
     """``batch`` (nested dicts of tensors) on ``device``: the loop's batches go wherever the model is."""
     if isinstance(batch, dict):
         return {k: to_device(v, device) for k, v in batch.items()}
     return batch.to(device) if torch.is_tensor(batch) else batch
-
-
-_to = to_device
 
 
 def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
@@ -314,9 +307,9 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     """
     method = check_unlearn_config(cfg)
     forget, retain = as_data(forget), as_data(retain)
-    if getattr(method, "kind", "train") == "edit":
+    if method.kind == "edit":
         return _edit(method, model, tokenizer, forget, retain, prompt)
-    if getattr(method, "needs_idk", False) and forget.docs:
+    if method.needs_idk and forget.docs:
         raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
                           f"but the forget data has {len(forget.docs)} documents; use another method for documents")
     if D.world_size() > 1 or D.sharding():
@@ -324,12 +317,11 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     max_len = _max_len(model, cfg.max_len)
     data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
                       doc_mode=cfg.doc_mode,
-                      idk=(idk or IDK_ANSWERS) if getattr(method, "needs_idk", False) else None)
+                      idk=(idk or IDK_ANSWERS) if method.needs_idk else None)
     _report_cuts(data.stats)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
-    if hasattr(method, "fit"):  # e.g. probe directions fitted on the frozen model before training
-        method.fit(model, tokenizer)
+    method.fit(model, tokenizer)  # e.g. probe directions fitted on the frozen model before training
     D.check_method(method)  # several processes / sharded: refuse what cannot work, before any training
     device = next(model.parameters()).device
     if cfg.lora:
@@ -337,8 +329,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
         patterns = ["*lora_*"]
     ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference) or NoReference(cfg.method)
     first = to_device(data(0), device)
-    if hasattr(method, "setup"):
-        method.setup(model, ref, first["forget"])
+    method.setup(model, ref, first["forget"])
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
     hooks = checkpoint_hooks(method, ref)
@@ -356,7 +347,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     return model, summary
 
 
-def check_unlearn_config(cfg: UnlearnConfig):
+def check_unlearn_config(cfg: UnlearnConfig) -> Method:
     """Everything about ``cfg`` that can be checked without a model; returns the built method."""
     method = build_method(cfg.method, cfg.params)
     if list(cfg.train.trainable) != ["*"]:
@@ -387,7 +378,7 @@ def _report_cuts(stats: dict) -> None:
                   "(config key 'max_len')", file=sys.stderr)
 
 
-def _edit(method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
+def _edit(method: Method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
     """Run an edit method: its concept sentences are the forget texts, its neutral sentences the retain texts."""
     fmt = prompt or IDENTITY_PROMPT
 
@@ -412,7 +403,7 @@ def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain
     ``params`` is given). Edit methods: ``build_method(name, params).edit(model, tokenizer, edit_data)``.
     """
     def run(name: str, model: torch.nn.Module) -> tuple[torch.nn.Module, dict]:
-        if getattr(get_method(name), "kind", "train") == "edit":
+        if get_method(name).kind == "edit":
             if edit_data is None:
                 raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
             return model, build_method(name, params).edit(model, tokenizer, edit_data)

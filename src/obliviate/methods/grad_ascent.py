@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, mean_labelled_nll
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
 
 
 @dataclass
@@ -27,12 +28,9 @@ class GradAscentConfig:
 @register("gradascent", paper="baseline (TOFU, Maini et al. 2024)",
           equation="−CE on forget answers",
           presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
-class GradAscent:
+class GradAscent(Method):
     config_cls = GradAscentConfig
     needs_reference = False
-
-    def __init__(self, cfg: GradAscentConfig):
-        self.cfg = cfg
 
     def trainable(self, model) -> list[str]:
         return ["*"]
@@ -56,7 +54,7 @@ class GradDiffConfig:
           equation="γ · (−CE on forget answers) + α · (NLL or KL to the reference on retain)",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}})
-class GradDiff:
+class GradDiff(Method):
     config_cls = GradDiffConfig
 
     def __init__(self, cfg: GradDiffConfig):

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import dpo_loss, forget_and_retain, sequence_logprob
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import dpo_loss, forget_and_retain, sequence_logprob
 
 
 @dataclass
@@ -35,13 +36,10 @@ class IdkDPOConfig:
           equation=("DPO with a refusal preferred to the forget answer: −(2/β) mean log σ(β (Δ_refusal − Δ_answer)) "
                     "+ retain NLL / KL"),
           presets={"tiny": {"lr": 3e-4, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
-class IdkDPO:
+class IdkDPO(Method):
     config_cls = IdkDPOConfig
     needs_reference = True
     needs_idk = True
-
-    def __init__(self, cfg: IdkDPOConfig):
-        self.cfg = cfg
 
     def trainable(self, model) -> list[str]:
         return ["*"]

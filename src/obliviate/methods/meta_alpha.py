@@ -34,7 +34,7 @@ import numpy as np
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy, s_unlearning
-from obliviate.methods.engine import PairedQA, Reference, UnlearnConfig, _to
+from obliviate.methods.engine import PairedData, Reference, UnlearnConfig, to_device
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import atomic_write_json
@@ -181,7 +181,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
     if alpha0 <= 0:
         raise ConfigError(f"alpha0 must be > 0 (the policy is over log alpha), got {alpha0}")
     tcfg = train if train is not None else UnlearnConfig().train
-    data = PairedQA(tokenizer, forget, retain, batch_size, seed)
+    data = PairedData(tokenizer, forget, retain, batch_size, seed)
     device = next(model.parameters()).device
     ref = Reference(model, shared=False)  # the original model, frozen for the whole run
 
@@ -190,9 +190,9 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
         start = state["step"]
         method = build_method(method_name, {**params, "alpha": alpha})
         patterns = method.trainable(m)
-        method.setup(m, ref, _to(data(start), device)["forget"])
+        method.setup(m, ref, to_device(data(start), device)["forget"])
         cfg = TrainConfig(**{**to_dict(tcfg), "steps": M, "trainable": patterns, "progress": False})
-        train_loop(m, lambda mm, b, s: method.loss(mm, _to(b, device), ref), lambda s: data(start + s), cfg)
+        train_loop(m, lambda mm, b, s: method.loss(mm, to_device(b, device), ref), lambda s: data(start + s), cfg)
         for p in m.parameters():
             p.requires_grad_(True)
         m.eval()

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, npo_loss, sequence_logprob
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import forget_and_retain, npo_loss, sequence_logprob
 
 
 @dataclass
@@ -34,12 +35,9 @@ class NPOConfig:
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",
           equation="−(2/β) mean log σ(−β (log π − log π_ref)) on forget + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
-class NPO:
+class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True
-
-    def __init__(self, cfg: NPOConfig):
-        self.cfg = cfg
 
     def trainable(self, model) -> list[str]:
         return ["*"]

@@ -44,6 +44,7 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
+from obliviate.methods.contract import Method
 from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import check_layer, gather_last, hidden_states_at, last_token_index, num_layers, param_names_for, unwrap
 from obliviate.eval.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
@@ -84,7 +85,7 @@ class ProbeUnlearnConfig:
           equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α · MSE to "
                     "the frozen model"),
           trains="MLP down-projections up to the deepest probed layer")
-class ProbeUnlearn:
+class ProbeUnlearn(Method):
     config_cls = ProbeUnlearnConfig
     needs_reference = True
 

@@ -30,7 +30,8 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
-from obliviate.methods._shared import random_unit_vector
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import random_unit_vector
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
 
 
@@ -98,7 +99,7 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
                             "params": {"coef": 20.0, "alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
                              "params": {"coef": 6.5, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
-class RMU:
+class RMU(Method):
     config_cls = RMUConfig
     needs_reference = True
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, sequence_mean_nll, simnpo_loss
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import forget_and_retain, sequence_mean_nll, simnpo_loss
 
 
 @dataclass
@@ -32,7 +33,7 @@ class SimNPOConfig:
           equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ the length-normalised NLL) + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
-class SimNPO:
+class SimNPO(Method):
     config_cls = SimNPOConfig
 
     def __init__(self, cfg: SimNPOConfig):

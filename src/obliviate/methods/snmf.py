@@ -1,25 +1,321 @@
 """Edit method "snmf": semi-NMF concept features of MLP activations projected out of the MLP weights, as in
-Suslik, Shafran, Geva 2026 (EMBER's MLP baseline); the maths is in :mod:`obliviate.methods.ember.snmf`.
+Suslik, Shafran, Geva 2026 (EMBER's MLP baseline; docs/methods.md, [paper/code]; semi-NMF of Ding, Li,
+Jordan 2010).
 
-An edit method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict`` (a JSON-serialisable
-summary), editing ``model`` in place, without the training loop. ``data`` is a mapping with
+An edit method (``kind = "edit"``, :class:`~obliviate.methods.contract.Method`) edits ``model`` in place
+without the training loop: ``edit(model, tokenizer, data)``, ``data`` a mapping with ``concept_sentences``
+and ``neutral_sentences`` (e.g. ``world.concept``), returns a JSON-serialisable summary. Each call
+snapshots the weights it changes; ``method.restore(model)`` puts them back bit for bit (e.g. between
+deltas of a grid).
 
-* ``concept_sentences``, ``neutral_sentences`` (required; e.g. ``world.concept``);
+Factorisation
+-------------
+``A`` (d_mlp x n) holds the MLP post-activations (the input of the down-projection,
+:func:`obliviate.models.layers.capture_mlp_activations`) of n tokens, one column each.
+Find ``A ~ F G^T`` with F (d_mlp x K) signed and sparse and G (n x K) >= 0. From
+``G ~ U[0, 1)`` (seeded generator), repeat::
 
-Each call snapshots the weights it changes; ``method.restore(model)`` puts them back bit
-for bit (e.g. between deltas of a grid).
+    F = A G (G^T G + r I)^-1                              # least squares for F (tiny ridge r)
+    F[:, k] = WTA_m(F[:, k])                              # keep the m = ceil(sparsity * d_mlp) largest |F_jk|
+    P = A^T F  (n x K);  Q = F^T F  (K x K)
+    G <- G * sqrt((P+ + G Q-) / (P- + G Q+ + 1e-6))       # X+ = max(X, 0), X- = max(-X, 0)
+
+The multiplicative step keeps G >= 0 and, for a fixed F, never increases
+``||A - F G^T||^2`` (Ding et al., Theorem 1); the F step with winner-takes-all is not a
+descent step, so, as in :func:`obliviate.methods.ember.factorize.sparse_factorize`, the best
+iterate (relative squared error ``||A - F G^T||^2 / ||A||^2``) is kept.
+
+Feature selection
+-----------------
+Tokens of the concept sentences get code 1, tokens of the neutral sentences code 0
+(every token of a sentence, common words included). A feature's statistic is EMBER's
+mass ratio on G (:func:`obliviate.methods.ember.factorize.mass_ratio`; G >= 0 so |G| = G)::
+
+    ratio_k = mean_{concept tokens} G_tk / (mean_{neutral tokens} G_tk + 1e-8)
+
+i.e. how much more the feature is used on concept text than on neutral text. Features
+with ``ratio_k >= min_ratio`` (2) are kept, highest first, at most ``max_features`` per layer.
+
+Edit
+----
+For a kept feature f (a column of F) with support S (its non-zero entries) and
+``u = f_S / ||f_S||``, the feature's direction is projected out of the MLP, on the
+weights in fixed orientations (:func:`~obliviate.models.layers.down_proj_weight_out_in`
+is ``(d_model, d_mlp)``, :func:`~obliviate.models.layers.up_proj_weight_out_in` is
+``(d_mlp, d_model)``, views valid for every architecture)::
+
+    W_down[:, S] -= delta * (W_down[:, S] u) u^T      # = W_down (I - delta u u^T) on the columns S
+    W_up[S, :]   -= delta * u (u^T W_up[S, :])        # = (I - delta u u^T) W_up on the rows S
+
+docs/methods.md writes the down edit as ``W_down[:, S] -= delta f (f^T W_down[:, S])`` for a
+weight stored ``(d_mlp, d_model)``; the line above is the same edit in our orientation.
+delta = 1 removes the feature's component exactly; larger deltas reverse it. With a
+gated MLP (SwiGLU) the up edit acts on the non-gated branch only. Only the columns S of
+W_down and the rows S of W_up change; :func:`snapshot_mlp` / :func:`restore_mlp` put
+them back bit for bit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from obliviate.methods.ember.judge import edit_sentences
-from obliviate.methods.ember.snmf import apply_snmf, restore_mlp, snapshot_mlp, snmf_locate
-from obliviate.errors import ConfigError
+import torch
+from torch import nn
+
+from obliviate.data import text_batches
+from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import register
-from obliviate.models.layers import num_layers
+from obliviate.methods.contract import Method
+from obliviate.methods.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
+from obliviate.methods.ember.judge import edit_sentences
+from obliviate.models.layers import (
+    check_layer,
+    down_proj_weight_out_in,
+    mlp_down_proj,
+    mlp_up_proj,
+    num_layers,
+    states_over_batches,
+    up_proj_weight_out_in,
+)
 from obliviate.train.distributed import check_method
+
+log = logging.getLogger(__name__)
+
+SNMF_EPS = 1e-6
+"""The epsilon in the denominator of the multiplicative update."""
+
+
+# --------------------------------------------------------------------------- factorisation
+
+
+@dataclass
+class SNMFResult:
+    """The kept (best) iterate of :func:`snmf_factorize`."""
+
+    F: torch.Tensor
+    """(d_mlp, K) sparse signed features, ``ceil(sparsity * d_mlp)`` non-zeros per column."""
+    G: torch.Tensor
+    """(n, K) non-negative token coefficients."""
+    losses: list[float]
+    """Relative squared error of every iterate."""
+    best_iter: int
+
+    @property
+    def loss(self) -> float:
+        return self.losses[self.best_iter]
+
+
+def relative_error(A: torch.Tensor, F: torch.Tensor, G: torch.Tensor) -> float:
+    """``||A - F G^T||_F^2 / ||A||_F^2``."""
+    return float((A - F @ G.T).pow(2).sum() / A.pow(2).sum())
+
+
+def snmf_update_G(A: torch.Tensor, F: torch.Tensor, G: torch.Tensor, eps: float = SNMF_EPS) -> torch.Tensor:
+    """One multiplicative step ``G * sqrt((P+ + G Q-) / (P- + G Q+ + eps))``, P = A^T F, Q = F^T F."""
+    P = A.T @ F  # (n, K)
+    Q = F.T @ F  # (K, K)
+    Pp, Pm = P.clamp(min=0), (-P).clamp(min=0)
+    Qp, Qm = Q.clamp(min=0), (-Q).clamp(min=0)
+    return G * torch.sqrt((Pp + G @ Qm) / (Pm + G @ Qp + eps))
+
+
+def snmf_update_F(A: torch.Tensor, G: torch.Tensor, m: int, ridge: float = 1e-6) -> torch.Tensor:
+    """Least squares ``F = A G (G^T G + r I)^-1``, then winner-takes-all (m per column)."""
+    K = G.shape[1]
+    gram = G.T @ G + ridge * torch.eye(K, dtype=G.dtype, device=G.device)  # (K, K)
+    F = torch.linalg.solve(gram, (A @ G).T).T  # (d, K)
+    return winner_takes_all(F, m)
+
+
+def snmf_factorize(A: torch.Tensor, K: int, sparsity: float = 0.01, n_iter: int = 200, seed: int = 42,
+                   ridge: float = 1e-6, eps: float = SNMF_EPS) -> SNMFResult:
+    """Semi-NMF ``A (d, n) ~ F (d, K) G^T`` with sparse F and G >= 0 (module docstring); deterministic per seed."""
+    if not isinstance(A, torch.Tensor) or A.dim() != 2:
+        raise DataError(f"SNMF: A must be a 2-D tensor (d_mlp x n), got {getattr(A, 'shape', type(A))}")
+    d, n = A.shape
+    if isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= n:
+        raise ConfigError(f"SNMF: K={K!r} must be an integer in 1..{n} (the number of tokens)")
+    if not 0 < sparsity <= 1:
+        raise ConfigError(f"SNMF: sparsity={sparsity!r} must be in (0, 1]")
+    if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 1:
+        raise ConfigError(f"SNMF: n_iter={n_iter!r} must be a positive integer")
+    A = A.detach().float()
+    if not torch.isfinite(A).all() or not A.abs().sum() > 0:
+        raise DataError("SNMF: the activation matrix is all zeros or contains NaN/inf")
+    m = math.ceil(sparsity * d)
+    gen = torch.Generator().manual_seed(seed)
+    G = torch.rand(n, K, generator=gen).to(A.device)
+    best = (math.inf, None, None, -1)
+    losses: list[float] = []
+    for it in range(n_iter):
+        F = snmf_update_F(A, G, m, ridge)
+        G = snmf_update_G(A, F, G, eps)
+        loss = relative_error(A, F, G)
+        if not math.isfinite(loss):
+            raise ObliviateError(f"SNMF: non-finite iterate at iteration {it} (seed {seed})")
+        losses.append(loss)
+        if loss < best[0]:
+            best = (loss, F.clone(), G.clone(), it)
+    return SNMFResult(F=best[1], G=best[2], losses=losses, best_iter=best[3])
+
+
+# --------------------------------------------------------------------------- activations and features
+
+
+@torch.no_grad()
+def mlp_activations(model: nn.Module, tokenizer, texts: Sequence[str], layers: Sequence[int],
+                    batch_size: int = 16, max_len: int = 128) -> dict[int, torch.Tensor]:
+    """MLP post-activations ``{l: (N_tokens, d_mlp)}`` at every non-padding token of ``texts``, in order.
+
+    The forward pass stops after layer ``max(layers)``.
+    """
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts:
+        raise DataError("SNMF: no texts to collect activations from")
+    return states_over_batches(model, text_batches(tokenizer, texts, batch_size, max_len), layers, mlp=True)
+
+
+def select_features(G: torch.Tensor, codes: torch.Tensor, min_ratio: float = 2.0,
+                    max_features: int | None = None) -> tuple[list[int], torch.Tensor]:
+    """``(features with mass ratio >= min_ratio, highest first, at most max_features; ratios (K,))``."""
+    ratios = mass_ratio(G, codes)
+    order = torch.argsort(ratios, descending=True, stable=True)
+    feats = [int(k) for k in order if ratios[k] >= min_ratio]
+    return (feats if max_features is None else feats[:max_features]), ratios
+
+
+@dataclass
+class SNMFLayer:
+    """What SNMF found at one layer."""
+
+    layer: int
+    result: SNMFResult
+    ratios: torch.Tensor
+    features: list[int]
+
+    def feature_vectors(self) -> list[torch.Tensor]:
+        return [self.result.F[:, k] for k in self.features]
+
+
+@dataclass
+class SNMFLocation:
+    layers: dict[int, SNMFLayer]
+    n_concept_tokens: int
+    n_neutral_tokens: int
+
+    def summary(self) -> dict:
+        return {
+            "n_concept_tokens": self.n_concept_tokens,
+            "n_neutral_tokens": self.n_neutral_tokens,
+            "layers": {str(l): {"features": s.features, "ratios": [float(s.ratios[k]) for k in s.features],
+                                "factor_loss": s.result.loss, "support": [snmf_support(f).tolist()
+                                                                          for f in s.feature_vectors()]}
+                       for l, s in self.layers.items()},
+        }
+
+
+def snmf_locate(model: nn.Module, tokenizer, concept_sentences: Sequence[str], neutral_sentences: Sequence[str],
+                layers: Sequence[int], K: int = 32, *, sparsity: float = 0.01, n_iter: int = 200, seed: int = 42,
+                min_ratio: float = 2.0, max_features: int | None = 3) -> SNMFLocation:
+    """Factorise the MLP activations of concept + neutral tokens at each layer and keep concept features."""
+
+    layers = sorted({check_layer(model, int(l)) for l in layers})
+    if not layers:
+        raise ConfigError("SNMF: no layers given")
+    conc = mlp_activations(model, tokenizer, concept_sentences, layers)
+    neut = mlp_activations(model, tokenizer, neutral_sentences, layers)
+    n_c, n_n = len(conc[layers[0]]), len(neut[layers[0]])
+    codes = torch.tensor([CODE_CONCEPT] * n_c + [CODE_NEUTRAL] * n_n)
+    found = {}
+    for l in layers:
+        A = torch.cat([conc[l], neut[l]]).T  # (d_mlp, n)
+        res = snmf_factorize(A, min(K, A.shape[1]), sparsity=sparsity, n_iter=n_iter, seed=seed)
+        feats, ratios = select_features(res.G, codes, min_ratio, max_features)
+        found[l] = SNMFLayer(l, res, ratios, feats)
+    return SNMFLocation(found, n_c, n_n)
+
+
+# --------------------------------------------------------------------------- edit, snapshot, restore
+
+
+def snmf_support(f: torch.Tensor) -> torch.Tensor:
+    """Indices S of the non-zero entries of feature ``f`` (d_mlp,)."""
+    return torch.nonzero(f).flatten()
+
+
+@torch.no_grad()
+def edit_mlp_feature(model: nn.Module, layer: int, f: torch.Tensor, delta: float, edit_up: bool = True) -> list[int]:
+    """Project feature ``f`` out of layer ``layer``'s MLP with strength delta (module docstring); returns S."""
+
+    if not math.isfinite(float(delta)):
+        raise ConfigError(f"SNMF: delta={delta!r} must be a finite number")
+    W = down_proj_weight_out_in(model, layer)  # (d_model, d_mlp) view
+    f = torch.as_tensor(f).flatten()
+    if f.shape != (W.shape[1],):
+        raise DataError(f"SNMF: feature has shape {tuple(f.shape)}, expected ({W.shape[1]},) (d_mlp)")
+    S = snmf_support(f)
+    if S.numel() == 0:
+        return []
+    u = f[S].float()
+    u = (u / u.norm()).to(W.device)  # (|S|,)
+    S_dev = S.to(W.device)
+    cols = W[:, S_dev].float()  # (d_model, |S|)
+    W[:, S_dev] = (cols - float(delta) * (cols @ u)[:, None] * u[None, :]).to(W.dtype)
+    if edit_up:
+        U = up_proj_weight_out_in(model, layer)  # (d_mlp, d_model) view
+        rows = U[S_dev, :].float()  # (|S|, d_model)
+        U[S_dev, :] = (rows - float(delta) * u[:, None] * (u @ rows)[None, :]).to(U.dtype)
+    return S.tolist()
+
+
+@dataclass
+class MLPSnapshot:
+    """Copies of the down- and up-projection weights (as stored) of some layers."""
+
+    weights: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+
+
+def _proj(model, layer: int, which: str):
+    return (mlp_down_proj if which == "down" else mlp_up_proj)(model, layer)
+
+
+def snapshot_mlp(model: nn.Module, layers: Sequence[int]) -> MLPSnapshot:
+    """Clone the down/up-projection weights of ``layers`` (for :func:`restore_mlp`)."""
+    return MLPSnapshot({(int(l), w): _proj(model, int(l), w).weight.detach().clone()
+                        for l in layers for w in ("down", "up")})
+
+
+@torch.no_grad()
+def restore_mlp(model: nn.Module, snapshot: MLPSnapshot) -> None:
+    """Copy the snapshot back in place, bit for bit (the Parameters stay the same objects)."""
+    for (l, w), t in snapshot.weights.items():
+        _proj(model, l, w).weight.copy_(t)
+
+
+@dataclass
+class SNMFEditRecord:
+    delta: float
+    supports: dict[int, list[list[int]]]
+    """Per layer, the support S of each edited feature."""
+
+    @property
+    def n_features(self) -> int:
+        return sum(len(v) for v in self.supports.values())
+
+
+def apply_snmf(model: nn.Module, location: SNMFLocation, delta: float, edit_up: bool = True) -> SNMFEditRecord:
+    """Edit every kept feature of ``location`` out of the model, in place."""
+    supports = {l: [edit_mlp_feature(model, l, f, delta, edit_up) for f in s.feature_vectors()]
+                for l, s in location.layers.items()}
+    if not any(supports.values()):
+        log.warning("SNMF: no feature passed the ratio threshold; nothing edited")
+    return SNMFEditRecord(float(delta), supports)
+
+
+# --------------------------------------------------------------------------- the method
 
 
 @dataclass
@@ -50,7 +346,7 @@ class SNMFEditConfig:
 @register("snmf", paper="semi-NMF of MLP activations, as in Suslik, Shafran, Geva 2026 (EMBER)",
           equation="project the semi-NMF concept features of MLP activations out of W_down (and W_up)",
           trains="MLP weights of the located layers")
-class SNMFEdit:
+class SNMFEdit(Method):
     """SNMF: semi-NMF concept features of MLP activations, projected out of W_down / W_up."""
 
     kind = "edit"

@@ -19,7 +19,8 @@ import torch
 
 from obliviate.losses import masked_mean, token_nll
 from obliviate.methods import register
-from obliviate.methods._shared import forget_and_retain, forward_logits
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import forget_and_retain, forward_logits
 
 
 def wga_forget_loss(nll: torch.Tensor, mask: torch.Tensor, beta: float, beta2: float = 0.0) -> torch.Tensor:
@@ -44,7 +45,7 @@ class WGAConfig:
 @register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",
           equation="−mean sg(p_t)^β (1 − sg(p_t))^β₂ CE_t on forget tokens + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
-class WGA:
+class WGA(Method):
     config_cls = WGAConfig
 
     def __init__(self, cfg: WGAConfig):

@@ -5,6 +5,8 @@
 * :mod:`.judge` — is a feature about the concept? (offline lexicon judge, HTTP LLM judge)
 * :mod:`.edit` — the embedding edit, untie/snapshot/restore, metrics, delta selection.
 * :mod:`.pipeline` — ``locate_concept_features`` and ``ember_erase``.
+* :mod:`.method` — the registered edit method ``ember``.
+* :mod:`.combine` — EMBER, then an MLP method (``rmu+ember``, ``snmf+ember``, ``crisp+ember``).
 """
 
 from obliviate.methods.ember.edit import (
@@ -44,10 +46,11 @@ from obliviate.methods.ember.judge import (
     keep,
 )
 from obliviate.methods.ember.pipeline import EmberLocation, EmberResult, ember_erase, locate_concept_features
+from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registers "ember"; uses the above
 
 __all__ = [
-    "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberLocation", "EmberResult", "FactorResult",
-    "HTTPJudge", "Judge", "LexiconJudge", "Verdict", "apply_ember", "build_vocab", "candidate_features", "efficacy",
+    "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig", "EmberLocation",
+    "EmberResult", "FactorResult", "HTTPJudge", "Judge", "LexiconJudge", "Verdict", "apply_ember", "build_vocab", "candidate_features", "efficacy",
     "eligible_rows", "eligible_tokens", "ember_delta_rows", "ember_erase", "harmonic_mean", "judge_features",
     "judge_from_sentences", "keep", "locate_concept_features", "mass_ratio", "normalised_frac",
     "restore_embeddings", "select_delta", "snapshot_embeddings", "sparse_factorize", "specificity",

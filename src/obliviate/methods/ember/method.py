@@ -21,6 +21,7 @@ from obliviate.methods.ember import build_vocab, ember_erase, restore_embeddings
 from obliviate.methods.ember.judge import concept_judge, edit_sentences
 from obliviate.errors import ConfigError
 from obliviate.methods import register
+from obliviate.methods.contract import Method
 from obliviate.train.distributed import check_method
 
 
@@ -46,7 +47,7 @@ class EmberEditConfig:
           equation=("E′ = E − δ · Σ_k (judged concept features of the sparse factorisation E ≈ Z D) on concept-only "
                     "token rows"),
           trains="input embedding rows of concept-only tokens")
-class EmberEdit:
+class EmberEdit(Method):
     """EMBER: subtract judged concept features from concept-only input embeddings."""
 
     kind = "edit"

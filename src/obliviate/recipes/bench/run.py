@@ -377,12 +377,12 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
 
 def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, seed: int = 0) -> dict:
     """Activation memory of an answer log-probability with full B x T x V logits vs logits only at the
-    labelled positions (:func:`obliviate.methods._shared.sequence_logprob`), on a small-hidden model with a
+    labelled positions (:func:`obliviate.methods.objectives.sequence_logprob`), on a small-hidden model with a
     ``vocab``-token vocabulary (Llama 3's 128k by default) and ``batch`` (token ids folded into the vocabulary).
 
     Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of
     positions that carry a label (the ratio should come out near it: the logits dominate)."""
-    from obliviate.methods._shared import answer_logprob, forward_logits, sequence_logprob
+    from obliviate.methods.objectives import answer_logprob, forward_logits, sequence_logprob
     from obliviate.models.builders import tiny_llama
 
     model = tiny_llama(vocab, n_layer=1, d_model=d_model, n_head=2, seed=seed).train()
