@@ -11,9 +11,10 @@ from obliviate.tasks.sources import QAExample
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import (
     UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
-    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, tofu_prompt, truth_ratio,
+    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, truth_ratio,
     truth_ratio_score,
 )
+from obliviate.tasks.tofu import tofu_prompt
 
 # ------------------------------------------------------------------ pure functions
 

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.tofu import tofu_answer, tofu_prompt
 from obliviate.tasks import TASKS, Task, check_task_spec, load_task, task_names
 from obliviate.tasks.ember import EMBER_CONCEPTS, EMBER_SLUGS, concept_slug, list_ember_concepts, load_ember
 from obliviate.tasks.muse import split_documents
+from obliviate.tasks.tofu import tofu_answer, tofu_prompt
 from obliviate.tasks.wmdp import MMLU_PER_SUBJECT
 from obliviate.utils import data_dir
 from _userdata import write_json, write_jsonl

@@ -5,7 +5,7 @@
   with ``style="letters"``: ``{question}\\nA. ...\\nB. ...\\nAnswer:``, scoring `` A``, `` B``, ...).
   Reported: ``accuracy``, ``chance`` (mean 1/#choices), ``n``.
 - **QA** benchmarks (TOFU splits, ``--kind qa`` files): greedy answers after the TOFU prompt
-  ``Question: {q}\\nAnswer:`` (:func:`obliviate.eval.tofu.tofu_prompt`), cut at the first
+  ``Question: {q}\\nAnswer:`` (:func:`obliviate.tasks.tofu.tofu_prompt`), cut at the first
   newline; ``exact_match`` (normalised) and ``rouge_l`` (ROUGE-L recall), plus the TOFU
   probability ``prob``: mean P~(answer|q) = exp(-mean answer-token NLL), or, where the
   examples carry ``options`` (TOFU real_authors / world_facts), the normalised
@@ -27,7 +27,8 @@ from obliviate.tasks.sources import load_jsonl
 from obliviate.tasks.sources.benchmarks import benchmark_kind, get_benchmark
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
-from obliviate.eval.tofu import answer_nll, normalised_choice_prob, tofu_prompt
+from obliviate.eval.tofu import answer_nll, normalised_choice_prob
+from obliviate.tasks.tofu import tofu_prompt
 
 KINDS = ("qa", "mcq")
 

@@ -1,7 +1,7 @@
 """TOFU metrics (Maini et al. 2024), as specified in docs/methods.md.
 
 Notation: for a question q and an answer a, L(a|q) is the mean next-token NLL of the
-answer tokens (`` {a}`` followed by eos) after the prompt :func:`tofu_prompt`, and
+answer tokens (`` {a}`` followed by eos) after the prompt :func:`~obliviate.tasks.tofu.tofu_prompt`, and
 P~(a|q) = exp(-L(a|q)) is the length-normalised answer probability.
 
 - **Truth ratio** R = P~(perturbed) / P~(paraphrased), with the perturbed answers'
@@ -32,21 +32,12 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, rouge_l_recall
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
+from obliviate.tasks.tofu import tofu_answer, tofu_prompt
 
 UTILITY_SETS = ("retain", "real_authors", "world_facts")
 UTILITY_METRICS = ("prob", "rouge_l", "truth_ratio")
 UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 """The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
-
-
-def tofu_prompt(question: str) -> str:
-    """The prompt an answer is scored / generated after."""
-    return f"Question: {question}\nAnswer:"
-
-
-def tofu_answer(answer: str) -> str:
-    """The continuation that is scored: the answer with a leading space."""
-    return " " + answer
 
 
 # ------------------------------------------------------------------ model-level scores

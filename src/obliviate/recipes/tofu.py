@@ -9,7 +9,7 @@ see :data:`FORGET_SPLITS`):
    options).
 2. A tiny Llama is fine-tuned *from scratch* on the ``full`` QA pairs (loss on the answer
    tokens only, :func:`obliviate.data.encode_prompt_answer`, prompt
-   :func:`obliviate.eval.tofu.tofu_prompt`) with the one training loop; a *retain-only*
+   :func:`obliviate.tasks.tofu.tofu_prompt`) with the one training loop; a *retain-only*
    model, same config, on ``retain90``. Both are cached by config hash under
    ``<cache>/tofu/<hash>/`` (resumable checkpoints while training, ``DONE`` when finished),
    with their TOFU evaluations, so re-running a method retrains nothing.
@@ -45,13 +45,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.tasks.tofu import load_tofu
+from obliviate.tasks.tofu import load_tofu, tofu_answer, tofu_prompt
 from obliviate.tasks.sources._io import root_dir
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
-from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_answer, tofu_eval, tofu_prompt
+from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_eval
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.models._paths import looks_like_path

@@ -17,8 +17,8 @@
   (the shared data has none), else None; idk = ``tofu/idontknow.jsonl`` when present (else
   None: the run's default refusals); relearn = None (the disjoint-relearning halves come
   from :meth:`~obliviate.tasks.Task.forget_halves`).
-- prompt: :func:`~obliviate.eval.tofu.tofu_prompt` as a template, the answer after a space
-  (:func:`~obliviate.eval.tofu.tofu_answer`).
+- prompt: :func:`tofu_prompt` as a template, the answer after a space (:func:`tofu_answer`); the
+  metrics are :mod:`obliviate.eval.tofu`'s.
 
 The files (:func:`load_tofu`): ``<data>/tofu/<split>.json`` are JSON Lines, one ``{question, answer}`` per
 line; ``*_perturbed`` files add ``paraphrased_question``, ``paraphrased_answer`` and ``perturbed_answer``
@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.tofu import tofu_answer, tofu_prompt
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 from obliviate.tasks.sources import _io
 from obliviate.tasks.sources._hub import hub_records
@@ -95,6 +94,16 @@ def load_tofu_idk(root: str | os.PathLike | None = None) -> list[str]:
 
 
 # ------------------------------------------------------------------ the task
+
+def tofu_prompt(question: str) -> str:
+    """The prompt an answer is scored / generated after."""
+    return f"Question: {question}\nAnswer:"
+
+
+def tofu_answer(answer: str) -> str:
+    """The continuation that is scored: the answer with a leading space."""
+    return " " + answer
+
 
 RETAIN_OF = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
 """Each forget split and the retain split that completes it to ``full``."""
