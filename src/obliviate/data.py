@@ -18,9 +18,7 @@ import torch
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
 from obliviate.models.tokenizer import pad_id
-from obliviate.tasks.base import Data, PromptFormat
-
-ANSWER_ROLES = ("none", "structural", "specific")
+from obliviate.tasks.base import Data, PromptFormat, qa_answer, qa_prompt
 
 
 @dataclass
@@ -162,15 +160,6 @@ def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_
         seqs.append(np.asarray(seq, dtype=np.int64))
         masks.append(np.asarray(mask, dtype=np.int64))
     return seqs, masks
-
-
-def qa_prompt(question: str) -> str:
-    """The world's QA format: the model continues after ``Answer:``."""
-    return f"Question: {question}\nAnswer:"
-
-
-def qa_answer(answer: str) -> str:
-    return " " + answer
 
 
 def pack_sequences(dataset: TokenDataset, row_len: int) -> TokenDataset:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from obliviate.losses import IGNORE_INDEX, kl_to_reference, masked_mean, ratio_of_sums, shift_targets, token_nll
+from obliviate.losses import IGNORE_INDEX, kl_to_reference, ratio_of_sums, shift_targets, token_nll
 from obliviate.models.layers import logits_at
 
 
@@ -57,12 +57,6 @@ def answer_logprob(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Te
     if weights is not None:
         nll = nll * weights
     return -nll.sum(-1)
-
-
-def mean_answer_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean labelled-token NLL over the batch (a scalar)."""
-    nll, mask = token_nll(logits, labels)
-    return masked_mean(nll, mask)
 
 
 def npo_loss(logp: torch.Tensor, logp_ref: torch.Tensor, beta: float) -> torch.Tensor:

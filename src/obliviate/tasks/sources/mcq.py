@@ -26,7 +26,6 @@ from obliviate.errors import DataError
 WMDP_SUBSETS = ("bio", "chem", "cyber")
 MMLU_SPLITS = ("test", "dev")
 MMLU_HEADER = ["question", "choice0", "choice1", "choice2", "choice3", "answer"]
-MEDMCQA_LOCAL = ("test", "sampled_50")
 MEDMCQA_HUB = ("train", "validation")
 
 
