@@ -75,3 +75,17 @@ def test_models_at_one_point_are_all_drawn_apart(tmp_path, monkeypatch):
     pts = {"base": (1.0, 1.0), "graddiff": (0.0, 1.0), "npo": (0.0, 1.0), "rmu": (0.001, 0.999)}
     assert R.plot_tradeoff(pts, tmp_path / "p.png", "x", "y").exists()
     assert len(drawn) == 4 and len(set(drawn)) == 4  # three models at one point, three markers apart
+
+
+def test_relearn_curves_are_named_by_their_attack_and_drawn_against_the_base(tmp_path, monkeypatch):
+    import obliviate.runs.report as R
+
+    metrics = {"relearn_curve": [[0, 0.1], [5, 0.6]], "relearn_disjoint_curve": [[0, 0.2], [5, 0.4]],
+               "relearn_base_acc": 0.9, "relearn_acc": 0.6}
+    assert R.plot_relearn_curves(metrics, tmp_path / "c.png").stat().st_size > 1000
+    assert R.plot_relearn_curves({"relearn_acc": 0.6}, tmp_path / "none.png") is None  # no curve: no plot
+    assert not (tmp_path / "none.png").exists()
+    calls = []
+    monkeypatch.setattr(R, "plot_recovery_curves", lambda curves, png, *a, **k: calls.append((curves, k)) or png)
+    R.plot_relearn_curves({"relearn_disjoint_curve": [[0, 0.2]], "relearn_disjoint_base_acc": 0.7}, tmp_path / "d.png")
+    assert calls == [({"disjoint halves": [[0, 0.2]]}, {"title": "relearning attack", "base_line": 0.7})]

@@ -6,13 +6,12 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
-from obliviate.cli.args import add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded, \
-    task_from_args
+from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded,
+                                task_from_args)
 from obliviate.config import build_config
-from obliviate.runs.report import _plt, save_figure
+from obliviate.runs.report import plot_relearn_curves
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.utils import seed_everything
 
@@ -23,25 +22,6 @@ class AttackCommandConfig:
     world: dict = field(default_factory=dict)
     """Keys of the world's config for ``--task world`` (the world seed is ``--seed``)."""
     attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
-
-
-def plot_recovery(curves: dict[str, list], out_png: str | Path, base_acc: float | None = None,
-                  title: str = "relearning attack") -> Path:
-    """``curves[name] = [[step, acc], ...]`` as lines; ``base_acc`` as a dashed line."""
-    plt = _plt()
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, curve in curves.items():
-        ax.plot([c[0] for c in curve], [c[1] for c in curve], marker="o", lw=1.5, label=name)
-    if base_acc is not None:
-        ax.axhline(base_acc, ls="--", color="grey", label="base model")
-    ax.set_xlabel("fine-tuning step")
-    ax.set_ylabel("forget score")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return save_figure(fig, out_png)
 
 
 def cmd_attack(args) -> None:
@@ -68,12 +48,7 @@ def cmd_attack(args) -> None:
                                resume=resume)
     seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
     del base_model
-    curves = {name: metrics[f"{key}_curve"] for key, name in (("relearn", "related corpus"),
-                                                                ("relearn_disjoint", "disjoint halves"))
-              if f"{key}_curve" in metrics}
-    if curves:
-        base_acc = metrics.get("relearn_base_acc", metrics.get("relearn_disjoint_base_acc"))
-        plot_recovery(curves, out / "relearn_curve.png", base_acc)
+    plot_relearn_curves(metrics, out / "relearn_curve.png")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(args.model),
                   base_model_dir=args.base, task=task.summary(), timings={"attack_seconds": seconds})
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()

@@ -12,7 +12,7 @@ from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_mode
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
-from obliviate.eval.lmeval import _lm_eval, run_lmeval_tasks
+from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
 from obliviate.eval.suite import evaluate_task
 from obliviate.models.load import check_vocab, load_model
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
@@ -110,7 +110,7 @@ def run_lmeval_command(args) -> bool:
         raise ConfigError(f"--lm-eval: no task names in {args.lm_eval!r}")
     if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
         raise ConfigError(f"--lm-eval-include: no such directory: {args.lm_eval_include}")
-    _lm_eval()  # a missing lm-eval fails before the model is loaded
+    require_lm_eval()  # a missing lm-eval fails before the model is loaded
     model = load_model(args.model)
     tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
     check_vocab(model, tok, args.model, args.tokenizer)

@@ -29,7 +29,8 @@ from obliviate.errors import DataError, ObliviateError
 TASK_NAME = "obliviate_local_mcq"
 
 
-def _lm_eval():
+def require_lm_eval():
+    """The ``lm_eval`` module, or one line saying how to install it."""
     try:
         import lm_eval
     except ImportError:
@@ -39,7 +40,7 @@ def _lm_eval():
 
 def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool = True):
     """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer``."""
-    _lm_eval()
+    require_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
     return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, add_bos_token=add_bos_token)
@@ -77,7 +78,7 @@ def _loglik(resp) -> float:
 
 def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int]:
     """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``)."""
-    _lm_eval()
+    require_lm_eval()
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
@@ -128,7 +129,7 @@ def run_lmeval_tasks(model, tokenizer, tasks: list[str], include_path: str | os.
     ``include_path``: a directory of your own task YAMLs (local data files work offline; the hub's
     tasks download their data, which needs the network). ``limit``: the first N documents of each task.
     """
-    _lm_eval()
+    require_lm_eval()
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 

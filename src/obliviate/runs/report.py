@@ -150,6 +150,21 @@ def plot_recovery_curves(curves: dict[str, list], png: str | Path, xlabel: str, 
     return save_figure(fig, png)
 
 
+RELEARN_CURVES = {"relearn": "related corpus", "relearn_disjoint": "disjoint halves"}
+"""The relearning attacks of :func:`obliviate.attacks.suite.run_task_attacks` that record a curve
+(``metrics[f"{key}_curve"]``), and their names in the plot."""
+
+
+def plot_relearn_curves(metrics: dict, png: str | Path) -> Path | None:
+    """The forget score during each relearning attack of ``metrics`` (``relearn_curve``,
+    ``relearn_disjoint_curve``), the base model's as a level; None (nothing drawn) without a curve."""
+    curves = {name: metrics[f"{key}_curve"] for key, name in RELEARN_CURVES.items() if f"{key}_curve" in metrics}
+    if not curves:
+        return None
+    return plot_recovery_curves(curves, png, "fine-tuning step", "forget score", title="relearning attack",
+                                base_line=metrics.get("relearn_base_acc", metrics.get("relearn_disjoint_base_acc")))
+
+
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
     """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``."""
 
