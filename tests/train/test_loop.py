@@ -9,7 +9,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from obliviate.data import collate
 from obliviate.errors import ConfigError
 from obliviate.losses import lm_loss
-from obliviate.train import StepSampler, TrainConfig, TrainingDiverged, train
+from obliviate.train import loop
+from obliviate.train import StepSampler, TrainConfig, TrainingDiverged, make_optimizer, train
 
 
 def tiny(seed=0):
@@ -95,6 +96,18 @@ def test_named_terms_logged_and_frozen_params_untouched(tmp_path):
     for n, p in m.named_parameters():
         changed = not torch.equal(p, before[n])
         assert changed == ("mlp.down_proj" in n), n
+
+
+def test_the_loop_steps_the_one_optimizer_factory(monkeypatch):
+    cfg = TrainConfig(steps=2, lr=2e-3, beta1=0.8, beta2=0.9, weight_decay=0.1, progress=False)
+    opt = make_optimizer([torch.nn.Parameter(torch.zeros(3))], cfg)
+    assert type(opt) is torch.optim.AdamW
+    assert {k: opt.defaults[k] for k in ("lr", "betas", "weight_decay")} == {"lr": 2e-3, "betas": (0.8, 0.9),
+                                                                             "weight_decay": 0.1}
+    made = []
+    monkeypatch.setattr(loop, "make_optimizer", lambda params, c: made.append(c) or make_optimizer(params, c))
+    train(tiny(), lambda m, b, s: {"lm": lm_loss(m, b)}, data(), cfg)
+    assert made == [cfg]
 
 
 def test_pattern_matching_nothing_is_an_error():

@@ -64,6 +64,12 @@ def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     return chosen
 
 
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer of every training run: AdamW over ``params`` with ``cfg``'s learning rate, betas and
+    weight decay."""
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+
+
 def _lr_lambda(cfg: TrainConfig) -> Callable[[int], float]:
     def f(step: int) -> float:
         if cfg.warmup_steps and step < cfg.warmup_steps:
@@ -131,10 +137,7 @@ def train(
         start, weights, saved = read_checkpoint(last, backend.name)
         load_weights(model, weights, last)
 
-    def make_optimizer(params):
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-
-    model, optimizer, params = backend.prepare(model, extra_params, make_optimizer, batch_fn)
+    model, optimizer, params = backend.prepare(model, extra_params, lambda p: make_optimizer(p, cfg), batch_fn)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
     if saved is not None:
         backend.load_optimizer_state(model, optimizer, saved["optimizer"])
