@@ -5,7 +5,9 @@ from obliviate.errors import ConfigError
 from obliviate.models.builders import (
     ARCHS,
     SIZES,
+    TinyModelConfig,
     build_model,
+    build_tiny_model,
     default_d_ff,
     param_count,
     parse_size,
@@ -88,3 +90,36 @@ def test_parse_size():
     for bad in ("2-32", "x32", "0x32", "2x"):
         with pytest.raises(ConfigError, match="size"):
             parse_size(bad)
+
+
+def test_tiny_model_config_of_a_named_size_or_layers_by_width():
+    assert TinyModelConfig.of_size("nano", max_len=64) == TinyModelConfig(n_layer=4, d_model=64, n_head=4, max_len=64)
+    assert TinyModelConfig.of_size("3x48") == TinyModelConfig(n_layer=3, d_model=48, n_head=3)  # heads of 16 dims
+    with pytest.raises(ConfigError, match="size"):
+        TinyModelConfig.of_size("huge")
+    with pytest.raises(ConfigError, match="'max_len'"):
+        TinyModelConfig(max_len=0)
+
+
+def test_build_tiny_model_trains_or_takes_a_tokenizer(corpus, trained_tok):
+    cfg = TinyModelConfig(n_layer=2, d_model=32, n_head=2, max_len=64, vocab_size=400)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    model, tok = build_tiny_model(corpus, cfg, seed=5)
+    assert torch.equal(torch.rand(3), expected)  # the global RNG is left alone
+    assert tok.get_vocab() == trained_tok.get_vocab()  # the same BPE as train_tokenizer(corpus, vocab_size=400)
+    c = model.config
+    assert (c.vocab_size, c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.max_position_embeddings) == (
+        len(tok), 2, 32, 2, 64)
+    assert (c.pad_token_id, c.bos_token_id, c.eos_token_id) == (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id)
+    # a tokenizer given is used as it is, and the same seed gives the same weights
+    again, same_tok = build_tiny_model(trained_tok, cfg, seed=5)
+    assert same_tok is trained_tok
+    sa, sb = model.state_dict(), again.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    # no tokenizer: cfg.vocab_size ids and the default special ids
+    bare, none = build_tiny_model(None, cfg, seed=5)
+    assert none is None and bare.config.vocab_size == 400 and bare.config.eos_token_id == 2
+    with pytest.raises(ConfigError, match="texts, a tokenizer or None"):
+        build_tiny_model("one text", cfg)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from obliviate.errors import ConfigError
+from obliviate.models.tokenizer import train_tokenizer
 
 SIZES: dict[str, dict[str, int]] = {
     # name: tiny_llama kwargs.                    non-embedding params (d_ff = 8/3 d, rounded up to 16)
@@ -99,6 +102,56 @@ def tiny_llama(
         eos_token_id=eos_token_id,
     )
     return _init(LlamaForCausalLM, config, seed, attn_implementation)
+
+
+@dataclass
+class TinyModelConfig:
+    """A tiny Llama trained from scratch (:func:`build_tiny_model`): its shape, and the BPE vocabulary trained
+    for it when it is given texts."""
+
+    n_layer: int = 2
+    d_model: int = 96
+    n_head: int = 4
+    d_ff: int | None = None
+    """MLP width (None: :func:`default_d_ff`)."""
+    max_len: int = 256
+    vocab_size: int = 2048
+    """BPE vocabulary trained on the texts (an upper bound: a small corpus may stop early); with a tokenizer
+    given, its vocabulary is used, and with none, a vocabulary of this many ids."""
+
+    def __post_init__(self):
+        for key in ("n_layer", "d_model", "n_head", "max_len", "vocab_size"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"config key '{key}': must be a positive integer, got {v!r}")
+
+    @classmethod
+    def of_size(cls, size: str, **fields) -> "TinyModelConfig":
+        """A named size of :data:`SIZES` (``"tiny"``) or ``"<layers>x<width>"`` (:func:`parse_size`), and ``fields``."""
+        if size in SIZES:
+            return cls(**{**SIZES[size], **fields})
+        n_layer, d_model, n_head = parse_size(size)
+        return cls(n_layer=n_layer, d_model=d_model, n_head=n_head, **fields)
+
+
+def build_tiny_model(texts_or_tokenizer, cfg: TinyModelConfig, seed: int = 0):
+    """``(model, tokenizer)``: a freshly initialised tiny Llama of ``cfg`` (:func:`tiny_llama`, deterministic
+    in ``seed``, the global RNG untouched) over a tokenizer's vocabulary and special-token ids.
+
+    ``texts_or_tokenizer``: texts (a BPE tokenizer of ``cfg.vocab_size`` is trained on them,
+    :func:`~obliviate.models.tokenizer.train_tokenizer`), a tokenizer (used as it is), or None (no
+    tokenizer: ``cfg.vocab_size`` ids, special ids pad/bos/eos 0/1/2, and None is returned for it).
+    """
+    tok = texts_or_tokenizer
+    if tok is not None and not hasattr(tok, "pad_token_id"):
+        if isinstance(tok, str) or not isinstance(tok, Iterable):
+            raise ConfigError(f"build_tiny_model needs texts, a tokenizer or None, got {type(tok).__name__}")
+        tok = train_tokenizer(tok, vocab_size=cfg.vocab_size)
+    ids = ({} if tok is None else
+           dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    model = tiny_llama(cfg.vocab_size if tok is None else len(tok), n_layer=cfg.n_layer, d_model=cfg.d_model,
+                       n_head=cfg.n_head, d_ff=cfg.d_ff, max_len=cfg.max_len, seed=seed, **ids)
+    return model, tok
 
 
 def _memory_bytes() -> int | None:

@@ -35,9 +35,9 @@ from obliviate.methods.engine import method_runner as executor_runner
 from obliviate.eval import mcq_accuracy, token_loss_by_label
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
-from obliviate.models.builders import tiny_llama
+from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model
-from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
+from obliviate.models.tokenizer import load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.compare.run import CompareConfig, method_run
@@ -537,12 +537,11 @@ def split_heldout(items: list, frac: float, seed: int) -> tuple[list, list]:
 def train_concept_model(dc: EmberDataConfig, texts: list[str], seed: int, progress: bool):
     """A tokenizer and a tiny Llama trained from scratch on ``texts`` (LM loss, packed rows)."""
 
-    tok = train_tokenizer(texts, vocab_size=dc.vocab_size)
+    shape = TinyModelConfig(n_layer=dc.n_layer, d_model=dc.d_model, n_head=dc.n_head, max_len=dc.max_len,
+                            vocab_size=dc.vocab_size)
+    model, tok = build_tiny_model(texts, shape, seed)
     ds = pack_sequences(encode_documents(tok, [{"text": t} for t in texts], dc.max_len, fields=("excl",)), dc.max_len)
     seed_everything(seed)
-    model = tiny_llama(len(tok), n_layer=dc.n_layer, d_model=dc.d_model, n_head=dc.n_head, max_len=dc.max_len,
-                       seed=seed, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                       eos_token_id=tok.eos_token_id)
     tc = TrainConfig(steps=dc.train_steps, lr=dc.lr, warmup_steps=min(20, dc.train_steps // 10), schedule="cosine",
                      log_every=max(1, dc.train_steps // 10), progress=progress, desc="concept model")
     train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, make_lm_batches(ds, dc.batch_size, seed, tok.pad_token_id),
