@@ -17,12 +17,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from obliviate.errors import ConfigError, DataError
 
 CHINCHILLA_RATIO = 20
+
+
+@dataclass(frozen=True)
+class FilteredModels:
+    """The models filtered pretraining trains on the world, at every scale: their sizes and the shape of their
+    data. The token-filtering recipe's defaults, and the models ``obliviate bench`` times the token classifier
+    against."""
+
+    sizes: tuple[str, ...] = ("1x16", "2x32", "3x48", "4x64", "4x96")
+    """Sizes ``"<layers>x<width>"`` (:func:`~obliviate.models.builders.parse_size`) of the full scaling runs."""
+    quick_sizes: tuple[str, ...] = ("1x16", "2x24", "2x32", "3x40")
+    """... and of the quick ones."""
+    vocab_size: int = 512
+    """BPE vocabulary of the world tokenizer they share (a small one keeps the unembedding from dominating the
+    compute of the smallest models)."""
+    row_len: int = 256
+    """Tokens per packed row."""
+    batch_size: int = 8
+    """Rows per pretraining step."""
+
+
+FILTERED_MODELS = FilteredModels()
 
 
 def training_flops(params: float, tokens: float) -> float:

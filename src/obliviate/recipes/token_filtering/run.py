@@ -20,13 +20,13 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
 from obliviate.methods.engine import unlearn
 from obliviate.filtering import (
-    BiLM,
-    LogisticHead,
+    FILTERED_MODELS,
+    TokenClassifierConfig,
     WeakLabelConfig,
     add_label_noise,
     apply_strategy,
-    document_flags,
     domain_runs,
+    fit_token_classifiers,
     flags_from_probs,
     flatten,
     ground_truth,
@@ -34,15 +34,13 @@ from obliviate.filtering import (
     pack_filtered,
     sae_weak_labels,
     split_flat,
-    threshold_sweep,
     tokens_for,
     tokens_to_recover,
-    window_mean,
 )
 from obliviate.filtering.refusal import refusal_training
 from obliviate.filtering.scaling import compute_slowdown, fit_power_law, training_flops
 from obliviate.losses import lm_loss
-from obliviate.models.builders import param_count, parse_size, tiny_llama
+from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count, parse_size
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import special_token_id
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
@@ -60,12 +58,12 @@ TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
 
 PRESETS: dict[str, dict] = {
-    "full": dict(sizes=["1x16", "2x32", "3x48", "4x64", "4x96"], pareto_size="3x48", tokens_per_param=20.0,
+    "full": dict(sizes=list(FILTERED_MODELS.sizes), pareto_size="3x48", tokens_per_param=20.0,
                  labeller_layers=4,
                  labeller_d=128, labeller_steps=300, sae_steps=600, bilm_steps=400, adv_steps=400,
                  adv_eval_every=10, refusal_steps=120, pareto_thresholds=[0.3, 0.5, 0.7],
                  noise_ps=[0.0, 0.05, 0.1, 0.2]),
-    "quick": dict(sizes=["1x16", "2x24", "2x32", "3x40"], pareto_size="2x32", tokens_per_param=10.0,
+    "quick": dict(sizes=list(FILTERED_MODELS.quick_sizes), pareto_size="2x32", tokens_per_param=10.0,
                   labeller_layers=2,
                   labeller_d=64, labeller_steps=150, sae_steps=300, bilm_steps=200, adv_steps=150,
                   adv_eval_every=10, refusal_steps=60, pareto_thresholds=[0.3, 0.5, 0.7],
@@ -81,7 +79,7 @@ class TokenFilteringConfig:
     """Use the ``quick`` preset for the fields left at ``None`` (see :data:`PRESETS`)."""
     command: str = ""
     world: WorldConfig = field(default_factory=WorldConfig)
-    vocab_size: int = 512
+    vocab_size: int = FILTERED_MODELS.vocab_size
     """BPE vocabulary of the world tokenizer shared by every model (a small one keeps the
     unembedding from dominating the compute of the smallest models)."""
     eval_fraction: float = 0.1
@@ -106,22 +104,22 @@ class TokenFilteringConfig:
     """A token is seeded when this many domain latents exceed their thresholds."""
 
     # -- classifiers
-    bilm_layers: int = 1
+    bilm_layers: int = TokenClassifierConfig.layers
     """biLM depth: one layer keeps the classifier >= 20x cheaper per token than pretraining the
     largest full-run model (``make bench``)."""
-    bilm_d: int = 16
+    bilm_d: int = TokenClassifierConfig.d_model
     bilm_steps: int | None = None
-    context_window: int = 8
+    context_window: int = TokenClassifierConfig.context_window
     """Token features = [biLM state, its mean over +-window tokens] (:class:`~obliviate.filtering.ContextPooled`;
     0: the biLM state alone, as in the paper). With window 8 the ground-truth-fit classifier's AUROC
     on the world goes from about 0.65 to 0.93."""
     threshold: float = 0.5
     """Token-classifier threshold of the main runs."""
-    doc_label_fraction: float = 0.3
+    doc_label_fraction: float = TokenClassifierConfig.doc_label_fraction
     """A document's weak (and true) label: more than this fraction of its tokens in-domain."""
-    doc_threshold: float = 0.5
+    doc_threshold: float = TokenClassifierConfig.doc_threshold
     """Document-classifier threshold of the main runs."""
-    classifier_noise_ps: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3])
+    classifier_noise_ps: list[float] = field(default_factory=lambda: TokenClassifierConfig().noise_ps)
     """Flip noise on the weak labels the token head is fit on (AUROC vs p)."""
 
     # -- filtered pretraining
@@ -133,8 +131,8 @@ class TokenFilteringConfig:
     """Loss-masking position convention (see :mod:`obliviate.filtering.strategies`)."""
     tokens_per_param: float | None = None
     """Training tokens per parameter (full 20, Chinchilla; quick 10)."""
-    row_len: int = 256
-    batch_size: int = 8
+    row_len: int = FILTERED_MODELS.row_len
+    batch_size: int = FILTERED_MODELS.batch_size
     lr: float = 3e-3
 
     # -- Pareto and label noise (at pareto_size)
@@ -279,7 +277,8 @@ def _labeller_config(cfg: TokenFilteringConfig):
 
 
 def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
-    """SAE weak labels, biLM token and document classifiers; arrays to ``labels.npz``, metrics returned."""
+    """SAE weak labels (:func:`~obliviate.filtering.sae_weak_labels`), then the biLM token and document classifiers
+    (:func:`~obliviate.filtering.fit_token_classifiers`); arrays to ``labels.npz``, metrics returned."""
 
     torch.manual_seed(cfg.seed)
     labeller = load_model(str(labeller_dir / "model")).eval()
@@ -295,71 +294,15 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
                                       progress=progress)
     del labeller
 
-    # biLM features of every training and held-out document
-    bilm = BiLM.train(train, len(D.tok), n_layer=cfg.bilm_layers, d_model=cfg.bilm_d,
-                      n_head=parse_size(f"1x{cfg.bilm_d}")[2], steps=cfg.bilm_steps, seed=cfg.seed, pad_id=D.pad,
-                      bos_id=D.tok.bos_token_id, eos_id=D.tok.eos_token_id, layer=cfg.bilm_layers - 1,
-                      progress=progress)
-    bilm.save(out / "models" / "bilm")
-    base_tr, base_ev = bilm.features(train, batch_size=64), bilm.features(held, batch_size=64)  # no_grad inside
-
-    def pooled(feats):
-        return [torch.cat([h, window_mean(h, cfg.context_window)], -1) for h in feats] if cfg.context_window else feats
-
-    f_tr, f_ev = pooled(base_tr), pooled(base_ev)
-    normal_tr = [~np.isin(s, D.special) for s in train.input_ids]
-    normal_ev = [~np.isin(s, D.special) for s in held.input_ids]
-    X_tr = torch.cat([f[torch.as_tensor(m)] for f, m in zip(f_tr, normal_tr)])
-    X_ev = torch.cat([f[torch.as_tensor(m)] for f, m in zip(f_ev, normal_ev)])
-
-    def sel(labels, masks):
-        return np.concatenate([np.asarray(lab)[m] for lab, m in zip(labels, masks)])
-
-    y_ev = sel(truth_ev, normal_ev)
-    rng = np.random.default_rng(cfg.seed)
-    keep = np.sort(rng.choice(len(X_tr), min(len(X_tr), 30000), replace=False))  # logistic fit on a sample
-
-    def fit_tokens(y):
-        return LogisticHead.fit(X_tr[torch.as_tensor(keep)], np.asarray(y)[keep])
-
-    def per_seq(head, feats, masks):
-        out = []
-        for f, m in zip(feats, masks):
-            p = head(f).numpy().astype(np.float32)
-            p[~m] = 0.0
-            out.append(p)
-        return out
-
-    head_weak = fit_tokens(sel(weak, normal_tr))
-    head_weak.save(out / "models" / "token_head.safetensors")
-    thresholds_sweep = sorted(set([round(float(t), 2) for t in np.linspace(0.1, 0.9, 9)] + [cfg.threshold]
-                                  + list(cfg.pareto_thresholds)))
-    sweep_weak = threshold_sweep(head_weak(X_ev).numpy(), y_ev, thresholds_sweep)
-    sweep_gt = threshold_sweep(fit_tokens(sel(truth_tr, normal_tr))(X_ev).numpy(), y_ev, thresholds_sweep)
-    noise = []
-    for p in cfg.classifier_noise_ps:
-        noisy = add_label_noise(sel(weak, normal_tr), p, seed=cfg.seed + 7)
-        noise.append({"p": p, "auroc": threshold_sweep(fit_tokens(noisy)(X_ev).numpy(), y_ev, [0.5])["auroc"]})
-    probs_tr = per_seq(head_weak, f_tr, normal_tr)
-
-    # document classifier: mean-pooled features, weak document labels
-    pooled_tr = torch.stack([f.mean(0) for f in base_tr])
-    pooled_ev = torch.stack([f.mean(0) for f in base_ev])
-    doc_weak = document_flags(weak, cfg.doc_label_fraction)
-    doc_true_tr = document_flags(truth_tr, cfg.doc_label_fraction)
-    doc_true_ev = document_flags(truth_ev, cfg.doc_label_fraction)
-    doc_metrics = {}
-    doc_probs_tr = None
-    for name, y in (("weak", doc_weak), ("ground_truth", doc_true_tr)):
-        if y.all() or not y.any():
-            doc_metrics[name] = {"auroc": None, "note": "document labels are all one class"}
-            continue
-        head = LogisticHead.fit(pooled_tr, y)
-        doc_metrics[name] = threshold_sweep(head(pooled_ev).numpy(), doc_true_ev, [cfg.doc_threshold])
-        if name == "weak":
-            doc_probs_tr = head(pooled_tr).numpy()
-    if doc_probs_tr is None:  # degenerate weak document labels: rank documents by their weak fraction
-        doc_probs_tr = np.array([float(np.mean(w)) for w in weak], dtype=np.float32)
+    # the biLM token classifier and the document-classifier baseline, fit on the weak labels
+    ccfg = TokenClassifierConfig(layers=cfg.bilm_layers, d_model=cfg.bilm_d, steps=cfg.bilm_steps,
+                                 context_window=cfg.context_window, thresholds=_sweep_thresholds(cfg),
+                                 noise_ps=list(cfg.classifier_noise_ps), doc_label_fraction=cfg.doc_label_fraction,
+                                 doc_threshold=cfg.doc_threshold, seed=cfg.seed)
+    clf = fit_token_classifiers(train, held, weak, truth_tr, truth_ev, len(D.tok), ccfg, special_ids=D.special,
+                                pad_id=D.pad, bos_id=D.tok.bos_token_id, eos_id=D.tok.eos_token_id,
+                                save_dir=out / "models", progress=progress)
+    probs_tr, doc_probs_tr = clf.probs, clf.doc_probs
 
     lengths = np.array([len(s) for s in train.input_ids])
     np.savez_compressed(PartStore(out / "parts").path("labels", ".npz"), lengths=lengths, weak=flatten(weak).astype(bool),
@@ -368,11 +311,15 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
         **weak_info,
         "weak_flagged": float(flatten(weak).mean()),
         "true_fraction": float(flatten(truth_tr).mean()),
-        "token_classifier": {"weak": sweep_weak, "ground_truth": sweep_gt},
-        "classifier_noise": noise,
-        "document_classifier": doc_metrics,
+        **clf.metrics,
         "doc_fraction_flagged": float((np.asarray(doc_probs_tr) >= cfg.doc_threshold).mean()),
     }
+
+
+def _sweep_thresholds(cfg: TokenFilteringConfig) -> list[float]:
+    """0.1, 0.2, ..., 0.9, the main runs' threshold and the Pareto thresholds."""
+    return sorted(set([round(float(t), 2) for t in np.linspace(0.1, 0.9, 9)] + [cfg.threshold]
+                      + list(cfg.pareto_thresholds)))
 
 
 def _load_labels(out: Path) -> dict:
@@ -397,9 +344,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     """Train one model of ``size`` with ``strategy`` on the training documents; held-out losses."""
     import shutil
 
-    n_layer, d, n_head = parse_size(size)
-    model = tiny_llama(len(D.tok), n_layer=n_layer, d_model=d, n_head=n_head, max_len=cfg.row_len, seed=cfg.seed,
-                       pad_token_id=D.pad, bos_token_id=D.tok.bos_token_id, eos_token_id=D.tok.eos_token_id)
+    model, _ = build_tiny_model(D.tok, TinyModelConfig.of_size(size, max_len=cfg.row_len), seed=cfg.seed)
     flags = None
     doc_flags = None
     if strategy in TOKEN_STRATEGIES:
