@@ -40,6 +40,7 @@ epoch (the paper's target: ratio >= 20, under 5%).
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 import warnings
@@ -47,13 +48,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from tqdm.auto import tqdm
 
+from obliviate.data import encode_documents, pack_sequences
+from obliviate.eval.core import mcq_accuracy, qa_accuracy
+from obliviate.filtering import (FILTERED_MODELS, BiLM, ContextPooled, LogisticHead, TokenClassifier,
+                                 TokenClassifierConfig)
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
-from obliviate.tasks.world import WorldConfig, forget_pairs, generate_world, retain_pairs
-from obliviate.train import select_trainable
-from obliviate.models.tokenizer import train_tokenizer
 from obliviate.methods.engine import IDK_ANSWERS, PairedData, make_reference, wrap_lora
+from obliviate.methods.objectives import answer_logprob, forward_logits, sequence_logprob
+from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
+from obliviate.runs.report import markdown_table
+from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
+from obliviate.train import TrainConfig, make_lm_batches, make_optimizer, select_trainable
+from obliviate.train.pretrain import tokenizer_for
+
+
+STEP_CONFIG = TrainConfig(lr=1e-6, beta1=0.9, beta2=0.999, weight_decay=0.01, progress=False, report_to=[])
+"""The optimizer of the timed steps (:func:`obliviate.train.make_optimizer`): AdamW with torch's default betas and
+weight decay and a learning rate small enough that the timed steps barely move the model."""
 
 
 @dataclass
@@ -136,7 +150,7 @@ def _one_step(model, loss_fn, optimizer) -> None:
 def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -> dict:
     """Median step time and peak memory of ``loss_fn`` steps on ``model``'s trainable parameters."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-6)
+    opt = make_optimizer(params, STEP_CONFIG)
     cuda = next(model.parameters()).is_cuda
     for _ in range(warmup):
         _one_step(model, loss_fn, opt)
@@ -172,9 +186,16 @@ def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -
     return {"step_seconds": statistics.median(times), "peak_bytes": int(peak)}
 
 
-def _world_batch(cfg: BenchConfig):
+def _world_model(cfg: BenchConfig):
+    """The world, a fresh model of ``cfg.size`` and the tokenizer trained for it on the world's documents."""
     world = generate_world(WorldConfig(seed=cfg.seed))
-    tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
+    model, tok = build_tiny_model([d["text"] for d in world.documents()], TinyModelConfig.of_size(cfg.size),
+                                  seed=cfg.seed)
+    return world, model, tok
+
+
+def _world_batch(cfg: BenchConfig):
+    world, _, tok = _world_model(cfg)
     data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
     return tok, data
 
@@ -209,8 +230,6 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
     interquartile range is within ``+-tol`` of its median, or ``max_rounds``. Returns per name
     ``{"ratio", "q1", "q3", "wall_ratio", "rounds", "converged"}`` (the baseline's ratio is 1).
     """
-    import random
-
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of the steps")
     rng = random.Random(seed)
@@ -299,15 +318,13 @@ def flop_bound(passes: dict, plain: dict) -> float:
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
-    from obliviate.models.builders import build_model
-
     torch.manual_seed(cfg.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok, data = _world_batch(cfg)
     batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
 
     def fresh():
-        return build_model(cfg.size, vocab_size=len(tok), seed=cfg.seed).to(dev).train()
+        return build_tiny_model(tok, TinyModelConfig.of_size(cfg.size), seed=cfg.seed)[0].to(dev).train()
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the process CPU clock then measures the step itself
@@ -330,8 +347,6 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
 
 
 def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> dict:
-    from tqdm.auto import tqdm
-
     base_model = fresh()
     select_trainable(base_model, ["*"])
     names = cfg.methods or [n for n in method_names() if getattr(METHODS[n], "kind", "train") == "train"]
@@ -342,7 +357,7 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
         runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)), ref)
     steps = {}
     for key, (model, loss_fn, ref) in runs.items():
-        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+        opt = make_optimizer([p for p in model.parameters() if p.requires_grad], STEP_CONFIG)
         steps[key] = (lambda m=model, f=loss_fn, o=opt: _one_step(m, f, o))
         for _ in range(cfg.warmup):
             steps[key]()
@@ -382,10 +397,8 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
 
     Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of
     positions that carry a label (the ratio should come out near it: the logits dominate)."""
-    from obliviate.methods.objectives import answer_logprob, forward_logits, sequence_logprob
-    from obliviate.models.builders import tiny_llama
-
-    model = tiny_llama(vocab, n_layer=1, d_model=d_model, n_head=2, seed=seed).train()
+    model, _ = build_tiny_model(None, TinyModelConfig(n_layer=1, d_model=d_model, n_head=2, vocab_size=vocab), seed)
+    model.train()
     b = {k: v.cpu() for k, v in batch.items()}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     out = {}
@@ -406,13 +419,8 @@ def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
     and lettered MCQ scoring (examples per second, process CPU time), and the MCQ time against lm-eval's
     ``simple_evaluate`` on the same questions, model and prompt, interleaved round by round (lm-eval is a dev
     dependency; without it the ratio is None)."""
-    from obliviate.eval.core import mcq_accuracy, qa_accuracy
-    from obliviate.models.builders import build_model
-    from obliviate.tasks.world import full_answer_mcqs
-
-    world = generate_world(WorldConfig(seed=cfg.seed))
-    tok = train_tokenizer([d["text"] for d in world.documents()], vocab_size=2048)
-    model = build_model(cfg.size, vocab_size=len(tok), seed=cfg.seed).eval()
+    world, model, tok = _world_model(cfg)
+    model.eval()
     mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))
     facts = world.facts_by_split("forget")
     try:
@@ -470,28 +478,20 @@ def measure_filtering(cfg: BenchConfig) -> dict:
     the weights (the recipe reports the trained classifier's AUROC). Runs on the CPU (the
     biLM featurizer batches on the CPU), whatever device the method timings used.
     """
-    from obliviate.data import encode_documents, pack_sequences
-    from obliviate.filtering import BiLM, ContextPooled, LogisticHead, TokenClassifier
-    from obliviate.models.builders import param_count, parse_size, tiny_llama
-    from obliviate.train.pretrain import tokenizer_for
-    from obliviate.train import make_lm_batches
-    from obliviate.recipes.token_filtering import PRESETS, TokenFilteringConfig
-
-    rdef = TokenFilteringConfig()
-    sizes = cfg.filtered_sizes or PRESETS["full"]["sizes"]
-    n_layer = cfg.classifier_layers or rdef.bilm_layers
-    d = cfg.classifier_d or rdef.bilm_d
-    world = generate_world(rdef.world)
-    tok = tokenizer_for(world, rdef.vocab_size)
-    docs = encode_documents(tok, world.documents(), max_len=rdef.row_len)
+    clf_cfg, fm = TokenClassifierConfig(), FILTERED_MODELS
+    sizes = cfg.filtered_sizes or list(fm.sizes)
+    n_layer = cfg.classifier_layers or clf_cfg.layers
+    d = cfg.classifier_d or clf_cfg.d_model
+    world = generate_world(WorldConfig())
+    tok = tokenizer_for(world, fm.vocab_size)
+    docs = encode_documents(tok, world.documents(), max_len=fm.row_len)
     seqs = sorted(docs.input_ids, key=len)  # length-bucketed batches: little padding
     n_tokens = int(sum(len(s) for s in seqs))
-    ids = dict(pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
 
-    halves = [tiny_llama(len(tok), n_layer=n_layer, d_model=d, n_head=parse_size(f"1x{d}")[2],
-                         max_len=rdef.row_len, seed=cfg.seed + i, **ids) for i in range(2)]
+    halves = [build_tiny_model(tok, TinyModelConfig.of_size(f"{n_layer}x{d}", max_len=fm.row_len), seed=cfg.seed + i)[0]
+              for i in range(2)]
     bilm = BiLM(halves[0], halves[1], layer=n_layer - 1, pad_id=tok.pad_token_id)
-    window = rdef.context_window if cfg.classifier_window is None else cfg.classifier_window
+    window = clf_cfg.context_window if cfg.classifier_window is None else cfg.classifier_window
     feat = ContextPooled(bilm, window) if window else bilm
     clf = TokenClassifier(feat, special_ids=[tok.pad_token_id, tok.bos_token_id, tok.eos_token_id])
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -503,15 +503,15 @@ def measure_filtering(cfg: BenchConfig) -> dict:
 
     clf_s = _median_seconds(classify, cfg.repeats, 1)
     clf_tps = n_tokens / clf_s
-    packed = pack_sequences(docs, rdef.row_len)
-    batch = make_lm_batches(packed, rdef.batch_size, cfg.seed, tok.pad_token_id)(0)
+    packed = pack_sequences(docs, fm.row_len)
+    batch = make_lm_batches(packed, fm.batch_size, cfg.seed, tok.pad_token_id)(0)
     step_tokens = int(batch["attention_mask"].sum())
     out = {"classifier": f"biLM {n_layer}x{d}" + (f" + window {window}" if window else ""),
            "classifier_tokens_per_s": clf_tps, "corpus_tokens": n_tokens, "vocab_size": len(tok),
            "threads": torch.get_num_threads(), "models": {}}
     for size in sizes:
-        L, w, h = parse_size(size)
-        model = tiny_llama(len(tok), n_layer=L, d_model=w, n_head=h, max_len=rdef.row_len, seed=cfg.seed, **ids).train()
+        model, _ = build_tiny_model(tok, TinyModelConfig.of_size(size, max_len=fm.row_len), seed=cfg.seed)
+        model.train()
         r = measure(model, lambda m=model: {"lm": lm_loss(m, batch)}, None, cfg.repeats, cfg.warmup)
         train_tps = step_tokens / r["step_seconds"]
         out["models"][size] = {"params": param_count(model, non_embedding=False), "train_tokens_per_s": train_tps,
@@ -525,8 +525,6 @@ def measure_filtering(cfg: BenchConfig) -> dict:
 
 def filtering_table(metrics: dict) -> str:
     """Markdown section for ``metrics["filtering"]`` (empty string when absent)."""
-    from obliviate.runs.report import markdown_table
-
     f = metrics.get("filtering")
     if not f:
         return ""
@@ -541,8 +539,6 @@ def filtering_table(metrics: dict) -> str:
 
 
 def bench_table(metrics: dict) -> str:
-    from obliviate.runs.report import markdown_table
-
     rows = [{"method": k, **v} for k, v in metrics.items() if isinstance(v, dict) and "step_time_ratio" in v]
     for r in rows:
         r["peak_MiB"] = r["peak_bytes"] / 2**20
