@@ -1,9 +1,9 @@
-"""The package's shape (issue #19): the import graph between its folders has no cycle, so no folder
-imports a folder that imports it back, it is at most 10 levels deep, and the training loop stays short.
+"""The package's shape (issues #19, #26): the folders stand in the layers of docs/architecture.md, each
+importing only below it (imports at the top of a module, inside functions, and through ``importlib``); the
+import graph has no cycle and is at most 10 levels deep; the root holds at most 8 modules and few file names
+repeat; the training loop stays short.
 
-A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.train.pretrain``);
-an arrow is an import at the top of a module (function-level imports are left out: they are kept for
-optional heavy dependencies).
+A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.api``).
 """
 
 import ast
@@ -13,6 +13,11 @@ import obliviate
 
 SRC = Path(obliviate.__file__).resolve().parent
 MAX_LEVELS = 10
+LAYERS = [("cli", "api"), ("recipes",), ("attacks",), ("methods",), ("filtering",), ("runs",), ("train",),
+          ("eval",), ("data",), ("losses",), ("tasks", "models"), ("world",), ("registry", "config", "utils"),
+          ("errors",)]
+"""Top to bottom, as docs/architecture.md lists them: a unit imports only units of lower layers."""
+REPEATED_NAMES_ALLOWED = 4
 
 
 def unit(module: str) -> str:
@@ -100,3 +105,67 @@ def test_the_import_graph_is_at_most_ten_levels_deep():
 
 def test_the_training_loop_stays_short():
     assert len((SRC / "train" / "loop.py").read_text().splitlines()) <= 300
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import of ``obliviate`` modules in ``path``: at the top, inside functions, and
+    ``importlib.import_module("obliviate....")`` (a formatted name counts by its constant start)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + ([f"obliviate.{a.name}" for a in node.names] if node.module == "obliviate" else [])
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif (isinstance(node, ast.Call) and node.args
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names = [arg.value]
+            elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                names = [str(arg.values[0].value).rstrip(".")]
+        found += [(node.lineno, n) for n in names if n.startswith("obliviate.")]
+    return found
+
+
+def layer_violations(files) -> list[str]:
+    level = {f"obliviate.{name}": i for i, names in enumerate(LAYERS) for name in names}
+    bad = []
+    for path in files:
+        here = unit(module_name(path))
+        for line, name in imports_of(path):
+            there = unit(name)
+            if there != here and here != "obliviate" and not level.get(here, -1) < level.get(there, -1):
+                bad.append(f"{path.relative_to(SRC)}:{line} {here} imports {there}")
+    return bad
+
+
+def test_every_folder_is_in_one_layer():
+    units = {unit(module_name(p)) for p in SRC.rglob("*.py")} - {"obliviate"}
+    named = [f"obliviate.{n}" for names in LAYERS for n in names]
+    assert len(named) == len(set(named)) and units == set(named), sorted(units ^ set(named))
+
+
+def test_each_layer_imports_only_below_it():
+    assert not layer_violations(SRC.rglob("*.py")), "\n".join(layer_violations(SRC.rglob("*.py")))
+
+
+def test_the_layer_check_sees_function_level_and_importlib_imports(tmp_path):
+    fake = SRC / "eval" / "_layer_probe_fixture.py"
+    fake.write_text("import importlib\n\ndef f(name):\n    from obliviate.attacks import suite\n"
+                    "    return importlib.import_module(f'obliviate.recipes.{name}')\n")
+    try:
+        bad = layer_violations([fake])
+    finally:
+        fake.unlink()
+    assert bad == ["eval/_layer_probe_fixture.py:4 obliviate.eval imports obliviate.attacks",
+                   "eval/_layer_probe_fixture.py:5 obliviate.eval imports obliviate.recipes"]
+
+
+def test_the_root_holds_the_api_and_foundations_only():
+    root = sorted(p.name for p in SRC.glob("*.py"))
+    assert len(root) <= 8, root
+    names = [p.name for p in SRC.rglob("*.py") if p.name not in ("__init__.py", "config.py")
+             and not (p.parent.parent.name == "recipes" and p.name in ("run.py", "claims.py", "report.py"))]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    assert len(repeated) <= REPEATED_NAMES_ALLOWED, repeated

@@ -160,7 +160,7 @@ def test_bad_probe_layers(dirs, tmp_path, capsys):
 
 
 def test_attack_probe_layer_out_of_range_fails_before_the_attacks(dirs, tmp_path, capsys, monkeypatch):
-    import obliviate.attacks.suite as attacks
+    import obliviate.attacks.harness as attacks
 
     def no_relearning(*a, **kw):
         raise AssertionError("the relearning attack ran before the bad layer was reported")

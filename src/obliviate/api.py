@@ -10,13 +10,13 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
     tok = AutoTokenizer.from_pretrained("my-model")
     task = obliviate.load_task(forget="forget.jsonl", retain="retain.csv")
     before = obliviate.evaluate(model, tok, task)
-    unlearned, info = obliviate.methods.engine(model, tok, task, "npo")   # ``model`` is left as it was
+    unlearned, info = obliviate.unlearn(model, tok, task, "npo")   # ``model`` is left as it was
     after = obliviate.evaluate(unlearned, tok, task)
     attacks = obliviate.attack(unlearned, tok, task, base_model=model)
 
 The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
 underneath: :func:`obliviate.methods.engine.unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
-:func:`obliviate.attacks.suite.run_task_attacks` and :func:`obliviate.recipes.task_compare.run_task_compare`.
+:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.recipes.compare.run.run_compare`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
-from obliviate.recipes.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.recipes.compare.run import CompareConfig, run_compare
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
@@ -134,7 +134,7 @@ def attack(model, tokenizer, task: Task, *, base_model=None, progress: bool = Fa
     """Every attack ``task`` has data for, on ``model`` (never modified): relearning on disjoint halves of
     the forget facts and on the related corpus (best of an lr grid and LoRA, for the attacker), the linear
     probe, membership inference and the recovery cost. ``base_model`` sets the target of
-    ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.suite.TaskAttackConfig`, e.g.
+    ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`, e.g.
     ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}``."""
     _check_task("attack", task)
     cfg = from_dict(TaskAttackConfig, config, prefix="attack")
@@ -146,17 +146,17 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[
     """Every method (or ``methods``) on ``model``, each from a fresh copy, against the controls: the
     ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
     Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
-    ``config``: keys of :class:`~obliviate.recipes.task_compare.TaskCompareConfig` (``runs``, ``attacks``, ...).
+    ``config``: keys of :class:`~obliviate.recipes.compare.run.CompareConfig` (``runs``, ``attacks``, ...).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
-    cfg = from_dict(TaskCompareConfig, {**config, "seed": seed,
+    cfg = from_dict(CompareConfig, {**config, "seed": seed,
                                         **({"methods": [m.lower() for m in methods]} if methods is not None else {})},
                     prefix="compare")
     models = {"<base>": model, "<oracle>": oracle}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    return run_task_compare(task, cfg, out, model_dir="<base>", oracle_dir="<oracle>" if oracle is not None else None,
-                            load=lambda name: (models[name], tokenizer), progress=progress)
+    return run_compare(task, cfg, out, model_dir="<base>", oracle_dir="<oracle>" if oracle is not None else None,
+                       load=lambda name: (models[name], tokenizer), progress=progress)
 
 
 __all__ = ["attack", "compare", "evaluate", "finetune", "load_task", "unlearn"]

@@ -1,9 +1,12 @@
+"""The world's format variants (tasks/world.py) and the format-shift attack over a task's variant sets."""
+
 import pytest
 
-import obliviate.attacks.format_shift as format_shift_module
-from obliviate.attacks.format_shift import FORMATS, cloze_parts, cloze_prompt, format_shift_attack, starts_with_value
-from obliviate.data import qa_prompt
+from obliviate.attacks.format_shift import format_shift_attack, variant_sets
 from obliviate.errors import DataError
+from obliviate.eval.suite import qa_correct, qa_item_prompt, starts_with_words
+from obliviate.tasks.base import Data, EvalSet, Task
+from obliviate.tasks.world import cloze_parts, task_from_world
 
 FACT = {
     "id": "forget-000-treated_with",
@@ -16,49 +19,47 @@ FACT = {
 }
 
 
-def test_cloze_prompt_stops_right_before_the_value():
+def test_cloze_stops_right_before_the_value(small_world):
     assert cloze_parts(FACT) == ("It is treated with", "vruroxil")
-    assert cloze_prompt(FACT) == "Question: What is Zalosis treated with?\nAnswer: It is treated with"
+    task = task_from_world(small_world)
+    cloze = next(es for es in task.evals if es.name == "forget_cloze")
+    item = cloze.items[0]
+    fact = next(f for f in small_world.facts if f["id"] == item.meta["fact_id"])
+    prompt = qa_item_prompt(task, item)
+    assert prompt == f"Question: {fact['question']}\nAnswer: {cloze_parts(fact)[0]}"
+    assert (prompt + " " + fact["value"]).startswith(prompt) and fact["value"] not in prompt.split("Answer:")[1]
 
 
-def test_cloze_prompt_without_a_specific_span_is_an_error():
+def test_cloze_without_a_specific_span_is_an_error():
     with pytest.raises(DataError, match="specific"):
-        cloze_prompt({**FACT, "answer_spans": [[0, 28, "structural"]]})
+        cloze_parts({**FACT, "answer_spans": [[0, 28, "structural"]]})
 
 
-def test_starts_with_value_compares_whole_normalised_words():
-    assert starts_with_value(" vruroxil.", "vruroxil")
-    assert starts_with_value(" Dry coughing, mostly", "dry coughing")
-    assert not starts_with_value(" vruroxils", "vruroxil")
-    assert not starts_with_value(" dry", "dry coughing")
-    assert not starts_with_value("", "vruroxil")
+def test_starts_with_words_compares_whole_normalised_words():
+    assert starts_with_words(" vruroxil.", "vruroxil")
+    assert starts_with_words(" Dry coughing, mostly", "dry coughing")
+    assert not starts_with_words(" vruroxils", "vruroxil")
+    assert not starts_with_words(" dry", "dry coughing")
+    assert not starts_with_words("", "vruroxil")
 
 
-def test_all_five_formats_in_unit_interval(small_world, world_tokenizer, world_model, unchanged):
-    facts, mcqs = small_world.facts_by_split("forget"), small_world.mcqs(split="forget")
-    check = unchanged(world_model)
-    res = format_shift_attack(world_model, world_tokenizer, facts, mcqs)
-    check()
-    assert set(res) == set(FORMATS)
-    assert all(0.0 <= v <= 1.0 for v in res.values())
+def test_alternative_answers_count_as_right():
+    item = {"question": "q", "answer": "It is treated with vruroxil.",
+            "meta": {"alternatives": ["Doctors give vruroxil to patients with Zalosis."]}}
+    assert qa_correct(" doctors give vruroxil to patients with zalosis", item)
+    assert qa_correct("It is treated with vruroxil.", item)
+    assert not qa_correct("It is treated with nothing.", item)
 
 
-def test_scoring_of_the_generated_formats(small_world, world_tokenizer, world_model, monkeypatch):
-    """With a scripted generator: which answers count as correct in each generated format."""
-    facts, mcqs = small_world.facts_by_split("forget"), small_world.mcqs(split="forget")
-    n = len(facts)
-    scripted = {}
-    for i, f in enumerate(facts):
-        scripted[qa_prompt(f["question"])] = " " + f["answer"].upper() if i % 2 == 0 else " wrong."
-        # paraphrased question: the paraphrased answer and the canonical answer both count
-        scripted[qa_prompt(f["question_paraphrase"])] = (" " + f["answer_paraphrase"], " " + f["answer"], " no.")[i % 3]
-        scripted[cloze_prompt(f)] = f" {f['value']}." if i < n // 4 else " something else"
+def test_the_world_lists_its_formats_as_variants(small_world):
+    task = task_from_world(small_world)
+    names = {es.name for es in variant_sets(task)}
+    assert names == {"forget_para_qa", "forget_mcq", "forget_mcq_letters", "forget_cloze"}
+    assert [es.name for es in task.evals_by_role("forget", variants=False)] == ["forget_qa"]
 
-    def fake_generate(model, tokenizer, prompts, max_new_tokens=24, batch_size=64, stop="\n"):
-        return [scripted[p] for p in prompts]
 
-    monkeypatch.setattr(format_shift_module, "greedy_generate", fake_generate)
-    res = format_shift_attack(world_model, world_tokenizer, facts, mcqs)
-    assert res["qa"] == pytest.approx(len(range(0, n, 2)) / n)
-    assert res["qa_paraphrase"] == pytest.approx(sum(i % 3 != 2 for i in range(n)) / n)
-    assert res["cloze"] == pytest.approx((n // 4) / n)
+def test_a_task_without_variants_has_no_format_shift(tiny_model, tiny_tokenizer):
+    task = Task("t", forget=Data(qa=[("a", "b")]), retain=Data(qa=[("c", "d")]),
+                evals=[EvalSet("forget_qa", "forget", "qa", [{"question": "a", "answer": "b"}])])
+    with pytest.raises(DataError, match="variant"):
+        format_shift_attack(tiny_model, tiny_tokenizer, task)

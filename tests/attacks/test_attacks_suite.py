@@ -3,46 +3,71 @@ import json
 
 import pytest
 
-from obliviate.attacks import FORMATS, RelearnConfig
+import obliviate.attacks.harness as suite
+from obliviate.attacks import RelearnConfig
+from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.errors import ConfigError
-from obliviate.tasks.world import AttackSuiteConfig, run_attacks
+from obliviate.eval.suite import evaluate_task
+from obliviate.tasks.world import task_from_world
 
-STABLE_KEYS = ["relearn_forget_qa_acc", "relearn_auc", "relearn_steps_to_base", "relearn_curve", "probe_acc",
-               "probe_best_layer"] + [f"format_{f}" for f in FORMATS]
+STABLE_KEYS = ["relearn_acc", "relearn_auc", "relearn_steps_to_base", "relearn_curve", "relearn_disjoint_acc",
+               "probe_acc", "probe_best_layer", "format_shift_acc", "format_shift_set", "mia_auc_loss"]
 
 
 def _cfg(**kw):
-    return AttackSuiteConfig(relearn=RelearnConfig(steps=4, eval_every=2, batch_size=4), **kw)
+    return TaskAttackConfig(relearn=RelearnConfig(steps=4, eval_every=2, batch_size=4), lr_grid=[1e-3], lora=False,
+                            **kw)
 
 
-def test_run_attacks_returns_the_stable_flat_metrics(small_world, world_tokenizer, world_model, unchanged):
+def test_the_world_runs_the_one_suite_with_stable_flat_metrics(small_world, world_tokenizer, world_model, unchanged):
+    task = task_from_world(small_world)
     check = unchanged(world_model)
-    res = run_attacks(world_model, world_tokenizer, small_world, base_acc=0.0, cfg=_cfg(relearn_facts=True))
+    res = run_task_attacks(world_model, world_tokenizer, task, _cfg(), base_score=0.0)
     check()
     assert all(k in res for k in STABLE_KEYS)
+    assert set(res["attacks_run"]) == {"relearn", "relearn_disjoint", "mia", "probe", "format_shift"}
     assert [s for s, _ in res["relearn_curve"]] == [0, 2, 4]
-    assert [s for s, _ in res["relearn_facts_curve"]] == [0, 2, 4]
-    assert res["relearn_steps_to_base"] == 0 and res["relearn_base_acc"] == 0.0  # 0.0 is reached at once
     assert res["probe_best_layer"] in (0, 1)
-    for k in STABLE_KEYS:
-        if k.startswith(("format_", "probe_acc")) or k in ("relearn_forget_qa_acc", "relearn_auc"):
-            assert 0.0 <= res[k] <= 1.0, k
+    assert res["format_shift_set"] in {es.name for es in task.evals if es.variant}
+    for k in ("relearn_acc", "relearn_auc", "probe_acc", "format_shift_acc"):
+        assert 0.0 <= res[k] <= 1.0, k
     json.dumps(res)  # plain JSON-able values
 
 
-def test_run_attacks_measures_the_base_model_on_each_modes_eval_facts(small_world, world_tokenizer, world_model):
-    res = run_attacks(world_model, world_tokenizer, small_world, cfg=_cfg(relearn_facts=True), base_model=world_model)
-    # the base model is the attacked model here: its accuracy is the step-0 accuracy
-    assert res["relearn_base_acc"] == res["relearn_curve"][0][1]
-    assert res["relearn_facts_base_acc"] == res["relearn_facts_curve"][0][1]
-    assert res["relearn_steps_to_base"] == 0
-    no_base = run_attacks(world_model, world_tokenizer, small_world, cfg=_cfg())
-    assert no_base["relearn_steps_to_base"] is None and "relearn_facts_curve" not in no_base
+def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokenizer, world_model, monkeypatch):
+    """With the evaluation given, the variant sets are not scored again, and the attack is their best score."""
+    task = task_from_world(small_world)
+    m = evaluate_task(world_model, world_tokenizer, task)
+    variants = [es for es in task.evals if es.variant]
+    scores = {es.name: m[f"{es.name}_{'em' if es.kind == 'qa' else 'acc'}"] for es in variants}
+    monkeypatch.setattr("obliviate.attacks.format_shift.evaluate_set",
+                        lambda *a, **k: pytest.fail("a variant set was scored twice"))
+    res = run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus=False, disjoint=False, mia=False,
+                                                                     probe=False), metrics=m)
+    assert res["attacks_run"] == ["format_shift"]
+    assert res["format_shift_acc"] == max(scores.values()) and scores[res["format_shift_set"]] == max(scores.values())
+
+
+def test_the_corpus_attack_has_its_own_learning_rates(small_world, world_tokenizer, world_model, monkeypatch):
+    task = task_from_world(small_world)
+    seen = []
+    real = suite.relearn_attack
+
+    def spy(model, tok, data, fn, rc, **kw):
+        seen.append((isinstance(data[0], str), rc.lr))
+        return real(model, tok, data, fn, rc, **kw)
+
+    monkeypatch.setattr(suite, "relearn_attack", spy)
+    run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus_lr_grid=[3e-3], mia=False, probe=False,
+                                                              format_shift=False))
+    assert sorted(seen) == sorted([(True, 3e-3), (False, 1e-3), (False, 1e-3)])  # corpus once; each half once
 
 
 def test_suite_config_validation():
     with pytest.raises(ConfigError, match="probe_train_frac"):
-        AttackSuiteConfig(probe_train_frac=1.0)
+        TaskAttackConfig(probe_train_frac=1.0)
+    with pytest.raises(ConfigError, match="corpus_lr_grid"):
+        TaskAttackConfig(corpus_lr_grid=[0.0])
 
 
 def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tokenizer, world_model):
@@ -66,7 +91,7 @@ def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tok
     m = res["metrics"]
     assert [s for s, _ in m["relearn_curve"]] == [0, 1, 2]
     assert [s for s, _ in m["relearn_disjoint_curve"]] == [0, 1, 2]
-    assert set(m["attacks_run"]) == {"relearn", "relearn_disjoint", "probe", "mia"}
+    assert set(m["attacks_run"]) == {"relearn", "relearn_disjoint", "probe", "mia", "format_shift"}
     # this fixture model never learned the forget facts: nothing to recover, so no steps_to_base
     assert m["base_knows_forget"] is False and m["relearn_steps_to_base"] is None
     assert 0.0 <= m["probe_acc"] <= 1.0

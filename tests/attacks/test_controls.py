@@ -32,10 +32,10 @@ def test_verdicts():
 
 
 def test_gaps_read_beyond_the_models_own_answers():
-    m = {"forget_qa_acc": 0.1, "format_cloze": 0.4, "format_qa_paraphrase": 0.2, "probe_acc": 0.9, "forget_mcq_acc": 0.3}
+    m = {"forget_score": 0.1, "format_shift_acc": 0.4, "probe_acc": 0.9, "forget_mcq_acc": 0.3}
     g = gaps(m)
     assert g["format_shift_gap"] == pytest.approx(0.3) and g["probe_gap"] == pytest.approx(0.6)
-    assert gaps({"forget_qa_acc": 0.1}) == {}
+    assert gaps({"forget_score": 0.1}) == {}
 
 
 def test_summary_uses_the_first_calibrated_attack_and_adds_priv_leak():

@@ -5,14 +5,10 @@ import pytest
 import torch
 
 from obliviate.errors import DataError
-from obliviate.eval.oracle import (
-    forget_quality_vs_oracle,
-    oracle_distance,
-    oracle_gap,
-    oracle_reference,
-    world_truth_ratios,
-)
-from obliviate.eval.tofu import answer_nll
+from obliviate.eval.oracle import oracle_distance, oracle_gap, oracle_reference, task_truth_ratios, truth_ratio_items
+from obliviate.eval.tofu import answer_nll, forget_quality
+from obliviate.tasks.base import Data, EvalSet, Task
+from obliviate.tasks.world import task_from_world
 from obliviate.world import WorldConfig, generate_world
 
 
@@ -51,41 +47,44 @@ def test_oracle_gap_is_signed():
     assert gap == pytest.approx(0.25) and abs_gap == pytest.approx(0.25)  # still knows more
 
 
-def test_truth_ratio_is_paraphrase_vs_mean_perturbed_loss(world, tok, model):
-    facts = world.facts_by_split("forget")[:2]
-    tr = world_truth_ratios(model, tok, facts)
+@pytest.fixture(scope="module")
+def task(world):
+    return task_from_world(world)
+
+
+def test_truth_ratio_is_paraphrase_vs_mean_perturbed_loss(world, task, tok, model):
+    tr = task_truth_ratios(model, tok, task)
+    facts = world.facts_by_split("forget")
+    assert tr.shape == (len(facts),)
     f = facts[1]
     para = answer_nll(model, tok, [f["question"]], [f["answer_paraphrase"]])[0]
     pert = answer_nll(model, tok, [f["question"]] * len(f["perturbed_answers"]), f["perturbed_answers"])
-    assert tr.shape == (2,)
     assert tr[1] == pytest.approx(np.exp(para - pert.mean()), rel=1e-5)
 
 
-def test_identical_models_are_indistinguishable(world, tok, model):
-    twin = copy.deepcopy(model)
-    res = oracle_distance(model, twin, tok, world)
+def test_identical_models_are_indistinguishable(task, tok, model):
+    ref = oracle_reference(copy.deepcopy(model), tok, task, forget_score=0.5)
+    res = oracle_distance(model, tok, task, ref, forget_score=0.5)
     assert res["forget_quality"] == pytest.approx(1.0)
-    assert res["forget_acc_gap"] == 0.0 and res["abs_forget_acc_gap"] == 0.0
+    assert res["forget_score_gap"] == 0.0 and res["abs_forget_score_gap"] == 0.0
 
 
-def test_forget_quality_is_low_for_separated_truth_ratios():
+def test_forget_quality_is_low_for_separated_truth_ratios(task, tok, model):
     a = np.linspace(0.1, 0.5, 12)
     # all 12 of one sample below all 12 of the other: KS statistic 1, exact p = 2 / C(24, 12)
-    assert forget_quality_vs_oracle(a, a + 10) == pytest.approx(2 / 2704156)
-    assert forget_quality_vs_oracle(a, a) == pytest.approx(1.0)
+    assert forget_quality(a, a + 10) == pytest.approx(2 / 2704156)
+    assert forget_quality(a, a) == pytest.approx(1.0)
+    ref = oracle_reference(model, tok, task, forget_score=1.0)
+    far = oracle_distance(model, tok, task, {**ref, "truth_ratios": ref["truth_ratios"] * 1e6}, forget_score=0.25)
+    assert far["forget_quality"] < 1e-3 and far["forget_score_gap"] == pytest.approx(-0.75)
 
 
-def test_oracle_numbers_are_cached_and_can_be_passed_in(world, tok, model):
-    oracle = copy.deepcopy(model)
-    first = oracle_reference(oracle, tok, world)
-    assert oracle_reference(oracle, tok, world) is first
-    with torch.no_grad():  # a cached oracle is not re-evaluated
-        for p in oracle.parameters():
-            p.add_(1.0)
-    assert oracle_reference(oracle, tok, world)["truth_ratios"] is first["truth_ratios"]
-    far = oracle_distance(model, None, tok, world, oracle_truth_ratios=first["truth_ratios"] * 1e6,
-                          oracle_forget_acc=1.0)
-    assert far["forget_quality"] < 1e-3
-    assert far["forget_acc_gap"] == pytest.approx(far["forget_acc"] - 1.0)
-    with pytest.raises(DataError, match="oracle"):
-        oracle_distance(model, None, tok, world)
+def test_a_task_without_perturbed_answers_has_no_forget_quality(tok, model):
+    task = Task("t", forget=Data(qa=[("a", "b")]), retain=Data(qa=[("c", "d")]),
+                evals=[EvalSet("forget_qa", "forget", "qa", [{"question": "a", "answer": "b"}])])
+    assert truth_ratio_items(task) == []
+    ref = oracle_reference(model, tok, task, forget_score=0.0)
+    assert ref["truth_ratios"] is None
+    assert oracle_distance(model, tok, task, ref, forget_score=0.0)["forget_quality"] is None
+    with pytest.raises(DataError, match="perturbed"):
+        task_truth_ratios(model, tok, task)

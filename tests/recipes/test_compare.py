@@ -17,35 +17,60 @@ SMALL = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.wo
          "attacks.relearn.steps=4", "attacks.relearn.eval_every=2"]
 
 
+def _counting(monkeypatch, module, name, counts):
+    real = getattr(module, name)
+
+    def wrapped(*a, **k):
+        counts[name] = counts.get(name, 0) + 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
+    import obliviate.attacks.harness as suite
+    import obliviate.recipes.compare.run as compare
+
+    counts: dict = {}
+    for module, name in [(compare, "run_task_attacks"), (compare, "evaluate_task"), (suite, "relearn_attack"),
+                         (suite, "value_probe_attack"), (suite, "mia_metrics"), (suite, "format_shift_attack")]:
+        _counting(monkeypatch, module, name, counts)
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert res["status"] == "complete" and res["seed"] == 2
+    assert res["status"] == "complete" and res["seed"] == 2 and res["task"]["name"] == "world"
     m = res["metrics"]
-    assert {"base", "oracle", "graddiff", "rmu"} <= set(m)
+    assert set(m) == {"base", "oracle", "positive_control", "graddiff", "rmu"}
+    # each model is evaluated once and attacked once; each attack runs once per model (the demo's one setting
+    # per relearning attack: the corpus once, each of the two halves once)
+    n = len(m)
+    assert counts == {"evaluate_task": n, "run_task_attacks": n, "relearn_attack": 3 * n,
+                      "value_probe_attack": n, "mia_metrics": n, "format_shift_attack": n}
     for name in ("graddiff", "rmu"):
-        for key in ("forget_qa_acc", "retain_qa_acc", "s_unlearning", "relearn_forget_qa_acc", "forget_quality",
-                    "probe_acc", "format_qa_paraphrase"):
+        for key in ("forget_qa_em", "forget_score", "retain_qa_em", "general_qa_em", "retain_score", "s_unlearning",
+                    "relearn_acc", "forget_quality", "probe_acc", "forget_para_qa_em", "format_shift_acc"):
             assert key in m[name], (name, key)
         assert 0.0 <= m[name]["s_unlearning"] <= 1.0
-    assert "forget_qa_acc" in m["base"] and "retain_qa_acc" in m["base"]
-    # issue 15's results contract: both controls, and the robustness numbers in every row
-    assert {"positive_control", "oracle"} <= set(m)
     for name, row in m.items():
+        assert set(row["attacks_run"]) == {"relearn", "relearn_disjoint", "mia", "probe", "format_shift"}, name
         for key in ("relearn_disjoint_acc", "relearn_disjoint_start_acc", "recovery_cost_tokens", "mia_auc_loss",
                     "mia_auc_zlib", "mia_auc_min_k", "mia_auc_min_k_plus_plus"):
             assert key in row, (name, key)
     assert set(res["robustness"]["verdicts"]) == {"graddiff", "rmu"}
     assert "## Robustness" in (out / "report.md").read_text()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "relearning" in html
+    assert html.count("data:image/png;base64,") == 5 and "relearning" in html
     assert (out / "methods" / "rmu" / "result.json").exists()
     _check_models(out, res)
 
-    # A second run with the same config reuses the finished methods and gives the same metrics.
-    import obliviate.recipes.compare.run as compare
+    # One vocabulary: `eval --task world` on the same model writes the same keys with the same values.
+    world = [o.replace("pretrain.world.", "world.") for o in SMALL if o.startswith("pretrain.world.")]
+    assert main(["eval", "--model", str(out / "models" / "oracle"), "--out", str(tmp_path / "eval"), "--seed", "2",
+                 "--no-progress", *world]) == 0
+    evaluated = json.loads((tmp_path / "eval" / "results.json").read_text())["metrics"]["model"]
+    assert evaluated == {k: m["oracle"][k] for k in evaluated}
 
+    # A second run with the same config reuses the finished methods and gives the same metrics.
     def no_training(*a, **k):
         raise AssertionError("a finished method was trained again")
 
@@ -56,6 +81,31 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     assert again["metrics"] == m
     assert again["model_dirs"] == res["model_dirs"]  # a resumed method keeps its saved model
     _check_models(out, again)
+
+
+def test_demo_and_compare_on_the_world_are_one_code_path(tmp_path, monkeypatch):
+    """``demo`` is ``compare --task world`` with the demo's defaults: both reach the one comparison function."""
+    import obliviate.cli.compare as cli_compare
+    from obliviate.recipes.compare.run import DEMO, run_compare
+
+    assert cli_compare.run_compare is run_compare
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(task, cfg, out, **kw):
+        calls.append((task.name, cfg.methods, cfg.attacks.lr_grid, task.meta["world_seed"]))
+        raise Stop
+
+    monkeypatch.setattr(cli_compare, "run_compare", spy)
+    for argv in (["demo"], ["compare", "--task", "world"], ["compare"]):
+        with pytest.raises(Stop):
+            from obliviate.cli.main import _main
+
+            _main([*argv, "--out", str(tmp_path / argv[-1]), "--seed", "3", "--no-progress"])
+    assert calls[0] == ("world", DEMO["methods"], DEMO["attacks"]["lr_grid"], 3)
+    assert calls[1] == calls[2] == ("world", None, None, 3)  # compare: every method, the attacker's whole grid
 
 
 def _check_models(out: Path, res: dict) -> None:

@@ -16,17 +16,17 @@ import json
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.recipes.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.recipes.compare.run import CompareConfig, run_compare
 from obliviate.tasks.files import task_from_files
 
 
 def test_disjoint_relearning_separates_the_controls(tmp_path):
     f = write_user_files(tmp_path / "data", n_forget=16, n_retain=16, seed=0)
     task = task_from_files([str(f["forget"])], [str(f["retain_qa"])])
-    cfg = from_dict(TaskCompareConfig, json.loads(json.dumps({
+    cfg = from_dict(CompareConfig, json.loads(json.dumps({
         "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "corpus": False, "probe": False},
         "tiny": {"d_model": 96, "vocab_size": 600}})))
-    res = run_task_compare(task, cfg, tmp_path / "run", progress=False)
+    res = run_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]
     base, pos, neg = m["base"], m["positive_control"], m["oracle"]
     assert base["relearn_disjoint_start_acc"] >= 0.9  # the base model knows its facts

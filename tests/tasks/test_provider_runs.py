@@ -1,5 +1,5 @@
 """Every task provider runs the whole path on tiny data: finetune a tiny model on the task, unlearn, evaluate
-and attack (through :func:`obliviate.recipes.task_compare.run_task_compare`). Parametrised over the registry, so a new
+and attack (through :func:`obliviate.recipes.compare.run.run_compare`). Parametrised over the registry, so a new
 provider fails here until it has a tiny-data builder below."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.recipes.task_compare import TaskCompareConfig, run_task_compare
+from obliviate.recipes.compare.run import CompareConfig, run_compare
 from obliviate.tasks import load_task, task_names
 from obliviate.utils import data_dir
 
@@ -57,7 +57,9 @@ BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "mus
 
 TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2}, "runs": {"npo": {"steps": 2}, "rmu": {"steps": 2}},
         "attacks": {"relearn": {"steps": 2, "eval_every": 1}, "lr_grid": [1e-3], "lora": False},
-        "tiny": {"d_model": 32, "vocab_size": 400}}
+        "tiny": {"d_model": 32, "vocab_size": 400},
+        "pretrain": {"model": {"size": "nano", "vocab_size": 400}, "batch_size": 4,  # the world's own base model
+                     "train": {"steps": 20, "warmup_steps": 2}}}
 
 
 def test_every_provider_has_a_tiny_run():
@@ -67,8 +69,8 @@ def test_every_provider_has_a_tiny_run():
 @pytest.mark.parametrize("name", task_names())
 def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     task = BUILDERS[name](tmp_path, request)
-    cfg = from_dict(TaskCompareConfig, json.loads(json.dumps(TINY)))
-    res = run_task_compare(task, cfg, tmp_path / "run", progress=False)
+    cfg = from_dict(CompareConfig, json.loads(json.dumps(TINY)))
+    res = run_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]
     has_questions = bool(task.forget.qa or any(es.kind == "qa" for es in task.evals_by_role("forget")))
     assert set(m) == {"base", "oracle", "npo", "rmu"} | ({"positive_control"} if has_questions else set())
@@ -77,4 +79,4 @@ def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     for row in m.values():
         assert any(k.endswith(("_em", "_acc", "_loss")) for k in row)  # evaluated on the task's sets
         assert row["attacks_run"]  # at least one attack had data
-    assert (tmp_path / "run" / "base_model" / "DONE").exists() and (tmp_path / "run" / "report.md").exists()
+    assert (tmp_path / "run" / "models" / "base" / "config.json").exists() and (tmp_path / "run" / "report.md").exists()

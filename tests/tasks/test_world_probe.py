@@ -3,8 +3,7 @@
 import pytest
 
 from obliviate.data import qa_answer, qa_prompt
-from obliviate.errors import ConfigError
-from obliviate.tasks.world import AttackSuiteConfig, value_prefix, value_probe_sets
+from obliviate.tasks.world import task_from_world, value_prefix, value_probe_sets
 from obliviate.world import WorldConfig, generate_world
 
 
@@ -35,6 +34,12 @@ def test_extra_training_facts_are_kept_facts_that_share_the_forget_values():
     assert {value_prefix(f) for f in lookalikes} <= {e["prefix"] for e in extra}
 
 
-def test_unknown_probe_is_refused():
-    with pytest.raises(ConfigError, match="'probe'"):
-        AttackSuiteConfig(probe="letters")
+def test_the_world_task_carries_the_value_probe_data():
+    world = generate_world(WorldConfig(seed=2))
+    items, extra = value_probe_sets(world)
+    task = task_from_world(world)
+    assert task.probe == {"items": items, "extra": extra}
+    cut = task_from_world(world, limit=2)  # only the MCQs of the forget facts kept
+    kept = {f[1] for f in cut.forget.qa}
+    assert cut.probe["items"] and all(m["fact_id"].startswith("forget") for m in cut.probe["items"])
+    assert len({m["fact_id"] for m in cut.probe["items"]}) <= 2 and kept

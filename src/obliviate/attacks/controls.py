@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import math
 
-from obliviate.attacks.suite import qa_score_fn
+from obliviate.attacks.harness import qa_score_fn
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.errors import DataError
 from obliviate.eval.mia import priv_leak
@@ -151,13 +151,12 @@ def robustness_summary(metrics: dict) -> dict:
 
 def gaps(m: dict) -> dict:
     """What the attacks read beyond the model's own answers, where ``m`` has the numbers:
-    ``format_shift_gap``: the best ``format_*`` accuracy minus ``forget_qa_acc`` (the facts asked another
-    way); ``probe_gap``: ``probe_acc`` minus ``forget_mcq_acc`` (what a linear probe reads from the hidden
-    states that the model's own choice among the same options does not show)."""
+    ``format_shift_gap``: ``format_shift_acc`` (the best variant of the forget set) minus ``forget_score``
+    (the facts asked another way); ``probe_gap``: ``probe_acc`` minus ``forget_mcq_acc`` (what a linear probe
+    reads from the hidden states that the model's own choice among the same options does not show)."""
     out = {}
-    formats = [v for k, v in m.items() if k.startswith("format_") and isinstance(v, (int, float))]
-    if formats and m.get("forget_qa_acc") is not None:
-        out["format_shift_gap"] = max(formats) - m["forget_qa_acc"]
+    if m.get("format_shift_acc") is not None and m.get("forget_score") is not None:
+        out["format_shift_gap"] = m["format_shift_acc"] - m["forget_score"]
     if m.get("probe_acc") is not None and m.get("forget_mcq_acc") is not None:
         out["probe_gap"] = m["probe_acc"] - m["forget_mcq_acc"]
     return out

@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from obliviate.attacks.suite import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded,
                                 task_from_args)
 from obliviate.config import build_config

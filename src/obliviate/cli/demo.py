@@ -1,14 +1,16 @@
-"""``obliviate demo``: the main job, the world demo comparison (``obliviate compare`` on the world)."""
+"""``obliviate demo``: the main job, ``obliviate compare`` on the world with the demo's defaults."""
 
 from __future__ import annotations
 
 from obliviate.cli.args import add_common
 from obliviate.cli.compare import run_compare_command
+from obliviate.recipes.compare.run import DEMO
 
 
 def cmd_demo(args) -> None:
-    """The main job: base and oracle, then GradDiff, NPO, SimNPO and RMU, then the attacks, then the report."""
-    run_compare_command(args)
+    """The main job: ``compare`` on the world with :data:`~obliviate.recipes.compare.run.DEMO` (GradDiff, NPO,
+    SimNPO and RMU beside the base model and the controls, each attacked once, then the report)."""
+    run_compare_command(args, DEMO)
 
 
 def register(sub) -> None:

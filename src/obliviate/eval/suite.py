@@ -22,11 +22,11 @@ import torch
 
 from obliviate.data import collate, encode_data
 from obliviate.eval.answers import answer_token_budget
-from obliviate.eval.core import check_logits, mcq_accuracy, qa_accuracy, s_unlearning
+from obliviate.eval.core import check_logits, mcq_accuracy, normalise_text, qa_accuracy, s_unlearning
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
-from obliviate.tasks.base import ROLES, Data, EvalSet, Task
+from obliviate.tasks.base import SCORED_ROLES, Data, EvalSet, Task
 
 PRIMARY = {"qa": "em", "mcq": "acc"}
 
@@ -34,6 +34,34 @@ PRIMARY = {"qa": "em", "mcq": "acc"}
 def answer_budget(tokenizer, answers, slack: int = 4, cap: int = 256) -> int:
     """Greedy tokens for exact match: the longest reference answer plus ``slack``, at most ``cap``."""
     return answer_token_budget(tokenizer, answers, slack, cap)
+
+
+def _meta(item) -> dict:
+    meta = item.get("meta") if isinstance(item, dict) else getattr(item, "meta", None)
+    return meta if isinstance(meta, dict) else {}
+
+
+def qa_item_prompt(task: Task, item, tokenizer=None) -> str:
+    """The prompt of a QA item in the task's format, followed by the start of its answer where the item gives
+    one (``meta["answer_start"]``: a cloze item, whose answer is the value that completes it)."""
+    prompt = task.prompt.prompt(item["question"], tokenizer)
+    start = _meta(item).get("answer_start")
+    return prompt + task.prompt.answer(start) if start else prompt
+
+
+def qa_correct(prediction: str, item, match: str = "exact") -> bool:
+    """Whether a greedy answer is right: equal (normalised) to the answer or one of ``meta["alternatives"]``,
+    or, with ``match="prefix"``, starting with its words."""
+    refs = [item["answer"], *_meta(item).get("alternatives", [])]
+    if match == "prefix":
+        return any(starts_with_words(prediction, a) for a in refs)
+    return normalise_text(prediction) in {normalise_text(a) for a in refs}
+
+
+def starts_with_words(prediction: str, answer: str) -> bool:
+    """True if the normalised prediction's first words are the normalised answer's words."""
+    want = normalise_text(answer).split()
+    return bool(want) and normalise_text(prediction).split()[:len(want)] == want
 
 
 def _prompt_of(item) -> str | None:
@@ -78,14 +106,14 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
                  max_len: int = 256, progress: bool = False) -> dict:
     """The metrics of one evaluation set, keyed without the set's name (``em``, ``acc``, ``loss``...)."""
     if es.kind == "qa":
-        questions = [x["question"] for x in es.items]
         answers = [x["answer"] for x in es.items]
-        prompts = [task.prompt.prompt(q, tokenizer) for q in questions]
+        prompts = [qa_item_prompt(task, x, tokenizer) for x in es.items]
         budget = max_new_tokens or answer_budget(tokenizer, answers)
         r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
                         batch_size=batch_size, progress=progress, answer_fn=task.prompt.answer)
-        return {"em": r["exact_match"], "rouge_l": r["rouge_l"], "prob": r["answer_prob"],
-                "_correct": r["correct"], "_predictions": r["predictions"]}
+        correct = [float(qa_correct(p, x, es.match)) for p, x in zip(r["predictions"], es.items)]
+        return {"em": float(np.mean(correct)), "rouge_l": r["rouge_l"], "prob": r["answer_prob"],
+                "_correct": correct, "_predictions": r["predictions"]}
     if es.kind == "mcq":
         items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
                  for m in es.items]
@@ -105,13 +133,13 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
     """
     out: dict = {}
     per_item: dict = {}
-    by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in ROLES}
+    by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in SCORED_ROLES}
     for es in task.evals:
         r = evaluate_set(model, tokenizer, task, es, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          max_len=max_len, progress=progress)
         per_item[es.name] = {k[1:]: r.pop(k) for k in list(r) if k.startswith("_")}
         out.update({f"{es.name}_{k}": v for k, v in r.items()})
-        if es.kind in PRIMARY:
+        if es.kind in PRIMARY and es.role in by_role and not es.variant:
             by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0))
     for role, vals in by_role.items():
         if vals:

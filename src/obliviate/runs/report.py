@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from obliviate.runs.results import atomic_write_bytes, atomic_write_text
+from obliviate.utils import atomic_write_bytes, atomic_write_text
 
 
 def _plt():
@@ -151,7 +151,7 @@ def plot_recovery_curves(curves: dict[str, list], png: str | Path, xlabel: str, 
 
 
 RELEARN_CURVES = {"relearn": "related corpus", "relearn_disjoint": "disjoint halves"}
-"""The relearning attacks of :func:`obliviate.attacks.suite.run_task_attacks` that record a curve
+"""The relearning attacks of :func:`obliviate.attacks.harness.run_task_attacks` that record a curve
 (``metrics[f"{key}_curve"]``), and their names in the plot."""
 
 

@@ -21,12 +21,12 @@ import json
 import math
 import os
 import platform
-import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
+from obliviate.utils import atomic_write_bytes, atomic_write_text
 
 try:
     import fcntl
@@ -100,49 +100,6 @@ def _clean(obj: Any, secrets: list[str] | None = None) -> Any:
         for secret in secrets:
             obj = obj.replace(secret, REDACTED)
     return obj
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
-    atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
-
-    An ``OSError`` (full disk, read-only or missing permissions) becomes an :class:`ObliviateError`
-    naming the file: ``cannot write results.json in DIR: [Errno 28] No space left on device``.
-    """
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException as e:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        if isinstance(e, OSError):
-            raise ObliviateError(f"cannot write {path.name} in {path.parent}: {_os_reason(e)}") from None
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _os_reason(e: OSError) -> str:
-    return f"[Errno {e.errno}] {e.strerror}" if e.errno and e.strerror else (str(e) or type(e).__name__)
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

@@ -9,13 +9,15 @@ which in turn use evaluation and attacks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from obliviate.errors import ConfigError, DataError
 
-ROLES = ("forget", "retain", "neighbour", "utility")
+ROLES = ("forget", "retain", "neighbour", "utility", "extra")
+"""What an evaluation set checks; "extra" sets are reported but enter no role score."""
+SCORED_ROLES = ROLES[:4]
 KINDS = ("qa", "mcq", "text")
 IDK_ANSWERS = [
     "I don't know.",
@@ -52,13 +54,18 @@ class EvalSet:
     accuracy against its chance level) or text (token loss / perplexity); ``role`` says what it checks."""
 
     name: str
-    role: Literal["forget", "retain", "neighbour", "utility"]
+    role: Literal["forget", "retain", "neighbour", "utility", "extra"]
     kind: Literal["qa", "mcq", "text"]
     items: list
     """:class:`~obliviate.tasks.sources.QAExample` / ``MCQExample`` / ``TextExample`` records (or dicts with
     the same fields)."""
     mcq_style: Literal["letters", "cloze"] = "letters"
     """MCQ scoring: lm-eval's lettered prompt (" A".." D") or each choice text as the continuation."""
+    variant: bool = False
+    """The forget knowledge asked another way (held-out wordings, another format): reported, read by the
+    format-shift attack, but in no role score and not tracked by the relearning curves."""
+    match: Literal["exact", "prefix"] = "exact"
+    """QA: the prediction must equal the answer (normalised), or start with its words ("prefix")."""
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -76,6 +83,15 @@ class EvalSet:
         if self.kind == "mcq":
             return float(np.mean([1.0 / len(m["choices"]) for m in self.items]))
         return 0.0 if self.kind == "qa" else None
+
+
+def qa_prompt(question: str) -> str:
+    """The default QA format (the world's): the model continues after ``Answer:``."""
+    return f"Question: {question}\nAnswer:"
+
+
+def qa_answer(answer: str) -> str:
+    return " " + answer
 
 
 @dataclass
@@ -131,6 +147,12 @@ class Task:
     """Refusal answers for IdkDPO-style methods (default: :data:`IDK_ANSWERS`)."""
     oracle_data: Data | None = None
     """What a model that never saw the forget data is trained on, where the task can train one."""
+    probe: dict | None = None
+    """Data of the value probe (:func:`obliviate.attacks.probe.value_probe_attack`): ``{"items", "extra"}``;
+    without it the probe picks the correct choice of the forget MCQs."""
+    pretrain: Any = None
+    """A world config when the task's base model and oracle are pretrained on a corpus
+    (:mod:`obliviate.train.pretrain`) rather than fine-tuned on the task's data."""
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -141,15 +163,15 @@ class Task:
         if dup:
             raise ConfigError(f"task {self.name!r}: evaluation set name(s) used twice: {', '.join(dup)}")
 
-    def evals_by_role(self, role: str) -> list[EvalSet]:
-        return [e for e in self.evals if e.role == role]
+    def evals_by_role(self, role: str, variants: bool = True) -> list[EvalSet]:
+        return [e for e in self.evals if e.role == role and (variants or not e.variant)]
 
     def forget_halves(self, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
         """The task's own halves, or a seeded even split of the forget QA pairs (of the forget-role QA evaluation
         sets when the forget data are documents, e.g. MUSE's knowmem questions); None with fewer than 2."""
         if self.halves is not None:
             return self.halves
-        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for es in self.evals_by_role("forget")
+        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for es in self.evals_by_role("forget", False)
                                       if es.kind == "qa" for x in es.items]
         if len(qa) < 2:
             return None

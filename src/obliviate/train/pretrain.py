@@ -47,7 +47,7 @@ from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
-from obliviate.runs.results import atomic_write_text
+from obliviate.utils import atomic_write_text
 from obliviate.tasks.world import full_answer_mcqs
 from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
 from obliviate.train.backend import can_checkpoint

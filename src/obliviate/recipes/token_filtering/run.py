@@ -489,7 +489,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
-        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.suite.recovery_cost), in loss:
+        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.harness.recovery_cost), in loss:
         # tokens until the fine-tune closes half the gap between its starting forget loss and the baseline's
         start = v["curve"][0][1] if v["curve"] else None
         v["recovery_cost_tokens"] = (None if start is None else

@@ -1,15 +1,7 @@
-"""The attack suite on any :class:`~obliviate.tasks.Task`.
+"""The one attack suite, for every task (the world included): :func:`run_task_attacks`.
 
-- **relearn** (the task's related corpus, e.g. the world's paragraphs or EMBER's
-  RelearnParagraphs): fine-tune a copy on it and track the forget score (:func:`forget_score_fn`);
-- **relearn_disjoint** (the forget QA facts split into disjoint halves A and B): fine-tune on A,
-  measure on B, then swap and average, so that any recovery on the half never trained on is
-  knowledge that was still in the weights;
-- **probe**: a linear probe on the hidden states picks the correct choice of the forget MCQs.
-
-Each part runs only where the task has its data; ``results`` say which ran. The forget score
-of the relearning attacks is greedy QA with prefix match (a model fine-tuned on prose runs on
-after the answer) on the forget QA sets, or MCQ accuracy where the task has no forget QA.
+Relearning on the task's related corpus and on disjoint halves of the forget facts, membership
+inference, a linear probe and the format shift, each where the task has its data (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -21,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from obliviate.attacks.probe import linear_probe_attack
+from obliviate.attacks.format_shift import format_shift_attack, variant_sets
+from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
@@ -48,6 +41,10 @@ class TaskAttackConfig:
     lr_grid: list[float] | None = None
     """Learning rates the attacker tries (the best result is reported, as an adversary would); default by
     model size, see :func:`attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys apply."""
+    corpus_lr_grid: list[float] | None = None
+    """Learning rates of the related-corpus attack, where they differ from ``lr_grid`` (default: ``lr_grid``)."""
+    format_shift: bool = True
+    """The best score over the task's variant forget sets (the facts asked another way), where it has them."""
     lora: bool = True
     """Also attack with LoRA adapters (at the grid's largest learning rate)."""
     mia: bool = True
@@ -65,8 +62,10 @@ class TaskAttackConfig:
             raise ConfigError(f"config key 'probe_train_frac': must be in (0, 1), got {self.probe_train_frac}")
         if self.max_eval < 1:
             raise ConfigError(f"config key 'max_eval': must be >= 1, got {self.max_eval}")
-        if self.lr_grid is not None and (not self.lr_grid or any(not 0 < lr < float("inf") for lr in self.lr_grid)):
-            raise ConfigError(f"config key 'lr_grid': needs finite learning rates > 0, got {self.lr_grid}")
+        for key in ("lr_grid", "corpus_lr_grid"):
+            grid = getattr(self, key)
+            if grid is not None and (not grid or any(not 0 < lr < float("inf") for lr in grid)):
+                raise ConfigError(f"config key '{key}': needs finite learning rates > 0, got {grid}")
 
 
 def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
@@ -86,14 +85,16 @@ def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size
 
 
 def forget_score_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> Callable | None:
-    """The forget score a relearning attack tracks: forget QA (prefix match), else forget MCQ accuracy."""
-    qa = [(x["question"], x["answer"]) for es in task.evals_by_role("forget") if es.kind == "qa" for x in es.items]
+    """The forget score a relearning attack tracks: forget QA (prefix match), else forget MCQ accuracy (the
+    forget sets themselves, not their variants)."""
+    forget = task.evals_by_role("forget", variants=False)
+    qa = [(x["question"], x["answer"]) for es in forget if es.kind == "qa" for x in es.items]
     if qa:
         return qa_score_fn(tokenizer, task, qa[:max_eval], batch_size)
-    mcqs = [m for es in task.evals_by_role("forget") if es.kind == "mcq" for m in es.items][:max_eval]
+    mcqs = [m for es in forget if es.kind == "mcq" for m in es.items][:max_eval]
     if not mcqs:
         return None
-    styles = {es.mcq_style for es in task.evals_by_role("forget") if es.kind == "mcq"}
+    styles = {es.mcq_style for es in forget if es.kind == "mcq"}
     style = styles.pop() if len(styles) == 1 else "letters"
     items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
              for m in mcqs]
@@ -109,9 +110,10 @@ KNOWS_MARGIN = 0.1
 
 def forget_chance(task: Task) -> float:
     """Chance level of the score :func:`forget_score_fn` tracks (0 for QA, 1/choices for MCQ)."""
-    if any(es.kind == "qa" for es in task.evals_by_role("forget")):
+    forget = task.evals_by_role("forget", variants=False)
+    if any(es.kind == "qa" for es in forget):
         return 0.0
-    sets = [es for es in task.evals_by_role("forget") if es.kind == "mcq"]
+    sets = [es for es in forget if es.kind == "mcq"]
     return float(np.mean([es.chance for es in sets])) if sets else 0.0
 
 
@@ -122,13 +124,13 @@ def _curve_metrics(prefix: str, res: dict) -> dict:
             f"{prefix}_tokens_per_step": res.get("tokens_per_step")}
 
 
-def attack_grid(model, cfg: "TaskAttackConfig") -> list[tuple[str, RelearnConfig]]:
+def attack_grid(model, cfg: "TaskAttackConfig", lrs: list[float] | None = None) -> list[tuple[str, RelearnConfig]]:
     """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``).
 
-    The grid defaults by model size (:func:`obliviate.methods.preset_name`): 1e-4, 3e-4, 1e-3 for tiny
-    models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.
+    The grid (``lrs``, else ``cfg.lr_grid``) defaults by model size (:func:`obliviate.methods.preset_name`):
+    1e-4, 3e-4, 1e-3 for tiny models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.
     """
-    lrs = cfg.lr_grid or list(LR_GRIDS[preset_name(model)])
+    lrs = lrs or cfg.lr_grid or list(LR_GRIDS[preset_name(model)])
     grid = [(f"lr{lr:g}", replace(cfg.relearn, lr=lr, lora=False)) for lr in lrs]
     if cfg.lora:
         grid.append((f"lora-lr{max(lrs):g}", replace(cfg.relearn, lr=max(lrs), lora=True)))
@@ -182,14 +184,30 @@ def recovery_cost(res: dict, n: int) -> dict:
             "recovery_budget_tokens": int(res["curve"][-1][0] * res["tokens_per_step"])}
 
 
+def probe_mcqs(task: Task) -> list:
+    """The forget MCQs the choice probe reads: those of the forget sets, else of their first variant set."""
+    sets = [es for es in task.evals_by_role("forget", variants=False) if es.kind == "mcq"]
+    sets = sets or [es for es in task.evals_by_role("forget") if es.kind == "mcq"][:1]
+    return [m for es in sets for m in es.items]
+
+
+def _probe_metrics(probe: dict) -> dict:
+    return {"probe_acc": probe["best_acc"], "probe_best_layer": probe["best_layer"], "probe_chance": probe["chance"],
+            "probe_per_layer": {str(l): a for l, a in probe["per_layer"].items()}}
+
+
 def _mean_curves(curves: list[list]) -> list[list]:
     """Pointwise mean of recovery curves evaluated at the same steps."""
     return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
 
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
-                     base_score: float | None = None, out_dir: str | Path | None = None, resume: bool = True) -> dict:
+                     base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
+                     resume: bool = True) -> dict:
     """Every attack the task has data for; a flat dict of metrics (``model`` is never modified).
+
+    ``metrics``: the model's own evaluation (:func:`~obliviate.eval.suite.evaluate_task`), which the format
+    shift reads instead of scoring the variant sets again.
 
     ``base_model`` (or ``base_score``, its forget score) sets the target of ``*_steps_to_base``.
     Each relearning attack tries every setting of :func:`attack_grid` and reports the best for the attacker
@@ -198,7 +216,7 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     averaged over both swaps; ``_start_acc``: the same halves before), ``recovery_cost_tokens`` /
     ``recovery_cost_flops`` (:func:`recovery_cost`), ``probe_acc`` / ``probe_best_layer`` /
     ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`, forget vs holdout),
-    ``base_knows_forget`` and ``attacks_run``.
+    ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``.
     """
     cfg = cfg or TaskAttackConfig()
     for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
@@ -219,7 +237,7 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     if cfg.corpus and task.relearn and fn is not None:
         tried = [(rc, relearn_attack(model, tokenizer, list(task.relearn), fn, rc, base_acc=base_score,
                                      out_dir=None if run_dir is None else run_dir / f"corpus-{tag}", resume=resume))
-                 for tag, rc in grid]
+                 for tag, rc in attack_grid(model, cfg, cfg.corpus_lr_grid)]
         best_cfg, res = max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
         out.update(_curve_metrics("relearn", res))
         out.update(relearn_lr=best_cfg.lr, relearn_lora=best_cfg.lora)
@@ -239,16 +257,22 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
         members, nonmembers = mia_examples(task, tokenizer)
         out.update(mia_metrics(model, tokenizer, members, nonmembers, k=cfg.mia_k))
         out["attacks_run"].append("mia")
-    mcqs = [m for es in task.evals_by_role("forget") if es.kind == "mcq" for m in es.items]
-    if cfg.probe and len(mcqs) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1:
+    if cfg.probe and task.probe:
+        probe = value_probe_attack(model, tokenizer, task.probe["items"], task.probe.get("extra", []),
+                                   layers=cfg.probe_layers, seed=cfg.seed, C=cfg.probe_C)
+        out.update(_probe_metrics(probe))
+        out["attacks_run"].append("probe")
+    elif cfg.probe and len(mcqs := probe_mcqs(task)) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1:
         probe = linear_probe_attack(model, tokenizer, [{"question": m["question"], "choices": list(m["choices"]),
                                                         "answer_index": m["answer_index"]} for m in mcqs],
                                     layers=cfg.probe_layers, train_frac=cfg.probe_train_frac, seed=cfg.seed,
                                     C=cfg.probe_C,
                                     prompt_fn=lambda q: task.prompt.prompt(q, tokenizer))
-        out.update(probe_acc=probe["best_acc"], probe_best_layer=probe["best_layer"], probe_chance=probe["chance"],
-                   probe_per_layer={str(l): a for l, a in probe["per_layer"].items()})
+        out.update(_probe_metrics(probe))
         out["attacks_run"].append("probe")
+    if cfg.format_shift and variant_sets(task):
+        out.update(format_shift_attack(model, tokenizer, task, metrics))
+        out["attacks_run"].append("format_shift")
     if not out["attacks_run"]:
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")

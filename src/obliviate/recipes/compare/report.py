@@ -1,0 +1,120 @@
+"""The comparison's report: ``report.md`` and a self-contained ``report.html``, with their plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from obliviate.attacks.controls import robustness_markdown
+from obliviate.eval.suite import PRIMARY, keep_score
+from obliviate.runs.report import (
+    _plt,
+    markdown_table,
+    plot_grouped_bars,
+    plot_recovery_curves,
+    plot_tradeoff,
+    read_jsonl,
+    save_figure,
+    write_html,
+)
+from obliviate.runs.results import atomic_write_text
+from obliviate.tasks.base import Task
+
+COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_score", "s_unlearning",
+           "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
+           "format_shift_acc"]
+ATTACK_CURVES = {"relearn": "relearning on the related corpus",
+                 "relearn_disjoint": "relearning on the other half of the forget facts"}
+
+
+def set_scores(task: Task, metrics: dict) -> dict[str, dict[str, float]]:
+    """``{model: {set name: primary score}}`` of every QA and MCQ set (the per-set plot)."""
+    keys = [(es.name, f"{es.name}_{PRIMARY[es.kind]}") for es in task.evals if es.kind in PRIMARY]
+    return {name: {s: m[k] for s, k in keys if m.get(k) is not None} for name, m in metrics.items()}
+
+
+def plot_forget_keep(metrics: dict, png: Path) -> None:
+    points = {name: (m["forget_score"], keep_score(m)) for name, m in metrics.items()
+              if m.get("forget_score") is not None and keep_score(m) is not None}
+    after = {name: m.get("relearn_disjoint_acc", m.get("relearn_acc")) for name, m in metrics.items()}
+    plot_tradeoff(points, png, "forget score (lower is better)", "kept: retain (or neighbour / utility) score",
+                  "forget vs kept (arrows: after relearning)", arrows=after)
+
+
+def plot_log(log: Path, png: Path) -> None:
+    """The base model's pretraining loss terms (a task pretrained on its world)."""
+    plt = _plt()
+    recs = [r for r in read_jsonl(log) if "loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for term in ("lm", "qa"):
+        pts = [(r["step"], r[term]) for r in recs if term in r]
+        if pts:
+            ax.plot(*zip(*pts), label=f"{term} term")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("base model pretraining", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, png)
+
+
+def recovery_lines(metrics: dict) -> list[str]:
+    """One sentence per model on the disjoint-halves attack, the oracle's last."""
+    base_d = metrics["base"].get("relearn_disjoint_base_acc")
+    lines = []
+    for name, m in metrics.items():
+        if name in ("base", "oracle") or m.get("relearn_disjoint_acc") is None or not base_d:
+            continue
+        share = (m["relearn_disjoint_acc"] - m["relearn_disjoint_start_acc"]) / base_d
+        lines.append(f"- **{name}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out halves "
+                     f"before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other halves "
+                     f"({100 * share:.0f}% of the base model's {base_d:.2f} brought back).")
+    o = metrics.get("oracle", {})
+    if o.get("relearn_disjoint_acc") is not None:
+        lines.append(f"- the oracle, which never saw the forget data, goes from {o['relearn_disjoint_start_acc']:.2f} "
+                     f"to {o['relearn_disjoint_acc']:.2f} under the same attack: anything above that is knowledge "
+                     "the method hid rather than removed.")
+    return lines
+
+
+def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
+                 robustness: dict | None = None, base_log: Path | None = None) -> None:
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    plot_forget_keep(metrics, plots / "forget_keep.png")
+    figures = [("forget vs kept", "forget_keep.png")]
+    for key, title in ATTACK_CURVES.items():
+        drawn = {name: c[key] for name, c in curves.items() if c.get(key)}
+        if drawn:
+            base = metrics["base"].get(f"{key}_base_acc")
+            plot_recovery_curves(drawn, plots / f"{key}.png", "relearning steps", "forget score under attack",
+                                 title, base_line=base)
+            figures.append((title, f"{key}.png"))
+    plot_grouped_bars(set_scores(task, metrics), plots / "sets.png", "score by evaluation set", "score")
+    figures.append(("score by evaluation set", "sets.png"))
+    if base_log is not None and base_log.exists():
+        plot_log(base_log, plots / "base_loss.png")
+        figures.append(("base model training", "base_loss.png"))
+    columns = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
+    rows = [{"model": n, **{k: m.get(k) for k in columns[1:]}} for n, m in metrics.items()]
+    sets = [es for es in task.evals if es.kind in PRIMARY]
+    set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
+    md = [f"# obliviate: method comparison on task `{task.name}`", "",
+          f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of the "
+          "role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R against "
+          "the base model; `forget_quality` is the KS-test p-value of the forget truth ratios against the "
+          "oracle's (higher = closer); `format_shift_acc` is the best score over the forget set's variants "
+          "(docs/evaluation.md).", "",
+          markdown_table(rows, columns), "",
+          *(robustness_markdown(metrics, robustness) if robustness else []),
+          "## How much comes back under relearning on the other half of the facts", "",
+          *(recovery_lines(metrics) or ["- the task has no disjoint halves to relearn on."]), "",
+          "## Every evaluation set", "",
+          ", ".join(f"`{es.name}` ({es.role}{', variant' if es.variant else ''})" for es in sets) + ".", "",
+          markdown_table(set_rows, ["model"] + [es.name for es in sets]), "",
+          *[line for title, png in figures for line in (f"![{title}](plots/{png})", "")],
+          "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
+          f"Total time {seconds:.0f} s."]
+    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+    write_html(out / "report.md", out / "report.html")
