@@ -31,7 +31,7 @@ def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     assert res["status"] == "complete" and res["seed"] == 1
     m = res["metrics"]
     for name in ("atwu", "graddiff"):
-        assert {"uq", "fq", "rd", "s_unlearning", "forget_qa_acc"} <= set(m[name]), name
+        assert {"uq", "fq", "rd", "s_unlearning", "forget_qa_em", "forget_score"} <= set(m[name]), name
     assert 0.0 <= m["atwu"]["token_auroc"] <= 1.0  # learned scores
     assert "token_auroc" not in m["graddiff"]
     assert m["token_baselines"]["uniform"]["token_auroc"] == 0.5

@@ -23,6 +23,7 @@ from obliviate.eval.mia import mia_metrics
 from obliviate.eval.suite import answer_budget
 from obliviate.methods import preset_name
 from obliviate.models.layers import check_layer
+from obliviate.registry import Registry
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import is_main_process
 
@@ -201,28 +202,128 @@ def _mean_curves(curves: list[list]) -> list[list]:
     return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
 
 
+@dataclass
+class AttackRun:
+    """What every attack of one :func:`run_task_attacks` call reads."""
+
+    model: object
+    tokenizer: object
+    task: Task
+    cfg: TaskAttackConfig
+    score_fn: Callable | None
+    """The forget score the relearning attacks track (:func:`forget_score_fn`)."""
+    base_model: object = None
+    base_score: float | None = None
+    metrics: dict | None = None
+    run_dir: Path | None = None
+    resume: bool = True
+
+
+ATTACKS = Registry("attack")
+"""The attacks of the harness in the order they run: ``name -> Attack``."""
+
+
+@dataclass(frozen=True)
+class Attack:
+    fn: Callable[[AttackRun], dict]
+    enabled: str
+    """The :class:`TaskAttackConfig` flag that turns it on."""
+    applies: Callable[[Task], bool]
+    """Whether a task has the data the attack needs."""
+
+
+def register_attack(name: str, enabled: str, applies: Callable[[Task], bool]):
+    """Decorator: ``fn(run: AttackRun) -> dict`` of flat metrics becomes attack ``name`` of the harness."""
+    return ATTACKS.register(name, wrap=lambda fn: Attack(fn, enabled, applies))
+
+
+def _best(tried: list[tuple[RelearnConfig, dict]]) -> tuple[RelearnConfig, dict]:
+    """The attacker's best setting: the highest final forget score (then the larger area under the curve)."""
+    return max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
+
+
+@register_attack("relearn", "corpus", lambda task: bool(task.relearn))
+def corpus_attack(r: AttackRun) -> dict:
+    """Relearning on the task's related corpus, at each setting of the corpus grid."""
+    if r.score_fn is None:
+        return {}
+    tried = [(rc, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), r.score_fn, rc, base_acc=r.base_score,
+                                 out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}", resume=r.resume))
+             for tag, rc in attack_grid(r.model, r.cfg, r.cfg.corpus_lr_grid)]
+    best_cfg, res = _best(tried)
+    return {**_curve_metrics("relearn", res), "relearn_lr": best_cfg.lr, "relearn_lora": best_cfg.lora}
+
+
+@register_attack("relearn_disjoint", "disjoint", lambda task: task.forget_halves() is not None)
+def disjoint_attack(r: AttackRun) -> dict:
+    """Relearning on one half of the forget facts, scored on the other (both ways), at each setting."""
+    halves = r.task.forget_halves(r.cfg.seed)
+    if halves is None or not all(halves):
+        return {}
+    grid = attack_grid(r.model, r.cfg)
+    tried = [(rc, _disjoint(r.model, r.tokenizer, r.task, halves, rc, r.cfg.max_eval, r.base_model,
+                            None if r.run_dir is None else r.run_dir / f"disjoint-{tag}", r.resume))
+             for tag, rc in grid]
+    best_cfg, res = _best(tried)
+    return {**_curve_metrics("relearn_disjoint", res), "relearn_disjoint_lr": best_cfg.lr,
+            "relearn_disjoint_lora": best_cfg.lora,
+            "relearn_disjoint_by_setting": {tag: res_["final_acc"] for (tag, _), (_, res_) in zip(grid, tried)},
+            **recovery_cost(res, n_params(r.model))}
+
+
+@register_attack("mia", "mia", lambda task: bool(task.holdout))
+def mia_attack(r: AttackRun) -> dict:
+    """Membership inference: forget (members) against holdout (non-members)."""
+    members, nonmembers = mia_examples(r.task, r.tokenizer)
+    return mia_metrics(r.model, r.tokenizer, members, nonmembers, k=r.cfg.mia_k)
+
+
+def _choice_probe_items(task: Task) -> list:
+    mcqs = probe_mcqs(task)
+    return mcqs if len(mcqs) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1 else []
+
+
+@register_attack("probe", "probe", lambda task: bool(task.probe) or bool(_choice_probe_items(task)))
+def probe_attack(r: AttackRun) -> dict:
+    """The value probe where the task has its items, else the correct-choice probe on the forget MCQs."""
+    c = r.cfg
+    if r.task.probe:
+        probe = value_probe_attack(r.model, r.tokenizer, r.task.probe["items"], r.task.probe.get("extra", []),
+                                   layers=c.probe_layers, seed=c.seed, C=c.probe_C)
+    else:
+        items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
+                 for m in _choice_probe_items(r.task)]
+        probe = linear_probe_attack(r.model, r.tokenizer, items, layers=c.probe_layers, train_frac=c.probe_train_frac,
+                                    seed=c.seed, C=c.probe_C, prompt_fn=lambda q: r.task.prompt.prompt(q, r.tokenizer))
+    return _probe_metrics(probe)
+
+
+@register_attack("format_shift", "format_shift", lambda task: bool(variant_sets(task)))
+def format_attack(r: AttackRun) -> dict:
+    """The best score over the forget set's variants (read from the model's evaluation where given)."""
+    return format_shift_attack(r.model, r.tokenizer, r.task, r.metrics)
+
+
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
                      resume: bool = True) -> dict:
-    """Every attack the task has data for; a flat dict of metrics (``model`` is never modified).
+    """Every registered attack (:data:`ATTACKS`) that is enabled and has its data; flat metrics (``model`` is
+    never modified).
 
     ``metrics``: the model's own evaluation (:func:`~obliviate.eval.suite.evaluate_task`), which the format
-    shift reads instead of scoring the variant sets again.
-
-    ``base_model`` (or ``base_score``, its forget score) sets the target of ``*_steps_to_base``.
-    Each relearning attack tries every setting of :func:`attack_grid` and reports the best for the attacker
-    (highest final forget score), with the setting it took (``*_lr``, ``*_lora``).
-    Keys: ``relearn_*`` (corpus), ``relearn_disjoint_*`` (``_acc``: held-out half after relearning,
-    averaged over both swaps; ``_start_acc``: the same halves before), ``recovery_cost_tokens`` /
-    ``recovery_cost_flops`` (:func:`recovery_cost`), ``probe_acc`` / ``probe_best_layer`` /
-    ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`, forget vs holdout),
+    shift reads instead of scoring the variant sets again. ``base_model`` (or ``base_score``, its forget
+    score) sets the target of ``*_steps_to_base``. Each relearning attack tries every setting of
+    :func:`attack_grid` and reports the best for the attacker (highest final forget score), with the setting
+    it took (``*_lr``, ``*_lora``). Keys: ``relearn_*`` (corpus), ``relearn_disjoint_*`` (``_acc``: held-out
+    half after relearning, averaged over both swaps; ``_start_acc``: the same halves before),
+    ``recovery_cost_tokens`` / ``recovery_cost_flops`` (:func:`recovery_cost`), ``probe_acc`` /
+    ``probe_best_layer`` / ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`),
     ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``.
     """
     cfg = cfg or TaskAttackConfig()
     for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
         check_layer(model, layer)
     out: dict = {"attacks_run": []}
-    run_dir = None if out_dir is None else Path(out_dir)
     fn = forget_score_fn(tokenizer, task, cfg.max_eval)
     if base_model is not None and fn is not None:
         base_score = fn(base_model)
@@ -233,46 +334,14 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
                   "there is nothing to recover, so steps_to_base is null", file=sys.stderr)
         if not out["base_knows_forget"]:
             base_model, base_score = None, None
-    grid = attack_grid(model, cfg)
-    if cfg.corpus and task.relearn and fn is not None:
-        tried = [(rc, relearn_attack(model, tokenizer, list(task.relearn), fn, rc, base_acc=base_score,
-                                     out_dir=None if run_dir is None else run_dir / f"corpus-{tag}", resume=resume))
-                 for tag, rc in attack_grid(model, cfg, cfg.corpus_lr_grid)]
-        best_cfg, res = max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
-        out.update(_curve_metrics("relearn", res))
-        out.update(relearn_lr=best_cfg.lr, relearn_lora=best_cfg.lora)
-        out["attacks_run"].append("relearn")
-    halves = task.forget_halves(cfg.seed) if cfg.disjoint else None
-    if halves is not None and all(halves):
-        tried = [(rc, _disjoint(model, tokenizer, task, halves, rc, cfg.max_eval, base_model,
-                                None if run_dir is None else run_dir / f"disjoint-{tag}", resume))
-                 for tag, rc in grid]
-        best_cfg, res = max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
-        out.update(_curve_metrics("relearn_disjoint", res))
-        out.update(relearn_disjoint_lr=best_cfg.lr, relearn_disjoint_lora=best_cfg.lora,
-                   relearn_disjoint_by_setting={tag: r["final_acc"] for (tag, _), (_, r) in zip(grid, tried)})
-        out.update(recovery_cost(res, n_params(model)))
-        out["attacks_run"].append("relearn_disjoint")
-    if cfg.mia and task.holdout:
-        members, nonmembers = mia_examples(task, tokenizer)
-        out.update(mia_metrics(model, tokenizer, members, nonmembers, k=cfg.mia_k))
-        out["attacks_run"].append("mia")
-    if cfg.probe and task.probe:
-        probe = value_probe_attack(model, tokenizer, task.probe["items"], task.probe.get("extra", []),
-                                   layers=cfg.probe_layers, seed=cfg.seed, C=cfg.probe_C)
-        out.update(_probe_metrics(probe))
-        out["attacks_run"].append("probe")
-    elif cfg.probe and len(mcqs := probe_mcqs(task)) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1:
-        probe = linear_probe_attack(model, tokenizer, [{"question": m["question"], "choices": list(m["choices"]),
-                                                        "answer_index": m["answer_index"]} for m in mcqs],
-                                    layers=cfg.probe_layers, train_frac=cfg.probe_train_frac, seed=cfg.seed,
-                                    C=cfg.probe_C,
-                                    prompt_fn=lambda q: task.prompt.prompt(q, tokenizer))
-        out.update(_probe_metrics(probe))
-        out["attacks_run"].append("probe")
-    if cfg.format_shift and variant_sets(task):
-        out.update(format_shift_attack(model, tokenizer, task, metrics))
-        out["attacks_run"].append("format_shift")
+    run = AttackRun(model, tokenizer, task, cfg, fn, base_model, base_score, metrics,
+                    None if out_dir is None else Path(out_dir), resume)
+    for name, attack in ATTACKS.items():
+        if getattr(cfg, attack.enabled) and attack.applies(task):
+            res = attack.fn(run)
+            if res:
+                out.update(res)
+                out["attacks_run"].append(name)
     if not out["attacks_run"]:
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")

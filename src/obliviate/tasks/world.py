@@ -256,5 +256,3 @@ __all__ = [
     "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "value_prefix",
     "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]
-
-evaluate_world = None  # TEMPORARY: the atwu recipe still imports it (being ported to evaluate_task)

@@ -11,7 +11,7 @@ from obliviate.recipes.atwu.claims import PAPER, make_claims
 from obliviate.runs.report import plot_grouped_bars
 
 
-WORLD_COLUMNS = ["method", "forget_qa_acc", "retain_qa_acc", "general_qa_acc", "fq", "rd", "uq", "s_unlearning",
+WORLD_COLUMNS = ["method", "forget_qa_em", "retain_qa_em", "general_qa_em", "fq", "rd", "uq", "s_unlearning",
                  "token_auroc"]
 AUROC_COLUMNS = ["scorer", "token_auroc", "token_auroc_base", "token_auroc_unlearned", "score_mean"]
 TOFU_COLUMNS = ["method", "tofu_forget10_rouge_l", "tofu_retain_rouge_l", "tofu_fq", "tofu_rd", "tofu_uq",

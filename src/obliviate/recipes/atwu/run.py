@@ -11,9 +11,10 @@ from typing import Literal
 
 from obliviate.config import config_hash, deep_merge, from_dict, to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
-from obliviate.methods.engine import MethodRun, unlearn
+from obliviate.methods.engine import MethodRun, method_run_config, unlearn
 from obliviate.methods import build_method, get_method
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
@@ -21,10 +22,9 @@ from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, claims_json, recipe
 from obliviate.recipes.atwu.claims import is_scored, make_claims
 from obliviate.recipes.atwu.report import render
-from obliviate.recipes.compare.run import CompareConfig, method_run, score_against, utility
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
-from obliviate.tasks.world import evaluate_world, forget_pairs, retain_pairs
+from obliviate.tasks.world import task_from_world
 from obliviate.recipes.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config
 from obliviate.utils import seed_everything
 
@@ -36,8 +36,9 @@ RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"lr": 3e-4}}
 learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares SimNPO's)."""
 SCORER_DEFAULTS: dict = {"position": "token"}
 """Scorer settings of every ATWU method in this recipe (tuned on world seed 0; see the module docstring)."""
-WORLD_SPLITS = ("forget", "retain", "general")
-"""World QA splits evaluated: F is forget accuracy, R the mean of retain and general accuracy."""
+WORLD_SETS = ("forget_qa", "forget_para_qa", "forget_mcq", "retain_qa", "general_qa", "retain_mcq", "general_mcq")
+"""The world task's evaluation sets scored: F is ``forget_score`` (forget QA), R ``retain_score`` (the mean of
+retain and general QA)."""
 
 
 @dataclass
@@ -118,9 +119,9 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
     """The world part: returns (metrics, timings)."""
 
     parts = out / "parts" / "world"
-    ccfg = CompareConfig(seed=cfg.seed, pretrain=cfg.pretrain, methods=list(methods), oracle=False,
-                         runs={n: method_runs(cfg, n) for n in methods})
     world = world_for(cfg.pretrain)
+    task = task_from_world(world)
+    task = dataclasses.replace(task, evals=[es for es in task.evals if es.name in WORLD_SETS])
     root = cached_pretrain(cfg.pretrain, progress=progress)
     tok = load_tokenizer(str(root / "model"))
     base_model = load_model(str(root / "model"))
@@ -129,7 +130,7 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
     timings: dict = {}
 
     def base_part():
-        return {"metrics": evaluate_world(base_model, tok, world, splits=WORLD_SPLITS),
+        return {"metrics": evaluate_task(base_model, tok, task),
                 "token_aurocs": token_score_aurocs(base_model, tok, facts,
                                                    corpus_texts=[d["text"] for d in world.documents()])}
 
@@ -141,17 +142,17 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
     b = metrics["base"]
 
     for name in methods:
-        ucfg, used = method_run(ccfg, name)
+        ucfg, used = method_run_config(name, method_runs(cfg, name), "tiny", cfg.seed)
         key = {**pre_key, "seed": cfg.seed, "run": used}
 
         def method_part():
             seed_everything(cfg.seed)
             model = load_model(str(root / "model"))
-            model, summary = unlearn(model, tok, forget_pairs(world), retain_pairs(world), ucfg, None,
+            model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, None, prompt=task.prompt,
                                      progress=progress, resume=False)
-            m = evaluate_world(model, tok, world, splits=WORLD_SPLITS)
+            m = evaluate_task(model, tok, task)
             m.update(score_against(b, m))
-            m.update(uq_metrics(b["forget_qa_acc"], m["forget_qa_acc"], utility(b), utility(m)))
+            m.update(uq_metrics(b["forget_score"], m["forget_score"], b["retain_score"], m["retain_score"]))
             method = summary["method_obj"]
             if hasattr(method, "token_scores"):
                 read = {w: token_score_aurocs(mdl, tok, facts, {"learned": method.token_scores})["learned"]

@@ -264,11 +264,3 @@ def _finished(mdir: Path, used: dict, with_model: bool) -> dict | None:
     saved = json.loads(done.read_text())
     return saved if saved.get("config") == json.loads(json.dumps(used)) else None
 
-
-# TEMPORARY (removed once the paper recipes are ported to the task path): the names they still import.
-def method_run(cfg: CompareConfig, name: str) -> tuple[UnlearnConfig, dict]:
-    return method_config(cfg, name, "tiny")
-
-
-def utility(m: dict) -> float:
-    return 0.5 * (m["retain_qa_acc"] + m["general_qa_acc"])

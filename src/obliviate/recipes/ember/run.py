@@ -31,7 +31,7 @@ from obliviate.methods.ember import (
 from obliviate.methods.ember.combine import ember_then
 from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods.engine import method_runner as executor_runner
+from obliviate.methods.engine import method_run_config, method_runner as executor_runner
 from obliviate.eval import mcq_accuracy, token_loss_by_label
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
@@ -40,7 +40,6 @@ from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.recipes import as_results, claims_json, recipe
-from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.ember.claims import claims_of
 from obliviate.recipes.ember.report import render
 from obliviate.runs.parts import cached_part
@@ -382,7 +381,7 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     is_edit = getattr(get_method(name), "kind", "train") == "edit"
     if wc.method_steps is not None and not is_edit and "steps" not in (wc.runs.get(name, {}) or {}):
         raw = {**raw, "steps": wc.method_steps}
-    ucfg, used = method_run(CompareConfig(seed=cfg.seed, runs={name: raw}), name)
+    ucfg, used = method_run_config(name, raw, "tiny", cfg.seed)
     if name == "crisp":
         ucfg = dataclasses.replace(ucfg, lora_r=4)
         used = {**used, "lora_r": 4}

@@ -18,7 +18,7 @@ from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
-from obliviate.methods.engine import unlearn
+from obliviate.methods.engine import method_run_config, unlearn
 from obliviate.filtering import (
     FILTERED_MODELS,
     TokenClassifierConfig,
@@ -45,7 +45,6 @@ from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import special_token_id
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
 from obliviate.recipes import as_results, claims_json, recipe
-from obliviate.recipes.compare.run import CompareConfig, method_run
 from obliviate.recipes.token_filtering.claims import claims_of
 from obliviate.recipes.token_filtering.report import render
 from obliviate.runs.parts import PartStore
@@ -400,7 +399,7 @@ def _rmu(cfg, D, model, progress: bool):
     forget = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine")]
     retain = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine", inside=False)]
     run = {**cfg.rmu, "params": {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **(cfg.rmu.get("params") or {})}}
-    ucfg, info = method_run(CompareConfig(seed=cfg.seed, methods=["rmu"], runs={"rmu": run}), "rmu")
+    ucfg, info = method_run_config("rmu", run, "tiny", cfg.seed)
     model, _ = unlearn(model, D.tok, forget, retain, ucfg, progress=progress)
     return model, info
 
