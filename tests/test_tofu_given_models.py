@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from obliviate.recipes import tofu
+from obliviate.recipes.tofu import run as tofu
 from obliviate.tasks.tofu import TOFU_SPLITS
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
@@ -130,7 +130,7 @@ def test_forget_splits_and_their_files():
                for f, r in FORGET_SPLITS.items())
     assert required_files("forget05", given=True) == ("forget05", "retain95", "forget05_perturbed",
                                                        "retain_perturbed", "real_authors_perturbed",
-                                                       "world_facts_perturbed")
+                                                       "world_facts_perturbed", "real_authors", "world_facts")
     assert required_files("forget01")[:4] == ("full", "retain99", "forget01", "forget01_perturbed")
     assert TofuConfig(forget="forget05").retain == "retain95"
     with pytest.raises(ConfigError, match="config key 'forget'"):

@@ -11,9 +11,10 @@ from obliviate.tasks.sources import QAExample
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import (
     UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
-    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, truth_ratio,
+    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, tofu_metrics, truth_ratio,
     truth_ratio_score,
 )
+from obliviate.tasks import Data, Task
 from obliviate.tasks.tofu import tofu_prompt
 
 # ------------------------------------------------------------------ pure functions
@@ -194,3 +195,19 @@ def test_tofu_eval_needs_perturbed_data(tiny):
         tofu_eval(model, tok, plain, RETAIN, REAL_AUTHORS, WORLD_FACTS)
     with pytest.raises(DataError, match="world_facts example 0 has no perturbed_answers"):
         tofu_eval(model, tok, FORGET, RETAIN, REAL_AUTHORS, [{"question": "q", "answer": "a"}])
+
+
+def test_tofu_metrics_of_a_task(tiny):
+    """The metric set asked of a task: tofu_eval on its perturbed sets, and ``<split>_rouge_l``."""
+    model, tok = tiny
+    perturbed = {"forget": FORGET, "retain": RETAIN, "real_authors": REAL_AUTHORS, "world_facts": WORLD_FACTS}
+    task = Task("tofu:forget05", forget=Data(qa=[(e.question, e.answer) for e in FORGET]), retain=Data(),
+                meta={"split": "forget05", "perturbed": perturbed})
+    res = tofu_metrics(model, tok, task, max_new_tokens=4)
+    direct = tofu_eval(model, tok, FORGET, RETAIN, REAL_AUTHORS, WORLD_FACTS, max_new_tokens=4)
+    assert res["forget05_rouge_l"] == res["forget_rouge_l"]
+    assert {k: v for k, v in res.items() if k != "forget05_rouge_l"} == direct
+    ratios = res["per_example"]["forget_truth_ratio"]
+    assert tofu_metrics(model, tok, task, retain_truth_ratios=ratios, max_new_tokens=4)["forget_quality"] == 1.0
+    with pytest.raises(ConfigError, match="tofu:<forget> task"):
+        tofu_metrics(model, tok, Task("world", forget=task.forget, retain=Data()))

@@ -32,12 +32,15 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, rouge_l_recall
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
+from obliviate.tasks.base import Task
 from obliviate.tasks.tofu import tofu_answer, tofu_prompt
 
 UTILITY_SETS = ("retain", "real_authors", "world_facts")
 UTILITY_METRICS = ("prob", "rouge_l", "truth_ratio")
 UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 """The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
+TOFU_SETS = ("forget", "retain", "real_authors", "world_facts")
+"""The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s order."""
 
 
 # ------------------------------------------------------------------ model-level scores
@@ -283,4 +286,23 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
     res["model_utility"] = model_utility(res)
     res["retain_utility"] = retain_utility(res)
     res["per_example"] = per_example
+    return res
+
+
+def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_size: int = 32,
+                 max_new_tokens: int = 64, max_len: int | None = None) -> dict:
+    """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
+    :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
+    ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``.
+
+    ``retain_truth_ratios``: the retain-only model's ``per_example["forget_truth_ratio"]`` on the same task;
+    with it, ``forget_quality`` is reported.
+    """
+    perturbed = task.meta.get("perturbed")
+    if not isinstance(perturbed, dict) or any(k not in perturbed for k in TOFU_SETS):
+        raise ConfigError(f"the TOFU metrics need a tofu:<forget> task (its perturbed sets {', '.join(TOFU_SETS)}); "
+                          f"task {task.name!r} has none")
+    res = tofu_eval(model, tokenizer, *(perturbed[k] for k in TOFU_SETS), retain_model_truth_ratios=retain_truth_ratios,
+                    batch_size=batch_size, max_new_tokens=max_new_tokens, max_len=max_len)
+    res[f"{task.meta['split']}_rouge_l"] = res["forget_rouge_l"]
     return res

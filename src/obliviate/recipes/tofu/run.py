@@ -1,37 +1,7 @@
-"""The TOFU protocol (Maini et al. 2024), ``obliviate tofu``: on tiny models trained here, or on given ones.
-
-Tiny models (the default; the steps below name the default forget split ``forget10``, whose
-retain split is ``retain90``; ``forget="forget05"`` / ``"forget01"`` use ``retain95`` / ``retain99``,
-see :data:`FORGET_SPLITS`):
-
-1. A byte-level BPE tokenizer is trained on all TOFU QA text (``full``, every ``*_perturbed``
-   file, ``real_authors``, ``world_facts``: questions, answers, paraphrases, perturbed answers,
-   options).
-2. A tiny Llama is fine-tuned *from scratch* on the ``full`` QA pairs (loss on the answer
-   tokens only, :func:`obliviate.data.encode_prompt_answer`, prompt
-   :func:`obliviate.tasks.tofu.tofu_prompt`) with the one training loop; a *retain-only*
-   model, same config, on ``retain90``. Both are cached by config hash under
-   ``<cache>/tofu/<hash>/`` (resumable checkpoints while training, ``DONE`` when finished),
-   with their TOFU evaluations, so re-running a method retrains nothing.
-3. ``forget10`` is unlearned with any registered method (:func:`obliviate.methods.engine.unlearn`;
-   forget = forget10 QA, retain = retain90 QA).
-4. :func:`obliviate.eval.tofu.tofu_eval` on ``forget10_perturbed``, ``retain_perturbed``,
-   ``real_authors_perturbed`` and ``world_facts_perturbed``; forget quality is the KS-test
-   p-value against the retain-only model's forget-set truth ratios.
-
-``results.json``: ``metrics.base``, ``metrics.retain_model`` and ``metrics.<method>``, each
-with every scalar of :func:`~obliviate.eval.tofu.tofu_eval` plus ``forget10_rouge_l``
-(= ``forget_rouge_l``); ``forget_quality`` for base and method. Per-example truth ratios
-and greedy answers go to ``per_example.json``.
-
-With ``limit=N`` every split is cut to its first N records, and the base model is trained
-on ``forget10[:N] + retain90[:N]`` (so that the forget examples it is evaluated on are in
-its training data); this is for tests, not for reporting.
-
-Given models (:class:`GivenModels`, ``obliviate tofu --model M --retain-model R``): steps 1-2
-are skipped; ``M`` (fine-tuned on ``full``) is the base model and ``R`` (fine-tuned on the
-retain split only) the retain-only model; both are evaluated (not cached), ``M`` is unlearned
-as in steps 3-4, and ``results.json`` has the same metrics.
+"""The TOFU protocol (Maini et al. 2024), ``obliviate tofu``: the ``tofu:<forget>`` task
+(:mod:`obliviate.tasks.tofu`) and its metric set (:func:`obliviate.eval.tofu.tofu_metrics`), on tiny
+models trained here or on two given ones. The steps, the cache and the results are described in
+docs/tofu.md.
 """
 
 from __future__ import annotations
@@ -45,32 +15,38 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.tasks.tofu import load_tofu, tofu_answer, tofu_prompt
-from obliviate.tasks.sources._io import root_dir
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
-from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
-from obliviate.eval.tofu import TINY_SCALE_NOTE, forget_quality, tofu_eval
+from obliviate.eval.tofu import TINY_SCALE_NOTE, TOFU_SETS, forget_quality, tofu_metrics
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
+from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
 from obliviate.models._paths import looks_like_path
-from obliviate.models.builders import tiny_llama
+from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import check_vocab, load_model
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer, save_tokenizer, train_tokenizer
+from obliviate.runs.parts import cached_part
 from obliviate.runs.results import atomic_write_json, write_results
+from obliviate.tasks import Task, load_task
+from obliviate.tasks.sources._io import root_dir
+from obliviate.tasks.tofu import RETAIN_OF, load_tofu, tofu_prompt
 from obliviate.train import StepSampler, TrainConfig, train
-from obliviate.train.backend import can_checkpoint
 from obliviate.train import distributed as D
+from obliviate.train.backend import can_checkpoint
 from obliviate.utils import cache_dir, seed_everything
 
-FORGET_SPLITS = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
+FORGET_SPLITS = RETAIN_OF
 """The forget splits the protocol unlearns (``forget``), each with TOFU's retain split (together: ``full``)."""
 EVAL_SPLITS = {"forget": "forget10_perturbed", "retain": "retain_perturbed",
                "real_authors": "real_authors_perturbed", "world_facts": "world_facts_perturbed"}
-"""The four evaluation sets for ``forget10`` (:func:`eval_splits` for any forget split)."""
+"""The files of the four sets the TOFU metrics read for ``forget10`` (:func:`eval_splits` for any forget split;
+the task's ``meta["perturbed"]``)."""
 TOKENIZER_SPLITS = ("full", "forget01_perturbed", "forget05_perturbed", "forget10_perturbed", "retain_perturbed",
                     "real_authors", "real_authors_perturbed", "world_facts", "world_facts_perturbed")
+"""The TOFU files whose text the tiny models' tokenizer is trained on."""
+TASK_MCQ_SPLITS = ("real_authors", "world_facts")
+"""The files of the tofu task's MCQ sets (read with the task, not scored by the TOFU metrics)."""
 
 
 def eval_splits(forget: str = "forget10") -> dict[str, str]:
@@ -79,27 +55,21 @@ def eval_splits(forget: str = "forget10") -> dict[str, str]:
 
 
 def required_files(forget: str = "forget10", given: bool = False) -> tuple[str, ...]:
-    """Every TOFU file the protocol reads (without ``.json``); ``given``: with given models (no ``full``, no
-    tokenizer text)."""
+    """Every TOFU file the protocol reads (without ``.json``): the ``tofu:<forget>`` task's and, for tiny models
+    (not ``given``), the tokenizer's text, ``full`` among it."""
     qa = (forget, FORGET_SPLITS[forget]) if given else ("full", FORGET_SPLITS[forget], forget)
-    return tuple(dict.fromkeys(qa + tuple(eval_splits(forget).values()) + (() if given else TOKENIZER_SPLITS)))
+    rest = TASK_MCQ_SPLITS if given else TOKENIZER_SPLITS
+    return tuple(dict.fromkeys(qa + tuple(eval_splits(forget).values()) + rest))
 
 
 REQUIRED_FILES = required_files()
 """Every TOFU file the tiny-model protocol reads for ``forget10``."""
 
 
-@dataclass
-class TofuModelConfig:
-    n_layer: int = 2
-    d_model: int = 256
-    n_head: int = 4
-    d_ff: int | None = None
-    """MLP width (default: 8/3 d_model)."""
-    vocab_size: int = 4096
-    """Upper bound of the BPE vocabulary trained on TOFU text."""
-    max_len: int = 512
-    """Context length; longer prompt + answer sequences are cut when fine-tuning."""
+def tofu_model_config() -> TinyModelConfig:
+    """The tiny TOFU model: 2 layers of width 256, a BPE vocabulary of at most 4,096 trained on TOFU text, 512
+    positions (longer prompt + answer sequences are cut when fine-tuning)."""
+    return TinyModelConfig(n_layer=2, d_model=256, n_head=4, vocab_size=4096, max_len=512)
 
 
 @dataclass
@@ -109,7 +79,8 @@ class TofuConfig:
     """Unlearning method (``obliviate methods``)."""
     forget: str = "forget10"
     """The forget split unlearned: ``forget01``, ``forget05`` or ``forget10`` (retain split: :data:`FORGET_SPLITS`)."""
-    model: TofuModelConfig = field(default_factory=TofuModelConfig)
+    model: TinyModelConfig = field(default_factory=tofu_model_config)
+    """The tiny models' shape and vocabulary (:func:`tofu_model_config`)."""
     epochs: int = 20
     """Fine-tuning epochs for both base models. 30 epochs gave forget10 ROUGE-L 0.9996 (2 cores:
     20.5 min for ``full``); 20 keep the whole protocol well inside 45 minutes (docs/tofu.md)."""
@@ -159,33 +130,30 @@ def check_tofu_data(root=None, files=REQUIRED_FILES) -> Path:
     return d
 
 
-def load_tofu_sets(cfg: TofuConfig, given: bool = False) -> dict[str, list]:
-    """Every split the protocol uses (:func:`required_files`), each cut to ``cfg.limit`` records."""
-    files = required_files(cfg.forget, given)
-    check_tofu_data(cfg.data, files)
-    return {s: load_tofu(s, root=cfg.data)[:cfg.limit] for s in files}
+def protocol_task(cfg: TofuConfig) -> Task:
+    """The ``tofu:<forget>`` task the protocol unlearns and evaluates, every set cut to ``cfg.limit`` records."""
+    return load_task(f"tofu:{cfg.forget}", root=cfg.data, limit=cfg.limit, seed=cfg.seed)
 
 
-def qa_pairs(examples) -> list[tuple[str, str]]:
-    """(prompt, answer) pairs in the TOFU format: ``tofu_prompt(q)``, ``" " + a``."""
-    return [(tofu_prompt(ex.question), tofu_answer(ex.answer)) for ex in examples]
-
-
-def base_train_pairs(sets: dict, which: str, limit: int | None, forget: str = "forget10") -> list[tuple[str, str]]:
-    """Fine-tuning pairs of the ``"full"`` model or the retain-only one (``which`` = the retain split of
-    ``forget``); see the module docstring for ``limit``."""
-    retain = FORGET_SPLITS[forget]
-    if which == retain:
-        return qa_pairs(sets[retain])
+def base_train_pairs(task: Task, which: str, limit: int | None) -> list[tuple[str, str]]:
+    """Fine-tuning pairs (prompt, answer) of the ``"full"`` model or the retain-only one (``which`` = the task's
+    retain split). ``full`` is TOFU's retain split followed by its forget split (its file in that order);
+    with ``limit`` it is ``forget[:limit] + retain[:limit]``, so that the forget examples the base model is
+    evaluated on are in its training data (tests)."""
+    if which == task.meta["retain_split"]:
+        return task.prompt.pairs(task.retain.qa)
     if which != "full":
         raise ValueError(which)
-    return qa_pairs(sets[forget] + sets[retain]) if limit is not None else qa_pairs(sets["full"])
+    qa = task.forget.qa + task.retain.qa if limit is not None else task.retain.qa + task.forget.qa
+    return task.prompt.pairs(qa)
 
 
-def tokenizer_texts(sets: dict) -> list[str]:
+def tokenizer_texts(root, limit: int | None) -> list[str]:
+    """All TOFU QA text (:data:`TOKENIZER_SPLITS`, each cut to ``limit`` records): questions in the prompt format
+    with their answers, paraphrases, perturbed answers and options."""
     texts = []
     for split in TOKENIZER_SPLITS:
-        for ex in sets[split]:
+        for ex in load_tofu(split, root=root)[:limit]:
             texts.append(f"{tofu_prompt(ex.question)} {ex.answer}")
             texts += [t for t in (ex.paraphrased_question, ex.paraphrased_answer) if t]
             texts += list(ex.perturbed_answers or []) + list(ex.options or [])
@@ -202,9 +170,8 @@ def _digest(texts) -> str:
 
 # ------------------------------------------------------------------ cached pieces
 
-def tofu_tokenizer(sets: dict, vocab_size: int):
-    """Train (or load from the cache) the tokenizer on all TOFU QA text; returns (tokenizer, key)."""
-    texts = tokenizer_texts(sets)
+def tofu_tokenizer(texts: list[str], vocab_size: int):
+    """Train (or load from the cache) the tokenizer on ``texts`` (:func:`tokenizer_texts`); returns (tokenizer, key)."""
     key = f"{_digest(texts)}-{vocab_size}"
     path = cache_dir() / "tofu" / "tokenizers" / key
     with D.main_process_first():  # several processes: rank 0 trains and caches it, the others load it
@@ -228,8 +195,9 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
                     progress: bool | None = None) -> tuple[Path, bool]:
     """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``, trained now).
 
-    Under ``accelerate launch`` each process trains on its rows of each global batch and
-    only rank 0 writes the cache entry.
+    The directory is a model cache entry like pretraining's (resumable checkpoints, ``DONE`` when
+    finished); under ``accelerate launch`` each process trains on its rows of each global batch and
+    only rank 0 writes it.
     """
     key = finetune_key(cfg, which, tokenizer_key, pairs)
     root = cache_dir() / "tofu" / config_hash(key)
@@ -239,12 +207,9 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     root.mkdir(parents=True, exist_ok=True)
     if D.is_main_process():
         (root / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True))
-    m = cfg.model
     seed_everything(cfg.seed)
-    model = tiny_llama(len(tokenizer), n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, d_ff=m.d_ff,
-                       max_len=m.max_len, seed=cfg.seed, pad_token_id=tokenizer.pad_token_id,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    ids, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], m.max_len)
+    model, _ = build_tiny_model(tokenizer, cfg.model, seed=cfg.seed)
+    ids, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], cfg.model.max_len)
     sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])
     steps = cfg.epochs * sampler.per_epoch
     pad = tokenizer.pad_token_id
@@ -268,27 +233,21 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     return root, True
 
 
-def evaluate(model, tokenizer, sets: dict, cfg: TofuConfig) -> dict:
-    """:func:`obliviate.eval.tofu.tofu_eval` on the protocol's four evaluation sets (no forget quality), plus
-    ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``."""
-    splits = eval_splits(cfg.forget)
-    res = tofu_eval(model, tokenizer, *(sets[splits[k]] for k in ("forget", "retain", "real_authors", "world_facts")),
-                    batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens)
-    res[f"{cfg.forget}_rouge_l"] = res["forget_rouge_l"]
+def evaluate(model, tokenizer, task: Task, cfg: TofuConfig) -> dict:
+    """The TOFU metric set of ``model`` on the protocol's task (:func:`obliviate.eval.tofu.tofu_metrics`, no
+    forget quality), with ``cfg``'s batch size and generation length."""
+    return tofu_metrics(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens)
+
+
+def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig) -> tuple[dict, bool]:
+    """:func:`evaluate` of the cached model in ``root/model``, a part stored next to it
+    (:func:`obliviate.runs.parts.cached_part`, keyed by the evaluation sets and the generation length)."""
+    perturbed = task.meta["perturbed"]
+    key = {"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in perturbed[k]) for k in TOFU_SETS},
+           "max_new_tokens": cfg.max_new_tokens}
+    res, _ = cached_part(root / f"eval-{config_hash(key)}.json", key,
+                         lambda: evaluate(load_model(str(root / "model")), tokenizer, task, cfg))
     return res
-
-
-def cached_evaluate(root: Path, tokenizer, sets: dict, cfg: TofuConfig) -> tuple[dict, bool]:
-    """:func:`evaluate` of the cached model in ``root/model``, stored next to it; returns (result, computed now)."""
-    key = config_hash({"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in sets[s])
-                                for k, s in eval_splits(cfg.forget).items()},
-                       "max_new_tokens": cfg.max_new_tokens})
-    path = root / f"eval-{key}.json"
-    if path.exists():
-        return json.loads(path.read_text()), False
-    res = evaluate(load_model(str(root / "model")), tokenizer, sets, cfg)
-    atomic_write_json(path, res)
-    return json.loads(path.read_text()), True
 
 
 def unlearn_config(cfg: TofuConfig):
@@ -377,8 +336,8 @@ class TofuBases:
     """The protocol's base and retain-only models with their evaluations, shared by every method run on them
     (:func:`prepare_bases`, :func:`given_bases`)."""
 
-    sets: dict
-    """Every TOFU split the protocol reads (:func:`load_tofu_sets`)."""
+    task: Task
+    """The ``tofu:<forget>`` task (:func:`protocol_task`): what is unlearned and evaluated."""
     tokenizer: object
     roots: dict
     """``{"base": ..., "retain_model": ...}`` (``results.json``'s ``base_dirs``): for tiny models the cache
@@ -417,21 +376,21 @@ class TofuBases:
 
 def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
     """Steps 1-3 of the protocol: data, tokenizer, both fine-tuned tiny models and their evaluations (all cached)."""
-    sets = load_tofu_sets(cfg)
+    task = protocol_task(cfg)
     t = time.time()
-    tok, tok_key = tofu_tokenizer(sets, cfg.model.vocab_size)
-    bases = TofuBases(sets=sets, tokenizer=tok, roots={}, metrics={}, per_example={},
+    tok, tok_key = tofu_tokenizer(tokenizer_texts(cfg.data, cfg.limit), cfg.model.vocab_size)
+    bases = TofuBases(task=task, tokenizer=tok, roots={}, metrics={}, per_example={},
                       timings={"tokenizer_s": time.time() - t})
     evals = {}
     for name, which in (("base", "full"), ("retain_model", cfg.retain)):
         t = time.time()
         bases.roots[name], trained = cached_finetune(cfg, which, tok, tok_key,
-                                                     base_train_pairs(sets, which, cfg.limit, cfg.forget),
+                                                     base_train_pairs(task, which, cfg.limit),
                                                      progress=progress)
         bases.timings[f"{name}_finetune_s"] = time.time() - t
         bases.timings[f"{name}_cached"] = not trained
         t = time.time()
-        evals[name], _ = cached_evaluate(bases.roots[name], tok, sets, cfg)
+        evals[name] = cached_evaluate(bases.roots[name], tok, task, cfg)
         bases.timings[f"{name}_eval_s"] = time.time() - t
     return bases.add_evaluations(evals)
 
@@ -439,15 +398,15 @@ def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
 def given_bases(cfg: TofuConfig, given: GivenModels) -> TofuBases:
     """:func:`prepare_bases` for two given models: data, tokenizer and both models' evaluations (nothing is
     trained or cached; :func:`check_run` checks the paths first)."""
-    sets = load_tofu_sets(cfg, given=True)
+    task = protocol_task(cfg)
     tok = ensure_pad_token(load_tokenizer(given.tokenizer or given.model), policy=given.pad_policy)
     roots = {"base": given.model, "retain_model": given.retain_model}
-    bases = TofuBases(sets=sets, tokenizer=tok, roots=roots, metrics={}, per_example={}, timings={},
+    bases = TofuBases(task=task, tokenizer=tok, roots=roots, metrics={}, per_example={}, timings={},
                       models=dict(roots))
     evals = {}
     for name in roots:
         t = time.time()
-        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, sets, cfg)
+        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, task, cfg)
         bases.timings[f"{name}_eval_s"] = time.time() - t
     return bases.add_evaluations(evals)
 
@@ -465,11 +424,12 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
     t = time.time()
     seed_everything(cfg.seed)
     model = bases.load("base")
-    model, summary = unlearn(model, bases.tokenizer, qa_pairs(bases.sets[cfg.forget]),
-                             qa_pairs(bases.sets[cfg.retain]), ucfg, out_dir, progress=progress, resume=False)
+    task = bases.task
+    model, summary = unlearn(model, bases.tokenizer, task.prompt.pairs(task.forget.qa),
+                             task.prompt.pairs(task.retain.qa), ucfg, out_dir, progress=progress, resume=False)
     timings["unlearn_s"] = time.time() - t
     t = time.time()
-    res = evaluate(model, bases.tokenizer, bases.sets, cfg)
+    res = evaluate(model, bases.tokenizer, task, cfg)
     timings["method_eval_s"] = time.time() - t
     per_example = res.pop("per_example")
     res["forget_quality"] = forget_quality(per_example["forget_truth_ratio"], bases.retain_truth_ratios)
