@@ -177,6 +177,29 @@ def task_from_world(world, limit: int | None = None) -> Task:
     )
 
 
+def facts_task(world, sets: dict[str, tuple[str, list[dict]]], kinds: tuple[str, ...] = ("qa", "mcq"),
+               name: str = "world") -> Task:
+    """A task of the world over given fact lists (a recipe's own splits): for each ``set: (role, facts)``, the QA
+    set ``<set>_qa`` and the MCQ set ``<set>_mcq`` (whole answer sentences as options, cloze) of those facts, as
+    :func:`world_evals` builds them; forget = the facts of role forget, retain = those of role retain."""
+    evals = []
+    for set_name, (role, facts) in sets.items():
+        if "mcq" in kinds:
+            ids = {f["id"] for f in facts}
+            mcqs = [MCQExample(question=m["question"], choices=m["choices"], answer_index=m["answer_index"],
+                               split=m["split"], meta={"fact_id": m["fact_id"]})
+                    for m in full_answer_mcqs(world, [m for m in world.mcqs() if m["fact_id"] in ids])]
+            if not mcqs:
+                raise DataError(f"no MCQs for the {len(facts)} facts of the evaluation set {set_name!r}")
+            evals.append(EvalSet(f"{set_name}_mcq", role, "mcq", mcqs, mcq_style="cloze"))
+        if "qa" in kinds:
+            evals.append(EvalSet(f"{set_name}_qa", role, "qa", _qa(facts, facts[0]["split"] if facts else role)))
+    pairs = {role: [(f["question"], f["answer"]) for r, facts in sets.values() if r == role for f in facts]
+             for role in ("forget", "retain")}
+    return Task(name=name, forget=Data(qa=pairs["forget"]), retain=Data(qa=pairs["retain"]), evals=evals,
+                prompt=PromptFormat(template=qa_prompt("{question}"), answer_prefix=" "))
+
+
 @register_task("world", help="the embedded synthetic world (seeded; `world` or `world:SEED`)")
 def world_task(arg: str | None = None, *, seed: int = 0, world: dict | WorldConfig | None = None,
                limit: int | None = None, **_) -> Task:
@@ -252,7 +275,7 @@ def value_probe_sets(world, fact_ids: set | None = None) -> tuple[list[dict], li
 
 
 __all__ = [
-    "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "forget_pairs",
+    "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "facts_task", "forget_pairs",
     "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "value_prefix",
     "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]

@@ -15,7 +15,7 @@ from typing import Literal
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
 from obliviate.tasks.ember import list_ember_concepts, load_ember
 from obliviate.config import config_hash, deep_merge, to_dict
-from obliviate.data import encode_documents, pack_sequences, qa_prompt
+from obliviate.data import encode_documents, pack_sequences
 from obliviate.methods.ember import (
     LexiconJudge,
     build_vocab,
@@ -32,7 +32,8 @@ from obliviate.methods.ember.combine import ember_then
 from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods.engine import method_run_config, method_runner as executor_runner
-from obliviate.eval import mcq_accuracy, token_loss_by_label
+from obliviate.eval import token_loss_by_label
+from obliviate.eval.suite import evaluate_set, evaluate_task
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -44,7 +45,8 @@ from obliviate.recipes.ember.claims import claims_of
 from obliviate.recipes.ember.report import render
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
-from obliviate.tasks.world import full_answer_mcqs
+from obliviate.tasks.base import Task
+from obliviate.tasks.world import facts_task
 from obliviate.train import TrainConfig, make_lm_batches, train
 from obliviate.utils import seed_everything
 
@@ -268,20 +270,26 @@ def footprint(dataset):
                                                                                           "excl": names})
 
 
+def concept_task(world) -> Task:
+    """The world's concept as a task of MCQs (whole answer sentences, cloze): ``concept`` (the saga's facts,
+    forget), ``similar`` (the general facts, neighbour) and ``utility`` (the retain and medicine facts)."""
+    for split in ("concept", "general", "retain"):
+        if not world.mcqs(split=split):
+            raise DataError(f"the world has no {split} MCQs (check pretrain.world sizes)")
+    return facts_task(world, {"concept": ("forget", world.facts_by_split("concept")),
+                              "similar": ("neighbour", world.facts_by_split("general")),
+                              "utility": ("retain", world.facts_by_split("retain") + world.facts_by_split("forget"))},
+                      kinds=("mcq",), name="world:concept")
+
+
 class ConceptEval:
-    """Concept / similar-domain / utility MCQ accuracy and token-group losses on one world (module docstring)."""
+    """Concept / similar-domain / utility MCQ accuracy (the one evaluation, on :func:`concept_task`) and the
+    token-group losses on one world (module docstring)."""
 
     def __init__(self, world, tokenizer, max_len: int = 256):
         self.tok = tokenizer
         c = world.concept
-        self.mcqs = {
-            "concept": full_answer_mcqs(world, world.mcqs(split="concept")),
-            "similar": full_answer_mcqs(world, world.mcqs(split="general")),
-            "utility": full_answer_mcqs(world, world.mcqs(split="retain") + world.mcqs(split="forget")),
-        }
-        for k, v in self.mcqs.items():
-            if not v:
-                raise DataError(f"the world has no {k} MCQs (check pretrain.world sizes)")
+        self.task = concept_task(world)
         self.relearn_texts = [p["text"] for p in c["relearn_paragraphs"]]
         if not self.relearn_texts:
             raise DataError("the world's concept has no relearning paragraphs")
@@ -292,11 +300,12 @@ class ConceptEval:
         self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len, fields=("excl",))
 
     def acc(self, model, which: str) -> float:
-        return mcq_accuracy(model, self.tok, self.mcqs[which], style="cloze",
-                            context_fn=lambda q: qa_prompt(q["question"]))["accuracy"]
+        es = next(es for es in self.task.evals if es.name == f"{which}_mcq")
+        return evaluate_set(model, self.tok, self.task, es)["acc"]
 
     def __call__(self, model) -> dict:
-        out = {f"{k}_acc": self.acc(model, k) for k in ("concept", "similar", "utility")}
+        m = evaluate_task(model, self.tok, self.task)
+        out = {f"{k}_acc": m[f"{k}_mcq_acc"] for k in ("concept", "similar", "utility")}
         g = group_losses(model, self.concept_text)
         out["loss_exclusive"], out["loss_other"] = g.get("exclusive"), g.get("other")
         out["loss_neutral"] = group_losses(model, self.neutral_text)["other"]

@@ -74,8 +74,8 @@ def table_rows(metrics: dict) -> list[dict]:
     rows = []
     for v, m in metrics.items():
         rows.append({"variant": v, "function": m.get("function", "reference"), "U": m["u"], "R": m["r"],
-                     "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget MCQ": m["forget_mcq"],
-                     "forget QA": m["forget_qa"], "utility MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
+                     "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget MCQ": m["forget_mcq_acc"],
+                     "forget QA": m["forget_qa_em"], "utility MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
                      "frac toxic": m["frac_toxic"], "tox reduction": m.get("toxicity_reduction"),
                      "neutral fidelity": m["neutral_fidelity"]})
     return rows

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 from obliviate.config import config_hash
-from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval import chance_corrected, mcq_accuracy, qa_accuracy, rouge_l_recall, s_unlearning
+from obliviate.eval import chance_corrected, rouge_l_recall, s_unlearning
+from obliviate.eval.suite import evaluate_task
 from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.methods.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
 from obliviate.methods import build_method, method_defaults
@@ -28,7 +28,8 @@ from obliviate.recipes.function_specific.claims import LEARNED, PAPER, TOXICITY,
 from obliviate.recipes.function_specific.report import render
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
-from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, retain_pairs
+from obliviate.tasks.base import Task
+from obliviate.tasks.world import WorldConfig, facts_task, forget_pairs, retain_pairs
 from obliviate.eval.toxicity import LexiconToxicityScorer, continuation_toxicity
 from obliviate.train import TrainConfig
 from obliviate.utils import seed_everything
@@ -232,31 +233,24 @@ def setup_counts(s: Setup) -> dict:
 # ------------------------------------------------------------------ evaluation
 
 
-def mcq_acc(model, s: Setup, facts: list[dict]) -> float:
-    """4-way MCQ accuracy (full-answer cloze, as ``evaluate_world``) on the MCQs of ``facts``."""
-
-    ids = {f["id"] for f in facts}
-    mcqs = [m for m in s.world.mcqs() if m["fact_id"] in ids]
-    if not mcqs:
-        raise DataError(f"no MCQs for the {len(facts)} facts of an evaluation split")
-    return mcq_accuracy(model, s.tok, full_answer_mcqs(s.world, mcqs), style="cloze",
-                        context_fn=lambda q: qa_prompt(q["question"]))["accuracy"]
+def knowledge_task(s: Setup) -> Task:
+    """The knowledge half's evaluation sets: QA and MCQ (whole answer sentences, cloze) of the final forget and
+    retain splits and of the general facts (:func:`obliviate.tasks.world.facts_task`)."""
+    return facts_task(s.world, {"forget": ("forget", s.meta["final_forget"]),
+                                "retain": ("retain", s.meta["final_retain"]), "general": ("retain", s.general)})
 
 
-def qa_acc(model, s: Setup, facts: list[dict]) -> float:
-    return qa_accuracy(model, s.tok, [f["question"] for f in facts], [f["answer"] for f in facts])["exact_match"]
+KNOWLEDGE_KEYS = ("forget_mcq_acc", "retain_mcq_acc", "general_mcq_acc", "forget_qa_em", "retain_qa_em",
+                  "general_qa_em")
 
 
 def evaluate(model, s: Setup, max_new_tokens: int) -> dict:
-    """Raw scores of one model: knowledge (final splits) and toxicity (held-out register prompts)."""
+    """Raw scores of one model: knowledge (:func:`knowledge_task`, the one evaluation) and toxicity (held-out
+    register prompts)."""
 
-    m = {"forget_mcq": mcq_acc(model, s, s.meta["final_forget"]),
-         "retain_mcq": mcq_acc(model, s, s.meta["final_retain"]),
-         "general_mcq": mcq_acc(model, s, s.general),
-         "forget_qa": qa_acc(model, s, s.meta["final_forget"]),
-         "retain_qa": qa_acc(model, s, s.meta["final_retain"]),
-         "general_qa": qa_acc(model, s, s.general)}
-    m["knowledge_utility"] = 0.5 * (m["retain_mcq"] + m["general_mcq"])
+    k = evaluate_task(model, s.tok, knowledge_task(s))
+    m = {key: k[key] for key in KNOWLEDGE_KEYS}
+    m["knowledge_utility"] = 0.5 * (m["retain_mcq_acc"] + m["general_mcq_acc"])
     scorer = LexiconToxicityScorer(s.world.toxic["lexicon"])
     held = continuation_toxicity(model, s.tok, s.eval_toxic, scorer, max_new_tokens=max_new_tokens)
     m["toxicity"], m["frac_toxic"] = held["mean_toxicity"], held["frac_toxic"]
@@ -273,7 +267,7 @@ def evaluate(model, s: Setup, max_new_tokens: int) -> dict:
 def knowledge_scores(base: dict, m: dict) -> dict:
     """U, R, S of a knowledge row: MCQ accuracy on the final forget split vs the utility MCQs, chance 0.25."""
 
-    s = s_unlearning(base["forget_mcq"], m["forget_mcq"], base["knowledge_utility"], m["knowledge_utility"],
+    s = s_unlearning(base["forget_mcq_acc"], m["forget_mcq_acc"], base["knowledge_utility"], m["knowledge_utility"],
                      chance=MCQ_CHANCE)
     return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
 
@@ -307,11 +301,18 @@ def scores_for(variant: str, base: dict, m: dict) -> dict:
 def mcq_s_reward(base_model, s: Setup):
     """REINFORCE reward ``fn(model) -> S``: knowledge S-unlearning on the *meta* forget / retain MCQs."""
 
-    a0, m0 = mcq_acc(base_model, s, s.meta["meta_forget"]), mcq_acc(base_model, s, s.meta["meta_retain"])
+    meta = facts_task(s.world, {"forget": ("forget", s.meta["meta_forget"]), "retain": ("retain", s.meta["meta_retain"])},
+                      kinds=("mcq",))
+
+    def accs(model) -> tuple[float, float]:
+        m = evaluate_task(model, s.tok, meta)
+        return m["forget_mcq_acc"], m["retain_mcq_acc"]
+
+    a0, m0 = accs(base_model)
 
     def reward(model) -> float:
-        return s_unlearning(a0, mcq_acc(model, s, s.meta["meta_forget"]), m0,
-                            mcq_acc(model, s, s.meta["meta_retain"]), chance=MCQ_CHANCE)["s"]
+        a, m = accs(model)
+        return s_unlearning(a0, a, m0, m, chance=MCQ_CHANCE)["s"]
 
     return reward
 
