@@ -126,9 +126,9 @@ def test_markdown_to_html_tables_lists_and_embedded_images(tmp_path):
     import base64
 
     png = tmp_path / "p.png"
-    png.write_bytes(b"\x89PNG fake")
+    png.write_bytes(b"\x89PNG\r\n\x1a\n fake")
     md = "# T\n\n| a | b |\n|---|---|\n| 1 | **x** |\n\n- one\n- two\n\n![p](p.png)\n"
-    html = markdown_to_html(md, tmp_path)
+    html = markdown_to_html(md, tmp_path, images=["p.png"])
     assert "<h1>T</h1>" in html and "<td>1</td><td><b>x</b></td>" in html
     assert "<li>one</li><li>two</li>" in html
-    assert base64.b64encode(b"\x89PNG fake").decode() in html
+    assert base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode() in html

@@ -7,26 +7,31 @@ from pathlib import Path
 
 import yaml
 
+from obliviate.runs.report import markdown_table, md_code, md_escape
 from obliviate.runs.results import atomic_write_text
 
 
 def write_model_card(directory: str | Path, *, base_model: str | None, task: str, method: str, settings: dict,
                      metrics: dict) -> Path:
     """Write ``directory/README.md``: hub-style metadata (``base_model``, ``tags``), the task, the settings
-    and a table of the scalar metrics."""
+    and a table of the scalar metrics.
+
+    The names (task, method, base model, metric) are data, often from a user's spec: the Markdown shows
+    them escaped (:func:`~obliviate.runs.report.md_escape`), never as HTML, links or images; the YAML
+    metadata holds them as YAML strings."""
     directory = Path(directory)
     meta = {"library_name": "transformers", "tags": ["unlearning", "obliviate", method], "obliviate": {"task": task,
             "method": method}}
     if base_model:
         meta["base_model"] = str(base_model)
-    rows = [f"| {k} | {v:.4f} |" for k, v in metrics.items() if isinstance(v, float)]
+    rows = [{"metric": k, "value": v} for k, v in metrics.items() if isinstance(v, float)]
     text = "\n".join([
         "---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
-        f"# {method} on {task}", "",
-        f"Unlearned with obliviate, method `{method}` on task `{task}`"
-        + (f", starting from `{base_model}`." if base_model else "."), "",
+        f"# {md_escape(method)} on {md_escape(task)}", "",
+        f"Unlearned with obliviate, method {md_code(method)} on task {md_code(task)}"
+        + (f", starting from {md_code(base_model)}." if base_model else "."), "",
         "## Settings", "", "```json", json.dumps(settings, indent=1, default=str), "```", "",
-        "## Results", "", "| metric | value |", "|---|---|", *rows, "",
+        "## Results", "", markdown_table(rows, ["metric", "value"], fmt="{:.4f}"), "",
     ])
     atomic_write_text(directory / "README.md", text)
     return directory / "README.md"

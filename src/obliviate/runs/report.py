@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import json
+import os
+import re
+import stat
 from pathlib import Path
+from typing import Iterable
+
 from obliviate.utils import atomic_write_bytes, atomic_write_text
 
 
@@ -165,36 +172,131 @@ def plot_relearn_curves(metrics: dict, png: str | Path) -> Path | None:
                                 base_line=metrics.get("relearn_base_acc", metrics.get("relearn_disjoint_base_acc")))
 
 
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<>|!#&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+_LINE_START = re.compile(r"^(\s*)([-+=]|\d{1,9}[.)])(?=\s|$)")  # a list item, a rule, a setext heading
+
+
+def md_escape(text) -> str:
+    """``text`` as literal Markdown text: what it says, never markup.
+
+    For strings that reached us from users (task, set, method and model names, questions, answers):
+    newlines and other control characters become one space (a string cannot start a line, so it
+    cannot become a heading, an image or a table row), and the characters that make links, images,
+    raw HTML, code spans, emphasis and table cells are backslash-escaped. An ``_`` inside a word
+    (``forget_score``) is left as it is, as Markdown leaves it.
+    """
+    text = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), _CONTROL.sub(" ", str(text)))
+    return _LINE_START.sub(lambda m: m.group(1) + m.group(2)[:-1] + "\\" + m.group(2)[-1], text)
+
+
+def md_code(text) -> str:
+    """``text`` as a Markdown code span; :func:`md_escape` text where it holds a backtick (which would
+    end the span). Control characters become one space either way."""
+    text = _CONTROL.sub(" ", str(text))
+    return md_escape(text) if "`" in text or not text.strip() else f"`{text}`"
+
+
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
-    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``."""
+    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``.
+
+    Column names and other cells are data: each is :func:`md_escape` d, so a ``|`` or a newline in a
+    model or set name stays inside its cell and no cell becomes a link, an image or HTML."""
 
     def cell(v):
         if isinstance(v, float):
             return fmt.format(v) if v == v else "n/a"
-        return missing if v is None else str(v)
+        return missing if v is None else md_escape(v)
 
-    head = "| " + " | ".join(columns) + " |"
+    head = "| " + " | ".join(md_escape(c) for c in columns) + " |"
     sep = "|" + "|".join("---" for _ in columns) + "|"
     body = ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join([head, sep, *body])
 
 
+_PUNCT = r"[!-/:-@\[-`{-~]"
+_INLINE = re.compile(r"\\(" + _PUNCT + r")|`([^`]+)`")  # a backslash escape (CommonMark) or a code span
+
+
 def _inline(text: str) -> str:
-    import html
-    import re
+    """HTML of one line of Markdown text: backslash escapes, `code` and **bold**; everything else escaped."""
+    held: list[str] = []
 
-    t = html.escape(text)
-    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", t)
-    t = re.sub(r"`(.+?)`", r"<code>\1</code>", t)
-    return t
+    def hold(m: re.Match) -> str:
+        esc, code = m.groups()
+        held.append(html.escape(esc) if esc is not None else f"<code>{html.escape(code)}</code>")
+        return f"\x00{len(held) - 1}\x00"
+
+    t = _INLINE.sub(hold, _CONTROL.sub(" ", text))  # no stray \x00 can meet a held piece
+    t = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(t))
+    return re.sub("\x00(\\d+)\x00", lambda m: held[int(m.group(1))], t)
 
 
-def markdown_to_html(md: str, base_dir: Path) -> str:
-    """Render the small Markdown subset our reports use, with images embedded as base64."""
-    import base64
-    import html
-    import re
+def _cells(line: str) -> list[str]:
+    """The cells of one table row, split at each ``|`` that no backslash escapes."""
+    cells, cell, chars = [], "", iter(line.strip())
+    for ch in chars:
+        if ch == "\\":
+            cell += ch + next(chars, "")
+        elif ch == "|":
+            cells.append(cell)
+            cell = ""
+        else:
+            cell += ch
+    cells.append(cell)
+    if cells and not cells[0].strip():
+        cells = cells[1:]
+    if cells and not cells[-1].strip():
+        cells = cells[:-1]
+    return [c.strip() for c in cells]
 
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def embeddable_image(base_dir: Path, target: str, images: Iterable[str | Path]) -> bytes | str:
+    """The bytes of image ``target`` of a report in ``base_dir``, or why it is not embedded.
+
+    Only a plot the run wrote is embedded: ``target`` must be one of ``images`` (paths relative to
+    ``base_dir``), relative and without ``..``, reached without a symbolic link from ``base_dir`` on,
+    a regular file inside ``base_dir``, and a PNG. Anything else (an absolute path, ``../x.png``, a
+    plot replaced by a link, a path someone wrote into the Markdown) is named, never read.
+    """
+    allowed = {Path(p).as_posix() for p in images}
+    rel = Path(target)
+    if rel.is_absolute() or target.startswith("~") or ".." in rel.parts or not rel.parts:
+        return "not a path inside the report's directory"
+    if rel.as_posix() not in allowed:
+        return "not a plot this run wrote"
+    path = Path(base_dir)
+    for part in rel.parts:
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return "missing"
+        if stat.S_ISLNK(mode):
+            return "a symbolic link"
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return "cannot be opened"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return "not a regular file"
+        data = f.read()
+    if not data.startswith(PNG_SIGNATURE):
+        return "not a PNG"
+    return data
+
+
+def markdown_to_html(md: str, base_dir: Path, images: Iterable[str | Path] = ()) -> str:
+    """Render the small Markdown subset our reports use, with images embedded as base64.
+
+    ``images``: the plots the run wrote (paths relative to ``base_dir``), the only images embedded
+    (:func:`embeddable_image`); any other image line shows its alt text and why it was left out.
+    """
+    images = list(images)
     out, lines, i = [], md.splitlines(), 0
     while i < len(lines):
         line = lines[i]
@@ -210,15 +312,17 @@ def markdown_to_html(md: str, base_dir: Path) -> str:
             n = len(m.group(1))
             out.append(f"<h{n}>{_inline(m.group(2))}</h{n}>")
         elif (m := re.match(r"^!\[(.*?)\]\((.*?)\)", line)):
-            path = base_dir / m.group(2)
-            if path.exists():
-                data = base64.b64encode(path.read_bytes()).decode()
-                out.append(f'<p><img alt="{html.escape(m.group(1))}" src="data:image/png;base64,{data}"></p>')
+            data = embeddable_image(base_dir, m.group(2), images)
+            if isinstance(data, bytes):
+                out.append(f'<p><img alt="{html.escape(m.group(1))}" '
+                           f'src="data:image/png;base64,{base64.b64encode(data).decode()}"></p>')
+            else:
+                out.append(f"<p>[image {html.escape(m.group(2))!s} not embedded: {data}]</p>")
         elif line.startswith("|"):
             rows = []
             while i < len(lines) and lines[i].startswith("|"):
                 if not re.match(r"^\|[-|: ]+\|$", lines[i]):
-                    rows.append([c.strip() for c in lines[i].strip("|").split("|")])
+                    rows.append(_cells(lines[i]))
                 i += 1
             head, body = rows[0], rows[1:]
             t = ["<div class='wide'><table><tr>" + "".join(f"<th>{_inline(c).replace('_', '_<wbr>')}</th>"
@@ -243,7 +347,9 @@ def markdown_to_html(md: str, base_dir: Path) -> str:
            f"</head><body>{''.join(out)}</body></html>\n"
 
 
-def write_html(md_path: str | Path, html_path: str | Path) -> Path:
+def write_html(md_path: str | Path, html_path: str | Path, images: Iterable[str | Path] = ()) -> Path:
+    """``html_path``: the self-contained HTML of ``md_path``, embedding only ``images`` (the plots the
+    run wrote, relative to ``md_path``'s directory; see :func:`markdown_to_html`)."""
     md_path = Path(md_path)
-    atomic_write_text(html_path, markdown_to_html(md_path.read_text(), md_path.parent))
+    atomic_write_text(html_path, markdown_to_html(md_path.read_text(), md_path.parent, images))
     return Path(html_path)

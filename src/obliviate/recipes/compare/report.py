@@ -10,6 +10,8 @@ from obliviate.eval.suite import PRIMARY, keep_score
 from obliviate.runs.report import (
     _plt,
     markdown_table,
+    md_code,
+    md_escape,
     plot_grouped_bars,
     plot_recovery_curves,
     plot_tradeoff,
@@ -67,8 +69,8 @@ def recovery_lines(metrics: dict) -> list[str]:
         if name in ("base", "oracle") or m.get("relearn_disjoint_acc") is None or not base_d:
             continue
         share = (m["relearn_disjoint_acc"] - m["relearn_disjoint_start_acc"]) / base_d
-        lines.append(f"- **{name}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out halves "
-                     f"before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other halves "
+        lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out "
+                     f"halves before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other halves "
                      f"({100 * share:.0f}% of the base model's {base_d:.2f} brought back).")
     o = metrics.get("oracle", {})
     if o.get("relearn_disjoint_acc") is not None:
@@ -100,7 +102,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
     rows = [{"model": n, **{k: m.get(k) for k in columns[1:]}} for n, m in metrics.items()]
     sets = [es for es in task.evals if es.kind in PRIMARY]
     set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
-    md = [f"# obliviate: method comparison on task `{task.name}`", "",
+    md = [f"# obliviate: method comparison on task {md_code(task.name)}", "",
           f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of the "
           "role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R against "
           "the base model; `forget_quality` is the KS-test p-value of the forget truth ratios against the "
@@ -111,10 +113,10 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "## How much comes back under relearning on the other half of the facts", "",
           *(recovery_lines(metrics) or ["- the task has no disjoint halves to relearn on."]), "",
           "## Every evaluation set", "",
-          ", ".join(f"`{es.name}` ({es.role}{', variant' if es.variant else ''})" for es in sets) + ".", "",
+          ", ".join(f"{md_code(es.name)} ({es.role}{', variant' if es.variant else ''})" for es in sets) + ".", "",
           markdown_table(set_rows, ["model"] + [es.name for es in sets]), "",
           *[line for title, png in figures for line in (f"![{title}](plots/{png})", "")],
           "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
           f"Total time {seconds:.0f} s."]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
-    write_html(out / "report.md", out / "report.html")
+    write_html(out / "report.md", out / "report.html", images=[f"plots/{png}" for _, png in figures])
