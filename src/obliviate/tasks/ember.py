@@ -1,32 +1,9 @@
 """``ember:<concept>``: concept erasure on EMBER's data (Suslik, Shafran, Geva 2026; seeds 000/003).
 
-The concept is named case-insensitively, with spaces, underscores or hyphens, apostrophes
-optional: ``ember:harry_potter``, ``ember:"Harry Potter"``, ``ember:valentines_day``,
-``ember:covid-19_pandemic`` (:func:`concept_slug`; the 18 slugs are :data:`EMBER_SLUGS`).
-
-- The concept's 300 sentences and the 300 neutral Wikipedia sentences are each split by
-  ``seed`` into 80% train / 20% held out: forget = Data(docs=train concept sentences),
-  retain = Data(docs=train neutral sentences); the held-out parts are the text sets
-  ``forget_text`` (role forget) and ``retain_text`` (role retain), for perplexity.
-- ``forget_mcq``: the concept's ``QA_test`` multiple-choice questions (role forget);
-  ``simdom_mcq``: ``SimdomQA_test``, questions from a similar domain that the paper wants
-  kept (role neighbour; its "specificity" is the harmonic mean of utility and this);
-  both scored lm-eval style (letters). The released options put the correct one first in
-  ~89% of questions, so they are shuffled per question with ``seed``
-  (``load_ember(shuffle_options=seed)``).
-- ``forget_qa``: the open questions of ``QA_test`` (role forget).
-- relearn = the concept's ``RelearnParagraphs``; ``meta["coherence_prompts"]`` are its
-  coherency prompts (CRISP's coherence term, the coherence check).
-
-The data (:func:`load_ember`; ClarSu/EMBER-Embedding-Erasure ``data/``), files under ``<data>/ember/``:
-
-- ``concept_sentences.json``: a list of ``{concept, sentences[300]}``;
-- ``neutral_sentences.json``: a list of 300 ``{url, title, sentence}``;
-- ``mc_questions.json``: concept -> {QA_train, QA_test, SimdomQA_train, SimdomQA_test} -> list of
-  ``{q, correct_answer, options[4]}``;
-- ``open_questions.json``: the same four splits of ``{q, a}``;
-- ``relearn_paragraphs.json``: concept -> ``{RelearnParagraphs: [...]}``;
-- ``coherency_prompts.json``: concept -> list of prompts.
+The concept's and the neutral sentences split 80/20 into forget / retain documents and held-out text,
+the concept's MCQs (options reshuffled: :func:`load_ember`), similar-domain MCQs and open questions,
+its relearning paragraphs and coherency prompts. Concept names: :func:`concept_slug`,
+:data:`EMBER_SLUGS`. Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
 from __future__ import annotations

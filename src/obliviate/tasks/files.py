@@ -1,33 +1,9 @@
 """``file:SPEC.yaml``: the user's own forget, retain, evaluation and relearning files.
 
-A spec is a small YAML file; paths are relative to it::
-
-    name: my-task                     # optional (default: the spec's file name)
-    prompt: {template: "Q: {question}\\nA:", answer_prefix: " "}   # or {chat: true}
-    forget: [forget_qa.jsonl]         # QA pairs and/or documents
-    retain:
-      - {path: retain.txt, split_by: blank}
-    evals:                            # optional; each with a role and (optionally) a kind
-      - {path: quiz.csv, role: forget, kind: mcq, mapping: "question=q,choices=a+b+c+d,answer=a"}
-    utility: [general_mcq.json]       # shorthand for evals with role utility
-    neighbour: [related_qa.jsonl]     # ... with role neighbour
-    holdout: [holdout_qa.jsonl]       # never trained on (membership inference)
-    relearn: [related.txt]            # a related corpus for the relearning attack
-    auto_evals: true                  # also evaluate on the forget and retain training data
-
-Each entry is a path or ``{path, kind, mapping, split_by, name, role, style}``. Files are read by
-:func:`obliviate.tasks.sources.load_records` (.jsonl, .json, .csv, .tsv, .txt). ``kind`` (qa, mcq,
-text) is detected when not given: a ``.txt`` file is text; otherwise the first record's fields
-decide, under their own names or common other names (``prompt``/``response``,
-``input``/``output``, ``options``, ``label``, ``content``, ...; :data:`SYNONYMS`), which then become
-the mapping. An explicit ``mapping`` always wins.
-
-Training data: QA records become QA pairs, text records documents; MCQ files are evaluation sets
-only. With ``auto_evals`` (default) the forget and retain training data are evaluated too
-(``forget_qa``, ``forget_text``, ``retain_qa``, ``retain_text``).
-
-The command-line shorthand ``--forget FILE --retain FILE [--utility FILE] [--holdout FILE]
-[--relearn FILE]`` builds the same task without a spec (:func:`task_from_files`).
+A small YAML spec (paths relative to it) names the files by role; each is read by
+:func:`obliviate.tasks.sources.load_records`, its kind and mapping detected from its first record
+(:data:`SYNONYMS`) unless given. :func:`task_from_files` builds the same task from
+``--forget FILE --retain FILE ...``. The spec's keys: docs/tasks.md#your-own-files.
 """
 
 from __future__ import annotations

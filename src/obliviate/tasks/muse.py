@@ -1,27 +1,8 @@
 """``muse:news|books``: MUSE's six-way unlearning benchmark (Shi et al. 2024, arXiv:2407.06460).
 
-- forget = Data(docs=``raw/forget`` documents); retain = Data(docs=``raw/retain1``, or
-  ``raw/retain2`` where retain1 is absent locally); holdout = Data(docs=``raw/holdout``),
-  never trained on: the non-member side of MUSE's privacy-leakage (membership inference) test.
-- ``knowmem_forget`` / ``knowmem_retain``: knowledge-memorisation QA on the forget / retain
-  documents (roles forget / retain).
-- ``verbmem_forget``: verbatim memorisation, role forget, kind text; each item is the true
-  continuation ``gt`` as a :class:`~obliviate.tasks.sources.TextExample` with its ``prompt`` in
-  ``meta["prompt"]`` (score the continuation's loss after the prompt); the raw
-  ``{prompt, gt}`` pairs are also in ``meta["verbmem"]`` (for ROUGE of generated continuations).
-- relearn = None.
-
-The data: local files under ``<data>/muse/<news|books>/``, the layout of MUSE's own ``data/<corpus>/``
-(swj0419/muse_bench):
-
-- ``raw/forget.txt``, ``raw/retain1.txt`` (or ``raw/retain2.txt``), ``raw/holdout.txt``: plain text;
-  documents are separated by blank lines (:func:`split_documents`);
-- ``knowmem/forget_qa.json``, ``knowmem/retain_qa.json``: JSON arrays of ``{question, answer}``;
-- ``verbmem/forget.json``: a JSON array of ``{prompt, gt}`` (a passage's opening and its true continuation).
-
-Hub fallback (``allow_hub=True``): ``muse-bench/MUSE-News`` / ``muse-bench/MUSE-Books``, configs
-``raw`` (splits forget, retain1, retain2, holdout; field ``text``), ``knowmem`` (splits forget_qa,
-retain_qa) and ``verbmem`` (split forget). Hub texts are split into documents the same way.
+Forget / retain / holdout documents from ``raw/``, knowledge-memorisation QA (``knowmem_*``) and
+verbatim-memorisation continuations (``verbmem_forget``), read from MUSE's own layout or the hub.
+Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
 from __future__ import annotations

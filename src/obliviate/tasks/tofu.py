@@ -1,30 +1,9 @@
 """``tofu:forget01|forget05|forget10``: TOFU's fictitious authors (Maini et al. 2024).
 
-- forget = the QA pairs of the forget split; retain = the matching retain split
-  (forget01 -> retain99, forget05 -> retain95, forget10 -> retain90). Where the retain file is
-  missing locally (and the hub is not allowed) it is derived as ``full`` minus the forget
-  split's questions (``meta["retain_derived"]`` says so); the retain split is also the
-  oracle's training data (TOFU's retain-only reference model for forget quality).
-- evaluation (the files :func:`obliviate.eval.tofu.tofu_eval` reads): ``forget_qa``
-  (``<forget>_perturbed``, role forget), ``retain_qa`` (``retain_perturbed``, role retain),
-  ``real_authors_qa`` / ``world_facts_qa`` (their ``_perturbed`` files, role utility) and
-  ``real_authors_mcq`` / ``world_facts_mcq``: the same questions with their four options,
-  scored cloze style (each option text as the continuation), role utility.
-- ``meta["perturbed"]``: the :class:`~obliviate.tasks.sources.QAExample` lists of the four
-  perturbed files, keyed as :func:`~obliviate.eval.tofu.tofu_eval`'s arguments
-  (``forget``, ``retain``, ``real_authors``, ``world_facts``).
-- holdout = TOFU's ``holdout01|05|10`` split when ``tofu/holdoutNN.json`` is present locally
-  (the shared data has none), else None; idk = ``tofu/idontknow.jsonl`` when present (else
-  None: the run's default refusals); relearn = None (the disjoint-relearning halves come
-  from :meth:`~obliviate.tasks.Task.forget_halves`).
-- prompt: :func:`tofu_prompt` as a template, the answer after a space (:func:`tofu_answer`); the
-  metrics are :mod:`obliviate.eval.tofu`'s.
-
-The files (:func:`load_tofu`): ``<data>/tofu/<split>.json`` are JSON Lines, one ``{question, answer}`` per
-line; ``*_perturbed`` files add ``paraphrased_question``, ``paraphrased_answer`` and ``perturbed_answer``
-(a list of wrong answers); for real_authors / world_facts the perturbed files have ``perturbed_answer``
-but no paraphrase, and the plain files have ``option1``..``option4`` (the answer is one of them).
-Hub fallback: ``locuslab/TOFU``, config = split name.
+Forget = the forget split's QA pairs, retain = the matching retain split (derived from ``full`` where
+its file is missing), TOFU's perturbed evaluation sets (``meta["perturbed"]`` for
+:func:`obliviate.eval.tofu.tofu_eval`), optional holdout and IdK answers; :func:`load_tofu` reads the
+files. Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
 from __future__ import annotations

@@ -1,44 +1,9 @@
 """Load a user's own data file into the common schema, with a field mapping.
 
-:func:`load_records` reads by file extension:
-
-- ``.jsonl``: one JSON object per line. A file that is really one JSON document (a pretty-printed
-  array, or ``{"data": [...]}``) is read as ``.json`` would be.
-- ``.json``: a JSON array of objects (MUSE ships its files so), or an object with exactly one key
-  holding a list of objects (``{"data": [...]}``). A ``.json`` file that is in fact JSON Lines
-  (TOFU ships its files so) is read line by line.
-- ``.csv`` / ``.tsv``: a header row names the fields; every value is a string. A cell of a list
-  field (``choices``, ``perturbed_answers``, ``options``) may hold a JSON array (``["a", "b"]``);
-  an empty cell of an optional field counts as absent.
-- ``.txt``: kind ``text`` only. One record per non-empty line or, with ``split_by=blank``, one per
-  paragraph (runs of non-blank lines separated by blank lines, joined with ``"\\n"``).
-
-The mapping (a dict or a string ``"question=prompt,answer=target"``) maps *schema* field names to
-the *file's* field names. Schema fields not in the mapping are looked up under their own name.
-Required fields must be present in every record; an optional field named explicitly in the
-mapping is required too. Record fields that no schema field uses are kept in ``meta``.
-
-- qa: ``question``, ``answer`` (required); ``paraphrased_question``, ``paraphrased_answer``,
-  ``perturbed_answers``, ``options`` (optional).
-- mcq: ``question``, ``choices`` (required), the correct choice as ``answer_index`` or ``answer``
-  (see below), ``subject`` (optional).
-- text: ``text``.
-- A list field may name several file fields joined by ``+``; each holds a string or a list of
-  strings and they are concatenated in order: ``choices=true_answer+false_answer``.
-- MCQ ``choices`` (2 to 10 of them) may also be an object keyed A, B, C, ... The correct choice is
-  ``answer_index`` (an integer index, in CSV an integer string, always read as an index; a
-  letter; or the exact text of one choice) or ``answer`` (the correct choice's text; when that
-  field is one of the ``+`` parts of ``choices``, the choice it holds, e.g.
-  ``choices=true_answer+false_answer,answer=true_answer``).
-  A string equal to the text of exactly one choice is that choice, even when it is also a letter
-  (``"A"`` among choices ``["B", "A"]`` is index 1); otherwise a single letter A-J (either case)
-  is an index. With neither named in the mapping, ``answer_index`` is used when a record has it,
-  else ``answer``; with both named, they must agree.
-- ``split_by=line|blank`` is an option, not a field: how a ``.txt`` file is cut into records.
-
-``question``, ``answer``, ``text`` and every choice must be non-empty. Every problem raises a
-one-line :class:`DataError` that starts with the file name and the line (or, in a JSON document,
-the 0-based record index): ``"quiz.csv line 4: field 'label' = 'E' is out of range for 4 choices"``.
+:func:`load_records` reads ``.jsonl``, ``.json``, ``.csv`` / ``.tsv`` and ``.txt`` files as QA pairs,
+MCQs or texts; the mapping (a dict or ``"question=prompt,answer=target"``) maps schema field names to
+the file's. Every problem raises a one-line :class:`DataError` naming the file and the line. Formats,
+fields and mapping rules: docs/benchmarks.md#your-own-files.
 """
 
 from __future__ import annotations
