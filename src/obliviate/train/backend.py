@@ -1,31 +1,10 @@
 """Where the training loop's model lives: one process, data parallel, FSDP2 or DeepSpeed ZeRO-3.
 
-The loop (:func:`obliviate.train.train`) asks a backend for five things and never branches
-on the launch itself: ``prepare`` (the model and optimizer it steps), ``local`` (this
-process's rows of the global batch), ``mean`` (loss terms averaged over processes),
-``backward`` + ``clip`` (gradients summed the backend's way, the global grad norm) and
-``finish`` (the trained weights back in the caller's plain model). Checkpoints read the
-full trained weights and the optimizer state through it, so a sharded run checkpoints and
-resumes exactly like one process.
-
-Evaluation during training gets the model being trained: no backend wraps it, so hooks and
-``logits_at`` see the plain (or FSDP2-sharded) Hugging Face model.
-
-- :class:`Single`: one process; accelerate places the model (GPU, mixed precision).
-- :class:`DataParallel`: several processes, the whole model in each, gradients averaged by
-  hand after the backward pass (:func:`obliviate.train.distributed.average_gradients`; why
-  not ``DistributedDataParallel`` is said there).
-- :class:`FSDP2`: torch's ``fully_shard`` on every decoder layer and on the root, applied
-  here on every platform (accelerate drops an FSDP plugin on CPUs without a word). The
-  loop trains a deep copy, made after the frozen reference and before sharding, and
-  ``finish`` gathers the full weights into the caller's model in every process: everything
-  after training (evaluation, attacks, saving) sees a plain model.
-- :class:`DeepSpeed`: ZeRO-3 through ``Accelerator.prepare`` (gloo on CPUs, with
-  ``DS_ACCELERATOR=cpu``), with a torch AdamW (DeepSpeed's own CPU Adam compiles a C++
-  extension on first use); trains a copy and gathers it back as FSDP2 does.
-
-:func:`backend_for` picks one from the launch and refuses a launch that asks for sharding
-but would not shard (one process).
+The loop (:func:`obliviate.train.train`) asks a backend to ``prepare``, ``local``, ``mean``,
+``backward`` + ``clip`` and ``finish`` and never branches on the launch itself. :class:`Single`,
+:class:`DataParallel` (gradients averaged by hand), :class:`FSDP2` (torch's ``fully_shard``, on
+every platform) and :class:`DeepSpeed` (ZeRO-3 through ``Accelerator.prepare``); :func:`backend_for`
+picks one from the launch. See docs/distributed.md.
 """
 
 from __future__ import annotations

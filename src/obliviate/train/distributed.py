@@ -1,37 +1,11 @@
-"""Several processes: data parallelism for the one training loop.
+"""Several processes: the collectives and checks of the one training loop.
 
-Under ``accelerate launch`` or ``torchrun`` every process runs the same program. The
-training loop (:func:`obliviate.train.train`) then
-
-- asks ``batch_fn(step)`` for the *global* batch (a pure function of the step, so every
-  process builds the same one) and keeps its own rows: process ``r`` of ``W`` takes rows
-  ``[r*B//W, (r+1)*B//W)`` of every tensor (:func:`shard_rows`);
-- averages the gradients of the trainable parameters over the processes after each
-  backward pass (:func:`average_gradients`), so every process takes the same optimizer
-  step and the weights stay identical (they are broadcast from rank 0 once, at the start);
-- logs the mean over processes of each loss term (one all-reduce per step) and lets only
-  rank 0 write checkpoints, ``metrics.jsonl`` and progress bars.
-
-The model is *not* wrapped in ``DistributedDataParallel``: DDP syncs gradients in
-autograd hooks that it arms at the end of its own ``forward``, and methods here end the
-forward early (RMU's :func:`~obliviate.models.layers.hidden_states_at` raises inside the
-model after layer l) or call submodules of the unwrapped model
-(:func:`~obliviate.models.layers.logits_at`), which bypass that; DDP would then skip the
-sync without a word. Averaging the ``.grad`` of every trainable parameter after the
-backward pass is correct whatever the forward did, costs one all-reduce per bucket per
-step, and leaves methods, hooks and the frozen reference (a per-process copy) unchanged.
-
-What differs from one process with the same global batch: each term is computed per
-shard and the shard values are averaged. A term that is a mean over *rows* (NPO's forget
-term, packed LM rows with no padding) equals the global value, up to float rounding; a
-term that is a mean over *tokens* (answer-only NLL, RMU's padding-masked MSE) weights each
-shard equally instead of by its token count, so it differs by
-``sum_r (1/W - n_r/N) * L_r`` (``n_r`` of ``N`` tokens on shard r). See docs/distributed.md
-for the tolerance this gives.
-
-Sharded models (FSDP, DeepSpeed ZeRO-3, chosen by the accelerate config) are wrapped by
-``Accelerator.prepare`` instead; :func:`check_method` refuses the methods that cannot run
-that way, before any training.
+Rank and world size, the launch checks (:func:`check_launch`, :func:`check_method`: methods that cannot
+run in several processes or sharded stop before training), process ``r`` of ``W``'s rows of the global
+batch (:func:`shard_rows`), loss-term means and gradients averaged over processes
+(:func:`all_reduce_mean`, :func:`average_gradients`; why not ``DistributedDataParallel``), the
+broadcast from rank 0, and rank-0-only saving. The backends that use them: :mod:`obliviate.train.backend`.
+See docs/distributed.md.
 """
 
 from __future__ import annotations
