@@ -1,24 +1,9 @@
 """Controls that calibrate the attacks: is the instrument able to tell removal from suppression?
 
-- **Negative control**: a model that never saw the forget data (the oracle, or a retain-only
-  fine-tune). An honest attack leaves it near where it started.
-- **Positive control** (:func:`suppression_control`): a model known to *only suppress*. We take the
-  base model and fine-tune its **last decoder layer only** to answer every forget question with a
-  refusal ("I don't know."). Everything below that layer, where the facts are stored, is untouched,
-  so the knowledge is provably still in the weights; an attack that cannot bring it back cannot
-  detect suppression. On tiny models the control refuses most retain questions too: its last layer
-  alone does not learn to tell them from the forget questions within its budget (mixed with the
-  retain answers, a 2-layer model still gave 69% of its forget answers after 300 steps). That does
-  not matter for what it calibrates, the recovery of the forget facts. We chose this over a logit bias against the answer tokens because it is a
-  trained change of the kind unlearning methods make (a logit bias is undone by construction by any
-  fine-tune of the head), and over refusal training of all layers because then "still in the weights"
-  would no longer be guaranteed.
-
-:func:`calibration` reads an attack's result on both controls: the attack is **calibrated** when the
-positive control recovers at least :data:`MIN_POSITIVE_RECOVERY` of the base model's score while the
-negative control gains at most :data:`MAX_NEGATIVE_GAIN`. :func:`verdict` then calls a method
-*removed* (it recovers no more than the negative control, within :data:`MAX_NEGATIVE_GAIN`),
-*suppressed* (it recovers at least half of what the positive control does) or *inconclusive*.
+The negative control never saw the forget data; the positive control (:func:`suppression_control`)
+only suppresses it (the base model with its last decoder layer trained to refuse). :func:`calibration`
+reads an attack's result on both, :func:`verdict` calls a method removed, suppressed or inconclusive.
+See docs/evaluation.md (Controls) and docs/tasks.md (Controls).
 """
 
 from __future__ import annotations

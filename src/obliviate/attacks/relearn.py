@@ -1,30 +1,8 @@
 """Relearning attack: fine-tune a copy of the unlearned model and watch the knowledge come back.
 
-Unlearning that only suppresses answers is undone by a few fine-tuning steps on
-*related* data (docs/methods.md). :func:`relearn_attack` fine-tunes a deep copy of the
-model with the one training loop (:func:`obliviate.train.train`) for a fixed budget and
-evaluates ``eval_fn`` at step 0, every ``eval_every`` steps and at the end:
-
-- ``curve``: ``[[step, acc], ...]``, the recovery curve;
-- ``auc``: area under the curve over normalised steps ``step / steps`` in [0, 1]
-  (trapezoid rule), i.e. the mean accuracy over the budget;
-- ``final_acc``: accuracy at the last step;
-- ``steps_to_base`` / ``tokens_to_base``: the first evaluated step at which
-  ``acc >= base_acc``, and the number of training tokens (non-padding input tokens)
-  consumed by then; ``None`` if never reached or if ``base_acc`` is unknown.
-
-On the synthetic world (:func:`obliviate.tasks.world.world_relearn_sets`): mode ``"paragraphs"`` trains on
-held-out paragraphs that only state *auxiliary* attributes of the forget entities
-(never the QA facts) and evaluates QA on all forget facts, so any recovery is knowledge
-that was still in the weights; mode ``"facts"`` trains on a seeded half of the forget QA
-pairs and evaluates on the other half. Accuracy is greedy QA on the canonical questions,
-scored by :func:`forget_qa_eval` (by default a greedy answer that *starts with* the reference
-answer counts: models fine-tuned on prose tend to run on past the answer).
-
-Caveat seen on tiny models: mode "facts" with a small forget set and the default budget
-can push held-out answers towards the trained values (every held-out question answered with
-a trained drug), lowering held-out accuracy even for the base model; compare with the base
-model's own curve before reading a flat curve as "nothing to recover".
+:func:`relearn_attack` fine-tunes a deep copy with the one training loop for a fixed budget and
+returns the recovery curve, its area, the final accuracy and the steps / tokens to the base model's
+score. Definitions, the world's modes and a caveat: docs/evaluation.md, section "Attacks".
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """Membership inference: does the model treat an example as one it was trained on?
 
-Four reference-free scores of a text (or of a continuation given a prefix) under a causal LM,
-their ROC AUC between members and non-members, and MUSE's PrivLeak.
-
-**Convention: every score here is a member score, higher = more likely a member.** Several
-reference implementations report the negation (higher = non-member: MUSE's ``PPL``,
-``PPL/zlib``, ``Min-k%``; Open-Unlearning's ``-mean(min-k)``); the AUC is the same once the
-labels are flipped accordingly, and :func:`priv_leak` says how MUSE's AUC relates to ours.
-
-Tokenisation follows the rest of the package (:func:`obliviate.data.encode_prompt_answer`,
-:func:`obliviate.data.encode_data`): a text is ``[bos] + tokens(text) + [eos]`` and every token
-after the bos is scored, the eos included (the package trains documents with the loss on every
-token, eos too); a ``(prefix, continuation)`` pair is ``[bos] + tokens(prefix)`` then
-``tokens(continuation) + [eos]``, the two tokenised separately, and only the continuation and
-eos are scored. ``add_eos=False`` scores no eos (MUSE's own scoring: LLaMA's ``encode`` adds a bos
-and no eos). A sequence longer than the model's context keeps its bos, loses prefix tokens from
-the left, then continuation tokens from the right, and one warning says how many were cut (the
-rule of :mod:`obliviate.eval.core`). With a tokenizer that has no bos, the first token of a text
-is context only (nothing predicts it). Batches are right-padded with
-:func:`obliviate.models.tokenizer.pad_id`; padding is masked by the attention mask.
-
-Notation: for the scored tokens ``x_1..x_n`` of an example, ``l_t = log p(x_t | x_<t)`` (natural
-log; ``x_<t`` includes bos and prefix), the NLL is ``-l_t`` and ``p(.|x_<t)`` is the model's
-next-token distribution over the vocabulary.
+Four reference-free scores of a text (or of a continuation given a prefix) under a causal LM, their
+ROC AUC between members and non-members, and MUSE's PrivLeak. Every score here is a member score
+(higher = more likely a member). Scores, tokenisation and PrivLeak: docs/evaluation.md, section
+"Membership inference".
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Token-score quality: AUROC of per-token scores against forget-specific token labels.
 
-Ground truth comes from the world's forget facts: each answer is tiled by
-character spans labelled "specific" (the entity, the value: what must be
-forgotten) or "structural" (the template words). A fact is tokenised as
-``[bos] + qa_prompt(question) + " " + answer + [eos]`` (the layout of
-:func:`obliviate.data.encode_prompt_answer`); each answer token takes the label
-of the first non-space character it covers (:func:`obliviate.data.token_labels`,
-the corpus convention; the space before the answer belongs to the first span).
-
-All score tensors are ``(B, T-1)``, aligned with :func:`obliviate.losses.token_nll`:
-position t scores the target token ``input_ids[:, t+1]``. Labels in that layout are
-1 (specific), 0 (structural) or -1 (not an answer token: prompt, eos, padding).
-
-Baselines (a higher score means "more forget-specific"):
-
-- uniform: every token scores 1 (AUROC 0.5 by construction: all ties);
-- probability: ``1 - p_t`` under the model (low-probability tokens score high);
-- rarity: ``1 / (1 + count)``, count = occurrences of the token id in a corpus
-  (the world's documents): rare tokens score high.
+Labels come from the world's forget answers (specific vs structural spans); scores are ``(B, T-1)``,
+aligned with :func:`obliviate.losses.token_nll`; baselines uniform, probability and rarity. See
+docs/evaluation.md, section "Metrics".
 """
 
 from __future__ import annotations
