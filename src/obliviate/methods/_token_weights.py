@@ -1,9 +1,11 @@
 """ATWU's learned token weights: the scorer, the SATGA+ token loss and the w-step.
 
-Shared by every ATWU method in :mod:`obliviate.methods.atwu` (docs/methods.md,
-a reconstruction from the seed paper's summary, not the authors' code).
+Shared by every ATWU method in :mod:`obliviate.methods.atwu` (a reconstruction from the seed paper's
+summary, not the authors' code). Prose, ``position`` and why the w-step never touches the model:
+docs/methods.md#machinery-shared-by-several-methods. Everything is ``(B, T-1)``, aligned with
+:func:`obliviate.losses.token_nll`.
 
-Scorer (a linear probe on the final hidden state, the one that feeds the LM head)::
+Scorer::
 
     z_t = sigmoid(<w, sg(h(x)_t)> + b),   w = 0 and b = logit(rho) at initialisation
 
@@ -14,22 +16,9 @@ SATGA+ per-token forget term, with p_t = p(y_t | y_<t, x) and CE_t = -log p_t::
          = beta * z         ("beta_z")
          = beta             ("beta"; with z = 1 this is WGA with exponent beta)
 
-w-step (theta frozen: features, p_t and CE_t are constants)::
+w-step (theta frozen; H_b the binary entropy, means over the batch's forget-answer tokens)::
 
     lam * mean_t l_t + tau * mean_t H_b(z_t) + mu * (mean_t z_t - rho) ** 2
-
-H_b is the binary entropy (minimising it pushes scores to 0 or 1), the last term
-is the budget (about a fraction rho of the answer tokens is selected). Means are
-over the forget-answer tokens of the batch. The w-step touches only (w, b): its
-gradient is taken with :func:`torch.autograd.grad` w.r.t. (w, b) alone, so no
-model parameter ever receives a ``.grad`` from it, and (w, b) are plain tensors
-held here, never model parameters, so the training loop's optimizer never sees them.
-
-Token layout: everything is ``(B, T-1)``, aligned with :func:`obliviate.losses.token_nll`
-(position t scores the target token ``labels[:, t+1]``). The scorer reads
-``h[:, t]`` (``position="predict"``: the hidden state whose LM-head output
-predicts the token) or ``h[:, t+1]`` (``position="token"``: the token's own
-position).
 """
 
 from __future__ import annotations

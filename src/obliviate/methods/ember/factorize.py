@@ -1,37 +1,19 @@
 """EMBER step 1: the token vocabulary V' and a sparse factorisation of its embeddings.
 
-Paper: Suslik, Shafran, Geva (2026), "Don't Forget Your Embeddings: Robust Knowledge
-Erasure via Precise Editing of Embeddings" (docs/methods.md, [paper/code]).
+Suslik, Shafran, Geva (2026), "Don't Forget Your Embeddings" (docs/methods.md, [paper/code]). V' = the
+concept and neutral sentences' token ids minus special tokens, coded 1 (concept only), 0 (neutral
+only), 2 (both). Stopping rule, defaults and retries: docs/methods.md#machinery-shared-by-several-methods.
 
-Vocabulary
-----------
-V' = the unique token ids of the concept and neutral sentences, minus special tokens.
-Each token gets a code: 1 = only in concept sentences, 0 = only in neutral sentences,
-2 = in both.
-
-Factorisation
--------------
-With ``A = E[V']^T`` (d x n, one column per token of V'), find ``A ~ F G^T`` with
-F (d x K) dense ("embedding features") and G (n x K) signed and sparse. From
-``G ~ N(0, 1)`` (seeded ``torch.Generator``), repeat::
+With ``A = E[V']^T`` (d x n), find ``A ~ F G^T``, F (d x K) dense, G (n x K) signed and sparse. From
+``G ~ N(0, 1)``, repeat::
 
     F = A G (G^T G + r I)^-1                      # ridge least squares for F
     s_k = ||G[:, k]||;  G[:, k] /= s_k;  F[:, k] *= s_k   # F G^T unchanged
     G = A^T F (F^T F + r I)^-1                    # ridge least squares for G
     G[:, k] = WTA_m(G[:, k])                      # keep the m = ceil(sparsity * n) largest |G_tk|
 
-and score each iterate by the *relative* squared error
-``loss = ||A - F G^T||_F^2 / ||A||_F^2`` (scale-free, so ``tol`` means the same for
-every model). The best iterate is kept; the loop stops after ``patience`` iterations
-without an improvement of the best loss by more than ``tol`` (absolute, on that relative
-loss), or after ``max_iter`` iterations. Defaults: K = 100 (2B model) / 200 (8B),
-sparsity 0.01, r = 1e-4, patience 500, tol 1e-4, max_iter 20,000, seed 42, 10 retries.
-A non-finite iterate or a failed solve restarts from a fresh seed (seed + attempt).
-
-Feature selection (mass ratio)
-------------------------------
-``ratio_k = mean_{t: code 1} |G_tk| / (mean_{t: code 0} |G_tk| + 1e-8)``; features with
-``ratio_k >= 2`` are candidates for the judge (code-2 tokens are ignored).
+scoring each iterate by ``||A - F G^T||_F^2 / ||A||_F^2`` and keeping the best. Candidates for the
+judge: ``ratio_k = mean_{t: code 1} |G_tk| / (mean_{t: code 0} |G_tk| + 1e-8) >= 2``.
 """
 
 from __future__ import annotations
