@@ -1,4 +1,5 @@
-"""Benchmark evaluation (obliviate.eval.benchmark) and the ``obliviate eval --benchmark/--data`` path."""
+"""Benchmark tasks (obliviate.tasks.benchmark) evaluated by evaluate_task (obliviate.eval.suite.evaluate_benchmark),
+and the ``obliviate eval --benchmark/--data`` path."""
 
 import argparse
 import json
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.benchmark import evaluate_benchmark
+from obliviate.eval.suite import evaluate_benchmark
 from obliviate.utils import data_dir
 
 BIAS = 5.0
@@ -59,13 +60,13 @@ def test_mcq_accuracy_on_user_file(tiny_tokenizer, tmp_path):
     model = FixedLM(len(tok), letter_b)
     path = write_jsonl(tmp_path / "mine.jsonl", MCQ_ROWS)
     res = evaluate_benchmark(model, tok, data=path, kind="mcq", mapping="question=q,choices=opts,answer_index=label")
-    assert res["benchmark"] == "mine" and res["kind"] == "mcq" and res["n"] == 4
-    assert res["accuracy"] == pytest.approx(0.5)
-    assert res["chance"] == pytest.approx((3 * 0.25 + 1 / 3) / 4)
-    assert res["per_example"]["prediction"] == [1, 1, 1, 1]
+    assert set(res["_per_item"]) == {"mine"} and len(res["_per_item"]["mine"]["correct"]) == 4
+    assert res["mine_acc"] == pytest.approx(0.5) and res["utility_score"] == res["mine_acc"]
+    assert res["mine_chance"] == pytest.approx((3 * 0.25 + 1 / 3) / 4)
+    assert res["_per_item"]["mine"]["predictions"] == [1, 1, 1, 1]
     res = evaluate_benchmark(model, tok, data=path, kind="mcq", mapping="question=q,choices=opts,answer_index=label",
                              limit=2)
-    assert res["n"] == 2 and res["accuracy"] == pytest.approx(0.5)
+    assert len(res["_per_item"]["mine"]["correct"]) == 2 and res["mine_acc"] == pytest.approx(0.5)
 
 
 def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
@@ -79,9 +80,9 @@ def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
     path = write_jsonl(tmp_path / "qa.jsonl", rows)
     res = evaluate_benchmark(model, tok, data=path, kind="qa", mapping="question=prompt,answer=target",
                              max_new_tokens=1)
-    assert res["per_example"]["prediction"] == [" glimmerfin"] * 3
-    assert res["exact_match"] == pytest.approx(1 / 3)
-    assert res["rouge_l"] == pytest.approx((1 + 0.5 + 0) / 3)  # LCS / reference words
+    assert res["_per_item"]["qa"]["predictions"] == [" glimmerfin"] * 3
+    assert res["qa_em"] == pytest.approx(1 / 3)
+    assert res["qa_rouge_l"] == pytest.approx((1 + 0.5 + 0) / 3)  # LCS / reference words
     # P~(a|q) = exp(mean log p over the answer tokens and eos); log p = BIAS - logZ on "glimmerfin", -logZ elsewhere
     log_z = math.log(math.exp(BIAS) + len(tok) - 1)
 
@@ -89,8 +90,8 @@ def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
         ids = tok(" " + answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         return math.exp(np.mean([(BIAS if i == fav else 0.0) - log_z for i in ids]))
 
-    assert res["prob"] == pytest.approx(np.mean([p_tilde(r["target"]) for r in rows]), rel=1e-5)
-    assert res["prob_kind"] == "answer"
+    assert res["qa_prob"] == pytest.approx(np.mean([p_tilde(r["target"]) for r in rows]), rel=1e-5)
+    assert "qa_option_prob" not in res  # the items have no options
 
 
 def test_qa_options_probability_is_normalised(tiny_tokenizer, tmp_path):
@@ -106,8 +107,8 @@ def test_qa_options_probability_is_normalised(tiny_tokenizer, tmp_path):
     p_fav = math.exp((BIAS - 2 * log_z) / 2)
     p_moss = math.exp(-log_z)  # every token of " moss" + eos has log p = -logZ, whatever n_moss
     assert n_moss >= 2
-    assert res["prob_kind"] == "normalised_over_options"
-    assert res["prob"] == pytest.approx(p_fav / (p_fav + p_moss), rel=1e-5)
+    assert res["opts_option_prob"] == pytest.approx(p_fav / (p_fav + p_moss), rel=1e-5)
+    assert res["opts_prob"] == pytest.approx(p_fav, rel=1e-5)
 
 
 def test_text_benchmark_points_to_toxicity(tiny_model, tiny_tokenizer):
@@ -177,15 +178,15 @@ def test_cli_user_mcq_file_writes_results(saved_model, tiny_model, tiny_tokenize
                                      "--benchmark", "my_mcq"])
     assert run_benchmark_eval(args) is True
     res = read_results(out)
-    assert res["status"] == "complete" and set(res["metrics"]) == {"my_mcq"}
+    assert res["status"] == "complete" and set(res["metrics"]) == {"model"} and res["task"]["name"] == "benchmark:my_mcq"
     # the saved-and-reloaded model scores exactly as the in-memory one
     mcqs = [{"question": r["q"], "choices": r["opts"], "answer_index": i}
             for r, i in zip(MCQ_ROWS, [1, 0, 1, 2])]
     expected = mcq_accuracy(tiny_model, tiny_tokenizer, mcqs, style="letters")
-    assert res["metrics"]["my_mcq"]["accuracy"] == pytest.approx(expected["accuracy"])
-    assert res["metrics"]["my_mcq"]["n"] == 4
+    assert res["metrics"]["model"]["my_mcq_acc"] == pytest.approx(expected["accuracy"])
+    assert res["task"]["evals"]["my_mcq"]["n"] == 4
     preds = json.loads((out / "predictions.json").read_text())
-    assert preds["my_mcq"]["prediction"] == expected["predictions"]
+    assert preds["my_mcq"]["predictions"] == expected["predictions"]
 
 
 def test_cli_rejects_world_overrides(saved_model, tmp_path):
@@ -207,5 +208,7 @@ def test_cli_real_mmlu_subset(saved_model, tmp_path):
     args = eval_parser().parse_args(["--model", str(saved_model), "--out", str(out), "--benchmark", "mmlu:anatomy",
                                      "--limit", "5"])
     assert run_benchmark_eval(args)
-    m = read_results(out)["metrics"]["mmlu:anatomy"]
-    assert m["n"] == 5 and m["accuracy"] in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and m["chance"] == pytest.approx(0.25)
+    res = read_results(out)
+    m = res["metrics"]["model"]
+    assert res["task"]["evals"]["mmlu_anatomy"]["n"] == 5
+    assert m["mmlu_anatomy_acc"] in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) and m["mmlu_anatomy_chance"] == pytest.approx(0.25)

@@ -40,6 +40,10 @@ def _wmdp(tmp_path, request):
     return load_task("wmdp:bio", root=request.getfixturevalue("tiny_wmdp"), limit=6)
 
 
+def _benchmark(tmp_path, request):
+    return load_task("benchmark:wmdp_bio", root=request.getfixturevalue("tiny_wmdp"), limit=6)
+
+
 def _muse(tmp_path, request):
     return load_task("muse:news", root=request.getfixturevalue("tiny_muse"))
 
@@ -53,7 +57,8 @@ def _file(tmp_path, request):
     return load_task(f"file:{tmp_path / 'spec.yaml'}")
 
 
-BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "muse": _muse, "file": _file}
+BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "benchmark": _benchmark, "muse": _muse,
+            "file": _file}
 
 TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2}, "runs": {"npo": {"steps": 2}, "rmu": {"steps": 2}},
         "attacks": {"relearn": {"steps": 2, "eval_every": 1}, "lr_grid": [1e-3], "lora": False},

@@ -331,3 +331,22 @@ def test_muse_malformed_knowmem(tiny_muse):
     with pytest.raises(DataError) as err:
         load_task("muse:news", root=tiny_muse)
     assert "forget_qa.json record 0" in one_line(err) and "'answer'" in str(err.value)
+
+
+# ------------------------------------------------------------------ benchmark, tiny files
+
+def test_benchmark_task_is_one_evaluation_set(tiny_wmdp):
+    task = load_task("benchmark:wmdp_bio", root=tiny_wmdp, limit=5)
+    assert task.name == "benchmark:wmdp_bio" and roles(task) == {"wmdp_bio": ("forget", "mcq")}
+    (es,) = task.evals
+    assert es.mcq_style == "letters" and es.chance == pytest.approx(0.25) and len(es.items) == 5
+    pairs = [(m["question"], m["choices"][m["answer_index"]]) for m in es.items]
+    assert task.forget.qa == pairs[0::2] and task.retain.qa == pairs[1::2]  # alternately forget, retain
+    mmlu = load_task("benchmark:mmlu:anatomy", root=tiny_wmdp, limit=3)
+    assert roles(mmlu) == {"mmlu_anatomy": ("utility", "mcq")} and len(mmlu.evals[0].items) == 3
+    with pytest.raises(DataError, match="unknown benchmark 'nope'"):
+        load_task("benchmark:nope", root=tiny_wmdp)
+    with pytest.raises(ConfigError, match="toxicity"):
+        load_task("benchmark:rtp", root=tiny_wmdp)
+    with pytest.raises(ConfigError, match="needs an argument"):
+        check_task_spec("benchmark")

@@ -1,5 +1,6 @@
-"""``obliviate eval``: evaluate a model on a task (default: the world), on a benchmark or your own file
-(``--benchmark`` / ``--data``), or on lm-evaluation-harness tasks (``--lm-eval``)."""
+"""``obliviate eval``: evaluate a model on a task (default: the world; ``--benchmark NAME`` is the task
+``benchmark:NAME``, ``--data FILE`` a benchmark task of your file), or on lm-evaluation-harness tasks
+(``--lm-eval``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_mode
                                 eval_overrides, load_model_args, task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
-from obliviate.eval.benchmark import evaluate_examples, load_benchmark_examples
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
 from obliviate.eval.suite import evaluate_task
-from obliviate.models.load import check_vocab, load_model
-from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
+from obliviate.tasks.benchmark import benchmark_task
 
 
 @dataclass
@@ -28,7 +27,7 @@ class EvalCommandConfig:
 
 
 def cmd_eval(args) -> None:
-    """Evaluate a model on a task (default: the world), or on a benchmark with --benchmark / --data."""
+    """Evaluate a model on a task (default: the world); ``--benchmark`` / ``--data`` name a benchmark task."""
     if run_benchmark_eval(args):
         return
     check_out_dir(args.out, [args.model, args.tokenizer])
@@ -36,22 +35,32 @@ def cmd_eval(args) -> None:
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
     cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed,
                                                                           "eval": eval_overrides(args)})
-    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
-    model, tok = load_model_args(args)
+    evaluate_and_write(args, cfg, task_from_args(args, seed=cfg.seed, world=cfg.world))
+
+
+def evaluate_and_write(args, cfg: EvalCommandConfig, task) -> dict:
+    """The evaluation of ``eval``: :func:`~obliviate.eval.suite.evaluate_task` of ``--model`` on ``task``;
+    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each set's per-item
+    correctness and predictions."""
+    model, tok = load_model_args(args, trains=False)
     out = prepare_out_dir(args.out)
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
-                            progress=not args.no_progress)
+                            progress=not getattr(args, "no_progress", False), details=True)
+    atomic_write_json(out / "predictions.json", metrics.pop("_per_item"))
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
                   task=task.summary())
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
+    return metrics
 
 
 def add_benchmark_args(p) -> None:
-    """Options that turn ``obliviate eval`` into a benchmark evaluation."""
+    """Options that name a benchmark task for ``obliviate eval`` (``--benchmark NAME`` = ``--task benchmark:NAME``)."""
     g = p.add_argument_group("benchmark evaluation (instead of the synthetic world)")
-    g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10 "
-                                       "(with --data: the name to report the file under)")
-    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv)")
+    g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10: "
+                                       "the same as --task benchmark:NAME (with --data: the name to report the file "
+                                       "under)")
+    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated as a "
+                                  "benchmark task")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
     g.add_argument("--mapping", help="schema_field=file_field pairs for --data or --forget/--retain files, e.g. "
                    "question=prompt,answer=target")
@@ -62,11 +71,9 @@ def add_benchmark_args(p) -> None:
 
 
 def run_benchmark_eval(args) -> bool:
-    """Run the benchmark evaluation if ``--benchmark`` or ``--data`` was given; else return False.
-
-    Writes ``results.json`` with ``metrics.<benchmark>`` (``accuracy`` for MCQ; ``exact_match``,
-    ``rouge_l``, ``prob`` for QA) and the per-example predictions in ``predictions.json``.
-    """
+    """The evaluation of the benchmark task named by ``--benchmark`` or ``--data`` (through
+    :func:`evaluate_and_write`, as ``--task benchmark:NAME``), or of ``--lm-eval``; False when none is given.
+    Config keys other than ``seed`` and ``eval.*`` configure the world and are refused."""
     benchmark, data = getattr(args, "benchmark", None), getattr(args, "data", None)
     if getattr(args, "lm_eval", None) or getattr(args, "lm_eval_include", None):
         return run_lmeval_command(args)
@@ -76,25 +83,19 @@ def run_benchmark_eval(args) -> bool:
         return False  # the task evaluation (--task / --forget) takes --mapping and --limit too
     if getattr(args, "task", None) or getattr(args, "forget", None):
         raise ConfigError("give either --benchmark/--data or --task/--forget, not both")
-    if getattr(args, "config", None):
-        raise ConfigError(f"--config {args.config} configures the world evaluation, not --benchmark/--data")
-    if getattr(args, "overrides", None):
-        raise ConfigError(f"key=value overrides ({' '.join(args.overrides)}) configure the world evaluation, "
+    world = [o for o in args.overrides or [] if o.split("=", 1)[0].split(".", 1)[0] not in ("seed", "eval")]
+    if world:
+        raise ConfigError(f"key=value overrides ({' '.join(world)}) configure the world evaluation, "
+                          "not --benchmark/--data")
+    check_out_dir(args.out, [args.model, args.tokenizer])
+    cfg = build_config(EvalCommandConfig, args.config, args.overrides, base={"seed": args.seed,
+                                                                               "eval": eval_overrides(args)})
+    if cfg.world:
+        raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
                           "not --benchmark/--data")
     # A bad name, file or mapping fails here, before the model is loaded.
-    name, kind, examples = load_benchmark_examples(benchmark, data=data, kind=args.kind, mapping=args.mapping,
-                                                   limit=args.limit)
-    model = load_model(args.model)
-    tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
-    check_vocab(model, tok, args.model, args.tokenizer)
-    out = prepare_out_dir(args.out)
-    res = evaluate_examples(model, tok, kind, examples)
-    per_example = res.pop("per_example")
-    atomic_write_json(out / "predictions.json", {name: per_example})
-    config = {"benchmark": name, "kind": kind, "data": data, "mapping": args.mapping, "limit": args.limit,
-              "model": args.model, "tokenizer": args.tokenizer or args.model}
-    write_results(out, seed=args.seed, config=config, metrics={name: res})
-    print(json.dumps({name: {k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}}, indent=1))
+    task = benchmark_task(benchmark, data=data, kind=args.kind, mapping=args.mapping, limit=args.limit)
+    evaluate_and_write(args, cfg, task)
     return True
 
 
@@ -111,9 +112,7 @@ def run_lmeval_command(args) -> bool:
     if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
         raise ConfigError(f"--lm-eval-include: no such directory: {args.lm_eval_include}")
     require_lm_eval()  # a missing lm-eval fails before the model is loaded
-    model = load_model(args.model)
-    tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
-    check_vocab(model, tok, args.model, args.tokenizer)
+    model, tok = load_model_args(args, trains=False)  # on --device, in --dtype, with --adapter
     out = prepare_out_dir(args.out)
     res = run_lmeval_tasks(model, tok, tasks, include_path=args.lm_eval_include, limit=args.limit)
     config = {"lm_eval": tasks, "include": args.lm_eval_include, "limit": args.limit, "model": args.model,

@@ -4,7 +4,8 @@ Per set ``<name>``:
 
 - QA: ``<name>_em`` (greedy exact match, normalised), ``<name>_rouge_l`` (ROUGE-L recall) and
   ``<name>_prob`` (the reference answer's per-token geometric-mean probability, TOFU's normalised
-  probability);
+  probability); where every item carries ``options`` (TOFU's real authors / world facts as a benchmark),
+  ``<name>_option_prob``, that probability normalised over the options: P(answer) / (P(answer) + sum P(wrong));
 - MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level);
 - text: ``<name>_loss`` (mean token loss) and ``<name>_ppl``.
 
@@ -22,11 +23,12 @@ import torch
 
 from obliviate.data import collate, encode_data
 from obliviate.eval.answers import answer_token_budget
-from obliviate.eval.core import check_logits, mcq_accuracy, normalise_text, qa_accuracy, s_unlearning
+from obliviate.eval.core import answer_probs, check_logits, mcq_accuracy, normalise_text, qa_accuracy, s_unlearning
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import SCORED_ROLES, Data, EvalSet, Task
+from obliviate.tasks.benchmark import benchmark_task
 
 PRIMARY = {"qa": "em", "mcq": "acc"}
 
@@ -112,17 +114,34 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
         r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
                         batch_size=batch_size, progress=progress, answer_fn=task.prompt.answer)
         correct = [float(qa_correct(p, x, es.match)) for p, x in zip(r["predictions"], es.items)]
-        return {"em": float(np.mean(correct)), "rouge_l": r["rouge_l"], "prob": r["answer_prob"],
-                "_correct": correct, "_predictions": r["predictions"]}
+        out = {"em": float(np.mean(correct)), "rouge_l": r["rouge_l"], "prob": r["answer_prob"]}
+        if all(_options(x) for x in es.items):
+            out["option_prob"] = option_prob(model, tokenizer, task, es.items, prompts, r["answer_probs"], batch_size)
+        return {**out, "_correct": correct, "_predictions": r["predictions"]}
     if es.kind == "mcq":
         items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
                  for m in es.items]
         r = mcq_accuracy(model, tokenizer, items, style=es.mcq_style, batch_size=batch_size,
                          context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer), progress=progress)
-        return {"acc": r["accuracy"], "chance": es.chance, "_correct": r["correct"]}
+        return {"acc": r["accuracy"], "chance": es.chance, "_correct": r["correct"], "_predictions": r["predictions"]}
     r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size,
                   prompts=[_prompt_of(x) for x in es.items])
     return {"loss": r["loss"], "ppl": r["ppl"]}
+
+
+def _options(item) -> list | None:
+    return item.get("options") if isinstance(item, dict) else getattr(item, "options", None)
+
+
+def option_prob(model, tokenizer, task: Task, items, prompts: list[str], probs: list[float],
+                batch_size: int = 32) -> float:
+    """Mean over items of P(answer) / (P(answer) + sum of P(option) over the other options), each P the
+    answer probability after the item's prompt (``probs``: the answers' own)."""
+    wrong = [[o for o in _options(x) if o != x["answer"]] for x in items]
+    flat = answer_probs(model, tokenizer, [p for p, w in zip(prompts, wrong) for _ in w],
+                        [task.prompt.answer(o) for w in wrong for o in w], batch_size)
+    sizes = np.cumsum([len(w) for w in wrong])[:-1]
+    return float(np.mean([p / (p + float(np.sum(w))) for p, w in zip(probs, np.split(np.asarray(flat), sizes))]))
 
 
 def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_tokens: int | None = None,
@@ -148,6 +167,15 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
     if details:
         out["_per_item"] = per_item
     return out
+
+
+def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | None = None, *, data=None,
+                       kind: str | None = None, mapping: dict | str | None = None, batch_size: int = 32,
+                       max_new_tokens: int | None = None, **loader_kw) -> dict:
+    """:func:`evaluate_task` (with ``details``) on the task of benchmark ``name`` or of the user file ``data``
+    (:func:`obliviate.tasks.benchmark.benchmark_task`; ``loader_kw``: ``root=``, ``allow_hub=``)."""
+    task = benchmark_task(name, data=data, kind=kind, mapping=mapping, limit=limit, **loader_kw)
+    return evaluate_task(model, tokenizer, task, batch_size=batch_size, max_new_tokens=max_new_tokens, details=True)
 
 
 def keep_score(m: dict) -> float | None:

@@ -10,6 +10,7 @@ named on the command line by a spec ``provider[:argument]``:
 - ``ember:<concept>`` (:mod:`.ember`);
 - ``wmdp:bio|cyber`` (:mod:`.wmdp`);
 - ``muse:news|books`` (:mod:`.muse`);
+- ``benchmark:<name>``, a public benchmark as one evaluation set (:mod:`.benchmark`);
 - ``file:SPEC.yaml``, the user's own files (:mod:`.files`).
 
 Providers are imported lazily (:func:`task_names`), so adding one is adding one file.

@@ -1,0 +1,106 @@
+"""``benchmark:<name>``: a public benchmark by name (:mod:`obliviate.tasks.sources.benchmarks`: ``wmdp_bio``,
+``mmlu``, ``mmlu:anatomy``, ``medmcqa``, ``tofu_forget10``, ...) as a task, and :func:`benchmark_task` for a
+user's file of QA pairs or MCQs (``obliviate eval --data``).
+
+- evaluation: one set, the benchmark, named after it (``:`` spelled ``_``: ``mmlu_anatomy``); role forget for
+  the sets a run would unlearn (``wmdp_*``, ``tofu_forget*``), retain for TOFU's retain splits, utility for
+  the others and for a user's file. MCQs are scored lm-eval style (letters), QA after the TOFU prompt
+  ``Question: {q}\\nAnswer:``.
+- forget / retain: the benchmark's questions with their answers (an MCQ's correct choice) as QA pairs,
+  alternately (even positions forget, odd retain), so that the task can be unlearned too; to unlearn a
+  benchmark's domain, use its own task (``wmdp:bio``).
+- Text sets (RealToxicityPrompts) are prompts, not an accuracy benchmark: a :class:`ConfigError` points to
+  toxicity evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from obliviate.errors import ConfigError, DataError
+from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task
+from obliviate.tasks.sources import load_jsonl
+from obliviate.tasks.sources.benchmarks import benchmark_kind, benchmark_names, get_benchmark
+from obliviate.tasks.tofu import tofu_answer, tofu_prompt
+
+KINDS = ("qa", "mcq")
+"""What a benchmark task can evaluate."""
+
+
+def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike | None = None,
+                            kind: str | None = None, mapping: dict | str | None = None,
+                            limit: int | None = None, **loader_kw) -> tuple[str, str, list]:
+    """``(name, kind, examples)`` of a registered benchmark ``name`` or of a user file ``data``.
+
+    With ``data``, ``kind`` (qa or mcq) is required and ``mapping`` maps schema fields to the
+    file's fields (see :func:`obliviate.tasks.sources.load_jsonl`); ``name`` defaults to the file stem.
+    ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
+    is read no further.
+    """
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit={limit} must be a positive number of examples")
+    if data is not None:
+        if kind is None:
+            raise ConfigError(f"--data {data} needs --kind ({' or '.join(KINDS)})")
+        if kind not in KINDS:
+            raise ConfigError(f"--kind {kind!r} cannot be evaluated (valid: {', '.join(KINDS)})")
+        examples = load_jsonl(data, kind=kind, mapping=mapping, limit=limit)  # read no further than limit
+        name = name or Path(data).stem
+    else:
+        if not name:
+            raise ConfigError("no benchmark given: pass a benchmark name or a data file")
+        if kind is not None or mapping:
+            raise ConfigError("--kind and --mapping apply to a user file given with --data, not to a named benchmark")
+        kind = benchmark_kind(name)
+        if kind == "text":
+            raise ConfigError(f"benchmark {name!r} is a set of text prompts, not an accuracy benchmark: "
+                              "evaluate toxicity of continuations instead (obliviate.eval.toxicity.continuation_toxicity)")
+        examples = get_benchmark(name, **loader_kw)
+    if limit is not None:
+        examples = examples[:limit]
+    if not examples:
+        raise DataError(f"benchmark {name!r} has no examples")
+    return name, kind, examples
+
+
+def benchmark_role(name: str, from_file: bool = False) -> str:
+    """The role of benchmark ``name``'s evaluation set (module docstring)."""
+    if from_file:
+        return "utility"
+    if name.startswith(("wmdp_", "tofu_forget")):
+        return "forget"
+    return "retain" if name.startswith("tofu_retain") else "utility"
+
+
+def _pair(ex, kind: str) -> tuple[str, str]:
+    if kind == "mcq":
+        return ex["question"], ex["choices"][ex["answer_index"]]
+    return ex["question"], ex["answer"]
+
+
+def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = None, kind: str | None = None,
+                   mapping: dict | str | None = None, limit: int | None = None, **loader_kw) -> Task:
+    """The task of benchmark ``name``, or of the user file ``data`` (with ``kind`` and ``mapping``; reported
+    under ``name``, default the file stem); ``loader_kw`` (``root=``, ``allow_hub=``) go to the loader."""
+    name, kind, examples = load_benchmark_examples(name, data=data, kind=kind, mapping=mapping, limit=limit,
+                                                   **loader_kw)
+    pairs = [_pair(ex, kind) for ex in examples]
+    role = benchmark_role(name, from_file=data is not None)
+    return Task(
+        name=f"benchmark:{name}",
+        forget=Data(qa=pairs[0::2]),
+        retain=Data(qa=pairs[1::2]),
+        evals=[EvalSet(name.replace(":", "_"), role, kind, examples)],
+        prompt=PromptFormat(template=tofu_prompt("{question}"), answer_prefix=tofu_answer("")),
+        meta={"benchmark": name, "kind": kind, "data": str(data) if data is not None else None},
+    )
+
+
+@register_task("benchmark", help="a public benchmark by name as one evaluation set: benchmark:wmdp_bio, "
+                                 "benchmark:mmlu:anatomy, benchmark:medmcqa, benchmark:tofu_forget10, ...",
+               arguments=benchmark_names, needs_argument=True)
+def benchmark_provider(arg: str | None, *, root=None, limit: int | None = None, allow_hub: bool = False,
+                       **_) -> Task:
+    """The task of benchmark ``arg`` (see the module docstring)."""
+    return benchmark_task((arg or "").strip(), limit=limit, root=root, allow_hub=allow_hub)
