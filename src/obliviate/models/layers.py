@@ -1,30 +1,8 @@
 """Model-agnostic access to decoder layers, MLPs, embeddings and hidden states.
 
-This is the one place that knows where each architecture keeps its parts; everything
-else asks here (no other module writes ``model.model.layers``).
-
-Supported: Llama, Mistral, Qwen2, Gemma/Gemma-2 (``model.layers``), GPT-2
-(``transformer.h``), GPT-NeoX/Pythia (``gpt_neox.layers``), and any of these wrapped by
-peft (``PeftModel`` -> ``base_model.model``), DDP (``.module``) or ``torch.compile``
-(``._orig_mod``). Other models work when their decoder stack is the only
-``nn.ModuleList`` with ``config.num_hidden_layers`` entries.
-
-Naming
-------
-*Hidden state of layer l* is the OUTPUT of decoder layer ``l`` (0-based), i.e. the
-residual stream after that block, shape ``(B, T, d_model)``. For ``l < num_layers - 1``
-it equals ``model(..., output_hidden_states=True).hidden_states[l + 1]``. For the last
-layer it does NOT: Hugging Face applies the final norm to the last entry of
-``hidden_states``, while what we capture is the block output before the final norm
-(``hidden_states[-1] == final_norm(captured[last])``).
-
-*MLP activations of layer l* are the input to the MLP's down-projection, shape
-``(B, T, d_ff)``: ``act(gate(x)) * up(x)`` for gated MLPs, ``act(up(x))`` otherwise.
-
-Weights: ``nn.Linear`` stores ``(out_features, in_features)``; GPT-2's ``Conv1D`` stores the
-transpose, ``(in, out)``. :func:`down_proj_weight_out_in` / :func:`up_proj_weight_out_in`
-always return the ``(out, in)`` orientation (a view, so gradients and in-place edits
-reach the real weight).
+The one place that knows where each architecture keeps its parts (no other module writes
+``model.model.layers``). Supported architectures, what "hidden state of layer l" and "MLP
+activations" mean here, and the weight orientation: docs/architecture.md.
 """
 
 from __future__ import annotations

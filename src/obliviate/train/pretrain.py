@@ -1,26 +1,9 @@
 """Pretraining tiny models on the synthetic world.
 
-``pretrain(cfg, out)`` generates the world, trains (or reuses) a BPE tokenizer
-on its full corpus, builds a tiny Llama and trains it with the one training
-loop. Each step has up to three named loss terms:
-
-- ``lm``: next-token prediction on the world's documents (packed rows);
-- ``qa``: the facts of the trained splits in several surface forms, loss on the
-  answer tokens only, weighted by ``qa_weight`` (as TOFU fine-tunes its base
-  models on QA; here it is mixed into pretraining so the corpus is not
-  forgotten): the canonical question and the relation's trained paraphrases,
-  each answered with the canonical answer, and statement completions (a corpus
-  statement cut before the value). The facts are the same as in the documents:
-  this term teaches the answer format and makes recall reliable and robust to
-  the wording, so the base model answers the held-out phrasings too;
-- ``mcq``: lettered MCQs (lm-eval's prompt, the answer " A".." D") of the
-  non-forget facts (:meth:`~obliviate.world.World.practice_mcqs`), weighted by
-  ``mcq_weight``, so the model knows the format the forget MCQs are asked in.
-  The forget facts' own MCQs are never trained: they are evaluation.
-
-Splits can be excluded from both: the *oracle* never sees the forget facts.
-It shares the tokenizer of the full world so that the two models are
-comparable token for token.
+``pretrain(cfg, out)`` generates the world, trains (or reuses) a BPE tokenizer on its full corpus,
+builds a tiny Llama and trains it with the one training loop on up to three named loss terms
+(``lm``, ``qa``, ``mcq``); the oracle excludes the forget split and shares the tokenizer. See
+docs/world.md#pretraining.
 """
 
 from __future__ import annotations

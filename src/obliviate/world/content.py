@@ -1,28 +1,8 @@
 """The fixed text of the world: relations with their templates, value pools, filler sentences.
 
-Templates use ``{e}`` for the entity name, ``{v}`` for the value and ``{saga}`` for the saga
-title. Medicine and biology templates deliberately share words (cells, tissue, organ, blood,
-proteins) so that unlearning one domain without the other is not a matter of vocabulary.
-
-Every relation is worded several ways, and some wordings are held out of pretraining so that
-the evaluation can ask about a fact in a phrasing the model never saw with it:
-
-- ``question``: the canonical question (pretraining corpus, QA term, canonical evaluation);
-- ``train_questions``: other phrasings of the question, in pretraining only (corpus QA snippets
-  and the QA term), always answered with the canonical ``answer``;
-- ``heldout_questions``: phrasings never used in pretraining (a fact's ``question_paraphrase``);
-- ``answer``: the canonical short answer; ``answer_paraphrase``: another answer sentence, held
-  out of pretraining (paraphrased answers of the TOFU-style truth ratio);
-- ``prose``: statements of the fact in the pretraining corpus; those where the entity comes
-  before the value are also statement completions of the QA term;
-- ``probe``: a statement never used in pretraining, read by the linear probe.
-
-Rules every template here follows (tests check the rendered text):
-- a sentence never starts with ``{v}`` when the value may be lower case (drugs, symptoms, ...);
-- ``answer`` templates are at most 8 words once filled;
-- ``relearn`` wording never appears in ``prose`` (relearning text is new to the model);
-- held-out wordings (``heldout_questions``, ``answer_paraphrase``, ``probe``) never appear in
-  the pretraining corpus.
+Each relation is worded several ways (canonical, trained and held-out questions, answers, prose,
+probe statements), some held out of pretraining so the evaluation can ask in a phrasing the model
+never saw. Placeholders, the wording fields and the rules the tests check: docs/world.md.
 """
 
 from __future__ import annotations

@@ -1,41 +1,9 @@
 """Benchmarks: cost of one unlearning step relative to a plain fine-tuning step.
 
-For each registered training method, on the same model and the same paired
-batch, measured in the same process:
-
-- ``step_time_ratio``: one optimizer step of the method over one plain fine-tuning step
-  (LM loss on the forget batch, all parameters trained), timed in **interleaved rounds**
-  (:func:`interleaved_ratios`): every round runs each method's step and the plain step once,
-  in a shuffled order, and takes each method's ratio to that round's plain step; the result is
-  the median over rounds with its interquartile range (``step_time_ratio_q1`` / ``_q3``), and
-  rounds are added until every range is within +-5% of its median (``converged``). Steps are
-  timed with the process CPU clock on one thread (what a neighbouring job cannot inflate);
-  the wall-clock ratio is reported beside it (``wall_time_ratio``);
-- ``flop_bound``: what the step must cost in plain steps, from the products it computes: the
-  multiply-accumulates of every linear layer, counted with hooks, forward and backward (a weight
-  gradient where the weight is trained, an input gradient where one is needed: for plain
-  fine-tuning that is forward = 1/3 and backward = 2/3 of the step); logits at labelled positions
-  and truncated forwards count as what they compute; and
-  ``ratio_to_bound`` = ``step_time_ratio / flop_bound``;
-- ``peak_mem_ratio``: peak training memory of the step divided by the plain
-  step's. On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU, where
-  torch has no allocator statistics, it is the measured sum of the bytes that
-  the step holds at its peak: parameters of the trained model, the frozen
-  reference's parameters if it keeps a separate copy, gradients, AdamW state,
-  and the activations autograd saved for the backward pass (counted with
-  ``torch.autograd.graph.saved_tensors_hooks``).
-
-LoRA variants (``<method>+lora``) show that the reference model of LoRA
-training is the adapter-disabled model itself: no second copy.
-
-Data filtering (``metrics.filtering``, :func:`measure_filtering`): the token
-classifier of ``obliviate reproduce token-filtering`` (a biLM, inference only,
-under ``torch.inference_mode``, documents batched by length) against one
-*pretraining* step (forward + backward + AdamW step on packed rows) of each model
-size that recipe filters, on the world's documents, in the same process with the
-same threads. ``throughput_ratio`` = classifier tokens/s / pretraining tokens/s;
-classifying every corpus token once then costs ``1 / ratio`` of one pretraining
-epoch (the paper's target: ratio >= 20, under 5%).
+For each registered training method, on the same model and paired batch in the same process:
+``step_time_ratio`` (interleaved rounds, :func:`interleaved_ratios`), ``flop_bound`` and
+``ratio_to_bound``, ``peak_mem_ratio``, LoRA variants, and the token-filtering classifier's throughput
+against pretraining (:func:`measure_filtering`). Definitions and the last results: docs/bench.md.
 """
 
 from __future__ import annotations
