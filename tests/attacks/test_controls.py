@@ -2,7 +2,17 @@
 
 import pytest
 
-from obliviate.attacks.controls import calibration, gaps, recovery, robustness_summary, verdict
+from obliviate.attacks.controls import (
+    MAX_NEGATIVE_GAIN,
+    SEPARATION,
+    calibration,
+    forgot,
+    gaps,
+    method_verdict,
+    recovery,
+    robustness_summary,
+    verdict,
+)
 
 
 def test_recovery_is_the_share_of_the_lost_score_brought_back():
@@ -48,6 +58,82 @@ def test_summary_uses_the_first_calibrated_attack_and_adds_priv_leak():
     r = robustness_summary({"base": base, "oracle": neg, "positive_control": pos, "npo": meth})
     assert r["calibration"]["relearn_disjoint"]["relearn_disjoint_calibrated"]
     assert not r["calibration"]["relearn"]["relearn_calibrated"]  # the positive control never came back
-    assert r["verdicts"]["npo"] == {"verdict": "suppressed", "attack": "relearn_disjoint"}
+    assert r["verdicts"]["npo"] == {"verdict": "suppressed", "attack": "relearn_disjoint",
+                                    "reason": "relearn_disjoint: 0.00 -> 0.90"}
     # MUSE's AUC is 1 - ours (holdout labelled 1): ((1 - 0.8) - (1 - 0.5)) / (1 - 0.5)
     assert meth["priv_leak_loss"] == pytest.approx(-0.6)
+
+
+K = "relearn_disjoint"
+
+
+def _m(start, after):
+    return {f"{K}_start_acc": start, f"{K}_acc": after}
+
+
+# (case, base, positive control start -> after, negative control start -> after, method start -> after,
+#  calibrated, verdict). The first three rows are issue #28's counterexamples, run through the old rule.
+CASES = [
+    ("low base: the positive control ends barely above the oracle", 0.15, (0, 0.08), (0, 0.05), (0, 0.15), False,
+     "inconclusive"),
+    ("recovers 40% where the positive control recovers 60%", 0.5, (0, 0.3), (0, 0.1), (0, 0.2), True, "suppressed"),
+    ("never forgot, and the attack pushes it down", 0.9, (0, 0.85), (0, 0.05), (0.85, 0.05), True, "not unlearned"),
+    ("as the oracle", 1.0, (0, 0.9), (0, 0.1), (0, 0.12), True, "removed"),
+    ("at the removed boundary (oracle + 0.05)", 1.0, (0, 0.9), (0, 0.1), (0, 0.15), True, "removed"),
+    ("just above the removed boundary", 1.0, (0, 0.9), (0, 0.1), (0, 0.16), True, "inconclusive"),
+    ("at the suppressed boundary (half the positive control)", 1.0, (0, 0.9), (0, 0.1), (0, 0.45), True, "suppressed"),
+    ("just below the suppressed boundary", 1.0, (0, 0.9), (0, 0.1), (0, 0.44), True, "inconclusive"),
+    ("more than the positive control", 1.0, (0, 0.9), (0, 0.1), (0, 1.0), True, "suppressed"),
+    ("forgot exactly half of the base score", 1.0, (0, 0.9), (0, 0.1), (0.5, 0.5), True, "removed"),
+    ("the positive control had not forgotten", 1.0, (0.8, 0.95), (0, 0.1), (0, 0.9), False, "inconclusive"),
+    ("the oracle gains too much", 1.0, (0, 0.9), (0, 0.1 + MAX_NEGATIVE_GAIN + 0.05), (0, 0.9), False,
+     "inconclusive"),
+    ("the positive control gets back less than half", 1.0, (0, 0.45), (0, 0.1), (0, 0.2), False, "inconclusive"),
+    ("uncalibrated, but it never forgot", 1.0, (0, 0.05), (0, 0.0), (0.9, 0.9), False, "not unlearned"),
+]
+
+
+@pytest.mark.parametrize("case, base, pos, neg, meth, calibrated, expected", CASES, ids=[c[0] for c in CASES])
+def test_the_verdict_rule(case, base, pos, neg, meth, calibrated, expected):
+    c = calibration(_m(*pos), _m(*neg), base, K)
+    assert c[f"{K}_calibrated"] is calibrated
+    assert verdict(_m(*meth), _m(*pos), _m(*neg), base, K, c[f"{K}_calibrated"]) == expected
+
+
+def test_removed_and_suppressed_exclude_each_other_on_every_calibrated_attack():
+    """Over a grid of controls and methods, a calibrated attack never leaves a method in both bands."""
+    grid = [i / 20 for i in range(21)]
+    for p1 in grid:
+        for n1 in grid[:6]:
+            c = calibration(_m(0.0, p1), _m(0.0, n1), 1.0, K)
+            if not c[f"{K}_calibrated"]:
+                continue
+            assert p1 >= n1 + SEPARATION - 1e-12
+            for after in grid:
+                rec = recovery(0.0, after, 1.0)
+                in_removed = rec <= c[f"{K}_negative_recovery"] + 0.05
+                in_suppressed = rec >= 0.5 * c[f"{K}_positive_recovery"]
+                assert not (in_removed and in_suppressed)
+
+
+def test_the_worst_calibrated_attack_decides_and_membership_inference_can_veto_removed():
+    base = {"forget_score": 1.0, "relearn_disjoint_base_acc": 1.0, "relearn_base_acc": 1.0, "mia_auc_min_k": 1.0}
+    pos = {**_m(0.0, 0.95), "relearn_start_acc": 0.0, "relearn_acc": 0.9}
+    neg = {**_m(0.0, 0.05), "relearn_start_acc": 0.0, "relearn_acc": 0.05, "mia_auc_min_k": 0.5}
+    meth = {"forget_score": 0.0, **_m(0.0, 0.05), "relearn_start_acc": 0.0, "relearn_acc": 0.8, "mia_auc_min_k": 0.55}
+    v = method_verdict(meth, base, pos, neg, ["relearn_disjoint", "relearn"])
+    assert v["verdict"] == "suppressed" and v["attack"] == "relearn"  # removed under one, suppressed under the other
+    quiet = {**meth, "relearn_acc": 0.05}
+    assert method_verdict(quiet, base, pos, neg, ["relearn_disjoint", "relearn"])["verdict"] == "removed"
+    leaky = {**quiet, "mia_auc_min_k": 0.81}  # issue #28: "removed" beside an MIA AUC of 0.81 (oracle 0.34)
+    v = method_verdict(leaky, base, pos, neg, ["relearn_disjoint", "relearn"])
+    assert v["verdict"] == "inconclusive" and v["attack"] == "mia"
+    blind = {**neg, "mia_auc_min_k": 0.9}  # MIA does not read the forget set (base 1.0 vs oracle 0.9): no veto
+    assert method_verdict(leaky, base, pos, blind, ["relearn_disjoint"])["verdict"] == "removed"
+    kept = {**quiet, "forget_score": 0.7}
+    assert method_verdict(kept, base, pos, neg, ["relearn_disjoint"])["verdict"] == "not unlearned"
+    assert method_verdict(quiet, base, pos, neg, [])["verdict"] == "inconclusive"
+
+
+def test_forgot_is_a_share_of_the_base_score():
+    assert forgot(0.5, 1.0) and not forgot(0.51, 1.0) and forgot(None, 1.0) is None

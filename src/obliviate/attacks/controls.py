@@ -2,7 +2,8 @@
 
 The negative control never saw the forget data; the positive control (:func:`suppression_control`)
 only suppresses it (the base model with its last decoder layer trained to refuse). :func:`calibration`
-reads an attack's result on both, :func:`verdict` calls a method removed, suppressed or inconclusive.
+reads an attack's result on both, :func:`verdict` places one method, :func:`robustness_summary` takes the worst
+case over the calibrated attacks (the rule: docs/evaluation.md).
 See docs/evaluation.md (Controls) and docs/tasks.md (Controls).
 """
 
@@ -21,9 +22,23 @@ from obliviate.tasks.base import IDK_ANSWERS, Data, Task
 from obliviate.train.finetune import FinetuneConfig, finetune
 
 MIN_POSITIVE_RECOVERY = 0.5
-"""The positive control must get back at least this share of the base model's forget score."""
+"""The positive control must get back at least this share of what it lost."""
 MAX_NEGATIVE_GAIN = 0.1
 """The negative control may gain at most this much (absolute) forget score under the attack."""
+SEPARATION = 0.2
+"""The positive control must end at least this much (absolute) above the negative control."""
+FORGOT_SHARE = 0.5
+"""A model forgot when its forget score before the attack is at most this share of the base model's."""
+REMOVED_TOLERANCE = 0.05
+"""*removed*: a recovery at most the negative control's plus this."""
+SUPPRESSED_SHARE = 0.5
+"""*suppressed*: a recovery at least this share of the positive control's."""
+MIA_SEPARATION = 0.2
+"""Membership inference reads the forget set when the base model's AUC and the negative control's differ by this."""
+MIA_TOLERANCE = 0.1
+"""*removed* also needs an MIA AUC within this of the negative control's, where membership inference reads it."""
+SEVERITY = {"removed": 0, "inconclusive": 1, "suppressed": 2, "not unlearned": 3}
+"""The worst verdict over the calibrated attacks decides."""
 
 
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
@@ -72,30 +87,66 @@ def recovery(start: float | None, after: float | None, base: float | None) -> fl
     return (after - start) / (base - start)
 
 
+def forgot(start: float | None, base: float | None) -> bool | None:
+    """Whether a model had forgotten before the attack: its score at most :data:`FORGOT_SHARE` of the base's."""
+    if start is None or base is None:
+        return None
+    return start <= FORGOT_SHARE * base + 1e-12
+
+
 def calibration(positive: dict, negative: dict, base_score: float, key: str) -> dict:
     """Whether attack ``key`` (``relearn`` or ``relearn_disjoint``) told the two controls apart.
 
     ``positive`` / ``negative``: the attack metrics of the two controls (``<key>_start_acc``, ``<key>_acc``).
+    Calibrated: the positive control had forgotten, gets back at least :data:`MIN_POSITIVE_RECOVERY` of it and
+    ends :data:`SEPARATION` above the negative control, which gains at most :data:`MAX_NEGATIVE_GAIN`; and the
+    *removed* band (up to the negative control's recovery + :data:`REMOVED_TOLERANCE`) lies below the
+    *suppressed* band (from :data:`SUPPRESSED_SHARE` of the positive control's recovery), so no method can
+    be both.
     """
-    pos = recovery(positive.get(f"{key}_start_acc"), positive.get(f"{key}_acc"), base_score)
-    neg_start, neg_after = negative.get(f"{key}_start_acc"), negative.get(f"{key}_acc")
-    neg_gain = None if None in (neg_start, neg_after) else neg_after - neg_start
-    ok = pos is not None and neg_gain is not None and pos >= MIN_POSITIVE_RECOVERY and neg_gain <= MAX_NEGATIVE_GAIN
-    return {f"{key}_positive_recovery": pos, f"{key}_negative_gain": neg_gain, f"{key}_calibrated": bool(ok)}
+    p0, p1 = positive.get(f"{key}_start_acc"), positive.get(f"{key}_acc")
+    n0, n1 = negative.get(f"{key}_start_acc"), negative.get(f"{key}_acc")
+    pos, neg = recovery(p0, p1, base_score), recovery(n0, n1, base_score)
+    neg_gain = None if None in (n0, n1) else n1 - n0
+    floor = max(0.0, neg or 0.0)
+    ok = (pos is not None and neg_gain is not None and bool(forgot(p0, base_score)) and pos >= MIN_POSITIVE_RECOVERY
+          and neg_gain <= MAX_NEGATIVE_GAIN and p1 >= n1 + SEPARATION - 1e-9
+          and floor + REMOVED_TOLERANCE < SUPPRESSED_SHARE * pos)
+    return {f"{key}_positive_recovery": pos, f"{key}_negative_gain": neg_gain, f"{key}_negative_recovery": floor,
+            f"{key}_calibrated": bool(ok)}
 
 
 def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str, calibrated: bool) -> str:
-    """removed / suppressed / inconclusive for one method under attack ``key`` (module docstring)."""
-    if not calibrated or m.get(f"{key}_acc") is None:
+    """not unlearned / removed / suppressed / inconclusive for one method under attack ``key``.
+
+    *not unlearned*: it had not forgotten before the attack (:func:`forgot`); then, on a calibrated attack only,
+    *removed*: a recovery within the negative control's (+ :data:`REMOVED_TOLERANCE`); *suppressed*: at least
+    :data:`SUPPRESSED_SHARE` of the positive control's; else *inconclusive*. :func:`calibration` keeps the two
+    bands apart, so *removed* and *suppressed* exclude each other.
+    """
+    start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
+    if start is None or after is None:
         return "inconclusive"
-    neg_after = negative.get(f"{key}_acc")
-    pos_rec = recovery(positive.get(f"{key}_start_acc"), positive.get(f"{key}_acc"), base_score)
-    rec = recovery(m.get(f"{key}_start_acc"), m.get(f"{key}_acc"), base_score)
-    if neg_after is not None and m[f"{key}_acc"] <= neg_after + MAX_NEGATIVE_GAIN:
+    if not forgot(start, base_score):
+        return "not unlearned"
+    if not calibrated:
+        return "inconclusive"
+    c = calibration(positive, negative, base_score, key)
+    rec = recovery(start, after, base_score)
+    if rec is None or c[f"{key}_positive_recovery"] is None:
+        return "inconclusive"
+    if rec <= c[f"{key}_negative_recovery"] + REMOVED_TOLERANCE:
         return "removed"
-    if rec is not None and pos_rec and rec >= 0.5 * pos_rec:
+    if rec >= SUPPRESSED_SHARE * c[f"{key}_positive_recovery"]:
         return "suppressed"
     return "inconclusive"
+
+
+def mia_reads(base: dict, negative: dict, key: str = "mia_auc_min_k") -> bool:
+    """Whether membership inference reads the forget set: the base model's AUC and the negative control's differ by
+    at least :data:`MIA_SEPARATION`."""
+    b, n = base.get(key), negative.get(key)
+    return b is not None and n is not None and abs(b - n) >= MIA_SEPARATION
 
 
 ATTACK_KEYS = ("relearn_disjoint", "relearn")
@@ -103,27 +154,19 @@ ATTACK_KEYS = ("relearn_disjoint", "relearn")
 
 
 def robustness_summary(metrics: dict) -> dict:
-    """Calibration of each relearning attack against the controls, and per method a verdict.
+    """Calibration of each relearning attack against the controls, and per method one verdict.
 
-    ``{"calibration": {attack: {...}}, "verdicts": {method: {"verdict", "attack"}}}``: a method's verdict
-    rests on the first calibrated attack of :data:`ATTACK_KEYS`; with none calibrated (or no controls) it is
-    "inconclusive". PrivLeak against the oracle is added to each row with MIA scores.
+    ``{"calibration": {attack: {...}}, "verdicts": {method: {"verdict", "attack", "reason"}}}``
+    (:func:`method_verdict`). PrivLeak against the negative control is added to each row with MIA scores.
     """
     pos, neg, base = metrics.get("positive_control"), metrics.get("oracle"), metrics["base"]
     calib = {}
     for key in ATTACK_KEYS:
         if pos is not None and neg is not None and f"{key}_acc" in pos and base.get(f"{key}_base_acc") is not None:
             calib[key] = calibration(pos, neg, base[f"{key}_base_acc"], key)
-    verdicts = {}
     usable = [k for k in ATTACK_KEYS if calib.get(k, {}).get(f"{k}_calibrated")]
-    for name, m in metrics.items():
-        if name in ("base", "oracle", "positive_control"):
-            continue
-        if usable:
-            key = usable[0]
-            verdicts[name] = {"verdict": verdict(m, pos, neg, base[f"{key}_base_acc"], key, True), "attack": key}
-        else:
-            verdicts[name] = {"verdict": "inconclusive", "attack": None}
+    verdicts = {name: method_verdict(m, base, pos, neg, usable) for name, m in metrics.items()
+                if name not in ("base", "oracle", "positive_control")}
     for m in metrics.values():
         m.update(gaps(m))
     if neg is not None:
@@ -132,6 +175,33 @@ def robustness_summary(metrics: dict) -> dict:
                 if neg.get(k) is not None and neg[k] < 1:
                     m[f"priv_leak_{k[len('mia_auc_'):]}"] = priv_leak(m[k], neg[k])
     return {"calibration": calib, "verdicts": verdicts}
+
+
+def method_verdict(m: dict, base: dict, pos: dict | None, neg: dict | None, usable: list[str]) -> dict:
+    """One method's verdict, the attack that decided it and why.
+
+    A method whose forget score stays above :data:`FORGOT_SHARE` of the base model's is *not unlearned*;
+    otherwise its verdict is the worst (:data:`SEVERITY`) over the calibrated attacks ``usable``, and *removed*
+    also needs membership inference to read it as the negative control where MIA reads the forget set at all
+    (:func:`mia_reads`). With no calibrated attack it is *inconclusive*.
+    """
+    if forgot(m.get("forget_score"), base.get("forget_score")) is False:
+        return {"verdict": "not unlearned", "attack": None,
+                "reason": f"forget score {m['forget_score']:.2f} is above {FORGOT_SHARE:.0%} of the base model's "
+                          f"{base['forget_score']:.2f}"}
+    if not usable:
+        return {"verdict": "inconclusive", "attack": None, "reason": "no calibrated attack"}
+    found = [(verdict(m, pos, neg, base[f"{k}_base_acc"], k, True), k) for k in usable]
+    worst, key = max(found, key=lambda vk: SEVERITY[vk[0]])
+    start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
+    reason = f"{key}: {start:.2f} -> {after:.2f}" if None not in (start, after) else f"{key}: not run"
+    if worst == "removed" and neg is not None and mia_reads(base, neg):
+        auc, auc_neg = m.get("mia_auc_min_k"), neg.get("mia_auc_min_k")
+        if auc is not None and abs(auc - auc_neg) > MIA_TOLERANCE:
+            return {"verdict": "inconclusive", "attack": "mia",
+                    "reason": f"relearning brings nothing back, but membership inference tells the forget set from "
+                              f"the holdout (Min-K% AUC {auc:.2f}, the negative control's {auc_neg:.2f})"}
+    return {"verdict": worst, "attack": key, "reason": reason}
 
 
 def gaps(m: dict) -> dict:
