@@ -22,6 +22,7 @@ underneath: :func:`obliviate.methods.engine.unlearn`, :func:`obliviate.eval.suit
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,36 +42,52 @@ from obliviate.methods.engine import method_run_config
 from obliviate.methods.engine import unlearn as _unlearn
 from obliviate.utils import seed_everything
 
-Paths = str | Path | Sequence[str | Path] | None
+Paths = str | Path | dict | Sequence[str | Path | dict] | None
 
 
-def _paths(p: Paths) -> list[str] | None:
+def _paths(p: Paths) -> list[str | dict] | None:
+    """Paths as strings; a spec entry ``{path, mapping, ...}`` is kept as it is."""
     if p is None:
         return None
-    return [str(p)] if isinstance(p, (str, Path)) else [str(x) for x in p]
+    if isinstance(p, (str, Path, dict)):
+        p = [p]
+    return [x if isinstance(x, dict) else str(x) for x in p]
 
 
 def load_task(spec: str | Task | None = None, *, forget: Paths = None, retain: Paths = None, utility: Paths = None,
-              holdout: Paths = None, relearn: Paths = None, mapping: str | None = None,
+              holdout: Paths = None, relearn: Paths = None, mapping: str | dict | None = None,
               template: str | None = None, chat: bool = False, limit: int | None = None,
               **options: Any) -> Task:
     """A task: a named one (``"world"``, ``"tofu:forget10"``, ``"wmdp:bio"``, ``"muse:news"``,
     ``"ember:harry_potter"``, ``"file:spec.yaml"``; see ``obliviate tasks``) or your own files.
 
     ``forget`` / ``retain`` / ``utility`` / ``holdout`` / ``relearn``: a path or a list of paths (JSON
-    Lines, JSON, CSV/TSV or text; fields are recognised by name, ``mapping="question=q,answer=a"``
-    names others); ``template``: the prompt, with ``{question}``; ``chat``: the tokenizer's chat
-    template. ``limit`` cuts every set to its first N records. ``options`` go to a named task's
-    provider (e.g. ``seed`` for the world, ``root`` for the data directory).
+    Lines, JSON, CSV/TSV or text; fields are recognised by name). ``mapping`` names other fields:
+    ``"question=q,answer=a"`` for every file, or per file as a spec has it, keyed by set or path
+    (``{"forget": "answer=true_answer", "retain.csv": "question=q"}``; a file it does not name keeps its
+    own fields). ``template``: the prompt, with ``{question}``; ``chat``: the tokenizer's chat template
+    (for a named task too: they replace its prompt's). ``limit`` cuts every set to its first N records.
+    ``options`` go to a named task's provider (e.g. ``seed`` for the world, ``root`` for the data
+    directory); an option that cannot apply is an error, not dropped.
     """
     if forget is not None:
         if spec is not None:
             raise ConfigError("load_task: give a task name or forget/retain files, not both")
+        if options:
+            raise ConfigError(f"load_task: option(s) {', '.join(sorted(options))} apply to a named task, not to "
+                              "forget/retain files")
         return task_from_files(_paths(forget), _paths(retain), utility=_paths(utility), holdout=_paths(holdout),
                                relearn=_paths(relearn), mapping=mapping, template=template, chat=chat, limit=limit)
     if any(x is not None for x in (retain, utility, holdout, relearn)):
         raise ConfigError("load_task: retain/utility/holdout/relearn files need forget files too")
-    return _load_spec(spec or "world", **({"limit": limit} if limit is not None else {}), **options)
+    if mapping is not None:
+        raise ConfigError("load_task: mapping applies to forget/retain files; a task spec file gives each of its "
+                          "files its own mapping")
+    task = _load_spec(spec or "world", **({"limit": limit} if limit is not None else {}), **options)
+    if chat or template is not None:
+        prompt = dataclasses.replace(task.prompt, **({"chat": True} if chat else {"template": template}))
+        task = dataclasses.replace(task, prompt=prompt)  # a Task given as spec is left as it was
+    return task
 
 
 def _check_task(fn: str, task) -> None:

@@ -170,6 +170,28 @@ def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool 
     return Path(os.path.normpath(target))
 
 
+def check_ranges(cfg: Any, *, positive: tuple[str, ...] = (), nonnegative: tuple[str, ...] = (),
+                 fraction: tuple[str, ...] = (), at_least_one: tuple[str, ...] = (),
+                 indices: tuple[str, ...] = ()) -> None:
+    """One :class:`ConfigError` line naming the first field of ``cfg`` out of its range (a config's
+    ``__post_init__`` calls it): ``positive`` numbers > 0, ``nonnegative`` >= 0, ``fraction`` in [0, 1],
+    ``at_least_one`` integers >= 1, ``indices`` layer indices >= 0 (an int or a list of them). A field set
+    to None passes (None means "the default"); every number must be finite."""
+    rules = [(positive, lambda v: v > 0, "> 0"), (nonnegative, lambda v: v >= 0, ">= 0"),
+             (fraction, lambda v: 0 <= v <= 1, "in [0, 1]"), (at_least_one, lambda v: v >= 1, ">= 1"),
+             (indices, lambda v: v >= 0, "a layer index >= 0")]
+    for names, ok, what in rules:
+        for name in names:
+            value = getattr(cfg, name)
+            for v in (value if isinstance(value, (list, tuple)) else [value]):
+                if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+                    continue
+                if not math.isfinite(v):
+                    raise ConfigError(f"config key '{name}': must be a finite number, got {v}")
+                if not ok(v):
+                    raise ConfigError(f"config key '{name}': must be {what}, got {show(value)}")
+
+
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc)."""
     if not isinstance(data, dict):

@@ -96,6 +96,6 @@ def test_an_undeclared_reference_is_a_clear_error(tiny_model, tiny_tokenizer):
         cfg = UnlearnConfig(method="_sneaky_ref", batch_size=2,
                             train=TrainConfig(steps=1, lr=1e-3, progress=False))
         with pytest.raises(ConfigError, match="'_sneaky_ref' uses the reference model .*needs_reference = True"):
-            unlearn(tiny_model, tiny_tokenizer, pairs, pairs, cfg)
+            unlearn(tiny_model, tiny_tokenizer, pairs, [("Question: c?\nAnswer:", " d.")] * 2, cfg)
     finally:
         METHODS.pop("_sneaky_ref", None)

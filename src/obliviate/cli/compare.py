@@ -6,7 +6,8 @@ from obliviate.cli.args import (add_common, add_model_args, add_task_args, check
                                 task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError
-from obliviate.recipes.compare.run import CompareConfig, run_compare
+from obliviate.methods.engine import check_method_runs
+from obliviate.recipes.compare.run import CompareConfig, run_compare, runnable_methods
 from obliviate.runs.results import prepare_out_dir, write_results
 
 
@@ -22,6 +23,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
+    check_method_runs(cfg.runs, cfg.methods if cfg.methods is not None else runnable_methods(task))  # before --out
     out = prepare_out_dir(args.out)
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle,
                       load=(lambda p: load_model_args(args, path=p)) if model else None,

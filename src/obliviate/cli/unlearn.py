@@ -12,7 +12,9 @@ from obliviate.config import build_config, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
-from obliviate.methods.engine import UnlearnConfig, check_unlearn_config, unlearn
+from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
+                                      check_unlearn_run, unlearn)
+from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.runs.card import write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
@@ -47,7 +49,13 @@ def unlearn_command_config(args, method: str, preset: str) -> UnlearnCommandConf
     base["unlearn"].update(method=method, params=d["params"])
     if METHODS[method].kind != "edit":
         base["unlearn"]["train"] = {"steps": d["steps"], "lr": d["lr"]}
-    return build_config(UnlearnCommandConfig, args.config, args.overrides, base=base)
+    cfg = build_config(UnlearnCommandConfig, args.config, args.overrides, base=base)
+    if cfg.unlearn.method != method:  # --config or unlearn.method=... named another method
+        if resolve_method(cfg.unlearn.method) != method:
+            raise ConfigError(f"config key 'unlearn.method' ({cfg.unlearn.method!r}) contradicts --method "
+                              f"{args.method}: the method is named by --method alone (drop unlearn.method)")
+        cfg.unlearn.method = method
+    return cfg
 
 
 def cmd_unlearn(args) -> None:
@@ -56,10 +64,16 @@ def cmd_unlearn(args) -> None:
     cfg = unlearn_command_config(args, method, "tiny")  # every key checked before the model is loaded
     check_unlearn_config(cfg.unlearn)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    if METHODS[method].kind == "edit":
+        check_overlap(task.forget, task.retain, cfg.unlearn.allow_overlap)
+    else:  # the data and the lengths, with the tokenizer alone: before the model is loaded
+        tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
+        check_unlearn_data(tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)
     model, tok = load_model_args(args)
     preset = preset_name(model)
     if preset != "tiny":
         cfg = unlearn_command_config(args, method, preset)
+    check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)  # before --out
     out = prepare_out_dir(args.out)
     # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(),

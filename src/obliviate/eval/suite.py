@@ -23,7 +23,8 @@ import torch
 
 from obliviate.data import collate, encode_data
 from obliviate.eval.answers import answer_token_budget
-from obliviate.eval.core import answer_probs, check_logits, mcq_accuracy, normalise_text, qa_accuracy, s_unlearning
+from obliviate.eval.core import (answer_probs, check_logits, mcq_accuracy, model_max_length, normalise_text, qa_accuracy,
+                                 s_unlearning)
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
@@ -80,7 +81,13 @@ def _prompt_of(item) -> str | None:
 def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16,
               prompts: list[str | None] | None = None) -> dict:
     """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in ``max_len``
-    windows), or, where ``prompts[i]`` is given, only the continuation ``texts[i]`` after its prompt."""
+    windows), or, where ``prompts[i]`` is given, only the continuation ``texts[i]`` after its prompt.
+
+    ``max_len`` is capped at the model's context (:func:`~obliviate.eval.core.model_max_length`): a longer text
+    is split into windows of that length, every token scored; a prompt and its continuation keep their first
+    ``max_len`` tokens."""
+    limit = model_max_length(model)
+    max_len = min(max_len, limit) if limit else max_len
     prompts = prompts or [None] * len(texts)
     plain = [t for t, p in zip(texts, prompts) if p is None]
     seqs, masks, _ = encode_data(tokenizer, Data(docs=plain), max_len=max_len) if plain else ([], [], {})

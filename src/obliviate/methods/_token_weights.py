@@ -29,6 +29,7 @@ from typing import Literal
 
 import torch
 
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.methods.contract import Method
@@ -73,6 +74,9 @@ class ScorerConfig:
             raise ConfigError(f"config key 'w_lr': must be > 0, got {self.w_lr}")
         if self.position not in ("predict", "token"):
             raise ConfigError(f"config key 'position': must be 'predict' or 'token', got {self.position!r}")
+        check_ranges(self, nonnegative=("sat_beta", "tau", "mu", "lam")
+                     + tuple(k for k in ("alpha", "gamma") if hasattr(self, k)),
+                     positive=tuple(k for k in ("beta",) if hasattr(self, k)))
 
 
 # ---------------------------------------------------------------- maths

@@ -14,6 +14,7 @@ import torch
 
 from obliviate.losses import masked_mean
 from obliviate.methods import register
+from obliviate.config import check_ranges
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, RMUConfig
 
 
@@ -21,6 +22,10 @@ from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, 
 class AdaptiveRMUConfig(RMUConfig):
     beta: float = 5.0
     """c = beta * mean ||h_l(x_f)|| on the first forget batch (frozen model)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ranges(self, positive=("beta",))
 
 
 def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

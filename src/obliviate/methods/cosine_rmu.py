@@ -29,6 +29,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
@@ -58,6 +59,7 @@ class CosineRMUConfig:
         if self.alpha < 0:
             raise ConfigError(f"config key 'alpha': must be >= 0, got {self.alpha}")
         check_layer_frac(self.layer_frac)
+        check_ranges(self, indices=("layer",))
 
 
 def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import torch
 
 from obliviate.data import text_batches
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
@@ -197,6 +198,8 @@ class CRISPConfig:
             raise ConfigError("config key 'layers': needs at least one layer (or null for the middle one)")
         if bool(self.target_texts) != bool(self.benign_texts):
             raise ConfigError("config keys 'target_texts' and 'benign_texts': give both or neither")
+        check_ranges(self, positive=("sae_lr",), nonnegative=("min_ratio",), at_least_one=("n_latents",),
+                     indices=("layers",))
 
 
 @register("crisp", paper="Ashuach et al. 2025, CRISP",

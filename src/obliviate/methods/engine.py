@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import sys
 from contextlib import nullcontext
+from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,10 +59,21 @@ class UnlearnConfig:
     """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
     once before training and hold no reference copy; False keeps a live frozen copy (the results agree)."""
     seed: int = 0
+    allow_overlap: bool = False
+    """Run although forget and retain share QA pairs or documents (a warning with the count); by default
+    that contradiction is an error (:func:`check_overlap`)."""
 
     def __post_init__(self):
         if self.batch_size < 1:
             raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
+        if self.train.steps < 1:
+            raise ConfigError(f"config key 'train.steps': must be >= 1 to unlearn (0 steps train nothing), "
+                              f"got {self.train.steps}")
+        if self.lora_r < 1:
+            raise ConfigError(f"config key 'lora_r': must be >= 1, got {self.lora_r}")
+        if not self.lora_alpha > 0:  # the adapters' scale alpha / r: 0 makes every update vanish
+            raise ConfigError(f"config key 'lora_alpha': must be > 0 (0 scales every LoRA update to nothing), "
+                              f"got {self.lora_alpha}")
         if self.max_len < 2:
             raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
         if self.doc_mode not in ("chunk", "cut"):
@@ -78,19 +90,55 @@ class MethodRun:
     batch_size: int = 16
     lora: bool = False
     params: dict = field(default_factory=dict)
+    allow_overlap: bool = False
+    """As :attr:`UnlearnConfig.allow_overlap`."""
+
+    def __post_init__(self):
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"config key 'steps': must be >= 1 to unlearn (0 steps train nothing), got {self.steps}")
+        if self.batch_size < 1:
+            raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
 
 
 def method_run_config(name: str, overrides: dict | None, preset: str, seed: int) -> tuple[UnlearnConfig, dict]:
     """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
-    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports."""
-    get_method(name)  # unknown names fail before any training
+    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports.
+
+    An edit method (``kind = "edit"``) takes only ``params``: a training, LoRA or batch setting given to it
+    is a one-line error naming it (it would be ignored)."""
+    cls = get_method(name)  # unknown names fail before any training
     run = from_dict(MethodRun, overrides or {}, prefix=f"runs.{name}")
+    if cls.kind == "edit":
+        given = sorted(k for k in (overrides or {}) if k not in ("params",))
+        if given:
+            raise ConfigError(f"config key 'runs.{name}.{given[0]}' does not apply to '{name}': an edit method "
+                              f"takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
+        ucfg = UnlearnConfig(method=name, params=dict(run.params), seed=seed)
+        return ucfg, {"params": dict(run.params)}
     d = method_defaults(name, preset)
     params = {**d["params"], **run.params}
-    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"], lr=run.lr or d["lr"],
-                     schedule="constant", log_every=5, desc=name)
-    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora, seed=seed)
+    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"],
+                     lr=run.lr if run.lr is not None else d["lr"], schedule="constant", log_every=5, desc=name)
+    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora, seed=seed,
+                         allow_overlap=run.allow_overlap)
     return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+
+
+def check_method_runs(runs: dict | None, methods: list[str]) -> None:
+    """Refuse ``runs.<name>`` settings for a method that is not among ``methods`` (they would be ignored),
+    naming the first such key, and check each run's settings (:func:`method_run_config`, :func:`check_unlearn_config`)
+    before any training: what a comparison calls first."""
+    runs = runs or {}
+    if not isinstance(runs, dict):
+        raise ConfigError(f"config key 'runs': expected a mapping of method names, got {runs!r:.80}")
+    unused = sorted(k for k in runs if k not in methods)
+    if unused:
+        raise ConfigError(f"config key 'runs.{unused[0]}' sets a method this run does not run "
+                          f"(methods: {', '.join(methods)}); add it to methods or drop the key")
+    for name in methods:
+        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0])
 
 
 class Reference:
@@ -218,6 +266,12 @@ class PairedData:
         self.f_ids, self.f_mask, f_stats = encode_data(tokenizer, forget, prompt, max_len, doc_mode)
         self.r_ids, self.r_mask, r_stats = encode_data(tokenizer, retain, prompt, max_len, doc_mode)
         self.stats = {"forget": f_stats, "retain": r_stats, "max_len": max_len, "doc_mode": doc_mode}
+        for side, d, masks in (("forget", forget, self.f_mask), ("retain", retain, self.r_mask)):
+            left = [int(m[1:].sum()) for m in masks]  # trained tokens: a label is predicted from the one before
+            self.stats[side]["qa_no_answer"] = sum(n == 0 for n in left[:len(d.qa)])  # QA pairs come first
+            if not any(left):
+                raise ConfigError(f"config key 'max_len' ({max_len}) leaves no {side} token to train on: all "
+                                  f"{len(masks)} {side} sequences are cut before their answer; raise max_len")
         self.f_sampler = StepSampler(len(self.f_ids), batch_size, seed)
         self.r_sampler = StepSampler(len(self.r_ids), batch_size, seed + 1)
         self.i_ids = None
@@ -307,6 +361,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     """
     method = check_unlearn_config(cfg)
     forget, retain = as_data(forget), as_data(retain)
+    check_overlap(forget, retain, cfg.allow_overlap, warn=True)
     if method.kind == "edit":
         return _edit(method, model, tokenizer, forget, retain, prompt)
     if method.needs_idk and forget.docs:
@@ -321,6 +376,8 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     _report_cuts(data.stats)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
+    if cfg.lora:
+        check_lora_rank(model, patterns, cfg.lora_r)
     method.fit(model, tokenizer)  # e.g. probe directions fitted on the frozen model before training
     D.check_method(method)  # several processes / sharded: refuse what cannot work, before any training
     device = next(model.parameters()).device
@@ -347,13 +404,92 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     return model, summary
 
 
+EDIT_SETTINGS = ("method", "params", "seed", "allow_overlap")
+"""The :class:`UnlearnConfig` keys an edit method reads; any other key set away from its default is refused."""
+
+
 def check_unlearn_config(cfg: UnlearnConfig) -> Method:
-    """Everything about ``cfg`` that can be checked without a model; returns the built method."""
+    """Everything about ``cfg`` that can be checked without a model; returns the built method.
+
+    An edit method (``snmf``, ``ember``) trains nothing: a training, LoRA, batch or length setting given
+    to it (``lr``, ``lora``, ``batch_size``, ``max_len``, ...) is an error naming it, not ignored."""
     method = build_method(cfg.method, cfg.params)
+    if method.kind == "edit":
+        default = UnlearnConfig()
+        for f in dataclasses.fields(UnlearnConfig):
+            if f.name in EDIT_SETTINGS:
+                continue
+            mine, base = getattr(cfg, f.name), getattr(default, f.name)
+            if f.name == "train":
+                changed = sorted(k for k, v in to_dict(mine).items() if to_dict(base)[k] != v)
+                if changed:
+                    raise ConfigError(f"config key 'train.{changed[0]}' does not apply to '{cfg.method}': an edit "
+                                      "method trains nothing (it takes only its params)")
+            elif mine != base:
+                raise ConfigError(f"config key '{f.name}' ({mine!r}) does not apply to '{cfg.method}': an edit "
+                                  "method trains nothing (it takes only its params)")
+        return method
     if list(cfg.train.trainable) != ["*"]:
         raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
                           f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
     return method
+
+
+def check_overlap(forget, retain, allow: bool = False, *, warn: bool = False) -> int:
+    """The number of forget QA pairs and documents also in ``retain`` (the same question and answer, the
+    same text). Contradictory data, so an error naming the count, unless ``allow`` (config key
+    ``allow_overlap``); then ``warn`` says the count on stderr (:func:`unlearn` does, once)."""
+    forget, retain = as_data(forget), as_data(retain)
+    qa = {(q.strip(), a.strip()) for q, a in retain.qa}
+    docs = {d.strip() for d in retain.docs}
+    n_qa = sum((q.strip(), a.strip()) in qa for q, a in forget.qa)
+    n_docs = sum(d.strip() in docs for d in forget.docs)
+    if not n_qa and not n_docs:
+        return 0
+    parts = ([f"{n_qa} of {len(forget.qa)} forget QA pairs"] if n_qa else []) + \
+        ([f"{n_docs} of {len(forget.docs)} forget documents"] if n_docs else [])
+    msg = f"{' and '.join(parts)} are also in the retain data: the run would be told to forget and keep them"
+    if not allow:
+        raise DataError(f"{msg}; give disjoint forget and retain data, or set allow_overlap=true "
+                        "(unlearn.allow_overlap=true) to run anyway")
+    if warn and D.is_main_process():
+        print(f"obliviate: warning: {msg} (allow_overlap=true)", file=sys.stderr)
+    return n_qa + n_docs
+
+
+def check_unlearn_data(tokenizer, forget, retain, cfg: UnlearnConfig, *, prompt: PromptFormat | None = None,
+                       max_len: int | None = None) -> "PairedData":
+    """The encoded forget/retain data of a training run, checked before any model is needed: the overlap
+    (:func:`check_overlap`) and lengths that leave a side with no token to train on (``max_len`` that
+    cuts every answer away). ``max_len``: the length used (default ``cfg.max_len``)."""
+    check_overlap(forget, retain, cfg.allow_overlap)
+    return PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len or cfg.max_len,
+                      prompt=prompt, doc_mode=cfg.doc_mode)
+
+
+def check_unlearn_run(model, tokenizer, forget, retain, cfg: UnlearnConfig, *,
+                      prompt: PromptFormat | None = None) -> None:
+    """What :func:`unlearn` would refuse before its first step, checked without training: the config, the
+    data (overlap; lengths at the model's context that leave nothing to train), the layers the method
+    trains and the LoRA rank. A command runs it after loading the model and before it prepares ``--out``."""
+    method = check_unlearn_config(cfg)
+    if method.kind == "edit":
+        check_overlap(forget, retain, cfg.allow_overlap)
+        return
+    check_unlearn_data(tokenizer, forget, retain, cfg, prompt=prompt, max_len=_max_len(model, cfg.max_len))
+    patterns = method.trainable(model)  # a layer out of range is refused here
+    if cfg.lora:
+        check_lora_rank(model, patterns, cfg.lora_r)
+
+
+def check_lora_rank(model, patterns: list[str], r: int) -> None:
+    """Refuse a LoRA rank above the smallest width of the linear layers the adapters go on (an allocator
+    error or a meaningless factorisation otherwise), naming ``lora_r`` and that width."""
+    widths = [min(m.in_features, m.out_features) for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear) and any(fnmatch(f"{n}.weight", p) for p in patterns)]
+    if widths and r > min(widths):
+        raise ConfigError(f"config key 'lora_r': must be at most the width of the layers it adapts "
+                          f"({min(widths)}), got {r}")
 
 
 def _max_len(model, wanted: int) -> int:
@@ -374,7 +510,8 @@ def _report_cuts(stats: dict) -> None:
             print(f"obliviate: {side} documents cut to {stats['max_len']} tokens: {st['tokens_cut']} tokens dropped "
                   f"(doc_mode=cut; config keys 'max_len', 'doc_mode')", file=sys.stderr)
         if st["qa_cut"]:
-            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut "
+            lost = f", {st['qa_no_answer']} of them to no answer token" if st.get("qa_no_answer") else ""
+            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut{lost} "
                   "(config key 'max_len')", file=sys.stderr)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obliviate.config import check_ranges
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
@@ -23,6 +24,9 @@ from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
 class GradAscentConfig:
     gamma: float = 1.0
     """Weight of the forget term."""
+
+    def __post_init__(self):
+        check_ranges(self, positive=("gamma",))  # gamma = 0 forgets nothing
 
 
 @register("gradascent", paper="baseline (TOFU, Maini et al. 2024)",
@@ -48,6 +52,9 @@ class GradDiffConfig:
     """Weight of the retain term."""
     retain: Literal["nll", "kl"] = "nll"
     """Retain loss: NLL on retain data, or KL to the frozen reference."""
+
+    def __post_init__(self):
+        check_ranges(self, positive=("gamma",), nonnegative=("alpha",))
 
 
 @register("graddiff", paper="baseline (TOFU, Maini et al. 2024)",

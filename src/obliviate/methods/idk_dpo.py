@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obliviate.config import check_ranges
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import dpo_loss, forget_and_retain, sequence_logprob
@@ -30,6 +31,9 @@ class IdkDPOConfig:
     gamma: float = 1.0
     alpha: float = 1.0
     retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
 
 
 @register("idkdpo", paper="Maini et al. 2024, TOFU (arXiv:2401.06121)",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obliviate.config import check_ranges
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import forget_and_retain, npo_loss, sequence_logprob
@@ -30,6 +31,9 @@ class NPOConfig:
     gamma: float = 1.0
     alpha: float = 1.0
     retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))  # -(2/beta): beta = 0 divides by 0
 
 
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
@@ -79,6 +80,7 @@ class ProbeUnlearnConfig:
             raise ConfigError(f"config key 'C': must be > 0, got {self.C}")
         if bool(self.toxic_texts) != bool(self.neutral_texts):
             raise ConfigError("config keys 'toxic_texts' and 'neutral_texts': give both or neither")
+        check_ranges(self, indices=("layers",))
 
 
 @register("probe_unlearn", paper=PAPER,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
@@ -62,6 +63,7 @@ class RMUConfig:
         if self.n_train_layers < 1:
             raise ConfigError(f"config key 'n_train_layers': must be >= 1, got {self.n_train_layers}")
         check_layer_frac(self.layer_frac)
+        check_ranges(self, nonnegative=("alpha",), indices=("layer",))
 
 
 def check_layer_frac(frac: float) -> None:

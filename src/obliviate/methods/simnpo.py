@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obliviate.config import check_ranges
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import forget_and_retain, sequence_mean_nll, simnpo_loss
@@ -27,6 +28,9 @@ class SimNPOConfig:
     gamma: float = 0.125
     alpha: float = 1.0
     retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))  # -(2/beta): beta = 0 divides by 0
 
 
 @register("simnpo", paper="Fan et al. 2024, Simplicity Prevails: SimNPO (arXiv:2410.07163)",

@@ -66,6 +66,7 @@ import torch
 from torch import nn
 
 from obliviate.data import text_batches
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import register
 from obliviate.methods.contract import Method
@@ -341,6 +342,9 @@ class SNMFEditConfig:
             raise ConfigError("config keys 'K', 'n_iter', 'max_features': must be >= 1")
         if self.layers is not None and not self.layers:
             raise ConfigError("config key 'layers': needs at least one layer (or null for the middle one)")
+        check_ranges(self, fraction=("sparsity",), nonnegative=("min_ratio",), indices=("layers",))
+        if self.sparsity == 0:
+            raise ConfigError("config key 'sparsity': must be in (0, 1], got 0 (no non-zero per feature)")
 
 
 @register("snmf", paper="semi-NMF of MLP activations, as in Suslik, Shafran, Geva 2026 (EMBER)",

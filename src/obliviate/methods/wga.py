@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from obliviate.config import check_ranges
 import torch
 
 from obliviate.losses import masked_mean, token_nll
@@ -40,6 +41,9 @@ class WGAConfig:
     gamma: float = 1.0
     alpha: float = 1.0
     retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("gamma",), nonnegative=("beta", "beta2", "alpha"))
 
 
 @register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",

@@ -14,7 +14,7 @@ from typing import Any
 from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
-from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task
+from obliviate.tasks import KINDS, Data, EvalSet, PromptFormat, Task, register_task
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem"),
@@ -89,14 +89,35 @@ def _entry(raw: Any, base: Path, where: str) -> dict:
     unknown = sorted(set(raw) - ENTRY_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (valid: {', '.join(sorted(ENTRY_KEYS))})")
+    if not isinstance(raw["path"], (str, Path)) or not str(raw["path"]).strip():
+        raise ConfigError(f"{where}: 'path' must be a file path, got {raw['path']!r:.80}")
+    for key in ("kind", "split_by", "name", "role", "style"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise ConfigError(f"{where}: {raw['path']}: '{key}' must be a string, got {raw[key]!r:.80}")
+    choices = {"kind": KINDS, "split_by": ("line", "blank"), "style": ("letters", "cloze")}
+    for key, valid in choices.items():
+        if raw.get(key) is not None and raw[key] not in valid:
+            raise ConfigError(f"{where}: {raw['path']}: '{key}' must be one of {', '.join(valid)}, "
+                              f"got {raw[key]!r:.80}")
+    mapping_of(raw, f"{where}: {raw['path']}")
     path = Path(str(raw["path"])).expanduser()
     return {**raw, "path": path if path.is_absolute() else base / path}
 
 
+def mapping_of(entry: dict, where: str) -> dict[str, str]:
+    """The field mapping of a file entry: a ``"question=q,answer=a"`` string or a mapping of strings (none: {})."""
+    m = entry.get("mapping")
+    if m is None or isinstance(m, str):
+        return parse_mapping(m)
+    if isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+        return dict(m)
+    raise ConfigError(f"{where}: 'mapping' must be a string such as 'question=q,answer=a' or a mapping of "
+                      f"field names, got {m!r:.80}")
+
+
 def read_entry(entry: dict, limit: int | None) -> tuple[str, list]:
     """(kind, records) of one file entry."""
-    mapping = parse_mapping(entry.get("mapping")) if isinstance(entry.get("mapping"), (str, type(None))) \
-        else dict(entry["mapping"])
+    mapping = mapping_of(entry, str(entry["path"]))
     kind, mapping = guess(entry["path"], entry.get("kind"), mapping)
     recs = load_records(entry["path"], kind=kind, mapping=mapping, limit=limit, split_by=entry.get("split_by"))
     return kind, recs
@@ -170,14 +191,38 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
 
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
                     holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
-                    mapping: str | None = None, template: str | None = None, chat: bool = False,
+                    mapping: str | dict | None = None, template: str | None = None, chat: bool = False,
                     limit: int | None = None, name: str = "files") -> Task:
-    """The ``--forget FILE --retain FILE ...`` shorthand: one spec built from paths (``mapping`` applies to all)."""
-    def entries(paths):
-        return [{"path": p, **({"mapping": mapping} if mapping else {})} for p in paths or []]
+    """The ``--forget FILE --retain FILE ...`` shorthand: one spec built from paths.
 
-    spec: dict = {k: entries(v) for k, v in (("forget", forget), ("retain", retain), ("utility", utility),
-                                              ("holdout", holdout), ("relearn", relearn), ("evals", evals)) if v}
+    ``mapping``: a string (``"question=q,answer=a"``) applies to every file; a dict gives each file its own,
+    keyed by the file's path or by its set (``{"forget": "answer=true_answer"}``; a path wins over a set), and
+    files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping, ...}``."""
+    sets = {"forget": forget, "retain": retain, "utility": utility, "holdout": holdout, "relearn": relearn,
+            "evals": evals}
+    by_file: dict = {}
+    if isinstance(mapping, dict):
+        paths = {str(p) for v in sets.values() for p in v or [] if not isinstance(p, dict)}
+        unknown = sorted(str(k) for k in mapping if not sets.get(str(k)) and str(k) not in paths)
+        if unknown:
+            raise ConfigError(f"mapping: {unknown[0]!r} is neither a set given ({', '.join(k for k, v in sets.items() if v)}) "
+                              "nor one of the files given")
+        by_file = {str(k): v for k, v in mapping.items()}
+    elif mapping is not None and not isinstance(mapping, str):
+        raise ConfigError(f"mapping: expected a string such as 'question=q,answer=a' or a dict of them per file or "
+                          f"set, got {mapping!r:.80}")
+
+    def entries(key, paths):
+        out = []
+        for p in paths or []:
+            if isinstance(p, dict):
+                out.append(p)
+                continue
+            m = by_file.get(str(p), by_file.get(key)) if by_file else mapping
+            out.append({"path": p, **({"mapping": m} if m else {})})
+        return out
+
+    spec: dict = {k: entries(k, v) for k, v in sets.items() if v}
     if chat:
         spec["prompt"] = {"chat": True}
     elif template:

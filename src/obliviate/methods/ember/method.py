@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from obliviate.methods.ember import build_vocab, ember_erase, restore_embeddings, snapshot_embeddings
 from obliviate.methods.ember.judge import concept_judge, edit_sentences
+from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.methods import register
 from obliviate.methods.contract import Method
@@ -41,6 +42,10 @@ class EmberEditConfig:
     def __post_init__(self):
         if self.K is not None and self.K < 1:
             raise ConfigError(f"config key 'K': must be >= 1, got {self.K}")
+        check_ranges(self, fraction=("sparsity", "min_confidence"), nonnegative=("min_ratio",),
+                     at_least_one=("max_iter", "patience"))
+        if self.sparsity == 0:
+            raise ConfigError("config key 'sparsity': must be in (0, 1], got 0 (no non-zero per feature)")
 
 
 @register("ember", paper="Suslik, Shafran, Geva 2026, EMBER (embedding erasure)",

@@ -20,7 +20,7 @@ from obliviate.errors import DataError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
-from obliviate.methods.engine import UnlearnConfig, method_run_config, unlearn
+from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import tiny_llama
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
@@ -167,8 +167,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     and ``robustness``.
     """
     methods = cfg.methods if cfg.methods is not None else runnable_methods(task)
-    for name in methods:
-        method_config(cfg, name, "tiny")  # unknown names and bad overrides fail before any training
+    check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
     base_root = None
