@@ -65,6 +65,15 @@ def test_a_second_method_name_is_refused(given, user, tmp_path, capsys, no_model
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags,override,key", [(["--method", "npo"], "method=rmu", "method"),
+                                                (["--forget", "forget05"], "forget=forget10", "forget")])
+def test_tofu_refuses_a_flag_contradicted_by_the_config(flags, override, key, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["tofu", "--out", str(out), *flags, override]) == 2
+    assert f"config key '{key}'" in (line := one_error(capsys)) and f"contradicts --{key} {flags[1]}" in line
+    assert not out.exists()
+
+
 def test_the_same_method_spelt_otherwise_is_one_name(user, tmp_path, monkeypatch):
     seen = {}
 

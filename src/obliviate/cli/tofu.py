@@ -24,6 +24,10 @@ def cmd_tofu(args) -> None:
     base = {"seed": args.seed, **({"method": args.method} if args.method else {}),
             **({"forget": args.forget} if args.forget else {})}
     cfg = build_config(TofuConfig, args.config, args.overrides, base=base)
+    for flag in ("method", "forget"):  # named by a flag and again by --config or an override: one must go
+        if getattr(args, flag) and getattr(cfg, flag) != getattr(args, flag):
+            raise ConfigError(f"config key '{flag}' ({getattr(cfg, flag)!r}) contradicts --{flag} "
+                              f"{getattr(args, flag)}: give it once")
     check_run(cfg, args.out, given)  # before the output directory is touched
     out = prepare_out_dir(args.out)
     res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
