@@ -63,6 +63,9 @@ def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases
                    required: bool = True, help: str = "model directory or hub id") -> None:
     p.add_argument(flag, *aliases, dest="model", required=required, help=help)
     p.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
+    p.add_argument("--adapter", metavar="DIR", help="a peft (LoRA) adapter directory to attach to the model, merged "
+                   "into its weights (it may be the model's own directory; without --adapter, a model directory "
+                   "that holds adapter_config.json is refused)")
     p.add_argument("--pad-policy", choices=["error", "eos"], default="error",
                    help="what to do when the tokenizer has no pad token (eos: pad with eos)")
     p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda when available, else cpu)")
@@ -176,19 +179,42 @@ def pick_device(name: str | None) -> torch.device:
         dev = torch.device(name)
     except RuntimeError:
         raise ConfigError(f"--device {name!r} is not a device (valid: cpu, cuda, cuda:N, mps)") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {name!r}: obliviate runs on cpu, cuda, cuda:N or mps, not {dev.type}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: no CUDA device is available here")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                          f"numbered from 0")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name}: no MPS (Apple GPU) device is available here")
     return dev
 
 
-def load_model_args(args, path: str | None = None):
-    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``, tokenizer checked."""
-    path = path or args.model
-    resolve_dtype(getattr(args, "dtype", None))  # a bad dtype fails before the load
+def device_and_dtype(args, trains: bool = True) -> tuple[torch.device, torch.dtype | str | None]:
+    """``--device`` and ``--dtype``, checked before anything is loaded: an unknown dtype, a device that is
+    not one or is not here (``--device cuda`` without CUDA) is one line. ``trains``: the command trains the
+    model, and float16 training on the CPU is refused (its losses turn NaN within steps there; float32 and
+    bfloat16 train on the CPU, float16 on a GPU)."""
+    dtype = resolve_dtype(getattr(args, "dtype", None))
     device = pick_device(getattr(args, "device", None))
+    if trains and device.type == "cpu" and dtype == torch.float16:
+        raise ConfigError(f"--dtype {args.dtype} on the CPU: training in float16 is not supported there (its "
+                          "losses turn NaN); use --dtype float32 or bfloat16 on the CPU, or float16 on a GPU")
+    return device, dtype
+
+
+def load_model_args(args, path: str | None = None, trains: bool = True):
+    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``, tokenizer checked;
+    ``--adapter`` attached to ``--model`` (said in one line). ``trains``: see :func:`device_and_dtype`."""
+    path = path or args.model
+    device, dtype = device_and_dtype(args, trains)  # a bad device or dtype fails before the load
+    adapter = getattr(args, "adapter", None) if path == args.model else None
     tok = ensure_pad_token(load_tokenizer(args.tokenizer or path), policy=args.pad_policy)
-    model = load_model(path, dtype=getattr(args, "dtype", None))
+    model = load_model(path, dtype=dtype, adapter=adapter)
     check_vocab(model, tok, path, args.tokenizer)
+    if adapter is not None and is_main_process():
+        print(f"obliviate: attached the adapter {adapter} to {path} (merged into its weights)", file=sys.stderr)
     return model.to(device).eval(), tok
 
 

@@ -35,6 +35,7 @@ def cmd_attack(args) -> None:
     # A rerun into the same --out resumes the relearning checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(),
                             "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}),
                             "base": input_fingerprint(args.base)})
     if not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded,
-                                task_from_args)
+from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype,
+                                load_model_args, seeded, task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError
 from obliviate.methods.engine import check_method_runs
@@ -19,6 +19,12 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     model, oracle = getattr(args, "model", None), getattr(args, "oracle", None)
     if oracle and not model:
         raise ConfigError("--oracle needs --model (without one, compare builds its own oracle)")
+    given = [f"--{flag}" for flag in ("device", "dtype", "adapter") if getattr(args, flag, None)]
+    if given and not model:
+        raise ConfigError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --model; without "
+                          "one, compare pretrains its own tiny models (give --model, or drop it)")
+    if model:
+        device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before --out
     check_out_dir(args.out, [model, oracle, getattr(args, "tokenizer", None)])
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))

@@ -36,7 +36,8 @@ def cmd_finetune(args) -> None:
     model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
     resume = same_run(out, {"command": "finetune", "config": cfg, "task": task.summary(),
-                            "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer)})
+                            "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {})})
     if not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
               file=sys.stderr)

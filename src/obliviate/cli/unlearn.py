@@ -78,6 +78,7 @@ def cmd_unlearn(args) -> None:
     # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(),
                             "base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}),
                             "pad_policy": args.pad_policy})
     if not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -36,6 +39,7 @@ def load_model(
     device: str | torch.device | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
+    adapter: str | os.PathLike | None = None,
 ):
     """Load a causal LM (``AutoModelForCausalLM``) from a local directory or a hub id, in eval mode.
 
@@ -46,6 +50,15 @@ def load_model(
     ``attn_implementation=None`` lets transformers choose (``"sdpa"`` where available).
     A name that could be either (``runs/x`` when there is no such directory) is tried on the hub,
     and the error then says both. The loaded weights are checked to be finite (:func:`check_finite`).
+
+    The model is exactly the weights on disk: a tensor the model needs that the checkpoint lacks (which
+    transformers would fill with random values) or one the checkpoint holds that the model has no place
+    for is a ModelError naming a few of them and their count. Weights the checkpoint legitimately omits
+    because the model ties them (``lm_head`` to the input embedding) are not missing.
+
+    ``adapter``: a peft adapter directory (LoRA), attached and merged into the weights
+    (:func:`attach_adapter`); it may be the model's own directory. Without it, a model directory that
+    also holds an adapter (``adapter_config.json``) is refused: transformers would attach it unasked.
     """
     from transformers import AutoModelForCausalLM
 
@@ -54,6 +67,10 @@ def load_model(
     local = is_local(source)
     if local:
         source = str(_check_model_dir(Path(source)))
+        if adapter is None and (Path(source) / ADAPTER_CONFIG).exists():
+            raise ModelError(f"model directory {source!r} also holds an adapter ({ADAPTER_CONFIG}): give "
+                             f"--adapter {source} (adapter= in Python) to attach it, merged into the weights, or "
+                             "move the adapter files away to use the weights alone")
     kwargs = dict(use_safetensors=True, trust_remote_code=trust_remote_code)
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
@@ -62,7 +79,8 @@ def load_model(
     from safetensors import SafetensorError
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        with _weights_only(source) as weights:
+            model, info = AutoModelForCausalLM.from_pretrained(weights, output_loading_info=True, **kwargs)
     except SafetensorError as e:  # a corrupt or truncated weights file
         raise ModelError(f"cannot load model {source!r}: corrupt safetensors weights ({one_line(e)})") from e
     except RuntimeError as e:  # e.g. weights whose shapes do not match config.json
@@ -82,10 +100,86 @@ def load_model(
             raise
         raise ModelError(f"cannot load model {source!r}: a field of its config.json has the wrong type: "
                          f"{one_line(e)}") from e
+    _check_loaded_keys(info, source)
+    model.name_or_path = model.config._name_or_path = source
+    if adapter is not None:
+        model = attach_adapter(model, adapter)
     if device is not None:
         model = model.to(device)
     check_finite(model, source)
     return model.eval()
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+_ADAPTER_FILES = (ADAPTER_CONFIG, "adapter_model.safetensors", "adapter_model.bin")
+
+
+@contextmanager
+def _weights_only(source: str):
+    """``source``, or where it holds adapter files, a temporary view of it without them (links to its
+    other files), so transformers loads the model's own weights and attaches nothing."""
+    path = Path(source)
+    if not (path.is_dir() and any((path / f).exists() for f in _ADAPTER_FILES)):
+        yield source
+        return
+    view = Path(tempfile.mkdtemp(prefix="obliviate-model-"))
+    try:
+        for entry in path.iterdir():
+            if entry.name not in _ADAPTER_FILES:
+                (view / entry.name).symlink_to(entry.resolve())
+        yield str(view)
+    finally:
+        shutil.rmtree(view, ignore_errors=True)
+
+
+def _named(keys, n: int = 3) -> str:
+    keys = sorted(keys)
+    shown = ", ".join(repr(k) for k in keys[:n])
+    return f"{len(keys)} tensor{'s' if len(keys) != 1 else ''} ({shown}{', ...' if len(keys) > n else ''})"
+
+
+def _check_loaded_keys(info: dict, source: str) -> None:
+    """ModelError when the checkpoint lacks tensors the model needs or holds tensors it has no place for
+    (transformers' loading report: ``missing_keys``, ``unexpected_keys``; tied weights are in neither)."""
+    missing, unexpected = info.get("missing_keys") or (), info.get("unexpected_keys") or ()
+    if missing or unexpected:
+        parts = ([f"lacks {_named(missing)} the model needs (they would be random)"] if missing else []) + \
+                ([f"holds {_named(unexpected)} the model has no place for"] if unexpected else [])
+        raise ModelError(f"cannot load model {source!r}: its weights do not match its config.json: the "
+                         f"checkpoint {' and '.join(parts)}")
+
+
+def attach_adapter(model, adapter: str | os.PathLike):
+    """``model`` with the peft adapter in directory ``adapter`` (``adapter_config.json`` and
+    ``adapter_model.safetensors``) attached and merged into its weights: a plain model again, which trains
+    and saves as any other. Each adapter tensor must find its place and each adapter weight must be in
+    the file (ModelError naming them otherwise); pickled adapter weights are refused, never unpickled."""
+    from peft import PeftConfig, PeftModel
+
+    path = Path(adapter)
+    if not path.is_dir():
+        why = "is not a directory" if path.exists() else missing_reason(path)
+        raise ModelError(f"adapter directory {str(path)!r} {why}")
+    if not (path / ADAPTER_CONFIG).is_file():
+        raise ModelError(f"adapter directory {str(path)!r} has no {ADAPTER_CONFIG}")
+    if not (path / "adapter_model.safetensors").is_file():
+        pickled = (" (found pickled adapter_model.bin; refusing to unpickle)"
+                   if (path / "adapter_model.bin").exists() else "")
+        raise ModelError(f"adapter directory {str(path)!r} has no adapter_model.safetensors{pickled}")
+    try:
+        config = PeftConfig.from_pretrained(str(path))
+        config.inference_mode = True
+        peft_model = PeftModel(model, config)
+        result = peft_model.load_adapter(str(path), adapter_name="default", use_safetensors=True)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ModelError(f"cannot attach adapter {str(path)!r}: {one_line(e)}") from e
+    if result.missing_keys or result.unexpected_keys:
+        parts = ([f"lacks {_named(result.missing_keys)}"] if result.missing_keys else []) + \
+                ([f"holds {_named(result.unexpected_keys)} the model has no place for"]
+                 if result.unexpected_keys else [])
+        raise ModelError(f"cannot attach adapter {str(path)!r}: it does not fit the model: its weights file "
+                         f"{' and '.join(parts)}")
+    return peft_model.merge_and_unload()
 
 
 def check_finite(model, name) -> None:
@@ -120,7 +214,9 @@ def _check_model_dir(path: Path) -> Path:
         raise ModelError(f"model path {str(path)!r} is not a directory")
     config = path / "config.json"
     if not config.is_file():
-        raise ModelError(f"model directory {str(path)!r} has no config.json")
+        hint = (" (it holds an adapter: give its base model as --model and this directory as --adapter)"
+                if (path / ADAPTER_CONFIG).is_file() else "")
+        raise ModelError(f"model directory {str(path)!r} has no config.json{hint}")
     try:
         parsed = json.loads(config.read_text())
         bad = _non_finite_key(parsed)
