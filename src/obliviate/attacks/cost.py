@@ -1,0 +1,58 @@
+"""What an attack spent: forward passes, backward passes and tokens, so attacker budgets can be compared.
+
+:func:`counting` hooks decoder layer 0 (every forward pass of any Hugging Face causal LM goes through it,
+whether it starts from token ids or from embeddings) and counts each pass and the tokens it processed
+(batch x positions, padding included; a cached generation step counts its new tokens only). Backward passes
+are counted by the attack itself (:meth:`Cost.backward`). A deep copy of a hooked model carries the hook, so
+the passes of a copy made inside the block (a relearning attack's) are counted too. docs/evaluation.md,
+section "More attacks".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+from obliviate.models.layers import decoder_layers
+
+
+@dataclass
+class Cost:
+    forwards: int = 0
+    backwards: int = 0
+    tokens: int = 0
+    """Tokens through the forward passes (B x T per pass)."""
+
+    def backward(self, n: int = 1) -> None:
+        self.backwards += n
+
+    def add(self, other: "Cost") -> "Cost":
+        self.forwards += other.forwards
+        self.backwards += other.backwards
+        self.tokens += other.tokens
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@contextlib.contextmanager
+def counting(*models, cost: Cost | None = None) -> Iterator[Cost]:
+    """Count the forward passes (and their tokens) of ``models`` inside the block; hooks removed on exit."""
+    cost = cost if cost is not None else Cost()
+
+    def hook(_mod, args, kwargs):
+        h = args[0] if args else kwargs.get("hidden_states")
+        cost.forwards += 1
+        cost.tokens += int(h.shape[0] * h.shape[1]) if h is not None and h.dim() == 3 else 0
+
+    handles = []
+    try:
+        for m in models:
+            if m is not None:
+                handles.append(decoder_layers(m)[0].register_forward_pre_hook(hook, with_kwargs=True))
+        yield cost
+    finally:
+        for h in handles:
+            h.remove()
