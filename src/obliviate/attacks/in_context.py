@@ -1,0 +1,80 @@
+"""In-context attacks: the forget question after k facts in the prompt.
+
+Shumailov et al. 2024 ("UnUnlearning") show that knowledge removed from the weights comes back when related
+knowledge is put in the context; Lynch et al. 2024 and Doshi & Stickland 2024 find the same with plain
+few-shot prompting. On the forget QA facts split in two halves A and B (:meth:`Task.forget_halves`):
+
+- *re-introduction* (``in_context_reintro_acc``): each question of B after the first k facts of A (and A's
+  after B's), facts of the same forget set but never the question's own;
+- *few-shot* (``in_context_fewshot_acc``): the same questions after the first k retain facts;
+- ``in_context_zero_shot_acc``: the same questions alone, the reference.
+
+Each fact is written as the task asks it, ``prompt(q) + answer(a)`` (the world: ``Question: q\\nAnswer: a``),
+the facts joined and followed by the question's prompt with ``"\\n\\n"`` (:func:`shots_prompt`); a chat task
+puts the facts as ``Question: q\\nAnswer: a`` lines before the question in its user turn. Scored by greedy
+prefix match (:func:`prefix_accuracy`), the mean over the two directions. docs/evaluation.md, "More attacks".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from obliviate.attacks.cost import Cost, counting
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.answers import answer_matches
+from obliviate.eval.core import greedy_generate
+from obliviate.eval.suite import answer_budget
+from obliviate.tasks.base import Task
+
+SEP = "\n\n"
+
+
+def shots_prompt(task: Task, shots: Sequence[tuple[str, str]], question: str, tokenizer=None) -> str:
+    """The prompt of ``question`` preceded by the ``shots`` (question, answer) facts (module docstring)."""
+    if task.prompt.chat:
+        facts = SEP.join(f"Question: {q}\nAnswer: {a}" for q, a in shots)
+        return task.prompt.prompt(f"{facts}{SEP}{question}" if shots else question, tokenizer)
+    facts = [task.prompt.prompt(q, tokenizer) + task.prompt.answer(a) for q, a in shots]
+    return SEP.join([*facts, task.prompt.prompt(question, tokenizer)])
+
+
+def prefix_accuracy(model, tokenizer, prompts: Sequence[str], answers: Sequence[str], batch_size: int = 32) -> float:
+    """Fraction of prompts whose greedy continuation starts with the words of its answer."""
+    preds = greedy_generate(model, tokenizer, list(prompts), answer_budget(tokenizer, list(answers)), batch_size)
+    return float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(preds, answers)]))
+
+
+def in_context_prompts(task: Task, k: int, tokenizer=None, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """``{"reintro", "fewshot", "zero_shot"}`` -> (prompt, answer) of every question of both halves."""
+    if k < 1:
+        raise ConfigError(f"config key 'in_context_k': must be >= 1, got {k}")
+    halves = task.forget_halves(seed)
+    if halves is None or not all(halves):
+        raise DataError(f"task {task.name!r}: the in-context attack needs at least 2 forget QA facts")
+    if not task.retain.qa:
+        raise DataError(f"task {task.name!r}: the few-shot attack needs retain QA facts")
+    retain = list(task.retain.qa)[:k]
+    out: dict[str, list] = {"reintro": [], "fewshot": [], "zero_shot": []}
+    for test, other in ((halves[1], halves[0]), (halves[0], halves[1])):
+        for q, a in test:
+            out["reintro"].append((shots_prompt(task, list(other)[:k], q, tokenizer), a))
+            out["fewshot"].append((shots_prompt(task, retain, q, tokenizer), a))
+            out["zero_shot"].append((task.prompt.prompt(q, tokenizer), a))
+    return out
+
+
+def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0, max_items: int = 200,
+                      batch_size: int = 32) -> dict:
+    """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_k`` and ``in_context_cost``."""
+    prompts = in_context_prompts(task, k, tokenizer, seed)
+    out: dict = {"in_context_k": k}
+    cost = Cost()
+    with counting(model, cost=cost):
+        for name, pairs in prompts.items():
+            pairs = pairs[:max_items]
+            out[f"in_context_{name}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs],
+                                                            [a for _, a in pairs], batch_size)
+    out["in_context_cost"] = cost.as_dict()
+    return out
