@@ -17,7 +17,7 @@ import torch
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
 from obliviate.tasks.base import Data, PromptFormat, qa_answer, qa_prompt
 
 
@@ -65,12 +65,13 @@ def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields:
 
 def encode_documents(tokenizer, documents: list[dict], max_len: int = 256,
                      fields: tuple[str, ...] = ("domain", "concept", "toxic", "answer", "split")) -> TokenDataset:
-    """Tokenise labelled documents: ``[bos] + tokens + [eos]``, split into ``max_len`` chunks."""
+    """Tokenise labelled documents: ``[bos] + tokens + [eos]`` (bos where the tokenizer's models take one,
+    :func:`~obliviate.models.tokenizer.adds_bos`), split into ``max_len`` chunks."""
     if not documents:
         raise DataError("no documents to encode")
     vocab: dict[str, dict] = {f: {} for f in fields}
     ids_out, labels_out = [], {f: [] for f in fields}
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    bos, eos = (tokenizer.bos_token_id if adds_bos(tokenizer) else None), tokenizer.eos_token_id
     texts = [d["text"] for d in documents]
     enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     for doc, ids, offs in zip(documents, enc["input_ids"], enc["offset_mapping"]):
@@ -147,13 +148,20 @@ def clip_chars(text: str, max_tokens: int | None, keep: str = "end") -> str:
     return text[-room:] if keep == "end" else text[:room]
 
 
-def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_len: int = 256) -> tuple[list, list]:
-    """Token ids of ``prompt + answer + eos`` and a mask that is 1 on answer (and eos) tokens only."""
+def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_len: int = 256,
+                         add_eos: bool = True) -> tuple[list, list]:
+    """Token ids of ``[bos] + prompt + answer + eos`` and a mask that is 1 on answer (and eos) tokens only.
+
+    bos where the tokenizer's models take one and the prompt does not already start with it
+    (:func:`~obliviate.models.tokenizer.bos_prefix`); no eos with ``add_eos=False`` (a chat answer ends with
+    its template's end of turn instead, :meth:`~obliviate.tasks.base.PromptFormat.pairs`). The prompt is
+    tokenised alone, as generation sees it, and the answer after it."""
     seqs, masks = [], []
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id if add_eos else None
+    adds = adds_bos(tokenizer)
     for p, a in zip(prompts, answers):
         p, a = clip_chars(p, max_len, "start"), clip_chars(a, max_len, "start")  # the first max_len tokens stay
-        p_ids = ([bos] if bos is not None else []) + tokenizer(p, add_special_tokens=False)["input_ids"]
+        p_ids = bos_prefix(tokenizer, p, adds=adds) + tokenizer(p, add_special_tokens=False)["input_ids"]
         a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
         seq = (p_ids + a_ids)[:max_len]
         mask = ([0] * len(p_ids) + [1] * len(a_ids))[:max_len]
@@ -201,7 +209,8 @@ def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: in
                 doc_mode: str = "chunk") -> tuple[list[np.ndarray], list[np.ndarray], dict]:
     """Token ids and loss masks of ``data`` (a :class:`Data` or formatted pairs); returns (ids, masks, stats).
 
-    QA pairs: ``prompt + answer + eos``, loss on the answer and eos (:func:`encode_prompt_answer`).
+    QA pairs: ``prompt + answer + eos``, loss on the answer and eos (:func:`encode_prompt_answer`); with a chat
+    format, the template's turns and its end of turn in place of eos (:meth:`PromptFormat.pairs`).
     Documents: ``bos + text + eos``, loss on every token; a document longer than ``max_len``
     tokens is split into consecutive windows (``doc_mode="chunk"``, nothing lost) or cut to its
     first ``max_len`` tokens (``"cut"``). ``stats`` counts documents, windows and tokens cut, so a
@@ -216,14 +225,16 @@ def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: in
     if data.qa:
         pairs = fmt.pairs(data.qa, tokenizer)
         seqs, masks = encode_prompt_answer(tokenizer, [clip_chars(p, max_len, "start") for p, _ in pairs],
-                                           [clip_chars(a, max_len, "start") for _, a in pairs], max_len=10 ** 9)
+                                           [clip_chars(a, max_len, "start") for _, a in pairs], max_len=10 ** 9,
+                                           add_eos=not fmt.chat)
         for i, s in enumerate(seqs):
             if len(s) > max_len:
                 stats["qa_cut"] += 1
                 seqs[i], masks[i] = s[:max_len], masks[i][:max_len]
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    head = bos_prefix(tokenizer) if data.docs else []
     for text in data.docs:
-        ids = ([bos] if bos is not None else []) + tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = head + tokenizer(text, add_special_tokens=False)["input_ids"]
         ids += [eos] if eos is not None else []
         if doc_mode == "cut" or len(ids) <= max_len:
             stats["tokens_cut"] += max(0, len(ids) - max_len)

@@ -18,7 +18,7 @@ import torch
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import lm_loss
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import bos_prefix, pad_id
 from obliviate.train import StepSampler, TrainConfig, train
 
 @dataclass
@@ -97,10 +97,11 @@ def _encode(tokenizer, data: Sequence, max_len: int) -> tuple[list[np.ndarray], 
 
     if _is_pairs(data):
         return encode_prompt_answer(tokenizer, [p for p, _ in data], [a for _, a in data], max_len)
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    head = bos_prefix(tokenizer)
     seqs, masks = [], []
     for text in data:
-        ids = ([bos] if bos is not None else []) + tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = head + tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = (ids + ([eos] if eos is not None else []))[:max_len]
         seqs.append(np.asarray(ids, dtype=np.int64))
         masks.append(np.ones(len(ids), dtype=np.int64))

@@ -21,7 +21,7 @@ from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer,
 from obliviate.errors import InvalidResult, ModelError
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating, logits_at, unwrap
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -165,7 +165,9 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos).
     """
     dev = _device(model)
-    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, pad_id(tokenizer)
+    eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
+    adds = adds_bos(tokenizer)
+    bos = tokenizer.bos_token_id if adds else None
     max_len = model_max_length(model)
     limit = None if max_len is None else max_len - max_new_tokens
     if limit is not None and limit < 1:
@@ -179,7 +181,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         enc = []
         for p in chunk:
             p_ids = tokenizer(clip_chars(p, limit), add_special_tokens=False)["input_ids"]
-            ids, _, cut = _fit(([bos] if bos is not None else []) + p_ids, [], limit, bos)
+            ids, _, cut = _fit(bos_prefix(tokenizer, p, adds=adds) + p_ids, [], limit, bos)
             cut = cut or len(p) > len(clip_chars(p, limit))
             enc.append(ids)
             n_cut += cut
@@ -272,7 +274,7 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
     if len(prompts) != len(answers):
         raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
     dev = _device(model)
-    bos = tokenizer.bos_token_id
+    bos = tokenizer.bos_token_id if adds_bos(tokenizer) else None
     pad = pad_id(tokenizer)
     max_len = model_max_length(model)
     clipped = [clip_chars(p, max_len) for p in prompts]
@@ -311,7 +313,8 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     the model's context with its continuation keeps its last tokens (and bos).
     """
     dev = _device(model)
-    bos = tokenizer.bos_token_id
+    adds = adds_bos(tokenizer)
+    bos = tokenizer.bos_token_id if adds else None
     pad = pad_id(tokenizer)
     max_len = model_max_length(model)
     flat_seqs, flat_masks, owner = [], [], []
@@ -319,7 +322,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     n_cut = 0
     for i, (ctx, conts) in enumerate(zip(contexts, continuations)):
         clipped = clip_chars(ctx, max_len)
-        c_ids = ([bos] if bos is not None else []) + tokenizer(clipped, add_special_tokens=False)["input_ids"]
+        c_ids = bos_prefix(tokenizer, clipped, adds=adds) + tokenizer(clipped, add_special_tokens=False)["input_ids"]
         x_all = [tokenizer(clip_chars(cont, max_len, "start"), add_special_tokens=False)["input_ids"] for cont in conts]
         if conts and all(len(x) == 1 for x in x_all) and len(c_ids) + 1 <= max_len and len(c_ids) > 0:
             # every option is one token after the same context (lettered MCQs): one forward for all of them,

@@ -20,7 +20,7 @@ from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import check_logits, model_max_length
 from obliviate.models.layers import evaluating
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import bos_prefix, pad_id
 
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
 """The member scores :func:`mia_scores` returns, in order."""
@@ -50,13 +50,15 @@ def _fit(prefix: list[int], cont: list[int], limit: int | None, bos: int | None)
 def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], limit: int | None,
             add_eos: bool) -> tuple[list[tuple[list[int], int]], int]:
     """(token ids, number of context tokens) per example, and how many examples were cut."""
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    head = bos_prefix(tokenizer)
+    bos = head[0] if head else None
     out, n_cut = [], 0
     for i, (text, prefix) in enumerate(zip(texts, prefixes)):
         if not isinstance(text, str) or not (prefix is None or isinstance(prefix, str)):
             raise DataError(f"example {i}: texts and prefixes must be strings, got "
                             f"{type(text).__name__} and {type(prefix).__name__}")
-        ctx = ([bos] if bos is not None else []) + (
+        ctx = head + (
             tokenizer(clip_chars(prefix, limit), add_special_tokens=False)["input_ids"] if prefix else [])
         cont = list(tokenizer(clip_chars(text, limit, "start"), add_special_tokens=False)["input_ids"]) + (
             [eos] if add_eos and eos is not None else [])

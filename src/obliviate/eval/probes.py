@@ -22,7 +22,7 @@ import torch
 from obliviate.data import collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.layers import gather_last, states_over_batches
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import bos_prefix, pad_id
 
 
 def default_probe_layers(n_layers: int) -> list[int]:
@@ -46,8 +46,7 @@ def last_token_states(model, tokenizer, texts: Sequence[str], layers: Sequence[i
     """
     if not texts:
         raise DataError("no texts to compute hidden states of")
-    bos = tokenizer.bos_token_id
-    head = [bos] if bos is not None else []
+    head = bos_prefix(tokenizer)
     seqs = [np.asarray((head + tokenizer(t, add_special_tokens=False)["input_ids"])[:max_len], dtype=np.int64)
             for t in texts]
     pad = pad_id(tokenizer)

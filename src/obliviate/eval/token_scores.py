@@ -16,7 +16,7 @@ from obliviate.data import collate, qa_prompt, token_labels
 from obliviate.errors import DataError
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import adds_bos, pad_id
 
 LABEL_CODES = {"specific": 1, "structural": 0}
 
@@ -50,7 +50,7 @@ def world_token_labels(tokenizer, facts: Sequence[dict], max_len: int = 256) -> 
     """
     if not facts:
         raise DataError("world_token_labels: no facts")
-    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    bos, eos = (tokenizer.bos_token_id if adds_bos(tokenizer) else None), tokenizer.eos_token_id
     seqs, answer_masks, codes = [], [], []
     for fact in facts:
         prompt = qa_prompt(fact["question"])

@@ -8,6 +8,7 @@ which in turn use evaluation and attacks.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -109,22 +110,53 @@ class PromptFormat:
         if not self.chat and "{question}" not in self.template:
             raise ConfigError(f"prompt template {self.template!r} has no {{question}} placeholder")
 
-    def prompt(self, question: str, tokenizer=None) -> str:
-        if not self.chat:
-            return self.template.replace("{question}", question)
+    def _messages(self, question: str) -> list[dict]:
+        return ([{"role": "system", "content": self.system}] if self.system else []) + \
+            [{"role": "user", "content": question}]
+
+    def _check_chat(self, tokenizer) -> None:
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise ConfigError("prompt format 'chat' needs a tokenizer with a chat template "
                               "(this tokenizer has none; use a plain template)")
-        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
-            [{"role": "user", "content": question}]
-        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def prompt(self, question: str, tokenizer=None) -> str:
+        """The prompt text: the template filled in, or the chat template's rendering of the user turn with its
+        generation prompt (``apply_chat_template(..., add_generation_prompt=True)``, bos included where the
+        template writes it). A plain template with a tokenizer that has a chat template warns once."""
+        if not self.chat:
+            if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+                warnings.warn("the tokenizer has a chat template but the prompt is the plain template "
+                              f"{self.template!r}: pass --chat-template (PromptFormat(chat=True)) for a chat model",
+                              stacklevel=2)
+            return self.template.replace("{question}", question)
+        self._check_chat(tokenizer)
+        return tokenizer.apply_chat_template(self._messages(question), tokenize=False, add_generation_prompt=True)
 
     def answer(self, answer: str) -> str:
+        """The answer as it follows the prompt: after ``answer_prefix``, or as given with a chat template (the
+        assistant turn starts right after the generation prompt)."""
+        if self.chat:
+            return answer
         return self.answer_prefix + answer if not answer.startswith(self.answer_prefix) else answer
 
+    def turn_end(self, tokenizer) -> str:
+        """What the chat template writes after an assistant answer (``<|eot_id|>``, ``<end_of_turn>\\n``,
+        ``<|im_end|>\\n``): the text of the full conversation after the answer."""
+        self._check_chat(tokenizer)
+        mark = "\x00obliviate-answer\x00"
+        msgs = self._messages("q") + [{"role": "assistant", "content": mark}]
+        full = tokenizer.apply_chat_template(msgs, tokenize=False)
+        if full.count(mark) != 1:
+            raise ConfigError("the tokenizer's chat template does not write the assistant's answer as given; "
+                              "use a plain template")
+        return full.split(mark, 1)[1]
+
     def pairs(self, qa: list[tuple[str, str]], tokenizer=None) -> list[tuple[str, str]]:
-        """``(prompt, answer)`` strings ready to encode."""
-        return [(self.prompt(q, tokenizer), self.answer(a)) for q, a in qa]
+        """``(prompt, answer)`` strings ready to encode; a chat answer ends with the template's end of turn
+        (:meth:`turn_end`), and is encoded without eos (:func:`obliviate.data.encode_data`), so that prompt +
+        answer is the template's rendering of the conversation."""
+        end = self.turn_end(tokenizer) if self.chat and qa else ""
+        return [(self.prompt(q, tokenizer), self.answer(a) + end) for q, a in qa]
 
 
 @dataclass
