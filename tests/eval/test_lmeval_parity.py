@@ -6,6 +6,7 @@ import torch
 from obliviate.utils import data_dir
 
 N_ITEMS = 10
+N_WMDP = 40
 
 
 def test_lmeval_missing_is_a_clear_error(monkeypatch, tiny_model, tiny_tokenizer):
@@ -81,33 +82,57 @@ def _check_parity(model, tok, mcqs, theirs):
     assert ours["predictions"] == theirs  # item by item
     answers = [m["answer_index"] if isinstance(m, dict) else m.answer_index for m in mcqs]
     assert ours["accuracy"] == pytest.approx(sum(t == a for t, a in zip(theirs, answers)) / len(mcqs))
+    return ours
 
 
-def test_mmlu_subset_parity_with_lm_eval():
+def _benchmark_items(name, limit):
+    """The benchmark task's MCQs as ``eval --benchmark`` scores them (with lm-eval's description)."""
+    from obliviate.tasks.benchmark import benchmark_task
+
+    es = benchmark_task(name, limit=limit).evals[0]
+    return [{"question": m.question, "choices": list(m.choices), "answer_index": m.answer_index,
+             "description": m.meta.get("description", "")} for m in es.items]
+
+
+def test_mmlu_subset_parity_with_lm_eval_installed_task():
+    # lm-eval's own mmlu_anatomy (its YAML: description, prompt, letters) on the local CSV's records
     pytest.importorskip("lm_eval")
     path = data_dir() / "mmlu" / "test" / "anatomy_test.csv"
     if not path.is_file():
         pytest.skip(f"{path} not present")
+    from obliviate.eval.lmeval import lmeval_installed_task_choices
     from obliviate.tasks.sources import load_mmlu
-    from obliviate.eval.lmeval import lmeval_mmlu_choices
 
-    mcqs = load_mmlu("anatomy")[:N_ITEMS]
+    mcqs = _benchmark_items("mmlu:anatomy", N_ITEMS)
+    assert mcqs[0]["description"] == "The following are multiple choice questions (with answers) about anatomy.\n\n"
+    docs = [{"question": m["question"], "subject": "anatomy", "choices": m["choices"], "answer": m["answer_index"]}
+            for m in mcqs]
     model, tok = _scaled_model([m.question + " " + " ".join(m.choices) for m in load_mmlu("anatomy")])
-    _check_parity(model, tok, mcqs, lmeval_mmlu_choices(model, tok, path, limit=N_ITEMS))
+    _check_parity(model, tok, mcqs, lmeval_installed_task_choices(model, tok, "mmlu_anatomy", docs))
 
 
-def test_wmdp_subset_parity_with_lm_eval():
+def test_wmdp_bio_parity_with_lm_eval_installed_task():
+    # Issue #28: on 40 WMDP items our old prompt (no description) and lm-eval's wmdp_bio disagreed on 14.
     pytest.importorskip("lm_eval")
     if not (data_dir() / "wmdp" / "bio_questions.json").is_file():
         pytest.skip("local WMDP questions not present")
+    from obliviate.eval import mcq_accuracy
+    from obliviate.eval.lmeval import lmeval_installed_task_choices
+    from obliviate.eval.suite import evaluate_benchmark
     from obliviate.tasks.sources import load_wmdp
-    from obliviate.eval.lmeval import lmeval_mcq_choices
 
     all_items = load_wmdp("bio")
-    mcqs = [{"question": m.question, "choices": list(m.choices), "answer_index": m.answer_index}
-            for m in all_items[:N_ITEMS]]
+    mcqs = _benchmark_items("wmdp_bio", N_WMDP)
+    docs = [{"question": m["question"], "choices": m["choices"], "answer": m["answer_index"]} for m in mcqs]
     model, tok = _scaled_model([m.question + " " + " ".join(m.choices) for m in all_items[:200]], seed=2)
-    _check_parity(model, tok, mcqs, lmeval_mcq_choices(model, tok, mcqs))
+    theirs = lmeval_installed_task_choices(model, tok, "wmdp_bio", docs)
+    ours = _check_parity(model, tok, mcqs, theirs)
+    run = evaluate_benchmark(model, tok, "wmdp_bio", limit=N_WMDP)  # what `obliviate eval --benchmark` runs
+    assert run["_per_item"]["wmdp_bio"]["predictions"] == theirs
+    assert run["wmdp_bio_acc"] == pytest.approx(ours["accuracy"])
+    # the description matters: without it, some predictions differ (the parity is not engine-only)
+    bare = mcq_accuracy(model, tok, [{**m, "description": ""} for m in mcqs], style="letters")["predictions"]
+    assert bare != theirs
 
 
 def test_eval_lm_eval_runs_a_local_task_yaml(tmp_path):

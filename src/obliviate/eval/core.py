@@ -382,15 +382,18 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
                  context_fn=None, progress: bool = False) -> dict:
     """Zero-shot MCQ accuracy by log-likelihood.
 
-    ``style="letters"``: the lm-eval format, scoring " A".." D" after
-    :func:`mcq_prompt`. ``style="cloze"``: score each choice text as the
-    continuation of ``context_fn(question)`` (default: the question itself).
-    Each MCQ is a dict with ``question``, ``choices`` and ``answer_index``.
+    ``style="letters"``: the lm-eval format, scoring " A".." D" after the MCQ's ``description`` (lm-eval's task
+    description, default none) and :func:`mcq_prompt`. ``style="cloze"``: score each choice text as the
+    continuation of ``context_fn(question)`` (default: the question itself); the sum of log-probabilities
+    favours short choices, so ``accuracy_norm`` (``predictions_norm``) is also given, lm-eval's ``acc_norm``:
+    the argmax of each choice's log-likelihood divided by its length in characters (``len(choice)``, as
+    lm-eval's ``process_results`` does). Each MCQ is a dict with ``question``, ``choices`` and ``answer_index``
+    (and optionally ``description``).
     """
     if not mcqs:
         return {"accuracy": float("nan"), "n": 0, "predictions": []}
     if style == "letters":
-        ctxs = [mcq_prompt(m["question"], m["choices"]) for m in mcqs]
+        ctxs = [(m.get("description") or "") + mcq_prompt(m["question"], m["choices"]) for m in mcqs]
         conts = [[f" {LETTERS[i]}" for i in range(len(m["choices"]))] for m in mcqs]
     elif style == "cloze":
         fn = context_fn or (lambda m: m["question"])
@@ -401,8 +404,14 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
     scores = choice_logprobs(model, tokenizer, ctxs, conts, batch_size, progress=progress)
     preds = [int(np.argmax(s)) for s in scores]
     correct = [float(p == m["answer_index"]) for p, m in zip(preds, mcqs)]
-    return {"accuracy": float(np.mean(correct)), "n": len(mcqs), "predictions": preds, "correct": correct,
-            "scores": scores}
+    out = {"accuracy": float(np.mean(correct)), "n": len(mcqs), "predictions": preds, "correct": correct,
+           "scores": scores}
+    if style == "cloze":
+        norm = [int(np.argmax(np.asarray(s) / np.maximum([len(c) for c in m["choices"]], 1)))
+                for s, m in zip(scores, mcqs)]
+        out["predictions_norm"] = norm
+        out["accuracy_norm"] = float(np.mean([p == m["answer_index"] for p, m in zip(norm, mcqs)]))
+    return out
 
 
 @torch.no_grad()

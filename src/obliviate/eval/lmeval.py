@@ -9,12 +9,18 @@
   docs/methods.md (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
   so its choices can be compared with :func:`obliviate.eval.mcq_accuracy` (``style="letters"``).
 - :func:`lmeval_mmlu_choices` does the same for a local MMLU CSV file.
+- :func:`lmeval_installed_task_choices` runs one of lm-eval's *own installed* tasks (``wmdp_bio``,
+  ``mmlu_anatomy``, ...: its YAML's description, prompt, choices and target, included unchanged) on local
+  records in the dataset's own fields, overriding only where the data is read from; this is what
+  ``obliviate eval --benchmark`` must agree with (tests/eval/test_lmeval_parity.py).
 
 ``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`.
 
-Tokenisation: ``add_bos_token=True`` makes lm-eval encode with special tokens, i.e. with
-the bos token *if the tokenizer's post-processor adds one*; obliviate always prepends bos.
-For identical inputs use a tokenizer that adds bos when asked (most pretrained ones do).
+Tokenisation: lm-eval's own default (``add_bos_token=None``: the tokenizer's own special tokens, bos for
+Llama or Gemma, none for GPT-2 or Pythia), which is what obliviate follows too
+(:func:`obliviate.models.tokenizer.adds_bos`). obliviate's own tokenizers add nothing, but their models are
+trained with bos first, so obliviate prepends it and lm-eval does not: for identical inputs on such a model,
+use a tokenizer that adds bos when encoding.
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ def require_lm_eval():
     return lm_eval
 
 
-def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool = True):
-    """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer``."""
+def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool | None = None):
+    """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer`` (``add_bos_token``: lm-eval's default,
+    the tokenizer's own behaviour)."""
     require_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
@@ -78,29 +85,67 @@ def _loglik(resp) -> float:
 
 def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int]:
     """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``)."""
-    require_lm_eval()
-    from lm_eval import simple_evaluate
-    from lm_eval.tasks import TaskManager
-
     if not mcqs:
         raise DataError("no MCQs to evaluate")
     n_choices = {len(m["choices"]) for m in mcqs}
     if len(n_choices) != 1:
         raise DataError(f"all MCQs must have the same number of choices for one lm-eval task, got {sorted(n_choices)}")
+    docs = [{"question": m["question"], "choices": list(m["choices"]), "answer": int(m["answer_index"])} for m in mcqs]
+    return _run_local(model, tokenizer, docs, lambda data_file: _task_yaml(TASK_NAME, data_file, n_choices.pop()),
+                      TASK_NAME, batch_size)
+
+
+def installed_task_yaml(task: str) -> Path:
+    """The YAML file of lm-eval's installed task ``task`` (e.g. ``wmdp_bio``, ``mmlu_anatomy``)."""
+    require_lm_eval()
+    from lm_eval.tasks import TaskManager
+
+    entry = TaskManager().task_index.get(task)
+    path = getattr(entry, "yaml_path", None)
+    if not path:
+        raise DataError(f"lm-eval has no installed task {task!r}")
+    return Path(path)
+
+
+def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict], batch_size: int = 16) -> list[int]:
+    """The 0-based option lm-eval's installed task ``task`` picks for each of ``docs`` (records in the dataset's
+    own fields: ``question``, ``choices``, ``answer`` for WMDP and MMLU). A temporary YAML includes the task's
+    own file unchanged and overrides only the data (``dataset_path: json`` on a local file), so the prompt,
+    description and choices are lm-eval's."""
+    yaml_path = installed_task_yaml(task)
+    name = f"{task}_obliviate_local"
+
+    def text(data_file: Path) -> str:
+        return "\n".join([f"include: {json.dumps(str(yaml_path))}", f"task: {name}",
+                          "dataset_path: json", "dataset_name: null", "dataset_kwargs:", "  data_files:",
+                          f"    test: {json.dumps(str(data_file))}", "test_split: test", "fewshot_split: test",
+                          "num_fewshot: 0"]) + "\n"
+
+    return _run_local(model, tokenizer, docs, text, name, batch_size)
+
+
+def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int) -> list[int]:
+    """Write ``docs`` as JSON Lines and ``yaml_text(data_file)`` as task ``task`` in a temporary directory, run it
+    with ``simple_evaluate`` and return the option chosen for each document (highest log-likelihood)."""
+    require_lm_eval()
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    if not docs:
+        raise DataError("no documents to evaluate")
     with tempfile.TemporaryDirectory(prefix="obliviate-lmeval-") as tmp:
         tmp = Path(tmp)
         data_file = tmp / "data.jsonl"
         with open(data_file, "w", encoding="utf-8") as f:
-            for m in mcqs:
-                f.write(json.dumps({"question": m["question"], "choices": list(m["choices"]),
-                                    "answer": int(m["answer_index"])}) + "\n")
-        (tmp / f"{TASK_NAME}.yaml").write_text(_task_yaml(TASK_NAME, data_file, n_choices.pop()))
+            for d in docs:
+                f.write(json.dumps(d) + "\n")
+        (tmp / f"{task}.yaml").write_text(yaml_text(data_file))
         tm = TaskManager(include_path=str(tmp))
-        out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=[TASK_NAME], num_fewshot=0,
+        out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=[task], num_fewshot=0,
                               task_manager=tm, log_samples=True)
-    samples = sorted(out["samples"][TASK_NAME], key=lambda s: s["doc_id"])
-    if len(samples) != len(mcqs):
-        raise ObliviateError(f"lm-eval returned {len(samples)} samples for {len(mcqs)} questions")
+    samples = sorted(out["samples"][task], key=lambda s: s["doc_id"])
+    if len(samples) != len(docs):
+        raise ObliviateError(f"lm-eval returned {len(samples)} samples for {len(docs)} questions")
     choices = []
     for s in samples:
         resps = s.get("filtered_resps") or s["resps"]

@@ -6,7 +6,8 @@ Per set ``<name>``:
   ``<name>_prob`` (the reference answer's per-token geometric-mean probability, TOFU's normalised
   probability); where every item carries ``options`` (TOFU's real authors / world facts as a benchmark),
   ``<name>_option_prob``, that probability normalised over the options: P(answer) / (P(answer) + sum P(wrong));
-- MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level);
+- MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level, 1/k); a
+  cloze set also ``<name>_acc_norm``, lm-eval's length-normalised accuracy (the raw sum favours short choices);
 - text: ``<name>_loss`` (mean token loss) and ``<name>_ppl``.
 
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
@@ -126,11 +127,13 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
             out["option_prob"] = option_prob(model, tokenizer, task, es.items, prompts, r["answer_probs"], batch_size)
         return {**out, "_correct": correct, "_predictions": r["predictions"]}
     if es.kind == "mcq":
-        items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
-                 for m in es.items]
+        items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"],
+                  "description": _meta(m).get("description", "")} for m in es.items]
         r = mcq_accuracy(model, tokenizer, items, style=es.mcq_style, batch_size=batch_size,
                          context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer), progress=progress)
-        return {"acc": r["accuracy"], "chance": es.chance, "_correct": r["correct"], "_predictions": r["predictions"]}
+        norm = {"acc_norm": r["accuracy_norm"]} if "accuracy_norm" in r else {}
+        return {"acc": r["accuracy"], **norm, "chance": es.chance, "_correct": r["correct"],
+                "_predictions": r["predictions"]}
     r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size,
                   prompts=[_prompt_of(x) for x in es.items])
     return {"loss": r["loss"], "ppl": r["ppl"]}

@@ -5,7 +5,9 @@ user's file of QA pairs or MCQs (``obliviate eval --data``).
 - evaluation: one set, the benchmark, named after it (``:`` spelled ``_``: ``mmlu_anatomy``); role forget for
   the sets a run would unlearn (``wmdp_*``, ``tofu_forget*``), retain for TOFU's retain splits, utility for
   the others and for a user's file. MCQs are scored lm-eval style (letters), QA after the TOFU prompt
-  ``Question: {q}\\nAnswer:``.
+  ``Question: {q}\\nAnswer:``. WMDP and MMLU questions carry lm-eval's task description
+  (``meta["description"]``, :func:`lm_eval_description`), put before the prompt as lm-eval's shipped
+  ``wmdp_*`` and ``mmlu_*`` tasks do.
 - forget / retain: the benchmark's questions with their answers (an MCQ's correct choice) as QA pairs,
   alternately (even positions forget, odd retain), so that the task can be unlearned too; to unlearn a
   benchmark's domain, use its own task (``wmdp:bio``).
@@ -15,6 +17,7 @@ user's file of QA pairs or MCQs (``obliviate eval --data``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -73,6 +76,26 @@ def benchmark_role(name: str, from_file: bool = False) -> str:
     return "retain" if name.startswith("tofu_retain") else "utility"
 
 
+WMDP_TOPICS = {"wmdp_bio": "biology", "wmdp_chem": "chemistry", "wmdp_cyber": "cybersecurity"}
+"""The topic each lm-eval ``wmdp_*`` task names in its description (lm_eval/tasks/wmdp/wmdp_*.yaml)."""
+
+
+def lm_eval_description(example) -> str:
+    """lm-eval's task description of a WMDP or MMLU question (the text its shipped task puts before the prompt):
+    ``"The following are multiple choice questions (with answers) about {topic}.\\n\\n"``, the topic being
+    :data:`WMDP_TOPICS`'s or the MMLU subject with ``_`` as spaces (lm-eval's mmlu/_generate_configs.py);
+    ``""`` for any other question."""
+    split, subject = example.get("split") or "", example.get("subject")
+    topic = WMDP_TOPICS.get(split) or (" ".join(subject.split("_")) if split.startswith("mmlu") and subject else None)
+    return f"The following are multiple choice questions (with answers) about {topic}.\n\n" if topic else ""
+
+
+def _described(ex):
+    """``ex`` with its lm-eval description in ``meta["description"]`` (unchanged when it has none)."""
+    description = lm_eval_description(ex) if dataclasses.is_dataclass(ex) else ""
+    return dataclasses.replace(ex, meta={**ex.meta, "description": description}) if description else ex
+
+
 def _pair(ex, kind: str) -> tuple[str, str]:
     if kind == "mcq":
         return ex["question"], ex["choices"][ex["answer_index"]]
@@ -87,6 +110,8 @@ def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = 
                                                    **loader_kw)
     pairs = [_pair(ex, kind) for ex in examples]
     role = benchmark_role(name, from_file=data is not None)
+    if kind == "mcq" and data is None:
+        examples = [_described(ex) for ex in examples]
     return Task(
         name=f"benchmark:{name}",
         forget=Data(qa=pairs[0::2]),
