@@ -80,3 +80,9 @@ def test_the_attack_scores_each_scheme_and_keeps_the_best(small_world, world_tok
 def test_unknown_scheme_is_refused():
     with pytest.raises(ConfigError, match="int3"):
         fake_quantize(torch.ones(2, 2), "int3")
+
+
+def test_a_bad_scheme_list_fails_before_any_scoring(small_world, world_tokenizer, world_model, monkeypatch):
+    monkeypatch.setattr("obliviate.attacks.quantize.evaluate_task", lambda *a, **k: pytest.fail("scored"))
+    with pytest.raises(ConfigError, match="quantize_schemes.*int3"):
+        quantize_attack(world_model, world_tokenizer, task_from_world(small_world), schemes=("int4", "int3"))
