@@ -13,8 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
+from obliviate.attacks.ablation import ablation_attack, forget_prompts, retain_prompts
+from obliviate.attacks.finetune_unrelated import unrelated_finetune_attack
 from obliviate.attacks.format_shift import format_shift_attack, variant_sets
+from obliviate.attacks.gcg import GCGConfig, gcg_attack
+from obliviate.attacks.in_context import in_context_attack
+from obliviate.attacks.logit_lens import logit_lens_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
+from obliviate.attacks.prompts import prompt_attack
+from obliviate.attacks.quantize import quantize_attack
 from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
@@ -57,6 +64,33 @@ class TaskAttackConfig:
     max_eval: int = 200
     """At most this many forget questions are scored at each point of a recovery curve."""
     seed: int = 0
+    quantize: bool = False
+    """Score quantized copies (:mod:`obliviate.attacks.quantize`, simulated on the CPU): about one evaluation of
+    the task per scheme. The new attacks are off by default until the demo's budget and the controls take them
+    (docs/evaluation.md, "More attacks", gives each one's cost)."""
+    quantize_schemes: list[str] = field(default_factory=lambda: ["int4", "nf4"])
+    """Of ``int8``, ``int4``, ``int8_g128``, ``int4_g128``, ``nf4``."""
+    quantize_backend: str = "simulate"
+    """``simulate`` (every machine) or ``bitsandbytes`` (its real 8-bit / 4-bit load, a CUDA model: int8, nf4)."""
+    ablate: bool = False
+    """Direction ablation (:mod:`obliviate.attacks.ablation`): one evaluation of the task, two with a base model
+    (the white-box variant)."""
+    logit_lens: bool = False
+    """The logit lens on the forget QA items (:mod:`obliviate.attacks.logit_lens`): one forward per batch."""
+    in_context: bool = False
+    """Re-introduction and few-shot prompting (:mod:`obliviate.attacks.in_context`)."""
+    in_context_k: int = 4
+    """Facts put before each question."""
+    prompts: bool = False
+    """RWKU-style adversarial prompts (:mod:`obliviate.attacks.prompts`)."""
+    unrelated_finetune: bool = False
+    """Fine-tune on a few retain examples (:mod:`obliviate.attacks.finetune_unrelated`), at the grid's largest
+    full fine-tuning learning rate."""
+    unrelated_n: int = 10
+    unrelated_steps: int = 20
+    gcg: bool = False
+    """The optimised suffix (:mod:`obliviate.attacks.gcg`); off unless asked for (``attacks=all``)."""
+    gcg_config: GCGConfig = field(default_factory=GCGConfig)
 
     def __post_init__(self):
         if not 0 < self.probe_train_frac < 1:
@@ -302,6 +336,55 @@ def probe_attack(r: AttackRun) -> dict:
 def format_attack(r: AttackRun) -> dict:
     """The best score over the forget set's variants (read from the model's evaluation where given)."""
     return format_shift_attack(r.model, r.tokenizer, r.task, r.metrics)
+
+
+def _forget_qa(task: Task) -> bool:
+    return any(es.kind == "qa" for es in task.evals_by_role("forget", variants=False))
+
+
+@register_attack("quantize", "quantize", lambda task: bool(task.evals_by_role("forget", variants=False)))
+def quantize_run(r: AttackRun) -> dict:
+    """The task's scores on quantized copies (:func:`~obliviate.attacks.quantize.quantize_attack`)."""
+    return quantize_attack(r.model, r.tokenizer, r.task, r.cfg.quantize_schemes, backend=r.cfg.quantize_backend)
+
+
+@register_attack("ablate", "ablate", lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)))
+def ablate_run(r: AttackRun) -> dict:
+    """Direction ablation, and its white-box variant where the base model is given."""
+    return ablation_attack(r.model, r.tokenizer, r.task, base_model=r.base_model, max_prompts=r.cfg.max_eval)
+
+
+@register_attack("logit_lens", "logit_lens", _forget_qa)
+def logit_lens_run(r: AttackRun) -> dict:
+    return logit_lens_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)
+
+
+@register_attack("in_context", "in_context", lambda task: task.forget_halves() is not None and bool(task.retain.qa))
+def in_context_run(r: AttackRun) -> dict:
+    return in_context_attack(r.model, r.tokenizer, r.task, r.cfg.in_context_k, seed=r.cfg.seed,
+                             max_items=r.cfg.max_eval)
+
+
+@register_attack("prompts", "prompts", _forget_qa)
+def prompts_run(r: AttackRun) -> dict:
+    return prompt_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)
+
+
+@register_attack("unrelated_finetune", "unrelated_finetune", lambda task: bool(task.retain))
+def unrelated_finetune_run(r: AttackRun) -> dict:
+    """Fine-tuning on ``unrelated_n`` retain examples, one setting: the grid's largest full fine-tuning rate."""
+    if r.score_fn is None:
+        return {}
+    rc = max((rc for _, rc in attack_grid(r.model, r.cfg) if not rc.lora), key=lambda rc: rc.lr)
+    rc = replace(rc, steps=r.cfg.unrelated_steps, eval_every=max(1, r.cfg.unrelated_steps // 4),
+                 batch_size=min(rc.batch_size, r.cfg.unrelated_n))
+    return {**unrelated_finetune_attack(r.model, r.tokenizer, r.task, r.score_fn, rc, n=r.cfg.unrelated_n,
+                                        seed=r.cfg.seed, base_acc=r.base_score), "unrelated_ft_lr": rc.lr}
+
+
+@register_attack("gcg", "gcg", lambda task: task.forget_halves() is not None)
+def gcg_run(r: AttackRun) -> dict:
+    return gcg_attack(r.model, r.tokenizer, r.task, r.cfg.gcg_config)
 
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
