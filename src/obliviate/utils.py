@@ -1,9 +1,12 @@
-"""Small shared helpers: seeding, data directory, cache directory, atomic file writes."""
+"""Small shared helpers: seeding, data directory, cache directory, atomic file writes, and the one check
+before any file of a run directory is written (:func:`run_write_path`)."""
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -47,6 +50,111 @@ def cache_dir() -> Path:
     return Path(env) if env else Path(".cache") / "obliviate"
 
 
+# ---------------------------------------------------------------- run directories: where a run may write
+
+_RUN_DIRS: set[str] = set()
+"""Absolute paths of the run directories this process prepared."""
+
+
+def add_run_dir(out: str | Path) -> None:
+    """Mark ``out`` as a run directory of this process (:func:`obliviate.runs.results.prepare_out_dir` does):
+    from now on every write under it goes through :func:`run_write_path`."""
+    _RUN_DIRS.add(os.path.abspath(out))
+
+
+def _run_dir_of(path: str) -> tuple[str, str] | None:
+    """``(run directory, the path spelt under it)`` for the innermost run directory holding ``path``
+    (compared as written, and as ``path`` spelt under each directory's real path), else None."""
+    best = None
+    for root in _RUN_DIRS:
+        for spelt in {root, os.path.realpath(root)}:
+            if path == spelt or path.startswith(spelt.rstrip(os.sep) + os.sep):
+                if best is None or len(root) > len(best[0]):
+                    best = (root, os.path.join(root, os.path.relpath(path, spelt)))
+    return best
+
+
+def run_write_path(path: str | Path) -> Path:
+    """The one check before a run writes ``path`` (a file or a folder); returns it as an absolute path.
+
+    Under a run directory (:func:`add_run_dir`) no symbolic link is followed: when any component between
+    ``--out`` and ``path`` (``path`` itself included) is a link, this raises a one-line
+    :class:`ObliviateError` naming it, before anything is written. A link to the input model inside
+    ``--out`` (``OUT/model -> MODEL``) would otherwise let the run overwrite its own input. ``--out`` itself
+    may be a link: the overlap check (``obliviate.cli.args.check_out_dir``) resolves it. Paths outside
+    every run directory are returned unchecked.
+    """
+    p = os.path.abspath(path)
+    found = _run_dir_of(p)
+    if found is None:
+        return Path(p)
+    root, p = found
+    rel = os.path.relpath(p, root)
+    cur = root
+    for part in [] if rel == os.curdir else rel.split(os.sep):
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            try:
+                target = os.readlink(cur)
+            except OSError:
+                target = "?"
+            what = "it is" if cur == p else f"{cur} is"
+            raise ObliviateError(f"refusing to write {p}: {what} a symbolic link (to {target}); a run writes "
+                                 f"only real files and folders under its --out {root}: remove the link")
+    return Path(p)
+
+
+def open_run_file(path: str | Path, mode: str = "a"):
+    """Open ``path`` (checked by :func:`run_write_path`) to append (``"a"``) or read and append (``"a+"``),
+    in text mode, never through a link (``O_NOFOLLOW``) and never into a file that has other hard links
+    (appending to one would change that other file too): either is a one-line :class:`ObliviateError`."""
+    path = run_write_path(path)
+    flags = os.O_CREAT | os.O_APPEND | (os.O_RDWR if "+" in mode else os.O_WRONLY) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if os.path.islink(path):
+            raise ObliviateError(f"refusing to write {path}: it is a symbolic link (to {os.readlink(path)})") from None
+        raise ObliviateError(f"cannot write {path.name} in {path.parent}: {_os_reason(e)}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "has other hard links" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+        raise ObliviateError(f"refusing to write {path}: it {what}; a run writes only its own files: remove it")
+    return os.fdopen(fd, mode)
+
+
+def replace_dir(staged: str | Path, final: str | Path) -> Path:
+    """Move the finished folder ``staged`` to ``final`` (checked by :func:`run_write_path`), replacing an
+    earlier ``final`` as a whole: its old files never mix with the new ones, and a link is never followed."""
+    final = run_write_path(final)
+    old = None
+    if final.exists():
+        if not final.is_dir():
+            raise ObliviateError(f"cannot write the folder {final}: a file of that name is in the way")
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)
+    os.replace(staged, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def staging_dir(final: str | Path) -> Path:
+    """A new empty folder beside ``final`` (checked by :func:`run_write_path`) to write its files into, then
+    :func:`replace_dir` it: nothing is written into ``final`` itself, nor through a link or hard link there."""
+    final = run_write_path(final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        os.chmod(staged, 0o777 & ~_umask())
+    except OSError as e:
+        raise ObliviateError(f"cannot write the folder {final}: {_os_reason(e)}") from None
+    return staged
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
     atomic_write_bytes(path, text.encode())
@@ -55,10 +163,13 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
 
+    The file is replaced, never written through: a link or a hard link at ``path`` is not followed. Under a run
+    directory ``path`` is checked by :func:`run_write_path` first.
+
     An ``OSError`` (full disk, read-only or missing permissions) becomes an :class:`ObliviateError`
     naming the file: ``cannot write results.json in DIR: [Errno 28] No space left on device``.
     """
-    path = Path(path)
+    path = run_write_path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -134,24 +134,41 @@ def _main(argv: list[str] | None) -> int:
 
             check_launch()  # before any model is loaded
         args.fn(args)
+    except KeyboardInterrupt:
+        print(f"obliviate: interrupted{_moved_note(args)}", file=sys.stderr)
+        return 130
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, InvalidResult):  # results.json says invalid, and why, instead of any score
             from obliviate.runs.results import write_invalid_results
 
             write_invalid_results(getattr(args, "out", None), msg)
-        print(f"obliviate: error: {msg}", file=sys.stderr)
+        print(f"obliviate: error: {msg}{_moved_note(args)}", file=sys.stderr)
         return 2
     except Exception as e:  # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)
         msg = disk_error(e)
         if msg is None:
             raise
-        print(f"obliviate: error: {msg}", file=sys.stderr)
+        print(f"obliviate: error: {msg}{_moved_note(args)}", file=sys.stderr)
         return 2
     finally:
         if quiet_hf:
             _hf_progress_bars(True)
+    note = _moved_note(args)
+    if note:
+        print(f"obliviate: {note[2:-1]}", file=sys.stderr)
     return 0
+
+
+def _moved_note(args) -> str:
+    """`` (the previous run's results.json and model moved to OUT/previous/)`` when this run moved them aside
+    (:func:`obliviate.runs.results.prepare_out_dir`), else ``""``: said once, in the run's last line."""
+    if "obliviate.runs.results" not in sys.modules:  # nothing prepared (and no torch to load for saying so)
+        return ""
+    from obliviate.runs.results import moved_previous
+
+    note = moved_previous(getattr(args, "out", None))
+    return f" ({note})" if note else ""
 
 
 def _hf_progress_bars(on: bool) -> bool:

@@ -72,6 +72,12 @@ class Method:
         ``needs_reference``. Default: none."""
         return ()
 
+    def check(self, model) -> None:
+        """Refuse, in one line, settings that do not fit ``model`` and need no forward pass to tell (a layer
+        index out of range): run before the output directory is prepared
+        (:func:`obliviate.methods.engine.check_unlearn_model`). A training method's :meth:`trainable` is
+        checked there too, so only what it does not cover goes here. Default: nothing more."""
+
     def fit(self, model, tokenizer) -> None:
         """Fitted on the frozen model before training (e.g. probe directions, SAEs)."""
 

@@ -473,6 +473,7 @@ def check_unlearn_run(model, tokenizer, forget, retain, cfg: UnlearnConfig, *,
     data (overlap; lengths at the model's context that leave nothing to train), the layers the method
     trains and the LoRA rank. A command runs it after loading the model and before it prepares ``--out``."""
     method = check_unlearn_config(cfg)
+    method.check(model)  # the method's own checks against the model (e.g. an edit method's layers)
     if method.kind == "edit":
         check_overlap(forget, retain, cfg.allow_overlap)
         return

@@ -363,6 +363,10 @@ class SNMFEdit(Method):
         self.location = None
         self.record = None
 
+    def check(self, model) -> None:
+        for l in self.cfg.layers or []:
+            check_layer(model, int(l))
+
     def edit(self, model, tokenizer, data) -> dict:
         check_method(self)
         concept, neutral = edit_sentences(data)

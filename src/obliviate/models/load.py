@@ -16,6 +16,7 @@ import torch
 from obliviate.errors import ConfigError, ModelError
 from obliviate.models._paths import bad_config_field, is_config_field_error, is_local, missing_reason, one_line
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.utils import replace_dir, staging_dir
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32,
@@ -238,21 +239,31 @@ def _check_model_dir(path: Path) -> Path:
     return path
 
 
-def save_model(model, directory: str | os.PathLike) -> Path:
-    """Save ``model`` (config + safetensors weights) into ``directory``, creating it; returns it.
+def save_model(model, directory: str | os.PathLike, tokenizer=None) -> Path:
+    """Save ``model`` (config + safetensors weights), and ``tokenizer`` if given, as ``directory``; returns it.
+
+    The files are written into a new folder beside ``directory`` that then replaces it as a whole
+    (:func:`obliviate.utils.staging_dir`, :func:`~obliviate.utils.replace_dir`): an interrupted save leaves the
+    earlier ``directory`` as it was, no old file survives among the new ones, and nothing is written
+    through a link (a ``directory`` that is a symbolic link under a run directory, e.g. to the input model,
+    is refused before anything is written).
 
     A peft model saves only its adapter; merge it first (``merge_and_unload()``) to save full weights.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    # transformers >= 5 always writes safetensors and dropped the flag; older versions need it.
+    staged = staging_dir(directory)
     try:
-        model.save_pretrained(str(directory), safe_serialization=True)
-    except TypeError:
-        model.save_pretrained(str(directory))
-    if not any(directory.glob("*.safetensors")):
-        raise ModelError(f"saving to {str(directory)!r} wrote no .safetensors file")
-    return directory
+        # transformers >= 5 always writes safetensors and dropped the flag; older versions need it.
+        try:
+            model.save_pretrained(str(staged), safe_serialization=True)
+        except TypeError:
+            model.save_pretrained(str(staged))
+        if not any(staged.glob("*.safetensors")):
+            raise ModelError(f"saving to {str(directory)!r} wrote no .safetensors file")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(staged))
+        return replace_dir(staged, directory)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # (gone already once it replaced directory)
 
 
 def load_model_and_tokenizer(

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from obliviate.errors import ConfigError, ModelError
 from obliviate.models._paths import bad_config_field, is_config_field_error, is_local, missing_reason, one_line
+from obliviate.utils import run_write_path
 
 SPECIAL_TOKENS: dict[str, str] = {
     "pad": "<|pad|>",
@@ -127,7 +128,7 @@ def tokens_in_char_span(offsets: Sequence[Sequence[int]], start: int, end: int) 
 
 def save_tokenizer(tok, directory: str | os.PathLike) -> Path:
     """Save ``tok`` (``tokenizer.json`` + ``tokenizer_config.json``) into ``directory``; returns it."""
-    directory = Path(directory)
+    directory = run_write_path(directory)  # under a run directory: no link followed
     directory.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(directory))
     return directory
@@ -205,7 +206,6 @@ def pad_id(tok) -> int:
     return pid
 
 
-def ensure_pad_token(tok, policy: str = "error"):
 def adds_bos(tok) -> bool:
     """Whether sequences for ``tok``'s models start with its bos token: True when the tokenizer adds bos itself
     when encoding (Llama, Gemma, Mistral: ``tok(x)`` starts with bos where ``tok(x, add_special_tokens=False)``
@@ -230,6 +230,7 @@ def bos_prefix(tok, text: str | None = None, *, adds: bool | None = None) -> lis
     return [tok.bos_token_id] if (adds_bos(tok) if adds is None else adds) else []
 
 
+def ensure_pad_token(tok, policy: str = "error"):
     """Make sure ``tok`` has a pad token; returns ``tok``.
 
     ``policy="error"``: raise :class:`ModelError` if there is none.

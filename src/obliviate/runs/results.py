@@ -21,12 +21,14 @@ import json
 import math
 import os
 import platform
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.utils import atomic_write_bytes, atomic_write_text
+from obliviate.utils import (add_run_dir, atomic_write_bytes, atomic_write_text, open_run_file, replace_dir,
+                             run_write_path, staging_dir)
 
 try:
     import fcntl
@@ -148,7 +150,7 @@ def lock_out_dir(out: str | Path) -> None:
             return
         held.close()
     try:
-        f = open(path, "a+")
+        f = open_run_file(path, "a+")  # never through a link: a linked lock file's target is never truncated
     except OSError as e:
         raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
     try:
@@ -171,21 +173,62 @@ def lock_out_dir(out: str | Path) -> None:
         _HELD_LOCKS.pop(next(iter(_HELD_LOCKS))).close()
 
 
+PREVIOUS = "previous"
+"""The folder of a run directory where a re-run moves the previous run's results.json and model/."""
+PREVIOUS_ITEMS = ("results.json", "model")
+
+
 def prepare_out_dir(out: str | Path) -> Path:
-    """Create ``out`` (checking it is writable), lock it for this run (:func:`lock_out_dir`) and remove
-    a stale results.json."""
+    """Create ``out`` (checking it is writable), lock it for this run (:func:`lock_out_dir`), make it a run
+    directory (every later write under it goes through :func:`obliviate.utils.run_write_path`: no link is
+    followed) and move the previous run's ``results.json`` and ``model/`` (with its card) aside, whole, to
+    ``out/previous/`` (replacing an older ``previous/``; :func:`moved_previous` says so): a re-run that then
+    fails or is interrupted leaves no results.json or model that looks current, and loses nothing.
+
+    Call it only when every check that needs no run has passed: an error before it leaves ``out`` as it was.
+    """
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-probe-{os.getpid()}"  # one per process: several may prepare the same directory
+        if probe.is_symlink():  # never written through
+            probe.unlink()
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
         raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
+    add_run_dir(out)
     lock_out_dir(out)
-    (out / "results.json").unlink(missing_ok=True)
+    _move_previous(out)
     _PREPARED.add(os.path.realpath(out))
     return out
+
+
+def _move_previous(out: Path) -> None:
+    """Move ``out``'s :data:`PREVIOUS_ITEMS` into ``out/previous/`` (see :func:`prepare_out_dir`); rank 0 only."""
+    items = [name for name in PREVIOUS_ITEMS if os.path.lexists(out / name)]
+    if not items or _launch_rank() != 0:
+        return
+    staged = staging_dir(out / PREVIOUS)
+    try:
+        for name in items:
+            os.replace(run_write_path(out / name), staged / name)  # a link is moved, never followed
+        replace_dir(staged, out / PREVIOUS)
+    except OSError as e:
+        raise ObliviateError(f"cannot move the previous run's {' and '.join(items)} to {out / PREVIOUS}: "
+                             f"{e.strerror or e}") from None
+    _MOVED[os.path.realpath(out)] = f"the previous run's {' and '.join(items)} moved to {out / PREVIOUS}/"
+
+
+_MOVED: dict[str, str] = {}
+"""Real path of a run directory -> what :func:`prepare_out_dir` moved aside there (:func:`moved_previous`)."""
+
+
+def moved_previous(out: str | Path | None) -> str | None:
+    """What :func:`prepare_out_dir` moved aside in ``out`` (``the previous run's results.json and model moved
+    to OUT/previous/``), once, else None: the command line says it in the run's last line (its error, or
+    a line of its own)."""
+    return _MOVED.pop(os.path.realpath(out), None) if out else None
 
 
 _PREPARED: set[str] = set()

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch
 import safetensors.torch as st
 
 from obliviate.errors import ObliviateError
+from obliviate.utils import atomic_write_text, run_write_path
 
 
 def rng_state() -> dict:
@@ -44,8 +46,8 @@ def set_rng_state(state: dict) -> None:
 def save_checkpoint(ckpt_dir: Path, step: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
                     scheduler_state: dict, *, backend: str = "single", extra_state: dict | None = None) -> Path:
     """Write a checkpoint atomically (temporary directory, then rename); returns its directory."""
-    final = ckpt_dir / f"step_{step:08d}"
-    tmp = ckpt_dir / f".tmp_step_{step:08d}"
+    final = run_write_path(ckpt_dir / f"step_{step:08d}")  # no link followed
+    tmp = run_write_path(ckpt_dir / f".tmp_step_{step:08d}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -59,29 +61,98 @@ def save_checkpoint(ckpt_dir: Path, step: int, weights: dict[str, torch.Tensor],
     return final
 
 
+class UnreadableCheckpoint(ObliviateError):
+    """A checkpoint whose files are truncated, corrupt or missing (resuming skips it for an earlier one)."""
+
+
 def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str, torch.Tensor], dict]:
     """``(step, weights, state)`` of the checkpoint at ``path``; refuses one whose optimizer state another
-    backend wrote (a sharded run's optimizer state is keyed by parameter name, a plain run's by index)."""
-    meta = json.loads((path / "trainer_state.json").read_text())
+    backend wrote (a sharded run's optimizer state is keyed by parameter name, a plain run's by index).
+
+    :class:`UnreadableCheckpoint` names the file when ``trainer_state.json`` is not a JSON object with an
+    integer ``step``, or ``state.pt`` / ``trainable.safetensors`` do not load (truncated, corrupt, missing)."""
+    try:
+        meta = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError) as e:  # also bad UTF-8
+        raise UnreadableCheckpoint(f"trainer_state.json does not load ({_one_line(e)})") from None
+    if not isinstance(meta, dict) or isinstance(meta.get("step"), bool) or not isinstance(meta.get("step"), int) \
+            or meta["step"] < 1:
+        raise UnreadableCheckpoint("trainer_state.json holds no step (expected a JSON object with an integer "
+                                   "'step' >= 1)")
     wrote = meta.get("backend", "single")
+    if not isinstance(wrote, str):
+        raise UnreadableCheckpoint(f"trainer_state.json names no backend (got {wrote!r})")
     if _family(wrote) != _family(backend):
         raise ObliviateError(f"checkpoint {path} was written by a {wrote} run and cannot resume a {backend} run; "
                              "resume with the launch that wrote it, or start afresh (--no-resume)")
-    state = torch.load(path / "state.pt", weights_only=True)
-    return meta["step"], st.load_file(str(path / "trainable.safetensors")), state
+    try:
+        state = torch.load(path / "state.pt", weights_only=True)
+    except Exception as e:  # EOFError, RuntimeError (zip), UnpicklingError, OSError: whatever a torn file gives
+        raise UnreadableCheckpoint(f"state.pt does not load ({_one_line(e)})") from None
+    if not isinstance(state, dict) or not {"optimizer", "scheduler", "rng"} <= set(state):
+        raise UnreadableCheckpoint("state.pt lacks the optimizer, scheduler or RNG state")
+    try:
+        weights = st.load_file(str(path / "trainable.safetensors"))
+    except Exception as e:  # SafetensorError (truncated header or data), OSError (missing)
+        raise UnreadableCheckpoint(f"trainable.safetensors does not load ({_one_line(e)})") from None
+    return meta["step"], weights, state
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 160 else text[:160] + "..."
+
+
+def resume_checkpoint(model: torch.nn.Module, ckpt_dir: Path | None, backend: str = "single",
+                      say: bool = True) -> tuple[Path | None, int, dict | None]:
+    """Load the newest finished checkpoint under ``ckpt_dir`` that loads into ``model``: ``(its directory,
+    step, state)``, or ``(None, 0, None)`` when none does (the run starts from step 0).
+
+    A checkpoint that does not load (:class:`UnreadableCheckpoint`: a truncated weights file or
+    ``state.pt``, a bad ``trainer_state.json``, weights of other names or shapes) is skipped for the one
+    before it, with one line on stderr (``say``) naming it, why, and where the run resumes instead."""
+    skipped = []
+    found = None
+    for path in reversed(finished(ckpt_dir)):
+        try:
+            step, weights, state = read_checkpoint(path, backend)
+            check_weights(model, weights, path)
+        except UnreadableCheckpoint as e:
+            skipped.append((path, str(e)))
+            continue
+        load_weights(model, weights, path)
+        found = (path, step, state)
+        break
+    if say:
+        instead = f"resuming from {found[0].name} instead" if found else "starting from step 0"
+        for path, why in skipped:
+            print(f"obliviate: skipping checkpoint {path}: {why}; {instead}", file=sys.stderr)
+    return found or (None, 0, None)
 
 
 def _family(backend: str) -> str:
     return "plain" if backend in ("single", "ddp") else backend
 
 
+def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
+    """Refuse checkpointed ``weights`` that do not fit ``model``: a name it lacks is an :class:`ObliviateError`
+    (another model's checkpoint), a tensor of another shape an :class:`UnreadableCheckpoint`."""
+    params = dict(model.named_parameters())
+    for n, t in weights.items():
+        if n not in params:
+            raise ObliviateError(f"checkpoint {where} has parameter '{n}' that the model lacks")
+        if tuple(t.shape) != tuple(params[n].shape):
+            raise UnreadableCheckpoint(f"trainable.safetensors holds '{n}' of shape {tuple(t.shape)}, the model's "
+                                       f"is {tuple(params[n].shape)}")
+
+
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
-    """Copy checkpointed ``weights`` into ``model``'s parameters of the same names."""
+    """Copy checkpointed ``weights`` into ``model``'s parameters of the same names (all checked first, by
+    :func:`check_weights`, so a refused checkpoint changes nothing)."""
+    check_weights(model, weights, where)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for n, t in weights.items():
-            if n not in params:
-                raise ObliviateError(f"checkpoint {where} has parameter '{n}' that the model lacks")
             params[n].copy_(t)
 
 
@@ -105,7 +176,7 @@ def prune(ckpt_dir: Path, keep: int) -> None:
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
     """Drop the records of ``path`` logged after ``max_step`` (and any torn line): a resumed run rewrites them."""
-    if not path.exists():
+    if not run_write_path(path).exists():
         return
     keep = []
     for line in path.read_text().splitlines():
@@ -114,4 +185,4 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
                 keep.append(line)
         except json.JSONDecodeError:
             continue
-    path.write_text("".join(l + "\n" for l in keep))
+    atomic_write_text(path, "".join(l + "\n" for l in keep))  # replaced, never written through a link

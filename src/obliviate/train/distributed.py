@@ -255,7 +255,5 @@ def save_trained(model, directory, tokenizer=None) -> None:
     from obliviate.models.load import save_model
 
     if is_main_process():
-        save_model(model, str(directory))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(directory))
+        save_model(model, str(directory), tokenizer)  # both in one folder that replaces directory whole
     barrier()

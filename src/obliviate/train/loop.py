@@ -9,7 +9,9 @@ term separately to ``metrics.jsonl`` and a progress bar, and checkpoints.
 Exact resume: a checkpoint holds the model weights (safetensors), the optimizer
 and scheduler state, the RNG states and the step. Because the data order is a
 function of the step (see :class:`StepSampler`), a run killed at any point and
-resumed from its last checkpoint finishes bit-for-bit like an uninterrupted one.
+resumed from its last checkpoint finishes bit-for-bit like an uninterrupted one. A checkpoint that does
+not load (truncated, corrupt) is skipped for the one before, with one line on stderr
+(:func:`obliviate.train.checkpoint.resume_checkpoint`).
 
 Several processes (``accelerate launch``, ``torchrun``): each process takes its rows
 of the global batch, gradients are averaged over processes, logged terms are the
@@ -35,10 +37,11 @@ from obliviate.config import to_dict
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.train import distributed as D
 from obliviate.train.backend import backend_for, make_accelerator, trainable_tensors
-from obliviate.train.checkpoint import (latest_checkpoint, load_weights, prune, read_checkpoint, save_checkpoint,
-                                        set_rng_state, truncate_jsonl)
+from obliviate.train.checkpoint import (latest_checkpoint, prune, resume_checkpoint, save_checkpoint, set_rng_state,
+                                        truncate_jsonl)
 from obliviate.train.config import TrainConfig
 from obliviate.train.trackers import close_trackers, open_trackers
+from obliviate.utils import open_run_file, run_write_path
 
 
 class TrainingDiverged(ObliviateError):
@@ -129,13 +132,11 @@ def train(
     ckpt_dir = out / "checkpoints" if out else None
     metrics_path = out / "metrics.jsonl" if out else None
     main, world = acc.is_main_process, acc.num_processes
-    last = latest_checkpoint(ckpt_dir) if out is not None and resume else None
+    last, start, saved = None, 0, None
+    if out is not None and resume:  # weights go into the plain model, before any sharding
+        last, start, saved = resume_checkpoint(model, ckpt_dir, backend.name, say=main)  # skips one that won't load
     if world > 1:
-        D.barrier()  # every process has looked for a checkpoint before rank 0 changes the directory
-    start, saved = 0, None
-    if last is not None:  # weights go into the plain model, before any sharding
-        start, weights, saved = read_checkpoint(last, backend.name)
-        load_weights(model, weights, last)
+        D.barrier()  # every process has read its checkpoint before rank 0 changes the directory
 
     model, optimizer, params = backend.prepare(model, extra_params, lambda p: make_optimizer(p, cfg), batch_fn)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
@@ -146,11 +147,11 @@ def train(
         if state_hooks is not None and saved.get("extra"):
             state_hooks[1](saved["extra"])
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        run_write_path(out).mkdir(parents=True, exist_ok=True)
         if main and last is None and not resume and ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)
+            shutil.rmtree(run_write_path(ckpt_dir))
         if main:
-            if start == 0 and metrics_path.exists():
+            if start == 0 and run_write_path(metrics_path).exists():
                 metrics_path.unlink()
             truncate_jsonl(metrics_path, start)
         if world > 1:
@@ -162,7 +163,7 @@ def train(
     def log(rec: dict) -> None:
         history.append(rec)
         if metrics_path is not None and main:
-            with open(metrics_path, "a") as f:
+            with open_run_file(metrics_path) as f:  # never through a link
                 f.write(json.dumps(rec) + "\n")
         for t in trackers:
             t.log(rec, rec["step"])
