@@ -8,6 +8,7 @@ Everything that can be checked without a model is checked in :func:`check_out_di
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,18 +159,55 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
     return task
 
 
+def input_paths(args, *extra: str | None) -> list[str]:
+    """The inputs a command reads from disk, for :func:`check_out_dir`: ``--model`` and ``--tokenizer``, the
+    task's files (``--forget`` ... ``--relearn``, the spec of ``--task file:SPEC.yaml``), ``--data``, and ``extra``."""
+    paths = [getattr(args, "model", None), getattr(args, "tokenizer", None), getattr(args, "adapter", None),
+             getattr(args, "data", None), *extra]
+    for flag in ("forget", "retain", "utility", "holdout", "relearn"):
+        files = getattr(args, flag, None)
+        paths += files if isinstance(files, list) else []  # (tofu's --forget is a split name)
+    task = getattr(args, "task", None)
+    if isinstance(task, str) and task.startswith("file:"):
+        paths.append(task[len("file:"):])
+    return [p for p in paths if p]
+
+
 def check_out_dir(out: str, inputs: list[str | None]) -> None:
-    """Refuse an empty ``--out`` and one that is, contains or lies inside an input directory."""
+    """The overlap check every command runs on ``--out`` before it touches it: refuse an empty ``--out``, one
+    that is, contains or lies inside an input (a model or tokenizer directory, a data file), and one holding
+    a symbolic link whose target is, contains or lies inside an input (``OUT/model -> MODEL``). Any other
+    link under ``--out`` is refused when the run would write through it
+    (:func:`obliviate.utils.run_write_path`)."""
     if out is None or not str(out).strip():
         raise ConfigError("--out is empty (an unset shell variable?): give a run directory")
     o = Path(out).expanduser().resolve()
-    for inp in inputs:
-        if not inp or not Path(inp).exists():
-            continue
-        i = Path(inp).expanduser().resolve()
+    given = [(inp, Path(inp).expanduser().resolve()) for inp in inputs if inp and Path(inp).exists()]
+    for inp, i in given:
         if o == i or i in o.parents or o in i.parents:
-            raise ConfigError(f"--out {out} overlaps the input model directory {inp}: choose a directory "
-                              "outside it, so nothing is overwritten")
+            what = "directory" if i.is_dir() else "file"
+            raise ConfigError(f"--out {out} overlaps the input {what} {inp}: choose a directory outside it, so "
+                              "nothing is overwritten")
+    for link in _links_under(o):
+        t = link.resolve()
+        for inp, i in given:
+            if t == i or i in t.parents or t in i.parents:
+                raise ConfigError(f"--out {out} holds {link}, a symbolic link to the input {inp}: a run would "
+                                  "write through it; remove the link or choose another --out")
+
+
+def _links_under(root: Path, limit: int = 100_000) -> list[Path]:
+    """The symbolic links under ``root`` (not followed; at most ``limit`` entries looked at)."""
+    links, seen = [], 0
+    for here, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(here) / name
+            if p.is_symlink():
+                links.append(p)
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return links
 
 
 def pick_device(name: str | None) -> torch.device:

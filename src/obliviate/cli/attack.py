@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 
 from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
-from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, load_model_args, seeded,
-                                task_from_args)
+from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
+                                seeded, task_from_args)
 from obliviate.config import build_config
 from obliviate.runs.report import plot_relearn_curves
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
@@ -25,7 +25,7 @@ class AttackCommandConfig:
 
 
 def cmd_attack(args) -> None:
-    check_out_dir(args.out, [args.model, args.tokenizer, args.base])
+    check_out_dir(args.out, input_paths(args, args.base))
     base = seeded(args.seed, ["seed", "attacks.seed", "attacks.relearn.seed"])
     cfg = build_config(AttackCommandConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)

@@ -8,13 +8,14 @@ import platform
 
 import torch
 
-from obliviate.cli.args import add_common
+from obliviate.cli.args import add_common, check_out_dir
 from obliviate.config import build_config
 from obliviate.recipes.bench.run import BenchConfig, bench_table, filtering_table, run_bench
 from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
 
 
 def cmd_bench(args) -> None:
+    check_out_dir(args.out, [])
     cfg = build_config(BenchConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out)
     metrics = run_bench(cfg, progress=not args.no_progress)

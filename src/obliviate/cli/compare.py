@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype,
+from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
                                 load_model_args, seeded, task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError
@@ -25,7 +25,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                           "one, compare pretrains its own tiny models (give --model, or drop it)")
     if model:
         device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before --out
-    check_out_dir(args.out, [model, oracle, getattr(args, "tokenizer", None)])
+    check_out_dir(args.out, input_paths(args, oracle))
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, load_model_args, task_from_args)
+                                eval_overrides, input_paths, load_model_args, task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
@@ -30,7 +30,7 @@ def cmd_eval(args) -> None:
     """Evaluate a model on a task (default: the world); ``--benchmark`` / ``--data`` name a benchmark task."""
     if run_benchmark_eval(args):
         return
-    check_out_dir(args.out, [args.model, args.tokenizer])
+    check_out_dir(args.out, input_paths(args))  # --data too: never written over
     overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
     cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed,
@@ -87,7 +87,7 @@ def run_benchmark_eval(args) -> bool:
     if world:
         raise ConfigError(f"key=value overrides ({' '.join(world)}) configure the world evaluation, "
                           "not --benchmark/--data")
-    check_out_dir(args.out, [args.model, args.tokenizer])
+    check_out_dir(args.out, input_paths(args))  # --data too: never written over
     cfg = build_config(EvalCommandConfig, args.config, args.overrides, base={"seed": args.seed,
                                                                                "eval": eval_overrides(args)})
     if cfg.world:
@@ -111,6 +111,7 @@ def run_lmeval_command(args) -> bool:
         raise ConfigError(f"--lm-eval: no task names in {args.lm_eval!r}")
     if args.lm_eval_include and not Path(args.lm_eval_include).is_dir():
         raise ConfigError(f"--lm-eval-include: no such directory: {args.lm_eval_include}")
+    check_out_dir(args.out, input_paths(args, args.lm_eval_include))
     require_lm_eval()  # a missing lm-eval fails before the model is loaded
     model, tok = load_model_args(args, trains=False)  # on --device, in --dtype, with --adapter
     out = prepare_out_dir(args.out)

@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_kwargs, eval_overrides, load_model_args, seeded, task_from_args)
+                                eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args)
 from obliviate.config import build_config
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
@@ -28,7 +28,7 @@ class FinetuneCommandConfig:
 
 
 def cmd_finetune(args) -> None:
-    check_out_dir(args.out, [args.model, args.tokenizer])
+    check_out_dir(args.out, input_paths(args))
     cfg = build_config(FinetuneCommandConfig, args.config, args.overrides,
                        base={**seeded(args.seed, ["seed", "finetune.seed"]), "eval": eval_overrides(args)})
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)

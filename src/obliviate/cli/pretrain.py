@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from obliviate.cli.args import add_common, seeded
+from obliviate.cli.args import add_common, check_out_dir, seeded
 from obliviate.config import build_config
 from obliviate.eval.suite import evaluate_task
 from obliviate.runs.report import plot_loss_curve
@@ -16,6 +16,7 @@ from obliviate.train.pretrain import PretrainConfig, pretrain
 
 
 def cmd_pretrain(args) -> None:
+    check_out_dir(args.out, [])
     cfg = build_config(PretrainConfig, args.config, args.overrides, base=seeded(args.seed, ["seed", "world.seed"]))
     out = prepare_out_dir(args.out)
     # A rerun into the same --out resumes the checkpoints, unless they belong to another config.

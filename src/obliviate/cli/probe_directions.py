@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common
+from obliviate.cli.args import add_common, check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
@@ -33,7 +33,8 @@ def format_matrix(layers: list[int], m) -> str:
 
 def cmd_probe_directions(args) -> None:
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
-    out = prepare_out_dir(args.out) if args.out else None
+    if args.out is not None:
+        check_out_dir(args.out, input_paths(args))
     model = load_model(args.model)
     model.eval()
     tok = load_tokenizer(args.tokenizer or args.model)
@@ -41,6 +42,7 @@ def cmd_probe_directions(args) -> None:
     check_vocab(model, tok, args.model, args.tokenizer)
     layers = parse_layers(args.layers) or default_probe_layers(num_layers(model))
     layers = sorted({check_layer(model, l) for l in layers})
+    out = prepare_out_dir(args.out) if args.out else None  # every check passed: now --out is touched
     texts, y = toxic_probe_data(generate_world(cfg))
     probes = probe_directions(model, tok, texts, y, layers, C=args.C, seed=args.seed)
     cos = pairwise_cosine({l: p["direction"] for l, p in probes.items()})

@@ -8,7 +8,7 @@ import shlex
 import sys
 import time
 
-from obliviate.cli.args import add_common
+from obliviate.cli.args import add_common, check_out_dir
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.recipes import available, get_recipe, render_only
@@ -27,6 +27,7 @@ def cmd_reproduce(args) -> None:
         return
     if not args.out:
         raise ConfigError("reproduce: --out DIR is required (or --render-only DIR)")
+    check_out_dir(args.out, [])
     config_cls, run, _ = get_recipe(args.name)
     fields = {f.name for f in dataclasses.fields(config_cls)}
     base = {"seed": args.seed}

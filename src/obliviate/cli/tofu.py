@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common
+from obliviate.cli.args import add_common, check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.tofu import TINY_SCALE_NOTE
@@ -29,6 +29,7 @@ def cmd_tofu(args) -> None:
             raise ConfigError(f"config key '{flag}' ({getattr(cfg, flag)!r}) contradicts --{flag} "
                               f"{getattr(args, flag)}: give it once")
     check_run(cfg, args.out, given)  # before the output directory is touched
+    check_out_dir(args.out, input_paths(args, args.retain_model))  # (the TOFU checks name a given model first)
     out = prepare_out_dir(args.out)
     res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
     m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_kwargs, eval_overrides, load_model_args, seeded, task_from_args, warn)
+                                eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args, warn)
 from obliviate.config import build_config, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
@@ -59,7 +59,7 @@ def unlearn_command_config(args, method: str, preset: str) -> UnlearnCommandConf
 
 
 def cmd_unlearn(args) -> None:
-    check_out_dir(args.out, [args.model, args.tokenizer])
+    check_out_dir(args.out, input_paths(args))
     method = resolve_method(args.method)
     cfg = unlearn_command_config(args, method, "tiny")  # every key checked before the model is loaded
     check_unlearn_config(cfg.unlearn)

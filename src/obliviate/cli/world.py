@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common
+from obliviate.cli.args import add_common, check_out_dir
 from obliviate.config import build_config
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.world import WorldConfig, generate_world
+from obliviate.utils import run_write_path
+from obliviate.world.record import DOCUMENTS_FILE, WORLD_FILE
 
 
 def cmd_world(args) -> None:
+    check_out_dir(args.out, [])
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out)
     world = generate_world(cfg)
+    for name in (WORLD_FILE, DOCUMENTS_FILE):
+        run_write_path(out / "world" / name)  # no link followed: World.save writes the files in place
     world.save(out / "world")
     splits = ("forget", "holdout", "retain", "general", "concept")
     metrics = {f"n_facts_{s}": len(world.facts_by_split(s)) for s in splits}
