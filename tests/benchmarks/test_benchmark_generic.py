@@ -241,13 +241,16 @@ def test_choices_from_several_fields(tmp_path):
         {"q": "Grass?", "true_answer": ["green"], "false_answer": ["blue", "red"]},
         {"q": "Same text twice?", "true_answer": "x", "false_answer": ["x", "y"]},  # position, not text
     ])
+    # the right answer's field plus the wrong ones': the options are shuffled, seeded by the question (issue #28:
+    # in the concatenated order the answer was always A, and a random model's preference for A was its score)
     rows = load_records(f, "mcq", "question=q,choices=true_answer+false_answer,answer=true_answer")
-    assert [(r.choices, r.answer_index, r.answer) for r in rows] == [
-        (["blue", "green", "red"], 0, "blue"), (["green", "blue", "red"], 0, "green"), (["x", "x", "y"], 0, "x")]
+    assert [(sorted(r.choices), r.answer) for r in rows] == [
+        (["blue", "green", "red"], "blue"), (["blue", "green", "red"], "green"), (["x", "x", "y"], "x")]
     assert rows[0].meta == {}
-    # wrong answers first: the correct one is wherever its field lands
+    again = load_records(f, "mcq", "question=q,choices=true_answer+false_answer,answer=true_answer")
+    assert [(r.choices, r.answer_index) for r in again] == [(r.choices, r.answer_index) for r in rows]
     rows = load_records(f, "mcq", "question=q,choices=false_answer+true_answer,answer=true_answer")
-    assert [r.answer_index for r in rows] == [2, 2, 2]
+    assert [r.answer for r in rows] == ["blue", "green", "x"]
     # answer naming a field outside the choices: matched by text; answer_index still works
     f = write_jsonl(tmp_path / "g.jsonl", [{"q": "Sky?", "a": "blue", "b": "red", "gold": "red", "i": 1}])
     assert load_records(f, "mcq", "question=q,choices=a+b,answer=gold")[0].answer_index == 1
@@ -337,3 +340,18 @@ def test_mcq_choice_errors(tmp_path):
     assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'answer_index' = 'a' matches 2 choices"
     f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", "b"], "gold": ""}])
     assert one_line_error(load_records, f, "mcq", "answer=gold") == "c.jsonl line 1: field 'gold' is empty"
+
+
+def test_right_plus_wrong_options_are_not_always_first(tmp_path):
+    """40 questions built as choices=true_answer+false_answer: the answer lands on every letter, about evenly."""
+    recs = [{"q": f"Question {i}?", "true_answer": f"right {i}", "false_answer": [f"wrong {i}{c}" for c in "abc"]}
+            for i in range(40)]
+    rows = load_records(write_jsonl(tmp_path / "m.jsonl", recs), "mcq",
+                       "question=q,choices=true_answer+false_answer,answer=true_answer")
+    assert all(r.answer == f"right {i}" for i, r in enumerate(rows))
+    counts = [sum(r.answer_index == k for r in rows) for k in range(4)]
+    assert min(counts) >= 4 and max(counts) <= 18  # was [40, 0, 0, 0]
+    # a file's own order with an index (choices=A+B+C+D,answer_index=gold) is kept
+    f = write_jsonl(tmp_path / "o.jsonl", [{"q": "Sky?", "A": "red", "B": "blue", "gold": "B"}])
+    row = load_records(f, "mcq", "question=q,choices=A+B,answer_index=gold")[0]
+    assert (row.choices, row.answer_index) == (["red", "blue"], 1)

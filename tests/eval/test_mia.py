@@ -13,6 +13,7 @@ from obliviate.eval.mia import (
     mia_auc,
     mia_metrics,
     mia_scores,
+    min_k_plus_plus_score,
     priv_leak,
     token_logprob_stats,
 )
@@ -243,3 +244,9 @@ def test_trained_model_separates_members_and_random_model_does_not():
         return [(x[:x.rindex(" as a") + 5], x[x.rindex(" as a") + 5:]) for x in xs]
 
     assert mia_metrics(model, tok, split(members), split(nonmembers))["mia_auc_loss"] > 0.8
+
+
+def test_min_k_plus_plus_clamps_the_variance_as_open_unlearning():
+    # hand-computed: a near one-hot position (sigma 1e-5) divides by sqrt(1e-6) = 1e-3, not by 1e-5
+    stats = {"token_logprobs": np.array([-0.01, -2.0]), "mu": np.array([-0.02, -3.0]), "sigma": np.array([1e-5, 0.5])}
+    assert min_k_plus_plus_score(stats, k=1.0) == pytest.approx(((0.01 / 1e-3) + (1.0 / 0.5)) / 2)

@@ -211,3 +211,15 @@ def test_tofu_metrics_of_a_task(tiny):
     assert tofu_metrics(model, tok, task, retain_truth_ratios=ratios, max_new_tokens=4)["forget_quality"] == 1.0
     with pytest.raises(ConfigError, match="tofu:<forget> task"):
         tofu_metrics(model, tok, Task("world", forget=task.forget, retain=Data()))
+
+
+def test_generation_budget_is_tofus_200_tokens():
+    # TOFU and OpenUnlearning generate up to 200 new tokens; 64 cut the longest answers' ROUGE-L (issue #28)
+    import inspect
+
+    from obliviate.eval.tofu import tofu_eval, tofu_metrics
+    from obliviate.recipes.tofu import TofuConfig
+
+    assert inspect.signature(tofu_eval).parameters["max_new_tokens"].default == 200
+    assert inspect.signature(tofu_metrics).parameters["max_new_tokens"].default == 200
+    assert TofuConfig().max_new_tokens == 200

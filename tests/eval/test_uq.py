@@ -3,7 +3,7 @@
 import pytest
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.uq import forget_quality, harmonic_mean, retain_degradation, unlearning_quality
+from obliviate.eval.uq import forget_drop, harmonic_mean, retain_degradation, unlearning_quality
 
 
 def test_uq_hand_computed():
@@ -17,7 +17,7 @@ def test_uq_hand_computed():
 
 def test_clipping_and_zero_cases():
     assert retain_degradation(0.5, 0.6) == 0.0  # retain improved: no degradation
-    assert forget_quality(0.5, 0.7) == 0.0  # forget score went up: no forgetting
+    assert forget_drop(0.5, 0.7) == 0.0  # forget score went up: no forgetting
     assert unlearning_quality(0.5, 0.7, 0.5, 0.5)["uq"] == 0.0  # HM with a zero is zero
     assert unlearning_quality(0.5, 0.0, 0.5, 0.0)["uq"] == 0.0  # retain wiped out: 1 - RD = 0
     assert unlearning_quality(0.5, 0.0, 0.5, 0.5)["uq"] == pytest.approx(100.0)
@@ -28,6 +28,6 @@ def test_clipping_and_zero_cases():
 
 def test_zero_base_scores_are_errors():
     with pytest.raises(ObliviateError, match="F0"):
-        forget_quality(0.0, 0.0)
+        forget_drop(0.0, 0.0)
     with pytest.raises(ObliviateError, match="R0"):
         retain_degradation(0.0, 0.1)

@@ -307,7 +307,13 @@ def disjoint_attack(r: AttackRun) -> dict:
 
 @register_attack("mia", "mia", lambda task: bool(task.holdout))
 def mia_attack(r: AttackRun) -> dict:
-    """Membership inference: forget (members) against holdout (non-members)."""
+    """Membership inference: forget (members) against holdout (non-members); in the task's own setting where it
+    declares one (``meta["mia"]``: MUSE's Min-40%, no eos, on its privleak samples), with ``mia_k`` as extra
+    columns (``mia_auc_min_k_k20``, ...)."""
+    setting = r.task.meta.get("mia")
+    if setting:
+        return mia_metrics(r.model, r.tokenizer, setting["members"], setting["nonmembers"], k=setting["k"],
+                           add_eos=setting["add_eos"], extra_ks=(r.cfg.mia_k,))
     members, nonmembers = mia_examples(r.task, r.tokenizer)
     return mia_metrics(r.model, r.tokenizer, members, nonmembers, k=r.cfg.mia_k)
 

@@ -25,8 +25,9 @@ from obliviate.models.tokenizer import bos_prefix, pad_id
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
 """The member scores :func:`mia_scores` returns, in order."""
 
-_SIGMA_FLOOR = 1e-12
-"""Min-K%++ divides by sigma_t; a floor keeps a (numerically) one-hot distribution finite."""
+_VAR_FLOOR = 1e-6
+"""Min-K%++ divides by sigma_t = sqrt(max(var_t, 1e-6)), as OpenUnlearning clamps the variance (``clamp(min=1e-6)``):
+a very confident position (a near one-hot distribution) gets a bounded z rather than a huge one."""
 
 _CHUNK_ELEMENTS = 1 << 24
 """Positions x vocabulary entries handled at once in float64 (128 MB), to bound memory on large vocabularies."""
@@ -193,11 +194,11 @@ def min_k_plus_plus_score(stats: dict, k: float = 0.2) -> float:
     ``mu_t = E_{z~p(.|x_<t)}[log p(z|x_<t)]`` and ``sigma_t`` the standard deviation of ``log p(z|x_<t)``
     under the same distribution (see :func:`token_logprob_stats`); member score = the mean of the
     ``max(1, floor(k n))`` lowest ``z_t``. Training tokens sit near a local maximum of the likelihood
-    (a mode of ``p(.|x_<t)``), so their ``z_t`` are high. ``sigma_t`` is floored at 1e-12 only to keep
-    a numerically one-hot distribution finite."""
+    (a mode of ``p(.|x_<t)``), so their ``z_t`` are high. The variance is clamped at 1e-6 (``sigma_t`` at
+    1e-3), as OpenUnlearning does, so very confident positions do not dominate."""
     lp = np.asarray(stats["token_logprobs"], dtype=np.float64)
-    z = (lp - np.asarray(stats["mu"], dtype=np.float64)) / np.maximum(np.asarray(stats["sigma"], dtype=np.float64),
-                                                                     _SIGMA_FLOOR)
+    sigma = np.sqrt(np.maximum(np.square(np.asarray(stats["sigma"], dtype=np.float64)), _VAR_FLOOR))
+    z = (lp - np.asarray(stats["mu"], dtype=np.float64)) / sigma
     return _lowest_mean(z, k)
 
 
@@ -283,9 +284,10 @@ def _split(examples, what: str) -> tuple[list[str], list[str | None]]:
 
 
 def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_size: int = 16, *,
-                max_len: int | None = None, add_eos: bool = True) -> dict:
+                max_len: int | None = None, add_eos: bool = True, extra_ks: Sequence[float] = ()) -> dict:
     """MIA AUC of each score, forget vs holdout: ``mia_auc_loss``, ``mia_auc_zlib``, ``mia_auc_min_k``,
-    ``mia_auc_min_k_plus_plus``.
+    ``mia_auc_min_k_plus_plus``; for each other fraction in ``extra_ks``, ``mia_auc_min_k_k<100 k>`` and
+    ``mia_auc_min_k_plus_plus_k<100 k>`` too (``_k20`` for 0.2), from the same forward pass.
 
     ``members`` are the forget examples, ``nonmembers`` the holdout ones; each a list of texts or of
     ``(prefix, continuation)`` pairs (only the continuation is scored). An AUC near 0.5 means the
@@ -298,4 +300,14 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
     scores = mia_scores(model, tokenizer, m_texts + n_texts, m_prefixes + n_prefixes, k=k, batch_size=batch_size,
                         max_len=max_len, add_eos=add_eos)
     n = len(m_texts)
-    return {f"mia_auc_{name}": mia_auc(scores[name][:n], scores[name][n:]) for name in SCORES}
+    out = {f"mia_auc_{name}": mia_auc(scores[name][:n], scores[name][n:]) for name in SCORES}
+    extra = [float(x) for x in dict.fromkeys(_check_k(x) for x in extra_ks) if not math.isclose(x, k)]
+    if extra:
+        stats = token_logprob_stats(model, tokenizer, m_texts + n_texts, m_prefixes + n_prefixes,
+                                    batch_size=batch_size, max_len=max_len, add_eos=add_eos)
+        for x in extra:
+            tag = f"k{round(100 * x)}"
+            for name, fn in (("min_k", min_k_score), ("min_k_plus_plus", min_k_plus_plus_score)):
+                vals = np.array([fn(s, x) for s in stats], dtype=np.float64)
+                out[f"mia_auc_{name}_{tag}"] = mia_auc(vals[:n], vals[n:])
+    return out

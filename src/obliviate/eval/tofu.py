@@ -29,7 +29,7 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, rouge_l_recall
+from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, model_max_length, rouge_l_recall
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -244,8 +244,14 @@ def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) 
             "wrong": _split(rest, [len(w) for w in wrong])}
 
 
+TOFU_MAX_NEW_TOKENS = 200
+"""Greedy tokens per answer for ROUGE-L, as TOFU's and OpenUnlearning's generation settings (``max_new_tokens``
+200): a smaller budget cuts the longest answers and lowers their ROUGE-L. A model with fewer than 400 positions
+generates at most half its context, so that a prompt still fits."""
+
+
 def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_facts,
-              retain_model_truth_ratios=None, batch_size: int = 32, max_new_tokens: int = 64,
+              retain_model_truth_ratios=None, batch_size: int = 32, max_new_tokens: int = TOFU_MAX_NEW_TOKENS,
               max_len: int | None = None) -> dict:
     """All TOFU metrics for ``model``.
 
@@ -261,6 +267,8 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
     ``model_utility``, and ``per_example`` (forget-set truth ratios and greedy answers).
     """
     kw = {"batch_size": batch_size, "max_len": max_len}
+    ctx = model_max_length(model)
+    max_new_tokens = max_new_tokens if ctx is None else max(1, min(max_new_tokens, ctx // 2))  # room for a prompt
     res: dict = {}
     per_example: dict = {}
     for name, examples, paraphrased in (("forget", forget_set, True), ("retain", retain_set, True),
@@ -290,7 +298,7 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
 
 
 def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_size: int = 32,
-                 max_new_tokens: int = 64, max_len: int | None = None) -> dict:
+                 max_new_tokens: int = TOFU_MAX_NEW_TOKENS, max_len: int | None = None) -> dict:
     """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
     :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
     ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``.

@@ -1,4 +1,8 @@
-"""Unlearning quality (UQ) from forget quality (FQ) and retain degradation (RD) (docs/methods.md).
+"""Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD) (docs/methods.md).
+
+The relative forget drop is named :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different
+metric (the KS-test p-value of truth ratios, :func:`obliviate.eval.tofu.forget_quality`). Its result key stays
+``fq``, the ATWU paper's symbol.
 
 With F a forget-set performance (higher = the model still knows more; e.g. QA or MCQ
 accuracy on the forget facts) and R a retain/utility performance, before (0) and
@@ -25,10 +29,10 @@ def harmonic_mean(a: float, b: float) -> float:
     return 2.0 * a * b / (a + b)
 
 
-def forget_quality(forget_base: float, forget_after: float) -> float:
-    """FQ = (F0 - Fu) / F0, clipped to [0, 1]."""
+def forget_drop(forget_base: float, forget_after: float) -> float:
+    """FQ = (F0 - Fu) / F0, clipped to [0, 1]: the relative drop of the forget score."""
     if forget_base <= 0:
-        raise ObliviateError(f"forget quality needs a positive base forget score F0, got {forget_base}")
+        raise ObliviateError(f"the forget drop needs a positive base forget score F0, got {forget_base}")
     return float(min(1.0, max(0.0, (forget_base - forget_after) / forget_base)))
 
 
@@ -41,6 +45,6 @@ def retain_degradation(retain_base: float, retain_after: float) -> float:
 
 def unlearning_quality(forget_base: float, forget_after: float, retain_base: float, retain_after: float) -> dict:
     """{"fq", "rd", "uq"}: UQ = 100 * HM(FQ, 1 - RD), in [0, 100]."""
-    fq = forget_quality(forget_base, forget_after)
+    fq = forget_drop(forget_base, forget_after)
     rd = retain_degradation(retain_base, retain_after)
     return {"fq": fq, "rd": rd, "uq": 100.0 * harmonic_mean(fq, 1.0 - rd)}

@@ -2,6 +2,9 @@
 
 Forget / retain / holdout documents from ``raw/``, knowledge-memorisation QA (``knowmem_*``) and
 verbatim-memorisation continuations (``verbmem_forget``), read from MUSE's own layout or the hub.
+Membership inference (PrivLeak) in MUSE's setting, ``meta["mia"]``: Min-40% (``k`` 0.4), no eos scored, on
+MUSE's ``privleak/{forget,holdout}.json`` samples where the corpus has them (else the raw forget and holdout
+documents).
 Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
@@ -114,6 +117,35 @@ def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
     return out
 
 
+MUSE_MIA_K = 0.4
+"""MUSE's PrivLeak uses Min-40% (muse_bench: ``forget_holdout_Min-40%``)."""
+
+
+def load_muse_privleak(corpus: str, split: str, root: str | os.PathLike | None = None,
+                       allow_hub: bool = False) -> list[str] | None:
+    """MUSE's membership-inference samples ``privleak/<split>.json`` (``forget`` or ``holdout``: a JSON list of
+    texts, or of records with ``text``), or None where the corpus has none (the hub's ``privleak`` subset
+    with ``allow_hub``)."""
+    if split not in ("forget", "holdout"):
+        raise DataError(f"unknown MUSE privleak split {split!r} (valid: forget, holdout)")
+    base = _io.root_dir(root)
+    path = muse_dir(corpus, root) / "privleak" / f"{split}.json"
+    if path.is_file():
+        name = _io.display(path, base)
+        data = _io.read_json(path, name)
+        if not isinstance(data, list):
+            raise DataError(f"{name}: expected a JSON list of texts, got {type(data).__name__}")
+        records = [(f"{name} record {i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data)]
+    elif allow_hub:
+        records = hub_records(MUSE_HUB_IDS[corpus], "privleak", split, str(path))
+    else:
+        return None
+    out = [_io.req_str(rec, "text", where) for where, rec in records]
+    if not out:
+        raise DataError(f"{path}: no samples")
+    return out
+
+
 # ------------------------------------------------------------------ the task
 
 def _retain_split(corpus: str, root) -> str:
@@ -136,6 +168,10 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     retain = cut(load_muse_raw(corpus, retain_split, root=root, allow_hub=allow_hub), limit)
     holdout = cut(load_muse_raw(corpus, "holdout", root=root, allow_hub=allow_hub), limit)
     verbmem = cut(load_muse_verbmem(corpus, root=root, allow_hub=allow_hub), limit)
+    p_forget, p_holdout = (load_muse_privleak(corpus, s, root=root, allow_hub=allow_hub) for s in ("forget", "holdout"))
+    samples = p_forget is not None and p_holdout is not None
+    mia = {"members": cut(p_forget if samples else forget, limit), "nonmembers": cut(p_holdout if samples else holdout, limit),
+           "k": MUSE_MIA_K, "add_eos": False, "source": "privleak" if samples else "raw"}
     evals = [
         EvalSet("knowmem_forget", "forget", "qa",
                 cut(load_muse_knowmem(corpus, "forget_qa", root=root, allow_hub=allow_hub), limit)),
@@ -152,5 +188,5 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         relearn=None,
         holdout=Data(docs=holdout),
         prompt=PromptFormat(),
-        meta={"corpus": corpus, "retain_split": retain_split, "verbmem": verbmem},
+        meta={"corpus": corpus, "retain_split": retain_split, "verbmem": verbmem, "mia": mia},
     )

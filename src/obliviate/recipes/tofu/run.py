@@ -18,7 +18,7 @@ from pathlib import Path
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
-from obliviate.eval.tofu import TINY_SCALE_NOTE, TOFU_SETS, forget_quality, tofu_metrics
+from obliviate.eval.tofu import TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_SETS, forget_quality, tofu_metrics
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
@@ -95,8 +95,8 @@ class TofuConfig:
     unlearn: MethodRun = field(default_factory=MethodRun)
     """Unlearning overrides: ``unlearn.lr``, ``unlearn.steps``, ``unlearn.batch_size``, ``unlearn.params.beta``."""
     eval_batch_size: int = 32
-    max_new_tokens: int = 128
-    """Greedy tokens generated per answer for ROUGE-L (TOFU answers are up to ~100 tokens)."""
+    max_new_tokens: int = TOFU_MAX_NEW_TOKENS
+    """Greedy tokens generated per answer for ROUGE-L: 200, TOFU's and OpenUnlearning's budget (was 128)."""
     data: str | None = None
     """Data directory (default ``$OBLIVIATE_DATA``, else ``../shared/data``)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from obliviate.tasks.sources import _io
 from obliviate.tasks.sources.schema import MCQExample, QAExample, TextExample
 from obliviate.config import show
 from obliviate.errors import ConfigError, DataError
+
+OPTION_SEED = 0
+"""Seed of the option order of MCQs whose choices are built from several fields (:func:`shuffled_choices`)."""
 
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # kind: (required, optional)
@@ -301,7 +305,23 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
         (ki,), (ka,) = vals["answer_index"], vals["answer"]
         raise DataError(f"{where}: field {ki!r} says choice {idx['answer_index']} but field {ka!r} "
                         f"says choice {idx['answer']}")
-    return MCQExample(s["question"], choices, next(iter(idx.values())), split, s.get("subject"), meta)
+    answer = next(iter(idx.values()))
+    if "answer" in vals and next(iter(vals["answer"])) in spans and len(spans) > 1:
+        # a right answer's field plus wrong ones' (choices=true_answer+false_answer,answer=true_answer): shuffled,
+        # or the answer would sit at the same letter every time
+        choices, answer = shuffled_choices(choices, answer, s["question"])
+    return MCQExample(s["question"], choices, answer, split, s.get("subject"), meta)
+
+
+def shuffled_choices(choices: list[str], answer: int, key: str, seed: int = OPTION_SEED) -> tuple[list[str], int]:
+    """``choices`` in a seeded order and the correct choice's new index. An MCQ whose choices concatenate several
+    fields (the right answer's, then the wrong ones') would otherwise have its answer at the same letter every
+    time, and the score would measure a preference for that letter. The order depends on ``seed`` and ``key``
+    (the question: the same question always gets the same order, whatever the file's record order)."""
+    import numpy as np
+
+    perm = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))]).permutation(len(choices))
+    return [choices[i] for i in perm], int(np.flatnonzero(perm == answer)[0])
 
 
 def _present(rec: dict, key: str, empty_is_absent: bool) -> bool:
