@@ -21,9 +21,9 @@ from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
-from obliviate.models.builders import tiny_llama
+from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
-from obliviate.models.tokenizer import load_tokenizer, train_tokenizer
+from obliviate.models.tokenizer import load_tokenizer
 from obliviate.recipes.compare.report import write_report
 from obliviate.runs.results import atomic_write_json
 from obliviate.tasks.base import Task
@@ -31,17 +31,6 @@ from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
 from obliviate.utils import seed_everything
-
-
-@dataclass
-class TinyBase:
-    """The tiny model trained from scratch when no ``--model`` is given (tasks without a pretraining corpus)."""
-
-    n_layer: int = 2
-    d_model: int = 96
-    n_head: int = 4
-    vocab_size: int = 2048
-    max_len: int = 256
 
 
 @dataclass
@@ -57,7 +46,8 @@ class CompareConfig:
     parallel_pretrain: bool = False
     """Pretrain the base model and the oracle at the same time, one thread each (a second process)."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    tiny: TinyBase = field(default_factory=TinyBase)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """The tiny model trained from scratch when no ``--model`` is given (tasks without a world)."""
     oracle: bool = True
     """Build (no ``--model``) an oracle that never saw the forget data: the negative control."""
     positive_control: bool = True
@@ -137,13 +127,8 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
     for name, d in dirs.items():
         if (d / "DONE").exists():
             continue
-        if tok is None:
-            tok = train_tokenizer(task_texts(task), vocab_size=cfg.tiny.vocab_size)
-        m = cfg.tiny
         seed_everything(cfg.seed)
-        model = tiny_llama(len(tok), n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head, max_len=m.max_len,
-                           seed=cfg.seed, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                           eos_token_id=tok.eos_token_id)
+        model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
         data = training_data(task, "both" if name == "base" else "retain")
         model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
                             preset="tiny", progress=progress, resume=True)
