@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +32,12 @@ from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.methods.contract import Method, NoReference
 from obliviate.methods.objectives import sequence_logprob
-from obliviate.models.layers import evaluating, hidden_states_at
+from obliviate.models.layers import eval_mode, evaluating, hidden_states_at
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
+from obliviate.utils import atomic_write_text
 
 def _default_unlearn_train() -> TrainConfig:
     return TrainConfig(steps=60, lr=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0, log_every=5,
@@ -163,8 +166,15 @@ class Reference:
             for p in self.model.parameters():
                 p.requires_grad_(False)
 
+    @contextmanager
     def _ctx(self):
-        return self.model.disable_adapter() if self.shared else nullcontext()
+        """A live reference forward: in eval mode (no dropout, though the shared model trains) and outside any
+        autocast, in the weights' own precision, as :func:`reference_logprobs` computes the cache; with the LoRA
+        adapters off when the reference is the model itself."""
+        device = next(self.model.parameters()).device.type
+        with eval_mode(self.model), torch.autocast(device_type=device, enabled=False), \
+                (self.model.disable_adapter() if self.shared else nullcontext()):
+            yield
 
     def _live(self, what: str):
         if self.model is None:
@@ -285,6 +295,18 @@ class PairedData:
                        for i in range(len(prompts))]
             self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
 
+    def fingerprint(self) -> str:
+        """A SHA-256 of every encoded sequence and label mask (forget, retain, refusals): what a resumed run must
+        have trained on (:func:`resume_on_same_data`)."""
+        h = hashlib.sha256()
+        for group in (self.f_ids, self.f_mask, self.r_ids, self.r_mask, self.i_ids or [],
+                      getattr(self, "i_mask", None) or []):
+            h.update(len(group).to_bytes(8, "little"))
+            for seq in group:
+                a = np.ascontiguousarray(np.asarray(seq, dtype=np.int64))
+                h.update(len(a).to_bytes(8, "little") + a.tobytes())
+        return h.hexdigest()
+
     def sequences(self, key: str) -> tuple[list, list]:
         """The encoded sequences and label masks of sub-set ``key``: "forget", "retain" or "idk"."""
         got = {"forget": (self.f_ids, self.f_mask), "retain": (self.r_ids, self.r_mask),
@@ -307,6 +329,34 @@ class PairedData:
             batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi]),
                             "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))}
         return batch
+
+
+DATA_FINGERPRINT = "data_fingerprint.json"
+"""The file of a run's training directory that holds the hash of the data it trains on."""
+
+
+def resume_on_same_data(out_dir: str | Path | None, digest: str, resume: bool) -> bool:
+    """Record ``digest`` (:meth:`PairedData.fingerprint`) in ``out_dir`` and say whether its checkpoints may be
+    resumed: not when they were trained on other data (a forget file edited without changing its size), which
+    one line on stderr says; the run then starts afresh."""
+    if out_dir is None:
+        return resume
+    path = Path(out_dir) / DATA_FINGERPRINT
+    try:
+        before = json.loads(path.read_text()).get("data") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        before = None
+    has_checkpoints = any((Path(out_dir) / "checkpoints").glob("step_*"))
+    D.barrier()  # every process has read the old hash before rank 0 replaces it
+    if D.is_main_process():
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"data": digest}))
+    if resume and has_checkpoints and before is not None and before != digest:
+        if D.is_main_process():
+            print(f"obliviate: {out_dir} holds checkpoints trained on other data (the encoded forget/retain data "
+                  f"changed: {before[:12]} -> {digest[:12]}); starting afresh", file=sys.stderr)
+        return False
+    return resume
 
 
 def to_device(batch, device):
@@ -390,6 +440,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
     hooks = checkpoint_hooks(method, ref)
+    resume = resume_on_same_data(out_dir, data.fingerprint(), resume)
     summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
                     eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
     if cfg.lora:
