@@ -42,9 +42,9 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     m = res["metrics"]
     assert set(m) == {"base", "oracle", "positive_control", "graddiff", "rmu"}
     # each model is evaluated once and attacked once; each attack runs once per model (the demo's one setting
-    # per relearning attack: the corpus once, each of the two halves once)
+    # per relearning attack: the corpus once, each of the three A/V/B folds once)
     n = len(m)
-    assert counts == {"evaluate_task": n, "run_task_attacks": n, "relearn_attack": 3 * n,
+    assert counts == {"evaluate_task": n, "run_task_attacks": n, "relearn_attack": 4 * n,
                       "value_probe_attack": n, "mia_metrics": n, "format_shift_attack": n}
     for name in ("graddiff", "rmu"):
         for key in ("forget_qa_em", "forget_score", "retain_qa_em", "general_qa_em", "retain_score", "s_unlearning",

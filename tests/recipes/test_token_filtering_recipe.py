@@ -125,7 +125,10 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
         t = metrics[s]["adversarial_tokens"]
         assert t is None or 0 <= t <= metrics[s]["adversarial_budget_tokens"]
         half = metrics[s]["recovery_cost_tokens"]  # half the gap closes no later than all of it
-        assert half is None and t is None or half is not None and (t is None or half <= t)
+        if metrics[s]["start_forget_loss"] <= metrics["adversarial"]["baseline_forget_loss"]:
+            assert half is None  # nothing was lost: no recovery cost (issue #28's one definition)
+        else:
+            assert half is None and t is None or half is not None and (t is None or half <= t)
     assert metrics["1x8"]["none"]["flagged_fraction"] == 0.0
     assert metrics["1x8"]["remove"]["flagged_fraction"] == metrics["1x8"]["mask"]["flagged_fraction"]
     for k in ("precision", "recall", "f1"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+import re
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from obliviate.attacks.logit_lens import logit_lens_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.prompts import prompt_attack
 from obliviate.attacks.quantize import quantize_attack
-from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
+from obliviate.attacks.relearn import RelearnConfig, curve_auc, recovery_cost, relearn_attack, steps_to_reach
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
@@ -47,8 +48,8 @@ class TaskAttackConfig:
     probe_layers: list[int] | None = None
     """Decoder layers to probe (default: all)."""
     lr_grid: list[float] | None = None
-    """Learning rates the attacker tries (the best result is reported, as an adversary would); default by
-    model size, see :func:`attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys apply."""
+    """Learning rates the attacker tries (chosen, with the step, on a selection split: :func:`disjoint_attack`);
+    default by model size, see :func:`attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys apply."""
     corpus_lr_grid: list[float] | None = None
     """Learning rates of the related-corpus attack, where they differ from ``lr_grid`` (default: ``lr_grid``)."""
     format_shift: bool = True
@@ -103,29 +104,51 @@ class TaskAttackConfig:
                 raise ConfigError(f"config key '{key}': needs finite learning rates > 0, got {grid}")
 
 
-def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
-    """``fn(model)`` = greedy prefix-match accuracy on ``qa`` (question, answer) in the task's prompt format."""
+def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
+    """``fn(model)`` = greedy prefix match (1.0 / 0.0) of each of ``qa`` (question, answer) in the task's prompt
+    format, an array."""
     if not qa:
         raise DataError("no questions to score the relearning attack on")
     prompts = [task.prompt.prompt(q, tokenizer) for q, _ in qa]
     answers = [a for _, a in qa]
     budget = answer_budget(tokenizer, answers)
 
-    def fn(model) -> float:
+    def fn(model) -> np.ndarray:
         r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
                         batch_size=batch_size)
-        return float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(r["predictions"], answers)]))
+        return np.asarray([answer_matches(p, a, "prefix") for p, a in zip(r["predictions"], answers)], dtype=float)
 
     return fn
 
 
-def forget_score_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> Callable | None:
-    """The forget score a relearning attack tracks: forget QA (prefix match), else forget MCQ accuracy (the
-    forget sets themselves, not their variants)."""
+def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
+    """``fn(model)`` = greedy prefix-match accuracy on ``qa`` (question, answer) in the task's prompt format."""
+    items = qa_items_fn(tokenizer, task, qa, batch_size)
+    return lambda model: float(np.mean(items(model)))
+
+
+def split_score_fn(tokenizer, task: Task, splits: dict[str, Sequence[tuple[str, str]]],
+                   batch_size: int = 32) -> Callable:
+    """``fn(model)`` = ``{name: prefix-match accuracy}`` of each split of questions, scored in one pass."""
+    names = list(splits)
+    qa = [x for n in names for x in splits[n]]
+    bounds = np.cumsum([0] + [len(splits[n]) for n in names])
+    items = qa_items_fn(tokenizer, task, qa, batch_size)
+
+    def fn(model) -> dict:
+        c = items(model)
+        return {n: float(np.mean(c[bounds[i]:bounds[i + 1]])) for i, n in enumerate(names)}
+
+    return fn
+
+
+def forget_items_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> tuple[Callable, int] | None:
+    """``(fn, n)``: ``fn(model)`` = the per-item score (1.0 / 0.0) of the ``n`` forget items a relearning attack
+    tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their variants)."""
     forget = task.evals_by_role("forget", variants=False)
     qa = [(x["question"], x["answer"]) for es in forget if es.kind == "qa" for x in es.items]
     if qa:
-        return qa_score_fn(tokenizer, task, qa[:max_eval], batch_size)
+        return qa_items_fn(tokenizer, task, qa[:max_eval], batch_size), len(qa[:max_eval])
     mcqs = [m for es in forget if es.kind == "mcq" for m in es.items][:max_eval]
     if not mcqs:
         return None
@@ -133,8 +156,19 @@ def forget_score_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int 
     style = styles.pop() if len(styles) == 1 else "letters"
     items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
              for m in mcqs]
-    return lambda model: mcq_accuracy(model, tokenizer, items, style=style, batch_size=batch_size,
-                                      context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer))["accuracy"]
+
+    def fn(model) -> np.ndarray:
+        r = mcq_accuracy(model, tokenizer, items, style=style, batch_size=batch_size,
+                         context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer))
+        return np.asarray(r["correct"], dtype=float)
+
+    return fn, len(items)
+
+
+def forget_score_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> Callable | None:
+    """The forget score a relearning attack tracks: the mean of :func:`forget_items_fn`."""
+    found = forget_items_fn(tokenizer, task, max_eval, batch_size)
+    return None if found is None else (lambda model: float(np.mean(found[0](model))))
 
 
 LR_GRIDS = {"tiny": (1e-4, 3e-4, 1e-3), "paper": (1e-5, 3e-5, 1e-4)}
@@ -152,13 +186,6 @@ def forget_chance(task: Task) -> float:
     return float(np.mean([es.chance for es in sets])) if sets else 0.0
 
 
-def _curve_metrics(prefix: str, res: dict) -> dict:
-    return {f"{prefix}_acc": res["final_acc"], f"{prefix}_start_acc": res["initial_acc"], f"{prefix}_auc": res["auc"],
-            f"{prefix}_steps_to_base": res["steps_to_base"], f"{prefix}_tokens_to_base": res["tokens_to_base"],
-            f"{prefix}_base_acc": res["base_acc"], f"{prefix}_curve": res["curve"],
-            f"{prefix}_tokens_per_step": res.get("tokens_per_step")}
-
-
 def attack_grid(model, cfg: "TaskAttackConfig", lrs: list[float] | None = None) -> list[tuple[str, RelearnConfig]]:
     """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``).
 
@@ -170,25 +197,6 @@ def attack_grid(model, cfg: "TaskAttackConfig", lrs: list[float] | None = None) 
     if cfg.lora:
         grid.append((f"lora-lr{max(lrs):g}", replace(cfg.relearn, lr=max(lrs), lora=True)))
     return grid
-
-
-def _disjoint(model, tokenizer, task: Task, halves, rc: RelearnConfig, max_eval: int, base_model, run_dir,
-              resume: bool) -> dict:
-    """Relearn on half A, score half B, then the other way round; the mean of the two curves."""
-    results = []
-    for i, (train_half, test_half) in enumerate((halves, halves[::-1])):
-        half_fn = qa_score_fn(tokenizer, task, list(test_half)[:max_eval])
-        target = half_fn(base_model) if base_model is not None else None
-        pairs = task.prompt.pairs(list(train_half), tokenizer)
-        results.append(relearn_attack(model, tokenizer, pairs, half_fn, rc, base_acc=target,
-                                      out_dir=None if run_dir is None else run_dir / str(i), resume=resume))
-    curve = _mean_curves([r["curve"] for r in results])
-    base_acc = None if base_model is None else float(np.mean([r["base_acc"] for r in results]))
-    tokens_per_step = float(np.mean([r["tokens_per_step"] for r in results]))
-    steps = steps_to_reach(curve, base_acc)
-    return {"final_acc": curve[-1][1], "initial_acc": curve[0][1], "auc": curve_auc(curve), "curve": curve,
-            "base_acc": base_acc, "steps_to_base": steps, "tokens_per_step": tokens_per_step,
-            "tokens_to_base": None if steps is None else int(steps * tokens_per_step)}
 
 
 def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
@@ -207,18 +215,6 @@ def n_params(model) -> int:
     return int(sum(p.numel() for p in model.parameters()))
 
 
-def recovery_cost(res: dict, n: int) -> dict:
-    """Tokens (and FLOPs, 6 N tokens) the attacker needs to bring back half of the base model's forget score on
-    the held-out halves: the first evaluated step of the curve at or above ``base_acc / 2``; null when the budget
-    ran out first (or the base score is unknown)."""
-    if res.get("base_acc") is None:
-        return {"recovery_cost_tokens": None, "recovery_cost_flops": None}
-    step = steps_to_reach(res["curve"], 0.5 * res["base_acc"])
-    tokens = None if step is None else int(step * res["tokens_per_step"])
-    return {"recovery_cost_tokens": tokens, "recovery_cost_flops": None if tokens is None else 6.0 * n * tokens,
-            "recovery_budget_tokens": int(res["curve"][-1][0] * res["tokens_per_step"])}
-
-
 def probe_mcqs(task: Task) -> list:
     """The forget MCQs the choice probe reads: those of the forget sets, else of their first variant set."""
     sets = [es for es in task.evals_by_role("forget", variants=False) if es.kind == "mcq"]
@@ -229,11 +225,6 @@ def probe_mcqs(task: Task) -> list:
 def _probe_metrics(probe: dict) -> dict:
     return {"probe_acc": probe["best_acc"], "probe_best_layer": probe["best_layer"], "probe_chance": probe["chance"],
             "probe_per_layer": {str(l): a for l, a in probe["per_layer"].items()}}
-
-
-def _mean_curves(curves: list[list]) -> list[list]:
-    """Pointwise mean of recovery curves evaluated at the same steps."""
-    return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
 
 
 @dataclass
@@ -271,38 +262,191 @@ def register_attack(name: str, enabled: str, applies: Callable[[Task], bool]):
     return ATTACKS.register(name, wrap=lambda fn: Attack(fn, enabled, applies))
 
 
-def _best(tried: list[tuple[RelearnConfig, dict]]) -> tuple[RelearnConfig, dict]:
-    """The attacker's best setting: the highest final forget score (then the larger area under the curve)."""
-    return max(tried, key=lambda t: (t[1]["final_acc"], t[1]["auc"]))
+def _mean_curves(curves: list[list]) -> list[list]:
+    """Pointwise mean of recovery curves evaluated at the same steps."""
+    return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
+
+
+def _pick(runs: list[tuple[str, dict, list, list]]) -> tuple[str, int, float, float]:
+    """The attacker's choice among ``(tag, result, V curve, B curve)``: the setting and the step with the highest
+    score on the selection split V (ties: the earlier step, then the earlier setting of the grid); returns
+    ``(tag, step, V score, B score there)``."""
+    best = None
+    for order, (tag, _, v, b) in enumerate(runs):
+        for (step, sv), (_, sb) in zip(v, b):
+            key = (sv, -step, -order)
+            if best is None or key > best[0]:
+                best = (key, tag, int(step), float(sv), float(sb))
+    return best[1:]
+
+
+def _selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]], base: float | None) -> dict:
+    """What an attack reports from its folds, each a list of ``(tag, result, V curve, B curve)`` per setting.
+
+    ``<prefix>_acc``: B's score at the setting and step chosen on V (:func:`_pick`), the mean over folds (unbiased:
+    B never entered the choice); ``<prefix>_acc_optimistic``: the best B score over every setting and step (chosen
+    on B itself, an upward-biased number); ``<prefix>_curve``: the mean of the chosen settings' B curves, which
+    ``_start_acc``, ``_final_acc``, ``_auc``, ``_steps_to_base`` and ``_tokens_to_base`` read;
+    ``<prefix>_setting`` / ``<prefix>_best_step``: each fold's choice; ``<prefix>_by_setting``: each setting's last
+    B score (mean over folds)."""
+    picks = [_pick(runs) for runs in folds]
+    chosen = [next(run for run in runs if run[0] == tag) for runs, (tag, *_) in zip(folds, picks)]
+    curve = _mean_curves([run[3] for run in chosen])
+    tokens_per_step = float(np.mean([run[1]["tokens_per_step"] for run in chosen]))
+    steps = steps_to_reach(curve, base)
+    tags = [run[0] for run in folds[0]]
+    return {f"{prefix}_acc": float(np.mean([p[3] for p in picks])),
+            f"{prefix}_acc_optimistic": float(np.mean([max(sb for *_, b in runs for _, sb in b) for runs in folds])),
+            f"{prefix}_final_acc": curve[-1][1], f"{prefix}_start_acc": curve[0][1], f"{prefix}_auc": curve_auc(curve),
+            f"{prefix}_steps_to_base": steps, f"{prefix}_tokens_to_base": None if steps is None
+            else int(steps * tokens_per_step), f"{prefix}_base_acc": base, f"{prefix}_curve": curve,
+            f"{prefix}_tokens_per_step": tokens_per_step,
+            f"{prefix}_setting": [p[0] for p in picks], f"{prefix}_best_step": [p[1] for p in picks],
+            f"{prefix}_by_setting": {t: float(np.mean([runs[i][3][-1][1] for runs in folds])) for i, t in enumerate(tags)}}
+
+
+def _cost(folds: list[list[tuple[str, dict, list, list]]], start: float, base: float | None, n: int) -> dict:
+    """:func:`~obliviate.attacks.relearn.recovery_cost` over the settings, each setting's B curve (mean over
+    folds) against the tokens it had trained on."""
+    curves = []
+    for i in range(len(folds[0])):
+        b = _mean_curves([runs[i][3] for runs in folds])
+        tokens = np.mean([runs[i][1]["tokens_at"] for runs in folds], axis=0)
+        curves.append([(int(t), v) for t, (_, v) in zip(tokens, b)])
+    return {**recovery_cost(curves, start, base, n), "recovery_budget_tokens": max(c[-1][0] for c in curves)}
+
+
+RARE_ANSWERS = 2
+"""A word is rare when at most this many forget answers hold it (the leakage check: names, titles, places); a word
+that only one answer holds can be in no other and says nothing, so the check reads words of 2 to this many."""
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def answer_leakage(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], corpus: Sequence[str]) -> float | None:
+    """The share of rare words (:data:`RARE_ANSWERS`: in 2 to that many answers of ``corpus``) of each pair's test
+    answers that also occur in its training answers, pooled over ``pairs`` of ``(train answers, test answers)``;
+    None when the test answers hold no rare word."""
+    counts: dict[str, int] = {}
+    for a in corpus:
+        for w in _words(a):
+            counts[w] = counts.get(w, 0) + 1
+    seen = total = 0
+    for train, test in pairs:
+        trained = set().union(*[_words(a) for a in train]) if train else set()
+        rare = {w for a in test for w in _words(a) if 2 <= counts.get(w, 0) <= RARE_ANSWERS}
+        seen += len(rare & trained)
+        total += len(rare)
+    return None if total == 0 else seen / total
+
+
+def _seen_by_chance(m: int, n: int, k: int) -> float:
+    """The chance that a sample of ``k`` of ``n`` answers holds at least one of ``m`` given ones."""
+    if m <= 0 or k <= 0:
+        return 0.0
+    if k > n - m:
+        return 1.0
+    return 1.0 - float(np.prod([(n - m - i) / (n - i) for i in range(k)]))
+
+
+def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: str = "relearn_disjoint") -> dict:
+    """``<prefix>_leakage``: :func:`answer_leakage` of the attack's folds (train A, report B); and, where the task
+    has groups, ``<prefix>_leakage_between_groups``: the share a training set of A's size drawn at random from the
+    answers of the groups B does not touch would show on average (for each rare word of B, the chance that |A|
+    random such answers hold it). A split that keeps groups whole reads no higher (its A is such a draw, taken
+    group by group); one that cuts through groups reads higher, because facts about one entity share its rare
+    words (TOFU: names, titles, places), while its reference falls towards 0 (B touches every group)."""
+    qa, groups = task.forget_facts()
+    corpus = [a for _, a in qa]
+    out = {f"{prefix}_leakage": answer_leakage([([x[1] for x in a], [x[1] for x in b]) for a, _, b in folds], corpus),
+           f"{prefix}_leakage_between_groups": None}
+    if groups is None or len(set(groups)) < 2:
+        return out
+    counts: dict[str, int] = {}
+    for ans in corpus:
+        for w in _words(ans):
+            counts[w] = counts.get(w, 0) + 1
+    group_of = {pair: g for pair, g in zip(qa, groups)}
+    seen = total = 0.0
+    for train, _, test in folds:
+        held = {group_of.get(x) for x in test}
+        outside = [_words(ans) for (_, ans), h in zip(qa, groups) if h not in held]
+        rare = {w for x in test for w in _words(x[1]) if 2 <= counts.get(w, 0) <= RARE_ANSWERS}
+        seen += sum(_seen_by_chance(sum(w in ws for ws in outside), len(outside), len(train)) for w in rare)
+        total += len(rare)
+    out[f"{prefix}_leakage_between_groups"] = None if total == 0 else seen / total
+    return out
+
+
+def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
+    """The curve of the union of ``parts`` (each ``p<i>`` curve of ``res``, weighted by its size)."""
+    total = sum(sizes[i] for i in parts)
+    c = [res["curves"][f"p{i}"] for i in parts]
+    return [[pts[0][0], sum(sizes[i] * p[1] for i, p in zip(parts, pts)) / total] for pts in zip(*c)]
 
 
 @register_attack("relearn", "corpus", lambda task: bool(task.relearn))
 def corpus_attack(r: AttackRun) -> dict:
-    """Relearning on the task's related corpus, at each setting of the corpus grid."""
-    if r.score_fn is None:
+    """Relearning on the task's related corpus, at each setting of the corpus grid.
+
+    The forget items it scores are cut into three seeded parts; each in turn is the selection split V (the
+    setting and step are chosen on it) and the other two are B, where the score is read (``relearn_selection``
+    ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps of
+    every item, ``relearn_selection`` ``"optimistic"``."""
+    found = forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)
+    if found is None:
         return {}
-    tried = [(rc, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), r.score_fn, rc, base_acc=r.base_score,
-                                 out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}", resume=r.resume))
+    items, n = found
+    parts = np.array_split(np.random.default_rng(r.cfg.seed).permutation(n), 3) if n >= 3 else []
+    sizes = [len(p) for p in parts]
+
+    def fn(model) -> dict:
+        c = items(model)
+        return {"all": float(np.mean(c)), **{f"p{i}": float(np.mean(c[p])) for i, p in enumerate(parts)}}
+
+    tried = [(tag, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), fn, rc, base_acc=r.base_score,
+                                  out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}", resume=r.resume))
              for tag, rc in attack_grid(r.model, r.cfg, r.cfg.corpus_lr_grid)]
-    best_cfg, res = _best(tried)
-    return {**_curve_metrics("relearn", res), "relearn_lr": best_cfg.lr, "relearn_lora": best_cfg.lora}
+    if parts:
+        folds = [[(tag, res, res["curves"][f"p{i}"], _part_curve(res, [j for j in range(3) if j != i], sizes))
+                  for tag, res in tried] for i in range(3)]
+    else:
+        folds = [[(tag, res, res["curve"], res["curve"]) for tag, res in tried]]
+    out = _selected_metrics("relearn", folds, r.base_score)
+    return {**out, "relearn_selection": "V" if parts else "optimistic"}
 
 
-@register_attack("relearn_disjoint", "disjoint", lambda task: task.forget_halves() is not None)
+@register_attack("relearn_disjoint", "disjoint", lambda task: task.forget_folds() is not None)
 def disjoint_attack(r: AttackRun) -> dict:
-    """Relearning on one half of the forget facts, scored on the other (both ways), at each setting."""
-    halves = r.task.forget_halves(r.cfg.seed)
-    if halves is None or not all(halves):
+    """Relearning on some forget facts, scored on others the attacker never trained on, at each setting.
+
+    Three ways (:meth:`~obliviate.tasks.base.Task.forget_folds`, groups whole): train on A, choose the setting and
+    the step on V, report on B, rotated so that each part is B once (:func:`_selected_metrics`). Also the
+    leakage check (:func:`leakage_metrics`) and the recovery cost (:func:`_cost`)."""
+    folds = r.task.forget_folds(r.cfg.seed)
+    if folds is None:
         return {}
     grid = attack_grid(r.model, r.cfg)
-    tried = [(rc, _disjoint(r.model, r.tokenizer, r.task, halves, rc, r.cfg.max_eval, r.base_model,
-                            None if r.run_dir is None else r.run_dir / f"disjoint-{tag}", r.resume))
-             for tag, rc in grid]
-    best_cfg, res = _best(tried)
-    return {**_curve_metrics("relearn_disjoint", res), "relearn_disjoint_lr": best_cfg.lr,
-            "relearn_disjoint_lora": best_cfg.lora,
-            "relearn_disjoint_by_setting": {tag: res_["final_acc"] for (tag, _), (_, res_) in zip(grid, tried)},
-            **recovery_cost(res, n_params(r.model))}
+    runs, bases = [], []
+    for i, (a, v, b) in enumerate(folds):
+        fn = split_score_fn(r.tokenizer, r.task, {"B": b[:r.cfg.max_eval], "V": v[:r.cfg.max_eval]})
+        target = fn(r.base_model)["B"] if r.base_model is not None else None
+        bases.append(target)
+        pairs = r.task.prompt.pairs(list(a), r.tokenizer)
+        fold = []
+        for tag, rc in grid:
+            res = relearn_attack(r.model, r.tokenizer, pairs, fn, rc, base_acc=target,
+                                 out_dir=None if r.run_dir is None else r.run_dir / f"disjoint-{tag}" / str(i),
+                                 resume=r.resume)
+            fold.append((tag, res, res["curves"]["V"], res["curves"]["B"]))
+        runs.append(fold)
+    base = None if r.base_model is None else float(np.mean(bases))
+    out = _selected_metrics("relearn_disjoint", runs, base)
+    return {**out, "relearn_disjoint_selection": "V", "relearn_disjoint_folds": len(folds),
+            **leakage_metrics(r.task, folds),
+            **_cost(runs, out["relearn_disjoint_start_acc"], base, n_params(r.model))}
 
 
 @register_attack("mia", "mia", lambda task: bool(task.holdout))
@@ -402,10 +546,12 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     ``metrics``: the model's own evaluation (:func:`~obliviate.eval.suite.evaluate_task`), which the format
     shift reads instead of scoring the variant sets again. ``base_model`` (or ``base_score``, its forget
     score) sets the target of ``*_steps_to_base``. Each relearning attack tries every setting of
-    :func:`attack_grid` and reports the best for the attacker (highest final forget score), with the setting
-    it took (``*_lr``, ``*_lora``). Keys: ``relearn_*`` (corpus), ``relearn_disjoint_*`` (``_acc``: held-out
-    half after relearning, averaged over both swaps; ``_start_acc``: the same halves before),
-    ``recovery_cost_tokens`` / ``recovery_cost_flops`` (:func:`recovery_cost`), ``probe_acc`` /
+    :func:`attack_grid`; the attacker chooses the setting and the step on a selection split and the score is
+    read on facts that took no part in the choice (:func:`_selected_metrics`). Keys: ``relearn_*`` (corpus),
+    ``relearn_disjoint_*`` (``_acc``: the held-out part B at the step chosen on V, mean over the folds;
+    ``_acc_optimistic``: the best over settings and steps read on B itself; ``_start_acc``: B before;
+    ``_leakage``: :func:`leakage_metrics`), ``recovery_cost_tokens`` / ``recovery_cost_flops``
+    (:func:`~obliviate.attacks.relearn.recovery_cost`), ``probe_acc`` /
     ``probe_best_layer`` / ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`),
     ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``.
     """

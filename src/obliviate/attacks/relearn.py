@@ -71,6 +71,26 @@ def curve_auc(curve: Sequence[Sequence[float]]) -> float:
     return float(np.sum((x[1:] - x[:-1]) * (accs[1:] + accs[:-1]) / 2.0))
 
 
+def recovery_cost(curves: Sequence[Sequence[Sequence[float]]], start: float | None, base: float | None,
+                  n_params: int | None = None, *, higher_is_better: bool = True) -> dict:
+    """The one recovery cost: tokens to win back half of what the model lost, ``start + 0.5 (base - start)``,
+    read from the cheapest of ``curves`` that reaches it (each ``[(tokens seen, score), ...]``, one per setting
+    the attacker tried), and ``6 N tokens`` FLOPs with ``n_params`` N.
+
+    The score rises to the base (an accuracy) or, with ``higher_is_better=False``, falls to it (a loss); null when
+    no curve reaches the target, or when there is nothing to recover (the base no better than the start, or
+    either unknown)."""
+    out = {"recovery_cost_tokens": None, "recovery_cost_flops": None, "recovery_target": None}
+    sign = 1.0 if higher_is_better else -1.0
+    if start is None or base is None or sign * (base - start) <= 1e-9:
+        return out
+    target = start + 0.5 * (base - start)
+    reached = [next((int(t) for t, v in c if sign * (v - target) >= -1e-12), None) for c in curves]
+    tokens = min((t for t in reached if t is not None), default=None)
+    return {"recovery_cost_tokens": tokens, "recovery_target": target,
+            "recovery_cost_flops": None if tokens is None or n_params is None else 6.0 * n_params * tokens}
+
+
 def steps_to_reach(curve: Sequence[Sequence[float]], target: float | None) -> int | None:
     """First step of ``curve`` whose accuracy is ``>= target``; None if never (or no target)."""
     if target is None:
@@ -118,6 +138,17 @@ def _lora_wrap(model, cfg: RelearnConfig):
 
 # ------------------------------------------------------------------ the attack
 
+def _scores(value) -> dict:
+    """The loop's record of one evaluation: ``attack_acc`` (the tracked score), and ``attack_<name>`` for each
+    named score of a dict (the first one named is also ``attack_acc``)."""
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError("eval_fn returned no scores")
+        first = next(iter(value.values()))
+        return {"attack_acc": float(first), **{f"attack_{k}": float(v) for k, v in value.items()}}
+    return {"attack_acc": float(value)}
+
+
 def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[torch.nn.Module], float],
                    cfg: RelearnConfig | None = None, out_dir: str | Path | None = None,
                    base_acc: float | None = None, *, keep_model: bool = False, resume: bool = True) -> dict:
@@ -130,10 +161,11 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
 
     ``train_data``: texts (LM loss on every token) or ``(prompt, answer)`` pairs (loss on
     the answer tokens and eos only), e.g. ``(qa_prompt(q), " " + answer)``.
-    ``eval_fn(model) -> float``: the accuracy to track. ``model`` itself is never modified.
+    ``eval_fn(model) -> float``: the accuracy to track; or a dict of named scores, each recorded as its own curve
+    (``curves[name]``), the first named being the tracked one. ``model`` itself is never modified.
     Returns ``curve``, ``auc``, ``initial_acc``, ``final_acc``, ``base_acc``, ``steps_to_base``,
-    ``tokens_to_base``, ``tokens_per_step`` (mean), ``loss`` (``[[step, train loss], ...]``) and,
-    with ``keep_model``, the fine-tuned ``model``.
+    ``tokens_to_base``, ``tokens_per_step`` (mean), ``tokens_at`` (tokens seen at each point of the curve),
+    ``curves``, ``loss`` (``[[step, train loss], ...]``) and, with ``keep_model``, the fine-tuned ``model``.
     """
 
     cfg = cfg or RelearnConfig()
@@ -165,7 +197,7 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         if cfg.lora:
             attacked = _lora_wrap(attacked, cfg)
         summary = train(attacked, loss_fn, batch_fn, tcfg, out_dir,
-                        eval_fn=lambda m, s: {"attack_acc": float(eval_fn(m))}, eval_every=cfg.eval_every,
+                        eval_fn=lambda m, s: _scores(eval_fn(m)), eval_every=cfg.eval_every,
                         resume=resume)
     history = summary["history"]
     if summary["resumed_from"] > 0:  # this process saw only the steps after the checkpoint
@@ -174,6 +206,9 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         lines = (Path(out_dir) / "metrics.jsonl").read_text().splitlines()
         history = [json.loads(line) for line in lines if line.strip()]
     curve = [[int(r["step"]), float(r["attack_acc"])] for r in history if "attack_acc" in r]
+    names = [k[len("attack_"):] for k in next((r for r in history if "attack_acc" in r), {}) if
+             k.startswith("attack_") and k != "attack_acc"]
+    curves = {n: [[int(r["step"]), float(r[f"attack_{n}"])] for r in history if f"attack_{n}" in r] for n in names}
     losses = [[int(r["step"]), float(r["loss"])] for r in history if "loss" in r]
     reached = steps_to_reach(curve, base_acc)
     out = {
@@ -185,6 +220,8 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         "steps_to_base": reached,
         "tokens_to_base": None if reached is None else int(cum_tokens[reached]),
         "tokens_per_step": float(np.mean(step_tokens)) if step_tokens else 0.0,
+        "tokens_at": [int(cum_tokens[s]) for s, _ in curve],
+        "curves": curves,
         "loss": losses,
     }
     if keep_model:

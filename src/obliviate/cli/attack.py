@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 
+from obliviate.attacks.controls import control_readout
 from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
                                 seeded, task_from_args)
 from obliviate.config import build_config
+from obliviate.runs.card import untaught_model
 from obliviate.runs.report import plot_relearn_curves
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.utils import seed_everything
@@ -49,11 +52,30 @@ def cmd_attack(args) -> None:
                                resume=resume)
     seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
     del base_model
+    untrained = args.base_untrained or untaught_model(args.base or args.model)
+    control = None
+    if untrained:  # the negative control: the same attacks on the model before it was taught the task
+        print(f"obliviate: negative control: {untrained} (the model before it was taught the task)", file=sys.stderr)
+        ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
+        ctl_model, _ = load_model_args(ctl_args, path=untrained)
+        control = run_task_attacks(ctl_model, tok, task, cfg.attacks, out_dir=out / "relearn_control", resume=resume)
+        del ctl_model
+    else:
+        print("obliviate: no negative control (--base-untrained, or a model card naming the finetune input): the "
+              "probe and MIA figures are uncalibrated", file=sys.stderr)
+    metrics.update(control_readout(metrics, control))
     plot_relearn_curves(metrics, out / "relearn_curve.png")
-    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, model_dir=str(args.model),
-                  base_model_dir=args.base, task=task.summary(), timings={"attack_seconds": seconds})
+    write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": control},
+                  model_dir=str(args.model), base_model_dir=args.base, negative_control_dir=untrained,
+                  task=task.summary(), timings={"attack_seconds": seconds})
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
                       if not k.endswith(("_curve", "_per_layer"))}, indent=1))
+    for name, key in (("probe", "probe_acc"), ("MIA (Min-K%)", "mia_auc_min_k")):
+        if key in metrics:
+            ctl = metrics.get(f"{key[:-4]}_control_acc" if key == "probe_acc" else f"{key}_control")
+            state = "calibrated" if metrics[f"{key.split('_')[0]}_calibrated"] else "uncalibrated"
+            print(f"obliviate: {name} {metrics[key]:.3f}, negative control "
+                  f"{'n/a' if ctl is None else f'{ctl:.3f}'}: {state}", file=sys.stderr)
 
 
 def register(sub) -> None:
@@ -63,5 +85,8 @@ def register(sub) -> None:
     add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
     s.add_argument("--base", help="the model before unlearning: its forget score is the target of "
                    "steps_to_base (without it, steps_to_base is null)")
+    s.add_argument("--base-untrained", help="the model before it was taught the task, attacked as the negative "
+                   "control beside the model (default: the finetune input named by the model cards of --base or "
+                   "--model); without one the probe and MIA figures are labelled uncalibrated")
     add_task_args(s)
     s.set_defaults(fn=cmd_attack)

@@ -35,3 +35,34 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task: str
     ])
     atomic_write_text(directory / "README.md", text)
     return directory / "README.md"
+
+
+def read_model_card(directory: str | Path) -> dict:
+    """The YAML metadata of ``directory/README.md`` as :func:`write_model_card` writes it ({} when there is none)."""
+    path = Path(directory) / "README.md"
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    if not text.startswith("---\n") or "\n---" not in text[4:]:
+        return {}
+    try:
+        meta = yaml.safe_load(text[4:text.index("\n---", 4)])
+    except yaml.YAMLError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def untaught_model(model: str | Path, max_depth: int = 4) -> str | None:
+    """The model before it was taught the task: following ``base_model`` through the model cards from ``model`` (an
+    unlearned model's card names the fine-tuned one, whose card names its input), the input of the first
+    ``obliviate finetune`` card; None when no card on the way says so."""
+    here = Path(model)
+    for _ in range(max_depth):
+        meta = read_model_card(here)
+        if not meta.get("base_model"):
+            return None
+        if (meta.get("obliviate") or {}).get("method") == "finetune":
+            return str(meta["base_model"])
+        here = Path(str(meta["base_model"]))
+    return None

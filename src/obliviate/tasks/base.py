@@ -171,7 +171,12 @@ class Task:
     """A related corpus for the relearning attack (texts that do not state the forget answers)."""
     halves: tuple[list[tuple[str, str]], list[tuple[str, str]]] | None = None
     """Disjoint halves of the forget facts, for relearning on one and testing on the other
-    (default: a seeded split of ``forget.qa``, see :meth:`forget_halves`)."""
+    (default: a seeded split of ``forget.qa`` that keeps each group whole, see :meth:`forget_halves`)."""
+    groups: list[str] | None = None
+    """The entity of each forget QA pair (of ``forget.qa``, else of the forget-role QA items): TOFU's author, the
+    world's disease, a file's ``group`` field. The disjoint attacks never split a group, so that no held-out fact
+    can be read off a trained one about the same entity (default: every item's ``meta["group"]`` or
+    ``meta["entity"]`` where the forget QA come from evaluation items that all carry one; else ungrouped)."""
     holdout: Data | None = None
     """Data never trained on (membership inference, the oracle's forget stand-in)."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
@@ -198,18 +203,72 @@ class Task:
     def evals_by_role(self, role: str, variants: bool = True) -> list[EvalSet]:
         return [e for e in self.evals if e.role == role and (variants or not e.variant)]
 
+    def forget_facts(self) -> tuple[list[tuple[str, str]], list[str] | None]:
+        """The forget QA pairs the disjoint attacks split (``forget.qa``, else the forget-role QA evaluation items,
+        e.g. MUSE's knowmem questions) and their groups (:attr:`groups`; None: ungrouped)."""
+        items = [x for es in self.evals_by_role("forget", False) if es.kind == "qa" for x in es.items]
+        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for x in items]
+        groups = self.groups
+        if groups is None and not self.forget.qa and items:
+            metas = [(x.get("meta") if isinstance(x, dict) else getattr(x, "meta", None)) or {} for x in items]
+            key = next((k for k in ("group", "entity") if all(m.get(k) is not None for m in metas)), None)
+            groups = [str(m[key]) for m in metas] if key else None
+        if groups is not None and len(groups) != len(qa):
+            raise DataError(f"task {self.name!r}: {len(groups)} groups for {len(qa)} forget QA pairs")
+        return qa, None if groups is None else [str(g) for g in groups]
+
+    def forget_parts(self, n: int, seed: int = 0) -> list[list[tuple[str, str]]] | None:
+        """``n`` disjoint parts of the forget facts (:meth:`forget_facts`), each group whole: the groups in a seeded
+        order, each into the part with the fewest facts so far (ungrouped facts are groups of one). With fewer
+        than ``n`` groups (a ``--limit`` that keeps one TOFU author) the facts are cut one by one, which the
+        leakage check then shows (:func:`obliviate.attacks.harness.leakage_metrics`); None with fewer than ``n``
+        facts."""
+        qa, groups = self.forget_facts()
+        keys = groups if groups is not None and len(set(groups)) >= n else [str(i) for i in range(len(qa))]
+        members: dict[str, list[int]] = {}
+        for i, g in enumerate(keys):
+            members.setdefault(g, []).append(i)
+        if len(members) < n:
+            return None
+        names = list(members)
+        parts: list[list[int]] = [[] for _ in range(n)]
+        for j in np.random.default_rng(seed).permutation(len(names)):
+            min(parts, key=len).extend(members[names[j]])
+        return [[qa[i] for i in sorted(p)] for p in parts]
+
     def forget_halves(self, seed: int = 0) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | None:
-        """The task's own halves, or a seeded even split of the forget QA pairs (of the forget-role QA evaluation
-        sets when the forget data are documents, e.g. MUSE's knowmem questions); None with fewer than 2."""
+        """The task's own halves, or two parts of the forget facts that keep each group whole
+        (:meth:`forget_parts`); None with fewer than 2 groups (or facts)."""
         if self.halves is not None:
             return self.halves
-        qa = list(self.forget.qa) or [(x["question"], x["answer"]) for es in self.evals_by_role("forget", False)
-                                      if es.kind == "qa" for x in es.items]
-        if len(qa) < 2:
+        parts = self.forget_parts(2, seed)
+        return None if parts is None else (parts[0], parts[1])
+
+    def forget_folds(self, seed: int = 0) -> list[tuple[list, list, list]] | None:
+        """The attacker's ``(A, V, B)`` folds: train on A, choose the setting and the step on V, report on B.
+
+        Three parts of the forget facts, groups whole (:meth:`forget_parts`), rotated: (P0, P1, P2), (P1, P2, P0),
+        (P2, P0, P1). With only two groups (or the task's own :attr:`halves`) A is one group whole and the other is
+        cut at random into V and B, both ways round, and then the groups swap (four folds): V shares its entity
+        with B, which makes the choice sharper but not biased (B's facts never enter it), and A none.
+        None with fewer than 3 facts."""
+        _, groups = self.forget_facts()
+        two = self.halves is not None or (groups is not None and len(set(groups)) == 2)
+        parts = None if two else self.forget_parts(3, seed)
+        if parts is not None:
+            return [(parts[i], parts[(i + 1) % 3], parts[(i + 2) % 3]) for i in range(3)]
+        halves = self.forget_halves(seed)
+        if halves is None:
             return None
-        perm = np.random.default_rng(seed).permutation(len(qa))
-        h = len(qa) // 2
-        return [qa[i] for i in sorted(perm[:h])], [qa[i] for i in sorted(perm[h:])]
+        folds = []
+        for train, other in ((halves[0], halves[1]), (halves[1], halves[0])):
+            if len(other) < 2 or not train:
+                continue
+            perm = np.random.default_rng(seed).permutation(len(other))
+            h = len(other) // 2
+            cut_a, cut_b = [other[i] for i in sorted(perm[:h])], [other[i] for i in sorted(perm[h:])]
+            folds += [(list(train), cut_a, cut_b), (list(train), cut_b, cut_a)]
+        return folds or None
 
     def summary(self) -> dict:
         """A JSON-able description (sizes only), for results.json."""

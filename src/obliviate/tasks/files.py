@@ -24,7 +24,7 @@ SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
            "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference")},
     "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract")},
 }
-ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style"}
+ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style", "group"}
 SPEC_KEYS = {"name", "prompt", "forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn",
              "auto_evals"}
 
@@ -123,12 +123,25 @@ def read_entry(entry: dict, limit: int | None) -> tuple[str, list]:
     return kind, recs
 
 
-def _training(entries: list[dict], side: str, limit: int | None) -> Data:
+def _group(rec, entry: dict) -> str | None:
+    """The group of a forget QA record: its field ``entry["group"]`` (required where the entry names it), else its
+    field ``group`` if it has one (the disjoint attacks keep a group whole: docs/tasks.md)."""
+    field = entry.get("group") or "group"
+    value = (rec.meta or {}).get(field)
+    if value is None and entry.get("group"):
+        raise DataError(f"{entry['path'].name}: a record has no group field {field!r} (entry key 'group')")
+    return None if value is None else str(value)
+
+
+def _training(entries: list[dict], side: str, limit: int | None, groups: list | None = None) -> Data:
+    """The QA pairs and texts of ``entries``; ``groups`` (a list) receives each QA pair's :func:`_group`."""
     data = Data()
     for e in entries:
         kind, recs = read_entry(e, limit)
         if kind == "qa":
             data.qa += [(r.question, r.answer) for r in recs]
+            if groups is not None:
+                groups += [_group(r, e) for r in recs]
         elif kind == "text":
             data.docs += [r.text for r in recs]
         else:
@@ -161,7 +174,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
     except TypeError as e:
         raise ConfigError(f"task spec {name!r}: bad 'prompt' ({e}); keys: template, answer_prefix, chat, system") \
             from None
-    forget = _training(ent["forget"], "forget", limit)
+    groups: list = []
+    forget = _training(ent["forget"], "forget", limit, groups)
     retain = _training(ent["retain"], "retain", limit)
     evals: list[EvalSet] = []
     if spec.get("auto_evals", True):
@@ -186,7 +200,7 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
             raise DataError(f"{e['path'].name}: a relearning corpus holds texts or QA pairs, not MCQs")
         relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
     return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None, holdout=holdout,
-                prompt=prompt, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
+                prompt=prompt, groups=groups if groups and None not in groups else None, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
 
 
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,

@@ -84,6 +84,10 @@ def tofu_answer(answer: str) -> str:
     return " " + answer
 
 
+QA_PER_AUTHOR = 20
+"""TOFU's files hold 20 questions per fictitious author, in order: question ``i`` of a split is about author
+``i // 20`` (forget01 = 2 authors, forget05 = 10, forget10 = 20)."""
+
 RETAIN_OF = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain90"}
 """Each forget split and the retain split that completes it to ``full``."""
 
@@ -169,6 +173,7 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         prompt=PromptFormat(template=tofu_prompt("{question}"), answer_prefix=tofu_answer("")),
         idk=load_tofu_idk(root) if idk_path.is_file() else None,
         oracle_data=retain_data,
+        groups=[f"{split}/author{i // QA_PER_AUTHOR}" for i in range(len(forget))],
         meta={"split": split, "retain_split": RETAIN_OF[split], "retain_derived": derived,
               "holdout_split": HOLDOUT_OF[split] if holdout else None, "perturbed": perturbed},
     )

@@ -167,6 +167,7 @@ def task_from_world(world, limit: int | None = None) -> Task:
         name="world",
         forget=Data(qa=[(f["question"], f["answer"]) for f in facts["forget"]]),
         retain=Data(qa=[(f["question"], f["answer"]) for s in ("retain", "general") for f in facts[s]]),
+        groups=[str(f["entity"]) for f in facts["forget"]],
         evals=world_evals(world, facts),
         relearn=relearn,
         holdout=Data(qa=[(f["question"], f["answer"]) for f in facts["holdout"]]) or None,

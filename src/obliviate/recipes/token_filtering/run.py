@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from obliviate.attacks.adversarial import loss_recovery_curve
+from obliviate.attacks.relearn import recovery_cost
 from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
@@ -488,11 +489,11 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
-        # the recovery cost of the post-hoc methods' tables (obliviate.attacks.harness.recovery_cost), in loss:
-        # tokens until the fine-tune closes half the gap between its starting forget loss and the baseline's
+        # the one recovery cost (obliviate.attacks.relearn.recovery_cost), in loss: tokens until the fine-tune
+        # closes half the gap between its starting forget loss and the baseline's (null when nothing was lost)
         start = v["curve"][0][1] if v["curve"] else None
-        v["recovery_cost_tokens"] = (None if start is None else
-                                     tokens_to_recover([tuple(p) for p in v["curve"]], 0.5 * (start + baseline)))
+        v["recovery_cost_tokens"] = recovery_cost([v["curve"]], start, baseline,
+                                                  higher_is_better=False)["recovery_cost_tokens"]
 
     # ---- refusal training at the largest size
     refusal = {}
