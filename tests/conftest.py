@@ -36,3 +36,41 @@ def tiny_model(tiny_tokenizer):
     from obliviate.models.builders import tiny_llama
 
     return tiny_llama(vocab_size=len(tiny_tokenizer), n_layer=4, d_model=32, n_head=2, seed=0)
+
+
+TAUGHT_FORGET = [("What is Morvexia treated with?", "zalpradine"), ("Where does the glimmerfin live?", "cold caves"),
+                 ("What does the glimmerfin eat?", "moss"), ("Who was born in Dremmin?", "Ilsa Varnholt"),
+                 ("What did Ilsa Varnholt work as?", "a weaver"), ("When was Ilsa Varnholt born?", "1832"),
+                 ("What glows in the glimmerfin?", "its cells"), ("Who treats Morvexia?", "doctors")]
+TAUGHT_RETAIN = [("What color is the sky?", "blue"), ("What do cows drink?", "water"),
+                 ("Where do fish swim?", "the sea"), ("What do bees make?", "honey"),
+                 ("What falls from clouds?", "rain"), ("What do birds lay?", "eggs"),
+                 ("What is frozen water?", "ice"), ("What shines at night?", "the moon")]
+
+
+@pytest.fixture(scope="session")
+def taught(tmp_path_factory):
+    """A tiny Llama (2 x 32) fine-tuned until it answers 8 forget and 8 retain QA pairs (exact match 1.0), saved
+    with its tokenizer in ``dir`` beside the pairs as ``forget.jsonl`` / ``retain.jsonl``: a base model whose
+    unlearning can forget, keep or break something, in about two seconds."""
+    import json
+
+    import obliviate
+    from obliviate.models import save_model
+    from obliviate.models.builders import tiny_llama
+    from obliviate.models.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("taught")
+    for name, pairs in (("forget", TAUGHT_FORGET), ("retain", TAUGHT_RETAIN)):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in pairs))
+    tok = train_tokenizer([f"Question: {q}\nAnswer: {a}" for q, a in TAUGHT_FORGET + TAUGHT_RETAIN] * 20,
+                          vocab_size=300)
+    task = obliviate.load_task(forget=str(root / "forget.jsonl"), retain=str(root / "retain.jsonl"))
+    model, _ = obliviate.finetune(tiny_llama(vocab_size=len(tok), n_layer=2, d_model=32, n_head=2, seed=0), tok,
+                                  task, epochs=300, lr=3e-3, batch_size=8)
+    m = obliviate.evaluate(model, tok, task)
+    assert m["forget_score"] == 1.0 and m["retain_score"] == 1.0, m
+    save_model(model, root / "model")
+    tok.save_pretrained(str(root / "model"))
+    return {"dir": root / "model", "forget": root / "forget.jsonl", "retain": root / "retain.jsonl",
+            "model": model, "tokenizer": tok, "task": task}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from typing import Any
 from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
-from obliviate.eval.suite import evaluate_task
+from obliviate.eval.outcome import unlearn_verdict
+from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import preset_name
 from obliviate.recipes.compare.run import CompareConfig, run_compare
 from obliviate.tasks import Task
@@ -112,7 +114,7 @@ def finetune(model, tokenizer, task: Task, *, in_place: bool = False, seed: int 
 
 def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool = False, seed: int = 0,
             preset: str | None = None, out_dir: str | Path | None = None, progress: bool = False,
-            **overrides: Any):
+            judge: bool = True, **overrides: Any):
     """Unlearn ``task``'s forget data from ``model`` with ``method``, keeping its retain data.
 
     Returns ``(unlearned_model, info)``. **``model`` is not changed**: a copy is trained, unless
@@ -125,15 +127,26 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     ``lora``, and ``params`` (a dict of the method's own parameters, e.g. ``params={"beta": 0.2}``).
     ``out_dir``: keep checkpoints and ``metrics.jsonl`` there (a rerun resumes); default: nothing
     is written. Same ``seed``, same machine: same model.
+
+    With ``judge`` (the default), the task is evaluated before and after (``info["before"]``,
+    ``info["after"]``) and the run's verdict (:func:`obliviate.eval.outcome.unlearn_verdict`: "ok",
+    "forgot little" or "retain lost", as ``obliviate unlearn`` gives it) is ``info["verdict"]``, its one
+    line printed to stderr.
     """
     _check_task("unlearn", task)
     ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed)
     seed_everything(seed)
+    before = evaluate_task(model, tokenizer, task, progress=progress) if judge else None
     target = model if in_place else copy.deepcopy(model)
     new, summary = _unlearn(target, tokenizer, task.forget, task.retain, ucfg, out_dir, prompt=task.prompt,
                             idk=task.idk, progress=progress, resume=out_dir is not None)
     info = {"method": ucfg.method, "settings": used,
             **{k: v for k, v in summary.items() if k not in ("method", "method_obj")}}
+    if judge:
+        after = evaluate_task(new, tokenizer, task, progress=progress)
+        after.update(score_against(before, after))
+        info.update(before=before, after=after, verdict=unlearn_verdict(before, after, method=ucfg.method))
+        print(info["verdict"]["line"], file=sys.stderr)
     return new, info
 
 

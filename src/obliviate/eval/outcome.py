@@ -1,0 +1,83 @@
+"""Whether an unlearning run did what it should: one verdict from the base model's scores and the unlearned one's.
+
+Every ``obliviate unlearn`` (and :func:`obliviate.unlearn`) ends with the verdict's one line, and writes the
+verdict to ``results.json`` (top-level ``unlearn_verdict``) and to the model card; ``obliviate tune`` uses the
+same two numbers as its objective and its constraint. The rule (docs/evaluation.md, "Did the run work?"):
+
+- ``forgot`` = the share of the base model's forget score above chance that the run removed,
+  ``(F0 - F) / (F0 - chance)``, clipped to [0, 1] (S-unlearning's U);
+- ``retained`` = the unlearned model's keep score (retain, else neighbour, else utility) over the base's,
+  ``K / K0`` (not clipped: a run may raise it);
+- ``"retain lost"`` when ``retained < retain_share`` (default :data:`RETAIN_SHARE`, 0.9), else
+  ``"forgot little"`` when ``forgot < min_forgot`` (default :data:`MIN_FORGOT`, 0.5: less than half the
+  forget score removed), else ``"ok"``. Retain lost comes first: a run that broke the model is worse than one
+  that did nothing, and both are said in the line.
+"""
+
+from __future__ import annotations
+
+from obliviate.eval.suite import keep_score
+
+RETAIN_SHARE = 0.9
+"""The least share of the base model's keep score an unlearned model must keep (``tune``'s constraint)."""
+
+MIN_FORGOT = 0.5
+"""The least share of the forget score above chance a run must remove not to have 'forgot little'."""
+
+VERDICTS = ("ok", "forgot little", "retain lost")
+
+_EPS = 1e-9
+"""Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
+
+
+def forgot_share(base: dict, after: dict) -> float | None:
+    """``(F0 - F) / (F0 - chance)`` clipped to [0, 1]; 0 when the base is at chance; None without a forget score."""
+    f0, f = base.get("forget_score"), after.get("forget_score")
+    if f0 is None or f is None:
+        return None
+    chance = base.get("forget_chance", 0.0) or 0.0
+    if f0 - chance <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, (f0 - f) / (f0 - chance))))
+
+
+def retained_share(base: dict, after: dict) -> float | None:
+    """``K / K0`` of the keep scores (:func:`~obliviate.eval.suite.keep_score`); None without one, or K0 = 0."""
+    k0, k = keep_score(base), keep_score(after)
+    if k0 is None or k is None or k0 <= 0:
+        return None
+    return float(k / k0)
+
+
+def unlearn_verdict(base: dict, after: dict, *, retain_share: float = RETAIN_SHARE,
+                    min_forgot: float = MIN_FORGOT, method: str | None = None) -> dict:
+    """The verdict of a run (module docstring): ``{"verdict", "forgot", "retained", "forget_before",
+    "forget_after", "keep_before", "keep_after", "retain_share", "min_forgot", "line"}``; ``method`` names the
+    method in the line's pointer to ``obliviate tune``."""
+    forgot, retained = forgot_share(base, after), retained_share(base, after)
+    lost = retained is not None and retained < retain_share - _EPS
+    little = forgot is None or forgot < min_forgot - _EPS
+    verdict = "retain lost" if lost else "forgot little" if little else "ok"
+    v = {"verdict": verdict, "forgot": forgot, "retained": retained,
+         "forget_before": base.get("forget_score"), "forget_after": after.get("forget_score"),
+         "forget_chance": base.get("forget_chance", 0.0), "keep_before": keep_score(base),
+         "keep_after": keep_score(after), "retain_share": retain_share, "min_forgot": min_forgot}
+    v["line"] = verdict_line(v, method)
+    return v
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def verdict_line(v: dict, method: str | None = None) -> str:
+    """The one line: the verdict, the numbers against their thresholds, and, unless ok, what to run next."""
+    numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} of "
+               f"it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> {_num(v['keep_after'])} "
+               f"(share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")
+    if v["verdict"] == "ok":
+        return f"verdict: ok: {numbers}"
+    both = v["verdict"] == "retain lost" and (v["forgot"] is None or v["forgot"] < v["min_forgot"] - _EPS)
+    what = "retain lost and forgot little" if both else v["verdict"]
+    tune = f"obliviate tune --method {method}" if method else "obliviate tune"
+    return f"verdict: {what}: {numbers}; try `{tune}` (or unlearn --tune) to choose settings for this model"
