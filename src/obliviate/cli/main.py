@@ -18,14 +18,14 @@ from obliviate.errors import InvalidResult, ObliviateError
 
 try:  # importing the commands loads torch and transformers (seconds): Ctrl-C meanwhile is one line too
     from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain, probe_directions,
-                               reproduce, tasks, tofu, unlearn, world)
+                               reproduce, tasks, tofu, tune, unlearn, world)
 except KeyboardInterrupt:
     print("obliviate: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
 
 
-COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, compare, attack, probe_directions, tofu,
-            reproduce, bench]
+COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack, probe_directions,
+            tofu, reproduce, bench]
 """The command modules, each with ``register(subparsers)``, in the order ``obliviate --help`` shows them."""
 
 

@@ -16,6 +16,7 @@ from obliviate.methods import METHODS, method_defaults, method_names, preset_nam
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
@@ -29,6 +30,8 @@ class UnlearnCommandConfig:
     """Keys of the world's config (``world.n_forget=20``) for ``--task world``; the world seed is ``--seed``."""
     unlearn: UnlearnConfig = field(default_factory=UnlearnConfig)
     eval: EvalOptions = field(default_factory=EvalOptions)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """``obliviate tune`` and ``unlearn --tune``: the grid, the budget, the constraint and the validation split."""
 
 
 def resolve_method(name: str) -> str:
@@ -59,12 +62,18 @@ def unlearn_command_config(args, method: str, preset: str) -> UnlearnCommandConf
     return cfg
 
 
-def cmd_unlearn(args) -> None:
+def checked_run(args, tuning: bool = False):
+    """(method, cfg, task, model, tokenizer, preset, split): every check of ``unlearn`` (and ``tune``) in order,
+    the config, the task, the data with the tokenizer alone, then the model; ``split`` is the validation split
+    (:func:`~obliviate.recipes.tune.run.validation_split`) when ``tuning``, made before the model is loaded."""
     check_out_dir(args.out, input_paths(args))
     method = resolve_method(args.method)
     cfg = unlearn_command_config(args, method, "tiny")  # every key checked before the model is loaded
     check_unlearn_config(cfg.unlearn)
+    if tuning and METHODS[method].kind == "edit":
+        raise ConfigError(f"tune: {method!r} is an edit method: it has no learning rate or steps to tune")
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    split = validation_split(task, cfg.tune.val_fraction, cfg.tune.split_seed) if tuning else None
     if METHODS[method].kind == "edit":
         check_overlap(task.forget, task.retain, cfg.unlearn.allow_overlap)
     else:  # the data and the lengths, with the tokenizer alone: before the model is loaded
@@ -75,7 +84,36 @@ def cmd_unlearn(args) -> None:
     if preset != "tiny":
         cfg = unlearn_command_config(args, method, preset)
     check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)  # before --out
+    return method, cfg, task, model, tok, preset, split
+
+
+def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
+    """The grid on the validation task (:func:`~obliviate.recipes.tune.run.tune`, parts in ``out/tune``), the chosen
+    settings written to ``out/preset.yaml``; says the choice in one line."""
+    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
+                  eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
+                  fingerprint={"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                               "task": split[0].summary(), "seed": cfg.seed},
+                  log=(lambda line: None) if args.no_progress else (lambda line: print(line, file=sys.stderr)))
+    write_preset(out / "preset.yaml", result)
+    s, c = result["settings"]["unlearn"], result["chosen"]
+    print(f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
+          + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
+          + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
+          f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
+          + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the base") + f"); "
+          f"preset: {out / 'preset.yaml'}, report: {out / 'tune' / 'report.md'}")
+    return result
+
+
+def cmd_unlearn(args) -> None:
+    method, cfg, task, model, tok, preset, split = checked_run(args, tuning=args.tune)
     out = prepare_out_dir(args.out)
+    tuned = None
+    if args.tune:  # settings chosen on the validation items; trained on all the data, reported on the others
+        tuned = run_tuning(args, cfg, model, tok, split, out, not args.no_progress)
+        cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
+        task = split[1]
     # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(),
                             "base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
@@ -103,7 +141,10 @@ def cmd_unlearn(args) -> None:
                      settings=to_dict(cfg.unlearn), metrics=after, verdict=verdict)
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=str(args.model), task=task.summary(), preset=preset,
-                  data=summary["data"], unlearn_verdict=verdict, **({"edit": summary["edit"]} if "edit" in summary else {}))
+                  data=summary["data"], unlearn_verdict=verdict,
+                  **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")},
+                      "reported_on": "the items left out of the validation split"} if tuned else {}),
+                  **({"edit": summary["edit"]} if "edit" in summary else {}))
     print(f"{method} on {task.name}: " + ", ".join(
         f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in ("forget_score", "retain_score", "utility_score")
         if isinstance(before.get(k), float)) + (f", S-unlearning {after['s_unlearning']:.3f}"
@@ -120,4 +161,6 @@ def register(sub) -> None:
     s.add_argument("--method", required=True, help="method name (see `obliviate methods`; case-insensitive)")
     add_task_args(s)
     add_eval_args(s)
+    s.add_argument("--tune", action="store_true", help="first choose lr, steps and the method's own weight on a "
+                   "validation split of the forget and retain pairs (as obliviate tune), then report on the rest")
     s.set_defaults(fn=cmd_unlearn)
