@@ -2,7 +2,7 @@
 
 Every ``obliviate unlearn`` (and :func:`obliviate.unlearn`) ends with the verdict's one line, and writes the
 verdict to ``results.json`` (top-level ``unlearn_verdict``) and to the model card; ``obliviate tune`` uses the
-same two numbers as its objective and its constraint. The rule (docs/evaluation.md, "Did the run work?"):
+same two numbers as its objective and its constraint. The rule (docs/methods.md, "Did the run work?"):
 
 - ``forgot`` = the share of the base model's forget score above chance that the run removed,
   ``(F0 - F) / (F0 - chance)``, clipped to [0, 1] (S-unlearning's U);
