@@ -133,3 +133,23 @@ def test_bad_tune_input_is_one_line(taught, tmp_path, capsys, extra, needle):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err
     assert not (tmp_path / "t" / "results.json").exists()
+
+
+def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
+    out = tmp_path / "c"
+    rc = main(["compare", "--tune", "--out", str(out), "--no-progress", "--model", str(taught["dir"]), "--forget",
+               str(taught["forget"]), "--retain", str(taught["retain"]), "methods=[npo,graddiff]",
+               "positive_control=false", "runs.npo.steps=6", "runs.npo.lr=1e-3", "runs.npo.batch_size=4",
+               "runs.graddiff.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
+               "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "attacks.relearn.steps=2",
+               "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.corpus_lr_grid=[1e-3]",
+               "attacks.lora=false"])
+    assert rc == 0
+    res = json.loads((out / "results.json").read_text())
+    for name in ("npo", "graddiff"):
+        chosen = res["tuned"][name]["chosen"]
+        tried = [json.loads(p.read_text())["key"]["lr"] for p in sorted((out / "tune" / name / "parts").glob("trial_*"))]
+        assert len(tried) == 3 and chosen["lr"] in tried
+        assert res["method_settings"][name]["lr"] == pytest.approx(chosen["lr"])
+        assert res["method_settings"][name]["steps"] == chosen["steps"]
+    assert (out / "tune" / "npo" / "report.md").exists()

@@ -26,6 +26,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     if model:
         device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before --out
     check_out_dir(args.out, input_paths(args, oracle))
+    if getattr(args, "tune", False):
+        base["tune"] = True
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
@@ -36,7 +38,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                       progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
-                  robustness=res["robustness"])
+                  robustness=res["robustness"], **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return res
@@ -64,4 +66,6 @@ def register(sub) -> None:
                    "tiny model fine-tuned on it)")
     s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control)")
     add_task_args(s)
+    s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
+                   "a validation split (as obliviate tune), and score every model on the other items")
     s.set_defaults(fn=cmd_compare)

@@ -25,6 +25,7 @@ from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.recipes.compare.report import write_report
+from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.results import atomic_write_json
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
@@ -57,6 +58,11 @@ class CompareConfig:
     save_models: bool = True
     """Keep every method's unlearned model in ``out/methods/<name>/model``."""
     eval_batch_size: int = 32
+    tune: bool = False
+    """Run each method at settings chosen for this base model (``compare --tune``, :mod:`obliviate.recipes.tune`):
+    on a validation split of the forget and retain pairs; every model is then scored on the other items only."""
+    tuning: TuneConfig = field(default_factory=TuneConfig)
+    """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``)."""
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
@@ -164,6 +170,10 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         dirs = tiny_bases(task, cfg, out, progress)
     base_model, tok = load(dirs["base"])
     preset = preset_name(base_model)
+    val = None
+    if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
+        val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
+    tuned: dict = {}
     metrics: dict = {}
     curves: dict = {}
     timings: dict = {}
@@ -207,6 +217,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     for name in methods:
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
+        if val is not None and METHODS[name].kind != "edit":
+            r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
+                     eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
+            ucfg = trial_config(ucfg, r["chosen"])
+            s = r["settings"]["unlearn"]
+            used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
+            tuned[name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
         configs[name] = used
         if cfg.save_models:
             dirs[name] = str(mdir / "model")
@@ -237,7 +254,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl")
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness}
+            "robustness": robustness, **({"tuned": tuned} if cfg.tune else {})}
 
 
 def _finished(mdir: Path, used: dict, with_model: bool) -> dict | None:
