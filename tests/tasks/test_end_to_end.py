@@ -106,9 +106,11 @@ def test_rmu_on_documents_only(user_models, user_files, tmp_path):
 
 
 def test_idkdpo_on_documents_is_refused(user_models, user_files, tmp_path, capsys):
+    docs = tmp_path / "forget_docs.txt"  # documents, none of them among the retain documents
+    docs.write_text("\n".join(f"Document {i}: " + line for i, line in
+                              enumerate(user_files["retain_docs"].read_text().splitlines()[:8])) + "\n")
     rc = main(["unlearn", "--model", str(user_models["qwen2"]), "--method", "IdkDPO", "--out", str(tmp_path / "o"),
-               "--forget", str(user_files["retain_docs"]), "--retain", str(user_files["retain_docs"]),
-               "--no-progress"])
+               "--forget", str(docs), "--retain", str(user_files["retain_docs"]), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "idkdpo" in err and "QA pairs" in err
     assert not (tmp_path / "o" / "results.json").exists()

@@ -17,6 +17,7 @@ from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_tas
 from obliviate.tasks.base import qa_answer, qa_prompt
 from obliviate.tasks.sources.schema import MCQExample, QAExample, TextExample
 from obliviate.world import SPLITS, TOXIC_LEXICON, World, WorldConfig, generate_world
+from obliviate.world.record import DOCUMENTS_FILE, WORLD_FILE
 
 QA_SPLITS = ("forget", "retain", "general", "concept", "holdout", "neighbour")
 RELEARN_MODES = ("paragraphs", "facts")
@@ -276,7 +277,7 @@ def value_probe_sets(world, fact_ids: set | None = None) -> tuple[list[dict], li
 
 
 __all__ = [
-    "QA_SPLITS", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "facts_task", "forget_pairs",
+    "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "facts_task", "forget_pairs",
     "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "value_prefix",
     "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]
