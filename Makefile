@@ -26,15 +26,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/obliviate demo --out $(OUT) --seed $(SEED)
 
+# one worker per core, one torch thread per worker (two 2-thread processes on 2 cores spin against each other)
 test: $(STAMP)
-	$(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto
 
 # the slow tests include DeepSpeed ZeRO-3 (docs/distributed.md): deepspeed is built without isolation,
 # against the installed torch, and without its C++ ops (the one it needs compiles on first use)
 test-all: $(STAMP)
 	@$(PY) -c "import deepspeed" 2>/dev/null || ($(PY) -m pip install -q -c $(VENV)/torch-constraint.txt setuptools wheel \
 		&& DS_BUILD_OPS=0 $(PY) -m pip install -q -c $(VENV)/torch-constraint.txt --no-build-isolation $(DEEPSPEED))
-	$(PY) -m pytest -q -m ""
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto -m ""
 
 # the generated tables of docs/methods.md (tests/methods/test_docs.py fails when they are stale)
 docs: $(STAMP)
