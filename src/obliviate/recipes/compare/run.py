@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.recipes.compare.report import write_report
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split
-from obliviate.runs.results import atomic_write_json
+from obliviate.runs.parts import cached_part
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
@@ -227,41 +226,31 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         configs[name] = used
         if cfg.save_models:
             dirs[name] = str(mdir / "model")
-        saved = _finished(mdir, used, cfg.save_models)
-        if saved is not None:
-            metrics[name], curves[name] = saved["metrics"], saved.get("curves", {})
-            timings.update(saved.get("timings", {}))
-            continue
-        seed_everything(cfg.seed)
-        model = copy.deepcopy(base_model)
-        t = time.time()
-        model, _ = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
-                           idk=task.idk, progress=progress, resume=False)
-        timings[f"{name}_unlearn_seconds"] = time.time() - t
-        m = evaluate(name, model)
-        if oracle_ref is not None:
-            m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-        attack(name, model, m)
-        metrics[name] = m
-        if cfg.save_models:
-            save_trained(model, mdir / "model", tok)  # before result.json: a finished method has its model
-        atomic_write_json(mdir / "result.json", {
-            "config": used, "metrics": m, "curves": curves[name],
-            "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}})
-        del model
+
+        def method_part(name=name, ucfg=ucfg, mdir=mdir) -> dict:
+            seed_everything(cfg.seed)
+            model = copy.deepcopy(base_model)
+            t = time.time()
+            model, _ = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
+                               idk=task.idk, progress=progress, resume=False)
+            timings[f"{name}_unlearn_seconds"] = time.time() - t
+            m = evaluate(name, model)
+            if oracle_ref is not None:
+                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
+            attack(name, model, m)
+            if cfg.save_models:
+                save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
+            return {"metrics": m, "curves": curves[name],
+                    "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}}
+
+        if cfg.save_models and not (mdir / "model" / "config.json").exists():
+            (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
+        part, _ = cached_part(mdir / "result.json", used, method_part)
+        metrics[name], curves[name] = part["metrics"], part["curves"]
+        timings.update(part["timings"])
     robustness = robustness_summary(metrics)
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl")
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
             "robustness": robustness, **({"tuned": tuned} if cfg.tune else {})}
-
-
-def _finished(mdir: Path, used: dict, with_model: bool) -> dict | None:
-    """A method's stored result when it ran with the same settings (and its model is kept, where asked)."""
-    done = mdir / "result.json"
-    if not done.exists() or (with_model and not (mdir / "model" / "config.json").exists()):
-        return None
-    saved = json.loads(done.read_text())
-    return saved if saved.get("config") == json.loads(json.dumps(used)) else None
-
