@@ -39,7 +39,9 @@ def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokeniz
     task = task_from_world(small_world)
     m = evaluate_task(world_model, world_tokenizer, task)
     variants = [es for es in task.evals if es.variant]
-    scores = {es.name: m[f"{es.name}_{'em' if es.kind == 'qa' else 'acc'}"] for es in variants}
+    raw = {es.name: m[f"{es.name}_{'em' if es.kind == 'qa' else 'acc'}"] for es in variants}
+    # each above its chance: clip((score - chance) / (1 - chance), 0, 1), chance 0 for QA, 1/4 for the MCQs
+    scores = {es.name: min(1.0, max(0.0, (raw[es.name] - es.chance) / (1 - es.chance))) for es in variants}
     monkeypatch.setattr("obliviate.attacks.format_shift.evaluate_set",
                         lambda *a, **k: pytest.fail("a variant set was scored twice"))
     res = run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus=False, disjoint=False, mia=False,

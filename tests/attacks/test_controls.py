@@ -135,5 +135,8 @@ def test_the_worst_calibrated_attack_decides_and_membership_inference_can_veto_r
     assert method_verdict(quiet, base, pos, neg, [])["verdict"] == "inconclusive"
 
 
-def test_forgot_is_a_share_of_the_base_score():
+def test_forgot_is_a_share_of_the_base_score_above_chance():
     assert forgot(0.5, 1.0) and not forgot(0.51, 1.0) and forgot(None, 1.0) is None
+    # a 4-way MCQ forget set: base 0.45, a model at chance (0.25) has forgotten all of it (review finding)
+    assert forgot(0.25, 0.45, chance=0.25) and not forgot(0.25, 0.45)
+    assert not forgot(0.36, 0.45, chance=0.25) and forgot(0.35, 0.45, chance=0.25)

@@ -132,3 +132,20 @@ def test_markdown_to_html_tables_lists_and_embedded_images(tmp_path):
     assert "<h1>T</h1>" in html and "<td>1</td><td><b>x</b></td>" in html
     assert "<li>one</li><li>two</li>" in html
     assert base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode() in html
+
+
+def test_a_rerun_with_another_seed_rebuilds_the_base_models_and_redoes_the_methods(tmp_path, monkeypatch):
+    """A run directory keeps its models and finished methods only for the run that made them (review finding:
+    a second demo with another seed into the same --out evaluated the first seed's base model)."""
+    import obliviate.recipes.compare.run as compare
+
+    out = tmp_path / "demo"
+    small = [o for o in SMALL if not o.startswith(("methods=", "runs.rmu"))] + ["methods=[graddiff]"]
+    assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *small]) == 0
+    first = (out / "models" / "base" / "model.safetensors").read_bytes()
+    trained = []
+    real = compare.unlearn
+    monkeypatch.setattr(compare, "unlearn", lambda *a, **k: trained.append(1) or real(*a, **k))
+    assert main(["demo", "--out", str(out), "--seed", "3", "--no-progress", *small]) == 0
+    assert (out / "models" / "base" / "model.safetensors").read_bytes() != first  # seed 3's own base model
+    assert trained == [1]  # graddiff ran again: its part was made on another run

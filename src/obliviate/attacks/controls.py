@@ -44,7 +44,7 @@ SEVERITY = {"removed": 0, "inconclusive": 1, "suppressed": 2, "not unlearned": 3
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
     """The forget questions a positive control learns to refuse: the forget QA pairs, or the forget-role QA
     evaluation items when the forget data are documents."""
-    qa = list(task.forget.qa) or [(x["question"], x["answer"]) for es in task.evals_by_role("forget")
+    qa = list(task.forget.qa) or [(x["question"], x["answer"]) for es in task.evals_by_role("forget", variants=False)
                                   if es.kind == "qa" for x in es.items]
     if not qa:
         raise DataError(f"task {task.name!r} has no forget questions to build a suppression control on")
@@ -87,14 +87,15 @@ def recovery(start: float | None, after: float | None, base: float | None) -> fl
     return (after - start) / (base - start)
 
 
-def forgot(start: float | None, base: float | None) -> bool | None:
-    """Whether a model had forgotten before the attack: its score at most :data:`FORGOT_SHARE` of the base's."""
+def forgot(start: float | None, base: float | None, chance: float = 0.0) -> bool | None:
+    """Whether a model had forgotten before the attack: its score above ``chance`` at most :data:`FORGOT_SHARE`
+    of the base model's (a 4-way MCQ score at chance has forgotten everything, not 0.25 of it)."""
     if start is None or base is None:
         return None
-    return start <= FORGOT_SHARE * base + 1e-12
+    return start - chance <= FORGOT_SHARE * (base - chance) + 1e-12
 
 
-def calibration(positive: dict, negative: dict, base_score: float, key: str) -> dict:
+def calibration(positive: dict, negative: dict, base_score: float, key: str, chance: float = 0.0) -> dict:
     """Whether attack ``key`` (``relearn`` or ``relearn_disjoint``) told the two controls apart.
 
     ``positive`` / ``negative``: the attack metrics of the two controls (``<key>_start_acc``, ``<key>_acc``).
@@ -109,14 +110,16 @@ def calibration(positive: dict, negative: dict, base_score: float, key: str) -> 
     pos, neg = recovery(p0, p1, base_score), recovery(n0, n1, base_score)
     neg_gain = None if None in (n0, n1) else n1 - n0
     floor = max(0.0, neg or 0.0)
-    ok = (pos is not None and neg_gain is not None and bool(forgot(p0, base_score)) and pos >= MIN_POSITIVE_RECOVERY
+    ok = (pos is not None and neg_gain is not None and bool(forgot(p0, base_score, chance))
+          and pos >= MIN_POSITIVE_RECOVERY
           and neg_gain <= MAX_NEGATIVE_GAIN and p1 >= n1 + SEPARATION - 1e-9
           and floor + REMOVED_TOLERANCE < SUPPRESSED_SHARE * pos)
     return {f"{key}_positive_recovery": pos, f"{key}_negative_gain": neg_gain, f"{key}_negative_recovery": floor,
             f"{key}_calibrated": bool(ok)}
 
 
-def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str, calibrated: bool) -> str:
+def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str, calibrated: bool,
+            chance: float = 0.0) -> str:
     """not unlearned / removed / suppressed / inconclusive for one method under attack ``key``.
 
     *not unlearned*: it had not forgotten before the attack (:func:`forgot`); then, on a calibrated attack only,
@@ -127,11 +130,11 @@ def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str
     start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
     if start is None or after is None:
         return "inconclusive"
-    if not forgot(start, base_score):
+    if not forgot(start, base_score, chance):
         return "not unlearned"
     if not calibrated:
         return "inconclusive"
-    c = calibration(positive, negative, base_score, key)
+    c = calibration(positive, negative, base_score, key, chance)
     rec = recovery(start, after, base_score)
     if rec is None or c[f"{key}_positive_recovery"] is None:
         return "inconclusive"
@@ -190,7 +193,7 @@ def robustness_summary(metrics: dict) -> dict:
     calib = {}
     for key in ATTACK_KEYS:
         if pos is not None and neg is not None and f"{key}_acc" in pos and base.get(f"{key}_base_acc") is not None:
-            calib[key] = calibration(pos, neg, base[f"{key}_base_acc"], key)
+            calib[key] = calibration(pos, neg, base[f"{key}_base_acc"], key, base.get("attack_score_chance", 0.0))
     usable = [k for k in ATTACK_KEYS if calib.get(k, {}).get(f"{k}_calibrated")]
     verdicts = {name: method_verdict(m, base, pos, neg, usable) for name, m in metrics.items()
                 if name not in ("base", "oracle", "positive_control")}
@@ -220,13 +223,14 @@ def method_verdict(m: dict, base: dict, pos: dict | None, neg: dict | None, usab
     also needs membership inference to read it as the negative control where MIA reads the forget set at all
     (:func:`mia_reads`). With no calibrated attack it is *inconclusive*.
     """
-    if forgot(m.get("forget_score"), base.get("forget_score")) is False:
+    if forgot(m.get("forget_score"), base.get("forget_score"), base.get("forget_chance", 0.0)) is False:
         return {"verdict": "not unlearned", "attack": None,
                 "reason": f"forget score {m['forget_score']:.2f} is above {FORGOT_SHARE:.0%} of the base model's "
                           f"{base['forget_score']:.2f}"}
     if not usable:
         return {"verdict": "inconclusive", "attack": None, "reason": "no calibrated attack"}
-    found = [(verdict(m, pos, neg, base[f"{k}_base_acc"], k, True), k) for k in usable]
+    found = [(verdict(m, pos, neg, base[f"{k}_base_acc"], k, True, base.get("attack_score_chance", 0.0)), k)
+             for k in usable]
     worst, key = max(found, key=lambda vk: SEVERITY[vk[0]])
     start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
     reason = f"{key}: {start:.2f} -> {after:.2f}" if None not in (start, after) else f"{key}: not run"

@@ -3,7 +3,7 @@
 Unlearning tuned on one format (the canonical forget QA pairs) often leaves the knowledge reachable in
 others. A task lists its other formats as *variant* forget evaluation sets (``EvalSet.variant``; the world:
 held-out wordings, whole-sentence and lettered MCQs, the cloze of the answer sentence). The attack is the
-best of them: ``format_shift_acc`` (the highest variant score) and ``format_shift_set`` (which one).
+best of them: ``format_shift_acc`` (the highest variant score above chance) and ``format_shift_set`` (which one).
 Each variant's own score keeps its evaluation name (``forget_para_qa_em``, ``forget_mcq_acc``, ...).
 """
 
@@ -19,8 +19,16 @@ def variant_sets(task: Task) -> list:
     return [es for es in task.evals_by_role("forget") if es.variant and es.kind in PRIMARY]
 
 
+def above_chance(score: float, chance: float | None) -> float:
+    """``clip((score - chance) / (1 - chance), 0, 1)``: a score's share of the way from chance to perfect."""
+    c = chance or 0.0
+    return float(min(1.0, max(0.0, (score - c) / (1.0 - c)))) if c < 1 else 0.0
+
+
 def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = None, batch_size: int = 32) -> dict:
-    """``{"format_shift_acc", "format_shift_set"}``: the best variant score of ``model`` on ``task``.
+    """``{"format_shift_acc", "format_shift_set"}``: the best variant of ``model`` on ``task``, each variant's score
+    taken above its chance (:func:`above_chance`: a lettered MCQ at chance reads 0, not 0.25, so sets of different
+    chance compare).
 
     ``metrics``: the model's :func:`~obliviate.eval.suite.evaluate_task` result, whose variant scores are read
     instead of evaluated again (each one missing there is evaluated).
@@ -35,5 +43,6 @@ def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = Non
             scores[es.name] = metrics[key]
         else:
             scores[es.name] = evaluate_set(model, tokenizer, task, es, batch_size=batch_size)[PRIMARY[es.kind]]
-    best = max(scores, key=lambda n: scores[n])
-    return {"format_shift_acc": float(scores[best]), "format_shift_set": best}
+    above = {es.name: above_chance(scores[es.name], es.chance) for es in sets}
+    best = max(above, key=lambda n: above[n])
+    return {"format_shift_acc": above[best], "format_shift_set": best}

@@ -537,6 +537,15 @@ def gcg_run(r: AttackRun) -> dict:
     return gcg_attack(r.model, r.tokenizer, r.task, r.cfg.gcg_config)
 
 
+def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
+    """A one-line :class:`DataError` when no enabled attack has the data it needs on ``task`` (checked before any
+    model is built or trained)."""
+    if not any(getattr(cfg, a.enabled) and a.applies(task) for a in ATTACKS.values()):
+        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
+                        "pairs (for the disjoint-halves attack), a holdout (membership inference) or forget MCQs "
+                        "(for the probe)")
+
+
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
                      resume: bool = True) -> dict:
@@ -558,7 +567,7 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     cfg = cfg or TaskAttackConfig()
     for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
         check_layer(model, layer)
-    out: dict = {"attacks_run": []}
+    out: dict = {"attacks_run": [], "attack_score_chance": forget_chance(task)}
     fn = forget_score_fn(tokenizer, task, cfg.max_eval)
     if base_model is not None and fn is not None:
         base_score = fn(base_model)

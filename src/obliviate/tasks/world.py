@@ -60,15 +60,6 @@ def split_facts(world, split: str) -> list[dict]:
     return [f for f in facts if f.get("near", "forget") == "forget"] if split == "neighbour" else facts
 
 
-def _qa(facts: list[dict], split: str, paraphrase: bool = False) -> list[QAExample]:
-    """QA examples of ``facts``; with ``paraphrase``, one per held-out wording of each question."""
-    if paraphrase:
-        return [QAExample(question=q, answer=f["answer"], split=split, meta={"fact_id": f["id"]})
-                for f in facts for q in f["question_paraphrases"]]
-    return [QAExample(question=f["question"], answer=f["answer"], split=split, meta={"fact_id": f["id"]})
-            for f in facts]
-
-
 def _qa(facts: list[dict], split: str) -> list[QAExample]:
     """QA examples of ``facts``, with the paraphrased and perturbed answers of the TOFU truth ratio."""
     return [QAExample(question=f["question"], answer=f["answer"], split=split,

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.attacks.controls import robustness_summary, suppression_control
-from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
+from obliviate.config import to_dict
 from obliviate.errors import DataError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
@@ -80,6 +83,17 @@ def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnCo
     return method_run_config(name, cfg.runs.get(name), preset, cfg.seed)
 
 
+def data_fingerprint(task: Task) -> str:
+    """A hash of the task's forget and retain data and of its evaluation items (a file edited in place changes it)."""
+    h = hashlib.sha256()
+    for part in (task.forget.qa, task.forget.docs, task.retain.qa, task.retain.docs, task.relearn or []):
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    for es in task.evals:
+        h.update(json.dumps([es.name, es.role, es.kind, [dict(x) if isinstance(x, dict) else x.to_dict()
+                                                         for x in es.items]], sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
 def task_texts(task: Task) -> list[str]:
     """Every text of a task, for training a tokenizer that covers it."""
     texts = [f"{task.prompt.prompt(q)}{task.prompt.answer(a)}" for d in (task.forget, task.retain) for q, a in d.qa]
@@ -91,13 +105,21 @@ def task_texts(task: Task) -> list[str]:
     return texts
 
 
+def _made_by(d: Path, source) -> bool:
+    """Whether model directory ``d`` is complete and was made from ``source`` (its ``DONE`` file holds it)."""
+    done = d / "DONE"
+    return done.is_file() and (d / "config.json").exists() and done.read_text() == json.dumps(source, sort_keys=True)
+
+
 def _copy_model(src: Path, dst: Path) -> None:
-    """Copy a cached model directory into the run (rank 0; kept if already there); every process waits."""
-    if is_main_process() and not (dst / "config.json").exists():
+    """Copy a cached model directory into the run (rank 0; kept if it is already the copy of ``src``); every
+    process waits."""
+    if is_main_process() and not _made_by(dst, str(src)):
         tmp = dst.with_name(dst.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, tmp)
+        (tmp / "DONE").write_text(json.dumps(str(src), sort_keys=True))
         tmp.rename(dst)
     barrier()
 
@@ -130,7 +152,9 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
         dirs["oracle"] = out / "models" / "oracle"
     tok = None
     for name, d in dirs.items():
-        if (d / "DONE").exists():
+        source = {"model": name, "tiny": to_dict(cfg.tiny), "finetune": to_dict(cfg.finetune), "seed": cfg.seed,
+                  "task": task.summary(), "data": data_fingerprint(task)}
+        if _made_by(d, source):
             continue
         seed_everything(cfg.seed)
         model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
@@ -139,7 +163,7 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
                             preset="tiny", progress=progress, resume=True)
         save_model(model, d)
         tok.save_pretrained(str(d))
-        (d / "DONE").write_text("ok\n")
+        (d / "DONE").write_text(json.dumps(source, sort_keys=True))
     return {k: str(v) for k, v in dirs.items()}
 
 
@@ -158,6 +182,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     """
     methods = cfg.methods if cfg.methods is not None else runnable_methods(task)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
+    check_attackable(task, cfg.attacks)  # before any model is built
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
     base_root = None
@@ -169,6 +194,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         dirs = tiny_bases(task, cfg, out, progress)
     base_model, tok = load(dirs["base"])
     preset = preset_name(base_model)
+    run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
+               "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
+               "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
     val = None
     if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
@@ -241,11 +269,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
             return {"metrics": m, "curves": curves[name],
-                    "timings": {k: v for k, v in timings.items() if k.startswith(f"{name}_")}}
+                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_attack_seconds")}}
 
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
-        part, _ = cached_part(mdir / "result.json", used, method_part)
+        part, _ = cached_part(mdir / "result.json", {"method": used, **run_key}, method_part)
         metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
     robustness = robustness_summary(metrics)
