@@ -149,3 +149,19 @@ def test_a_rerun_with_another_seed_rebuilds_the_base_models_and_redoes_the_metho
     assert main(["demo", "--out", str(out), "--seed", "3", "--no-progress", *small]) == 0
     assert (out / "models" / "base" / "model.safetensors").read_bytes() != first  # seed 3's own base model
     assert trained == [1]  # graddiff ran again: its part was made on another run
+
+
+def test_a_link_among_the_run_models_is_refused_with_its_target_untouched(tmp_path, capsys):
+    """OUT/models/base a symbolic link to a folder elsewhere: compare refuses it in one line, before anything is
+    removed or copied through it (issue #27: no write through a link)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    out = tmp_path / "demo"
+    (out / "models").mkdir(parents=True)
+    (out / "models" / "base").symlink_to(elsewhere, target_is_directory=True)
+    small = [o for o in SMALL if not o.startswith(("methods=", "runs.rmu"))] + ["methods=[graddiff]"]
+    assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *small]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "symbolic link" in err[0] and "models/base" in err[0]
+    assert (elsewhere / "keep.txt").read_text() == "mine" and sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]

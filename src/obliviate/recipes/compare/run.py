@@ -33,7 +33,7 @@ from obliviate.tasks.base import Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
-from obliviate.utils import seed_everything
+from obliviate.utils import run_write_path, seed_everything
 
 
 @dataclass
@@ -114,6 +114,7 @@ def _made_by(d: Path, source) -> bool:
 def _copy_model(src: Path, dst: Path) -> None:
     """Copy a cached model directory into the run (rank 0; kept if it is already the copy of ``src``); every
     process waits."""
+    run_write_path(dst)  # no link under --out is followed (nor removed in its target's place)
     if is_main_process() and not _made_by(dst, str(src)):
         tmp = dst.with_name(dst.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -154,7 +155,7 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
     for name, d in dirs.items():
         source = {"model": name, "tiny": to_dict(cfg.tiny), "finetune": to_dict(cfg.finetune), "seed": cfg.seed,
                   "task": task.summary(), "data": data_fingerprint(task)}
-        if _made_by(d, source):
+        if _made_by(run_write_path(d), source):
             continue
         seed_everything(cfg.seed)
         model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
