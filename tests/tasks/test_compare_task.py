@@ -38,3 +38,25 @@ def test_compare_every_method_on_an_ember_concept(tmp_path):
 def test_compare_oracle_needs_a_task_or_model(tmp_path, capsys):
     assert main(["compare", "--out", str(tmp_path / "c"), "--oracle", str(tmp_path)]) == 2
     assert "--oracle needs --model" in capsys.readouterr().err
+
+
+def test_an_oracle_with_another_vocabulary_is_refused(tmp_path, capsys):
+    """``--oracle DIR`` is scored on the base model's token ids: an oracle whose tokenizer differs is one line."""
+    from obliviate.models import save_model, tiny_llama, train_tokenizer
+
+    dirs = {}
+    for name, words in (("base", "alpha beta gamma delta"), ("oracle", "one two three four five six")):
+        tok = train_tokenizer([f"{words} {i}" for i in range(50)], vocab_size=300)
+        d = tmp_path / name
+        save_model(tiny_llama(len(tok), n_layer=1, d_model=16, n_head=2), d)
+        tok.save_pretrained(str(d))
+        dirs[name] = d
+    forget, retain = tmp_path / "f.jsonl", tmp_path / "r.jsonl"
+    forget.write_text("".join(json.dumps({"question": f"q{i}?", "answer": f"a{i}"}) + "\n" for i in range(4)))
+    retain.write_text("".join(json.dumps({"question": f"r{i}?", "answer": f"b{i}"}) + "\n" for i in range(4)))
+    capsys.readouterr()  # the fixtures' own output
+    rc = main(["compare", "--model", str(dirs["base"]), "--oracle", str(dirs["oracle"]), "--forget", str(forget),
+               "--retain", str(retain), "--out", str(tmp_path / "c"), "--no-progress", "methods=[npo]",
+               "runs.npo.steps=1", "attacks.relearn.steps=1", "attacks.lr_grid=[1e-3]", "attacks.lora=false"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("obliviate:")]
+    assert rc == 2 and len(err) == 1 and "another tokenizer than the base model" in err[0], err

@@ -18,7 +18,7 @@ from pathlib import Path
 from obliviate.attacks.controls import robustness_summary, suppression_control
 from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
 from obliviate.config import to_dict
-from obliviate.errors import DataError
+from obliviate.errors import DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
@@ -222,7 +222,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     metrics["base"] = evaluate("base", base_model)
     oracle_ref = None
     if "oracle" in dirs:
-        oracle, _ = load(dirs["oracle"])
+        oracle, oracle_tok = load(dirs["oracle"])
+        if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
+            raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
+                             f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored "
+                             "on the same token ids, so the oracle must share the base model's vocabulary")
         metrics["oracle"] = evaluate("oracle", oracle)
         if metrics["oracle"].get("forget_score") is not None:
             oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
