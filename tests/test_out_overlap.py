@@ -66,3 +66,20 @@ def test_every_command_refuses_an_out_that_holds_an_input(model_dir, tmp_path, c
     for cmd in ("world", "pretrain", "bench"):
         assert main([cmd, "--out", ""]) == 2
         assert "--out is empty" in one_error(capsys)
+
+
+def test_attack_refuses_an_out_inside_its_negative_control(model_dir, tmp_path, capsys):
+    """attack reads --base-untrained (the negative control) too: an --out inside it is refused in one line, before
+    any model is loaded, and the control's files are unchanged (it was missing from the check's inputs)."""
+    from tests.tasks._userdata import write_user_files
+
+    paths = write_user_files(tmp_path / "data")
+    control = tiny_model_dir(tmp_path / "control")
+    before = snapshot(control)
+    argv = ["attack", "--model", str(model_dir), "--forget", str(paths["forget"]), "--retain",
+            str(paths["retain_qa"]), "--no-progress", "--base-untrained", str(control)]
+    for out in (control / "run", control):
+        assert main([*argv, "--out", str(out)]) == 2
+        err = one_error(capsys)
+        assert "overlaps the input directory" in err and str(control) in err
+        assert snapshot(control) == before

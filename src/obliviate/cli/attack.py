@@ -13,9 +13,13 @@ from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
                                 seeded, task_from_args)
 from obliviate.config import build_config
+from obliviate.errors import ConfigError
+from obliviate.methods import preset_name
 from obliviate.runs.card import untaught_model
 from obliviate.runs.report import plot_relearn_curves
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
+from obliviate.attacks.retain_control import RETAIN_FINETUNE, fine_tune_config, retain_finetune_control
+from obliviate.train.finetune import training_data
 from obliviate.utils import seed_everything
 
 
@@ -25,13 +29,34 @@ class AttackCommandConfig:
     world: dict = field(default_factory=dict)
     """Keys of the world's config for ``--task world`` (the world seed is ``--seed``)."""
     attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
+    control_finetune: dict = field(default_factory=dict)
+    """With ``--control retain-finetune``: keys of the retain-only fine-tune's config
+    (:class:`~obliviate.train.finetune.FinetuneConfig`) over the settings the fine-tuned model's card records
+    (``control_finetune.epochs=20``)."""
+
+
+def negative_control_input(args) -> str | None:
+    """The model before it was taught the task: ``--base-untrained``, else the finetune input named by the model
+    cards of ``--base`` or ``--model``; with ``--control retain-finetune`` it is required (one line without)."""
+    untrained = args.base_untrained or untaught_model(args.base or args.model)
+    if untrained is None and args.control == RETAIN_FINETUNE:
+        raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
+                          "retain data, and none is known: give --base-untrained DIR (no model card of --base or "
+                          "--model names an `obliviate finetune` input)")
+    return untrained
 
 
 def cmd_attack(args) -> None:
-    check_out_dir(args.out, input_paths(args, args.base))
+    untrained = negative_control_input(args)
+    check_out_dir(args.out, input_paths(args, args.base, untrained))
     base = seeded(args.seed, ["seed", "attacks.seed", "attacks.relearn.seed"])
     cfg = build_config(AttackCommandConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    if args.control == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
+        fine_tune_config({}, cfg.control_finetune)
+        training_data(task, "retain")
+    elif cfg.control_finetune:
+        raise ConfigError(f"config key 'control_finetune' applies to --control {RETAIN_FINETUNE} only")
     cfg.attacks.relearn.progress = not args.no_progress
     model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
@@ -39,7 +64,8 @@ def cmd_attack(args) -> None:
     resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(),
                             "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
                             **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}),
-                            "base": input_fingerprint(args.base)})
+                            "base": input_fingerprint(args.base), "control": args.control,
+                            "untrained": input_fingerprint(untrained)})
     if not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
               file=sys.stderr)
@@ -52,12 +78,20 @@ def cmd_attack(args) -> None:
                                resume=resume)
     seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
     del base_model
-    untrained = args.base_untrained or untaught_model(args.base or args.model)
-    control = None
+    control, control_dir, control_build = None, untrained, None
     if untrained:  # the negative control: the same attacks on the model before it was taught the task
-        print(f"obliviate: negative control: {untrained} (the model before it was taught the task)", file=sys.stderr)
         ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
-        ctl_model, _ = load_model_args(ctl_args, path=untrained)
+        if args.control == RETAIN_FINETUNE:  # ... or on that model fine-tuned on the retain data only
+            print(f"obliviate: negative control: {untrained} fine-tuned on the retain data only (cached in "
+                  f"{out / 'control'})", file=sys.stderr)
+            control_dir, control_build = retain_finetune_control(
+                untrained, args.base or args.model, task, out / "control",
+                lambda p: load_model_args(ctl_args, path=p), preset=preset_name, overrides=cfg.control_finetune,
+                seed=cfg.seed, progress=not args.no_progress)
+        else:
+            print(f"obliviate: negative control: {untrained} (the model before it was taught the task)",
+                  file=sys.stderr)
+        ctl_model, _ = load_model_args(ctl_args, path=control_dir)
         control = run_task_attacks(ctl_model, tok, task, cfg.attacks, out_dir=out / "relearn_control", resume=resume)
         del ctl_model
     else:
@@ -66,7 +100,9 @@ def cmd_attack(args) -> None:
     metrics.update(control_readout(metrics, control))
     plot_relearn_curves(metrics, out / "relearn_curve.png")
     write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": control},
-                  model_dir=str(args.model), base_model_dir=args.base, negative_control_dir=untrained,
+                  model_dir=str(args.model), base_model_dir=args.base, negative_control_dir=control_dir,
+                  negative_control_kind=None if control is None else args.control, untaught_model_dir=untrained,
+                  **({"negative_control_build": control_build} if control_build else {}),
                   task=task.summary(), timings={"attack_seconds": seconds})
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()
                       if not k.endswith(("_curve", "_per_layer"))}, indent=1))
@@ -88,5 +124,9 @@ def register(sub) -> None:
     s.add_argument("--base-untrained", help="the model before it was taught the task, attacked as the negative "
                    "control beside the model (default: the finetune input named by the model cards of --base or "
                    "--model); without one the probe and MIA figures are labelled uncalibrated")
+    s.add_argument("--control", choices=["untaught", RETAIN_FINETUNE], default="untaught",
+                   help="the negative control: untaught (default) attacks the model before it was taught the task "
+                   f"as it is; {RETAIN_FINETUNE} first fine-tunes it on the task's retain data only, with the "
+                   "settings the fine-tuned model's card records, cached under --out/control")
     add_task_args(s)
     s.set_defaults(fn=cmd_attack)

@@ -57,16 +57,41 @@ def read_model_card(directory: str | Path) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def untaught_model(model: str | Path, max_depth: int = 4) -> str | None:
-    """The model before it was taught the task: following ``base_model`` through the model cards from ``model`` (an
-    unlearned model's card names the fine-tuned one, whose card names its input), the input of the first
-    ``obliviate finetune`` card; None when no card on the way says so."""
+def finetune_card(model: str | Path, max_depth: int = 4) -> Path | None:
+    """The directory of the first ``obliviate finetune`` model card met following ``base_model`` through the model
+    cards from ``model`` (an unlearned model's card names the fine-tuned one); None when no card on the way is one."""
     here = Path(model)
     for _ in range(max_depth):
         meta = read_model_card(here)
         if not meta.get("base_model"):
             return None
         if (meta.get("obliviate") or {}).get("method") == "finetune":
-            return str(meta["base_model"])
+            return here
         here = Path(str(meta["base_model"]))
     return None
+
+
+def untaught_model(model: str | Path, max_depth: int = 4) -> str | None:
+    """The model before it was taught the task: following ``base_model`` through the model cards from ``model`` (an
+    unlearned model's card names the fine-tuned one, whose card names its input), the input of the first
+    ``obliviate finetune`` card; None when no card on the way says so."""
+    card = finetune_card(model, max_depth)
+    return None if card is None else str(read_model_card(card)["base_model"])
+
+
+def card_settings(directory: str | Path) -> dict:
+    """The settings :func:`write_model_card` recorded in ``directory/README.md`` (its ``## Settings`` JSON block;
+    for ``obliviate finetune``, the fine-tuning config with the epochs, lr, steps and preset used); {} without."""
+    try:
+        text = (Path(directory) / "README.md").read_text()
+    except OSError:
+        return {}
+    head = "## Settings\n\n```json\n"
+    if head not in text:
+        return {}
+    body = text[text.index(head) + len(head):]
+    try:
+        settings = json.loads(body[:body.index("\n```")])
+    except (ValueError, json.JSONDecodeError):
+        return {}
+    return settings if isinstance(settings, dict) else {}

@@ -1,0 +1,95 @@
+"""A negative control obliviate builds when asked (issue #28, item 9): the model before it was taught the task,
+fine-tuned on the task's retain data only (``attack --control retain-finetune``, ``compare --control
+retain-finetune``).
+
+It is the retain model of TOFU's protocol on any task: it saw everything the fine-tuned model saw except the
+forget data, so a probe or an MIA figure that it matches reads the questions' surface (or the retain facts),
+not the forget knowledge. It is trained through :func:`obliviate.train.finetune.finetune` with the settings
+the fine-tuned model's card records (:func:`fine_tune_config`), cached under the run's ``--out`` as one part
+(:func:`obliviate.runs.parts.cached_part`): a rerun with the same untaught model, retain data and settings
+reuses it, anything else trains it afresh; the model is saved whole or not at all
+(:func:`obliviate.models.load.save_model`), every path through :func:`obliviate.utils.run_write_path`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+from obliviate.config import to_dict
+from obliviate.errors import ConfigError
+from obliviate.runs.card import card_settings, finetune_card
+from obliviate.runs.parts import cached_part
+from obliviate.runs.results import input_fingerprint
+from obliviate.tasks.base import Task
+from obliviate.train.distributed import save_trained
+from obliviate.train.finetune import PRESETS, FinetuneConfig, finetune, training_data
+from obliviate.utils import run_write_path, seed_everything
+
+RETAIN_FINETUNE = "retain-finetune"
+"""The name of this control on the command line (``--control retain-finetune``)."""
+
+_FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+
+
+def fine_tune_config(settings: dict, overrides: dict | None = None, seed: int = 0) -> FinetuneConfig:
+    """The retain-only fine-tune's config: the fine-tuned model's recorded ``settings`` (its card's; {} without
+    one: the defaults) with ``data="retain"``, then ``overrides`` (config keys of :class:`FinetuneConfig`).
+
+    A recorded ``epochs`` / ``lr`` equal to the recorded preset's default is left to the preset, as it was for
+    the fine-tuned model (so the preset's floor on steps applies to the retain-only run too); ``seed`` is the
+    recorded one, else ``seed``."""
+    preset = PRESETS.get(settings.get("preset"), {})
+    kept = {k: v for k, v in settings.items() if k in _FIELDS and k not in ("data", "checkpoint_every")}
+    for key in ("epochs", "lr"):
+        if key in kept and preset and kept[key] == preset[key]:
+            kept[key] = None
+    kept.setdefault("seed", seed)
+    given = dict(overrides or {})
+    unknown = sorted(set(given) - _FIELDS)
+    if unknown:
+        raise ConfigError(f"config key 'control_finetune.{unknown[0]}' is not a fine-tuning setting (valid: "
+                          f"{', '.join(sorted(_FIELDS - {'data'}))})")
+    return FinetuneConfig(**{**kept, **given, "data": "retain"})
+
+
+def _retain_hash(task: Task) -> str:
+    h = hashlib.sha256(json.dumps([task.retain.qa, task.retain.docs, to_dict(task.prompt)], sort_keys=True,
+                                  default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_dir: str | Path,
+                            load: Callable[[str], tuple], *, preset: Callable[[object], str],
+                            overrides: dict | None = None, seed: int = 0, progress: bool = False) -> tuple[str, dict]:
+    """``(model directory, summary)`` of the retain-only control: ``untaught`` fine-tuned on ``task``'s retain
+    data (module docstring), in ``out_dir/model``, with ``out_dir/part.json`` recording what made it.
+
+    ``taught``: the model (or unlearned model) whose cards name the fine-tune to copy the settings of (None: the
+    defaults); ``load(path) -> (model, tokenizer)``; ``preset(model)`` names the size preset when no card says.
+    """
+    out_dir = run_write_path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    card = finetune_card(taught) if taught else None
+    settings = card_settings(card) if card is not None else {}
+    cfg = fine_tune_config(settings, overrides, seed)
+    model_dir = out_dir / "model"
+    key = {"untaught": input_fingerprint(untaught), "retain": _retain_hash(task), "task": task.summary(),
+           "finetune": to_dict(cfg), "preset": settings.get("preset"), "settings_from": str(card) if card else None}
+
+    def build() -> dict:
+        model, tok = load(untaught)
+        seed_everything(cfg.seed)
+        model, summary = finetune(model, tok, training_data(task, "retain"), cfg, run_write_path(out_dir / "train"),
+                                  prompt=task.prompt, preset=settings.get("preset") or preset(model),
+                                  progress=progress, resume=True)
+        save_trained(model, run_write_path(model_dir), tok)
+        return {"untaught": str(untaught), "settings_from": key["settings_from"], "finetune": summary["finetune"]}
+
+    if not (model_dir / "config.json").exists():
+        (out_dir / "part.json").unlink(missing_ok=True)  # a part whose model is gone is made again
+    info, _ = cached_part(run_write_path(out_dir / "part.json"), key, build)
+    return str(model_dir), info
