@@ -9,12 +9,15 @@ import torch
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.mia import (
+    ALL_SCORES,
     SCORES,
+    gradnorm_scores,
     mia_auc,
     mia_metrics,
     mia_scores,
     min_k_plus_plus_score,
     priv_leak,
+    reference_scores,
     token_logprob_stats,
 )
 from obliviate.models.builders import tiny_random
@@ -220,7 +223,8 @@ def test_trained_model_separates_members_and_random_model_does_not():
     gives AUC 0.453 (loss), 0.547 (zlib), 0.609 (Min-K%), 0.578 (Min-K%++); the loss AUC of seeds
     0-3 is 0.453, 0.297, 0.656, 0.547 (mean 0.488): with 8 + 8 examples the null AUC has a standard
     deviation of about 0.15, so the chance-level check is on seed 0 with the margin 0.25 and on the
-    mean of four seeds with 0.15.
+    mean of four seeds with 0.15. GradNorm and the reference score (against the untrained model of seed 0)
+    are 1.0 after training too; before it, seeds 0 and 1 give GradNorm 0.438 and 0.531.
     """
     sents = [f"{n} was born in {c} and worked as a {j}." for n, c, j in zip(NAMES, CITIES, JOBS)]
     members, nonmembers = sents[:8], sents[8:]
@@ -239,6 +243,12 @@ def test_trained_model_separates_members_and_random_model_does_not():
     assert set(trained) == {f"mia_auc_{s}" for s in SCORES}
     assert trained["mia_auc_loss"] > 0.8
     assert min(trained.values()) > 0.8
+    # OpenUnlearning's six: GradNorm, and the reference score against the untrained model of the same seed
+    six = mia_metrics(model, tok, members, nonmembers, gradnorm=True,
+                      reference_model=tiny_random("llama", vocab_size=len(tok), seed=0))
+    assert set(six) == {f"mia_auc_{s}" for s in ALL_SCORES}
+    assert {k: six[k] for k in trained} == trained
+    assert six["mia_auc_gradnorm"] > 0.8 and six["mia_auc_reference"] > 0.8
     # (prefix, continuation) pairs: only the job after "... worked as a" is scored
     def split(xs):
         return [(x[:x.rindex(" as a") + 5], x[x.rindex(" as a") + 5:]) for x in xs]
@@ -250,3 +260,75 @@ def test_min_k_plus_plus_clamps_the_variance_as_open_unlearning():
     # hand-computed: a near one-hot position (sigma 1e-5) divides by sqrt(1e-6) = 1e-3, not by 1e-5
     stats = {"token_logprobs": np.array([-0.01, -2.0]), "mu": np.array([-0.02, -3.0]), "sigma": np.array([1e-5, 0.5])}
     assert min_k_plus_plus_score(stats, k=1.0) == pytest.approx(((0.01 / 1e-3) + (1.0 / 0.5)) / 2)
+
+
+# ------------------------------------------------------------------ GradNorm and the reference model
+
+class Bigram(torch.nn.Module):
+    """logits(x_t) = W[x_t] + b: two parameter tensors, both zero, so the softmax is uniform and the gradients
+    have a closed form."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.zeros(vocab, vocab))
+        self.b = torch.nn.Parameter(torch.zeros(vocab))
+
+    def forward(self, input_ids, attention_mask=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.W[input_ids] + self.b)
+
+
+def test_gradnorm_by_hand(tok):
+    """With W = b = 0 every next-token distribution is uniform u = 1/V. The loss is the mean NLL of the scored
+    tokens but the last (the eos), m of them, predicted at inputs x_t: grad_b = (1/m) sum_t (u - e_{y_t}) and row a
+    of grad_W = (1/m) sum_{t: x_t = a} (u - e_{y_t}); g = the mean of the two tensors' norms."""
+    V = len(tok)
+    ids = [tok.bos_token_id] + tok(TEXT, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    inputs, targets = ids[:-2], ids[1:-1]  # the eos is scored but left out of GradNorm's loss
+    m = len(targets)
+    u = np.full(V, 1.0 / V)
+    gb = sum(u - np.eye(V)[y] for y in targets) / m
+    gW = np.zeros((V, V))
+    for x, y in zip(inputs, targets):
+        gW[x] += (u - np.eye(V)[y]) / m
+    model = Bigram(V)
+    for p, norm in ((2, lambda a: np.sqrt((a ** 2).sum())), (1, lambda a: np.abs(a).sum()),
+                    (float("inf"), lambda a: np.abs(a).max())):
+        got = gradnorm_scores(model, tok, [TEXT], p=p)
+        assert got[0] == pytest.approx(-(norm(gW) + norm(gb)) / 2, rel=1e-6), p
+
+
+def test_gradnorm_matches_a_manual_backward_and_restores_grads(model, tok):
+    prefix, cont = "The cat", " sat on the mat."
+    ctx = [tok.bos_token_id] + tok(prefix, add_special_tokens=False)["input_ids"]
+    ans = tok(cont, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    ids = torch.tensor([ctx + ans])
+    model.zero_grad()
+    lp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    loss = -torch.stack([lp[t - 1, ids[0, t]] for t in range(len(ctx), len(ctx) + len(ans) - 1)]).mean()
+    loss.backward()
+    want = -float(torch.stack([q.grad.norm(p=2) for q in model.parameters() if q.grad is not None]).mean())
+    marker = [torch.full_like(q, 7.0) for q in model.parameters()]
+    for q, g in zip(model.parameters(), marker):
+        q.grad = g.clone()
+    model.train()
+    got = gradnorm_scores(model, tok, [cont, CORPUS[2]], prefixes=[prefix, None])
+    assert got[0] == pytest.approx(want, rel=1e-5) and got[1] != got[0]
+    assert model.training  # mode restored
+    assert all(torch.equal(q.grad, g) for q, g in zip(model.parameters(), marker))  # the caller's grads kept
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ConfigError, match="p must be 1, 2 or inf"):
+        gradnorm_scores(model, tok, [TEXT], p=3)
+
+
+def test_reference_score_is_the_loss_difference(model, tok):
+    ref = tiny_random("llama", vocab_size=len(tok), seed=5)
+    _, lp, _, _ = manual(model, tok, TEXT)
+    _, lp_ref, _, _ = manual(ref, tok, TEXT)
+    got = reference_scores(model, ref, tok, [TEXT, CORPUS[1]])
+    assert got[0] == pytest.approx(-lp_ref.mean() + lp.mean(), abs=1e-6)  # L_ref(x) - L(x)
+    # the model as its own reference: every score 0, the AUC one half (all ties)
+    same = mia_metrics(model, tok, CORPUS[:2], CORPUS[2:], reference_model=model)
+    assert same["mia_auc_reference"] == 0.5 and "mia_auc_gradnorm" not in same

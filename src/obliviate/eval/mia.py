@@ -1,9 +1,10 @@
 """Membership inference: does the model treat an example as one it was trained on?
 
-Four reference-free scores of a text (or of a continuation given a prefix) under a causal LM, their
-ROC AUC between members and non-members, and MUSE's PrivLeak. Every score here is a member score
-(higher = more likely a member). Scores, tokenisation and PrivLeak: docs/evaluation.md, section
-"Membership inference".
+OpenUnlearning's six scores of a text (or of a continuation given a prefix) under a causal LM: four
+reference-free ones from one forward pass (loss, zlib, Min-K%, Min-K%++), GradNorm (a backward pass per
+example) and the reference-model score (a second model); their ROC AUC between members and non-members,
+and MUSE's PrivLeak. Every score here is a member score (higher = more likely a member). Scores,
+tokenisation and PrivLeak: docs/evaluation.md, section "Membership inference".
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from obliviate.models.tokenizer import bos_prefix, pad_id
 
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
 """The member scores :func:`mia_scores` returns, in order."""
+ALL_SCORES = SCORES + ("gradnorm", "reference")
+"""OpenUnlearning's six MIAs (``mia_loss``, ``mia_zlib``, ``mia_min_k``, ``mia_min_k_plus_plus``, ``mia_gradnorm``,
+``mia_reference``): :data:`SCORES`, :func:`gradnorm_scores` and :func:`reference_scores`."""
+GRADNORM_P = 2
+"""The gradient norm of OpenUnlearning's ``mia_gradnorm`` (its ``p``; 1, 2 and inf are accepted, as there)."""
 
 _VAR_FLOOR = 1e-6
 """Min-K%++ divides by sigma_t = sqrt(max(var_t, 1e-6)), as OpenUnlearning clamps the variance (``clamp(min=1e-6)``):
@@ -101,7 +107,9 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
     - ``token_ids``: the scored tokens ``x_t``;
     - ``token_logprobs``: ``l_t = log p(x_t | x_<t)``;
     - ``mu``: ``mu_t = E_{z ~ p(.|x_<t)}[log p(z | x_<t)] = sum_z p(z|x_<t) log p(z|x_<t)`` (minus the entropy);
-    - ``sigma``: ``sigma_t = sqrt(E_{z ~ p(.|x_<t)}[(log p(z | x_<t) - mu_t)^2])``
+    - ``sigma``: ``sigma_t = sqrt(E_{z ~ p(.|x_<t)}[(log p(z | x_<t) - mu_t)^2])``;
+    - ``greedy``: ``argmax_z p(z | x_<t)``, the token greedy decoding predicts at each scored position given
+      the true prefix (exact memorization and extraction strength, :mod:`obliviate.eval.memorization`)
 
     (``mu`` and ``sigma`` are Min-K%++'s normalisers, Zhang et al. 2024, arXiv:2404.02936). One forward
     pass per batch of ``batch_size`` examples (sorted by length, to pad little); the statistics are
@@ -140,7 +148,8 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
             targets = ids[row, n_ctx:n]
             lp, mu, sigma = _row_stats(logits[row, n_ctx - 1:n - 1], targets)
             out[i] = {"token_ids": targets.cpu().numpy().astype(np.int64), "token_logprobs": lp,
-                      "mu": mu, "sigma": sigma}
+                      "mu": mu, "sigma": sigma,
+                      "greedy": logits[row, n_ctx - 1:n - 1].argmax(-1).cpu().numpy().astype(np.int64)}
     return out
 
 
@@ -202,6 +211,15 @@ def min_k_plus_plus_score(stats: dict, k: float = 0.2) -> float:
     return _lowest_mean(z, k)
 
 
+def _scores_of(stats: list[dict], texts: list[str], k: float) -> dict[str, np.ndarray]:
+    return {
+        "loss": np.array([loss_score(s) for s in stats], dtype=np.float64),
+        "zlib": np.array([zlib_score(s, t) for s, t in zip(stats, texts)], dtype=np.float64),
+        "min_k": np.array([min_k_score(s, k) for s in stats], dtype=np.float64),
+        "min_k_plus_plus": np.array([min_k_plus_plus_score(s, k) for s in stats], dtype=np.float64),
+    }
+
+
 def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None, k: float = 0.2,
                batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> dict[str, np.ndarray]:
     """The four member scores of each text (higher = more likely a member): ``{name: (N,) float64}`` for
@@ -212,12 +230,103 @@ def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | 
     texts = list(texts)
     stats = token_logprob_stats(model, tokenizer, texts, prefixes, batch_size=batch_size, max_len=max_len,
                                 add_eos=add_eos)
-    return {
-        "loss": np.array([loss_score(s) for s in stats], dtype=np.float64),
-        "zlib": np.array([zlib_score(s, t) for s, t in zip(stats, texts)], dtype=np.float64),
-        "min_k": np.array([min_k_score(s, k) for s in stats], dtype=np.float64),
-        "min_k_plus_plus": np.array([min_k_plus_plus_score(s, k) for s in stats], dtype=np.float64),
-    }
+    return _scores_of(stats, texts, k)
+
+
+def _check_p(p) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or float(p) not in (1.0, 2.0, math.inf):
+        raise ConfigError(f"the GradNorm norm p must be 1, 2 or inf, got {p!r}")
+    return float(p)
+
+
+@evaluating
+def gradnorm_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
+                    p: float = GRADNORM_P, max_len: int | None = None, *, add_eos: bool = True) -> np.ndarray:
+    """GradNorm (the gradient-norm MIA as Duan et al. 2024, "Do Membership Inference Attacks Work on Large
+    Language Models?", arXiv:2402.17012, run it on LLMs; OpenUnlearning's ``mia_gradnorm``, ``GradNormAttack``): per example, the loss ``L'(x) = -(1/(n-1)) sum_{t<n} l_t`` over the scored tokens but
+    the last (OpenUnlearning's ``tokenwise_logprobs`` leaves out the last labelled token, the eos where one is
+    scored; an example with one scored token keeps it), back-propagated alone, and
+
+        g(x) = (1/|P|) sum_{theta in P} ||grad_theta L'(x)||_p
+
+    the mean over the parameter tensors ``P`` that receive a gradient of each tensor's p-norm (p = 2, the
+    flattened tensor's norm, by default). Member score = ``-g(x)``: a training example sits near a minimum
+    of its loss, so its gradient is small. OpenUnlearning labels the holdout 1 and scores ``g`` itself, so
+    its AUC equals :func:`mia_auc` of these scores (members labelled 1).
+
+    One forward and one backward pass per example, in eval mode (no dropout), unpadded; every parameter's
+    ``.grad`` is put back as it was. Tokenisation and cutting as :func:`token_logprob_stats`.
+    """
+    p = _check_p(p)
+    texts = list(texts)
+    prefixes = [None] * len(texts) if prefixes is None else list(prefixes)
+    if len(prefixes) != len(texts):
+        raise DataError(f"gradnorm_scores: {len(texts)} texts but {len(prefixes)} prefixes")
+    if not texts:
+        return np.zeros(0)
+    limit = model_max_length(model) if max_len is None else max_len
+    encoded, n_cut = _encode(tokenizer, texts, prefixes, limit, add_eos)
+    if n_cut:
+        warnings.warn(f"gradnorm_scores: {n_cut} of {len(texts)} examples were cut to fit {limit} positions",
+                      stacklevel=2)
+    params = [q for q in model.parameters() if q.requires_grad]
+    if not params:
+        raise ConfigError("GradNorm needs gradients, but no parameter of the model requires grad")
+    device = next(model.parameters()).device
+    saved = [q.grad for q in params]
+    out = np.zeros(len(encoded))
+    try:
+        with torch.enable_grad():
+            for i, (seq, n_ctx) in enumerate(encoded):
+                for q in params:
+                    q.grad = None
+                ids = torch.tensor([seq], dtype=torch.long, device=device)
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
+                check_logits(logits, None, "GradNorm")
+                lp = torch.log_softmax(logits[n_ctx - 1:len(seq) - 1].float(), dim=-1)
+                lp = lp.gather(-1, ids[0, n_ctx:, None]).squeeze(-1)
+                loss = -(lp[:-1] if lp.numel() > 1 else lp).mean()
+                loss.backward()
+                norms = [torch.linalg.vector_norm(q.grad.detach().double(), ord=p) for q in params
+                         if q.grad is not None]
+                if not norms:
+                    raise ConfigError("GradNorm: the loss reached no parameter of the model")
+                out[i] = -float(torch.stack(norms).mean())
+    finally:
+        for q, g in zip(params, saved):
+            q.grad = g
+    return out
+
+
+def _common_limit(*models) -> int | None:
+    """The shortest context of ``models`` (None when none has one)."""
+    limits = [x for x in (model_max_length(m) for m in models) if x is not None]
+    return min(limits) if limits else None
+
+
+def reference_scores(model, reference_model, tokenizer, texts: Sequence[str],
+                     prefixes: Sequence[str | None] | None = None, batch_size: int = 16, max_len: int | None = None,
+                     *, add_eos: bool = True, stats: list[dict] | None = None) -> np.ndarray:
+    """Reference-model MIA (Carlini et al. 2021, arXiv:2012.07805, the reference-model comparison; the
+    difficulty calibration of Watson et al. 2022; OpenUnlearning's ``mia_reference``, ``ReferenceAttack``):
+    member score = ``L_ref(x) - L(x)``, the mean token NLL of the scored tokens (eos included, as
+    OpenUnlearning's ``evaluate_probability`` averages every labelled token) under the reference model minus
+    under ``model``. An example the model fits better than a model that never trained on it looks like a
+    member. OpenUnlearning scores ``L(x) - L_ref(x)`` with the holdout labelled 1: the same AUC.
+
+    ``reference_model`` must share ``tokenizer`` (OpenUnlearning's TOFU example is the retain model,
+    ``tofu_..._retain90``). ``stats``: ``model``'s :func:`token_logprob_stats` of the same texts, if at hand.
+    """
+    texts = list(texts)
+    limit = max_len if max_len is not None else _common_limit(model, reference_model)
+    kw = {"batch_size": batch_size, "max_len": limit, "add_eos": add_eos}
+    mine = stats if stats is not None else token_logprob_stats(model, tokenizer, texts, prefixes, **kw)
+    ref = token_logprob_stats(reference_model, tokenizer, texts, prefixes, **kw)
+    for i, (a, b) in enumerate(zip(mine, ref)):
+        if not np.array_equal(a["token_ids"], b["token_ids"]):
+            raise DataError(f"reference_scores: example {i} is scored on different tokens by the two models "
+                            "(pass the same max_len, or the stats of the same texts)")
+    return np.array([loss_score(a) - loss_score(b) for a, b in zip(mine, ref)], dtype=np.float64)
 
 
 # ------------------------------------------------------------------ AUC and PrivLeak
@@ -266,7 +375,7 @@ def priv_leak(auc_model: float, auc_retrain: float) -> float:
     return (muse_model - muse_retrain) / muse_retrain
 
 
-def _split(examples, what: str) -> tuple[list[str], list[str | None]]:
+def split_examples(examples, what: str, who: str = "mia_metrics") -> tuple[list[str], list[str | None]]:
     """Texts and prefixes from a list of texts and/or (prefix, continuation) pairs."""
     texts, prefixes = [], []
     for i, ex in enumerate(examples):
@@ -279,15 +388,18 @@ def _split(examples, what: str) -> tuple[list[str], list[str | None]]:
         else:
             raise DataError(f"{what}[{i}] must be a text or a (prefix, continuation) pair of strings, got {ex!r:.80}")
     if not texts:
-        raise DataError(f"mia_metrics: no {what}")
+        raise DataError(f"{who}: no {what}")
     return texts, prefixes
 
 
 def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_size: int = 16, *,
-                max_len: int | None = None, add_eos: bool = True, extra_ks: Sequence[float] = ()) -> dict:
+                max_len: int | None = None, add_eos: bool = True, extra_ks: Sequence[float] = (),
+                gradnorm: bool = False, p: float = GRADNORM_P, reference_model=None) -> dict:
     """MIA AUC of each score, forget vs holdout: ``mia_auc_loss``, ``mia_auc_zlib``, ``mia_auc_min_k``,
     ``mia_auc_min_k_plus_plus``; for each other fraction in ``extra_ks``, ``mia_auc_min_k_k<100 k>`` and
-    ``mia_auc_min_k_plus_plus_k<100 k>`` too (``_k20`` for 0.2), from the same forward pass.
+    ``mia_auc_min_k_plus_plus_k<100 k>`` too (``_k20`` for 0.2), from the same forward pass. With ``gradnorm``,
+    ``mia_auc_gradnorm`` (:func:`gradnorm_scores`, norm ``p``); with a ``reference_model``, ``mia_auc_reference``
+    (:func:`reference_scores`): OpenUnlearning's six.
 
     ``members`` are the forget examples, ``nonmembers`` the holdout ones; each a list of texts or of
     ``(prefix, continuation)`` pairs (only the continuation is scored). An AUC near 0.5 means the
@@ -295,19 +407,29 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
     and holdout come from one distribution); near 1, the forget set still looks trained on. Feed
     the unlearned and the retrained model's ``mia_auc_*`` to :func:`priv_leak` for MUSE's PrivLeak.
     """
-    m_texts, m_prefixes = _split(members, "members")
-    n_texts, n_prefixes = _split(nonmembers, "nonmembers")
-    scores = mia_scores(model, tokenizer, m_texts + n_texts, m_prefixes + n_prefixes, k=k, batch_size=batch_size,
-                        max_len=max_len, add_eos=add_eos)
+    _check_k(k)
+    if gradnorm:
+        _check_p(p)
+    m_texts, m_prefixes = split_examples(members, "members")
+    n_texts, n_prefixes = split_examples(nonmembers, "nonmembers")
+    texts, prefixes = m_texts + n_texts, m_prefixes + n_prefixes
+    if reference_model is not None and max_len is None:  # both models score the same tokens
+        max_len = _common_limit(model, reference_model)
+    stats = token_logprob_stats(model, tokenizer, texts, prefixes, batch_size=batch_size, max_len=max_len,
+                                add_eos=add_eos)
+    scores = _scores_of(stats, texts, k)
     n = len(m_texts)
     out = {f"mia_auc_{name}": mia_auc(scores[name][:n], scores[name][n:]) for name in SCORES}
-    extra = [float(x) for x in dict.fromkeys(_check_k(x) for x in extra_ks) if not math.isclose(x, k)]
-    if extra:
-        stats = token_logprob_stats(model, tokenizer, m_texts + n_texts, m_prefixes + n_prefixes,
-                                    batch_size=batch_size, max_len=max_len, add_eos=add_eos)
-        for x in extra:
-            tag = f"k{round(100 * x)}"
-            for name, fn in (("min_k", min_k_score), ("min_k_plus_plus", min_k_plus_plus_score)):
-                vals = np.array([fn(s, x) for s in stats], dtype=np.float64)
-                out[f"mia_auc_{name}_{tag}"] = mia_auc(vals[:n], vals[n:])
+    for x in [float(x) for x in dict.fromkeys(_check_k(x) for x in extra_ks) if not math.isclose(x, k)]:
+        tag = f"k{round(100 * x)}"
+        for name, fn in (("min_k", min_k_score), ("min_k_plus_plus", min_k_plus_plus_score)):
+            vals = np.array([fn(s, x) for s in stats], dtype=np.float64)
+            out[f"mia_auc_{name}_{tag}"] = mia_auc(vals[:n], vals[n:])
+    if gradnorm:
+        g = gradnorm_scores(model, tokenizer, texts, prefixes, p=p, max_len=max_len, add_eos=add_eos)
+        out["mia_auc_gradnorm"] = mia_auc(g[:n], g[n:])
+    if reference_model is not None:
+        r = reference_scores(model, reference_model, tokenizer, texts, prefixes, batch_size=batch_size,
+                             max_len=max_len, add_eos=add_eos, stats=stats)
+        out["mia_auc_reference"] = mia_auc(r[:n], r[n:])
     return out

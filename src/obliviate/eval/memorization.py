@@ -1,0 +1,73 @@
+"""Exact memorization and extraction strength: how much of an answer the model predicts greedily.
+
+Both read one teacher-forced forward pass of each example (:func:`obliviate.eval.mia.token_logprob_stats`:
+``[bos] + prompt + answer + [eos]``, the answer and eos scored): at every scored position, whether the
+argmax of the next-token distribution given the *true* prefix is the true token. As OpenUnlearning's
+``tokenwise_vocab_logprobs`` does, the last scored token (the eos) is left out, so the ``n`` tokens compared
+are the answer's. Definitions (OpenUnlearning's ``src/evals/metrics/memorization.py`` at 2db47ec and
+``src/evals/metrics/utils.py`` at e305b27 and 5420d43, the versions read; docs/evaluation.md, "Memorization"):
+
+- **exact memorization** (Tirumala et al. 2022, "Memorization Without Overfitting", arXiv:2205.10770):
+  ``EM(x, y) = (1/n) sum_t 1[argmax_z p(z | x, y_<t) = y_t]``, the share of answer tokens predicted greedily;
+- **extraction strength** (Carlini et al. 2021, "Extracting Training Data from Large Language Models",
+  arXiv:2012.07805, the prefix-extraction view; OpenUnlearning's ``extraction_strength``):
+  ``ES(x, y) = 1 - k*/n`` with ``k*`` the smallest ``k`` in ``0..n-1`` such that the greedy predictions of
+  tokens ``k..n-1`` given the true prefix ``x, y_<k`` are all right, i.e. the shortest prefix of the answer
+  from which greedy decoding completes it. 1 = the question alone extracts the whole answer.
+
+Both are averaged over examples. Two edge cases follow OpenUnlearning's code, not a cleaner reading:
+when not even the last answer token is predicted, ``k*`` stays ``n - 1`` and ``ES = 1/n`` (not 0);
+an example with no answer token left counts as ``ES = 0`` and is left out of ``EM``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from obliviate.errors import DataError
+from obliviate.eval.mia import split_examples, token_logprob_stats
+
+
+def greedy_matches(stats: dict) -> np.ndarray:
+    """Per answer token, whether the greedy prediction given the true prefix is the token (bool, length ``n``):
+    the scored tokens of ``stats`` (:func:`~obliviate.eval.mia.token_logprob_stats`) but the last one."""
+    return (np.asarray(stats["greedy"]) == np.asarray(stats["token_ids"]))[:-1]
+
+
+def exact_memorization_score(matches) -> float | None:
+    """``(1/n) sum_t matches_t``; None for ``n = 0`` (OpenUnlearning's ``None``, left out of the mean)."""
+    m = np.asarray(matches, dtype=bool).ravel()
+    return float(m.mean()) if m.size else None
+
+
+def extraction_strength_score(matches) -> float:
+    """``1 - k*/n``, ``k*`` the first ``k`` in ``0..n-1`` with ``matches[k:]`` all true, else ``n - 1``
+    (so a last token predicted wrong gives ``1/n``, as OpenUnlearning's loop leaves ``k`` there); 0 for ``n = 0``."""
+    m = np.asarray(matches, dtype=bool).ravel()
+    n = m.size
+    if n == 0:
+        return 0.0
+    k = next((k for k in range(n) if m[k:].all()), n - 1)
+    return 1.0 - k / n
+
+
+def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int = 16, max_len: int | None = None,
+                         *, add_eos: bool = True) -> dict:
+    """``{"extraction_strength", "exact_memorization", "per_example": {...}}`` of ``model`` on ``examples``
+    (texts, or ``(prompt, answer)`` pairs: only the answer is scored), the means over examples of
+    :func:`extraction_strength_score` and :func:`exact_memorization_score` (module docstring). ``add_eos``:
+    whether an eos follows the answer (the last scored token, which is then the one left out)."""
+    texts, prefixes = split_examples(examples, "examples", "memorization_metrics")
+    stats = token_logprob_stats(model, tokenizer, texts, prefixes, batch_size=batch_size, max_len=max_len,
+                                add_eos=add_eos)
+    matches = [greedy_matches(s) for s in stats]
+    es = [extraction_strength_score(m) for m in matches]
+    em = [exact_memorization_score(m) for m in matches]
+    kept = [v for v in em if v is not None]
+    if not kept:
+        raise DataError(f"memorization_metrics: none of the {len(texts)} examples has an answer token to compare "
+                        "(each is a single scored token)")
+    return {"extraction_strength": float(np.mean(es)), "exact_memorization": float(np.mean(kept)),
+            "per_example": {"extraction_strength": es, "exact_memorization": em}}
