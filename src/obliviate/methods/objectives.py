@@ -28,6 +28,17 @@ def labelled_logprobs(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return logp, keep.nonzero()[:, 0]
 
 
+def labelled_logits(model, batch: dict, keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits, targets, positions)``: the logits (N, V) at the N positions that predict a labelled token of
+    ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T) mask of
+    the positions, which reads the same rows of another model's (B, T, V) logits: ``other[positions]``."""
+    targets = shift_targets(batch["labels"])  # (B, T-1)
+    labelled = targets != IGNORE_INDEX if keep is None else keep & (targets != IGNORE_INDEX)
+    positions = F.pad(labelled, (0, 1))  # (B, T)
+    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], positions)  # (N, V)
+    return logits, targets[labelled], positions
+
+
 def sequence_logprob(model, batch: dict) -> torch.Tensor:
     """log pi(y|x) per sequence, (B,), equal to ``answer_logprob(forward_logits(model, batch), labels)`` with
     logits only at the labelled positions (:func:`labelled_logprobs`)."""

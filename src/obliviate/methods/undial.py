@@ -1,0 +1,78 @@
+"""UNDIAL: self-distillation on adjusted logits (Dong et al. 2024, NAACL 2025).
+
+The student (the model) is distilled towards the frozen teacher (the reference) whose logit of the
+answer token is lowered by ``beta``: for every forget answer token y_t with teacher logits z_ref_t,
+
+    q_t = softmax(z_ref_t - beta * e_{y_t})
+    L_forget = mean_t CE(q_t, p_theta_t) = -mean_t sum_v q_t[v] log p_theta(v | y_<t, x)
+
+over the forget answer tokens; total ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL, the shared
+:func:`~obliviate.methods.objectives.forget_and_retain`). The teacher is the model before unlearning, so a
+live frozen copy is kept (the target needs its whole distribution, not a log-probability).
+
+Defaults from open-unlearning's ``configs/trainer/UNDIAL.yaml`` (commit 5a7dfb4): beta = 10, gamma = 1,
+alpha = 0 (the paper uses no retain set), retain NLL. Its trainer (``src/trainer/unlearn/undial.py`` 5a7dfb4,
+``compute_undial_loss`` in ``src/trainer/utils.py`` 19a6141) averages over *every* position of the sequence,
+prompt and padding included, where the label -100 lowers vocabulary entry V - 100; here, as in the paper,
+only answer tokens are distilled.
+
+Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-4 for 250 steps (open-unlearning:
+10 epochs of forget10's 400 pairs at an effective batch of 16), beta = 10, alpha = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from obliviate.config import check_ranges
+from obliviate.losses import ratio_of_sums
+from obliviate.methods import register
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import forget_and_retain, labelled_logits
+
+
+def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor, beta: float) -> torch.Tensor:
+    """mean_t CE(softmax(z_ref_t - beta e_{y_t}), softmax(z_t)) over the N rows: logits and ref_logits (N, V),
+    targets (N,)."""
+    adjusted = ref_logits.detach().float().clone()
+    adjusted[torch.arange(len(targets), device=targets.device), targets] -= beta
+    q = F.softmax(adjusted, -1)  # (N, V)
+    ce = -(q * F.log_softmax(logits.float(), -1)).sum(-1)  # (N,)
+    return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
+
+
+@dataclass
+class UNDIALConfig:
+    beta: float = 10.0
+    """How far the teacher's logit of each forget answer token is lowered."""
+    gamma: float = 1.0
+    alpha: float = 0.0
+    """Weight of the retain term (0: none, as in the paper)."""
+    retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("gamma",), nonnegative=("beta", "alpha"))
+
+
+@register("undial", paper=("Dong et al. 2024, UNDIAL: Self-Distillation with Adjusted Logits for Robust Unlearning "
+                           "in LLMs (arXiv:2402.10052); open-unlearning UNDIAL trainer + configs/trainer/UNDIAL.yaml "
+                           "(5a7dfb4)"),
+          equation="mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the live reference) + α · retain NLL / KL",
+          presets={"tiny": {"lr": 1e-3, "steps": 50},
+                   "paper": {"lr": 1e-4, "steps": 250, "params": {"beta": 10.0, "alpha": 0.0}}})
+class UNDIAL(Method):
+    config_cls = UNDIALConfig
+    needs_reference = True
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        logits, targets, positions = labelled_logits(model, f)
+        teacher = ref.logits(f)[positions]  # (N, V): the same rows
+        return forget_and_retain(undial_loss(logits, teacher, targets, self.cfg.beta), model, batch, ref, self.cfg)
