@@ -117,6 +117,9 @@ def test_unlearn_tune_reports_on_the_held_out_items(taught, tmp_path, capsys):
     res = json.loads((tmp_path / "u" / "results.json").read_text())
     assert {e["n"] for e in res["task"]["evals"].values()} == {4}  # 4 of the 8 pairs per set were for choosing
     assert res["config"]["unlearn"]["train"]["lr"] == pytest.approx(res["tune"]["chosen"]["lr"])
+    # the trial trained on 4 of the 8 forget pairs; all 8 get as many passes each: twice the steps
+    assert res["tune"]["steps_factor"] == 2.0
+    assert res["config"]["unlearn"]["train"]["steps"] == 2 * res["tune"]["chosen"]["steps"]
     assert res["unlearn_verdict"]["verdict"] in ("ok", "forgot little", "retain lost")
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("verdict: ")
 
@@ -151,5 +154,5 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
         tried = [json.loads(p.read_text())["key"]["lr"] for p in sorted((out / "tune" / name / "parts").glob("trial_*"))]
         assert len(tried) == 3 and chosen["lr"] in tried
         assert res["method_settings"][name]["lr"] == pytest.approx(chosen["lr"])
-        assert res["method_settings"][name]["steps"] == chosen["steps"]
+        assert res["method_settings"][name]["steps"] == 2 * chosen["steps"]  # 8 forget pairs, each trial on 4
     assert (out / "tune" / "npo" / "report.md").exists()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
                                 eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args, warn)
@@ -16,10 +18,11 @@ from obliviate.methods import METHODS, method_defaults, method_names, preset_nam
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
-from obliviate.runs.card import write_model_card
+from obliviate.recipes.tune.run import TuneConfig, tune, tuned_config, validation_split, write_preset
+from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
+from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS
 from obliviate.utils import seed_everything
 
 
@@ -45,14 +48,40 @@ def resolve_method(name: str) -> str:
     raise ConfigError(f"unknown method {name!r}{hint}; known methods: {', '.join(names)}")
 
 
-def unlearn_command_config(args, method: str, preset: str) -> UnlearnCommandConfig:
-    """Dataclass defaults, then the method's preset, then ``--config``, then the overrides (each key once)."""
+def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
+    """(factor, why): the fine-tuning run's learning rate over its size preset's, when ``model_dir`` was taught by
+    ``obliviate finetune`` (its model card's settings say ``lr`` and ``preset``); else ``(1.0, None)``.
+
+    A method's preset lr is a fixed fraction of the fine-tuning preset's (tiny: 3e-3, e.g. NPO's 3e-4 a tenth of
+    it; paper: 1e-5): the step size at which this model learned the facts. A model taught at another lr gets the
+    method's lr times this factor, so the fraction holds; at the preset's own lr the factor is 1 and nothing moves."""
+    meta = read_model_card(model_dir) if model_dir and Path(model_dir).is_dir() else {}
+    if not isinstance(meta.get("obliviate"), dict) or meta["obliviate"].get("method") != "finetune":
+        return 1.0, None
+    try:
+        text = (Path(model_dir) / "README.md").read_text()
+        settings = json.loads(text.split("## Settings", 1)[1].split("```json", 1)[1].split("```", 1)[0])
+    except (OSError, IndexError, ValueError):
+        return 1.0, None
+    lr, preset = settings.get("lr"), settings.get("preset")
+    if preset not in FINETUNE_PRESETS or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        return 1.0, None
+    factor = float(lr) / FINETUNE_PRESETS[preset]["lr"]
+    if abs(factor - 1.0) < 1e-9:
+        return 1.0, None
+    return factor, (f"the method's preset lr scaled by {factor:.3g}: the model was fine-tuned at lr {lr:g}, "
+                    f"the {preset} fine-tuning preset's is {FINETUNE_PRESETS[preset]['lr']:g}")
+
+
+def unlearn_command_config(args, method: str, preset: str, lr_factor: float = 1.0) -> UnlearnCommandConfig:
+    """Dataclass defaults, then the method's preset (its lr times ``lr_factor``, :func:`finetune_lr_factor`), then
+    ``--config``, then the overrides (each key once)."""
     base = seeded(args.seed, ["seed", "unlearn.seed"])
     base["eval"] = eval_overrides(args)
     d = method_defaults(method, preset)
     base["unlearn"].update(method=method, params=d["params"])
     if METHODS[method].kind != "edit":
-        base["unlearn"]["train"] = {"steps": d["steps"], "lr": d["lr"]}
+        base["unlearn"]["train"] = {"steps": d["steps"], "lr": d["lr"] * lr_factor}
     cfg = build_config(UnlearnCommandConfig, args.config, args.overrides, base=base)
     if cfg.unlearn.method != method:  # --config or unlearn.method=... named another method
         if resolve_method(cfg.unlearn.method) != method:
@@ -68,7 +97,8 @@ def checked_run(args, tuning: bool = False):
     (:func:`~obliviate.recipes.tune.run.validation_split`) when ``tuning``, made before the model is loaded."""
     check_out_dir(args.out, input_paths(args))
     method = resolve_method(args.method)
-    cfg = unlearn_command_config(args, method, "tiny")  # every key checked before the model is loaded
+    factor, why = finetune_lr_factor(args.model)
+    cfg = unlearn_command_config(args, method, "tiny", factor)  # every key checked before the model is loaded
     check_unlearn_config(cfg.unlearn)
     if tuning and METHODS[method].kind == "edit":
         raise ConfigError(f"tune: {method!r} is an edit method: it has no learning rate or steps to tune")
@@ -82,7 +112,9 @@ def checked_run(args, tuning: bool = False):
     model, tok = load_model_args(args)
     preset = preset_name(model)
     if preset != "tiny":
-        cfg = unlearn_command_config(args, method, preset)
+        cfg = unlearn_command_config(args, method, preset, factor)
+    if why and METHODS[method].kind != "edit":
+        print(f"obliviate: {why}", file=sys.stderr)
     check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)  # before --out
     return method, cfg, task, model, tok, preset, split
 
@@ -90,7 +122,7 @@ def checked_run(args, tuning: bool = False):
 def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
     """The grid on the validation task (:func:`~obliviate.recipes.tune.run.tune`, parts in ``out/tune``), the chosen
     settings written to ``out/preset.yaml``; says the choice in one line."""
-    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
+    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", full=split[1], progress=progress,
                   eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
                   fingerprint={"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
                                "task": split[0].summary(), "seed": cfg.seed},
@@ -98,6 +130,8 @@ def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
     write_preset(out / "preset.yaml", result)
     s, c = result["settings"]["unlearn"], result["chosen"]
     print(f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
+          + (f" (the trial's {c['steps']} x {result['steps_factor']:.3g} for all the data)"
+             if abs(result["steps_factor"] - 1.0) > 1e-9 else "")
           + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
           + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
           f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
@@ -112,7 +146,7 @@ def cmd_unlearn(args) -> None:
     tuned = None
     if args.tune:  # settings chosen on the validation items; trained on all the data, reported on the others
         tuned = run_tuning(args, cfg, model, tok, split, out, not args.no_progress)
-        cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
+        cfg.unlearn = tuned_config(cfg.unlearn, tuned)
         task = split[1]
     # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(),
@@ -142,7 +176,8 @@ def cmd_unlearn(args) -> None:
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=str(args.model), task=task.summary(), preset=preset,
                   data=summary["data"], unlearn_verdict=verdict,
-                  **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")},
+                  **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share",
+                                                   "steps_factor")},
                       "reported_on": "the items left out of the validation split"} if tuned else {}),
                   **({"edit": summary["edit"]} if "edit" in summary else {}))
     print(f"{method} on {task.name}: " + ", ".join(
