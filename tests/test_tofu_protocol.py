@@ -49,7 +49,17 @@ def test_protocol_end_to_end_and_cache(tmp_path, capsys):
     assert not res["timings"]["base_cached"] and not res["timings"]["retain_model_cached"]
     per = json.loads((out / "per_example.json").read_text())
     assert len(per["graddiff"]["forget_truth_ratio"]) == 12 and len(per["retain_model"]["forget_truth_ratio"]) == 12
-    assert "graddiff:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "graddiff:" in printed
+    # extraction strength and exact memorization on the forget split; ../shared/data has no holdout10.json, so the
+    # MIAs are absent and one line names the file looked for
+    for name in ("base", "retain_model", "graddiff"):
+        assert 0.0 <= m[name]["extraction_strength"] <= 1.0 and 0.0 <= m[name]["exact_memorization"] <= 1.0
+        assert not [k for k in m[name] if k.startswith("mia_")]
+    holdout = data_dir() / "tofu" / "holdout10.json"
+    assert res["notes"] == [f"no holdout split: looked for {holdout}; mia_auc_loss, mia_auc_zlib, mia_auc_min_k, "
+                            "mia_auc_min_k_plus_plus, mia_auc_gradnorm, mia_auc_reference not reported"]
+    assert printed.count(f"note: no holdout split: looked for {holdout}") == 1
 
     # Another method reuses both cached base models and their evaluations.
     out2 = tmp_path / "npo"
@@ -58,6 +68,35 @@ def test_protocol_end_to_end_and_cache(tmp_path, capsys):
     assert res2["timings"]["base_cached"] and res2["timings"]["retain_model_cached"]
     assert res2["metrics"]["base"] == m["base"] and res2["metrics"]["retain_model"] == m["retain_model"]
     assert math.isfinite(res2["metrics"]["npo"]["forget_quality"])
+
+
+def test_protocol_with_a_holdout_split_reports_six_mias(tmp_path, capsys):
+    """A user's TOFU copy with holdout10.json (the hub release's; here 12 made-up records of unseen authors in the
+    forget split's format, next to the shared files): the base and unlearned models get OpenUnlearning's six MIAs,
+    the retain model, the reference of mia_reference, the other five."""
+    need_tofu()
+    data = tmp_path / "data"
+    (data / "tofu").mkdir(parents=True)
+    for f in (data_dir() / "tofu").iterdir():
+        (data / "tofu" / f.name).symlink_to(f)
+    (data / "tofu" / "holdout10.json").write_text("".join(
+        json.dumps({"question": f"What is the first novel of the author Quen Ardel {i}?",
+                    "answer": f"Quen Ardel {i}'s first novel is 'The Salt Lantern', a story of a lighthouse."}) + "\n"
+        for i in range(20)))
+    out = tmp_path / "graddiff"
+    tofu_cli(["tofu", "--method", "graddiff", "--out", str(out), "--no-progress", f"data={data}", *SMALL])
+    res = read_results(out)
+    m = res["metrics"]
+    six = {f"mia_auc_{s}" for s in ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm", "reference")}
+    for name in ("base", "graddiff"):
+        assert six <= set(m[name]) and all(0.0 <= m[name][k] <= 1.0 for k in six), name
+    assert {k for k in m["retain_model"] if k.startswith("mia_")} == six - {"mia_auc_reference"}
+    # the base model was trained on the 12 forget examples and never on the holdout: the loss tells them apart
+    assert m["base"]["mia_auc_loss"] > 0.9
+    assert res["notes"] == ["mia_auc_reference: the retain model is the reference model, so it has no reference "
+                            "score"]
+    printed = capsys.readouterr().out
+    assert "graddiff: mia_auc_gradnorm" in printed and "graddiff: extraction_strength" in printed
 
 
 def test_forget_split_option(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """TOFU metrics: hand-computed pure functions, and a smoke test on a tiny random Llama."""
 
+import json
 import math
 
 import numpy as np
@@ -9,12 +10,16 @@ from scipy.stats import ks_2samp
 
 from obliviate.tasks.sources import QAExample
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.memorization import memorization_metrics
+from obliviate.eval.mia import mia_metrics
 from obliviate.eval.tofu import (
-    UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
-    model_truth_ratio, model_utility, normalised_choice_prob, retain_utility, tofu_eval, tofu_metrics, truth_ratio,
-    truth_ratio_score,
+    TOFU_MIA_K, UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
+    model_truth_ratio, model_utility, normalised_choice_prob, report_notes, retain_utility, tofu_eval, tofu_metrics,
+    truth_ratio, truth_ratio_score,
 )
-from obliviate.tasks import Data, Task
+from obliviate.models.builders import tiny_random
+from obliviate.models.tokenizer import train_tokenizer
+from obliviate.tasks import Data, Task, load_task
 from obliviate.tasks.tofu import tofu_prompt
 
 # ------------------------------------------------------------------ pure functions
@@ -206,7 +211,8 @@ def test_tofu_metrics_of_a_task(tiny):
     res = tofu_metrics(model, tok, task, max_new_tokens=4)
     direct = tofu_eval(model, tok, FORGET, RETAIN, REAL_AUTHORS, WORLD_FACTS, max_new_tokens=4)
     assert res["forget05_rouge_l"] == res["forget_rouge_l"]
-    assert {k: v for k, v in res.items() if k != "forget05_rouge_l"} == direct
+    added = {"forget05_rouge_l", "extraction_strength", "exact_memorization"}  # no holdout: no MIA
+    assert {k: v for k, v in res.items() if k not in added} == direct and added <= set(res)
     ratios = res["per_example"]["forget_truth_ratio"]
     assert tofu_metrics(model, tok, task, retain_truth_ratios=ratios, max_new_tokens=4)["forget_quality"] == 1.0
     with pytest.raises(ConfigError, match="tofu:<forget> task"):
@@ -223,3 +229,84 @@ def test_generation_budget_is_tofus_200_tokens():
     assert inspect.signature(tofu_eval).parameters["max_new_tokens"].default == 200
     assert inspect.signature(tofu_metrics).parameters["max_new_tokens"].default == 200
     assert TofuConfig().max_new_tokens == 200
+
+
+# ------------------------------------------------------------------ the report's OpenUnlearning rows, on files
+
+def _rec(i, who):
+    return {"question": f"What did {who} {i} write?", "answer": f"{who} {i} wrote a book about ships."}
+
+
+def _perturbed(i, who):
+    return {**_rec(i, who), "paraphrased_question": f"Which book is by {who} {i}?",
+            "paraphrased_answer": f"A book about ships, by {who} {i}.",
+            "perturbed_answer": [f"{who} {i} wrote a poem.", f"{who} {i} wrote nothing."]}
+
+
+@pytest.fixture
+def tofu_files(tmp_path):
+    """A tiny TOFU directory in the hub's layout: forget01 (3), full (6), the perturbed sets and holdout01 (3, the
+    forget split's format: one JSON record a line with question and answer)."""
+    d = tmp_path / "tofu"
+    d.mkdir()
+
+    def write(name, rows):
+        (d / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write("forget01", [_rec(i, "Ann") for i in range(3)])
+    write("full", [_rec(i, "Ann") for i in range(3)] + [_rec(i, "Bob") for i in range(3)])
+    write("forget01_perturbed", [_perturbed(i, "Ann") for i in range(3)])
+    write("retain_perturbed", [_perturbed(i, "Bob") for i in range(3)])
+    write("holdout01", [_rec(i, "Cyd") for i in range(3)])
+    for s in ("real_authors", "world_facts"):
+        rows = [{"question": f"{s} {i}?", "answer": "Paris", "option1": "Rome", "option2": "Paris",
+                 "option3": "Oslo", "option4": "Bern"} for i in range(2)]
+        write(s, rows)
+        write(f"{s}_perturbed", [{"question": r["question"], "answer": "Paris",
+                                  "perturbed_answer": ["Rome", "Oslo", "Bern"]} for r in rows])
+    return tmp_path
+
+
+def _model_and_tokenizer(task):
+    texts = [f"{p} {a}" for p, a in task.prompt.pairs(task.forget.qa + task.retain.qa + task.holdout.qa)]
+    tok = train_tokenizer(texts * 5, vocab_size=300)
+    return tiny_random("llama", vocab_size=len(tok), seed=0), tok
+
+
+def test_tofu_report_has_extraction_strength_memorization_and_six_mias(tofu_files):
+    task = load_task("tofu:forget01", root=tofu_files)
+    assert task.holdout.qa == [(r["question"], r["answer"]) for r in (_rec(i, "Cyd") for i in range(3))]
+    assert task.meta["metrics"] == ("extraction_strength", "exact_memorization")
+    model, tok = _model_and_tokenizer(task)
+    ref = tiny_random("llama", vocab_size=len(tok), seed=1)
+    res = tofu_metrics(model, tok, task, max_new_tokens=4, reference_model=ref)
+    mias = {f"mia_auc_{s}" for s in ("loss", "zlib", "min_k", "min_k_plus_plus", "gradnorm", "reference")}
+    assert mias | {"extraction_strength", "exact_memorization"} <= set(res)
+    # the forget split's QA pairs against holdout01, Min-K% at OpenUnlearning's k = 0.4
+    pairs = task.prompt.pairs(task.forget.qa)
+    assert {k: res[k] for k in mias} == mia_metrics(model, tok, pairs, task.prompt.pairs(task.holdout.qa),
+                                                     k=TOFU_MIA_K, gradnorm=True, reference_model=ref)
+    mem = memorization_metrics(model, tok, pairs)
+    assert res["extraction_strength"] == mem["extraction_strength"]
+    assert res["exact_memorization"] == mem["exact_memorization"]
+    assert report_notes(task) == []
+    # without a reference model: five MIAs, and a line saying the sixth is missing
+    five = tofu_metrics(model, tok, task, max_new_tokens=4)
+    assert "mia_auc_reference" not in five and mias - {"mia_auc_reference"} <= set(five)
+    assert report_notes(task, reference=False) == ["no reference model given; mia_auc_reference not reported"]
+
+
+def test_tofu_report_without_holdout_names_the_file(tofu_files):
+    (tofu_files / "tofu" / "holdout01.json").unlink()
+    task = load_task("tofu:forget01", root=tofu_files)
+    assert task.holdout is None and task.meta["holdout_split"] is None
+    texts = [f"{p} {a}" for p, a in task.prompt.pairs(task.forget.qa + task.retain.qa)]
+    tok = train_tokenizer(texts * 5, vocab_size=300)
+    model = tiny_random("llama", vocab_size=len(tok), seed=0)
+    res = tofu_metrics(model, tok, task, max_new_tokens=4, reference_model=model)
+    assert not [k for k in res if k.startswith("mia_")]  # absent, not faked
+    assert {"extraction_strength", "exact_memorization"} <= set(res)
+    [line] = report_notes(task)
+    assert line == (f"no holdout split: looked for {tofu_files / 'tofu' / 'holdout01.json'}; mia_auc_loss, "
+                    "mia_auc_zlib, mia_auc_min_k, mia_auc_min_k_plus_plus, mia_auc_gradnorm, mia_auc_reference "
+                    "not reported")

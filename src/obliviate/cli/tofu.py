@@ -34,8 +34,12 @@ def cmd_tofu(args) -> None:
     res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
     m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
     print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
-    for key in ("forget_quality", "model_utility", "retain_utility", rouge):
+    mias = [k for k in m[cfg.method] if k.startswith("mia_auc_")]
+    for key in ("forget_quality", "model_utility", "retain_utility", rouge, "extraction_strength",
+                "exact_memorization", *mias):
         print(f"{cfg.method}: {key} {m['base'].get(key, float('nan')):.4g} -> {m[cfg.method][key]:.4g}")
+    for line in res["notes"]:
+        print(f"note: {line}")
     if given is None:
         print(f"note: {TINY_SCALE_NOTE}")
     print(f"results: {out / 'results.json'}")
@@ -43,8 +47,9 @@ def cmd_tofu(args) -> None:
 
 def register(sub) -> None:
     s = sub.add_parser("tofu", help="TOFU: fine-tune tiny models on full and the retain split (or start from "
-                                    "--model and --retain-model), unlearn the forget split, report forget quality "
-                                    "and model utility")
+                                    "--model and --retain-model), unlearn the forget split, report forget quality, "
+                                    "model utility, extraction strength, exact memorization and, with TOFU's "
+                                    "holdout split, six MIAs")
     add_common(s)
     s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
     s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split retain99, "

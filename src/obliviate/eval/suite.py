@@ -12,7 +12,9 @@ Per set ``<name>``:
 
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
 sets of their accuracy (exact match for QA), with ``<role>_chance``. S-unlearning
-(:func:`score_against`) compares a model's forget and retain scores with the base model's.
+(:func:`score_against`) compares a model's forget and retain scores with the base model's. The metrics a task
+asks for by name (``task.meta["metrics"]``, :mod:`obliviate.eval.metrics`; TOFU: ``extraction_strength``,
+``exact_memorization``) are added.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from obliviate.data import collate, encode_data
 from obliviate.eval.answers import answer_token_budget
 from obliviate.eval.core import (answer_probs, check_logits, mcq_accuracy, model_max_length, normalise_text, qa_accuracy,
                                  s_unlearning)
+from obliviate.eval.metrics import task_metrics
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
@@ -174,6 +177,7 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         if vals:
             out[f"{role}_score"] = float(np.mean([v for v, _ in vals]))
             out[f"{role}_chance"] = float(np.mean([c for _, c in vals]))
+    out.update(task_metrics(model, tokenizer, task, batch_size=batch_size))  # what the task asks for by name
     if details:
         out["_per_item"] = per_item
     return out

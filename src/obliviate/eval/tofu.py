@@ -17,6 +17,11 @@ P~(a|q) = exp(-L(a|q)) is the length-normalised answer probability.
   mean P~(correct) / (P~(correct) + sum P~(wrong)).
 - On the forget set TOFU reports the truth-ratio statistic mean min(R, 1/R)
   (:func:`forget_truth_ratio_score`).
+
+:func:`tofu_metrics`, the TOFU report, adds what OpenUnlearning's ``eval=tofu`` adds (:data:`TOFU_REPORT_METRICS`):
+extraction strength and exact memorization on the forget split, and the six MIAs, forget split against TOFU's
+holdout split (Min-K% and Min-K%++ at k = 0.4, its configs' value; the reference model of ``mia_reference``
+is the retain model), where a holdout split and a reference are at hand (:func:`report_notes` says which not).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import torch
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, model_max_length, rouge_l_recall
+from obliviate.eval.metrics import OPEN_UNLEARNING_TOFU, task_metrics, unavailable
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -41,6 +47,12 @@ UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 """The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
 TOFU_SETS = ("forget", "retain", "real_authors", "world_facts")
 """The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s order."""
+TOFU_REPORT_METRICS = OPEN_UNLEARNING_TOFU
+"""The :mod:`obliviate.eval.metrics` names the TOFU report adds: extraction strength, exact memorization and
+OpenUnlearning's six MIAs (``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a
+reference model path, which the protocol has: the retain model)."""
+TOFU_MIA_K = 0.4
+"""k of Min-K% and Min-K%++ in the TOFU report: OpenUnlearning's ``mia_min_k.yaml`` and ``mia_min_k_plus_plus.yaml``."""
 
 
 # ------------------------------------------------------------------ model-level scores
@@ -298,10 +310,13 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
 
 
 def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_size: int = 32,
-                 max_new_tokens: int = TOFU_MAX_NEW_TOKENS, max_len: int | None = None) -> dict:
+                 max_new_tokens: int = TOFU_MAX_NEW_TOKENS, max_len: int | None = None, reference_model=None) -> dict:
     """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
     :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
-    ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``.
+    ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``, and :data:`TOFU_REPORT_METRICS`
+    (:func:`obliviate.eval.metrics.task_metrics`): ``extraction_strength``, ``exact_memorization`` and, where the
+    task has its holdout split, ``mia_auc_{loss,zlib,min_k,min_k_plus_plus,gradnorm}`` (k = :data:`TOFU_MIA_K`),
+    with ``reference_model`` (the retain model) ``mia_auc_reference`` too. What is left out: :func:`report_notes`.
 
     ``retain_truth_ratios``: the retain-only model's ``per_example["forget_truth_ratio"]`` on the same task;
     with it, ``forget_quality`` is reported.
@@ -313,4 +328,12 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
     res = tofu_eval(model, tokenizer, *(perturbed[k] for k in TOFU_SETS), retain_model_truth_ratios=retain_truth_ratios,
                     batch_size=batch_size, max_new_tokens=max_new_tokens, max_len=max_len)
     res[f"{task.meta['split']}_rouge_l"] = res["forget_rouge_l"]
+    res.update(task_metrics(model, tokenizer, task, TOFU_REPORT_METRICS, reference_model=reference_model,
+                            batch_size=batch_size, k=TOFU_MIA_K))
     return res
+
+
+def report_notes(task: Task, reference: bool = True) -> list[str]:
+    """One line per part of :data:`TOFU_REPORT_METRICS` the TOFU report of ``task`` leaves out, and why: no holdout
+    split (naming the file looked for), or (``reference`` False) no reference model."""
+    return unavailable(task, TOFU_REPORT_METRICS, reference=reference)

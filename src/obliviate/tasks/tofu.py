@@ -2,8 +2,10 @@
 
 Forget = the forget split's QA pairs, retain = the matching retain split (derived from ``full`` where
 its file is missing), TOFU's perturbed evaluation sets (``meta["perturbed"]`` for
-:func:`obliviate.eval.tofu.tofu_eval`), optional holdout and IdK answers; :func:`load_tofu` reads the
-files. Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
+:func:`obliviate.eval.tofu.tofu_eval`), optional holdout (``tofu/holdoutNN.json``, TOFU's hub release:
+the membership-inference non-members) and IdK answers; :func:`load_tofu` reads the files. The task asks
+for extraction strength and exact memorization (``meta["metrics"]``, :mod:`obliviate.eval.metrics`).
+Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
 from __future__ import annotations
@@ -92,6 +94,13 @@ RETAIN_OF = {"forget01": "retain99", "forget05": "retain95", "forget10": "retain
 """Each forget split and the retain split that completes it to ``full``."""
 
 HOLDOUT_OF = {"forget01": "holdout01", "forget05": "holdout05", "forget10": "holdout10"}
+"""Each forget split and TOFU's holdout split of the same size (hub release only: fictitious authors never in
+``full``, OpenUnlearning's MIA non-members)."""
+
+TASK_METRICS = ("extraction_strength", "exact_memorization")
+"""What every evaluation of a ``tofu:`` task adds (:mod:`obliviate.eval.metrics` names), as OpenUnlearning's
+``eval=tofu`` reports them on the forget split. Its MIAs (forget vs holdout) are in the TOFU report
+(:func:`obliviate.eval.tofu.tofu_metrics`) and the attack suite's ``mia``."""
 
 
 def _pairs(examples: list[QAExample]) -> list[tuple[str, str]]:
@@ -119,15 +128,25 @@ def _retain(split: str, forget: list[QAExample], root, allow_hub: bool) -> tuple
     return [ex for ex in load_tofu("full", root=root) if ex.question not in questions], True
 
 
-def _holdout(split: str, root) -> list[QAExample] | None:
-    """TOFU's holdout split of the same size, read from ``tofu/holdoutNN.json`` if present."""
+def holdout_file(split: str, root=None):
+    """Where the holdout split of forget split ``split`` is read from: ``<data>/tofu/holdoutNN.json``."""
+    return _io.root_dir(root) / "tofu" / f"{HOLDOUT_OF[split]}.json"
+
+
+def _holdout(split: str, root, allow_hub: bool = False) -> list[QAExample] | None:
+    """TOFU's holdout split of the same size, read from ``tofu/holdoutNN.json`` (the forget split's format: one
+    JSON record a line with ``question`` and ``answer``), else from the hub with ``allow_hub``; None when neither."""
     name = HOLDOUT_OF[split]
     base = _io.root_dir(root)
-    path = base / "tofu" / f"{name}.json"
-    if not path.is_file():
+    path = holdout_file(split, root)
+    if path.is_file():
+        records = _io.iter_jsonl(path, _io.display(path, base))
+    elif allow_hub:
+        records = hub_records(TOFU_HUB_ID, name, "train", str(path))
+    else:
         return None
     out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
-                     split=name) for where, rec in _io.iter_jsonl(path, _io.display(path, base))]
+                     split=name) for where, rec in records]
     if not out:
         raise DataError(f"{_io.display(path, base)}: no records")
     return out
@@ -160,7 +179,7 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
              EvalSet("real_authors_mcq", "utility", "mcq", _mcqs(options["real_authors"]), mcq_style="cloze"),
              EvalSet("world_facts_mcq", "utility", "mcq", _mcqs(options["world_facts"]), mcq_style="cloze")]
 
-    holdout = _holdout(split, root)
+    holdout = _holdout(split, root, allow_hub)
     idk_path = _io.root_dir(root) / "tofu" / "idontknow.jsonl"
     retain_data = Data(qa=_pairs(retain))
     return Task(
@@ -175,5 +194,6 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         oracle_data=retain_data,
         groups=[f"{split}/author{i // QA_PER_AUTHOR}" for i in range(len(forget))],
         meta={"split": split, "retain_split": RETAIN_OF[split], "retain_derived": derived,
-              "holdout_split": HOLDOUT_OF[split] if holdout else None, "perturbed": perturbed},
+              "holdout_split": HOLDOUT_OF[split] if holdout else None, "holdout_file": str(holdout_file(split, root)),
+              "perturbed": perturbed, "metrics": TASK_METRICS},
     )

@@ -18,7 +18,8 @@ from pathlib import Path
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
-from obliviate.eval.tofu import TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_SETS, forget_quality, tofu_metrics
+from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_K, TOFU_REPORT_METRICS, TOFU_SETS,
+                                 forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
@@ -233,20 +234,36 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     return root, True
 
 
-def evaluate(model, tokenizer, task: Task, cfg: TofuConfig) -> dict:
+def evaluate(model, tokenizer, task: Task, cfg: TofuConfig, reference_model=None) -> dict:
     """The TOFU metric set of ``model`` on the protocol's task (:func:`obliviate.eval.tofu.tofu_metrics`, no
-    forget quality), with ``cfg``'s batch size and generation length."""
-    return tofu_metrics(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens)
+    forget quality), with ``cfg``'s batch size and generation length; ``reference_model`` (the retain model)
+    is ``mia_reference``'s."""
+    return tofu_metrics(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens,
+                        reference_model=reference_model)
 
 
-def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig) -> tuple[dict, bool]:
-    """:func:`evaluate` of the cached model in ``root/model``, a part stored next to it
-    (:func:`obliviate.runs.parts.cached_part`, keyed by the evaluation sets and the generation length)."""
+def needs_reference(task: Task) -> bool:
+    """Whether the report computes ``mia_auc_reference`` (it needs TOFU's holdout split), so that the retain model
+    is loaded as the reference."""
+    return bool(task.holdout)
+
+
+def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, reference_root: Path | None = None) -> dict:
+    """:func:`evaluate` of the cached model in ``root/model`` (``reference_root/model``: the reference model, where
+    the task has a holdout split), a part stored next to it (:func:`obliviate.runs.parts.cached_part`, keyed by the
+    evaluation sets, the holdout, the reference, the report's metrics and the generation length)."""
     perturbed = task.meta["perturbed"]
+    reference_root = reference_root if needs_reference(task) else None
     key = {"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in perturbed[k]) for k in TOFU_SETS},
-           "max_new_tokens": cfg.max_new_tokens}
-    res, _ = cached_part(root / f"eval-{config_hash(key)}.json", key,
-                         lambda: evaluate(load_model(str(root / "model")), tokenizer, task, cfg))
+           "max_new_tokens": cfg.max_new_tokens, "metrics": list(TOFU_REPORT_METRICS), "mia_k": TOFU_MIA_K,
+           "holdout": _digest(p + a for p, a in task.holdout.qa) if task.holdout else None,
+           "reference": str(reference_root) if reference_root else None}
+
+    def run():
+        ref = load_model(str(reference_root / "model")) if reference_root else None
+        return evaluate(load_model(str(root / "model")), tokenizer, task, cfg, reference_model=ref)
+
+    res, _ = cached_part(root / f"eval-{config_hash(key)}.json", key, run)
     return res
 
 
@@ -351,6 +368,19 @@ class TofuBases:
     """What :meth:`load` loads each model from, where it is not ``roots[name] / "model"``."""
 
     @property
+    def notes(self) -> list[str]:
+        """What the report leaves out, one line each (:func:`obliviate.eval.tofu.report_notes`): no holdout split
+        (the file looked for), and that the retain model, the reference of ``mia_reference``, has none itself."""
+        lines = report_notes(self.task)
+        if not lines:
+            lines.append("mia_auc_reference: the retain model is the reference model, so it has no reference score")
+        return lines
+
+    def reference(self):
+        """The reference model of ``mia_reference`` (the retain model), or None where the task has no holdout."""
+        return self.load("retain_model", device=D.process_device()) if needs_reference(self.task) else None
+
+    @property
     def retain_truth_ratios(self) -> list:
         """Forget-set truth ratios of the retain-only model: forget quality is measured against these."""
         return self.per_example["retain_model"]["forget_truth_ratio"]
@@ -381,7 +411,6 @@ def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
     tok, tok_key = tofu_tokenizer(tokenizer_texts(cfg.data, cfg.limit), cfg.model.vocab_size)
     bases = TofuBases(task=task, tokenizer=tok, roots={}, metrics={}, per_example={},
                       timings={"tokenizer_s": time.time() - t})
-    evals = {}
     for name, which in (("base", "full"), ("retain_model", cfg.retain)):
         t = time.time()
         bases.roots[name], trained = cached_finetune(cfg, which, tok, tok_key,
@@ -389,8 +418,10 @@ def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
                                                      progress=progress)
         bases.timings[f"{name}_finetune_s"] = time.time() - t
         bases.timings[f"{name}_cached"] = not trained
-        t = time.time()
-        evals[name] = cached_evaluate(bases.roots[name], tok, task, cfg)
+    evals = {}
+    for name, reference in (("base", bases.roots["retain_model"]), ("retain_model", None)):
+        t = time.time()  # the base model's report needs the retain model: both are trained first
+        evals[name] = cached_evaluate(bases.roots[name], tok, task, cfg, reference_root=reference)
         bases.timings[f"{name}_eval_s"] = time.time() - t
     return bases.add_evaluations(evals)
 
@@ -406,7 +437,9 @@ def given_bases(cfg: TofuConfig, given: GivenModels) -> TofuBases:
     evals = {}
     for name in roots:
         t = time.time()
-        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, task, cfg)
+        ref = bases.reference() if name == "base" else None
+        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, task, cfg, reference_model=ref)
+        del ref
         bases.timings[f"{name}_eval_s"] = time.time() - t
     return bases.add_evaluations(evals)
 
@@ -429,7 +462,7 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
                              task.prompt.pairs(task.retain.qa), ucfg, out_dir, progress=progress, resume=False)
     timings["unlearn_s"] = time.time() - t
     t = time.time()
-    res = evaluate(model, bases.tokenizer, task, cfg)
+    res = evaluate(model, bases.tokenizer, task, cfg, reference_model=bases.reference())
     timings["method_eval_s"] = time.time() - t
     per_example = res.pop("per_example")
     res["forget_quality"] = forget_quality(per_example["forget_truth_ratio"], bases.retain_truth_ratios)
@@ -458,9 +491,9 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
         atomic_write_json(out / "per_example.json", per_example)
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
                   unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
-                  model_dir=str(out / "model"),
+                  model_dir=str(out / "model"), notes=bases.notes,
                   **({"given_models": to_dict(given)} if given else {"scale_note": TINY_SCALE_NOTE}))
-    return {"metrics": metrics, "per_example": per_example, "timings": timings}
+    return {"metrics": metrics, "per_example": per_example, "timings": timings, "notes": bases.notes}
 
 
 def tofu_config(**overrides) -> TofuConfig:
