@@ -81,6 +81,17 @@ class Method:
     def fit(self, model, tokenizer) -> None:
         """Fitted on the frozen model before training (e.g. probe directions, SAEs)."""
 
+    def winners(self, model, tokenizer, forget, idk: list[str] | None, prompt) -> list[str] | None:
+        """The preferred answers of a method with ``needs_idk``, paired with the forget QA pairs (answer ``i % n``
+        with pair ``i``), chosen before any step from the model as it is (the reference), the forget
+        :class:`~obliviate.tasks.Data`, the task's ``idk`` and its prompt format. Default None: the task's ``idk``,
+        else :data:`~obliviate.tasks.base.IDK_ANSWERS` (IdkDPO's refusals)."""
+        return None
+
+    def on_data(self, sizes: dict) -> None:
+        """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch"}`` (sequences; the steps
+        of one pass over the forget set), for a method that counts epochs. Default: nothing."""
+
     def setup(self, model, ref, forget_batch: dict) -> None:
         """One-off state before step 0, from the first forget batch."""
 

@@ -420,9 +420,10 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if D.world_size() > 1 or D.sharding():
         model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
     max_len = _max_len(model, cfg.max_len)
+    winners = (method.winners(model, tokenizer, forget, idk, prompt) or idk or IDK_ANSWERS) if method.needs_idk else None
     data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
-                      doc_mode=cfg.doc_mode,
-                      idk=(idk or IDK_ANSWERS) if method.needs_idk else None)
+                      doc_mode=cfg.doc_mode, idk=winners)
+    method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids), "steps_per_epoch": data.f_sampler.per_epoch})
     _report_cuts(data.stats)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens
