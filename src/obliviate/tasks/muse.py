@@ -5,6 +5,10 @@ verbatim-memorisation continuations (``verbmem_forget``), read from MUSE's own l
 Membership inference (PrivLeak) in MUSE's setting, ``meta["mia"]``: Min-40% (``k`` 0.4), no eos scored, on
 MUSE's ``privleak/{forget,holdout}.json`` samples where the corpus has them (else the raw forget and holdout
 documents).
+MUSE's six-way evaluation reads ``meta["muse"]`` (:func:`muse_parts`): the verbmem pairs, the knowmem QA with
+their in-context examples (``knowmem/*_qa_icl.json``), and the scalability and sustainability forget folds
+(``scal/forget_<k>.txt``, ``sust/forget_<k>.txt``); a part the corpus lacks is a line in ``meta["muse"]["missing"]``
+naming the file looked for (:mod:`obliviate.eval.six_way` computes the metrics).
 Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
@@ -117,6 +121,84 @@ def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
     return out
 
 
+def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None,
+                  allow_hub: bool = False) -> list[QAExample] | None:
+    """MUSE's in-context examples ``knowmem/<split>_icl.json`` (``forget_qa`` or ``retain_qa``), or None where
+    the corpus has no such file (and no hub copy with ``allow_hub``)."""
+    if split not in MUSE_KNOWMEM_SPLITS:
+        raise DataError(f"unknown MUSE knowmem split {split!r} (valid: {', '.join(MUSE_KNOWMEM_SPLITS)})")
+    path = muse_dir(corpus, root) / "knowmem" / f"{split}_icl.json"
+    if path.is_file():
+        records = _json_records(path, _io.root_dir(root))
+    elif allow_hub:
+        records = hub_records(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", str(path))
+    else:
+        return None
+    out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
+                     split=f"muse_{corpus}_{split}_icl") for where, rec in records]
+    if not out:
+        raise DataError(f"{path}: no in-context examples")
+    return out
+
+
+MUSE_FOLD_SETS = ("scal", "sust")
+MUSE_MAX_FOLDS = 4
+"""MUSE ships four folds in ``scal/`` and in ``sust/`` (``forget_1`` .. ``forget_4``); fold 1 is the forget set."""
+
+
+def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = None,
+                    allow_hub: bool = False) -> tuple[list[tuple[int, list[str]]], Path]:
+    """The forget folds ``<kind>/forget_<k>.txt`` (``kind`` ``scal``: growing forget sets, each unlearned from the
+    target; ``sust``: sequential requests), k = 1, 2, ... while the files exist, as ``[(k, documents)]``, and the
+    first path not found. Fold 1 is MUSE's forget set: ``raw/forget.txt`` where ``forget_1.txt`` is absent (as
+    muse_bench's README says). Empty when no fold beyond the first exists (nothing to scale or sequence)."""
+    if kind not in MUSE_FOLD_SETS:
+        raise DataError(f"unknown MUSE fold set {kind!r} (valid: {', '.join(MUSE_FOLD_SETS)})")
+    d = muse_dir(corpus, root) / kind
+    folds: list[tuple[int, list[str]]] = []
+    k = 1
+    while True:
+        path = d / f"forget_{k}.txt"
+        if path.is_file():
+            docs = split_documents(path.read_text(encoding="utf-8"))
+            if not docs:
+                raise DataError(f"{path}: no documents")
+        elif k == 1:
+            docs = load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub)
+        elif allow_hub and k <= MUSE_MAX_FOLDS:
+            docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", str(path))
+                    for doc in split_documents(_io.req_str(rec, "text", where))]
+        else:
+            break
+        folds.append((k, docs))
+        k += 1
+    return (folds if len(folds) > 1 else []), path
+
+
+def _looked_for(what: str, path: Path) -> str:
+    return f"{what}: not computed, file not found: {path}"
+
+
+def muse_parts(corpus: str, root=None, allow_hub: bool = False, limit: int | None = None) -> dict:
+    """What MUSE's six-way evaluation reads (module docstring), ``limit`` items of each evaluation file, and
+    ``missing``: one line per part the corpus lacks, naming the file it looked for."""
+    d = muse_dir(corpus, root)
+    parts: dict = {"corpus": corpus, "missing": []}
+    for split, name in (("forget_qa", "knowmem_forget"), ("retain_qa", "knowmem_retain")):
+        icl = load_muse_icl(corpus, split, root=root, allow_hub=allow_hub)
+        parts[f"{name}_icl"] = None if icl is None else [{"question": x.question, "answer": x.answer} for x in icl]
+        if icl is None:
+            label = "KnowMem on D_f" if split == "forget_qa" else "KnowMem on D_r (utility preservation)"
+            path = d / "knowmem" / f"{split}_icl.json"
+            parts["missing"].append(_looked_for(f"{label}, MUSE's few-shot prompt", path))
+    for kind, label in (("scal", "scalability"), ("sust", "sustainability")):
+        folds, path = load_muse_folds(corpus, kind, root=root, allow_hub=allow_hub)
+        parts[kind] = [{"fold": k, "docs": cut(docs, limit)} for k, docs in folds]
+        if not folds:
+            parts["missing"].append(_looked_for(f"{label} ({kind}/: a second fold)", path))
+    return parts
+
+
 MUSE_MIA_K = 0.4
 """MUSE's PrivLeak uses Min-40% (muse_bench: ``forget_holdout_Min-40%``)."""
 
@@ -172,11 +254,17 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     samples = p_forget is not None and p_holdout is not None
     mia = {"members": cut(p_forget if samples else forget, limit), "nonmembers": cut(p_holdout if samples else holdout, limit),
            "k": MUSE_MIA_K, "add_eos": False, "source": "privleak" if samples else "raw"}
+    knowmem = {s: cut(load_muse_knowmem(corpus, s, root=root, allow_hub=allow_hub), limit) for s in MUSE_KNOWMEM_SPLITS}
+    muse = muse_parts(corpus, root=root, allow_hub=allow_hub, limit=limit)
+    for split, name in (("forget_qa", "knowmem_forget"), ("retain_qa", "knowmem_retain")):
+        muse[name] = [{"question": x.question, "answer": x.answer} for x in knowmem[split]]
+    muse["verbmem"] = verbmem
+    if not samples:
+        muse["missing"].append(f"PrivLeak: MUSE's samples not found ({muse_dir(corpus, root) / 'privleak'}/forget.json "
+                               "and holdout.json): computed on the raw forget and holdout documents")
     evals = [
-        EvalSet("knowmem_forget", "forget", "qa",
-                cut(load_muse_knowmem(corpus, "forget_qa", root=root, allow_hub=allow_hub), limit)),
-        EvalSet("knowmem_retain", "retain", "qa",
-                cut(load_muse_knowmem(corpus, "retain_qa", root=root, allow_hub=allow_hub), limit)),
+        EvalSet("knowmem_forget", "forget", "qa", knowmem["forget_qa"]),
+        EvalSet("knowmem_retain", "retain", "qa", knowmem["retain_qa"]),
         EvalSet("verbmem_forget", "forget", "text",
                 [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]}) for v in verbmem]),
     ]
@@ -188,5 +276,5 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         relearn=None,
         holdout=Data(docs=holdout),
         prompt=PromptFormat(),
-        meta={"corpus": corpus, "retain_split": retain_split, "verbmem": verbmem, "mia": mia},
+        meta={"corpus": corpus, "retain_split": retain_split, "verbmem": verbmem, "mia": mia, "muse": muse},
     )

@@ -1,0 +1,211 @@
+"""MUSE's six-way evaluation (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language Models",
+arXiv:2407.06460), as muse_bench (swj0419/muse_bench, ``eval.py`` and ``metrics/``) computes it.
+
+The six criteria and the keys this module returns (fractions; MUSE's tables print them x 100):
+
+1. **No verbatim memorisation**, ``muse_verbmem_f``: each ``verbmem/forget.json`` record holds a ``prompt`` (the
+   first 32 tokens of a forget text) and its true continuation ``gt``; the model continues the prompt (bos
+   prepended, greedy, ``max_new_tokens`` = 128), the reference is ``gt`` cut to its first 128 token ids
+   (``tokenizer(gt)``, special tokens included, then decoded without them), and the score is the mean over records
+   of ROUGE-L F1 (rouge-score's ``rougeL`` ``fmeasure``, no stemmer, ``score(reference, output)``).
+2. **No knowledge memorisation**, ``muse_knowmem_f``: for each ``knowmem/forget_qa.json`` question the prompt is the
+   in-context examples of ``forget_qa_icl.json``, each ``"Question: {q}\\nAnswer: {a}\\n\\n"``, then
+   ``"Question: {q}\\nAnswer: "``; the greedy answer (``max_new_tokens`` = 32) is cut before the first ``"\\n\\n"``,
+   ``"\\nQuestion"`` or ``"Question:"``, and scored by ROUGE-L F1 against the answer; the mean over questions.
+3. **Utility preservation**, ``muse_knowmem_r``: the same on ``retain_qa.json`` with ``retain_qa_icl.json``.
+4. **No privacy leakage**, PrivLeak: ``(AUC_unlearn - AUC_retrain) / AUC_retrain`` of Min-40% on
+   ``privleak/{forget,holdout}.json`` (:func:`obliviate.eval.mia.priv_leak`); here ``muse_mia_auc`` is the model's
+   AUC in obliviate's convention (forget = members, higher = member), the PrivLeak needs the retrained model's
+   (:func:`muse_privleak`).
+5. **Scalability** and 6. **sustainability**: the same metrics after unlearning growing forget sets (``scal/``)
+   and after each of sequential requests (``sust/``): :func:`over_requests` (the run is the caller's:
+   ``unlearn_fn``).
+
+A model's generation budget is MUSE's unless the model's context is shorter than twice it: then half the context
+(recorded as ``muse_verbmem_max_new_tokens`` / ``muse_knowmem_max_new_tokens``).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from obliviate.errors import DataError
+from obliviate.eval.core import greedy_generate, model_max_length
+from obliviate.eval.mia import mia_metrics, priv_leak
+from obliviate.models.tokenizer import bos_prefix
+
+VERBMEM_MAX_NEW_TOKENS = 128
+"""muse_bench ``eval_model(verbmem_max_new_tokens=128)``."""
+KNOWMEM_MAX_NEW_TOKENS = 32
+"""muse_bench ``eval_model(knowmem_max_new_tokens=32)``."""
+KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
+"""muse_bench's knowmem answer is cut before each of these, in this order."""
+MUSE_MIA_K = 0.4
+"""PrivLeak's score: ``forget_holdout_Min-40%``."""
+METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_privleak")
+"""MUSE's table: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near 0), KnowMem on D_r
+(higher)."""
+
+
+# ------------------------------------------------------------------ ROUGE-L F1 as muse_bench scores it
+
+def rouge_words(text: str) -> list[str]:
+    """rouge-score's tokens without a stemmer: lower-cased, every run of characters other than a-z and 0-9 a
+    separator."""
+    return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
+
+def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def rouge_l_f1(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 = 2 P R / (P + R) with P = LCS / |prediction|, R = LCS / |reference| on :func:`rouge_words`
+    (rouge-score's ``RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction).fmeasure``, MUSE's
+    ``rougeL``); 0 when either side has no word or they share none."""
+    pred, ref = rouge_words(prediction), rouge_words(reference)
+    lcs = _lcs(pred, ref) if pred and ref else 0
+    if not lcs:
+        return 0.0
+    p, r = lcs / len(pred), lcs / len(ref)
+    return 2 * p * r / (p + r)
+
+
+# ------------------------------------------------------------------ prompts and budgets
+
+def knowmem_prompt(question: str, icl: Sequence[dict]) -> str:
+    """muse_bench's few-shot prompt: each in-context pair as ``Question: q\\nAnswer: a\\n\\n``, then the question."""
+    shots = "".join(f"Question: {x['question']}\nAnswer: {x['answer']}\n\n" for x in icl)
+    return shots + f"Question: {question}\nAnswer: "
+
+
+def cut_answer(output: str) -> str:
+    """The answer before the first :data:`KNOWMEM_STOPS` (muse_bench's ``get_prefix_before_words_occur``)."""
+    for stop in KNOWMEM_STOPS:
+        output = output.split(stop)[0]
+    return output
+
+
+def budget(model, wanted: int) -> int:
+    """``wanted`` new tokens, at most half the model's context (module docstring)."""
+    ctx = model_max_length(model)
+    return wanted if ctx is None else max(1, min(wanted, ctx // 2))
+
+
+def reference_prefix(tokenizer, gt: str, n: int) -> str:
+    """``gt`` cut to its first ``n`` token ids as muse_bench cuts it: ``tokenizer(gt)`` with Llama's special tokens
+    (a bos, counting as one of the ``n``, where the model's sequences start with one:
+    :func:`~obliviate.models.tokenizer.bos_prefix`), decoded without special tokens."""
+    ids = (bos_prefix(tokenizer) + list(tokenizer(gt, add_special_tokens=False)["input_ids"]))[:n]
+    return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
+
+
+# ------------------------------------------------------------------ the metrics
+
+def verbmem(model, tokenizer, records: Sequence[dict], max_new_tokens: int = VERBMEM_MAX_NEW_TOKENS,
+            batch_size: int = 16) -> dict:
+    """VerbMem (criterion 1): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the ``{prompt, gt}``
+    records."""
+    if not records:
+        raise DataError("MUSE VerbMem: no verbmem records")
+    n = budget(model, max_new_tokens)
+    outs = greedy_generate(model, tokenizer, [r["prompt"] for r in records], max_new_tokens=n, batch_size=batch_size,
+                           stop=None)
+    scores = [rouge_l_f1(o, reference_prefix(tokenizer, r["gt"], n)) for o, r in zip(outs, records)]
+    return {"rouge_l_f1": float(np.mean(scores)), "max_new_tokens": n, "outputs": outs, "scores": scores}
+
+
+def knowmem(model, tokenizer, qa: Sequence[dict], icl: Sequence[dict], max_new_tokens: int = KNOWMEM_MAX_NEW_TOKENS,
+            batch_size: int = 16) -> dict:
+    """KnowMem (criteria 2 and 3): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the QA pairs,
+    each asked after the in-context examples ``icl``."""
+    if not qa:
+        raise DataError("MUSE KnowMem: no questions")
+    n = budget(model, max_new_tokens)
+    outs = greedy_generate(model, tokenizer, [knowmem_prompt(x["question"], icl) for x in qa], max_new_tokens=n,
+                           batch_size=batch_size, stop=None)
+    outs = [cut_answer(o) for o in outs]
+    scores = [rouge_l_f1(o, x["answer"]) for o, x in zip(outs, qa)]
+    return {"rouge_l_f1": float(np.mean(scores)), "max_new_tokens": n, "outputs": outs, "scores": scores}
+
+
+def muse_mia_auc(model, tokenizer, mia: dict, batch_size: int = 16) -> float:
+    """The Min-40% AUC of the task's MIA setting (``task.meta["mia"]``: members = forget samples, no eos), in
+    obliviate's convention (:func:`obliviate.eval.mia.mia_auc`; MUSE's own AUC is one minus it)."""
+    r = mia_metrics(model, tokenizer, mia["members"], mia["nonmembers"], k=mia.get("k", MUSE_MIA_K),
+                    batch_size=batch_size, add_eos=mia.get("add_eos", False))
+    return r["mia_auc_min_k"]
+
+
+def muse_privleak(auc_model: float | None, auc_retrain: float | None) -> float | None:
+    """MUSE's PrivLeak from the two models' ``muse_mia_auc`` (None when either is missing, or the retrained
+    model's AUC is 1: undefined)."""
+    if auc_model is None or auc_retrain is None or auc_retrain >= 1:
+        return None
+    return priv_leak(auc_model, auc_retrain)
+
+
+def muse_metrics(model, tokenizer, muse: dict, mia: dict | None = None, *, batch_size: int = 16,
+                 verbmem_tokens: int = VERBMEM_MAX_NEW_TOKENS, knowmem_tokens: int = KNOWMEM_MAX_NEW_TOKENS) -> dict:
+    """The per-model MUSE metrics of a task's ``meta["muse"]`` (:func:`obliviate.tasks.muse.muse_parts`) and
+    ``meta["mia"]``: ``muse_verbmem_f``, ``muse_knowmem_f``, ``muse_knowmem_r``, ``muse_mia_auc`` and the budgets;
+    a part whose file is missing is left out (its line is in ``muse["missing"]``)."""
+    out: dict = {}
+    if muse.get("verbmem"):
+        r = verbmem(model, tokenizer, muse["verbmem"], verbmem_tokens, batch_size)
+        out.update(muse_verbmem_f=r["rouge_l_f1"], muse_verbmem_max_new_tokens=r["max_new_tokens"])
+    for key, name in (("knowmem_forget", "muse_knowmem_f"), ("knowmem_retain", "muse_knowmem_r")):
+        if muse.get(key) and muse.get(f"{key}_icl") is not None:
+            r = knowmem(model, tokenizer, muse[key], muse[f"{key}_icl"], knowmem_tokens, batch_size)
+            out[name] = r["rouge_l_f1"]
+            out["muse_knowmem_max_new_tokens"] = r["max_new_tokens"]
+    if mia:
+        out["muse_mia_auc"] = muse_mia_auc(model, tokenizer, mia, batch_size)
+    return out
+
+
+def with_privleak(m: dict, retrain: dict | None) -> dict:
+    """``m`` with ``muse_privleak`` against the retrained model's metrics ``retrain`` (None without one)."""
+    return {**m, "muse_privleak": muse_privleak(m.get("muse_mia_auc"), (retrain or {}).get("muse_mia_auc"))}
+
+
+# ------------------------------------------------------------------ scalability and sustainability
+
+def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_fn: Callable, *,
+                  sequential: bool, copy_fn: Callable | None = None, done: dict | None = None) -> list[dict]:
+    """Scalability (``sequential=False``: each fold unlearned from ``model`` afresh) or sustainability
+    (``sequential=True``: fold k unlearned from the model after fold k-1, MUSE's ``sust``): the metrics after each
+    fold, ``[{"fold": k, "forget_docs": n, **evaluate_fn(model_k)}]``.
+
+    The seam to a run: ``unlearn_fn(model, docs, fold) -> model`` does the unlearning (the caller's method, its
+    data and its checkpoints), ``evaluate_fn(model, fold) -> dict`` the metrics; ``copy_fn(model)`` gives the
+    fresh copy each scalability fold starts from (``copy.deepcopy`` by default). ``done`` maps a fold to
+    ``(model, metrics)`` already made (a resumed run, or fold 1 = the method's own run), used as they are; its
+    model may be None where no later fold starts from it.
+    """
+    copy_fn = copy_fn or copy.deepcopy
+    done = done or {}
+    out, cur = [], model
+    for f in folds:
+        k, docs = f["fold"], f["docs"]
+        if k in done:
+            nxt, m = done[k]
+        else:
+            if sequential and cur is None:
+                raise DataError(f"MUSE sustainability: request {k} needs the model after the request before it")
+            nxt = unlearn_fn(cur if sequential else copy_fn(model), docs, k)
+            m = evaluate_fn(nxt, k)
+        out.append({"fold": k, "forget_docs": len(docs), **m})
+        if sequential:
+            cur = nxt
+    return out
