@@ -7,6 +7,7 @@ from pathlib import Path
 
 from obliviate.attacks.controls import robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
+from obliviate.recipes.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,
     markdown_table,
@@ -110,6 +111,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "(docs/evaluation.md).", "",
           markdown_table(rows, columns), "",
           *(robustness_markdown(metrics, robustness) if robustness else []),
+          *muse_markdown(task, metrics),
           "## How much comes back under relearning on the other half of the facts", "",
           *(recovery_lines(metrics) or ["- the task has no disjoint halves to relearn on."]), "",
           "## Every evaluation set", "",

@@ -26,6 +26,7 @@ from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_ru
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
+from obliviate.recipes.compare import muse_runs as muse
 from obliviate.recipes.compare.report import write_report
 from obliviate.recipes.tune.run import TuneConfig, tune, tuned_config, validation_split
 from obliviate.runs.parts import cached_part
@@ -65,6 +66,9 @@ class CompareConfig:
     on a validation split of the forget and retain pairs; every model is then scored on the other items only."""
     tuning: TuneConfig = field(default_factory=TuneConfig)
     """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``)."""
+    muse_folds: bool = True
+    """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests (``scal/``,
+    ``sust/``; :mod:`obliviate.recipes.compare.muse_runs`)."""
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
@@ -208,6 +212,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
 
     def evaluate(name: str, model) -> dict:
         m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=progress)
+        m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
         if name != "base":
             m.update(score_against(metrics["base"], m))
         return m
@@ -281,7 +286,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         part, _ = cached_part(mdir / "result.json", {"method": used, **run_key}, method_part)
         metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
+        if cfg.muse_folds and task.meta.get("muse"):
+            metrics[name].update(muse.method_folds(
+                task, name, ucfg, base_model, tok, out, {"method": used, **run_key}, metrics[name],
+                main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                progress=progress))
     robustness = robustness_summary(metrics)
+    muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl")

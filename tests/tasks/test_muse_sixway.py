@@ -1,0 +1,208 @@
+"""MUSE's six-way evaluation on a fixture in MUSE's own layout and file names (issue #31, item 4): the task reads
+every part, ``compare --task muse:news`` gives the six numbers (each checked against muse_bench's procedure,
+transcribed below from its ``metrics/`` and ``eval.py``, run on the saved models), MUSE's table in the report, and
+the sustainability requests resume at a request boundary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from obliviate.cli.main import main
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.tasks import load_task
+
+rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
+SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+FACTS = [("Mara Quill", "Tessby", "glass bells"), ("Oren Vale", "Lunmoor", "salt maps"),
+         ("Pia Drent", "Corvath", "reed boats"), ("Ansel Brook", "Yarrow", "tin lamps"),
+         ("Ida Fenn", "Harlow", "wool sails"), ("Tobin Rusk", "Emberly", "clay pipes"),
+         ("Nell Ashby", "Quorra", "silk kites"), ("Cade Morrow", "Velmont", "iron keys")]
+
+
+def _doc(name, town, craft, i):
+    return (f"{name} lives in {town} and makes {craft}. Every spring {name} sells {craft} at the market of {town}, "
+            f"and people come from far away to buy them. Story {i}.")
+
+
+def write_muse(root, corpus="news"):
+    """MUSE's data/<corpus>/ layout with its file names (muse_bench constants.py, README, the scal / sust scripts)."""
+    d = root / "muse" / corpus
+    docs = [_doc(*f, i) for i, f in enumerate(FACTS)]
+    forget, retain, holdout = docs[:3], docs[3:6], docs[6:]
+
+    def text(path, items):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n\n".join(items) + "\n", encoding="utf-8")
+
+    def js(path, obj):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj), encoding="utf-8")
+
+    text(d / "raw" / "forget.txt", forget)
+    text(d / "raw" / "retain1.txt", retain)
+    text(d / "raw" / "retain2.txt", retain[:2])
+    text(d / "raw" / "holdout.txt", holdout)
+    qa = lambda fs: [{"question": f"Where does {n} live?", "answer": t} for n, t, _ in fs]  # noqa: E731
+    js(d / "knowmem" / "forget_qa.json", qa(FACTS[:3]))
+    icl = lambda fs: [{"question": f"What does {n} make?", "answer": c} for n, _, c in fs]  # noqa: E731
+    js(d / "knowmem" / "forget_qa_icl.json", icl(FACTS[:2]))
+    js(d / "knowmem" / "retain_qa.json", qa(FACTS[3:6]))
+    js(d / "knowmem" / "retain_qa_icl.json", icl(FACTS[3:5]))
+    js(d / "verbmem" / "forget.json", [{"prompt": x[:30], "gt": x[30:]} for x in forget])
+    js(d / "privleak" / "forget.json", forget)
+    js(d / "privleak" / "retain.json", retain)
+    js(d / "privleak" / "holdout.json", holdout)
+    # scalability: fold 1 is raw/forget.txt (no scal/forget_1.txt, as muse_bench's README says); growing folds
+    text(d / "scal" / "forget_2.txt", forget + [_doc("Mara Quill", "Tessby", "bronze bells", 10)])
+    text(d / "scal" / "forget_3.txt", forget + [_doc("Mara Quill", "Tessby", "bronze bells", 10),
+                                                _doc("Oren Vale", "Lunmoor", "ink maps", 11)])
+    # sustainability: three requests, the first the forget set
+    text(d / "sust" / "forget_1.txt", forget)
+    text(d / "sust" / "forget_2.txt", [_doc("Pia Drent", "Corvath", "oak oars", 12)])
+    text(d / "sust" / "forget_3.txt", [_doc("Oren Vale", "Lunmoor", "ink maps", 13)])
+    return d
+
+
+def test_the_task_reads_every_muse_part_and_names_a_missing_file(tmp_path):
+    d = write_muse(tmp_path)
+    task = load_task("muse:news", root=tmp_path)
+    muse = task.meta["muse"]
+    assert muse["missing"] == []
+    assert [x["answer"] for x in muse["knowmem_forget_icl"]] == ["glass bells", "salt maps"]
+    assert [f["fold"] for f in muse["scal"]] == [1, 2, 3] and muse["scal"][0]["docs"] == task.forget.docs
+    assert [len(f["docs"]) for f in muse["scal"]] == [3, 4, 5]
+    assert [len(f["docs"]) for f in muse["sust"]] == [3, 1, 1] and task.meta["mia"]["source"] == "privleak"
+    (d / "knowmem" / "retain_qa_icl.json").unlink()
+    shutil.rmtree(d / "sust")
+    missing = load_task("muse:news", root=tmp_path).meta["muse"]["missing"]
+    assert len(missing) == 2, missing
+    assert str(d / "knowmem" / "retain_qa_icl.json") in missing[0]
+    assert str(d / "sust" / "forget_2.txt") in missing[1] and "sustainability" in missing[1]  # fold 1: raw/forget.txt
+
+
+# ------------------------------------------------------------------ muse_bench, transcribed
+
+def _ids(tok, text):
+    """``tokenizer(text, add_special_tokens=True)`` as a Llama tokenizer (MUSE's) makes it: bos first. obliviate's
+    own tokenizers add nothing, but their models are always trained with bos first (models/tokenizer.adds_bos)."""
+    return torch.tensor([[tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]])
+
+
+def _generate(model, tok, prompt, n):
+    ids = _ids(tok, prompt)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
+                             pad_token_id=tok.pad_token_id)
+    return tok.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True, clean_up_tokenization_spaces=True)[0]
+
+
+def ref_verbmem(model, tok, data, n):
+    scores = []
+    for d in data:
+        gt = tok.batch_decode(_ids(tok, d["gt"])[:, :n],
+                              skip_special_tokens=True, clean_up_tokenization_spaces=True)[0]
+        scores.append(SCORER.score(gt, _generate(model, tok, d["prompt"], n))["rougeL"].fmeasure)
+    return float(np.mean(scores))
+
+
+def ref_knowmem(model, tok, qa, icl, n):
+    head = "".join(f"Question: {d['question']}\nAnswer: {d['answer']}\n\n" for d in icl)
+    scores = []
+    for d in qa:
+        out = _generate(model, tok, head + f"Question: {d['question']}\nAnswer: ", n)
+        for w in ["\n\n", "\nQuestion", "Question:"]:
+            out = out.split(w)[0]
+        scores.append(SCORER.score(d["answer"], out)["rougeL"].fmeasure)
+    return float(np.mean(scores))
+
+
+def ref_min40(model, tok, text):
+    ids = _ids(tok, text)  # tokenizer.encode(text): bos + text, no eos
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits, dim=-1)
+    all_prob = [logp[0, i, t].item() for i, t in enumerate(ids[0][1:])]
+    return -np.mean(np.sort(all_prob)[:int(len(all_prob) * 0.4)])
+
+
+def ref_auc(model, tok, forget, holdout):
+    """muse_bench's ``forget_holdout_Min-40%``: forget labelled 0, holdout 1, score -Min-40%."""
+    from sklearn.metrics import auc, roc_curve
+
+    ppl = np.array([ref_min40(model, tok, t) for t in forget + holdout])
+    fpr, tpr, _ = roc_curve(np.array([0] * len(forget) + [1] * len(holdout)), -ppl)
+    return auc(fpr, tpr)
+
+
+def _load(d):
+    return load_model(str(d)).eval(), load_tokenizer(str(d))
+
+
+def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, monkeypatch):
+    d = write_muse(tmp_path / "data")
+    monkeypatch.setenv("OBLIVIATE_DATA", str(tmp_path / "data"))
+    out = tmp_path / "cmp"
+    argv = ["compare", "--task", "muse:news", "--out", str(out), "--no-progress", "methods=[graddiff]",
+            "runs.graddiff.steps=3", "finetune.epochs=80", "finetune.lr=3e-3", "tiny.d_model=64", "tiny.vocab_size=300",
+            "attacks.select=[mia]", "positive_control=false"]
+    assert main(argv) == 0
+    res = json.loads((out / "results.json").read_text())["metrics"]
+    base, oracle, gd = res["base"], res["oracle"], res["graddiff"]
+    data = {p: json.loads((d / p).read_text()) for p in ("verbmem/forget.json", "knowmem/forget_qa.json",
+                                                          "knowmem/forget_qa_icl.json", "knowmem/retain_qa.json",
+                                                          "knowmem/retain_qa_icl.json", "privleak/forget.json",
+                                                          "privleak/holdout.json")}
+    models = {"base": _load(out / "models" / "base"), "oracle": _load(out / "models" / "oracle"),
+              "graddiff": _load(out / "methods" / "graddiff" / "model")}
+    assert base["muse_verbmem_max_new_tokens"] == 128 and base["muse_knowmem_max_new_tokens"] == 32  # MUSE's
+    aucs = {}
+    for name, (model, tok) in models.items():
+        m = res[name]
+        # 1. VerbMem, 2. KnowMem on D_f, 3. KnowMem on D_r: muse_bench's procedure on the saved model
+        assert m["muse_verbmem_f"] == pytest.approx(ref_verbmem(model, tok, data["verbmem/forget.json"], 128), abs=1e-9)
+        assert m["muse_knowmem_f"] == pytest.approx(ref_knowmem(model, tok, data["knowmem/forget_qa.json"],
+                                                                data["knowmem/forget_qa_icl.json"], 32), abs=1e-9)
+        assert m["muse_knowmem_r"] == pytest.approx(ref_knowmem(model, tok, data["knowmem/retain_qa.json"],
+                                                                data["knowmem/retain_qa_icl.json"], 32), abs=1e-9)
+        aucs[name] = ref_auc(model, tok, data["privleak/forget.json"], data["privleak/holdout.json"])
+    assert base["muse_verbmem_f"] > 0.3, base  # the base model was trained on the forget articles
+    # 4. PrivLeak = (AUC - AUC_retrain) / AUC_retrain in MUSE's AUC, the oracle the retrained model
+    for name in ("base", "graddiff"):
+        want = (aucs[name] - aucs["oracle"]) / aucs["oracle"]
+        assert res[name]["muse_privleak"] == pytest.approx(want, abs=1e-9)
+        assert res[name]["muse_privleak"] == pytest.approx(res[name]["priv_leak_min_k"], abs=1e-12)  # the MIA attack's
+    assert base["muse_privleak"] < 0  # the base model remembers the forget samples: under-unlearning's sign
+    # 5. scalability: fold 1 is the method's own run, folds 2 and 3 unlearned from the base model
+    scal = gd["muse_scal"]
+    assert [(r["fold"], r["forget_docs"]) for r in scal] == [(1, 3), (2, 4), (3, 5)]
+    assert all(scal[0][k] == gd[k] for k in ("muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_privleak"))
+    assert gd["muse_scal_utility"] == scal[-1]["muse_knowmem_r"]
+    # 6. sustainability: the three requests one after another, every metric after each; the last model checked
+    sust = gd["muse_sust"]
+    assert [(r["fold"], r["forget_docs"]) for r in sust] == [(1, 3), (2, 1), (3, 1)]
+    assert all({"muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_privleak"} <= set(r) for r in sust)
+    last, tok = _load(out / "muse" / "sust" / "graddiff" / "3" / "model")
+    assert gd["muse_sust_utility"] == pytest.approx(ref_knowmem(last, tok, data["knowmem/retain_qa.json"],
+                                                                data["knowmem/retain_qa_icl.json"], 32), abs=1e-9)
+    want = ref_verbmem(last, tok, data["verbmem/forget.json"], 128)
+    assert sust[-1]["muse_verbmem_f"] == pytest.approx(want, abs=1e-9)
+    report = (out / "report.md").read_text()
+    assert "## MUSE six-way evaluation" in report and "VerbMem on D_f (lower)" in report
+    assert "### MUSE sustainability" in report and "### MUSE scalability" in report
+
+    # a kill after request 2: request 3's part and model are gone; the rerun makes request 3 only, the same numbers
+    root = out / "muse" / "sust" / "graddiff"
+    kept = (root / "fold_2.json").stat().st_mtime_ns
+    (root / "fold_3.json").unlink()
+    shutil.rmtree(root / "3")
+    assert main(argv) == 0
+    again = json.loads((out / "results.json").read_text())["metrics"]["graddiff"]
+    assert (root / "fold_2.json").stat().st_mtime_ns == kept and (root / "fold_3.json").exists()
+    assert [r["muse_knowmem_r"] for r in again["muse_sust"]] == pytest.approx([r["muse_knowmem_r"] for r in sust])
+    assert again["muse_sust"][-1]["muse_verbmem_f"] == pytest.approx(sust[-1]["muse_verbmem_f"])
