@@ -30,6 +30,11 @@ IDK_ANSWERS = [
 """Refusal answers of IdkDPO-style methods and the refusal control, when a task gives none of its own."""
 
 
+class PreferredAnswers(list):
+    """A task's :attr:`Task.idk` when it is preference data: the chosen answer of each forget QA pair, in order
+    (a preference file's ``chosen`` field; the forget answer is its rejected one). DPO trains only on these."""
+
+
 @dataclass
 class Data:
     """Training data: ``qa`` as (question, answer) pairs, ``docs`` as raw texts (loss on every token)."""
@@ -181,7 +186,8 @@ class Task:
     """Data never trained on (membership inference, the oracle's forget stand-in)."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
     idk: list[str] | None = None
-    """Refusal answers for IdkDPO-style methods (default: :data:`IDK_ANSWERS`)."""
+    """The preferred answers of DPO-style methods: refusals for IdkDPO (default: :data:`IDK_ANSWERS`), or a
+    :class:`PreferredAnswers`, one chosen answer per forget QA pair (a preference file)."""
     oracle_data: Data | None = None
     """What a model that never saw the forget data is trained on, where the task can train one."""
     probe: dict | None = None

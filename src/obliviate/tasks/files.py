@@ -15,16 +15,17 @@ from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import KINDS, Data, EvalSet, PromptFormat, Task, register_task
+from obliviate.tasks.base import PreferredAnswers
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem"),
             "choices": ("choices", "options", "candidates", "answers", "endings"),
             "answer_index": ("answer_index", "answer_idx", "label", "gold", "correct", "target", "answer")},
     "qa": {"question": ("question", "prompt", "q", "query", "input", "instruction", "problem"),
-           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference")},
+           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference", "rejected")},
     "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract")},
 }
-ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style", "group"}
+ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style", "group", "chosen"}
 SPEC_KEYS = {"name", "prompt", "forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn",
              "auto_evals"}
 
@@ -133,8 +134,20 @@ def _group(rec, entry: dict) -> str | None:
     return None if value is None else str(value)
 
 
-def _training(entries: list[dict], side: str, limit: int | None, groups: list | None = None) -> Data:
-    """The QA pairs and texts of ``entries``; ``groups`` (a list) receives each QA pair's :func:`_group`."""
+def _chosen(rec, entry: dict) -> str | None:
+    """The preferred answer of a forget QA record of preference data: its field ``entry["chosen"]`` (required where
+    the entry names it), else its field ``chosen`` if it has one; the record's answer is then the rejected one."""
+    field = entry.get("chosen") or "chosen"
+    value = (rec.meta or {}).get(field)
+    if value is None and entry.get("chosen"):
+        raise DataError(f"{entry['path'].name}: a record has no chosen-answer field {field!r} (entry key 'chosen')")
+    return None if value is None else str(value)
+
+
+def _training(entries: list[dict], side: str, limit: int | None, groups: list | None = None,
+              chosen: list | None = None) -> Data:
+    """The QA pairs and texts of ``entries``; ``groups`` (a list) receives each QA pair's :func:`_group`, ``chosen``
+    its :func:`_chosen`."""
     data = Data()
     for e in entries:
         kind, recs = read_entry(e, limit)
@@ -142,6 +155,8 @@ def _training(entries: list[dict], side: str, limit: int | None, groups: list | 
             data.qa += [(r.question, r.answer) for r in recs]
             if groups is not None:
                 groups += [_group(r, e) for r in recs]
+            if chosen is not None:
+                chosen += [_chosen(r, e) for r in recs]
         elif kind == "text":
             data.docs += [r.text for r in recs]
         else:
@@ -175,7 +190,11 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
         raise ConfigError(f"task spec {name!r}: bad 'prompt' ({e}); keys: template, answer_prefix, chat, system") \
             from None
     groups: list = []
-    forget = _training(ent["forget"], "forget", limit, groups)
+    chosen: list = []
+    forget = _training(ent["forget"], "forget", limit, groups, chosen)
+    if any(c is not None for c in chosen) and None in chosen:
+        raise DataError(f"task spec {name!r}: {chosen.count(None)} of {len(chosen)} forget QA pairs have no chosen "
+                        "answer: preference data needs one for every pair (or none at all)")
     retain = _training(ent["retain"], "retain", limit)
     evals: list[EvalSet] = []
     if spec.get("auto_evals", True):
@@ -200,7 +219,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
             raise DataError(f"{e['path'].name}: a relearning corpus holds texts or QA pairs, not MCQs")
         relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
     return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None, holdout=holdout,
-                prompt=prompt, groups=groups if groups and None not in groups else None, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
+                prompt=prompt, groups=groups if groups and None not in groups else None,
+                idk=PreferredAnswers(chosen) if chosen and None not in chosen else None, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
 
 
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,

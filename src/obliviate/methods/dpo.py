@@ -1,0 +1,82 @@
+"""DPO on preference data (Rafailov et al. 2023), as an unlearning objective (TOFU, Maini et al. 2024).
+
+Each forget QA pair (x, y_l) comes with a preferred answer y_w from the task's preference data (a preference
+file's chosen answer; the forget answer is its rejected one):
+
+    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))))
+
+with log pi the sum of answer-token log-probabilities (the -(2/beta) scaling of open-unlearning and of
+obliviate's IdkDPO, which is this loss with refusals as y_w). Total ``gamma * L_forget + alpha * L_retain``
+(the shared retain NLL / KL). The reference's log-probabilities of both answers are computed once before
+training unless the retain term is a KL, which keeps a live reference.
+
+Preference data: a forget file whose records carry a chosen answer (field ``chosen``, or the entry key
+``chosen: FIELD``; the answer field, e.g. ``rejected``, is the one to forget): docs/tasks.md. Without it the run
+stops before training with one line (IdkDPO is DPO towards refusals).
+
+Defaults from open-unlearning's DPO trainer (``src/trainer/unlearn/dpo.py``, afcd6b6; ``compute_dpo_loss`` in
+src/trainer/utils.py 19a6141) and ``configs/trainer/DPO.yaml`` (as tahaEntesari/open-unlearning carries it,
+6c7b6d5): beta = 0.1, gamma = alpha = 1, retain NLL.
+
+Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (TOFU: 10 epochs of forget10 at
+batch 32), beta = 0.1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from obliviate.config import check_ranges
+from obliviate.errors import DataError
+from obliviate.methods import register
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import dpo_loss, forget_and_retain, sequence_logprob
+from obliviate.tasks.base import PreferredAnswers
+
+
+@dataclass
+class DPOConfig:
+    beta: float = 0.1
+    gamma: float = 1.0
+    alpha: float = 1.0
+    retain: Literal["nll", "kl"] = "nll"
+
+    def __post_init__(self):
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
+
+
+def preference_loss(method: Method, model, batch, ref) -> dict:
+    """DPO with ``batch["idk"]`` (the preferred answers) over ``batch["forget"]``, + the retain term."""
+    f, w = batch["forget"], batch["idk"]
+    lp_l, lp_w = sequence_logprob(model, f), sequence_logprob(model, w)
+    lp_l_ref, lp_w_ref = ref.answer_logprob(f, "forget"), ref.answer_logprob(w, "idk")
+    return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, method.cfg.beta), model, batch, ref, method.cfg)
+
+
+@register("dpo", paper=("Rafailov et al. 2023, Direct Preference Optimization (arXiv:2305.18290), for unlearning as "
+                        "in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + configs/trainer/DPO.yaml"),
+          equation="−(2/β) mean log σ(β (Δ_chosen − Δ_forget)) on preference data + α · retain NLL / KL",
+          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+class DPO(Method):
+    config_cls = DPOConfig
+    needs_reference = True
+    needs_idk = True
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def cached_reference_keys(self) -> tuple[str, ...]:
+        return () if self.cfg.retain == "kl" else ("forget", "idk")
+
+    def winners(self, model, tokenizer, forget, idk, prompt) -> list[str] | None:
+        if not isinstance(idk, PreferredAnswers):
+            raise DataError("method 'dpo' needs preference data: a chosen answer for each forget QA pair (a forget "
+                            "file with a 'chosen' field, or the entry key chosen: FIELD; docs/tasks.md); for "
+                            "refusals as the chosen answers use idkdpo")
+        if len(idk) != len(forget.qa):
+            raise DataError(f"method 'dpo': {len(idk)} chosen answers for {len(forget.qa)} forget QA pairs")
+        return list(idk)
+
+    def loss(self, model, batch, ref) -> dict:
+        return preference_loss(self, model, batch, ref)
