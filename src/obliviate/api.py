@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_verdict
@@ -160,25 +160,34 @@ def evaluate(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_toke
                          progress=progress)
 
 
-def attack(model, tokenizer, task: Task, *, base_model=None, progress: bool = False, **config: Any) -> dict:
+def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequence[str] | None = None,
+           progress: bool = False, **config: Any) -> dict:
     """Every attack ``task`` has data for, on ``model`` (never modified): relearning on disjoint halves of
     the forget facts and on the related corpus (best of an lr grid and LoRA, for the attacker), the linear
-    probe, membership inference and the recovery cost. ``base_model`` sets the target of
-    ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`, e.g.
-    ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}``."""
+    probe, membership inference and the recovery cost. ``attacks``: the attacks to run instead, by the names of
+    ``obliviate attack --attacks`` (``"quantize,ablate"``, ``["logit_lens"]``, ``"all"``). ``base_model`` sets
+    the target of ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`,
+    e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}``."""
     _check_task("attack", task)
+    if attacks is not None:
+        config = {**config, "select": attack_names(attacks)}
     cfg = from_dict(TaskAttackConfig, config, prefix="attack")
     return run_task_attacks(model, tokenizer, task, cfg, base_model=base_model)
 
 
 def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[str] | None = None,
-            oracle=None, seed: int = 0, progress: bool = False, **config: Any) -> dict:
+            oracle=None, seed: int = 0, attacks: str | Sequence[str] | dict | None = None, progress: bool = False,
+            **config: Any) -> dict:
     """Every method (or ``methods``) on ``model``, each from a fresh copy, against the controls: the
     ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
     Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
-    ``config``: keys of :class:`~obliviate.recipes.compare.run.CompareConfig` (``runs``, ``attacks``, ...).
+    ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
+    :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
+    :class:`~obliviate.recipes.compare.run.CompareConfig` (``runs``, ...).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
+    if attacks is not None:
+        config = {**config, "attacks": attacks if isinstance(attacks, dict) else {"select": attack_names(attacks)}}
     cfg = from_dict(CompareConfig, {**config, "seed": seed,
                                         **({"methods": [m.lower() for m in methods]} if methods is not None else {})},
                     prefix="compare")

@@ -1,7 +1,11 @@
 import json
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, run_task_attacks
+import pytest
+
+from obliviate.attacks.cost import counting
 from obliviate.attacks.gcg import GCGConfig
+from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.errors import ConfigError
 from obliviate.attacks.relearn import RelearnConfig
 from obliviate.tasks.world import task_from_world
 
@@ -29,3 +33,40 @@ def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_t
     assert res["unrelated_ft_cost"]["backwards"] == 2 and res["unrelated_ft_lr"] == 1e-3
     assert "ablate_whitebox_forget_score" not in res  # no base model given
     json.dumps(res)
+
+
+def test_select_runs_exactly_the_named_attacks_and_an_unknown_name_is_one_line():
+    cfg = TaskAttackConfig(select=["quantize,logit_lens"])
+    on = {n for n, a in ATTACKS.items() if getattr(cfg, a.enabled)}
+    assert on == {"quantize", "logit_lens"}
+    cfg = TaskAttackConfig(select="all")
+    assert all(getattr(cfg, a.enabled) for a in ATTACKS.values())
+    assert attack_names("ablate, relearn") == ["relearn", "ablate"]  # the harness's order
+    with pytest.raises(ConfigError, match=r"^unknown attack 'quantise' \(valid: all, relearn, ") as e:
+        TaskAttackConfig(select=["quantize", "quantise"])
+    assert "\n" not in str(e.value)
+
+
+def test_the_harness_records_each_attacks_cost_and_scores_the_base_model_once(taught):
+    """One cache shared by two calls (as compare shares it over the models it attacks): the second call makes no
+    forward pass on the base model; every attack that ran has its forwards, backwards, tokens and seconds."""
+    from obliviate.models import tiny_llama
+
+    task, tok, base = taught["task"], taught["tokenizer"], taught["model"]
+    model = tiny_llama(vocab_size=len(tok), n_layer=2, d_model=32, n_head=2, seed=1)
+    cfg = TaskAttackConfig(**{**OLD_OFF, "disjoint": True}, ablate=True, logit_lens=True, relearn=RelearnConfig(
+        steps=2, eval_every=1, batch_size=4), lr_grid=[1e-3], lora=False)
+    cache: dict = {}
+    with counting(base) as first:
+        res = run_task_attacks(model, tok, task, cfg, base_model=base, base_cache=cache)
+    assert first.forwards > 0 and res["base_knows_forget"]
+    assert set(res["attack_cost"]) == set(res["attacks_run"]) == {"relearn_disjoint", "ablate", "logit_lens"}
+    for name, c in res["attack_cost"].items():
+        assert c["forwards"] > 0 and c["tokens"] > 0 and c["seconds"] >= 0, name
+    assert res["attack_cost"]["relearn_disjoint"]["backwards"] == 3 * 2  # three folds, two steps each
+    assert res["attack_cost"]["logit_lens"]["backwards"] == 0
+    with counting(base) as second:
+        again = run_task_attacks(model, tok, task, cfg, base_model=base, base_cache=cache)
+    assert second.forwards == 0
+    assert again["relearn_disjoint_base_acc"] == res["relearn_disjoint_base_acc"] == 1.0
+    assert again["ablate_whitebox_forget_score"] == res["ablate_whitebox_forget_score"]

@@ -105,11 +105,14 @@ def _scores(prefix: str, m: dict) -> dict:
     return {f"{prefix}_{k}": v for k, v in m.items() if k.endswith("_score")}
 
 
-def ablation_attack(model, tokenizer, task: Task, base_model=None, *, max_prompts: int = 200,
-                    batch_size: int = 32) -> dict:
+def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_states: dict | None = None,
+                    direction_task: Task | None = None, max_prompts: int = 200, batch_size: int = 32) -> dict:
     """The task's role scores with the difference-of-means direction ablated (``ablate_<role>_score``) and, with
-    ``base_model``, with the white-box direction (``ablate_whitebox_<role>_score``); ``ablate_cost``."""
-    fp, rp = forget_prompts(task, tokenizer)[:max_prompts], retain_prompts(task, tokenizer)[:max_prompts]
+    ``base_model`` (or ``base_states``, its :func:`mean_last_states` on the forget prompts, computed once by the
+    caller), with the white-box direction (``ablate_whitebox_<role>_score``); ``ablate_cost``.
+    ``direction_task``: the task whose prompts estimate the directions (default: ``task``, which is scored)."""
+    dt = direction_task or task
+    fp, rp = forget_prompts(dt, tokenizer)[:max_prompts], retain_prompts(dt, tokenizer)[:max_prompts]
     if not fp or not rp:
         raise DataError(f"task {task.name!r}: direction ablation needs forget and retain questions")
     cost = Cost()
@@ -117,10 +120,11 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, max_prompt
         dirs = mean_difference_directions(model, tokenizer, fp, rp, batch_size)
         with ablating(model, dirs):
             out = _scores("ablate", evaluate_task(model, tokenizer, task, batch_size=batch_size))
-        if base_model is not None:
-            mine, base = mean_last_states(model, tokenizer, fp, batch_size), mean_last_states(base_model, tokenizer, fp,
-                                                                                                batch_size)
-            with ablating(model, {l: unit(mine[l] - base[l]) for l in mine}):
+        if base_model is not None and base_states is None:
+            base_states = mean_last_states(base_model, tokenizer, fp, batch_size)
+        if base_states is not None:
+            mine = mean_last_states(model, tokenizer, fp, batch_size)
+            with ablating(model, {l: unit(mine[l] - base_states[l]) for l in mine}):
                 out.update(_scores("ablate_whitebox", evaluate_task(model, tokenizer, task, batch_size=batch_size)))
     out["ablate_cost"] = cost.as_dict()
     return out

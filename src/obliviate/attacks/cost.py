@@ -3,7 +3,9 @@
 :func:`counting` hooks decoder layer 0 (every forward pass of any Hugging Face causal LM goes through it,
 whether it starts from token ids or from embeddings) and counts each pass and the tokens it processed
 (batch x positions, padding included; a cached generation step counts its new tokens only). Backward passes
-are counted by the attack itself (:meth:`Cost.backward`). A deep copy of a hooked model carries the hook, so
+are counted on the last decoder layer: a forward pass whose output needs a gradient puts a hook on it, which
+fires once per backward pass through it (relearning's and fine-tuning's steps, GCG's gradient with respect to
+its one-hot tokens). A deep copy of a hooked model carries the hook, so
 the passes of a copy made inside the block (a relearning attack's) are counted too. docs/evaluation.md,
 section "More attacks".
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+
+import torch
 
 from obliviate.models.layers import decoder_layers
 
@@ -47,11 +51,21 @@ def counting(*models, cost: Cost | None = None) -> Iterator[Cost]:
         cost.forwards += 1
         cost.tokens += int(h.shape[0] * h.shape[1]) if h is not None and h.dim() == 3 else 0
 
+    def on_backward(_grad):
+        cost.backwards += 1
+
+    def out_hook(_mod, _args, output):
+        h = output[0] if isinstance(output, (tuple, list)) else output
+        if isinstance(h, torch.Tensor) and h.requires_grad:
+            h.register_hook(on_backward)
+
     handles = []
     try:
         for m in models:
             if m is not None:
-                handles.append(decoder_layers(m)[0].register_forward_pre_hook(hook, with_kwargs=True))
+                layers = decoder_layers(m)
+                handles.append(layers[0].register_forward_pre_hook(hook, with_kwargs=True))
+                handles.append(layers[-1].register_forward_hook(out_hook))
         yield cost
     finally:
         for h in handles:

@@ -37,7 +37,6 @@ def unrelated_finetune_attack(model, tokenizer, task: Task, score_fn, cfg: Relea
     cost = Cost()
     with counting(model, cost=cost):  # the copy relearn_attack trains carries the counting hook
         res = relearn_attack(model, tokenizer, data, score_fn, cfg, base_acc=base_acc)
-    cost.backward(cfg.steps)
     return {"unrelated_ft_acc": res["final_acc"], "unrelated_ft_start_acc": res["initial_acc"],
             "unrelated_ft_auc": res["auc"], "unrelated_ft_curve": res["curve"], "unrelated_ft_n": len(data),
             "unrelated_ft_cost": cost.as_dict()}

@@ -205,7 +205,6 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None) -> di
             loss = float(loss0[0])
             for _ in range(cfg.iterations):
                 suffix, loss = gcg_step(model, train, suffix, loss, cfg, gen, pad, allowed)
-                cost.backward()
             _, hit0 = suffix_losses(model, test, suffix[:0][None], pad, cfg.batch_size)
             _, hit = suffix_losses(model, test, suffix[None], pad, cfg.batch_size)
     finally:

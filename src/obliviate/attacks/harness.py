@@ -10,11 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 import re
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
-from obliviate.attacks.ablation import ablation_attack, forget_prompts, retain_prompts
+from obliviate.attacks.ablation import ablation_attack, forget_prompts, mean_last_states, retain_prompts
+from obliviate.attacks.cost import counting
 from obliviate.attacks.finetune_unrelated import unrelated_finetune_attack
 from obliviate.attacks.format_shift import format_shift_attack, variant_sets
 from obliviate.attacks.gcg import GCGConfig, gcg_attack
@@ -24,6 +26,7 @@ from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.prompts import prompt_attack
 from obliviate.attacks.quantize import quantize_attack
 from obliviate.attacks.relearn import RelearnConfig, curve_auc, recovery_cost, relearn_attack, steps_to_reach
+from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
 from obliviate.eval.core import mcq_accuracy, qa_accuracy
@@ -92,8 +95,16 @@ class TaskAttackConfig:
     gcg: bool = False
     """The optimised suffix (:mod:`obliviate.attacks.gcg`); off unless asked for (``attacks=all``)."""
     gcg_config: GCGConfig = field(default_factory=GCGConfig)
+    select: list[str] | None = None
+    """Run exactly these attacks, by name (:data:`ATTACKS`: ``relearn``, ``relearn_disjoint``, ``mia``, ``probe``,
+    ``format_shift``, ``quantize``, ``ablate``, ``logit_lens``, ``in_context``, ``prompts``,
+    ``unrelated_finetune``, ``gcg``), or ``["all"]``; it sets every attack's flag (``--attacks`` on the command
+    line, ``attacks=`` in the Python API). None: the flags as they are."""
 
     def __post_init__(self):
+        if self.select is not None:
+            for name, on in selected_flags(self.select).items():
+                setattr(self, name, on)
         if not 0 < self.probe_train_frac < 1:
             raise ConfigError(f"config key 'probe_train_frac': must be in (0, 1), got {self.probe_train_frac}")
         if self.max_eval < 1:
@@ -102,6 +113,26 @@ class TaskAttackConfig:
             grid = getattr(self, key)
             if grid is not None and (not grid or any(not 0 < lr < float("inf") for lr in grid)):
                 raise ConfigError(f"config key '{key}': needs finite learning rates > 0, got {grid}")
+
+
+def attack_names(names) -> list[str]:
+    """``names`` (a list, or one comma-separated string; ``all`` for every attack) as registered attack names, in
+    the harness's order; an unknown name is a one-line :class:`ConfigError` that names it and the valid ones."""
+    if isinstance(names, str):
+        names = [names]
+    given = [n.strip() for x in names for n in str(x).split(",") if n.strip()]
+    if not given:
+        raise ConfigError(f"--attacks: no attack named (valid: all, {', '.join(ATTACKS)})")
+    bad = [n for n in given if n != "all" and n not in ATTACKS]
+    if bad:
+        raise ConfigError(f"unknown attack {bad[0]!r} (valid: all, {', '.join(ATTACKS)})")
+    return list(ATTACKS) if "all" in given else [n for n in ATTACKS if n in given]
+
+
+def selected_flags(names) -> dict[str, bool]:
+    """The :class:`TaskAttackConfig` flag of every attack, on for those of :func:`attack_names` ``(names)``."""
+    chosen = set(attack_names(names))
+    return {a.enabled: name in chosen for name, a in ATTACKS.items()}
 
 
 def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
@@ -242,6 +273,16 @@ class AttackRun:
     metrics: dict | None = None
     run_dir: Path | None = None
     resume: bool = True
+    base_cache: dict = field(default_factory=dict)
+    """The base model's scores, each computed once (:meth:`on_base`)."""
+
+    def on_base(self, key: tuple, fn: Callable):
+        """``fn(base_model)``, computed once per base model and ``key`` and kept in :attr:`base_cache` (a
+        comparison passes one cache for all the models it attacks, so the base model is scored once)."""
+        key = (id(self.base_model), *key)
+        if key not in self.base_cache:
+            self.base_cache[key] = fn(self.base_model)
+        return self.base_cache[key]
 
 
 ATTACKS = Registry("attack")
@@ -432,7 +473,8 @@ def disjoint_attack(r: AttackRun) -> dict:
     runs, bases = [], []
     for i, (a, v, b) in enumerate(folds):
         fn = split_score_fn(r.tokenizer, r.task, {"B": b[:r.cfg.max_eval], "V": v[:r.cfg.max_eval]})
-        target = fn(r.base_model)["B"] if r.base_model is not None else None
+        target = (r.on_base(("disjoint_B", r.cfg.seed, i, r.cfg.max_eval), lambda b, fn=fn: fn(b)["B"])
+                  if r.base_model is not None else None)
         bases.append(target)
         pairs = r.task.prompt.pairs(list(a), r.tokenizer)
         fold = []
@@ -495,13 +537,19 @@ def _forget_qa(task: Task) -> bool:
 @register_attack("quantize", "quantize", lambda task: bool(task.evals_by_role("forget", variants=False)))
 def quantize_run(r: AttackRun) -> dict:
     """The task's scores on quantized copies (:func:`~obliviate.attacks.quantize.quantize_attack`)."""
-    return quantize_attack(r.model, r.tokenizer, r.task, r.cfg.quantize_schemes, backend=r.cfg.quantize_backend)
+    return quantize_attack(r.model, r.tokenizer, scoring_task(r.task), r.cfg.quantize_schemes,
+                           backend=r.cfg.quantize_backend)
 
 
 @register_attack("ablate", "ablate", lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)))
 def ablate_run(r: AttackRun) -> dict:
-    """Direction ablation, and its white-box variant where the base model is given."""
-    return ablation_attack(r.model, r.tokenizer, r.task, base_model=r.base_model, max_prompts=r.cfg.max_eval)
+    """Direction ablation, and its white-box variant where the base model is given (its states computed once)."""
+    base = None
+    if r.base_model is not None:
+        fp = forget_prompts(r.task, r.tokenizer)[:r.cfg.max_eval]
+        base = r.on_base(("ablate_states", r.cfg.max_eval), lambda b: mean_last_states(b, r.tokenizer, fp))
+    return ablation_attack(r.model, r.tokenizer, scoring_task(r.task), base_states=base, max_prompts=r.cfg.max_eval,
+                           direction_task=r.task)
 
 
 @register_attack("logit_lens", "logit_lens", _forget_qa)
@@ -548,7 +596,7 @@ def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
-                     resume: bool = True) -> dict:
+                     resume: bool = True, base_cache: dict | None = None) -> dict:
     """Every registered attack (:data:`ATTACKS`) that is enabled and has its data; flat metrics (``model`` is
     never modified).
 
@@ -562,15 +610,22 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     ``_leakage``: :func:`leakage_metrics`), ``recovery_cost_tokens`` / ``recovery_cost_flops``
     (:func:`~obliviate.attacks.relearn.recovery_cost`), ``probe_acc`` /
     ``probe_best_layer`` / ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`),
-    ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``.
+    ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``; ``attack_cost``:
+    ``{attack: {forwards, backwards, tokens, seconds}}`` of ``model`` and every copy an attack made of it
+    (:func:`~obliviate.attacks.cost.counting`; the base model's scoring is not the attack's). ``base_cache``: a
+    dict shared by the calls on one base model (a comparison's), so that its scores are computed once.
     """
     cfg = cfg or TaskAttackConfig()
     for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
         check_layer(model, layer)
-    out: dict = {"attacks_run": [], "attack_score_chance": forget_chance(task)}
+    out: dict = {"attacks_run": [], "attack_score_chance": forget_chance(task), "attack_cost": {}}
     fn = forget_score_fn(tokenizer, task, cfg.max_eval)
+    cache = {} if base_cache is None else base_cache
     if base_model is not None and fn is not None:
-        base_score = fn(base_model)
+        key = (id(base_model), "forget", cfg.max_eval)
+        if key not in cache:
+            cache[key] = fn(base_model)
+        base_score = cache[key]
     if base_score is not None:
         out["base_knows_forget"] = bool(base_score > KNOWS_MARGIN + forget_chance(task))
         if not out["base_knows_forget"] and is_main_process():
@@ -579,13 +634,16 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
         if not out["base_knows_forget"]:
             base_model, base_score = None, None
     run = AttackRun(model, tokenizer, task, cfg, fn, base_model, base_score, metrics,
-                    None if out_dir is None else Path(out_dir), resume)
+                    None if out_dir is None else Path(out_dir), resume, cache)
     for name, attack in ATTACKS.items():
         if getattr(cfg, attack.enabled) and attack.applies(task):
-            res = attack.fn(run)
+            t = time.time()
+            with counting(model) as cost:
+                res = attack.fn(run)
             if res:
                 out.update(res)
                 out["attacks_run"].append(name)
+                out["attack_cost"][name] = {**cost.as_dict(), "seconds": round(time.time() - t, 2)}
     if not out["attacks_run"]:
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")

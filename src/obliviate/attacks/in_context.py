@@ -67,7 +67,8 @@ def in_context_prompts(task: Task, k: int, tokenizer=None, seed: int = 0) -> dic
 
 def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0, max_items: int = 200,
                       batch_size: int = 32) -> dict:
-    """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_k`` and ``in_context_cost``."""
+    """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_acc`` (the attacker's best of the two attacks,
+    what the verdict reads against ``_zero_shot_acc``), ``in_context_k`` and ``in_context_cost``."""
     prompts = in_context_prompts(task, k, tokenizer, seed)
     out: dict = {"in_context_k": k}
     cost = Cost()
@@ -76,5 +77,6 @@ def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0
             pairs = pairs[:max_items]
             out[f"in_context_{name}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs],
                                                             [a for _, a in pairs], batch_size)
+    out["in_context_acc"] = max(out["in_context_reintro_acc"], out["in_context_fewshot_acc"])
     out["in_context_cost"] = cost.as_dict()
     return out

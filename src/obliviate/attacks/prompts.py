@@ -20,7 +20,8 @@ for them, so the wording below is ours, one template per type, applied to every 
 
 Each rewritten question goes through the task's prompt format; scored by greedy prefix match
 (:func:`~obliviate.attacks.in_context.prefix_accuracy`): ``prompt_<type>_acc`` and ``prompt_<type>_n``,
-``prompt_best_acc`` / ``prompt_best_type``. docs/evaluation.md, "More attacks".
+``prompt_best_acc`` / ``prompt_best_type``, and ``prompt_plain_acc``, the same items asked plainly (the reference
+the verdict reads the best type against). docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
             if pairs:
                 out[f"prompt_{t}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs], [a for _, a in pairs],
                                                          batch_size)
+    out["prompt_plain_acc"] = prefix_accuracy(model, tokenizer, [task.prompt.prompt(x["question"], tokenizer)
+                                                                 for x in items], [x["answer"] for x in items],
+                                              batch_size)
     out["prompt_synonym_changed"] = sum(synonym_rewrite(x["question"]) != x["question"] for x in items) / len(items)
     scored = {t: out[f"prompt_{t}_acc"] for t in TYPES if f"prompt_{t}_acc" in out}
     out["prompt_best_type"] = max(scored, key=lambda t: scored[t])

@@ -93,7 +93,7 @@ def fake_quantize(w: torch.Tensor, scheme: str) -> torch.Tensor:
     return deq.reshape(w.shape[0], -1)[:, :in_f].to(w.dtype)
 
 
-def _quantizable(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def quantizable(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The Linear / Conv1D modules whose weights quantization rounds (not the unembedding)."""
     head = output_embeddings(model)
     return [(n, m) for n, m in unwrap(model).named_modules()
@@ -105,7 +105,7 @@ def quantized_copy(model: nn.Module, scheme: str) -> nn.Module:
     """A deep copy of ``model`` whose Linear weights are rounded by ``scheme`` (the module docstring); the
     model itself is not modified. GPT-2's ``Conv1D`` stores (in, out): it is rounded per output channel too."""
     q = copy.deepcopy(model)
-    mods = _quantizable(q)
+    mods = quantizable(q)
     if not mods:
         raise ModelError(f"a {type(unwrap(model)).__name__} has no Linear layers to quantize")
     for _, m in mods:

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 
 from obliviate.attacks.controls import control_readout
-from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
                                 seeded, task_from_args)
-from obliviate.config import build_config
+from obliviate.config import build_config, deep_merge
 from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
 from obliviate.runs.card import untaught_model
@@ -50,6 +50,8 @@ def cmd_attack(args) -> None:
     untrained = negative_control_input(args)
     check_out_dir(args.out, input_paths(args, args.base, untrained))
     base = seeded(args.seed, ["seed", "attacks.seed", "attacks.relearn.seed"])
+    if args.attacks:  # an unknown name fails here, in one line
+        base = deep_merge(base, {"attacks": {"select": attack_names(args.attacks)}})
     cfg = build_config(AttackCommandConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     if args.control == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
@@ -129,4 +131,6 @@ def register(sub) -> None:
                    f"as it is; {RETAIN_FINETUNE} first fine-tunes it on the task's retain data only, with the "
                    "settings the fine-tuned model's card records, cached under --out/control")
     add_task_args(s)
+    s.add_argument("--attacks", metavar="NAMES", help="comma-separated attacks to run, or 'all' (default: relearn, "
+                   f"relearn_disjoint, mia, probe, format_shift); names: {', '.join(ATTACKS)}")
     s.set_defaults(fn=cmd_attack)

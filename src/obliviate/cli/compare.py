@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from obliviate.attacks.harness import ATTACKS, attack_names
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
                                 load_model_args, seeded, task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
@@ -28,6 +29,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     check_out_dir(args.out, input_paths(args, oracle))
     if getattr(args, "tune", False):
         base["tune"] = True
+    if getattr(args, "attacks", None):  # an unknown name fails here, in one line, before --out
+        base = deep_merge(base, {"attacks": {"select": attack_names(args.attacks)}})
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
@@ -53,6 +56,12 @@ def print_table(metrics: dict, cols: list[str]) -> None:
         print(f"{name:{w}s} " + " ".join(f"{v:22.3f}" if isinstance(v, float) else f"{'-':>22s}" for v in vals))
 
 
+def add_attacks_arg(s, default: str) -> None:
+    """``--attacks a,b,...``: run exactly those attacks (or ``all``)."""
+    s.add_argument("--attacks", metavar="NAMES", help=f"comma-separated attacks to run, or 'all' (default: {default}); "
+                   f"names: {', '.join(ATTACKS)}")
+
+
 def cmd_compare(args) -> None:
     """Every method on one task (the world by default) against the controls (:mod:`obliviate.recipes.compare`)."""
     run_compare_command(args)
@@ -66,6 +75,7 @@ def register(sub) -> None:
                    "tiny model fine-tuned on it)")
     s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control)")
     add_task_args(s)
+    add_attacks_arg(s, "every attack but gcg")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
                    "a validation split (as obliviate tune), and score every model on the other items")
     s.set_defaults(fn=cmd_compare)

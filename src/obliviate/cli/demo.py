@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from obliviate.cli.args import add_common
-from obliviate.cli.compare import run_compare_command
+from obliviate.cli.compare import add_attacks_arg, run_compare_command
 from obliviate.recipes.compare.run import DEMO
 
 
@@ -16,4 +16,5 @@ def cmd_demo(args) -> None:
 def register(sub) -> None:
     s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")
     add_common(s)
+    add_attacks_arg(s, "relearning, mia, probe, format_shift and the cheap quantize, ablate, logit_lens, in_context")
     s.set_defaults(fn=cmd_demo)
