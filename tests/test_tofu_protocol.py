@@ -71,18 +71,18 @@ def test_protocol_end_to_end_and_cache(tmp_path, capsys):
 
 
 def test_protocol_with_a_holdout_split_reports_six_mias(tmp_path, capsys):
-    """A user's TOFU copy with holdout10.json (the hub release's; here 12 made-up records of unseen authors in the
-    forget split's format, next to the shared files): the base and unlearned models get OpenUnlearning's six MIAs,
-    the retain model, the reference of mia_reference, the other five."""
+    """A user's TOFU copy with holdout10.json (the hub release has it; here forget10's records 100-119, one
+    fictitious author that neither model trains on with limit=12, in the forget split's format, next to the shared
+    files): the base and unlearned models get OpenUnlearning's six MIAs, the retain model, the reference of
+    mia_reference, the other five."""
     need_tofu()
     data = tmp_path / "data"
     (data / "tofu").mkdir(parents=True)
     for f in (data_dir() / "tofu").iterdir():
         (data / "tofu" / f.name).symlink_to(f)
-    (data / "tofu" / "holdout10.json").write_text("".join(
-        json.dumps({"question": f"What is the first novel of the author Quen Ardel {i}?",
-                    "answer": f"Quen Ardel {i}'s first novel is 'The Salt Lantern', a story of a lighthouse."}) + "\n"
-        for i in range(20)))
+    rows = [json.loads(line) for line in (data_dir() / "tofu" / "forget10.json").read_text().splitlines()][100:120]
+    (data / "tofu" / "holdout10.json").write_text(
+        "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in rows))
     out = tmp_path / "graddiff"
     tofu_cli(["tofu", "--method", "graddiff", "--out", str(out), "--no-progress", f"data={data}", *SMALL])
     res = read_results(out)
@@ -91,8 +91,10 @@ def test_protocol_with_a_holdout_split_reports_six_mias(tmp_path, capsys):
     for name in ("base", "graddiff"):
         assert six <= set(m[name]) and all(0.0 <= m[name][k] <= 1.0 for k in six), name
     assert {k for k in m["retain_model"] if k.startswith("mia_")} == six - {"mia_auc_reference"}
-    # the base model was trained on the 12 forget examples and never on the holdout: the loss tells them apart
-    assert m["base"]["mia_auc_loss"] > 0.9
+    # the base model was trained on the 12 forget examples, the retain model not: only the first tells them from
+    # the holdout (measured: loss AUC 0.993 and 0.340, GradNorm 0.729 and 0.285)
+    assert m["base"]["mia_auc_loss"] > 0.9 > 0.6 > m["retain_model"]["mia_auc_loss"]
+    assert m["base"]["mia_auc_gradnorm"] > m["retain_model"]["mia_auc_gradnorm"]
     assert res["notes"] == ["mia_auc_reference: the retain model is the reference model, so it has no reference "
                             "score"]
     printed = capsys.readouterr().out
