@@ -10,6 +10,7 @@ from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.methods import METHODS, get_method, method_names
 from obliviate.train import TrainConfig
 from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.tasks.base import PreferredAnswers
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]
@@ -27,7 +28,8 @@ def _cfg(name, **kw):
 @pytest.mark.parametrize("name", TRAIN_METHODS)
 def test_two_steps_change_exactly_the_trainable_parameters(name, tiny_model, tiny_tokenizer):
     before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
-    model, summary = unlearn(tiny_model, tiny_tokenizer, FORGET, RETAIN, _cfg(name))
+    chosen = PreferredAnswers([" Morvexia is treated with rest.", " Morvexia causes nothing."])  # dpo: preference data
+    model, summary = unlearn(tiny_model, tiny_tokenizer, FORGET, RETAIN, _cfg(name), idk=chosen if name == "dpo" else None)
     losses = [r for r in summary["history"] if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(r["loss"])) for r in losses)
     import fnmatch

@@ -24,9 +24,13 @@ from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
 class GradAscentConfig:
     gamma: float = 1.0
     """Weight of the forget term."""
+    alpha: float = 0.0
+    """Weight of the retain term: 0, GradAscent's own setting (alpha > 0 is GradDiff)."""
+    retain: Literal["nll", "kl"] = "nll"
+    """Retain loss where alpha > 0: NLL on retain data, or KL to the frozen reference."""
 
     def __post_init__(self):
-        check_ranges(self, positive=("gamma",))  # gamma = 0 forgets nothing
+        check_ranges(self, positive=("gamma",), nonnegative=("alpha",))  # gamma = 0 forgets nothing
 
 
 @register("gradascent", paper="baseline (TOFU, Maini et al. 2024)",
@@ -34,14 +38,17 @@ class GradAscentConfig:
           presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
 class GradAscent(Method):
     config_cls = GradAscentConfig
-    needs_reference = False
 
     def trainable(self, model) -> list[str]:
         return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        return {"forget": -self.cfg.gamma * mean_labelled_nll(model, f)}
+        return forget_and_retain(-mean_labelled_nll(model, f), model, batch, ref, self.cfg)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.retain == "kl" and self.cfg.alpha > 0
 
 
 @dataclass
