@@ -57,7 +57,7 @@ def needs(name: str) -> str:
     if method.needs_reference:
         out.append("reference")
     if method.needs_idk:
-        out.append("refusal answers")
+        out.append(method.preferred)
     if method.multiprocess_unsupported:
         out.append("one process")
     elif method.sharding_unsupported:

@@ -30,7 +30,10 @@ class Method:
     """It reads a frozen reference ``ref``; without it ``ref`` is a :class:`NoReference`, whose every
     use is a one-line error naming the method."""
     needs_idk: bool = False
-    """Its batches carry ``idk``: the forget questions with refusal answers."""
+    """Its batches carry ``idk``: the forget questions with preferred answers (refusals, unless :meth:`winners`
+    chooses others)."""
+    preferred: ClassVar[str] = "refusal answers"
+    """What its preferred answers are, for the methods table (where ``needs_idk``)."""
     multiprocess_unsupported: str | None = None
     """Why it cannot run in several processes (None: it can; :func:`obliviate.train.distributed.check_method`,
     docs/distributed.md)."""

@@ -62,6 +62,7 @@ class DPO(Method):
     config_cls = DPOConfig
     needs_reference = True
     needs_idk = True
+    preferred = "preference data (a chosen answer per forget QA pair)"
 
     def trainable(self, model) -> list[str]:
         return ["*"]
