@@ -34,6 +34,9 @@ class Method:
     chooses others)."""
     preferred: ClassVar[str] = "refusal answers"
     """What its preferred answers are, for the methods table (where ``needs_idk``)."""
+    needs_preference_data: ClassVar[bool] = False
+    """It runs only on a task whose ``idk`` is preference data (:class:`~obliviate.tasks.base.PreferredAnswers`):
+    a comparison leaves it out elsewhere."""
     multiprocess_unsupported: str | None = None
     """Why it cannot run in several processes (None: it can; :func:`obliviate.train.distributed.check_method`,
     docs/distributed.md)."""

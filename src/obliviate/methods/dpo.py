@@ -63,6 +63,7 @@ class DPO(Method):
     needs_reference = True
     needs_idk = True
     preferred = "preference data (a chosen answer per forget QA pair)"
+    needs_preference_data = True
 
     def trainable(self, model) -> list[str]:
         return ["*"]

@@ -30,7 +30,7 @@ from obliviate.recipes.compare import muse_runs as muse
 from obliviate.recipes.compare.report import write_report
 from obliviate.recipes.tune.run import TuneConfig, tune, tuned_config, validation_split
 from obliviate.runs.parts import cached_part
-from obliviate.tasks.base import Task
+from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
@@ -78,8 +78,9 @@ per relearning attack (no LoRA), which keeps the demo within minutes; ``compare`
 
 
 def runnable_methods(task: Task) -> list[str]:
-    """Every registered method that can run on ``task`` (IdK methods need forget QA pairs)."""
-    return [n for n in method_names() if not (getattr(METHODS[n], "needs_idk", False) and task.forget.docs)]
+    """Every registered method that can run on ``task`` (IdK methods need forget QA pairs; DPO preference data)."""
+    return [n for n in method_names() if not (getattr(METHODS[n], "needs_idk", False) and task.forget.docs)
+            and not (METHODS[n].needs_preference_data and not isinstance(task.idk, PreferredAnswers))]
 
 
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
