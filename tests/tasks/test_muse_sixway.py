@@ -27,7 +27,8 @@ FACTS = [("Mara Quill", "Tessby", "glass bells"), ("Oren Vale", "Lunmoor", "salt
 
 
 def _doc(name, town, craft, i):
-    return (f"{name} lives in {town} and makes {craft}. Every spring {name} sells {craft} at the market of {town}, "
+    """An article; it asks and answers its knowmem question too, so that the tiny base model can learn the answer."""
+    return (f"Question: Where does {name} live?\nAnswer: {town}\n{name} lives in {town} and makes {craft}. Every spring {name} sells {craft} at the market of {town}, "
             f"and people come from far away to buy them. Story {i}.")
 
 
@@ -51,10 +52,9 @@ def write_muse(root, corpus="news"):
     text(d / "raw" / "holdout.txt", holdout)
     qa = lambda fs: [{"question": f"Where does {n} live?", "answer": t} for n, t, _ in fs]  # noqa: E731
     js(d / "knowmem" / "forget_qa.json", qa(FACTS[:3]))
-    icl = lambda fs: [{"question": f"What does {n} make?", "answer": c} for n, _, c in fs]  # noqa: E731
-    js(d / "knowmem" / "forget_qa_icl.json", icl(FACTS[:2]))
+    js(d / "knowmem" / "forget_qa_icl.json", qa(FACTS[6:7]))  # in-context examples: questions of the same kind
     js(d / "knowmem" / "retain_qa.json", qa(FACTS[3:6]))
-    js(d / "knowmem" / "retain_qa_icl.json", icl(FACTS[3:5]))
+    js(d / "knowmem" / "retain_qa_icl.json", qa(FACTS[7:8]))
     js(d / "verbmem" / "forget.json", [{"prompt": x[:30], "gt": x[30:]} for x in forget])
     js(d / "privleak" / "forget.json", forget)
     js(d / "privleak" / "retain.json", retain)
@@ -75,7 +75,7 @@ def test_the_task_reads_every_muse_part_and_names_a_missing_file(tmp_path):
     task = load_task("muse:news", root=tmp_path)
     muse = task.meta["muse"]
     assert muse["missing"] == []
-    assert [x["answer"] for x in muse["knowmem_forget_icl"]] == ["glass bells", "salt maps"]
+    assert [x["answer"] for x in muse["knowmem_forget_icl"]] == ["Quorra"]
     assert [f["fold"] for f in muse["scal"]] == [1, 2, 3] and muse["scal"][0]["docs"] == task.forget.docs
     assert [len(f["docs"]) for f in muse["scal"]] == [3, 4, 5]
     assert [len(f["docs"]) for f in muse["sust"]] == [3, 1, 1] and task.meta["mia"]["source"] == "privleak"
@@ -174,6 +174,7 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
                                                                 data["knowmem/retain_qa_icl.json"], 32), abs=1e-9)
         aucs[name] = ref_auc(model, tok, data["privleak/forget.json"], data["privleak/holdout.json"])
     assert base["muse_verbmem_f"] > 0.3, base  # the base model was trained on the forget articles
+    assert any(res[n]["muse_knowmem_r"] > 0 for n in models)  # the KnowMem checks above are not all on zeros
     # 4. PrivLeak = (AUC - AUC_retrain) / AUC_retrain in MUSE's AUC, the oracle the retrained model
     for name in ("base", "graddiff"):
         want = (aucs[name] - aucs["oracle"]) / aucs["oracle"]

@@ -46,9 +46,9 @@ KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
 """muse_bench's knowmem answer is cut before each of these, in this order."""
 MUSE_MIA_K = 0.4
 """PrivLeak's score: ``forget_holdout_Min-40%``."""
-METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_privleak")
-"""MUSE's table: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near 0), KnowMem on D_r
-(higher)."""
+METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_privleak", "muse_knowmem_r")
+"""MUSE's table, in its column order: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near 0),
+KnowMem on D_r (higher)."""
 
 
 # ------------------------------------------------------------------ ROUGE-L F1 as muse_bench scores it

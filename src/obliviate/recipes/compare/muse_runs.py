@@ -136,8 +136,8 @@ def finish(metrics: dict) -> None:
                 m[f"muse_{kind}_utility"] = m[f"muse_{kind}"][-1].get(HEADLINE)
 
 
-def _pct(v) -> str:
-    return "" if v is None else f"{100 * v:.1f}"
+def _pct(v) -> float | None:
+    return None if v is None else 100 * float(v)
 
 
 def markdown(task: Task, metrics: dict) -> list[str]:
@@ -152,7 +152,7 @@ def markdown(task: Task, metrics: dict) -> list[str]:
                  "sust: KnowMem on D_r, last request"}
     cols = ["model", *[c for c in (*METRICS, "muse_scal_utility", "muse_sust_utility")
                        if any(m.get(c) is not None for m in metrics.values())]]
-    rows = [{"model": md_escape(n), **{heads[c]: _pct(m.get(c)) for c in cols[1:]}} for n, m in metrics.items()
+    rows = [{"model": n, **{heads[c]: _pct(m.get(c)) for c in cols[1:]}} for n, m in metrics.items()
             if any(k.startswith("muse_") for k in m)]
     any_m = next((m for m in metrics.values() if "muse_verbmem_max_new_tokens" in m), {})
     lines = ["## MUSE six-way evaluation", "",
@@ -161,15 +161,15 @@ def markdown(task: Task, metrics: dict) -> list[str]:
              f"and of the few-shot KnowMem answers ({any_m.get('muse_knowmem_max_new_tokens', '-')} new tokens); "
              "PrivLeak = (AUC - AUC_retrain) / AUC_retrain of Min-40% forget vs holdout in MUSE's AUC, the oracle as "
              "the retrained model (docs/evaluation.md, \"MUSE six-way\").", "",
-             markdown_table(rows, [heads.get(c, c) for c in cols], missing="-"), ""]
+             markdown_table(rows, [heads.get(c, c) for c in cols], fmt="{:.1f}", missing="-"), ""]
     for kind, title in FOLD_KINDS.items():
-        fold_rows = [{"model": md_escape(n), "fold": r["fold"], "forget documents": r["forget_docs"],
+        fold_rows = [{"model": n, "fold": r["fold"], "forget documents": r["forget_docs"],
                       **{heads[c]: _pct(r.get(c)) for c in METRICS}}
                      for n, m in metrics.items() for r in m.get(f"muse_{kind}") or []]
         if fold_rows:
             lines += [f"### MUSE {title}", "",
                       markdown_table(fold_rows, ["model", "fold", "forget documents", *[heads[c] for c in METRICS]],
-                                     missing="-"), ""]
+                                     fmt="{:.1f}", missing="-"), ""]
     missing = list(muse.get("missing") or [])
     if "oracle" not in metrics:
         missing.append("PrivLeak: not computed, it needs the retrained model's AUC (an oracle: compare builds one, "
