@@ -16,6 +16,7 @@ from obliviate.attacks.harness import qa_score_fn
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.errors import DataError
 from obliviate.eval.mia import priv_leak
+from obliviate.eval.outcome import verdict_score
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.runs.report import markdown_table
 from obliviate.tasks.base import IDK_ANSWERS, Data, Task
@@ -223,10 +224,10 @@ def method_verdict(m: dict, base: dict, pos: dict | None, neg: dict | None, usab
     also needs membership inference to read it as the negative control where MIA reads the forget set at all
     (:func:`mia_reads`). With no calibrated attack it is *inconclusive*.
     """
-    if forgot(m.get("forget_score"), base.get("forget_score"), base.get("forget_chance", 0.0)) is False:
+    f, f0 = verdict_score(m), verdict_score(base)  # a cloze MCQ set counted length-normalised (eval.outcome)
+    if forgot(f, f0, base.get("forget_chance", 0.0)) is False:
         return {"verdict": "not unlearned", "attack": None,
-                "reason": f"forget score {m['forget_score']:.2f} is above {FORGOT_SHARE:.0%} of the base model's "
-                          f"{base['forget_score']:.2f}"}
+                "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}"}
     if not usable:
         return {"verdict": "inconclusive", "attack": None, "reason": "no calibrated attack"}
     found = [(verdict(m, pos, neg, base[f"{k}_base_acc"], k, True, base.get("attack_score_chance", 0.0)), k)

@@ -12,6 +12,11 @@ same two numbers as its objective and its constraint. The rule (docs/methods.md,
   ``"forgot little"`` when ``forgot < min_forgot`` (default :data:`MIN_FORGOT`, 0.5: less than half the
   forget score removed), else ``"ok"``. Retain lost comes first: a run that broke the model is worse than one
   that did nothing, and both are said in the line.
+
+Both scores are read through :func:`verdict_score`: a role holding a cloze MCQ set counts it by its
+length-normalised accuracy (``<role>_score_norm``, lm-eval's ``acc_norm``), because the raw sum of
+log-probabilities favours short options (a random-init model scored 0.70 against a 1/2 chance where the true
+answer was the shorter, issue #28).
 """
 
 from __future__ import annotations
@@ -30,9 +35,24 @@ _EPS = 1e-9
 """Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
 
 
+def verdict_score(m: dict, role: str = "forget") -> float | None:
+    """The score of ``role`` a verdict reads: ``<role>_score_norm`` where the evaluation wrote one (the role holds a
+    cloze MCQ set, counted length-normalised: :func:`obliviate.eval.suite.evaluate_task`), else ``<role>_score``."""
+    norm = m.get(f"{role}_score_norm")
+    return norm if norm is not None else m.get(f"{role}_score")
+
+
+def verdict_keep(m: dict) -> float | None:
+    """:func:`~obliviate.eval.suite.keep_score` (retain, else neighbour, else utility) through :func:`verdict_score`."""
+    for role in ("retain", "neighbour", "utility"):
+        if m.get(f"{role}_score") is not None:
+            return verdict_score(m, role)
+    return keep_score(m)
+
+
 def forgot_share(base: dict, after: dict) -> float | None:
     """``(F0 - F) / (F0 - chance)`` clipped to [0, 1]; 0 when the base is at chance; None without a forget score."""
-    f0, f = base.get("forget_score"), after.get("forget_score")
+    f0, f = verdict_score(base), verdict_score(after)
     if f0 is None or f is None:
         return None
     chance = base.get("forget_chance", 0.0) or 0.0
@@ -42,8 +62,8 @@ def forgot_share(base: dict, after: dict) -> float | None:
 
 
 def retained_share(base: dict, after: dict) -> float | None:
-    """``K / K0`` of the keep scores (:func:`~obliviate.eval.suite.keep_score`); None without one, or K0 = 0."""
-    k0, k = keep_score(base), keep_score(after)
+    """``K / K0`` of the keep scores (:func:`verdict_keep`); None without one, or K0 = 0."""
+    k0, k = verdict_keep(base), verdict_keep(after)
     if k0 is None or k is None or k0 <= 0:
         return None
     return float(k / k0)
@@ -59,9 +79,10 @@ def unlearn_verdict(base: dict, after: dict, *, retain_share: float = RETAIN_SHA
     little = forgot is None or forgot < min_forgot - _EPS
     verdict = "retain lost" if lost else "forgot little" if little else "ok"
     v = {"verdict": verdict, "forgot": forgot, "retained": retained,
-         "forget_before": base.get("forget_score"), "forget_after": after.get("forget_score"),
-         "forget_chance": base.get("forget_chance", 0.0), "keep_before": keep_score(base),
-         "keep_after": keep_score(after), "retain_share": retain_share, "min_forgot": min_forgot}
+         "forget_before": verdict_score(base), "forget_after": verdict_score(after),
+         "forget_chance": base.get("forget_chance", 0.0), "keep_before": verdict_keep(base),
+         "keep_after": verdict_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
+         "length_normalised": base.get("forget_score_norm") is not None}
     v["line"] = verdict_line(v, method)
     return v
 

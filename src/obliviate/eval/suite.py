@@ -11,7 +11,9 @@ Per set ``<name>``:
 - text: ``<name>_loss`` (mean token loss) and ``<name>_ppl``.
 
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
-sets of their accuracy (exact match for QA), with ``<role>_chance``. S-unlearning
+sets of their accuracy (exact match for QA), with ``<role>_chance``; where the role holds a cloze MCQ set,
+``<role>_score_norm`` too, the same mean with each cloze set's ``acc_norm`` in place of its raw ``acc`` (what
+the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). S-unlearning
 (:func:`score_against`) compares a model's forget and retain scores with the base model's. The metrics a task
 asks for by name (``task.meta["metrics"]``, :mod:`obliviate.eval.metrics`; TOFU: ``extraction_strength``,
 ``exact_memorization``) are added.
@@ -172,11 +174,13 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         per_item[es.name] = {k[1:]: r.pop(k) for k in list(r) if k.startswith("_")}
         out.update({f"{es.name}_{k}": v for k, v in r.items()})
         if es.kind in PRIMARY and es.role in by_role and not es.variant:
-            by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0))
+            by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
     for role, vals in by_role.items():
         if vals:
-            out[f"{role}_score"] = float(np.mean([v for v, _ in vals]))
-            out[f"{role}_chance"] = float(np.mean([c for _, c in vals]))
+            out[f"{role}_score"] = float(np.mean([v for v, _, _ in vals]))
+            out[f"{role}_chance"] = float(np.mean([c for _, c, _ in vals]))
+            if any(n is not None for _, _, n in vals):  # a cloze set: the verdicts read it length-normalised
+                out[f"{role}_score_norm"] = float(np.mean([v if n is None else n for v, _, n in vals]))
     out.update(task_metrics(model, tokenizer, task, batch_size=batch_size))  # what the task asks for by name
     if details:
         out["_per_item"] = per_item
