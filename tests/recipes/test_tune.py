@@ -75,12 +75,12 @@ def test_mocked_objective_picks_the_hand_checked_best_and_resumes_after_a_kill(t
 def test_validation_split_never_touches_the_reported_items(taught):
     task = taught["task"]
     val, held = validation_split(task, 0.5, 0)
-    vq = {q for q, _ in val.forget.qa} | {q for q, _ in val.retain.qa}
-    assert len(val.forget.qa) == 4 and len(val.retain.qa) == 4
+    trained = {q for q, _ in task.forget.qa} | {q for q, _ in task.retain.qa}
     for es_v, es_h in zip(val.evals, held.evals):
         qv, qh = {x["question"] for x in es_v.items}, {x["question"] for x in es_h.items}
-        assert qv <= vq and not qv & qh and len(qv) + len(qh) == 8
-    assert held.forget.qa == task.forget.qa  # the final run trains on all of it
+        assert qv <= trained and not qv & qh and len(qv) == len(qh) == 4
+    # the trials train on all of it, as the final run does: only the scores are split
+    assert val.forget.qa == held.forget.qa == task.forget.qa and val.retain.qa == held.retain.qa == task.retain.qa
     with pytest.raises(ConfigError, match="tune.val_fraction"):
         TuneConfig(val_fraction=1.0)
 
@@ -117,9 +117,7 @@ def test_unlearn_tune_reports_on_the_held_out_items(taught, tmp_path, capsys):
     res = json.loads((tmp_path / "u" / "results.json").read_text())
     assert {e["n"] for e in res["task"]["evals"].values()} == {4}  # 4 of the 8 pairs per set were for choosing
     assert res["config"]["unlearn"]["train"]["lr"] == pytest.approx(res["tune"]["chosen"]["lr"])
-    # the trial trained on 4 of the 8 forget pairs; all 8 get as many passes each: twice the steps
-    assert res["tune"]["steps_factor"] == 2.0
-    assert res["config"]["unlearn"]["train"]["steps"] == 2 * res["tune"]["chosen"]["steps"]
+    assert res["config"]["unlearn"]["train"]["steps"] == res["tune"]["chosen"]["steps"]  # the chosen trial's run
     assert res["unlearn_verdict"]["verdict"] in ("ok", "forgot little", "retain lost")
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("verdict: ")
 
@@ -154,5 +152,5 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
         tried = [json.loads(p.read_text())["key"]["lr"] for p in sorted((out / "tune" / name / "parts").glob("trial_*"))]
         assert len(tried) == 3 and chosen["lr"] in tried
         assert res["method_settings"][name]["lr"] == pytest.approx(chosen["lr"])
-        assert res["method_settings"][name]["steps"] == 2 * chosen["steps"]  # 8 forget pairs, each trial on 4
+        assert res["method_settings"][name]["steps"] == chosen["steps"]
     assert (out / "tune" / "npo" / "report.md").exists()

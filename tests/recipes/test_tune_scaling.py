@@ -1,5 +1,4 @@
-"""Presets that scale with the model (#29): the unlearning lr follows the fine-tuning run's, and a tuned trial's steps
-follow the data it will train on."""
+"""Presets that scale with the model (#29): the unlearning lr follows the fine-tuning run's."""
 
 import json
 import shutil
@@ -9,9 +8,7 @@ import pytest
 from obliviate.cli.main import main
 from obliviate.cli.unlearn import finetune_lr_factor
 from obliviate.methods import method_defaults
-from obliviate.recipes.tune.run import steps_factor, validation_split
 from obliviate.runs.card import write_model_card
-from obliviate.tasks.base import Data, Task
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS
 
 
@@ -47,11 +44,3 @@ def test_unlearn_scales_the_preset_lr_by_the_fine_tuning_run(taught, tmp_path, c
     assert used["lr"] == pytest.approx(method_defaults("npo", "tiny")["lr"] / 3)
     assert main([*args, "--out", str(tmp_path / "v"), "unlearn.train.lr=1e-4"]) == 0  # a given lr is the user's
     assert json.loads((tmp_path / "v" / "results.json").read_text())["config"]["unlearn"]["train"]["lr"] == 1e-4
-
-
-def test_steps_factor_is_the_ratio_of_forget_examples(taught):
-    val, held = validation_split(taught["task"], 0.5, 0)
-    assert len(val.forget.qa) == 4 and len(held.forget.qa) == 8
-    assert steps_factor(val, held) == 2.0 and steps_factor(val, None) == 1.0
-    docs = Task(name="d", forget=Data(docs=["a b c"] * 3), retain=Data(docs=["d e"]))
-    assert steps_factor(docs, docs) == 1.0  # documents stay whole in the validation part

@@ -18,7 +18,7 @@ from obliviate.methods import METHODS, method_defaults, method_names, preset_nam
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
-from obliviate.recipes.tune.run import TuneConfig, tune, tuned_config, validation_split, write_preset
+from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
@@ -122,7 +122,7 @@ def checked_run(args, tuning: bool = False):
 def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
     """The grid on the validation task (:func:`~obliviate.recipes.tune.run.tune`, parts in ``out/tune``), the chosen
     settings written to ``out/preset.yaml``; says the choice in one line."""
-    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", full=split[1], progress=progress,
+    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
                   eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
                   fingerprint={"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
                                "task": split[0].summary(), "seed": cfg.seed},
@@ -130,8 +130,6 @@ def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
     write_preset(out / "preset.yaml", result)
     s, c = result["settings"]["unlearn"], result["chosen"]
     print(f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
-          + (f" (the trial's {c['steps']} x {result['steps_factor']:.3g} for all the data)"
-             if abs(result["steps_factor"] - 1.0) > 1e-9 else "")
           + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
           + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
           f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
@@ -146,7 +144,7 @@ def cmd_unlearn(args) -> None:
     tuned = None
     if args.tune:  # settings chosen on the validation items; trained on all the data, reported on the others
         tuned = run_tuning(args, cfg, model, tok, split, out, not args.no_progress)
-        cfg.unlearn = tuned_config(cfg.unlearn, tuned)
+        cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
         task = split[1]
     # A rerun into the same --out resumes the training checkpoints, unless they belong to another run.
     resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(),
@@ -176,8 +174,7 @@ def cmd_unlearn(args) -> None:
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=str(args.model), task=task.summary(), preset=preset,
                   data=summary["data"], unlearn_verdict=verdict,
-                  **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share",
-                                                   "steps_factor")},
+                  **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")},
                       "reported_on": "the items left out of the validation split"} if tuned else {}),
                   **({"edit": summary["edit"]} if "edit" in summary else {}))
     print(f"{method} on {task.name}: " + ", ".join(

@@ -28,7 +28,7 @@ from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.recipes.compare import muse_runs as muse
 from obliviate.recipes.compare.report import write_report
-from obliviate.recipes.tune.run import TuneConfig, tune, tuned_config, validation_split
+from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.parts import cached_part
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
@@ -256,9 +256,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
         if val is not None and METHODS[name].kind != "edit":
-            r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, full=task, progress=progress,
+            r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
                      eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
-            ucfg = tuned_config(ucfg, r)
+            ucfg = trial_config(ucfg, r["chosen"])
             s = r["settings"]["unlearn"]
             used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
             tuned[name] = {k: r[k] for k in ("chosen", "feasible", "settings")}

@@ -4,14 +4,19 @@
 The grid scales the method's run (its preset and the user's overrides) by factors: the learning rate, the steps
 and the method's own weight (:data:`TUNED_PARAM`: the retain weight ``alpha`` of most methods). Trials are taken
 from the run as given outward (nearest first, in log scale), at most ``budget`` of them. Each trial trains a
-copy of the model on the *validation* part of the forget and retain pairs (:func:`validation_split`) and is
-scored there; the objective is the largest share of the forget score removed
-(:func:`~obliviate.eval.outcome.forgot_share`) among the trials that keep at least ``retain_share`` of the base
-model's keep score. The held-out part is never looked at here: ``unlearn --tune`` reports on it.
+copy of the model on all the forget and retain data, as the final run will, and is scored on the *validation*
+items only (:func:`validation_split`: a seeded share of the forget and retain pairs' evaluation items); the
+objective is the largest share of the forget score removed (:func:`~obliviate.eval.outcome.forgot_share`) among
+the trials that keep at least ``retain_share`` of the base model's keep score. The other items are never scored
+here: ``unlearn --tune`` reports on them.
 
-A trial trains on the validation part only; the chosen run then trains on all the data, so its steps are the
-trial's times the ratio of the forget examples (:func:`steps_factor`, 2 at ``val_fraction = 0.5``): the same number
-of passes over each forget example as the trial that was chosen, not half as many.
+Why the trials train on all the data: a trial that trained on the validation pairs alone was a different run
+from the final one (half the facts, twice the passes over each in the same steps), and its choice did not
+transfer: on a GPT-2 fine-tuned on 32 + 32 pairs (scripts/tune_architectures.py), RMU's chosen trial removed
+0.86 of the validation forget score, and the final run left 0.94 of the held-out one; doubling the final run's
+steps instead took retain down to 0.85 of the base. Trained on all the data, the chosen trial *is* the final
+run (same data, settings and seed), so the validation items measure it. Only scores are held out, never
+training data.
 
 Each trial is a part of the run's :class:`~obliviate.runs.parts.PartStore` (``tune/parts``): a rerun after a kill
 redoes only the trials that are missing.
@@ -37,7 +42,7 @@ from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.runs.parts import PartStore
 from obliviate.runs.report import _plt, markdown_table, md_code, save_figure
 from obliviate.runs.results import atomic_write_text
-from obliviate.tasks.base import Data, Task
+from obliviate.tasks.base import Task
 from obliviate.utils import seed_everything
 
 TUNED_PARAM: dict[str, str | None] = {
@@ -90,10 +95,10 @@ def _pick(n: int, fraction: float, rng) -> set[int]:
 
 
 def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[Task, Task]:
-    """(validation task, reported task). The validation task trains on ``fraction`` of the forget and of the retain
-    pairs (documents whole) and is scored on the evaluation items of those pairs (an evaluation set whose questions
-    are not training pairs, e.g. MUSE's knowmem, is cut by itself); text sets and variants are left out of it. The
-    reported task is the task as given, scored only on the other items: its training data is the whole task's."""
+    """(validation task, reported task), both with the whole task's training data (module docstring). The validation
+    task is scored on the evaluation items of ``fraction`` of the forget and of the retain pairs (an evaluation set
+    whose questions are not training pairs, e.g. MUSE's knowmem, is cut by itself); text sets and variants are left
+    out of it. The reported task is scored only on the other items."""
     rng = np.random.default_rng(seed)
     val_q: set[str] = set()
     parts = {}
@@ -119,9 +124,7 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
         held_evals.append(dataclasses.replace(es, items=h) if h else es)
     if not any(es.role == "forget" for es in val_evals):
         raise ConfigError(f"tune: task {task.name!r} has no forget QA or MCQ set of two or more items to choose on")
-    val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None, groups=None,
-                              forget=Data(qa=parts["forget"] or list(task.forget.qa), docs=list(task.forget.docs)),
-                              retain=Data(qa=parts["retain"] or list(task.retain.qa), docs=list(task.retain.docs)))
+    val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None, groups=None)
     held = dataclasses.replace(task, evals=held_evals)
     return val, held
 
@@ -144,32 +147,14 @@ def grid(run: UnlearnConfig, cfg: TuneConfig) -> list[dict]:
     return out
 
 
-def trial_config(run: UnlearnConfig, trial: dict, factor: float = 1.0) -> UnlearnConfig:
-    """``run`` with a trial's lr, steps (times ``factor``, rounded, at least 1: :func:`steps_factor`) and method
-    setting."""
+def trial_config(run: UnlearnConfig, trial: dict) -> UnlearnConfig:
+    """``run`` with a trial's lr, steps and method setting: also the final run at the chosen trial (a trial trains
+    on all the data, as the final run does)."""
     params = dict(run.params)
     if trial["param"] is not None:
         params[trial["param"]] = trial["value"]
-    steps = max(1, round(trial["steps"] * factor))
-    return dataclasses.replace(run, params=params, train=dataclasses.replace(run.train, lr=trial["lr"], steps=steps))
-
-
-def _n_forget(task: Task) -> int:
-    return len(task.forget.qa) + len(task.forget.docs)
-
-
-def steps_factor(val: Task, full: Task | None) -> float:
-    """How many times more forget examples the full run trains on than a trial (``full``'s over ``val``'s; 1 without
-    ``full``): the chosen trial's steps times this keep its passes over each forget example."""
-    if full is None or not _n_forget(val):
-        return 1.0
-    return _n_forget(full) / _n_forget(val)
-
-
-def tuned_config(run: UnlearnConfig, result: dict) -> UnlearnConfig:
-    """``run`` at the settings :func:`tune` chose, for training on all the data (its steps scaled by the result's
-    ``steps_factor``)."""
-    return trial_config(run, result["chosen"], result.get("steps_factor", 1.0))
+    return dataclasses.replace(run, params=params,
+                               train=dataclasses.replace(run.train, lr=trial["lr"], steps=trial["steps"]))
 
 
 def choose(trials: list[dict], retain_share: float) -> tuple[dict, bool]:
@@ -182,17 +167,14 @@ def choose(trials: list[dict], retain_share: float) -> tuple[dict, bool]:
 
 
 def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_dir: str | Path, *,
-         full: Task | None = None, fingerprint: dict | None = None, progress: bool = False,
-         eval_kw: dict | None = None, trial_fn=None, log=print) -> dict:
+         fingerprint: dict | None = None, progress: bool = False, eval_kw: dict | None = None,
+         trial_fn=None, log=print) -> dict:
     """Run the grid on the validation task ``val`` (:func:`validation_split`) and choose (module docstring).
-
-    ``full``: the task the chosen settings will train on (the reported task of :func:`validation_split`); the
-    result's ``settings`` (the preset file) have the chosen trial's steps times :func:`steps_factor`.
 
     ``model`` is not changed (each trial trains a copy). ``out_dir`` holds the parts, ``report.md`` and
     ``search.png``; ``fingerprint`` (the base model, the task) goes into the store's config, so a rerun with
     another model refuses the old trials. ``trial_fn(trial) -> after-metrics`` replaces training and scoring
-    (tests). Returns ``{"method", "base", "trials", "chosen", "feasible", "settings", "steps_factor"}``."""
+    (tests). Returns ``{"method", "base", "trials", "chosen", "feasible", "settings"}``."""
     if METHODS[run.method].kind == "edit":
         raise ConfigError(f"tune: {run.method!r} is an edit method: it has no learning rate or steps to tune")
     out_dir = Path(out_dir)
@@ -217,9 +199,8 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
             + (f", {t['param']} {t['value']:.3g}" if t["param"] else "")
             + f": forget removed {_fmt(row['forgot'])}, keep share {_fmt(row['retained'])}")
     chosen, feasible = choose(trials, cfg.retain_share)
-    factor = steps_factor(val, full)
     result = {"method": run.method, "base": base, "trials": trials, "chosen": chosen, "feasible": feasible,
-              "retain_share": cfg.retain_share, "steps_factor": factor, "settings": settings_of(run, chosen, factor)}
+              "retain_share": cfg.retain_share, "settings": settings_of(run, chosen)}
     write_tune_report(out_dir, result)
     return result
 
@@ -232,10 +213,9 @@ def _scalars(m: dict) -> dict:
     return {k: v for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def settings_of(run: UnlearnConfig, trial: dict, factor: float = 1.0) -> dict:
-    """The chosen run as ``unlearn --config`` reads it: ``{"unlearn": {method, params, batch_size, train}}``, its
-    steps the trial's times ``factor`` (:func:`steps_factor`)."""
-    c = trial_config(run, trial, factor)
+def settings_of(run: UnlearnConfig, trial: dict) -> dict:
+    """The chosen run as ``unlearn --config`` reads it: ``{"unlearn": {method, params, batch_size, train}}``."""
+    c = trial_config(run, trial)
     return {"unlearn": {"method": c.method, "params": dict(c.params), "batch_size": c.batch_size,
                         "train": {"lr": c.train.lr, "steps": c.train.steps}}}
 
@@ -245,18 +225,9 @@ def write_preset(path: str | Path, result: dict) -> Path:
     c = result["chosen"]
     head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, chosen on the "
             f"validation split: forget removed {_fmt(c['forgot'])}, keep share {_fmt(c['retained'])}"
-            f"{'' if result['feasible'] else ' (no trial met the retain constraint: the one that kept most)'}\n"
-            + _steps_note(result, "# "))
+            f"{'' if result['feasible'] else ' (no trial met the retain constraint: the one that kept most)'}\n")
     atomic_write_text(Path(path), head + yaml.safe_dump(result["settings"], sort_keys=False))
     return Path(path)
-
-
-def _steps_note(result: dict, prefix: str = "") -> str:
-    f = result.get("steps_factor", 1.0)
-    if abs(f - 1.0) < 1e-9:
-        return ""
-    return (f"{prefix}steps: the trial's {result['chosen']['steps']} times {f:.3g}, for all the data (the trial "
-            f"trained on the validation part: the same passes over each forget example)\n")
 
 
 def write_tune_report(out_dir: Path, result: dict) -> Path:
@@ -294,7 +265,6 @@ def write_tune_report(out_dir: Path, result: dict) -> Path:
         f"# Tuning {md_code(result['method'])}", "",
         f"Chosen on the validation split: trial {c['index'] + 1}, the largest forget drop with a keep share of at "
         f"least {rs:.2f}" + ("" if result["feasible"] else " (none met it: the trial that kept most)") + ".", "",
-        *([_steps_note(result).strip().capitalize() + ".", ""] if _steps_note(result) else []),
         "![search](search.png)", "",
         markdown_table(rows, list(rows[0]), fmt="{:.3f}"), ""])
     atomic_write_text(out_dir / "report.md", text)
