@@ -166,8 +166,11 @@ def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = Non
         elif k == 1:
             docs = load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub)
         elif allow_hub and k <= MUSE_MAX_FOLDS:
-            docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", str(path))
-                    for doc in split_documents(_io.req_str(rec, "text", where))]
+            try:  # MUSE-Books has no scal / sust folds (MUSE ran both on News only)
+                docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", str(path))
+                        for doc in split_documents(_io.req_str(rec, "text", where))]
+            except DataError:
+                break
         else:
             break
         folds.append((k, docs))
