@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from obliviate.attacks.harness import ATTACKS, attack_names
+from obliviate.attacks.retain_control import RETAIN_FINETUNE, retain_finetune_control
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
                                 load_model_args, seeded, task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError
+from obliviate.methods import preset_name
 from obliviate.methods.engine import check_method_runs
 from obliviate.recipes.compare.run import CompareConfig, run_compare, runnable_methods
+from obliviate.runs.card import untaught_model
 from obliviate.runs.results import prepare_out_dir, write_results
+from obliviate.train.finetune import training_data
 
 
 def run_compare_command(args, defaults: dict | None = None) -> dict:
@@ -26,7 +33,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                           "one, compare pretrains its own tiny models (give --model, or drop it)")
     if model:
         device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before --out
-    check_out_dir(args.out, input_paths(args, oracle))
+    untaught = retain_control_input(args)
+    check_out_dir(args.out, input_paths(args, oracle, untaught))
     if getattr(args, "tune", False):
         base["tune"] = True
     if getattr(args, "attacks", None):  # an unknown name fails here, in one line, before --out
@@ -35,7 +43,19 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
     check_method_runs(cfg.runs, cfg.methods if cfg.methods is not None else runnable_methods(task))  # before --out
+    if untaught:
+        training_data(task, "retain")  # a task without retain data fails before --out is touched
     out = prepare_out_dir(args.out)
+    if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
+        print(f"obliviate: oracle: {untaught} fine-tuned on the retain data only (cached in "
+              f"{out / 'models' / 'oracle_retain'})", file=sys.stderr)
+        ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or model, "adapter": None})
+        oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain",
+                                            lambda p: load_model_args(ctl_args, path=p), preset=preset_name,
+                                            seed=cfg.seed, progress=not args.no_progress)
+    elif model and not oracle:
+        print(f"obliviate: no oracle (--oracle DIR, or --control {RETAIN_FINETUNE} to build one): no attack can be "
+              "calibrated and the probe and MIA figures are uncalibrated", file=sys.stderr)
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle,
                       load=(lambda p: load_model_args(args, path=p)) if model else None,
                       progress=not args.no_progress)
@@ -45,6 +65,24 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return res
+
+
+def retain_control_input(args) -> str | None:
+    """With ``--control retain-finetune``: the model before it was taught the task (``--base-untrained``, else the
+    finetune input named by ``--model``'s cards), checked in one line; None without the flag."""
+    if getattr(args, "control", None) != RETAIN_FINETUNE:
+        if getattr(args, "base_untrained", None):
+            raise ConfigError(f"--base-untrained is what --control {RETAIN_FINETUNE} fine-tunes: give both, or neither")
+        return None
+    if not args.model or args.oracle:
+        raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
+                          "(without --model, compare builds its own retain-only oracle)")
+    untaught = args.base_untrained or untaught_model(args.model)
+    if untaught is None:
+        raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
+                          "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
+                          "an `obliviate finetune` input)")
+    return untaught
 
 
 def print_table(metrics: dict, cols: list[str]) -> None:
@@ -74,6 +112,12 @@ def register(sub) -> None:
     add_model_args(s, required=False, help="base model (default: the world's pretrained one, or for another task a "
                    "tiny model fine-tuned on it)")
     s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control)")
+    s.add_argument("--control", choices=[RETAIN_FINETUNE], help=f"with --model and no --oracle: {RETAIN_FINETUNE} "
+                   "builds the oracle (the negative control), the model before it was taught the task fine-tuned on "
+                   "the retain data only with the settings the fine-tuned model's card records, cached under "
+                   "--out/models/oracle_retain")
+    s.add_argument("--base-untrained", help=f"with --control {RETAIN_FINETUNE}: the model before it was taught the "
+                   "task (default: the finetune input named by --model's model cards)")
     add_task_args(s)
     add_attacks_arg(s, "every attack but gcg")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
