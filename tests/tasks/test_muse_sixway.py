@@ -209,3 +209,23 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
     assert (root / "fold_2.json").stat().st_mtime_ns == kept and (root / "fold_3.json").exists()
     assert [r["muse_knowmem_r"] for r in again["muse_sust"]] == pytest.approx([r["muse_knowmem_r"] for r in sust])
     assert again["muse_sust"][-1]["muse_verbmem_f"] == pytest.approx(sust[-1]["muse_verbmem_f"])
+
+
+def test_books_without_folds_or_examples_names_each_missing_file_in_the_report(tmp_path):
+    """muse:books as MUSE ships it has no scal/ or sust/ (MUSE ran both on News): the report says which file it
+    looked for, once per part, and that PrivLeak needs the oracle when there is none."""
+    from obliviate.recipes.compare.muse_runs import markdown
+
+    d = write_muse(tmp_path, "books")
+    for p in ("scal", "sust"):
+        shutil.rmtree(d / p)
+    (d / "knowmem" / "forget_qa_icl.json").unlink()
+    task = load_task("muse:books", root=tmp_path)
+    assert task.name == "muse:books" and len(task.meta["muse"]["missing"]) == 3
+    lines = markdown(task, {"base": {"muse_verbmem_f": 0.5, "muse_knowmem_r": 0.25, "muse_mia_auc": 0.9,
+                                     "muse_verbmem_max_new_tokens": 128, "muse_knowmem_max_new_tokens": 32}})
+    text = "\n".join(lines)
+    assert "| base | 50.0 | - | - | 25.0 |" in text  # x 100, MUSE's four columns; KnowMem on D_f and PrivLeak: -
+    for f in ("knowmem/forget_qa_icl.json", "scal/forget_2.txt", "sust/forget_2.txt"):
+        assert sum(f in line for line in lines) == 1, f
+    assert sum(line.startswith("- PrivLeak: not computed") for line in lines) == 1

@@ -150,8 +150,8 @@ def markdown(task: Task, metrics: dict) -> list[str]:
              "muse_privleak": "PrivLeak (near 0)", "muse_knowmem_r": "KnowMem on D_r (higher)",
              "muse_scal_utility": "scal: KnowMem on D_r, largest fold", "muse_sust_utility":
                  "sust: KnowMem on D_r, last request"}
-    cols = ["model", *[c for c in (*METRICS, "muse_scal_utility", "muse_sust_utility")
-                       if any(m.get(c) is not None for m in metrics.values())]]
+    cols = ["model", *METRICS, *[c for c in ("muse_scal_utility", "muse_sust_utility")  # MUSE's four always
+                                 if any(m.get(c) is not None for m in metrics.values())]]
     rows = [{"model": n, **{heads[c]: _pct(m.get(c)) for c in cols[1:]}} for n, m in metrics.items()
             if any(k.startswith("muse_") for k in m)]
     any_m = next((m for m in metrics.values() if "muse_verbmem_max_new_tokens" in m), {})
