@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -46,6 +47,27 @@ def negative_control_input(args) -> str | None:
     return untrained
 
 
+def task_digest(task) -> str:
+    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file edited
+    without changing its size changes it, and a rerun into the same --out does not resume checkpoints of the old."""
+    h = hashlib.sha256()
+    for part in (task.forget, task.retain, task.holdout):
+        h.update(json.dumps(None if part is None else [part.qa, part.docs], default=str).encode())
+    h.update(json.dumps(list(task.relearn or []), default=str).encode())
+    for es in task.evals:
+        items = [x.to_dict() if hasattr(x, "to_dict") else x for x in es.items]
+        h.update(json.dumps([es.name, es.role, es.kind, items], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def previous_digest(out) -> str | None:
+    """The task digest an earlier attack recorded in ``out/run.json`` (None without one)."""
+    try:
+        return json.loads((out / "run.json").read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def cmd_attack(args) -> None:
     untrained = negative_control_input(args)
     check_out_dir(args.out, input_paths(args, args.base, untrained))
@@ -63,12 +85,16 @@ def cmd_attack(args) -> None:
     model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
     # A rerun into the same --out resumes the relearning checkpoints, unless they belong to another run.
-    resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(),
+    digest, before = task_digest(task), previous_digest(out)
+    resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(), "data": digest,
                             "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
                             **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}),
                             "base": input_fingerprint(args.base), "control": args.control,
                             "untrained": input_fingerprint(untrained)})
-    if not resume:
+    if not resume and before is not None and before != digest:
+        print(f"obliviate: {out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} "
+              f"-> {digest[:12]}); starting afresh", file=sys.stderr)
+    elif not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
               file=sys.stderr)
     seed_everything(cfg.seed)
