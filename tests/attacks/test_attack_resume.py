@@ -23,3 +23,19 @@ def test_an_edited_forget_file_of_the_same_size_starts_afresh(tmp_path, capsys):
     assert main(argv) == 0
     lines = [l for l in capsys.readouterr().err.splitlines() if "starting afresh" in l]
     assert len(lines) == 1 and "other data" in lines[0]
+
+
+def test_finetune_on_an_edited_forget_file_of_the_same_size_starts_afresh(tmp_path, capsys):
+    """The same for ``obliviate finetune`` (its checkpoints, with finetune.checkpoint_every, were resumed)."""
+    files, _ = _user_models(tmp_path, {})
+    argv = ["finetune", "--model", str(tmp_path / "random"), *files[:4], "--out", str(tmp_path / "ft"),
+            "--no-progress", "finetune.epochs=1", "finetune.batch_size=4", "finetune.checkpoint_every=1",
+            "eval.max_new_tokens=2"]
+    assert main(argv) == 0
+    assert main(argv) == 0
+    assert "starting afresh" not in capsys.readouterr().err
+    forget = tmp_path / "data" / "forget.jsonl"
+    forget.write_text(forget.read_text().replace('"}', 'x"}', 1))  # one answer edited, same row count
+    assert main(argv) == 0
+    lines = [l for l in capsys.readouterr().err.splitlines() if "starting afresh" in l]
+    assert len(lines) == 1 and "other data" in lines[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from obliviate.attacks.controls import control_readout
 from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
-                                seeded, task_from_args)
+                                previous_digest, seeded, task_digest, task_from_args)
 from obliviate.config import build_config, deep_merge
 from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
@@ -45,27 +44,6 @@ def negative_control_input(args) -> str | None:
                           "retain data, and none is known: give --base-untrained DIR (no model card of --base or "
                           "--model names an `obliviate finetune` input)")
     return untrained
-
-
-def task_digest(task) -> str:
-    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file edited
-    without changing its size changes it, and a rerun into the same --out does not resume checkpoints of the old."""
-    h = hashlib.sha256()
-    for part in (task.forget, task.retain, task.holdout):
-        h.update(json.dumps(None if part is None else [part.qa, part.docs], default=str).encode())
-    h.update(json.dumps(list(task.relearn or []), default=str).encode())
-    for es in task.evals:
-        items = [x.to_dict() if hasattr(x, "to_dict") else x for x in es.items]
-        h.update(json.dumps([es.name, es.role, es.kind, items], sort_keys=True, default=str).encode())
-    return h.hexdigest()
-
-
-def previous_digest(out) -> str | None:
-    """The task digest an earlier attack recorded in ``out/run.json`` (None without one)."""
-    try:
-        return json.loads((out / "run.json").read_text()).get("data")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def cmd_attack(args) -> None:

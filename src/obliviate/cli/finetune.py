@@ -6,7 +6,8 @@ import sys
 from dataclasses import dataclass, field
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args)
+                                eval_kwargs, eval_overrides, input_paths, load_model_args, previous_digest,
+                                seeded, task_digest, task_from_args)
 from obliviate.config import build_config
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
@@ -35,10 +36,14 @@ def cmd_finetune(args) -> None:
     data = training_data(task, cfg.finetune.data)
     model, tok = load_model_args(args)
     out = prepare_out_dir(args.out)
-    resume = same_run(out, {"command": "finetune", "config": cfg, "task": task.summary(),
+    digest, before = task_digest(task), previous_digest(out)  # a file edited in place: not resumed, said why
+    resume = same_run(out, {"command": "finetune", "config": cfg, "task": task.summary(), "data": digest,
                             "model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
                             **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {})})
-    if not resume:
+    if not resume and before is not None and before != digest:
+        print(f"obliviate: {out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} "
+              f"-> {digest[:12]}); starting afresh", file=sys.stderr)
+    elif not resume:
         print(f"obliviate: {out} holds checkpoints of another run (other config or model); starting afresh",
               file=sys.stderr)
     progress = not args.no_progress
