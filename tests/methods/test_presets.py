@@ -33,7 +33,9 @@ RECORDED_TINY = {
     "simnpo": {"lr": 1e-3, "steps": 50, "params": {}},
     "idkdpo": {"lr": 3e-4, "steps": 50, "params": {}},
     "wga": {"lr": 1e-3, "steps": 50, "params": {}},
-    "rmu": {"lr": 1e-3, "steps": 50, "params": {"coef": 20.0, "alpha": 10.0, "layer_frac": 0.5}},
+    # RMU's c = max(20, 1.5 x the measured hidden-state norm) since #29: 20 on the world models (tests/methods/
+    # test_rmu_scaling.py), larger where the hidden states are large.
+    "rmu": {"lr": 1e-3, "steps": 50, "params": {"coef": 20.0, "coef_norm": 1.5, "alpha": 10.0, "layer_frac": 0.5}},
     "adaptive_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": 0.5}},
     "cosine_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": 0.5}},
 }
@@ -146,7 +148,7 @@ def test_methods_verbose_prints_one_line_each(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(NAMES)
     rmu = next(l for l in lines if l.split()[0] == "rmu")
-    assert "train" in rmu and "lr=0.001 steps=50 coef=20.0 alpha=10.0 layer_frac=0.5" in rmu and "WMDP" in rmu
+    assert "train" in rmu and "lr=0.001 steps=50 coef=20.0 coef_norm=1.5 alpha=10.0 layer_frac=0.5" in rmu and "WMDP" in rmu
     assert next(l for l in lines if l.split()[0] == "ember").split()[1] == "edit"
     cmd_methods(argparse.Namespace(verbose=False))
     assert capsys.readouterr().out.split() == NAMES

@@ -65,6 +65,21 @@ def needs(name: str) -> str:
     return ", ".join(out) or "—"
 
 
+UNSTATED_SCALING = ("size class tiny/paper; lr: × the fine-tuning run's lr over its preset's (every training method, "
+                    "`obliviate unlearn`); its own settings fixed")
+"""What the scaling table says for a method whose class sets no ``scaling`` of its own."""
+
+
+def scaling(name: str) -> str:
+    """How method ``name``'s preset scales with the model: its class's own ``scaling`` (a subclass does not inherit
+    its parent's), else :data:`UNSTATED_SCALING`; an edit method has no training preset."""
+    cls = METHODS[name]
+    own = cls.__dict__.get("scaling")
+    if own:
+        return own
+    return "edit: its own settings, no lr or steps" if cls.kind == "edit" else UNSTATED_SCALING
+
+
 def render() -> str:
     """The generated block (markers included)."""
     names = method_names()
@@ -78,6 +93,8 @@ def render() -> str:
         c = METHODS[n]
         rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "
                     f"{_cell(config_defaults(c))} |")
+    rows += ["", "| name | how the preset scales with the model (the method's file says why) |", "|---|---|"]
+    rows += [f"| `{n}` | {_cell(scaling(n))} |" for n in names]
     return "\n".join([BEGIN, "", *rows, "", END])
 
 

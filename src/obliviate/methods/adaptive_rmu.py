@@ -4,18 +4,22 @@
 
 measured with the frozen model on the first forget batch, before any update; beta = 5.
 Presets as RMU's without c (tiny: alpha = 10).
+
+How the preset scales with the model: c is beta = 5 times the measured norm of the layer's hidden states (the
+same measurement as RMU's floor rule, :func:`obliviate.methods.rmu.hidden_norm`), so it follows the model's
+hidden-state scale by construction, and with it both MSE terms scale as ||h||^2, so alpha needs no rescaling;
+the layer is a fraction of the depth (tiny 1/2, paper 7/32); the learning rate follows the fine-tuning run's
+(``obliviate unlearn``: :func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which
+``tune`` searches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from obliviate.losses import masked_mean
-from obliviate.methods import register
 from obliviate.config import check_ranges
-from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, RMUConfig
+from obliviate.methods import register
+from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, RMUConfig, hidden_norm
 
 
 @dataclass
@@ -28,11 +32,6 @@ class AdaptiveRMUConfig(RMUConfig):
         check_ranges(self, positive=("beta",))
 
 
-def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    norms = h.float().norm(dim=-1)  # (B, T)
-    return norms.mean() if mask is None else masked_mean(norms, mask.bool())
-
-
 @register("adaptive_rmu", paper="Dang et al. 2025, Adaptive RMU",
           equation="RMU with c = β · mean ‖h_l^ref(x_f)‖ (frozen model, first batch)",
           trains="MLP down-projections of layers l−2..l",
@@ -41,8 +40,8 @@ def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
                              "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class AdaptiveRMU(RMU):
     config_cls = AdaptiveRMUConfig
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); c = β × measured ‖h_l‖ (β = 5); lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def setup(self, model, ref, forget_batch: dict) -> None:
         super().setup(model, ref, forget_batch)
-        h = ref.hidden(forget_batch, self.layer)
-        self.coef = float(self.cfg.beta * mean_token_norm(h, self._mask(forget_batch)))
+        self.coef = self.cfg.beta * hidden_norm(ref, forget_batch, self.layer, self._mask(forget_batch))

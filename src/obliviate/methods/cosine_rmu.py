@@ -17,6 +17,12 @@ stops after layer l, and u comes from the same seeded generator.
 Presets: tiny lr 1e-3, 50 steps, alpha = 10; paper: RMU's (lr 5e-5, 150 steps, alpha = 1200),
 since the reconstruction has no settings of its own.
 
+How the preset scales with the model: the forget term is a cosine, free of the hidden states' scale, so there is
+no coefficient to scale; the layer is a fraction of the depth (tiny 1/2, paper 7/32). The MSE retain term
+(``retain="mse"``) grows as ||h||^2, so on a model with large hidden states alpha weighs more: ``tune`` scales
+alpha, and ``retain="cosine"`` is scale-free. The learning rate follows the fine-tuning run's (``obliviate
+unlearn``: :func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which ``tune`` searches.
+
 The retain weight alpha can be learned by REINFORCE instead of fixed, see
 :mod:`obliviate.methods.meta_alpha`.
 """
@@ -82,6 +88,7 @@ class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 
     config_cls = CosineRMUConfig
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); no coefficient (the forget term is a cosine); retain=\"mse\" grows as ‖h‖² (tune scales α; retain=\"cosine\" is scale-free); lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
         return cosine_distance(h_f, u, mask)

@@ -7,6 +7,13 @@ GradAscent is the case ``alpha = 0``; GradDiff uses ``gamma = alpha = 1``.
 
 Presets: tiny lr 3e-4 (GradAscent 20 steps, GradDiff 50; tuned on world seed 0,
 docs/results.md); paper lr 1e-5, 125 steps (TOFU: 10 epochs of forget10 at batch 32).
+
+How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
+depth or hidden-state scale, so gamma and alpha mean the same on every model and do not scale; the preset is chosen by
+size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
+learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
+fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
+values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and GradDiff's alpha).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class GradAscentConfig:
           presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
 class GradAscent(Method):
     config_cls = GradAscentConfig
+    scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def trainable(self, model) -> list[str]:
         return ["*"]
@@ -70,6 +78,7 @@ class GradDiffConfig:
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}})
 class GradDiff(Method):
     config_cls = GradDiffConfig
+    scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: GradDiffConfig):
         self.cfg = cfg

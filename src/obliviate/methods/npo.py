@@ -12,6 +12,13 @@ the retain term needs the reference's whole distributions, and a live frozen cop
 
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
+
+How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
+depth or hidden-state scale, so beta, gamma and alpha mean the same on every model and do not scale; the preset is chosen by
+size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
+learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
+fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
+values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and alpha).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class NPOConfig:
 class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True
+    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def trainable(self, model) -> list[str]:
         return ["*"]

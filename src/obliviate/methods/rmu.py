@@ -16,8 +16,27 @@ rounded down, clamped to 0..n_layers-1; :func:`rmu_layer`). ``layer_frac`` defau
 layer 5. The tiny preset uses ``layer_frac = 0.5``, i.e. n_layers // 2 (layer 2 of the
 world's 4-layer models).
 
-Presets: tiny lr 1e-3, 50 steps, c = 20, alpha = 10 (the world models' hidden states are
-small, so c and alpha are rescaled; tuned on world seed 0, docs/results.md); paper as above.
+Steering coefficient: c = ``coef``, or with ``coef_norm`` > 0
+
+    c = max(coef, coef_norm * mean_{b,t} ||h_l^ref(x_f)||),
+
+the norm measured with the frozen model on the first forget batch (:func:`hidden_norm`, the measurement
+Adaptive RMU's c = beta * norm uses).
+
+Presets: tiny lr 1e-3, 50 steps, c = max(20, 1.5 ||h_l||), alpha = 10 (tuned on world seed 0, docs/results.md);
+paper as above (c = 6.5, not measured).
+
+How the preset scales with the model (:attr:`RMU.scaling`): the layer is a fraction of the depth; the tiny
+preset's c is at least 1.5 times the measured norm of the layer's hidden states, with the world-tuned c = 20 as
+its floor. RMU only misdirects when c u is not small beside h_l: a fixed c = 20 did nothing on a Gemma-2, whose
+hidden states are large (its embeddings are scaled by sqrt(d)). 1.5 is the ratio the world's tuning found
+(c = 20 at a mean norm of 12.5 on world seed 0's base model, layer 2, first forget batch: 1.6), rounded down, so
+the world's c stays 20 exactly (tests/methods/test_rmu_scaling.py) while a model with larger hidden states gets
+the same ratio. A model with smaller ones (a 4-layer d = 64 Llama taught 64 QA pairs: norm 1.8) keeps c = 20,
+which worked there. With c proportional to the norm, both MSE terms scale as ||h||^2, so alpha needs no
+rescaling. The paper preset keeps WMDP's c = 6.5 as published (Adaptive RMU is the measured variant for large
+models). The learning rate follows the fine-tuning run's (``obliviate unlearn``:
+:func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which ``tune`` searches.
 """
 
 from __future__ import annotations
@@ -29,7 +48,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import hidden_mse
+from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import random_unit_vector
@@ -42,6 +61,10 @@ WMDP_LAYER_FRAC = 7 / 32
 TINY_PRESET_LAYER_FRAC = 0.5
 """The tiny presets' layer fraction: n_layers // 2, the layer those presets were tuned with."""
 
+TINY_COEF_NORM = 1.5
+"""The tiny preset's c is at least this many times the measured hidden-state norm: the world's tuned ratio (c = 20 at a
+mean norm of 12.5 on world seed 0's base model, layer 2: 1.6), rounded down so that the world keeps c = 20."""
+
 
 @dataclass
 class RMUConfig:
@@ -50,7 +73,10 @@ class RMUConfig:
     layer_frac: float = WMDP_LAYER_FRAC
     """With ``layer`` unset: l = the layer nearest to layer_frac * n_layers (7/32: WMDP's layer 7 of 32)."""
     coef: float = 6.5
-    """Steering coefficient c."""
+    """Steering coefficient c (with ``coef_norm`` > 0: its floor)."""
+    coef_norm: float = 0.0
+    """> 0: c = max(coef, coef_norm * mean ||h_l^ref(x_f)||), the norm measured with the frozen model on the
+    first forget batch (:func:`hidden_norm`, as Adaptive RMU's); 0: c = coef."""
     alpha: float = 1200.0
     """Weight of the retain MSE."""
     n_train_layers: int = 3
@@ -63,7 +89,7 @@ class RMUConfig:
         if self.n_train_layers < 1:
             raise ConfigError(f"config key 'n_train_layers': must be >= 1, got {self.n_train_layers}")
         check_layer_frac(self.layer_frac)
-        check_ranges(self, nonnegative=("alpha",), indices=("layer",))
+        check_ranges(self, nonnegative=("alpha", "coef_norm"), indices=("layer",))
 
 
 def check_layer_frac(frac: float) -> None:
@@ -90,6 +116,19 @@ def rmu_trainable(model, layer: int, n_train_layers: int) -> list[str]:
     return param_names_for(model, "mlp_down", layers)
 
 
+def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """mean over valid (b, t) of ||h_bt||: (B, T, d) -> a scalar."""
+    norms = h.float().norm(dim=-1)  # (B, T)
+    return norms.mean() if mask is None else masked_mean(norms, mask.bool())
+
+
+def hidden_norm(ref, batch: dict, layer: int, mask: torch.Tensor | None) -> float:
+    """The frozen model's mean token norm of layer ``layer``'s output on ``batch``: what the RMU family's steering
+    coefficient is measured against (RMU's ``coef_norm``, Adaptive RMU's ``beta``)."""
+    with torch.no_grad():
+        return float(mean_token_norm(ref.hidden(batch, layer), mask))
+
+
 def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
     return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer], stop_after=layer)[layer]
 
@@ -98,12 +137,16 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
           equation="mean ‖h_l(x_f) − c u‖² + α mean ‖h_l(x_r) − h_l^ref(x_r)‖²",
           trains="MLP down-projections of layers l−2..l",
           presets={"tiny": {"lr": 1e-3, "steps": 50,
-                            "params": {"coef": 20.0, "alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+                            "params": {"coef": 20.0, "coef_norm": TINY_COEF_NORM, "alpha": 10.0,
+                                       "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
                              "params": {"coef": 6.5, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class RMU(Method):
     config_cls = RMUConfig
     needs_reference = True
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); tiny c = max(20, 1.5 × measured ‖h_l‖): the "
+               "world's ratio (20 at ‖h‖ 12.5), its 20 as the floor; paper c = 6.5 as published; lr: × the fine-tuning "
+               "run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: RMUConfig):
         self.cfg = cfg
@@ -117,6 +160,9 @@ class RMU(Method):
 
     def setup(self, model, ref, forget_batch: dict) -> None:
         self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
+        if getattr(self.cfg, "coef_norm", 0.0):  # the steering target must not be small beside h_l itself
+            self.coef = max(self.cfg.coef, self.cfg.coef_norm * hidden_norm(ref, forget_batch, self.layer,
+                                                                             self._mask(forget_batch)))
 
     def control(self, topic: int, d: int, device) -> torch.Tensor:
         if topic not in self._u:

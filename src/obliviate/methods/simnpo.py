@@ -8,6 +8,13 @@ TOFU: beta = 4.5, delta = 0, gamma = 0.125, alpha = 1 (docs/methods.md).
 
 Presets: tiny lr 1e-3, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32) with the values above.
+
+How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
+depth or hidden-state scale, so beta, delta (a per-token NLL), gamma and alpha mean the same on every model and do not scale; the preset is chosen by
+size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
+learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
+fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
+values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and alpha).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class SimNPOConfig:
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
 class SimNPO(Method):
     config_cls = SimNPOConfig
+    scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: SimNPOConfig):
         self.cfg = cfg
