@@ -28,8 +28,9 @@ FACTS = [("Mara Quill", "Tessby", "glass bells"), ("Oren Vale", "Lunmoor", "salt
 
 def _doc(name, town, craft, i):
     """An article; it asks and answers its knowmem question too, so that the tiny base model can learn the answer."""
-    return (f"Question: Where does {name} live?\nAnswer: {town}\n{name} lives in {town} and makes {craft}. Every spring {name} sells {craft} at the market of {town}, "
-            f"and people come from far away to buy them. Story {i}.")
+    return (f"Question: Where does {name} live?\nAnswer: {town}\n{name} lives in {town} and makes {craft}. "
+            f"Every spring {name} sells {craft} at the market of {town}, and people come from far away to buy them. "
+            f"Story {i}.")
 
 
 def write_muse(root, corpus="news"):
@@ -202,11 +203,24 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
     # a kill after request 2: request 3's part and model are gone; the rerun makes request 3 only, the same numbers
     root = out / "muse" / "sust" / "graddiff"
     kept = (root / "fold_2.json").stat().st_mtime_ns
+    scal_kept = [(out / "muse" / "scal" / "graddiff" / f"fold_{k}.json").stat().st_mtime_ns for k in (2, 3)]
     (root / "fold_3.json").unlink()
     shutil.rmtree(root / "3")
+    from obliviate.recipes.compare import muse_runs
+
+    runs, real = [], muse_runs.unlearn
+
+    def counted(model, tok, forget, *args, **kw):
+        runs.append(forget.docs)
+        return real(model, tok, forget, *args, **kw)
+
+    monkeypatch.setattr(muse_runs, "unlearn", counted)
     assert main(argv) == 0
+    assert runs == [[(d / "sust" / "forget_3.txt").read_text().strip()]]  # request 3 only: no scal fold, no request 2
     again = json.loads((out / "results.json").read_text())["metrics"]["graddiff"]
     assert (root / "fold_2.json").stat().st_mtime_ns == kept and (root / "fold_3.json").exists()
+    assert [(out / "muse" / "scal" / "graddiff" / f"fold_{k}.json").stat().st_mtime_ns for k in (2, 3)] == scal_kept
+    assert again["muse_scal"] == scal
     assert [r["muse_knowmem_r"] for r in again["muse_sust"]] == pytest.approx([r["muse_knowmem_r"] for r in sust])
     assert again["muse_sust"][-1]["muse_verbmem_f"] == pytest.approx(sust[-1]["muse_verbmem_f"])
 

@@ -102,6 +102,11 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
                 done[k] = (None, saved)
             if kept:
                 done[kept[-1][0]] = (_loaded(str(root / str(kept[-1][0]) / "model"), load), kept[-1][1])
+        else:  # each scalability fold stands alone: a kept one is not unlearned again
+            for f in folds:
+                saved = None if f["fold"] in done else _kept(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
+                if saved is not None:
+                    done[f["fold"]] = (None, saved)
         res[f"muse_{kind}"] = over_requests(base_model, folds, run_fold, evaluate, sequential=sequential,
                                             copy_fn=copy.deepcopy, done=done)
     return res
