@@ -10,7 +10,9 @@ from obliviate.attacks.controls import (
     gaps,
     method_verdict,
     recovery,
+    robustness_markdown,
     robustness_summary,
+    robustness_table,
     verdict,
 )
 
@@ -59,7 +61,8 @@ def test_summary_uses_the_first_calibrated_attack_and_adds_priv_leak():
     assert r["calibration"]["relearn_disjoint"]["relearn_disjoint_calibrated"]
     assert not r["calibration"]["relearn"]["relearn_calibrated"]  # the positive control never came back
     assert r["verdicts"]["npo"] == {"verdict": "suppressed", "attack": "relearn_disjoint",
-                                    "reason": "relearn_disjoint: 0.00 -> 0.90"}
+                                    "control": "positive_control",
+                                    "reason": "relearn_disjoint: 0.00 -> 0.90 (calibrated on positive_control)"}
     # MUSE's AUC is 1 - ours (holdout labelled 1): ((1 - 0.8) - (1 - 0.5)) / (1 - 0.5)
     assert meth["priv_leak_loss"] == pytest.approx(-0.6)
 
@@ -140,3 +143,57 @@ def test_forgot_is_a_share_of_the_base_score_above_chance():
     # a 4-way MCQ forget set: base 0.45, a model at chance (0.25) has forgotten all of it (review finding)
     assert forgot(0.25, 0.45, chance=0.25) and not forgot(0.25, 0.45)
     assert not forgot(0.36, 0.45, chance=0.25) and forgot(0.35, 0.45, chance=0.25)
+
+
+def _world(**extra):
+    """Base, oracle, the two positive controls and one method, on relearning and quantization (hand numbers):
+    the refusal control is undone by relearning, not by rounding; the small-norm control by rounding too."""
+    base = {"forget_score": 1.0, "forget_chance": 0.0, "relearn_disjoint_base_acc": 1.0,
+            "ablate_whitebox_forget_score": 1.0, "quantize_forget_score": 1.0}
+    neg = {"forget_score": 0.0, **_m(0.0, 0.05), "quantize_forget_score": 0.02, "ablate_whitebox_forget_score": 0.0}
+    refusal = {"forget_score": 0.0, **_m(0.0, 0.9), "quantize_forget_score": 0.05,
+               "ablate_whitebox_forget_score": 0.9}
+    small = {"forget_score": 0.05, **_m(0.05, 0.8), "quantize_forget_score": 0.85,
+             "ablate_whitebox_forget_score": 0.1}
+    return {"base": base, "oracle": neg, "positive_control": refusal, "positive_control_smallnorm": small, **extra}
+
+
+def test_each_attack_is_calibrated_on_the_control_it_separates_and_quantization_can_decide():
+    """Quantization brings the small-norm control back (0.05 -> 0.85) but not the refusal control (0.0 -> 0.05):
+    calibrated on the first only; a method that relearning reads as removed but rounding brings back is
+    suppressed, decided by quantize on the small-norm control."""
+    ga = {"forget_score": 0.0, **_m(0.0, 0.06), "quantize_forget_score": 0.7, "ablate_whitebox_forget_score": 0.0}
+    metrics = _world(ga=ga)
+    r = robustness_summary(metrics)
+    q, d = r["calibration"]["quantize"], r["calibration"]["relearn_disjoint"]
+    assert q["calibrated"] and q["calibrated_by"] == ["positive_control_smallnorm"]
+    assert not q["controls"]["positive_control"]["calibrated"]
+    assert q["controls"]["positive_control_smallnorm"]["positive_recovery"] == pytest.approx(0.8 / 0.95)
+    assert d["calibrated_by"] == ["positive_control", "positive_control_smallnorm"]
+    v = r["verdicts"]["ga"]
+    assert (v["verdict"], v["attack"], v["control"]) == ("suppressed", "quantize", "positive_control_smallnorm")
+    assert v["reason"] == "quantize: 0.00 -> 0.70 (calibrated on positive_control_smallnorm)"
+    # the white-box ablation is calibrated (the refusal control comes back) but never decides a verdict
+    assert r["calibration"]["ablate_whitebox"]["calibrated"] and not r["calibration"]["ablate_whitebox"]["decides"]
+    leaky = {**ga, "quantize_forget_score": 0.0, "ablate_whitebox_forget_score": 0.9}
+    assert robustness_summary(_world(ga=leaky))["verdicts"]["ga"]["verdict"] == "removed"
+
+
+def test_an_uncalibrated_attack_is_shown_but_kept_out_of_the_verdict():
+    metrics = _world()
+    for c in ("positive_control", "positive_control_smallnorm"):  # neither control comes back under rounding
+        metrics[c]["quantize_forget_score"] = metrics[c]["forget_score"]
+    metrics["ga"] = {"forget_score": 0.0, **_m(0.0, 0.06), "quantize_forget_score": 0.9}
+    r = robustness_summary(metrics)
+    assert not r["calibration"]["quantize"]["calibrated"] and r["calibration"]["quantize"]["calibrated_by"] == []
+    assert r["verdicts"]["ga"]["verdict"] == "removed" and r["verdicts"]["ga"]["attack"] == "relearn_disjoint"
+    rows, cols = robustness_table(metrics, r)
+    assert cols[:3] == ["model", "verdict", "decided by"] and {"quantize", "relearn_disjoint"} <= set(cols)
+    assert [row["model"] for row in rows] == ["oracle", "positive_control", "positive_control_smallnorm", "base", "ga",
+                                              "calibrated?"]
+    ga = rows[4]
+    assert ga["quantize"] == "0.00 → 0.90" and ga["decided by"] == "relearn_disjoint (positive_control)"
+    assert rows[-1]["quantize"] == "no" and rows[-1]["relearn_disjoint"].startswith("yes: positive_control")
+    md = "\n".join(robustness_markdown(metrics, r))
+    assert "`quantize` (the best quantized copy's forget score): **uncalibrated**" in md
+    assert "| ga | removed | relearn_disjoint (positive_control) |" in md

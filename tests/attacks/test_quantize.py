@@ -86,3 +86,45 @@ def test_a_bad_scheme_list_fails_before_any_scoring(small_world, world_tokenizer
     monkeypatch.setattr("obliviate.attacks.quantize.evaluate_task", lambda *a, **k: pytest.fail("scored"))
     with pytest.raises(ConfigError, match="quantize_schemes.*int3"):
         quantize_attack(world_model, world_tokenizer, task_from_world(small_world), schemes=("int4", "int3"))
+
+
+def test_a_weight_confined_to_its_rounding_cell_quantizes_to_the_base_models_codes(world_model):
+    """The small-norm control's confinement: any update clamped into the base weights' int4 cells (absmax elements
+    fixed) is rounded back to exactly the base model's int4 weights, however large it was before clamping."""
+    from obliviate.attacks.controls import confine_to, rounding_cells
+    from obliviate.attacks.quantize import quantizable
+
+    base = world_model
+    moved = quantized_copy(base, "int8")  # any copy; its weights are then pushed far off
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for _, m in quantizable(moved):
+            m.weight.add_(torch.randn_like(m.weight) * 0.5)
+    confine_to(moved, rounding_cells(base, "int4"))
+    qb, qm = quantized_copy(base, "int4"), quantized_copy(moved, "int4")
+    mods = dict(quantizable(qm))
+    assert mods
+    for name, m in quantizable(qb):
+        assert torch.equal(m.weight, mods[name].weight), name
+    changed = sum(int((a.weight != b.weight).sum()) for (_, a), (_, b) in zip(quantizable(base), quantizable(moved)))
+    assert changed > 0  # the confined copy is not the base model itself
+    with pytest.raises(ConfigError, match="confine"):
+        rounding_cells(base, "nf4")
+
+
+def test_the_small_norm_control_stops_when_the_answers_vanish_and_rounds_back_to_the_base(taught, unchanged):
+    from obliviate.attacks.controls import small_norm_control
+    from obliviate.attacks.harness import qa_score_fn
+    from obliviate.attacks.quantize import quantizable
+
+    model, tok, task = taught["model"], taught["tokenizer"], taught["task"]
+    check = unchanged(model)
+    control, info = small_norm_control(model, tok, task, lr=3e-4, chunk=4, max_steps=200)
+    check()
+    score = qa_score_fn(tok, task, list(task.forget.qa))
+    assert score(model) == 1.0 and info["forget_prefix_acc"] == score(control) <= 0.1
+    assert info["steps"] % 4 == 0 and 0 < info["steps"] < 200  # stopped at the first chunk that hid them
+    assert 0 < info["update_rel_norm"] < 1 and info["confine"] == "int4"
+    qb, qc = dict(quantizable(quantized_copy(model, "int4"))), dict(quantizable(quantized_copy(control, "int4")))
+    for name, m in qb.items():  # every update lies in its rounding cell: int4 gives back the base's weights
+        assert torch.equal(m.weight, qc[name].weight), name

@@ -40,7 +40,7 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "complete" and res["seed"] == 2 and res["task"]["name"] == "world"
     m = res["metrics"]
-    assert set(m) == {"base", "oracle", "positive_control", "graddiff", "rmu"}
+    assert set(m) == {"base", "oracle", "positive_control", "positive_control_smallnorm", "graddiff", "rmu"}
     # each model is evaluated once and attacked once; each attack runs once per model (the demo's one setting
     # per relearning attack: the corpus once, each of the three A/V/B folds once)
     n = len(m)
@@ -52,12 +52,20 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
             assert key in m[name], (name, key)
         assert 0.0 <= m[name]["s_unlearning"] <= 1.0
     for name, row in m.items():
-        assert set(row["attacks_run"]) == {"relearn", "relearn_disjoint", "mia", "probe", "format_shift"}, name
+        assert set(row["attacks_run"]) == {"relearn", "relearn_disjoint", "mia", "probe", "format_shift", "quantize",
+                                           "ablate", "logit_lens", "in_context"}, name  # the demo's: not gcg
+        assert set(row["attack_cost"]) == set(row["attacks_run"]) == set(res["timings"][f"{name}_seconds_by_attack"])
+        assert all(c["forwards"] > 0 for k, c in row["attack_cost"].items() if k != "format_shift"), name
         for key in ("relearn_disjoint_acc", "relearn_disjoint_start_acc", "recovery_cost_tokens", "mia_auc_loss",
                     "mia_auc_zlib", "mia_auc_min_k", "mia_auc_min_k_plus_plus"):
             assert key in row, (name, key)
     assert set(res["robustness"]["verdicts"]) == {"graddiff", "rmu"}
-    assert "## Robustness" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "## Robustness" in report and "### Robustness table" in report
+    assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
+    # read where the base model has the attack's reference (here it knows no forget answer: no relearning target)
+    assert {"quantize", "ablate", "logit_lens", "in_context"} <= set(res["robustness"]["calibration"])
+    assert res["timings"]["positive_control_smallnorm"]["steps"] >= 0
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5 and "relearning" in html
     assert (out / "methods" / "rmu" / "result.json").exists()
@@ -75,6 +83,8 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
         raise AssertionError("a finished method was trained again")
 
     monkeypatch.setattr(compare, "unlearn", no_training)
+    monkeypatch.setattr(compare, "suppression_control", no_training)  # the controls are parts too
+    monkeypatch.setattr(compare, "small_norm_control", no_training)
     (out / "results.json").unlink()
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0
     again = json.loads((out / "results.json").read_text())
@@ -112,7 +122,7 @@ def _check_models(out: Path, res: dict) -> None:
     """The run directory holds every model it reports on, and each loads."""
     dirs = res["model_dirs"]
     assert set(dirs) == set(res["metrics"])
-    refs = ("base", "oracle", "positive_control")
+    refs = ("base", "oracle", "positive_control", "positive_control_smallnorm")
     expected = {**{n: out / "models" / n for n in refs},
                 **{n: out / "methods" / n / "model" for n in dirs if n not in refs}}
     for name, d in dirs.items():
@@ -165,3 +175,23 @@ def test_a_link_among_the_run_models_is_refused_with_its_target_untouched(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "symbolic link" in err[0] and "models/base" in err[0]
     assert (elsewhere / "keep.txt").read_text() == "mine" and sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
+
+
+def test_robustness_over_seeds_puts_the_runs_side_by_side():
+    from obliviate.recipes.compare.report import robustness_over_seeds
+
+    def run(v, calibrated):
+        return {"robustness": {"verdicts": {"npo": v},
+                               "calibration": {"quantize": {"calibrated": calibrated,
+                                                            "calibrated_by": ["positive_control_smallnorm"]
+                                                            if calibrated else []}}},
+                "metrics": {"npo": {"attack_cost": {"quantize": {"forwards": 10, "backwards": 0, "tokens": 100}}},
+                            "base": {"attack_cost": {"quantize": {"forwards": 20, "backwards": 0, "tokens": 300}}}},
+                "timings": {"npo_seconds_by_attack": {"quantize": 1.0}, "base_seconds_by_attack": {"quantize": 3.0}}}
+
+    md = "\n".join(robustness_over_seeds({
+        "seed 0": run({"verdict": "suppressed", "attack": "quantize", "control": "positive_control_smallnorm"}, True),
+        "seed 1": run({"verdict": "inconclusive", "attack": None, "control": None}, False)}))
+    assert "| npo | suppressed (quantize, positive_control_smallnorm) | inconclusive |" in md
+    assert "| quantize | yes: positive_control_smallnorm | no |" in md
+    assert "| quantize | 15 | 0 | 200 | 2 |" in md  # the mean over the four rows

@@ -26,13 +26,13 @@ def test_compare_every_method_on_an_ember_concept(tmp_path):
     res = json.loads((out / "results.json").read_text())
     # every method runs on documents (none of them needs QA pairs: EMBER's forget data are sentences)
     expected = {m for m in method_names() if not getattr(METHODS[m], "needs_idk", False)}
-    assert set(res["metrics"]) == expected | {"base", "oracle", "positive_control"}
+    assert set(res["metrics"]) == expected | {"base", "oracle", "positive_control", "positive_control_smallnorm"}
     assert set(res["robustness"]["verdicts"]) == expected
     assert res["task"]["name"] == "ember:harry_potter" and res["task"]["forget"] == "6 documents"
     for name in expected:
         assert "forget_score" in res["metrics"][name] and "relearn_acc" in res["metrics"][name], name
     assert (out / "report.html").exists() and (out / "plots" / "forget_keep.png").exists()
-    assert set(res["model_dirs"]) == expected | {"base", "oracle", "positive_control"}
+    assert set(res["model_dirs"]) == expected | {"base", "oracle", "positive_control", "positive_control_smallnorm"}
 
 
 def test_compare_oracle_needs_a_task_or_model(tmp_path, capsys):

@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
+
+import torch
 
 from obliviate.attacks.harness import qa_score_fn
+from obliviate.attacks.quantize import quantizable, rtn_quantize
 from obliviate.data import IDENTITY_PROMPT
-from obliviate.errors import DataError
+from obliviate.errors import ConfigError, DataError
 from obliviate.eval.mia import priv_leak
 from obliviate.eval.outcome import verdict_score
+from obliviate.methods import method_defaults, preset_name
+from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.runs.report import markdown_table
 from obliviate.tasks.base import IDK_ANSWERS, Data, Task
+from obliviate.train.config import TrainConfig
 from obliviate.train.finetune import FinetuneConfig, finetune
 
 MIN_POSITIVE_RECOVERY = 0.5
@@ -81,6 +88,104 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 100, c
                      "refusals": len(qa), "forget_prefix_acc": acc}
 
 
+SMALL_NORM_LR_SHARE = 0.1
+"""The small-norm control's learning rate: this share of gradient ascent's preset rate for the model's size."""
+
+
+CELL_MARGIN = 0.45
+"""A confined weight stays within this many rounding steps of its base code (0.5 is the cell's edge)."""
+
+
+@torch.no_grad()
+def rounding_cells(model, scheme: str = "int4") -> dict:
+    """Per quantized weight of ``model`` (:func:`~obliviate.attacks.quantize.quantizable`; ``int4`` / ``int8``
+    round-to-nearest per output channel): the interval each element may move in and still round to the same code
+    under the same scale, ``(lo, hi, keep)``, in the module's own weight layout; ``keep`` marks each channel's
+    absmax element, which must not move (it sets the scale)."""
+    if scheme not in ("int4", "int8"):
+        raise ConfigError(f"config key 'small_norm_args.confine': must be int4, int8 or null, got {scheme!r}")
+    cells = {}
+    for name, m in quantizable(model):
+        conv = type(m).__name__ == "Conv1D"
+        w = (m.weight.t() if conv else m.weight).float()
+        q, scale = rtn_quantize(w, int(scheme[3]))
+        q, scale = q.float().reshape(w.shape), scale.reshape(w.shape[0], 1)
+        absmax = w.abs().amax(dim=1, keepdim=True)  # no element may pass it: the scale would change
+        lo, hi = ((q - CELL_MARGIN) * scale).clamp(min=-absmax), ((q + CELL_MARGIN) * scale).clamp(max=absmax)
+        keep = torch.zeros_like(w, dtype=torch.bool)
+        keep[torch.arange(w.shape[0]), w.abs().argmax(dim=1)] = True
+        lo, hi = torch.where(keep, w, lo), torch.where(keep, w, hi)
+        cells[name] = (lo.t(), hi.t(), conv) if conv else (lo, hi, conv)
+    return cells
+
+
+@torch.no_grad()
+def confine_to(model, cells: dict) -> None:
+    """Clamp every weight of ``cells`` (:func:`rounding_cells`) into its interval, in place."""
+    for name, m in quantizable(model):
+        lo, hi, _ = cells[name]
+        m.weight.copy_(torch.maximum(torch.minimum(m.weight.float(), hi.to(m.weight.device)),
+                                     lo.to(m.weight.device)).to(m.weight.dtype))
+
+
+def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
+                       max_steps: int = 300, target: float = 0.1, batch_size: int = 16, seed: int = 0,
+                       confine: str | None = "int4", progress: bool = False):
+    """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
+    them: gradient ascent on the forget set (``gradascent``, through the method engine's one training loop) at a
+    low learning rate (``lr``, default :data:`SMALL_NORM_LR_SHARE` of the method's preset rate), in chunks of
+    ``chunk`` steps, stopped as soon as the forget questions' prefix-match accuracy is at most ``target`` (or
+    at ``max_steps``).
+
+    The mechanism it stands for: every weight moves a little (Adam moves each by about ``lr`` a step), so the
+    update is small against a 4-bit rounding step (per channel: absmax / 7) and rounding maps most weights back
+    to the base model's codes, which is how Zhang et al. 2024 explain quantization undoing GA and NPO. On a
+    tiny model that is not small enough by itself (a 2 x 96 Llama: 205 steps at 3e-5 moved the weights by 11% of
+    their norm and 4-bit rounding kept the suppression), so with ``confine`` (default ``int4``) each chunk ends by
+    clamping every quantized weight into its base code's rounding cell (:func:`rounding_cells`, within
+    :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly what 4-bit
+    round-to-nearest maps back to the base model's weights. The summary records the update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights)
+    and ``update_max_abs``. ``model`` is not modified. Returns ``(control, summary)``."""
+    qa = suppression_qa(task)
+    score = qa_score_fn(tokenizer, task, qa[:200])
+    if lr is None:
+        lr = SMALL_NORM_LR_SHARE * method_defaults("gradascent", preset_name(model))["lr"]
+    if lr <= 0 or chunk < 1 or max_steps < 1:
+        raise ConfigError(f"the small-norm control needs lr > 0, chunk >= 1 and max_steps >= 1, got lr={lr}, "
+                          f"chunk={chunk}, max_steps={max_steps}")
+    forget = Data(qa=list(task.forget.qa)) if task.forget.qa else Data(qa=qa)
+    control = copy.deepcopy(model)
+    cells = rounding_cells(model, confine) if confine else None
+    steps, acc = 0, score(control)
+    while acc > target and steps < max_steps:
+        n = min(chunk, max_steps - steps)
+        ucfg = UnlearnConfig(method="gradascent", batch_size=batch_size, seed=seed + steps,
+                             train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
+                                               log_every=n, desc="small-norm control"))
+        control, _ = unlearn(control, tokenizer, forget, task.retain, ucfg, prompt=task.prompt, progress=progress)
+        if cells is not None:
+            confine_to(control, cells)
+        steps += n
+        acc = score(control)
+    base_w = {n: m.weight.detach() for n, m in quantizable(model)}
+    num = den = 0.0
+    top = 0.0
+    for n, m in quantizable(control):
+        d = (m.weight.detach() - base_w[n]).float()
+        num += float(d.pow(2).sum())
+        den += float(base_w[n].float().pow(2).sum())
+        top = max(top, float(d.abs().max()))
+    return control, {"trained": "every layer, gradient ascent on the forget set", "method": "gradascent",
+                     "steps": steps, "lr": lr, "chunk": chunk, "confine": confine, "forget_prefix_acc": acc,
+                     "update_rel_norm": math.sqrt(num / den) if den else None, "update_max_abs": top}
+
+
+POSITIVE_CONTROLS = {"positive_control": "the last decoder layer trained to refuse the forget questions",
+                     "positive_control_smallnorm": "a small-norm full-model gradient ascent, stopped as soon as the "
+                                                   "forget answers vanish"}
+"""The suppression controls a comparison builds, by their metrics name: the knowledge is known to be in the weights."""
+
+
 def recovery(start: float | None, after: float | None, base: float | None) -> float | None:
     """(after - start) / (base - start): the share of the lost forget score an attack brought back."""
     if None in (start, after, base) or base - start <= 1e-9:
@@ -96,18 +201,65 @@ def forgot(start: float | None, base: float | None, chance: float = 0.0) -> bool
     return start - chance <= FORGOT_SHARE * (base - chance) + 1e-12
 
 
-def calibration(positive: dict, negative: dict, base_score: float, key: str, chance: float = 0.0) -> dict:
-    """Whether attack ``key`` (``relearn`` or ``relearn_disjoint``) told the two controls apart.
+@dataclass(frozen=True)
+class AttackRead:
+    """Where the verdict reads one attack in a model's metrics: its forget score without the attack (``start``)
+    and under it (``after``), on the attack's own scale; the base model's reference (``base``, a key of the base
+    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics)."""
 
-    ``positive`` / ``negative``: the attack metrics of the two controls (``<key>_start_acc``, ``<key>_acc``).
-    Calibrated: the positive control had forgotten, gets back at least :data:`MIN_POSITIVE_RECOVERY` of it and
-    ends :data:`SEPARATION` above the negative control, which gains at most :data:`MAX_NEGATIVE_GAIN`; and the
-    *removed* band (up to the negative control's recovery + :data:`REMOVED_TOLERANCE`) lies below the
-    *suppressed* band (from :data:`SUPPRESSED_SHARE` of the positive control's recovery), so no method can
-    be both.
-    """
-    p0, p1 = positive.get(f"{key}_start_acc"), positive.get(f"{key}_acc")
-    n0, n1 = negative.get(f"{key}_start_acc"), negative.get(f"{key}_acc")
+    start: str
+    after: str
+    base: str | None = None
+    chance: str = "attack_score_chance"
+    decides: bool = True
+    """False: calibrated and shown, but no verdict rests on it (a white-box attack that needs the base model)."""
+    label: str = ""
+
+
+READS = {
+    "relearn_disjoint": AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
+                                   label="relearning on other forget facts, held-out facts scored"),
+    "relearn": AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
+                          label="relearning on the related corpus"),
+    "unrelated_finetune": AttackRead("unrelated_ft_start_acc", "unrelated_ft_acc",
+                                     label="fine-tuning on 10 unrelated (retain) examples"),
+    "quantize": AttackRead("forget_score", "quantize_forget_score", chance="forget_chance",
+                           label="the best quantized copy's forget score"),
+    "ablate": AttackRead("forget_score", "ablate_forget_score", chance="forget_chance",
+                         label="difference-of-means direction projected out at every layer"),
+    "ablate_whitebox": AttackRead("forget_score", "ablate_whitebox_forget_score", chance="forget_chance",
+                                  decides=False, label="the direction unlearning moved along (needs the base model)"),
+    "logit_lens": AttackRead("logit_lens_last_top1", "logit_lens_top1",
+                             label="answer's first token top-1 at some layer, against the last layer alone"),
+    "in_context": AttackRead("in_context_zero_shot_acc", "in_context_acc",
+                             label="the best of re-introduction and few-shot, against the question alone"),
+    "prompts": AttackRead("prompt_plain_acc", "prompt_best_acc",
+                          label="the best adversarial prompt type, against the plain question"),
+    "gcg": AttackRead("gcg_start_acc", "gcg_acc", label="an optimised suffix, held-out half scored"),
+    "format_shift": AttackRead("forget_score", "format_shift_acc", chance="forget_chance",
+                               label="the best variant of the forget set, above its chance"),
+}
+"""Every attack the verdict can rest on, strongest first (ties of severity go to the earlier), and where it is
+read. The probe and membership inference have no before and after: they are read against the negative control
+alone (:func:`control_readout`; membership inference can veto *removed*, :func:`method_verdict`)."""
+
+ATTACK_KEYS = tuple(READS)
+
+
+def read_of(key: str) -> AttackRead:
+    """:data:`READS` of ``key``, or the relearning convention ``<key>_start_acc`` / ``<key>_acc`` / ``<key>_base_acc``."""
+    return READS.get(key) or AttackRead(f"{key}_start_acc", f"{key}_acc", f"{key}_base_acc")
+
+
+def base_reference(base: dict, key: str) -> tuple[float | None, float]:
+    """The base model's score on attack ``key``'s scale (the target of recovery) and the chance level."""
+    r = read_of(key)
+    return base.get(r.base or r.start), base.get(r.chance) or 0.0
+
+
+def separation(p0, p1, n0, n1, base_score, chance: float = 0.0) -> dict:
+    """The calibration maths of one attack on one positive control (start ``p0`` -> ``p1``) and the negative
+    control (``n0`` -> ``n1``), against the base model's ``base_score`` (:func:`calibration`)."""
     pos, neg = recovery(p0, p1, base_score), recovery(n0, n1, base_score)
     neg_gain = None if None in (n0, n1) else n1 - n0
     floor = max(0.0, neg or 0.0)
@@ -115,20 +267,38 @@ def calibration(positive: dict, negative: dict, base_score: float, key: str, cha
           and pos >= MIN_POSITIVE_RECOVERY
           and neg_gain <= MAX_NEGATIVE_GAIN and p1 >= n1 + SEPARATION - 1e-9
           and floor + REMOVED_TOLERANCE < SUPPRESSED_SHARE * pos)
-    return {f"{key}_positive_recovery": pos, f"{key}_negative_gain": neg_gain, f"{key}_negative_recovery": floor,
-            f"{key}_calibrated": bool(ok)}
+    return {"positive_recovery": pos, "negative_gain": neg_gain, "negative_recovery": floor, "calibrated": bool(ok),
+            "positive": [p0, p1], "negative": [n0, n1], "base": base_score}
+
+
+def calibration(positive: dict, negative: dict, base_score: float, key: str, chance: float = 0.0) -> dict:
+    """Whether attack ``key`` (of :data:`READS`, or a relearning key) told the two controls apart.
+
+    ``positive`` / ``negative``: the metrics of the two controls (where :func:`read_of` reads the attack).
+    Calibrated: the positive control had forgotten, gets back at least :data:`MIN_POSITIVE_RECOVERY` of it and
+    ends :data:`SEPARATION` above the negative control, which gains at most :data:`MAX_NEGATIVE_GAIN`; and the
+    *removed* band (up to the negative control's recovery + :data:`REMOVED_TOLERANCE`) lies below the
+    *suppressed* band (from :data:`SUPPRESSED_SHARE` of the positive control's recovery), so no method can
+    be both.
+    """
+    r = read_of(key)
+    c = separation(positive.get(r.start), positive.get(r.after), negative.get(r.start), negative.get(r.after),
+                   base_score, chance)
+    return {f"{key}_positive_recovery": c["positive_recovery"], f"{key}_negative_gain": c["negative_gain"],
+            f"{key}_negative_recovery": c["negative_recovery"], f"{key}_calibrated": c["calibrated"]}
 
 
 def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str, calibrated: bool,
             chance: float = 0.0) -> str:
     """not unlearned / removed / suppressed / inconclusive for one method under attack ``key``.
 
-    *not unlearned*: it had not forgotten before the attack (:func:`forgot`); then, on a calibrated attack only,
-    *removed*: a recovery within the negative control's (+ :data:`REMOVED_TOLERANCE`); *suppressed*: at least
-    :data:`SUPPRESSED_SHARE` of the positive control's; else *inconclusive*. :func:`calibration` keeps the two
-    bands apart, so *removed* and *suppressed* exclude each other.
+    *not unlearned*: it had not forgotten before the attack (:func:`forgot`, on the attack's own scale); then,
+    on a calibrated attack only, *removed*: a recovery within the negative control's (+ :data:`REMOVED_TOLERANCE`);
+    *suppressed*: at least :data:`SUPPRESSED_SHARE` of the positive control's; else *inconclusive*.
+    :func:`calibration` keeps the two bands apart, so *removed* and *suppressed* exclude each other.
     """
-    start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
+    r = read_of(key)
+    start, after = m.get(r.start), m.get(r.after)
     if start is None or after is None:
         return "inconclusive"
     if not forgot(start, base_score, chance):
@@ -144,6 +314,27 @@ def verdict(m: dict, positive: dict, negative: dict, base_score: float, key: str
     if rec >= SUPPRESSED_SHARE * c[f"{key}_positive_recovery"]:
         return "suppressed"
     return "inconclusive"
+
+
+def attack_calibration(metrics: dict, controls: list[str], key: str) -> dict | None:
+    """Attack ``key`` on every positive control of ``controls`` against the oracle; None when the attack did not
+    run on the base model, the oracle and at least one positive control.
+
+    ``{"calibrated", "calibrated_by" (the controls it separated), "controls": {name: :func:`separation`},
+    "decides", "label"}``, and the flat ``<key>_calibrated`` / ``_positive_recovery`` / ``_negative_gain`` /
+    ``_negative_recovery`` of the first control that calibrated it (else of the first control)."""
+    r, base, neg = read_of(key), metrics.get("base", {}), metrics.get("oracle")
+    ref, chance = base_reference(base, key)
+    ran = [c for c in controls if metrics.get(c, {}).get(r.after) is not None]
+    if neg is None or ref is None or neg.get(r.after) is None or not ran:
+        return None
+    per = {c: separation(metrics[c].get(r.start), metrics[c].get(r.after), neg.get(r.start), neg.get(r.after),
+                         ref, chance) for c in ran}
+    by = [c for c in ran if per[c]["calibrated"]]
+    first = per[(by or ran)[0]]
+    return {"calibrated": bool(by), "calibrated_by": by, "controls": per, "decides": r.decides, "label": r.label,
+            f"{key}_calibrated": bool(by), f"{key}_positive_recovery": first["positive_recovery"],
+            f"{key}_negative_gain": first["negative_gain"], f"{key}_negative_recovery": first["negative_recovery"]}
 
 
 def mia_reads(base: dict, negative: dict, key: str = "mia_auc_min_k") -> bool:
@@ -179,25 +370,29 @@ def control_readout(m: dict, control: dict | None) -> dict:
     return out
 
 
-ATTACK_KEYS = ("relearn_disjoint", "relearn")
-"""The relearning attacks a verdict can rest on, strongest first."""
+REFERENCES = ("base", "oracle", *POSITIVE_CONTROLS)
+"""The rows of a comparison that are references, not methods."""
 
 
 def robustness_summary(metrics: dict) -> dict:
-    """Calibration of each relearning attack against the controls, and per method one verdict.
+    """Calibration of every attack of :data:`READS` against the controls, and per method one verdict.
 
-    ``{"calibration": {attack: {...}}, "verdicts": {method: {"verdict", "attack", "reason"}}}``
-    (:func:`method_verdict`). PrivLeak against the negative control is added to each row with MIA scores, the
-    probe and MIA beside the negative control's (:func:`control_readout`) and ``recovery_cost_vs_oracle``.
+    ``{"calibration": {attack: ...}, "verdicts": {method: {"verdict", "attack", "control", "reason"}}}``:
+    :func:`attack_calibration` on each positive control present (:data:`POSITIVE_CONTROLS`) and
+    :func:`method_verdict` over the calibrated (attack, control) pairs. PrivLeak against the negative control
+    is added to each row with MIA scores, the probe and MIA beside the negative control's
+    (:func:`control_readout`) and ``recovery_cost_vs_oracle``.
     """
-    pos, neg, base = metrics.get("positive_control"), metrics.get("oracle"), metrics["base"]
+    neg, base = metrics.get("oracle"), metrics["base"]
+    controls = [c for c in POSITIVE_CONTROLS if c in metrics]
     calib = {}
     for key in ATTACK_KEYS:
-        if pos is not None and neg is not None and f"{key}_acc" in pos and base.get(f"{key}_base_acc") is not None:
-            calib[key] = calibration(pos, neg, base[f"{key}_base_acc"], key, base.get("attack_score_chance", 0.0))
-    usable = [k for k in ATTACK_KEYS if calib.get(k, {}).get(f"{k}_calibrated")]
-    verdicts = {name: method_verdict(m, base, pos, neg, usable) for name, m in metrics.items()
-                if name not in ("base", "oracle", "positive_control")}
+        c = attack_calibration(metrics, controls, key)
+        if c is not None:
+            calib[key] = c
+    usable = [(k, ctl) for k, c in calib.items() if c["decides"] for ctl in c["calibrated_by"]]
+    verdicts = {name: method_verdict(m, base, {c: metrics[c] for c in controls}, neg, usable)
+                for name, m in metrics.items() if name not in REFERENCES}
     for m in metrics.values():
         m.update(gaps(m))
     for name, m in metrics.items():
@@ -216,32 +411,41 @@ def robustness_summary(metrics: dict) -> dict:
     return {"calibration": calib, "verdicts": verdicts}
 
 
-def method_verdict(m: dict, base: dict, pos: dict | None, neg: dict | None, usable: list[str]) -> dict:
-    """One method's verdict, the attack that decided it and why.
+def method_verdict(m: dict, base: dict, pos: dict | None, neg: dict | None, usable: list) -> dict:
+    """One method's verdict, the attack (and positive control) that decided it and why.
 
-    A method whose forget score stays above :data:`FORGOT_SHARE` of the base model's is *not unlearned*;
-    otherwise its verdict is the worst (:data:`SEVERITY`) over the calibrated attacks ``usable``, and *removed*
-    also needs membership inference to read it as the negative control where MIA reads the forget set at all
-    (:func:`mia_reads`). With no calibrated attack it is *inconclusive*.
+    ``usable``: the calibrated attacks, as keys (read against the one positive control ``pos``) or as
+    ``(key, control)`` pairs, ``pos`` then being ``{control: metrics}``. A method whose forget score stays above
+    :data:`FORGOT_SHARE` of the base model's is *not unlearned*; otherwise its verdict is the worst
+    (:data:`SEVERITY`) over ``usable`` (the first on ties), and *removed* also needs membership inference to read
+    it as the negative control where MIA reads the forget set at all (:func:`mia_reads`). With no calibrated
+    attack it is *inconclusive*.
     """
     f, f0 = verdict_score(m), verdict_score(base)  # a cloze MCQ set counted length-normalised (eval.outcome)
     if forgot(f, f0, base.get("forget_chance", 0.0)) is False:
-        return {"verdict": "not unlearned", "attack": None,
+        return {"verdict": "not unlearned", "attack": None, "control": None,
                 "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}"}
     if not usable:
-        return {"verdict": "inconclusive", "attack": None, "reason": "no calibrated attack"}
-    found = [(verdict(m, pos, neg, base[f"{k}_base_acc"], k, True, base.get("attack_score_chance", 0.0)), k)
-             for k in usable]
-    worst, key = max(found, key=lambda vk: SEVERITY[vk[0]])
-    start, after = m.get(f"{key}_start_acc"), m.get(f"{key}_acc")
+        return {"verdict": "inconclusive", "attack": None, "control": None, "reason": "no calibrated attack"}
+    pairs = [u if isinstance(u, tuple) else (u, None) for u in usable]
+    controls = pos if all(c is not None for _, c in pairs) else {None: pos}
+    found = []
+    for k, ctl in pairs:
+        ref, chance = base_reference(base, k)
+        found.append((verdict(m, controls[ctl], neg, ref, k, True, chance), k, ctl))
+    worst, key, ctl = max(found, key=lambda v: SEVERITY[v[0]])
+    r = read_of(key)
+    start, after = m.get(r.start), m.get(r.after)
     reason = f"{key}: {start:.2f} -> {after:.2f}" if None not in (start, after) else f"{key}: not run"
+    if ctl is not None:
+        reason += f" (calibrated on {ctl})"
     if worst == "removed" and neg is not None and mia_reads(base, neg):
         auc, auc_neg = m.get("mia_auc_min_k"), neg.get("mia_auc_min_k")
         if auc is not None and abs(auc - auc_neg) > MIA_TOLERANCE:
-            return {"verdict": "inconclusive", "attack": "mia",
-                    "reason": f"relearning brings nothing back, but membership inference tells the forget set from "
-                              f"the holdout (Min-K% AUC {auc:.2f}, the negative control's {auc_neg:.2f})"}
-    return {"verdict": worst, "attack": key, "reason": reason}
+            return {"verdict": "inconclusive", "attack": "mia", "control": None,
+                    "reason": f"no calibrated attack brings anything back, but membership inference tells the forget "
+                              f"set from the holdout (Min-K% AUC {auc:.2f}, the negative control's {auc_neg:.2f})"}
+    return {"verdict": worst, "attack": key, "control": ctl, "reason": reason}
 
 
 def gaps(m: dict) -> dict:
@@ -262,25 +466,66 @@ ROBUSTNESS = ["model", "verdict", "relearn_disjoint_start_acc", "relearn_disjoin
               "probe_acc", "probe_calibrated", "probe_gap", "format_shift_gap", "mia_auc_min_k", "priv_leak_min_k"]
 
 
-def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
-    """The robustness table (controls first) and one line per attack on its calibration."""
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _cell(m: dict, key: str) -> str | None:
+    r = read_of(key)
+    a, b = m.get(r.start), m.get(r.after)
+    return None if a is None or b is None else f"{a:.2f} → {b:.2f}"
+
+
+def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[str]]:
+    """The robustness table's rows and columns: a row per model (the controls first, then the base model, then
+    the methods), a column per attack that was read (``before → after`` on the attack's own scale), the verdict
+    and the attack (and control) that decided it; the last row says whether each attack is calibrated, and on
+    which control."""
+    calib = robustness["calibration"]
+    keys = list(calib)
+    cols = ["model", "verdict", "decided by", *keys]
+    names = [n for n in ("oracle", *POSITIVE_CONTROLS, "base") if n in metrics] + \
+        [n for n in metrics if n not in REFERENCES]
     rows = []
-    for name in ["oracle", "positive_control"] + [n for n in metrics if n not in ("base", "oracle",
-                                                                                  "positive_control")]:
+    for name in names:
+        v = robustness["verdicts"].get(name)
+        row = {"model": name, "verdict": v["verdict"] if v else "(control)" if name != "base" else "(reference)",
+               "decided by": (f"{v['attack']}" + (f" ({v['control']})" if v.get("control") else "")
+                              if v and v.get("attack") else None)}
+        row.update({k: _cell(metrics[name], k) for k in keys})
+        rows.append(row)
+    rows.append({"model": "calibrated?", **{k: ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"] else "no")
+                                           + ("" if c["decides"] else " (white-box, no verdict)")
+                                           for k, c in calib.items()}})
+    return rows, cols
+
+
+def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
+    """The robustness section: one line per attack on its calibration, the robustness table
+    (:func:`robustness_table`) and the relearning, probe and MIA details (controls first)."""
+    rows = []
+    for name in ["oracle", *POSITIVE_CONTROLS] + [n for n in metrics if n not in REFERENCES]:
         if name in metrics:
             v = robustness["verdicts"].get(name, {}).get("verdict", "(control)")
             rows.append({"model": name, "verdict": v, **{k: metrics[name].get(k) for k in ROBUSTNESS[2:]}})
+    present = [c for c in POSITIVE_CONTROLS if c in metrics]
     lines = ["## Robustness: does the knowledge come back?", "",
-             "The oracle (never saw the forget data) is the negative control; `positive_control` is the base model "
-             "with only its last layer trained to refuse the forget questions, so the knowledge is provably still "
-             "in its weights. An attack that does not tell the two apart is **uncalibrated**: its numbers are "
-             "shown but no verdict rests on it.", ""]
+             "The oracle (never saw the forget data) is the negative control. The positive controls provably keep "
+             "the knowledge in their weights and only hide it: " +
+             "; ".join(f"`{c}`, {POSITIVE_CONTROLS[c]}" for c in present) + ". Each attack is read as "
+             "`before → after` on its own scale; it is **calibrated** on a positive control when it brings back at "
+             "least half of what that control lost and ends clearly (0.2) above the oracle, which gains at most "
+             "0.1. An uncalibrated attack is shown but no verdict rests on it; a method's verdict is the worst over "
+             "the calibrated attacks (docs/evaluation.md).", ""]
     for key, c in robustness["calibration"].items():
-        pos, neg = c[f"{key}_positive_recovery"], c[f"{key}_negative_gain"]
-        state = "calibrated" if c[f"{key}_calibrated"] else "**uncalibrated**"
-        lines.append(f"- `{key}`: {state} (positive control recovers "
-                     f"{'n/a' if pos is None else f'{100 * pos:.0f}%'} of the base score, the oracle gains "
-                     f"{'n/a' if neg is None else f'{neg:+.2f}'}).")
+        state = (f"calibrated on {', '.join(f'`{x}`' for x in c['calibrated_by'])}" if c["calibrated"]
+                 else "**uncalibrated**")
+        per = "; ".join(f"`{ctl}` recovers {_pct(d['positive_recovery'])}" for ctl, d in c["controls"].items())
+        gain = next(iter(c["controls"].values()))["negative_gain"]
+        lines.append(f"- `{key}` ({c['label']}): {state} ({per} of its loss; the oracle gains "
+                     f"{'n/a' if gain is None else f'{gain:+.2f}'}){'' if c['decides'] else '; white-box: shown, never a verdict'}.")
     if not robustness["calibration"]:
-        lines.append("- no relearning attack could be calibrated (no controls, or no relearning data).")
-    return lines + ["", markdown_table(rows, ROBUSTNESS), ""]
+        lines.append("- no attack could be calibrated (no controls, or no attack ran on them).")
+    table_rows, table_cols = robustness_table(metrics, robustness)
+    return lines + ["", "### Robustness table", "", markdown_table(table_rows, table_cols), "",
+                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), ""]

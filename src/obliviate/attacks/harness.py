@@ -596,7 +596,7 @@ def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
-                     resume: bool = True, base_cache: dict | None = None) -> dict:
+                     resume: bool = True, base_cache: dict | None = None, timings: dict | None = None) -> dict:
     """Every registered attack (:data:`ATTACKS`) that is enabled and has its data; flat metrics (``model`` is
     never modified).
 
@@ -611,9 +611,11 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     (:func:`~obliviate.attacks.relearn.recovery_cost`), ``probe_acc`` /
     ``probe_best_layer`` / ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`),
     ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``; ``attack_cost``:
-    ``{attack: {forwards, backwards, tokens, seconds}}`` of ``model`` and every copy an attack made of it
-    (:func:`~obliviate.attacks.cost.counting`; the base model's scoring is not the attack's). ``base_cache``: a
-    dict shared by the calls on one base model (a comparison's), so that its scores are computed once.
+    ``{attack: {forwards, backwards, tokens}}`` of ``model`` and every copy an attack made of it
+    (:func:`~obliviate.attacks.cost.counting`; the base model's scoring is not the attack's). ``timings``: a dict
+    that receives each attack's wall seconds (kept out of the metrics: the same seed gives the same metrics).
+    ``base_cache``: a dict shared by the calls on one base model (a comparison's), so that its scores are
+    computed once.
     """
     cfg = cfg or TaskAttackConfig()
     for layer in cfg.probe_layers or []:  # a bad layer fails now, not after the relearning attacks
@@ -643,7 +645,9 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
             if res:
                 out.update(res)
                 out["attacks_run"].append(name)
-                out["attack_cost"][name] = {**cost.as_dict(), "seconds": round(time.time() - t, 2)}
+                out["attack_cost"][name] = cost.as_dict()
+                if timings is not None:
+                    timings[name] = time.time() - t
     if not out["attacks_run"]:
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")

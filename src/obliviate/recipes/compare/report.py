@@ -122,3 +122,42 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           f"Total time {seconds:.0f} s."]
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     write_html(out / "report.md", out / "report.html", images=[f"plots/{png}" for _, png in figures])
+
+
+def robustness_over_seeds(results: dict) -> list[str]:
+    """Markdown of several comparisons' robustness (``{label: results.json as a dict}``, e.g. one per world seed):
+    per method and run, the verdict and the attack (and control) that decided it; per attack and run, whether it
+    was calibrated and on which positive control; and each attack's cost on each model (forwards, backward passes
+    and tokens, the mean over the models and runs; wall seconds from the runs' timings)."""
+    labels = list(results)
+    methods = list(dict.fromkeys(n for r in results.values() for n in r["robustness"]["verdicts"]))
+    attacks = list(dict.fromkeys(k for r in results.values() for k in r["robustness"]["calibration"]))
+    verdicts = []
+    for name in methods:
+        row = {"method": name}
+        for lab in labels:
+            v = results[lab]["robustness"]["verdicts"].get(name)
+            row[lab] = None if v is None else v["verdict"] + (
+                f" ({v['attack']}{', ' + v['control'] if v.get('control') else ''})" if v.get("attack") else "")
+        verdicts.append(row)
+    calib = []
+    for key in attacks:
+        row = {"attack": key}
+        for lab in labels:
+            c = results[lab]["robustness"]["calibration"].get(key)
+            row[lab] = None if c is None else ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"] else "no")
+        calib.append(row)
+    costs: dict = {}
+    for r in results.values():
+        for name, m in r["metrics"].items():
+            secs = (r.get("timings") or {}).get(f"{name}_seconds_by_attack") or {}
+            for key, c in (m.get("attack_cost") or {}).items():
+                costs.setdefault(key, []).append({**c, "seconds": secs.get(key)})
+    cost_rows = [{"attack": k, **{f: sum(c[f] for c in cs) / len(cs) for f in ("forwards", "backwards", "tokens")},
+                  "seconds": (sum(c["seconds"] for c in cs if c["seconds"] is not None) /
+                              max(1, sum(c["seconds"] is not None for c in cs)))}
+                 for k, cs in costs.items()]
+    return ["## Verdicts", "", markdown_table(verdicts, ["method", *labels]), "",
+            "## Calibration of each attack", "", markdown_table(calib, ["attack", *labels]), "",
+            "## Cost of each attack per model (mean over models and runs)", "",
+            markdown_table(cost_rows, ["attack", "forwards", "backwards", "tokens", "seconds"], fmt="{:.0f}"), ""]

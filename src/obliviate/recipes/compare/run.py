@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.controls import robustness_summary, suppression_control
+from obliviate.attacks.controls import robustness_summary, small_norm_control, suppression_control
 from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
 from obliviate.config import to_dict
 from obliviate.errors import DataError, ModelError
@@ -44,7 +44,8 @@ class CompareConfig:
     """Methods to compare (default: every registered method that can run on the task)."""
     runs: dict = field(default_factory=dict)
     """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
-    attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
+    attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
+    """Every attack but the optimised suffix (:func:`compare_attacks`; ``--attacks all`` adds it)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel_pretrain: bool = False
@@ -58,6 +59,12 @@ class CompareConfig:
     """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
     positive_control_args: dict = field(default_factory=dict)
     """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
+    small_norm_control: bool = True
+    """With ``positive_control``, also build and attack the small-norm suppression control (``positive_control_smallnorm``,
+    :func:`obliviate.attacks.controls.small_norm_control`), which calibrates quantization."""
+    small_norm_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control` (``lr``, ``chunk``,
+    ``max_steps``, ``target``)."""
     save_models: bool = True
     """Keep every method's unlearned model in ``out/methods/<name>/model``."""
     eval_batch_size: int = 32
@@ -71,10 +78,20 @@ class CompareConfig:
     ``sust/``; :mod:`obliviate.recipes.compare.muse_runs`)."""
 
 
+def compare_attacks() -> TaskAttackConfig:
+    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift) and the
+    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``)."""
+    return TaskAttackConfig(quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True,
+                            unrelated_finetune=True)
+
+
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
-        "attacks": {"lr_grid": [3e-4], "corpus_lr_grid": [1e-3], "lora": False}}
-"""What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, and one attacker setting
-per relearning attack (no LoRA), which keeps the demo within minutes; ``compare`` tries the whole grid."""
+        "attacks": {"lr_grid": [3e-4], "corpus_lr_grid": [1e-3], "lora": False, "prompts": False,
+                    "unrelated_finetune": False}}
+"""What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
+relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction
+ablation, in-context), which keeps the demo within minutes; ``compare`` tries the whole grid and every attack
+but GCG."""
 
 
 def runnable_methods(task: Task) -> list[str]:
@@ -218,10 +235,15 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             m.update(score_against(metrics["base"], m))
         return m
 
+    base_cache: dict = {}  # the base model's scores, computed once for every model attacked
+
     def attack(name: str, model, m: dict) -> None:
         t = time.time()
-        att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m)
+        per: dict = {}
+        att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m, base_cache=base_cache,
+                               timings=per)
         timings[f"{name}_attack_seconds"] = time.time() - t
+        timings[f"{name}_seconds_by_attack"] = per
         curves[name] = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
         m.update(att)
 
@@ -239,18 +261,37 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         attack("oracle", oracle, metrics["oracle"])
         del oracle
     attack("base", base_model, metrics["base"])
-    if cfg.positive_control:
-        try:
-            control, info = suppression_control(base_model, tok, task, seed=cfg.seed, **cfg.positive_control_args)
-        except DataError as e:  # e.g. a task with MCQs only: nothing to refuse
-            info = {"skipped": str(e)}
-        else:
-            metrics["positive_control"] = evaluate("positive_control", control)
-            attack("positive_control", control, metrics["positive_control"])
-            save_trained(control, out / "models" / "positive_control", tok)
-            dirs["positive_control"] = str(out / "models" / "positive_control")
-            del control
-        timings["positive_control"] = info
+    builders = {"positive_control": (cfg.positive_control, suppression_control, cfg.positive_control_args),
+                "positive_control_smallnorm": (cfg.positive_control and cfg.small_norm_control, small_norm_control,
+                                               cfg.small_norm_args)}
+    for cname, (on, build, kwargs) in builders.items():
+        if not on:
+            continue
+        cdir = out / "models" / cname
+
+        def control_part(cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
+            seed_everything(cfg.seed)
+            t = time.time()
+            try:
+                control, info = build(base_model, tok, task, seed=cfg.seed, **kwargs)
+            except DataError as e:  # e.g. a task with MCQs only: nothing to refuse
+                return {"info": {"skipped": str(e)}}
+            info = {**info, "seconds": time.time() - t}
+            m = evaluate(cname, control)
+            attack(cname, control, m)
+            save_trained(control, cdir, tok)  # before its part: a finished control has its model
+            return {"metrics": m, "curves": curves[cname], "info": info,
+                    "timings": {k: timings[k] for k in (f"{cname}_attack_seconds", f"{cname}_seconds_by_attack")}}
+
+        if not (cdir / "config.json").exists():
+            (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
+        part, _ = cached_part(out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
+                              control_part)
+        timings[cname] = part["info"]
+        if "metrics" in part:
+            metrics[cname], curves[cname] = part["metrics"], part["curves"]
+            timings.update(part["timings"])
+            dirs[cname] = str(cdir)
     configs = {}
     for name in methods:
         mdir = out / "methods" / name
@@ -280,7 +321,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
             return {"metrics": m, "curves": curves[name],
-                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_attack_seconds")}}
+                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_attack_seconds",
+                                                        f"{name}_seconds_by_attack")}}
 
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
