@@ -18,6 +18,7 @@ from obliviate.methods import METHODS, method_defaults, method_names, preset_nam
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.recipes import sequential
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
@@ -139,6 +140,8 @@ def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
 
 
 def cmd_unlearn(args) -> None:
+    if args.requests:  # sequential unlearning: obliviate.recipes.sequential
+        return cmd_requests(args)
     method, cfg, task, model, tok, preset, split = checked_run(args, tuning=args.tune)
     out = prepare_out_dir(args.out)
     tuned = None
@@ -185,6 +188,33 @@ def cmd_unlearn(args) -> None:
     print(verdict["line"])
 
 
+# ------------------------------------------------------------ --requests: sequential unlearning (issue #31, item 5)
+
+def cmd_requests(args) -> None:
+    """``unlearn --requests A,B,...``: the requests in order on the same model, every metric after each
+    (:mod:`obliviate.recipes.sequential`); every check before the model is loaded."""
+    if args.tune:
+        raise ConfigError("--tune and --requests: tune on one forget set (without --requests), then pass the chosen "
+                          "settings (--config OUT/preset.yaml) to the sequential run")
+    paths = sequential.request_paths(args.requests, args.forget)
+    check_out_dir(args.out, input_paths(args, *map(str, paths)))
+    requests = sequential.read_requests(paths, mapping=args.mapping, template=args.template, chat=args.chat_template,
+                                        limit=args.limit)
+    if not args.task:  # the files shorthand: the forget data are the requests
+        args.forget = [str(p) for p in paths]
+    method, cfg, task, model, tok, preset, _ = checked_run(args)
+    out = prepare_out_dir(args.out)
+    fingerprint = {"command": "unlearn --requests", "config": to_dict(cfg), "task": task.summary(),
+                   "base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+                   "adapter": input_fingerprint(args.adapter), "pad_policy": args.pad_policy}
+    res = sequential.run_requests(model, tok, task, requests, cfg.unlearn, out, fingerprint=fingerprint,
+                                  seed=cfg.seed, eval_kw=eval_kwargs(cfg, not args.no_progress),
+                                  progress=not args.no_progress)
+    for line in sequential.finish(out, res, requests, task, method, cfg, tok, base_model=str(args.model),
+                                  preset=preset):
+        print(line)
+
+
 def register(sub) -> None:
     s = sub.add_parser("unlearn", help="unlearn a task's forget data from a model, evaluate before and after")
     add_common(s)
@@ -195,4 +225,8 @@ def register(sub) -> None:
     add_eval_args(s)
     s.add_argument("--tune", action="store_true", help="first choose lr, steps and the method's own weight on a "
                    "validation split of the forget and retain pairs (as obliviate tune), then report on the rest")
+    s.add_argument("--requests", metavar="A.jsonl,B.jsonl,...", help="sequential unlearning: apply these forget "
+                   "files one after another to the same model (the retain data stay the task's), evaluate every "
+                   "metric and the cheap attacks after each; the curve goes to report.md and results.json, and a "
+                   "rerun resumes after the last finished request (docs/tasks.md, \"Sequential unlearning\")")
     s.set_defaults(fn=cmd_unlearn)
