@@ -1,0 +1,74 @@
+"""Robustness of the four baselines on world seeds 0-3 under every attack (issue #30).
+
+Runs ``obliviate compare`` on the world for each seed with every attack (``--attacks all``: relearning, MIA,
+probe, format shift, quantization, direction ablation, logit lens, in-context, adversarial prompts, unrelated
+fine-tuning and GCG) on the base model, the oracle, both positive controls and GradDiff, NPO, SimNPO and RMU;
+each run writes its own report (``OUT/seed<k>/report.md`` and ``.html``, with the robustness table). Then
+``OUT/robustness.md`` (and ``.html``) puts the runs side by side: verdicts and the attack that decided each, the
+calibration of each attack per seed, and each attack's cost (:func:`obliviate.recipes.compare.report.
+robustness_over_seeds`). A finished seed is not run again (its results.json is read), so a killed run resumes.
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/robustness_seeds.py --out runs/robustness
+    .venv/bin/python scripts/robustness_seeds.py --out runs/robustness --tables-only
+    .venv/bin/python scripts/robustness_seeds.py --out /tmp/r --seeds 0 -- pretrain.world.n_forget=4 ...
+
+Arguments after ``--`` go to every ``compare`` (config overrides). Estimated time: docs/evaluation.md, "Which
+control calibrates which attack".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from obliviate.recipes.compare.report import robustness_over_seeds
+from obliviate.runs.report import write_html
+
+METHODS = "methods=[graddiff,npo,simnpo,rmu]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/robustness")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    p.add_argument("--attacks", default="all")
+    p.add_argument("--tables-only", action="store_true", help="only write the tables from the finished seeds")
+    p.add_argument("overrides", nargs="*", help="config overrides for every compare (after --)")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    results, seconds = {}, {}
+    for seed in args.seeds:
+        d = out / f"seed{seed}"
+        done = d / "results.json"
+        if not args.tables_only and not (done.exists() and json.loads(done.read_text()).get("status") == "complete"):
+            cmd = [sys.executable, "-m", "obliviate.cli.main", "compare", "--seed", str(seed), "--out", str(d),
+                   "--attacks", args.attacks, "--no-progress", METHODS, *args.overrides]
+            print(" ".join(cmd), flush=True)
+            t = time.time()
+            rc = subprocess.run(cmd).returncode
+            if rc != 0:
+                print(f"seed {seed}: compare failed (exit {rc}); its error is above", file=sys.stderr)
+                return rc
+            seconds[seed] = time.time() - t
+            print(f"seed {seed}: {seconds[seed]:.0f} s", flush=True)
+        if done.exists():
+            results[f"seed {seed}"] = json.loads(done.read_text())
+    if not results:
+        print(f"no finished seed under {out}", file=sys.stderr)
+        return 1
+    md = ["# Robustness of the baselines on the world, every attack", "",
+          f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
+          *robustness_over_seeds(results)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "robustness.md").write_text("\n".join(md) + "\n")
+    write_html(out / "robustness.md", out / "robustness.html")
+    print(f"tables: {out / 'robustness.md'} and {out / 'robustness.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
