@@ -195,3 +195,25 @@ def test_robustness_over_seeds_puts_the_runs_side_by_side():
     assert "| npo | suppressed (quantize, positive_control_smallnorm) | inconclusive |" in md
     assert "| quantize | yes: positive_control_smallnorm | no |" in md
     assert "| quantize | 15 | 0 | 200 | 2 |" in md  # the mean over the four rows
+
+
+@pytest.mark.parametrize("argv", [["compare"], ["demo"]])
+def test_an_unknown_attack_name_is_one_line_before_anything_runs(tmp_path, capsys, argv):
+    out = tmp_path / "out"
+    assert main([*argv, "--attacks", "quantize,quantise", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, mia, probe, "
+                   "format_shift, quantize, ablate, logit_lens, in_context, prompts, unrelated_finetune, gcg)"]
+    assert not out.exists()
+
+
+def test_the_api_takes_the_same_attack_names(tmp_path):
+    import obliviate
+    from obliviate.errors import ConfigError
+    from obliviate.tasks.base import Data, Task
+
+    task = Task("t", forget=Data(qa=[("q1?", "a1"), ("q2?", "a2")]), retain=Data(qa=[("q3?", "a3")]))
+    for call in (lambda: obliviate.attack(None, None, task, attacks="ablate,nosuch"),
+                 lambda: obliviate.compare(None, None, task, tmp_path / "c", attacks=["nosuch"])):
+        with pytest.raises(ConfigError, match="^unknown attack 'nosuch'"):
+            call()
