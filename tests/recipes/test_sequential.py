@@ -151,3 +151,18 @@ def test_bad_requests_are_one_line_before_the_model(user, tmp_path, capsys, no_m
 def _err_of(user, tmp_path, reqs, capsys):
     assert _run(user, tmp_path / "o", requests=reqs) == 2
     return one_error(capsys)
+
+
+def test_finished_requests_resume_from_the_last_saved_model():
+    """The resume point MUSE's sustainability folds and unlearn --requests share: the longest run of kept parts,
+    cut back to the last request whose model was saved; only that model is loaded."""
+    from obliviate.eval.six_way import finished_requests
+
+    folds = [{"fold": k, "docs": [k]} for k in (1, 2, 3, 4)]
+    parts = {1: {"m": 1}, 2: {"m": 2}, 4: {"m": 4}}  # request 3's part is missing: 4 cannot be used
+    loads = []
+    done = finished_requests(folds, parts.get, lambda k: k in (1, 2), lambda k: loads.append(k) or f"model{k}")
+    assert done == {1: (None, {"m": 1}), 2: ("model2", {"m": 2})} and loads == [2]
+    done = finished_requests(folds, parts.get, lambda k: k == 1, lambda k: f"model{k}")
+    assert done == {1: ("model1", {"m": 1})}  # 2's model was not saved: the run restarts after request 1
+    assert finished_requests(folds, {}.get, lambda k: True, str, done={1: ("m1", {})}) == {1: ("m1", {})}

@@ -191,7 +191,8 @@ def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_f
     data and its checkpoints), ``evaluate_fn(model, fold) -> dict`` the metrics; ``copy_fn(model)`` gives the
     fresh copy each scalability fold starts from (``copy.deepcopy`` by default). ``done`` maps a fold to
     ``(model, metrics)`` already made (a resumed run, or fold 1 = the method's own run), used as they are; its
-    model may be None where no later fold starts from it.
+    model may be None where no later fold starts from it (:func:`finished_requests` makes it after a kill). Also the
+    loop of ``obliviate unlearn --requests`` (:mod:`obliviate.recipes.sequential`).
     """
     copy_fn = copy_fn or copy.deepcopy
     done = done or {}
@@ -209,3 +210,27 @@ def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_f
         if sequential:
             cur = nxt
     return out
+
+
+def finished_requests(folds: Sequence[dict], kept_fn: Callable, has_model_fn: Callable, load_fn: Callable, *,
+                      done: dict | None = None) -> dict:
+    """The ``done`` of a sequential :func:`over_requests` run resumed after a kill: ``done`` (what the caller has
+    already) and the longest run of the next requests whose result ``kept_fn(k)`` still has (a dict, else None),
+    cut back to the last one whose model was saved (``has_model_fn(k)``); that one's model is ``load_fn(k)``, so the
+    next request starts from it. Shared by MUSE's sustainability folds and ``obliviate unlearn --requests``."""
+    done = dict(done or {})
+    kept = []
+    for f in folds:
+        if f["fold"] in done:
+            continue
+        saved = kept_fn(f["fold"])
+        if saved is None:
+            break
+        kept.append((f["fold"], saved))
+    while kept and not has_model_fn(kept[-1][0]):
+        kept.pop()
+    for k, saved in kept:
+        done[k] = (None, saved)
+    if kept:
+        done[kept[-1][0]] = (load_fn(kept[-1][0]), kept[-1][1])
+    return done

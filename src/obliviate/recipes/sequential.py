@@ -29,7 +29,7 @@ from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, run_task_attack
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import to_dict
 from obliviate.eval.outcome import unlearn_verdict
-from obliviate.eval.six_way import over_requests
+from obliviate.eval.six_way import finished_requests, over_requests
 from obliviate.eval.suite import PRIMARY, evaluate_task, knows_forget_set
 from obliviate.methods.engine import check_unlearn_run, unlearn
 from obliviate.models.load import load_model
@@ -220,22 +220,13 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
 
     state: dict = {}
     folds = [{"fold": r.index, "docs": [*r.data.qa, *r.data.docs]} for r in requests]
-    done: dict = {}
-    kept = []
-    for r in requests:  # a resumed run: the finished requests; the next one starts from the last one's model
-        saved = _kept(root / f"request_{r.index}.json", part_key(r.index))
-        if saved is None:
-            break
-        kept.append((r.index, saved))
-    while kept and not (root / str(kept[-1][0]) / "model" / "config.json").exists():
-        kept.pop()
-    for k, saved in kept:
-        done[k] = (None, saved)
-    if kept:
-        p = next(model.parameters())
-        done[kept[-1][0]] = (load_model(root / str(kept[-1][0]) / "model", dtype=p.dtype, device=p.device),
-                             kept[-1][1])
-        log(f"obliviate: resuming after request {kept[-1][0]} of {len(requests)} ({requests[kept[-1][0] - 1].name})")
+    p = next(model.parameters())
+    done = finished_requests(folds, lambda k: _kept(root / f"request_{k}.json", part_key(k)),
+                             lambda k: (root / str(k) / "model" / "config.json").exists(),
+                             lambda k: load_model(root / str(k) / "model", dtype=p.dtype, device=p.device))
+    if done:  # a resumed run: the next request starts from the last finished one's model
+        k = max(done)
+        log(f"obliviate: resuming after request {k} of {len(requests)} ({requests[k - 1].name})")
     rows = over_requests(model, folds, unlearn_fn, evaluate_fn, sequential=True, done=done)
     for r, row in zip(requests, rows):
         row["request"] = row.pop("fold")

@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from obliviate.eval.six_way import METRICS, muse_metrics, muse_privleak, over_requests
+from obliviate.eval.six_way import METRICS, finished_requests, muse_metrics, muse_privleak, over_requests
 from obliviate.methods.engine import unlearn
 from obliviate.runs.parts import cached_part
 from obliviate.runs.report import markdown_table, md_escape
@@ -88,20 +88,9 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
             if not sequential or fold1 is not None:
                 done[1] = (fold1, _muse_only(main))
         if sequential:  # a resumed run: the requests whose part and model are kept, the next starts from the last
-            kept = []
-            for f in folds:
-                if f["fold"] in done:
-                    continue
-                saved = _kept(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
-                if saved is None:
-                    break
-                kept.append((f["fold"], saved))
-            while kept and not (root / str(kept[-1][0]) / "model" / "config.json").exists():
-                kept.pop()
-            for k, saved in kept:
-                done[k] = (None, saved)
-            if kept:
-                done[kept[-1][0]] = (_loaded(str(root / str(kept[-1][0]) / "model"), load), kept[-1][1])
+            done = finished_requests(folds, lambda k, r=root, pk=part_key: _kept(r / f"fold_{k}.json", pk(k)),
+                                     lambda k, r=root: (r / str(k) / "model" / "config.json").exists(),
+                                     lambda k, r=root: _loaded(str(r / str(k) / "model"), load), done=done)
         else:  # each scalability fold stands alone: a kept one is not unlearned again
             for f in folds:
                 saved = None if f["fold"] in done else _kept(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
