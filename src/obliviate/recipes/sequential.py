@@ -198,7 +198,7 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     base_score = before.get("forget_score")
     if knows_forget_set(before) is False:
         base_score = None  # the attacks' steps-to-base have no target (they warn once, on the base model)
-        log(f"obliviate: warning: the base model does not know the requests' forget data: forget score "
+        log(f"obliviate: warning: the base model does not know the forget set: forget score "
             f"{before['forget_score']:.3f} (chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing")
 
     def unlearn_fn(m, items, k):
