@@ -132,9 +132,12 @@ def test_bad_requests_are_one_line_before_the_model(user, tmp_path, capsys, no_m
     a, b, _ = user["requests"]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
+    copy = tmp_path / "copy_of_A.jsonl"
+    copy.write_bytes(a.read_bytes())
     cases = [([a, tmp_path / "missing.jsonl"], [], "request file not found: "),
              ([a, empty], [], "request 2 ("),
              ([a, b, a], [], "is named twice"),
+             ([a, copy], [], "holds the same data as"),
              ([a, b], ["--forget", str(user["forget"])], "conflicts with --requests"),
              ([a, b], ["--tune"], "--tune and --requests")]
     for reqs, extra, want in cases:

@@ -70,7 +70,7 @@ class Request:
 
 def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
     """The request files of ``--requests A,B,...`` in order; one-line errors for an empty entry, a missing file, a
-    file named twice and a ``--forget`` that is not the requests' files (with ``--requests`` the forget data are the
+    file named twice (or two files of the same bytes) and a ``--forget`` that is not the requests' files (with ``--requests`` the forget data are the
     requests; ``--forget`` may only repeat them)."""
     names = [s.strip() for s in str(spec).split(",")]
     if not any(names):
@@ -87,6 +87,12 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
             raise ConfigError(f"--requests: {n} is named twice (as {seen[real]} too): each request is one file, once")
         seen[real] = n
         paths.append(p)
+    digests: dict = {}
+    for p in paths:  # the same request under two names would be unlearned twice
+        d = digest_file(p)
+        if d in digests:
+            raise ConfigError(f"--requests: {p} holds the same data as {digests[d]}: each request is given once")
+        digests[d] = p
     if forget:
         extra = [f for f in forget if str(Path(f).expanduser().resolve()) not in seen]
         if extra or len(forget) != len(paths):
