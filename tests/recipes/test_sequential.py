@@ -169,3 +169,21 @@ def test_finished_requests_resume_from_the_last_saved_model():
     done = finished_requests(folds, parts.get, lambda k: k == 1, lambda k: f"model{k}")
     assert done == {1: ("model1", {"m": 1})}  # 2's model was not saved: the run restarts after request 1
     assert finished_requests(folds, {}.get, lambda k: True, str, done={1: ("m1", {})}) == {1: ("m1", {})}
+
+
+def test_a_named_task_keeps_its_evaluation_sets_and_retain_data(user):
+    """With --task T, the requests' union becomes the forget data; T's own sets and retain data stay, and each
+    request's set is added with role extra (in no role score)."""
+    from obliviate.tasks.files import task_from_files
+
+    task = task_from_files([str(user["forget"])], [str(user["retain_qa"])], name="own")
+    reqs = sequential.read_requests(user["requests"][:2])
+    t = sequential.with_requests(task, reqs)
+    assert t.forget.qa == reqs[0].data.qa + reqs[1].data.qa and len(t.forget.qa) == 8
+    assert t.retain.qa == task.retain.qa
+    assert [es.name for es in t.evals] == [*(es.name for es in task.evals), "request1_qa", "request2_qa"]
+    assert [es.role for es in t.evals[-2:]] == ["extra", "extra"]
+    assert [x["question"] for x in t.evals[-1].items] == [q for q, _ in reqs[1].data.qa]
+    shorthand = task_from_files([str(p) for p in user["requests"][:2]], [str(user["retain_qa"])])
+    same = sequential.with_requests(shorthand, reqs)  # the forget data already the requests': kept as they are
+    assert same.forget is shorthand.forget and same.evals[-1].name == "request2_qa"
