@@ -3,7 +3,8 @@
 For each architecture: a random-init model with a BPE tokenizer of its own (trained on the files' text), saved as a
 user would have it; ``obliviate finetune`` on two user QA files (``--n-forget`` forget and ``--n-retain`` retain
 pairs of fictitious facts, JSON Lines); then ``obliviate unlearn --tune`` with each method. ``unlearn --tune``
-chooses lr, steps and the method's own weight on the validation half of the pairs (``tune.budget`` trials at most)
+chooses lr, steps and the method's own weight on the validation half of the pairs (``tune.budget`` grid trials, plus
+at most ``tune.extend`` past the grid's edge)
 and reports on the held-out half only. A run passes when, on the held-out items, the forget score is at most half
 the base model's and the retain score at least 0.9 of the base's.
 
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ARCHS = ("llama", "gpt2", "qwen2", "gemma2")
+ARCHS = ("llama", "gpt2", "qwen2", "gemma2", "mistral", "gptneox")
 METHODS = ("rmu", "npo", "graddiff")
 
 _SYL = ["ka", "lo", "mi", "ren", "tu", "sa", "vor", "el", "dra", "qui", "zan", "po", "bel", "ix", "nor", "fe",
@@ -143,7 +144,7 @@ def main(argv=None) -> None:
     (out / "summary.json").write_text(json.dumps({"rows": rows, "seconds": round(total, 1), "args": vars(a),
                                                   "threads": os.environ.get("OMP_NUM_THREADS")}, indent=2))
     head = "| arch | method | forget base -> after | retain base -> after | pass | verdict | chosen | s |"
-    lines = [f"# unlearn --tune across architectures (budget {a.budget} trials; {a.n_forget} + {a.n_retain} pairs; "
+    lines = [f"# unlearn --tune across architectures (budget {a.budget} grid trials + at most 4 past its edge; {a.n_forget} + {a.n_retain} pairs; "
              f"d_model {a.d_model}, {a.n_layer} layers; held-out half reported)", "", head,
              "|" + "---|" * 8]
     for r in rows:

@@ -1,5 +1,6 @@
 """obliviate tune: the grid, the choice under the retain constraint, the validation split, resume, the preset file."""
 
+import dataclasses
 import json
 
 import pytest
@@ -142,7 +143,7 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
                str(taught["forget"]), "--retain", str(taught["retain"]), "methods=[npo,graddiff]",
                "positive_control=false", "runs.npo.steps=6", "runs.npo.lr=1e-3", "runs.npo.batch_size=4",
                "runs.graddiff.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
-               "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "attacks.relearn.steps=2",
+               "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "tuning.extend=0", "attacks.relearn.steps=2",
                "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.corpus_lr_grid=[1e-3]",
                "attacks.lora=false"])
     assert rc == 0
@@ -154,3 +155,27 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
         assert res["method_settings"][name]["lr"] == pytest.approx(chosen["lr"])
         assert res["method_settings"][name]["steps"] == chosen["steps"]
     assert (out / "tune" / "npo" / "report.md").exists()
+
+
+def test_a_best_trial_that_forgot_little_at_the_grids_edge_pushes_past_it_and_stops_at_the_target(taught, tmp_path):
+    val, _ = validation_split(taught["task"], 0.5, 0)
+    run = _run(lr=1e-3, steps=4, alpha=2.0)
+
+    def objective(t):  # retain never moves; forget needs lr * steps >= 36e-3 to fall below half (6x the grid's top)
+        work = t["lr"] * t["steps"] / 1e-3
+        return {"forget_score": 1.0 if work < 36 else 0.2, "retain_score": 1.0}
+
+    seen = []
+    cfg = TuneConfig(lr_scale=[1.0, 3.0], steps_scale=[1.0, 2.0], param_scale=[1.0], budget=4, extend=4)
+    r = tune(taught["model"], taught["tokenizer"], val, run, cfg, tmp_path / "t", log=lambda s: None,
+             trial_fn=lambda t: seen.append(t["scales"]) or objective(t))
+    # grid corner (3, 2) is lr*steps = 24e-3: forgot little; one step out (9, 4) is 144e-3 >= 36e-3: done
+    assert seen[:4] == [[1.0, 1.0, 1.0], [1.0, 2.0, 1.0], [3.0, 1.0, 1.0], [3.0, 2.0, 1.0]]
+    assert seen[4:] == [[9.0, 4.0, 1.0]] and r["chosen"]["scales"] == [9.0, 4.0, 1.0]
+    assert r["chosen"]["forgot"] == pytest.approx(0.8) and r["settings"]["unlearn"]["train"]["steps"] == 16
+    none = tune(taught["model"], taught["tokenizer"], val, run, dataclasses.replace(cfg, extend=0), tmp_path / "u",
+                log=lambda s: None, trial_fn=objective)
+    assert len(none["trials"]) == 4 and none["chosen"]["forgot"] == pytest.approx(0.0)  # the grid only
+    lost = tune(taught["model"], taught["tokenizer"], val, run, cfg, tmp_path / "v", log=lambda s: None,
+                trial_fn=lambda t: {"forget_score": 1.0, "retain_score": 0.5})
+    assert len(lost["trials"]) == 4  # nothing feasible: no push past the edge

@@ -3,8 +3,9 @@
 
 The grid scales the method's run (its preset and the user's overrides) by factors: the learning rate, the steps
 and the method's own weight (:data:`TUNED_PARAM`: the retain weight ``alpha`` of most methods). Trials are taken
-from the run as given outward (nearest first, in log scale), at most ``budget`` of them. Each trial trains a
-copy of the model on all the forget and retain data, as the final run will, and is scored on the *validation*
+from the run as given outward (nearest first, in log scale), at most ``budget`` of them; when the best feasible
+trial forgot little at the grid's largest lr or steps, up to ``extend`` more push past that edge (:func:`outward`).
+Each trial trains a copy of the model on all the forget and retain data, as the final run will, and is scored on the *validation*
 items only (:func:`validation_split`: a seeded share of the forget and retain pairs' evaluation items); the
 objective is the largest share of the forget score removed (:func:`~obliviate.eval.outcome.forgot_share`) among
 the trials that keep at least ``retain_share`` of the base model's keep score. The other items are never scored
@@ -35,7 +36,7 @@ import numpy as np
 import yaml
 
 from obliviate.errors import ConfigError
-from obliviate.eval.outcome import RETAIN_SHARE, forgot_share, retained_share
+from obliviate.eval.outcome import MIN_FORGOT, RETAIN_SHARE, forgot_share, retained_share
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import METHODS
 from obliviate.methods.engine import UnlearnConfig, unlearn
@@ -65,6 +66,10 @@ class TuneConfig:
     """Factors of the method's own setting (:data:`TUNED_PARAM`); ignored for a method without one."""
     budget: int = 12
     """Most trials (the grid's nearest to the run as given, in log scale)."""
+    extend: int = 4
+    """Most extra trials past the grid's edge (:func:`outward`): taken one at a time while the best feasible trial
+    removed less than :data:`~obliviate.eval.outcome.MIN_FORGOT` of the forget score and sits on the grid's largest
+    lr or steps (0: the grid only)."""
     retain_share: float = RETAIN_SHARE
     """The constraint: a trial must keep this share of the base model's keep score on the validation items."""
     val_fraction: float = 0.5
@@ -78,6 +83,8 @@ class TuneConfig:
                 raise ConfigError(f"config key 'tune.{name}': must be a non-empty list of numbers > 0, got {v!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise ConfigError(f"config key 'tune.budget': must be an integer >= 1, got {self.budget!r}")
+        if isinstance(self.extend, bool) or not isinstance(self.extend, int) or self.extend < 0:
+            raise ConfigError(f"config key 'tune.extend': must be an integer >= 0, got {self.extend!r}")
         if not 0 < self.retain_share <= 1:
             raise ConfigError(f"config key 'tune.retain_share': must be in (0, 1], got {self.retain_share!r}")
         if not 0 < self.val_fraction < 1:
@@ -147,6 +154,27 @@ def grid(run: UnlearnConfig, cfg: TuneConfig) -> list[dict]:
     return out
 
 
+def outward(trials: list[dict], run: UnlearnConfig, cfg: TuneConfig) -> dict | None:
+    """The next trial past the grid's edge, or None. It starts from the largest update that kept retain (the
+    feasible trial of the largest lr x steps factors) and pushes its lr out by the grid's largest lr factor where
+    it has the largest lr tried, and its steps likewise (an axis whose factors are none above 1, e.g.
+    ``steps_scale=[1]``, is held fixed). A model whose retain score every such trial kept but whose forget score
+    they barely moved needs a larger update than the grid around the preset holds (scripts/tune_architectures.py:
+    RMU on GPT-NeoX and Gemma-2 chose the grid's corner, lr x3 and steps x2, and still forgot little)."""
+    feasible = [t for t in trials if t["retained"] is None or t["retained"] >= cfg.retain_share - 1e-9]
+    if not feasible:
+        return None
+    b = max(feasible, key=lambda t: (t["scales"][0] * t["scales"][1], t["forgot"] or 0.0, -t["index"]))
+    ls, ss, ps = b["scales"]
+    fl, fs = max(cfg.lr_scale), max(cfg.steps_scale)
+    nl = ls * fl if fl > 1 and ls >= max(t["scales"][0] for t in trials) - 1e-12 else ls
+    ns = ss * fs if fs > 1 and ss >= max(t["scales"][1] for t in trials) - 1e-12 else ss
+    if (nl, ns) == (ls, ss) or any(t["scales"] == [nl, ns, ps] for t in trials):
+        return None
+    return {"lr": run.train.lr * nl, "steps": max(1, round(run.train.steps * ns)), "param": b["param"],
+            "value": b["value"], "scales": [nl, ns, ps]}
+
+
 def trial_config(run: UnlearnConfig, trial: dict) -> UnlearnConfig:
     """``run`` with a trial's lr, steps and method setting: also the final run at the chosen trial (a trial trains
     on all the data, as the final run does)."""
@@ -183,14 +211,16 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
                                                  "tune": dataclasses.asdict(cfg), **(fingerprint or {})})
     base = store.get("base", lambda: _scalars(evaluate_task(model, tokenizer, val, progress=progress, **ekw)))
     trials = []
-    for i, t in enumerate(grid(run, cfg)):
-        def work(t=t):
+
+    def trial(t: dict) -> None:
+        def work():
             if trial_fn is not None:
                 return _scalars(trial_fn(t))
             seed_everything(run.seed)
             new, _ = unlearn(copy.deepcopy(model), tokenizer, val.forget, val.retain, trial_config(run, t), None,
                              prompt=val.prompt, idk=val.idk, progress=progress)
             return _scalars(evaluate_task(new, tokenizer, val, progress=progress, **ekw))
+        i = len(trials)
         after = store.get(f"trial_{i:03d}", work, key={k: t[k] for k in ("lr", "steps", "param", "value")})
         row = {**t, "index": i, "forgot": forgot_share(base, after), "retained": retained_share(base, after),
                "forget_score": after.get("forget_score")}
@@ -198,7 +228,16 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
         log(f"tune {run.method} trial {i + 1}: lr {t['lr']:.3g}, steps {t['steps']}"
             + (f", {t['param']} {t['value']:.3g}" if t["param"] else "")
             + f": forget removed {_fmt(row['forgot'])}, keep share {_fmt(row['retained'])}")
+
+    for t in grid(run, cfg):
+        trial(t)
     chosen, feasible = choose(trials, cfg.retain_share)
+    for _ in range(cfg.extend):  # past the grid's edge while the best kept retain but forgot little
+        nxt = outward(trials, run, cfg) if feasible and (chosen["forgot"] or 0.0) < MIN_FORGOT else None
+        if nxt is None:
+            break
+        trial(nxt)
+        chosen, feasible = choose(trials, cfg.retain_share)
     result = {"method": run.method, "base": base, "trials": trials, "chosen": chosen, "feasible": feasible,
               "retain_share": cfg.retain_share, "settings": settings_of(run, chosen)}
     write_tune_report(out_dir, result)
