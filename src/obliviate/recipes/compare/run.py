@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +168,22 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) 
     return dirs, roots["base"]
 
 
+def note_data_change(out: Path, data: str) -> bool:
+    """Say in one line (stderr) when ``out`` holds finished parts made from other data than the task's now (an edited
+    forget or retain file of the same size, rerun into the same ``--out``): they are not reused, and the run starts
+    afresh. Returns whether it said so."""
+    for part in sorted(Path(out).glob("methods/*/result.json")) + sorted(Path(out).glob("controls/*.json")):
+        try:
+            old = (json.loads(part.read_text()).get("key") or {}).get("data")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if old is not None and old != data:
+            print(f"obliviate: {out}: the task's data changed since its parts were made (another forget, retain or "
+                  "evaluation file content); starting afresh", file=sys.stderr)
+            return True
+    return False
+
+
 def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dict[str, str]:
     """Train the tiny base (forget + retain) and, with ``cfg.oracle``, the oracle (retain only); kept in
     ``out/models``."""
@@ -220,6 +237,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
                "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
                "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
+    note_data_change(out, run_key["data"])
     val = None
     if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
