@@ -9,7 +9,7 @@ import json
 import pytest
 
 from obliviate.attacks.controls import method_verdict
-from obliviate.attacks.harness import _selected_metrics
+from obliviate.attacks.harness import _selected_metrics, forget_items_fn
 from obliviate.eval import core
 from obliviate.eval.outcome import unlearn_verdict
 from obliviate.eval.suite import evaluate_task
@@ -108,3 +108,14 @@ def test_the_verdict_reads_the_best_step_chosen_on_v_not_the_curves_last_point()
     assert method_verdict(meth, base, pos, neg, ["relearn_disjoint"])["verdict"] == "suppressed"
     last = {**meth, "relearn_disjoint_acc": meth["relearn_disjoint_final_acc"]}
     assert method_verdict(last, base, pos, neg, ["relearn_disjoint"])["verdict"] == "removed"
+
+
+def test_the_relearning_attack_tracks_cloze_mcqs_length_normalised(monkeypatch):
+    """The relearning curves' per-item score on a forget set of cloze MCQs only: the length-normalised choice, as
+    the verdict reads it (by the raw sum this model 'knows' none of the items; per character it knows all six)."""
+    task = _cloze_task()
+    monkeypatch.setattr(core, "choice_logprobs", lambda model, tok, ctxs, conts, *a, **k: [[-2.0, -8.0] for _ in ctxs])
+    fn, n = forget_items_fn(None, task)
+    assert n == 6 and list(fn(None)) == [1.0] * 6
+    monkeypatch.setattr(core, "choice_logprobs", lambda model, tok, ctxs, conts, *a, **k: [[-2.0, -40.0] for _ in ctxs])
+    assert list(fn(None)) == [0.0] * 6

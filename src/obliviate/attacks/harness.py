@@ -175,7 +175,9 @@ def split_score_fn(tokenizer, task: Task, splits: dict[str, Sequence[tuple[str, 
 
 def forget_items_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> tuple[Callable, int] | None:
     """``(fn, n)``: ``fn(model)`` = the per-item score (1.0 / 0.0) of the ``n`` forget items a relearning attack
-    tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their variants)."""
+    tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their variants), a cloze
+    MCQ read length-normalised (lm-eval's ``acc_norm``), as the verdict reads it: the raw sum favours short
+    choices."""
     forget = task.evals_by_role("forget", variants=False)
     qa = [(x["question"], x["answer"]) for es in forget if es.kind == "qa" for x in es.items]
     if qa:
@@ -191,6 +193,8 @@ def forget_items_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int 
     def fn(model) -> np.ndarray:
         r = mcq_accuracy(model, tokenizer, items, style=style, batch_size=batch_size,
                          context_fn=lambda m: task.prompt.prompt(m["question"], tokenizer))
+        if "predictions_norm" in r:
+            return np.asarray([float(p == m["answer_index"]) for p, m in zip(r["predictions_norm"], items)])
         return np.asarray(r["correct"], dtype=float)
 
     return fn, len(items)
