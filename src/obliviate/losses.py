@@ -49,6 +49,15 @@ def ratio_of_sums(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return total / count.clamp(min=1e-8)
 
 
+def soft_cross_entropy(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """mean over the N rows of CE(target, softmax(logits)) = -sum_v q_v log p_v: ``target`` (N, V) a distribution per
+    row (held fixed by the caller), ``logits`` (N, V). A zero target entry contributes 0 even where log p is -inf.
+    The distillation term of UNDIAL and CE-U."""
+    logp = F.log_softmax(logits.float(), -1)
+    ce = -(target * logp.masked_fill(target == 0, 0.0)).sum(-1)  # (N,)
+    return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
+
+
 def shift_targets(labels: torch.Tensor) -> torch.Tensor:
     """Targets aligned with logits: position t predicts labels[t + 1]."""
     return labels[:, 1:]  # (B, T-1)

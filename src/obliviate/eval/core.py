@@ -35,7 +35,8 @@ def normalise_text(s: str) -> str:
     return " ".join(s.split())
 
 
-def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """The length of the longest common subsequence of two token lists (ROUGE-L's numerator)."""
     if not a or not b:
         return 0
     prev = [0] * (len(b) + 1)
@@ -72,7 +73,7 @@ def rouge_l_recall(prediction: str, reference: str) -> float:
     ref = rouge_tokens(reference)
     if not ref:
         return 0.0
-    return _lcs(rouge_tokens(prediction), ref) / len(ref)
+    return lcs_length(rouge_tokens(prediction), ref) / len(ref)
 
 
 def chance_corrected(acc: float, base: float, chance: float) -> float:

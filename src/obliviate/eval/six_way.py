@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from obliviate.errors import DataError
-from obliviate.eval.core import greedy_generate, model_max_length
+from obliviate.eval.core import greedy_generate, lcs_length, model_max_length
 from obliviate.eval.mia import mia_metrics, priv_leak
 from obliviate.models.tokenizer import bos_prefix
 
@@ -59,22 +59,12 @@ def rouge_words(text: str) -> list[str]:
     return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
 
 
-def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
-
-
 def rouge_l_f1(prediction: str, reference: str) -> float:
     """ROUGE-L F1 = 2 P R / (P + R) with P = LCS / |prediction|, R = LCS / |reference| on :func:`rouge_words`
     (rouge-score's ``RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction).fmeasure``, MUSE's
     ``rougeL``); 0 when either side has no word or they share none."""
     pred, ref = rouge_words(prediction), rouge_words(reference)
-    lcs = _lcs(pred, ref) if pred and ref else 0
+    lcs = lcs_length(pred, ref)
     if not lcs:
         return 0.0
     p, r = lcs / len(pred), lcs / len(ref)

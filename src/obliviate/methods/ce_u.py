@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import IGNORE_INDEX, ratio_of_sums, shift_targets
+from obliviate.losses import IGNORE_INDEX, shift_targets, soft_cross_entropy
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import forget_and_retain, labelled_logits
@@ -46,10 +46,7 @@ def ceu_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     z = logits.float()
     masked = z.detach().clone()
     masked[torch.arange(len(targets), device=targets.device), targets] = float("-inf")
-    q = F.softmax(masked, -1)  # (N, V), 0 at the answer token
-    logp = F.log_softmax(z, -1)
-    ce = -(q * logp.masked_fill(q == 0, 0.0)).sum(-1)  # (N,)
-    return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
+    return soft_cross_entropy(F.softmax(masked, -1), z)  # the target is 0 at the answer token
 
 
 @dataclass

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import ratio_of_sums
+from obliviate.losses import soft_cross_entropy
 from obliviate.methods import register
 from obliviate.methods.contract import Method
 from obliviate.methods.objectives import forget_and_retain, labelled_logits
@@ -40,9 +40,7 @@ def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.T
     targets (N,)."""
     adjusted = ref_logits.detach().float().clone()
     adjusted[torch.arange(len(targets), device=targets.device), targets] -= beta
-    q = F.softmax(adjusted, -1)  # (N, V)
-    ce = -(q * F.log_softmax(logits.float(), -1)).sum(-1)  # (N,)
-    return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
+    return soft_cross_entropy(F.softmax(adjusted, -1), logits)
 
 
 @dataclass
