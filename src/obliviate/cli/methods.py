@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+
 from obliviate.methods import METHODS, method_names
 
 
@@ -18,15 +20,26 @@ def cmd_methods(args) -> None:
         for name in names:
             print(name)
         return
-    rows = [(n, METHODS[n].kind, METHODS[n].paper or "-", preset_text(METHODS[n].presets["tiny"], METHODS[n].kind))
-            for n in names]
+    rows = [(n, METHODS[n].kind, METHODS[n].paper or "-", preset_text(METHODS[n].presets["tiny"], METHODS[n].kind),
+             retain_text(METHODS[n])) for n in names]
     w = max(len(n) for n in names)
-    for name, kind, paper, tiny in rows:
-        print(f"{name:<{w}}  {kind:<5}  tiny: {tiny}  | {paper}")
+    for name, kind, paper, tiny, retain in rows:
+        print(f"{name:<{w}}  {kind:<5}  tiny: {tiny}{retain}  | {paper}")
+
+
+def retain_text(method) -> str:
+    """``  retain: nll|kl (kl: a live frozen reference)`` for a method whose config has the shared retain switch
+    (:func:`obliviate.methods.objectives.retain_term`), else ``""``."""
+    cfg = getattr(method, "config_cls", None)
+    if "retain" not in getattr(cfg, "__dataclass_fields__", {}):
+        return ""
+    kinds = "|".join(str(c) for c in typing.get_args(typing.get_type_hints(cfg)["retain"])) or "nll|kl"
+    return f"  retain: {kinds} (kl: a live frozen reference)" if "kl" in kinds else f"  retain: {kinds}"
 
 
 def register(sub) -> None:
     s = sub.add_parser("methods", help="list the registered unlearning methods, one per line")
     s.add_argument("-v", "--verbose", action="store_true",
-                   help="one line each: name, kind (train | edit), tiny preset (lr, steps, params) and paper")
+                   help="one line each: name, kind (train | edit), tiny preset (lr, steps, params), the retain "
+                   "switch where the method has one (kl holds a live frozen reference) and paper")
     s.set_defaults(fn=cmd_methods)
