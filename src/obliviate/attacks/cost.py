@@ -41,6 +41,28 @@ class Cost:
         return asdict(self)
 
 
+_ACTIVE: list[Cost] = []
+"""The counters of the :func:`counting` blocks now open, innermost last."""
+
+
+def resumable_cost_hooks() -> tuple:
+    """``(get, set)`` state hooks for :func:`obliviate.train.loop.train`, so that an attack resumed from a
+    checkpoint counts what it spent before the kill: ``get()`` is each open counter's growth since this call,
+    saved with the checkpoint; ``set(d)`` adds it back to the open counters of the resumed run. Without them a
+    resumed relearning attack reported only the steps after its checkpoint."""
+    costs = list({id(c): c for c in _ACTIVE}.values())  # a counter opened twice is restored once
+    start = [c.as_dict() for c in costs]
+
+    def get() -> dict:
+        return {"attack_cost": [{k: v - s[k] for k, v in c.as_dict().items()} for c, s in zip(costs, start)]}
+
+    def put(d: dict) -> None:
+        for c, saved in zip(costs, d.get("attack_cost", [])):
+            c.add(Cost(**{k: int(v) for k, v in saved.items()}))
+
+    return get, put
+
+
 @contextlib.contextmanager
 def counting(*models, cost: Cost | None = None) -> Iterator[Cost]:
     """Count the forward passes (and their tokens) of ``models`` inside the block; hooks removed on exit."""
@@ -66,7 +88,10 @@ def counting(*models, cost: Cost | None = None) -> Iterator[Cost]:
                 layers = decoder_layers(m)
                 handles.append(layers[0].register_forward_pre_hook(hook, with_kwargs=True))
                 handles.append(layers[-1].register_forward_hook(out_hook))
+        _ACTIVE.append(cost)
         yield cost
     finally:
+        if _ACTIVE and _ACTIVE[-1] is cost:
+            _ACTIVE.pop()
         for h in handles:
             h.remove()

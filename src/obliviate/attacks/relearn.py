@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from obliviate.attacks.cost import resumable_cost_hooks
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import lm_loss
@@ -198,7 +199,7 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
             attacked = _lora_wrap(attacked, cfg)
         summary = train(attacked, loss_fn, batch_fn, tcfg, out_dir,
                         eval_fn=lambda m, s: _scores(eval_fn(m)), eval_every=cfg.eval_every,
-                        resume=resume)
+                        resume=resume, state_hooks=resumable_cost_hooks())
     history = summary["history"]
     if summary["resumed_from"] > 0:  # this process saw only the steps after the checkpoint
         import json
