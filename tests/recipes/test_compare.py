@@ -144,6 +144,7 @@ def test_markdown_to_html_tables_lists_and_embedded_images(tmp_path):
     assert base64.b64encode(b"\x89PNG\r\n\x1a\n fake").decode() in html
 
 
+@pytest.mark.slow  # two full compares: 55 s of the default suite
 def test_a_rerun_with_another_seed_rebuilds_the_base_models_and_redoes_the_methods(tmp_path, monkeypatch):
     """A run directory keeps its models and finished methods only for the run that made them (review finding:
     a second demo with another seed into the same --out evaluated the first seed's base model)."""

@@ -11,6 +11,7 @@ from obliviate.methods import METHODS, method_names
 from obliviate.utils import data_dir
 
 
+@pytest.mark.slow  # every method and every default attack on an ember concept: 73 s of the default suite
 def test_compare_every_method_on_an_ember_concept(tmp_path):
     if not (data_dir() / "ember" / "mc_questions.json").exists():
         pytest.skip("EMBER data not present")
