@@ -30,7 +30,7 @@ from obliviate.data import IDENTITY_PROMPT
 from obliviate.methods import register
 from obliviate.methods.alternates import alternate_answers
 from obliviate.methods.contract import Method
-from obliviate.methods.dpo import preference_loss
+from obliviate.methods.objectives import preference_loss
 
 
 @dataclass
@@ -80,4 +80,4 @@ class AltPO(Method):
                                  temperature=c.temperature, tries=c.tries, max_new_tokens=c.max_new_tokens)
 
     def loss(self, model, batch, ref) -> dict:
-        return preference_loss(self, model, batch, ref)
+        return preference_loss(model, batch, ref, self.cfg)

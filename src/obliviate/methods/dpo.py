@@ -31,7 +31,7 @@ from obliviate.config import check_ranges
 from obliviate.errors import DataError
 from obliviate.methods import register
 from obliviate.methods.contract import Method
-from obliviate.methods.objectives import dpo_loss, forget_and_retain, sequence_logprob
+from obliviate.methods.objectives import preference_loss
 from obliviate.tasks.base import PreferredAnswers
 
 
@@ -44,14 +44,6 @@ class DPOConfig:
 
     def __post_init__(self):
         check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
-
-
-def preference_loss(method: Method, model, batch, ref) -> dict:
-    """DPO with ``batch["idk"]`` (the preferred answers) over ``batch["forget"]``, + the retain term."""
-    f, w = batch["forget"], batch["idk"]
-    lp_l, lp_w = sequence_logprob(model, f), sequence_logprob(model, w)
-    lp_l_ref, lp_w_ref = ref.answer_logprob(f, "forget"), ref.answer_logprob(w, "idk")
-    return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, method.cfg.beta), model, batch, ref, method.cfg)
 
 
 @register("dpo", paper=("Rafailov et al. 2023, Direct Preference Optimization (arXiv:2305.18290), for unlearning as "
@@ -81,4 +73,4 @@ class DPO(Method):
         return list(idk)
 
     def loss(self, model, batch, ref) -> dict:
-        return preference_loss(self, model, batch, ref)
+        return preference_loss(model, batch, ref, self.cfg)

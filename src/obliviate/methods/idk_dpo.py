@@ -29,7 +29,7 @@ from typing import Literal
 from obliviate.config import check_ranges
 from obliviate.methods import register
 from obliviate.methods.contract import Method
-from obliviate.methods.objectives import dpo_loss, forget_and_retain, sequence_logprob
+from obliviate.methods.objectives import preference_loss
 
 
 @dataclass
@@ -62,9 +62,4 @@ class IdkDPO(Method):
         return () if self.cfg.retain == "kl" else ("forget", "idk")
 
     def loss(self, model, batch, ref) -> dict:
-        f, w = batch["forget"], batch["idk"]
-        lp_l = sequence_logprob(model, f)
-        lp_w = sequence_logprob(model, w)
-        lp_l_ref = ref.answer_logprob(f, "forget")
-        lp_w_ref = ref.answer_logprob(w, "idk")
-        return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, self.cfg.beta), model, batch, ref, self.cfg)
+        return preference_loss(model, batch, ref, self.cfg)

@@ -111,6 +111,15 @@ def forget_and_retain(forget: torch.Tensor, model, batch: dict, ref, cfg) -> dic
     return add_retain({"forget": cfg.gamma * forget}, model, batch, ref, cfg)
 
 
+def preference_loss(model, batch: dict, ref, cfg) -> dict:
+    """DPO of ``batch["idk"]`` (the preferred answers: refusals, chosen answers or alternates) over
+    ``batch["forget"]`` (:func:`dpo_loss` at ``cfg.beta``), + the retain term: IdkDPO, DPO and AltPO."""
+    f, w = batch["forget"], batch["idk"]
+    lp_l, lp_w = sequence_logprob(model, f), sequence_logprob(model, w)
+    lp_l_ref, lp_w_ref = ref.answer_logprob(f, "forget"), ref.answer_logprob(w, "idk")
+    return forget_and_retain(dpo_loss(lp_w, lp_w_ref, lp_l, lp_l_ref, cfg.beta), model, batch, ref, cfg)
+
+
 def add_retain(terms: dict, model, batch: dict, ref, cfg) -> dict:
     """Add ``alpha * L_retain`` (``cfg.retain``: "nll" or "kl") to ``terms`` unless ``cfg.alpha`` is 0."""
     if cfg.alpha:
