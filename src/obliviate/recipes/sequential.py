@@ -33,7 +33,7 @@ from obliviate.eval.six_way import finished_requests, over_requests
 from obliviate.eval.suite import PRIMARY, evaluate_task, knows_forget_set
 from obliviate.methods.engine import check_unlearn_run, unlearn
 from obliviate.models.load import load_model
-from obliviate.runs.parts import cached_part
+from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves
 from obliviate.runs.card import write_model_card
 from obliviate.runs.results import atomic_write_json, write_results
@@ -164,14 +164,6 @@ def start(root: Path, fingerprint: dict) -> str | None:
     return None if why is None else f"obliviate: {root} holds a sequential run over {why}; starting afresh"
 
 
-def _kept(path: Path, key: dict) -> dict | None:
-    """The result of the part ``path`` where it was made with ``key``, else None."""
-    if not path.exists():
-        return None
-    saved = json.loads(path.read_text())
-    return saved.get("result") if saved.get("key") == json.loads(json.dumps(key, default=str)) else None
-
-
 def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, out: Path, *, fingerprint: dict,
                  seed: int = 0, eval_kw: dict | None = None, progress: bool = False, log=None) -> dict:
     """The requests in order on ``model`` (in place), every metric after each; the parts under ``out/sequential``.
@@ -227,7 +219,7 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     state: dict = {}
     folds = [{"fold": r.index, "docs": [*r.data.qa, *r.data.docs]} for r in requests]
     p = next(model.parameters())
-    done = finished_requests(folds, lambda k: _kept(root / f"request_{k}.json", part_key(k)),
+    done = finished_requests(folds, lambda k: kept_part(root / f"request_{k}.json", part_key(k)),
                              lambda k: (root / str(k) / "model" / "config.json").exists(),
                              lambda k: load_model(root / str(k) / "model", dtype=p.dtype, device=p.device))
     if done:  # a resumed run: the next request starts from the last finished one's model

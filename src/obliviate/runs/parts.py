@@ -17,6 +17,16 @@ from obliviate.errors import ConfigError
 from obliviate.runs.results import atomic_write_json
 
 
+def kept_part(path, key) -> dict | None:
+    """The result stored in the part ``path`` when it was made with ``key`` (as :func:`cached_part` stores it),
+    else None: what a resumed run may reuse without computing it."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved.get("result") if saved.get("key") == json.loads(json.dumps(key)) else None
+
+
 def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     """``fn()``'s result, stored in the JSON file ``path`` with the ``key`` (settings) that made it and
     reused while the key matches (a part made with other settings is computed again and replaced).

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from obliviate.eval.six_way import METRICS, finished_requests, muse_metrics, muse_privleak, over_requests
 from obliviate.methods.engine import unlearn
-from obliviate.runs.parts import cached_part
+from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape
 from obliviate.tasks.base import Data, Task
 from obliviate.train.distributed import save_trained
@@ -88,12 +88,12 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
             if not sequential or fold1 is not None:
                 done[1] = (fold1, _muse_only(main))
         if sequential:  # a resumed run: the requests whose part and model are kept, the next starts from the last
-            done = finished_requests(folds, lambda k, r=root, pk=part_key: _kept(r / f"fold_{k}.json", pk(k)),
+            done = finished_requests(folds, lambda k, r=root, pk=part_key: kept_part(r / f"fold_{k}.json", pk(k)),
                                      lambda k, r=root: (r / str(k) / "model" / "config.json").exists(),
                                      lambda k, r=root: _loaded(str(r / str(k) / "model"), load), done=done)
         else:  # each scalability fold stands alone: a kept one is not unlearned again
             for f in folds:
-                saved = None if f["fold"] in done else _kept(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
+                saved = None if f["fold"] in done else kept_part(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
                 if saved is not None:
                     done[f["fold"]] = (None, saved)
         res[f"muse_{kind}"] = over_requests(base_model, folds, run_fold, evaluate, sequential=sequential,
@@ -106,14 +106,6 @@ def _loaded(model_dir: str | None, load):
     if not model_dir or load is None or not (Path(model_dir) / "config.json").exists():
         return None
     return load(model_dir)[0]
-
-
-def _kept(path: Path, key: dict) -> dict | None:
-    """The result of the part ``path`` where it was made with ``key``, else None."""
-    if not path.exists():
-        return None
-    saved = json.loads(path.read_text())
-    return saved.get("result") if saved.get("key") == json.loads(json.dumps(key)) else None
 
 
 def finish(metrics: dict) -> None:
