@@ -79,7 +79,7 @@ def test_protocol_with_a_holdout_split_reports_six_mias(tmp_path, capsys):
     data = tmp_path / "data"
     (data / "tofu").mkdir(parents=True)
     for f in (data_dir() / "tofu").iterdir():
-        (data / "tofu" / f.name).symlink_to(f)
+        (data / "tofu" / f.name).symlink_to(f.resolve())
     rows = [json.loads(line) for line in (data_dir() / "tofu" / "forget10.json").read_text().splitlines()][100:120]
     (data / "tofu" / "holdout10.json").write_text(
         "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in rows))
