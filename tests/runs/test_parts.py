@@ -2,11 +2,15 @@
 part stores nothing, and a store refuses the parts of another run config."""
 
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
+import torch
 
 from obliviate.errors import ConfigError
-from obliviate.runs.parts import PartStore, cached_part
+from obliviate.runs.parts import PartStore, cached_part, cached_parts, two_at_a_time
 
 
 def test_cached_part_reuses_a_part_while_its_key_matches(tmp_path):
@@ -53,3 +57,74 @@ def test_parts_made_before_configs_were_recorded_are_taken(tmp_path):
     assert json.loads((tmp_path / "parts" / "config.json").read_text()) == {"a": 1}
     with pytest.raises(ConfigError, match="differs in: a"):
         PartStore(tmp_path / "parts", {"a": 2})
+
+
+needs_two = pytest.mark.skipif(not two_at_a_time(), reason="needs two CPUs and the fork start method")
+
+
+def _waits_for(marker: Path, mine: Path):
+    """A part that writes ``mine`` and returns only once ``marker`` exists: two of them, each waiting for the
+    other's file, finish only when two processes compute them at the same time."""
+    def fn():
+        mine.write_text(str(os.getpid()))
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{marker} never appeared: the parts did not run at the same time")
+            time.sleep(0.01)
+        return {"pid": os.getpid(), "threads": torch.get_num_threads()}
+    return fn
+
+
+@needs_two
+def test_cached_parts_computes_two_at_a_time_on_one_thread_each(tmp_path):
+    a, b = tmp_path / "a.flag", tmp_path / "b.flag"
+    jobs = [(tmp_path / "a.json", {"k": 1}, _waits_for(b, a)), (tmp_path / "b.json", {"k": 2}, _waits_for(a, b))]
+    threads = torch.get_num_threads()
+    (ra, _), (rb, _) = cached_parts(jobs)
+    assert ra["pid"] != rb["pid"] and os.getpid() in (ra["pid"], rb["pid"])
+    assert ra["threads"] == rb["threads"] == 1 and torch.get_num_threads() == threads
+    # stored: a second call computes nothing (the parts would wait forever for flags that are now gone)
+    a.unlink(), b.unlink()
+    assert [r for r, _ in cached_parts(jobs)] == [ra, rb]
+
+
+@needs_two
+def test_cached_parts_gives_what_one_process_gives(tmp_path):
+    def part(seed):
+        def fn():
+            torch.manual_seed(seed)
+            x = torch.randn(64, 96)
+            w = torch.randn(96, 32, requires_grad=True)
+            (x @ w).tanh().sum().backward()
+            return {"grad": w.grad.sum().item()}
+        return fn
+
+    jobs = [(tmp_path / f"p{i}.json", i, part(i)) for i in range(5)]
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = [part(i)() for i in range(5)]
+    finally:
+        torch.set_num_threads(torch_threads)
+    assert [r for r, _ in cached_parts(jobs)] == alone
+    assert [r for r, _ in cached_parts(jobs, parallel=False)] == alone  # stored, read back
+
+
+@needs_two
+def test_a_part_failing_in_the_second_process_is_raised_here(tmp_path):
+    def fails():
+        raise ValueError("bad part")
+
+    jobs = [(tmp_path / "ok.json", None, lambda: {"ok": 1}), (tmp_path / "bad.json", None, fails),
+            (tmp_path / "ok2.json", None, lambda: {"ok": 2})]
+    with pytest.raises(ValueError, match="bad part"):
+        cached_parts(jobs)
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_a_store_gets_many_parts_and_their_times(tmp_path):
+    store = PartStore(tmp_path / "parts")
+    got = store.get_many({"x/1": lambda: {"v": 1}, "y": lambda: {"v": 2}})
+    assert got == {"x/1": {"v": 1}, "y": {"v": 2}} and set(store.timings) == {"x/1", "y"}
+    assert store.get("x/1", lambda: {"v": 99}) == {"v": 1}

@@ -30,7 +30,7 @@ from obliviate.models.tokenizer import load_tokenizer
 from obliviate.recipes.compare import muse_runs as muse
 from obliviate.recipes.compare.report import write_report
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split
-from obliviate.runs.parts import cached_part
+from obliviate.runs.parts import cached_parts
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
@@ -49,8 +49,11 @@ class CompareConfig:
     """Every attack but the optimised suffix (:func:`compare_attacks`; ``--attacks all`` adds it)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
-    parallel_pretrain: bool = False
-    """Pretrain the base model and the oracle at the same time, one thread each (a second process)."""
+    parallel: bool = True
+    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining, and
+    the controls and methods (built, evaluated and attacked; :func:`obliviate.runs.parts.cached_parts`). Only on
+    the CPU, in one process, for models of at most :data:`PARALLEL_MAX_PARAMS` parameters; on 2 cores it nearly
+    halves the wall time of tiny models, whose small matrix products do not use a second thread."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """The tiny model trained from scratch when no ``--model`` is given (tasks without a world)."""
@@ -77,6 +80,10 @@ class CompareConfig:
     muse_folds: bool = True
     """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests (``scal/``,
     ``sust/``; :mod:`obliviate.recipes.compare.muse_runs`)."""
+
+
+PARALLEL_MAX_PARAMS = 100_000_000
+"""The largest model ``compare`` works on two at a time (each process holds its own copy of a model being unlearned)."""
 
 
 def compare_attacks() -> TaskAttackConfig:
@@ -158,7 +165,7 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) 
         ocfg = copy.deepcopy(pcfg)
         ocfg.exclude_splits = sorted(set(ocfg.exclude_splits) | {"forget"})
         roots = dict(zip(("base", "oracle"), cached_pretrain_pair(pcfg, ocfg, progress,
-                                                                  parallel=cfg.parallel_pretrain)))
+                                                                  parallel=cfg.parallel)))
     else:
         roots = {"base": cached_pretrain(pcfg, progress=progress)}
     dirs = {}
@@ -233,7 +240,10 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     else:
         dirs = tiny_bases(task, cfg, out, progress)
     base_model, tok = load(dirs["base"])
+    bases_seconds = time.time() - t0  # pretraining or fine-tuning the base and the oracle (0 when cached or given)
     preset = preset_name(base_model)
+    parallel = (cfg.parallel and all(p.device.type == "cpu" for p in base_model.parameters())
+                and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
                "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
                "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
@@ -244,16 +254,19 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     tuned: dict = {}
     metrics: dict = {}
     curves: dict = {}
-    timings: dict = {}
+    timings: dict = {"bases_seconds": bases_seconds}
 
     def evaluate(name: str, model) -> dict:
-        m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=progress)
+        t = time.time()
+        m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
         m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
         if name != "base":
             m.update(score_against(metrics["base"], m))
+        timings[f"{name}_eval_seconds"] = time.time() - t
         return m
 
     base_cache: dict = {}  # the base model's scores, computed once for every model attacked
+    shown = {"progress": progress}
 
     def attack(name: str, model, m: dict) -> None:
         t = time.time()
@@ -282,6 +295,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     builders = {"positive_control": (cfg.positive_control, suppression_control, cfg.positive_control_args),
                 "positive_control_smallnorm": (cfg.positive_control and cfg.small_norm_control, small_norm_control,
                                                cfg.small_norm_args)}
+    jobs: list = []  # (name, path, key, fn): the controls, then the methods, each a part made once
     for cname, (on, build, kwargs) in builders.items():
         if not on:
             continue
@@ -299,18 +313,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             attack(cname, control, m)
             save_trained(control, cdir, tok)  # before its part: a finished control has its model
             return {"metrics": m, "curves": curves[cname], "info": info,
-                    "timings": {k: timings[k] for k in (f"{cname}_attack_seconds", f"{cname}_seconds_by_attack")}}
+                    "timings": {k: timings[k] for k in (f"{cname}_eval_seconds", f"{cname}_attack_seconds",
+                                                        f"{cname}_seconds_by_attack")}}
 
         if not (cdir / "config.json").exists():
             (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
-        part, _ = cached_part(out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
-                              control_part)
-        timings[cname] = part["info"]
-        if "metrics" in part:
-            metrics[cname], curves[cname] = part["metrics"], part["curves"]
-            timings.update(part["timings"])
-            dirs[cname] = str(cdir)
-    configs = {}
+        jobs.append((cname, out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
+                     control_part))
+    configs, ucfgs = {}, {}
     for name in methods:
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
@@ -321,16 +331,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             s = r["settings"]["unlearn"]
             used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
             tuned[name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
-        configs[name] = used
-        if cfg.save_models:
-            dirs[name] = str(mdir / "model")
+        configs[name], ucfgs[name] = used, ucfg
 
         def method_part(name=name, ucfg=ucfg, mdir=mdir) -> dict:
             seed_everything(cfg.seed)
             model = copy.deepcopy(base_model)
             t = time.time()
             model, _ = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
-                               idk=task.idk, progress=progress, resume=False)
+                               idk=task.idk, progress=shown["progress"], resume=False)
             timings[f"{name}_unlearn_seconds"] = time.time() - t
             m = evaluate(name, model)
             if oracle_ref is not None:
@@ -339,17 +347,30 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
             return {"metrics": m, "curves": curves[name],
-                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_attack_seconds",
-                                                        f"{name}_seconds_by_attack")}}
+                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_eval_seconds",
+                                                        f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
 
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
-        part, _ = cached_part(mdir / "result.json", {"method": used, **run_key}, method_part)
+        jobs.append((name, mdir / "result.json", {"method": used, **run_key}, method_part))
+
+    def quiet() -> None:  # the second process draws no progress bars
+        shown["progress"] = False
+
+    parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
+    for (name, *_), (part, _) in zip(jobs, parts):
+        if name in builders:
+            timings[name] = part["info"]
+            if "metrics" not in part:
+                continue
+            dirs[name] = str(out / "models" / name)
+        elif cfg.save_models:
+            dirs[name] = str(out / "methods" / name / "model")
         metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
-        if cfg.muse_folds and task.meta.get("muse"):
+        if name in ucfgs and cfg.muse_folds and task.meta.get("muse"):
             metrics[name].update(muse.method_folds(
-                task, name, ucfg, base_model, tok, out, {"method": used, **run_key}, metrics[name],
+                task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
                 main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                 progress=progress))
     robustness = robustness_summary(metrics)

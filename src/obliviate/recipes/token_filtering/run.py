@@ -78,6 +78,9 @@ class TokenFilteringConfig:
     quick: bool = False
     """Use the ``quick`` preset for the fields left at ``None`` (see :data:`PRESETS`)."""
     command: str = ""
+    parallel: bool = True
+    """Train the models two at a time, one torch thread each (:func:`obliviate.runs.parts.cached_parts`): on 2
+    cores this nearly halves the run. Not part of a run's identity: a run resumes with it on or off."""
     world: WorldConfig = field(default_factory=WorldConfig)
     vocab_size: int = FILTERED_MODELS.vocab_size
     """BPE vocabulary of the world tokenizer shared by every model (a small one keeps the
@@ -425,14 +428,12 @@ def _run_name(size: str, strategy: str, threshold: float, noise: float = 0.0) ->
         "token-level pretraining data filtering: scaling, Pareto vs documents, adversarial fine-tuning, refusal",
         render=render)
 def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
-    from tqdm.auto import tqdm
-
     t0 = time.time()
     out = Path(out)
     rc = resolve(cfg)
     seed_everything(rc.seed)
 
-    parts = PartStore(out / "parts", {k: v for k, v in to_dict(rc).items() if k != "command"})
+    parts = PartStore(out / "parts", {k: v for k, v in to_dict(rc).items() if k not in ("command", "parallel")})
     D = _data(rc)
 
     def labels_job():  # the labeller comes from the pretraining cache (trained there once)
@@ -452,12 +453,17 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         jobs.append((rc.pareto_size, "drop_document", t, 0.0))
     for p in rc.noise_ps:
         jobs.append((rc.pareto_size, rc.pareto_token_strategy, rc.threshold, p))
-    runs: dict[str, dict] = {}
-    for size, strategy, thr, p in tqdm(jobs, desc="pretraining runs", disable=not progress):
+    shown = {"progress": progress}
+
+    def quiet() -> None:  # the second process draws no progress bars
+        shown["progress"] = False
+
+    todo = {}
+    for size, strategy, thr, p in jobs:
         name = _run_name(size, strategy, thr, p)
-        if name not in runs:
-            runs[name] = parts.get(name, lambda: _pretrain_run(rc, D, labels, name, size, strategy, thr, p, out,
-                                                               progress))
+        todo.setdefault(name, lambda name=name, size=size, strategy=strategy, thr=thr, p=p: _pretrain_run(
+            rc, D, labels, name, size, strategy, thr, p, out, shown["progress"]))
+    runs: dict[str, dict] = parts.get_many(todo, parallel=rc.parallel, in_child=quiet)
 
     main = {size: {"none": runs[_run_name(size, "none", 0)]} for size in rc.sizes}
     for size in rc.sizes:
@@ -471,21 +477,22 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     big = rc.sizes[-1]
     baseline = main[big]["none"]["loss"]["medicine"]
     pre_tokens = main[big]["none"]["tokens"]
-    adv = {}
+    todo = {}
     for s in rc.strategies:
         def job(s=s):
             model = load_model(str(out / "models" / _run_name(big, s, rc.doc_threshold if s == "drop_document"
                                                                  else rc.threshold)))
-            return _finetune_curve(rc, D, model, f"adversarial/{s}", out, progress)
-        adv[s] = parts.get(f"adversarial/{s}", job)
+            return _finetune_curve(rc, D, model, f"adversarial/{s}", out, shown["progress"])
+        todo[f"adversarial/{s}"] = job
 
     def rmu_job():
-        model, info = _rmu(rc, D, load_model(str(out / "models" / _run_name(big, "none", 0))), progress)
+        model, info = _rmu(rc, D, load_model(str(out / "models" / _run_name(big, "none", 0))), shown["progress"])
         after = _eval_losses(model, D.eval)
-        res = _finetune_curve(rc, D, model, "adversarial/rmu", out, progress)
+        res = _finetune_curve(rc, D, model, "adversarial/rmu", out, shown["progress"])
         return {**res, "rmu": info, "loss_after_rmu": after}
 
-    adv["rmu"] = parts.get("adversarial/rmu", rmu_job)
+    todo["adversarial/rmu"] = rmu_job
+    adv = {k.split("/", 1)[1]: v for k, v in parts.get_many(todo, parallel=rc.parallel, in_child=quiet).items()}
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
