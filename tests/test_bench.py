@@ -11,8 +11,8 @@ def test_bench_rmu_full_and_lora():
                               warmup=1, min_rounds=2, max_rounds=3, eval_speed=False,
                               logit_memory=False), progress=False)
     assert m["rmu"]["step_time_ratio"] > 0 and m["rmu"]["peak_mem_ratio"] > 0
-    assert m["rmu"]["reference_copy"] is True
-    assert m["rmu+lora"]["reference_copy"] is False
+    assert m["rmu"]["reference_copy"] is True and m["rmu"]["reference"].startswith("prefix 0..")  # RMU's layers only
+    assert m["rmu+lora"]["reference_copy"] is False and m["rmu+lora"]["reference"] == "shared"
     # the adapter-disabled reference holds no parameters of its own: less memory than the full-copy run
     assert m["rmu+lora"]["peak_bytes"] < m["rmu"]["peak_bytes"]
     assert "rmu+lora" in bench_table(m)

@@ -9,6 +9,7 @@ import torch
 
 from obliviate.methods.engine import IDK_ANSWERS, PairedData, Reference, UnlearnConfig, make_reference, unlearn
 from obliviate.methods import build_method
+from obliviate.models.layers import num_layers
 from obliviate.train import TrainConfig
 
 FORGET = [(f"Question: What is Morvexia-{i} treated with?\nAnswer:", f" It is treated with drug{i}.")
@@ -72,3 +73,41 @@ def test_resume_with_a_cached_reference_is_exact(tiny_model, tiny_tokenizer, tmp
     assert a == pytest.approx(b, rel=1e-6)
     for (n, p), (_, q) in zip(full.named_parameters(), resumed.named_parameters()):
         assert torch.allclose(p, q, atol=1e-6), n
+
+
+PREFIX_METHODS = ["rmu", "adaptive_rmu", "cosine_rmu", "probe_unlearn", "probe_unlearn_single"]
+
+
+@pytest.mark.parametrize("name", PREFIX_METHODS)
+def test_a_frozen_prefix_gives_the_whole_copys_run(name, tiny_model, tiny_tokenizer):
+    """The RMU family and the probe methods read only the frozen hidden states up to a layer: the engine keeps a copy
+    of the layers up to it alone (Reference.kind "prefix ..."), and the run equals the whole copy's."""
+    runs = {}
+    for cache in (True, False):
+        model, summary = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(name, cache))
+        runs[cache] = (model, [r["loss"] for r in summary["history"] if "loss" in r])
+    assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-6, abs=1e-7)
+    for (n, a), (_, b) in zip(runs[True][0].named_parameters(), runs[False][0].named_parameters()):
+        assert torch.equal(a, b), n
+
+
+@pytest.mark.parametrize("name", PREFIX_METHODS)
+def test_the_prefix_reference_holds_the_layers_up_to_the_methods_depth(name, tiny_model, tiny_tokenizer):
+    data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
+    method = build_method(name)
+    method.trainable(tiny_model)  # resolves the layer(s), as the engine does before the reference
+    depth = method.reference_depth()
+    ref = make_reference(method, tiny_model, data, lora=False)
+    n = num_layers(tiny_model)
+    assert ref.kind == f"prefix 0..{depth} of {n} layers"
+    whole, kept = sum(p.numel() for p in tiny_model.parameters()), sum(p.numel() for p in ref.model.parameters())
+    assert kept < whole if depth < n - 1 else kept <= whole  # the probe methods' default layers reach the last one
+    batch = data(0)
+    live = Reference(tiny_model, shared=False)
+    assert live.kind == "copy"
+    assert torch.equal(ref.hidden(batch["retain"], depth), live.hidden(batch["retain"], depth))
+    with pytest.raises(Exception, match=f"layers 0..{depth} only"):
+        ref.logits(batch["forget"])
+    with pytest.raises(Exception, match=f"layers 0..{depth} only"):
+        ref.hidden(batch["retain"], depth + 1)
+    assert make_reference(method, tiny_model, data, lora=False, cache=False).kind == "copy"

@@ -152,5 +152,9 @@ def test_methods_verbose_prints_one_line_each(capsys):
     assert next(l for l in lines if l.split()[0] == "ember").split()[1] == "edit"
     npo = next(l for l in lines if l.split()[0] == "npo")
     assert "retain: nll|kl (kl: a live frozen reference)" in npo and "retain:" not in rmu  # the shared switch only
+    # what each holds of the frozen model, as the engine builds it (make_reference)
+    held = {l.split()[0]: l.split("reference: ")[1].split("  |")[0] for l in lines}
+    assert held["rmu"] == held["probe_unlearn"] == "frozen prefix" and held["npo"] == "cached log-probs"
+    assert held["gradascent"] == held["ember"] == "none" and held["crisp"] == "frozen copy"
     cmd_methods(argparse.Namespace(verbose=False))
     assert capsys.readouterr().out.split() == NAMES

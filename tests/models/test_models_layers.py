@@ -240,3 +240,25 @@ def test_logits_at_equals_full_logits_and_labelled_loss_equals_lm_loss(arch_mode
         torch.testing.assert_close(L.logits_at(m, ids, mask, pos), full[pos], rtol=1e-5, atol=1e-5)
         batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         torch.testing.assert_close(lm_loss_labelled(m, batch), lm_loss(m, batch), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("last", [0, 1])
+def test_prefix_copy_gives_the_hidden_states_and_holds_only_its_layers(arch_model, last):
+    _, m = arch_model
+    ids, mask = _batch(2)
+    frozen = L.prefix_copy(m, last)
+    with torch.no_grad():
+        want = L.hidden_states_at(m, ids, mask, layers=list(range(last + 1)))
+        got = L.hidden_states_at(frozen, ids, mask, layers=list(range(last + 1)))
+    for l in range(last + 1):
+        assert torch.equal(got[l], want[l]), l
+    n_layer = sum(p.numel() for p in L.decoder_layers(m)[0].parameters())
+    head = L.output_embeddings(m)
+    n_head = 0 if L.embeddings_tied(m) else head.weight.numel()
+    kept = sum(p.numel() for p in frozen.parameters())
+    assert kept == sum(p.numel() for p in m.parameters()) - (N_LAYERS - 1 - last) * n_layer - n_head
+    assert not any(p.requires_grad for p in frozen.parameters()) and not frozen.training
+    assert all(p.requires_grad for p in m.parameters())  # the model itself is untouched
+    with pytest.raises(ModelError, match=f"holds decoder layers 0..{last} only"):
+        with torch.no_grad():
+            frozen(input_ids=ids, attention_mask=mask)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typing
 
-from obliviate.methods import METHODS, method_names
+from obliviate.methods import METHODS, build_method, method_names
+from obliviate.methods.contract import Method
 
 
 def preset_text(preset: dict, kind: str = "train") -> str:
@@ -21,10 +22,24 @@ def cmd_methods(args) -> None:
             print(name)
         return
     rows = [(n, METHODS[n].kind, METHODS[n].paper or "-", preset_text(METHODS[n].presets["tiny"], METHODS[n].kind),
-             retain_text(METHODS[n])) for n in names]
+             retain_text(METHODS[n]), reference_text(n)) for n in names]
     w = max(len(n) for n in names)
-    for name, kind, paper, tiny, retain in rows:
-        print(f"{name:<{w}}  {kind:<5}  tiny: {tiny}{retain}  | {paper}")
+    for name, kind, paper, tiny, retain, ref in rows:
+        print(f"{name:<{w}}  {kind:<5}  tiny: {tiny}{retain}  reference: {ref}  | {paper}")
+
+
+def reference_text(name: str) -> str:
+    """What method ``name`` holds of the frozen model at its defaults (:func:`obliviate.methods.engine.make_reference`):
+    ``none``; ``cached log-probs`` (computed once, no model); ``frozen prefix`` (the layers up to the one it reads);
+    ``frozen copy`` (the whole model)."""
+    method = build_method(name)
+    if METHODS[name].kind == "edit" or not method.needs_reference:
+        return "none"
+    if type(method).cached_reference_keys is not Method.cached_reference_keys:
+        return "cached log-probs"
+    if type(method).reference_depth is not Method.reference_depth:
+        return "frozen prefix"
+    return "frozen copy"
 
 
 def retain_text(method) -> str:
@@ -41,5 +56,6 @@ def register(sub) -> None:
     s = sub.add_parser("methods", help="list the registered unlearning methods, one per line")
     s.add_argument("-v", "--verbose", action="store_true",
                    help="one line each: name, kind (train | edit), tiny preset (lr, steps, params), the retain "
-                   "switch where the method has one (kl holds a live frozen reference) and paper")
+                   "switch where the method has one (kl holds a live frozen reference), the reference it holds "
+                   "(none, cached log-probs, frozen prefix or frozen copy) and paper")
     s.set_defaults(fn=cmd_methods)

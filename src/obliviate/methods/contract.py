@@ -98,6 +98,13 @@ class Method:
         """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch"}`` (sequences; the steps
         of one pass over the forget set), for a method that counts epochs. Default: nothing."""
 
+    def reference_depth(self) -> int | None:
+        """The deepest decoder layer whose hidden states the method reads of the reference, when that is all it
+        reads of it (``ref.hidden`` only): the engine then keeps a frozen copy of the layers up to it alone
+        (:func:`obliviate.models.layers.prefix_copy`). Asked after :meth:`trainable`. Default None: it may read
+        anything, and a whole copy is kept."""
+        return None
+
     def setup(self, model, ref, forget_batch: dict) -> None:
         """One-off state before step 0, from the first forget batch."""
 

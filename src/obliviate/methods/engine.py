@@ -32,7 +32,7 @@ from obliviate.errors import ConfigError, DataError, ObliviateError
 from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.methods.contract import Method, NoReference
 from obliviate.methods.objectives import sequence_logprob
-from obliviate.models.layers import eval_mode, evaluating, hidden_states_at
+from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
@@ -60,7 +60,9 @@ class UnlearnConfig:
     lora_alpha: float = 16.0
     cache_reference: bool = True
     """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
-    once before training and hold no reference copy; False keeps a live frozen copy (the results agree)."""
+    once before training and hold no reference copy, and methods that read only the frozen hidden states up to a
+    layer (the RMU family, the probe methods) hold a copy of the layers up to it alone; False keeps a whole live
+    frozen copy (the results agree)."""
     seed: int = 0
     allow_overlap: bool = False
     """Run although forget and retain share QA pairs or documents (a warning with the count); by default
@@ -154,17 +156,32 @@ class Reference:
     (the KL retain term) need :meth:`logits`, which only a live reference has.
     """
 
-    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None):
+    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None):
         self.shared = shared
         self.cache = cache
+        self.upto = None if cache is not None or shared else upto
         if cache is not None:
             self.model = None
         elif shared:
             self.model = model
+        elif upto is not None:  # a method that reads only hidden states up to layer `upto`
+            self.model = prefix_copy(model, upto)
         else:
             self.model = copy.deepcopy(model).eval()
             for p in self.model.parameters():
                 p.requires_grad_(False)
+
+    @property
+    def kind(self) -> str:
+        """What this reference holds: "cache" (log-probabilities, no model), "shared" (the model, adapters off),
+        "prefix 0..L of N layers" (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy)."""
+        if self.cache is not None:
+            return "cache"
+        if self.shared:
+            return "shared"
+        if self.upto is not None:
+            return f"prefix 0..{self.upto} of {num_layers(self.model)} layers"
+        return "copy"
 
     @contextmanager
     def _ctx(self):
@@ -181,9 +198,15 @@ class Reference:
             raise ObliviateError(f"the cached reference has only answer log-probabilities, not {what} (a method "
                                  "that needs them must not declare cached_reference_keys)")
 
+    def _whole(self, what: str):
+        self._live(what)
+        if self.upto is not None:
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not {what} (a method "
+                                 "that needs them must not declare reference_depth)")
+
     @torch.no_grad()
     def logits(self, batch: dict) -> torch.Tensor:
-        self._live("logits")
+        self._whole("logits")
         with self._ctx():
             return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
@@ -192,13 +215,16 @@ class Reference:
         """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
         if self.cache is not None:
             return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
-        self._live("a live model")
+        self._whole("answer log-probabilities")
         with self._ctx():
             return sequence_logprob(self.model, batch)
 
     @torch.no_grad()
     def hidden(self, batch: dict, layer: int) -> torch.Tensor:
         self._live("hidden states")
+        if self.upto is not None and layer > self.upto:
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not layer {layer} "
+                                 "(the method's reference_depth is too shallow)")
         with self._ctx():
             return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
                                     stop_after=layer)[layer]
@@ -214,13 +240,15 @@ class Reference:
 def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
     """The reference ``method`` needs (None if it needs none): cached log-probabilities where the method
     declares ``cached_reference_keys`` and ``cache`` is on, else the model with its LoRA adapters off
-    (``lora``), else a frozen copy. Built from ``model`` as it is now, before any step."""
+    (``lora``), else a frozen copy: of the decoder layers up to the method's ``reference_depth`` only, where it
+    declares one and ``cache`` is on (``cache_reference=false`` keeps a whole copy). Built from ``model`` as it is
+    now, before any step."""
     if not method.needs_reference:
         return None
     keys = tuple(method.cached_reference_keys())
     if keys and cache:
         return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
-    return Reference(model, shared=lora)
+    return Reference(model, shared=lora, upto=method.reference_depth() if cache else None)
 
 
 def checkpoint_hooks(method: Method, ref):

@@ -119,6 +119,9 @@ class ProbeUnlearn(Method):
         layers = self.resolve_layers(model)
         return param_names_for(model, "mlp_down", range(0, max(layers) + 1))
 
+    def reference_depth(self) -> int | None:
+        return max(self.layers)  # the frozen states of the probe layers, the deepest for the retain term
+
     # ------------------------------------------------------------------ probes
     def _set_probes(self, states: dict[int, np.ndarray], y: list[int]) -> None:
         probes = fit_probe_directions(states, y, C=self.cfg.C, seed=self.cfg.seed)

@@ -158,6 +158,9 @@ class RMU(Method):
         self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
         return rmu_trainable(model, self.layer, self.cfg.n_train_layers)
 
+    def reference_depth(self) -> int | None:
+        return self.layer  # the frozen h_l of the retain term and of the coefficient's norm: layers 0..l
+
     def setup(self, model, ref, forget_batch: dict) -> None:
         self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
         if getattr(self.cfg, "coef_norm", 0.0):  # the steering target must not be small beside h_l itself

@@ -8,6 +8,7 @@ activations" mean here, and the weight orientation: docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import functools
 from collections.abc import Iterator, Sequence
@@ -399,6 +400,36 @@ def states_over_batches(model: nn.Module, batches, layers: Sequence[int], *, at:
                 out[l].append((h[mask.bool()] if at == "tokens" else gather_last(h, last_token_index(mask)))
                               .float().cpu())
     return {l: torch.cat(v) for l, v in out.items()}
+
+
+class _Dropped(nn.Module):
+    """What stands in a :func:`prefix_copy` for a decoder layer above its last one, and for the output head."""
+
+    def __init__(self, last: int):
+        super().__init__()
+        self.last = last
+
+    def forward(self, *args, **kwargs):
+        raise ModelError(f"this frozen copy holds decoder layers 0..{self.last} only: read hidden states up to layer "
+                         f"{self.last} (hidden_states_at with stop_after <= {self.last}), not its logits")
+
+
+def prefix_copy(model: nn.Module, last: int) -> nn.Module:
+    """A frozen deep copy of ``model`` (eval mode, no gradients) that holds the embeddings and decoder layers
+    ``0..last`` only: the layers above and the output head are left out, each a placeholder that refuses to run.
+    It gives :func:`hidden_states_at` of layers up to ``last`` exactly as ``model`` does, in ``(last + 1) / L``
+    of the decoder layers' memory (a method that reads only a layer's frozen hidden states, as RMU does)."""
+    check_layer(model, last)
+    stand_in = _Dropped(last)
+    memo: dict = {id(m): stand_in for m in list(decoder_layers(model))[last + 1:]}
+    head = output_embeddings(model)
+    if head is not None:
+        memo[id(head)] = stand_in
+    frozen = copy.deepcopy(model, memo)
+    frozen.eval()
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    return frozen
 
 
 def hidden_states_at(

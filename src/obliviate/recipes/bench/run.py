@@ -349,6 +349,7 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
                         "wall_time_ratio": t["wall_ratio"], "flop_bound": bound, "ratio_to_bound": t["ratio"] / bound,
                         "peak_bytes": mem["peak_bytes"], "reference_copy": bool(
                             ref is not None and ref.model is not None and not ref.shared),
+                        "reference": "none" if ref is None else ref.kind,
                         "products": passes[key]}
         if key != "plain_finetune":
             metrics[key]["peak_mem_ratio"] = mem["peak_bytes"] / metrics["plain_finetune"]["peak_bytes"]
@@ -512,4 +513,4 @@ def bench_table(metrics: dict) -> str:
         r["peak_MiB"] = r["peak_bytes"] / 2**20
         r["IQR"] = f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}" if "step_time_ratio_q1" in r else None
     return markdown_table(rows, ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound", "ratio_to_bound",
-                                 "peak_mem_ratio", "peak_MiB", "reference_copy"], "{:.2f}")
+                                 "peak_mem_ratio", "peak_MiB", "reference_copy", "reference"], "{:.2f}")
