@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from obliviate.errors import ConfigError
-from obliviate.runs.parts import PartStore, cached_part, cached_parts, two_at_a_time
+from obliviate.runs.parts import PartStore, cached_part, cached_parts
+from obliviate.train.distributed import two_at_a_time
 
 
 def test_cached_part_reuses_a_part_while_its_key_matches(tmp_path):
@@ -81,12 +82,12 @@ def test_cached_parts_computes_two_at_a_time_on_one_thread_each(tmp_path):
     a, b = tmp_path / "a.flag", tmp_path / "b.flag"
     jobs = [(tmp_path / "a.json", {"k": 1}, _waits_for(b, a)), (tmp_path / "b.json", {"k": 2}, _waits_for(a, b))]
     threads = torch.get_num_threads()
-    (ra, _), (rb, _) = cached_parts(jobs)
+    (ra, _), (rb, _) = cached_parts(jobs, parallel=True)
     assert ra["pid"] != rb["pid"] and os.getpid() in (ra["pid"], rb["pid"])
     assert ra["threads"] == rb["threads"] == 1 and torch.get_num_threads() == threads
     # stored: a second call computes nothing (the parts would wait forever for flags that are now gone)
     a.unlink(), b.unlink()
-    assert [r for r, _ in cached_parts(jobs)] == [ra, rb]
+    assert [r for r, _ in cached_parts(jobs, parallel=True)] == [ra, rb]
 
 
 @needs_two
@@ -107,7 +108,7 @@ def test_cached_parts_gives_what_one_process_gives(tmp_path):
         alone = [part(i)() for i in range(5)]
     finally:
         torch.set_num_threads(torch_threads)
-    assert [r for r, _ in cached_parts(jobs)] == alone
+    assert [r for r, _ in cached_parts(jobs, parallel=True)] == alone
     assert [r for r, _ in cached_parts(jobs, parallel=False)] == alone  # stored, read back
 
 
@@ -119,12 +120,12 @@ def test_a_part_failing_in_the_second_process_is_raised_here(tmp_path):
     jobs = [(tmp_path / "ok.json", None, lambda: {"ok": 1}), (tmp_path / "bad.json", None, fails),
             (tmp_path / "ok2.json", None, lambda: {"ok": 2})]
     with pytest.raises(ValueError, match="bad part"):
-        cached_parts(jobs)
+        cached_parts(jobs, parallel=True)
     assert not (tmp_path / "bad.json").exists()
 
 
 def test_a_store_gets_many_parts_and_their_times(tmp_path):
     store = PartStore(tmp_path / "parts")
-    got = store.get_many({"x/1": lambda: {"v": 1}, "y": lambda: {"v": 2}})
+    got = store.get_many({"x/1": lambda: {"v": 1}, "y": lambda: {"v": 2}}, parallel=two_at_a_time())
     assert got == {"x/1": {"v": 1}, "y": {"v": 2}} and set(store.timings) == {"x/1", "y"}
     assert store.get("x/1", lambda: {"v": 99}) == {"v": 1}

@@ -19,7 +19,6 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.runs.results import atomic_write_json
-from obliviate.train import distributed as D
 
 
 def kept_part(path, key) -> dict | None:
@@ -55,17 +54,11 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     return saved["result"], saved["seconds"]
 
 
-def two_at_a_time() -> bool:
-    """Whether parts can be computed two at a time here: two CPUs or more, one process (no ``accelerate launch``),
-    no CUDA (a forked child cannot use it) and a ``fork`` start method (Linux, macOS)."""
-    return ((os.cpu_count() or 1) >= 2 and D.world_size() == 1 and not D.sharding()
-            and "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized())
-
-
-def cached_parts(jobs: list[tuple], *, parallel: bool = True, in_child: Callable[[], None] | None = None) -> list:
+def cached_parts(jobs: list[tuple], *, parallel: bool = False, in_child: Callable[[], None] | None = None) -> list:
     """:func:`cached_part` of every ``(path, key, fn)`` of ``jobs``, in order: a list of (result, seconds).
 
-    With ``parallel`` (and :func:`two_at_a_time`), the parts not yet stored are computed two at a time: a forked
+    With ``parallel`` (where :func:`obliviate.train.distributed.two_at_a_time` says it can be: the caller asks),
+    the parts not yet stored are computed two at a time: a forked
     child process and this one each take the next part nobody has taken, each on one torch thread. On 2 cores
     this nearly halves the wall time of tiny models, whose small matrix products do not use a second thread;
     and since every part runs on one thread in either process, its result does not depend on which process made
@@ -73,7 +66,7 @@ def cached_parts(jobs: list[tuple], *, parallel: bool = True, in_child: Callable
     the child (e.g. to hide its progress bars). A part that failed in the child is computed again here, where
     its error is raised; the child is stopped when this process fails. Each ``fn`` must write nothing but its
     return value and files of its own (the child's changes to this process's memory are lost)."""
-    if not parallel or not two_at_a_time():
+    if not parallel or "fork" not in mp.get_all_start_methods():
         return [cached_part(*job) for job in jobs]
     todo = [i for i, (path, key, _) in enumerate(jobs) if kept_part(path, key) is None]
     threads = torch.get_num_threads()
@@ -152,7 +145,7 @@ class PartStore:
         result, self.timings[name] = cached_part(self.path(name), key, fn)
         return result
 
-    def get_many(self, parts: dict[str, Callable[[], dict]], *, parallel: bool = True,
+    def get_many(self, parts: dict[str, Callable[[], dict]], *, parallel: bool = False,
                  in_child: Callable[[], None] | None = None) -> dict[str, dict]:
         """:meth:`get` of every ``{name: fn}``, two at a time with ``parallel`` (:func:`cached_parts`)."""
         names = list(parts)

@@ -61,6 +61,16 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
+def two_at_a_time() -> bool:
+    """Whether work can run two at a time in forked processes here (:func:`obliviate.runs.parts.cached_parts`):
+    two CPUs or more, one process (no ``accelerate launch``), no sharding, no CUDA (a forked child cannot use it)
+    and the ``fork`` start method (Linux, macOS)."""
+    import multiprocessing as mp
+
+    return ((os.cpu_count() or 1) >= 2 and world_size() == 1 and not sharding()
+            and "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized())
+
+
 def sharding() -> str | None:
     """``"fsdp"`` or ``"deepspeed"`` when the accelerate config shards the model, else None."""
     for mode, var in SHARDING_ENV.items():

@@ -32,7 +32,7 @@ from obliviate.recipes.compare.report import write_report
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.parts import cached_parts
 from obliviate.tasks.base import PreferredAnswers, Task
-from obliviate.train.distributed import barrier, is_main_process, save_trained
+from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
 from obliviate.utils import run_write_path, seed_everything
@@ -242,7 +242,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     base_model, tok = load(dirs["base"])
     bases_seconds = time.time() - t0  # pretraining or fine-tuning the base and the oracle (0 when cached or given)
     preset = preset_name(base_model)
-    parallel = (cfg.parallel and all(p.device.type == "cpu" for p in base_model.parameters())
+    parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
                 and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
                "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,

@@ -52,6 +52,7 @@ from obliviate.runs.parts import PartStore
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.train.distributed import two_at_a_time
 from obliviate.utils import seed_everything
 
 TOKEN_STRATEGIES = ("mask", "remove")
@@ -463,7 +464,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         name = _run_name(size, strategy, thr, p)
         todo.setdefault(name, lambda name=name, size=size, strategy=strategy, thr=thr, p=p: _pretrain_run(
             rc, D, labels, name, size, strategy, thr, p, out, shown["progress"]))
-    runs: dict[str, dict] = parts.get_many(todo, parallel=rc.parallel, in_child=quiet)
+    runs: dict[str, dict] = parts.get_many(todo, parallel=rc.parallel and two_at_a_time(), in_child=quiet)
 
     main = {size: {"none": runs[_run_name(size, "none", 0)]} for size in rc.sizes}
     for size in rc.sizes:
@@ -492,7 +493,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         return {**res, "rmu": info, "loss_after_rmu": after}
 
     todo["adversarial/rmu"] = rmu_job
-    adv = {k.split("/", 1)[1]: v for k, v in parts.get_many(todo, parallel=rc.parallel, in_child=quiet).items()}
+    adv = {k.split("/", 1)[1]: v for k, v in parts.get_many(todo, parallel=rc.parallel and two_at_a_time(), in_child=quiet).items()}
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
