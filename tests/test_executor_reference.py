@@ -23,12 +23,18 @@ def _cfg(name, cache, steps=4, **kw):
                                            **kw))
 
 
-@pytest.mark.parametrize("name", ["npo", "idkdpo"])
-def test_cached_and_live_reference_give_the_same_run(name, tiny_model, tiny_tokenizer):
+def _with_and_without_cache(name, tiny_model, tiny_tokenizer) -> dict:
+    """``{cache_reference: (unlearned model, losses)}`` of method ``name`` on a copy of ``tiny_model``."""
     runs = {}
     for cache in (True, False):
         model, summary = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(name, cache))
         runs[cache] = (model, [r["loss"] for r in summary["history"] if "loss" in r])
+    return runs
+
+
+@pytest.mark.parametrize("name", ["npo", "idkdpo"])
+def test_cached_and_live_reference_give_the_same_run(name, tiny_model, tiny_tokenizer):
+    runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
     assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-4, abs=1e-5)
     for (n, a), (_, b) in zip(runs[True][0].named_parameters(), runs[False][0].named_parameters()):
         assert torch.allclose(a, b, atol=1e-5), n
@@ -82,10 +88,7 @@ PREFIX_METHODS = ["rmu", "adaptive_rmu", "cosine_rmu", "probe_unlearn", "probe_u
 def test_a_frozen_prefix_gives_the_whole_copys_run(name, tiny_model, tiny_tokenizer):
     """The RMU family and the probe methods read only the frozen hidden states up to a layer: the engine keeps a copy
     of the layers up to it alone (Reference.kind "prefix ..."), and the run equals the whole copy's."""
-    runs = {}
-    for cache in (True, False):
-        model, summary = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(name, cache))
-        runs[cache] = (model, [r["loss"] for r in summary["history"] if "loss" in r])
+    runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
     assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-6, abs=1e-7)
     for (n, a), (_, b) in zip(runs[True][0].named_parameters(), runs[False][0].named_parameters()):
         assert torch.equal(a, b), n
