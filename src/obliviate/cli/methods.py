@@ -5,7 +5,7 @@ from __future__ import annotations
 import typing
 
 from obliviate.methods import METHODS, build_method, method_names
-from obliviate.methods.contract import Method
+from obliviate.methods.contract import _overrides
 
 
 def preset_text(preset: dict, kind: str = "train") -> str:
@@ -35,9 +35,9 @@ def reference_text(name: str) -> str:
     method = build_method(name)
     if METHODS[name].kind == "edit" or not method.needs_reference:
         return "none"
-    if type(method).cached_reference_keys is not Method.cached_reference_keys:
+    if _overrides(type(method), "cached_reference_keys"):
         return "cached log-probs"
-    if type(method).reference_depth is not Method.reference_depth:
+    if _overrides(type(method), "reference_depth"):
         return "frozen prefix"
     return "frozen copy"
 

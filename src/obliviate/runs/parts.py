@@ -57,9 +57,9 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
 def cached_parts(jobs: list[tuple], *, parallel: bool = False, in_child: Callable[[], None] | None = None) -> list:
     """:func:`cached_part` of every ``(path, key, fn)`` of ``jobs``, in order: a list of (result, seconds).
 
-    With ``parallel`` (where :func:`obliviate.train.distributed.two_at_a_time` says it can be: the caller asks),
-    the parts not yet stored are computed two at a time: a forked
-    child process and this one each take the next part nobody has taken, each on one torch thread. On 2 cores
+    With ``parallel`` (the caller asks where :func:`obliviate.train.distributed.two_at_a_time` says it can), the
+    parts not yet stored are computed two at a time: a forked child process and this one each take the next part
+    nobody has taken, each on one torch thread. On 2 cores
     this nearly halves the wall time of tiny models, whose small matrix products do not use a second thread;
     and since every part runs on one thread in either process, its result does not depend on which process made
     it or on what else runs (a run with ``parallel`` off uses the default threads). ``in_child()`` runs first in

@@ -454,6 +454,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         jobs.append((rc.pareto_size, "drop_document", t, 0.0))
     for p in rc.noise_ps:
         jobs.append((rc.pareto_size, rc.pareto_token_strategy, rc.threshold, p))
+    parallel = rc.parallel and two_at_a_time()
     shown = {"progress": progress}
 
     def quiet() -> None:  # the second process draws no progress bars
@@ -464,7 +465,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         name = _run_name(size, strategy, thr, p)
         todo.setdefault(name, lambda name=name, size=size, strategy=strategy, thr=thr, p=p: _pretrain_run(
             rc, D, labels, name, size, strategy, thr, p, out, shown["progress"]))
-    runs: dict[str, dict] = parts.get_many(todo, parallel=rc.parallel and two_at_a_time(), in_child=quiet)
+    runs: dict[str, dict] = parts.get_many(todo, parallel=parallel, in_child=quiet)
 
     main = {size: {"none": runs[_run_name(size, "none", 0)]} for size in rc.sizes}
     for size in rc.sizes:
@@ -493,7 +494,7 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         return {**res, "rmu": info, "loss_after_rmu": after}
 
     todo["adversarial/rmu"] = rmu_job
-    adv = {k.split("/", 1)[1]: v for k, v in parts.get_many(todo, parallel=rc.parallel and two_at_a_time(), in_child=quiet).items()}
+    adv = {k.split("/", 1)[1]: v for k, v in parts.get_many(todo, parallel=parallel, in_child=quiet).items()}
 
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
