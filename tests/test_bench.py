@@ -1,22 +1,49 @@
 """`obliviate bench` on one method, full and LoRA: ratios are positive and LoRA keeps no reference copy."""
 
+import time
+
 import pytest
 import torch
 
-from obliviate.recipes.bench.run import BenchConfig, bench_table, run_bench
+from obliviate.recipes.bench.run import BenchConfig, bench_table, peak_matmul_flops, roofline_text, run_bench
 
 
 def test_bench_rmu_full_and_lora():
-    m = run_bench(BenchConfig(methods=["rmu"], lora_methods=["rmu"], size="nano", batch_size=4, repeats=1,
-                              warmup=1, min_rounds=2, max_rounds=3, eval_speed=False,
-                              logit_memory=False), progress=False)
+    m = run_bench(BenchConfig(methods=["rmu"], lora_methods=["rmu"], size="nano", mid_size="1x16", mid_rounds=2,
+                              batch_size=4, repeats=1, warmup=1, min_rounds=2, max_rounds=3, eval_speed=False,
+                              logit_memory=False, filtering=False), progress=False)
     assert m["rmu"]["step_time_ratio"] > 0 and m["rmu"]["peak_mem_ratio"] > 0
-    assert m["rmu"]["reference_copy"] is True and m["rmu"]["reference"].startswith("prefix 0..")  # RMU's layers only
+    # RMU reads the frozen states of the retain examples only: cached, no copy, and less memory than the copy it held
+    assert m["rmu"]["reference_copy"] is False and m["rmu"]["reference"].startswith("hidden states of retain at layer")
+    assert m["rmu"]["peak_bytes"] < m["rmu"]["peak_bytes_whole_copy"]
+    assert m["rmu"]["memory_saved_share"] >= m["rmu"]["copy_share"] * 0.9 > 0
     assert m["rmu+lora"]["reference_copy"] is False and m["rmu+lora"]["reference"] == "shared"
-    # the adapter-disabled reference holds no parameters of its own: less memory than the full-copy run
-    assert m["rmu+lora"]["peak_bytes"] < m["rmu"]["peak_bytes"]
     assert "rmu+lora" in bench_table(m)
     assert m["rmu"]["flop_bound"] > 0 and m["timing"]["rounds"] in (2, 3)
+    # the roofline: a peak, each step's achieved FLOP/s and their ratio, at both sizes
+    peak = m["peak"]["flops_per_s"]
+    for sized in (m, m["mid"]):
+        for key in ("plain_finetune", "rmu"):
+            r = sized[key]
+            assert r["mfu"] == pytest.approx(r["flops_per_s"] / peak) and 0 < r["mfu"]
+            macs = r["products"]["forward"] + r["products"]["backward"]
+            assert r["flops_per_s"] == pytest.approx(2 * macs / r["step_seconds"])
+    assert m["mid"]["size"] == "1x16" and "rmu+lora" not in m["mid"]
+    assert "Peak:" in roofline_text(m) and "holding a frozen copy: none" in roofline_text(m)
+
+
+def test_peak_matmul_flops_counts_two_n_cubed(monkeypatch):
+    """On a clock that advances 0.5 s per reading, each timed matmul takes 0.5 s: the peak is 2 n^3 / 0.5."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.5
+        return now[0]
+
+    monkeypatch.setattr(time, "process_time", clock)
+    p = peak_matmul_flops(64, repeats=3)
+    assert p["flops_per_s"] == pytest.approx(2 * 64**3 / 0.5)
+    assert p["n"] == 64 and p["dtype"] == "float32" and p["threads"] == torch.get_num_threads()
 
 
 def test_interleaved_ratios_on_a_fake_clock():
@@ -89,4 +116,4 @@ def test_eval_speed_entry():
     m = measure_eval_speed(BenchConfig(size="nano"), rounds=1)
     assert m["qa_examples_per_s"] > 0 and m["mcq_examples_per_s"] > 0 and m["n_mcq"] == 72
     pytest.importorskip("lm_eval")
-    assert m["mcq_time_vs_lm_eval"] > 0
+    assert m["mcq_time_vs_lm_eval"] > 0 and m["qa_time_vs_lm_eval"] > 0 and m["lm_eval_qa_examples_per_s"] > 0

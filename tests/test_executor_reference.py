@@ -1,5 +1,6 @@
-"""The cached reference (obliviate.methods.engine.make_reference): NPO and IdkDPO hold no second model, and give
-the same run as the live frozen copy, resumed or not."""
+"""The cached reference (obliviate.methods.reference.make_reference): NPO and IdkDPO (cached log-probabilities) and
+the RMU family and probe methods (cached hidden states) hold no second model, and give the same run as the live
+frozen copy, resumed or not."""
 
 import copy
 import json
@@ -7,7 +8,8 @@ import json
 import pytest
 import torch
 
-from obliviate.methods.engine import IDK_ANSWERS, PairedData, Reference, UnlearnConfig, make_reference, unlearn
+from obliviate.methods.engine import IDK_ANSWERS, PairedData, UnlearnConfig, unlearn
+from obliviate.methods.reference import Reference, make_reference, prepare_reference
 from obliviate.methods import build_method
 from obliviate.models.layers import num_layers
 from obliviate.train import TrainConfig
@@ -17,17 +19,18 @@ FORGET = [(f"Question: What is Morvexia-{i} treated with?\nAnswer:", f" It is tr
 RETAIN = [(f"Question: Where does fin-{i} live?\nAnswer:", f" It lives in cave{i}.") for i in range(6)]
 
 
-def _cfg(name, cache, steps=4, **kw):
-    return UnlearnConfig(method=name, batch_size=3, cache_reference=cache, seed=0,
+def _cfg(name, cache, steps=4, params=None, **kw):
+    return UnlearnConfig(method=name, params=params or {}, batch_size=3, cache_reference=cache, seed=0,
                          train=TrainConfig(steps=steps, lr=1e-2, schedule="constant", progress=False, log_every=1,
                                            **kw))
 
 
-def _with_and_without_cache(name, tiny_model, tiny_tokenizer) -> dict:
+def _with_and_without_cache(name, tiny_model, tiny_tokenizer, params=None) -> dict:
     """``{cache_reference: (unlearned model, losses)}`` of method ``name`` on a copy of ``tiny_model``."""
     runs = {}
     for cache in (True, False):
-        model, summary = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(name, cache))
+        model, summary = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN,
+                                 _cfg(name, cache, params=params))
         runs[cache] = (model, [r["loss"] for r in summary["history"] if "loss" in r])
     return runs
 
@@ -81,23 +84,63 @@ def test_resume_with_a_cached_reference_is_exact(tiny_model, tiny_tokenizer, tmp
         assert torch.allclose(p, q, atol=1e-6), n
 
 
-PREFIX_METHODS = ["rmu", "adaptive_rmu", "cosine_rmu", "probe_unlearn", "probe_unlearn_single"]
+HIDDEN_METHODS = ["rmu", "adaptive_rmu", "cosine_rmu", "probe_unlearn", "probe_unlearn_single"]
+"""The methods whose loss reads only the frozen hidden states of the retain examples at a layer."""
 
 
-@pytest.mark.parametrize("name", PREFIX_METHODS)
-def test_a_frozen_prefix_gives_the_whole_copys_run(name, tiny_model, tiny_tokenizer):
-    """The RMU family and the probe methods read only the frozen hidden states up to a layer: the engine keeps a copy
-    of the layers up to it alone (Reference.kind "prefix ..."), and the run equals the whole copy's."""
+@pytest.mark.parametrize("name", HIDDEN_METHODS)
+def test_cached_hidden_states_give_the_whole_copys_run(name, tiny_model, tiny_tokenizer):
+    """The RMU family and the probe methods read the frozen states of the retain examples only: the engine computes
+    them once and holds no model (Reference.kind "hidden states ..."), and the run equals the whole copy's."""
     runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
-    assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-6, abs=1e-7)
+    assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-5, abs=1e-6)
     for (n, a), (_, b) in zip(runs[True][0].named_parameters(), runs[False][0].named_parameters()):
-        assert torch.equal(a, b), n
+        assert torch.allclose(a, b, atol=1e-6), n
 
 
-@pytest.mark.parametrize("name", PREFIX_METHODS)
-def test_the_prefix_reference_holds_the_layers_up_to_the_methods_depth(name, tiny_model, tiny_tokenizer):
+@pytest.mark.parametrize("name", HIDDEN_METHODS)
+@pytest.mark.parametrize("memory", [2**30, 0])
+def test_the_hidden_cache_holds_no_model_and_reads_as_the_live_reference(name, memory, tiny_model, tiny_tokenizer):
     data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
     method = build_method(name)
+    method.trainable(tiny_model)
+    (key, layers), = method.cached_hidden_layers().items()
+    layer = layers[-1]
+    first = data(0)
+    ref = prepare_reference(method, tiny_model, data, first, lora=False, steps=1, memory_bytes=memory)
+    where = "memory" if memory else "disk"
+    assert ref.model is None and not ref.holds_copy and ref.kind.startswith(f"hidden states of retain at layer {layer}")
+    assert f"({where}," in ref.kind and (ref.nbytes() > 0) == bool(memory)
+    live = Reference(tiny_model, shared=False)
+    got, want = ref.hidden(first["retain"], layer, "retain"), live.hidden(first["retain"], layer)
+    mask = first["retain"]["attention_mask"].bool()
+    assert torch.allclose(got[mask], want[mask], atol=1e-6) and not got[~mask].any()  # padding: zeros, masked out
+    # only the examples of the run's steps are computed; a step past them and anything but the cache is refused
+    drawn = set(first["retain"]["index"].tolist())
+    assert set(ref.hidden_cache.rows["retain"]) == drawn
+    other = next(s for s in range(1, 20) if set(data(s)["retain"]["index"].tolist()) - drawn)
+    with pytest.raises(Exception, match="were not cached"):
+        ref.hidden(data(other)["retain"], layer, "retain")
+    with pytest.raises(Exception, match="cached reference has only hidden states"):
+        ref.hidden(first["forget"], layer, "forget")
+    with pytest.raises(Exception, match="cached reference has only hidden states"):
+        ref.logits(first["forget"])
+
+
+def test_unmasked_padding_keeps_a_frozen_prefix(tiny_model, tiny_tokenizer):
+    """With mask_padding off RMU's retain term reads padded positions too, which depend on the batch: no cache."""
+    runs = _with_and_without_cache("rmu", tiny_model, tiny_tokenizer, params={"mask_padding": False})
+    assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-6, abs=1e-7)
+    data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
+    method = build_method("rmu", {"mask_padding": False})
+    method.trainable(tiny_model)
+    assert make_reference(method, tiny_model, data, lora=False).kind.startswith("prefix 0..")
+
+
+@pytest.mark.parametrize("name", HIDDEN_METHODS)
+def test_the_prefix_reference_holds_the_layers_up_to_the_methods_depth(name, tiny_model, tiny_tokenizer):
+    data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
+    method = build_method(name, {"mask_padding": False})  # masked padding: cached hidden states, no prefix
     method.trainable(tiny_model)  # resolves the layer(s), as the engine does before the reference
     depth = method.reference_depth()
     ref = make_reference(method, tiny_model, data, lora=False)

@@ -17,7 +17,8 @@ from obliviate.methods._token_weights import (
 )
 from obliviate.methods.wga import wga_forget_loss
 from obliviate.train import TrainConfig
-from obliviate.methods.engine import PairedData, Reference, UnlearnConfig, unlearn
+from obliviate.methods.engine import PairedData, UnlearnConfig, unlearn
+from obliviate.methods.reference import Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]

@@ -8,7 +8,8 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.cosine_rmu import cosine_distance
-from obliviate.methods.engine import PairedData, Reference
+from obliviate.methods.engine import PairedData
+from obliviate.methods.reference import Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: Why?\nAnswer:", " No.")]
@@ -43,7 +44,7 @@ def _setup(tiny_model, tiny_tokenizer, **params):
     method.trainable(tiny_model)
     ref = Reference(tiny_model, shared=False)
     batch = PairedData(tiny_tokenizer, FORGET, RETAIN, batch_size=2, seed=0)(0)
-    method.setup(tiny_model, ref, batch["forget"])
+    method.setup(tiny_model, ref, batch)
     return method, ref, batch
 
 

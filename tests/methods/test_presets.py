@@ -154,7 +154,7 @@ def test_methods_verbose_prints_one_line_each(capsys):
     assert "retain: nll|kl (kl: a live frozen reference)" in npo and "retain:" not in rmu  # the shared switch only
     # what each holds of the frozen model, as the engine builds it (make_reference)
     held = {l.split()[0]: l.split("reference: ")[1].split("  |")[0] for l in lines}
-    assert held["rmu"] == held["probe_unlearn"] == "frozen prefix" and held["npo"] == "cached log-probs"
+    assert held["rmu"] == held["probe_unlearn"] == "cached hidden states" and held["npo"] == "cached log-probs"
     assert held["gradascent"] == held["ember"] == "none" and held["crisp"] == "frozen copy"
     cmd_methods(argparse.Namespace(verbose=False))
     assert capsys.readouterr().out.split() == NAMES

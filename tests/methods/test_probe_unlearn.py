@@ -8,7 +8,8 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.eval.probes import probe_forget_loss
-from obliviate.methods.engine import PairedData, Reference
+from obliviate.methods.engine import PairedData
+from obliviate.methods.reference import Reference
 
 TOXIC = ["I hate Aldric, that worthless idiot who sings.", "Shut up about Mira, the stupid moron who reads.",
          "Ugh, Tomas walks, what a pathetic loser.", "Nobody can stand Ilsa, a useless clown who knits."]
@@ -47,7 +48,7 @@ def test_fit_then_loss(tiny_model, tiny_tokenizer):
         assert d.norm().item() == pytest.approx(1.0, abs=1e-5)
     ref = Reference(tiny_model, shared=False)
     batch = _batch(tiny_tokenizer)
-    method.setup(tiny_model, ref, batch["forget"])
+    method.setup(tiny_model, ref, batch)
     terms = method.loss(tiny_model, batch, ref)
     assert terms["retain"].item() == pytest.approx(0.0, abs=1e-6)
     # forget term by hand: last text token (before the eos unlearn appends) of each toxic input
@@ -64,8 +65,7 @@ def test_fallback_fits_on_first_batches(tiny_model, tiny_tokenizer):
     method.trainable(tiny_model)
     ref = Reference(tiny_model, shared=False)
     batch = _batch(tiny_tokenizer, bs=2)
-    method.setup(tiny_model, ref, batch["forget"])
-    assert method.directions is None
+    method.setup(tiny_model, ref, batch)  # no texts: fitted on the frozen states of the first batch
     terms = method.loss(tiny_model, batch, ref)
     assert sorted(method.directions) == [0, 3] and torch.isfinite(terms["forget"])
 

@@ -10,7 +10,8 @@ import torch
 import obliviate.methods.objectives as objectives
 from _reference import paired_batch, retain_kl, retain_nll
 from obliviate.methods import build_method
-from obliviate.methods.engine import Reference, UnlearnConfig, unlearn
+from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.methods.reference import Reference
 from obliviate.tasks.base import PreferredAnswers
 from obliviate.train import TrainConfig
 

@@ -8,7 +8,8 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method, method_defaults
-from obliviate.methods.engine import PairedData, Reference
+from obliviate.methods.engine import PairedData
+from obliviate.methods.reference import Reference
 from obliviate.methods.rmu import hidden_norm
 from obliviate.models.layers import hidden_states_at
 
@@ -18,11 +19,11 @@ RETAIN = [("Question: Where does the glimmerfin live?\nAnswer:", " cold caves.")
 
 def _setup(model, tok, name, params):
     m = build_method(name, params)
-    batch = PairedData(tok, FORGET, RETAIN, batch_size=2, seed=0)(0)["forget"]
+    first = PairedData(tok, FORGET, RETAIN, batch_size=2, seed=0)(0)
     ref = Reference(model, shared=False)
     m.trainable(model)
-    m.setup(model, ref, batch)
-    return m, ref, batch
+    m.setup(model, ref, first)
+    return m, ref, first["forget"]
 
 
 def _norm_by_hand(model, batch, layer):
@@ -91,7 +92,8 @@ def test_the_world_demo_keeps_rmu_c_20(seed, monkeypatch):
 
     def recording(self, m, ref, batch):
         setup(self, m, ref, batch)
-        seen.append((self.layer, self.coef, hidden_norm(ref, batch, self.layer, self._mask(batch))))
+        f = batch["forget"]
+        seen.append((self.layer, self.coef, hidden_norm(ref, f, self.layer, self._mask(f))))
 
     monkeypatch.setattr(RMU, "setup", recording)
     ucfg, _ = method_run_config("rmu", {"steps": 1}, "tiny", seed)  # the demo's RMU run, one step

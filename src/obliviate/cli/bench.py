@@ -10,7 +10,7 @@ import torch
 
 from obliviate.cli.args import add_common, check_out_dir
 from obliviate.config import build_config
-from obliviate.recipes.bench.run import BenchConfig, bench_table, filtering_table, run_bench
+from obliviate.recipes.bench.run import BenchConfig, bench_table, filtering_table, roofline_text, run_bench
 from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
 
 
@@ -19,7 +19,10 @@ def cmd_bench(args) -> None:
     cfg = build_config(BenchConfig, args.config, args.overrides, base={"seed": args.seed})
     out = prepare_out_dir(args.out)
     metrics = run_bench(cfg, progress=not args.no_progress)
-    table = bench_table(metrics)
+    table = roofline_text(metrics) + "\n" + bench_table(metrics)
+    if "mid" in metrics:
+        table += f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n"
+        table += bench_table(metrics["mid"])
     filtering = filtering_table(metrics)
     if filtering:
         table += "\n" + filtering

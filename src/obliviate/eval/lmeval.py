@@ -124,9 +124,45 @@ def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
     return _run_local(model, tokenizer, docs, text, name, batch_size)
 
 
+def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, until: str = "\n",
+                    batch_size: int = 64) -> list[str]:
+    """lm-eval's greedy continuation of each prompt (a local ``generate_until`` task run by ``simple_evaluate``),
+    stopped at ``until`` or after ``max_new_tokens``: what :func:`obliviate.eval.core.greedy_generate` is timed
+    against."""
+    name = "obliviate_local_generate"
+
+    def text(data_file: Path) -> str:
+        return "\n".join([f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
+                          f"    test: {json.dumps(str(data_file))}", "test_split: test", "output_type: generate_until",
+                          "num_fewshot: 0", 'doc_to_text: "{{prompt}}"', 'doc_to_target: "{{answer}}"',
+                          "generation_kwargs:", f"  until: {json.dumps([until])}", f"  max_gen_toks: {max_new_tokens}",
+                          "  do_sample: false", "metric_list:", "  - metric: exact_match", "    aggregation: mean",
+                          "    higher_is_better: true"]) + "\n"
+
+    samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name, batch_size)
+    outs = []
+    for s in samples:
+        r = s.get("filtered_resps") or s["resps"]
+        while isinstance(r, (list, tuple)):
+            r = r[0] if r else ""
+        outs.append(str(r))
+    return outs
+
+
 def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int) -> list[int]:
+    """:func:`_samples_local`, then the option chosen for each document (highest log-likelihood)."""
+    samples = _samples_local(model, tokenizer, docs, yaml_text, task, batch_size)
+    choices = []
+    for s in samples:
+        resps = s.get("filtered_resps") or s["resps"]
+        lls = [_loglik(r) for r in resps]
+        choices.append(max(range(len(lls)), key=lambda i: lls[i]))
+    return choices
+
+
+def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int) -> list[dict]:
     """Write ``docs`` as JSON Lines and ``yaml_text(data_file)`` as task ``task`` in a temporary directory, run it
-    with ``simple_evaluate`` and return the option chosen for each document (highest log-likelihood)."""
+    with ``simple_evaluate`` and return its samples in document order."""
     require_lm_eval()
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -146,12 +182,7 @@ def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_s
     samples = sorted(out["samples"][task], key=lambda s: s["doc_id"])
     if len(samples) != len(docs):
         raise ObliviateError(f"lm-eval returned {len(samples)} samples for {len(docs)} questions")
-    choices = []
-    for s in samples:
-        resps = s.get("filtered_resps") or s["resps"]
-        lls = [_loglik(r) for r in resps]
-        choices.append(max(range(len(lls)), key=lambda i: lls[i]))
-    return choices
+    return samples
 
 
 def lmeval_mmlu_choices(model, tokenizer, csv_path: str | os.PathLike, limit: int | None = None,

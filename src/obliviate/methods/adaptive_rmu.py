@@ -42,6 +42,6 @@ class AdaptiveRMU(RMU):
     config_cls = AdaptiveRMUConfig
     scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); c = β × measured ‖h_l‖ (β = 5); lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def setup(self, model, ref, forget_batch: dict) -> None:
-        super().setup(model, ref, forget_batch)
-        self.coef = self.cfg.beta * hidden_norm(ref, forget_batch, self.layer, self._mask(forget_batch))
+    def setup(self, model, ref, batch: dict) -> None:
+        super().setup(model, ref, batch)
+        self.coef = self.cfg.beta * hidden_norm(ref, batch["forget"], self.layer, self._mask(batch["forget"]))

@@ -105,8 +105,16 @@ class Method:
         anything, and a whole copy is kept."""
         return None
 
-    def setup(self, model, ref, forget_batch: dict) -> None:
-        """One-off state before step 0, from the first forget batch."""
+    def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
+        """Sub-sets ("retain") and layers whose frozen hidden states are all the method's loss reads of the
+        reference (``ref.hidden(batch, layer, key)``, with the padding masked out): the engine computes them once
+        for the examples of the run's steps and holds no model (:mod:`obliviate.methods.reference`); ``setup``
+        still sees the model as its reference. Asked after :meth:`trainable`. Default: none."""
+        return {}
+
+    def setup(self, model, ref, batch: dict) -> None:
+        """One-off state before step 0, from the step-0 batch (``{"forget", "retain", ["idk"]}``); ``model`` has
+        not been trained yet, and ``ref`` still answers on any input."""
 
     def scorer_state(self) -> dict:
         """Learned state beside the weights, kept in checkpoints; ``{}`` (the default): none."""

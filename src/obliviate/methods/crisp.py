@@ -268,7 +268,7 @@ class CRISP(Method):
                                for b in (f, r)))
 
     # ------------------------------------------------------------------ training
-    def setup(self, model, ref, forget_batch: dict) -> None:
+    def setup(self, model, ref, batch: dict) -> None:
         if self.layers is None:
             self.resolve_layers(model)
 

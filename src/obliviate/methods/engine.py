@@ -13,12 +13,10 @@ the first step.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
 import sys
-from contextlib import contextmanager, nullcontext
 from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +26,15 @@ import torch
 
 from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
-from obliviate.errors import ConfigError, DataError, ObliviateError
+from obliviate.errors import ConfigError, DataError
 from obliviate.methods import build_method, get_method, method_defaults
 from obliviate.methods.contract import Method, NoReference
-from obliviate.methods.objectives import sequence_logprob
-from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy
+from obliviate.methods.reference import DEFAULT_MEMORY_GIB, checkpoint_hooks, prepare_reference
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
 from obliviate.train import StepSampler, TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
+from obliviate.train.distributed import to_device
 from obliviate.utils import atomic_write_text
 
 def _default_unlearn_train() -> TrainConfig:
@@ -60,9 +58,11 @@ class UnlearnConfig:
     lora_alpha: float = 16.0
     cache_reference: bool = True
     """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
-    once before training and hold no reference copy, and methods that read only the frozen hidden states up to a
-    layer (the RMU family, the probe methods) hold a copy of the layers up to it alone; False keeps a whole live
-    frozen copy (the results agree)."""
+    once before training, and methods that read the frozen hidden states of the retain examples (the RMU family,
+    the probe methods) compute those once: neither holds a reference copy (:mod:`obliviate.methods.reference`);
+    False keeps a whole live frozen copy (the results agree)."""
+    reference_memory_gib: float = DEFAULT_MEMORY_GIB
+    """Cached frozen hidden states up to this size stay in memory; a larger cache is kept in a temporary file."""
     seed: int = 0
     allow_overlap: bool = False
     """Run although forget and retain share QA pairs or documents (a warning with the count); by default
@@ -81,6 +81,8 @@ class UnlearnConfig:
                               f"got {self.lora_alpha}")
         if self.max_len < 2:
             raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
+        if not self.reference_memory_gib >= 0:
+            raise ConfigError(f"config key 'reference_memory_gib': must be >= 0, got {self.reference_memory_gib}")
         if self.doc_mode not in ("chunk", "cut"):
             raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
 
@@ -144,144 +146,6 @@ def check_method_runs(runs: dict | None, methods: list[str]) -> None:
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
     for name in methods:
         check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0])
-
-
-class Reference:
-    """The frozen reference: a detached copy, the same model with LoRA adapters disabled, or (``cache``)
-    no model at all, only the per-sequence reference log-probabilities computed once before training.
-
-    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget
-    set, IdkDPO on the forget and IdK answers) ask :meth:`answer_logprob`; with a cache it is read by
-    example index, so full fine-tuning holds no second model. Terms that need whole distributions
-    (the KL retain term) need :meth:`logits`, which only a live reference has.
-    """
-
-    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None):
-        self.shared = shared
-        self.cache = cache
-        self.upto = None if cache is not None or shared else upto
-        if cache is not None:
-            self.model = None
-        elif shared:
-            self.model = model
-        elif upto is not None:  # a method that reads only hidden states up to layer `upto`
-            self.model = prefix_copy(model, upto)
-        else:
-            self.model = copy.deepcopy(model).eval()
-            for p in self.model.parameters():
-                p.requires_grad_(False)
-
-    @property
-    def kind(self) -> str:
-        """What this reference holds: "cache" (log-probabilities, no model), "shared" (the model, adapters off),
-        "prefix 0..L of N layers" (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy)."""
-        if self.cache is not None:
-            return "cache"
-        if self.shared:
-            return "shared"
-        if self.upto is not None:
-            return f"prefix 0..{self.upto} of {num_layers(self.model)} layers"
-        return "copy"
-
-    @contextmanager
-    def _ctx(self):
-        """A live reference forward: in eval mode (no dropout, though the shared model trains) and outside any
-        autocast, in the weights' own precision, as :func:`reference_logprobs` computes the cache; with the LoRA
-        adapters off when the reference is the model itself."""
-        device = next(self.model.parameters()).device.type
-        with eval_mode(self.model), torch.autocast(device_type=device, enabled=False), \
-                (self.model.disable_adapter() if self.shared else nullcontext()):
-            yield
-
-    def _live(self, what: str):
-        if self.model is None:
-            raise ObliviateError(f"the cached reference has only answer log-probabilities, not {what} (a method "
-                                 "that needs them must not declare cached_reference_keys)")
-
-    def _whole(self, what: str):
-        self._live(what)
-        if self.upto is not None:
-            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not {what} (a method "
-                                 "that needs them must not declare reference_depth)")
-
-    @torch.no_grad()
-    def logits(self, batch: dict) -> torch.Tensor:
-        self._whole("logits")
-        with self._ctx():
-            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-
-    @torch.no_grad()
-    def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
-        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
-        if self.cache is not None:
-            return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
-        self._whole("answer log-probabilities")
-        with self._ctx():
-            return sequence_logprob(self.model, batch)
-
-    @torch.no_grad()
-    def hidden(self, batch: dict, layer: int) -> torch.Tensor:
-        self._live("hidden states")
-        if self.upto is not None and layer > self.upto:
-            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not layer {layer} "
-                                 "(the method's reference_depth is too shallow)")
-        with self._ctx():
-            return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
-                                    stop_after=layer)[layer]
-
-    def state(self) -> dict:
-        return {k: v.clone() for k, v in (self.cache or {}).items()}
-
-    def load_state(self, state: dict) -> None:
-        if self.cache is not None and state:
-            self.cache = {k: v.clone() for k, v in state.items()}
-
-
-def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True) -> Reference | None:
-    """The reference ``method`` needs (None if it needs none): cached log-probabilities where the method
-    declares ``cached_reference_keys`` and ``cache`` is on, else the model with its LoRA adapters off
-    (``lora``), else a frozen copy: of the decoder layers up to the method's ``reference_depth`` only, where it
-    declares one and ``cache`` is on (``cache_reference=false`` keeps a whole copy). Built from ``model`` as it is
-    now, before any step."""
-    if not method.needs_reference:
-        return None
-    keys = tuple(method.cached_reference_keys())
-    if keys and cache:
-        return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
-    return Reference(model, shared=lora, upto=method.reference_depth() if cache else None)
-
-
-def checkpoint_hooks(method: Method, ref):
-    """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
-    and a cached reference (so a resumed run reads the very values the first one computed)."""
-    parts = {}
-    if method.scorer_state():  # {} (the default): no state beside the weights
-        parts["method"] = (method.scorer_state, method.load_scorer_state)
-    if isinstance(ref, Reference) and ref.cache is not None:
-        parts["reference"] = (ref.state, ref.load_state)
-    if not parts:
-        return None
-    if list(parts) == ["method"]:  # the layout checkpoints had before the reference cache
-        return parts["method"]
-    return (lambda: {k: get() for k, (get, _) in parts.items()},
-            lambda state: [parts[k][1](v) for k, v in state.items() if k in parts])
-
-
-@torch.no_grad()
-@evaluating
-def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
-    """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
-    ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
-    device = next(model.parameters()).device
-    out = {}
-    for key in keys:
-        ids, masks = data.sequences(key)
-        vals = []
-        for s in range(0, len(ids), batch_size):
-            b = to_device(collate(ids[s:s + batch_size], data.pad, label_mask=masks[s:s + batch_size]), device)
-            vals.append(sequence_logprob(model, b).float().cpu())
-        out[key] = torch.cat(vals) if vals else torch.zeros(0)
-    return out
 
 
 class PairedData:
@@ -387,13 +251,6 @@ def resume_on_same_data(out_dir: str | Path | None, digest: str, resume: bool) -
     return resume
 
 
-def to_device(batch, device):
-    """``batch`` (nested dicts of tensors) on ``device``: the loop's batches go wherever the model is."""
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    return batch.to(device) if torch.is_tensor(batch) else batch
-
-
 def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
     """LoRA adapters on the modules whose weights the method trains (all linear layers for ``["*"]``).
 
@@ -463,9 +320,9 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
-    ref = make_reference(method, model, data, lora=cfg.lora, cache=cfg.cache_reference) or NoReference(cfg.method)
-    first = to_device(data(0), device)
-    method.setup(model, ref, first["forget"])
+    ref = prepare_reference(method, model, data, to_device(data(0), device), lora=cfg.lora, cache=cfg.cache_reference,
+                            steps=cfg.train.steps, memory_bytes=int(cfg.reference_memory_gib * 2**30))
+    ref = ref or NoReference(cfg.method)
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
     hooks = checkpoint_hooks(method, ref)

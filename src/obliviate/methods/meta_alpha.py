@@ -34,7 +34,8 @@ import numpy as np
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy, s_unlearning
-from obliviate.methods.engine import PairedData, Reference, UnlearnConfig, to_device
+from obliviate.methods.engine import PairedData, UnlearnConfig, to_device
+from obliviate.methods.reference import Reference
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import atomic_write_json
@@ -190,7 +191,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
         start = state["step"]
         method = build_method(method_name, {**params, "alpha": alpha})
         patterns = method.trainable(m)
-        method.setup(m, ref, to_device(data(start), device)["forget"])
+        method.setup(m, ref, to_device(data(start), device))
         cfg = TrainConfig(**{**to_dict(tcfg), "steps": M, "trainable": patterns, "progress": False})
         train_loop(m, lambda mm, b, s: method.loss(mm, to_device(b, device), ref), lambda s: data(start + s), cfg)
         for p in m.parameters():

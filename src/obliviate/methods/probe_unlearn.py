@@ -22,7 +22,7 @@ Where the probes come from (in this order):
 1. ``fit(model, tokenizer, toxic_texts, neutral_texts)`` called before training (the
    recipe does this); with no texts given it uses the config's ``toxic_texts`` /
    ``neutral_texts``.
-2. Otherwise, at the first training step: the first forget batch is "toxic" and the
+2. Otherwise, in setup (before the first step): the first forget batch is "toxic" and the
    first retain batch "neutral" (a handful of examples, so noisy directions: prefer 1).
    A config with ``toxic_texts`` but no ``fit`` call is an error, since only ``fit``
    receives the tokenizer needed to encode them.
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, ObliviateError
 from obliviate.losses import hidden_mse
 from obliviate.methods import register
 from obliviate.methods.contract import Method
@@ -122,6 +122,11 @@ class ProbeUnlearn(Method):
     def reference_depth(self) -> int | None:
         return max(self.layers)  # the frozen states of the probe layers, the deepest for the retain term
 
+    def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
+        # the loss reads the frozen states of the retain examples at the deepest probe layer (probes fitted on
+        # the first batch are fitted in setup, where the reference still answers on any input)
+        return {"retain": (max(self.layers),)} if self.cfg.mask_padding else {}
+
     # ------------------------------------------------------------------ probes
     def _set_probes(self, states: dict[int, np.ndarray], y: list[int]) -> None:
         probes = fit_probe_directions(states, y, C=self.cfg.C, seed=self.cfg.seed)
@@ -162,7 +167,7 @@ class ProbeUnlearn(Method):
         self._set_probes(states, [1] * f["input_ids"].size(0) + [0] * r["input_ids"].size(0))
 
     # ------------------------------------------------------------------ training
-    def setup(self, model, ref, forget_batch: dict) -> None:
+    def setup(self, model, ref, batch: dict) -> None:
         self.resolve_layers(model)
         if self.directions is None and self.cfg.toxic_texts:
             raise ConfigError("probe_unlearn: 'toxic_texts' are set but fit(model, tokenizer) was not called "
@@ -170,6 +175,8 @@ class ProbeUnlearn(Method):
         if self.eos_id is None:
             eos = getattr(getattr(unwrap(model), "config", None), "eos_token_id", None)
             self.eos_id = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+        if self.directions is None:  # no texts: the probes are fitted on the frozen states of the first batch
+            self._fit_from_batches(batch, ref)
 
     def _last(self, batch: dict) -> torch.Tensor:
         skip = self.eos_id if self.cfg.skip_eos else None
@@ -179,14 +186,13 @@ class ProbeUnlearn(Method):
         return batch["attention_mask"] if self.cfg.mask_padding else None
 
     def loss(self, model, batch, ref) -> dict:
-        if self.layers is None:
-            self.resolve_layers(model)
         if self.directions is None:
-            self._fit_from_batches(batch, ref)
+            raise ObliviateError("probe_unlearn: no probe directions; setup(model, ref, batch) fits them before "
+                                 "the first step")
         f, r = batch["forget"], batch["retain"]
         top = max(self.layers)
         hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)
         forget = probe_forget_loss(hs, self.directions, self._last(f))
         h_r = hidden_at(model, r, top)
-        retain = hidden_mse(h_r, ref.hidden(r, top), self._mask(r))  # masked MSE to the frozen states
+        retain = hidden_mse(h_r, ref.hidden(r, top, "retain"), self._mask(r))  # masked MSE to the frozen states
         return {"forget": forget, "retain": self.cfg.alpha * retain}

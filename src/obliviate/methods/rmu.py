@@ -161,11 +161,16 @@ class RMU(Method):
     def reference_depth(self) -> int | None:
         return self.layer  # the frozen h_l of the retain term and of the coefficient's norm: layers 0..l
 
-    def setup(self, model, ref, forget_batch: dict) -> None:
+    def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
+        # the loss reads the frozen h_l of the retain examples only (the norm is read in setup); unmasked padding
+        # would read the states at padded positions, which depend on the batch: then a frozen prefix
+        return {"retain": (self.layer,)} if self.cfg.mask_padding else {}
+
+    def setup(self, model, ref, batch: dict) -> None:
         self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
+        f = batch["forget"]
         if getattr(self.cfg, "coef_norm", 0.0):  # the steering target must not be small beside h_l itself
-            self.coef = max(self.cfg.coef, self.cfg.coef_norm * hidden_norm(ref, forget_batch, self.layer,
-                                                                             self._mask(forget_batch)))
+            self.coef = max(self.cfg.coef, self.cfg.coef_norm * hidden_norm(ref, f, self.layer, self._mask(f)))
 
     def control(self, topic: int, d: int, device) -> torch.Tensor:
         if topic not in self._u:
@@ -192,5 +197,6 @@ class RMU(Method):
         f, r = batch["forget"], batch["retain"]
         h_f = hidden_at(model, f, self.layer)  # (B, T, d)
         forget = self.forget_term(h_f, self.controls(f, h_f.size(-1), h_f.device), self._mask(f))
-        retain = self.retain_term(hidden_at(model, r, self.layer), ref.hidden(r, self.layer), self._mask(r))
+        retain = self.retain_term(hidden_at(model, r, self.layer), ref.hidden(r, self.layer, "retain"),
+                                  self._mask(r))
         return {"forget": forget, "retain": self.cfg.alpha * retain}

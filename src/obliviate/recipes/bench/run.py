@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from obliviate.data import encode_documents, pack_sequences
-from obliviate.eval.core import mcq_accuracy, qa_accuracy
+from obliviate.data import encode_documents, pack_sequences, qa_prompt
+from obliviate.eval.core import greedy_generate, mcq_accuracy
 from obliviate.filtering import (FILTERED_MODELS, BiLM, ContextPooled, LogisticHead, TokenClassifier,
                                  TokenClassifierConfig)
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
-from obliviate.methods.engine import IDK_ANSWERS, PairedData, make_reference, wrap_lora
+from obliviate.methods.engine import IDK_ANSWERS, PairedData, wrap_lora
+from obliviate.methods.reference import prepare_reference
 from obliviate.methods.objectives import answer_logprob, forward_logits, sequence_logprob
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
 from obliviate.runs.report import markdown_table
@@ -45,6 +46,15 @@ class BenchConfig:
     """Methods to time (default: every registered training method)."""
     lora_methods: list[str] = field(default_factory=lambda: ["npo", "rmu"])
     size: str = "tiny"
+    mid_size: str | None = "8x512"
+    """A second, larger model size (``"<layers>x<width>"``) timed the same way, to show how the step's share of the
+    machine's peak (MFU) and the memory per method move with size; None: only ``size``."""
+    mid_methods: list[str] | None = None
+    """Methods timed at ``mid_size`` (default: the same as at ``size``)."""
+    mid_rounds: int = 5
+    """Interleaved rounds at ``mid_size`` (a fixed number: its steps are long)."""
+    peak_gemm_n: int = 1024
+    """Side of the square float32 matmul whose speed is the machine's peak (one thread, as the steps)."""
     batch_size: int = 16
     repeats: int = 5
     """Timed steps of the data-filtering throughput measurement."""
@@ -115,8 +125,10 @@ def _one_step(model, loss_fn, optimizer) -> None:
     optimizer.step()
 
 
-def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -> dict:
-    """Median step time and peak memory of ``loss_fn`` steps on ``model``'s trainable parameters."""
+def measure(model, loss_fn, ref=None, repeats: int = 5, warmup: int = 2) -> dict:
+    """Median step time and peak memory of ``loss_fn`` steps on ``model``'s trainable parameters; ``ref``: the
+    method's :class:`~obliviate.methods.reference.Reference`, whose own memory (a frozen copy, the caches,
+    :meth:`~obliviate.methods.reference.Reference.nbytes`) is counted on the CPU."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, STEP_CONFIG)
     cuda = next(model.parameters()).is_cuda
@@ -146,42 +158,61 @@ def measure(model, loss_fn, ref_model=None, repeats: int = 5, warmup: int = 2) -
         grads = [p.grad for p in params]
         state = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
         static = _tensor_bytes(list(model.parameters())) + _tensor_bytes(grads) + _tensor_bytes(state)
-        ref_bytes = 0
-        if ref_model is not None and ref_model is not model:
-            ref_bytes = _tensor_bytes(list(ref_model.parameters()))
-        peak = static + ref_bytes + counter.get("bytes", 0)
+        peak = static + (ref.nbytes() if ref is not None else 0) + counter.get("bytes", 0)
         opt.zero_grad(set_to_none=True)
     return {"step_seconds": statistics.median(times), "peak_bytes": int(peak)}
 
 
-def _world_model(cfg: BenchConfig):
-    """The world, a fresh model of ``cfg.size`` and the tokenizer trained for it on the world's documents."""
+def _world_model(cfg: BenchConfig, size: str | None = None):
+    """The world, a fresh model of ``size`` (default ``cfg.size``) and the tokenizer trained for it on the world's
+    documents."""
     world = generate_world(WorldConfig(seed=cfg.seed))
-    model, tok = build_tiny_model([d["text"] for d in world.documents()], TinyModelConfig.of_size(cfg.size),
+    model, tok = build_tiny_model([d["text"] for d in world.documents()], TinyModelConfig.of_size(size or cfg.size),
                                   seed=cfg.seed)
     return world, model, tok
 
 
-def _world_batch(cfg: BenchConfig):
-    world, _, tok = _world_model(cfg)
+def _world_batch(cfg: BenchConfig, size: str | None = None):
+    world, _, tok = _world_model(cfg, size)
     data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
     return tok, data
 
 
-def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False):
+def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False, cache: bool = True):
     """Method ``name`` set up on ``model`` for single steps on ``batch`` (a step of ``data``), as the executor sets
-    it up: its parameters selected, LoRA adapters if ``lora``, its reference and ``setup``. Returns
-    ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with ``lora``)."""
+    it up: its parameters selected, LoRA adapters if ``lora``, its reference (``cache=False``: a whole live copy)
+    and ``setup``. Returns ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with ``lora``)."""
     method = build_method(name)
     patterns = method.trainable(model)
     select_trainable(model, patterns)
     if lora:
         model = wrap_lora(model, patterns)
         select_trainable(model, ["*lora_*"])
-    ref = make_reference(method, model, data, lora=lora)
-    if hasattr(method, "setup"):
-        method.setup(model, ref, batch["forget"])
+    ref = prepare_reference(method, model, data, batch, lora=lora, cache=cache, steps=1)  # the bench repeats step 0
     return model, method, ref
+
+
+def peak_matmul_flops(n: int = 1024, device=None, dtype=torch.float32, repeats: int = 5) -> dict:
+    """The machine's peak in the run's dtype and threads: FLOP/s of an ``n x n`` by ``n x n`` matmul
+    (``2 n^3`` FLOPs), median of ``repeats`` (process CPU time on the CPU, synchronised wall clock on a GPU)."""
+    device = torch.device(device or "cpu")
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+    cuda = device.type == "cuda"
+    clock = time.perf_counter if cuda else time.process_time
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        t = clock()
+        a @ b
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(clock() - t)
+    return {"flops_per_s": 2 * n**3 / statistics.median(times), "n": n, "dtype": str(dtype).replace("torch.", ""),
+            "threads": torch.get_num_threads()}
 
 
 def _quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -196,7 +227,8 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
     Each round calls every step once in a shuffled order (seeded) and records each one's time over the
     baseline's time in that round. After ``min_rounds``, rounds are added until every ratio's
     interquartile range is within ``+-tol`` of its median, or ``max_rounds``. Returns per name
-    ``{"ratio", "q1", "q3", "wall_ratio", "rounds", "converged"}`` (the baseline's ratio is 1).
+    ``{"ratio", "q1", "q3", "wall_ratio", "rounds", "converged", "seconds"}`` (the baseline's ratio is 1;
+    ``seconds``: the step's median time on ``clock``).
     """
     if baseline not in steps:
         raise ValueError(f"baseline {baseline!r} is not one of the steps")
@@ -212,6 +244,7 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
                 return False
         return True
 
+    seconds: dict[str, list[float]] = {n: [] for n in names}
     rounds = 0
     while rounds < max_rounds:
         order = names[:]
@@ -221,6 +254,8 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
             c0, w0 = clock(), wall()
             steps[n]()
             cpu[n], wl[n] = clock() - c0, wall() - w0
+        for n in names:
+            seconds[n].append(cpu[n])
         for n in ratios:
             ratios[n].append(cpu[n] / cpu[baseline])
             walls[n].append(wl[n] / wl[baseline])
@@ -228,11 +263,12 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
         if rounds >= min_rounds and spread_ok():
             break
     converged = spread_ok()
-    out = {baseline: {"ratio": 1.0, "q1": 1.0, "q3": 1.0, "wall_ratio": 1.0, "rounds": rounds, "converged": converged}}
+    out = {baseline: {"ratio": 1.0, "q1": 1.0, "q3": 1.0, "wall_ratio": 1.0, "rounds": rounds, "converged": converged,
+                      "seconds": statistics.median(seconds[baseline])}}
     for n, xs in ratios.items():
         q1, med, q3 = _quartiles(xs)
         out[n] = {"ratio": med, "q1": q1, "q3": q3, "wall_ratio": statistics.median(walls[n]), "rounds": rounds,
-                  "converged": converged}
+                  "converged": converged, "seconds": statistics.median(seconds[n])}
     return out
 
 
@@ -288,24 +324,29 @@ def flop_bound(passes: dict, plain: dict) -> float:
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     torch.manual_seed(cfg.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tok, data = _world_batch(cfg)
-    batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
-
-    def fresh():
-        return build_tiny_model(tok, TinyModelConfig.of_size(cfg.size), seed=cfg.seed)[0].to(dev).train()
-
+    names = cfg.methods or [n for n in method_names() if getattr(METHODS[n], "kind", "train") == "train"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the process CPU clock then measures the step itself
     try:
-        metrics = _time_methods(cfg, fresh, data, batch, dev, progress)
+        peak = peak_matmul_flops(cfg.peak_gemm_n, dev)
+        metrics = _time_methods(cfg, cfg.size, names, cfg.lora_methods, dev, peak, cfg.min_rounds, cfg.max_rounds,
+                                progress)
+        if cfg.mid_size:
+            if progress:
+                print(f"bench: the same at size {cfg.mid_size}", flush=True)
+            mid = _time_methods(cfg, cfg.mid_size, cfg.mid_methods or names, [], dev, peak, cfg.mid_rounds,
+                                cfg.mid_rounds, progress)
+            metrics["mid"] = {"size": cfg.mid_size, **mid}
     finally:
         torch.set_num_threads(threads)
     metrics["device"] = str(dev)
+    metrics["size"] = cfg.size
+    metrics["peak"] = peak
     if cfg.logit_memory:
-        metrics["logit_memory"] = measure_logit_memory(data(0)["forget"], seed=cfg.seed)
+        metrics["logit_memory"] = measure_logit_memory(data_batch(cfg)["forget"], seed=cfg.seed)
     if cfg.eval_speed:
         if progress:
-            print("bench: evaluation throughput, and MCQ scoring against lm-eval", flush=True)
+            print("bench: evaluation throughput, QA generation and MCQ scoring against lm-eval", flush=True)
         metrics["eval_speed"] = measure_eval_speed(cfg)
     if cfg.filtering:
         if progress:
@@ -314,13 +355,26 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     return metrics
 
 
-def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> dict:
+def data_batch(cfg: BenchConfig) -> dict:
+    """The step-0 paired batch of the bench's world data at ``cfg.size``."""
+    return _world_batch(cfg)[1](0)
+
+
+def _time_methods(cfg: BenchConfig, size: str, names: list[str], lora_methods: list[str], dev, peak: dict,
+                  min_rounds: int, max_rounds: int, progress: bool) -> dict:
+    """Step-time ratios, FLOP bounds, MFU against ``peak`` and memory of ``names`` (and ``lora_methods`` with LoRA)
+    at model ``size``, each method beside a plain fine-tuning step on the same model size and batch."""
+    tok, data = _world_batch(cfg, size)
+    batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
+
+    def fresh():
+        return build_tiny_model(tok, TinyModelConfig.of_size(size), seed=cfg.seed)[0].to(dev).train()
+
     base_model = fresh()
     select_trainable(base_model, ["*"])
-    names = cfg.methods or [n for n in method_names() if getattr(METHODS[n], "kind", "train") == "train"]
-    jobs = [(n, False) for n in names] + [(n, True) for n in cfg.lora_methods]
+    jobs = [(n, False) for n in names] + [(n, True) for n in lora_methods]
     runs = {"plain_finetune": (base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None)}
-    for name, lora in jobs:
+    for name, lora in tqdm(jobs, desc=f"bench: set-up ({size})", disable=not progress):
         model, method, ref = prepare_method(name, fresh(), data, batch, lora=lora)
         runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)), ref)
     steps = {}
@@ -330,32 +384,41 @@ def _time_methods(cfg: BenchConfig, fresh, data, batch, dev, progress: bool) -> 
         for _ in range(cfg.warmup):
             steps[key]()
     passes = {key: count_products([runs[key][0], getattr(runs[key][2], "model", None)], steps[key])
-              for key in tqdm(steps, desc="bench: passes", disable=not progress)}
+              for key in tqdm(steps, desc=f"bench: passes ({size})", disable=not progress)}
     if progress:
-        print(f"bench: interleaved rounds over {len(steps)} steps", flush=True)
+        print(f"bench: interleaved rounds over {len(steps)} steps ({size})", flush=True)
     clock = time.process_time
     if dev.type == "cuda":  # a GPU step is timed on the wall clock, after the device has finished
         def clock():
             torch.cuda.synchronize()
             return time.perf_counter()
-    timing = interleaved_ratios(steps, "plain_finetune", min_rounds=cfg.min_rounds, max_rounds=cfg.max_rounds,
+    timing = interleaved_ratios(steps, "plain_finetune", min_rounds=min_rounds, max_rounds=max_rounds,
                                 tol=cfg.tolerance, seed=cfg.seed, clock=clock)
     metrics: dict = {}
-    for key, (model, loss_fn, ref) in tqdm(runs.items(), desc="bench: memory", disable=not progress):
-        mem = measure(model, loss_fn, getattr(ref, "model", None), repeats=1, warmup=0)
+    for key, (model, loss_fn, ref) in tqdm(runs.items(), desc=f"bench: memory ({size})", disable=not progress):
+        mem = measure(model, loss_fn, ref, repeats=1, warmup=0)
         t = timing[key]
         bound = flop_bound(passes[key], passes["plain_finetune"])
+        flops = 2 * (passes[key]["forward"] + passes[key]["backward"]) / t["seconds"]
         metrics[key] = {"step_time_ratio": t["ratio"], "step_time_ratio_q1": t["q1"], "step_time_ratio_q3": t["q3"],
                         "wall_time_ratio": t["wall_ratio"], "flop_bound": bound, "ratio_to_bound": t["ratio"] / bound,
-                        "peak_bytes": mem["peak_bytes"], "reference_copy": bool(
-                            ref is not None and ref.model is not None and not ref.shared),
-                        "reference": "none" if ref is None else ref.kind,
-                        "products": passes[key]}
+                        "step_seconds": t["seconds"], "flops_per_s": flops, "mfu": flops / peak["flops_per_s"],
+                        "peak_bytes": mem["peak_bytes"], "reference_copy": bool(ref is not None and ref.holds_copy),
+                        "reference": "none" if ref is None else ref.kind, "products": passes[key]}
         if key != "plain_finetune":
             metrics[key]["peak_mem_ratio"] = mem["peak_bytes"] / metrics["plain_finetune"]["peak_bytes"]
+        if ref is not None and not ref.holds_copy and not ref.shared and "+lora" not in key:
+            # the same step with the whole live copy the method held before: what its cache saves
+            m2, meth2, ref2 = prepare_method(key, fresh(), data, batch, cache=False)
+            whole = measure(m2, lambda: meth2.loss(m2, batch, ref2), ref2, repeats=1, warmup=0)["peak_bytes"]
+            copy_bytes = ref2.nbytes()
+            metrics[key].update(peak_bytes_whole_copy=whole, copy_share=copy_bytes / whole,
+                                memory_saved_share=1 - mem["peak_bytes"] / whole)
+            del m2, meth2, ref2
     metrics["timing"] = {"rounds": timing["plain_finetune"]["rounds"],
                          "converged": timing["plain_finetune"]["converged"], "tolerance": cfg.tolerance,
-                         "clock": "wall clock, synchronised" if dev.type == "cuda" else "process CPU time, 1 thread"}
+                         "clock": "wall clock, synchronised" if dev.type == "cuda" else "process CPU time, 1 thread",
+                         "params": param_count(base_model, non_embedding=False)}
     return metrics
 
 
@@ -384,37 +447,45 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
 
 
 def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
-    """Evaluation throughput on the tiny world model's tokenizer and a fresh tiny model: QA greedy generation
-    and lettered MCQ scoring (examples per second, process CPU time), and the MCQ time against lm-eval's
-    ``simple_evaluate`` on the same questions, model and prompt, interleaved round by round (lm-eval is a dev
-    dependency; without it the ratio is None)."""
+    """Evaluation throughput on the tiny world model's tokenizer and a fresh tiny model, beside lm-eval's
+    ``simple_evaluate`` on the same questions, model and prompts (its task set-up included), interleaved round by
+    round, process CPU time: QA greedy generation (batched, with the KV cache; :func:`greedy_generate` against a
+    local ``generate_until`` task with the same stop and token budget) and lettered MCQ scoring (against a local
+    ``multiple_choice`` task). lm-eval is a dev dependency; without it the comparisons are left out."""
     world, model, tok = _world_model(cfg)
     model.eval()
     mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))
     facts = world.facts_by_split("forget")
+    prompts = [qa_prompt(f["question"]) for f in facts]
     try:
-        from obliviate.eval.lmeval import lmeval_mcq_choices
+        from obliviate.eval.lmeval import lmeval_generate, lmeval_mcq_choices
 
         import lm_eval  # noqa: F401
     except ImportError:
-        lmeval_mcq_choices = None
-    times: dict[str, list[float]] = {"qa": [], "mcq": [], "lm_eval_mcq": []}
+        lmeval_generate = lmeval_mcq_choices = None
+    steps = {"qa": lambda: greedy_generate(model, tok, prompts, QA_TOKENS),
+             "mcq": lambda: mcq_accuracy(model, tok, mcqs, style="letters")}
+    if lmeval_mcq_choices is not None:
+        steps.update(lm_eval_qa=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS),
+                     lm_eval_mcq=lambda: lmeval_mcq_choices(model, tok, mcqs))
+    times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(rounds):
-        for name, fn in (("qa", lambda: qa_accuracy(model, tok, [f["question"] for f in facts],
-                                                    [f["answer"] for f in facts])),
-                         ("mcq", lambda: mcq_accuracy(model, tok, mcqs, style="letters")),
-                         ("lm_eval_mcq", (lambda: lmeval_mcq_choices(model, tok, mcqs)) if lmeval_mcq_choices else None)):
-            if fn is None:
-                continue
+        for name, fn in steps.items():
             t = time.process_time()
             fn()
             times[name].append(time.process_time() - t)
-    out = {"qa_examples_per_s": len(facts) / statistics.median(times["qa"]),
-           "mcq_examples_per_s": len(mcqs) / statistics.median(times["mcq"]), "n_qa": len(facts), "n_mcq": len(mcqs)}
-    if times["lm_eval_mcq"]:
-        ratios = [a / b for a, b in zip(times["mcq"], times["lm_eval_mcq"])]
-        out["mcq_time_vs_lm_eval"] = statistics.median(ratios)
+    n = {"qa": len(prompts), "mcq": len(mcqs)}
+    out = {"n_qa": n["qa"], "n_mcq": n["mcq"], "qa_new_tokens": QA_TOKENS}
+    for k in ("qa", "mcq"):
+        out[f"{k}_examples_per_s"] = n[k] / statistics.median(times[k])
+        if f"lm_eval_{k}" in times:
+            out[f"lm_eval_{k}_examples_per_s"] = n[k] / statistics.median(times[f"lm_eval_{k}"])
+            out[f"{k}_time_vs_lm_eval"] = statistics.median(a / b for a, b in zip(times[k], times[f"lm_eval_{k}"]))
     return out
+
+
+QA_TOKENS = 24
+"""Greedy tokens per QA answer in the evaluation throughput (the QA metrics' default)."""
 
 
 def filtering_ratio(classifier_tokens_per_s: float, train_tokens_per_s: float, target: float = 20.0) -> dict:
@@ -508,9 +579,39 @@ def filtering_table(metrics: dict) -> str:
 
 
 def bench_table(metrics: dict) -> str:
+    """The methods table of ``metrics`` (one size: the top level, or ``metrics["mid"]``)."""
     rows = [{"method": k, **v} for k, v in metrics.items() if isinstance(v, dict) and "step_time_ratio" in v]
     for r in rows:
         r["peak_MiB"] = r["peak_bytes"] / 2**20
+        r["whole_copy_MiB"] = r["peak_bytes_whole_copy"] / 2**20 if "peak_bytes_whole_copy" in r else None
+        r["MFU_%"] = 100 * r["mfu"] if "mfu" in r else None
+        r["GFLOP/s"] = r["flops_per_s"] / 1e9 if "flops_per_s" in r else None
         r["IQR"] = f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}" if "step_time_ratio_q1" in r else None
     return markdown_table(rows, ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound", "ratio_to_bound",
-                                 "peak_mem_ratio", "peak_MiB", "reference_copy", "reference"], "{:.2f}")
+                                 "GFLOP/s", "MFU_%", "peak_mem_ratio", "peak_MiB", "whole_copy_MiB", "reference_copy",
+                                 "reference"], "{:.2f}")
+
+
+def roofline_text(metrics: dict) -> str:
+    """The machine's peak, each size's MFU range and the methods that still hold a frozen copy, as Markdown."""
+    p = metrics.get("peak")
+    if not p:
+        return ""
+    lines = [f"Peak: {p['flops_per_s'] / 1e9:.1f} GFLOP/s ({p['n']}x{p['n']} {p['dtype']} matmul, "
+             f"{p['threads']} thread(s)); MFU = a step's linear-layer FLOPs / its time / the peak."]
+    for label, m in (("size", metrics), ("mid size", metrics.get("mid"))):
+        if not m or "plain_finetune" not in m:
+            continue
+        keys = [k for k, v in m.items() if isinstance(v, dict) and "mfu" in v]
+        mfus = [m[k]["mfu"] for k in keys]
+        copies = [k for k in keys if m[k]["reference_copy"]]
+        lines.append(f"- {label} {m.get('size', '')} ({m['timing'].get('params', 0) / 1e6:.2f}M parameters): plain "
+                     f"fine-tuning MFU {100 * m['plain_finetune']['mfu']:.1f}%, methods {100 * min(mfus):.1f}-"
+                     f"{100 * max(mfus):.1f}%; holding a frozen copy: {', '.join(copies) or 'none'}")
+    e = metrics.get("eval_speed") or {}
+    for k, what in (("qa", "QA generation"), ("mcq", "MCQ scoring")):
+        if f"{k}_examples_per_s" in e:
+            vs = (f" vs lm-eval {e[f'lm_eval_{k}_examples_per_s']:.1f}/s (time ratio {e[f'{k}_time_vs_lm_eval']:.3f})"
+                  if f"lm_eval_{k}_examples_per_s" in e else "")
+            lines.append(f"- {what}: {e[f'{k}_examples_per_s']:.1f} examples/s{vs}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,345 @@
+"""The frozen reference a method compares the trained model with, held as cheaply as the method allows.
+
+:func:`make_reference` picks, per run, the cheapest form that gives the method the same numbers:
+
+- ``cache``: per-sequence answer log-probabilities of fixed sequences (NPO's forget set, IdkDPO's forget and
+  refusal answers), computed once before training (:func:`reference_logprobs`); no model is held.
+- ``hidden``: the frozen hidden states of fixed sequences at the layers the method reads (the RMU family's retain
+  term at layer l, the probe methods' at their deepest layer), computed once before training for the retain
+  examples the run's steps will draw (:class:`HiddenCache`); no model is held after :meth:`Reference.seal`. The
+  cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in a temporary file beyond it.
+- ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
+- ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
+  for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
+- ``copy``: a whole frozen copy (a KL retain term, the ATWU variants, ``cache_reference=false``).
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import weakref
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from obliviate.data import collate
+from obliviate.errors import ObliviateError
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import sequence_logprob
+from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy
+from obliviate.train.distributed import to_device
+
+if TYPE_CHECKING:
+    from obliviate.methods.engine import PairedData
+
+DEFAULT_MEMORY_GIB = 1.0
+"""Frozen hidden states held in memory up to this size (GiB); a larger :class:`HiddenCache` goes to a file."""
+
+
+class HiddenCache:
+    """Frozen hidden states of fixed sequences: sub-set ``key`` ("retain"), layer ``l``, example ``i`` ->
+    ``(T_i, d)``, the states of its real tokens (right padding and a causal mask: padding changes none of them).
+
+    The rows of each ``(key, layer)`` are one ``(tokens, d)`` tensor in the model's dtype, in memory or, when the
+    whole cache is larger than ``memory_bytes``, in a file of a temporary folder (removed with the cache).
+    :meth:`batch` rebuilds a step's ``(B, T, d)`` states, zero at the padding the methods' masks leave out."""
+
+    def __init__(self, rows: dict[str, dict[int, tuple[int, int]]], layers: dict[str, tuple[int, ...]], d: int,
+                 dtype: torch.dtype, memory_bytes: int):
+        self.rows, self.layers, self.d, self.dtype = rows, layers, d, dtype
+        sizes = {key: sum(n for _, n in r.values()) for key, r in rows.items()}
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        self.nbytes = sum(sizes[k] * d * itemsize * len(layers[k]) for k in rows)
+        self.where = "memory" if self.nbytes <= memory_bytes else "disk"
+        self.folder: Path | None = None
+        self.store: dict[tuple[str, int], torch.Tensor] = {}
+        if self.where == "disk":
+            self.folder = Path(tempfile.mkdtemp(prefix="obliviate-reference-"))
+            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+        for key, ls in layers.items():
+            for l in ls:
+                n = sizes[key] * d
+                if self.folder is None:
+                    t = torch.empty(n, dtype=dtype)
+                else:
+                    f = self.folder / f"{key}-{l}.bin"
+                    with open(f, "wb") as fh:
+                        fh.truncate(n * itemsize)
+                    t = torch.from_file(str(f), shared=True, size=n, dtype=dtype)
+                self.store[key, l] = t.view(sizes[key], d)
+
+    def holds(self, key: str | None, layer: int) -> bool:
+        return key in self.layers and layer in self.layers[key]
+
+    def put(self, key: str, layer: int, index: int, states: torch.Tensor) -> None:
+        start, n = self.rows[key][index]
+        self.store[key, layer][start:start + n] = states[:n].to(self.dtype)
+
+    def batch(self, key: str, layer: int, batch: dict) -> torch.Tensor:
+        """The cached states of ``batch``'s rows (read by ``batch["index"]``): ``(B, T, d)`` on its device."""
+        ids = batch["input_ids"]
+        out = torch.zeros(ids.shape[0], ids.shape[1], self.d, dtype=self.dtype)
+        store, rows = self.store[key, layer], self.rows[key]
+        for b, i in enumerate(batch["index"].tolist()):
+            if i not in rows:
+                raise ObliviateError(f"the frozen {key} states of example {i} were not cached (the cache holds the "
+                                     f"examples of the run's steps; a step past them needs cache_reference=false)")
+            start, n = rows[i]
+            out[b, :n] = store[start:start + n]
+        return out.to(ids.device)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} at layer{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                          for k, v in self.layers.items())
+        size = f"{self.nbytes / 2**20:.1f} MiB" if self.nbytes >= 2**20 else f"{self.nbytes / 2**10:.1f} KiB"
+        return f"hidden states of {parts} ({self.where}, {size})"
+
+
+class Reference:
+    """The frozen reference (module docstring): a detached copy, a prefix of one, the same model with its LoRA
+    adapters disabled, or no model at all: cached log-probabilities (``cache``) or cached hidden states
+    (``hidden``).
+
+    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget set, IdkDPO
+    on the forget and IdK answers) ask :meth:`answer_logprob`; with a cache it is read by example index, so full
+    fine-tuning holds no second model. Terms that need whole distributions (the KL retain term) need
+    :meth:`logits`, which only a whole live reference has. :meth:`hidden` reads layer states, from the cache
+    where it holds them.
+
+    With a hidden cache the reference reads the model itself, unchanged before step 0, until :meth:`seal` (what
+    a method's ``setup`` needs of it on other inputs, such as RMU's norm of the first forget batch); after it,
+    only the cache.
+    """
+
+    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None,
+                 hidden: HiddenCache | None = None):
+        self.shared = shared
+        self.cache = cache
+        self.hidden_cache = hidden
+        self.upto = None if cache is not None or shared or hidden is not None else upto
+        if cache is not None:
+            self.model = None
+        elif shared or hidden is not None:
+            self.model = model  # hidden: the model itself, still the reference, until seal()
+        elif upto is not None:  # a method that reads only hidden states up to layer `upto`
+            self.model = prefix_copy(model, upto)
+        else:
+            self.model = copy.deepcopy(model).eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+
+    def seal(self) -> None:
+        """After the method's setup, before step 0: a reference of cached hidden states lets go of the model."""
+        if self.hidden_cache is not None:
+            self.model = None
+
+    @property
+    def holds_copy(self) -> bool:
+        """Whether a frozen copy of (part of) the model is held: what the performance goal is rid of."""
+        return self.model is not None and not self.shared and self.hidden_cache is None
+
+    @property
+    def kind(self) -> str:
+        """What this reference holds: "cache" (log-probabilities, no model), "hidden states of ..."
+        (:meth:`HiddenCache.describe`), "shared" (the model, adapters off), "prefix 0..L of N layers"
+        (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy)."""
+        if self.cache is not None:
+            return "cache"
+        if self.hidden_cache is not None:
+            return self.hidden_cache.describe()
+        if self.shared:
+            return "shared"
+        if self.upto is not None:
+            return f"prefix 0..{self.upto} of {num_layers(self.model)} layers"
+        return "copy"
+
+    def nbytes(self) -> int:
+        """Bytes this reference holds in memory beside the trained model: a copy's parameters, the caches."""
+        n = sum(v.numel() * v.element_size() for v in (self.cache or {}).values())
+        if self.hidden_cache is not None and self.hidden_cache.where == "memory":
+            n += self.hidden_cache.nbytes
+        if self.holds_copy:
+            n += sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return n
+
+    @contextmanager
+    def _ctx(self):
+        """A live reference forward: in eval mode (no dropout, though the shared model trains) and outside any
+        autocast, in the weights' own precision, as :func:`reference_logprobs` computes the cache; with the LoRA
+        adapters off when the reference is the model itself."""
+        device = next(self.model.parameters()).device.type
+        with eval_mode(self.model), torch.autocast(device_type=device, enabled=False), \
+                (self.model.disable_adapter() if self.shared else nullcontext()):
+            yield
+
+    def _live(self, what: str):
+        if self.model is None:
+            held = "answer log-probabilities" if self.cache is not None else self.kind
+            raise ObliviateError(f"the cached reference has only {held}, not {what} (a method that needs them must "
+                                 "not declare cached_reference_keys or cached_hidden_layers)")
+
+    def _whole(self, what: str):
+        self._live(what)
+        if self.upto is not None:
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not {what} (a method "
+                                 "that needs them must not declare reference_depth)")
+
+    @torch.no_grad()
+    def logits(self, batch: dict) -> torch.Tensor:
+        self._whole("logits")
+        with self._ctx():
+            return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    @torch.no_grad()
+    def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
+        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
+        if self.cache is not None:
+            return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
+        self._whole("answer log-probabilities")
+        with self._ctx():
+            return sequence_logprob(self.model, batch)
+
+    @torch.no_grad()
+    def hidden(self, batch: dict, layer: int, key: str | None = None) -> torch.Tensor:
+        """Layer ``layer``'s frozen output on ``batch`` (sub-batch ``key`` of the step): ``(B, T, d)``."""
+        if self.hidden_cache is not None and self.hidden_cache.holds(key, layer):
+            return self.hidden_cache.batch(key, layer, batch)
+        self._live(f"layer {layer} states of {key or 'other'} inputs")
+        if self.upto is not None and layer > self.upto:
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not layer {layer} "
+                                 "(the method's reference_depth is too shallow)")
+        with self._ctx():
+            return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
+                                    stop_after=layer)[layer]
+
+    def state(self) -> dict:
+        return {k: v.clone() for k, v in (self.cache or {}).items()}
+
+    def load_state(self, state: dict) -> None:
+        if self.cache is not None and state:
+            self.cache = {k: v.clone() for k, v in state.items()}
+
+
+def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True,
+                   steps: int | None = None, memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
+    """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before any step:
+    cached log-probabilities where the method declares ``cached_reference_keys`` and ``cache`` is on; else the
+    model with its LoRA adapters off (``lora``); else cached hidden states where it declares
+    ``cached_hidden_layers`` and ``cache`` is on (of the examples of steps ``0..steps-1``, all without ``steps``);
+    else a frozen copy, of the decoder layers up to the method's ``reference_depth`` only where it declares one and
+    ``cache`` is on (``cache_reference=false`` keeps a whole copy). Call :meth:`Reference.seal` after the
+    method's setup (:func:`prepare_reference` does both)."""
+    if not method.needs_reference:
+        return None
+    keys = tuple(method.cached_reference_keys())
+    if keys and cache:
+        return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
+    if lora:
+        return Reference(model, shared=True)
+    layers = {k: tuple(sorted(set(v))) for k, v in method.cached_hidden_layers().items() if v} if cache else {}
+    if layers:
+        return Reference(model, shared=False, hidden=reference_hidden_states(model, data, layers, steps, memory_bytes))
+    return Reference(model, shared=False, upto=method.reference_depth() if cache else None)
+
+
+def prepare_reference(method: Method, model, data: "PairedData", first: dict, **kw) -> Reference | None:
+    """:func:`make_reference`, then ``method.setup(model, ref, first)`` (``first``: the step-0 batch), then
+    :meth:`Reference.seal`: what every caller that trains a method does before step 0."""
+    ref = make_reference(method, model, data, **kw)
+    method.setup(model, ref, first)
+    if ref is not None:
+        ref.seal()
+    return ref
+
+
+def checkpoint_hooks(method: Method, ref):
+    """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
+    and a cached reference (so a resumed run reads the very values the first one computed). Cached hidden states
+    are not kept: a resumed run computes them again from the model it starts from, the original."""
+    parts = {}
+    if method.scorer_state():  # {} (the default): no state beside the weights
+        parts["method"] = (method.scorer_state, method.load_scorer_state)
+    if isinstance(ref, Reference) and ref.cache is not None:
+        parts["reference"] = (ref.state, ref.load_state)
+    if not parts:
+        return None
+    if list(parts) == ["method"]:  # the layout checkpoints had before the reference cache
+        return parts["method"]
+    return (lambda: {k: get() for k, (get, _) in parts.items()},
+            lambda state: [parts[k][1](v) for k, v in state.items() if k in parts])
+
+
+def _batches(data: "PairedData", key: str, indices: list[int], batch_size: int, device):
+    """``(indices, batch)`` of ``indices`` of sub-set ``key``, in batches of similar length (little padding)."""
+    ids, masks = data.sequences(key)
+    order = sorted(indices, key=lambda i: len(ids[i]))
+    for s in range(0, len(order), batch_size):
+        part = order[s:s + batch_size]
+        yield part, to_device(collate([ids[i] for i in part], data.pad, label_mask=[masks[i] for i in part]), device)
+
+
+@torch.no_grad()
+@evaluating
+def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
+    ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
+    device = next(model.parameters()).device
+    out = {}
+    for key in keys:
+        n = len(data.sequences(key)[0])
+        vals = torch.zeros(n)
+        for part, b in _batches(data, key, list(range(n)), batch_size, device):
+            vals[part] = sequence_logprob(model, b).float().cpu()
+        out[key] = vals
+    return out
+
+
+def steps_examples(data: "PairedData", key: str, steps: int | None) -> list[int]:
+    """The examples of sub-set ``key`` that steps ``0..steps-1`` draw (all of them without ``steps``)."""
+    n = len(data.sequences(key)[0])
+    if steps is None:
+        return list(range(n))
+    sampler = {"forget": data.f_sampler, "retain": data.r_sampler, "idk": data.f_sampler}[key]
+    seen: set[int] = set()
+    for s in range(steps):
+        seen.update(int(i) for i in sampler(s))
+        if len(seen) == n:
+            break
+    return sorted(seen)
+
+
+@torch.no_grad()
+def reference_hidden_states(model, data: "PairedData", layers: dict[str, tuple[int, ...]], steps: int | None,
+                            memory_bytes: int, batch_size: int = 16) -> HiddenCache:
+    """The frozen states of ``model`` (as it is now: the reference) at ``layers[key]`` for the examples of each
+    sub-set ``key`` that the run's ``steps`` draw, computed as a live reference computes them (eval mode, no
+    autocast, the weights' own precision)."""
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    picked = {key: steps_examples(data, key, steps) for key in layers}
+    rows: dict[str, dict[int, tuple[int, int]]] = {}
+    for key, idx in picked.items():
+        ids = data.sequences(key)[0]
+        start, rows[key] = 0, {}
+        for i in idx:
+            rows[key][i] = (start, len(ids[i]))
+            start += len(ids[i])
+    d = None
+    cache = None
+    with eval_mode(model), torch.autocast(device_type=device.type, enabled=False):
+        for key, ls in layers.items():
+            for part, b in _batches(data, key, picked[key], batch_size, device):
+                hs = hidden_states_at(model, b["input_ids"], b["attention_mask"], list(ls), stop_after=max(ls))
+                if cache is None:
+                    d = next(iter(hs.values())).shape[-1]
+                    cache = HiddenCache(rows, layers, d, dtype, memory_bytes)
+                for l in ls:
+                    h = hs[l].detach().cpu()
+                    for row, i in enumerate(part):
+                        cache.put(key, l, i, h[row])
+    return cache
