@@ -34,8 +34,9 @@ import numpy as np
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy, s_unlearning
-from obliviate.methods.engine import PairedData, UnlearnConfig, to_device
+from obliviate.methods.engine import PairedData, UnlearnConfig
 from obliviate.methods.reference import Reference
+from obliviate.train.distributed import to_device
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import atomic_write_json

@@ -24,7 +24,6 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from obliviate.data import collate
@@ -329,15 +328,13 @@ def reference_hidden_states(model, data: "PairedData", layers: dict[str, tuple[i
         for i in idx:
             rows[key][i] = (start, len(ids[i]))
             start += len(ids[i])
-    d = None
     cache = None
     with eval_mode(model), torch.autocast(device_type=device.type, enabled=False):
         for key, ls in layers.items():
             for part, b in _batches(data, key, picked[key], batch_size, device):
                 hs = hidden_states_at(model, b["input_ids"], b["attention_mask"], list(ls), stop_after=max(ls))
-                if cache is None:
-                    d = next(iter(hs.values())).shape[-1]
-                    cache = HiddenCache(rows, layers, d, dtype, memory_bytes)
+                if cache is None:  # the width is known after the first forward
+                    cache = HiddenCache(rows, layers, hs[ls[0]].shape[-1], dtype, memory_bytes)
                 for l in ls:
                     h = hs[l].detach().cpu()
                     for row, i in enumerate(part):

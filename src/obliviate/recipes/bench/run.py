@@ -329,13 +329,14 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     torch.set_num_threads(1)  # the process CPU clock then measures the step itself
     try:
         peak = peak_matmul_flops(cfg.peak_gemm_n, dev)
-        metrics = _time_methods(cfg, cfg.size, names, cfg.lora_methods, dev, peak, cfg.min_rounds, cfg.max_rounds,
-                                progress)
+        tok, data = _world_batch(cfg)
+        metrics = _time_methods(cfg, cfg.size, tok, data, names, cfg.lora_methods, dev, peak, cfg.min_rounds,
+                                cfg.max_rounds, progress)
         if cfg.mid_size:
             if progress:
                 print(f"bench: the same at size {cfg.mid_size}", flush=True)
-            mid = _time_methods(cfg, cfg.mid_size, cfg.mid_methods or names, [], dev, peak, cfg.mid_rounds,
-                                cfg.mid_rounds, progress)
+            mid = _time_methods(cfg, cfg.mid_size, *_world_batch(cfg, cfg.mid_size), cfg.mid_methods or names, [],
+                                dev, peak, cfg.mid_rounds, cfg.mid_rounds, progress)
             metrics["mid"] = {"size": cfg.mid_size, **mid}
     finally:
         torch.set_num_threads(threads)
@@ -343,7 +344,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     metrics["size"] = cfg.size
     metrics["peak"] = peak
     if cfg.logit_memory:
-        metrics["logit_memory"] = measure_logit_memory(data_batch(cfg)["forget"], seed=cfg.seed)
+        metrics["logit_memory"] = measure_logit_memory(data(0)["forget"], seed=cfg.seed)
     if cfg.eval_speed:
         if progress:
             print("bench: evaluation throughput, QA generation and MCQ scoring against lm-eval", flush=True)
@@ -355,16 +356,11 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     return metrics
 
 
-def data_batch(cfg: BenchConfig) -> dict:
-    """The step-0 paired batch of the bench's world data at ``cfg.size``."""
-    return _world_batch(cfg)[1](0)
-
-
-def _time_methods(cfg: BenchConfig, size: str, names: list[str], lora_methods: list[str], dev, peak: dict,
-                  min_rounds: int, max_rounds: int, progress: bool) -> dict:
+def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: list[str], lora_methods: list[str],
+                  dev, peak: dict, min_rounds: int, max_rounds: int, progress: bool) -> dict:
     """Step-time ratios, FLOP bounds, MFU against ``peak`` and memory of ``names`` (and ``lora_methods`` with LoRA)
-    at model ``size``, each method beside a plain fine-tuning step on the same model size and batch."""
-    tok, data = _world_batch(cfg, size)
+    at model ``size`` (``tok``, ``data``: :func:`_world_batch` at that size), each method beside a plain
+    fine-tuning step on the same model size and batch."""
     batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
 
     def fresh():
