@@ -2,7 +2,8 @@ import torch
 
 from obliviate.attacks.ablation import (ablating, ablation_attack, mean_difference_directions, project_out,
                                         prompt_batches)
-from obliviate.attacks.logit_lens import answer_first_tokens, lens_hits, lens_logits, logit_lens_attack
+from obliviate.attacks.logit_lens import (answer_targets, distinguishing_offsets, lens_hits, lens_logits,
+                                         logit_lens_attack)
 from obliviate.models.builders import tiny_llama
 from obliviate.models.layers import attention, capture_hidden, capture_mlp_activations, decoder_layers, mlp_down_proj
 from obliviate.tasks.world import task_from_world
@@ -67,7 +68,7 @@ def test_the_lens_finds_a_token_that_only_layer_0_predicts(tiny_tokenizer):
         mlp_down_proj(model, l).weight.zero_()
         attention(model, l).o_proj.weight.zero_()
     prompt, answer = FORGET[1], " The glimmerfin lives in cold caves."
-    seqs, first = answer_first_tokens(tiny_tokenizer, [prompt], [answer])
+    seqs, first, _ = answer_targets(tiny_tokenizer, [prompt], [answer])
     t, u = first[0], (first[0] + 7) % len(tiny_tokenizer)
     ids = torch.as_tensor(seqs[0])[None]
     mask = torch.ones_like(ids)
@@ -87,6 +88,25 @@ def test_the_lens_finds_a_token_that_only_layer_0_predicts(tiny_tokenizer):
     assert bool(hits["top1"][0]) and not bool(hits["last_top1"][0])
     assert hits["by_layer"][:, 0].tolist() == [True, False]
     assert not bool(lens_hits(lg, torch.tensor([(t + 3) % len(tiny_tokenizer)]), ks=(1,))["top1"][0])
+
+
+def test_the_first_distinguishing_token_by_hand():
+    answers = [[5, 6, 7, 8], [5, 6, 9], [5, 6, 7, 8], [4, 1], [5, 6, 7], [3]]
+    # [5,6,7,8] shares [5,6,7] with [5,6,7] (its copy is not another answer); [5,6,9] shares [5,6];
+    # [4,1] and [3] share nothing; [5,6,7] is a prefix of [5,6,7,8]: its last token
+    assert distinguishing_offsets(answers) == [3, 2, 3, 0, 2, 0]
+    assert distinguishing_offsets([[1, 2], [1, 2]]) == [0, 0]  # one distinct answer: its first token
+
+
+def test_the_lens_target_follows_the_shared_frame(tiny_tokenizer):
+    prompts = [FORGET[0], FORGET[1]]
+    answers = [" It lives in cold caves.", " It lives in warm lakes."]
+    seqs, targets, offsets = answer_targets(tiny_tokenizer, prompts, answers)
+    for p, a, s, t, o in zip(prompts, answers, seqs, targets, offsets):
+        p_ids = tiny_tokenizer(p, add_special_tokens=False)["input_ids"]
+        a_ids = tiny_tokenizer(a, add_special_tokens=False)["input_ids"]
+        assert list(s[len(s) - len(p_ids) - o:]) == p_ids + a_ids[:o]  # the prompt, then the shared frame
+        assert t == a_ids[o] and a_ids[:o] == tiny_tokenizer(" It lives in", add_special_tokens=False)["input_ids"]
 
 
 def test_probability_delta_hand_computed():

@@ -230,7 +230,8 @@ READS = {
     "ablate_whitebox": AttackRead("forget_score", "ablate_whitebox_forget_score", chance="forget_chance",
                                   decides=False, label="the direction unlearning moved along (needs the base model)"),
     "logit_lens": AttackRead("logit_lens_last_top1", "logit_lens_top1",
-                             label="answer's first token top-1 at some layer, against the last layer alone"),
+                             label="the answer's first distinguishing token top-1 at some layer, "
+                                   "against the last layer alone"),
     "in_context": AttackRead("in_context_zero_shot_acc", "in_context_acc",
                              label="the best of re-introduction and few-shot, against the question alone"),
     "prompts": AttackRead("prompt_plain_acc", "prompt_best_acc",

@@ -3,14 +3,23 @@
 Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?") find "deleted" answers by projecting
 intermediate hidden states through the unembedding. Here each decoder layer's hidden state at the prompt's
 last token goes through the final norm and the unembedding (:func:`lens_logits`; at the last layer that is
-the model's own logits). Per forget QA item, with t the answer's first token:
+the model's own logits). Per forget QA item, with t the answer's *first distinguishing token*:
 
 - *head projection* (``logit_lens_top1`` / ``_top10``): t is in the top-k of some layer's lens distribution;
 - *probability delta* (``logit_lens_delta_top10``): t is among the 10 tokens whose probability rises the
   most from one layer to the next, for some pair of consecutive layers;
 
 each the fraction of items on which it succeeds; ``logit_lens_last_top1`` is the same at the last layer only
-(what greedy decoding's first token sees), and ``logit_lens_by_layer`` the top-1 rate per layer.
+(what greedy decoding sees at that token), and ``logit_lens_by_layer`` the top-1 rate per layer.
+
+The first distinguishing token (:func:`distinguishing_offsets`): Patil et al.'s answers are single entities,
+whose first token is the answer. Answers written as sentences open with a frame that the question fixes ("It
+is treated with ..."), and the frame's first token tells nothing: a model that never saw the facts predicts
+it (on the world the oracle read 1.00 at its last layer). So the answer is read at the first token where it
+parts from every other (different) answer of the items: with o the longest prefix it shares with any of them,
+the prompt is followed by the answer's first o tokens (teacher-forced) and t is its token o (its last token
+when it is a prefix of another answer). For single-entity answers that share no first token, o = 0 and t is
+Patil et al.'s first token. ``logit_lens_offset`` is the mean o.
 docs/evaluation.md, "More attacks".
 """
 
@@ -48,17 +57,38 @@ def lens_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
         return head(h).float()
 
 
-def answer_first_tokens(tokenizer, prompts: Sequence[str], answers: Sequence[str], max_len: int = 256):
-    """Prompt token sequences (``[bos] + prompt``) and each answer's first token after its prompt."""
+def distinguishing_offsets(answers: Sequence[Sequence[int]]) -> list[int]:
+    """Per answer (token ids), the index of its first token that parts it from every *different* answer: the
+    longest prefix it shares with any other distinct answer (clamped to its last token). Equal answers share
+    their offset; an answer unlike every other at its first token has offset 0."""
+    keys = sorted({tuple(a) for a in answers})
+    share = {}
+    for i, a in enumerate(keys):  # in sorted order the longest shared prefix is with a neighbour
+        best = 0
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(keys):
+                b, n = keys[j], 0
+                while n < min(len(a), len(b)) and a[n] == b[n]:
+                    n += 1
+                best = max(best, n)
+        share[a] = min(best, len(a) - 1)
+    return [share[tuple(a)] for a in answers]
+
+
+def answer_targets(tokenizer, prompts: Sequence[str], answers: Sequence[str], max_len: int = 256):
+    """``(seqs, targets, offsets)``: per item the token sequence ``[bos] + prompt`` followed by the answer's
+    first ``o`` tokens, and the answer's token ``o``, its first distinguishing token (module docstring)."""
     seqs, masks = encode_prompt_answer(tokenizer, list(prompts), list(answers), max_len, add_eos=False)
-    prompt_seqs, first = [], []
+    starts, spans = [], []
     for s, m in zip(seqs, masks):
-        at = int(np.argmax(m)) if m.any() else None
-        if at is None or at == 0:
+        at = int(np.argmax(m)) if m.any() else 0
+        if at == 0:
             raise DataError("logit lens: an answer has no token after its prompt")
-        prompt_seqs.append(s[:at])
-        first.append(int(s[at]))
-    return prompt_seqs, first
+        starts.append(at)
+        spans.append([int(t) for t, keep in zip(s[at:], m[at:]) if keep])
+    offsets = distinguishing_offsets(spans)
+    return ([s[:at + o] for s, at, o in zip(seqs, starts, offsets)],
+            [span[o] for span, o in zip(spans, offsets)], offsets)
 
 
 def lens_hits(logits: torch.Tensor, targets: torch.Tensor, ks: Sequence[int] = (1, 10), delta_k: int = 10) -> dict:
@@ -86,8 +116,8 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
     items = [x for es in task.evals_by_role("forget", variants=False) if es.kind == "qa" for x in es.items][:max_items]
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items for the logit lens")
-    seqs, first = answer_first_tokens(tokenizer, [qa_item_prompt(task, x, tokenizer) for x in items],
-                                      [task.prompt.answer(x["answer"]) for x in items])
+    seqs, first, offsets = answer_targets(tokenizer, [qa_item_prompt(task, x, tokenizer) for x in items],
+                                          [task.prompt.answer(x["answer"]) for x in items])
     dev = next(model.parameters()).device
     pad = pad_id(tokenizer)
     hits: dict[str, list] = {}
@@ -103,5 +133,6 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
     out = {f"logit_lens_{k}": float(v.mean()) for k, v in cat.items()}
     out["logit_lens_by_layer"] = {str(l): float(a) for l, a in enumerate(by_layer)}
     out["logit_lens_best_layer"] = int(by_layer.argmax())
+    out["logit_lens_offset"] = float(np.mean(offsets))
     out["logit_lens_cost"] = cost.as_dict()
     return out
