@@ -26,16 +26,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/obliviate demo --out $(OUT) --seed $(SEED)
 
-# one worker per core, one torch thread per worker (two 2-thread processes on 2 cores spin against each other)
+# one worker per core, one torch thread per worker (two 2-thread processes on 2 cores spin against each other);
+# whole files to each worker, the files of heavy end-to-end tests first (tests/conftest.py), so both end together
+TESTFLAGS = -q -n auto --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(TESTFLAGS)
 
 # the slow tests include DeepSpeed ZeRO-3 (docs/distributed.md): deepspeed is built without isolation,
 # against the installed torch, and without its C++ ops (the one it needs compiles on first use)
 test-all: $(STAMP)
 	@$(PY) -c "import deepspeed" 2>/dev/null || ($(PY) -m pip install -q -c $(VENV)/torch-constraint.txt setuptools wheel \
 		&& DS_BUILD_OPS=0 $(PY) -m pip install -q -c $(VENV)/torch-constraint.txt --no-build-isolation $(DEEPSPEED))
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto -m ""
+	OMP_NUM_THREADS=1 $(PY) -m pytest $(TESTFLAGS) -m ""
 
 # the generated tables of docs/methods.md (tests/methods/test_docs.py fails when they are stale)
 docs: $(STAMP)

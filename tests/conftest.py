@@ -7,6 +7,19 @@ import transformers.utils.logging as hf_logging
 hf_logging.get_logger("transformers")  # its log handler binds the session's stderr now, not one test's capsys
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files holding end-to-end tests (``@pytest.mark.heavy(seconds)``) first, the heaviest first, then the
+    others in their own order: ``make test`` hands whole files to the workers in this order (``--dist loadfile``),
+    so the long files start at once and the short ones fill in, and both workers end together. The order
+    within a file is kept, and a file's tests run in one worker, so its module fixtures are built once."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("heavy")
+        if mark is not None:
+            weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + mark.args[0]
+    items.sort(key=lambda item: -weight.get(item.nodeid.split("::")[0], 0))  # stable: ties keep their order
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session caches models in a temporary directory, never in the repo."""

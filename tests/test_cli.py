@@ -146,6 +146,7 @@ def test_unknown_method_lists_known(tiny_dirs, tmp_path, capsys):
     assert rc == 2 and "forgetall" in err and "npo" in err
 
 
+@pytest.mark.heavy(26)
 def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     """Same seed twice gives identical metrics; a run SIGKILLed mid-way and resumed ends identically."""
     args = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=60",
@@ -179,6 +180,7 @@ def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     assert res["metrics"] == ma
 
 
+@pytest.mark.heavy(3)
 def test_pretrain_does_not_resume_checkpoints_of_another_config(tmp_path, capsys, monkeypatch):
     """Checkpoints left in --out by a pretraining run with another config are not resumed."""
     monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))

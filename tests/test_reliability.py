@@ -82,6 +82,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.heavy(6)
 def test_unlearn_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_dir, tmp_path, capsys):
     args = ["unlearn", "--base", str(tiny_model_dir), "--method", "npo", "--seed", "3", "--no-progress",
             *SMALL_WORLD, "unlearn.train.steps=40", "unlearn.train.checkpoint_every=5", "unlearn.train.log_every=1",
@@ -129,6 +130,7 @@ def test_unlearn_does_not_resume_checkpoints_of_another_run(tiny_model_dir, tmp_
     assert m1 == m2
 
 
+@pytest.mark.heavy(4)
 def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     args = ["attack", "--model", str(tiny_model_dir), "--seed", "2", "--no-progress", *SMALL_WORLD,
             "attacks.relearn.steps=40", "attacks.relearn.checkpoint_every=5", "attacks.relearn.eval_every=10",
@@ -250,6 +252,7 @@ def _limit_file_size(limit: int):
     (100_000, "trainable.safetensors", "safetensors: Error while serializing: I/O error: File too large (os error 27)"),
     (1_200_000, "state.pt", "torch.save could not write its file (disk full or file too large?)"),
 ])
+@pytest.mark.heavy(4)
 def test_checkpoint_write_failure_mid_run_is_one_line(limit, writer, message, tmp_path):
     """A real write error in a subprocess: no file may grow past ``limit`` bytes (RLIMIT_FSIZE).
 

@@ -22,6 +22,7 @@ def reproduce(out, overrides):
     assert main(["reproduce", "atwu", *overrides, "--out", str(out), "--seed", "1", "--no-progress"]) == 0
 
 
+@pytest.mark.heavy(5)
 def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "atwu"
     argv = [*SMALL_WORLD, "methods=[atwu,graddiff]",

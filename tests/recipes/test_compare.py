@@ -31,6 +31,7 @@ def _counting(monkeypatch, module, name, log: Path):
     monkeypatch.setattr(module, name, wrapped)
 
 
+@pytest.mark.heavy(38)
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     import obliviate.attacks.harness as suite
     import obliviate.recipes.compare.run as compare

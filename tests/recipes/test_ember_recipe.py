@@ -80,6 +80,7 @@ class KeepAll:
         return Verdict(True, 1.0, "test: keep all")
 
 
+@pytest.mark.heavy(7)
 def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     import obliviate.recipes.ember.run as recipe_mod
 

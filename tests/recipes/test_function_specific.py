@@ -127,6 +127,7 @@ def test_config_validation_and_quick():
     assert resolve(FunctionSpecificConfig()).steps == FunctionSpecificConfig().steps
 
 
+@pytest.mark.heavy(10)
 def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "fs"
     reproduce(out, SMALL, monkeypatch)

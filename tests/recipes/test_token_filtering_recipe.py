@@ -97,6 +97,7 @@ def test_recovery_ratio_cases():
 # --------------------------------------------------------------------------- tiny end to end
 
 
+@pytest.mark.heavy(8)
 def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     import torch
     from threadpoolctl import threadpool_limits

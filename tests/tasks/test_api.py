@@ -32,6 +32,7 @@ def test_the_api_is_exported_as_functions_even_after_the_modules_are_imported():
     assert unlearn is obliviate.api.unlearn
 
 
+@pytest.mark.heavy(16)
 def test_readme_python_example_runs_as_written(user_models, tmp_path):
     text = (ROOT / "README.md").read_text()
     block = re.search(r"## From Python.*?```python\n(.*?)```", text, re.S).group(1)

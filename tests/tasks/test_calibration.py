@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from _userdata import write_user_files
 from obliviate.config import from_dict
 from obliviate.recipes.compare.run import CompareConfig, run_compare
 from obliviate.tasks.files import task_from_files
 
 
+@pytest.mark.heavy(23)
 def test_disjoint_relearning_separates_the_controls(tmp_path):
     f = write_user_files(tmp_path / "data", n_forget=16, n_retain=16, seed=0)
     task = task_from_files([str(f["forget"])], [str(f["retain_qa"])])

@@ -83,6 +83,7 @@ def _whole_path(arch, finetuned, user_files, tmp_path, methods):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.heavy(11)
 def test_finetune_unlearn_eval_attack(arch, finetuned, user_files, tmp_path):
     results = _whole_path(arch, finetuned, user_files, tmp_path, ["npo", "graddiff", "rmu", "simnpo"])
     for method in ("npo", "graddiff"):  # each method's own defaults

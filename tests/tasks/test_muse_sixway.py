@@ -145,6 +145,7 @@ def _load(d):
     return load_model(str(d)).eval(), load_tokenizer(str(d))
 
 
+@pytest.mark.heavy(10)
 def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, monkeypatch):
     d = write_muse(tmp_path / "data")
     monkeypatch.setenv("OBLIVIATE_DATA", str(tmp_path / "data"))

@@ -72,6 +72,7 @@ def test_every_provider_has_a_tiny_run():
 
 
 @pytest.mark.parametrize("name", task_names())
+@pytest.mark.heavy(10)
 def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     task = BUILDERS[name](tmp_path, request)
     cfg = from_dict(CompareConfig, json.loads(json.dumps(TINY)))

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,7 @@ def readme_block(title: str) -> str:
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.heavy(24)
 def test_own_model_and_data_example_runs_as_written(user_models, tmp_path):
     block = readme_block("Your own model and data")
     assert "obliviate finetune" in block and "obliviate attack" in block

@@ -101,6 +101,7 @@ def runs(request, single, tmp_path_factory):
     return request.param, worker, one, root
 
 
+@pytest.mark.heavy(10)
 def test_processes_stay_in_sync_and_only_rank0_writes(runs):
     backend, worker, single, multi = runs
     ranks = [json.loads((multi / "ranks" / f"{r}.json").read_text()) for r in range(2)]

@@ -3,6 +3,7 @@ models one after the other, on one thread each, would be."""
 
 import copy
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -21,6 +22,7 @@ def _cfgs():
     return base, oracle
 
 
+@pytest.mark.heavy(9)
 def test_parallel_pair_equals_sequential_on_one_thread(tmp_path, monkeypatch):
     base, oracle = _cfgs()
     monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "parallel"))

@@ -78,6 +78,7 @@ def test_tensorboard_writes_scalars(tmp_path):
     assert [e.step for e in acc.Scalars("loss")] == [1, 2]
 
 
+@pytest.mark.heavy(5)
 def test_log_with_writes_tensorboard_and_mlflow_and_they_read_back(tmp_path, monkeypatch):
     """``--log-with tensorboard,mlflow`` on a command that trains: event files and a local MLflow store hold the
     loss terms by name, step by step."""

@@ -50,8 +50,9 @@ class CompareConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel: bool = True
-    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining, and
-    the controls and methods (built, evaluated and attacked; :func:`obliviate.runs.parts.cached_parts`). Only on
+    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining, then
+    the attacks on the oracle and the base model, and the controls and methods (built, evaluated and attacked;
+    :func:`obliviate.runs.parts.cached_parts`). Only on
     the CPU, in one process, for models of at most :data:`PARALLEL_MAX_PARAMS` parameters; on 2 cores it nearly
     halves the wall time of tiny models, whose small matrix products do not use a second thread."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -222,8 +223,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
     data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated
     (:func:`~obliviate.eval.suite.evaluate_task`) and attacked (:func:`~obliviate.attacks.harness.run_task_attacks`)
-    once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), so an
-    interrupted comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
+    once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
+    ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
+    comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
     passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``
     and ``robustness``.
     """
@@ -278,8 +280,16 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         curves[name] = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
         m.update(att)
 
+    def attack_part(name: str, model) -> dict:
+        attack(name, model, metrics[name])
+        return {"metrics": metrics[name], "curves": curves[name],
+                "timings": {k: timings[k] for k in (f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
+
     metrics["base"] = evaluate("base", base_model)
     oracle_ref = None
+    held: dict = {}
+    jobs: list = []  # (name, path, key, fn): the attacks on the oracle and the base model, the controls, then the
+    # methods, each a part made once (two at a time with `parallel`)
     if "oracle" in dirs:
         oracle, oracle_tok = load(dirs["oracle"])
         if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
@@ -289,13 +299,15 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         metrics["oracle"] = evaluate("oracle", oracle)
         if metrics["oracle"].get("forget_score") is not None:
             oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
-        attack("oracle", oracle, metrics["oracle"])
+        held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
         del oracle
-    attack("base", base_model, metrics["base"])
+        jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
+                     lambda: attack_part("oracle", held.pop("oracle"))))
+    jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
+                 lambda: attack_part("base", base_model)))
     builders = {"positive_control": (cfg.positive_control, suppression_control, cfg.positive_control_args),
                 "positive_control_smallnorm": (cfg.positive_control and cfg.small_norm_control, small_norm_control,
                                                cfg.small_norm_args)}
-    jobs: list = []  # (name, path, key, fn): the controls, then the methods, each a part made once
     for cname, (on, build, kwargs) in builders.items():
         if not on:
             continue
@@ -358,7 +370,12 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         shown["progress"] = False
 
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
+    held.clear()  # the oracle, when its attacks were kept from an earlier run
     for (name, *_), (part, _) in zip(jobs, parts):
+        if name in ("base", "oracle"):
+            metrics[name], curves[name] = part["metrics"], part["curves"]
+            timings.update(part["timings"])
+            continue
         if name in builders:
             timings[name] = part["info"]
             if "metrics" not in part:
