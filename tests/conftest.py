@@ -12,12 +12,12 @@ def pytest_collection_modifyitems(config, items):
     others in their own order: ``make test`` hands whole files to the workers in this order (``--dist loadfile``),
     so the long files start at once and the short ones fill in, and both workers end together. The order
     within a file is kept, and a file's tests run in one worker, so its module fixtures are built once."""
-    weight: dict[str, float] = {}
+    weight: dict = {}
     for item in items:
         mark = item.get_closest_marker("heavy")
         if mark is not None:
-            weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + mark.args[0]
-    items.sort(key=lambda item: -weight.get(item.nodeid.split("::")[0], 0))  # stable: ties keep their order
+            weight[item.path] = weight.get(item.path, 0) + mark.args[0]
+    items.sort(key=lambda item: -weight.get(item.path, 0))  # stable: ties keep their order
 
 
 @pytest.fixture(autouse=True)

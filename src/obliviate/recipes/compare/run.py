@@ -371,17 +371,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
 
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
     held.clear()  # the oracle, when its attacks were kept from an earlier run
-    for (name, *_), (part, _) in zip(jobs, parts):
-        if name in ("base", "oracle"):
-            metrics[name], curves[name] = part["metrics"], part["curves"]
-            timings.update(part["timings"])
-            continue
+    for (name, *_), (part, _) in zip(jobs, parts):  # the oracle's and the base model's attacks, controls, methods
         if name in builders:
             timings[name] = part["info"]
             if "metrics" not in part:
                 continue
             dirs[name] = str(out / "models" / name)
-        elif cfg.save_models:
+        elif name in ucfgs and cfg.save_models:
             dirs[name] = str(out / "methods" / name / "model")
         metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
