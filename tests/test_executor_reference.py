@@ -1,6 +1,6 @@
-"""The cached reference (obliviate.methods.reference.make_reference): NPO and IdkDPO (cached log-probabilities) and
-the RMU family and probe methods (cached hidden states) hold no second model, and give the same run as the live
-frozen copy, resumed or not."""
+"""The cached reference (obliviate.methods.reference.make_reference): NPO, IdkDPO and the ATWU variants (cached
+log-probabilities, per sequence or per token) and the RMU family and probe methods (cached hidden states) hold no
+second model, and give the same run as the live frozen copy, resumed or not."""
 
 import copy
 import json
@@ -35,7 +35,7 @@ def _with_and_without_cache(name, tiny_model, tiny_tokenizer, params=None) -> di
     return runs
 
 
-@pytest.mark.parametrize("name", ["npo", "idkdpo"])
+@pytest.mark.parametrize("name", ["npo", "idkdpo", "atwu_npo", "atwu_idkdpo"])
 def test_cached_and_live_reference_give_the_same_run(name, tiny_model, tiny_tokenizer):
     runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
     assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-4, abs=1e-5)
@@ -56,6 +56,28 @@ def test_cached_reference_holds_no_model_and_reads_by_index(tiny_model, tiny_tok
     # a KL retain term needs whole distributions: the live copy stays
     kl = make_reference(build_method("npo", {"retain": "kl"}), tiny_model, data, lora=False)
     assert kl.model is not None and kl.cache is None
+
+
+@pytest.mark.parametrize("name", ["atwu_npo", "atwu_idkdpo"])
+def test_cached_token_logprobs_read_as_the_whole_copys(name, tiny_model, tiny_tokenizer):
+    """The ATWU variants weight the reference's tokens by scores that change every step: the per-token cache, read
+    by index on batches of sequences of different lengths, equals the frozen copy's full-logit token NLL."""
+    from obliviate.losses import token_nll
+
+    forget = [(q, a + " and more" * (i % 4)) for i, (q, a) in enumerate(FORGET)]
+    data = PairedData(tiny_tokenizer, forget, RETAIN, 3, 0, idk=IDK_ANSWERS)
+    ref = make_reference(build_method(name), tiny_model, data, lora=False)
+    assert ref.model is None and not ref.holds_copy
+    assert set(ref.cache) == ({"forget/tokens"} if name == "atwu_npo" else {"forget/tokens", "idk"})
+    for step in range(4):
+        f = data(step)["forget"]
+        nll, _ = token_nll(tiny_model(input_ids=f["input_ids"], attention_mask=f["attention_mask"]).logits,
+                           f["labels"])
+        assert torch.allclose(ref.token_logprobs(f, "forget"), -nll, atol=1e-5)
+    with pytest.raises(Exception, match="cached reference"):
+        ref.logits(f)
+    # a KL retain term needs whole distributions: the live copy stays
+    assert make_reference(build_method(name, {"retain": "kl"}), tiny_model, data, lora=False).holds_copy
 
 
 class Killed(Exception):

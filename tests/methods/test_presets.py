@@ -155,6 +155,7 @@ def test_methods_verbose_prints_one_line_each(capsys):
     # what each holds of the frozen model, as the engine builds it (make_reference)
     held = {l.split()[0]: l.split("reference: ")[1].split("  |")[0] for l in lines}
     assert held["rmu"] == held["probe_unlearn"] == "cached hidden states" and held["npo"] == "cached log-probs"
+    assert held["atwu_npo"] == held["atwu_idkdpo"] == "cached log-probs"
     assert held["gradascent"] == held["ember"] == "none" and held["crisp"] == "frozen copy"
     cmd_methods(argparse.Namespace(verbose=False))
     assert capsys.readouterr().out.split() == NAMES

@@ -30,13 +30,13 @@ def cmd_methods(args) -> None:
 
 def reference_text(name: str) -> str:
     """What method ``name`` holds of the frozen model at its defaults (:func:`obliviate.methods.engine.make_reference`):
-    ``none``; ``cached log-probs`` (computed once, no model); ``cached hidden states`` (the retain examples' frozen
+    ``none``; ``cached log-probs`` (per sequence or per token, computed once, no model); ``cached hidden states`` (the retain examples' frozen
     states at the layers it reads, computed once, no model); ``frozen prefix`` (the layers up to the one it reads);
     ``frozen copy`` (the whole model)."""
     method = build_method(name)
     if METHODS[name].kind == "edit" or not method.needs_reference:
         return "none"
-    if _overrides(type(method), "cached_reference_keys"):
+    if _overrides(type(method), "cached_reference_keys") or _overrides(type(method), "cached_token_reference_keys"):
         return "cached log-probs"
     if _overrides(type(method), "cached_hidden_layers"):
         return "cached hidden states"

@@ -2,6 +2,9 @@
 policy and, with the same z, on the reference:
 
     L_forget = -(2/beta) mean log sigmoid(-beta (log pi - log pi_ref))
+
+Reference: the forget answers' per-token log p_ref(y_t), computed once before training (z changes every step, the
+token log-probabilities do not), so no frozen copy is held; a KL retain term keeps a live whole copy.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ class ATWUNPO(ScoredMethod):
     config_cls = ATWUNPOConfig
     needs_reference = True
 
+    def cached_token_reference_keys(self) -> tuple[str, ...]:
+        return () if self.cfg.retain == "kl" else ("forget",)
+
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         logits, _, _, z = self.forget_pass(model, f)
         logp = answer_logprob(logits, f["labels"], weights=z)
-        logp_ref = answer_logprob(ref.logits(f), f["labels"], weights=z)
+        logp_ref = (z * ref.token_logprobs(f, "forget")).sum(-1)
         terms = {"forget": self.cfg.gamma * npo_loss(logp, logp_ref, self.cfg.beta)}
         return add_retain(terms, model, batch, ref, self.cfg)

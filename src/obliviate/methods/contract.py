@@ -78,6 +78,12 @@ class Method:
         ``needs_reference``. Default: none."""
         return ()
 
+    def cached_token_reference_keys(self) -> tuple[str, ...]:
+        """Sub-batches ("forget") whose reference term is built from fixed per-token log-probabilities, such as
+        ATWU's weighted ``sum_t z_t log p_ref(y_t)`` with weights that change every step: the token log-probabilities
+        are computed once before training (``ref.token_logprobs``); needs ``needs_reference``. Default: none."""
+        return ()
+
     def check(self, model) -> None:
         """Refuse, in one line, settings that do not fit ``model`` and need no forward pass to tell (a layer
         index out of range): run before the output directory is prepared
@@ -153,8 +159,9 @@ def check_method_class(name: str, cls: type) -> None:
         missing.append("config_cls")
     if missing:
         raise ConfigError(f"method {name!r} ({cls.kind}) lacks {', '.join(missing)}")
-    if _overrides(cls, "cached_reference_keys") and not cls.needs_reference:
-        raise ConfigError(f"method {name!r} has cached_reference_keys but needs_reference is False")
+    for hook in ("cached_reference_keys", "cached_token_reference_keys"):
+        if _overrides(cls, hook) and not cls.needs_reference:
+            raise ConfigError(f"method {name!r} has {hook} but needs_reference is False")
     if _overrides(cls, "scorer_state") != _overrides(cls, "load_scorer_state"):
         raise ConfigError(f"method {name!r}: scorer_state and load_scorer_state go together")
 

@@ -46,6 +46,14 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
     return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows, logp)
 
 
+def token_logprobs(model, batch: dict) -> torch.Tensor:
+    """log p(y_t) of every labelled target token, (B, T-1) in the layout of :func:`~obliviate.losses.token_nll`
+    (position t predicts ``labels[t+1]``), zero elsewhere; logits only at the labelled positions."""
+    logp, _ = labelled_logprobs(model, batch)
+    labelled = shift_targets(batch["labels"]) != IGNORE_INDEX
+    return torch.zeros(labelled.shape, dtype=logp.dtype, device=logp.device).masked_scatter(labelled, logp)
+
+
 def sequence_mean_nll(model, batch: dict) -> torch.Tensor:
     """Each sequence's mean labelled-token NLL, (B,) (0 for a row without labelled tokens), with logits only at
     the labelled positions."""

@@ -3,7 +3,8 @@
 :func:`make_reference` picks, per run, the cheapest form that gives the method the same numbers:
 
 - ``cache``: per-sequence answer log-probabilities of fixed sequences (NPO's forget set, IdkDPO's forget and
-  refusal answers), computed once before training (:func:`reference_logprobs`); no model is held.
+  refusal answers, :func:`reference_logprobs`) and per-token ones (the ATWU variants' forget answers, whose token
+  weights change every step: :func:`reference_token_logprobs`), computed once before training; no model is held.
 - ``hidden``: the frozen hidden states of fixed sequences at the layers the method reads (the RMU family's retain
   term at layer l, the probe methods' at their deepest layer), computed once before training for the retain
   examples the run's steps will draw (:class:`HiddenCache`); no model is held after :meth:`Reference.seal`. The
@@ -11,7 +12,8 @@
 - ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
 - ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
   for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
-- ``copy``: a whole frozen copy (a KL retain term, the ATWU variants, ``cache_reference=false``).
+- ``copy``: a whole frozen copy (a KL retain term, UNDIAL's and CRISP's per-token distributions,
+  ``cache_reference=false``).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ import torch
 from obliviate.data import collate
 from obliviate.errors import ObliviateError
 from obliviate.methods.contract import Method
-from obliviate.methods.objectives import sequence_logprob
+from obliviate.methods.objectives import sequence_logprob, token_logprobs
 from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy
 from obliviate.train.distributed import to_device
 
 if TYPE_CHECKING:
     from obliviate.methods.engine import PairedData
+
+TOKENS = "/tokens"
+"""Suffix of a sub-set's per-token log-probabilities in :attr:`Reference.cache` ("forget/tokens")."""
 
 DEFAULT_MEMORY_GIB = 1.0
 """Frozen hidden states held in memory up to this size (GiB); a larger :class:`HiddenCache` goes to a file."""
@@ -105,8 +110,9 @@ class Reference:
     (``hidden``).
 
     Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget set, IdkDPO
-    on the forget and IdK answers) ask :meth:`answer_logprob`; with a cache it is read by example index, so full
-    fine-tuning holds no second model. Terms that need whole distributions (the KL retain term) need
+    on the forget and IdK answers) ask :meth:`answer_logprob`, and those that weight its tokens (the ATWU variants)
+    ask :meth:`token_logprobs`; with a cache both are read by example index, so full fine-tuning holds no second
+    model. Terms that need whole distributions (the KL retain term) need
     :meth:`logits`, which only a whole live reference has. :meth:`hidden` reads layer states, from the cache
     where it holds them.
 
@@ -197,11 +203,25 @@ class Reference:
     @torch.no_grad()
     def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
         """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
-        if self.cache is not None:
+        if self.cache is not None and key in self.cache:
             return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
-        self._whole("answer log-probabilities")
+        self._whole(f"answer log-probabilities of {key}")
         with self._ctx():
             return sequence_logprob(self.model, batch)
+
+    @torch.no_grad()
+    def token_logprobs(self, batch: dict, key: str) -> torch.Tensor:
+        """log pi_ref(y_t|.) of each labelled target token of ``batch`` (sub-batch ``key``): (B, T-1), zero
+        elsewhere, in the layout of :func:`~obliviate.losses.token_nll`."""
+        if self.cache is not None and key + TOKENS in self.cache:
+            rows = self.cache[key + TOKENS][batch["index"].cpu()]
+            out = torch.zeros(rows.shape[0], batch["labels"].shape[1] - 1, dtype=rows.dtype)
+            width = min(out.shape[1], rows.shape[1])  # right padding: a row's tokens come first
+            out[:, :width] = rows[:, :width]
+            return out.to(batch["labels"].device)
+        self._whole(f"token log-probabilities of {key}")
+        with self._ctx():
+            return token_logprobs(self.model, batch)
 
     @torch.no_grad()
     def hidden(self, batch: dict, layer: int, key: str | None = None) -> torch.Tensor:
@@ -227,7 +247,8 @@ class Reference:
 def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True,
                    steps: int | None = None, memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
     """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before any step:
-    cached log-probabilities where the method declares ``cached_reference_keys`` and ``cache`` is on; else the
+    cached log-probabilities where the method declares ``cached_reference_keys`` or ``cached_token_reference_keys``
+    and ``cache`` is on; else the
     model with its LoRA adapters off (``lora``); else cached hidden states where it declares
     ``cached_hidden_layers`` and ``cache`` is on (of the examples of steps ``0..steps-1``, all without ``steps``);
     else a frozen copy, of the decoder layers up to the method's ``reference_depth`` only where it declares one and
@@ -235,9 +256,10 @@ def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cac
     method's setup (:func:`prepare_reference` does both)."""
     if not method.needs_reference:
         return None
-    keys = tuple(method.cached_reference_keys())
-    if keys and cache:
-        return Reference(model, shared=False, cache=reference_logprobs(model, data, keys))
+    keys, tokens = tuple(method.cached_reference_keys()), tuple(method.cached_token_reference_keys())
+    if (keys or tokens) and cache:
+        return Reference(model, shared=False, cache={**reference_logprobs(model, data, keys),
+                                                     **reference_token_logprobs(model, data, tokens)})
     if lora:
         return Reference(model, shared=True)
     layers = {k: tuple(sorted(set(v))) for k, v in method.cached_hidden_layers().items() if v} if cache else {}
@@ -280,6 +302,24 @@ def _batches(data: "PairedData", key: str, indices: list[int], batch_size: int, 
     for s in range(0, len(order), batch_size):
         part = order[s:s + batch_size]
         yield part, to_device(collate([ids[i] for i in part], data.pad, label_mask=[masks[i] for i in part]), device)
+
+
+@torch.no_grad()
+@evaluating
+def reference_token_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+    """Per-token answer log-probabilities of ``model`` (as it is now: the reference) on every example of ``data``'s
+    sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` in float32 on the CPU, L the longest sequence's length - 1, row i
+    in the layout of :func:`~obliviate.losses.token_nll` (zero past its end and at unlabelled positions)."""
+    device = next(model.parameters()).device
+    out = {}
+    for key in keys:
+        ids = data.sequences(key)[0]
+        vals = torch.zeros(len(ids), max(len(s) for s in ids) - 1)
+        for part, b in _batches(data, key, list(range(len(ids))), batch_size, device):
+            tok = token_logprobs(model, b).float().cpu()
+            vals[part, :tok.shape[1]] = tok
+        out[key + TOKENS] = vals
+    return out
 
 
 @torch.no_grad()
