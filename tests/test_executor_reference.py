@@ -110,11 +110,16 @@ HIDDEN_METHODS = ["rmu", "adaptive_rmu", "cosine_rmu", "probe_unlearn", "probe_u
 """The methods whose loss reads only the frozen hidden states of the retain examples at a layer."""
 
 
-@pytest.mark.parametrize("name", HIDDEN_METHODS)
-def test_cached_hidden_states_give_the_whole_copys_run(name, tiny_model, tiny_tokenizer):
-    """The RMU family and the probe methods read the frozen states of the retain examples only: the engine computes
+COHERENCE = {"coherence_prompts": ["The glimmerfin lives in", "Ilsa Varnholt was born", "A cave is"],
+             "coherence_batch": 2}
+"""CRISP with coherence prompts: their last-layer states are computed once in setup, cycled two at a time."""
+
+
+@pytest.mark.parametrize("name,params", [(n, None) for n in HIDDEN_METHODS] + [("crisp", None), ("crisp", COHERENCE)])
+def test_cached_hidden_states_give_the_whole_copys_run(name, params, tiny_model, tiny_tokenizer):
+    """The RMU family, the probe methods and CRISP read the frozen states of fixed inputs only: the engine computes
     them once and holds no model (Reference.kind "hidden states ..."), and the run equals the whole copy's."""
-    runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
+    runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer, params=params)
     assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-5, abs=1e-6)
     for (n, a), (_, b) in zip(runs[True][0].named_parameters(), runs[False][0].named_parameters()):
         assert torch.allclose(a, b, atol=1e-6), n
@@ -147,6 +152,26 @@ def test_the_hidden_cache_holds_no_model_and_reads_as_the_live_reference(name, m
         ref.hidden(first["forget"], layer, "forget")
     with pytest.raises(Exception, match="cached reference has only hidden states"):
         ref.logits(first["forget"])
+
+
+@pytest.mark.parametrize("params", [None, COHERENCE])
+def test_crisp_caches_the_retain_states_it_reads_and_its_coherence_prompts(params, tiny_model, tiny_tokenizer):
+    data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
+    method = build_method("crisp", params)
+    method.trainable(tiny_model)
+    method.fit(tiny_model, tiny_tokenizer)
+    ref = prepare_reference(method, tiny_model, data, data(0), lora=False, steps=2)
+    last = num_layers(tiny_model) - 1
+    want = method.layers + ([] if params else [last])  # without coherence prompts L_coh reads the retain examples
+    assert ref.model is None and ref.hidden_cache.layers == {"retain": tuple(want)} and method.saes is not None
+    if params:  # every prompt's frozen last-layer states, as a live reference reads them
+        c = method.coherence
+        live = Reference(tiny_model, shared=False).hidden(c, last)
+        m = c["attention_mask"].bool()
+        assert method.coherence_ref.shape == live.shape and torch.allclose(method.coherence_ref[m], live[m], atol=1e-6)
+    else:
+        assert method.coherence_ref is None
+    assert set(method.loss(tiny_model, data(1), ref)) == {"unlearn", "reg", "coh"}
 
 
 def test_unmasked_padding_keeps_a_frozen_prefix(tiny_model, tiny_tokenizer):

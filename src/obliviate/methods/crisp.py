@@ -33,11 +33,16 @@ Where the SAE, the features and the coherence prompts come from (in this order):
 
 1. ``fit(model, tokenizer)`` before training (the unlearning engine calls it): uses the
    config's ``target_texts`` / ``benign_texts`` (both or neither) and ``coherence_prompts``.
-2. With no texts configured, lazily at the first ``loss()`` call (``setup`` only sees the
-   forget batch): the SAE is trained and features are chosen on the frozen model's
-   activations of that step's forget batch (target) and retain batch (benign). Few
-   tokens, so noisy: prefer 1. A resumed run re-fits on the resumed step's batch.
-   Without coherence prompts, L_coh is measured on the retain batch.
+2. With no texts configured, in ``setup`` before step 0: the SAE is trained and features
+   are chosen on the frozen model's activations of the step-0 forget batch (target) and
+   retain batch (benign). Few tokens, so noisy: prefer 1. A resumed run fits again on the
+   same batch of the same frozen model. Without coherence prompts, L_coh is measured on the
+   retain batch.
+
+Reference: no frozen copy (``cached_hidden_layers``). L_reg and L_coh read the frozen model's
+states of fixed inputs only: the retain examples' at the SAE layers (and at the last layer
+without coherence prompts) are cached by the engine; the coherence prompts' last-layer
+states are computed once in ``setup``. ``cache_reference=false`` keeps a live whole copy.
 
 What trains: as a standalone method, the MLP down-projections of layers 0..max(layers)
 (as RMU). CRISP proper trains LoRA adapters of rank 4: ``obliviate unlearn ...
@@ -226,12 +231,22 @@ class CRISP(Method):
         self.features: dict[int, list[int]] = {}
         self.info: dict[int, dict] = {}
         self.coherence: dict | None = None
+        self.coherence_ref: torch.Tensor | None = None
+        """The frozen last-layer states of every coherence prompt (n, T, d), when the reference is a cache."""
         self._coh_pos = 0
+        self.last: int | None = None
 
     def resolve_layers(self, model) -> list[int]:
         layers = self.cfg.layers if self.cfg.layers is not None else [num_layers(model) // 2]
         self.layers = sorted({check_layer(model, int(l)) for l in layers})
+        self.last = num_layers(model) - 1
         return self.layers
+
+    def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
+        # L_reg reads the retain examples at the SAE layers; L_coh reads them at the last layer unless coherence
+        # prompts are given (their states are cached in setup); both mask the padding
+        last = () if self.coherence is not None else (self.last,)
+        return {"retain": tuple(sorted(set(self.layers) | set(last)))}
 
     def trainable(self, model) -> list[str]:
         return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))
@@ -271,20 +286,26 @@ class CRISP(Method):
     def setup(self, model, ref, batch: dict) -> None:
         if self.layers is None:
             self.resolve_layers(model)
+        if self.saes is None:  # no texts were configured: fit on the step-0 batch while ref answers on any input
+            self._fit_from_batch(batch, ref)
+        if self.coherence is not None and ref.seals:  # after seal() ref has only the retain states
+            ids, mask = self.coherence["input_ids"], self.coherence["attention_mask"]
+            device, n = batch["forget"]["input_ids"].device, self.cfg.coherence_batch
+            self.coherence_ref = torch.cat([ref.hidden({"input_ids": ids[s:s + n].to(device),
+                                                        "attention_mask": mask[s:s + n].to(device)}, self.last).cpu()
+                                            for s in range(0, ids.size(0), n)])
 
-    def _coherence_batch(self, device) -> dict:
+    def _coherence_batch(self, device) -> tuple[dict, list[int]]:
         n = self.coherence["input_ids"].size(0)
         idx = [(self._coh_pos + i) % n for i in range(min(self.cfg.coherence_batch, n))]
         self._coh_pos = (self._coh_pos + len(idx)) % n
         ids, mask = self.coherence["input_ids"][idx], self.coherence["attention_mask"][idx]
         keep = int(mask.sum(1).max())
-        return {"input_ids": ids[:, :keep].to(device), "attention_mask": mask[:, :keep].to(device)}
+        return {"input_ids": ids[:, :keep].to(device), "attention_mask": mask[:, :keep].to(device)}, idx
 
     def loss(self, model, batch, ref) -> dict:
         if self.layers is None:
             self.resolve_layers(model)
-        if self.saes is None:
-            self._fit_from_batch(batch, ref)
         f, r = batch["forget"], batch["retain"]
         device = f["input_ids"].device
         top = max(self.layers)
@@ -294,9 +315,14 @@ class CRISP(Method):
         for l in self.layers:
             sae = self.saes[l].to(device)
             unlearn.append(unlearn_term(sae, hs_f[l], f["attention_mask"], self.features[l]))
-            reg.append(reg_term(hs_r[l], ref.hidden(r, l), r["attention_mask"]))
-        last = num_layers(model) - 1
-        c = self._coherence_batch(device) if self.coherence is not None else r
+            reg.append(reg_term(hs_r[l], ref.hidden(r, l, "retain"), r["attention_mask"]))
+        last = self.last
+        if self.coherence is None:
+            c, c_ref = r, ref.hidden(r, last, "retain")
+        else:
+            c, idx = self._coherence_batch(device)
+            c_ref = (self.coherence_ref[idx, :c["input_ids"].size(1)].to(device) if self.coherence_ref is not None
+                     else ref.hidden(c, last))
         h_c = hidden_states_at(model, c["input_ids"], c["attention_mask"], [last])[last]
-        coh = reg_term(h_c, ref.hidden(c, last), c["attention_mask"])
+        coh = reg_term(h_c, c_ref, c["attention_mask"])
         return crisp_terms(torch.stack(unlearn).mean(), torch.stack(reg).mean(), coh, self.cfg.beta, self.cfg.gamma)

@@ -6,14 +6,14 @@
   refusal answers, :func:`reference_logprobs`) and per-token ones (the ATWU variants' forget answers, whose token
   weights change every step: :func:`reference_token_logprobs`), computed once before training; no model is held.
 - ``hidden``: the frozen hidden states of fixed sequences at the layers the method reads (the RMU family's retain
-  term at layer l, the probe methods' at their deepest layer), computed once before training for the retain
-  examples the run's steps will draw (:class:`HiddenCache`); no model is held after :meth:`Reference.seal`. The
-  cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in a temporary file beyond it.
+  term at layer l, the probe methods' at their deepest layer, CRISP's at its SAE layers and the last), computed
+  once before training for the retain examples the run's steps will draw (:class:`HiddenCache`); no model is held
+  after :meth:`Reference.seal`. The cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in
+  a temporary file beyond it.
 - ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
 - ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
   for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
-- ``copy``: a whole frozen copy (a KL retain term, UNDIAL's and CRISP's per-token distributions,
-  ``cache_reference=false``).
+- ``copy``: a whole frozen copy (a KL retain term, UNDIAL's per-token distributions, ``cache_reference=false``).
 """
 
 from __future__ import annotations
@@ -142,6 +142,11 @@ class Reference:
         """After the method's setup, before step 0: a reference of cached hidden states lets go of the model."""
         if self.hidden_cache is not None:
             self.model = None
+
+    @property
+    def seals(self) -> bool:
+        """Whether :meth:`seal` lets go of the model: a method's ``setup`` then computes what else it needs of it."""
+        return self.hidden_cache is not None
 
     @property
     def holds_copy(self) -> bool:
