@@ -35,7 +35,7 @@ def _with_and_without_cache(name, tiny_model, tiny_tokenizer, params=None) -> di
     return runs
 
 
-@pytest.mark.parametrize("name", ["npo", "idkdpo", "atwu_npo", "atwu_idkdpo"])
+@pytest.mark.parametrize("name", ["npo", "idkdpo", "atwu_npo", "atwu_idkdpo", "undial"])
 def test_cached_and_live_reference_give_the_same_run(name, tiny_model, tiny_tokenizer):
     runs = _with_and_without_cache(name, tiny_model, tiny_tokenizer)
     assert runs[True][1] == pytest.approx(runs[False][1], rel=1e-4, abs=1e-5)
@@ -78,6 +78,39 @@ def test_cached_token_logprobs_read_as_the_whole_copys(name, tiny_model, tiny_to
         ref.logits(f)
     # a KL retain term needs whole distributions: the live copy stays
     assert make_reference(build_method(name, {"retain": "kl"}), tiny_model, data, lora=False).holds_copy
+
+
+@pytest.mark.parametrize("memory", [2**30, 0])
+def test_undials_logit_cache_reads_as_the_whole_copys_labelled_logits(memory, tiny_model, tiny_tokenizer):
+    """UNDIAL's teacher: the frozen logits at the forget answers' labelled positions, cached for the examples of the
+    run's steps (in memory or a file), read row by row as the live copy's full logits at those positions."""
+    forget = [(q, a + " and more" * (i % 4)) for i, (q, a) in enumerate(FORGET + FORGET)]
+    data = PairedData(tiny_tokenizer, forget, RETAIN, 3, 0)
+    ref = make_reference(build_method("undial"), tiny_model, data, lora=False, steps=2, memory_bytes=memory)
+    ref.seal()
+    assert ref.model is None and not ref.holds_copy and ref.kind.startswith("logits of forget answers")
+    assert f"({'memory' if memory else 'disk'}," in ref.kind and (ref.nbytes() > 0) == bool(memory)
+    for step in range(2):
+        f = data(step)["forget"]
+        positions = torch.nn.functional.pad(f["labels"][:, 1:] != -100, (0, 1))
+        want = tiny_model(input_ids=f["input_ids"], attention_mask=f["attention_mask"]).logits[positions]
+        assert torch.allclose(ref.labelled_logits(f, "forget"), want, atol=1e-5)
+    cached = set(ref.logit_cache.rows["forget"])
+    assert len(cached) == 6  # two steps of three
+    other = next(s for s in range(2, 20) if set(data(s)["forget"]["index"].tolist()) - cached)
+    with pytest.raises(Exception, match="were not cached"):
+        ref.labelled_logits(data(other)["forget"], "forget")
+    # a KL retain term needs whole distributions on the retain set: the live copy stays
+    assert make_reference(build_method("undial", {"alpha": 1.0, "retain": "kl"}), tiny_model, data, lora=False).holds_copy
+
+
+def test_a_logit_cache_larger_than_the_copy_keeps_the_copy_and_says_why(tiny_model, tiny_tokenizer):
+    many = [(f"Question: Tell me all about Morvexia-{i}?\nAnswer:", " It is" + " very" * 60 + " rare.")
+            for i in range(60)]
+    data = PairedData(tiny_tokenizer, many, RETAIN, 3, 0)
+    ref = make_reference(build_method("undial"), tiny_model, data, lora=False)
+    assert ref.holds_copy and ref.logit_cache is None
+    assert ref.kind.startswith("copy (a logit cache would take") and "GiB, the copy" in ref.kind
 
 
 class Killed(Exception):

@@ -29,10 +29,12 @@ def cmd_methods(args) -> None:
 
 
 def reference_text(name: str) -> str:
-    """What method ``name`` holds of the frozen model at its defaults (:func:`obliviate.methods.engine.make_reference`):
-    ``none``; ``cached log-probs`` (per sequence or per token, computed once, no model); ``cached hidden states`` (the retain examples' frozen
-    states at the layers it reads, computed once, no model); ``frozen prefix`` (the layers up to the one it reads);
-    ``frozen copy`` (the whole model)."""
+    """What method ``name`` holds of the frozen model at its defaults
+    (:func:`obliviate.methods.reference.make_reference`):
+    ``none``; ``cached log-probs`` (per sequence or per token, computed once, no model); ``cached hidden states``
+    (the retain examples' frozen states at the layers it reads, computed once, no model); ``cached logits`` (at the
+    labelled positions, computed once, no model, unless larger than the copy); ``frozen prefix`` (the layers up to
+    the one it reads); ``frozen copy`` (the whole model)."""
     method = build_method(name)
     if METHODS[name].kind == "edit" or not method.needs_reference:
         return "none"
@@ -40,6 +42,8 @@ def reference_text(name: str) -> str:
         return "cached log-probs"
     if _overrides(type(method), "cached_hidden_layers"):
         return "cached hidden states"
+    if _overrides(type(method), "cached_logit_keys"):
+        return "cached logits"
     if _overrides(type(method), "reference_depth"):
         return "frozen prefix"
     return "frozen copy"
@@ -60,5 +64,6 @@ def register(sub) -> None:
     s.add_argument("-v", "--verbose", action="store_true",
                    help="one line each: name, kind (train | edit), tiny preset (lr, steps, params), the retain "
                    "switch where the method has one (kl holds a live frozen reference), the reference it holds "
-                   "(none, cached log-probs, cached hidden states, frozen prefix or frozen copy) and paper")
+                   "(none, cached log-probs, cached hidden states, cached logits, frozen prefix or frozen copy) "
+                   "and paper")
     s.set_defaults(fn=cmd_methods)

@@ -176,7 +176,7 @@ def cmd_unlearn(args) -> None:
                      settings=to_dict(cfg.unlearn), metrics=after, verdict=verdict)
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=str(args.model), task=task.summary(), preset=preset,
-                  data=summary["data"], unlearn_verdict=verdict,
+                  data=summary["data"], reference=summary.get("reference", "none"), unlearn_verdict=verdict,
                   **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")},
                       "reported_on": "the items left out of the validation split"} if tuned else {}),
                   **({"edit": summary["edit"]} if "edit" in summary else {}))

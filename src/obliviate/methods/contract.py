@@ -118,6 +118,12 @@ class Method:
         still sees the model as its reference. Asked after :meth:`trainable`. Default: none."""
         return {}
 
+    def cached_logit_keys(self) -> tuple[str, ...]:
+        """Sub-sets ("forget") whose frozen logits at the labelled positions are all the method's loss reads of the
+        reference (``ref.labelled_logits(batch, key)``): the engine computes them once for the examples of the run's
+        steps and holds no model, unless they would take more memory than the whole copy. Default: none."""
+        return ()
+
     def setup(self, model, ref, batch: dict) -> None:
         """One-off state before step 0, from the step-0 batch (``{"forget", "retain", ["idk"]}``); ``model`` has
         not been trained yet, and ``ref`` still answers on any input."""
@@ -159,7 +165,7 @@ def check_method_class(name: str, cls: type) -> None:
         missing.append("config_cls")
     if missing:
         raise ConfigError(f"method {name!r} ({cls.kind}) lacks {', '.join(missing)}")
-    for hook in ("cached_reference_keys", "cached_token_reference_keys"):
+    for hook in ("cached_reference_keys", "cached_token_reference_keys", "cached_logit_keys"):
         if _overrides(cls, hook) and not cls.needs_reference:
             raise ConfigError(f"method {name!r} has {hook} but needs_reference is False")
     if _overrides(cls, "scorer_state") != _overrides(cls, "load_scorer_state"):

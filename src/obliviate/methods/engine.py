@@ -337,6 +337,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     summary["method"] = cfg.method
     summary["method_obj"] = method
     summary["trainable"] = patterns
+    summary["reference"] = ref.kind if ref else "none"  # what was held of the frozen model, chosen by size
     summary["data"] = data.stats
     return model, summary
 

@@ -10,10 +10,15 @@
   once before training for the retain examples the run's steps will draw (:class:`HiddenCache`); no model is held
   after :meth:`Reference.seal`. The cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in
   a temporary file beyond it.
+- ``logits``: the frozen logits at the labelled positions of fixed sequences (UNDIAL's teacher on the forget
+  answers), computed once before training for the examples of the run's steps, in the model's dtype (a
+  :class:`HiddenCache` whose rows are those positions, in memory or a file); chosen only when it is no larger than
+  the whole copy it replaces (a 128k vocabulary makes a row larger than most layers), else the copy is kept and
+  :attr:`Reference.kind` says why.
 - ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
 - ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
   for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
-- ``copy``: a whole frozen copy (a KL retain term, UNDIAL's per-token distributions, ``cache_reference=false``).
+- ``copy``: a whole frozen copy (a KL retain term, ``cache_reference=false``, a logit cache larger than the copy).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ import torch
 
 from obliviate.data import collate
 from obliviate.errors import ObliviateError
+from obliviate.losses import IGNORE_INDEX
 from obliviate.methods.contract import Method
-from obliviate.methods.objectives import sequence_logprob, token_logprobs
-from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy
+from obliviate.methods.objectives import labelled_logits, sequence_logprob, token_logprobs
+from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy, unwrap
 from obliviate.train.distributed import to_device
 
 if TYPE_CHECKING:
@@ -40,6 +46,9 @@ if TYPE_CHECKING:
 
 TOKENS = "/tokens"
 """Suffix of a sub-set's per-token log-probabilities in :attr:`Reference.cache` ("forget/tokens")."""
+
+LOGITS = "logits"
+"""The "layer" of a :class:`HiddenCache` of output logits (one row per labelled position)."""
 
 DEFAULT_MEMORY_GIB = 1.0
 """Frozen hidden states held in memory up to this size (GiB); a larger :class:`HiddenCache` goes to a file."""
@@ -51,9 +60,10 @@ class HiddenCache:
 
     The rows of each ``(key, layer)`` are one ``(tokens, d)`` tensor in the model's dtype, in memory or, when the
     whole cache is larger than ``memory_bytes``, in a file of a temporary folder (removed with the cache).
-    :meth:`batch` rebuilds a step's ``(B, T, d)`` states, zero at the padding the methods' masks leave out."""
+    :meth:`batch` rebuilds a step's ``(B, T, d)`` states, zero at the padding the methods' masks leave out;
+    :meth:`flat` puts a step's rows one after another (a cache of :data:`LOGITS` at labelled positions)."""
 
-    def __init__(self, rows: dict[str, dict[int, tuple[int, int]]], layers: dict[str, tuple[int, ...]], d: int,
+    def __init__(self, rows: dict[str, dict[int, tuple[int, int]]], layers: dict[str, tuple], d: int,
                  dtype: torch.dtype, memory_bytes: int):
         self.rows, self.layers, self.d, self.dtype = rows, layers, d, dtype
         sizes = {key: sum(n for _, n in r.values()) for key, r in rows.items()}
@@ -84,53 +94,68 @@ class HiddenCache:
         start, n = self.rows[key][index]
         self.store[key, layer][start:start + n] = states[:n].to(self.dtype)
 
+    def _rows(self, key: str, batch: dict) -> list[tuple[int, int]]:
+        rows = self.rows[key]
+        missing = [i for i in batch["index"].tolist() if i not in rows]
+        if missing:
+            raise ObliviateError(f"the frozen {key} states of example {missing[0]} were not cached (the cache holds "
+                                 f"the examples of the run's steps; a step past them needs cache_reference=false)")
+        return [rows[i] for i in batch["index"].tolist()]
+
     def batch(self, key: str, layer: int, batch: dict) -> torch.Tensor:
         """The cached states of ``batch``'s rows (read by ``batch["index"]``): ``(B, T, d)`` on its device."""
         ids = batch["input_ids"]
         out = torch.zeros(ids.shape[0], ids.shape[1], self.d, dtype=self.dtype)
-        store, rows = self.store[key, layer], self.rows[key]
-        for b, i in enumerate(batch["index"].tolist()):
-            if i not in rows:
-                raise ObliviateError(f"the frozen {key} states of example {i} were not cached (the cache holds the "
-                                     f"examples of the run's steps; a step past them needs cache_reference=false)")
-            start, n = rows[i]
+        store = self.store[key, layer]
+        for b, (start, n) in enumerate(self._rows(key, batch)):
             out[b, :n] = store[start:start + n]
         return out.to(ids.device)
 
+    def flat(self, key: str, layer, batch: dict) -> torch.Tensor:
+        """The cached rows of ``batch``'s examples one after another, in batch order: ``(sum n_i, d)`` on its
+        device."""
+        store = self.store[key, layer]
+        return torch.cat([store[start:start + n] for start, n in self._rows(key, batch)]).to(batch["input_ids"].device)
+
     def describe(self) -> str:
+        size = f"{self.nbytes / 2**20:.1f} MiB" if self.nbytes >= 2**20 else f"{self.nbytes / 2**10:.1f} KiB"
+        if all(v == (LOGITS,) for v in self.layers.values()):
+            return f"logits of {', '.join(self.layers)} answers ({self.where}, {size})"
         parts = ", ".join(f"{k} at layer{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
                           for k, v in self.layers.items())
-        size = f"{self.nbytes / 2**20:.1f} MiB" if self.nbytes >= 2**20 else f"{self.nbytes / 2**10:.1f} KiB"
         return f"hidden states of {parts} ({self.where}, {size})"
 
 
 class Reference:
     """The frozen reference (module docstring): a detached copy, a prefix of one, the same model with its LoRA
-    adapters disabled, or no model at all: cached log-probabilities (``cache``) or cached hidden states
-    (``hidden``).
+    adapters disabled, or no model at all: cached log-probabilities (``cache``), cached hidden states
+    (``hidden``) or cached logits at labelled positions (``logits``).
 
     Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget set, IdkDPO
     on the forget and IdK answers) ask :meth:`answer_logprob`, and those that weight its tokens (the ATWU variants)
     ask :meth:`token_logprobs`; with a cache both are read by example index, so full fine-tuning holds no second
-    model. Terms that need whole distributions (the KL retain term) need
-    :meth:`logits`, which only a whole live reference has. :meth:`hidden` reads layer states, from the cache
-    where it holds them.
+    model. Terms that need whole distributions at every position (the KL retain term) need :meth:`logits`, which
+    only a whole live reference has; at the labelled positions only (UNDIAL's teacher), :meth:`labelled_logits`,
+    from the cache where it holds them. :meth:`hidden` reads layer states, from the cache where it holds them.
 
-    With a hidden cache the reference reads the model itself, unchanged before step 0, until :meth:`seal` (what
+    With a hidden or logit cache the reference reads the model itself, unchanged before step 0, until :meth:`seal` (what
     a method's ``setup`` needs of it on other inputs, such as RMU's norm of the first forget batch); after it,
     only the cache.
     """
 
     def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None,
-                 hidden: HiddenCache | None = None):
+                 hidden: HiddenCache | None = None, logits: HiddenCache | None = None, why: str | None = None):
         self.shared = shared
         self.cache = cache
         self.hidden_cache = hidden
-        self.upto = None if cache is not None or shared or hidden is not None else upto
+        self.logit_cache = logits
+        self.why = why
+        """Why a whole copy is held where the method could have had a cache (the logit cache's size)."""
+        self.upto = None if cache is not None or shared or self.seals else upto
         if cache is not None:
             self.model = None
-        elif shared or hidden is not None:
-            self.model = model  # hidden: the model itself, still the reference, until seal()
+        elif shared or self.seals:
+            self.model = model  # hidden, logits: the model itself, still the reference, until seal()
         elif upto is not None:  # a method that reads only hidden states up to layer `upto`
             self.model = prefix_copy(model, upto)
         else:
@@ -139,40 +164,40 @@ class Reference:
                 p.requires_grad_(False)
 
     def seal(self) -> None:
-        """After the method's setup, before step 0: a reference of cached hidden states lets go of the model."""
-        if self.hidden_cache is not None:
+        """After the method's setup, before step 0: a reference of cached states or logits lets go of the model."""
+        if self.seals:
             self.model = None
 
     @property
     def seals(self) -> bool:
         """Whether :meth:`seal` lets go of the model: a method's ``setup`` then computes what else it needs of it."""
-        return self.hidden_cache is not None
+        return self.hidden_cache is not None or self.logit_cache is not None
 
     @property
     def holds_copy(self) -> bool:
         """Whether a frozen copy of (part of) the model is held: what the performance goal is rid of."""
-        return self.model is not None and not self.shared and self.hidden_cache is None
+        return self.model is not None and not self.shared and not self.seals
 
     @property
     def kind(self) -> str:
         """What this reference holds: "cache" (log-probabilities, no model), "hidden states of ..."
-        (:meth:`HiddenCache.describe`), "shared" (the model, adapters off), "prefix 0..L of N layers"
-        (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy)."""
+        and / or "logits of ... answers" (:meth:`HiddenCache.describe`), "shared" (the model, adapters off),
+        "prefix 0..L of N layers" (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy,
+        with the reason where a cache was declined)."""
         if self.cache is not None:
             return "cache"
-        if self.hidden_cache is not None:
-            return self.hidden_cache.describe()
+        if self.seals:
+            return "; ".join(c.describe() for c in (self.hidden_cache, self.logit_cache) if c is not None)
         if self.shared:
             return "shared"
         if self.upto is not None:
             return f"prefix 0..{self.upto} of {num_layers(self.model)} layers"
-        return "copy"
+        return f"copy ({self.why})" if self.why else "copy"
 
     def nbytes(self) -> int:
         """Bytes this reference holds in memory beside the trained model: a copy's parameters, the caches."""
         n = sum(v.numel() * v.element_size() for v in (self.cache or {}).values())
-        if self.hidden_cache is not None and self.hidden_cache.where == "memory":
-            n += self.hidden_cache.nbytes
+        n += sum(c.nbytes for c in (self.hidden_cache, self.logit_cache) if c is not None and c.where == "memory")
         if self.holds_copy:
             n += sum(p.numel() * p.element_size() for p in self.model.parameters())
         return n
@@ -229,6 +254,16 @@ class Reference:
             return token_logprobs(self.model, batch)
 
     @torch.no_grad()
+    def labelled_logits(self, batch: dict, key: str) -> torch.Tensor:
+        """The frozen logits at the positions of ``batch`` (sub-batch ``key``) that predict a labelled token: (N, V),
+        in the order of :func:`~obliviate.methods.objectives.labelled_logits` (row by row, position by position)."""
+        if self.logit_cache is not None and self.logit_cache.holds(key, LOGITS):
+            return self.logit_cache.flat(key, LOGITS, batch)
+        self._whole(f"logits of {key}")
+        with self._ctx():
+            return labelled_logits(self.model, batch)[0]
+
+    @torch.no_grad()
     def hidden(self, batch: dict, layer: int, key: str | None = None) -> torch.Tensor:
         """Layer ``layer``'s frozen output on ``batch`` (sub-batch ``key`` of the step): ``(B, T, d)``."""
         if self.hidden_cache is not None and self.hidden_cache.holds(key, layer):
@@ -255,8 +290,9 @@ def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cac
     cached log-probabilities where the method declares ``cached_reference_keys`` or ``cached_token_reference_keys``
     and ``cache`` is on; else the
     model with its LoRA adapters off (``lora``); else cached hidden states where it declares
-    ``cached_hidden_layers`` and ``cache`` is on (of the examples of steps ``0..steps-1``, all without ``steps``);
-    else a frozen copy, of the decoder layers up to the method's ``reference_depth`` only where it declares one and
+    ``cached_hidden_layers`` and / or cached logits where it declares ``cached_logit_keys`` (no larger than the
+    whole copy) and ``cache`` is on (of the examples of steps ``0..steps-1``, all without ``steps``); else a frozen
+    copy, of the decoder layers up to the method's ``reference_depth`` only where it declares one and
     ``cache`` is on (``cache_reference=false`` keeps a whole copy). Call :meth:`Reference.seal` after the
     method's setup (:func:`prepare_reference` does both)."""
     if not method.needs_reference:
@@ -268,9 +304,18 @@ def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cac
     if lora:
         return Reference(model, shared=True)
     layers = {k: tuple(sorted(set(v))) for k, v in method.cached_hidden_layers().items() if v} if cache else {}
-    if layers:
-        return Reference(model, shared=False, hidden=reference_hidden_states(model, data, layers, steps, memory_bytes))
-    return Reference(model, shared=False, upto=method.reference_depth() if cache else None)
+    logit_keys, why = tuple(method.cached_logit_keys()) if cache else (), None
+    if logit_keys:
+        rows = {key: labelled_rows(data, key, steps_examples(data, key, steps)) for key in logit_keys}
+        need = sum(n for r in rows.values() for _, n in r.values()) * vocab_size(model) * dtype_bytes(model)
+        whole = sum(p.numel() * p.element_size() for p in model.parameters())
+        if need > whole:
+            logit_keys, why = (), f"a logit cache would take {need / 2**30:.2f} GiB, the copy {whole / 2**30:.2f} GiB"
+    if layers or logit_keys:
+        return Reference(model, shared=False,
+                         hidden=reference_hidden_states(model, data, layers, steps, memory_bytes) if layers else None,
+                         logits=reference_logits(model, data, rows, memory_bytes) if logit_keys else None)
+    return Reference(model, shared=False, upto=method.reference_depth() if cache else None, why=why)
 
 
 def prepare_reference(method: Method, model, data: "PairedData", first: dict, **kw) -> Reference | None:
@@ -384,4 +429,45 @@ def reference_hidden_states(model, data: "PairedData", layers: dict[str, tuple[i
                     h = hs[l].detach().cpu()
                     for row, i in enumerate(part):
                         cache.put(key, l, i, h[row])
+    return cache
+
+
+def labelled_rows(data: "PairedData", key: str, indices: list[int]) -> dict[int, tuple[int, int]]:
+    """``{example: (start, n)}``: where each of ``indices`` of sub-set ``key`` starts in a flat store of one row per
+    position that predicts a labelled token, and how many it has (its label mask shifted by one, as batches have)."""
+    ids, masks = data.sequences(key)
+    rows, start = {}, 0
+    for i in indices:
+        b = collate([ids[i]], data.pad, label_mask=None if masks is None else [masks[i]])
+        n = int((b["labels"][0, 1:] != IGNORE_INDEX).sum())
+        rows[i], start = (start, n), start + n
+    return rows
+
+
+def vocab_size(model) -> int:
+    return int(unwrap(model).get_output_embeddings().weight.shape[0])
+
+
+def dtype_bytes(model) -> int:
+    return next(model.parameters()).element_size()
+
+
+@torch.no_grad()
+def reference_logits(model, data: "PairedData", rows: dict[str, dict[int, tuple[int, int]]], memory_bytes: int,
+                     batch_size: int = 16) -> HiddenCache:
+    """The frozen logits of ``model`` (as it is now: the reference) at the labelled positions of the examples
+    ``rows[key]`` (:func:`labelled_rows`) of each sub-set ``key``, in the model's dtype, computed as a live
+    reference computes them (eval mode, no autocast)."""
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    cache = HiddenCache(rows, {key: (LOGITS,) for key in rows}, vocab_size(model), dtype, memory_bytes)
+    with eval_mode(model), torch.autocast(device_type=device.type, enabled=False):
+        for key, r in rows.items():
+            for part, b in _batches(data, key, list(r), batch_size, device):
+                logits, _, positions = labelled_logits(model, b)
+                per_row = positions.sum(1).tolist()
+                for i, chunk in zip(part, torch.split(logits.detach().cpu(), per_row)):
+                    if len(chunk) != r[i][1]:
+                        raise ObliviateError(f"the reference's {key} example {i} has {len(chunk)} labelled positions "
+                                             f"in a batch, {r[i][1]} alone")
+                    cache.put(key, LOGITS, i, chunk)
     return cache

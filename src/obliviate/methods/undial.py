@@ -7,8 +7,10 @@ answer token is lowered by ``beta``: for every forget answer token y_t with teac
     L_forget = mean_t CE(q_t, p_theta_t) = -mean_t sum_v q_t[v] log p_theta(v | y_<t, x)
 
 over the forget answer tokens; total ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL, the shared
-:func:`~obliviate.methods.objectives.forget_and_retain`). The teacher is the model before unlearning, so a
-live frozen copy is kept (the target needs its whole distribution, not a log-probability).
+:func:`~obliviate.methods.objectives.forget_and_retain`). The teacher is the model before unlearning: the target
+needs its whole distribution at each forget answer token, so its logits there are computed once before training
+(``cached_logit_keys``; no frozen copy), unless they would take more memory than the copy (a large vocabulary, a
+large forget set), when a live frozen copy is kept; a KL retain term (``alpha`` > 0) keeps the copy too.
 
 Defaults from open-unlearning's ``configs/trainer/UNDIAL.yaml`` (commit 5a7dfb4): beta = 10, gamma = 1,
 alpha = 0 (the paper uses no retain set), retain NLL. Its trainer (``src/trainer/unlearn/undial.py`` 5a7dfb4,
@@ -59,7 +61,7 @@ class UNDIALConfig:
 @register("undial", paper=("Dong et al. 2024, UNDIAL: Self-Distillation with Adjusted Logits for Robust Unlearning "
                            "in LLMs (arXiv:2402.10052); open-unlearning UNDIAL trainer + configs/trainer/UNDIAL.yaml "
                            "(5a7dfb4)"),
-          equation="mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the live reference) + α · retain NLL / KL",
+          equation="mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the frozen reference, its logits cached) + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-4, "steps": 250, "params": {"beta": 10.0, "alpha": 0.0}}})
 class UNDIAL(Method):
@@ -69,8 +71,11 @@ class UNDIAL(Method):
     def trainable(self, model) -> list[str]:
         return ["*"]
 
+    def cached_logit_keys(self) -> tuple[str, ...]:
+        return ("forget",) if self.cfg.retain == "nll" or not self.cfg.alpha else ()
+
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
-        logits, targets, positions = labelled_logits(model, f)
-        teacher = ref.logits(f)[positions]  # (N, V): the same rows
+        logits, targets, _ = labelled_logits(model, f)
+        teacher = ref.labelled_logits(f, "forget")  # (N, V): the same rows
         return forget_and_retain(undial_loss(logits, teacher, targets, self.cfg.beta), model, batch, ref, self.cfg)
