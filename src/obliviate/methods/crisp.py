@@ -246,7 +246,7 @@ class CRISP(Method):
         # L_reg reads the retain examples at the SAE layers; L_coh reads them at the last layer unless coherence
         # prompts are given (their states are cached in setup); both mask the padding
         last = () if self.coherence is not None else (self.last,)
-        return {"retain": tuple(sorted(set(self.layers) | set(last)))}
+        return {"retain": (*self.layers, *last)}  # make_reference sorts them and drops repeats
 
     def trainable(self, model) -> list[str]:
         return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))

@@ -199,7 +199,7 @@ class Reference:
         n = sum(v.numel() * v.element_size() for v in (self.cache or {}).values())
         n += sum(c.nbytes for c in (self.hidden_cache, self.logit_cache) if c is not None and c.where == "memory")
         if self.holds_copy:
-            n += sum(p.numel() * p.element_size() for p in self.model.parameters())
+            n += param_bytes(self.model)
         return n
 
     @contextmanager
@@ -307,8 +307,9 @@ def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cac
     logit_keys, why = tuple(method.cached_logit_keys()) if cache else (), None
     if logit_keys:
         rows = {key: labelled_rows(data, key, steps_examples(data, key, steps)) for key in logit_keys}
-        need = sum(n for r in rows.values() for _, n in r.values()) * vocab_size(model) * dtype_bytes(model)
-        whole = sum(p.numel() * p.element_size() for p in model.parameters())
+        need = sum(n for r in rows.values() for _, n in r.values()) * vocab_size(model) * \
+            next(model.parameters()).element_size()
+        whole = param_bytes(model)
         if need > whole:
             logit_keys, why = (), f"a logit cache would take {need / 2**30:.2f} GiB, the copy {whole / 2**30:.2f} GiB"
     if layers or logit_keys:
@@ -448,8 +449,9 @@ def vocab_size(model) -> int:
     return int(unwrap(model).get_output_embeddings().weight.shape[0])
 
 
-def dtype_bytes(model) -> int:
-    return next(model.parameters()).element_size()
+def param_bytes(model) -> int:
+    """The bytes of ``model``'s parameters: what a whole frozen copy of it holds."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 @torch.no_grad()
