@@ -43,19 +43,23 @@ def test_the_line_says_both_and_thresholds_are_settable():
     assert unlearn_verdict({"forget_score": 1.0}, {"forget_score": 0.0})["verdict"] == "ok"
 
 
-def _unlearn(taught, out, method, lr, steps):
+def _unlearn(taught, out, method, lr, steps, *extra):
     return main(["unlearn", "--out", str(out), "--model", str(taught["dir"]), "--forget", str(taught["forget"]),
                  "--retain", str(taught["retain"]), "--method", method, "--no-progress",
-                 f"unlearn.train.steps={steps}", f"unlearn.train.lr={lr}", "unlearn.batch_size=4"])
+                 f"unlearn.train.steps={steps}", f"unlearn.train.lr={lr}", "unlearn.batch_size=4", *extra])
 
 
-@pytest.mark.parametrize("method,lr,steps,verdict", [
-    ("gradascent", 1e-8, 2, "forgot little"),  # a step too small to change an answer
-    ("gradascent", 1e-1, 2, "retain lost"),  # a step that breaks everything
-    ("npo", 1e-3, 6, "ok"),  # 5 of the 8 forget answers gone, all 8 retain answers kept
+@pytest.mark.parametrize("method,lr,steps,extra,verdict", [
+    ("gradascent", 1e-8, 2, (), "forgot little"),  # a step too small to change an answer
+    ("gradascent", 1e-1, 2, (), "retain lost"),  # a step that breaks everything
+    # a retain weight of 100 holds all 8 retain answers while the forget answers go. Not one lucky point: at the
+    # tiny preset's alpha (10) one retain answer of the 8 flips in and out from step to step (and with it the
+    # verdict, which then differs between CPUs); at 100 the run is ok from 12 to 30 steps at lr 7e-4 to 2e-3
+    ("npo", 1e-3, 16, ("unlearn.params.alpha=100",), "ok"),
 ])
-def test_unlearn_ends_with_the_verdict_in_results_and_card(taught, tmp_path, capsys, method, lr, steps, verdict):
-    assert _unlearn(taught, tmp_path / "u", method, lr, steps) == 0
+def test_unlearn_ends_with_the_verdict_in_results_and_card(taught, tmp_path, capsys, method, lr, steps, extra,
+                                                          verdict):
+    assert _unlearn(taught, tmp_path / "u", method, lr, steps, *extra) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(f"verdict: {verdict}: forget 1.000 -> ")
     assert ("obliviate tune --method" in last) == (verdict != "ok")
