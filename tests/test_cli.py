@@ -146,18 +146,16 @@ def test_unknown_method_lists_known(tiny_dirs, tmp_path, capsys):
     assert rc == 2 and "forgetall" in err and "npo" in err
 
 
-@pytest.mark.heavy(26)
+@pytest.mark.heavy(18)
 def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
-    """Same seed twice gives identical metrics; a run SIGKILLed mid-way and resumed ends identically."""
+    """A second run of the same seed, SIGKILLed mid-way and resumed, ends with the first run's metrics: same seed,
+    same metrics, through a resume (a run that differed from its seed's would differ here too)."""
     args = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=60",
             "train.checkpoint_every=10"]
     env = {"OBLIVIATE_CACHE": str(tmp_path / "cache")}
     a = run_cli(*args, "--out", str(tmp_path / "a"), env=env)
     assert a.returncode == 0, a.stderr
-    b = run_cli(*args, "--out", str(tmp_path / "b"), env=env)
     ma = json.loads((tmp_path / "a" / "results.json").read_text())["metrics"]
-    mb = json.loads((tmp_path / "b" / "results.json").read_text())["metrics"]
-    assert ma == mb
 
     killed = tmp_path / "k"
     proc = subprocess.Popen([sys.executable, "-m", "obliviate.cli.main", *args, "--out", str(killed)],
