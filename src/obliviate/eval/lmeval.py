@@ -25,6 +25,7 @@ use a tokenizer that adds bos when encoding.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -98,13 +99,19 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int
 def installed_task_yaml(task: str) -> Path:
     """The YAML file of lm-eval's installed task ``task`` (e.g. ``wmdp_bio``, ``mmlu_anatomy``)."""
     require_lm_eval()
-    from lm_eval.tasks import TaskManager
-
-    entry = TaskManager().task_index.get(task)
-    path = getattr(entry, "yaml_path", None)
+    path = _installed_task_paths().get(task)
     if not path:
         raise DataError(f"lm-eval has no installed task {task!r}")
     return Path(path)
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_task_paths() -> dict:
+    """Each installed task's YAML path, from lm-eval's index of its own tasks: built once per process (indexing
+    the few thousand installed YAMLs takes seconds, and they do not change while it runs)."""
+    from lm_eval.tasks import TaskManager
+
+    return {name: getattr(entry, "yaml_path", None) for name, entry in TaskManager().task_index.items()}
 
 
 def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict], batch_size: int = 16) -> list[int]:
