@@ -188,3 +188,46 @@ def test_one_token_options_share_one_forward_and_equal_separate_scoring(gpt2_32,
         for x, score in zip(letters, row):
             assert score == pytest.approx(manual_logprob(model, [bos] + ids_of(tok, ctx), ids_of(tok, x)), abs=1e-4)
     assert len(calls) <= 1  # one batched forward (logits_at may run the body only)
+
+
+def successor_model(tok):
+    """A 1-layer Llama whose greedy next token is always the current token's id + 1 (mod the vocabulary):
+    attention and MLP write nothing, and ``lm_head`` row y is the unit embedding of y - 1."""
+    from obliviate.models.builders import tiny_llama
+
+    model = tiny_llama(len(tok), n_layer=1, d_model=64, n_head=2, tie_embeddings=False, seed=3).eval()
+    with torch.no_grad():
+        layer = model.model.layers[0]
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+        e = torch.nn.functional.normalize(model.model.embed_tokens.weight, dim=-1)
+        model.model.embed_tokens.weight.copy_(e)
+        model.lm_head.weight.copy_(torch.roll(e, 1, dims=0))
+    return model
+
+
+def test_generation_ends_when_every_row_has_passed_the_stop(tiny_tokenizer, monkeypatch):
+    import obliviate.eval.core as core
+
+    tok = tiny_tokenizer
+    model = successor_model(tok)
+    table = core.stop_token_table(tok, "\n", len(tok))
+    assert table.any() and all(("\n" in tok.decode([i])) == bool(table[i]) for i in range(len(tok)))
+    # prompts whose last token reaches a newline token after 1, 3, ... steps of the successor chain
+    newline = int(table.nonzero()[0])
+    starts = [t for t in range(newline - 12, newline) if t > tok.eos_token_id and ids_of(tok, tok.decode([t])) == [t]]
+    prompts = [tok.decode([t]) for t in starts]
+    assert len(prompts) >= 3
+    forwards = []
+    model.register_forward_hook(lambda *a: forwards.append(1))
+    got = greedy_generate(model, tok, prompts, max_new_tokens=24, batch_size=len(prompts))
+    steps = len(forwards)
+    monkeypatch.setattr(core, "stop_token_table", lambda tk, stop, n: torch.zeros(n, dtype=torch.bool))
+    forwards.clear()
+    assert greedy_generate(model, tok, prompts, max_new_tokens=24, batch_size=len(prompts)) == got
+    assert len(forwards) == 24  # without the table, the batch runs to its budget
+    first_stop = [next(j for j in range(1, 25) if table[(t + j) % len(tok)]) for t in starts]
+    assert steps == max(first_stop) < 24
+    for t, g in zip(starts, got):  # the texts a full, unbatched run gives, cut at the stop
+        full = manual_greedy(model, [tok.bos_token_id, t], 24, tok.eos_token_id)
+        assert g == tok.decode(full, skip_special_tokens=True).split("\n")[0]

@@ -12,6 +12,7 @@ import functools
 import math
 import re
 import warnings
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -157,13 +158,37 @@ def _bar(progress: bool, total: int, desc: str):
     return tqdm(total=total, desc=desc, disable=not progress, leave=False)
 
 
+_STOP_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def stop_token_table(tokenizer, stop: str, n: int) -> torch.Tensor:
+    """``[n]`` booleans: which token ids decode, alone, to text that holds ``stop``. Once a row has generated
+    one, its text up to ``stop`` is fixed and generation can end there (a stop split over two tokens is not
+    seen, and the row runs on to its budget as before). Built once per tokenizer and stop, ids past the
+    tokenizer's vocabulary (a padded embedding) never stop."""
+    try:
+        tables = _STOP_TABLES.setdefault(tokenizer, {})
+    except TypeError:  # not weak-referenceable: no cache
+        tables = {}
+    key = (stop, n, len(tokenizer))
+    if key not in tables:
+        m = min(n, len(tokenizer))
+        texts = tokenizer.batch_decode([[i] for i in range(m)], skip_special_tokens=True)
+        table = torch.zeros(n, dtype=torch.bool)
+        table[:m] = torch.tensor([stop in t for t in texts], dtype=torch.bool)
+        tables[key] = table
+    return tables[key]
+
+
 @torch.no_grad()
 @evaluating
 def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
                     stop: str | None = "\n", progress: bool = False) -> list[str]:
     """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``.
 
-    A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos).
+    A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos). A batch
+    ends when each of its rows has generated eos or a token holding ``stop`` (:func:`stop_token_table`): the
+    texts are those of running every row to ``max_new_tokens``.
     """
     dev = _device(model)
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
@@ -176,6 +201,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
                          f"{max_len} positions")
     n_cut = 0
     outs: list[str] = []
+    stops = None
     bar = _bar(progress, len(prompts), "generating")
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
@@ -207,6 +233,10 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
             if eos is not None:
                 nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
                 done |= nxt == eos
+            if stop:
+                if stops is None:
+                    stops = stop_token_table(tokenizer, stop, out.logits.shape[-1]).to(dev)
+                done |= stops[nxt]
             gen.append(nxt)
             att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)
             cur_pos = cur_pos[:, -1:] + 1
