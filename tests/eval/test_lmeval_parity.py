@@ -94,7 +94,7 @@ def _benchmark_items(name, limit):
              "description": m.meta.get("description", "")} for m in es.items]
 
 
-@pytest.mark.heavy(17)
+@pytest.mark.heavy(7)
 def test_mmlu_subset_parity_with_lm_eval_installed_task():
     # lm-eval's own mmlu_anatomy (its YAML: description, prompt, letters) on the local CSV's records
     pytest.importorskip("lm_eval")
@@ -112,7 +112,7 @@ def test_mmlu_subset_parity_with_lm_eval_installed_task():
     _check_parity(model, tok, mcqs, lmeval_installed_task_choices(model, tok, "mmlu_anatomy", docs))
 
 
-@pytest.mark.heavy(13)
+@pytest.mark.heavy(2)
 def test_wmdp_bio_parity_with_lm_eval_installed_task():
     # Issue #28: on 40 WMDP items our old prompt (no description) and lm-eval's wmdp_bio disagreed on 14.
     pytest.importorskip("lm_eval")

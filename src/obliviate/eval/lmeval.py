@@ -84,8 +84,9 @@ def _loglik(resp) -> float:
     return float(resp[0]) if isinstance(resp, (list, tuple)) else float(resp)
 
 
-def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int]:
-    """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``)."""
+def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16, installed_tasks: bool = True) -> list[int]:
+    """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``).
+    ``installed_tasks``: see :func:`_samples_local`."""
     if not mcqs:
         raise DataError("no MCQs to evaluate")
     n_choices = {len(m["choices"]) for m in mcqs}
@@ -93,7 +94,7 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16) -> list[int
         raise DataError(f"all MCQs must have the same number of choices for one lm-eval task, got {sorted(n_choices)}")
     docs = [{"question": m["question"], "choices": list(m["choices"]), "answer": int(m["answer_index"])} for m in mcqs]
     return _run_local(model, tokenizer, docs, lambda data_file: _task_yaml(TASK_NAME, data_file, n_choices.pop()),
-                      TASK_NAME, batch_size)
+                      TASK_NAME, batch_size, installed_tasks)
 
 
 def installed_task_yaml(task: str) -> Path:
@@ -128,14 +129,14 @@ def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
                           f"    test: {json.dumps(str(data_file))}", "test_split: test", "fewshot_split: test",
                           "num_fewshot: 0"]) + "\n"
 
-    return _run_local(model, tokenizer, docs, text, name, batch_size)
+    return _run_local(model, tokenizer, docs, text, name, batch_size, installed_tasks=False)  # included by path
 
 
 def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, until: str = "\n",
-                    batch_size: int = 64) -> list[str]:
+                    batch_size: int = 64, installed_tasks: bool = True) -> list[str]:
     """lm-eval's greedy continuation of each prompt (a local ``generate_until`` task run by ``simple_evaluate``),
     stopped at ``until`` or after ``max_new_tokens``: what :func:`obliviate.eval.core.greedy_generate` is timed
-    against."""
+    against. ``installed_tasks``: see :func:`_samples_local`."""
     name = "obliviate_local_generate"
 
     def text(data_file: Path) -> str:
@@ -146,7 +147,8 @@ def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
                           "  do_sample: false", "metric_list:", "  - metric: exact_match", "    aggregation: mean",
                           "    higher_is_better: true"]) + "\n"
 
-    samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name, batch_size)
+    samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name, batch_size,
+                             installed_tasks)
     outs = []
     for s in samples:
         r = s.get("filtered_resps") or s["resps"]
@@ -156,9 +158,10 @@ def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     return outs
 
 
-def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int) -> list[int]:
+def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int,
+               installed_tasks: bool = True) -> list[int]:
     """:func:`_samples_local`, then the option chosen for each document (highest log-likelihood)."""
-    samples = _samples_local(model, tokenizer, docs, yaml_text, task, batch_size)
+    samples = _samples_local(model, tokenizer, docs, yaml_text, task, batch_size, installed_tasks)
     choices = []
     for s in samples:
         resps = s.get("filtered_resps") or s["resps"]
@@ -167,9 +170,14 @@ def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_s
     return choices
 
 
-def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int) -> list[dict]:
+def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int,
+                   installed_tasks: bool = True) -> list[dict]:
     """Write ``docs`` as JSON Lines and ``yaml_text(data_file)`` as task ``task`` in a temporary directory, run it
-    with ``simple_evaluate`` and return its samples in document order."""
+    with ``simple_evaluate`` and return its samples in document order.
+
+    ``installed_tasks``: the ``TaskManager`` also indexes lm-eval's few thousand installed task YAMLs, as it does
+    by default (about 5 s on a laptop core, paid on every call); False indexes only the local task, which is all a
+    self-contained YAML (or one that includes an installed YAML by its path) needs: the samples are the same."""
     require_lm_eval()
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -183,7 +191,7 @@ def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, bat
             for d in docs:
                 f.write(json.dumps(d) + "\n")
         (tmp / f"{task}.yaml").write_text(yaml_text(data_file))
-        tm = TaskManager(include_path=str(tmp))
+        tm = TaskManager(include_path=str(tmp), include_defaults=installed_tasks)
         out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=[task], num_fewshot=0,
                               task_manager=tm, log_samples=True)
     samples = sorted(out["samples"][task], key=lambda s: s["doc_id"])
