@@ -231,3 +231,24 @@ def test_generation_ends_when_every_row_has_passed_the_stop(tiny_tokenizer, monk
     for t, g in zip(starts, got):  # the texts a full, unbatched run gives, cut at the stop
         full = manual_greedy(model, [tok.bos_token_id, t], 24, tok.eos_token_id)
         assert g == tok.decode(full, skip_special_tokens=True).split("\n")[0]
+
+
+def test_byte_fallback_newlines_never_stop_generation():
+    # SentencePiece's byte fallback (Llama 2, Mistral): a newline is the piece <0x0A>, and the decoder turns a whole
+    # run of byte pieces into "�" when one is not UTF-8, so bytes generated after it can take the newline away
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    import obliviate.eval.core as core
+
+    pieces = ["<unk>", "<s>", "</s>", "▁foo", "a\n"] + [f"<0x{b:02X}>" for b in range(256)]
+    spm = Tokenizer(models.BPE(vocab={p: i for i, p in enumerate(pieces)}, merges=[], byte_fallback=True,
+                               unk_token="<unk>"))
+    spm.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=spm, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    nl, foo = pieces.index("<0x0A>"), pieces.index("▁foo")
+    assert tok.decode([foo, nl]) == "foo\n"
+    assert "\n" not in tok.decode([foo, nl, pieces.index("<0xE2>"), pieces.index("<0x82>"), foo])  # why
+    table = core.stop_token_table(tok, "\n", len(tok) + 3)
+    assert table.nonzero().flatten().tolist() == [pieces.index("a\n")]  # a piece holding a newline still stops

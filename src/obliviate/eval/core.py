@@ -161,21 +161,28 @@ def _bar(progress: bool, total: int, desc: str):
 _STOP_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
 def stop_token_table(tokenizer, stop: str, n: int) -> torch.Tensor:
     """``[n]`` booleans: which token ids decode, alone, to text that holds ``stop``. Once a row has generated
     one, its text up to ``stop`` is fixed and generation can end there (a stop split over two tokens is not
-    seen, and the row runs on to its budget as before). Built once per tokenizer and stop, ids past the
-    tokenizer's vocabulary (a padded embedding) never stop."""
+    seen, and the row runs on to its budget as before). Byte-fallback pieces (``<0x0A>``, SentencePiece's
+    newline in Llama 2 or Mistral) never stop: their decoder turns a whole run of bytes into "�" when one of
+    them is not valid UTF-8, so what follows can still take the stop away. Ids past the tokenizer's vocabulary
+    (a padded embedding) never stop. Built once per tokenizer and stop."""
     try:
         tables = _STOP_TABLES.setdefault(tokenizer, {})
     except TypeError:  # not weak-referenceable: no cache
         tables = {}
-    key = (stop, n, len(tokenizer))
+    key = (stop, n, len(tokenizer), tuple(tokenizer.all_special_ids))
     if key not in tables:
         m = min(n, len(tokenizer))
         texts = tokenizer.batch_decode([[i] for i in range(m)], skip_special_tokens=True)
+        pieces = tokenizer.convert_ids_to_tokens(list(range(m)))
         table = torch.zeros(n, dtype=torch.bool)
-        table[:m] = torch.tensor([stop in t for t in texts], dtype=torch.bool)
+        table[:m] = torch.tensor([stop in t and not (isinstance(p, str) and _BYTE_PIECE.fullmatch(p))
+                                  for t, p in zip(texts, pieces)], dtype=torch.bool)
         tables[key] = table
     return tables[key]
 
@@ -235,7 +242,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
                 done |= nxt == eos
             if stop:
                 if stops is None:
-                    stops = stop_token_table(tokenizer, stop, out.logits.shape[-1]).to(dev)
+                    stops = stop_token_table(tokenizer, stop, out.logits.shape[-1]).to(nxt.device)
                 done |= stops[nxt]
             gen.append(nxt)
             att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)

@@ -619,9 +619,10 @@ def roofline_text(metrics: dict) -> str:
     e = metrics.get("eval_speed") or {}
     for k, what in (("qa", "QA generation"), ("mcq", "MCQ scoring")):
         if f"{k}_examples_per_s" in e:
-            vs = (f" vs lm-eval {e[f'lm_eval_{k}_examples_per_s']:.1f}/s (time ratio {e[f'{k}_time_vs_lm_eval']:.3f}),"
-                  f" its evaluation alone {e[f'lm_eval_{k}_local_examples_per_s']:.1f}/s"
-                  f" (time ratio {e[f'{k}_time_vs_lm_eval_local']:.3f})"
-                  if f"lm_eval_{k}_local_examples_per_s" in e else "")
+            vs = (f" vs lm-eval {e[f'lm_eval_{k}_examples_per_s']:.1f}/s (time ratio {e[f'{k}_time_vs_lm_eval']:.3f})"
+                  if f"lm_eval_{k}_examples_per_s" in e else "")
+            if f"lm_eval_{k}_local_examples_per_s" in e:
+                vs += (f", its evaluation alone {e[f'lm_eval_{k}_local_examples_per_s']:.1f}/s"
+                       f" (time ratio {e[f'{k}_time_vs_lm_eval_local']:.3f})")
             lines.append(f"- {what}: {e[f'{k}_examples_per_s']:.1f} examples/s{vs}")
     return "\n".join(lines) + "\n"
