@@ -158,9 +158,7 @@ def _bar(progress: bool, total: int, desc: str):
     return tqdm(total=total, desc=desc, disable=not progress, leave=False)
 
 
-_STOP_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
+_STOP_TABLES = weakref.WeakKeyDictionary()  # tokenizer -> {(stop, n, vocabulary, special ids): table}
 _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
