@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from obliviate.attacks.controls import MIA_SEPARATION, PROBE_SEPARATION, control_readout
+from obliviate.attacks.verdict import MIA_SEPARATION, PROBE_SEPARATION, control_readout
 from obliviate.runs.card import untaught_model, write_model_card
 
 

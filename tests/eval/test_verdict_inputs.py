@@ -1,14 +1,14 @@
 """Issue #28's acceptance: on a user task the best-step recovery, seeded option shuffling, length-normalised
 cloze scores and membership inference each enter the verdict. Each test runs the real evaluation or selection
-code up to the verdict functions (eval.outcome.unlearn_verdict, attacks.controls.method_verdict) and shows the
+code up to the verdict functions (eval.outcome.unlearn_verdict, attacks.verdict.method_verdict) and shows the
 verdict that the old reading would have got wrong. (Membership inference's veto of *removed*:
-tests/attacks/test_controls.py::test_the_worst_calibrated_attack_decides_and_membership_inference_can_veto_removed.)"""
+tests/attacks/test_verdict.py::test_membership_inference_can_veto_removed.)"""
 
 import json
 
 import pytest
 
-from obliviate.attacks.controls import method_verdict
+from obliviate.attacks.verdict import method_verdict
 from obliviate.attacks.harness import _selected_metrics, forget_items_fn
 from obliviate.eval import core
 from obliviate.eval.outcome import unlearn_verdict
@@ -49,7 +49,7 @@ def test_the_verdict_reads_cloze_mcqs_length_normalised(monkeypatch):
     # a model that still picks the long true option per character has not unlearned, whatever the raw sum says
     kept = _scored(monkeypatch, task, [-2.0, -9.0])
     assert kept["forget_score"] == 0.0 and kept["forget_score_norm"] == 1.0
-    assert method_verdict(kept, base, None, None, [])["verdict"] == "not unlearned"
+    assert method_verdict(kept, base, {}, None, [])["verdict"] == "not unlearned"
     assert unlearn_verdict(base, kept)["verdict"] == "forgot little"
 
 
@@ -103,11 +103,13 @@ def test_the_verdict_reads_the_best_step_chosen_on_v_not_the_curves_last_point()
     assert meth["relearn_disjoint_acc"] == 0.9 and meth["relearn_disjoint_final_acc"] == 0.05
     meth["relearn_disjoint_start_acc"] = 0.0
     base = {"forget_score": 1.0, "relearn_disjoint_base_acc": 1.0}
-    pos = {"relearn_disjoint_start_acc": 0.0, "relearn_disjoint_acc": 0.9}
+    pos = {"positive_control": {"relearn_disjoint_start_acc": 0.0, "relearn_disjoint_acc": 0.9}}
     neg = {"relearn_disjoint_start_acc": 0.0, "relearn_disjoint_acc": 0.05}
-    assert method_verdict(meth, base, pos, neg, ["relearn_disjoint"])["verdict"] == "suppressed"
+    band = {"relearn_disjoint": {"oracle": 0.05, "tolerance": 0.05, "upper": 0.1, "items": 72}}
+    usable = [("relearn_disjoint", "positive_control")]
+    assert method_verdict(meth, base, pos, neg, usable, band)["verdict"] == "suppressed"
     last = {**meth, "relearn_disjoint_acc": meth["relearn_disjoint_final_acc"]}
-    assert method_verdict(last, base, pos, neg, ["relearn_disjoint"])["verdict"] == "removed"
+    assert method_verdict(last, base, pos, neg, usable, band)["verdict"] == "removed"
 
 
 def test_the_relearning_attack_tracks_cloze_mcqs_length_normalised(monkeypatch):

@@ -8,7 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from obliviate.attacks.controls import control_readout
+from obliviate.attacks.verdict import control_readout
 from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
                                 previous_digest, seeded, task_digest, task_from_args)

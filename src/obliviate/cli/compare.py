@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from obliviate.attacks.harness import ATTACKS, attack_names
+from obliviate.attacks.verdict import verdict_line
 from obliviate.attacks.retain_control import RETAIN_FINETUNE, retain_finetune_control
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
                                 load_model_args, seeded, task_from_args)
@@ -63,6 +64,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
                   robustness=res["robustness"], **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
+    for name, v in res["robustness"]["verdicts"].items():
+        print(f"verdict: {verdict_line(name, v)}")
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     return res
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from obliviate.attacks.controls import robustness_markdown
+from obliviate.attacks.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
 from obliviate.recipes.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
@@ -27,7 +27,7 @@ COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_
            "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
            "format_shift_acc"]
 ATTACK_CURVES = {"relearn": "relearning on the related corpus",
-                 "relearn_disjoint": "relearning on the other half of the forget facts"}
+                 "relearn_disjoint": "relearning on the other forget facts (held-out thirds scored)"}
 
 
 def set_scores(task: Task, metrics: dict) -> dict[str, dict[str, float]]:
@@ -62,23 +62,57 @@ def plot_log(log: Path, png: Path) -> None:
     save_figure(fig, png)
 
 
-def recovery_lines(metrics: dict) -> list[str]:
-    """One sentence per model on the disjoint-halves attack, the oracle's last."""
+def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
+    """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
+    *brought back* (:func:`~obliviate.attacks.verdict.recovery`: of what the model lost against the base model),
+    marked where the attack is uncalibrated; the oracle's last, as the band a model that never saw the facts
+    stays in."""
     base_d = metrics["base"].get("relearn_disjoint_base_acc")
+    calib = ((robustness or {}).get("calibration") or {}).get("relearn_disjoint")
+    mark = "" if calib is not None and calib["calibrated"] else " (uncalibrated)"
     lines = []
     for name, m in metrics.items():
         if name in ("base", "oracle") or m.get("relearn_disjoint_acc") is None or not base_d:
             continue
-        share = (m["relearn_disjoint_acc"] - m["relearn_disjoint_start_acc"]) / base_d
+        share = recovery(m["relearn_disjoint_start_acc"], m["relearn_disjoint_acc"], base_d)
         lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out "
-                     f"halves before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other halves "
-                     f"({100 * share:.0f}% of the base model's {base_d:.2f} brought back).")
+                     f"thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other thirds"
+                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}.")
     o = metrics.get("oracle", {})
+    band = ((robustness or {}).get("band") or {}).get("relearn_disjoint")
     if o.get("relearn_disjoint_acc") is not None:
         lines.append(f"- the oracle, which never saw the forget data, goes from {o['relearn_disjoint_start_acc']:.2f} "
-                     f"to {o['relearn_disjoint_acc']:.2f} under the same attack: anything above that is knowledge "
-                     "the method hid rather than removed.")
+                     f"to {o['relearn_disjoint_acc']:.2f} under the same attack"
+                     + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it holds "
+                        "something the oracle does not; whether that is hidden knowledge is the verdict's to say, "
+                        "against the positive controls" if band else "") + ".")
     return lines
+
+
+ATTACK_COLUMNS = {"relearn_acc": "relearn", "relearn_disjoint_acc": "relearn_disjoint",
+                  "format_shift_acc": "format_shift", "probe_acc": "probe"}
+"""The main table's attack columns, by the attack whose calibration they carry."""
+
+
+def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[dict]]:
+    """The report's first table: each model's scores and its verdict; an attack column whose attack is
+    uncalibrated says so in its header."""
+    calib = (robustness or {}).get("calibration") or {}
+    verdicts = (robustness or {}).get("verdicts") or {}
+
+    def header(c: str) -> str:
+        key = ATTACK_COLUMNS.get(c)
+        if key == "probe":
+            ok = any(m.get("probe_calibrated") for m in metrics.values())
+        else:
+            ok = key is None or (key in calib and calib[key]["calibrated"])
+        return c if ok else f"{c} (uncalibrated)"
+
+    present = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
+    cols = present[:1] + (["verdict"] if verdicts else []) + [header(c) for c in present[1:]]
+    rows = [{"model": n, **({"verdict": verdicts[n]["verdict"] if n in verdicts else None} if verdicts else {}),
+             **{header(k): m.get(k) for k in present[1:]}} for n, m in metrics.items()]
+    return cols, rows
 
 
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
@@ -99,8 +133,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
     if base_log is not None and base_log.exists():
         plot_log(base_log, plots / "base_loss.png")
         figures.append(("base model training", "base_loss.png"))
-    columns = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
-    rows = [{"model": n, **{k: m.get(k) for k in columns[1:]}} for n, m in metrics.items()]
+    columns, rows = main_table(metrics, robustness)
     sets = [es for es in task.evals if es.kind in PRIMARY]
     set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
     md = [f"# obliviate: method comparison on task {md_code(task.name)}", "",
@@ -112,8 +145,8 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           markdown_table(rows, columns), "",
           *(robustness_markdown(metrics, robustness) if robustness else []),
           *muse_markdown(task, metrics),
-          "## How much comes back under relearning on the other half of the facts", "",
-          *(recovery_lines(metrics) or ["- the task has no disjoint halves to relearn on."]), "",
+          "## How much comes back under relearning on the other forget facts", "",
+          *(recovery_lines(metrics, robustness) or ["- the task has no disjoint folds to relearn on."]), "",
           "## Every evaluation set", "",
           ", ".join(f"{md_code(es.name)} ({es.role}{', variant' if es.variant else ''})" for es in sets) + ".", "",
           markdown_table(set_rows, ["model"] + [es.name for es in sets]), "",

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.controls import robustness_summary, small_norm_control, suppression_control
+from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
+from obliviate.attacks.verdict import robustness_summary
 from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
 from obliviate.config import to_dict
 from obliviate.errors import DataError, ModelError
@@ -107,6 +108,15 @@ def runnable_methods(task: Task) -> list[str]:
     """Every registered method that can run on ``task`` (IdK methods need forget QA pairs; DPO preference data)."""
     return [n for n in method_names() if not (getattr(METHODS[n], "needs_idk", False) and task.forget.docs)
             and not (METHODS[n].needs_preference_data and not isinstance(task.idk, PreferredAnswers))]
+
+
+def attack_items(task: Task, attacks: TaskAttackConfig) -> int | None:
+    """How many forget items the attacks score (the oracle band's width): the forget questions, up to the
+    attacks' ``max_eval``; None for a task without forget questions."""
+    try:
+        return min(len(suppression_qa(task)), attacks.max_eval)
+    except DataError:
+        return None
 
 
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
@@ -386,7 +396,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                 task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
                 main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                 progress=progress))
-    robustness = robustness_summary(metrics)
+    robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,

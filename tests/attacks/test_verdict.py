@@ -1,0 +1,221 @@
+"""The verdict rule of obliviate.attacks.verdict, on hand-built result dicts."""
+
+import pytest
+
+from obliviate.attacks.verdict import (
+    KEEP_SHARE,
+    MAX_NEGATIVE_GAIN,
+    SEPARATION,
+    band_tolerance,
+    calibration,
+    forgot,
+    gaps,
+    method_verdict,
+    recovery,
+    robustness_markdown,
+    robustness_summary,
+    robustness_table,
+)
+
+K = "relearn_disjoint"
+KEEP = {"retain_score": 0.9, "neighbour_score": 0.8}
+"""The base model's keep scores; a model with the same keeps all of them."""
+
+
+def _m(start, after, **extra):
+    return {f"{K}_start_acc": start, f"{K}_acc": after, **extra}
+
+
+def test_recovery_is_the_share_of_the_lost_score_brought_back():
+    assert recovery(0.0, 0.5, 1.0) == 0.5
+    assert recovery(0.2, 0.6, 1.0) == pytest.approx(0.5)
+    assert recovery(1.0, 1.0, 1.0) is None and recovery(None, 0.5, 1.0) is None
+
+
+def test_forgot_is_a_share_of_the_base_score_above_chance():
+    assert forgot(0.5, 1.0) and not forgot(0.51, 1.0) and forgot(None, 1.0) is None
+    # a 4-way MCQ forget set: base 0.45, a model at chance (0.25) has forgotten all of it
+    assert forgot(0.25, 0.45, chance=0.25) and not forgot(0.25, 0.45)
+    assert not forgot(0.36, 0.45, chance=0.25) and forgot(0.35, 0.45, chance=0.25)
+
+
+def test_the_band_follows_the_oracles_sampling_noise():
+    # 72 items, the oracle at 2/72: p~ = 3/74; one attack: z = 1.645
+    p, n = 2 / 72, 72
+    pt = 3 / 74
+    assert band_tolerance(p, n) == pytest.approx(1.6448536 * (2 * pt * (1 - pt) / n) ** 0.5, rel=1e-6)
+    assert band_tolerance(p, n, k=6) > band_tolerance(p, n)  # more attacks compared: a wider band each
+    assert band_tolerance(0.3, 20) > band_tolerance(0.3, 200)  # fewer items: wider
+    assert band_tolerance(0.0, 10_000) >= 1e-4  # at least one item
+
+
+def test_calibration_needs_both_controls_to_behave():
+    pos, neg = _m(0.0, 0.9), _m(0.05, 0.1)
+    c = calibration(pos, neg, 1.0, K)
+    assert c[f"{K}_calibrated"] and c[f"{K}_positive_recovery"] == pytest.approx(0.9)
+    assert c[f"{K}_negative_gain"] == pytest.approx(0.05)
+    assert not calibration(_m(0.0, 0.3), neg, 1.0, K)[f"{K}_calibrated"]
+    assert not calibration(pos, _m(0.05, 0.3), 1.0, K)[f"{K}_calibrated"]
+    assert not calibration(_m(0.0, 0.9), _m(0.0, 0.1 + MAX_NEGATIVE_GAIN + 0.05), 1.0, K)[f"{K}_calibrated"]
+    assert not calibration(_m(0.0, 0.28), _m(0.0, 0.1), 0.5, K)[f"{K}_calibrated"]  # 0.18 < SEPARATION above
+    assert SEPARATION == 0.2
+
+
+def _world(n_items=72, **models):
+    """Base, oracle, both positive controls (selective) and ``models``, on relearning, quantization and the
+    logit lens (hand numbers): the refusal control comes back under relearning and the lens, not under rounding;
+    the small-norm control also under rounding (which it was built to match)."""
+    base = {"forget_score": 1.0, "forget_chance": 0.0, f"{K}_base_acc": 1.0, **KEEP, **_m(1.0, 1.0),
+            "quantize_forget_score": 1.0, "logit_lens_top1": 1.0, "logit_lens_last_top1": 1.0}
+    oracle = {"forget_score": 0.01, **KEEP, **_m(0.01, 0.03), "quantize_forget_score": 0.01,
+              "logit_lens_top1": 0.02, "logit_lens_last_top1": 0.3}
+    refusal = {"forget_score": 0.0, **KEEP, **_m(0.0, 0.95), "quantize_forget_score": 0.02,
+               "logit_lens_top1": 0.9, "logit_lens_last_top1": 0.9}
+    small = {"forget_score": 0.0, **KEEP, **_m(0.0, 0.9), "quantize_forget_score": 0.95,
+             "logit_lens_top1": 0.2, "logit_lens_last_top1": 0.6}
+    metrics = {"base": base, "oracle": oracle, "positive_control": refusal, "positive_control_smallnorm": small,
+               **models}
+    return metrics, robustness_summary(metrics, items=n_items)
+
+
+def _like_oracle(**over):
+    return {"forget_score": 0.0, **KEEP, **_m(0.0, 0.04), "quantize_forget_score": 0.0, "logit_lens_top1": 0.03,
+            "logit_lens_last_top1": 0.3, **over}
+
+
+def test_a_model_like_the_oracle_is_removed():
+    _, r = _world(m=_like_oracle())
+    v = r["verdicts"]["m"]
+    assert v["verdict"] == "removed" and v["keep"] == {"retain": 1.0, "neighbour": 1.0}
+
+
+def test_the_wrecked_model_is_not_removed():
+    """Retain and neighbour at 0, every attack at 0: it lost what it should keep (issue #41)."""
+    wrecked = _like_oracle(retain_score=0.0, neighbour_score=0.0, **_m(0.0, 0.0), logit_lens_top1=0.0)
+    _, r = _world(m=wrecked)
+    assert r["verdicts"]["m"]["verdict"] == "retain lost"
+    half = _like_oracle(neighbour_score=0.8 * KEEP_SHARE - 0.01)  # neighbour alone lost
+    _, r = _world(m=half)
+    assert r["verdicts"]["m"]["verdict"] == "retain lost" and "neighbour" in r["verdicts"]["m"]["reason"]
+
+
+def test_a_model_at_045_under_every_attack_is_not_removed_when_the_oracle_sits_at_001():
+    """Recovery is read against the oracle's level, never against the model's own start (issue #41)."""
+    flat = _like_oracle(forget_score=0.45, **_m(0.45, 0.45), quantize_forget_score=0.45, logit_lens_top1=0.45)
+    _, r = _world(m=flat)
+    v = r["verdicts"]["m"]
+    assert v["verdict"] != "removed" and v["verdict"] == "inconclusive" and "oracle band" in v["reason"]
+
+
+def test_an_oracle_with_a_high_prior():
+    """The oracle guesses 30% before any attack and 32% after: a model there is removed, one well above is not."""
+    metrics, _ = _world()
+    metrics["oracle"].update({"forget_score": 0.30, **_m(0.30, 0.32), "quantize_forget_score": 0.30,
+                              "logit_lens_top1": 0.31})
+    metrics["base"]["forget_score"] = 0.9
+    metrics["prior"] = _like_oracle(forget_score=0.29, **_m(0.29, 0.33), quantize_forget_score=0.3,
+                                    logit_lens_top1=0.3)
+    metrics["above"] = _like_oracle(forget_score=0.29, **_m(0.29, 0.62), quantize_forget_score=0.3,
+                                    logit_lens_top1=0.3)
+    r = robustness_summary(metrics, items=72)
+    assert r["calibration"][K]["calibrated"]
+    assert r["verdicts"]["prior"]["verdict"] == "removed"
+    assert r["verdicts"]["above"]["verdict"] in ("suppressed", "inconclusive")
+    assert r["verdicts"]["above"]["verdict"] != "removed"
+
+
+def test_a_task_without_groups_where_quantize_alone_would_decide():
+    """No disjoint relearning; quantization is calibrated only by the control built to match it, and corpus
+    relearning (uncalibrated) brings 33% back: not removed (issue #41)."""
+    metrics, _ = _world()
+    for name in ("base", "oracle", "positive_control", "positive_control_smallnorm"):
+        for k in (f"{K}_start_acc", f"{K}_acc", f"{K}_base_acc", "logit_lens_top1", "logit_lens_last_top1"):
+            metrics[name].pop(k, None)
+        metrics[name].update({"relearn_start_acc": metrics[name]["forget_score"], "relearn_acc": 0.05})
+    metrics["base"].update(relearn_start_acc=1.0, relearn_acc=1.0, relearn_base_acc=1.0)
+    metrics["graddiff"] = {"forget_score": 0.0, **KEEP, "quantize_forget_score": 0.0, "relearn_start_acc": 0.0,
+                           "relearn_acc": 0.33}
+    r = robustness_summary(metrics, items=72)
+    q = r["calibration"]["quantize"]
+    assert not q["calibrated"] and q["by_construction"] == ["positive_control_smallnorm"]
+    assert r["verdicts"]["graddiff"]["verdict"] != "removed"
+    # with the lift under corpus relearning gone and nothing calibrated, still no *removed*: nothing proves it
+    metrics["graddiff"]["relearn_acc"] = 0.05
+    assert robustness_summary(metrics, items=72)["verdicts"]["graddiff"]["verdict"] == "inconclusive"
+
+
+def test_a_frame_forced_lens_start_above_half_of_base_with_forget_score_0_is_not_not_unlearned():
+    """The logit lens's before is the forget score; its frame-forced read is shown, never decides."""
+    m = _like_oracle(logit_lens_last_top1=0.62)
+    metrics, r = _world(m=m)
+    assert r["verdicts"]["m"]["verdict"] == "removed"
+    rows, _ = robustness_table(metrics, r)
+    row = next(x for x in rows if x["model"] == "m")
+    assert row["logit_lens"].startswith("0.00 → 0.03") and "frame-forced read 0.62" in row["logit_lens"]
+
+
+def test_suppressed_against_selective_controls_only():
+    sup = _like_oracle(**_m(0.0, 0.8))
+    metrics, r = _world(m=sup)
+    v = r["verdicts"]["m"]
+    assert (v["verdict"], v["attack"], v["control"]) == ("suppressed", K, "positive_control")
+    # both controls non-selective: no attack is calibrated, nothing can be suppressed or removed
+    for c in ("positive_control", "positive_control_smallnorm"):
+        metrics[c]["neighbour_score"] = 0.05
+    r = robustness_summary(metrics, items=72)
+    assert not r["controls"]["positive_control"]["selective"]
+    assert r["calibration"][K]["non_selective"] == ["positive_control", "positive_control_smallnorm"]
+    assert r["verdicts"]["m"]["verdict"] == "inconclusive"
+    md = "\n".join(robustness_markdown(metrics, r))
+    assert "**non-selective**" in md
+
+
+def test_not_unlearned_reads_only_the_forget_score():
+    kept = _like_oracle(forget_score=0.7)
+    _, r = _world(m=kept)
+    assert r["verdicts"]["m"]["verdict"] == "not unlearned"
+    # an attack's own start above half the base does not make it not unlearned
+    _, r = _world(m=_like_oracle(**_m(0.8, 0.8)))
+    assert r["verdicts"]["m"]["verdict"] != "not unlearned"
+
+
+def test_membership_inference_can_veto_removed():
+    metrics, _ = _world(m=_like_oracle(mia_auc_min_k=0.81))
+    metrics["base"]["mia_auc_min_k"] = 1.0
+    metrics["oracle"]["mia_auc_min_k"] = 0.5
+    r = robustness_summary(metrics, items=72)
+    assert r["verdicts"]["m"]["verdict"] == "inconclusive" and r["verdicts"]["m"]["attack"] == "mia"
+    metrics["oracle"]["mia_auc_min_k"] = 0.9  # MIA does not read the forget set: no veto
+    assert robustness_summary(metrics, items=72)["verdicts"]["m"]["verdict"] == "removed"
+
+
+def test_the_known_removed_models_are_judged_and_the_table_puts_them_first():
+    metrics, r = _world(npo=_like_oracle(**_m(0.0, 0.8)), second_oracle=_like_oracle(), filtered=_like_oracle())
+    assert list(r["verdicts"]) == ["second_oracle", "filtered", "npo"]
+    assert r["verdicts"]["second_oracle"]["verdict"] == "removed"
+    rows, cols = robustness_table(metrics, r)
+    assert [row["model"] for row in rows][:7] == ["oracle", "positive_control", "positive_control_smallnorm", "base",
+                                                  "second_oracle", "filtered", "npo"]
+    assert rows[-1]["model"].startswith("oracle band") and rows[-2]["model"] == "calibrated?"
+    md = "\n".join(robustness_markdown(metrics, r))
+    assert "- npo: suppressed (relearn_disjoint, calibrated on positive_control)" in md
+
+
+def test_gaps_read_beyond_the_models_own_answers():
+    m = {"forget_score": 0.1, "format_shift_acc": 0.4, "probe_acc": 0.9, "forget_mcq_acc": 0.3}
+    g = gaps(m)
+    assert g["format_shift_gap"] == pytest.approx(0.3) and g["probe_gap"] == pytest.approx(0.6)
+    assert gaps({"forget_score": 0.1}) == {}
+
+
+def test_priv_leak_against_the_oracle():
+    metrics, _ = _world(m=_like_oracle(mia_auc_loss=0.8))
+    metrics["oracle"]["mia_auc_loss"] = 0.5
+    robustness_summary(metrics, items=72)
+    # MUSE's AUC is 1 - ours (holdout labelled 1): ((1 - 0.8) - (1 - 0.5)) / (1 - 0.5)
+    assert metrics["m"]["priv_leak_loss"] == pytest.approx(-0.6)
+
+
+def test_method_verdict_without_usable_attacks_is_inconclusive():
+    base = {"forget_score": 1.0, **KEEP}
+    assert method_verdict(_like_oracle(), base, {}, None, [])["verdict"] == "inconclusive"
