@@ -168,6 +168,7 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
     out: dict = {}
     per_item: dict = {}
     by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in SCORED_ROLES}
+    heldout: list[tuple[float, float, float | None]] = []  # what must be kept and no retain term trains on
     for es in task.evals:
         r = evaluate_set(model, tokenizer, task, es, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          max_len=max_len, progress=progress)
@@ -175,12 +176,18 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         out.update({f"{es.name}_{k}": v for k, v in r.items()})
         if es.kind in PRIMARY and es.role in by_role and not es.variant:
             by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
+        if es.kind in PRIMARY and (es.role in HELDOUT_KEEP_ROLES and not es.variant
+                                   or es.role == "retain" and es.variant):
+            heldout.append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
     for role, vals in by_role.items():
         if vals:
             out[f"{role}_score"] = float(np.mean([v for v, _, _ in vals]))
             out[f"{role}_chance"] = float(np.mean([c for _, c, _ in vals]))
             if any(n is not None for _, _, n in vals):  # a cloze set: the verdicts read it length-normalised
                 out[f"{role}_score_norm"] = float(np.mean([v if n is None else n for v, _, n in vals]))
+    if heldout:
+        out["heldout_keep_score"] = float(np.mean([v if n is None else n for v, _, n in heldout]))
+        out["heldout_keep_chance"] = float(np.mean([c for _, c, _ in heldout]))
     out.update(task_metrics(model, tokenizer, task, batch_size=batch_size))  # what the task asks for by name
     if details:
         out["_per_item"] = per_item
@@ -204,17 +211,32 @@ def keep_score(m: dict) -> float | None:
     return None
 
 
+HELDOUT_KEEP_ROLES = ("neighbour", "utility")
+"""Roles whose sets no retain term trains on; with the retain role's variants (held-out wordings of the retain
+facts) they make ``heldout_keep_score``, the mean of their primary scores (length-normalised where cloze)."""
+
+
 def score_against(base: dict, m: dict) -> dict:
-    """S-unlearning of ``m`` relative to ``base`` (chance-corrected), from the role scores."""
+    """S-unlearning of ``m`` relative to ``base`` (chance-corrected): ``s_unlearning = u * r`` with ``r`` read on
+    what must be kept and no retain term trains on (``heldout_keep_score``: neighbours, utility, held-out wordings
+    of the retain facts; ``r_source`` says which), and ``s_unlearning_trained = u * r_trained`` with ``r_trained``
+    on the keep score of the retain data the methods train on (:func:`keep_score`). Without a held-out set the
+    two are the same and ``r_source`` says so."""
     if base.get("forget_score") is None:
         return {}
     keep_b, keep_m = keep_score(base), keep_score(m)
     role = next((r for r in ("retain", "neighbour", "utility") if base.get(f"{r}_score") is not None), None)
     if keep_b is None:
         keep_b = keep_m = 1.0
-    s = s_unlearning(base["forget_score"], m["forget_score"], keep_b, keep_m, chance=base.get("forget_chance", 0.0),
-                     retain_chance=base.get(f"{role}_chance", 0.0) if role else 0.0)
-    return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
+    chance = base.get("forget_chance", 0.0)
+    trained = s_unlearning(base["forget_score"], m["forget_score"], keep_b, keep_m, chance=chance,
+                           retain_chance=base.get(f"{role}_chance", 0.0) if role else 0.0)
+    out = {"u": trained["u"], "r_trained": trained["r"], "s_unlearning_trained": trained["s"]}
+    if base.get("heldout_keep_score") is not None and m.get("heldout_keep_score") is not None:
+        held = s_unlearning(base["forget_score"], m["forget_score"], base["heldout_keep_score"],
+                            m["heldout_keep_score"], chance=chance, retain_chance=base.get("heldout_keep_chance", 0.0))
+        return {**out, "r": held["r"], "s_unlearning": held["s"], "r_source": "held-out kept knowledge"}
+    return {**out, "r": trained["r"], "s_unlearning": trained["s"], "r_source": f"{role or 'no'} role (trained on)"}
 
 
 def knows_forget_set(m: dict, margin: float = 0.1) -> bool | None:

@@ -67,9 +67,9 @@ def _qa(facts: list[dict], split: str) -> list[QAExample]:
                       meta={"fact_id": f["id"], "entity": f["entity"]}) for f in facts]
 
 
-def _para_qa(facts: list[dict]) -> list[QAExample]:
+def _para_qa(facts: list[dict], split: str = "forget") -> list[QAExample]:
     """One QA example per held-out wording of each question; the paraphrased answer counts as right too."""
-    return [QAExample(question=q, answer=f["answer"], split="forget",
+    return [QAExample(question=q, answer=f["answer"], split=split,
                       meta={"fact_id": f["id"], "alternatives": [f["answer_paraphrase"]]})
             for f in facts for q in f["question_paraphrases"]]
 
@@ -113,7 +113,9 @@ def _domain_texts(world, per_domain: int = TEXT_PER_DOMAIN) -> dict[str, list[Te
 def world_evals(world, facts: dict[str, list[dict]]) -> list[EvalSet]:
     """The world's evaluation sets (docs/world.md).
 
-    Scored: ``forget_qa`` (forget), ``retain_qa`` and ``general_qa`` (retain: both are trained as retain data),
+    Scored: ``forget_qa`` (forget), ``retain_qa`` and ``general_qa`` (retain: both are trained as retain data;
+    ``retain_para_qa``, their held-out wordings, which no retain term trains on, is the retain role's variant and
+    enters the held-out keep score, :func:`obliviate.eval.suite.evaluate_task`),
     ``neighbour_qa`` (neighbour: the forget diseases' other attributes and their look-alikes, never retain
     data, so over-forgetting shows there first). Variants of the forget set (held-out wordings and other
     formats; read by the format-shift attack): ``forget_para_qa``, ``forget_mcq`` (whole answer sentences as
@@ -130,7 +132,9 @@ def world_evals(world, facts: dict[str, list[dict]]) -> list[EvalSet]:
                   EvalSet("forget_mcq_letters", "forget", "mcq", mcqs, mcq_style="letters", variant=True)]
     evals.append(EvalSet("forget_cloze", "forget", "qa", _cloze(facts["forget"]), variant=True, match="prefix"))
     evals += [EvalSet("retain_qa", "retain", "qa", _qa(facts["retain"], "retain")),
-              EvalSet("general_qa", "retain", "qa", _qa(facts["general"], "general"))]
+              EvalSet("general_qa", "retain", "qa", _qa(facts["general"], "general")),
+              EvalSet("retain_para_qa", "retain", "qa", _para_qa(facts["retain"] + facts["general"], "retain"),
+                      variant=True)]
     if facts["neighbour"]:
         evals.append(EvalSet("neighbour_qa", "neighbour", "qa", _qa(facts["neighbour"], "neighbour")))
         for kind in ("attribute", "lookalike"):

@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from obliviate.config import config_hash, from_dict, to_dict
@@ -88,6 +89,10 @@ class PretrainConfig:
     """Options of the practice MCQs: "answer" (whole answer sentences) or "value" (bare values)."""
     exclude_splits: list[str] = field(default_factory=list)
     """World splits left out of the corpus (``["forget"]`` trains the oracle)."""
+    mask_splits: list[str] = field(default_factory=list)
+    """World splits whose tokens stay in the corpus as inputs but are never a target (loss masking by the world's
+    ground-truth ``split`` token labels, the token-filtering paper's masking with perfect labels); their facts
+    leave the QA term (an answer is all masked tokens). ``["forget"]`` trains the filtered model."""
     pack: bool = True
     """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
 
@@ -101,9 +106,10 @@ class PretrainConfig:
         if "question" not in self.qa_forms and self.qa_weight > 0:
             raise ConfigError("config key 'qa_forms': must include 'question' (the canonical QA)")
         known = {"forget", "retain", "general", "concept", "holdout", "neighbour"}
-        for s in self.exclude_splits:
-            if s not in known:
-                raise ConfigError(f"config key 'exclude_splits': unknown split {s!r} (known: {sorted(known)})")
+        for key in ("exclude_splits", "mask_splits"):
+            for s in getattr(self, key):
+                if s not in known:
+                    raise ConfigError(f"config key '{key}': unknown split {s!r} (known: {sorted(known)})")
 
 
 def world_for(cfg: PretrainConfig):
@@ -189,6 +195,14 @@ def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tup
     return [(mcq_prompt(m["question"], m["choices"]), " " + LETTERS[m["answer_index"]]) for m in mcqs]
 
 
+def split_label_masks(dataset, splits) -> list:
+    """Per sequence of ``dataset`` (encoded with the ``split`` token labels), 1 where a token is a target and 0
+    where its ground-truth split is one of ``splits`` (:attr:`PretrainConfig.mask_splits`)."""
+    names = dataset.vocab.get("split", [])
+    codes = [names.index(s) for s in splits if s in names]
+    return [(~np.isin(np.asarray(lab), codes)).astype(np.int64) for lab in dataset.labels["split"]]
+
+
 def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, progress: bool | None = None) -> dict:
     """Train a tiny model on the world; save it (safetensors) and its tokenizer in ``out_dir/model``.
 
@@ -207,9 +221,11 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
         dataset = pack_sequences(dataset, cfg.model.max_len)
     seed_everything(cfg.seed)
     model = build_for(cfg, tok)
-    lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id)
-    pairs = qa_pairs_for(world, cfg.exclude_splits, cfg.qa_forms) if cfg.qa_weight > 0 else []
-    mcq_pairs = mcq_pairs_for(world, cfg.exclude_splits, cfg.mcq_options) if cfg.mcq_weight > 0 else []
+    masks = split_label_masks(dataset, cfg.mask_splits) if cfg.mask_splits else None
+    lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id, label_masks=masks)
+    left_out = [*cfg.exclude_splits, *cfg.mask_splits]
+    pairs = qa_pairs_for(world, left_out, cfg.qa_forms) if cfg.qa_weight > 0 else []
+    mcq_pairs = mcq_pairs_for(world, left_out, cfg.mcq_options) if cfg.mcq_weight > 0 else []
     terms_data = {}
     for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
                                           ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight, cfg.seed + 2)):
@@ -235,6 +251,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     model.eval()
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
     info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
+            "masked_tokens": 0 if masks is None else int(sum(len(m) - int(m.sum()) for m in masks)),
             "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
             "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq")}
     D.save_trained(model, out / "model", tok)
@@ -246,39 +263,45 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
             "summary": summary, "info": info}
 
 
-def _pretrain_in_child(cfg_dict: dict, cache: str | None) -> None:
-    """Child process of :func:`cached_pretrain_pair`: one thread, no progress bar."""
+def _pretrain_in_child(cfg_dicts: list[dict], cache: str | None) -> None:
+    """Child process of :func:`cached_pretrain_all`: its share of the configs, one thread, no progress bar."""
     import os
 
     if cache is not None:
         os.environ["OBLIVIATE_CACHE"] = cache
     torch.set_num_threads(1)
-    cached_pretrain(from_dict(PretrainConfig, cfg_dict), progress=False)
+    for d in cfg_dicts:
+        cached_pretrain(from_dict(PretrainConfig, d), progress=False)
 
 
-def cached_pretrain_pair(first: PretrainConfig, second: PretrainConfig, progress: bool | None = None,
-                         parallel: bool = True) -> tuple[Path, Path]:
-    """:func:`cached_pretrain` of two configs (the base model and the oracle); with ``parallel``, both at once,
-    the second in a child process, each on one thread (on 2 cores this nearly halves the wall time; with
-    one thread per model the result does not depend on what else runs). The shared tokenizer is trained
-    first, in this process. In several processes (``accelerate launch``) they run one after the other."""
+def cached_pretrain_all(cfgs: list[PretrainConfig], progress: bool | None = None,
+                        parallel: bool = True) -> list[Path]:
+    """:func:`cached_pretrain` of each of ``cfgs`` (the base model, the oracle, ...); with ``parallel``, two at a
+    time: every second config in a child process, the others here, each process on one thread (on 2 cores this
+    nearly halves the wall time; with one thread per model the result does not depend on what else runs). The
+    tokenizers are trained first, in this process. In several processes (``accelerate launch``) they run one after
+    the other."""
     import multiprocessing as mp
     import os
 
     from obliviate.train import distributed as D
 
-    if not parallel or D.world_size() > 1 or D.sharding():
-        return cached_pretrain(first, progress), cached_pretrain(second, progress)
-    tokenizer_for(world_for(first), first.model.vocab_size)
-    if second.model.vocab_size != first.model.vocab_size or config_hash(second.world) != config_hash(first.world):
-        tokenizer_for(world_for(second), second.model.vocab_size)
+    if not parallel or len(cfgs) < 2 or D.world_size() > 1 or D.sharding():
+        return [cached_pretrain(c, progress) for c in cfgs]
+    seen = set()
+    for c in cfgs:
+        key = (c.model.vocab_size, config_hash(c.world))
+        if key not in seen:
+            seen.add(key)
+            tokenizer_for(world_for(c), c.model.vocab_size)
     child = mp.get_context("spawn").Process(target=_pretrain_in_child,
-                                            args=(to_dict(second), os.environ.get("OBLIVIATE_CACHE")))
+                                            args=([to_dict(c) for c in cfgs[1::2]], os.environ.get("OBLIVIATE_CACHE")))
     threads = torch.get_num_threads()
     child.start()
     try:
         torch.set_num_threads(1)
-        a = cached_pretrain(first, progress)
+        for c in cfgs[0::2]:
+            cached_pretrain(c, progress)
     except BaseException:
         child.terminate()
         raise
@@ -286,7 +309,14 @@ def cached_pretrain_pair(first: PretrainConfig, second: PretrainConfig, progress
         torch.set_num_threads(threads)
     child.join()
     # finished there: read from the cache; failed there: resumed here, where its error can be read
-    return a, cached_pretrain(second, progress)
+    return [cached_pretrain(c, progress) for c in cfgs]
+
+
+def cached_pretrain_pair(first: PretrainConfig, second: PretrainConfig, progress: bool | None = None,
+                         parallel: bool = True) -> tuple[Path, Path]:
+    """:func:`cached_pretrain_all` of two configs (the base model and the oracle)."""
+    a, b = cached_pretrain_all([first, second], progress, parallel)
+    return a, b
 
 
 def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:

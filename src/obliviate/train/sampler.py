@@ -59,13 +59,15 @@ class StepSampler:
         return [int(lengths[self(s)].sum()) for s in range(steps)]
 
 
-def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int):
+def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int, label_masks=None):
     """``batch_fn(step)``: the step's :class:`StepSampler` batch of ``dataset``'s sequences, padded with
-    ``pad_id`` (language-model batches: labels are the inputs)."""
+    ``pad_id`` (language-model batches: labels are the inputs; with ``label_masks``, one 0/1 array per sequence,
+    a token marked 0 is never a target: loss masking)."""
     sampler = StepSampler(len(dataset), batch_size, seed)
 
     def batch_fn(step: int) -> dict:
         idx = sampler(step)
-        return collate([dataset.input_ids[i] for i in idx], pad_id)
+        return collate([dataset.input_ids[i] for i in idx], pad_id,
+                       label_mask=None if label_masks is None else [label_masks[i] for i in idx])
 
     return batch_fn

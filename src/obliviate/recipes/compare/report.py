@@ -24,6 +24,7 @@ from obliviate.runs.results import atomic_write_text
 from obliviate.tasks.base import Task
 
 COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_score", "s_unlearning",
+           "s_unlearning_trained",
            "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
            "format_shift_acc"]
 ATTACK_CURVES = {"relearn": "relearning on the related corpus",
@@ -159,7 +160,8 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
 
 def robustness_over_seeds(results: dict) -> list[str]:
     """Markdown of several comparisons' robustness (``{label: results.json as a dict}``, e.g. one per world seed):
-    per method and run, the verdict and the attack (and control) that decided it; per attack and run, whether it
+    per judged model and run, the verdict and the attack (and control) that decided it; per positive control and
+    run, what it keeps of the base model's retain and neighbour scores; per attack and run, whether it
     was calibrated and on which positive control; and each attack's cost on each model (forwards, backward passes
     and tokens, the mean over the models and runs; wall seconds from the runs' timings)."""
     labels = list(results)
@@ -171,8 +173,17 @@ def robustness_over_seeds(results: dict) -> list[str]:
         for lab in labels:
             v = results[lab]["robustness"]["verdicts"].get(name)
             row[lab] = None if v is None else v["verdict"] + (
-                f" ({v['attack']}{', ' + v['control'] if v.get('control') else ''})" if v.get("attack") else "")
+                f" ({v['attack']}{', ' + v['control'] if v.get('control') else ''})" if v.get("attack") else "") + (
+                "; keeps " + ", ".join(f"{k} {x:.2f}" for k, x in v["keep"].items()) if v.get("keep") else "")
         verdicts.append(row)
+    controls = []
+    for name in dict.fromkeys(c for r in results.values() for c in (r["robustness"].get("controls") or {})):
+        row = {"control": name}
+        for lab in labels:
+            c = (results[lab]["robustness"].get("controls") or {}).get(name)
+            row[lab] = None if c is None else ", ".join(f"{k} {v:.2f}" for k, v in c["keep"].items()) + (
+                "" if c["selective"] else " (non-selective)")
+        controls.append(row)
     calib = []
     for key in attacks:
         row = {"attack": key}
@@ -191,6 +202,8 @@ def robustness_over_seeds(results: dict) -> list[str]:
                               max(1, sum(c["seconds"] is not None for c in cs)))}
                  for k, cs in costs.items()]
     return ["## Verdicts", "", markdown_table(verdicts, ["method", *labels]), "",
+            "## What each positive control keeps (share of the base model's score)", "",
+            markdown_table(controls, ["control", *labels]), "",
             "## Calibration of each attack", "", markdown_table(calib, ["attack", *labels]), "",
             "## Cost of each attack per model (mean over models and runs)", "",
             markdown_table(cost_rows, ["attack", "forwards", "backwards", "tokens", "seconds"], fmt="{:.0f}"), ""]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
-from obliviate.attacks.verdict import robustness_summary
+from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
 from obliviate.config import to_dict
 from obliviate.errors import DataError, ModelError
@@ -35,7 +35,7 @@ from obliviate.runs.parts import cached_parts
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.train.pretrain import PretrainConfig, cached_pretrain, cached_pretrain_pair, world_for
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, world_for
 from obliviate.utils import run_write_path, seed_everything
 
 
@@ -61,6 +61,9 @@ class CompareConfig:
     """The tiny model trained from scratch when no ``--model`` is given (tasks without a world)."""
     oracle: bool = True
     """Build (no ``--model``) an oracle that never saw the forget data: the negative control."""
+    known_removed: bool = True
+    """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed, judged as
+    methods (:data:`obliviate.attacks.verdict.KNOWN_REMOVED`): the second oracle and the filtered model."""
     positive_control: bool = True
     """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
     positive_control_args: dict = field(default_factory=dict)
@@ -166,19 +169,29 @@ def _copy_model(src: Path, dst: Path) -> None:
     barrier()
 
 
+SECOND_ORACLE_SEED = 1
+"""The second oracle's pretraining seed is the oracle's plus this (the same world, another initialisation and data
+order)."""
+
+
 def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> tuple[dict[str, str], Path]:
     """The base model and (``cfg.oracle``) the oracle pretrained on the task's world, without its forget split
-    for the oracle; cached across runs and copied into ``out/models``. Returns the directories and the base
-    model's cache entry (its training log)."""
+    for the oracle, and (``cfg.known_removed``) the second oracle (another pretraining seed) and the filtered model
+    (the whole corpus, the forget split's tokens loss-masked: ``PretrainConfig.mask_splits``); cached across runs
+    and copied into ``out/models``, two at a time. Returns the directories and the base model's cache entry (its
+    training log)."""
     pcfg = dataclasses.replace(cfg.pretrain, world=task.pretrain)
     world_for(pcfg).save(out / "world")
+    cfgs = {"base": pcfg}
     if cfg.oracle:
-        ocfg = copy.deepcopy(pcfg)
-        ocfg.exclude_splits = sorted(set(ocfg.exclude_splits) | {"forget"})
-        roots = dict(zip(("base", "oracle"), cached_pretrain_pair(pcfg, ocfg, progress,
-                                                                  parallel=cfg.parallel)))
-    else:
-        roots = {"base": cached_pretrain(pcfg, progress=progress)}
+        cfgs["oracle"] = copy.deepcopy(pcfg)
+        cfgs["oracle"].exclude_splits = sorted(set(pcfg.exclude_splits) | {"forget"})
+        if cfg.known_removed:
+            cfgs["second_oracle"] = dataclasses.replace(copy.deepcopy(cfgs["oracle"]),
+                                                        seed=pcfg.seed + SECOND_ORACLE_SEED)
+            cfgs["filtered"] = copy.deepcopy(pcfg)
+            cfgs["filtered"].mask_splits = sorted(set(pcfg.mask_splits) | {"forget"})
+    roots = dict(zip(cfgs, cached_pretrain_all(list(cfgs.values()), progress, parallel=cfg.parallel)))
     dirs = {}
     for name, root in roots.items():
         _copy_model(root / "model", out / "models" / name)
@@ -342,6 +355,21 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
         jobs.append((cname, out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
                      control_part))
+    for kname in [n for n in KNOWN_REMOVED if n in dirs]:  # judged as methods, built with the bases
+
+        def known_part(kname=kname) -> dict:
+            model, ktok = load(dirs[kname])
+            if ktok.get_vocab() != tok.get_vocab():
+                raise ModelError(f"{dirs[kname]!r} has another tokenizer than the base model")
+            m = evaluate(kname, model)
+            if oracle_ref is not None:
+                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
+            attack(kname, model, m)
+            return {"metrics": m, "curves": curves[kname],
+                    "timings": {k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
+                                                        f"{kname}_seconds_by_attack")}}
+
+        jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
     configs, ucfgs = {}, {}
     for name in methods:
         mdir = out / "methods" / name

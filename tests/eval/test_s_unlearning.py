@@ -1,0 +1,37 @@
+"""S-unlearning reads what must be kept on knowledge no retain term trains on (obliviate.eval.suite.score_against)."""
+
+import pytest
+
+from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.tasks import Data, EvalSet, Task
+from obliviate.tasks.sources.schema import QAExample
+
+
+def test_r_reads_the_held_out_kept_knowledge_and_the_trained_r_stays_beside_it():
+    """GradDiff's case in issue #41: retain (trained on) kept whole, neighbours gone: S = 1 on the trained retain
+    data, 0.5 on held-out knowledge (neighbours 0, held-out wordings of the retain facts 1)."""
+    base = {"forget_score": 1.0, "retain_score": 1.0, "heldout_keep_score": 1.0}
+    gd = {"forget_score": 0.0, "retain_score": 1.0, "heldout_keep_score": 0.5}
+    s = score_against(base, gd)
+    assert s["s_unlearning_trained"] == 1.0 and s["r_trained"] == 1.0
+    assert s["s_unlearning"] == pytest.approx(0.5) and s["r"] == pytest.approx(0.5)
+    assert s["r_source"] == "held-out kept knowledge"
+    # no held-out set: the trained R, named so
+    s = score_against({"forget_score": 1.0, "retain_score": 1.0}, {"forget_score": 0.0, "retain_score": 0.8})
+    assert s["s_unlearning"] == s["s_unlearning_trained"] == pytest.approx(0.8) and "trained on" in s["r_source"]
+
+
+def test_evaluate_task_pools_neighbours_utility_and_the_retain_variants_into_the_held_out_keep(monkeypatch):
+    from obliviate.eval import suite
+
+    scores = {"retain_qa": 1.0, "retain_para": 0.0, "near": 0.5, "util": 1.0, "forget_qa": 0.0}
+    monkeypatch.setattr(suite, "evaluate_set", lambda model, tok, task, es, **k: {"em": scores[es.name]})
+    qa = [QAExample(question="q", answer="a", split="x")]
+    task = Task("t", forget=Data(qa=[("q", "a")]), retain=Data(qa=[("r", "b")]), evals=[
+        EvalSet("forget_qa", "forget", "qa", qa), EvalSet("retain_qa", "retain", "qa", qa),
+        EvalSet("retain_para", "retain", "qa", qa, variant=True), EvalSet("near", "neighbour", "qa", qa),
+        EvalSet("util", "utility", "qa", qa)])
+    monkeypatch.setattr(suite, "task_metrics", lambda *a, **k: {})
+    m = evaluate_task(None, None, task)
+    assert m["retain_score"] == 1.0  # the trained retain set alone: variants stay out of the role score
+    assert m["heldout_keep_score"] == pytest.approx((0.0 + 0.5 + 1.0) / 3)
