@@ -17,6 +17,7 @@ import torch
 
 from obliviate.attacks.harness import qa_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
+from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.mia import priv_leak
@@ -382,7 +383,7 @@ def robustness_summary(metrics: dict) -> dict:
     :func:`attack_calibration` on each positive control present (:data:`POSITIVE_CONTROLS`) and
     :func:`method_verdict` over the calibrated (attack, control) pairs. PrivLeak against the negative control
     is added to each row with MIA scores, the probe and MIA beside the negative control's
-    (:func:`control_readout`) and ``recovery_cost_vs_oracle``.
+    (:func:`control_readout`).
     """
     neg, base = metrics.get("oracle"), metrics["base"]
     controls = [c for c in POSITIVE_CONTROLS if c in metrics]
@@ -399,11 +400,6 @@ def robustness_summary(metrics: dict) -> dict:
     for name, m in metrics.items():
         if name != "oracle":
             m.update(control_readout(m, neg))
-    cost = (neg or {}).get("recovery_cost_tokens")
-    for name, m in metrics.items():
-        if "recovery_cost_tokens" in m and neg is not None:  # a method's cost in units of the oracle's
-            m["recovery_cost_vs_oracle"] = (None if cost is None or m["recovery_cost_tokens"] is None
-                                            else m["recovery_cost_tokens"] / cost)
     if neg is not None:
         for name, m in metrics.items():
             for k in [k for k in m if k.startswith("mia_auc_")]:
@@ -463,12 +459,22 @@ def gaps(m: dict) -> dict:
 
 
 ROBUSTNESS = ["model", "verdict", "relearn_disjoint_start_acc", "relearn_disjoint_acc",
-              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens", "recovery_cost_vs_oracle",
+              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens", "recovery_cost_vs_learning",
               "probe_acc", "probe_calibrated", "probe_gap", "format_shift_gap", "mia_auc_min_k", "priv_leak_min_k"]
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _shown(m: dict, key: str):
+    """A model's ``key`` in the relearning table: the recovery cost as ``≤ x`` / ``> budget`` / ``x`` and its ratio
+    to learning as ``≥ x`` / ``≤ x`` / ``x`` (:func:`~obliviate.attacks.relearn.cost_text`, ``ratio_text``)."""
+    if key == "recovery_cost_tokens" and "recovery_cost_bound" in m:
+        return cost_text(m[key], m["recovery_cost_bound"])
+    if key == "recovery_cost_vs_learning" and "recovery_cost_vs_learning_bound" in m:
+        return ratio_text(m[key], m["recovery_cost_vs_learning_bound"])
+    return m.get(key)
 
 
 def _cell(m: dict, key: str) -> str | None:
@@ -508,7 +514,7 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
     for name in ["oracle", *POSITIVE_CONTROLS] + [n for n in metrics if n not in REFERENCES]:
         if name in metrics:
             v = robustness["verdicts"].get(name, {}).get("verdict", "(control)")
-            rows.append({"model": name, "verdict": v, **{k: metrics[name].get(k) for k in ROBUSTNESS[2:]}})
+            rows.append({"model": name, "verdict": v, **{k: _shown(metrics[name], k) for k in ROBUSTNESS[2:]}})
     present = [c for c in POSITIVE_CONTROLS if c in metrics]
     lines = ["## Robustness: does the knowledge come back?", "",
              "The oracle (never saw the forget data) is the negative control. The positive controls provably keep "
