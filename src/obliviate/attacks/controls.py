@@ -535,4 +535,9 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
         lines.append("- no attack could be calibrated (no controls, or no attack ran on them).")
     table_rows, table_cols = robustness_table(metrics, robustness)
     return lines + ["", "### Robustness table", "", markdown_table(table_rows, table_cols), "",
-                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), ""]
+                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), "",
+                    "`recovery_cost_tokens`: the tokens the disjoint attacker needs to win back half of what the model "
+                    "lost (`≤ x`: back by the first read; `> x`: not back within the budget). "
+                    "`recovery_cost_vs_learning`: the oracle's tokens to learn the held-out facts from scratch over "
+                    "this model's to relearn them (about 1: as if never seen; above 1: back faster than it could be "
+                    "learned).", ""]
