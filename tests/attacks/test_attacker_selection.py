@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from obliviate.attacks.verdict import robustness_summary
 from obliviate.attacks.harness import _cost, _pick, _selected_metrics, answer_leakage, leakage_metrics
 from obliviate.attacks.relearn import recovery_cost
 from obliviate.tasks import load_task
@@ -98,11 +99,20 @@ def test_recovery_cost_is_half_the_lost_score_on_the_cheapest_setting():
     fast = [(0, 0.2), (50, 0.3), (150, 0.55)]
     # target = 0.2 + 0.5 (0.8 - 0.2) = 0.5: slow reaches it at 200 tokens, fast at 150
     assert recovery_cost([slow, fast], 0.2, 0.8, n_params=1000) == {
-        "recovery_cost_tokens": 150, "recovery_cost_flops": 6.0 * 1000 * 150, "recovery_target": pytest.approx(0.5)}
-    assert recovery_cost([slow], 0.2, 1.8)["recovery_cost_tokens"] is None  # 1.0 never reached
+        "recovery_cost_tokens": 150, "recovery_cost_flops": 6.0 * 1000 * 150, "recovery_target": pytest.approx(0.5),
+        "recovery_cost_bound": "exact", "recovery_cost_reason": None, "recovery_budget_tokens": 300}
+    never = recovery_cost([slow], 0.2, 1.8)  # 1.0 never reached: above the budget, not a blank
+    assert never["recovery_cost_tokens"] == 300 and never["recovery_cost_bound"] == "above_budget"
     assert recovery_cost([slow], 0.8, 0.8)["recovery_cost_tokens"] is None  # nothing was lost
     # a loss falls towards the base: 4.0 -> target 3.0
     assert recovery_cost([[(0, 4.0), (10, 3.5), (20, 2.9)]], 4.0, 2.0, higher_is_better=False)[
         "recovery_cost_tokens"] == 20
-    lo = _run("lo", [[0, 0.0], [5, 0.6]], [[0, 0.0], [5, 0.6]], tokens_per_step=10)
-    assert _cost([[lo]], 0.0, 1.0, 1)["recovery_cost_tokens"] == 50
+    lo = _run("lo", [[0, 0.0], [2, 0.3], [5, 0.6]], [[0, 0.0], [2, 0.3], [5, 0.6]], tokens_per_step=10)
+    assert _cost([[lo]], [1.0], 0.0, 1.0, 1)["recovery_cost_tokens"] == 50
+
+
+def test_the_ratio_to_the_oracles_cost_is_gone():
+    metrics = {"base": {"forget_score": 1.0}, "oracle": {"recovery_cost_tokens": 200},
+               "a": {"recovery_cost_tokens": 400}}
+    robustness_summary(metrics)
+    assert not any("recovery_cost_vs_oracle" in m for m in metrics.values())  # recovery_cost_vs_learning instead

@@ -62,7 +62,8 @@ def test_the_corpus_attack_has_its_own_learning_rates(small_world, world_tokeniz
     monkeypatch.setattr(suite, "relearn_attack", spy)
     run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus_lr_grid=[3e-3], mia=False, probe=False,
                                                               format_shift=False))
-    assert sorted(seen) == sorted([(True, 3e-3)] + [(False, 1e-3)] * 3)  # corpus once; each A/V/B fold once
+    # corpus once; each A/V/B fold once; the learning run on fold 0's B facts once
+    assert sorted(seen) == sorted([(True, 3e-3)] + [(False, 1e-3)] * 4)
 
 
 def test_suite_config_validation():

@@ -65,7 +65,7 @@ def test_the_harness_records_each_attacks_cost_and_scores_the_base_model_once(ta
     assert set(seconds) == set(res["attacks_run"])  # wall time goes to the caller's timings, not the metrics
     for name, c in res["attack_cost"].items():
         assert c["forwards"] > 0 and c["tokens"] > 0 and seconds[name] >= 0, name
-    assert res["attack_cost"]["relearn_disjoint"]["backwards"] == 3 * 2  # three folds, two steps each
+    assert res["attack_cost"]["relearn_disjoint"]["backwards"] == 4 * 2  # three folds and the learning run, 2 steps
     assert res["attack_cost"]["logit_lens"]["backwards"] == 0
     with counting(base) as second:
         again = run_task_attacks(model, tok, task, cfg, base_model=base, base_cache=cache)

@@ -47,10 +47,10 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     m = res["metrics"]
     assert set(m) == {"base", "oracle", "positive_control", "positive_control_smallnorm", "graddiff", "rmu"}
     # each model is evaluated once and attacked once; each attack runs once per model (the demo's one setting
-    # per relearning attack: the corpus once, each of the three A/V/B folds once)
+    # per relearning attack: the corpus once, each of the three A/V/B folds once, and the learning run once)
     n = len(m)
     counts = Counter(log.read_text().split())
-    assert counts == {"evaluate_task": n, "run_task_attacks": n, "relearn_attack": 4 * n,
+    assert counts == {"evaluate_task": n, "run_task_attacks": n, "relearn_attack": 5 * n,
                       "value_probe_attack": n, "mia_metrics": n, "format_shift_attack": n}
     for name in ("graddiff", "rmu"):
         for key in ("forget_qa_em", "forget_score", "retain_qa_em", "general_qa_em", "retain_score", "s_unlearning",
@@ -62,7 +62,9 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
                                            "ablate", "logit_lens", "in_context"}, name  # the demo's: not gcg
         assert set(row["attack_cost"]) == set(row["attacks_run"]) == set(res["timings"][f"{name}_seconds_by_attack"])
         assert all(c["forwards"] > 0 for k, c in row["attack_cost"].items() if k != "format_shift"), name
-        for key in ("relearn_disjoint_acc", "relearn_disjoint_start_acc", "recovery_cost_tokens", "mia_auc_loss",
+        for key in ("relearn_disjoint_acc", "relearn_disjoint_start_acc", "recovery_cost_tokens", "recovery_cost_bound",
+                    "relearn_disjoint_budget_limited", "learning_cost_tokens", "recovery_cost_vs_learning",
+                    "recovery_cost_vs_learning_reason", "mia_auc_loss",
                     "mia_auc_zlib", "mia_auc_min_k", "mia_auc_min_k_plus_plus"):
             assert key in row, (name, key)
     assert set(res["robustness"]["verdicts"]) == {"graddiff", "rmu"}

@@ -25,7 +25,8 @@ from obliviate.attacks.logit_lens import logit_lens_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.prompts import prompt_attack
 from obliviate.attacks.quantize import quantize_attack
-from obliviate.attacks.relearn import RelearnConfig, curve_auc, recovery_cost, relearn_attack, steps_to_reach
+from obliviate.attacks.relearn import (RelearnConfig, curve_auc, learning_ratio, recovery_cost, relearn_attack,
+                                      steps_to_reach)
 from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
@@ -46,6 +47,10 @@ class TaskAttackConfig:
     """Relearn on the task's related corpus, where it has one."""
     disjoint: bool = True
     """Relearn on one half of the forget QA facts, test on the other, and swap."""
+    learning: bool = True
+    """With ``disjoint``, also fine-tune on one held-out part's own facts and read the tokens to reach half the base
+    model's score there (``learning_*``): on the oracle that is learning them from scratch, the scale of
+    ``recovery_cost_vs_learning`` (:func:`add_learning_ratios`)."""
     probe: bool = True
     """Linear probe on the forget MCQs, where the task has them."""
     probe_layers: list[int] | None = None
@@ -333,9 +338,12 @@ def _selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]
     on B itself, an upward-biased number); ``<prefix>_curve``: the mean of the chosen settings' B curves, which
     ``_start_acc``, ``_final_acc``, ``_auc``, ``_steps_to_base`` and ``_tokens_to_base`` read;
     ``<prefix>_setting`` / ``<prefix>_best_step``: each fold's choice; ``<prefix>_by_setting``: each setting's last
-    B score (mean over folds)."""
+    B score (mean over folds); ``<prefix>_budget_limited``: a fold chose the budget's last step while its V curve was
+    still rising at that read (more steps would have brought back more; ``_budget_limited_folds`` counts them)."""
     picks = [_pick(runs) for runs in folds]
     chosen = [next(run for run in runs if run[0] == tag) for runs, (tag, *_) in zip(folds, picks)]
+    limited = [p[1] == run[2][-1][0] and len(run[2]) > 1 and run[2][-1][1] > run[2][-2][1]
+               for p, run in zip(picks, chosen)]
     curve = _mean_curves([run[3] for run in chosen])
     tokens_per_step = float(np.mean([run[1]["tokens_per_step"] for run in chosen]))
     steps = steps_to_reach(curve, base)
@@ -347,18 +355,80 @@ def _selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]
             else int(steps * tokens_per_step), f"{prefix}_base_acc": base, f"{prefix}_curve": curve,
             f"{prefix}_tokens_per_step": tokens_per_step,
             f"{prefix}_setting": [p[0] for p in picks], f"{prefix}_best_step": [p[1] for p in picks],
+            f"{prefix}_budget_limited": any(limited), f"{prefix}_budget_limited_folds": int(sum(limited)),
             f"{prefix}_by_setting": {t: float(np.mean([runs[i][3][-1][1] for runs in folds])) for i, t in enumerate(tags)}}
 
 
-def _cost(folds: list[list[tuple[str, dict, list, list]]], start: float, base: float | None, n: int) -> dict:
-    """:func:`~obliviate.attacks.relearn.recovery_cost` over the settings, each setting's B curve (mean over
-    folds) against the tokens it had trained on."""
-    curves = []
-    for i in range(len(folds[0])):
-        b = _mean_curves([runs[i][3] for runs in folds])
-        tokens = np.mean([runs[i][1]["tokens_at"] for runs in folds], axis=0)
-        curves.append([(int(t), v) for t, (_, v) in zip(tokens, b)])
-    return {**recovery_cost(curves, start, base, n), "recovery_budget_tokens": max(c[-1][0] for c in curves)}
+def _token_curve(res: dict, curve: list) -> list:
+    """``curve`` (``[[step, score], ...]`` of the run ``res``) against the tokens trained on by each read."""
+    return [(int(t), v) for t, (_, v) in zip(res["tokens_at"], curve)]
+
+
+def _cost(folds: list[list[tuple[str, dict, list, list]]], v_bases: list[float | None] | None, start: float,
+          base: float | None, n: int) -> dict:
+    """:func:`~obliviate.attacks.relearn.recovery_cost` with the attacker's setting chosen on V, read on B.
+
+    Each fold (a list of ``(tag, result, V curve, B curve)`` per setting) picks the setting that wins back half of
+    what V lost (towards ``v_bases``, the base model's V score of each fold) in the fewest tokens (none reaching
+    it: the highest area under the V curve; ties: the grid's order); the cost is read on the chosen settings' B
+    curves, the mean over folds, against ``start`` and ``base`` (B's). B never enters the choice
+    (``recovery_cost_chosen_on`` ``"V"``, ``recovery_cost_scored_on`` ``"B"``, ``recovery_cost_setting``: each
+    fold's choice)."""
+    chosen = []
+    for i, runs in enumerate(folds):
+        vb = None if v_bases is None else v_bases[i]
+
+        def key(item, vb=vb):
+            order, (_, res, v, _) = item
+            c = recovery_cost([_token_curve(res, v)], v[0][1], vb)
+            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact", "at_most") else float("inf")
+            return t, -curve_auc(v), order
+
+        chosen.append(min(enumerate(runs), key=key)[1])
+    b = _mean_curves([run[3] for run in chosen])
+    tokens = np.mean([run[1]["tokens_at"] for run in chosen], axis=0)
+    curve = [(int(round(t)), v) for t, (_, v) in zip(tokens, b)]
+    return {**recovery_cost([curve], start, base, n), "recovery_cost_setting": [run[0] for run in chosen],
+            "recovery_cost_chosen_on": "V", "recovery_cost_scored_on": "B"}
+
+
+LEARNING_KEYS = {"recovery_cost_tokens": "learning_cost_tokens", "recovery_cost_bound": "learning_cost_bound",
+                 "recovery_cost_reason": "learning_cost_reason", "recovery_target": "learning_target",
+                 "recovery_budget_tokens": "learning_budget_tokens"}
+
+
+def _learning(r: "AttackRun", held: list, base: float | None, grid: list[tuple[str, RelearnConfig]],
+              fold: int) -> dict:
+    """Fine-tune on the facts ``held`` themselves and read the tokens until their score reaches half the base
+    model's (``base``; the chance level of QA is 0): ``learning_cost_tokens`` (with ``_bound``, ``_reason``,
+    ``learning_target``, ``learning_budget_tokens``, ``learning_curve``). One setting, the same for every model:
+    the grid's largest full fine-tuning rate (``learning_setting``), read at log-spaced steps. On the oracle this
+    is learning the facts from scratch; :func:`add_learning_ratios` sets each model's cost against it."""
+    tag, rc = max(((t, c) for t, c in grid if not c.lora), key=lambda x: x[1].lr)
+    fn = qa_score_fn(r.tokenizer, r.task, held)
+    res = relearn_attack(r.model, r.tokenizer, r.task.prompt.pairs(list(held), r.tokenizer), fn, rc,
+                         out_dir=None if r.run_dir is None else r.run_dir / "learning", resume=r.resume)
+    start = res["curve"][0][1]
+    c = recovery_cost([_token_curve(res, res["curve"])], start, base, target=None if base is None else 0.5 * base)
+    return {**{LEARNING_KEYS[k]: c[k] for k in LEARNING_KEYS}, "learning_curve": res["curve"],
+            "learning_start_acc": start, "learning_setting": tag, "learning_fold": fold}
+
+
+def add_learning_ratios(metrics: dict, reference: str = "oracle") -> None:
+    """Write ``recovery_cost_vs_learning`` (with ``_bound`` and ``_reason``) into every model of ``metrics`` that
+    has a learning cost: the ``reference`` model's (the oracle's: learning the facts from scratch) over its own
+    (relearning them; :func:`~obliviate.attacks.relearn.learning_ratio`). The oracle's is computed once, by its own
+    attack."""
+    ref = metrics.get(reference)
+    if ref is not None and "learning_cost_bound" not in ref:
+        ref = None
+    learn = ({"tokens": None, "bound": None, "reason": f"no {reference} (a model that never saw the facts)"}
+             if ref is None else {"tokens": ref["learning_cost_tokens"], "bound": ref["learning_cost_bound"],
+                                  "reason": ref.get("learning_cost_reason")})
+    for m in metrics.values():
+        if "learning_cost_bound" in m:
+            m.update(learning_ratio(learn, {"tokens": m["learning_cost_tokens"], "bound": m["learning_cost_bound"],
+                                            "reason": m.get("learning_cost_reason")}))
 
 
 RARE_ANSWERS = 2
@@ -469,17 +539,20 @@ def disjoint_attack(r: AttackRun) -> dict:
 
     Three ways (:meth:`~obliviate.tasks.base.Task.forget_folds`, groups whole): train on A, choose the setting and
     the step on V, report on B, rotated so that each part is B once (:func:`_selected_metrics`). Also the
-    leakage check (:func:`leakage_metrics`) and the recovery cost (:func:`_cost`)."""
+    leakage check (:func:`leakage_metrics`), the recovery cost (:func:`_cost`; every curve read at log-spaced steps)
+    and, with ``learning``, the cost of fine-tuning on fold 0's B facts themselves (:func:`_learning`)."""
     folds = r.task.forget_folds(r.cfg.seed)
     if folds is None:
         return {}
-    grid = attack_grid(r.model, r.cfg)
-    runs, bases = [], []
+    grid = [(tag, replace(rc, reads="log")) for tag, rc in attack_grid(r.model, r.cfg)]
+    runs, bases, v_bases = [], [], []
     for i, (a, v, b) in enumerate(folds):
         fn = split_score_fn(r.tokenizer, r.task, {"B": b[:r.cfg.max_eval], "V": v[:r.cfg.max_eval]})
-        target = (r.on_base(("disjoint_B", r.cfg.seed, i, r.cfg.max_eval), lambda b, fn=fn: fn(b)["B"])
+        scores = (r.on_base(("disjoint", r.cfg.seed, i, r.cfg.max_eval), lambda b, fn=fn: fn(b))
                   if r.base_model is not None else None)
+        target = None if scores is None else scores["B"]
         bases.append(target)
+        v_bases.append(None if scores is None else scores["V"])
         pairs = r.task.prompt.pairs(list(a), r.tokenizer)
         fold = []
         for tag, rc in grid:
@@ -490,9 +563,10 @@ def disjoint_attack(r: AttackRun) -> dict:
         runs.append(fold)
     base = None if r.base_model is None else float(np.mean(bases))
     out = _selected_metrics("relearn_disjoint", runs, base)
+    learning = _learning(r, folds[0][2][:r.cfg.max_eval], bases[0], grid, 0) if r.cfg.learning else {}
     return {**out, "relearn_disjoint_selection": "V", "relearn_disjoint_folds": len(folds),
             **leakage_metrics(r.task, folds),
-            **_cost(runs, out["relearn_disjoint_start_acc"], base, n_params(r.model))}
+            **_cost(runs, v_bases, out["relearn_disjoint_start_acc"], base, n_params(r.model)), **learning}
 
 
 @register_attack("mia", "mia", lambda task: bool(task.holdout))
@@ -611,8 +685,9 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     read on facts that took no part in the choice (:func:`_selected_metrics`). Keys: ``relearn_*`` (corpus),
     ``relearn_disjoint_*`` (``_acc``: the held-out part B at the step chosen on V, mean over the folds;
     ``_acc_optimistic``: the best over settings and steps read on B itself; ``_start_acc``: B before;
-    ``_leakage``: :func:`leakage_metrics`), ``recovery_cost_tokens`` / ``recovery_cost_flops``
-    (:func:`~obliviate.attacks.relearn.recovery_cost`), ``probe_acc`` /
+    ``_leakage``: :func:`leakage_metrics`), ``recovery_cost_tokens`` / ``_bound`` / ``_flops``
+    (:func:`~obliviate.attacks.relearn.recovery_cost`, the setting chosen on V: :func:`_cost`), ``learning_*``
+    (:func:`_learning`; ``recovery_cost_vs_learning`` needs the oracle's: :func:`add_learning_ratios`), ``probe_acc`` /
     ``probe_best_layer`` / ``probe_chance``, ``mia_auc_<score>`` (:func:`obliviate.eval.mia.mia_metrics`),
     ``format_shift_acc`` / ``format_shift_set``, ``base_knows_forget`` and ``attacks_run``; ``attack_cost``:
     ``{attack: {forwards, backwards, tokens}}`` of ``model`` and every copy an attack made of it

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from obliviate.attacks.controls import MECHANISM, POSITIVE_CONTROLS
+from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
 from obliviate.eval.outcome import verdict_keep, verdict_score
 from obliviate.runs.report import markdown_table
@@ -412,12 +413,22 @@ def gaps(m: dict) -> dict:
 
 
 ROBUSTNESS = ["model", "verdict", "relearn_disjoint_start_acc", "relearn_disjoint_acc",
-              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens",
+              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens", "recovery_cost_vs_learning",
               "probe_acc", "probe_calibrated", "probe_gap", "format_shift_gap", "mia_auc_min_k", "priv_leak_min_k"]
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _shown(m: dict, key: str):
+    """A model's ``key`` in the relearning table: the recovery cost as ``≤ x`` / ``> budget`` / ``x`` and its ratio
+    to learning as ``≥ x`` / ``≤ x`` / ``x`` (:func:`~obliviate.attacks.relearn.cost_text`, ``ratio_text``)."""
+    if key == "recovery_cost_tokens" and "recovery_cost_bound" in m:
+        return cost_text(m[key], m["recovery_cost_bound"])
+    if key == "recovery_cost_vs_learning" and "recovery_cost_vs_learning_bound" in m:
+        return ratio_text(m[key], m["recovery_cost_vs_learning_bound"])
+    return m.get(key)
 
 
 def _cell(m: dict, key: str, calibrated: bool) -> str | None:
@@ -493,7 +504,7 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
     for name in model_order(metrics):
         if name != "base":
             v = robustness["verdicts"].get(name, {}).get("verdict", "(control)")
-            rows.append({"model": name, "verdict": v, **{k: metrics[name].get(k) for k in ROBUSTNESS[2:]}})
+            rows.append({"model": name, "verdict": v, **{k: _shown(metrics[name], k) for k in ROBUSTNESS[2:]}})
     present = [c for c in POSITIVE_CONTROLS if c in metrics]
     known = [n for n in KNOWN_REMOVED if n in metrics]
     band = robustness.get("band", {})
@@ -522,4 +533,9 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
                      if n in robustness["verdicts"]]
     return lines + ["", "### Robustness table", "", markdown_table(table_rows, table_cols), "",
                     "### Verdicts", "", *verdict_lines, "",
-                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), ""]
+                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), "",
+                    "`recovery_cost_tokens`: the tokens the disjoint attacker needs to win back half of what the model "
+                    "lost (`≤ x`: back by the first read; `> x`: not back within the budget). "
+                    "`recovery_cost_vs_learning`: the oracle's tokens to learn the held-out facts from scratch over "
+                    "this model's to relearn them (about 1: as if never seen; above 1: back faster than it could be "
+                    "learned).", ""]

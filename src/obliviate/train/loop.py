@@ -28,7 +28,7 @@ import math
 import shutil
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 from tqdm.auto import tqdm
@@ -100,6 +100,7 @@ def train(
     resume: bool = True,
     eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
     eval_every: int = 0,
+    eval_steps: Collection[int] | None = None,
     extra_params: list[torch.nn.Parameter] | None = None,
     state_hooks: tuple[Callable[[], dict], Callable[[dict], None]] | None = None,
     accelerator=None,
@@ -108,6 +109,7 @@ def train(
 
     ``eval_fn(model, step)`` (if given) runs at step 0, every ``eval_every``
     steps and at the end; its metrics go to ``metrics.jsonl`` with the step.
+    ``eval_steps`` (a set of steps, e.g. log-spaced) replaces ``eval_every`` where given.
     ``extra_params`` are additional trainable tensors (not model parameters)
     optimised alongside the model. ``state_hooks = (get, set)`` adds state that
     lives outside the model (e.g. a method's own learned scorer) to checkpoints:
@@ -225,7 +227,8 @@ def train(
                 bar.set_postfix(loss=f"{rec['loss']:.4f}")
                 log(rec)
                 running, n_running = {}, 0
-            if eval_fn is not None and eval_every and done % eval_every == 0 and done != cfg.steps:
+            read = done in eval_steps if eval_steps is not None else bool(eval_every) and done % eval_every == 0
+            if eval_fn is not None and read and done != cfg.steps:
                 evaluate(done)
             if ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done != cfg.steps:
                 weights = backend.weights(model)  # collectives when sharded: every process takes part

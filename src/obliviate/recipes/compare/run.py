@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
+from obliviate.attacks.harness import TaskAttackConfig, add_learning_ratios, check_attackable, run_task_attacks
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
-from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
 from obliviate.config import to_dict
 from obliviate.errors import DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
@@ -424,6 +424,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                 task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
                 main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                 progress=progress))
+    add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     timings["total_seconds"] = time.time() - t0

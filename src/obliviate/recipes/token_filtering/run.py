@@ -499,10 +499,12 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
         # the one recovery cost (obliviate.attacks.relearn.recovery_cost), in loss: tokens until the fine-tune
-        # closes half the gap between its starting forget loss and the baseline's (null when nothing was lost)
+        # closes half the gap between its starting forget loss and the baseline's (null when nothing was lost, and
+        # here also when the budget ran out first: the claims read null as "not recovered within the budget")
         start = v["curve"][0][1] if v["curve"] else None
-        v["recovery_cost_tokens"] = recovery_cost([v["curve"]], start, baseline,
-                                                  higher_is_better=False)["recovery_cost_tokens"]
+        cost = recovery_cost([v["curve"]], start, baseline, higher_is_better=False)
+        v["recovery_cost_tokens"] = (None if cost["recovery_cost_bound"] == "above_budget"
+                                     else cost["recovery_cost_tokens"])
 
     # ---- refusal training at the largest size
     refusal = {}
