@@ -219,3 +219,10 @@ def test_priv_leak_against_the_oracle():
 def test_method_verdict_without_usable_attacks_is_inconclusive():
     base = {"forget_score": 1.0, **KEEP}
     assert method_verdict(_like_oracle(), base, {}, None, [])["verdict"] == "inconclusive"
+
+
+def test_a_known_removed_model_not_called_removed_is_said_in_the_report():
+    metrics, r = _world(second_oracle=_like_oracle(**_m(0.0, 0.6)), filtered=_like_oracle(neighbour_score=0.1))
+    md = "\n".join(robustness_markdown(metrics, r))
+    assert "The second oracle is *suppressed*, not removed." in md and "defect of the rule" in md
+    assert "The filtered model is *retain lost*, not removed" in md

@@ -399,6 +399,30 @@ def verdict_line(name: str, v: dict) -> str:
     return f"{name}: {v['verdict']}{f' ({by})' if by else ''}: {v['reason']}"
 
 
+def known_removed_findings(verdicts: dict) -> list[str]:
+    """What a known-removed model's verdict other than *removed* means, one line each."""
+    out = []
+    v = verdicts.get("second_oracle")
+    if v and v["verdict"] != "removed":
+        out.append(f"- **The second oracle is *{v['verdict']}*, not removed.** It never saw the forget facts, so this "
+                   "is a defect of the rule on this task (too narrow a band, or no calibrated attack), not a finding "
+                   "about it: no *removed* in this comparison can be trusted further than this.")
+    v = verdicts.get("filtered")
+    if v and v["verdict"] != "removed":
+        why = {"inconclusive": "no calibrated attack could place it, or an attack lifts it above the oracle band: "
+                               "the masked forget tokens still reached it as inputs, so what follows them in context "
+                               "was learned from them",
+               "suppressed": "a calibrated attack brings its forget answers back: the masked tokens still reached "
+                             "it as inputs, and what it learned to predict around them holds the facts",
+               "retain lost": "it keeps less of the neighbour or retain knowledge than the base model: masking the "
+                              "forget tokens also removed what the model learned to predict next to them",
+               "not unlearned": "its forget score stays above half the base model's: the facts reach it through the "
+                                "unmasked tokens around them"}.get(v["verdict"], "")
+        out.append(f"- The filtered model is *{v['verdict']}*, not removed{': ' + why if why else ''}. That is a "
+                   "finding about token-level loss masking at this scale, not a failure of the run.")
+    return out
+
+
 def gaps(m: dict) -> dict:
     """What the attacks read beyond the model's own answers, where ``m`` has the numbers:
     ``format_shift_gap``: ``format_shift_acc`` (the best variant of the forget set) minus ``forget_score``
@@ -530,7 +554,7 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
     lines += calibration_lines(robustness)
     table_rows, table_cols = robustness_table(metrics, robustness)
     verdict_lines = [f"- {verdict_line(n, robustness['verdicts'][n])}" for n in judged(metrics)
-                     if n in robustness["verdicts"]]
+                     if n in robustness["verdicts"]] + known_removed_findings(robustness["verdicts"])
     return lines + ["", "### Robustness table", "", markdown_table(table_rows, table_cols), "",
                     "### Verdicts", "", *verdict_lines, "",
                     "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), "",
