@@ -39,13 +39,18 @@ def test_forgot_is_a_share_of_the_base_score_above_chance():
     assert not forgot(0.36, 0.45, chance=0.25) and forgot(0.35, 0.45, chance=0.25)
 
 
-def test_the_band_follows_the_oracles_sampling_noise():
-    # 72 items, the oracle at 2/72: p~ = 3/74; one attack: z = 1.645
-    p, n = 2 / 72, 72
-    pt = 3 / 74
-    assert band_tolerance(p, n) == pytest.approx(1.6448536 * (2 * pt * (1 - pt) / n) ** 0.5, rel=1e-6)
-    assert band_tolerance(p, n, k=6) > band_tolerance(p, n)  # more attacks compared: a wider band each
+def test_the_band_is_a_one_sided_two_proportion_test_against_the_oracle():
+    # 72 items, the oracle at 1/72, 7 attacks: z = 2.45; 8/72 passes (z 2.41), 9/72 does not (z 2.63), by hand
+    n, p = 72, 1 / 72
+    upper = p + band_tolerance(p, n, k=7)
+    assert 8 / 72 <= upper < 9 / 72
+    r = (p + upper) / 2
+    from statistics import NormalDist
+    z = NormalDist().inv_cdf(1 - 0.05 / 7)
+    assert upper - p == pytest.approx(z * (2 * r * (1 - r) / n) ** 0.5, abs=1e-9)  # on the test's boundary
+    assert band_tolerance(p, n, k=7) > band_tolerance(p, n)  # more attacks compared: a wider band each
     assert band_tolerance(0.3, 20) > band_tolerance(0.3, 200)  # fewer items: wider
+    assert band_tolerance(0.0, 72) == pytest.approx(0.0, abs=0.1) and band_tolerance(0.0, 72) >= 1 / 72
     assert band_tolerance(0.0, 10_000) >= 1e-4  # at least one item
 
 

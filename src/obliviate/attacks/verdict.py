@@ -33,7 +33,8 @@ SUPPRESSED_SHARE = 0.5
 """*suppressed*: a recovery at least this share of the positive control's."""
 BAND_ALPHA = 0.05
 """The oracle band's error rate: a model that is in truth like the oracle falls outside the band of some attack
-with at most this probability, over all the attacks compared (Bonferroni: each attack at ``BAND_ALPHA / k``)."""
+with at most about this probability by item sampling, over all the attacks compared (Bonferroni: each attack at
+``BAND_ALPHA / k``, :func:`band_tolerance`)."""
 DEFAULT_ITEMS = 50
 """The items an attack scores when a comparison does not say (the band's width follows it)."""
 MIA_SEPARATION = 0.2
@@ -153,13 +154,25 @@ def keeps(m: dict, base: dict) -> bool | None:
 
 def band_tolerance(p: float, n: int, k: int = 1) -> float:
     """How far above the oracle's after-attack score ``p`` (over ``n`` items) a model like the oracle can land by
-    sampling alone: the one-sided ``1 - BAND_ALPHA / k`` bound on the difference of two proportions of ``n`` items,
-    ``z * sqrt(2 p~ (1 - p~) / n)``, with ``p~ = (n p + 1) / (n + 2)`` (the oracle at 0 still has a noise), and at
-    least one item (``1 / n``). The bootstrap over items of a mean of 0/1 outcomes has this spread."""
+    sampling alone: the largest ``q - p`` that a one-sided two-proportion z-test at level ``BAND_ALPHA / k``
+    (Bonferroni over the ``k`` attacks compared) does not tell from ``p``, both scores over ``n`` items, with the
+    pooled variance ``2 r (1 - r) / n``, ``r = (p + q) / 2``; at least one item (``1 / n``). Both models' own
+    noise is in it: the oracle at 1/72 bounds a model at 8/72 with 7 attacks compared, and at 0 still leaves
+    ``~z^2 / n``."""
     n = max(1, int(n))
     z = NormalDist().inv_cdf(1 - BAND_ALPHA / max(1, k))
-    pt = (p * n + 1) / (n + 2)
-    return max(1.0 / n, z * math.sqrt(2 * pt * (1 - pt) / n))
+
+    def rejects(q: float) -> bool:
+        r = (p + q) / 2
+        return q - p > z * math.sqrt(max(2 * r * (1 - r) / n, 1e-18))
+
+    lo, hi = p, 1.0
+    if not rejects(hi):
+        return max(1.0 / n, hi - p)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if rejects(mid) else (mid, hi)
+    return max(1.0 / n, lo - p)
 
 
 def separation(p0, p1, n0, n1, base_score, chance: float = 0.0, tol: float = 0.0) -> dict:
