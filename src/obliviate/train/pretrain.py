@@ -28,7 +28,7 @@ from obliviate.data import (
 )
 from obliviate.errors import ConfigError
 from obliviate.eval.core import LETTERS, mcq_prompt
-from obliviate.losses import lm_loss
+from obliviate.losses import lm_loss, lm_loss_labelled
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
@@ -243,7 +243,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     def loss_fn(m, batch, step):
         terms = {"lm": lm_loss(m, batch["lm"])}
         for name, (_, _, _, weight) in terms_data.items():
-            terms[name] = weight * lm_loss(m, batch[name])
+            terms[name] = weight * lm_loss_labelled(m, batch[name])  # logits at the answers only
         return terms
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
