@@ -136,11 +136,11 @@ def cmd_attack(args) -> None:
     judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked
     cache: dict = {}  # the base model's scores, computed once for every model attacked
 
-    def attacked(m, name: str, relearn_dir: str, with_base: bool = True) -> dict:
+    def attacked(m, name: str, relearn_dir: str) -> dict:
         ev = evaluate_task(m, tok, task, batch_size=cfg.eval_batch_size, progress=progress) if judge else None
         if judge and name != "model":
             print(f"obliviate: attacking {name}", file=sys.stderr)
-        att = run_task_attacks(m, tok, task, cfg.attacks, base_model=base_model if with_base else None, metrics=ev,
+        att = run_task_attacks(m, tok, task, cfg.attacks, base_model=base_model, metrics=ev,
                                out_dir=out / relearn_dir, resume=resume, base_cache=cache)
         return {**(ev or {}), **att}
 
@@ -162,7 +162,7 @@ def cmd_attack(args) -> None:
             print(f"obliviate: negative control: {untrained} (the model before it was taught the task)",
                   file=sys.stderr)
         ctl_model, _ = load_model_args(ctl_args, path=control_dir)
-        control = attacked(ctl_model, "the negative control", "relearn_control", with_base=judge)
+        control = attacked(ctl_model, "the negative control", "relearn_control")
         del ctl_model
     else:
         print("obliviate: no negative control (--base-untrained, or a model card naming the finetune input): the "
