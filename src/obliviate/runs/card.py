@@ -15,7 +15,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task: str
                      metrics: dict, outcome: dict | None = None) -> Path:
     """Write ``directory/README.md``: hub-style metadata (``base_model``, ``tags``), the task, the settings,
     the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: also ``obliviate.outcome`` in the
-    metadata; not a verdict on removal, which only ``obliviate attack`` and ``obliviate compare`` give) and a table of the scalar metrics.
+    metadata; not a verdict on removal, which only ``obliviate attack`` and ``obliviate compare`` give) and a
+    table of the scalar metrics.
 
     The names (task, method, base model, metric) are data, often from a user's spec: the Markdown shows
     them escaped (:func:`~obliviate.runs.report.md_escape`), never as HTML, links or images; the YAML
