@@ -25,7 +25,9 @@ def user(tmp_path_factory):
     paths = write_user_files(root / "data", n_forget=8, n_retain=8)
     save_tiny_model(root / "random", "llama", paths["texts"], d_model=32)
     files = ["--forget", str(paths["forget"]), "--retain", str(paths["retain_qa"]), "--no-progress"]
-    assert main(["finetune", "--model", str(root / "random"), *files, "--out", str(root / "ft"), "finetune.batch_size=4"]) == 0
+    assert main(["finetune", "--model", str(root / "random"), *files, "--out", str(root / "ft"),
+                 "finetune.batch_size=4"]) == 0
+    assert _results(root / "ft")["metrics"]["finetuned"]["forget_score"] >= 0.5  # it knows the facts to unlearn
     assert untaught_model(root / "ft" / "model") == str(root / "random")
     return {"root": root, "files": files, "model": str(root / "ft" / "model")}
 
@@ -79,8 +81,9 @@ def test_attack_with_base_ends_with_the_verdict(user, tmp_path, capsys):
     assert res["negative_control_dir"] == str(out / "control" / "model")
     v = res["verdict"]
     assert v["verdict"] in ("removed", "suppressed", "inconclusive", "not unlearned")
-    assert v["line"] == f"verdict: {v['verdict']}" + (f" ({v['attack']}" if v["attack"] else "") + \
-        (f", calibrated on {v['control']})" if v["control"] else ")" if v["attack"] else "") + f": {v['reason']}"
+    assert v["line"].startswith(f"verdict: {v['verdict']}") and v["line"].endswith(f": {v['reason']}")
+    assert (f"({v['attack']}" in v["line"]) == bool(v["attack"])
+    assert (f"calibrated on {v['control']})" in v["line"]) == bool(v["control"])
     assert captured.err.strip().splitlines()[-1] == v["line"]
     json.loads(captured.out)  # stdout stays the metrics' JSON
     assert {"base", "positive_control", "positive_control_smallnorm"} <= set(res["reference_metrics"])
