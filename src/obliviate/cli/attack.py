@@ -153,7 +153,8 @@ def cmd_attack(args) -> None:
         ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
         if kind == RETAIN_FINETUNE:  # ... fine-tuned on the retain data only
             print(f"obliviate: negative control: {untrained} fine-tuned on the retain data only (cached in "
-                  f"{out / 'control'})", file=sys.stderr)
+                  f"{out / 'control'})" + ("" if args.control else f"; the default: --control {UNTAUGHT} attacks "
+                                           f"{untrained} as it is, --control {NO_CONTROL} none"), file=sys.stderr)
             control_dir, control_build = retain_finetune_control(
                 untrained, args.base or args.model, task, out / "control",
                 lambda p: load_model_args(ctl_args, path=p), preset=preset_name, overrides=cfg.control_finetune,

@@ -49,7 +49,9 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     out = prepare_out_dir(args.out)
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
         print(f"obliviate: oracle: {untaught} fine-tuned on the retain data only (cached in "
-              f"{out / 'models' / 'oracle_retain'})", file=sys.stderr)
+              f"{out / 'models' / 'oracle_retain'})"
+              + ("" if args.control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"),
+              file=sys.stderr)
         ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or model, "adapter": None})
         oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain",
                                             lambda p: load_model_args(ctl_args, path=p), preset=preset_name,
@@ -111,6 +113,9 @@ def retain_control_input(args) -> str | None:
         if untrained:
             raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
                               "none: give one of them")
+        if not args.model or args.oracle:
+            raise ConfigError(f"--control {NO_CONTROL} applies to --model without --oracle (without --model, compare "
+                              "builds its own oracle: oracle=false skips it)")
         return None
     if control is None:  # the default: build it where it can be built
         if not getattr(args, "model", None) or getattr(args, "oracle", None):
