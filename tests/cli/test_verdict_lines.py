@@ -95,3 +95,20 @@ def test_attack_with_base_ends_with_the_verdict(user, tmp_path, capsys):
     assert last.startswith("no verdict: ") and "--base DIR" in last
     res = _results(tmp_path / "nobase")
     assert res["verdict"] is None and res["no_verdict"] == last and res["negative_control_kind"] == "untaught"
+
+
+@pytest.mark.heavy(3)
+def test_attack_takes_an_oracle_as_its_negative_control(user, tmp_path, capsys):
+    from tests._cli_errors import one_error
+
+    random = str(user["root"] / "random")  # never saw the forget facts
+    argv = ["attack", "--model", user["model"], "--base", user["model"], "--oracle", random, *user["files"],
+            *ATTACKS, "positive_control=false"]
+    assert main([*argv, "--out", str(tmp_path / "att")]) == 0
+    res = _results(tmp_path / "att")
+    assert (res["negative_control_kind"], res["negative_control_dir"]) == ("oracle", random)
+    assert res["untaught_model_dir"] is None and capsys.readouterr().err.strip().splitlines()[-1] == \
+        res["verdict"]["line"]
+    assert res["verdict"]["verdict"] == "not unlearned"  # the model before unlearning, judged against itself
+    assert main([*argv, "--out", str(tmp_path / "bad"), "--control", "none"]) == 2
+    assert "--oracle is the negative control" in one_error(capsys) and not (tmp_path / "bad").exists()

@@ -27,6 +27,8 @@ from obliviate.train.finetune import training_data
 from obliviate.utils import seed_everything
 
 UNTAUGHT = "untaught"
+ORACLE = "oracle"
+"""``negative_control_kind`` of a control given as ``--oracle DIR``."""
 
 
 @dataclass
@@ -59,10 +61,15 @@ or none."""
 
 
 def negative_control_input(args) -> tuple[str | None, str]:
-    """``(untaught model, control kind)``. The model before it was taught the task is ``--base-untrained``, else
-    the finetune input named by the model cards of ``--base`` or ``--model``. Without ``--control`` the negative
-    control is that model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is
-    none; ``--control retain-finetune`` or ``untaught`` without one fails in one line."""
+    """``(the model the negative control is made from, control kind)``. ``--oracle DIR`` is the control itself
+    (kind ``oracle``). Otherwise the model before it was taught the task is ``--base-untrained``, else the finetune
+    input named by the model cards of ``--base`` or ``--model``; without ``--control`` the negative control is that
+    model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is none;
+    ``--control retain-finetune`` or ``untaught`` without one fails in one line."""
+    if args.oracle:
+        if args.control or args.base_untrained:
+            raise ConfigError("--oracle is the negative control: give it without --control and --base-untrained")
+        return args.oracle, ORACLE
     untrained = args.base_untrained or untaught_model(args.base or args.model)
     kind = args.control or (RETAIN_FINETUNE if untrained else NO_CONTROL)
     if kind == NO_CONTROL:
@@ -87,7 +94,8 @@ def no_verdict(args, kind: str) -> str | None:
                    "controls from it)")
     if kind == NO_CONTROL:
         why.append(NO_NEGATIVE_CONTROL)
-        add.append(UNTAUGHT_HINT + (f" and drop --control {NO_CONTROL}" if args.control == NO_CONTROL else ""))
+        add.append(f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
+                   + (f" and drop --control {NO_CONTROL}" if args.control == NO_CONTROL else ""))
     return no_verdict_line(" and ".join(why), " and ".join(add)) if why else None
 
 
@@ -160,14 +168,14 @@ def cmd_attack(args) -> None:
                 lambda p: load_model_args(ctl_args, path=p), preset=preset_name, overrides=cfg.control_finetune,
                 seed=cfg.seed, progress=progress)
         else:  # ... or as it is
-            print(f"obliviate: negative control: {untrained} (the model before it was taught the task)",
-                  file=sys.stderr)
+            print(f"obliviate: negative control: {untrained} (" + ("--oracle" if kind == ORACLE else
+                  "the model before it was taught the task") + ")", file=sys.stderr)
         ctl_model, _ = load_model_args(ctl_args, path=control_dir)
         control = attacked(ctl_model, "the negative control", "relearn_control")
         del ctl_model
     else:
-        print("obliviate: no negative control (--base-untrained, or a model card naming the finetune input): the "
-              "probe and MIA figures are uncalibrated", file=sys.stderr)
+        print("obliviate: no negative control (--oracle, --base-untrained, or a model card naming the finetune "
+              "input): the probe and MIA figures are uncalibrated", file=sys.stderr)
     references, built, verdict = {}, {}, None
     if judge:  # the base model and the positive controls built from it, attacked as compare attacks them
         references["base"] = attacked(base_model, "the base model", "relearn_base")
@@ -185,7 +193,8 @@ def cmd_attack(args) -> None:
     plot_relearn_curves(metrics, out / "relearn_curve.png")
     write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": control},
                   model_dir=str(args.model), base_model_dir=args.base, negative_control_dir=control_dir,
-                  negative_control_kind=None if control is None else kind, untaught_model_dir=untrained,
+                  negative_control_kind=None if control is None else kind,
+                  untaught_model_dir=None if kind == ORACLE else untrained,
                   **({"negative_control_build": control_build} if control_build else {}),
                   verdict=verdict, **({"no_verdict": missing} if missing else {}),
                   **({"reference_metrics": references, "positive_controls": built} if judge else {}),
@@ -212,6 +221,8 @@ def register(sub) -> None:
     s.add_argument("--base-untrained", help="the model before it was taught the task, from which the negative "
                    "control is made (default: the finetune input named by the model cards of --base or --model); "
                    "without one there is no verdict and the probe and MIA figures are labelled uncalibrated")
+    s.add_argument("--oracle", help="a model that never saw the forget data, attacked as it is as the negative "
+                   "control (instead of one made from the model before it was taught the task)")
     s.add_argument("--control", choices=CONTROLS, help=f"the negative control: {RETAIN_FINETUNE} (the default "
                    "wherever the model before it was taught the task is known) fine-tunes that model on the task's "
                    "retain data only, with the settings the fine-tuned model's card records, cached under "
