@@ -50,7 +50,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
         print(f"obliviate: oracle: {untaught} fine-tuned on the retain data only (cached in "
               f"{out / 'models' / 'oracle_retain'})"
-              + ("" if args.control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"),
+              + ("" if getattr(args, "control", None) else f"; the default: --oracle DIR gives one, --control "
+                                                           f"{NO_CONTROL} none"),
               file=sys.stderr)
         ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or model, "adapter": None})
         oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain",
