@@ -34,6 +34,7 @@ def _counting(monkeypatch, module, name, log: Path):
 @pytest.mark.heavy(38)
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     import obliviate.attacks.harness as suite
+    import obliviate.attacks.positive_controls as positive
     import obliviate.recipes.compare.run as compare
 
     log = tmp_path / "calls.txt"
@@ -89,8 +90,8 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
         raise AssertionError("a finished method was trained again")
 
     monkeypatch.setattr(compare, "unlearn", no_training)
-    monkeypatch.setattr(compare, "suppression_control", no_training)  # the controls are parts too
-    monkeypatch.setattr(compare, "small_norm_control", no_training)
+    monkeypatch.setattr(positive, "suppression_control", no_training)  # the controls are parts too
+    monkeypatch.setattr(positive, "small_norm_control", no_training)
     (out / "results.json").unlink()
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0
     again = json.loads((out / "results.json").read_text())
