@@ -131,19 +131,19 @@ def main(argv=None) -> None:
             s = res["tune"]["settings"]["unlearn"]
             c = res["tune"]["chosen"]
             rows.append({"arch": arch, "method": m, "forget_base": fb, "forget_after": fa, "retain_base": rb,
-                         "retain_after": ra, "pass": ok, "verdict": res["unlearn_verdict"]["verdict"],
+                         "retain_after": ra, "pass": ok, "outcome": res["unlearn_outcome"]["outcome"],
                          "lr": s["train"]["lr"], "steps": s["train"]["steps"],
                          "param": c["param"], "value": c["value"], "feasible_on_validation": res["tune"]["feasible"],
                          "trials": len(res["tune"]["trials"]), "seconds": round(t, 1),
                          "finetune_seconds": round(t_ft, 1)})
             r = rows[-1]
             print(f"{arch} {m}: forget {fb:.2f} -> {fa:.2f}, retain {rb:.2f} -> {ra:.2f}, "
-                  f"{'PASS' if ok else 'FAIL'} ({r['verdict']}; lr {r['lr']:.3g}, steps {r['steps']}"
+                  f"{'PASS' if ok else 'FAIL'} ({r['outcome']}; lr {r['lr']:.3g}, steps {r['steps']}"
                   + (f", {r['param']} {r['value']:.3g}" if r["param"] else "") + f"; {t:.0f} s)", flush=True)
     total = time.time() - t_all
     (out / "summary.json").write_text(json.dumps({"rows": rows, "seconds": round(total, 1), "args": vars(a),
                                                   "threads": os.environ.get("OMP_NUM_THREADS")}, indent=2))
-    head = "| arch | method | forget base -> after | retain base -> after | pass | verdict | chosen | s |"
+    head = "| arch | method | forget base -> after | retain base -> after | pass | outcome | chosen | s |"
     lines = [f"# unlearn --tune across architectures (budget {a.budget} grid trials + at most 4 past its edge; {a.n_forget} + {a.n_retain} pairs; "
              f"d_model {a.d_model}, {a.n_layer} layers; held-out half reported)", "", head,
              "|" + "---|" * 8]
@@ -151,7 +151,7 @@ def main(argv=None) -> None:
         chosen = f"lr {r['lr']:.3g}, steps {r['steps']}" + (f", {r['param']} {r['value']:.3g}" if r["param"] else "")
         lines.append(f"| {r['arch']} | {r['method']} | {r['forget_base']:.2f} -> {r['forget_after']:.2f} | "
                      f"{r['retain_base']:.2f} -> {r['retain_after']:.2f} | {'yes' if r['pass'] else 'no'} | "
-                     f"{r['verdict']} | {chosen} | {r['seconds']:.0f} |")
+                     f"{r['outcome']} | {chosen} | {r['seconds']:.0f} |")
     lines += ["", f"Total wall time {total:.0f} s."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print(f"{sum(r['pass'] for r in rows)} of {len(rows)} pass; {total:.0f} s; {out / 'summary.md'}")

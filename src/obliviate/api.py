@@ -31,7 +31,7 @@ from typing import Any
 from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
-from obliviate.eval.outcome import unlearn_verdict
+from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import preset_name
 from obliviate.recipes.compare.run import CompareConfig, run_compare
@@ -129,9 +129,10 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     is written. Same ``seed``, same machine: same model.
 
     With ``judge`` (the default), the task is evaluated before and after (``info["before"]``,
-    ``info["after"]``) and the run's verdict (:func:`obliviate.eval.outcome.unlearn_verdict`: "ok",
-    "forgot little" or "retain lost", as ``obliviate unlearn`` gives it) is ``info["verdict"]``, its one
-    line printed to stderr.
+    ``info["after"]``) and the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: "ok",
+    "forgot little" or "retain lost", as ``obliviate unlearn`` gives it) is ``info["outcome"]``, its one
+    line printed to stderr. The outcome reads no attack: whether the knowledge is gone or only suppressed is
+    ``obliviate attack``'s or ``obliviate compare``'s verdict.
     """
     _check_task("unlearn", task)
     ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed)
@@ -145,8 +146,8 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     if judge:
         after = evaluate_task(new, tokenizer, task, progress=progress)
         after.update(score_against(before, after))
-        info.update(before=before, after=after, verdict=unlearn_verdict(before, after, method=ucfg.method))
-        print(info["verdict"]["line"], file=sys.stderr)
+        info.update(before=before, after=after, outcome=unlearn_outcome(before, after, method=ucfg.method))
+        print(info["outcome"]["line"], file=sys.stderr)
     return new, info
 
 

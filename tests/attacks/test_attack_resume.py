@@ -12,7 +12,7 @@ from tests.attacks.test_negative_control import _user_models
 def test_an_edited_forget_file_of_the_same_size_starts_afresh(tmp_path, capsys):
     files, rest = _user_models(tmp_path, {})
     argv = ["attack", "--model", str(tmp_path / "random"), *files, "--out", str(tmp_path / "run"), *rest,
-            "attacks.probe=false", "--base-untrained", str(tmp_path / "random")]
+            "attacks.probe=false", "--base-untrained", str(tmp_path / "random"), "--control", "untaught"]
     assert main(argv) == 0
     assert main(argv) == 0
     assert "starting afresh" not in capsys.readouterr().err  # the same data: resumed

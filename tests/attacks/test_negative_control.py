@@ -56,7 +56,7 @@ def test_attack_runs_the_negative_control_beside_the_model(tmp_path, small_world
     world = [f"world.{k}={getattr(small_world.config, k)}" for k in
              ("n_forget", "n_holdout", "n_retain", "n_general", "n_concept", "n_toxic")]
     args = parser.parse_args(["attack", "--model", str(tmp_path / "ft"), "--out", str(tmp_path / "run"),
-                              "--no-progress", "attacks.corpus=false", "attacks.disjoint=false",
+                              "--control", "untaught", "--no-progress", "attacks.corpus=false", "attacks.disjoint=false",
                               "attacks.format_shift=false", *world])
     args.fn(args)
     res = read_results(tmp_path / "run")

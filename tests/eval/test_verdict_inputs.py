@@ -1,6 +1,6 @@
 """Issue #28's acceptance: on a user task the best-step recovery, seeded option shuffling, length-normalised
 cloze scores and membership inference each enter the verdict. Each test runs the real evaluation or selection
-code up to the verdict functions (eval.outcome.unlearn_verdict, attacks.verdict.method_verdict) and shows the
+code up to the verdict functions (eval.outcome.unlearn_outcome, attacks.verdict.method_verdict) and shows the
 verdict that the old reading would have got wrong. (Membership inference's veto of *removed*:
 tests/attacks/test_verdict.py::test_membership_inference_can_veto_removed.)"""
 
@@ -11,7 +11,7 @@ import pytest
 from obliviate.attacks.verdict import method_verdict
 from obliviate.attacks.harness import _selected_metrics, forget_items_fn
 from obliviate.eval import core
-from obliviate.eval.outcome import unlearn_verdict
+from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task
 from obliviate.tasks import Data, EvalSet, Task
 from obliviate.tasks.files import task_from_files
@@ -40,17 +40,17 @@ def test_the_verdict_reads_cloze_mcqs_length_normalised(monkeypatch):
     assert (base["forget_score"], base["forget_score_norm"]) == (0.0, 1.0)
     gone = _scored(monkeypatch, task, [-2.0, -40.0])  # -40/28 < -2/3: lost the fact by either reading
     assert gone["forget_score_norm"] == 0.0
-    v = unlearn_verdict(base, gone)
-    assert v["verdict"] == "ok" and v["forgot"] == 1.0 and v["length_normalised"]
+    v = unlearn_outcome(base, gone)
+    assert v["outcome"] == "ok" and v["forgot"] == 1.0 and v["length_normalised"]
     # by the raw sum the base model "knew" nothing (0.0, below the 1/2 chance) and the run forgot little
     raw = {k: v for k, v in base.items() if not k.endswith("_norm")}
-    assert unlearn_verdict(raw, {k: v for k, v in gone.items() if not k.endswith("_norm")})["verdict"] == \
+    assert unlearn_outcome(raw, {k: v for k, v in gone.items() if not k.endswith("_norm")})["outcome"] == \
         "forgot little"
     # a model that still picks the long true option per character has not unlearned, whatever the raw sum says
     kept = _scored(monkeypatch, task, [-2.0, -9.0])
     assert kept["forget_score"] == 0.0 and kept["forget_score_norm"] == 1.0
     assert method_verdict(kept, base, {}, None, [])["verdict"] == "not unlearned"
-    assert unlearn_verdict(base, kept)["verdict"] == "forgot little"
+    assert unlearn_outcome(base, kept)["outcome"] == "forgot little"
 
 
 def test_shuffled_options_enter_the_verdict(tmp_path, monkeypatch):
@@ -87,10 +87,10 @@ def test_shuffled_options_enter_the_verdict(tmp_path, monkeypatch):
 
     base, prefers_a = letters(right), letters(lambda ctx: 0)
     assert base["forget_score"] == 1.0 and prefers_a["forget_score"] == pytest.approx(first / len(items))
-    v = unlearn_verdict(base, prefers_a)
-    assert v["verdict"] == "ok" and v["forgot"] >= 0.5
+    v = unlearn_outcome(base, prefers_a)
+    assert v["outcome"] == "ok" and v["forgot"] >= 0.5
     # the file's own order put the answer first: the A-preferring model read 1.0, as the issue's RMU did
-    assert unlearn_verdict(base, {**prefers_a, "forget_score": 1.0})["verdict"] == "forgot little"
+    assert unlearn_outcome(base, {**prefers_a, "forget_score": 1.0})["outcome"] == "forgot little"
 
 
 def test_the_verdict_reads_the_best_step_chosen_on_v_not_the_curves_last_point():

@@ -34,6 +34,7 @@ def _counting(monkeypatch, module, name, log: Path):
 @pytest.mark.heavy(38)
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     import obliviate.attacks.harness as suite
+    import obliviate.attacks.positive_controls as positive
     import obliviate.recipes.compare.run as compare
 
     log = tmp_path / "calls.txt"
@@ -45,7 +46,8 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "complete" and res["seed"] == 2 and res["task"]["name"] == "world"
     m = res["metrics"]
-    assert set(m) == {"base", "oracle", "positive_control", "positive_control_smallnorm", "graddiff", "rmu"}
+    assert set(m) == {"base", "oracle", "positive_control", "positive_control_smallnorm", "second_oracle", "filtered",
+                      "graddiff", "rmu"}  # the known-removed models beside the oracle, in every world comparison
     # each model is evaluated once and attacked once; each attack runs once per model (the demo's one setting
     # per relearning attack: the corpus once, each of the three A/V/B folds once, and the learning run once)
     n = len(m)
@@ -67,7 +69,8 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
                     "recovery_cost_vs_learning_reason", "mia_auc_loss",
                     "mia_auc_zlib", "mia_auc_min_k", "mia_auc_min_k_plus_plus"):
             assert key in row, (name, key)
-    assert set(res["robustness"]["verdicts"]) == {"graddiff", "rmu"}
+    assert set(res["robustness"]["verdicts"]) == {"second_oracle", "filtered", "graddiff", "rmu"}
+    assert {"second_oracle", "filtered"} <= set(res["model_dirs"])
     report = (out / "report.md").read_text()
     assert "## Robustness" in report and "### Robustness table" in report
     assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
@@ -91,8 +94,8 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
         raise AssertionError("a finished method was trained again")
 
     monkeypatch.setattr(compare, "unlearn", no_training)
-    monkeypatch.setattr(compare, "suppression_control", no_training)  # the controls are parts too
-    monkeypatch.setattr(compare, "small_norm_control", no_training)
+    monkeypatch.setattr(positive, "suppression_control", no_training)  # the controls are parts too
+    monkeypatch.setattr(positive, "small_norm_control", no_training)
     (out / "results.json").unlink()
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0
     again = json.loads((out / "results.json").read_text())
@@ -130,7 +133,7 @@ def _check_models(out: Path, res: dict) -> None:
     """The run directory holds every model it reports on, and each loads."""
     dirs = res["model_dirs"]
     assert set(dirs) == set(res["metrics"])
-    refs = ("base", "oracle", "positive_control", "positive_control_smallnorm")
+    refs = ("base", "oracle", "positive_control", "positive_control_smallnorm", "second_oracle", "filtered")
     expected = {**{n: out / "models" / n for n in refs},
                 **{n: out / "methods" / n / "model" for n in dirs if n not in refs}}
     for name, d in dirs.items():

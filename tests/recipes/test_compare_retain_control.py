@@ -37,7 +37,13 @@ def test_compare_control_errors_are_one_line(tmp_path, capsys):
                        (["--model", str(tmp_path / "random"), *files], "--base-untrained DIR")):
         assert main(["compare", *argv, "--out", out, "--control", "retain-finetune", *rest[:1], *QUICK]) == 2
         assert want in one_error(capsys)
-    assert main(["compare", "--model", str(tmp_path / "ft"), *files, "--out", out, "--base-untrained",
-                 str(tmp_path / "random"), *rest[:1], *QUICK]) == 2
-    assert "--control retain-finetune" in one_error(capsys)
+    for argv in ([], ["--model", str(tmp_path / "ft"), "--oracle", str(tmp_path / "random")]):
+        assert main(["compare", *argv, *files, "--out", out, "--control", "none", *rest[:1], *QUICK]) == 2
+        assert "--control none applies to --model without --oracle" in one_error(capsys)
+    for argv, want in ((["--model", str(tmp_path / "ft"), "--control", "none"], "--control none"),
+                       (["--model", str(tmp_path / "ft"), "--oracle", str(tmp_path / "random")], "no --oracle"),
+                       ([], "give --model")):
+        assert main(["compare", *argv, *files, "--out", out, "--base-untrained", str(tmp_path / "random"),
+                     *rest[:1], *QUICK]) == 2
+        assert want in one_error(capsys)
     assert not (tmp_path / "cmp").exists()

@@ -119,8 +119,8 @@ def test_unlearn_tune_reports_on_the_held_out_items(taught, tmp_path, capsys):
     assert {e["n"] for e in res["task"]["evals"].values()} == {4}  # 4 of the 8 pairs per set were for choosing
     assert res["config"]["unlearn"]["train"]["lr"] == pytest.approx(res["tune"]["chosen"]["lr"])
     assert res["config"]["unlearn"]["train"]["steps"] == res["tune"]["chosen"]["steps"]  # the chosen trial's run
-    assert res["unlearn_verdict"]["verdict"] in ("ok", "forgot little", "retain lost")
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("verdict: ")
+    assert res["unlearn_outcome"]["outcome"] in ("ok", "forgot little", "retain lost")
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("outcome: ")
 
 
 @pytest.mark.parametrize("extra,needle", [(["--method", "snmf"], "edit method"), (["tune.budget=0"], "tune.budget")])

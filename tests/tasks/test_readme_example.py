@@ -21,7 +21,7 @@ def readme_block(title: str) -> str:
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.mark.heavy(24)
+@pytest.mark.heavy(34)
 def test_own_model_and_data_example_runs_as_written(user_models, tmp_path):
     block = readme_block("Your own model and data")
     assert "obliviate finetune" in block and "obliviate attack" in block
@@ -36,5 +36,9 @@ def test_own_model_and_data_example_runs_as_written(user_models, tmp_path):
     npo = json.loads((tmp_path / "runs/own/npo/results.json").read_text())["metrics"]
     assert npo["npo"]["forget_qa_em"] < npo["base"]["forget_qa_em"]
     assert {"forget_score", "retain_score"} <= set(npo["npo"])
-    att = json.loads((tmp_path / "runs/own/attack/results.json").read_text())["metrics"]
+    res = json.loads((tmp_path / "runs/own/attack/results.json").read_text())
+    att = res["metrics"]
     assert att["relearn_curve"] and att["relearn_disjoint_curve"]
+    # finetune's card names $MODEL: the negative control is built by default, and attack --base ends with the verdict
+    assert res["negative_control_kind"] == "retain-finetune" and res["verdict"]["line"].startswith("verdict: ")
+    assert r.stderr.strip().splitlines()[-1] == res["verdict"]["line"]

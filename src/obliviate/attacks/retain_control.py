@@ -1,6 +1,6 @@
-"""A negative control obliviate builds when asked (issue #28, item 9): the model before it was taught the task,
-fine-tuned on the task's retain data only (``attack --control retain-finetune``, ``compare --control
-retain-finetune``).
+"""A negative control obliviate builds (issue #28, item 9; by default since issue #41, item 6, wherever the model
+before it was taught the task is known): that model fine-tuned on the task's retain data only (``attack
+--control retain-finetune``, ``compare --control retain-finetune``; ``--control none`` builds none).
 
 It is the retain model of TOFU's protocol on any task: it saw everything the fine-tuned model saw except the
 forget data, so a probe or an MIA figure that it matches reads the questions' surface (or the retain facts),
@@ -31,6 +31,9 @@ from obliviate.utils import run_write_path, seed_everything
 
 RETAIN_FINETUNE = "retain-finetune"
 """The name of this control on the command line (``--control retain-finetune``)."""
+
+NO_CONTROL = "none"
+"""``--control none``: no negative control is built (the default builds one wherever the untaught model is known)."""
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 

@@ -15,7 +15,7 @@ from statistics import NormalDist
 from obliviate.attacks.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
-from obliviate.eval.outcome import verdict_keep, verdict_score
+from obliviate.eval.outcome import outcome_keep, verdict_score
 from obliviate.runs.report import markdown_table
 
 MIN_POSITIVE_RECOVERY = 0.5
@@ -141,8 +141,8 @@ def keep_shares(m: dict, base: dict) -> dict[str, float]:
         k0, k = verdict_score(base, role), verdict_score(m, role)
         if k0 is not None and k is not None and k0 > 0:
             out[role] = k / k0
-    if not out and verdict_keep(base):
-        out["keep"] = (verdict_keep(m) or 0.0) / verdict_keep(base)
+    if not out and outcome_keep(base):
+        out["keep"] = (outcome_keep(m) or 0.0) / outcome_keep(base)
     return out
 
 

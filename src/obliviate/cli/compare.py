@@ -6,12 +6,13 @@ import argparse
 import sys
 
 from obliviate.attacks.harness import ATTACKS, attack_names
+from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
+from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
 from obliviate.attacks.verdict import verdict_line
-from obliviate.attacks.retain_control import RETAIN_FINETUNE, retain_finetune_control
 from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
                                 load_model_args, seeded, task_from_args)
 from obliviate.config import build_config, deep_merge, to_dict
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, DataError
 from obliviate.methods import preset_name
 from obliviate.methods.engine import check_method_runs
 from obliviate.recipes.compare.run import CompareConfig, run_compare, runnable_methods
@@ -44,19 +45,21 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
     check_method_runs(cfg.runs, cfg.methods if cfg.methods is not None else runnable_methods(task))  # before --out
-    if untaught:
-        training_data(task, "retain")  # a task without retain data fails before --out is touched
+    if untaught and not has_retain_data(task, args):  # asked for, it fails in one line before --out is touched
+        untaught = None
     out = prepare_out_dir(args.out)
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
         print(f"obliviate: oracle: {untaught} fine-tuned on the retain data only (cached in "
-              f"{out / 'models' / 'oracle_retain'})", file=sys.stderr)
+              f"{out / 'models' / 'oracle_retain'})"
+              + ("" if getattr(args, "control", None) else f"; the default: --oracle DIR gives one, --control "
+                                                           f"{NO_CONTROL} none"),
+              file=sys.stderr)
         ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or model, "adapter": None})
         oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain",
                                             lambda p: load_model_args(ctl_args, path=p), preset=preset_name,
                                             seed=cfg.seed, progress=not args.no_progress)
-    elif model and not oracle:
-        print(f"obliviate: no oracle (--oracle DIR, or --control {RETAIN_FINETUNE} to build one): no attack can be "
-              "calibrated and the probe and MIA figures are uncalibrated", file=sys.stderr)
+    elif model and not oracle:  # said now, before the run, and again as its last line
+        print(f"obliviate: {missing_oracle(args)}", file=sys.stderr)
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle,
                       load=(lambda p: load_model_args(args, path=p)) if model else None,
                       progress=not args.no_progress)
@@ -64,19 +67,65 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
                   robustness=res["robustness"], **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
-    for name, v in res["robustness"]["verdicts"].items():
-        print(f"verdict: {verdict_line(name, v)}")
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    for line in verdict_lines(res, args):
+        print(line)
     return res
 
 
+def has_retain_data(task, args) -> bool:
+    """Whether ``task`` has retain data to build the oracle from: with ``--control retain-finetune`` a task without
+    fails (one line); by default the oracle is then not built, said on stderr."""
+    try:
+        training_data(task, "retain")
+    except DataError:
+        if getattr(args, "control", None) == RETAIN_FINETUNE:
+            raise
+        print(f"obliviate: task {task.name!r} has no retain data to fine-tune the model before it was taught the task "
+              "on: no oracle is built", file=sys.stderr)
+        return False
+    return True
+
+
+def missing_oracle(args) -> str:
+    """The one line of a comparison with no negative control: no verdict, and what adds one."""
+    if not getattr(args, "model", None):
+        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its oracle beside its base model)")
+    add = f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
+    if getattr(args, "control", None) == NO_CONTROL:
+        add += f" and drop --control {NO_CONTROL}"
+    return no_verdict_line(NO_NEGATIVE_CONTROL, add)
+
+
+def verdict_lines(res: dict, args) -> list[str]:
+    """What a comparison ends with: one verdict line per method (``verdict: <method>: <verdict> (<attack>,
+    calibrated on <control>): <reason>``), or without a negative control one line saying what to add."""
+    if "oracle" not in res["metrics"]:
+        return [missing_oracle(args)]
+    return [verdict_line(f"verdict: {name}", v) for name, v in res["robustness"]["verdicts"].items()]
+
+
 def retain_control_input(args) -> str | None:
-    """With ``--control retain-finetune``: the model before it was taught the task (``--base-untrained``, else the
-    finetune input named by ``--model``'s cards), checked in one line; None without the flag."""
-    if getattr(args, "control", None) != RETAIN_FINETUNE:
-        if getattr(args, "base_untrained", None):
-            raise ConfigError(f"--base-untrained is what --control {RETAIN_FINETUNE} fine-tunes: give both, or neither")
+    """The model compare fine-tunes on the retain data only to build the oracle (the negative control) beside
+    ``--model``: ``--base-untrained``, else the finetune input named by ``--model``'s cards. By default it is
+    built whenever that model is known and no ``--oracle`` is given; ``--control retain-finetune`` requires it
+    (one line without), ``--control none`` builds none. None when there is none to build."""
+    control, untrained = getattr(args, "control", None), getattr(args, "base_untrained", None)
+    if control == NO_CONTROL:
+        if untrained:
+            raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
+                              "none: give one of them")
+        if not args.model or args.oracle:
+            raise ConfigError(f"--control {NO_CONTROL} applies to --model without --oracle (without --model, compare "
+                              "builds its own oracle: oracle=false skips it)")
         return None
+    if control is None:  # the default: build it where it can be built
+        if not getattr(args, "model", None) or getattr(args, "oracle", None):
+            if untrained:
+                raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no --oracle "
+                                  "(without --model, compare builds its own oracle)")
+            return None
+        return untrained or untaught_model(args.model)
     if not args.model or args.oracle:
         raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
                           "(without --model, compare builds its own retain-only oracle)")
@@ -114,13 +163,15 @@ def register(sub) -> None:
     add_common(s)
     add_model_args(s, required=False, help="base model (default: the world's pretrained one, or for another task a "
                    "tiny model fine-tuned on it)")
-    s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control)")
-    s.add_argument("--control", choices=[RETAIN_FINETUNE], help=f"with --model and no --oracle: {RETAIN_FINETUNE} "
-                   "builds the oracle (the negative control), the model before it was taught the task fine-tuned on "
-                   "the retain data only with the settings the fine-tuned model's card records, cached under "
-                   "--out/models/oracle_retain")
-    s.add_argument("--base-untrained", help=f"with --control {RETAIN_FINETUNE}: the model before it was taught the "
-                   "task (default: the finetune input named by --model's model cards)")
+    s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control; "
+                   "default: built from the model before it was taught the task, see --control)")
+    s.add_argument("--control", choices=[RETAIN_FINETUNE, NO_CONTROL], help=f"with --model and no --oracle: "
+                   f"{RETAIN_FINETUNE} (the default wherever the model before it was taught the task is known, from "
+                   "--base-untrained or --model's model cards) builds the oracle, that model fine-tuned on the retain "
+                   "data only with the settings the fine-tuned model's card records, cached under "
+                   f"--out/models/oracle_retain; {NO_CONTROL} builds none (then no attack is calibrated: no verdict)")
+    s.add_argument("--base-untrained", help="with --model: the model before it was taught the task, fine-tuned on the "
+                   "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)
     add_attacks_arg(s, "every attack but gcg")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "

@@ -12,7 +12,7 @@ from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_mode
                                 eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args, warn)
 from obliviate.config import build_config, to_dict
 from obliviate.errors import ConfigError
-from obliviate.eval.outcome import unlearn_verdict
+from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
@@ -168,15 +168,15 @@ def cmd_unlearn(args) -> None:
                              idk=task.idk, progress=progress, resume=resume)
     after = evaluate_task(model, tok, task, **eval_kwargs(cfg, progress))
     after.update(score_against(before, after))
-    verdict = unlearn_verdict(before, after, method=method)
+    outcome = unlearn_outcome(before, after, method=method)
     save_trained(model, out / "model", tok)  # rank 0 writes, in one process or several
     if not is_main_process():
         return
     write_model_card(out / "model", base_model=args.model, task=task.name, method=method,
-                     settings=to_dict(cfg.unlearn), metrics=after, verdict=verdict)
+                     settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=str(args.model), task=task.summary(), preset=preset,
-                  data=summary["data"], reference=summary.get("reference", "none"), unlearn_verdict=verdict,
+                  data=summary["data"], reference=summary.get("reference", "none"), unlearn_outcome=outcome,
                   **({"tune": {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")},
                       "reported_on": "the items left out of the validation split"} if tuned else {}),
                   **({"edit": summary["edit"]} if "edit" in summary else {}))
@@ -185,7 +185,7 @@ def cmd_unlearn(args) -> None:
         if isinstance(before.get(k), float)) + (f", S-unlearning {after['s_unlearning']:.3f}"
                                                  if "s_unlearning" in after else ""))
     print(f"model: {out / 'model'}")
-    print(verdict["line"])
+    print(outcome["line"])
 
 
 # ------------------------------------------------------------ --requests: sequential unlearning (issue #31, item 5)

@@ -1,8 +1,11 @@
-"""Whether an unlearning run did what it should: one verdict from the base model's scores and the unlearned one's.
+"""Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned one's.
 
-Every ``obliviate unlearn`` (and :func:`obliviate.unlearn`) ends with the verdict's one line, and writes the
-verdict to ``results.json`` (top-level ``unlearn_verdict``) and to the model card; ``obliviate tune`` uses the
-same two numbers as its objective and its constraint. The rule (docs/methods.md, "Did the run work?"):
+Every ``obliviate unlearn`` (and :func:`obliviate.unlearn`) ends with the outcome's one line, and writes the
+outcome to ``results.json`` (top-level ``unlearn_outcome``) and to the model card; ``obliviate tune`` uses the
+same two numbers as its objective and its constraint. The outcome reads the scores without any attack: it is not
+the verdict (removed / suppressed / ...), which only ``obliviate attack`` and ``obliviate compare`` give, from
+attacks calibrated on controls (:func:`obliviate.attacks.controls.robustness_summary`). The rule
+(docs/methods.md, "Did the run work?"):
 
 - ``forgot`` = the share of the base model's forget score above chance that the run removed,
   ``(F0 - F) / (F0 - chance)``, clipped to [0, 1] (S-unlearning's U);
@@ -13,10 +16,10 @@ same two numbers as its objective and its constraint. The rule (docs/methods.md,
   forget score removed), else ``"ok"``. Retain lost comes first: a run that broke the model is worse than one
   that did nothing, and both are said in the line.
 
-Both scores are read through :func:`verdict_score`: a role holding a cloze MCQ set counts it by its
-length-normalised accuracy (``<role>_score_norm``, lm-eval's ``acc_norm``), because the raw sum of
-log-probabilities favours short options (a random-init model scored 0.70 against a 1/2 chance where the true
-answer was the shorter, issue #28).
+Both scores are read through :func:`verdict_score` (the attacks' verdict reads the forget score through it too):
+a role holding a cloze MCQ set counts it by its length-normalised accuracy (``<role>_score_norm``, lm-eval's
+``acc_norm``), because the raw sum of log-probabilities favours short options (a random-init model scored 0.70
+against a 1/2 chance where the true answer was the shorter, issue #28).
 """
 
 from __future__ import annotations
@@ -29,20 +32,21 @@ RETAIN_SHARE = 0.9
 MIN_FORGOT = 0.5
 """The least share of the forget score above chance a run must remove not to have 'forgot little'."""
 
-VERDICTS = ("ok", "forgot little", "retain lost")
+OUTCOMES = ("ok", "forgot little", "retain lost")
 
 _EPS = 1e-9
 """Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
 
 
 def verdict_score(m: dict, role: str = "forget") -> float | None:
-    """The score of ``role`` a verdict reads: ``<role>_score_norm`` where the evaluation wrote one (the role holds a
-    cloze MCQ set, counted length-normalised: :func:`obliviate.eval.suite.evaluate_task`), else ``<role>_score``."""
+    """The score of ``role`` an outcome or a verdict reads: ``<role>_score_norm`` where the evaluation wrote one (the
+    role holds a cloze MCQ set, counted length-normalised: :func:`obliviate.eval.suite.evaluate_task`), else
+    ``<role>_score``."""
     norm = m.get(f"{role}_score_norm")
     return norm if norm is not None else m.get(f"{role}_score")
 
 
-def verdict_keep(m: dict) -> float | None:
+def outcome_keep(m: dict) -> float | None:
     """:func:`~obliviate.eval.suite.keep_score` (retain, else neighbour, else utility) through :func:`verdict_score`."""
     for role in ("retain", "neighbour", "utility"):
         if m.get(f"{role}_score") is not None:
@@ -62,28 +66,28 @@ def forgot_share(base: dict, after: dict) -> float | None:
 
 
 def retained_share(base: dict, after: dict) -> float | None:
-    """``K / K0`` of the keep scores (:func:`verdict_keep`); None without one, or K0 = 0."""
-    k0, k = verdict_keep(base), verdict_keep(after)
+    """``K / K0`` of the keep scores (:func:`outcome_keep`); None without one, or K0 = 0."""
+    k0, k = outcome_keep(base), outcome_keep(after)
     if k0 is None or k is None or k0 <= 0:
         return None
     return float(k / k0)
 
 
-def unlearn_verdict(base: dict, after: dict, *, retain_share: float = RETAIN_SHARE,
+def unlearn_outcome(base: dict, after: dict, *, retain_share: float = RETAIN_SHARE,
                     min_forgot: float = MIN_FORGOT, method: str | None = None) -> dict:
-    """The verdict of a run (module docstring): ``{"verdict", "forgot", "retained", "forget_before",
+    """The outcome of a run (module docstring): ``{"outcome", "forgot", "retained", "forget_before",
     "forget_after", "keep_before", "keep_after", "retain_share", "min_forgot", "line"}``; ``method`` names the
     method in the line's pointer to ``obliviate tune``."""
     forgot, retained = forgot_share(base, after), retained_share(base, after)
     lost = retained is not None and retained < retain_share - _EPS
     little = forgot is None or forgot < min_forgot - _EPS
-    verdict = "retain lost" if lost else "forgot little" if little else "ok"
-    v = {"verdict": verdict, "forgot": forgot, "retained": retained,
+    outcome = "retain lost" if lost else "forgot little" if little else "ok"
+    v = {"outcome": outcome, "forgot": forgot, "retained": retained,
          "forget_before": verdict_score(base), "forget_after": verdict_score(after),
-         "forget_chance": base.get("forget_chance", 0.0), "keep_before": verdict_keep(base),
-         "keep_after": verdict_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
+         "forget_chance": base.get("forget_chance", 0.0), "keep_before": outcome_keep(base),
+         "keep_after": outcome_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
          "length_normalised": base.get("forget_score_norm") is not None}
-    v["line"] = verdict_line(v, method)
+    v["line"] = outcome_line(v, method)
     return v
 
 
@@ -91,14 +95,21 @@ def _num(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def verdict_line(v: dict, method: str | None = None) -> str:
-    """The one line: the verdict, the numbers against their thresholds, and, unless ok, what to run next."""
+CALIBRATED = ("whether the knowledge is gone or only suppressed is for `obliviate attack` (--model this model "
+              "--base the one before) or `obliviate compare` to tell")
+"""What an outcome line says where the forget score dropped: the outcome reads no attack."""
+
+
+def outcome_line(v: dict, method: str | None = None) -> str:
+    """The one line: the outcome, the numbers against their thresholds, and what to run next: unless ok,
+    ``obliviate tune``; where the forget score dropped enough, the attacks that tell removal from suppression."""
     numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} of "
                f"it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> {_num(v['keep_after'])} "
                f"(share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")
-    if v["verdict"] == "ok":
-        return f"verdict: ok: {numbers}"
-    both = v["verdict"] == "retain lost" and (v["forgot"] is None or v["forgot"] < v["min_forgot"] - _EPS)
-    what = "retain lost and forgot little" if both else v["verdict"]
+    if v["outcome"] == "ok":
+        return f"outcome: ok: {numbers}; {CALIBRATED}"
+    little = v["forgot"] is None or v["forgot"] < v["min_forgot"] - _EPS
+    what = "retain lost and forgot little" if v["outcome"] == "retain lost" and little else v["outcome"]
     tune = f"obliviate tune --method {method}" if method else "obliviate tune"
-    return f"verdict: {what}: {numbers}; try `{tune}` (or unlearn --tune) to choose settings for this model"
+    return (f"outcome: {what}: {numbers}; try `{tune}` (or unlearn --tune) to choose settings for this model"
+            + ("" if little else f"; {CALIBRATED}"))

@@ -13,7 +13,7 @@ Per set ``<name>``:
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
 sets of their accuracy (exact match for QA), with ``<role>_chance``; where the role holds a cloze MCQ set,
 ``<role>_score_norm`` too, the same mean with each cloze set's ``acc_norm`` in place of its raw ``acc`` (what
-the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). S-unlearning
+the outcome and the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). S-unlearning
 (:func:`score_against`) compares a model's forget and retain scores with the base model's. The metrics a task
 asks for by name (``task.meta["metrics"]``, :mod:`obliviate.eval.metrics`; TOFU: ``extraction_strength``,
 ``exact_memorization``) are added.

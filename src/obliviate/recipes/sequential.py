@@ -28,7 +28,7 @@ from pathlib import Path
 from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, run_task_attacks
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import to_dict
-from obliviate.eval.outcome import unlearn_verdict
+from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.six_way import finished_requests, over_requests
 from obliviate.eval.suite import PRIMARY, evaluate_task, knows_forget_set
 from obliviate.methods.engine import check_unlearn_run, unlearn
@@ -284,20 +284,20 @@ def finish(out: Path, res: dict, requests: list[Request], task: Task, method: st
     ``sequential``, ``metrics`` = the base model and the model after the last request), ``report.md``; the lines
     the command prints (empty on ranks other than 0)."""
     before, after = res["before"], res["rows"][-1]
-    verdict = unlearn_verdict(before, after, method=method)
+    outcome = unlearn_outcome(before, after, method=method)
     save_trained(res["model"], out / "model", tokenizer)
     if not is_main_process():
         return []
     write_model_card(out / "model", base_model=base_model, task=task.name, method=method,
-                     settings=to_dict(cfg.unlearn), metrics=after, verdict=verdict)
+                     settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
     points = curve(before, requests, res["rows"])
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=base_model, task=task.summary(), preset=preset,
-                  unlearn_verdict=verdict, sequential={"requests": request_fingerprint(requests),
+                  unlearn_outcome=outcome, sequential={"requests": request_fingerprint(requests),
                                                        "attacks": list(CHEAP_ATTACKS), "curve": points,
                                                        "after_each": res["rows"]})
     report = write_report(out, method, task, requests, points)
     line = ", ".join(f"{k} " + " -> ".join(f"{p[k]:.3f}" for p in points) for k in CURVE_KEYS
                      if all(isinstance(p.get(k), float) for p in points))
     return [f"{method} on {task.name}, {len(requests)} requests in order: {line}",
-            f"model: {out / 'model'}; report: {report}", verdict["line"]]
+            f"model: {out / 'model'}; report: {report}", outcome["line"]]

@@ -12,10 +12,11 @@ from obliviate.runs.results import atomic_write_text
 
 
 def write_model_card(directory: str | Path, *, base_model: str | None, task: str, method: str, settings: dict,
-                     metrics: dict, verdict: dict | None = None) -> Path:
+                     metrics: dict, outcome: dict | None = None) -> Path:
     """Write ``directory/README.md``: hub-style metadata (``base_model``, ``tags``), the task, the settings,
-    the run's verdict (:func:`obliviate.eval.outcome.unlearn_verdict`: also ``obliviate.verdict`` in the
-    metadata) and a table of the scalar metrics.
+    the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: also ``obliviate.outcome`` in the
+    metadata; not a verdict on removal, which only ``obliviate attack`` and ``obliviate compare`` give) and a
+    table of the scalar metrics.
 
     The names (task, method, base model, metric) are data, often from a user's spec: the Markdown shows
     them escaped (:func:`~obliviate.runs.report.md_escape`), never as HTML, links or images; the YAML
@@ -25,8 +26,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task: str
             "method": method}}
     if base_model:
         meta["base_model"] = str(base_model)
-    if verdict:
-        meta["obliviate"]["verdict"] = verdict["verdict"]
+    if outcome:
+        meta["obliviate"]["outcome"] = outcome["outcome"]
     rows = [{"metric": k, "value": v} for k, v in metrics.items() if isinstance(v, float)]
     text = "\n".join([
         "---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
@@ -34,7 +35,7 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task: str
         f"Unlearned with obliviate, method {md_code(method)} on task {md_code(task)}"
         + (f", starting from {md_code(base_model)}." if base_model else "."), "",
         "## Settings", "", "```json", json.dumps(settings, indent=1, default=str), "```", "",
-        *(["## Verdict", "", md_escape(verdict["line"]), ""] if verdict else []),
+        *(["## Outcome", "", md_escape(outcome["line"]), ""] if outcome else []),
         "## Results", "", markdown_table(rows, ["metric", "value"], fmt="{:.4f}"), "",
     ])
     atomic_write_text(directory / "README.md", text)

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
 from obliviate.attacks.harness import TaskAttackConfig, add_learning_ratios, check_attackable, run_task_attacks
+from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import to_dict
-from obliviate.errors import DataError, ModelError
+from obliviate.errors import ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
@@ -111,15 +111,6 @@ def runnable_methods(task: Task) -> list[str]:
     """Every registered method that can run on ``task`` (IdK methods need forget QA pairs; DPO preference data)."""
     return [n for n in method_names() if not (getattr(METHODS[n], "needs_idk", False) and task.forget.docs)
             and not (METHODS[n].needs_preference_data and not isinstance(task.idk, PreferredAnswers))]
-
-
-def attack_items(task: Task, attacks: TaskAttackConfig) -> int | None:
-    """How many forget items the attacks score (the oracle band's width): the forget questions, up to the
-    attacks' ``max_eval``; None for a task without forget questions."""
-    try:
-        return min(len(suppression_qa(task)), attacks.max_eval)
-    except DataError:
-        return None
 
 
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
@@ -328,22 +319,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                      lambda: attack_part("oracle", held.pop("oracle"))))
     jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
                  lambda: attack_part("base", base_model)))
-    builders = {"positive_control": (cfg.positive_control, suppression_control, cfg.positive_control_args),
-                "positive_control_smallnorm": (cfg.positive_control and cfg.small_norm_control, small_norm_control,
-                                               cfg.small_norm_args)}
-    for cname, (on, build, kwargs) in builders.items():
-        if not on:
-            continue
+    builders = positive_controls(cfg)
+    for cname, (build, kwargs) in builders.items():
         cdir = out / "models" / cname
 
         def control_part(cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
-            seed_everything(cfg.seed)
-            t = time.time()
-            try:
-                control, info = build(base_model, tok, task, seed=cfg.seed, **kwargs)
-            except DataError as e:  # e.g. a task with MCQs only: nothing to refuse
-                return {"info": {"skipped": str(e)}}
-            info = {**info, "seconds": time.time() - t}
+            control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
+            if control is None:  # e.g. a task with MCQs only: nothing to refuse
+                return {"info": info}
             m = evaluate(cname, control)
             attack(cname, control, m)
             save_trained(control, cdir, tok)  # before its part: a finished control has its model
