@@ -1,7 +1,9 @@
 """Controls that calibrate the attacks: is the instrument able to tell removal from suppression?
 
-The negative control never saw the forget data; the positive control (:func:`suppression_control`)
-only suppresses it (the base model with its last decoder layer trained to refuse). :func:`calibration`
+The negative control never saw the forget data; the positive controls only suppress it: the base model with its
+last decoder layer trained to refuse (:func:`suppression_control`), or moved a little by gradient ascent within
+its int4 rounding cells (:func:`small_norm_control`), each trained to keep the retain and neighbour answers and
+recording how much of them it kept against the base model (:func:`keep_summary`, issue #41). :func:`calibration`
 reads an attack's result on both, :func:`verdict` places one method, :func:`robustness_summary` takes the worst
 case over the calibrated attacks (the rule: docs/evaluation.md).
 See docs/evaluation.md (Controls) and docs/tasks.md (Controls).
@@ -228,8 +230,9 @@ def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: floa
 def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, batch_size: int, seed: int,
                chunk: int, max_steps: int, done, grad_clip: float = 1.0) -> int:
     """Train the parameters ``params`` of ``model`` (in place) on the formatted pairs of ``data`` (loss on the
-    answers), one optimizer (AdamW, constant ``lr``) across chunks of ``chunk`` steps, until ``done(model, steps)``
-    is true after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
+    answers), one optimizer (AdamW, constant ``lr``: a linear decay to a tenth left world seeds 1 and 2 at a
+    forget match of 0.2 after 400 steps) across chunks of ``chunk`` steps, until ``done(model, steps)`` is true
+    after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
     length-grouped: a refusal and a true answer differ in length, and grouped batches would alternate between
     all refusals and no refusal)."""
     ids, masks, _ = encode_data(tokenizer, data, IDENTITY_PROMPT)
@@ -262,7 +265,7 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
     return steps
 
 
-def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 400, chunk: int = 10, lr: float = 1e-3,
+def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 2e-3,
                         batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
                         keep_target: float = KEEP_TARGET, scored_half: bool = True, layers: int = 1,
                         seed: int = 0, progress: bool = False):
@@ -350,7 +353,7 @@ GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighb
 
 
 def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
-                       max_steps: int = 300, target: float = 0.1, batch_size: int = 16, seed: int = 0,
+                       max_steps: int = 400, target: float = 0.1, batch_size: int = 16, seed: int = 0,
                        retain_weight: float = SMALL_NORM_RETAIN_WEIGHT, own_part: bool = True,
                        scored_half: bool = True, confine: str | None = "int4", progress: bool = False):
     """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
@@ -360,7 +363,10 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     default :data:`SMALL_NORM_LR_SHARE` of gradient ascent's preset rate), in chunks of ``chunk`` steps, stopped
     as soon as the forget questions' prefix-match accuracy is at most ``target`` (or at ``max_steps``).
     ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world takes the retain facts
-    with it.
+    with it (seed 0: retain score 0.01 against the base model's 0.90). With ``own_part`` the ascent is on the part
+    of each forget answer after the opening it shares with the kept answers (:func:`frame_pairs`): the shared
+    frame ("It is treated with") is not pushed down for every disease. ``scored_half``: as
+    :func:`neighbour_training`.
 
     The mechanism it stands for: every weight moves a little (Adam moves each by about ``lr`` a step), so the
     update is small against a 4-bit rounding step (per channel: absmax / 7) and rounding maps most weights back
@@ -371,8 +377,9 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly what 4-bit
     round-to-nearest maps back to the base model's weights, retain term or not. The summary records the
     update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights) and ``update_max_abs``,
-    the forget and retain prefix match after each chunk (``curve``) and what the control kept against ``model``
-    (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns ``(control, summary)``."""
+    the forget, retain and trained-neighbour prefix match after each chunk (``curve``) and what the control kept
+    against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns
+    ``(control, summary)``."""
     qa = suppression_qa(task)
     if lr is None:
         lr = SMALL_NORM_LR_SHARE * method_defaults("gradascent", preset_name(model))["lr"]
