@@ -7,7 +7,8 @@ neighbour one on the neighbour items it did not train on) and, for the small-nor
 round-to-nearest copy (does quantization give the forget answers back?). One torch thread, as ``compare`` builds them. Writes
 ``OUT/selectivity.jsonl`` (a row per seed and model) and prints a markdown table.
 
-    OMP_NUM_THREADS=1 OBLIVIATE_CACHE=... .venv/bin/python scripts/control_selectivity.py --seeds 0 1 2 3 --out /tmp/sel
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/control_selectivity.py --seeds 0 1 2 3 --out /tmp/sel
+    .venv/bin/python scripts/control_selectivity.py --table /tmp/sel/selectivity.jsonl   # the table again
 """
 
 from __future__ import annotations

@@ -71,11 +71,8 @@ MONITORED_RETAIN = 64
 """Retain pairs (a seeded sample) whose prefix match the controls record after every chunk."""
 
 
-def _pairs(es) -> list[tuple[str, str]]:
-    return [(x["question"], x["answer"]) for x in es.items]
-
-
-def neighbour_training(task: Task, seed: int = 0, scored_half: bool = True, by_entity: bool = False) -> tuple[list[tuple[str, str]], set, str]:
+def neighbour_training(task: Task, seed: int = 0, scored_half: bool = True,
+                       by_entity: bool = False) -> tuple[list[tuple[str, str]], set, str]:
     """``(pairs, held, source)``: the neighbour QA pairs a control trains on to keep the forget data's
     neighbourhood, the scored neighbour questions among them (which its keep score must skip), and where they
     come from.
@@ -160,10 +157,11 @@ def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0)
     return split_score_fn(tokenizer, task, {k: v for k, v in splits.items() if v})
 
 
-KEEP_TARGET = 0.95
+KEEP_TARGET = 0.9
 """The refusal control trains on until its retain and trained-neighbour prefix match are back to this share of
 the base model's (as well as the forget match at its target): a mixed refusal first takes in the neighbours and
-only then learns where the forget questions end."""
+only then learns where the forget questions end. (0.95 kept world seed 2 training past a forget match of 0.07
+with its 64 monitored neighbours at 0.92, to the 600-step limit.)"""
 
 
 REFUSAL_KEEP_SHARE = 0.5
@@ -419,8 +417,9 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
         top = max(top, float(d.abs().max()))
     return control, {"trained": f"every layer, gradient ascent on the forget set"
                                 f"{' with a retain term' if method == 'graddiff' else ''}", "method": method,
-                     "retain_weight": retain_weight if method == "graddiff" else 0.0, "neighbour_pairs": len(neighbours),
-                     "neighbour_source": source, "steps": steps, "lr": lr, "chunk": chunk, "confine": confine,
+                     "retain_weight": retain_weight if method == "graddiff" else 0.0,
+                     "neighbour_pairs": len(neighbours), "neighbour_source": source, "steps": steps, "lr": lr,
+                     "chunk": chunk, "confine": confine,
                      "forget_prefix_acc": s["forget"], "retain_prefix_acc": s.get("retain"), "curve": curve,
                      "update_rel_norm": math.sqrt(num / den) if den else None, "update_max_abs": top,
                      **keep_summary(control, model, tokenizer, task, held)}
