@@ -263,7 +263,7 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
     return steps
 
 
-def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 2e-3,
+def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 3e-3,
                         batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
                         keep_target: float = KEEP_TARGET, scored_half: bool = True, layers: int = 1,
                         seed: int = 0, progress: bool = False):
