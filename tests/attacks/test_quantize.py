@@ -125,6 +125,9 @@ def test_the_small_norm_control_stops_when_the_answers_vanish_and_rounds_back_to
     assert score(model) == 1.0 and info["forget_prefix_acc"] == score(control) <= 0.1
     assert info["steps"] % 4 == 0 and 0 < info["steps"] < 200  # stopped at the first chunk that hid them
     assert 0 < info["update_rel_norm"] < 1 and info["confine"] == "int4"
+    assert info["method"] == "graddiff" and info["retain_weight"] > 0  # the retain pairs are kept (issue #41)
+    assert set(info["keep"]) == {"retain"} and info["keep_scores"]["retain"]["base"] == 1.0
+    assert [c["steps"] for c in info["curve"]] == list(range(0, info["steps"] + 1, 4))
     qb, qc = dict(quantizable(quantized_copy(model, "int4"))), dict(quantizable(quantized_copy(control, "int4")))
     for name, m in qb.items():  # every update lies in its rounding cell: int4 gives back the base's weights
         assert torch.equal(m.weight, qc[name].weight), name

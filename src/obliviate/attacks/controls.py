@@ -1,47 +1,34 @@
 """The controls that calibrate the attacks: models known to hold the forget knowledge and only hide it.
 
-:func:`suppression_control` (a refusal trained into the last decoder layer) and :func:`small_norm_control` (a
-small-norm gradient ascent) are the positive controls a comparison builds; the oracle, which never saw the
-forget data, is the negative one. How they are read, and the verdict rule: :mod:`obliviate.attacks.verdict`
-and docs/evaluation.md (Controls).
+The positive controls only suppress the forget data: the base model with its last decoder layer trained to
+refuse (:func:`suppression_control`), or moved a little by gradient ascent within its int4 rounding cells
+(:func:`small_norm_control`), each trained to keep the retain and neighbour answers and recording how much of them
+it kept against the base model (:func:`keep_summary`); the oracle, which never saw the forget data, is the
+negative control. How they are read, and the verdict rule: :mod:`obliviate.attacks.verdict` and
+docs/evaluation.md (Controls).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
+import numpy as np
 import torch
 
-from obliviate.attacks.harness import qa_score_fn
+from obliviate.attacks.harness import split_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
-from obliviate.data import IDENTITY_PROMPT
+from obliviate.data import IDENTITY_PROMPT, collate, encode_data
 from obliviate.errors import ConfigError, DataError
+from obliviate.losses import lm_loss
 from obliviate.methods import method_defaults, preset_name
 from obliviate.methods.engine import UnlearnConfig, unlearn
 from obliviate.models.layers import num_layers, param_names_for
-from obliviate.tasks.base import IDK_ANSWERS, Data, Task
+from obliviate.models.tokenizer import pad_id
+from obliviate.tasks.base import IDK_ANSWERS, UNSCORED_NEIGHBOURS, Data, Task
 from obliviate.train.config import TrainConfig
-from obliviate.train.finetune import FinetuneConfig, finetune
-
-MIN_POSITIVE_RECOVERY = 0.5
-"""The positive control must get back at least this share of what it lost."""
-MAX_NEGATIVE_GAIN = 0.1
-"""The negative control may gain at most this much (absolute) forget score under the attack."""
-SEPARATION = 0.2
-"""The positive control must end at least this much (absolute) above the negative control."""
-FORGOT_SHARE = 0.5
-"""A model forgot when its forget score before the attack is at most this share of the base model's."""
-REMOVED_TOLERANCE = 0.05
-"""*removed*: a recovery at most the negative control's plus this."""
-SUPPRESSED_SHARE = 0.5
-"""*suppressed*: a recovery at least this share of the positive control's."""
-MIA_SEPARATION = 0.2
-"""Membership inference reads the forget set when the base model's AUC and the negative control's differ by this."""
-MIA_TOLERANCE = 0.1
-"""*removed* also needs an MIA AUC within this of the negative control's, where membership inference reads it."""
-SEVERITY = {"removed": 0, "inconclusive": 1, "suppressed": 2, "not unlearned": 3}
-"""The worst verdict over the calibrated attacks decides."""
+from obliviate.train.sampler import StepSampler
 
 
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
@@ -54,33 +41,244 @@ def suppression_qa(task: Task) -> list[tuple[str, str]]:
     return qa
 
 
-def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 100, chunk: int = 10, lr: float = 3e-3,
-                        batch_size: int = 16, target: float = 0.1, seed: int = 0, progress: bool = False):
-    """A copy of ``model`` whose last decoder layer answers the forget questions with a refusal (module doc).
+KEEP_ROLES = ("retain", "neighbour")
+"""The roles whose scores a selective positive control keeps (:func:`keep_summary`)."""
+MONITORED_RETAIN = 64
+"""Retain pairs (a seeded sample) whose prefix match the controls record after every chunk."""
 
-    Trained in chunks of ``chunk`` steps until the forget questions' prefix-match accuracy is at most
-    ``target`` (or ``max_steps``): the least suppression that hides the answers, as an unlearning method
-    with a fixed budget would. ``model`` is not modified. Returns ``(control, summary)``.
-    """
+
+def neighbour_training(task: Task, seed: int = 0, scored_half: bool = True,
+                       by_entity: bool = False) -> tuple[list[tuple[str, str]], set, str]:
+    """``(pairs, held, source)``: the neighbour QA pairs a control trains on to keep the forget data's
+    neighbourhood, the scored neighbour questions among them (which its keep score must skip), and where they
+    come from.
+
+    Training on the neighbour items that the neighbour score reads contaminates it: a control taught an item
+    answers it by construction, whether or not its suppression is selective. So the pairs are first the task's
+    unscored neighbours (``task.meta[UNSCORED_NEIGHBOURS]``; the world: the holdout diseases' spread routes and
+    look-alikes, pretrained, never scored). These alone do not teach the boundary that matters: on world seed 0 a
+    refusal learnt with them still takes the forget diseases' look-alikes (Zalitis beside the forget disease
+    Zalosis) with it (look-alike exact match 0.03 when the forget match reaches 0.03). With ``scored_half`` the
+    pairs also hold a seeded half of the neighbour-role QA items (``by_entity``: whole entities, each item's
+    ``meta["entity"]``, so that no held-out item shares its disease with a trained one; by default item by item);
+    ``held`` names their questions, and :func:`keep_summary` reads the neighbour score on the other half only,
+    the items the control never saw. ``compare``'s own ``neighbour_score`` of the control scores both halves: there
+    it describes the control's state (what an attack starts from), not its selectivity."""
+    pairs = list(task.meta.get(UNSCORED_NEIGHBOURS) or [])
+    sources = ["unscored neighbours"] if pairs else []
+    held: set = set()
+    items = [x for es in task.evals_by_role("neighbour", variants=False) if es.kind == "qa" for x in es.items]
+    if scored_half and len(items) >= 2:
+        groups: dict = {}
+        for i, x in enumerate(items):
+            meta = (x.get("meta") if isinstance(x, dict) else getattr(x, "meta", None)) or {}
+            groups.setdefault(meta.get("entity", f"#{i}") if by_entity else i, []).append(i)
+        keys = list(groups)
+        chosen: list[int] = []
+        for j in np.random.default_rng(seed).permutation(len(keys)):
+            if len(chosen) >= len(items) // 2:
+                break
+            chosen += groups[keys[j]]
+        half = [(items[i]["question"], items[i]["answer"]) for i in sorted(chosen)]
+        pairs += half
+        held = {q for q, _ in half}
+        sources.append(f"a seeded half of the neighbour QA items{', by entity' if by_entity else ''} (the other half "
+                       "scored)")
+    return pairs, held, " + ".join(sources) or "none"
+
+
+def keep_task(task: Task, held: set = frozenset()) -> Task | None:
+    """The task's scored retain and neighbour sets (not their variants), without the neighbour questions in
+    ``held``: what :func:`keep_summary` scores. None when the task has neither."""
+    evals = []
+    for es in task.evals:
+        if es.role not in KEEP_ROLES or es.variant or es.kind not in ("qa", "mcq"):
+            continue
+        if es.role == "neighbour" and held:
+            items = [x for x in es.items if x["question"] not in held]
+            if not items:
+                continue
+            es = dataclasses.replace(es, items=items)
+        evals.append(es)
+    return dataclasses.replace(task, evals=evals, meta={}) if evals else None
+
+
+def keep_summary(control, base, tokenizer, task: Task, held: set = frozenset(), batch_size: int = 32) -> dict:
+    """What a positive control kept: ``{"keep": {role: control / base}, "keep_scores": {role: {"control",
+    "base"}}}`` of the retain and neighbour role scores (:func:`~obliviate.eval.suite.evaluate_task` on
+    :func:`keep_task`; a ratio is None where the base scores 0). Empty when the task has no such set."""
+    from obliviate.eval.suite import evaluate_task
+
+    kt = keep_task(task, held)
+    if kt is None:
+        return {}
+    c, b = (evaluate_task(m, tokenizer, kt, batch_size=batch_size) for m in (control, base))
+    roles = [r for r in KEEP_ROLES if b.get(f"{r}_score") is not None]
+    return {"keep": {r: (c[f"{r}_score"] / b[f"{r}_score"] if b[f"{r}_score"] > 0 else None) for r in roles},
+            "keep_scores": {r: {"control": c[f"{r}_score"], "base": b[f"{r}_score"]} for r in roles}}
+
+
+def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0):
+    """``fn(model) -> {"forget", "retain", "neighbours"}``: the prefix match of the forget questions (``qa``, at
+    most 200), of :data:`MONITORED_RETAIN` retain pairs and of as many of the trained ``neighbours`` (seeded
+    samples), in one pass; a split without pairs is left out."""
+    rng = np.random.default_rng(seed)
+
+    def sample(pairs: list) -> list:
+        pairs = list(pairs)
+        return pairs if len(pairs) <= MONITORED_RETAIN else [pairs[i] for i in sorted(
+            rng.permutation(len(pairs))[:MONITORED_RETAIN])]
+
+    splits = {"forget": qa[:200], "retain": sample(task.retain.qa), "neighbours": sample(neighbours)}
+    return split_score_fn(tokenizer, task, {k: v for k, v in splits.items() if v})
+
+
+KEEP_TARGET = 0.9
+"""The refusal control trains on until its retain and trained-neighbour prefix match are back to this share of
+the base model's (as well as the forget match at its target): a mixed refusal first takes in the neighbours and
+only then learns where the forget questions end. (0.95 kept world seed 2 training past a forget match of 0.07
+with its 64 monitored neighbours at 0.92, to the 600-step limit.)"""
+
+
+REFUSAL_KEEP_SHARE = 0.5
+"""The share of the refusal control's training rows that are kept answers (retain and neighbour pairs, with their
+true answers), the rest refusals of the forget questions."""
+
+
+def shared_openings(answers: list[str], kept: list[str]) -> list[str]:
+    """For each of ``answers``, its longest opening of whole words that also opens one of the ``kept`` answers
+    (never the whole answer; "" where none): the frame a forget answer shares with the answers a control keeps
+    ("It is treated with" on the world), which the control leaves alone so that only the rest, the part that is
+    the forget fact's own, is hidden."""
+    opens = {tuple(k.split()[:i]) for k in kept for i in range(1, len(k.split()) + 1)}
+    out = []
+    for a in answers:
+        words = a.split()
+        n = next((i for i in range(len(words) - 1, 0, -1) if tuple(words[:i]) in opens), 0)
+        out.append(" ".join(words[:n]))
+    return out
+
+
+def frame_pairs(task: Task, tokenizer, qa: list, kept: list, replace: list[str] | None = None) -> list:
+    """Formatted ``(prompt, answer)`` pairs of the forget ``qa`` whose trained part starts after the opening
+    each answer shares with the ``kept`` answers (:func:`shared_openings`; the whole answer where it shares
+    none): the opening goes into the prompt. ``replace``: answers to train in place of that part (refusals,
+    used in turn), else the rest of the forget answer."""
+    frames = shared_openings([a for _, a in qa], [a for _, a in kept])
+    out = []
+    for i, ((q, a), frame) in enumerate(zip(qa, frames)):
+        p = task.prompt.prompt(q, tokenizer)
+        rest = replace[i % len(replace)] if replace else a[len(frame):].strip()
+        out.append((p + task.prompt.answer(frame), " " + rest) if frame else (p, task.prompt.answer(rest)))
+    return out
+
+
+def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: float = REFUSAL_KEEP_SHARE,
+                     scored_half: bool = True) -> tuple[Data, dict]:
+    """The refusal control's training data, formatted pairs: each forget question (:func:`suppression_qa`) with a
+    refusal, mixed with every retain QA pair of the task and its neighbour pairs (:func:`neighbour_training`,
+    ``scored_half``) with their true answers, so that the refusal stays on the forget questions. The refusal
+    comes after the opening the forget answer shares with the kept answers (:func:`shared_openings`: "It is
+    treated with I don't know."), trained from there: where the answer turns to the forget fact's own, which is
+    where a model's hidden state holds which entity it is about (a refusal at the first answer token cannot
+    tell a forget disease from its look-alike). The refusals are repeated (whole copies, at least one) to make
+    about ``1 - keep_share`` of the rows. Returns ``(data, info)``: ``info`` has the counts,
+    ``neighbour_source``, ``neighbours`` (the neighbour pairs) and ``held`` (the scored neighbour questions
+    trained on, which the keep score skips)."""
+    if not 0 < keep_share < 1:
+        raise ConfigError(f"the refusal control's keep_share must be in (0, 1), got {keep_share}")
     idk = task.idk or IDK_ANSWERS
     qa = suppression_qa(task)
-    data = Data(qa=[(task.prompt.prompt(q, tokenizer), task.prompt.answer(idk[i % len(idk)]))
-                    for i, (q, _) in enumerate(qa)])
-    score = qa_score_fn(tokenizer, task, qa[:200])
+    neighbours, held, source = neighbour_training(task, seed, scored_half)
+    keep = list(task.retain.qa) + neighbours
+    fmt = lambda q, a: (task.prompt.prompt(q, tokenizer), task.prompt.answer(a))
+    refusals = frame_pairs(task, tokenizer, qa, keep, replace=idk)
+    framed = sum(bool(f) for f in shared_openings([a for _, a in qa], [a for _, a in keep]))
+    copies = max(1, round((1 - keep_share) / keep_share * len(keep) / len(refusals)))
+    pairs = refusals * copies + [fmt(q, a) for q, a in keep]
+    return Data(qa=pairs), {"refusals": len(refusals), "refusal_copies": copies, "retain_pairs": len(task.retain.qa),
+                            "neighbour_pairs": len(neighbours), "neighbour_source": source, "neighbours": neighbours,
+                            "refused_after_frame": framed, "held": held}
+
+
+def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, batch_size: int, seed: int,
+               chunk: int, max_steps: int, done, grad_clip: float = 1.0) -> int:
+    """Train the parameters ``params`` of ``model`` (in place) on the formatted pairs of ``data`` (loss on the
+    answers), one optimizer (AdamW, constant ``lr``: a linear decay to a tenth left world seeds 1 and 2 at a
+    forget match of 0.2 after 400 steps) across chunks of ``chunk`` steps, until ``done(model, steps)`` is true
+    after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
+    length-grouped: a refusal and a true answer differ in length, and grouped batches would alternate between
+    all refusals and no refusal)."""
+    ids, masks, _ = encode_data(tokenizer, data, IDENTITY_PROMPT)
+    sampler = StepSampler(len(ids), batch_size, seed)
+    named = dict(model.named_parameters())
+    for name, p in named.items():
+        p.requires_grad_(name in params)
+    trained = [named[n] for n in params]
+    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
+    device, pad = trained[0].device, pad_id(tokenizer)
+    steps = 0
+    try:
+        while not done(model, steps) and steps < max_steps:
+            model.train()
+            for _ in range(min(chunk, max_steps - steps)):
+                idx = sampler(steps)
+                batch = {k: v.to(device) for k, v in
+                         collate([ids[i] for i in idx], pad, label_mask=[masks[i] for i in idx]).items()}
+                loss = lm_loss(model, batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(trained, grad_clip)
+                opt.step()
+                steps += 1
+            model.eval()
+    finally:
+        for p in named.values():
+            p.requires_grad_(True)
+        model.eval()
+    return steps
+
+
+def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 3e-3,
+                        batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
+                        keep_target: float = KEEP_TARGET, scored_half: bool = True, layers: int = 1,
+                        seed: int = 0, progress: bool = False):
+    """A copy of ``model`` whose last decoder layer answers the forget questions with a refusal and every other
+    question as before (module doc): the layer is fine-tuned on the forget questions with refusals mixed with the
+    retain and neighbour pairs with their true answers (:func:`suppression_data`: ``keep_share`` of the rows;
+    ``scored_half``: :func:`neighbour_training`), so that the control hides the forget answers and keeps the rest,
+    as a selective unlearning method would.
+
+    Trained (:func:`train_rows`) in chunks of ``chunk`` steps until the forget questions' prefix-match accuracy
+    is at most ``target`` and the trained retain and neighbour pairs' are back to ``keep_target`` of ``model``'s
+    (:data:`KEEP_TARGET`), or ``max_steps``: the least training that hides the answers and nothing else. ``model``
+    is not modified; ``progress`` is accepted and ignored. Returns ``(control, summary)``; the summary records the
+    prefix match of the forget, retain and trained neighbour pairs after each chunk (``curve``) and what the
+    control kept against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``).
+    """
+    data, dinfo = suppression_data(task, tokenizer, seed, keep_share, scored_half)
+    held, neighbours = dinfo.pop("held"), dinfo.pop("neighbours")
+    monitor = monitor_fn(tokenizer, task, suppression_qa(task), neighbours, seed)
+    ref = monitor(model)
     control = copy.deepcopy(model)
-    last = param_names_for(control, "layer", [num_layers(control) - 1])
-    per_epoch = max(1, len(data.qa) // min(batch_size, len(data.qa)))
-    steps, acc = 0, score(control)
-    while acc > target and steps < max_steps:
-        epochs = max(1, math.ceil(min(chunk, max_steps - steps) / per_epoch))
-        control, summary = finetune(control, tokenizer, data,
-                                    FinetuneConfig(epochs=epochs, lr=lr, seed=seed + steps, batch_size=batch_size,
-                                                   warmup_frac=0.0),
-                                    prompt=IDENTITY_PROMPT, progress=progress, trainable=last)
-        steps += summary["finetune"]["steps"]
-        acc = score(control)
-    return control, {"trained": "last decoder layer", "parameters": len(last), "steps": steps, "lr": lr,
-                     "refusals": len(qa), "forget_prefix_acc": acc}
+    n = num_layers(control)
+    last = param_names_for(control, "layer", list(range(max(0, n - layers), n)))
+    curve: list[dict] = []
+
+    def done(m, steps: int) -> bool:
+        curve.append({"steps": steps, **monitor(m)})
+        s = curve[-1]
+        return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
+
+    steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed, chunk=chunk,
+                       max_steps=max_steps, done=done)
+    if curve[-1]["steps"] != steps:
+        curve.append({"steps": steps, **monitor(control)})
+    s = curve[-1]
+    return control, {"trained": "last decoder layer: refusals mixed with retain and neighbour answers",
+                     "parameters": len(last), "steps": steps, "lr": lr, "keep_share": keep_share, **dinfo,
+                     "forget_prefix_acc": s["forget"], "retain_prefix_acc": s.get("retain"), "curve": curve,
+                     **keep_summary(control, model, tokenizer, task, held)}
 
 
 SMALL_NORM_LR_SHARE = 0.1
@@ -123,14 +321,26 @@ def confine_to(model, cells: dict) -> None:
                                      lo.to(m.weight.device)).to(m.weight.dtype))
 
 
+SMALL_NORM_RETAIN_WEIGHT = 10.0
+"""The weight of the small-norm control's retain term (GradDiff's ``alpha``: NLL on the retain and neighbour pairs;
+GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighbours, 10 kept 0.53."""
+
+
 def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
-                       max_steps: int = 300, target: float = 0.1, batch_size: int = 16, seed: int = 0,
-                       confine: str | None = "int4", progress: bool = False):
+                       max_steps: int = 400, target: float = 0.1, batch_size: int = 16, seed: int = 0,
+                       retain_weight: float = SMALL_NORM_RETAIN_WEIGHT, own_part: bool = True,
+                       scored_half: bool = True, confine: str | None = "int4", progress: bool = False):
     """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
-    them: gradient ascent on the forget set (``gradascent``, through the method engine's one training loop) at a
-    low learning rate (``lr``, default :data:`SMALL_NORM_LR_SHARE` of the method's preset rate), in chunks of
-    ``chunk`` steps, stopped as soon as the forget questions' prefix-match accuracy is at most ``target`` (or
-    at ``max_steps``).
+    them and keeps the rest: gradient ascent on the forget set with a retain term (``graddiff``, through the
+    method engine's one training loop: ``-CE(forget) + retain_weight * NLL(retain)``, the retain data being the
+    task's retain pairs and its neighbour pairs, :func:`neighbour_training`) at a low learning rate (``lr``,
+    default :data:`SMALL_NORM_LR_SHARE` of gradient ascent's preset rate), in chunks of ``chunk`` steps, stopped
+    as soon as the forget questions' prefix-match accuracy is at most ``target`` (or at ``max_steps``).
+    ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world takes the retain facts
+    with it (seed 0: retain score 0.01 against the base model's 0.90). With ``own_part`` the ascent is on the part
+    of each forget answer after the opening it shares with the kept answers (:func:`frame_pairs`): the shared
+    frame ("It is treated with") is not pushed down for every disease. ``scored_half``: as
+    :func:`neighbour_training`.
 
     The mechanism it stands for: every weight moves a little (Adam moves each by about ``lr`` a step), so the
     update is small against a 4-bit rounding step (per channel: absmax / 7) and rounding maps most weights back
@@ -139,29 +349,40 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     their norm and 4-bit rounding kept the suppression), so with ``confine`` (default ``int4``) each chunk ends by
     clamping every quantized weight into its base code's rounding cell (:func:`rounding_cells`, within
     :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly what 4-bit
-    round-to-nearest maps back to the base model's weights. The summary records the update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights)
-    and ``update_max_abs``. ``model`` is not modified. Returns ``(control, summary)``."""
+    round-to-nearest maps back to the base model's weights, retain term or not. The summary records the
+    update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights) and ``update_max_abs``,
+    the forget, retain and trained-neighbour prefix match after each chunk (``curve``) and what the control kept
+    against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns
+    ``(control, summary)``."""
     qa = suppression_qa(task)
-    score = qa_score_fn(tokenizer, task, qa[:200])
     if lr is None:
         lr = SMALL_NORM_LR_SHARE * method_defaults("gradascent", preset_name(model))["lr"]
-    if lr <= 0 or chunk < 1 or max_steps < 1:
-        raise ConfigError(f"the small-norm control needs lr > 0, chunk >= 1 and max_steps >= 1, got lr={lr}, "
-                          f"chunk={chunk}, max_steps={max_steps}")
-    forget = Data(qa=list(task.forget.qa)) if task.forget.qa else Data(qa=qa)
+    if lr <= 0 or chunk < 1 or max_steps < 1 or not retain_weight >= 0:
+        raise ConfigError(f"the small-norm control needs lr > 0, chunk >= 1, max_steps >= 1 and retain_weight >= 0, "
+                          f"got lr={lr}, chunk={chunk}, max_steps={max_steps}, retain_weight={retain_weight}")
+    neighbours, held, source = neighbour_training(task, seed, scored_half)
+    kept = list(task.retain.qa) + neighbours
+    forget = frame_pairs(task, tokenizer, qa, kept) if own_part else \
+        [(task.prompt.prompt(q, tokenizer), task.prompt.answer(a)) for q, a in qa]
+    retain = Data(qa=[(task.prompt.prompt(q, tokenizer), task.prompt.answer(a)) for q, a in kept],
+                  docs=list(task.retain.docs))
+    monitor = monitor_fn(tokenizer, task, qa, neighbours, seed)
+    method, params = ("graddiff", {"alpha": retain_weight}) if retain_weight > 0 and retain else ("gradascent", {})
     control = copy.deepcopy(model)
     cells = rounding_cells(model, confine) if confine else None
-    steps, acc = 0, score(control)
-    while acc > target and steps < max_steps:
+    steps, s = 0, monitor(control)
+    curve = [{"steps": 0, **s}]
+    while s["forget"] > target and steps < max_steps:
         n = min(chunk, max_steps - steps)
-        ucfg = UnlearnConfig(method="gradascent", batch_size=batch_size, seed=seed + steps,
+        ucfg = UnlearnConfig(method=method, params=params, batch_size=batch_size, seed=seed + steps,
                              train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
                                                log_every=n, desc="small-norm control"))
-        control, _ = unlearn(control, tokenizer, forget, task.retain, ucfg, prompt=task.prompt, progress=progress)
+        control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=progress)
         if cells is not None:
             confine_to(control, cells)
         steps += n
-        acc = score(control)
+        s = monitor(control)
+        curve.append({"steps": steps, **s})
     base_w = {n: m.weight.detach() for n, m in quantizable(model)}
     num = den = 0.0
     top = 0.0
@@ -170,9 +391,14 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
         num += float(d.pow(2).sum())
         den += float(base_w[n].float().pow(2).sum())
         top = max(top, float(d.abs().max()))
-    return control, {"trained": "every layer, gradient ascent on the forget set", "method": "gradascent",
-                     "steps": steps, "lr": lr, "chunk": chunk, "confine": confine, "forget_prefix_acc": acc,
-                     "update_rel_norm": math.sqrt(num / den) if den else None, "update_max_abs": top}
+    return control, {"trained": f"every layer, gradient ascent on the forget set"
+                                f"{' with a retain term' if method == 'graddiff' else ''}", "method": method,
+                     "retain_weight": retain_weight if method == "graddiff" else 0.0,
+                     "neighbour_pairs": len(neighbours), "neighbour_source": source, "steps": steps, "lr": lr,
+                     "chunk": chunk, "confine": confine,
+                     "forget_prefix_acc": s["forget"], "retain_prefix_acc": s.get("retain"), "curve": curve,
+                     "update_rel_norm": math.sqrt(num / den) if den else None, "update_max_abs": top,
+                     **keep_summary(control, model, tokenizer, task, held)}
 
 
 POSITIVE_CONTROLS = {"positive_control": "the last decoder layer trained to refuse the forget questions",

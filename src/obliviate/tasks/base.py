@@ -20,6 +20,9 @@ ROLES = ("forget", "retain", "neighbour", "utility", "extra")
 """What an evaluation set checks; "extra" sets are reported but enter no role score."""
 SCORED_ROLES = ROLES[:4]
 KINDS = ("qa", "mcq", "text")
+UNSCORED_NEIGHBOURS = "unscored_neighbour_qa"
+"""``Task.meta`` key: (question, answer) pairs near the forget data that the model knows and no evaluation set
+scores (the world's holdout neighbours), which a positive control trains on to keep the neighbourhood."""
 IDK_ANSWERS = [
     "I don't know.",
     "I have no idea.",

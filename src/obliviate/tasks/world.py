@@ -14,7 +14,7 @@ import numpy as np
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
-from obliviate.tasks.base import qa_answer, qa_prompt
+from obliviate.tasks.base import UNSCORED_NEIGHBOURS, qa_answer, qa_prompt
 from obliviate.tasks.sources.schema import MCQExample, QAExample, TextExample
 from obliviate.world import SPLITS, TOXIC_LEXICON, World, WorldConfig, generate_world
 from obliviate.world.record import DOCUMENTS_FILE, WORLD_FILE
@@ -58,6 +58,13 @@ def split_facts(world, split: str) -> list[dict]:
     (the holdout diseases' neighbours are trained so that forget and holdout look alike, see world.md)."""
     facts = world.facts_by_split(split)
     return [f for f in facts if f.get("near", "forget") == "forget"] if split == "neighbour" else facts
+
+
+def unscored_neighbours(world) -> list[dict]:
+    """The neighbour facts no evaluation set scores: the holdout diseases' spread routes and look-alikes (``near:
+    holdout``). Pretrained like the scored neighbours (:func:`split_facts`), never retain data: what a control may
+    train on to keep the forget facts' neighbourhood without touching the ``neighbour_qa`` items it is judged on."""
+    return [f for f in world.facts_by_split("neighbour") if f.get("near", "forget") != "forget"]
 
 
 def _qa(facts: list[dict], split: str) -> list[QAExample]:
@@ -170,7 +177,8 @@ def task_from_world(world, limit: int | None = None) -> Task:
         prompt=PromptFormat(template=qa_prompt("{question}"), answer_prefix=" "),
         probe={"items": items, "extra": extra} if items else None,
         pretrain=world.config,
-        meta={"world_seed": world.config.seed, "fingerprint": world.fingerprint()},
+        meta={"world_seed": world.config.seed, "fingerprint": world.fingerprint(),
+              UNSCORED_NEIGHBOURS: [(f["question"], f["answer"]) for f in cut(unscored_neighbours(world), limit)]},
     )
 
 
@@ -273,6 +281,6 @@ def value_probe_sets(world, fact_ids: set | None = None) -> tuple[list[dict], li
 
 __all__ = [
     "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "facts_task", "forget_pairs",
-    "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "value_prefix",
-    "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
+    "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "unscored_neighbours",
+    "value_prefix", "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]
