@@ -33,7 +33,7 @@ def test_the_shared_opening_is_the_longest_whole_word_prefix_of_a_kept_answer():
 
 def test_the_refusal_data_mixes_retain_and_neighbour_answers_with_the_refusals():
     task = _task(meta={UNSCORED_NEIGHBOURS: UNSCORED})
-    data, info = suppression_data(task, seed=0, keep_share=0.5)
+    data, info = suppression_data(task, seed=0, keep_share=0.5, scored_neighbours="half")
     fmt = lambda q, a: (task.prompt.prompt(q), task.prompt.answer(a))
     for q, a in RETAIN + UNSCORED:  # every retain pair and unscored neighbour, with its true answer
         assert fmt(q, a) in data.qa
@@ -46,8 +46,12 @@ def test_the_refusal_data_mixes_retain_and_neighbour_answers_with_the_refusals()
     refusals = info["refusals"] * info["refusal_copies"]
     assert len(data.qa) == refusals + len(RETAIN) + len(UNSCORED) + 2
     assert info["retain_pairs"] == 2 and info["neighbour_pairs"] == 3 and info["refused_after_frame"] == 2
+    # by default every scored neighbour is trained on, nothing held out
+    every, _ = suppression_data(task, seed=0, keep_share=0.5)
+    assert all(fmt(x["question"], x["answer"]) in every.qa for x in NEIGHBOURS)
+    assert neighbour_training(task)[1] == set()
     # without the half of the scored neighbours: the unscored ones only, nothing held out
-    pairs, held, source = neighbour_training(task, scored_half=False)
+    pairs, held, source = neighbour_training(task, scored="none")
     assert pairs == UNSCORED and held == set() and source == "unscored neighbours"
     # the keep score reads the neighbour items that were not trained on
     kt = keep_task(task, info["held"])
@@ -60,7 +64,7 @@ def test_the_refusal_data_mixes_retain_and_neighbour_answers_with_the_refusals()
 def test_a_split_by_entity_never_shares_a_disease_between_the_halves():
     items = [{"question": f"Q{e}{r}?", "answer": "a", "meta": {"entity": e}} for e in "ABCD" for r in range(3)]
     task = dataclasses.replace(_task(), evals=[EvalSet("neighbour_qa", "neighbour", "qa", items)])
-    pairs, held, _ = neighbour_training(task, seed=1, by_entity=True)
+    pairs, held, _ = neighbour_training(task, seed=1, scored="half", by_entity=True)
     trained = {q[1] for q in held}
     assert len(held) == 6 and all(f"Q{e}{r}?" in held for e in trained for r in range(3))
 

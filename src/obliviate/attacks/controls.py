@@ -47,7 +47,11 @@ MONITORED_RETAIN = 64
 """Retain pairs (a seeded sample) whose prefix match the controls record after every chunk."""
 
 
-def neighbour_training(task: Task, seed: int = 0, scored_half: bool = True,
+SCORED_NEIGHBOURS = ("all", "half", "none")
+"""How many of the scored neighbour items a positive control trains on (:func:`neighbour_training`)."""
+
+
+def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
                        by_entity: bool = False) -> tuple[list[tuple[str, str]], set, str]:
     """``(pairs, held, source)``: the neighbour QA pairs a control trains on to keep the forget data's
     neighbourhood, the scored neighbour questions among them (which its keep score must skip), and where they
@@ -58,17 +62,25 @@ def neighbour_training(task: Task, seed: int = 0, scored_half: bool = True,
     unscored neighbours (``task.meta[UNSCORED_NEIGHBOURS]``; the world: the holdout diseases' spread routes and
     look-alikes, pretrained, never scored). These alone do not teach the boundary that matters: on world seed 0 a
     refusal learnt with them still takes the forget diseases' look-alikes (Zalitis beside the forget disease
-    Zalosis) with it (look-alike exact match 0.03 when the forget match reaches 0.03). With ``scored_half`` the
-    pairs also hold a seeded half of the neighbour-role QA items (``by_entity``: whole entities, each item's
-    ``meta["entity"]``, so that no held-out item shares its disease with a trained one; by default item by item);
-    ``held`` names their questions, and :func:`keep_summary` reads the neighbour score on the other half only,
-    the items the control never saw. ``compare``'s own ``neighbour_score`` of the control scores both halves: there
-    it describes the control's state (what an attack starts from), not its selectivity."""
+    Zalosis) with it (look-alike exact match 0.03 when the forget match reaches 0.03). ``scored="all"`` (the
+    default) adds every neighbour-role QA item: the control then keeps the neighbourhood because it was shown it,
+    which is what a positive control is for (a model that hides the forget facts and nothing else, so that an
+    attack calibrated on it finds selectively hidden facts), and ``held`` is empty: its neighbour keep is read on
+    trained items (on the world, untrained look-alikes keep only 0.37-0.53 of the base model's: the tiny models do
+    not tell a look-alike from its forget disease unless shown it). ``scored="half"`` adds a seeded half
+    (``by_entity``: whole entities, each item's ``meta["entity"]``; by default item by item), ``held`` names their
+    questions and :func:`keep_summary` reads the neighbour score on the other half, the items the control never
+    saw; ``"none"``: the unscored neighbours alone."""
     pairs = list(task.meta.get(UNSCORED_NEIGHBOURS) or [])
     sources = ["unscored neighbours"] if pairs else []
     held: set = set()
     items = [x for es in task.evals_by_role("neighbour", variants=False) if es.kind == "qa" for x in es.items]
-    if scored_half and len(items) >= 2:
+    if scored not in SCORED_NEIGHBOURS:
+        raise ConfigError(f"a positive control's scored neighbours must be one of {SCORED_NEIGHBOURS}, got {scored!r}")
+    if scored == "all" and items:
+        pairs += [(x["question"], x["answer"]) for x in items]
+        sources.append("every neighbour QA item (their keep is read on trained items)")
+    elif scored == "half" and len(items) >= 2:
         groups: dict = {}
         for i, x in enumerate(items):
             meta = (x.get("meta") if isinstance(x, dict) else getattr(x, "meta", None)) or {}
@@ -174,10 +186,10 @@ def frame_pairs(task: Task, tokenizer, qa: list, kept: list, replace: list[str] 
 
 
 def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: float = REFUSAL_KEEP_SHARE,
-                     scored_half: bool = True) -> tuple[Data, dict]:
+                     scored_neighbours: str = "all") -> tuple[Data, dict]:
     """The refusal control's training data, formatted pairs: each forget question (:func:`suppression_qa`) with a
     refusal, mixed with every retain QA pair of the task and its neighbour pairs (:func:`neighbour_training`,
-    ``scored_half``) with their true answers, so that the refusal stays on the forget questions. The refusal
+    ``scored_neighbours``) with their true answers, so that the refusal stays on the forget questions. The refusal
     comes after the opening the forget answer shares with the kept answers (:func:`shared_openings`: "It is
     treated with I don't know."), trained from there: where the answer turns to the forget fact's own, which is
     where a model's hidden state holds which entity it is about (a refusal at the first answer token cannot
@@ -189,7 +201,7 @@ def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: floa
         raise ConfigError(f"the refusal control's keep_share must be in (0, 1), got {keep_share}")
     idk = task.idk or IDK_ANSWERS
     qa = suppression_qa(task)
-    neighbours, held, source = neighbour_training(task, seed, scored_half)
+    neighbours, held, source = neighbour_training(task, seed, scored_neighbours)
     keep = list(task.retain.qa) + neighbours
     fmt = lambda q, a: (task.prompt.prompt(q, tokenizer), task.prompt.answer(a))
     refusals = frame_pairs(task, tokenizer, qa, keep, replace=idk)
@@ -241,12 +253,12 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
 
 def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 3e-3,
                         batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
-                        keep_target: float = KEEP_TARGET, scored_half: bool = True, layers: int = 1,
+                        keep_target: float = KEEP_TARGET, scored_neighbours: str = "all", layers: int = 1,
                         seed: int = 0, progress: bool = False):
     """A copy of ``model`` whose last decoder layer answers the forget questions with a refusal and every other
     question as before (module doc): the layer is fine-tuned on the forget questions with refusals mixed with the
     retain and neighbour pairs with their true answers (:func:`suppression_data`: ``keep_share`` of the rows;
-    ``scored_half``: :func:`neighbour_training`), so that the control hides the forget answers and keeps the rest,
+    ``scored_neighbours``: :func:`neighbour_training`), so that the control hides the forget answers and keeps the rest,
     as a selective unlearning method would.
 
     Trained (:func:`train_rows`) in chunks of ``chunk`` steps until the forget questions' prefix-match accuracy
@@ -256,7 +268,7 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
     prefix match of the forget, retain and trained neighbour pairs after each chunk (``curve``) and what the
     control kept against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``).
     """
-    data, dinfo = suppression_data(task, tokenizer, seed, keep_share, scored_half)
+    data, dinfo = suppression_data(task, tokenizer, seed, keep_share, scored_neighbours)
     held, neighbours = dinfo.pop("held"), dinfo.pop("neighbours")
     monitor = monitor_fn(tokenizer, task, suppression_qa(task), neighbours, seed)
     ref = monitor(model)
@@ -329,7 +341,7 @@ GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighb
 def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
                        max_steps: int = 400, target: float = 0.1, batch_size: int = 16, seed: int = 0,
                        retain_weight: float = SMALL_NORM_RETAIN_WEIGHT, own_part: bool = True,
-                       scored_half: bool = True, confine: str | None = "int4", progress: bool = False):
+                       scored_neighbours: str = "all", confine: str | None = "int4", progress: bool = False):
     """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
     them and keeps the rest: gradient ascent on the forget set with a retain term (``graddiff``, through the
     method engine's one training loop: ``-CE(forget) + retain_weight * NLL(retain)``, the retain data being the
@@ -339,7 +351,7 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world takes the retain facts
     with it (seed 0: retain score 0.01 against the base model's 0.90). With ``own_part`` the ascent is on the part
     of each forget answer after the opening it shares with the kept answers (:func:`frame_pairs`): the shared
-    frame ("It is treated with") is not pushed down for every disease. ``scored_half``: as
+    frame ("It is treated with") is not pushed down for every disease. ``scored_neighbours``: as
     :func:`neighbour_training`.
 
     The mechanism it stands for: every weight moves a little (Adam moves each by about ``lr`` a step), so the
@@ -360,7 +372,7 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     if lr <= 0 or chunk < 1 or max_steps < 1 or not retain_weight >= 0:
         raise ConfigError(f"the small-norm control needs lr > 0, chunk >= 1, max_steps >= 1 and retain_weight >= 0, "
                           f"got lr={lr}, chunk={chunk}, max_steps={max_steps}, retain_weight={retain_weight}")
-    neighbours, held, source = neighbour_training(task, seed, scored_half)
+    neighbours, held, source = neighbour_training(task, seed, scored_neighbours)
     kept = list(task.retain.qa) + neighbours
     forget = frame_pairs(task, tokenizer, qa, kept) if own_part else \
         [(task.prompt.prompt(q, tokenizer), task.prompt.answer(a)) for q, a in qa]
