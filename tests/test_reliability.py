@@ -329,15 +329,15 @@ def test_diverging_loss_stops_naming_step_and_term_and_keeps_the_last_good_check
     import obliviate.train.pretrain as pretrain_mod
     from safetensors.torch import load_file
 
-    real = pretrain_mod.lm_loss
+    real = pretrain_mod.lm_loss_labelled
     calls = {"n": 0}
 
-    def lm_loss(m, batch):  # called twice per step: the lm term, then the qa term
+    def qa_loss(m, batch):  # the qa term, once per step
         calls["n"] += 1
         loss = real(m, batch)
-        return loss * bad if calls["n"] == 2 * 5 else loss
+        return loss * bad if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(pretrain_mod, "lm_loss", lm_loss)
+    monkeypatch.setattr(pretrain_mod, "lm_loss_labelled", qa_loss)
     out = tmp_path / "nan"
     rc = main(["pretrain", "--no-progress", "--out", str(out), *SMALL_PRETRAIN, "train.steps=8",
                "train.checkpoint_every=2", "train.keep_checkpoints=2"])

@@ -79,8 +79,10 @@ def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     res = run_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]
     has_questions = bool(task.forget.qa or any(es.kind == "qa" for es in task.evals_by_role("forget")))
-    assert set(m) == {"base", "oracle", "npo", "rmu"} | ({"positive_control", "positive_control_smallnorm"} if has_questions else set())
-    assert set(res["robustness"]["verdicts"]) == {"npo", "rmu"}
+    known = {"second_oracle", "filtered"} if task.pretrain is not None else set()  # a world is pretrained: both known
+    controls = {"positive_control", "positive_control_smallnorm"} if has_questions else set()
+    assert set(m) == {"base", "oracle", "npo", "rmu"} | controls | known
+    assert set(res["robustness"]["verdicts"]) == {"npo", "rmu"} | known
     assert "## Robustness" in (tmp_path / "run" / "report.md").read_text()
     for row in m.values():
         assert any(k.endswith(("_em", "_acc", "_loss")) for k in row)  # evaluated on the task's sets
