@@ -21,6 +21,7 @@ from obliviate.attacks.harness import split_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
 from obliviate.data import IDENTITY_PROMPT, collate, encode_data
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.outcome import RETAIN_SHARE
 from obliviate.losses import lm_loss
 from obliviate.methods import method_defaults, preset_name
 from obliviate.methods.engine import UnlearnConfig, unlearn
@@ -145,7 +146,7 @@ def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0)
     return split_score_fn(tokenizer, task, {k: v for k, v in splits.items() if v})
 
 
-KEEP_TARGET = 0.9
+KEEP_TARGET = RETAIN_SHARE
 """The refusal control trains on until its retain and trained-neighbour prefix match are back to this share of
 the base model's (as well as the forget match at its target): a mixed refusal first takes in the neighbours and
 only then learns where the forget questions end. (0.95 kept world seed 2 training past a forget match of 0.07

@@ -15,7 +15,7 @@ from statistics import NormalDist
 from obliviate.attacks.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
-from obliviate.eval.outcome import outcome_keep, verdict_score
+from obliviate.eval.outcome import RETAIN_SHARE, outcome_keep, verdict_score
 from obliviate.runs.report import markdown_table
 
 MIN_POSITIVE_RECOVERY = 0.5
@@ -26,7 +26,7 @@ SEPARATION = 0.2
 """The positive control must end at least this much (absolute) above the negative control."""
 FORGOT_SHARE = 0.5
 """A model forgot when its forget score is at most this share of the base model's (above chance)."""
-KEEP_SHARE = 0.9
+KEEP_SHARE = RETAIN_SHARE
 """A model keeps what it should when its retain and neighbour scores are at least this share of the base model's;
 a positive control that does not is *non-selective*, and a model that does not is *retain lost*, never removed."""
 SUPPRESSED_SHARE = 0.5
