@@ -90,3 +90,32 @@ def test_the_worlds_unscored_neighbours_are_asked_by_no_evaluation_set(small_wor
     asked = {x["question"] for es in task.evals if es.kind == "qa" for x in es.items}
     assert not asked & {q for q, _ in pairs}
     assert all(f["near"] == "holdout" for f in unscored_neighbours(small_world))
+
+
+def test_the_small_norm_control_doubles_its_retain_weight_until_it_keeps_what_it_should(taught, monkeypatch):
+    """The small-norm control stops only when the forget answers are gone *and* the monitored kept pairs are at the
+    keep target; each read below it doubles the retain term's weight (the reads are scripted here)."""
+    from obliviate.attacks import controls
+
+    forget, keep, last = iter([0.5, 0.05, 0.05, 0.05]), iter([1.0, 0.5, 0.8, 0.95]), [1.0]
+    alphas = []
+
+    def monitor_fn(*args, **kwargs):
+        def fn(model, forget_only=False):
+            if forget_only:
+                last[0] = next(forget)
+                return {"forget": last[0]}
+            return {"forget": last[0], "retain": next(keep)}
+        return fn
+
+    def unlearn(model, tokenizer, forget_data, retain_data, ucfg, **kwargs):
+        alphas.append(ucfg.params["alpha"])
+        return model, {}
+
+    monkeypatch.setattr(controls, "monitor_fn", monitor_fn)
+    monkeypatch.setattr(controls, "unlearn", unlearn)
+    _, info = controls.small_norm_control(taught["model"], taught["tokenizer"], taught["task"], lr=1e-4, chunk=10,
+                                          retain_weight=10.0, confine=None)
+    assert alphas == [10.0, 10.0, 20.0, 40.0] and info["steps"] == 40
+    assert info["final_retain_weight"] == 40.0 and info["retain_weight"] == 10.0
+    assert [c.get("retain") for c in info["curve"]] == [1.0, None, 0.5, 0.8, 0.95]

@@ -1,15 +1,15 @@
 """The relearning attack is an instrument checked before it is believed: on a tiny world of fictitious people it
 must tell a model that only suppresses (the positive control) from one that never knew (the oracle).
 
-A tiny Llama is fine-tuned from scratch on 16 forget and 16 retain QA facts; the oracle on the retain facts only;
+A tiny Llama is fine-tuned from scratch on 24 forget and 16 retain QA facts; the oracle on the retain facts only;
 the positive control is the base model with its last layer trained to refuse the forget questions and keep the
-retain answers. Relearning on one half of the forget facts and testing on the other must bring a positive
+retain answers. Relearning on one part of the forget facts and testing on another must bring a positive
 control back to >= 70% of the base model's held-out accuracy, leave the oracle no higher than 0.1 above where it
-started, and leave the base model with >= 0.9 of its own accuracy. Measured when written (seed 0): positive
-control 0.0 -> 1.0 of a base 1.0, oracle 0.19 -> 0.0, base 1.0 -> 1.0. Since the controls keep the retain
-answers (issue #41; before, the refusal control refused almost everything, and relearning any fact undid that
-one global refusal): the refusal control 0.07 -> 0.50 (46% of its loss back, not calibrated), the small-norm
-control 0.13 -> 0.74 (71%, calibrated), oracle 0.20 -> 0.13, both controls keeping the whole retain score.
+started, and leave the base model with >= 0.9 of its own accuracy. Measured when written (seed 0, issue #41's
+rule): the refusal control 0.08 -> 0.71, the small-norm control 0.00 -> 0.58, the oracle 0.00 -> 0.08, both
+controls keeping at least 0.94 of the retain score. With 16 forget facts (15 scored) the oracle band is 0.27 wide,
+wider than half of what a control recovers, and no attack can be calibrated at all: the rule says so rather than
+calibrate on too few items.
 Without the attack's calibration (e.g. too few relearning steps, ``attacks.relearn.steps=2``), the controls
 stay near 0 and the test fails.
 """
@@ -28,7 +28,7 @@ from obliviate.tasks.files import task_from_files
 
 @pytest.mark.heavy(23)
 def test_disjoint_relearning_separates_the_controls(tmp_path):
-    f = write_user_files(tmp_path / "data", n_forget=16, n_retain=16, seed=0)
+    f = write_user_files(tmp_path / "data", n_forget=24, n_retain=16, seed=0)
     task = task_from_files([str(f["forget"])], [str(f["retain_qa"])])
     cfg = from_dict(CompareConfig, json.loads(json.dumps({
         "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "corpus": False, "probe": False},

@@ -134,7 +134,8 @@ def keep_summary(control, base, tokenizer, task: Task, held: set = frozenset(), 
 def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0):
     """``fn(model) -> {"forget", "retain", "neighbours"}``: the prefix match of the forget questions (``qa``, at
     most 200), of :data:`MONITORED_RETAIN` retain pairs and of as many of the trained ``neighbours`` (seeded
-    samples), in one pass; a split without pairs is left out."""
+    samples), in one pass; a split without pairs is left out. ``fn(model, forget_only=True)`` reads the forget
+    questions alone (the cheap read of a chunk whose forget match already says to go on)."""
     rng = np.random.default_rng(seed)
 
     def sample(pairs: list) -> list:
@@ -142,8 +143,15 @@ def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0)
         return pairs if len(pairs) <= MONITORED_RETAIN else [pairs[i] for i in sorted(
             rng.permutation(len(pairs))[:MONITORED_RETAIN])]
 
-    splits = {"forget": qa[:200], "retain": sample(task.retain.qa), "neighbours": sample(neighbours)}
-    return split_score_fn(tokenizer, task, {k: v for k, v in splits.items() if v})
+    splits = {k: v for k, v in {"forget": qa[:200], "retain": sample(task.retain.qa),
+                                 "neighbours": sample(neighbours)}.items() if v}
+    both = split_score_fn(tokenizer, task, splits)
+    forget = split_score_fn(tokenizer, task, {"forget": splits["forget"]}) if "forget" in splits else None
+
+    def fn(model, forget_only: bool = False) -> dict:
+        return forget(model) if forget_only and forget is not None else both(model)
+
+    return fn
 
 
 KEEP_TARGET = RETAIN_SHARE
@@ -278,15 +286,19 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
     last = param_names_for(control, "layer", list(range(max(0, n - layers), n)))
     curve: list[dict] = []
 
-    def done(m, steps: int) -> bool:
-        curve.append({"steps": steps, **monitor(m)})
-        s = curve[-1]
+    def done(m, steps: int) -> bool:  # the kept pairs are read once the forget match is at its target
+        s = monitor(m, forget_only=True)
+        if s["forget"] <= target:
+            s = monitor(m)
+        curve.append({"steps": steps, **s})
         return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
 
     steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed, chunk=chunk,
                        max_steps=max_steps, done=done)
     if curve[-1]["steps"] != steps:
         curve.append({"steps": steps, **monitor(control)})
+    elif set(ref) - set(curve[-1]):
+        curve[-1] = {"steps": steps, **monitor(control)}
     s = curve[-1]
     return control, {"trained": "last decoder layer: refusals mixed with retain and neighbour answers",
                      "parameters": len(last), "steps": steps, "lr": lr, "keep_share": keep_share, **dinfo,
@@ -294,8 +306,10 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
                      **keep_summary(control, model, tokenizer, task, held)}
 
 
-SMALL_NORM_LR_SHARE = 0.1
-"""The small-norm control's learning rate: this share of gradient ascent's preset rate for the model's size."""
+SMALL_NORM_LR_SHARE = 1 / 3
+"""The small-norm control's learning rate: this share of gradient ascent's preset rate for the model's size (1e-4 on
+the world's tiny models: a tenth took 350 steps on world seed 0 where a third takes 160, with the same keep; the
+int4 confinement, not the rate, keeps the update small)."""
 
 
 CELL_MARGIN = 0.45
@@ -334,6 +348,16 @@ def confine_to(model, cells: dict) -> None:
                                      lo.to(m.weight.device)).to(m.weight.dtype))
 
 
+FULL_READ_EVERY = 5
+"""The small-norm control reads its retain and neighbour pairs every this many chunks and at its last (the forget
+questions after every chunk: they decide when it stops)."""
+
+
+SMALL_NORM_MAX_RETAIN_WEIGHT = 160.0
+"""The small-norm control doubles its retain weight after a read that finds the kept pairs below the keep target,
+up to this (four doublings of :data:`SMALL_NORM_RETAIN_WEIGHT`)."""
+
+
 SMALL_NORM_RETAIN_WEIGHT = 10.0
 """The weight of the small-norm control's retain term (GradDiff's ``alpha``: NLL on the retain and neighbour pairs;
 GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighbours, 10 kept 0.53."""
@@ -341,14 +365,17 @@ GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighb
 
 def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
                        max_steps: int = 400, target: float = 0.1, batch_size: int = 16, seed: int = 0,
-                       retain_weight: float = SMALL_NORM_RETAIN_WEIGHT, own_part: bool = True,
+                       retain_weight: float = SMALL_NORM_RETAIN_WEIGHT, keep_target: float = KEEP_TARGET,
+                       own_part: bool = True,
                        scored_neighbours: str = "all", confine: str | None = "int4", progress: bool = False):
     """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
     them and keeps the rest: gradient ascent on the forget set with a retain term (``graddiff``, through the
     method engine's one training loop: ``-CE(forget) + retain_weight * NLL(retain)``, the retain data being the
     task's retain pairs and its neighbour pairs, :func:`neighbour_training`) at a low learning rate (``lr``,
     default :data:`SMALL_NORM_LR_SHARE` of gradient ascent's preset rate), in chunks of ``chunk`` steps, stopped
-    as soon as the forget questions' prefix-match accuracy is at most ``target`` (or at ``max_steps``).
+    as soon as the forget questions' prefix-match accuracy is at most ``target`` and the monitored retain and
+    neighbour pairs are at ``keep_target`` of ``model``'s (or at ``max_steps``); a read that finds them below doubles
+    the retain weight (up to :data:`SMALL_NORM_MAX_RETAIN_WEIGHT`), so the control stays selective.
     ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world takes the retain facts
     with it (seed 0: retain score 0.01 against the base model's 0.90). With ``own_part`` the ascent is on the part
     of each forget answer after the opening it shares with the kept answers (:func:`frame_pairs`): the shared
@@ -364,7 +391,8 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly what 4-bit
     round-to-nearest maps back to the base model's weights, retain term or not. The summary records the
     update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights) and ``update_max_abs``,
-    the forget, retain and trained-neighbour prefix match after each chunk (``curve``) and what the control kept
+    the forget prefix match after each chunk and the retain and trained-neighbour ones after every
+    :data:`FULL_READ_EVERY`-th and the last (``curve``) and what the control kept
     against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns
     ``(control, summary)``."""
     qa = suppression_qa(task)
@@ -380,22 +408,29 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     retain = Data(qa=[(task.prompt.prompt(q, tokenizer), task.prompt.answer(a)) for q, a in kept],
                   docs=list(task.retain.docs))
     monitor = monitor_fn(tokenizer, task, qa, neighbours, seed)
-    method, params = ("graddiff", {"alpha": retain_weight}) if retain_weight > 0 and retain else ("gradascent", {})
+    adapt = retain_weight > 0 and bool(retain)
+    method, weight = ("graddiff", retain_weight) if adapt else ("gradascent", 0.0)
     control = copy.deepcopy(model)
     cells = rounding_cells(model, confine) if confine else None
-    steps, s = 0, monitor(control)
-    curve = [{"steps": 0, **s}]
-    while s["forget"] > target and steps < max_steps:
+    steps, ref = 0, monitor(control)
+    curve = [{"steps": 0, **ref}]
+    s, kept = ref, True
+    while not (s["forget"] <= target and kept) and steps < max_steps:
         n = min(chunk, max_steps - steps)
-        ucfg = UnlearnConfig(method=method, params=params, batch_size=batch_size, seed=seed + steps,
+        ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size, seed=seed + steps,
                              train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
                                                log_every=n, desc="small-norm control"))
         control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=progress)
         if cells is not None:
             confine_to(control, cells)
         steps += n
-        s = monitor(control)
-        curve.append({"steps": steps, **s})
+        s = monitor(control, forget_only=(steps // chunk) % FULL_READ_EVERY != 0)
+        if "retain" in ref and "retain" not in s and (s["forget"] <= target or steps >= max_steps):
+            s = monitor(control)
+        if adapt and set(ref) <= set(s):  # a full read: below the keep target, the retain term doubles
+            kept = all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
+            weight = weight if kept else min(weight * 2, SMALL_NORM_MAX_RETAIN_WEIGHT)
+        curve.append({"steps": steps, "retain_weight": weight, **s})
     base_w = {n: m.weight.detach() for n, m in quantizable(model)}
     num = den = 0.0
     top = 0.0
@@ -406,7 +441,7 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
         top = max(top, float(d.abs().max()))
     return control, {"trained": f"every layer, gradient ascent on the forget set"
                                 f"{' with a retain term' if method == 'graddiff' else ''}", "method": method,
-                     "retain_weight": retain_weight if method == "graddiff" else 0.0,
+                     "retain_weight": retain_weight if adapt else 0.0, "final_retain_weight": weight,
                      "neighbour_pairs": len(neighbours), "neighbour_source": source, "steps": steps, "lr": lr,
                      "chunk": chunk, "confine": confine,
                      "forget_prefix_acc": s["forget"], "retain_prefix_acc": s.get("retain"), "curve": curve,

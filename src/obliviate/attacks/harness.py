@@ -30,7 +30,7 @@ from obliviate.attacks.relearn import (RelearnConfig, curve_auc, learning_ratio,
 from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
-from obliviate.eval.core import mcq_accuracy, qa_accuracy
+from obliviate.eval.core import greedy_generate, mcq_accuracy
 from obliviate.eval.mia import mia_metrics
 from obliviate.eval.suite import answer_budget
 from obliviate.methods import preset_name
@@ -149,10 +149,9 @@ def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size
     answers = [a for _, a in qa]
     budget = answer_budget(tokenizer, answers)
 
-    def fn(model) -> np.ndarray:
-        r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
-                        batch_size=batch_size)
-        return np.asarray([answer_matches(p, a, "prefix") for p, a in zip(r["predictions"], answers)], dtype=float)
+    def fn(model) -> np.ndarray:  # the greedy answers only (no answer probabilities: nothing here reads them)
+        preds = greedy_generate(model, tokenizer, prompts, budget, batch_size)
+        return np.asarray([answer_matches(p, a, "prefix") for p, a in zip(preds, answers)], dtype=float)
 
     return fn
 
