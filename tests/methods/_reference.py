@@ -103,3 +103,22 @@ def run_tiny(name, base, fresh, **extra):
     losses = [r["loss"] for r in summary["history"] if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(x)) for x in losses), losses
     return before, forget_nll(model), summary
+
+
+def run_on_random_arch(name, tokenizer, arch, steps=4, **params):
+    """Method ``name`` at its tiny preset (``steps`` steps, ``params`` on top) through the engine on a random-init
+    model of architecture ``arch`` (:func:`~obliviate.models.builders.tiny_random`), as on a user's own model and
+    QA pairs: the summary (every logged loss finite)."""
+    from obliviate.methods.engine import method_run_config, unlearn
+    from obliviate.models.builders import tiny_random
+
+    model = tiny_random(arch, vocab_size=len(tokenizer), n_layer=2, max_len=64).train()
+    ucfg, _ = method_run_config(name, {"steps": steps, "batch_size": 2, **({"params": params} if params else {})},
+                                "tiny", 0)
+    ucfg.train.progress = False
+    ucfg.train.log_every = 1
+    model, summary = unlearn(model, tokenizer, FORGET, RETAIN, ucfg)
+    losses = [r["loss"] for r in summary["history"] if "loss" in r]
+    assert len(losses) == steps and all(torch.isfinite(torch.tensor(x)) for x in losses), losses
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    return summary

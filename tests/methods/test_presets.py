@@ -38,6 +38,15 @@ RECORDED_TINY = {
     "rmu": {"lr": 1e-3, "steps": 50, "params": {"coef": 20.0, "coef_norm": 1.5, "alpha": 10.0, "layer_frac": 0.5}},
     "adaptive_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": 0.5}},
     "cosine_rmu": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": 0.5}},
+    # Issue #44's robust methods, set in their files (not tuned on the world yet): the GradDiff/NPO-based ones take
+    # those methods' tiny settings (lr 3e-4, alpha 10); UNDO runs 50 unlearning + 50 distillation steps; SAM's
+    # radius and RepNoise's noise weight are sized for a few-million-parameter model; TAR runs one attack per step
+    # at lrs around the world relearning attack's.
+    "undo": {"lr": 3e-4, "steps": 100, "params": {"base_alpha": 10.0}},
+    "sam_npo": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
+    "sam_graddiff": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
+    "repnoise": {"lr": 1e-3, "steps": 50, "params": {"beta": 1.0}},
+    "tar": {"lr": 1e-3, "steps": 50, "params": {"attacks": 1, "attack_lrs": [1e-4, 3e-4, 1e-3]}},
 }
 FALLBACK = {"lr": 1e-3, "steps": 50, "params": {}}
 """compare.FALLBACK_DEFAULT: every method the table did not list."""

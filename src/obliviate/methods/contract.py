@@ -101,8 +101,9 @@ class Method:
         return None
 
     def on_data(self, sizes: dict) -> None:
-        """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch"}`` (sequences; the steps
-        of one pass over the forget set), for a method that counts epochs. Default: nothing."""
+        """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch", "steps"}`` (sequences;
+        the steps of one pass over the forget set; the run's steps), for a method that counts epochs or splits the
+        run into phases. Default: nothing."""
 
     def reference_depth(self) -> int | None:
         """The deepest decoder layer whose hidden states the method reads of the reference, when that is all it

@@ -308,7 +308,8 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     winners = (method.winners(model, tokenizer, forget, idk, prompt) or idk or IDK_ANSWERS) if method.needs_idk else None
     data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
                       doc_mode=cfg.doc_mode, idk=winners)
-    method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids), "steps_per_epoch": data.f_sampler.per_epoch})
+    method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids), "steps_per_epoch": data.f_sampler.per_epoch,
+                    "steps": cfg.train.steps})
     _report_cuts(data.stats)
     patterns = method.trainable(model)
     select_trainable(model, patterns)  # validates patterns before anything else happens

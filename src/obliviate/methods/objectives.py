@@ -133,3 +133,16 @@ def add_retain(terms: dict, model, batch: dict, ref, cfg) -> dict:
     if cfg.alpha:
         terms["retain"] = cfg.alpha * retain_term(model, batch["retain"], ref, cfg.retain)
     return terms
+
+
+def trained_params(model) -> list[torch.Tensor]:
+    """The parameters the training loop updates (``requires_grad``), in ``model.parameters()`` order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def gradient_term(params: list[torch.Tensor], grads: list[torch.Tensor], value: torch.Tensor) -> torch.Tensor:
+    """A scalar whose value is ``value`` and whose gradient with respect to ``params`` is ``grads``: how a method
+    that computes its gradient itself (at perturbed or adapted weights: SAM, TAR) hands it to the training loop,
+    which backpropagates the terms it is given (first-order: the gradient is applied to the current weights)."""
+    dot = sum((p * g.detach().to(p.dtype)).sum() for p, g in zip(params, grads))
+    return dot - dot.detach() + value.detach()

@@ -1,0 +1,110 @@
+"""JensUn: unlearning with the Jensen-Shannon divergence (Singh et al. 2025, "Unlearning That Lasts: Utility-Preserving,
+Robust, and almost Irreversible Forgetting in LLMs"; code: github.com/nmndeep/JensUn-Unlearning).
+
+    L = lambda_F * mean_t JSD(p_theta(. | x_f, r_<t) || e_{r_t})   on the forget questions x_f answered with a refusal r
+      + lambda_R * mean_t JSD(p_theta(. | x_r, y_<t) || p_theta0(. | x_r, y_<t))   on the retain answers
+
+with JSD(p || q) = 1/2 KL(p || m) + 1/2 KL(q || m), m = (p + q) / 2, in nats (bounded by log 2), and e_r the one-hot
+distribution on the refusal's next token. Against a one-hot target the forget term depends on p_r = p_theta(r_t)
+alone (every other entry of m is p_v / 2):
+
+    JSD(p || e_r) = 1/2 [ (1 - p_r) log 2 + p_r log(2 p_r / (1 + p_r)) + log(2 / (1 + p_r)) ]
+
+so only the refusal tokens' log-probabilities are computed (no (N, V) softmax on the forget side). Both terms are
+bounded, which the paper credits for its stability and its resistance to relearning.
+
+The forget batch is the forget questions paired with refusals (``needs_idk``: the task's refusals, else
+:data:`~obliviate.tasks.base.IDK_ANSWERS`; the authors' default target is the two tokens "No idea"). The authors'
+code (``jensun_multitok_loss``, src/trainer/utils.py, 925e221) averages over every position of the sequence against
+a target that puts 1 on every refusal token at once; here, as in the paper's equation, each refusal position is
+matched to its own token and only the answer positions count. The retain term is over the retain answers' labelled
+positions (the authors' code: every position).
+
+Defaults from the authors' ``configs/trainer/JensUn.yaml``: gamma (lambda_F) = 1, alpha (lambda_R) = 1, retain JSD.
+Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (the TOFU-style default).
+
+Cost per step: 1 forward + backward on the refusal batch and 1 on the retain batch, as GradDiff. Memory: the frozen
+model's logits at the retain answers' positions, computed once before training (``cached_logit_keys``), or a live
+frozen copy where that cache would be larger than the copy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from obliviate.config import check_ranges
+from obliviate.losses import ratio_of_sums
+from obliviate.methods import register
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
+
+LOG2 = math.log(2.0)
+
+
+def jsd_to_onehot(logp_target: torch.Tensor) -> torch.Tensor:
+    """JSD(p || e_y) per row from log p(y) (N,): the closed form of the module docstring."""
+    p = logp_target.float().exp()
+    return 0.5 * ((1 - p) * LOG2 + p * (LOG2 + logp_target.float() - torch.log1p(p)) + LOG2 - torch.log1p(p))
+
+
+def jsd(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
+    """JSD(p || q) per row of two (N, V) logit tensors, p = softmax(logits), q = softmax(ref_logits)."""
+    logp, logq = F.log_softmax(logits.float(), -1), F.log_softmax(ref_logits.float(), -1)
+    logm = torch.logsumexp(torch.stack([logp, logq]), 0) - LOG2
+    return 0.5 * ((logp.exp() * (logp - logm)).sum(-1) + (logq.exp() * (logq - logm)).sum(-1))
+
+
+def _mean(x: torch.Tensor) -> torch.Tensor:
+    return ratio_of_sums(x.sum(), torch.tensor(float(x.numel()), device=x.device))
+
+
+@dataclass
+class JensUnConfig:
+    gamma: float = 1.0
+    """lambda_F: weight of the forget term, JSD to the one-hot refusal."""
+    alpha: float = 1.0
+    """lambda_R: weight of the retain term."""
+    retain: Literal["jsd", "nll"] = "jsd"
+    """Retain term: JSD to the frozen model (the paper's), or NLL."""
+
+    def __post_init__(self):
+        check_ranges(self, positive=("gamma",), nonnegative=("alpha",))
+
+
+@register("jensun", paper=("Singh et al. 2025, Unlearning That Lasts (JensUn); "
+                           "github.com/nmndeep/JensUn-Unlearning"),
+          equation="λ_F · JSD(p_θ ‖ one-hot refusal) on forget questions + λ_R · JSD(p_θ ‖ p_θ0) on retain",
+          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125}})
+class JensUn(Method):
+    config_cls = JensUnConfig
+    needs_idk = True
+    needs_reference = True  # with the JSD retain term (the default); __init__ says for the config
+    scaling = ("size class tiny/paper; λ_F, λ_R: divergences in nats bounded by log 2, not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed")
+
+    def __init__(self, cfg: JensUnConfig):
+        self.cfg = cfg
+        self.needs_reference = cfg.retain == "jsd" and cfg.alpha > 0
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def cached_logit_keys(self) -> tuple[str, ...]:
+        return ("retain",)
+
+    def loss(self, model, batch, ref) -> dict:
+        logp, _ = labelled_logprobs(model, batch["idk"])
+        terms = {"forget": self.cfg.gamma * _mean(jsd_to_onehot(logp))}
+        if self.cfg.alpha:
+            r = batch["retain"]
+            if self.cfg.retain == "nll":
+                retain = mean_labelled_nll(model, r)
+            else:
+                retain = _mean(jsd(labelled_logits(model, r)[0], ref.labelled_logits(r, "retain")))
+            terms["retain"] = self.cfg.alpha * retain
+        return terms

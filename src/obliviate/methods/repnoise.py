@@ -1,0 +1,111 @@
+"""RepNoise: Representation Noising (Rosati et al. 2024, NeurIPS, "Representation Noising: A Defence Mechanism Against
+Harmful Finetuning", arXiv:2405.14577; code: github.com/domenicrosati/representation-noising).
+
+    L = L_retain(theta) - alpha * L_forget(theta) + beta * sum_l MMD^2(h_l(x_f), z_l),   z_l ~ N(0, I)
+
+L_retain = mean NLL of the retain answers; L_forget = mean NLL of the forget answers (``ascent="nll"``, the paper's
+equation) or log(1 + that NLL) (``ascent="log"``: the authors' code bounds the ascent so, ``rep_noise_loss`` in
+representation_noising/loss.py, a1c3298); h_l(x_f) = the output of decoder layer l on the forget sequences (every
+layer; the authors hook each layer's MLP output), with the padding zeroed, and z_l Gaussian noise of the same shape,
+zeroed at the same places, drawn each step from a generator seeded with ``seed`` + the step number. MMD^2 is the
+biased estimate with a Gaussian multi-kernel, each sequence one sample (its (T, d) states flattened), as in the
+authors' code:
+
+    k(a, b) = sum_{i=0..4} exp(-||a - b||^2 / (s * 2^(i-2))),   s = sum of the squared distances over the n^2 - n
+              pairs of the 2B samples / (n^2 - n)   (held fixed: no gradient through the bandwidth)
+    MMD^2 = mean k(H, H) + mean k(Z, Z) - mean k(H, Z) - mean k(Z, H)
+
+The authors' code averages the MMD over the layers (beta / L here) and adds logit-lens forget losses of every layer to
+the ascent term; neither is done here.
+
+Defaults from the code: alpha = 1, beta = 0.001 (paper preset, with lr 2e-5 and 125 steps: our choice, not checked
+against the paper). Tiny preset: alpha = 1, beta = 1, lr 1e-3, 50 steps
+(not tuned). Cost per step: 1 forward + backward on forget (states of every layer kept, as any backward keeps them),
+1 on retain, and the MMD: O((2B)^2 T d) per layer. Memory: one Gaussian sample the size of the forget batch's hidden
+states per layer during the step; no reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from obliviate.config import check_ranges
+from obliviate.methods import register
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import mean_labelled_nll
+from obliviate.models.layers import capture_hidden, num_layers
+
+KERNELS, KERNEL_MUL = 5, 2.0
+
+
+def mmd_gaussian(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Biased MMD^2 between the rows of ``x`` and ``y`` (n, D) with the multi-bandwidth Gaussian kernel above."""
+    total = torch.cat([x, y]).float()
+    sq = (total * total).sum(1)
+    d2 = (sq[:, None] + sq[None, :] - 2 * total @ total.T).clamp(min=0)  # no sqrt: a finite gradient at distance 0
+    n = total.shape[0]
+    s = d2.detach().sum() / (n * n - n) / KERNEL_MUL ** (KERNELS // 2)
+    k = sum(torch.exp(-d2 / (s * KERNEL_MUL ** i)) for i in range(KERNELS))
+    b = x.shape[0]
+    return k[:b, :b].mean() + k[b:, b:].mean() - k[:b, b:].mean() - k[b:, :b].mean()
+
+
+def noise_like(states: dict[int, torch.Tensor], seed: int) -> dict[int, torch.Tensor]:
+    """N(0, I) samples shaped as each layer's states, drawn in layer order from a generator seeded with ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    return {l: torch.randn(h.shape, generator=g, dtype=torch.float32).to(h.device) for l, h in sorted(states.items())}
+
+
+@dataclass
+class RepNoiseConfig:
+    alpha: float = 1.0
+    """Weight of the forget ascent term."""
+    beta: float = 0.001
+    """Weight of the noise term sum_l MMD^2(h_l(forget), N(0, I))."""
+    ascent: Literal["nll", "log"] = "nll"
+    """Forget term: -alpha * NLL (the paper's equation) or -alpha * log(1 + NLL) (the authors' code)."""
+    seed: int = 0
+    """Seed of the Gaussian samples (step t draws from seed + t)."""
+
+    def __post_init__(self):
+        check_ranges(self, nonnegative=("alpha", "beta"))
+
+
+@register("repnoise", paper=("Rosati et al. 2024, Representation Noising (NeurIPS 2024, arXiv:2405.14577; "
+                             "github.com/domenicrosati/representation-noising)"),
+          equation="retain NLL − α · forget NLL + β · Σ_layers MMD²(h_l(forget), N(0, I))",
+          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"beta": 1.0}},
+                   "paper": {"lr": 2e-5, "steps": 125, "params": {"alpha": 1.0, "beta": 0.001}}})
+class RepNoise(Method):
+    config_cls = RepNoiseConfig
+    scaling = ("size class tiny/paper; α: log-probabilities, not scaled; β: MMD² is bounded (kernel values in [0, 5]) "
+               "whatever the width, not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed")
+
+    def __init__(self, cfg: RepNoiseConfig):
+        self.cfg = cfg
+        self.calls = 0
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def scorer_state(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_scorer_state(self, state: dict) -> None:
+        self.calls = int(state.get("calls", 0))
+
+    def loss(self, model, batch, ref) -> dict:
+        f = batch["forget"]
+        with capture_hidden(model, range(num_layers(model))) as states:
+            nll_f = mean_labelled_nll(model, f)
+        noise = noise_like(states, self.cfg.seed + self.calls)
+        self.calls += 1
+        keep = f["attention_mask"].unsqueeze(-1).float()
+        mmd = sum(mmd_gaussian((h.float() * keep).flatten(1), (noise[l] * keep).flatten(1))
+                  for l, h in states.items())
+        ascent = nll_f if self.cfg.ascent == "nll" else torch.log1p(nll_f)
+        return {"retain": mean_labelled_nll(model, batch["retain"]), "forget": -self.cfg.alpha * ascent,
+                "noise": self.cfg.beta * mmd}

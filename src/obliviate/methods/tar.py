@@ -1,0 +1,149 @@
+"""TAR: Tamper-Attack Resistance (Tamirisa et al. 2024, "Tamper-Resistant Safeguards for Open-Weight LLMs",
+arXiv:2408.00761, ICLR 2025; code: github.com/rishub-tamirisa/tamper-resistance, ``tar_training_loop`` in
+modules/training.py, 0392cbb).
+
+First-order meta-learning against simulated fine-tuning attacks. Each outer step, for each of ``attacks`` sampled
+adversaries a (learning rate lr_a from ``attack_lrs``, data: the forget batch with probability ``forget_attack_share``,
+else the retain batch, i.e. a benign fine-tune):
+
+    theta_a,0 = theta;  theta_a,k = AdamW step at lr_a on NLL(attack data; theta_a,k-1),  k = 1..K
+    g_TR = lambda_TR / (attacks * K) * sum_a sum_k grad L_TR(x_f; theta_a,k)        (evaluated at the adapted weights)
+    update direction = g_TR + alpha * grad L_retain(x_r; theta)                      (applied at theta)
+
+L_TR = -mean_t H(p_theta(. | x_f, y_<t)) over the forget answer positions: the adapted model's negative entropy (the
+authors' "max_entropy" loss for knowledge restriction), so minimising it keeps the attacked model maximally
+uncertain on the forget answers. First-order: the adapted weights' gradient is used as the gradient at theta
+(no differentiation through the inner steps). The adversary's AdamW is fresh per attack (torch defaults, weight decay
+0.01), as in the authors' loop; its sampled data is the step's batch, reused for each of the K inner steps (the step
+draws one forget and one retain batch), and x_f for L_TR is the same forget batch (the authors hold it out from the
+adversary's data: this adversary is stronger). Not done: the authors' lower bound on the TR loss (it only gates the
+TR gradient when the entropy is already maximal), their linear-warm-up adversary schedules, retain-then-forget
+switching attacks, and their representation-engineering retain term (their default is the NLL one used here).
+
+Defaults (the authors' ``tar_training_loop``): lambda_TR = 4 (``tar_tamper_resistance_grad_scale``), alpha = 1
+(``tar_retain_scale``), K = 4 inner steps, 3 attacks per step, lrs {2e-5, 4e-5, 1e-4}, forget attacks 65% / benign
+35%; paper preset outer lr 2e-5 (our choice). Tiny preset: 1 attack of K = 4 steps at lrs {1e-4, 3e-4, 1e-3}
+(about the world relearning attack's scale), lr 1e-3, 50 steps (not tuned).
+
+Cost per outer step: attacks * K * (1 forward + backward on the attack batch + 1 forward + backward for L_TR) + 1
+forward + backward on retain: 25 forward-backward pairs at the paper defaults, 9 at the tiny preset (GradDiff: 2).
+Memory: a copy of the trained parameters (theta, restored after each attack), the adversary's AdamW moments (two
+copies) and the accumulated TR gradient (one copy): four extra copies of the trained parameters during a step.
+Runs in one process (the inner attacks run on this process's parameters only).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from obliviate.config import check_ranges
+from obliviate.errors import ConfigError
+from obliviate.losses import ratio_of_sums
+from obliviate.methods import register
+from obliviate.methods.contract import Method
+from obliviate.methods.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
+
+
+def negative_entropy(model, batch: dict) -> torch.Tensor:
+    """-mean over the labelled positions of batch of the entropy of p_theta(. | prefix) (nats)."""
+    logits, _, _ = labelled_logits(model, batch)
+    logp = F.log_softmax(logits.float(), -1)
+    h = -(logp.exp() * logp).sum(-1)
+    return -ratio_of_sums(h.sum(), torch.tensor(float(h.numel()), device=h.device))
+
+
+def _grads(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    g = torch.autograd.grad(loss, params, allow_unused=True)
+    return [torch.zeros_like(p) if x is None else x for p, x in zip(params, g)]
+
+
+@dataclass
+class TARConfig:
+    lam_tr: float = 4.0
+    """lambda_TR: weight of the tamper-resistance gradient."""
+    alpha: float = 1.0
+    """Weight of the retain NLL."""
+    inner_steps: int = 4
+    """K: the simulated attack's AdamW steps."""
+    attacks: int = 3
+    """Simulated attacks sampled per outer step."""
+    attack_lrs: list[float] = field(default_factory=lambda: [2e-5, 4e-5, 1e-4])
+    """The attack's learning rate, drawn uniformly from these."""
+    forget_attack_share: float = 0.65
+    """Probability that an attack fine-tunes on the forget batch (else on the retain batch)."""
+    seed: int = 0
+    """Seed of the attack sampling (outer step t draws from seed + t)."""
+
+    def __post_init__(self):
+        check_ranges(self, nonnegative=("lam_tr", "alpha"), positive=("attack_lrs",),
+                     at_least_one=("inner_steps", "attacks"), fraction=("forget_attack_share",))
+        if not self.attack_lrs:
+            raise ConfigError("config key 'attack_lrs': give at least one learning rate")
+
+
+@register("tar", paper=("Tamirisa et al. 2024, Tamper-Resistant Safeguards for Open-Weight LLMs (ICLR 2025, "
+                        "arXiv:2408.00761; github.com/rishub-tamirisa/tamper-resistance)"),
+          equation=("λ_TR · mean over sampled attacks and inner steps of ∇(−entropy on forget) at the attacked "
+                    "weights (first-order) + α · retain NLL"),
+          presets={"tiny": {"lr": 1e-3, "steps": 50,
+                            "params": {"attacks": 1, "attack_lrs": [1e-4, 3e-4, 1e-3]}},
+                   "paper": {"lr": 2e-5, "steps": 125}})
+class TAR(Method):
+    config_cls = TARConfig
+    multiprocess_unsupported = "the simulated attacks run on this process's parameters only"
+    sharding_unsupported = "the simulated attacks update and restore whole parameters in place"
+    scaling = ("size class tiny/paper; λ_TR, α: nats, not scaled; attack lrs: chosen per size class; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed")
+
+    def __init__(self, cfg: TARConfig):
+        self.cfg = cfg
+        self.calls = 0
+
+    def trainable(self, model) -> list[str]:
+        return ["*"]
+
+    def scorer_state(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_scorer_state(self, state: dict) -> None:
+        self.calls = int(state.get("calls", 0))
+
+    def sample_attacks(self, step: int) -> list[tuple[float, str]]:
+        """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed + step."""
+        rng = random.Random(self.cfg.seed + step)
+        return [(rng.choice(self.cfg.attack_lrs), "forget" if rng.random() < self.cfg.forget_attack_share else "retain")
+                for _ in range(self.cfg.attacks)]
+
+    def loss(self, model, batch, ref) -> dict:
+        cfg, params = self.cfg, trained_params(model)
+        attacks = self.sample_attacks(self.calls)
+        self.calls += 1
+        saved = [p.detach().clone() for p in params]
+        total = [torch.zeros_like(p) for p in params]
+        value = torch.zeros((), device=saved[0].device)
+        weight = cfg.lam_tr / (cfg.attacks * cfg.inner_steps)
+        try:
+            for lr, data in attacks:
+                opt = torch.optim.AdamW(params, lr=lr)
+                for _ in range(cfg.inner_steps):
+                    for p, g in zip(params, _grads(mean_labelled_nll(model, batch[data]), params)):
+                        p.grad = g
+                    opt.step()
+                    tr = negative_entropy(model, batch["forget"])
+                    for acc, g in zip(total, _grads(tr, params)):
+                        acc.add_(g, alpha=weight)
+                    value = value + weight * tr.detach()
+                del opt
+        finally:
+            with torch.no_grad():
+                for p, s in zip(params, saved):
+                    p.copy_(s)
+                    p.grad = None
+        terms = {"tamper": gradient_term(params, total, value)}
+        if cfg.alpha:
+            terms["retain"] = cfg.alpha * mean_labelled_nll(model, batch["retain"])
+        return terms
