@@ -28,7 +28,8 @@ from pathlib import Path
 from obliviate.recipes.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
 
-METHODS = "methods=[graddiff,npo,simnpo,rmu]"
+METHODS = "graddiff,npo,simnpo,rmu"
+"""The methods compared by default: the four baselines (issue #44's run adds ``undo,tar,repnoise,sam_npo,jensun``)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/robustness")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     p.add_argument("--attacks", default="all")
+    p.add_argument("--methods", default=METHODS, help=f"comma-separated methods (default: {METHODS})")
+    p.add_argument("--title", default="Robustness of the baselines on the world, every attack")
     p.add_argument("--tables-only", action="store_true", help="only write the tables from the finished seeds")
     p.add_argument("overrides", nargs="*", help="config overrides for every compare (after --)")
     args = p.parse_args(argv)
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         done = d / "results.json"
         if not args.tables_only and not (done.exists() and json.loads(done.read_text()).get("status") == "complete"):
             cmd = [sys.executable, "-m", "obliviate.cli.main", "compare", "--seed", str(seed), "--out", str(d),
-                   "--attacks", args.attacks, "--no-progress", METHODS, *args.overrides]
+                   "--attacks", args.attacks, "--no-progress", f"methods=[{args.methods}]", *args.overrides]
             print(" ".join(cmd), flush=True)
             t = time.time()
             rc = subprocess.run(cmd).returncode
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         print(f"no finished seed under {out}", file=sys.stderr)
         return 1
-    md = ["# Robustness of the baselines on the world, every attack", "",
+    md = [f"# {args.title}", "",
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
           *robustness_over_seeds(results)]
     out.mkdir(parents=True, exist_ok=True)
