@@ -25,11 +25,48 @@ import sys
 import time
 from pathlib import Path
 
+from obliviate.attacks.verdict import KNOWN_REMOVED
 from obliviate.recipes.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
 
 METHODS = "graddiff,npo,simnpo,rmu"
 """The methods compared by default: the four baselines (issue #44's run adds ``undo,tar,repnoise,sam_npo,jensun``)."""
+
+
+def _f(x, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _cost(m: dict, key: str) -> str:
+    """A recovery cost in tokens as the report shows it: exact, ``<= x`` (below the first read) or ``> budget``."""
+    bound, tokens = m.get(f"{key}_bound"), m.get(f"{key}_tokens")
+    if tokens is None:
+        return "-"
+    return {"at_most": f"<= {tokens:.0f}", "above_budget": f"> {tokens:.0f}"}.get(bound, f"{tokens:.0f}")
+
+
+def per_model_table(res: dict) -> list[str]:
+    """One comparison's models in one table: verdict and what decided it, forget score, keep shares, disjoint
+    relearning, recovery cost (tokens) and its ratio to learning, S-unlearning (held-out and trained R), and the
+    method's unlearning seconds."""
+    verdicts, timings = res["robustness"]["verdicts"], res.get("timings", {})
+    rows = ["| model | verdict (decided by) | forget | retain keep | neighbour keep | disjoint relearning | "
+            "recovery cost | vs learning | S (held-out) | S (trained) | unlearning s |", "|" + "---|" * 11]
+    controls = res["robustness"].get("controls") or {}
+    metrics = res["metrics"]
+    first = [n for n in ("oracle", *controls, *KNOWN_REMOVED) if n in metrics]
+    for name in first + [n for n in metrics if n not in first and n != "base"]:
+        m, v = metrics[name], verdicts.get(name)
+        verdict = "(control)" if v is None else v["verdict"] + (
+            f" ({v['attack']}, {v['control']})" if v.get("attack") and v.get("control") else "")
+        keep = (v or controls.get(name) or {}).get("keep") or {}
+        ratio = m.get("recovery_cost_vs_learning")
+        rows.append(f"| {name} | {verdict} | {_f(m.get('forget_score'))} | {_f(keep.get('retain'))} | "
+                    f"{_f(keep.get('neighbour'))} | {_f(m.get('relearn_disjoint_start_acc'))} -> "
+                    f"{_f(m.get('relearn_disjoint_acc'))} | {_cost(m, 'recovery_cost')} | {_f(ratio)} | "
+                    f"{_f(m.get('s_unlearning'))} | {_f(m.get('s_unlearning_trained'))} | "
+                    f"{_f(timings.get(f'{name}_unlearn_seconds'), '{:.1f}')} |")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# {args.title}", "",
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
           *robustness_over_seeds(results)]
+    for label, res in results.items():
+        md += ["", f"## {label}", "", *per_model_table(res)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "robustness.md").write_text("\n".join(md) + "\n")
     write_html(out / "robustness.md", out / "robustness.html")
