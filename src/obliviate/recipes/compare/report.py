@@ -63,6 +63,19 @@ def plot_log(log: Path, png: Path) -> None:
     save_figure(fig, png)
 
 
+def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
+    """The report's section of what was not computed: each metric over zero items or tokens (``absent``), once for
+    every model it is absent on; the task's missing files are the MUSE section's (or, elsewhere, listed here)."""
+    by_line: dict[str, list[str]] = {}
+    for name, m in metrics.items():
+        for line in (m.get("absent") or {}).values():
+            by_line.setdefault(line, []).append(name)
+    lines = [f"- {md_escape(line)} ({', '.join(md_escape(n) for n in names)})" for line, names in by_line.items()]
+    if not task.meta.get("muse"):
+        lines += [f"- {md_escape(x)}" for x in task.meta.get("missing") or []]
+    return ["## Not computed", "", *lines, ""] if lines else []
+
+
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
     """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
     *brought back* (:func:`~obliviate.attacks.verdict.recovery`: of what the model lost against the base model),
@@ -87,6 +100,26 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
                      + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it holds "
                         "something the oracle does not; whether that is hidden knowledge is the verdict's to say, "
                         "against the positive controls" if band else "") + ".")
+    return lines
+
+
+def method_lines(metrics: dict, skipped: dict | None = None) -> list[str]:
+    """One line per method of the comparison: its run's outcome without any attack (the line of
+    :func:`~obliviate.eval.outcome.unlearn_outcome`: "forgot little: try `obliviate tune`" where it did nothing
+    measurable), what an edit method edited, and each skipped method with its reason."""
+    lines = []
+    for name, m in metrics.items():
+        v = m.get("unlearn_outcome")
+        if not v:
+            continue
+        edit = m.get("edit") or {}
+        did = ""
+        if "n_edited" in edit:
+            frac = edit.get("vocab_fraction_edited")
+            did = (f" It edited {edit['n_edited']} token rows"
+                   + ("" if frac is None else f" ({100 * frac:.2f}% of the vocabulary)") + ".")
+        lines.append(f"- **{md_escape(name)}**: {md_escape(v['line'])}.{did}")
+    lines += [f"- **{md_escape(name)}**: skipped: {md_escape(why)}." for name, why in (skipped or {}).items()]
     return lines
 
 
@@ -117,7 +150,7 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
 
 
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
-                 robustness: dict | None = None, base_log: Path | None = None) -> None:
+                 robustness: dict | None = None, base_log: Path | None = None, skipped: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -137,6 +170,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
     columns, rows = main_table(metrics, robustness)
     sets = [es for es in task.evals if es.kind in PRIMARY]
     set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
+    did = method_lines(metrics, skipped)
     md = [f"# obliviate: method comparison on task {md_code(task.name)}", "",
           f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of the "
           "role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R against "
@@ -145,6 +179,10 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "(docs/evaluation.md).", "",
           markdown_table(rows, columns), "",
           *(robustness_markdown(metrics, robustness) if robustness else []),
+          *(["## What each method did", "",
+             "Each method's run read without any attack (docs/methods.md, \"Did the run work?\"), and every "
+             "method of `methods=` that was not run, with the reason.", "", *did, ""] if did else []),
+          *not_computed_markdown(task, metrics),
           *muse_markdown(task, metrics),
           "## How much comes back under relearning on the other forget facts", "",
           *(recovery_lines(metrics, robustness) or ["- the task has no disjoint folds to relearn on."]), "",
