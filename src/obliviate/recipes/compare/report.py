@@ -76,6 +76,24 @@ def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
     return ["## Not computed", "", *lines, ""] if lines else []
 
 
+LEAKAGE_FLAG = 0.2
+"""``relearn_disjoint_leakage`` at or above which the report flags the disjoint recovery as inflated: a fifth of the
+held-out answers' rare words (names, titles, places shared by 2 answers) are in the answers the attacker trains on,
+so relearning can score those items by repeating trained answers, not by bringing hidden knowledge back. Below it
+a held-out fold shares about as much with the training folds as a group-respecting split of typical QA sets does
+(TOFU's, the world's: under 0.1); at 0.5 (half, issue #42's Harry Potter trivia) the recovery says little."""
+
+
+def leakage_note(m: dict) -> str:
+    """The flag beside a disjoint recovery whose folds leak (:data:`LEAKAGE_FLAG`), else an empty string."""
+    leak = m.get("relearn_disjoint_leakage")
+    if leak is None or leak < LEAKAGE_FLAG:
+        return ""
+    return (f" **High leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained on "
+            f"(flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers seen in "
+            "training, not knowledge brought back.**")
+
+
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
     """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
     *brought back* (:func:`~obliviate.attacks.verdict.recovery`: of what the model lost against the base model),
@@ -91,7 +109,8 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
         share = recovery(m["relearn_disjoint_start_acc"], m["relearn_disjoint_acc"], base_d)
         lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out "
                      f"thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other thirds"
-                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}.")
+                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}."
+                     + leakage_note(m))
     o = metrics.get("oracle", {})
     band = ((robustness or {}).get("band") or {}).get("relearn_disjoint")
     if o.get("relearn_disjoint_acc") is not None:
@@ -99,7 +118,7 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
                      f"to {o['relearn_disjoint_acc']:.2f} under the same attack"
                      + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it holds "
                         "something the oracle does not; whether that is hidden knowledge is the verdict's to say, "
-                        "against the positive controls" if band else "") + ".")
+                        "against the positive controls" if band else "") + "." + leakage_note(o))
     return lines
 
 
@@ -134,12 +153,16 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
     calib = (robustness or {}).get("calibration") or {}
     verdicts = (robustness or {}).get("verdicts") or {}
 
+    leaks = [m["relearn_disjoint_leakage"] for m in metrics.values() if m.get("relearn_disjoint_leakage") is not None]
+
     def header(c: str) -> str:
         key = ATTACK_COLUMNS.get(c)
         if key == "probe":
             ok = any(m.get("probe_calibrated") for m in metrics.values())
         else:
             ok = key is None or (key in calib and calib[key]["calibrated"])
+        if key == "relearn_disjoint" and leaks and max(leaks) >= LEAKAGE_FLAG:
+            c = f"{c} (leakage {max(leaks):.2f})"
         return c if ok else f"{c} (uncalibrated)"
 
     present = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
