@@ -200,6 +200,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "the base model; `forget_quality` is the KS-test p-value of the forget truth ratios against the "
           "oracle's (higher = closer); `format_shift_acc` is the best score over the forget set's variants "
           "(docs/evaluation.md).", "",
+          *[line for note in task.meta.get("notes") or [] for line in (f"Note: {md_escape(note)}.", "")],
           markdown_table(rows, columns), "",
           *(robustness_markdown(metrics, robustness) if robustness else []),
           *(["## What each method did", "",
