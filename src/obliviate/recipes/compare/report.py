@@ -76,12 +76,13 @@ def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
     return ["## Not computed", "", *lines, ""] if lines else []
 
 
-LEAKAGE_FLAG = 0.2
-"""``relearn_disjoint_leakage`` at or above which the report flags the disjoint recovery as inflated: a fifth of the
-held-out answers' rare words (names, titles, places shared by 2 answers) are in the answers the attacker trains on,
-so relearning can score those items by repeating trained answers, not by bringing hidden knowledge back. Below it
-a held-out fold shares about as much with the training folds as a group-respecting split of typical QA sets does
-(TOFU's, the world's: under 0.1); at 0.5 (half, issue #42's Harry Potter trivia) the recovery says little."""
+LEAKAGE_FLAG = 0.4
+"""``relearn_disjoint_leakage`` at or above which the report flags the disjoint recovery as inflated. A rare answer
+word (in 2 answers) of a reported fact has its other answer in the training third about a third of the time by
+chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4 and
+above, clearly more of the reported answers are in the answers the attacker trains on than a split by chance
+gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back (issue
+#42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
 
 
 def leakage_note(m: dict) -> str:
