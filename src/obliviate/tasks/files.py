@@ -176,8 +176,8 @@ def _as_list(value: Any, key: str) -> list:
 
 RETAIN_HOLDOUT_SHARE = 0.2
 """The share of the retain file's QA pairs (and texts) :func:`task_from_files` holds out for the retain evaluation
-when nothing else measures what must be kept (no ``--utility`` or ``--holdout`` files): a retain score read on the
-pairs the methods train on reads 1.000 whatever they did to the rest (issue #42)."""
+when nothing else measures what must be kept (no ``--utility`` or ``--holdout`` files): a retain score read only on
+the pairs the methods train on reads 1.000 whatever they did to the rest (issue #42)."""
 RETAIN_HOLDOUT_SEED = 0
 """The seed of that split: the same files give the same held-out items in every run."""
 
@@ -201,8 +201,9 @@ def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
     parts += [f"{len(docs_out)} of {len(retain.docs)} texts"] if docs_out else []
     return Data(qa=qa, docs=docs), held, (
         f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, seed "
-        f"{RETAIN_HOLDOUT_SEED}) for the retain evaluation: no method trains on them; give --utility or --holdout "
-        "files to train on the whole retain file")
+        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no method trains on them, and S-unlearning's R reads them "
+        "(heldout_keep_score); retain_score stays on the pairs trained on; give --utility or --holdout files to "
+        "train on the whole retain file")
 
 
 def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
@@ -210,9 +211,12 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
     """The task of a spec mapping (see the module docstring); relative paths are under ``base``.
 
     ``retain_holdout``: the share of the retain data held out (:func:`hold_out`) where the spec has no utility or
-    holdout files: the retain evaluation sets (``retain_qa``, ``retain_text``) are then the held-out items, which
-    no method trains on; the base model and the oracle a comparison trains learn them with the rest
-    (``meta["retain_heldout"]``, :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
+    holdout files: the held-out items are the sets ``retain_heldout_qa`` / ``retain_heldout_text`` (retain role,
+    ``variant``: no method trains on them, and they make ``heldout_keep_score``, which S-unlearning's R reads, as the
+    world's held-out retain wordings do: :func:`obliviate.eval.suite.score_against`); ``retain_qa`` stays the
+    retain pairs trained on (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison
+    fine-tunes learn the held-out items with the rest (``meta["retain_heldout"]``,
+    :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
         raise ConfigError(f"task spec {name!r}: unknown key(s) {', '.join(unknown)} "
@@ -243,11 +247,14 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
         notes += [note] if note else []
     evals: list[EvalSet] = []
     if spec.get("auto_evals", True):
-        for side, data in (("forget", forget), ("retain", held or retain)):
+        for side, data, variant in (("forget", forget, False), ("retain", retain, False),
+                                    ("retain_heldout", held, True)):
+            role = "retain" if variant else side
             if data.qa:
-                evals.append(EvalSet(f"{side}_qa", side, "qa", [{"question": q, "answer": a} for q, a in data.qa]))
+                evals.append(EvalSet(f"{side}_qa", role, "qa", [{"question": q, "answer": a} for q, a in data.qa],
+                                     variant=variant))
             if data.docs:
-                evals.append(EvalSet(f"{side}_text", side, "text", [{"text": t} for t in data.docs]))
+                evals.append(EvalSet(f"{side}_text", role, "text", [{"text": t} for t in data.docs], variant=variant))
     for key in ("evals", "utility", "neighbour"):
         for e in ent[key]:
             role = e.get("role") or ("forget" if key == "evals" else key)

@@ -23,7 +23,8 @@ from obliviate.runs.report import (
 from obliviate.runs.results import atomic_write_text
 from obliviate.tasks.base import Task
 
-COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_score", "s_unlearning",
+COLUMNS = ["model", "forget_score", "retain_score", "heldout_keep_score", "neighbour_score", "utility_score",
+           "s_unlearning",
            "s_unlearning_trained",
            "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
            "format_shift_acc"]
