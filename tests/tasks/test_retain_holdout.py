@@ -58,6 +58,7 @@ def test_nothing_is_held_out_with_utility_or_holdout_files_or_one_pair(tmp_path)
     for kw in ({"utility": [retain]}, {"holdout": [forget]}):
         task = task_from_files([forget], [retain], **kw)
         assert len(task.retain.qa) == 10 and "notes" not in task.summary()
+    assert "notes" not in task_from_files([forget], [retain], retain_holdout=0.0).summary()
     one = _write(tmp_path / "one.jsonl", [("Who?", "me")])
     assert len(task_from_files([forget], [one]).retain.qa) == 1
     assert hold_out([1, 2, 3], 0.2) == hold_out([1, 2, 3], 0.2) and len(hold_out([1, 2, 3], 0.2)[1]) == 1

@@ -159,8 +159,6 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
             task.prompt.chat = True
         elif getattr(args, "template", None):
             task.prompt.template = args.template
-    for note in task.meta.get("notes") or []:  # what was done to the user's data (a held-out share of the retain file)
-        print(f"obliviate: {note}", file=sys.stderr)
     return task
 
 

@@ -280,15 +280,16 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
                     holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
                     mapping: str | dict | None = None, template: str | None = None, chat: bool = False,
-                    limit: int | None = None, name: str = "files") -> Task:
+                    limit: int | None = None, name: str = "files",
+                    retain_holdout: float = RETAIN_HOLDOUT_SHARE) -> Task:
     """The ``--forget FILE --retain FILE ...`` shorthand: one spec built from paths.
 
     ``mapping``: a string (``"question=q,answer=a"``) applies to every file; a dict gives each file its own,
     keyed by the file's path or by its set (``{"forget": "answer=true_answer"}``; a path wins over a set), and
     files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping, ...}``.
 
-    Without ``utility`` or ``holdout`` files, :data:`RETAIN_HOLDOUT_SHARE` of the retain file is held out for the
-    retain evaluation (:func:`build_file_task`'s ``retain_holdout``), said in ``meta["notes"]``."""
+    Without ``utility`` or ``holdout`` files, ``retain_holdout`` (:data:`RETAIN_HOLDOUT_SHARE`; 0: none) of the retain
+    file is held out for the retain evaluation (:func:`build_file_task`), said in ``meta["notes"]``."""
     sets = {"forget": forget, "retain": retain, "utility": utility, "holdout": holdout, "relearn": relearn,
             "evals": evals}
     by_file: dict = {}
@@ -318,7 +319,7 @@ def task_from_files(forget: list[str], retain: list[str] | None = None, *, utili
         spec["prompt"] = {"chat": True}
     elif template:
         spec["prompt"] = {"template": template}
-    return build_file_task(name, Path.cwd(), spec, limit, retain_holdout=RETAIN_HOLDOUT_SHARE)
+    return build_file_task(name, Path.cwd(), spec, limit, retain_holdout=retain_holdout)
 
 
 @register_task("file", help="your own files, described by a YAML spec: file:SPEC.yaml", needs_argument=True)
