@@ -17,6 +17,7 @@ from obliviate.methods import build_method
 from obliviate.methods.engine import check_lora_rank, check_method_runs, check_overlap, method_run_config
 from obliviate.models.builders import tiny_random
 from obliviate.tasks import Data
+from obliviate.train.finetune import training_data
 from tasks._userdata import make_facts, save_tiny_model, write_jsonl, write_user_files
 
 
@@ -253,7 +254,7 @@ def test_text_longer_than_the_context_is_split_into_windows(tiny_tokenizer):
     r = text_loss(model, tiny_tokenizer, [long, "The glimmerfin eats moss."])
     assert r["loss"] > 0 and r["tokens"] > n - 16  # every window of the long text is scored
     cont = text_loss(model, tiny_tokenizer, [long], prompts=["Question: " * 40])  # a prompt past the context too
-    assert cont["tokens"] >= 0
+    assert cont["tokens"] > 0 and cont["loss"] > 0  # its continuation is scored (issue #42)
 
 
 # --------------------------------------------------------------------------- items 13, 15: files and the API
@@ -303,7 +304,8 @@ def test_load_task_mapping_per_file(user, tmp_path):
                     {"forget": {"answer": "true_answer"}}):
         task = obliviate.load_task(forget=f, retain=r, mapping=mapping)
         assert task.forget.qa == [(x["question"], x["answer"]) for x in facts[:3]]
-        assert task.retain.qa == [(x["question"], x["answer"]) for x in facts[3:]]
+        # the retain pairs trained on and the seeded share held out for the retain evaluation (issue #42)
+        assert sorted(training_data(task, "retain").qa) == sorted((x["question"], x["answer"]) for x in facts[3:])
     task = obliviate.load_task(forget={"path": str(f), "mapping": "answer=true_answer"}, retain=r)
     assert task.forget.qa[0] == (facts[0]["question"], facts[0]["answer"])
     with pytest.raises(ConfigError, match="mapping: 'utility' is neither a set"):

@@ -11,7 +11,7 @@ import transformers as T
 from obliviate.data import TokenDataset, qa_prompt
 from obliviate.errors import ModelError
 from obliviate.eval.core import (
-    _fit, answer_probs, choice_logprobs, greedy_generate, mcq_accuracy, model_max_length, qa_accuracy,
+    fit_context, answer_probs, choice_logprobs, greedy_generate, mcq_accuracy, model_max_length, qa_accuracy,
     token_loss_by_label,
 )
 from obliviate.models.builders import tiny_random
@@ -44,13 +44,13 @@ def test_model_max_length(gpt2_32, tiny_model):
 
 def test_fit_cuts_prefix_from_the_left_keeping_bos():
     bos = 1
-    assert _fit([1, 10, 11, 12], [20], None, bos) == ([1, 10, 11, 12], [20], False)
-    assert _fit([1, 10, 11, 12], [20], 5, bos) == ([1, 10, 11, 12], [20], False)
-    assert _fit([1, 10, 11, 12], [20], 4, bos) == ([1, 11, 12], [20], True)
-    assert _fit([1, 10, 11, 12], [20, 21, 22], 4, bos) == ([1], [20, 21, 22], True)
-    assert _fit([1, 10, 11, 12], [20, 21, 22, 23], 4, bos) == ([1], [20, 21, 22], True)  # suffix alone too long
-    assert _fit([10, 11, 12], [20], 3, None) == ([11, 12], [20], True)  # no bos: plain left cut
-    assert _fit([10, 11, 12], [20, 21, 22], 3, None) == ([12], [20, 21], True)
+    assert fit_context([1, 10, 11, 12], [20], None, bos) == ([1, 10, 11, 12], [20], False)
+    assert fit_context([1, 10, 11, 12], [20], 5, bos) == ([1, 10, 11, 12], [20], False)
+    assert fit_context([1, 10, 11, 12], [20], 4, bos) == ([1, 11, 12], [20], True)
+    assert fit_context([1, 10, 11, 12], [20, 21, 22], 4, bos) == ([1], [20, 21, 22], True)
+    assert fit_context([1, 10, 11, 12], [20, 21, 22, 23], 4, bos) == ([1], [20, 21, 22], True)  # suffix alone too long
+    assert fit_context([10, 11, 12], [20], 3, None) == ([11, 12], [20], True)  # no bos: plain left cut
+    assert fit_context([10, 11, 12], [20, 21, 22], 3, None) == ([12], [20, 21], True)
 
 
 def manual_greedy(model, ids: list[int], n: int, eos: int) -> list[int]:

@@ -29,7 +29,9 @@ from obliviate.tasks.files import task_from_files
 @pytest.mark.heavy(23)
 def test_disjoint_relearning_separates_the_controls(tmp_path):
     f = write_user_files(tmp_path / "data", n_forget=24, n_retain=16, seed=0)
-    task = task_from_files([str(f["forget"])], [str(f["retain_qa"])])
+    # the whole retain file trained on, as this calibration was set up (issue #42's held-out share changes the tiny
+    # base and oracle, which learn the held-out pairs too, and is not what this test is about)
+    task = task_from_files([str(f["forget"])], [str(f["retain_qa"])], retain_holdout=0.0)
     cfg = from_dict(CompareConfig, json.loads(json.dumps({
         "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "corpus": False, "probe": False},
         "tiny": {"d_model": 96, "vocab_size": 600}})))

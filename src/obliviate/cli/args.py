@@ -149,15 +149,16 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
     if spec == "files":
-        return task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
+        task = task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
                                relearn=args.relearn, mapping=args.mapping, template=args.template,
                                chat=args.chat_template, limit=limit)
-    check_task_spec(spec)
-    task = load_task(spec, seed=seed, world=world or {}, limit=limit)
-    if getattr(args, "chat_template", False):
-        task.prompt.chat = True
-    elif getattr(args, "template", None):
-        task.prompt.template = args.template
+    else:
+        check_task_spec(spec)
+        task = load_task(spec, seed=seed, world=world or {}, limit=limit)
+        if getattr(args, "chat_template", False):
+            task.prompt.chat = True
+        elif getattr(args, "template", None):
+            task.prompt.template = args.template
     return task
 
 

@@ -15,7 +15,7 @@ from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import preset_name
 from obliviate.methods.engine import check_method_runs
-from obliviate.recipes.compare.run import CompareConfig, run_compare, runnable_methods
+from obliviate.recipes.compare.run import CompareConfig, check_retain, compared_methods, run_compare
 from obliviate.runs.card import untaught_model
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.train.finetune import training_data
@@ -44,7 +44,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     cfg.attacks.relearn.progress = not args.no_progress
-    check_method_runs(cfg.runs, cfg.methods if cfg.methods is not None else runnable_methods(task))  # before --out
+    check_method_runs(cfg.runs, compared_methods(cfg))  # before --out
+    check_retain(task, compared_methods(cfg), model)
     if untaught and not has_retain_data(task, args):  # asked for, it fails in one line before --out is touched
         untaught = None
     out = prepare_out_dir(args.out)
@@ -65,7 +66,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                       progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
-                  robustness=res["robustness"], **({"tuned": res["tuned"]} if "tuned" in res else {}))
+                  robustness=res["robustness"], skipped=res["skipped"],
+                  **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     for line in verdict_lines(res, args):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +51,15 @@ def evaluate_and_write(args, cfg: EvalCommandConfig, task) -> dict:
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
                   task=task.summary())
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
+    for line in not_computed_lines(task, metrics):
+        print(f"obliviate: {line}", file=sys.stderr)
     return metrics
+
+
+def not_computed_lines(task, metrics: dict) -> list[str]:
+    """What an evaluation left out, one line each: the task's parts whose files are missing
+    (``task.meta["missing"]``), then each metric over zero items or tokens (``metrics["absent"]``)."""
+    return [*(task.meta.get("missing") or []), *(metrics.get("absent") or {}).values()]
 
 
 def add_benchmark_args(p) -> None:

@@ -23,7 +23,7 @@ from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validatio
 from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
-from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS
+from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
 from obliviate.utils import seed_everything
 
 
@@ -104,6 +104,8 @@ def checked_run(args, tuning: bool = False):
     if tuning and METHODS[method].kind == "edit":
         raise ConfigError(f"tune: {method!r} is an edit method: it has no learning rate or steps to tune")
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    if task.meta.get("retain_heldout"):  # a forget pair among the held-out retain pairs is an overlap too (issue #42)
+        check_overlap(task.forget, training_data(task, "retain"), cfg.unlearn.allow_overlap)
     split = validation_split(task, cfg.tune.val_fraction, cfg.tune.split_seed) if tuning else None
     if METHODS[method].kind == "edit":
         check_overlap(task.forget, task.retain, cfg.unlearn.allow_overlap)

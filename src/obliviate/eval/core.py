@@ -135,7 +135,7 @@ def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: 
                             "from them (check the model's weights and config, and its dtype for overflow)")
 
 
-def _fit(prefix: list[int], suffix: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
+def fit_context(prefix: list[int], suffix: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
     """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit`` tokens.
 
     Returns (prefix, suffix, cut?). When even the suffix alone is too long, one prefix token stays
@@ -213,7 +213,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         enc = []
         for p in chunk:
             p_ids = tokenizer(clip_chars(p, limit), add_special_tokens=False)["input_ids"]
-            ids, _, cut = _fit(bos_prefix(tokenizer, p, adds=adds) + p_ids, [], limit, bos)
+            ids, _, cut = fit_context(bos_prefix(tokenizer, p, adds=adds) + p_ids, [], limit, bos)
             cut = cut or len(p) > len(clip_chars(p, limit))
             enc.append(ids)
             n_cut += cut
@@ -320,7 +320,7 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
     pairs = []
     for seq, mask, p, c in zip(seqs, masks, prompts, clipped):
         p_ids, a_ids = seq[mask == 0].tolist(), seq[mask == 1].tolist()  # prompt tokens, then answer tokens
-        p_ids, a_ids, cut = _fit(p_ids, a_ids, max_len, bos)
+        p_ids, a_ids, cut = fit_context(p_ids, a_ids, max_len, bos)
         n_cut += cut or len(c) < len(p)
         pairs.append((np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))))
     out: list[float] = []
@@ -367,7 +367,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
             n_cut += len(conts) * (len(clipped) < len(ctx))
             continue
         for x_ids in x_all:
-            c_fit, x_ids, cut = _fit(c_ids, x_ids, max_len, bos)
+            c_fit, x_ids, cut = fit_context(c_ids, x_ids, max_len, bos)
             n_cut += cut or len(clipped) < len(ctx)
             flat_seqs.append(np.asarray(c_fit + x_ids))
             flat_masks.append(np.asarray([0] * len(c_fit) + [1] * len(x_ids)))

@@ -19,7 +19,7 @@ import torch
 
 from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import check_logits, model_max_length
+from obliviate.eval.core import check_logits, fit_context, model_max_length
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import bos_prefix, pad_id
 
@@ -41,19 +41,6 @@ _CHUNK_ELEMENTS = 1 << 24
 
 # ------------------------------------------------------------------ token statistics
 
-def _fit(prefix: list[int], cont: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
-    """Cut ``prefix`` from the left (keeping a leading bos), then ``cont`` from the right, to fit ``limit``."""
-    if limit is None or len(prefix) + len(cont) <= limit:
-        return prefix, cont, False
-    head = prefix[:1] if bos is not None and prefix[:1] == [bos] else []
-    body = prefix[len(head):]
-    room = limit - len(head) - len(cont)
-    if room >= 0 and (head or room >= 1):
-        return head + (body[len(body) - room:] if room else []), cont, True
-    keep = head or prefix[-1:]
-    return keep, cont[:max(0, limit - len(keep))], True
-
-
 def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], limit: int | None,
             add_eos: bool) -> tuple[list[tuple[list[int], int]], int]:
     """(token ids, number of context tokens) per example, and how many examples were cut."""
@@ -71,7 +58,7 @@ def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], lim
             [eos] if add_eos and eos is not None else [])
         if not ctx and cont:  # no bos and no prefix: the first token has nothing to be predicted from
             ctx, cont = cont[:1], cont[1:]
-        ctx, cont, cut = _fit(list(ctx), cont, limit, bos)
+        ctx, cont, cut = fit_context(list(ctx), cont, limit, bos)
         n_cut += bool(cut or clip_chars(text, limit, "start") != text or clip_chars(prefix, limit) != prefix)
         if not cont:
             raise DataError(f"example {i} has no token to score (text {text[:40]!r}"

@@ -8,7 +8,11 @@ Per set ``<name>``:
   ``<name>_option_prob``, that probability normalised over the options: P(answer) / (P(answer) + sum P(wrong));
 - MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level, 1/k); a
   cloze set also ``<name>_acc_norm``, lm-eval's length-normalised accuracy (the raw sum favours short choices);
-- text: ``<name>_loss`` (mean token loss) and ``<name>_ppl``.
+- text: ``<name>_loss`` (mean token loss), ``<name>_ppl`` and ``<name>_tokens`` (how many were scored; a
+  continuation is scored in the model's whole context, its prompt cut from the left: :func:`text_loss`).
+
+A metric over zero items or tokens is never a number: it is left out, and ``absent`` (metric key -> one line)
+says why.
 
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
 sets of their accuracy (exact match for QA), with ``<role>_chance``; where the role holds a cloze MCQ set,
@@ -26,14 +30,14 @@ import math
 import numpy as np
 import torch
 
-from obliviate.data import collate, encode_data
+from obliviate.data import clip_chars, collate, encode_data, encode_prompt_answer
 from obliviate.eval.answers import answer_token_budget
-from obliviate.eval.core import (answer_probs, check_logits, mcq_accuracy, model_max_length, normalise_text, qa_accuracy,
-                                 s_unlearning)
+from obliviate.eval.core import (answer_probs, check_logits, fit_context, mcq_accuracy, model_max_length,
+                                 normalise_text, qa_accuracy, s_unlearning)
 from obliviate.eval.metrics import task_metrics
 from obliviate.losses import token_nll
 from obliviate.models.layers import evaluating
-from obliviate.models.tokenizer import pad_id
+from obliviate.models.tokenizer import adds_bos, pad_id
 from obliviate.tasks.base import SCORED_ROLES, Data, EvalSet, Task
 from obliviate.tasks.benchmark import benchmark_task
 
@@ -82,25 +86,48 @@ def _prompt_of(item) -> str | None:
     return meta.get("prompt") if isinstance(meta, dict) else None
 
 
+NO_TOKENS = "no token to score"
+"""The start of the reason a text metric is absent: nothing was left to score."""
+
+
+def absent_reason(what: str, why: str) -> str:
+    """The one line saying why the metric ``what`` is absent (recorded under ``absent`` in the metrics)."""
+    return f"{what}: not computed, {why}"
+
+
 @torch.no_grad()
 @evaluating
 def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size: int = 16,
               prompts: list[str | None] | None = None) -> dict:
-    """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in ``max_len``
-    windows), or, where ``prompts[i]`` is given, only the continuation ``texts[i]`` after its prompt.
+    """Mean next-token loss over the tokens of ``texts``: every token of ``bos + text + eos`` (in windows of
+    ``max_len`` tokens, at most the model's context), or, where ``prompts[i]`` is given, only the continuation
+    ``texts[i]`` (and its eos) after its prompt.
 
-    ``max_len`` is capped at the model's context (:func:`~obliviate.eval.core.model_max_length`): a longer text
-    is split into windows of that length, every token scored; a prompt and its continuation keep their first
-    ``max_len`` tokens."""
+    A continuation is scored in the model's whole context (:func:`~obliviate.eval.core.model_max_length`), not in
+    ``max_len``: a prompt that does not fit with its continuation is cut from the left (keeping bos), so the
+    continuation is always scored (MUSE's verbmem prompts are ~1,400 tokens); only a continuation longer than the
+    context alone keeps its first tokens. Returns ``{"loss", "ppl", "tokens", "prompts_cut"}``; with no token to
+    score, ``{"tokens": 0, "absent": reason}`` and no loss (never a loss of 0 over nothing)."""
+    if not texts:
+        return {"tokens": 0, "absent": f"{NO_TOKENS}: no texts"}
     limit = model_max_length(model)
-    max_len = min(max_len, limit) if limit else max_len
+    window = min(max_len, limit) if limit else max_len
     prompts = prompts or [None] * len(texts)
     plain = [t for t, p in zip(texts, prompts) if p is None]
-    seqs, masks, _ = encode_data(tokenizer, Data(docs=plain), max_len=max_len) if plain else ([], [], {})
+    seqs, masks, _ = encode_data(tokenizer, Data(docs=plain), max_len=window) if plain else ([], [], {})
+    seqs, masks = list(seqs), list(masks)
     cont = [(p, t) for t, p in zip(texts, prompts) if p is not None]
+    n_cut = 0
     if cont:
-        s2, m2, _ = encode_data(tokenizer, Data(qa=cont), max_len=max_len)
-        seqs, masks = list(seqs) + list(s2), list(masks) + list(m2)
+        bos = tokenizer.bos_token_id if adds_bos(tokenizer) else None
+        s2, m2 = encode_prompt_answer(tokenizer, [clip_chars(p, limit) for p, _ in cont],
+                                      [clip_chars(t, limit, "start") for _, t in cont], max_len=10 ** 9)
+        for seq, mask in zip(s2, m2):
+            p_ids, a_ids = seq[mask == 0].tolist(), seq[mask == 1].tolist()
+            p_ids, a_ids, cut = fit_context(p_ids, a_ids, limit, bos)
+            n_cut += cut
+            seqs.append(np.asarray(p_ids + a_ids, dtype=np.int64))
+            masks.append(np.asarray([0] * len(p_ids) + [1] * len(a_ids), dtype=np.int64))
     dev = next(model.parameters()).device
     pad = pad_id(tokenizer)
     total, count = 0.0, 0
@@ -113,8 +140,11 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         total += float(nll[mask].double().sum())
         count += int(mask.sum())
-    loss = total / max(count, 1)
-    return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": count}
+    if count == 0:
+        return {"tokens": 0, "prompts_cut": n_cut,
+                "absent": f"{NO_TOKENS}: the {len(texts)} texts left no token after their prompts"}
+    loss = total / count
+    return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": count, "prompts_cut": n_cut}
 
 
 def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int = 32, max_new_tokens: int | None = None,
@@ -127,10 +157,15 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
         r = qa_accuracy(model, tokenizer, prompts, answers, prompt_fn=lambda p: p, max_new_tokens=budget,
                         batch_size=batch_size, progress=progress, answer_fn=task.prompt.answer)
         correct = [float(qa_correct(p, x, es.match)) for p, x in zip(r["predictions"], es.items)]
-        out = {"em": float(np.mean(correct)), "rouge_l": r["rouge_l"], "prob": r["answer_prob"]}
-        if all(_options(x) for x in es.items):
+        out, absent = {"em": float(np.mean(correct)), "rouge_l": r["rouge_l"]}, {}
+        probs = [p for p in r["answer_probs"] if math.isfinite(p)]  # an answer with no token has none
+        if probs:
+            out["prob"] = float(np.mean(probs))
+        else:
+            absent["prob"] = f"{NO_TOKENS}: none of the {len(answers)} answers has a token"
+        if all(_options(x) for x in es.items) and probs:
             out["option_prob"] = option_prob(model, tokenizer, task, es.items, prompts, r["answer_probs"], batch_size)
-        return {**out, "_correct": correct, "_predictions": r["predictions"]}
+        return {**out, "_absent": absent, "_correct": correct, "_predictions": r["predictions"]}
     if es.kind == "mcq":
         items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"],
                   "description": _meta(m).get("description", "")} for m in es.items]
@@ -141,7 +176,10 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
                 "_predictions": r["predictions"]}
     r = text_loss(model, tokenizer, [x["text"] for x in es.items], max_len=max_len, batch_size=batch_size,
                   prompts=[_prompt_of(x) for x in es.items])
-    return {"loss": r["loss"], "ppl": r["ppl"]}
+    if "absent" in r:
+        return {"_absent": {"loss": r["absent"], "ppl": r["absent"]}}
+    return {"loss": r["loss"], "ppl": r["ppl"], "tokens": r["tokens"],
+            **({"prompts_cut": r["prompts_cut"]} if r["prompts_cut"] else {})}
 
 
 def _options(item) -> list | None:
@@ -163,15 +201,21 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
                   max_len: int = 256, progress: bool = False, details: bool = False) -> dict:
     """Flat metrics of ``model`` on every evaluation set of ``task`` and one score per role (module docstring).
 
+    A metric that would be computed over zero items or tokens (a text set whose every token was cut, answers
+    without a token) is left out, and ``absent`` maps its key to the one line saying why.
+
     With ``details``, ``_per_item`` holds each QA/MCQ set's per-item correctness and QA predictions.
     """
     out: dict = {}
+    absent: dict[str, str] = {}
     per_item: dict = {}
     by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in SCORED_ROLES}
     heldout: list[tuple[float, float, float | None]] = []  # what must be kept and no retain term trains on
     for es in task.evals:
         r = evaluate_set(model, tokenizer, task, es, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          max_len=max_len, progress=progress)
+        absent.update({f"{es.name}_{k}": absent_reason(f"{es.name}_{k}", why)
+                       for k, why in r.pop("_absent", {}).items()})
         per_item[es.name] = {k[1:]: r.pop(k) for k in list(r) if k.startswith("_")}
         out.update({f"{es.name}_{k}": v for k, v in r.items()})
         if es.kind in PRIMARY and es.role in by_role and not es.variant:
@@ -189,6 +233,8 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         out["heldout_keep_score"] = float(np.mean([v if n is None else n for v, _, n in heldout]))
         out["heldout_keep_chance"] = float(np.mean([c for _, c, _ in heldout]))
     out.update(task_metrics(model, tokenizer, task, batch_size=batch_size))  # what the task asks for by name
+    if absent:
+        out["absent"] = absent
     if details:
         out["_per_item"] = per_item
     return out

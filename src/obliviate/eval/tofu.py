@@ -34,7 +34,7 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import _fit, answer_mean_nll, greedy_generate, model_max_length, rouge_l_recall
+from obliviate.eval.core import answer_mean_nll, fit_context, greedy_generate, model_max_length, rouge_l_recall
 from obliviate.eval.metrics import OPEN_UNLEARNING_TOFU, task_metrics, unavailable
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
@@ -85,7 +85,7 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
                 at_least = "at least " if len(clipped[i]) < len(prompts[i]) else ""
                 raise DataError(f"example {i}: prompt + answer is {at_least}{len(s)} tokens, longer than "
                                 f"max_len={max_len}")
-            p_ids, a_ids, _ = _fit(s[m == 0].tolist(), s[m == 1].tolist(), max_len, tokenizer.bos_token_id)
+            p_ids, a_ids, _ = fit_context(s[m == 0].tolist(), s[m == 1].tolist(), max_len, tokenizer.bos_token_id)
             seqs[i], masks[i] = np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))
             n_cut += 1
         if masks[i].sum() == 0:

@@ -37,6 +37,10 @@ class Method:
     needs_preference_data: ClassVar[bool] = False
     """It runs only on a task whose ``idk`` is preference data (:class:`~obliviate.tasks.base.PreferredAnswers`):
     a comparison leaves it out elsewhere."""
+    compare_needs: ClassVar[dict[str, str]] = {}
+    """Config keys that must be set (non-empty) for a comparison to run it, each with what it is: without them the
+    method would run on a stand-in (``probe_unlearn`` would fit its probes on one training batch), so ``compare``
+    lists it as skipped, with the reason, rather than run it so."""
     multiprocess_unsupported: str | None = None
     """Why it cannot run in several processes (None: it can; :func:`obliviate.train.distributed.check_method`,
     docs/distributed.md)."""

@@ -90,6 +90,7 @@ class ProbeUnlearnConfig:
 class ProbeUnlearn(Method):
     config_cls = ProbeUnlearnConfig
     needs_reference = True
+    compare_needs = {"toxic_texts": "texts labelled toxic", "neutral_texts": "texts labelled neutral"}
 
     @property
     def multiprocess_unsupported(self) -> str | None:

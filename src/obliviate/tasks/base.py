@@ -280,11 +280,14 @@ class Task:
         return folds or None
 
     def summary(self) -> dict:
-        """A JSON-able description (sizes only), for results.json."""
+        """A JSON-able description (sizes only), for results.json; ``notes``: what the provider did to the data that
+        a reader must know (``meta["notes"]``: a share of the retain file held out), and ``missing``: one line per
+        part left out for a file that is not there (``meta["missing"]``)."""
+        extra = {k: list(self.meta[k]) for k in ("notes", "missing") if self.meta.get(k)}
         return {"name": self.name, "forget": self.forget.describe(), "retain": self.retain.describe(),
                 "evals": {e.name: {"role": e.role, "kind": e.kind, "n": len(e.items)} for e in self.evals},
                 "relearn": len(self.relearn or []), "holdout": self.holdout.describe() if self.holdout else None,
-                "prompt": {"template": self.prompt.template, "chat": self.prompt.chat}}
+                "prompt": {"template": self.prompt.template, "chat": self.prompt.chat}, **extra}
 
 
 def cut(items: list, limit: int | None) -> list:

@@ -8,8 +8,11 @@ A small YAML spec (paths relative to it) names the files by role; each is read b
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
 from obliviate.config import load_yaml
@@ -171,8 +174,49 @@ def _as_list(value: Any, key: str) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None) -> Task:
-    """The task of a spec mapping (see the module docstring); relative paths are under ``base``."""
+RETAIN_HOLDOUT_SHARE = 0.2
+"""The share of the retain file's QA pairs (and texts) :func:`task_from_files` holds out for the retain evaluation
+when nothing else measures what must be kept (no ``--utility`` or ``--holdout`` files): a retain score read only on
+the pairs the methods train on reads 1.000 whatever they did to the rest (issue #42)."""
+RETAIN_HOLDOUT_SEED = 0
+"""The seed of that split: the same files give the same held-out items in every run."""
+
+
+def hold_out(items: list, share: float, seed: int = RETAIN_HOLDOUT_SEED) -> tuple[list, list]:
+    """``(kept, held out)``: ``ceil(share * n)`` of ``items`` held out by a seeded permutation (each part in file
+    order); nothing held out from fewer than 2 items (one would be left to train on, or none)."""
+    n_out = min(len(items) - 1, math.ceil(share * len(items))) if len(items) >= 2 else 0
+    out = set(np.random.default_rng(seed).permutation(len(items))[:n_out].tolist())
+    return [x for i, x in enumerate(items) if i not in out], [x for i, x in enumerate(items) if i in out]
+
+
+def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
+    """The retain data to train on, the held-out part, and the line that says so (None when nothing is held out)."""
+    qa, qa_out = hold_out(retain.qa, share)
+    docs, docs_out = hold_out(retain.docs, share)
+    held = Data(qa=qa_out, docs=docs_out)
+    if not held:
+        return retain, held, None
+    parts = [f"{len(qa_out)} of {len(retain.qa)} QA pairs"] if qa_out else []
+    parts += [f"{len(docs_out)} of {len(retain.docs)} texts"] if docs_out else []
+    return Data(qa=qa, docs=docs), held, (
+        f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, seed "
+        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no method trains on them, and S-unlearning's R reads them "
+        "(heldout_keep_score); retain_score stays on the pairs trained on; give --utility or --holdout files to "
+        "train on the whole retain file")
+
+
+def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
+                    retain_holdout: float = 0.0) -> Task:
+    """The task of a spec mapping (see the module docstring); relative paths are under ``base``.
+
+    ``retain_holdout``: the share of the retain data held out (:func:`hold_out`) where the spec has no utility or
+    holdout files: the held-out items are the sets ``retain_heldout_qa`` / ``retain_heldout_text`` (retain role,
+    ``variant``: no method trains on them, and they make ``heldout_keep_score``, which S-unlearning's R reads, as the
+    world's held-out retain wordings do: :func:`obliviate.eval.suite.score_against`); ``retain_qa`` stays the
+    retain pairs trained on (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison
+    fine-tunes learn the held-out items with the rest (``meta["retain_heldout"]``,
+    :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
         raise ConfigError(f"task spec {name!r}: unknown key(s) {', '.join(unknown)} "
@@ -196,13 +240,21 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
         raise DataError(f"task spec {name!r}: {chosen.count(None)} of {len(chosen)} forget QA pairs have no chosen "
                         "answer: preference data needs one for every pair (or none at all)")
     retain = _training(ent["retain"], "retain", limit)
+    notes: list[str] = []
+    held = Data()
+    if retain_holdout > 0 and not ent["utility"] and not ent["holdout"]:
+        retain, held, note = _split_retain(retain, retain_holdout)
+        notes += [note] if note else []
     evals: list[EvalSet] = []
     if spec.get("auto_evals", True):
-        for side, data in (("forget", forget), ("retain", retain)):
+        for side, data, variant in (("forget", forget, False), ("retain", retain, False),
+                                    ("retain_heldout", held, True)):
+            role = "retain" if variant else side
             if data.qa:
-                evals.append(EvalSet(f"{side}_qa", side, "qa", [{"question": q, "answer": a} for q, a in data.qa]))
+                evals.append(EvalSet(f"{side}_qa", role, "qa", [{"question": q, "answer": a} for q, a in data.qa],
+                                     variant=variant))
             if data.docs:
-                evals.append(EvalSet(f"{side}_text", side, "text", [{"text": t} for t in data.docs]))
+                evals.append(EvalSet(f"{side}_text", role, "text", [{"text": t} for t in data.docs], variant=variant))
     for key in ("evals", "utility", "neighbour"):
         for e in ent[key]:
             role = e.get("role") or ("forget" if key == "evals" else key)
@@ -220,18 +272,24 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
         relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
     return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None, holdout=holdout,
                 prompt=prompt, groups=groups if groups and None not in groups else None,
-                idk=PreferredAnswers(chosen) if chosen and None not in chosen else None, meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v}})
+                idk=PreferredAnswers(chosen) if chosen and None not in chosen else None,
+                meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v},
+                      **({"notes": notes, "retain_heldout": held} if held else {})})
 
 
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
                     holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
                     mapping: str | dict | None = None, template: str | None = None, chat: bool = False,
-                    limit: int | None = None, name: str = "files") -> Task:
+                    limit: int | None = None, name: str = "files",
+                    retain_holdout: float = RETAIN_HOLDOUT_SHARE) -> Task:
     """The ``--forget FILE --retain FILE ...`` shorthand: one spec built from paths.
 
     ``mapping``: a string (``"question=q,answer=a"``) applies to every file; a dict gives each file its own,
     keyed by the file's path or by its set (``{"forget": "answer=true_answer"}``; a path wins over a set), and
-    files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping, ...}``."""
+    files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping, ...}``.
+
+    Without ``utility`` or ``holdout`` files, ``retain_holdout`` (:data:`RETAIN_HOLDOUT_SHARE`; 0: none) of the retain
+    file is held out for the retain evaluation (:func:`build_file_task`), said in ``meta["notes"]``."""
     sets = {"forget": forget, "retain": retain, "utility": utility, "holdout": holdout, "relearn": relearn,
             "evals": evals}
     by_file: dict = {}
@@ -261,7 +319,7 @@ def task_from_files(forget: list[str], retain: list[str] | None = None, *, utili
         spec["prompt"] = {"chat": True}
     elif template:
         spec["prompt"] = {"template": template}
-    return build_file_task(name, Path.cwd(), spec, limit)
+    return build_file_task(name, Path.cwd(), spec, limit, retain_holdout=retain_holdout)
 
 
 @register_task("file", help="your own files, described by a YAML spec: file:SPEC.yaml", needs_argument=True)

@@ -44,10 +44,18 @@ def muse_dir(corpus: str, root: str | os.PathLike | None = None) -> Path:
     return _io.root_dir(root) / "muse" / corpus
 
 
+class MissingFile(DataError):
+    """A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.path = path
+
+
 def _missing(corpus: str, path: Path) -> DataError:
-    return DataError(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
+    return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
                      f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or allow_hub=True "
-                     f"to read {MUSE_HUB_IDS[corpus]})")
+                     f"to read {MUSE_HUB_IDS[corpus]})", path)
 
 
 def _json_records(path: Path, base: Path) -> list[tuple[str, dict]]:
@@ -237,47 +245,90 @@ def _retain_split(corpus: str, root) -> str:
     raw = muse_dir(corpus, root) / "raw"
     if not (raw / "retain1.txt").is_file() and (raw / "retain2.txt").is_file():
         return "retain2"
-    return "retain1"  # local, else the hub's retain1, else the missing-file error names retain1.txt
+    return "retain1"  # local, else the hub's retain1, else the missing-file line names retain1.txt
+
+
+NOT_COMPUTED = {
+    "retain": "no retain documents: an unlearning run's retain term and compare's retain training need them "
+              "(evaluation does not)",
+    "holdout": "no holdout documents: the PrivLeak fallback without privleak/ samples and the holdout MIA",
+    "verbmem": "VerbMem (verbmem_forget_loss, muse_verbmem_f): not computed",
+    "forget_qa": "KnowMem on D_f (knowmem_forget, muse_knowmem_f): not computed",
+    "retain_qa": "KnowMem on D_r (knowmem_retain, muse_knowmem_r): not computed",
+}
+"""What each optional MUSE file's absence leaves out (the line in ``meta["muse"]["missing"]`` names the file too)."""
+
+
+def _optional(load, key: str, missing: list[str]):
+    """``load()``, or None with a line in ``missing`` naming the file looked for and what is not computed."""
+    try:
+        return load()
+    except MissingFile as e:
+        missing.append(f"{NOT_COMPUTED[key]}; file not found: {e.path}")
+        return None
 
 
 @register_task("muse", help="MUSE news articles / Harry Potter books: muse:news|books",
                arguments=lambda: list(MUSE_CORPORA), needs_argument=True)
 def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0, allow_hub: bool = False,
               **_) -> Task:
-    """The MUSE task of corpus ``arg`` (news or books; see the module docstring)."""
+    """The MUSE task of corpus ``arg`` (news or books; see the module docstring).
+
+    Only ``raw/forget.txt`` (the forget set) is required; every other part is computed where its file is there,
+    and each missing file is one line of ``meta["muse"]["missing"]`` (also ``meta["missing"]``, which ``eval`` and
+    the task summary show), all of them at once. Without ``raw/forget.txt`` the error lists every missing file."""
     corpus = (arg or "").strip().lower()
     if corpus not in MUSE_CORPORA:
         raise ConfigError(f"task 'muse:{arg}': unknown MUSE corpus {arg!r}; valid: {', '.join(MUSE_CORPORA)}")
+    hub = {"root": root, "allow_hub": allow_hub}
+    missing: list[str] = []
     retain_split = _retain_split(corpus, root)
-    forget = cut(load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub), limit)
-    retain = cut(load_muse_raw(corpus, retain_split, root=root, allow_hub=allow_hub), limit)
-    holdout = cut(load_muse_raw(corpus, "holdout", root=root, allow_hub=allow_hub), limit)
-    verbmem = cut(load_muse_verbmem(corpus, root=root, allow_hub=allow_hub), limit)
-    p_forget, p_holdout = (load_muse_privleak(corpus, s, root=root, allow_hub=allow_hub) for s in ("forget", "holdout"))
+    retain = _optional(lambda: load_muse_raw(corpus, retain_split, **hub), "retain", missing)
+    if retain is None:
+        missing[-1] += f" (nor {muse_dir(corpus, root) / 'raw' / 'retain2.txt'})"
+    holdout = _optional(lambda: load_muse_raw(corpus, "holdout", **hub), "holdout", missing)
+    verbmem = _optional(lambda: load_muse_verbmem(corpus, **hub), "verbmem", missing) or []
+    knowmem = {s: _optional(lambda s=s: load_muse_knowmem(corpus, s, **hub), s, missing) or []
+               for s in MUSE_KNOWMEM_SPLITS}
+    try:
+        forget = cut(load_muse_raw(corpus, "forget", **hub), limit)
+    except MissingFile as e:
+        others = "".join(f"; also missing: {x}" for x in missing)
+        raise DataError(f"{e}{others}") from None
+    retain, holdout, verbmem = cut(retain or [], limit), cut(holdout or [], limit), cut(verbmem, limit)
+    knowmem = {s: cut(v, limit) for s, v in knowmem.items()}
+    p_forget, p_holdout = (load_muse_privleak(corpus, s, **hub) for s in ("forget", "holdout"))
     samples = p_forget is not None and p_holdout is not None
-    mia = {"members": cut(p_forget if samples else forget, limit), "nonmembers": cut(p_holdout if samples else holdout, limit),
-           "k": MUSE_MIA_K, "add_eos": False, "source": "privleak" if samples else "raw"}
-    knowmem = {s: cut(load_muse_knowmem(corpus, s, root=root, allow_hub=allow_hub), limit) for s in MUSE_KNOWMEM_SPLITS}
+    mia = None
+    if samples or holdout:
+        mia = {"members": cut(p_forget if samples else forget, limit),
+               "nonmembers": cut(p_holdout if samples else holdout, limit),
+               "k": MUSE_MIA_K, "add_eos": False, "source": "privleak" if samples else "raw"}
     muse = muse_parts(corpus, root=root, allow_hub=allow_hub, limit=limit)
+    muse["missing"][:0] = missing  # the task's own files first, then the six-way's extra parts
     for split, name in (("forget_qa", "knowmem_forget"), ("retain_qa", "knowmem_retain")):
         muse[name] = [{"question": x.question, "answer": x.answer} for x in knowmem[split]]
     muse["verbmem"] = verbmem
-    if not samples:
-        muse["missing"].append(f"PrivLeak: MUSE's samples not found ({muse_dir(corpus, root) / 'privleak'}/forget.json "
-                               "and holdout.json): computed on the raw forget and holdout documents")
-    evals = [
-        EvalSet("knowmem_forget", "forget", "qa", knowmem["forget_qa"]),
-        EvalSet("knowmem_retain", "retain", "qa", knowmem["retain_qa"]),
-        EvalSet("verbmem_forget", "forget", "text",
-                [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]}) for v in verbmem]),
-    ]
+    privleak = muse_dir(corpus, root) / "privleak"
+    if not samples and mia is not None:
+        muse["missing"].append(f"PrivLeak: MUSE's samples not found ({privleak}/forget.json and holdout.json): "
+                               "computed on the raw forget and holdout documents")
+    elif mia is None:
+        muse["missing"].append(f"PrivLeak (muse_mia_auc, muse_privleak): not computed; files not found: "
+                               f"{privleak}/forget.json and holdout.json, and no raw holdout documents")
+    evals = [EvalSet(name, role, "qa", knowmem[split]) for split, name, role in
+             (("forget_qa", "knowmem_forget", "forget"), ("retain_qa", "knowmem_retain", "retain")) if knowmem[split]]
+    if verbmem:
+        evals.append(EvalSet("verbmem_forget", "forget", "text",
+                             [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]}) for v in verbmem]))
     return Task(
         name=f"muse:{corpus}",
         forget=Data(docs=forget),
         retain=Data(docs=retain),
         evals=evals,
         relearn=None,
-        holdout=Data(docs=holdout),
+        holdout=Data(docs=holdout) if holdout else None,
         prompt=PromptFormat(),
-        meta={"corpus": corpus, "retain_split": retain_split, "verbmem": verbmem, "mia": mia, "muse": muse},
+        meta={"corpus": corpus, "retain_split": retain_split if retain else None, "verbmem": verbmem, "mia": mia,
+              "muse": muse, "missing": muse["missing"]},
     )

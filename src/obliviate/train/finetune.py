@@ -59,8 +59,11 @@ class FinetuneConfig:
 
 
 def training_data(task, which: str) -> Data:
-    """The data a fine-tune trains on: forget + retain, retain only or forget only."""
-    parts = {"both": (task.forget, task.retain), "retain": (task.retain,), "forget": (task.forget,)}[which]
+    """The data a fine-tune trains on: forget + retain, retain only or forget only. The retain data includes the
+    part held out for the retain evaluation (``task.meta["retain_heldout"]``, :func:`obliviate.tasks.files.hold_out`):
+    a model fine-tuned to know the task knows all of it; only the unlearning methods never train on it."""
+    retain = (task.retain, task.meta.get("retain_heldout") or Data())
+    parts = {"both": (task.forget, *retain), "retain": retain, "forget": (task.forget,)}[which]
     data = Data(qa=[x for d in parts for x in d.qa], docs=[x for d in parts for x in d.docs])
     if not data:
         raise DataError(f"task {task.name!r} has no {which} data to fine-tune on")

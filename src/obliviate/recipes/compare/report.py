@@ -23,7 +23,8 @@ from obliviate.runs.report import (
 from obliviate.runs.results import atomic_write_text
 from obliviate.tasks.base import Task
 
-COLUMNS = ["model", "forget_score", "retain_score", "neighbour_score", "utility_score", "s_unlearning",
+COLUMNS = ["model", "forget_score", "retain_score", "heldout_keep_score", "neighbour_score", "utility_score",
+           "s_unlearning",
            "s_unlearning_trained",
            "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
            "format_shift_acc"]
@@ -63,6 +64,38 @@ def plot_log(log: Path, png: Path) -> None:
     save_figure(fig, png)
 
 
+def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
+    """The report's section of what was not computed: each metric over zero items or tokens (``absent``), once for
+    every model it is absent on; the task's missing files are the MUSE section's (or, elsewhere, listed here)."""
+    by_line: dict[str, list[str]] = {}
+    for name, m in metrics.items():
+        for line in (m.get("absent") or {}).values():
+            by_line.setdefault(line, []).append(name)
+    lines = [f"- {md_escape(line)} ({', '.join(md_escape(n) for n in names)})" for line, names in by_line.items()]
+    if not task.meta.get("muse"):
+        lines += [f"- {md_escape(x)}" for x in task.meta.get("missing") or []]
+    return ["## Not computed", "", *lines, ""] if lines else []
+
+
+LEAKAGE_FLAG = 0.4
+"""``relearn_disjoint_leakage`` at or above which the report flags the disjoint recovery as inflated. A rare answer
+word (in 2 answers) of a reported fact has its other answer in the training third about a third of the time by
+chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4 and
+above, clearly more of the reported answers are in the answers the attacker trains on than a split by chance
+gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back (issue
+#42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
+
+
+def leakage_note(m: dict) -> str:
+    """The flag beside a disjoint recovery whose folds leak (:data:`LEAKAGE_FLAG`), else an empty string."""
+    leak = m.get("relearn_disjoint_leakage")
+    if leak is None or leak < LEAKAGE_FLAG:
+        return ""
+    return (f" **High leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained on "
+            f"(flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers seen in "
+            "training, not knowledge brought back.**")
+
+
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
     """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
     *brought back* (:func:`~obliviate.attacks.verdict.recovery`: of what the model lost against the base model),
@@ -78,7 +111,8 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
         share = recovery(m["relearn_disjoint_start_acc"], m["relearn_disjoint_acc"], base_d)
         lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out "
                      f"thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other thirds"
-                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}.")
+                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}."
+                     + leakage_note(m))
     o = metrics.get("oracle", {})
     band = ((robustness or {}).get("band") or {}).get("relearn_disjoint")
     if o.get("relearn_disjoint_acc") is not None:
@@ -86,7 +120,27 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
                      f"to {o['relearn_disjoint_acc']:.2f} under the same attack"
                      + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it holds "
                         "something the oracle does not; whether that is hidden knowledge is the verdict's to say, "
-                        "against the positive controls" if band else "") + ".")
+                        "against the positive controls" if band else "") + "." + leakage_note(o))
+    return lines
+
+
+def method_lines(metrics: dict, skipped: dict | None = None) -> list[str]:
+    """One line per method of the comparison: its run's outcome without any attack (the line of
+    :func:`~obliviate.eval.outcome.unlearn_outcome`: "forgot little: try `obliviate tune`" where it did nothing
+    measurable), what an edit method edited, and each skipped method with its reason."""
+    lines = []
+    for name, m in metrics.items():
+        v = m.get("unlearn_outcome")
+        if not v:
+            continue
+        edit = m.get("edit") or {}
+        did = ""
+        if "n_edited" in edit:
+            frac = edit.get("vocab_fraction_edited")
+            did = (f" It edited {edit['n_edited']} token rows"
+                   + ("" if frac is None else f" ({100 * frac:.2f}% of the vocabulary)") + ".")
+        lines.append(f"- **{md_escape(name)}**: {md_escape(v['line'])}.{did}")
+    lines += [f"- **{md_escape(name)}**: skipped: {md_escape(why)}." for name, why in (skipped or {}).items()]
     return lines
 
 
@@ -101,12 +155,16 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
     calib = (robustness or {}).get("calibration") or {}
     verdicts = (robustness or {}).get("verdicts") or {}
 
+    leaks = [m["relearn_disjoint_leakage"] for m in metrics.values() if m.get("relearn_disjoint_leakage") is not None]
+
     def header(c: str) -> str:
         key = ATTACK_COLUMNS.get(c)
         if key == "probe":
             ok = any(m.get("probe_calibrated") for m in metrics.values())
         else:
             ok = key is None or (key in calib and calib[key]["calibrated"])
+        if key == "relearn_disjoint" and leaks and max(leaks) >= LEAKAGE_FLAG:
+            c = f"{c} (leakage {max(leaks):.2f})"
         return c if ok else f"{c} (uncalibrated)"
 
     present = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
@@ -117,7 +175,7 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
 
 
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
-                 robustness: dict | None = None, base_log: Path | None = None) -> None:
+                 robustness: dict | None = None, base_log: Path | None = None, skipped: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -137,14 +195,20 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
     columns, rows = main_table(metrics, robustness)
     sets = [es for es in task.evals if es.kind in PRIMARY]
     set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
+    did = method_lines(metrics, skipped)
     md = [f"# obliviate: method comparison on task {md_code(task.name)}", "",
           f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of the "
           "role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R against "
           "the base model; `forget_quality` is the KS-test p-value of the forget truth ratios against the "
           "oracle's (higher = closer); `format_shift_acc` is the best score over the forget set's variants "
           "(docs/evaluation.md).", "",
+          *[line for note in task.meta.get("notes") or [] for line in (f"Note: {md_escape(note)}.", "")],
           markdown_table(rows, columns), "",
           *(robustness_markdown(metrics, robustness) if robustness else []),
+          *(["## What each method did", "",
+             "Each method's run read without any attack (docs/methods.md, \"Did the run work?\"), and every "
+             "method of `methods=` that was not run, with the reason.", "", *did, ""] if did else []),
+          *not_computed_markdown(task, metrics),
           *muse_markdown(task, metrics),
           "## How much comes back under relearning on the other forget facts", "",
           *(recovery_lines(metrics, robustness) or ["- the task has no disjoint folds to relearn on."]), "",

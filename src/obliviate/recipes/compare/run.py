@@ -20,8 +20,9 @@ from obliviate.attacks.harness import TaskAttackConfig, add_learning_ratios, che
 from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import to_dict
-from obliviate.errors import ModelError
+from obliviate.errors import DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
+from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
@@ -107,10 +108,44 @@ ablation, in-context), which keeps the demo within minutes; ``compare`` tries th
 but GCG."""
 
 
-def runnable_methods(task: Task) -> list[str]:
-    """Every registered method that can run on ``task`` (IdK methods need forget QA pairs; DPO preference data)."""
-    return [n for n in method_names() if not (getattr(METHODS[n], "needs_idk", False) and task.forget.docs)
-            and not (METHODS[n].needs_preference_data and not isinstance(task.idk, PreferredAnswers))]
+def compared_methods(cfg: "CompareConfig") -> list[str]:
+    """The methods a comparison considers: ``cfg.methods``, else every registered method (those that cannot run on
+    the task are listed as skipped, with their reason: :func:`skip_reason`)."""
+    return list(cfg.methods) if cfg.methods is not None else method_names()
+
+
+def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None:
+    """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method needs
+    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.methods.contract.Method.compare_needs` those
+    config keys set. A comparison lists such a method as skipped with this line rather than run it on a stand-in."""
+    cls = METHODS[name]
+    if getattr(cls, "needs_idk", False) and task.forget.docs:
+        return (f"needs forget QA pairs (it pairs each forget question with a preferred answer); the forget data holds "
+                f"{len(task.forget.docs)} documents")
+    if cls.needs_preference_data and not isinstance(task.idk, PreferredAnswers):
+        return ("needs preference data (a chosen answer for each forget QA pair: a forget file with `chosen` and "
+                "`rejected` fields); the task has none")
+    unset = [k for k in cls.compare_needs if not (params or {}).get(k)]
+    if unset:
+        what = ", ".join(f"`runs.{name}.params.{k}` ({cls.compare_needs[k]})" for k in unset)
+        return f"needs {what}; without them it would fit on a stand-in (its first training batch)"
+    return None
+
+
+def check_retain(task: Task, methods: list[str], model_dir: str | None) -> None:
+    """A one-line :class:`DataError` when ``task`` has no retain data but the comparison needs it (any method's retain
+    term; the tiny base model's training without ``model_dir``), naming every file the task found missing."""
+    if not task.retain and (methods or model_dir is None):
+        missing = "".join(f"; {x}" for x in task.meta.get("missing") or [])
+        raise DataError(f"task {task.name!r} has no retain data, which every method's retain term (and the tiny base "
+                        f"model's training) needs{missing}")
+
+
+def edit_note(summary: dict) -> dict:
+    """What an edit method's run says it did, for the report (``n_edited``: EMBER's edited token rows), its scalar
+    entries only."""
+    info = summary.get("edit") or {}
+    return {k: v for k, v in info.items() if isinstance(v, (int, float, str, bool)) and k != "method"}
 
 
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
@@ -243,9 +278,10 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``
     and ``robustness``.
     """
-    methods = cfg.methods if cfg.methods is not None else runnable_methods(task)
+    methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
     check_attackable(task, cfg.attacks)  # before any model is built
+    check_retain(task, methods, model_dir)
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
     base_root = None
@@ -353,10 +389,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                                                         f"{kname}_seconds_by_attack")}}
 
         jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
-    configs, ucfgs = {}, {}
+    configs, ucfgs, skipped = {}, {}, {}
     for name in methods:
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
+        why = skip_reason(task, name, ucfg.params)
+        if why is not None:  # listed in the report with its reason, never run on a stand-in
+            skipped[name] = why
+            continue
         if val is not None and METHODS[name].kind != "edit":
             r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
                      eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
@@ -370,10 +410,12 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             seed_everything(cfg.seed)
             model = copy.deepcopy(base_model)
             t = time.time()
-            model, _ = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
-                               idk=task.idk, progress=shown["progress"], resume=False)
+            model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
+                                     idk=task.idk, progress=shown["progress"], resume=False)
             timings[f"{name}_unlearn_seconds"] = time.time() - t
             m = evaluate(name, model)
+            if edit_note(summary):
+                m["edit"] = edit_note(summary)
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
             attack(name, model, m)
@@ -407,11 +449,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                 task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
                 main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
                 progress=progress))
+    for name in ucfgs:  # what each method did, without any attack: the run's outcome line (forgot little: try tune)
+        metrics[name]["unlearn_outcome"] = unlearn_outcome(metrics["base"], metrics[name], method=name)
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
-                 base_log=None if base_root is None else base_root / "metrics.jsonl")
+                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped)
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, **({"tuned": tuned} if cfg.tune else {})}
+            "robustness": robustness, "skipped": skipped, **({"tuned": tuned} if cfg.tune else {})}
