@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, task_from_args)
+from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
+                                eval_overrides, input_paths, load_model_args, mapping_from_args, task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
@@ -62,8 +62,8 @@ def add_benchmark_args(p) -> None:
     g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated as a "
                                   "benchmark task")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
-    g.add_argument("--mapping", help="schema_field=file_field pairs for --data or --forget/--retain files, e.g. "
-                   "question=prompt,answer=target")
+    g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
+                   "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
     g.add_argument("--limit", type=int, help="evaluate only the first N examples (of every set of a task)")
     g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on the model "
                    "in memory; hub tasks download their data (network), your own task YAMLs work offline")
@@ -94,7 +94,9 @@ def run_benchmark_eval(args) -> bool:
         raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
                           "not --benchmark/--data")
     # A bad name, file or mapping fails here, before the model is loaded.
-    task = benchmark_task(benchmark, data=data, kind=args.kind, mapping=args.mapping, limit=args.limit)
+    mapping = mapping_from_args(args.mapping, {"data": [data]} if data else {})
+    task = benchmark_task(benchmark, data=data, kind=args.kind, limit=args.limit,
+                          mapping=mapping.get(data) if isinstance(mapping, dict) else mapping)
     evaluate_and_write(args, cfg, task)
     return True
 

@@ -1,0 +1,90 @@
+"""Issue #42, "Friction worth removing": what a careful new user hit on data of their own, each fixed and held
+here (the tests need no model run but the ones that evaluate a tiny random Llama)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from obliviate.cli.args import mapping_from_args, task_from_args
+from obliviate.cli.main import build_parser, main
+from obliviate.errors import ConfigError
+from obliviate.recipes.sequential import read_requests
+
+from tests._cli_errors import one_error
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture
+def two_schemas(tmp_path):
+    """A forget file whose answer field is ``true_answer`` (no name obliviate knows) and a retain file with
+    ``question``/``answer``: one mapping for both cannot read them."""
+    forget = _jsonl(tmp_path / "forget.jsonl", [{"prompt": f"Who is F{i}?", "true_answer": f"f{i}"} for i in range(3)])
+    retain = _jsonl(tmp_path / "retain.jsonl", [{"question": f"Who is R{i}?", "answer": f"r{i}"} for i in range(3)])
+    return tmp_path, forget, retain
+
+
+def _task(argv):
+    return task_from_args(build_parser().parse_args(["unlearn", "--method", "npo", "--model", "m", "--out", "o", *argv]))
+
+
+def test_mapping_per_file_on_the_command_line(two_schemas):
+    root, forget, retain = two_schemas
+    with pytest.raises(Exception, match="retain.jsonl line 1: missing field 'prompt'"):  # the old way: one mapping for every file
+        _task(["--forget", forget, "--retain", retain, "--mapping", "question=prompt,answer=true_answer"])
+    for key in (forget, "forget.jsonl", "forget"):  # the path, the file's name, or its set
+        task = _task(["--forget", forget, "--retain", retain, "--mapping", f"{key}=question=prompt,answer=true_answer"])
+        assert task.forget.qa == [(f"Who is F{i}?", f"f{i}") for i in range(3)]
+        assert task.retain.qa == [(f"Who is R{i}?", f"r{i}") for i in range(3)]
+    # a common mapping for every file, and the retain file's own
+    other = _jsonl(root / "other.jsonl", [{"q": "Who is O?", "a": "o"}])
+    task = _task(["--forget", forget, "--retain", other, "--mapping", "question=prompt,answer=true_answer",
+                  "--mapping", "other.jsonl=question=q,answer=a"])
+    assert task.forget.qa[0] == ("Who is F0?", "f0") and task.retain.qa == [("Who is O?", "o")]
+
+
+def test_mapping_per_file_names_a_file_that_is_not_given(two_schemas):
+    _, forget, retain = two_schemas
+    with pytest.raises(ConfigError, match="'retian.jsonl' is neither a file given .* nor a set given"):
+        _task(["--forget", forget, "--retain", retain, "--mapping", "retian.jsonl=question=q,answer=a"])
+    with pytest.raises(ConfigError, match="both apply to every file"):
+        mapping_from_args(["question=q", "answer=a"], {"forget": [forget]})
+    with pytest.raises(ConfigError, match="bad field mapping"):
+        mapping_from_args(["forget=question="], {"forget": [forget]})
+    assert mapping_from_args(["question=q"], {"forget": [forget]}) == "question=q"  # one for all: as before
+    assert mapping_from_args(["retain=question=q"], {"forget": [forget], "retain": [retain]}) == {retain: "question=q"}
+
+
+def test_cannot_tell_hint_shows_the_command_line_syntax(two_schemas, capsys):
+    root, forget, _ = two_schemas
+    odd = _jsonl(root / "odd.jsonl", [{"foo": "x", "bar": "y"}])
+    assert main(["eval", "--model", str(root / "no_model"), "--forget", forget, "--retain", odd,
+                 "--mapping", "forget=question=prompt,answer=true_answer", "--out", str(root / "out")]) == 2
+    line = one_error(capsys)
+    assert "odd.jsonl: cannot tell" in line and "--mapping odd.jsonl=question=FIELD,answer=FIELD" in line
+    assert "{path:" not in line  # the spec's syntax is for specs
+    assert main(["eval", "--model", str(root / "no_model"), "--forget", forget, "--retain", odd, "--out",
+                 str(root / "out"), "--mapping", "forget=question=prompt,answer=true_answer",
+                 "--mapping", "odd.jsonl=question=foo,answer=bar"]) == 2
+    assert "model directory" in one_error(capsys)  # the files are read now; the model is what is missing
+
+
+def test_a_mistyped_model_path_is_named_as_the_model(two_schemas, capsys):
+    root, forget, retain = two_schemas
+    for cmd in (["eval"], ["unlearn", "--method", "npo"]):
+        assert main([*cmd, "--model", str(root / "modle"), "--forget", forget, "--retain", retain, "--out",
+                     str(root / "out"), "--mapping", "forget=question=prompt,answer=true_answer"]) == 2
+        line = one_error(capsys)
+        assert f"model directory '{root / 'modle'}' does not exist" in line and "tokenizer" not in line
+    assert not (root / "out").exists()
+
+
+def test_mapping_per_file_for_sequential_requests(two_schemas):
+    _, forget, retain = two_schemas
+    mapping = mapping_from_args(["forget.jsonl=question=prompt,answer=true_answer"], {"forget": [forget, retain]})
+    requests = read_requests([Path(forget), Path(retain)], mapping=mapping)
+    assert requests[0].data.qa[0] == ("Who is F0?", "f0") and requests[1].data.qa[0] == ("Who is R0?", "r0")
