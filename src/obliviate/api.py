@@ -40,7 +40,7 @@ from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, training_data
 from obliviate.train.finetune import finetune as _finetune
-from obliviate.methods.engine import method_run_config
+from obliviate.methods.engine import check_unlearn_config, method_run_config
 from obliviate.methods.engine import unlearn as _unlearn
 from obliviate.utils import seed_everything
 
@@ -135,7 +135,8 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     ``obliviate attack``'s or ``obliviate compare``'s verdict.
     """
     _check_task("unlearn", task)
-    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed)
+    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed, prefix="")
+    check_unlearn_config(ucfg, prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
     seed_everything(seed)
     before = evaluate_task(model, tokenizer, task, progress=progress) if judge else None
     target = model if in_place else copy.deepcopy(model)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import obliviate
 from obliviate.cli.args import mapping_from_args, task_from_args
 from obliviate.cli.main import build_parser, main
 from obliviate.errors import ConfigError
@@ -88,3 +89,20 @@ def test_mapping_per_file_for_sequential_requests(two_schemas):
     mapping = mapping_from_args(["forget.jsonl=question=prompt,answer=true_answer"], {"forget": [forget, retain]})
     requests = read_requests([Path(forget), Path(retain)], mapping=mapping)
     assert requests[0].data.qa[0] == ("Who is F0?", "f0") and requests[1].data.qa[0] == ("Who is R0?", "r0")
+
+
+def test_a_method_parameter_typo_is_named_as_typed(two_schemas, tiny_model, tiny_tokenizer, capsys):
+    root, forget, retain = two_schemas
+    files = ["--forget", forget, "--retain", retain, "--mapping", "forget=question=prompt,answer=true_answer"]
+    assert main(["unlearn", "--method", "npo", "--model", str(root / "m"), *files, "--out", str(root / "o"),
+                 "unlearn.params.alpah=1"]) == 2
+    assert "unknown config key 'unlearn.params.alpah' (known: alpha, beta, gamma, retain)" in one_error(capsys)
+    assert main(["compare", "--model", str(root / "m"), *files, "--out", str(root / "o"), "methods=[npo]",
+                 "runs.npo.params.alpah=1"]) == 2
+    assert "unknown config key 'runs.npo.params.alpah'" in one_error(capsys)
+    task = obliviate.load_task(forget=forget, retain=retain, mapping={"forget": "question=prompt,answer=true_answer"})
+    with pytest.raises(ConfigError, match=r"^unknown config key 'params\.alpah'"):
+        obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", params={"alpah": 1})
+    with pytest.raises(ConfigError, match=r"^unknown config key 'stpes'"):
+        obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", stpes=1)
+    assert not (root / "o").exists()

@@ -109,19 +109,22 @@ class MethodRun:
             raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
 
 
-def method_run_config(name: str, overrides: dict | None, preset: str, seed: int) -> tuple[UnlearnConfig, dict]:
+def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
+                      prefix: str | None = None) -> tuple[UnlearnConfig, dict]:
     """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
-    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports.
+    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports. A bad key is
+    named under ``prefix``, where ``overrides`` were given (default ``runs.<name>``; ``""``: keyword arguments).
 
     An edit method (``kind = "edit"``) takes only ``params``: a training, LoRA or batch setting given to it
     is a one-line error naming it (it would be ignored)."""
     cls = get_method(name)  # unknown names fail before any training
-    run = from_dict(MethodRun, overrides or {}, prefix=f"runs.{name}")
+    prefix = f"runs.{name}" if prefix is None else prefix
+    run = from_dict(MethodRun, overrides or {}, prefix=prefix)
     if cls.kind == "edit":
         given = sorted(k for k in (overrides or {}) if k not in ("params",))
         if given:
-            raise ConfigError(f"config key 'runs.{name}.{given[0]}' does not apply to '{name}': an edit method "
-                              f"takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
+            raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{name}': "
+                              f"an edit method takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
         ucfg = UnlearnConfig(method=name, params=dict(run.params), seed=seed)
         return ucfg, {"params": dict(run.params)}
     d = method_defaults(name, preset)
@@ -145,7 +148,7 @@ def check_method_runs(runs: dict | None, methods: list[str]) -> None:
         raise ConfigError(f"config key 'runs.{unused[0]}' sets a method this run does not run "
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
     for name in methods:
-        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0])
+        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0], prefix=f"runs.{name}")
 
 
 class PairedData:
@@ -346,12 +349,17 @@ EDIT_SETTINGS = ("method", "params", "seed", "allow_overlap")
 """The :class:`UnlearnConfig` keys an edit method reads; any other key set away from its default is refused."""
 
 
-def check_unlearn_config(cfg: UnlearnConfig) -> Method:
-    """Everything about ``cfg`` that can be checked without a model; returns the built method.
+def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
+    """Everything about ``cfg`` that can be checked without a model; returns the built method. A bad key is
+    named as the user typed it: under ``prefix``, where ``cfg`` was given (``unlearn`` in a command's config,
+    ``runs.<name>`` in a comparison's, ``""`` for the Python API's keyword arguments).
 
     An edit method (``snmf``, ``ember``) trains nothing: a training, LoRA, batch or length setting given
     to it (``lr``, ``lora``, ``batch_size``, ``max_len``, ...) is an error naming it, not ignored."""
-    method = build_method(cfg.method, cfg.params)
+    def key(rest: str) -> str:
+        return f"{prefix}.{rest}" if prefix else rest
+
+    method = build_method(cfg.method, cfg.params, prefix=key("params"))
     if method.kind == "edit":
         default = UnlearnConfig()
         for f in dataclasses.fields(UnlearnConfig):
@@ -361,14 +369,14 @@ def check_unlearn_config(cfg: UnlearnConfig) -> Method:
             if f.name == "train":
                 changed = sorted(k for k, v in to_dict(mine).items() if to_dict(base)[k] != v)
                 if changed:
-                    raise ConfigError(f"config key 'train.{changed[0]}' does not apply to '{cfg.method}': an edit "
-                                      "method trains nothing (it takes only its params)")
+                    raise ConfigError(f"config key '{key('train.' + changed[0])}' does not apply to '{cfg.method}': "
+                                      "an edit method trains nothing (it takes only its params)")
             elif mine != base:
-                raise ConfigError(f"config key '{f.name}' ({mine!r}) does not apply to '{cfg.method}': an edit "
-                                  "method trains nothing (it takes only its params)")
+                raise ConfigError(f"config key '{key(f.name)}' ({mine!r}) does not apply to '{cfg.method}': "
+                                  "an edit method trains nothing (it takes only its params)")
         return method
     if list(cfg.train.trainable) != ["*"]:
-        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
+        raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for unlearning: the "
                           f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
     return method
 
