@@ -11,8 +11,10 @@ from obliviate.cli.args import mapping_from_args, task_from_args
 from obliviate.cli.main import build_parser, main
 from obliviate.errors import ConfigError
 from obliviate.recipes.sequential import read_requests
+from obliviate.tasks.benchmark import benchmark_task
 
 from tests._cli_errors import one_error
+from tests._run_dirs import tiny_model_dir
 
 
 def _jsonl(path, rows):
@@ -106,3 +108,44 @@ def test_a_method_parameter_typo_is_named_as_typed(two_schemas, tiny_model, tiny
     with pytest.raises(ConfigError, match=r"^unknown config key 'stpes'"):
         obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", stpes=1)
     assert not (root / "o").exists()
+
+
+def test_one_file_has_one_set_name_by_data_or_by_spec(tmp_path):
+    csv = tmp_path / "medqa200.csv"
+    csv.write_text("question,A,B,answer\nWhich drug?,zalpradine,moss,0\nWhich cave?,cold,warm,1\n")
+    mapping = "question=question,choices=A+B,answer_index=answer"
+    by_data = benchmark_task(data=csv, kind="mcq", mapping=mapping)
+    forget = _jsonl(tmp_path / "f.jsonl", [{"question": "q", "answer": "a"}])
+    by_files = obliviate.load_task(forget=forget, utility=str(csv), mapping={str(csv): mapping})
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"forget: f.jsonl\nutility: [{{path: medqa200.csv, kind: mcq, mapping: '{mapping}'}}]\n")
+    by_spec = obliviate.load_task(f"file:{spec}")
+    names = {t.evals[-1].name for t in (by_data, by_files, by_spec)}
+    assert names == {"utility_medqa200"} and {t.evals[-1].role for t in (by_data, by_files, by_spec)} == {"utility"}
+    # a name given is the name, either way
+    assert benchmark_task("medqa", data=csv, kind="mcq", mapping=mapping).evals[0].name == "medqa"
+    spec.write_text(f"forget: f.jsonl\nutility: [{{path: medqa200.csv, name: medqa, mapping: '{mapping}'}}]\n")
+    assert obliviate.load_task(f"file:{spec}").evals[-1].name == "medqa"
+
+
+def test_predictions_json_holds_one_record_per_item(tmp_path, capsys):
+    model = tiny_model_dir(tmp_path)
+    forget = _jsonl(tmp_path / "forget.jsonl", [{"question": f"Where does Ka{i} live?", "answer": "Velmora"}
+                                                for i in range(3)])
+    mcq = _jsonl(tmp_path / "quiz.jsonl", [{"question": "Which city?", "choices": ["Velmora", "Ostrand", "Karith"],
+                                            "answer_index": 2}])
+    out = tmp_path / "o"
+    assert main(["eval", "--model", str(model), "--forget", forget, "--utility", mcq, "--out", str(out),
+                 "--no-progress", "--max-new-tokens", "3"]) == 0
+    preds = json.loads((out / "predictions.json").read_text())
+    metrics = json.loads((out / "results.json").read_text())["metrics"]["model"]
+    assert set(preds) == {"forget_qa", "utility_quiz"}
+    qa = preds["forget_qa"]
+    assert [r["input"] for r in qa] == [f"Where does Ka{i} live?" for i in range(3)]
+    assert all(r["gold"] == "Velmora" and r["prompt"] == f"Question: {r['input']}\nAnswer:" for r in qa)
+    assert all(isinstance(r["prediction"], str) and r["score"] in (0.0, 1.0) for r in qa)
+    assert sum(r["score"] for r in qa) / 3 == pytest.approx(metrics["forget_qa_em"])
+    (m,) = preds["utility_quiz"]
+    assert m["input"] == "Which city?" and m["gold"] == "Karith" and m["gold_index"] == 2
+    assert m["prediction"] == m["choices"][m["prediction_index"]]
+    assert m["score"] == float(m["prediction_index"] == 2) == metrics["utility_quiz_acc"]

@@ -8,12 +8,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, mapping_from_args, task_from_args)
+from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args,
+                                check_out_dir, eval_overrides, input_paths, load_model_args, mapping_from_args,
+                                task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
-from obliviate.eval.suite import evaluate_task
+from obliviate.eval.suite import evaluate_task, item_records
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.benchmark import benchmark_task
 
@@ -40,13 +41,13 @@ def cmd_eval(args) -> None:
 
 def evaluate_and_write(args, cfg: EvalCommandConfig, task) -> dict:
     """The evaluation of ``eval``: :func:`~obliviate.eval.suite.evaluate_task` of ``--model`` on ``task``;
-    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each set's per-item
-    correctness and predictions."""
+    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each QA/MCQ set's
+    records, one per item (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score)."""
     model, tok = load_model_args(args, trains=False)
     out = prepare_out_dir(args.out)
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
                             progress=not getattr(args, "no_progress", False), details=True)
-    atomic_write_json(out / "predictions.json", metrics.pop("_per_item"))
+    atomic_write_json(out / "predictions.json", item_records(task, metrics.pop("_per_item"), tok))
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
                   task=task.summary())
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
