@@ -2,13 +2,14 @@
 here (the tests need no model run but the ones that evaluate a tiny random Llama)."""
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 import obliviate
 from obliviate.cli.args import mapping_from_args, task_from_args
-from obliviate.cli.main import build_parser, main
+from obliviate.cli.main import build_parser, log_to_stderr, main
 from obliviate.errors import ConfigError
 from obliviate.recipes.sequential import read_requests
 from obliviate.tasks.benchmark import benchmark_task
@@ -149,3 +150,29 @@ def test_predictions_json_holds_one_record_per_item(tmp_path, capsys):
     assert m["input"] == "Which city?" and m["gold"] == "Karith" and m["gold_index"] == 2
     assert m["prediction"] == m["choices"][m["prediction_index"]]
     assert m["score"] == float(m["prediction_index"] == 2) == metrics["utility_quiz_acc"]
+
+
+def test_the_api_logs_and_never_prints(two_schemas, tiny_model, tiny_tokenizer, capsys, caplog):
+    """``obliviate.unlearn`` said its outcome (and its warnings) with print; it logs them now, and the command
+    line shows the same records as its ``obliviate: ...`` lines."""
+    _, forget, retain = two_schemas
+    task = obliviate.load_task(forget=forget, retain=[retain, forget],
+                               mapping={"forget": "question=prompt,answer=true_answer",
+                                        forget: "question=prompt,answer=true_answer"})
+    caplog.set_level("INFO", logger="obliviate")
+    _, info = obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", steps=1, batch_size=2,
+                                allow_overlap=True)  # the forget pairs are in the retain data too: a warning
+    assert capsys.readouterr() == ("", "")
+    said = {(r.name, r.levelname, r.getMessage()) for r in caplog.records}
+    assert ("obliviate.api", "INFO", info["outcome"]["line"]) in said
+    assert any(level == "WARNING" and "are also in the retain data" in msg for _, level, msg in said)
+
+
+def test_the_command_line_shows_the_librarys_log_records(capsys):
+    logger = logging.getLogger("obliviate.test")
+    with log_to_stderr():
+        logger.warning("the base model does not know %s", "the forget set")
+        logger.info("documents were split")
+    logger.info("after the command: not shown")
+    assert capsys.readouterr().err == ("obliviate: warning: the base model does not know the forget set\n"
+                                       "obliviate: documents were split\n")

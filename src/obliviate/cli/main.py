@@ -10,7 +10,9 @@ options are in :mod:`obliviate.cli.args`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import logging
 import os
 import sys
 
@@ -99,6 +101,34 @@ def _quiet_deepspeed() -> None:
             os.environ["DS_ACCELERATOR"] = "cpu"
 
 
+class StderrLines(logging.Handler):
+    """The library's log records (loggers ``obliviate.*``; the Python API only logs) as the command line's lines
+    on stderr: ``obliviate: MSG``, ``obliviate: warning: MSG`` for a warning. It writes to the ``sys.stderr`` of the
+    moment (a test's captured stream too)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            warn = "warning: " if record.levelno >= logging.WARNING else ""
+            print(f"obliviate: {warn}{record.getMessage()}", file=sys.stderr)
+        except Exception:  # logging's own rule: a record that cannot be written never ends the run
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def log_to_stderr():
+    """Within it, the ``obliviate`` loggers' records down to INFO are shown on stderr (:class:`StderrLines`): what
+    one command says."""
+    logger, handler = logging.getLogger("obliviate"), StderrLines()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
     line, ``obliviate: interrupted``, and status 130."""
@@ -133,7 +163,8 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 
             check_launch()  # before any model is loaded
-        args.fn(args)
+        with log_to_stderr():  # what the library logs is the command's to say
+            args.fn(args)
     except KeyboardInterrupt:
         print(f"obliviate: interrupted{_moved_note(args)}", file=sys.stderr)
         return 130

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
+import logging
 from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,9 @@ from obliviate.train import StepSampler, TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
 from obliviate.train.distributed import to_device
 from obliviate.utils import atomic_write_text
+
+log = logging.getLogger(__name__)
+
 
 def _default_unlearn_train() -> TrainConfig:
     return TrainConfig(steps=60, lr=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0, log_every=5,
@@ -248,8 +251,8 @@ def resume_on_same_data(out_dir: str | Path | None, digest: str, resume: bool) -
         atomic_write_text(path, json.dumps({"data": digest}))
     if resume and has_checkpoints and before is not None and before != digest:
         if D.is_main_process():
-            print(f"obliviate: {out_dir} holds checkpoints trained on other data (the encoded forget/retain data "
-                  f"changed: {before[:12]} -> {digest[:12]}); starting afresh", file=sys.stderr)
+            log.warning("%s holds checkpoints trained on other data (the encoded forget/retain data changed: "
+                        "%s -> %s); starting afresh", out_dir, before[:12], digest[:12])
         return False
     return resume
 
@@ -399,7 +402,7 @@ def check_overlap(forget, retain, allow: bool = False, *, warn: bool = False) ->
         raise DataError(f"{msg}; give disjoint forget and retain data, or set allow_overlap=true "
                         "(unlearn.allow_overlap=true) to run anyway")
     if warn and D.is_main_process():
-        print(f"obliviate: warning: {msg} (allow_overlap=true)", file=sys.stderr)
+        log.warning("%s (allow_overlap=true)", msg)
     return n_qa + n_docs
 
 
@@ -447,19 +450,19 @@ def _max_len(model, wanted: int) -> int:
 
 
 def _report_cuts(stats: dict) -> None:
-    """Say on stderr what was done to sequences longer than ``max_len`` (never silently)."""
+    """Log what was done to sequences longer than ``max_len`` (never silently; the command line shows it)."""
     for side in ("forget", "retain"):
         st = stats[side]
         if st["docs"] and st["doc_windows"] > st["docs"]:
-            print(f"obliviate: {side} documents longer than {stats['max_len']} tokens were split into windows: "
-                  f"{st['docs']} documents -> {st['doc_windows']} windows (config key 'max_len')", file=sys.stderr)
+            log.info("%s documents longer than %d tokens were split into windows: %d documents -> %d windows "
+                     "(config key 'max_len')", side, stats["max_len"], st["docs"], st["doc_windows"])
         if st["tokens_cut"]:
-            print(f"obliviate: {side} documents cut to {stats['max_len']} tokens: {st['tokens_cut']} tokens dropped "
-                  f"(doc_mode=cut; config keys 'max_len', 'doc_mode')", file=sys.stderr)
+            log.info("%s documents cut to %d tokens: %d tokens dropped (doc_mode=cut; config keys 'max_len', "
+                     "'doc_mode')", side, stats["max_len"], st["tokens_cut"])
         if st["qa_cut"]:
             lost = f", {st['qa_no_answer']} of them to no answer token" if st.get("qa_no_answer") else ""
-            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut{lost} "
-                  "(config key 'max_len')", file=sys.stderr)
+            log.warning("%d %s QA pairs longer than %d tokens were cut%s (config key 'max_len')", st["qa_cut"], side,
+                        stats["max_len"], lost)
 
 
 def _edit(method: Method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
