@@ -3,13 +3,16 @@ here (the tests need no model run but the ones that evaluate a tiny random Llama
 
 import json
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
+from transformers.utils import logging as hf_logging
 
 import obliviate
 from obliviate.cli.args import mapping_from_args, task_from_args
-from obliviate.cli.main import build_parser, log_to_stderr, main
+from obliviate.cli import main as cli_main
+from obliviate.cli.main import build_parser, log_to_stderr, main, quiet_libraries
 from obliviate.errors import ConfigError
 from obliviate.recipes.sequential import read_requests
 from obliviate.tasks.benchmark import benchmark_task
@@ -85,6 +88,22 @@ def test_a_mistyped_model_path_is_named_as_the_model(two_schemas, capsys):
         line = one_error(capsys)
         assert f"model directory '{root / 'modle'}' does not exist" in line and "tokenizer" not in line
     assert not (root / "out").exists()
+
+
+def test_a_mistyped_model_name_that_could_be_a_hub_id_is_named_as_the_model(two_schemas, monkeypatch, capsys):
+    import transformers
+
+    root, forget, retain = two_schemas
+    monkeypatch.chdir(root)
+
+    def offline(name, *a, **kw):
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files of {name}.")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
+    assert main(["eval", "--model", "runs/bsae", "--forget", forget, "--retain", retain, "--out", "out",
+                 "--mapping", "forget=question=prompt,answer=true_answer"]) == 2
+    line = one_error(capsys)
+    assert "no local directory 'runs/bsae', and no hub model 'runs/bsae' could be loaded" in line, line
 
 
 def test_mapping_per_file_for_sequential_requests(two_schemas):
@@ -176,3 +195,30 @@ def test_the_command_line_shows_the_librarys_log_records(capsys):
     logger.info("after the command: not shown")
     assert capsys.readouterr().err == ("obliviate: warning: the base model does not know the forget set\n"
                                        "obliviate: documents were split\n")
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path, monkeypatch, capsys):
+    model = tiny_model_dir(tmp_path)
+    forget = _jsonl(tmp_path / "forget.jsonl", [{"question": f"Where does Ka{i} live?", "answer": "Velmora"}
+                                                for i in range(3)])
+    argv = ["eval", "--model", str(model), "--forget", forget, "--max-new-tokens", "2"]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "piped")]) == 0  # stderr captured: not a terminal
+    err = capsys.readouterr().err
+    assert "it/s" not in err and "\r" not in err and "generating" not in err, err
+    monkeypatch.setattr(cli_main, "stderr_is_terminal", lambda: True)
+    assert main([*argv, "--out", str(tmp_path / "terminal")]) == 0
+    assert "generating" in capsys.readouterr().err  # the bars, where someone watches them
+
+
+def test_library_noise_is_silenced_and_the_runs_warnings_kept():
+    hf_level = hf_logging.get_verbosity()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_libraries():
+            warnings.warn("`is_gradient_checkpointing` is deprecated", FutureWarning)
+            warnings.warn_explicit("a notice", UserWarning, "modeling_utils.py", 1, module="transformers.modeling_utils")
+            warnings.warn("greedy_generate: 1 of 2 prompts were cut from the left to 256 tokens", UserWarning)
+            assert hf_logging.get_verbosity() == logging.ERROR  # "Token indices sequence length ..." and the like
+    assert [str(w.message) for w in seen] == ["greedy_generate: 1 of 2 prompts were cut from the left to 256 tokens"]
+    assert hf_logging.get_verbosity() == hf_level

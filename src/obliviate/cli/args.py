@@ -44,7 +44,8 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
                    "world: an integer in [0, 2**32)")
     p.add_argument("--config", help="YAML config file")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (they are shown only when stderr "
+                   "is a terminal: a log file or a pipe gets none)")
     p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
                    "trackers (comma-separated): tensorboard, mlflow, wandb")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
@@ -345,7 +346,8 @@ def tokenizer_args(args, path: str | None = None):
     directory)."""
     path = path or args.model
     check_model_path(path)
-    return ensure_pad_token(load_tokenizer(args.tokenizer or path), policy=args.pad_policy)
+    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
+    return ensure_pad_token(tok, policy=args.pad_policy)
 
 
 def load_model_args(args, path: str | None = None, trains: bool = True):

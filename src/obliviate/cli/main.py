@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 import sys
+import warnings
 
 from obliviate.errors import InvalidResult, ObliviateError
 
@@ -129,6 +130,42 @@ def log_to_stderr():
         logger.setLevel(level)
 
 
+LIBRARIES = r"(transformers|torch|accelerate|peft|huggingface_hub|tokenizers|safetensors|datasets|lm_eval)(\.|$)"
+"""The libraries whose own Python warnings a command does not show (matched against the warning's module)."""
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Within it, the libraries' notices are not shown: their ``FutureWarning``s and ``DeprecationWarning``s (about
+    their APIs, which obliviate calls, not about the user's run), any other warning they raise, and the notices of
+    the ``transformers`` and ``huggingface_hub`` loggers (tokenizer length notices, generation settings, hub
+    retries) below ERROR. obliviate's own warnings (an input cut to the model's context, a chat template not
+    used) and log records still show: they concern the run."""
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers.utils import logging as hf_logging
+
+    levels = hf_logging.get_verbosity(), hub_logging.get_verbosity()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", module=LIBRARIES)
+        hf_logging.set_verbosity_error()
+        hub_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(levels[0])
+            hub_logging.set_verbosity(levels[1])
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal (progress bars are shown only there: a log file or a pipe gets none)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
     line, ``obliviate: interrupted``, and status 130."""
@@ -152,6 +189,8 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0
+    if getattr(args, "no_progress", None) is False and not stderr_is_terminal():
+        args.no_progress = True  # progress bars only on a terminal
     quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
     try:
         if getattr(args, "log_with", None):
@@ -163,7 +202,7 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 
             check_launch()  # before any model is loaded
-        with log_to_stderr():  # what the library logs is the command's to say
+        with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
             args.fn(args)
     except KeyboardInterrupt:
         print(f"obliviate: interrupted{_moved_note(args)}", file=sys.stderr)
