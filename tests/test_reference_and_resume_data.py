@@ -39,16 +39,16 @@ def _cfg(steps):
                                            checkpoint_every=2))
 
 
-def test_resume_on_edited_data_of_the_same_size_starts_afresh(tiny_model, tiny_tokenizer, tmp_path, capsys):
+def test_resume_on_edited_data_of_the_same_size_starts_afresh(tiny_model, tiny_tokenizer, tmp_path, caplog):
     out = tmp_path / "train"
     unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(3), out)
     assert (out / DATA_FINGERPRINT).is_file() and any((out / "checkpoints").glob("step_*"))
-    capsys.readouterr()
+    caplog.clear()
     # the same data: the run resumes from its step-2 checkpoint and says nothing about data
     _, same = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, FORGET, RETAIN, _cfg(3), out)
-    assert same["resumed_from"] == 2 and "other data" not in capsys.readouterr().err
+    assert same["resumed_from"] == 2 and "other data" not in caplog.text
     edited = [(q, a.replace("drug", "herb")) for q, a in FORGET]  # same row count, other answers
     _, fresh = unlearn(copy.deepcopy(tiny_model), tiny_tokenizer, edited, RETAIN, _cfg(3), out)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert fresh["resumed_from"] == 0
     assert err.count("trained on other data") == 1 and "starting afresh" in err

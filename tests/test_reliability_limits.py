@@ -50,12 +50,12 @@ def test_a_599_token_mcq_prompt_on_a_512_position_gpt2_is_cut_with_a_warning(tin
     model = gpt2(tok, 512)
     with pytest.warns(UserWarning, match="cut from the left"):
         res = evaluate_benchmark(model, tok, data=f, kind="mcq")
-    assert len(res["_per_item"]["long"]["correct"]) == 1 and res["long_acc"] in (0.0, 1.0)
+    assert len(res["_per_item"]["utility_long"]["correct"]) == 1 and res["utility_long_acc"] in (0.0, 1.0)
     f = tmp_path / "long_qa.jsonl"
     f.write_text(json.dumps({"question": question, "answer": "zalpradine"}) + "\n")
     with pytest.warns(UserWarning, match="cut from the left"):
         res = evaluate_benchmark(model, tok, data=f, kind="qa", max_new_tokens=4)
-    assert len(res["_per_item"]["long_qa"]["correct"]) == 1
+    assert len(res["_per_item"]["utility_long_qa"]["correct"]) == 1
 
 
 def test_a_50_mb_question_is_clipped_before_the_tokenizer_sees_it(tiny_tokenizer, tmp_path):
@@ -79,11 +79,11 @@ def test_a_50_mb_question_is_clipped_before_the_tokenizer_sees_it(tiny_tokenizer
     with pytest.warns(UserWarning, match="were cut from the left"):
         res_qa = evaluate_benchmark(model, tok, data=f, kind="qa", max_new_tokens=4)
     assert time.perf_counter() - start < 60  # a few seconds; tokenising 50 MB whole takes minutes
-    scores = res["_per_item"]["huge"].get("scores")
-    assert res["_per_item"]["huge"]["predictions"][0] == res["_per_item"]["huge"]["predictions"][1]
+    scores = res["_per_item"]["utility_huge"].get("scores")
+    assert res["_per_item"]["utility_huge"]["predictions"][0] == res["_per_item"]["utility_huge"]["predictions"][1]
     if scores is not None:
         assert scores[0] == pytest.approx(scores[1], abs=1e-4)
-    assert res_qa["_per_item"]["huge_qa"]["predictions"][0] == res_qa["_per_item"]["huge_qa"]["predictions"][1]
+    assert res_qa["_per_item"]["utility_huge_qa"]["predictions"][0] == res_qa["_per_item"]["utility_huge_qa"]["predictions"][1]
 
 
 def test_a_50_mb_training_question_is_clipped_before_the_tokenizer_sees_it(tiny_tokenizer):

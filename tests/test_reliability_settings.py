@@ -96,11 +96,11 @@ def test_the_same_method_spelt_otherwise_is_one_name(user, tmp_path, monkeypatch
     ("unlearn.lora_alpha=0", "graddiff", "config key 'unlearn.lora_alpha': must be > 0"),
     ("unlearn.lora_alpha=-4", "graddiff", "config key 'unlearn.lora_alpha': must be > 0"),
     ("unlearn.lora_r=0", "npo", "config key 'unlearn.lora_r': must be >= 1, got 0"),
-    ("unlearn.params.beta=0", "npo", "config key 'method.npo.beta': must be > 0, got 0.0"),
-    ("unlearn.params.beta=0", "simnpo", "config key 'method.simnpo.beta': must be > 0, got 0.0"),
-    ("unlearn.params.gamma=0", "gradascent", "config key 'method.gradascent.gamma': must be > 0"),
-    ("unlearn.params.layer=-1", "rmu", "config key 'method.rmu.layer': must be a layer index >= 0, got -1"),
-    ("unlearn.params.alpha=-1", "rmu", "config key 'method.rmu.alpha': must be >= 0"),
+    ("unlearn.params.beta=0", "npo", "config key 'unlearn.params.beta': must be > 0, got 0.0"),
+    ("unlearn.params.beta=0", "simnpo", "config key 'unlearn.params.beta': must be > 0, got 0.0"),
+    ("unlearn.params.gamma=0", "gradascent", "config key 'unlearn.params.gamma': must be > 0"),
+    ("unlearn.params.layer=-1", "rmu", "config key 'unlearn.params.layer': must be a layer index >= 0, got -1"),
+    ("unlearn.params.alpha=-1", "rmu", "config key 'unlearn.params.alpha': must be >= 0"),
 ])
 def test_settings_that_train_nothing_fail_before_the_model(override, method, message, user, tmp_path, capsys,
                                                            no_model):
@@ -188,7 +188,7 @@ def test_training_settings_given_to_an_edit_method_are_refused(method, override,
                                                                no_model):
     out = tmp_path / "o"
     assert _unlearn(user, out, override, method=method) == 2
-    assert f"config key '{key}'" in (line := one_error(capsys)) and f"does not apply to '{method}'" in line
+    assert f"config key 'unlearn.{key}'" in (line := one_error(capsys)) and f"does not apply to '{method}'" in line
     assert not out.exists()
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,12 @@ from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, training_data
 from obliviate.train.finetune import finetune as _finetune
-from obliviate.methods.engine import method_run_config
+from obliviate.methods.engine import check_unlearn_config, method_run_config
 from obliviate.methods.engine import unlearn as _unlearn
 from obliviate.utils import seed_everything
+
+log = logging.getLogger(__name__)
+
 
 Paths = str | Path | dict | Sequence[str | Path | dict] | None
 
@@ -131,11 +134,14 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     With ``judge`` (the default), the task is evaluated before and after (``info["before"]``,
     ``info["after"]``) and the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: "ok",
     "forgot little" or "retain lost", as ``obliviate unlearn`` gives it) is ``info["outcome"]``, its one
-    line printed to stderr. The outcome reads no attack: whether the knowledge is gone or only suppressed is
+    line logged (logger ``obliviate.api``, level INFO). The API never prints: what it has to say goes to the
+    ``logging`` loggers ``obliviate.*`` (warnings at WARNING, notes at INFO; ``logging.basicConfig(level="INFO")``
+    shows them all). The outcome reads no attack: whether the knowledge is gone or only suppressed is
     ``obliviate attack``'s or ``obliviate compare``'s verdict.
     """
     _check_task("unlearn", task)
-    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed)
+    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed, prefix="")
+    check_unlearn_config(ucfg, prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
     seed_everything(seed)
     before = evaluate_task(model, tokenizer, task, progress=progress) if judge else None
     target = model if in_place else copy.deepcopy(model)
@@ -147,7 +153,7 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
         after = evaluate_task(new, tokenizer, task, progress=progress)
         after.update(score_against(before, after))
         info.update(before=before, after=after, outcome=unlearn_outcome(before, after, method=ucfg.method))
-        print(info["outcome"]["line"], file=sys.stderr)
+        log.info(info["outcome"]["line"])
     return new, info
 
 

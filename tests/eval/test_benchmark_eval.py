@@ -60,13 +60,13 @@ def test_mcq_accuracy_on_user_file(tiny_tokenizer, tmp_path):
     model = FixedLM(len(tok), letter_b)
     path = write_jsonl(tmp_path / "mine.jsonl", MCQ_ROWS)
     res = evaluate_benchmark(model, tok, data=path, kind="mcq", mapping="question=q,choices=opts,answer_index=label")
-    assert set(res["_per_item"]) == {"mine"} and len(res["_per_item"]["mine"]["correct"]) == 4
-    assert res["mine_acc"] == pytest.approx(0.5) and res["utility_score"] == res["mine_acc"]
-    assert res["mine_chance"] == pytest.approx((3 * 0.25 + 1 / 3) / 4)
-    assert res["_per_item"]["mine"]["predictions"] == [1, 1, 1, 1]
+    assert set(res["_per_item"]) == {"utility_mine"} and len(res["_per_item"]["utility_mine"]["correct"]) == 4
+    assert res["utility_mine_acc"] == pytest.approx(0.5) and res["utility_score"] == res["utility_mine_acc"]
+    assert res["utility_mine_chance"] == pytest.approx((3 * 0.25 + 1 / 3) / 4)
+    assert res["_per_item"]["utility_mine"]["predictions"] == [1, 1, 1, 1]
     res = evaluate_benchmark(model, tok, data=path, kind="mcq", mapping="question=q,choices=opts,answer_index=label",
                              limit=2)
-    assert len(res["_per_item"]["mine"]["correct"]) == 2 and res["mine_acc"] == pytest.approx(0.5)
+    assert len(res["_per_item"]["utility_mine"]["correct"]) == 2 and res["utility_mine_acc"] == pytest.approx(0.5)
 
 
 def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
@@ -80,9 +80,9 @@ def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
     path = write_jsonl(tmp_path / "qa.jsonl", rows)
     res = evaluate_benchmark(model, tok, data=path, kind="qa", mapping="question=prompt,answer=target",
                              max_new_tokens=1)
-    assert res["_per_item"]["qa"]["predictions"] == [" glimmerfin"] * 3
-    assert res["qa_em"] == pytest.approx(1 / 3)
-    assert res["qa_rouge_l"] == pytest.approx((1 + 0.5 + 0) / 3)  # LCS / reference words
+    assert res["_per_item"]["utility_qa"]["predictions"] == [" glimmerfin"] * 3
+    assert res["utility_qa_em"] == pytest.approx(1 / 3)
+    assert res["utility_qa_rouge_l"] == pytest.approx((1 + 0.5 + 0) / 3)  # LCS / reference words
     # P~(a|q) = exp(mean log p over the answer tokens and eos); log p = BIAS - logZ on "glimmerfin", -logZ elsewhere
     log_z = math.log(math.exp(BIAS) + len(tok) - 1)
 
@@ -90,7 +90,7 @@ def test_qa_metrics_on_user_file(tiny_tokenizer, tmp_path):
         ids = tok(" " + answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         return math.exp(np.mean([(BIAS if i == fav else 0.0) - log_z for i in ids]))
 
-    assert res["qa_prob"] == pytest.approx(np.mean([p_tilde(r["target"]) for r in rows]), rel=1e-5)
+    assert res["utility_qa_prob"] == pytest.approx(np.mean([p_tilde(r["target"]) for r in rows]), rel=1e-5)
     assert "qa_option_prob" not in res  # the items have no options
 
 
@@ -107,8 +107,8 @@ def test_qa_options_probability_is_normalised(tiny_tokenizer, tmp_path):
     p_fav = math.exp((BIAS - 2 * log_z) / 2)
     p_moss = math.exp(-log_z)  # every token of " moss" + eos has log p = -logZ, whatever n_moss
     assert n_moss >= 2
-    assert res["opts_option_prob"] == pytest.approx(p_fav / (p_fav + p_moss), rel=1e-5)
-    assert res["opts_prob"] == pytest.approx(p_fav, rel=1e-5)
+    assert res["utility_opts_option_prob"] == pytest.approx(p_fav / (p_fav + p_moss), rel=1e-5)
+    assert res["utility_opts_prob"] == pytest.approx(p_fav, rel=1e-5)
 
 
 def test_text_benchmark_points_to_toxicity(tiny_model, tiny_tokenizer):
@@ -186,7 +186,12 @@ def test_cli_user_mcq_file_writes_results(saved_model, tiny_model, tiny_tokenize
     assert res["metrics"]["model"]["my_mcq_acc"] == pytest.approx(expected["accuracy"])
     assert res["task"]["evals"]["my_mcq"]["n"] == 4
     preds = json.loads((out / "predictions.json").read_text())
-    assert preds["my_mcq"]["predictions"] == expected["predictions"]
+    assert [r["prediction_index"] for r in preds["my_mcq"]] == expected["predictions"]
+    assert [r["score"] for r in preds["my_mcq"]] == [float(c) for c in expected["correct"]]
+    first = preds["my_mcq"][0]  # the item, its gold and the model's answer, as lm-eval's --log_samples keeps them
+    assert first["input"] == "Which one?" and first["choices"] == ["w", "x", "y", "z"]
+    assert first["gold"] == "x" and first["gold_index"] == 1
+    assert first["prediction"] == first["choices"][expected["predictions"][0]]
 
 
 def test_cli_rejects_world_overrides(saved_model, tmp_path):

@@ -134,12 +134,18 @@ def test_bad_requests_are_one_line_before_the_model(user, tmp_path, capsys, no_m
     empty.write_text("")
     copy = tmp_path / "copy_of_A.jsonl"
     copy.write_bytes(a.read_bytes())
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"foo": "Who?", "bar": "me"}\n')
     cases = [([a, tmp_path / "missing.jsonl"], [], "request file not found: "),
              ([a, empty], [], "request 2 ("),
              ([a, b, a], [], "is named twice"),
              ([a, copy], [], "holds the same data as"),
              ([a, b], ["--forget", str(user["forget"])], "conflicts with --requests"),
-             ([a, b], ["--tune"], "--tune and --requests")]
+             ([a, b], ["--tune"], "--tune and --requests"),
+             ([a, odd], [], "--requests: odd.jsonl: cannot tell whether it holds QA pairs, MCQs or texts from its "
+                            "fields (bar, foo); name them with --mapping odd.jsonl=question=FIELD,answer=FIELD"),
+             ([a, odd], ["--mapping", "odd.jsonl=question=foo,answer=bar", "--mapping", "x.jsonl=question=q"],
+              "'x.jsonl' is neither a file given")]
     for reqs, extra, want in cases:
         assert _run(user, tmp_path / "o", *extra, requests=reqs) == 2
         line = one_error(capsys)

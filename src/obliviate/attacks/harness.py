@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+import logging
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -38,6 +38,8 @@ from obliviate.models.layers import check_layer
 from obliviate.registry import Registry
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import is_main_process
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -709,8 +711,8 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     if base_score is not None:
         out["base_knows_forget"] = bool(base_score > KNOWS_MARGIN + forget_chance(task))
         if not out["base_knows_forget"] and is_main_process():
-            print(f"obliviate: warning: the base model does not know the forget set (forget score {base_score:.3f}): "
-                  "there is nothing to recover, so steps_to_base is null", file=sys.stderr)
+            log.warning("the base model does not know the forget set (forget score %.3f): there is nothing to "
+                        "recover, so steps_to_base is null", base_score)
         if not out["base_knows_forget"]:
             base_model, base_score = None, None
     run = AttackRun(model, tokenizer, task, cfg, fn, base_model, base_score, metrics,

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
-from obliviate.errors import ConfigError
-from obliviate.models.load import check_vocab, load_model, resolve_dtype
+from obliviate.errors import ConfigError, DataError
+from obliviate.models.load import check_model_path, check_vocab, load_model, resolve_dtype
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.tasks import Task, check_task_spec, load_task
-from obliviate.tasks.files import task_from_files
+from obliviate.tasks.files import FieldsUnknown, task_from_files
+from obliviate.tasks.sources.generic import parse_mapping
 from obliviate.train.distributed import is_main_process
 
 
@@ -43,7 +44,8 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
                    "world: an integer in [0, 2**32)")
     p.add_argument("--config", help="YAML config file")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (they are shown only when stderr "
+                   "is a terminal: a log file or a pipe gets none)")
     p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
                    "trackers (comma-separated): tensorboard, mlflow, wandb")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
@@ -110,6 +112,76 @@ def eval_kwargs(cfg, progress: bool) -> dict:
     return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens, "progress": progress}
 
 
+MAPPING_HELP = ("field mapping of those files: question=prompt,answer=target for every file, or "
+                "FILE=question=prompt,answer=target for one file (FILE: its path or name, or a set: forget, retain, "
+                "utility, holdout, relearn); repeatable, a file's own mapping wins over its set's and the common one")
+"""``--mapping``'s help (the file shorthand's and ``eval --data``'s)."""
+
+FILE_SETS = ("forget", "retain", "utility", "holdout", "relearn")
+"""The shorthand's sets of files, in the order of their options."""
+
+
+def mapping_from_args(values: list[str] | None, files: dict[str, list[str]]) -> str | dict | None:
+    """The mapping ``--mapping`` (repeated) gives ``files`` (set -> paths as given): None without one, the string
+    when one mapping applies to every file, else ``{path: mapping}`` for every file that has one (its own, else its
+    set's, else the common one), as :func:`~obliviate.tasks.files.task_from_files` takes it. ``FILE=FIELDS`` is told
+    from ``FIELDS`` by the two ``=`` of its first pair; FILE is a path given (as typed or the same file), the name
+    of exactly one file given, or a set given. A FILE that names none of them is a ConfigError."""
+    if not values:
+        return None
+    given = [(k, str(p)) for k, ps in files.items() for p in ps or []]
+    common, own = None, {}
+    for value in values:
+        if value.split(",", 1)[0].count("=") < 2:
+            parse_mapping(value)  # a malformed one fails here
+            if common is not None:
+                raise ConfigError(f"--mapping {common!r} and {value!r} both apply to every file: name the file of "
+                                  "one, --mapping FILE=question=...,answer=...")
+            common = value
+            continue
+        key, fields = (x.strip() for x in value.split("=", 1))
+        parse_mapping(fields)
+        target = _mapped_file(key, files, [p for _, p in given])
+        if target in own:
+            raise ConfigError(f"--mapping: {key!r} is given two mappings ({own[target]!r}, {fields!r})")
+        own[target] = fields
+    if not own:
+        return common
+    out = {}
+    for key, p in given:
+        m = own.get(p) or own.get(key) or common
+        if m:
+            out[p] = m
+    return out
+
+
+def _mapped_file(key: str, files: dict[str, list[str]], paths: list[str]) -> str:
+    """The path given (or the set) that ``--mapping KEY=...`` names."""
+    if key in paths or (key in files and files[key]):
+        return key
+    same = sorted({p for p in paths if _same_file(key, p)} or {p for p in paths if Path(p).name == key})
+    if len(same) == 1:
+        return same[0]
+    if len(same) > 1:
+        raise ConfigError(f"--mapping {key}=...: {key!r} names {len(same)} files given ({', '.join(same)}): "
+                          "give the path")
+    sets = [k for k, v in files.items() if v]
+    raise ConfigError(f"--mapping {key}=...: {key!r} is neither a file given ({', '.join(paths)}) nor a set given "
+                      f"({', '.join(sets)})")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def task_files(args) -> dict[str, list[str]]:
+    """The shorthand's files of ``args``: set -> paths as given."""
+    return {k: list(getattr(args, k, None) or []) for k in FILE_SETS}
+
+
 def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     """``--task`` and the file shorthand; ``shared=False`` leaves out ``--mapping`` and ``--limit`` (for a
     parser that already has them, as ``eval``'s benchmark options do)."""
@@ -123,7 +195,7 @@ def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     g.add_argument("--holdout", action="append", metavar="FILE", help="data never trained on")
     g.add_argument("--relearn", action="append", metavar="FILE", help="related texts for the relearning attack")
     if shared:
-        g.add_argument("--mapping", help="field mapping for those files, e.g. question=prompt,answer=target")
+        g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help=MAPPING_HELP)
     g.add_argument("--template", help="prompt template with {question} (default 'Question: {question}\\nAnswer:')")
     g.add_argument("--chat-template", action="store_true", help="prompt with the tokenizer's chat template")
     if shared:
@@ -149,9 +221,12 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
     if spec == "files":
-        task = task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
-                               relearn=args.relearn, mapping=args.mapping, template=args.template,
-                               chat=args.chat_template, limit=limit)
+        try:
+            task = task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
+                                   relearn=args.relearn, mapping=mapping_from_args(args.mapping, task_files(args)),
+                                   template=args.template, chat=args.chat_template, limit=limit)
+        except FieldsUnknown as e:  # the hint in the command line's syntax
+            raise DataError(e.hint(cli=True)) from None
     else:
         check_task_spec(spec)
         task = load_task(spec, seed=seed, world=world or {}, limit=limit)
@@ -266,13 +341,23 @@ def device_and_dtype(args, trains: bool = True) -> tuple[torch.device, torch.dty
     return device, dtype
 
 
+def tokenizer_args(args, path: str | None = None):
+    """The tokenizer of ``--tokenizer``, else of the model (``path`` or ``--model``), with ``--pad-policy``; the
+    model's path is checked first, so a mistyped ``--model`` is named as the model (not as a missing tokenizer
+    directory)."""
+    path = path or args.model
+    check_model_path(path)
+    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
+    return ensure_pad_token(tok, policy=args.pad_policy)
+
+
 def load_model_args(args, path: str | None = None, trains: bool = True):
     """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``, tokenizer checked;
     ``--adapter`` attached to ``--model`` (said in one line). ``trains``: see :func:`device_and_dtype`."""
     path = path or args.model
     device, dtype = device_and_dtype(args, trains)  # a bad device or dtype fails before the load
     adapter = getattr(args, "adapter", None) if path == args.model else None
-    tok = ensure_pad_token(load_tokenizer(args.tokenizer or path), policy=args.pad_policy)
+    tok = tokenizer_args(args, path)
     model = load_model(path, dtype=dtype, adapter=adapter)
     check_vocab(model, tok, path, args.tokenizer)
     if adapter is not None and is_main_process():

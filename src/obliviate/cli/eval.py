@@ -9,12 +9,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, task_from_args)
+from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args,
+                                check_out_dir, eval_overrides, input_paths, load_model_args, mapping_from_args,
+                                task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
-from obliviate.eval.suite import evaluate_task
+from obliviate.eval.suite import evaluate_task, item_records
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.benchmark import benchmark_task
 
@@ -41,13 +42,13 @@ def cmd_eval(args) -> None:
 
 def evaluate_and_write(args, cfg: EvalCommandConfig, task) -> dict:
     """The evaluation of ``eval``: :func:`~obliviate.eval.suite.evaluate_task` of ``--model`` on ``task``;
-    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each set's per-item
-    correctness and predictions."""
+    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each QA/MCQ set's
+    records, one per item (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score)."""
     model, tok = load_model_args(args, trains=False)
     out = prepare_out_dir(args.out)
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
                             progress=not getattr(args, "no_progress", False), details=True)
-    atomic_write_json(out / "predictions.json", metrics.pop("_per_item"))
+    atomic_write_json(out / "predictions.json", item_records(task, metrics.pop("_per_item"), tok))
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
                   task=task.summary())
     print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
@@ -71,8 +72,8 @@ def add_benchmark_args(p) -> None:
     g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated as a "
                                   "benchmark task")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
-    g.add_argument("--mapping", help="schema_field=file_field pairs for --data or --forget/--retain files, e.g. "
-                   "question=prompt,answer=target")
+    g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
+                   "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
     g.add_argument("--limit", type=int, help="evaluate only the first N examples (of every set of a task)")
     g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on the model "
                    "in memory; hub tasks download their data (network), your own task YAMLs work offline")
@@ -103,7 +104,9 @@ def run_benchmark_eval(args) -> bool:
         raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
                           "not --benchmark/--data")
     # A bad name, file or mapping fails here, before the model is loaded.
-    task = benchmark_task(benchmark, data=data, kind=args.kind, mapping=args.mapping, limit=args.limit)
+    mapping = mapping_from_args(args.mapping, {"data": [data]} if data else {})
+    task = benchmark_task(benchmark, data=data, kind=args.kind, limit=args.limit,
+                          mapping=mapping.get(data) if isinstance(mapping, dict) else mapping)
     evaluate_and_write(args, cfg, task)
     return True
 

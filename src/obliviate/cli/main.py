@@ -10,9 +10,12 @@ options are in :mod:`obliviate.cli.args`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import logging
 import os
 import sys
+import warnings
 
 from obliviate.errors import InvalidResult, ObliviateError
 
@@ -99,6 +102,70 @@ def _quiet_deepspeed() -> None:
             os.environ["DS_ACCELERATOR"] = "cpu"
 
 
+class StderrLines(logging.Handler):
+    """The library's log records (loggers ``obliviate.*``; the Python API only logs) as the command line's lines
+    on stderr: ``obliviate: MSG``, ``obliviate: warning: MSG`` for a warning. It writes to the ``sys.stderr`` of the
+    moment (a test's captured stream too)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            warn = "warning: " if record.levelno >= logging.WARNING else ""
+            print(f"obliviate: {warn}{record.getMessage()}", file=sys.stderr)
+        except Exception:  # logging's own rule: a record that cannot be written never ends the run
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def log_to_stderr():
+    """Within it, the ``obliviate`` loggers' records down to INFO are shown on stderr (:class:`StderrLines`): what
+    one command says."""
+    logger, handler = logging.getLogger("obliviate"), StderrLines()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+LIBRARIES = r"(transformers|torch|accelerate|peft|huggingface_hub|tokenizers|safetensors|datasets|lm_eval)(\.|$)"
+"""The libraries whose own Python warnings a command does not show (matched against the warning's module)."""
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Within it, the libraries' notices are not shown: their ``FutureWarning``s and ``DeprecationWarning``s (about
+    their APIs, which obliviate calls, not about the user's run), any other warning they raise, and the notices of
+    the ``transformers`` and ``huggingface_hub`` loggers (tokenizer length notices, generation settings, hub
+    retries) below ERROR. obliviate's own warnings (an input cut to the model's context, a chat template not
+    used) and log records still show: they concern the run."""
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers.utils import logging as hf_logging
+
+    levels = hf_logging.get_verbosity(), hub_logging.get_verbosity()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", module=LIBRARIES)
+        hf_logging.set_verbosity_error()
+        hub_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(levels[0])
+            hub_logging.set_verbosity(levels[1])
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal (progress bars are shown only there: a log file or a pipe gets none)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
     line, ``obliviate: interrupted``, and status 130."""
@@ -122,6 +189,8 @@ def _main(argv: list[str] | None) -> int:
     if not getattr(args, "fn", None):
         parser.print_help()
         return 0
+    if getattr(args, "no_progress", None) is False and not stderr_is_terminal():
+        args.no_progress = True  # progress bars only on a terminal
     quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
     try:
         if getattr(args, "log_with", None):
@@ -133,7 +202,8 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 
             check_launch()  # before any model is loaded
-        args.fn(args)
+        with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
+            args.fn(args)
     except KeyboardInterrupt:
         print(f"obliviate: interrupted{_moved_note(args)}", file=sys.stderr)
         return 130

@@ -9,19 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_kwargs, eval_overrides, input_paths, load_model_args, seeded, task_from_args, warn)
+                                eval_kwargs, eval_overrides, input_paths, load_model_args, mapping_from_args, seeded,
+                                task_files, task_from_args, tokenizer_args, warn)
 from obliviate.config import build_config, to_dict
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
 from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
-from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.recipes import sequential
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
+from obliviate.tasks.files import FieldsUnknown
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
 from obliviate.utils import seed_everything
@@ -110,7 +111,7 @@ def checked_run(args, tuning: bool = False):
     if METHODS[method].kind == "edit":
         check_overlap(task.forget, task.retain, cfg.unlearn.allow_overlap)
     else:  # the data and the lengths, with the tokenizer alone: before the model is loaded
-        tok = ensure_pad_token(load_tokenizer(args.tokenizer or args.model), policy=args.pad_policy)
+        tok = tokenizer_args(args)
         check_unlearn_data(tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)
     model, tok = load_model_args(args)
     preset = preset_name(model)
@@ -200,10 +201,14 @@ def cmd_requests(args) -> None:
                           "settings (--config OUT/preset.yaml) to the sequential run")
     paths = sequential.request_paths(args.requests, args.forget)
     check_out_dir(args.out, input_paths(args, *map(str, paths)))
-    requests = sequential.read_requests(paths, mapping=args.mapping, template=args.template, chat=args.chat_template,
-                                        limit=args.limit)
     if not args.task:  # the files shorthand: the forget data are the requests
         args.forget = [str(p) for p in paths]
+    mapping = mapping_from_args(args.mapping, {**task_files(args), "forget": [str(p) for p in paths]})
+    try:
+        requests = sequential.read_requests(paths, mapping=mapping, template=args.template, chat=args.chat_template,
+                                            limit=args.limit)
+    except FieldsUnknown as e:  # the hint in the command line's syntax
+        raise DataError(f"--requests: {e.hint(cli=True)}") from None
     method, cfg, task, model, tok, preset, _ = checked_run(args)
     out = prepare_out_dir(args.out)
     fingerprint = {"command": "unlearn --requests", "config": to_dict(cfg), "task": task.summary(),

@@ -249,6 +249,35 @@ def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | N
     return evaluate_task(model, tokenizer, task, batch_size=batch_size, max_new_tokens=max_new_tokens, details=True)
 
 
+def item_records(task: Task, per_item: dict, tokenizer=None) -> dict[str, list[dict]]:
+    """Per evaluation set of ``task`` that :func:`evaluate_task` (``details=True``) scored item by item
+    (``per_item``: its ``_per_item``), one record per item, as lm-eval's ``--log_samples`` writes them: ``input``
+    (the question), ``gold``, ``prediction`` and ``score`` (1.0 right, 0.0 wrong); a QA record also holds the
+    ``prompt`` the model was given (the task's format, with ``tokenizer`` for a chat template) and any accepted
+    ``alternatives``; an MCQ record the ``choices`` and both indices (``gold_index``, ``prediction_index``)."""
+    out: dict[str, list[dict]] = {}
+    for es in task.evals:
+        got = per_item.get(es.name)
+        if not got or "correct" not in got:
+            continue
+        recs = []
+        for k, (x, score, pred) in enumerate(zip(es.items, got["correct"], got.get("predictions") or [])):
+            if es.kind == "qa":
+                rec = {"input": x["question"], "prompt": qa_item_prompt(task, x, tokenizer), "gold": x["answer"],
+                       "prediction": pred, "score": float(score)}
+                alternatives = _meta(x).get("alternatives")
+                if alternatives:
+                    rec["alternatives"] = list(alternatives)
+            else:
+                choices, gold = list(x["choices"]), x["answer_index"]
+                rec = {"input": x["question"], "choices": choices, "gold": choices[gold], "gold_index": gold,
+                       "prediction": choices[pred] if 0 <= pred < len(choices) else None, "prediction_index": pred,
+                       "score": float(score)}
+            recs.append({"item": k, **rec})
+        out[es.name] = recs
+    return out
+
+
 def keep_score(m: dict) -> float | None:
     """What unlearning must keep: the retain score, else the neighbour or utility score (None without any)."""
     for role in ("retain", "neighbour", "utility"):

@@ -135,8 +135,9 @@ def preset_name(model_or_param_count) -> str:
     return "tiny" if n < PRESET_THRESHOLD else "paper"
 
 
-def build_method(name: str, overrides: dict | None = None) -> Method:
-    """Instantiate method ``name`` with its config from defaults plus ``overrides``."""
+def build_method(name: str, overrides: dict | None = None, prefix: str | None = None) -> Method:
+    """Instantiate method ``name`` with its config from defaults plus ``overrides``; a bad key is named under
+    ``prefix``, where the user gave ``overrides`` (``"unlearn.params"``; default ``method.<name>``)."""
     cls = get_method(name)
-    cfg = from_dict(cls.config_cls, overrides or {}, prefix=f"method.{name}")
+    cfg = from_dict(cls.config_cls, overrides or {}, prefix=f"method.{name}" if prefix is None else prefix)
     return cls(cfg)

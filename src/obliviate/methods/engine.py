@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
+import logging
 from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,9 @@ from obliviate.train import StepSampler, TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
 from obliviate.train.distributed import to_device
 from obliviate.utils import atomic_write_text
+
+log = logging.getLogger(__name__)
+
 
 def _default_unlearn_train() -> TrainConfig:
     return TrainConfig(steps=60, lr=1e-3, schedule="constant", warmup_steps=0, grad_clip=1.0, log_every=5,
@@ -109,19 +112,22 @@ class MethodRun:
             raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
 
 
-def method_run_config(name: str, overrides: dict | None, preset: str, seed: int) -> tuple[UnlearnConfig, dict]:
+def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
+                      prefix: str | None = None) -> tuple[UnlearnConfig, dict]:
     """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
-    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports.
+    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports. A bad key is
+    named under ``prefix``, where ``overrides`` were given (default ``runs.<name>``; ``""``: keyword arguments).
 
     An edit method (``kind = "edit"``) takes only ``params``: a training, LoRA or batch setting given to it
     is a one-line error naming it (it would be ignored)."""
     cls = get_method(name)  # unknown names fail before any training
-    run = from_dict(MethodRun, overrides or {}, prefix=f"runs.{name}")
+    prefix = f"runs.{name}" if prefix is None else prefix
+    run = from_dict(MethodRun, overrides or {}, prefix=prefix)
     if cls.kind == "edit":
         given = sorted(k for k in (overrides or {}) if k not in ("params",))
         if given:
-            raise ConfigError(f"config key 'runs.{name}.{given[0]}' does not apply to '{name}': an edit method "
-                              f"takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
+            raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{name}': "
+                              f"an edit method takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
         ucfg = UnlearnConfig(method=name, params=dict(run.params), seed=seed)
         return ucfg, {"params": dict(run.params)}
     d = method_defaults(name, preset)
@@ -145,7 +151,7 @@ def check_method_runs(runs: dict | None, methods: list[str]) -> None:
         raise ConfigError(f"config key 'runs.{unused[0]}' sets a method this run does not run "
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
     for name in methods:
-        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0])
+        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0], prefix=f"runs.{name}")
 
 
 class PairedData:
@@ -245,8 +251,8 @@ def resume_on_same_data(out_dir: str | Path | None, digest: str, resume: bool) -
         atomic_write_text(path, json.dumps({"data": digest}))
     if resume and has_checkpoints and before is not None and before != digest:
         if D.is_main_process():
-            print(f"obliviate: {out_dir} holds checkpoints trained on other data (the encoded forget/retain data "
-                  f"changed: {before[:12]} -> {digest[:12]}); starting afresh", file=sys.stderr)
+            log.warning("%s holds checkpoints trained on other data (the encoded forget/retain data changed: "
+                        "%s -> %s); starting afresh", out_dir, before[:12], digest[:12])
         return False
     return resume
 
@@ -347,12 +353,17 @@ EDIT_SETTINGS = ("method", "params", "seed", "allow_overlap")
 """The :class:`UnlearnConfig` keys an edit method reads; any other key set away from its default is refused."""
 
 
-def check_unlearn_config(cfg: UnlearnConfig) -> Method:
-    """Everything about ``cfg`` that can be checked without a model; returns the built method.
+def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
+    """Everything about ``cfg`` that can be checked without a model; returns the built method. A bad key is
+    named as the user typed it: under ``prefix``, where ``cfg`` was given (``unlearn`` in a command's config,
+    ``runs.<name>`` in a comparison's, ``""`` for the Python API's keyword arguments).
 
     An edit method (``snmf``, ``ember``) trains nothing: a training, LoRA, batch or length setting given
     to it (``lr``, ``lora``, ``batch_size``, ``max_len``, ...) is an error naming it, not ignored."""
-    method = build_method(cfg.method, cfg.params)
+    def key(rest: str) -> str:
+        return f"{prefix}.{rest}" if prefix else rest
+
+    method = build_method(cfg.method, cfg.params, prefix=key("params"))
     if method.kind == "edit":
         default = UnlearnConfig()
         for f in dataclasses.fields(UnlearnConfig):
@@ -362,14 +373,14 @@ def check_unlearn_config(cfg: UnlearnConfig) -> Method:
             if f.name == "train":
                 changed = sorted(k for k, v in to_dict(mine).items() if to_dict(base)[k] != v)
                 if changed:
-                    raise ConfigError(f"config key 'train.{changed[0]}' does not apply to '{cfg.method}': an edit "
-                                      "method trains nothing (it takes only its params)")
+                    raise ConfigError(f"config key '{key('train.' + changed[0])}' does not apply to '{cfg.method}': "
+                                      "an edit method trains nothing (it takes only its params)")
             elif mine != base:
-                raise ConfigError(f"config key '{f.name}' ({mine!r}) does not apply to '{cfg.method}': an edit "
-                                  "method trains nothing (it takes only its params)")
+                raise ConfigError(f"config key '{key(f.name)}' ({mine!r}) does not apply to '{cfg.method}': "
+                                  "an edit method trains nothing (it takes only its params)")
         return method
     if list(cfg.train.trainable) != ["*"]:
-        raise ConfigError(f"config key 'train.trainable' ({cfg.train.trainable}) cannot be set for unlearning: the "
+        raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for unlearning: the "
                           f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
     return method
 
@@ -392,7 +403,7 @@ def check_overlap(forget, retain, allow: bool = False, *, warn: bool = False) ->
         raise DataError(f"{msg}; give disjoint forget and retain data, or set allow_overlap=true "
                         "(unlearn.allow_overlap=true) to run anyway")
     if warn and D.is_main_process():
-        print(f"obliviate: warning: {msg} (allow_overlap=true)", file=sys.stderr)
+        log.warning("%s (allow_overlap=true)", msg)
     return n_qa + n_docs
 
 
@@ -440,19 +451,19 @@ def _max_len(model, wanted: int) -> int:
 
 
 def _report_cuts(stats: dict) -> None:
-    """Say on stderr what was done to sequences longer than ``max_len`` (never silently)."""
+    """Log what was done to sequences longer than ``max_len`` (never silently; the command line shows it)."""
     for side in ("forget", "retain"):
         st = stats[side]
         if st["docs"] and st["doc_windows"] > st["docs"]:
-            print(f"obliviate: {side} documents longer than {stats['max_len']} tokens were split into windows: "
-                  f"{st['docs']} documents -> {st['doc_windows']} windows (config key 'max_len')", file=sys.stderr)
+            log.info("%s documents longer than %d tokens were split into windows: %d documents -> %d windows "
+                     "(config key 'max_len')", side, stats["max_len"], st["docs"], st["doc_windows"])
         if st["tokens_cut"]:
-            print(f"obliviate: {side} documents cut to {stats['max_len']} tokens: {st['tokens_cut']} tokens dropped "
-                  f"(doc_mode=cut; config keys 'max_len', 'doc_mode')", file=sys.stderr)
+            log.info("%s documents cut to %d tokens: %d tokens dropped (doc_mode=cut; config keys 'max_len', "
+                     "'doc_mode')", side, stats["max_len"], st["tokens_cut"])
         if st["qa_cut"]:
             lost = f", {st['qa_no_answer']} of them to no answer token" if st.get("qa_no_answer") else ""
-            print(f"obliviate: {st['qa_cut']} {side} QA pairs longer than {stats['max_len']} tokens were cut{lost} "
-                  "(config key 'max_len')", file=sys.stderr)
+            log.warning("%d %s QA pairs longer than %d tokens were cut%s (config key 'max_len')", st["qa_cut"], side,
+                        stats["max_len"], lost)
 
 
 def _edit(method: Method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):

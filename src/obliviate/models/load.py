@@ -208,6 +208,14 @@ def _non_finite_key(obj, prefix: str = "") -> str | None:
     return None
 
 
+def check_model_path(name_or_path: str | os.PathLike) -> None:
+    """The checks :func:`load_model` makes of a local model directory (it exists, holds a valid config.json and
+    safetensors weights), without loading it: run before the model's own tokenizer is read from it, so that a
+    mistyped model path is named as the model's, not as a missing tokenizer directory. A hub id passes."""
+    if is_local(str(name_or_path)):
+        _check_model_dir(Path(name_or_path))
+
+
 def _check_model_dir(path: Path) -> Path:
     if not path.exists():
         raise ModelError(f"model directory {str(path)!r} {missing_reason(path)}")

@@ -134,10 +134,11 @@ def save_tokenizer(tok, directory: str | os.PathLike) -> Path:
     return directory
 
 
-def load_tokenizer(path_or_id: str | os.PathLike):
+def load_tokenizer(path_or_id: str | os.PathLike, of_model: bool = False):
     """Load a tokenizer from a local directory (via ``AutoTokenizer``) or a hub id.
 
-    A local directory must hold ``tokenizer.json`` or ``tokenizer_config.json``.
+    A local directory must hold ``tokenizer.json`` or ``tokenizer_config.json``. ``of_model``: the path is the
+    model's (no tokenizer was named apart), so a hub id that cannot be loaded is named as the model.
     """
     from transformers import AutoTokenizer
 
@@ -163,7 +164,8 @@ def load_tokenizer(path_or_id: str | os.PathLike):
     try:
         return AutoTokenizer.from_pretrained(str(path_or_id))
     except (OSError, ValueError) as e:
-        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub tokenizer {str(path_or_id)!r} could be "
+        what = "model" if of_model else "tokenizer"
+        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub {what} {str(path_or_id)!r} could be "
                          f"loaded: {one_line(e)}") from e
 
 

@@ -38,7 +38,7 @@ from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curve
 from obliviate.runs.card import write_model_card
 from obliviate.runs.results import atomic_write_json, write_results
 from obliviate.tasks.base import Data, Task
-from obliviate.tasks.files import task_from_files
+from obliviate.tasks.files import FieldsUnknown, task_from_files
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.utils import atomic_write_text, seed_everything
 
@@ -103,13 +103,16 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
 
 def read_requests(paths: list[Path], *, mapping=None, template=None, chat: bool = False,
                   limit: int | None = None) -> list[Request]:
-    """Each request file read as a forget file of a user's task (:func:`~obliviate.tasks.files.task_from_files`),
+    """Each request file read as a forget file of a user's task (:func:`~obliviate.tasks.files.task_from_files`;
+    ``mapping``: one for every file, or ``{str(path): mapping}``),
     its evaluation sets renamed ``request<k>_<kind>`` with role ``extra``; an empty file is one line naming it."""
     out = []
     for k, p in enumerate(paths, start=1):
         try:
-            t = task_from_files([str(p)], mapping=mapping, template=template, chat=chat, limit=limit,
-                                name=f"request{k}")
+            t = task_from_files([str(p)], mapping=mapping.get(str(p)) if isinstance(mapping, dict) else mapping,
+                                template=template, chat=chat, limit=limit, name=f"request{k}")
+        except FieldsUnknown:
+            raise  # it names the file, and the caller says how to name its fields
         except DataError as e:
             raise DataError(f"--requests: request {k} ({p}): {e}") from None
         evals = [dataclasses.replace(es, name=f"request{k}_{es.kind}", role="extra")

@@ -2,7 +2,8 @@
 ``mmlu``, ``mmlu:anatomy``, ``medmcqa``, ``tofu_forget10``, ...) as a task, and :func:`benchmark_task` for a
 user's file of QA pairs or MCQs (``obliviate eval --data``).
 
-- evaluation: one set, the benchmark, named after it (``:`` spelled ``_``: ``mmlu_anatomy``); role forget for
+- evaluation: one set, the benchmark, named after it (``:`` spelled ``_``: ``mmlu_anatomy``; a user's file
+  ``utility_<stem>``, as a task spec names it, unless a name is given); role forget for
   the sets a run would unlearn (``wmdp_*``, ``tofu_forget*``), retain for TOFU's retain splits, utility for
   the others and for a user's file. MCQs are scored lm-eval style (letters), QA after the TOFU prompt
   ``Question: {q}\\nAnswer:``. WMDP and MMLU questions carry lm-eval's task description
@@ -105,9 +106,13 @@ def _pair(ex, kind: str) -> tuple[str, str]:
 def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = None, kind: str | None = None,
                    mapping: dict | str | None = None, limit: int | None = None, **loader_kw) -> Task:
     """The task of benchmark ``name``, or of the user file ``data`` (with ``kind`` and ``mapping``; reported
-    under ``name``, default the file stem); ``loader_kw`` (``root=``, ``allow_hub=``) go to the loader."""
+    under ``name``, default ``utility_<file stem>``, the name a task spec gives the same file as a utility set,
+    so one file has one set name, ``utility_<stem>_acc``, whichever way it is given); ``loader_kw``
+    (``root=``, ``allow_hub=``) go to the loader."""
+    named = bool(name)
     name, kind, examples = load_benchmark_examples(name, data=data, kind=kind, mapping=mapping, limit=limit,
                                                    **loader_kw)
+    set_name = name.replace(":", "_") if named or data is None else f"{benchmark_role(name, True)}_{name}"
     pairs = [_pair(ex, kind) for ex in examples]
     role = benchmark_role(name, from_file=data is not None)
     if kind == "mcq" and data is None:
@@ -116,7 +121,7 @@ def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = 
         name=f"benchmark:{name}",
         forget=Data(qa=pairs[0::2]),
         retain=Data(qa=pairs[1::2]),
-        evals=[EvalSet(name.replace(":", "_"), role, kind, examples)],
+        evals=[EvalSet(set_name, role, kind, examples)],
         prompt=PromptFormat(template=tofu_prompt("{question}"), answer_prefix=tofu_answer("")),
         meta={"benchmark": name, "kind": kind, "data": str(data) if data is not None else None},
     )

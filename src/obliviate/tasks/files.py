@@ -80,9 +80,22 @@ def guess(path: Path, kind: str | None, mapping: dict[str, str]) -> tuple[str, d
             return k, out
     if kind:
         return kind, mapping  # load_records names the missing field
-    raise DataError(f"{path.name}: cannot tell whether it holds QA pairs, MCQs or texts from its fields "
-                    f"({', '.join(sorted(keys)) or 'none'}); give kind and mapping, e.g. "
-                    "{path: ..., kind: qa, mapping: 'question=prompt,answer=target'}")
+    raise FieldsUnknown(path, sorted(keys))
+
+
+class FieldsUnknown(DataError):
+    """A file whose kind and fields :func:`guess` cannot tell; the message gives the spec's syntax for naming
+    them, :meth:`hint` ``(cli=True)`` the command line's (``--mapping FILE=...``)."""
+
+    def __init__(self, path: Path, keys: list[str]):
+        self.path, self.keys = path, keys
+        super().__init__(self.hint(cli=False))
+
+    def hint(self, cli: bool) -> str:
+        how = (f"name them with --mapping {self.path.name}=question=FIELD,answer=FIELD (or text=FIELD)" if cli else
+               "give kind and mapping, e.g. {path: ..., kind: qa, mapping: 'question=prompt,answer=target'}")
+        return (f"{self.path.name}: cannot tell whether it holds QA pairs, MCQs or texts from its fields "
+                f"({', '.join(self.keys) or 'none'}); {how}")
 
 
 def _entry(raw: Any, base: Path, where: str) -> dict:

@@ -10,10 +10,10 @@ written to a temporary directory and renamed, so a checkpoint is either whole or
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,8 @@ import safetensors.torch as st
 
 from obliviate.errors import ObliviateError
 from obliviate.utils import atomic_write_text, run_write_path
+
+log = logging.getLogger(__name__)
 
 
 def rng_state() -> dict:
@@ -126,7 +128,7 @@ def resume_checkpoint(model: torch.nn.Module, ckpt_dir: Path | None, backend: st
     if say:
         instead = f"resuming from {found[0].name} instead" if found else "starting from step 0"
         for path, why in skipped:
-            print(f"obliviate: skipping checkpoint {path}: {why}; {instead}", file=sys.stderr)
+            log.warning("skipping checkpoint %s: %s; %s", path, why, instead)
     return found or (None, 0, None)
 
 

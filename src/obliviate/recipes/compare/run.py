@@ -10,8 +10,8 @@ import copy
 import dataclasses
 import hashlib
 import json
+import logging
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,8 @@ from obliviate.train.distributed import barrier, is_main_process, save_trained, 
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, world_for
 from obliviate.utils import run_write_path, seed_everything
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -235,8 +237,8 @@ def note_data_change(out: Path, data: str) -> bool:
         except (OSError, ValueError, AttributeError):
             continue
         if old is not None and old != data:
-            print(f"obliviate: {out}: the task's data changed since its parts were made (another forget, retain or "
-                  "evaluation file content); starting afresh", file=sys.stderr)
+            log.warning("%s: the task's data changed since its parts were made (another forget, retain or "
+                        "evaluation file content); starting afresh", out)
             return True
     return False
 
