@@ -1,4 +1,4 @@
-"""The method contract (obliviate.methods.contract): registration refuses broken classes, and a method that reads
+"""The method contract (obliviate.unlearning.contract): registration refuses broken classes, and a method that reads
 the reference without declaring it gets a one-line error naming it, not a None error."""
 
 from dataclasses import dataclass
@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import pytest
 
 from obliviate.errors import ConfigError
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, register
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method
 from obliviate.train import TrainConfig
 
 
@@ -67,7 +67,7 @@ def test_registration_refuses_broken_classes():
 
             def scorer_state(self):
                 return {"w": 1}
-    with pytest.raises(ConfigError, match="must subclass obliviate.methods.contract.Method"):
+    with pytest.raises(ConfigError, match="must subclass obliviate.unlearning.contract.Method"):
         @register("_broken_base")
         class D:
             config_cls = _Cfg

@@ -32,7 +32,7 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method
 
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 

@@ -29,8 +29,8 @@ from obliviate.config import check_ranges
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.methods import register
 from obliviate.methods.alternates import alternate_answers
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import preference_loss
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import preference_loss
 
 
 @dataclass

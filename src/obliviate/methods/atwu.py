@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.methods import register
-from obliviate.methods.objectives import add_retain
+from obliviate.unlearning.objectives import add_retain
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig, satga_plus_loss
 
 

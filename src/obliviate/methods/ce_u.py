@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.losses import IGNORE_INDEX, shift_targets, soft_cross_entropy
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, labelled_logits
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
 
 
 def after_first_answer_tokens(labels: torch.Tensor, n: int) -> torch.Tensor:

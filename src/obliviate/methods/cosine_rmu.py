@@ -24,7 +24,7 @@ alpha, and ``retain="cosine"`` is scale-free. The learning rate follows the fine
 unlearn``: :func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which ``tune`` searches.
 
 The retain weight alpha can be learned by REINFORCE instead of fixed, see
-:mod:`obliviate.methods.meta_alpha`.
+:mod:`obliviate.recipes.function_specific.meta_alpha`.
 """
 
 from __future__ import annotations

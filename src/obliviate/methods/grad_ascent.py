@@ -23,8 +23,8 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forget_and_retain, mean_labelled_nll
 
 
 @dataclass

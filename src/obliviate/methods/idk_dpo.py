@@ -28,8 +28,8 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import preference_loss
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import preference_loss
 
 
 @dataclass

@@ -40,8 +40,8 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
 
 LOG2 = math.log(2.0)
 

@@ -35,8 +35,8 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import labelled_logits, retain_term
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import labelled_logits, retain_term
 
 
 def margin_flattening_loss(logits: torch.Tensor) -> torch.Tensor:

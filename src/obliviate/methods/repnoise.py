@@ -34,8 +34,8 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import mean_labelled_nll
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import mean_labelled_nll
 from obliviate.models.layers import capture_hidden, num_layers
 
 KERNELS, KERNEL_MUL = 5, 2.0

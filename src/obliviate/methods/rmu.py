@@ -50,8 +50,8 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse, masked_mean
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import random_unit_vector
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import random_unit_vector
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
 
 

@@ -34,8 +34,8 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import (
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import (
     add_retain,
     gradient_term,
     mean_labelled_nll,

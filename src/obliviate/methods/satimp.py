@@ -26,8 +26,8 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, labelled_logprobs
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forget_and_retain, labelled_logprobs
 
 
 def satimp_loss(logp: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:

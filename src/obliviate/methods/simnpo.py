@@ -24,8 +24,8 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, sequence_mean_nll, simnpo_loss
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forget_and_retain, sequence_mean_nll, simnpo_loss
 
 
 @dataclass

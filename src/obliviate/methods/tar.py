@@ -44,8 +44,8 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
 
 
 def negative_entropy(model, batch: dict) -> torch.Tensor:

@@ -44,8 +44,8 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
 
 
 def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) -> None:

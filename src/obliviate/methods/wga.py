@@ -27,8 +27,8 @@ import torch
 
 from obliviate.losses import masked_mean, token_nll
 from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, forward_logits
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import forget_and_retain, forward_logits
 
 
 def wga_forget_loss(nll: torch.Tensor, mask: torch.Tensor, beta: float, beta2: float = 0.0) -> torch.Tensor:

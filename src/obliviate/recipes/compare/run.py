@@ -24,7 +24,7 @@ from obliviate.errors import ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
-from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer

@@ -34,8 +34,9 @@ import numpy as np
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy, s_unlearning
-from obliviate.methods.engine import PairedData, UnlearnConfig
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.engine import UnlearnConfig
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 from obliviate.train.distributed import to_device
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
@@ -161,7 +162,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
                         batch_size: int = 16, seed: int = 0, out_dir: str | Path | None = None):
     """Unlearn with ``method_name`` ("rmu" or "cosine_rmu") while learning its alpha by REINFORCE.
 
-    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.methods.engine.unlearn`;
+    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.unlearning.engine.unlearn`;
     ``meta_eval_fn(model) -> reward`` scores a branch on the held-out meta splits (e.g.
     :func:`qa_s_reward` on :func:`world_meta_splits`). ``params`` override the method's
     config (``alpha`` is set per branch); ``alpha0`` defaults to the config's alpha;
