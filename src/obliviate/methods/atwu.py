@@ -76,10 +76,6 @@ class ATWU(ScoredMethod):
 
     config_cls = ATWUConfig
 
-    def __init__(self, cfg: ATWUConfig):
-        super().__init__(cfg)
-        self.needs_reference = cfg.retain == "kl"
-
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
         terms = {"forget": self.cfg.lam * satga_plus_loss(z, nll, mask, self.cfg.sat_beta, self.cfg.exponent)}

@@ -30,10 +30,6 @@ class ATWUSimNPO(ScoredMethod):
 
     config_cls = ATWUSimNPOConfig
 
-    def __init__(self, cfg: ATWUSimNPOConfig):
-        super().__init__(cfg)
-        self.needs_reference = cfg.retain == "kl"
-
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
         zm = z * mask

@@ -75,9 +75,6 @@ class CEU(Method):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         keep = after_first_answer_tokens(f["labels"], self.cfg.ignore_first_n_answer_tokens)

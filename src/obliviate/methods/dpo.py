@@ -57,9 +57,6 @@ class DPO(Method):
     preferred = "preference data (a chosen answer per forget QA pair)"
     needs_preference_data = True
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_reference_keys(self) -> tuple[str, ...]:
         return () if self.cfg.retain == "kl" else ("forget", "idk")
 

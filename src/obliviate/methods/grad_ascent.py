@@ -47,16 +47,13 @@ class GradAscent(Method):
     config_cls = GradAscentConfig
     scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
+    def __init__(self, cfg: GradAscentConfig):
+        super().__init__(cfg)
+        self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0  # no retain term at alpha = 0
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         return forget_and_retain(-mean_labelled_nll(model, f), model, batch, ref, self.cfg)
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.cfg.retain == "kl" and self.cfg.alpha > 0
 
 
 @dataclass
@@ -79,13 +76,6 @@ class GradDiffConfig:
 class GradDiff(Method):
     config_cls = GradDiffConfig
     scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
-
-    def __init__(self, cfg: GradDiffConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

@@ -53,9 +53,6 @@ class IdkDPO(Method):
     needs_reference = True
     needs_idk = True
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_reference_keys(self) -> tuple[str, ...]:
         """Reference log-probabilities of the forget answers and the refusals, computed once before training
         (no reference copy); a KL retain term needs whole distributions, so then the reference stays live."""

@@ -91,9 +91,6 @@ class JensUn(Method):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "jsd" and cfg.alpha > 0
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_logit_keys(self) -> tuple[str, ...]:
         return ("retain",)
 

@@ -51,9 +51,6 @@ class NPO(Method):
     needs_reference = True
     scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_reference_keys(self) -> tuple[str, ...]:
         """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain term)."""
         return () if self.cfg.retain == "kl" else ("forget",)

@@ -88,9 +88,6 @@ class RepNoise(Method):
         self.cfg = cfg
         self.calls = 0
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def scorer_state(self) -> dict:
         return {"calls": self.calls}
 

@@ -65,9 +65,6 @@ class SatImp(Method):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def loss(self, model, batch, ref) -> dict:
         logp, _ = labelled_logprobs(model, batch["forget"])
         return forget_and_retain(satimp_loss(logp, self.cfg.beta1, self.cfg.beta2), model, batch, ref, self.cfg)

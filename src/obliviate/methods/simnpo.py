@@ -48,13 +48,6 @@ class SimNPO(Method):
     config_cls = SimNPOConfig
     scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def __init__(self, cfg: SimNPOConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def loss(self, model, batch, ref) -> dict:
         nll_bar = sequence_mean_nll(model, batch["forget"])  # (B,)
         return forget_and_retain(simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta), model, batch, ref, self.cfg)

@@ -103,9 +103,6 @@ class TAR(Method):
         self.cfg = cfg
         self.calls = 0
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def scorer_state(self) -> dict:
         return {"calls": self.calls}
 

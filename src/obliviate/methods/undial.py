@@ -68,9 +68,6 @@ class UNDIAL(Method):
     config_cls = UNDIALConfig
     needs_reference = True
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_logit_keys(self) -> tuple[str, ...]:
         return ("forget",) if self.cfg.retain == "nll" or not self.cfg.alpha else ()
 

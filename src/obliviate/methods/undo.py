@@ -117,9 +117,6 @@ class UNDO(Method):
         self.teacher = None
         self._teacher_state: dict | None = None
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def cached_reference_keys(self) -> tuple[str, ...]:
         return ("forget",)
 

@@ -60,13 +60,6 @@ class WGA(Method):
     config_cls = WGAConfig
     scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def __init__(self, cfg: WGAConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
-
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         nll, mask = token_nll(forward_logits(model, f), f["labels"])

@@ -18,10 +18,10 @@ from obliviate.registry import Registry
 class Method:
     """A training method (``kind = "train"``) or an edit method (``kind = "edit"``).
 
-    A training method writes ``trainable`` and ``loss``; the training loop sums its named terms and
-    logs each one. An edit method writes ``edit`` and runs without the training loop. The
-    declarations below are class attributes; where one depends on the config, set it in
-    ``__init__`` or make it a property.
+    A training method writes ``loss`` (and ``trainable``, unless it trains every parameter); the training loop sums
+    its named terms and logs each one. An edit method writes ``edit`` and runs without the training loop. The
+    declarations below are class attributes; where one depends on the config, set it in ``__init__`` after
+    ``super().__init__(cfg)``.
     """
 
     kind: ClassVar[str] = "train"
@@ -30,7 +30,9 @@ class Method:
     """The config dataclass (defaults documented there)."""
     needs_reference: bool = False
     """It reads a frozen reference ``ref``; without it ``ref`` is a :class:`NoReference`, whose every
-    use is a one-line error naming the method."""
+    use is a one-line error naming the method. Default: False, and True where the config's ``retain`` is
+    ``"kl"`` (a KL to the frozen model: :meth:`__init__` sets it); a method whose forget term reads the reference
+    declares it True."""
     needs_idk: bool = False
     """Its batches carry ``idk``: the forget questions with preferred answers (refusals, unless :meth:`winners`
     chooses others)."""
@@ -54,12 +56,15 @@ class Method:
 
     def __init__(self, cfg):
         self.cfg = cfg
+        if getattr(cfg, "retain", None) == "kl":  # the retain term is a KL to the frozen model
+            self.needs_reference = True
 
     # ------------------------------------------------------------------ what a method writes
 
     def trainable(self, model) -> list[str]:
-        """fnmatch patterns of the parameters it trains (a training method writes it)."""
-        raise NotImplementedError
+        """fnmatch patterns of the parameters it trains. Default: all of them (``["*"]``; ``trains="all
+        parameters"`` at :func:`register`); a method that trains some layers writes it."""
+        return ["*"]
 
     def loss(self, model, batch: dict, ref) -> dict:
         """The named, already weighted loss terms ``{name: scalar tensor}`` of one paired batch
@@ -162,7 +167,7 @@ def check_method_class(name: str, cls: type) -> None:
         raise ConfigError(f"method {name!r}: must subclass obliviate.unlearning.contract.Method")
     if cls.kind not in ("train", "edit"):
         raise ConfigError(f"method {name!r}: kind must be 'train' or 'edit', got {cls.kind!r}")
-    need = ("edit",) if cls.kind == "edit" else ("trainable", "loss")
+    need = ("edit",) if cls.kind == "edit" else ("loss",)
     missing = [h for h in need if getattr(cls, h) is getattr(Method, h)]
     if not hasattr(cls, "config_cls"):
         missing.append("config_cls")
