@@ -27,9 +27,8 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.data import IDENTITY_PROMPT
-from obliviate.methods import register
 from obliviate.methods.alternates import alternate_answers
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import preference_loss
 
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.unlearning.objectives import add_retain
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig, satga_plus_loss
 

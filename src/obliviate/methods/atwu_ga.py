@@ -10,7 +10,7 @@ from typing import Literal
 
 from obliviate.losses import masked_mean
 from obliviate.unlearning.objectives import add_retain
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 

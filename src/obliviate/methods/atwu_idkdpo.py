@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.unlearning.objectives import add_retain, answer_logprob, dpo_loss, sequence_logprob
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 

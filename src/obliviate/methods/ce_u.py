@@ -30,8 +30,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import IGNORE_INDEX, shift_targets, soft_cross_entropy
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
 
 

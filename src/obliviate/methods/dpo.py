@@ -29,8 +29,7 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.errors import DataError
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import preference_loss
 from obliviate.tasks.base import PreferredAnswers
 

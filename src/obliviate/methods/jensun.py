@@ -39,8 +39,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
 
 LOG2 = math.log(2.0)

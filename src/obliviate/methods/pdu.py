@@ -34,8 +34,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import labelled_logits, retain_term
 
 

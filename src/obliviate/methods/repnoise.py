@@ -33,8 +33,7 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import mean_labelled_nll
 from obliviate.models.layers import capture_hidden, num_layers
 

@@ -33,8 +33,7 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import (
     add_retain,
     gradient_term,

@@ -68,8 +68,7 @@ from torch import nn
 from obliviate.data import text_batches
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError, ObliviateError
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.methods.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
 from obliviate.methods.ember.judge import edit_sentences
 from obliviate.models.layers import (

@@ -43,8 +43,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
 
 

@@ -81,7 +81,7 @@ class Method:
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         """Sub-batches ("forget", "idk") whose reference term is a fixed per-sequence log-probability,
-        computed once before training (:func:`obliviate.unlearning.engine.make_reference`); needs
+        computed once before training (:func:`obliviate.unlearning.reference.make_reference`); needs
         ``needs_reference``. Default: none."""
         return ()
 
@@ -94,7 +94,7 @@ class Method:
     def check(self, model) -> None:
         """Refuse, in one line, settings that do not fit ``model`` and need no forward pass to tell (a layer
         index out of range): run before the output directory is prepared
-        (:func:`obliviate.unlearning.engine.check_unlearn_model`). A training method's :meth:`trainable` is
+        (:func:`obliviate.unlearning.engine.check_unlearn_run`). A training method's :meth:`trainable` is
         checked there too, so only what it does not cover goes here. Default: nothing more."""
 
     def fit(self, model, tokenizer) -> None:

@@ -93,7 +93,7 @@ def render() -> str:
         c = METHODS[n]
         rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "
                     f"{_cell(config_defaults(c))} |")
-    rows += ["", "| name | how the preset scales with the model (the method's file says why) |", "|---|---|"]
+    rows += ["", "| name | how the preset scales with the model (why: below the tables) |", "|---|---|"]
     rows += [f"| `{n}` | {_cell(scaling(n))} |" for n in names]
     return "\n".join([BEGIN, "", *rows, "", END])
 

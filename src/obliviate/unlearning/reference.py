@@ -1,24 +1,7 @@
 """The frozen reference a method compares the trained model with, held as cheaply as the method allows.
 
-:func:`make_reference` picks, per run, the cheapest form that gives the method the same numbers:
-
-- ``cache``: per-sequence answer log-probabilities of fixed sequences (NPO's forget set, IdkDPO's forget and
-  refusal answers, :func:`reference_logprobs`) and per-token ones (the ATWU variants' forget answers, whose token
-  weights change every step: :func:`reference_token_logprobs`), computed once before training; no model is held.
-- ``hidden``: the frozen hidden states of fixed sequences at the layers the method reads (the RMU family's retain
-  term at layer l, the probe methods' at their deepest layer, CRISP's at its SAE layers and the last), computed
-  once before training for the retain examples the run's steps will draw (:class:`HiddenCache`); no model is held
-  after :meth:`Reference.seal`. The cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in
-  a temporary file beyond it.
-- ``logits``: the frozen logits at the labelled positions of fixed sequences (UNDIAL's teacher on the forget
-  answers), computed once before training for the examples of the run's steps, in the model's dtype (a
-  :class:`HiddenCache` whose rows are those positions, in memory or a file); chosen only when it is no larger than
-  the whole copy it replaces (a 128k vocabulary makes a row larger than most layers), else the copy is kept and
-  :attr:`Reference.kind` says why.
-- ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
-- ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
-  for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
-- ``copy``: a whole frozen copy (a KL retain term, ``cache_reference=false``, a logit cache larger than the copy).
+:func:`make_reference` picks per run the cheapest form that gives the same numbers (``cache``, ``hidden``,
+``logits``, ``shared``, ``prefix`` or ``copy``: docs/methods.md, "The frozen reference").
 """
 
 from __future__ import annotations

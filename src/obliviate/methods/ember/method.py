@@ -23,8 +23,7 @@ from obliviate.methods.ember.pipeline import ember_erase
 from obliviate.methods.ember.judge import concept_judge, edit_sentences
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.train.distributed import check_method
 
 

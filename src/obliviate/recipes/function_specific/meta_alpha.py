@@ -1,24 +1,6 @@
-"""REINFORCE-learned retain weight alpha (Atil, Gupta, Passonneau 2026). Reconstruction from the
-paper's summary (docs/methods.md).
-
-Policy: log alpha ~ N(mu, sigma^2), sigma = 0.5, mu_0 = log(alpha default). Each outer step
-
-1. samples K = 4 values log alpha_i = mu + sigma * eps_i (seeded generator);
-2. runs M unlearning steps from the current state with each alpha_i (a "branch"),
-   and scores it: R_i = S-unlearning on small held-out forget/retain splits that are
-   disjoint from the final evaluation;
-3. updates  mu <- mu + eta * mean_i (R_i - mean R) * (log alpha_i - mu) / sigma^2
-   (the score-function gradient of E[R] with the mean reward as baseline);
-4. continues from the best branch.
-
-:func:`reinforce_alpha` is the generic loop over any state and
-``branch_fn(state, alpha) -> (new_state, reward)``; :func:`learn_alpha_unlearn` runs it
-with RMU / cosine RMU through the one training loop (:func:`obliviate.train.train`),
-the state being the model weights (deep-copied per branch; meant for small models).
-The retain term is anchored to the ORIGINAL frozen model for the whole run (not to
-the state an outer step starts from), and the data order continues across outer
-steps as in one run of ``outer_steps * M`` steps; the AdamW state restarts with
-each branch.
+"""The REINFORCE-learned retain weight alpha of the function-specific reproduction (Atil, Gupta, Passonneau 2026),
+a reconstruction from the paper's summary: :func:`reinforce_alpha` is the generic loop, :func:`learn_alpha_unlearn`
+runs it with RMU / cosine RMU through the one training loop (the loop and its settings: docs/recipes.md).
 """
 
 from __future__ import annotations
