@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from obliviate.methods import register
-from obliviate.unlearning.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import mean_labelled_nll
 
 
