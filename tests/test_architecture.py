@@ -16,8 +16,8 @@ MAX_LEVELS = 11
 """The methods' machinery in a layer of its own (``unlearning``, issue #43) is one level more than when it sat inside
 ``methods``."""
 LAYERS = [("cli", "api"), ("recipes",), ("attacks",), ("methods",), ("unlearning",), ("filtering",), ("runs",),
-          ("train",), ("eval",), ("data",), ("losses",), ("tasks", "models"), ("world",), ("registry", "config", "utils"),
-          ("errors",)]
+          ("train",), ("eval",), ("data",), ("losses",), ("tasks", "models"), ("world",),
+          ("registry", "config", "utils"), ("errors",)]
 """Top to bottom, as docs/architecture.md lists them: a unit imports only units of lower layers."""
 REPEATED_NAMES_ALLOWED = 4
 

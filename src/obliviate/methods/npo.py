@@ -7,7 +7,7 @@ with log pi the sum of answer-token log-probabilities; total
 gamma = alpha = 1 (docs/methods.md).
 
 log pi_ref depends only on the fixed forget sequences, so it is computed once before training
-(:func:`obliviate.unlearning.engine.reference_logprobs`) and no reference copy is held; with ``retain="kl"``
+(:func:`obliviate.unlearning.reference.reference_logprobs`) and no reference copy is held; with ``retain="kl"``
 the retain term needs the reference's whole distributions, and a live frozen copy is kept.
 
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
