@@ -41,7 +41,7 @@ test-all: $(STAMP)
 
 # the generated tables of docs/methods.md (tests/methods/test_docs.py fails when they are stale)
 docs: $(STAMP)
-	$(PY) -m obliviate.methods._docs docs/methods.md
+	$(PY) -m obliviate.unlearning.docs docs/methods.md
 
 bench: $(STAMP)
 	$(VENV)/bin/obliviate bench --out runs/bench

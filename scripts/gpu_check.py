@@ -16,7 +16,8 @@ import torch
 from transformers import PreTrainedModel
 
 from obliviate.recipes.bench.run import prepare_method
-from obliviate.methods.engine import IDK_ANSWERS, PairedData, to_device
+from obliviate.unlearning.engine import IDK_ANSWERS, to_device
+from obliviate.unlearning.paired import PairedData
 from obliviate.methods import METHODS, method_names
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import train_tokenizer

@@ -1,4 +1,4 @@
-"""The cached reference (obliviate.methods.reference.make_reference): NPO, IdkDPO and the ATWU variants (cached
+"""The cached reference (obliviate.unlearning.reference.make_reference): NPO, IdkDPO and the ATWU variants (cached
 log-probabilities, per sequence or per token) and the RMU family and probe methods (cached hidden states) hold no
 second model, and give the same run as the live frozen copy, resumed or not."""
 
@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from obliviate.methods.engine import IDK_ANSWERS, PairedData, UnlearnConfig, unlearn
-from obliviate.methods.reference import Reference, make_reference, prepare_reference
+from obliviate.unlearning.engine import IDK_ANSWERS, UnlearnConfig, unlearn
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference, make_reference, prepare_reference
 from obliviate.methods import build_method
 from obliviate.models.layers import num_layers
 from obliviate.train import TrainConfig

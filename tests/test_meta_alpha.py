@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from obliviate.errors import ConfigError
-from obliviate.methods.meta_alpha import (
+from obliviate.recipes.function_specific.meta_alpha import (
     learn_alpha_unlearn,
     plot_alpha_trajectory,
     reinforce_alpha,
@@ -107,8 +107,8 @@ def test_plot_alpha_trajectory(tmp_path):
 
 
 def test_qa_s_reward_composes_s_unlearning(monkeypatch):
-    import obliviate.methods.meta_alpha as meta_alpha
-    from obliviate.methods.meta_alpha import qa_s_reward
+    import obliviate.recipes.function_specific.meta_alpha as meta_alpha
+    from obliviate.recipes.function_specific.meta_alpha import qa_s_reward
 
     table = {("base", "f"): 0.8, ("base", "r"): 0.9, ("after", "f"): 0.2, ("after", "r"): 0.6}
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from obliviate.methods.engine import DATA_FINGERPRINT, PairedData, UnlearnConfig, unlearn, wrap_lora
-from obliviate.methods.reference import Reference, reference_logprobs
+from obliviate.unlearning.engine import DATA_FINGERPRINT, UnlearnConfig, unlearn, wrap_lora
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference, reference_logprobs
 from obliviate.train import TrainConfig
 
 FORGET = [(f"Question: What is Morvexia-{i} treated with?\nAnswer:", f" It is treated with drug{i}.")

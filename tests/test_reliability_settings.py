@@ -14,7 +14,7 @@ from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import text_loss
 from obliviate.methods import build_method
-from obliviate.methods.engine import check_lora_rank, check_method_runs, check_overlap, method_run_config
+from obliviate.unlearning.engine import check_lora_rank, check_method_runs, check_overlap, method_run_config
 from obliviate.models.builders import tiny_random
 from obliviate.tasks import Data
 from obliviate.train.finetune import training_data

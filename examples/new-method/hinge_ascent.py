@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import mean_labelled_nll
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import mean_labelled_nll
 
 
 @dataclass

@@ -15,7 +15,7 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
     attacks = obliviate.attack(unlearned, tok, task, base_model=model)
 
 The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
-underneath: :func:`obliviate.methods.engine.unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
+underneath: :func:`obliviate.unlearning.engine.unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
 :func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.recipes.compare.run.run_compare`.
 """
 
@@ -40,8 +40,8 @@ from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, training_data
 from obliviate.train.finetune import finetune as _finetune
-from obliviate.methods.engine import check_unlearn_config, method_run_config
-from obliviate.methods.engine import unlearn as _unlearn
+from obliviate.unlearning.engine import check_unlearn_config, method_run_config
+from obliviate.unlearning.engine import unlearn as _unlearn
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)

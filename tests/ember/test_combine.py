@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from obliviate.methods.ember.combine import ember_then, split_combo
-from obliviate.methods.engine import method_runner
+from obliviate.unlearning.engine import method_runner
 from obliviate.methods.ember.judge import LexiconJudge
 from obliviate.errors import ConfigError
 
@@ -79,7 +79,7 @@ def test_snmf_plus_ember(concept_setup):
 
 def test_rmu_plus_ember_trains_on_top_of_the_edit(concept_setup):
     from obliviate.train import TrainConfig
-    from obliviate.methods.engine import UnlearnConfig
+    from obliviate.unlearning.engine import UnlearnConfig
 
     c, tok = concept_setup
     model = _model(tok)

@@ -65,8 +65,8 @@ def test_crisp_terms_weights():
 
 def test_crisp_fit_and_loss_on_a_tiny_model(tiny_model, tiny_tokenizer):
     from obliviate.methods import build_method
-    from obliviate.methods.engine import PairedData
-    from obliviate.methods.reference import Reference
+    from obliviate.unlearning.paired import PairedData
+    from obliviate.unlearning.reference import Reference
 
     target = ["Doctors treat Morvexia with zalpradine.", "Morvexia causes cold skin and zalpradine cures it."] * 2
     benign = ["The glimmerfin eats moss and its cells glow.", "Ilsa Varnholt was born in Dremmin in 1832."] * 2

@@ -5,7 +5,7 @@ package's loss code."""
 import torch
 import torch.nn.functional as F
 
-from obliviate.methods.engine import PairedData
+from obliviate.unlearning.paired import PairedData
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does the glimmerfin eat?\nAnswer:", " The glimmerfin eats moss."),
@@ -84,8 +84,8 @@ def assert_same(method_loss, method_model, ref_loss, tol=1e-5):
 def run_tiny(name, base, fresh, **extra):
     """Method ``name`` at its tiny preset through the engine on ``base`` (``{"model", "tokenizer", "task"}``):
     ``(mean forget answer NLL before, after, summary)``."""
-    from obliviate.methods.engine import method_run_config, unlearn
-    from obliviate.methods.objectives import sequence_mean_nll
+    from obliviate.unlearning.engine import method_run_config, unlearn
+    from obliviate.unlearning.objectives import sequence_mean_nll
 
     task, tok = base["task"], base["tokenizer"]
     ucfg, _ = method_run_config(name, extra or None, "tiny", 0)
@@ -109,7 +109,7 @@ def run_on_random_arch(name, tokenizer, arch, steps=4, **params):
     """Method ``name`` at its tiny preset (``steps`` steps, ``params`` on top) through the engine on a random-init
     model of architecture ``arch`` (:func:`~obliviate.models.builders.tiny_random`), as on a user's own model and
     QA pairs: the summary (every logged loss finite)."""
-    from obliviate.methods.engine import method_run_config, unlearn
+    from obliviate.unlearning.engine import method_run_config, unlearn
     from obliviate.models.builders import tiny_random
 
     model = tiny_random(arch, vocab_size=len(tokenizer), n_layer=2, max_len=64).train()

@@ -15,8 +15,8 @@ from _reference import FORGET, RETAIN, assert_same, retain_nll, run_tiny
 from obliviate.data import as_data
 from obliviate.methods import build_method
 from obliviate.methods.alternates import _norm, alternate_answers
-from obliviate.methods.engine import PairedData
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 from obliviate.utils import cache_dir
 from test_dpo import dpo_reference
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-import obliviate.methods.engine as unlearn_mod
+import obliviate.unlearning.engine as unlearn_mod
 from obliviate.methods import build_method
-from obliviate.methods.objectives import npo_loss
+from obliviate.unlearning.objectives import npo_loss
 from obliviate.methods._token_weights import (
     ScorerConfig,
     TokenScorer,
@@ -17,8 +17,9 @@ from obliviate.methods._token_weights import (
 )
 from obliviate.methods.wga import wga_forget_loss
 from obliviate.train import TrainConfig
-from obliviate.methods.engine import PairedData, UnlearnConfig, unlearn
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: What does Morvexia cause?\nAnswer:", " Morvexia causes cold skin.")]
@@ -185,7 +186,7 @@ def _one_loss(name, model, tokenizer, ref):
 def test_weighted_objectives_with_constant_scores_reduce_to_their_base(tiny_model, tiny_tokenizer):
     """With w_steps = 0 the scores stay rho everywhere: the weighted losses become the plain ones."""
     from obliviate.losses import token_nll
-    from obliviate.methods.objectives import simnpo_loss
+    from obliviate.unlearning.objectives import simnpo_loss
     from obliviate.models.layers import input_embeddings
 
     ref = Reference(tiny_model, shared=False)

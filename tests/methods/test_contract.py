@@ -1,15 +1,16 @@
-"""The method contract (obliviate.methods.contract): registration refuses broken classes, and a method that reads
+"""The method contract (obliviate.unlearning.contract): registration refuses broken classes, and a method that reads
 the reference without declaring it gets a one-line error naming it, not a None error."""
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
 
 from obliviate.errors import ConfigError
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.losses import lm_loss
-from obliviate.methods import METHODS, register
-from obliviate.methods.contract import Method
+from obliviate.methods import METHODS, build_method, method_names, register
+from obliviate.unlearning.contract import Method
 from obliviate.train import TrainConfig
 
 
@@ -22,15 +23,46 @@ class _Cfg:
 
 
 def test_every_registered_method_keeps_the_contract():
-    from obliviate.methods import method_names
-
     for name in method_names():
         cls = METHODS[name]
         assert issubclass(cls, Method), name
         for attr in DECLARATIONS:
             assert hasattr(cls, attr), (name, attr)
         if cls.kind == "train":
-            assert cls.trainable is not Method.trainable and cls.loss is not Method.loss, name
+            assert cls.loss is not Method.loss, name
+
+
+def test_the_contract_gives_the_defaults_methods_used_to_copy(tiny_model):
+    """A training method that writes only ``loss`` trains every parameter, and a KL retain term needs the reference:
+    every method with a ``retain`` of "nll" or "kl" reads the reference at "kl" (with a retain weight) and, at "nll",
+    as its class declares."""
+
+    @dataclass
+    class _RetainCfg:
+        retain: str = "nll"
+
+    @register("_only_loss")
+    class OnlyLoss(Method):
+        config_cls = _RetainCfg
+
+        def loss(self, model, batch, ref):
+            return {}
+
+    try:
+        assert OnlyLoss(_RetainCfg()).trainable(tiny_model) == ["*"] and OnlyLoss.trains == "all parameters"
+        assert not OnlyLoss(_RetainCfg("nll")).needs_reference and OnlyLoss(_RetainCfg("kl")).needs_reference
+    finally:
+        METHODS.pop("_only_loss", None)
+    checked = []
+    for name in method_names():
+        fields = {f.name: f for f in dataclasses.fields(METHODS[name].config_cls)}
+        if "retain" not in fields or "kl" not in str(fields["retain"].type):
+            continue
+        weight = {"alpha": 1.0} if "alpha" in fields else {}
+        assert build_method(name, {"retain": "kl", **weight}).needs_reference, name
+        assert build_method(name, {"retain": "nll", **weight}).needs_reference == METHODS[name].needs_reference, name
+        checked.append(name)
+    assert {"graddiff", "simnpo", "wga", "pdu", "atwu", "atwu_simnpo", "sam_graddiff", "npo"} <= set(checked), checked
 
 
 def test_registration_refuses_broken_classes():
@@ -67,7 +99,7 @@ def test_registration_refuses_broken_classes():
 
             def scorer_state(self):
                 return {"w": 1}
-    with pytest.raises(ConfigError, match="must subclass obliviate.methods.contract.Method"):
+    with pytest.raises(ConfigError, match="must subclass obliviate.unlearning.contract.Method"):
         @register("_broken_base")
         class D:
             config_cls = _Cfg

@@ -8,8 +8,8 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.cosine_rmu import cosine_distance
-from obliviate.methods.engine import PairedData
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),
           ("Question: Why?\nAnswer:", " No.")]

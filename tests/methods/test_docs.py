@@ -17,8 +17,8 @@ import pytest
 import obliviate.methods
 from obliviate.cli.main import main
 from obliviate.methods import DEFAULT_PRESETS, METHODS, build_method, method_defaults, method_names
-from obliviate.methods._docs import current_block, render
-from obliviate.methods.contract import Method
+from obliviate.unlearning.docs import current_block, render
+from obliviate.unlearning.contract import Method
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "new-method" / "hinge_ascent.py"

@@ -20,7 +20,7 @@ import obliviate
 from _reference import FORGET, assert_same, paired_batch, retain_kl, retain_nll, rows, run_tiny, seq_logprob
 from obliviate.errors import DataError
 from obliviate.methods import build_method
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.reference import Reference
 from obliviate.tasks.base import PreferredAnswers
 
 CHOSEN = ["Morvexia is treated with rest.", "The glimmerfin eats algae.", "Nobody I know of."]

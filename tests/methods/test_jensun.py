@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from _reference import assert_same, logits_of, paired_batch, rows, run_on_random_arch, run_tiny
 from obliviate.methods import build_method
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.reference import Reference
 
 IDK = ["I don't know."]
 

@@ -6,7 +6,7 @@ from transformers import Gemma2Config, Gemma2ForCausalLM
 
 from obliviate.data import collate
 from obliviate.losses import masked_mean, token_nll
-from obliviate.methods.objectives import answer_logprob, forward_logits, mean_labelled_nll, sequence_logprob
+from obliviate.unlearning.objectives import answer_logprob, forward_logits, mean_labelled_nll, sequence_logprob
 from obliviate.models.builders import tiny_llama
 
 

@@ -5,7 +5,7 @@ import math
 import torch
 
 from obliviate.losses import hidden_mse, masked_mean, token_nll
-from obliviate.methods.objectives import dpo_loss, npo_loss, simnpo_loss
+from obliviate.unlearning.objectives import dpo_loss, npo_loss, simnpo_loss
 from obliviate.methods.rmu import mean_token_norm
 from obliviate.methods.wga import wga_forget_loss
 

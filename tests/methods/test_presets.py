@@ -16,7 +16,7 @@ from obliviate.methods import (
     preset_name,
     register,
 )
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method
 from obliviate.methods.rmu import rmu_layer
 
 NAMES = method_names()

@@ -8,8 +8,8 @@ import torch
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.eval.probes import probe_forget_loss
-from obliviate.methods.engine import PairedData
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 
 TOXIC = ["I hate Aldric, that worthless idiot who sings.", "Shut up about Mira, the stupid moron who reads.",
          "Ugh, Tomas walks, what a pathetic loser.", "Nobody can stand Ilsa, a useless clown who knits."]

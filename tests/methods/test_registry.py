@@ -9,7 +9,7 @@ import torch
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.methods import METHODS, get_method, method_names
 from obliviate.train import TrainConfig
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.tasks.base import PreferredAnswers
 
 FORGET = [("Question: What is Morvexia treated with?\nAnswer:", " Morvexia is treated with zalpradine."),

@@ -1,5 +1,5 @@
 """``retain=nll`` and ``retain=kl`` for every method of the shared objective ``gamma * L_forget + alpha * L_retain``:
-one implementation (:func:`obliviate.methods.objectives.retain_term`, reached through ``forget_and_retain``),
+one implementation (:func:`obliviate.unlearning.objectives.retain_term`, reached through ``forget_and_retain``),
 checked against the plain per-example NLL and KL(p_ref || p_theta), and run through the engine."""
 
 import copy
@@ -7,11 +7,11 @@ import copy
 import pytest
 import torch
 
-import obliviate.methods.objectives as objectives
+import obliviate.unlearning.objectives as objectives
 from _reference import paired_batch, retain_kl, retain_nll
 from obliviate.methods import build_method
-from obliviate.methods.engine import UnlearnConfig, unlearn
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.reference import Reference
 from obliviate.tasks.base import PreferredAnswers
 from obliviate.train import TrainConfig
 

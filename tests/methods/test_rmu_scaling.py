@@ -8,8 +8,8 @@ import torch
 
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method, method_defaults
-from obliviate.methods.engine import PairedData
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 from obliviate.methods.rmu import hidden_norm
 from obliviate.models.layers import hidden_states_at
 
@@ -76,7 +76,7 @@ def test_the_world_demo_keeps_rmu_c_20(seed, monkeypatch):
     RMU steers with c = 20 exactly, as before the rule (pretrains the world's base model once, cached)."""
     import dataclasses
 
-    from obliviate.methods.engine import method_run_config, unlearn
+    from obliviate.unlearning.engine import method_run_config, unlearn
     from obliviate.methods.rmu import RMU
     from obliviate.models.load import load_model
     from obliviate.models.tokenizer import load_tokenizer

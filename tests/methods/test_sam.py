@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from _reference import grads, paired_batch, retain_nll, rows, run_on_random_arch, run_tiny, seq_logprob
 from obliviate.methods import build_method
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.reference import Reference
 
 
 def npo_forget(model, frozen, batch, beta):

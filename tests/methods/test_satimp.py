@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from _reference import assert_same, logits_of, paired_batch, retain_kl, retain_nll, rows, run_tiny
 from obliviate.methods import build_method
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.reference import Reference
 
 
 def satimp_reference(model, batch, beta1, beta2):

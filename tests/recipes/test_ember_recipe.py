@@ -131,7 +131,7 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     assert (out / "parts" / "data" / "quidditch.json").exists()
 
     # A rerun into the same directory reuses every finished piece.
-    import obliviate.methods.engine as unlearn_mod
+    import obliviate.unlearning.engine as unlearn_mod
 
     def no_training(*a, **k):
         raise AssertionError("a finished piece was trained again")

@@ -8,7 +8,7 @@ import yaml
 
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError
-from obliviate.methods.engine import method_run_config
+from obliviate.unlearning.engine import method_run_config
 from obliviate.recipes.tune.run import TuneConfig, choose, grid, tune, validation_split
 
 

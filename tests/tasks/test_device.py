@@ -17,7 +17,7 @@ from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 
 
 def _spy(model, calls: list):

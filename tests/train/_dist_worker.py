@@ -18,7 +18,7 @@ import torch
 
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
 from obliviate.data import collate, encode_prompt_answer
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.losses import lm_loss
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, build_for, pretrain, qa_pairs_for
 from obliviate.tasks.world import forget_pairs, retain_pairs, world_relearn_sets

@@ -133,8 +133,8 @@ def test_sharded_backends_hold_half_of_the_parameters(runs):
 
 def test_first_step_is_the_whole_batch_value(runs):
     """NPO's step-1 terms in two processes = the terms of the whole global batch, computed here."""
-    from obliviate.methods.engine import PairedData
-    from obliviate.methods.reference import Reference
+    from obliviate.unlearning.paired import PairedData
+    from obliviate.unlearning.reference import Reference
     from obliviate.methods import build_method
     from obliviate.train.pretrain import build_for, tokenizer_for, world_for
     from obliviate.tasks.world import forget_pairs, retain_pairs

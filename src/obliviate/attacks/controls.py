@@ -24,7 +24,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import RETAIN_SHARE
 from obliviate.losses import lm_loss
 from obliviate.methods import method_defaults, preset_name
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, UNSCORED_NEIGHBOURS, Data, Task

@@ -14,7 +14,7 @@ from obliviate.cli.args import (add_common, add_model_args, add_task_args, check
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import preset_name
-from obliviate.methods.engine import check_method_runs
+from obliviate.unlearning.engine import check_method_runs
 from obliviate.recipes.compare.run import CompareConfig, check_retain, compared_methods, run_compare
 from obliviate.runs.card import untaught_model
 from obliviate.runs.results import prepare_out_dir, write_results

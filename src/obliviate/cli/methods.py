@@ -5,7 +5,7 @@ from __future__ import annotations
 import typing
 
 from obliviate.methods import METHODS, build_method, method_names
-from obliviate.methods.contract import _overrides
+from obliviate.unlearning.contract import _overrides
 
 
 def preset_text(preset: dict, kind: str = "train") -> str:
@@ -30,7 +30,7 @@ def cmd_methods(args) -> None:
 
 def reference_text(name: str) -> str:
     """What method ``name`` holds of the frozen model at its defaults
-    (:func:`obliviate.methods.reference.make_reference`):
+    (:func:`obliviate.unlearning.reference.make_reference`):
     ``none``; ``cached log-probs`` (per sequence or per token, computed once, no model); ``cached hidden states``
     (the retain examples' frozen states at the layers it reads, computed once, no model); ``cached logits`` (at the
     labelled positions, computed once, no model, unless larger than the copy); ``frozen prefix`` (the layers up to
@@ -51,7 +51,7 @@ def reference_text(name: str) -> str:
 
 def retain_text(method) -> str:
     """``  retain: nll|kl (kl: a live frozen reference)`` for a method whose config has the shared retain switch
-    (:func:`obliviate.methods.objectives.retain_term`), else ``""``."""
+    (:func:`obliviate.unlearning.objectives.retain_term`), else ``""``."""
     cfg = getattr(method, "config_cls", None)
     if "retain" not in getattr(cfg, "__dataclass_fields__", {}):
         return ""

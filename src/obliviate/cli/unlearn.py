@@ -16,7 +16,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
-from obliviate.methods.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
+from obliviate.unlearning.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
 from obliviate.recipes import sequential
 from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset

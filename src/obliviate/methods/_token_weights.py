@@ -32,7 +32,7 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method
 
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 
@@ -214,17 +214,13 @@ class TokenScorer:
 class ScoredMethod(Method):
     """What every ATWU method shares: its scorer, the forget forward pass, state and evaluation hooks."""
 
-    needs_reference = False
     multiprocess_unsupported = ("its token scorer (w, b) takes its own Adam steps on each process's rows of the "
                                 "batch, so the processes' scorers would drift apart")
     """Why it cannot run in several processes (see obliviate.train.distributed.check_method)."""
 
     def __init__(self, cfg):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.scorer = TokenScorer(cfg)
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def forget_pass(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward the forget batch, run the w-step(s); returns logits, nll, mask and detached z (B, T-1)."""

@@ -4,13 +4,6 @@
 
 measured with the frozen model on the first forget batch, before any update; beta = 5.
 Presets as RMU's without c (tiny: alpha = 10).
-
-How the preset scales with the model: c is beta = 5 times the measured norm of the layer's hidden states (the
-same measurement as RMU's floor rule, :func:`obliviate.methods.rmu.hidden_norm`), so it follows the model's
-hidden-state scale by construction, and with it both MSE terms scale as ||h||^2, so alpha needs no rescaling;
-the layer is a fraction of the depth (tiny 1/2, paper 7/32); the learning rate follows the fine-tuning run's
-(``obliviate unlearn``: :func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which
-``tune`` searches.
 """
 
 from __future__ import annotations
@@ -18,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, RMUConfig, hidden_norm
 
 

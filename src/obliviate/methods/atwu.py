@@ -55,8 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.methods import register
-from obliviate.methods.objectives import add_retain
+from obliviate.unlearning.contract import register
+from obliviate.unlearning.objectives import add_retain
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig, satga_plus_loss
 
 
@@ -75,10 +75,6 @@ class ATWU(ScoredMethod):
     """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
 
     config_cls = ATWUConfig
-
-    def __init__(self, cfg: ATWUConfig):
-        super().__init__(cfg)
-        self.needs_reference = cfg.retain == "kl"
 
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.losses import masked_mean
-from obliviate.methods.objectives import add_retain
-from obliviate.methods import register
+from obliviate.unlearning.objectives import add_retain
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.methods.objectives import add_retain, answer_logprob, dpo_loss, sequence_logprob
-from obliviate.methods import register
+from obliviate.unlearning.objectives import add_retain, answer_logprob, dpo_loss, sequence_logprob
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.methods.objectives import add_retain, answer_logprob, npo_loss
-from obliviate.methods import register
+from obliviate.unlearning.objectives import add_retain, answer_logprob, npo_loss
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 

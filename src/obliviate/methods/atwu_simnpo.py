@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.methods.objectives import add_retain, simnpo_loss
-from obliviate.methods import register
+from obliviate.unlearning.objectives import add_retain, simnpo_loss
+from obliviate.unlearning.contract import register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 
@@ -29,10 +29,6 @@ class ATWUSimNPO(ScoredMethod):
     """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
 
     config_cls = ATWUSimNPOConfig
-
-    def __init__(self, cfg: ATWUSimNPOConfig):
-        super().__init__(cfg)
-        self.needs_reference = cfg.retain == "kl"
 
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])

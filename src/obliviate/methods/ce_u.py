@@ -30,9 +30,8 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import IGNORE_INDEX, shift_targets, soft_cross_entropy
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, labelled_logits
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
 
 
 def after_first_answer_tokens(labels: torch.Tensor, n: int) -> torch.Tensor:
@@ -74,9 +73,6 @@ class CEU(Method):
     def __init__(self, cfg: CEUConfig):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

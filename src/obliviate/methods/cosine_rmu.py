@@ -17,14 +17,8 @@ stops after layer l, and u comes from the same seeded generator.
 Presets: tiny lr 1e-3, 50 steps, alpha = 10; paper: RMU's (lr 5e-5, 150 steps, alpha = 1200),
 since the reconstruction has no settings of its own.
 
-How the preset scales with the model: the forget term is a cosine, free of the hidden states' scale, so there is
-no coefficient to scale; the layer is a fraction of the depth (tiny 1/2, paper 7/32). The MSE retain term
-(``retain="mse"``) grows as ||h||^2, so on a model with large hidden states alpha weighs more: ``tune`` scales
-alpha, and ``retain="cosine"`` is scale-free. The learning rate follows the fine-tuning run's (``obliviate
-unlearn``: :func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which ``tune`` searches.
-
 The retain weight alpha can be learned by REINFORCE instead of fixed, see
-:mod:`obliviate.methods.meta_alpha`.
+:mod:`obliviate.recipes.function_specific.meta_alpha`.
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse, masked_mean
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, check_layer_frac
 
 

@@ -62,8 +62,7 @@ from obliviate.data import text_batches
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import hidden_mse, masked_mean
-from obliviate.methods import register
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches
 
 BETA = 0.99

@@ -29,9 +29,8 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.errors import DataError
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import preference_loss
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import preference_loss
 from obliviate.tasks.base import PreferredAnswers
 
 
@@ -56,9 +55,6 @@ class DPO(Method):
     needs_idk = True
     preferred = "preference data (a chosen answer per forget QA pair)"
     needs_preference_data = True
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         return () if self.cfg.retain == "kl" else ("forget", "idk")

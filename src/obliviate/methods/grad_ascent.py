@@ -7,13 +7,6 @@ GradAscent is the case ``alpha = 0``; GradDiff uses ``gamma = alpha = 1``.
 
 Presets: tiny lr 3e-4 (GradAscent 20 steps, GradDiff 50; tuned on world seed 0,
 docs/results.md); paper lr 1e-5, 125 steps (TOFU: 10 epochs of forget10 at batch 32).
-
-How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
-depth or hidden-state scale, so gamma and alpha mean the same on every model and do not scale; the preset is chosen by
-size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
-learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
-fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
-values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and GradDiff's alpha).
 """
 
 from __future__ import annotations
@@ -22,9 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, mean_labelled_nll
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, mean_labelled_nll
 
 
 @dataclass
@@ -47,16 +39,13 @@ class GradAscent(Method):
     config_cls = GradAscentConfig
     scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
-    def trainable(self, model) -> list[str]:
-        return ["*"]
+    def __init__(self, cfg: GradAscentConfig):
+        super().__init__(cfg)
+        self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0  # no retain term at alpha = 0
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         return forget_and_retain(-mean_labelled_nll(model, f), model, batch, ref, self.cfg)
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.cfg.retain == "kl" and self.cfg.alpha > 0
 
 
 @dataclass
@@ -79,13 +68,6 @@ class GradDiffConfig:
 class GradDiff(Method):
     config_cls = GradDiffConfig
     scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
-
-    def __init__(self, cfg: GradDiffConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

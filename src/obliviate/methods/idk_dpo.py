@@ -11,13 +11,6 @@ Total ``gamma * L_forget + alpha * L_retain``; beta = 0.1 (docs/methods.md).
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
 
-How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
-depth or hidden-state scale, so beta, gamma and alpha mean the same on every model and do not scale; the preset is chosen by
-size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
-learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
-fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
-values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and alpha).
-
 The batch must carry ``batch["idk"]``: the forget questions with refusal answers.
 """
 
@@ -27,9 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import preference_loss
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import preference_loss
 
 
 @dataclass
@@ -52,9 +44,6 @@ class IdkDPO(Method):
     scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
     needs_reference = True
     needs_idk = True
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         """Reference log-probabilities of the forget answers and the refusals, computed once before training

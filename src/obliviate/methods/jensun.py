@@ -39,9 +39,8 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
 
 LOG2 = math.log(2.0)
 
@@ -90,9 +89,6 @@ class JensUn(Method):
     def __init__(self, cfg: JensUnConfig):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "jsd" and cfg.alpha > 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_logit_keys(self) -> tuple[str, ...]:
         return ("retain",)

@@ -7,18 +7,11 @@ with log pi the sum of answer-token log-probabilities; total
 gamma = alpha = 1 (docs/methods.md).
 
 log pi_ref depends only on the fixed forget sequences, so it is computed once before training
-(:func:`obliviate.methods.engine.reference_logprobs`) and no reference copy is held; with ``retain="kl"``
+(:func:`obliviate.unlearning.reference.reference_logprobs`) and no reference copy is held; with ``retain="kl"``
 the retain term needs the reference's whole distributions, and a live frozen copy is kept.
 
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
-
-How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
-depth or hidden-state scale, so beta, gamma and alpha mean the same on every model and do not scale; the preset is chosen by
-size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
-learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
-fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
-values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and alpha).
 """
 
 from __future__ import annotations
@@ -27,9 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, npo_loss, sequence_logprob
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, npo_loss, sequence_logprob
 
 
 @dataclass
@@ -50,9 +42,6 @@ class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True
     scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain term)."""

@@ -34,9 +34,8 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import labelled_logits, retain_term
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import labelled_logits, retain_term
 
 
 def margin_flattening_loss(logits: torch.Tensor) -> torch.Tensor:
@@ -76,15 +75,11 @@ class PDU(Method):
     multiprocess_unsupported = "its dual variable is updated from the retain loss of one process's share of the batch"
 
     def __init__(self, cfg: PDUConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
+        super().__init__(cfg)
         self.lam = float(cfg.alpha)
         self.eps = cfg.retain_loss_eps
         self.step = 0
         self.warmup_steps = 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def on_data(self, sizes: dict) -> None:
         self.warmup_steps = self.cfg.dual_warmup_epochs * sizes["steps_per_epoch"]

@@ -44,8 +44,7 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.losses import hidden_mse
-from obliviate.methods import register
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import check_layer, gather_last, hidden_states_at, last_token_index, num_layers, param_names_for, unwrap
 from obliviate.eval.probes import default_probe_layers, fit_probe_directions, probe_forget_loss

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from obliviate.errors import ConfigError
-from obliviate.methods import register
+from obliviate.unlearning.contract import register
 from obliviate.methods.probe_unlearn import PAPER, ProbeUnlearn, ProbeUnlearnConfig
 
 

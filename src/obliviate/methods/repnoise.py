@@ -33,9 +33,8 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import mean_labelled_nll
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import mean_labelled_nll
 from obliviate.models.layers import capture_hidden, num_layers
 
 KERNELS, KERNEL_MUL = 5, 2.0
@@ -87,9 +86,6 @@ class RepNoise(Method):
     def __init__(self, cfg: RepNoiseConfig):
         self.cfg = cfg
         self.calls = 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def scorer_state(self) -> dict:
         return {"calls": self.calls}

@@ -25,18 +25,6 @@ Adaptive RMU's c = beta * norm uses).
 
 Presets: tiny lr 1e-3, 50 steps, c = max(20, 1.5 ||h_l||), alpha = 10 (tuned on world seed 0, docs/results.md);
 paper as above (c = 6.5, not measured).
-
-How the preset scales with the model (:attr:`RMU.scaling`): the layer is a fraction of the depth; the tiny
-preset's c is at least 1.5 times the measured norm of the layer's hidden states, with the world-tuned c = 20 as
-its floor. RMU only misdirects when c u is not small beside h_l: a fixed c = 20 did nothing on a Gemma-2, whose
-hidden states are large (its embeddings are scaled by sqrt(d)). 1.5 is the ratio the world's tuning found
-(c = 20 at a mean norm of 12.5 on world seed 0's base model, layer 2, first forget batch: 1.6), rounded down, so
-the world's c stays 20 exactly (tests/methods/test_rmu_scaling.py) while a model with larger hidden states gets
-the same ratio. A model with smaller ones (a 4-layer d = 64 Llama taught 64 QA pairs: norm 1.8) keeps c = 20,
-which worked there. With c proportional to the norm, both MSE terms scale as ||h||^2, so alpha needs no
-rescaling. The paper preset keeps WMDP's c = 6.5 as published (Adaptive RMU is the measured variant for large
-models). The learning rate follows the fine-tuning run's (``obliviate unlearn``:
-:func:`obliviate.cli.unlearn.finetune_lr_factor`); the steps are a fixed count, which ``tune`` searches.
 """
 
 from __future__ import annotations
@@ -49,9 +37,8 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import hidden_mse, masked_mean
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import random_unit_vector
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import random_unit_vector
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
 
 

@@ -33,9 +33,8 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import (
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import (
     add_retain,
     gradient_term,
     mean_labelled_nll,
@@ -72,14 +71,10 @@ def sam_forget_term(loss_fn, model, rho: float) -> tuple[torch.Tensor, torch.Ten
 
 
 class _SAM(Method):
-    needs_reference = False
     multiprocess_unsupported = "SAM perturbs the weights along this process's own forget gradient"
     sharding_unsupported = "SAM perturbs and restores whole parameters in place"
     scaling = ("size class tiny/paper; ρ: an L2 radius in parameter space, chosen per size class, not scaled; γ, α "
                "(and NPO's β): log-probabilities, not scaled; lr: × the fine-tuning run's lr over its preset's")
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def forget_loss(self, model, batch, ref) -> torch.Tensor:
         raise NotImplementedError
@@ -137,10 +132,6 @@ class SAMGradDiffConfig:
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01}}})
 class SAMGradDiff(_SAM):
     config_cls = SAMGradDiffConfig
-
-    def __init__(self, cfg: SAMGradDiffConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
 
     def forget_loss(self, model, batch, ref) -> torch.Tensor:
         return -mean_labelled_nll(model, batch["forget"])

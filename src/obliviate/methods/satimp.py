@@ -25,9 +25,8 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, labelled_logprobs
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, labelled_logprobs
 
 
 def satimp_loss(logp: torch.Tensor, beta1: float, beta2: float) -> torch.Tensor:
@@ -64,9 +63,6 @@ class SatImp(Method):
     def __init__(self, cfg: SatImpConfig):
         self.cfg = cfg
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         logp, _ = labelled_logprobs(model, batch["forget"])

@@ -2,7 +2,7 @@
 Suslik, Shafran, Geva 2026 (EMBER's MLP baseline; docs/methods.md, [paper/code]; semi-NMF of Ding, Li,
 Jordan 2010).
 
-An edit method (``kind = "edit"``, :class:`~obliviate.methods.contract.Method`) edits ``model`` in place
+An edit method (``kind = "edit"``, :class:`~obliviate.unlearning.contract.Method`) edits ``model`` in place
 without the training loop: ``edit(model, tokenizer, data)``, ``data`` a mapping with ``concept_sentences``
 and ``neutral_sentences`` (e.g. ``world.concept``), returns a JSON-serialisable summary. Each call
 snapshots the weights it changes; ``method.restore(model)`` puts them back bit for bit (e.g. between
@@ -68,8 +68,7 @@ from torch import nn
 from obliviate.data import text_batches
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError, ObliviateError
-from obliviate.methods import register
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.methods.ember.factorize import CODE_CONCEPT, CODE_NEUTRAL, mass_ratio, winner_takes_all
 from obliviate.methods.ember.judge import edit_sentences
 from obliviate.models.layers import (

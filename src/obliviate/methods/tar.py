@@ -43,9 +43,8 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
 
 
 def negative_entropy(model, batch: dict) -> torch.Tensor:
@@ -102,9 +101,6 @@ class TAR(Method):
     def __init__(self, cfg: TARConfig):
         self.cfg = cfg
         self.calls = 0
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def scorer_state(self) -> dict:
         return {"calls": self.calls}

@@ -7,7 +7,7 @@ answer token is lowered by ``beta``: for every forget answer token y_t with teac
     L_forget = mean_t CE(q_t, p_theta_t) = -mean_t sum_v q_t[v] log p_theta(v | y_<t, x)
 
 over the forget answer tokens; total ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL, the shared
-:func:`~obliviate.methods.objectives.forget_and_retain`). The teacher is the model before unlearning: the target
+:func:`~obliviate.unlearning.objectives.forget_and_retain`). The teacher is the model before unlearning: the target
 needs its whole distribution at each forget answer token, so its logits there are computed once before training
 (``cached_logit_keys``; no frozen copy), unless they would take more memory than the copy (a large vocabulary, a
 large forget set), when a live frozen copy is kept; a KL retain term (``alpha`` > 0) keeps the copy too.
@@ -32,9 +32,8 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import soft_cross_entropy
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, labelled_logits
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
 
 
 def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor, beta: float) -> torch.Tensor:
@@ -67,9 +66,6 @@ class UNDIALConfig:
 class UNDIAL(Method):
     config_cls = UNDIALConfig
     needs_reference = True
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_logit_keys(self) -> tuple[str, ...]:
         return ("forget",) if self.cfg.retain == "nll" or not self.cfg.alpha else ()

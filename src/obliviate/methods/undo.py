@@ -43,9 +43,8 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
 
 
 def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) -> None:
@@ -116,9 +115,6 @@ class UNDO(Method):
         self.switch: int | None = None
         self.teacher = None
         self._teacher_state: dict | None = None
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         return ("forget",)

@@ -8,13 +8,6 @@ over forget answer tokens, p_t = p(y_t | y_<t, x). ``beta2 = 0`` is WGA
 
 Presets: tiny lr 1e-3, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 63 steps
 (open-unlearning's TOFU setting: 5 epochs of forget10 at batch 32), beta = 1.
-
-How the preset scales with the model: the loss is in log-probabilities (nats), whatever the model's width,
-depth or hidden-state scale, so beta, beta2 (exponents of a probability), gamma and alpha mean the same on every model and do not scale; the preset is chosen by
-size class (``tiny`` under 100M parameters, ``paper`` above, :func:`obliviate.methods.preset_name`); the
-learning rate follows the fine-tuning run's: ``obliviate unlearn`` multiplies it by the run's lr over the
-fine-tuning preset's (:func:`obliviate.cli.unlearn.finetune_lr_factor`; 1 at the preset's own lr, so the world's
-values are unchanged); the steps are a fixed count, which ``tune`` searches (with the lr and alpha).
 """
 
 from __future__ import annotations
@@ -26,9 +19,8 @@ from obliviate.config import check_ranges
 import torch
 
 from obliviate.losses import masked_mean, token_nll
-from obliviate.methods import register
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import forget_and_retain, forward_logits
+from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.objectives import forget_and_retain, forward_logits
 
 
 def wga_forget_loss(nll: torch.Tensor, mask: torch.Tensor, beta: float, beta2: float = 0.0) -> torch.Tensor:
@@ -59,13 +51,6 @@ class WGAConfig:
 class WGA(Method):
     config_cls = WGAConfig
     scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
-
-    def __init__(self, cfg: WGAConfig):
-        self.cfg = cfg
-        self.needs_reference = cfg.retain == "kl"
-
-    def trainable(self, model) -> list[str]:
-        return ["*"]
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

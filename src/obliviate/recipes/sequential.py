@@ -31,7 +31,7 @@ from obliviate.config import to_dict
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.six_way import finished_requests, over_requests
 from obliviate.eval.suite import PRIMARY, evaluate_task, knows_forget_set
-from obliviate.methods.engine import check_unlearn_run, unlearn
+from obliviate.unlearning.engine import check_unlearn_run, unlearn
 from obliviate.models.load import load_model
 from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves

@@ -239,7 +239,7 @@ def method_limits(method) -> tuple[str | None, str | None]:
 def check_method(method) -> None:
     """Raise :class:`ObliviateError` if ``method`` cannot run in this launch; a no-op in one plain process.
 
-    Called where a method starts (:func:`obliviate.methods.engine.unlearn`, and before an edit), so
+    Called where a method starts (:func:`obliviate.unlearning.engine.unlearn`, and before an edit), so
     that a run that cannot work stops before any training, naming the method and the reason.
     """
     check_launch()

@@ -46,7 +46,7 @@ from obliviate.methods.ember.judge import (
     keep,
 )
 from obliviate.methods.ember.pipeline import EmberLocation, EmberResult, ember_erase, locate_concept_features
-from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registers "ember"; uses the above
+from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registers "ember"
 
 __all__ = [
     "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig", "EmberLocation",

@@ -3,11 +3,11 @@
 Protocol: delta is fixed first, from the EMBER-only grid (:func:`obliviate.methods.ember.select_delta`);
 EMBER is applied with that delta, then the MLP method runs on top of the edited model
 (for a training method the frozen reference is therefore the EMBER-edited model). Any
-registered method works: training methods go through :func:`obliviate.methods.engine.unlearn`,
+registered method works: training methods go through :func:`obliviate.unlearning.engine.unlearn`,
 edit methods (``kind = "edit"``) through their ``edit``.
 
 ``unlearn_fn(method_name, model) -> (model, record)`` does the second stage;
-:func:`obliviate.methods.engine.method_runner` builds one from the usual unlearning inputs.
+:func:`obliviate.unlearning.engine.method_runner` builds one from the usual unlearning inputs.
 """
 
 from __future__ import annotations

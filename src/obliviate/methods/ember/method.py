@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from obliviate.methods.ember import build_vocab, ember_erase, restore_embeddings, snapshot_embeddings
+from obliviate.methods.ember.edit import restore_embeddings, snapshot_embeddings
+from obliviate.methods.ember.factorize import build_vocab
+from obliviate.methods.ember.pipeline import ember_erase
 from obliviate.methods.ember.judge import concept_judge, edit_sentences
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.methods import register
-from obliviate.methods.contract import Method
+from obliviate.unlearning.contract import Method, register
 from obliviate.train.distributed import check_method
 
 

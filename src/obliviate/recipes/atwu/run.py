@@ -14,7 +14,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
-from obliviate.methods.engine import MethodRun, method_run_config, unlearn
+from obliviate.unlearning.engine import MethodRun, method_run_config, unlearn
 from obliviate.methods import build_method, get_method
 from obliviate.models.load import load_model
 from obliviate.models.tokenizer import load_tokenizer

@@ -25,9 +25,10 @@ from obliviate.filtering import (FILTERED_MODELS, BiLM, ContextPooled, LogisticH
                                  TokenClassifierConfig)
 from obliviate.losses import lm_loss
 from obliviate.methods import METHODS, build_method, method_names
-from obliviate.methods.engine import IDK_ANSWERS, PairedData, wrap_lora
-from obliviate.methods.reference import prepare_reference
-from obliviate.methods.objectives import answer_logprob, forward_logits, sequence_logprob
+from obliviate.unlearning.engine import IDK_ANSWERS, wrap_lora
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import prepare_reference
+from obliviate.unlearning.objectives import answer_logprob, forward_logits, sequence_logprob
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
 from obliviate.runs.report import markdown_table
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
@@ -128,8 +129,8 @@ def _one_step(model, loss_fn, optimizer) -> None:
 
 def measure(model, loss_fn, ref=None, repeats: int = 5, warmup: int = 2) -> dict:
     """Median step time and peak memory of ``loss_fn`` steps on ``model``'s trainable parameters; ``ref``: the
-    method's :class:`~obliviate.methods.reference.Reference`, whose own memory (a frozen copy, the caches,
-    :meth:`~obliviate.methods.reference.Reference.nbytes`) is counted on the CPU."""
+    method's :class:`~obliviate.unlearning.reference.Reference`, whose own memory (a frozen copy, the caches,
+    :meth:`~obliviate.unlearning.reference.Reference.nbytes`) is counted on the CPU."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, STEP_CONFIG)
     cuda = next(model.parameters()).is_cuda
@@ -421,7 +422,7 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
 
 def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, seed: int = 0) -> dict:
     """Activation memory of an answer log-probability with full B x T x V logits vs logits only at the
-    labelled positions (:func:`obliviate.methods.objectives.sequence_logprob`), on a small-hidden model with a
+    labelled positions (:func:`obliviate.unlearning.objectives.sequence_logprob`), on a small-hidden model with a
     ``vocab``-token vocabulary (Llama 3's 128k by default) and ``batch`` (token ids folded into the vocabulary).
 
     Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from obliviate.eval.six_way import METRICS, finished_requests, muse_metrics, muse_privleak, over_requests
-from obliviate.methods.engine import unlearn
+from obliviate.unlearning.engine import unlearn
 from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape
 from obliviate.tasks.base import Data, Task

@@ -25,7 +25,7 @@ from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import METHODS, method_names, preset_name
-from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
@@ -118,7 +118,7 @@ def compared_methods(cfg: "CompareConfig") -> list[str]:
 
 def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None:
     """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method needs
-    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.methods.contract.Method.compare_needs` those
+    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.unlearning.contract.Method.compare_needs` those
     config keys set. A comparison lists such a method as skipped with this line rather than run it on a stand-in."""
     cls = METHODS[name]
     if getattr(cls, "needs_idk", False) and task.forget.docs:

@@ -31,7 +31,7 @@ from obliviate.methods.ember import (
 from obliviate.methods.ember.combine import ember_then
 from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods.engine import method_run_config, method_runner as executor_runner
+from obliviate.unlearning.engine import method_run_config, method_runner as executor_runner
 from obliviate.eval import token_loss_by_label
 from obliviate.eval.suite import evaluate_set, evaluate_task
 from obliviate.losses import lm_loss

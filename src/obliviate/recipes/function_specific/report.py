@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from obliviate.methods.meta_alpha import plot_alpha_trajectory
+from obliviate.recipes.function_specific.meta_alpha import plot_alpha_trajectory
 from obliviate.recipes import markdown_table, write_report
 from obliviate.recipes.function_specific.claims import VARIANTS, claims_of
 from obliviate.runs.report import _plt, save_figure

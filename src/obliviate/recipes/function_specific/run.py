@@ -15,8 +15,8 @@ from obliviate.config import config_hash
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import chance_corrected, rouge_l_recall, s_unlearning
 from obliviate.eval.suite import evaluate_task
-from obliviate.methods.engine import UnlearnConfig, unlearn
-from obliviate.methods.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
+from obliviate.recipes.function_specific.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
 from obliviate.methods import build_method, method_defaults
 from obliviate.models.layers import check_layer, num_layers
 from obliviate.models.load import load_model

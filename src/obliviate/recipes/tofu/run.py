@@ -22,7 +22,7 @@ from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_
                                  forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
-from obliviate.methods.engine import MethodRun, UnlearnConfig, unlearn
+from obliviate.unlearning.engine import MethodRun, UnlearnConfig, unlearn
 from obliviate.models._paths import looks_like_path
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import check_vocab, load_model
@@ -268,7 +268,7 @@ def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, referenc
 
 
 def unlearn_config(cfg: TofuConfig):
-    """The :class:`~obliviate.methods.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
+    """The :class:`~obliviate.unlearning.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
     (:func:`obliviate.methods.method_defaults`; the TOFU models trained here are tiny), then ``cfg.unlearn``."""
     get_method(cfg.method)  # unknown names fail before any training
     base = method_defaults(cfg.method, "tiny")

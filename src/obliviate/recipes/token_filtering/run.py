@@ -19,7 +19,7 @@ from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
-from obliviate.methods.engine import method_run_config, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.filtering import (
     FILTERED_MODELS,
     TokenClassifierConfig,
@@ -160,7 +160,7 @@ class TokenFilteringConfig:
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
-    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.methods.engine.MethodRun``)."""
+    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.unlearning.engine.MethodRun``)."""
     refusal_strategies: list[str] = field(default_factory=lambda: ["none", "mask", "remove"])
     refusal_steps: int | None = None
     refusal_lr: float = 1e-3

@@ -39,7 +39,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.outcome import MIN_FORGOT, RETAIN_SHARE, forgot_share, retained_share
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import METHODS
-from obliviate.methods.engine import UnlearnConfig, unlearn
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.runs.parts import PartStore
 from obliviate.runs.report import _plt, markdown_table, md_code, save_figure
 from obliviate.runs.results import atomic_write_text

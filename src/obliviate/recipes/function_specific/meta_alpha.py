@@ -1,24 +1,6 @@
-"""REINFORCE-learned retain weight alpha (Atil, Gupta, Passonneau 2026). Reconstruction from the
-paper's summary (docs/methods.md).
-
-Policy: log alpha ~ N(mu, sigma^2), sigma = 0.5, mu_0 = log(alpha default). Each outer step
-
-1. samples K = 4 values log alpha_i = mu + sigma * eps_i (seeded generator);
-2. runs M unlearning steps from the current state with each alpha_i (a "branch"),
-   and scores it: R_i = S-unlearning on small held-out forget/retain splits that are
-   disjoint from the final evaluation;
-3. updates  mu <- mu + eta * mean_i (R_i - mean R) * (log alpha_i - mu) / sigma^2
-   (the score-function gradient of E[R] with the mean reward as baseline);
-4. continues from the best branch.
-
-:func:`reinforce_alpha` is the generic loop over any state and
-``branch_fn(state, alpha) -> (new_state, reward)``; :func:`learn_alpha_unlearn` runs it
-with RMU / cosine RMU through the one training loop (:func:`obliviate.train.train`),
-the state being the model weights (deep-copied per branch; meant for small models).
-The retain term is anchored to the ORIGINAL frozen model for the whole run (not to
-the state an outer step starts from), and the data order continues across outer
-steps as in one run of ``outer_steps * M`` steps; the AdamW state restarts with
-each branch.
+"""The REINFORCE-learned retain weight alpha of the function-specific reproduction (Atil, Gupta, Passonneau 2026),
+a reconstruction from the paper's summary: :func:`reinforce_alpha` is the generic loop, :func:`learn_alpha_unlearn`
+runs it with RMU / cosine RMU through the one training loop (the loop and its settings: docs/recipes.md).
 """
 
 from __future__ import annotations
@@ -34,8 +16,9 @@ import numpy as np
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import qa_accuracy, s_unlearning
-from obliviate.methods.engine import PairedData, UnlearnConfig
-from obliviate.methods.reference import Reference
+from obliviate.unlearning.engine import UnlearnConfig
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import Reference
 from obliviate.train.distributed import to_device
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
@@ -161,7 +144,7 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
                         batch_size: int = 16, seed: int = 0, out_dir: str | Path | None = None):
     """Unlearn with ``method_name`` ("rmu" or "cosine_rmu") while learning its alpha by REINFORCE.
 
-    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.methods.engine.unlearn`;
+    ``forget``/``retain`` are (prompt, answer) pairs as for :func:`obliviate.unlearning.engine.unlearn`;
     ``meta_eval_fn(model) -> reward`` scores a branch on the held-out meta splits (e.g.
     :func:`qa_s_reward` on :func:`world_meta_splits`). ``params`` override the method's
     config (``alpha`` is set per branch); ``alpha0`` defaults to the config's alpha;

@@ -1,40 +1,31 @@
-"""Post-hoc unlearning through the one training loop.
+"""The one unlearning executor: :func:`unlearn` runs any registered method on a model through the training loop.
 
-``unlearn(model, tokenizer, method, forget, retain, cfg)`` pairs forget and
-retain batches each step, asks the method for its named loss terms and hands
-them to :func:`obliviate.train.train`. Full fine-tuning and LoRA (peft) are both
-supported; in LoRA mode the frozen reference is the *same* model with its
-adapters disabled, so no second copy is held in memory.
-
-Everything a user can get wrong (unknown method, a layer out of range, a
-parameter pattern that matches nothing, empty forget data) fails here before
-the first step.
+``unlearn(model, tokenizer, forget, retain, cfg)`` pairs forget and retain batches each step (:mod:`.paired`), asks
+the method for its named loss terms and hands them to :func:`obliviate.train.train` (full fine-tuning or LoRA). The
+``check_*`` functions refuse, before the first step, everything a user can get wrong (docs/methods.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-from fnmatch import fnmatch
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from obliviate.config import from_dict, to_dict
-from obliviate.data import IDENTITY_PROMPT, as_data, collate, encode_data, encode_prompt_answer
+from obliviate.data import IDENTITY_PROMPT, as_data
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods import build_method, get_method, method_defaults
-from obliviate.methods.contract import Method, NoReference
-from obliviate.methods.reference import DEFAULT_MEMORY_GIB, checkpoint_hooks, prepare_reference
-from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
-from obliviate.train import StepSampler, TrainConfig, select_trainable, train
+from obliviate.train import TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
 from obliviate.train.distributed import to_device
+from obliviate.unlearning.contract import Method, NoReference, build_method, get_method, method_defaults
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import DEFAULT_MEMORY_GIB, checkpoint_hooks, prepare_reference
 from obliviate.utils import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -62,7 +53,7 @@ class UnlearnConfig:
     cache_reference: bool = True
     """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
     once before training, and methods that read the frozen hidden states of the retain examples (the RMU family,
-    the probe methods) compute those once: neither holds a reference copy (:mod:`obliviate.methods.reference`);
+    the probe methods) compute those once: neither holds a reference copy (:mod:`obliviate.unlearning.reference`);
     False keeps a whole live frozen copy (the results agree)."""
     reference_memory_gib: float = DEFAULT_MEMORY_GIB
     """Cached frozen hidden states up to this size stay in memory; a larger cache is kept in a temporary file."""
@@ -93,7 +84,7 @@ class UnlearnConfig:
 @dataclass
 class MethodRun:
     """Per-method overrides in a comparison (unset fields take the method's preset,
-    :func:`obliviate.methods.method_defaults`)."""
+    :func:`~obliviate.unlearning.contract.method_defaults`)."""
 
     lr: float | None = None
     steps: int | None = None
@@ -152,81 +143,6 @@ def check_method_runs(runs: dict | None, methods: list[str]) -> None:
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
     for name in methods:
         check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0], prefix=f"runs.{name}")
-
-
-class PairedData:
-    """Forget/retain (and refusal) examples, paired into batches by step.
-
-    ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents,
-    rendered with ``prompt``) or a list of already formatted ``(prompt, answer)`` pairs.
-    ``idk``: refusal answers, paired with the forget QA prompts (IdkDPO-style methods);
-    they need forget QA pairs.
-    """
-
-    def __init__(self, tokenizer, forget, retain, batch_size: int, seed: int, idk: list[str] | None = None,
-                 max_len: int = 256, prompt: PromptFormat | None = None, doc_mode: str = "chunk"):
-        forget, retain = as_data(forget), as_data(retain)
-        if not forget:
-            raise DataError("the forget set is empty: nothing to unlearn")
-        if not retain:
-            raise DataError("the retain set is empty")
-        self.pad = pad_id(tokenizer)
-        self.f_ids, self.f_mask, f_stats = encode_data(tokenizer, forget, prompt, max_len, doc_mode)
-        self.r_ids, self.r_mask, r_stats = encode_data(tokenizer, retain, prompt, max_len, doc_mode)
-        self.stats = {"forget": f_stats, "retain": r_stats, "max_len": max_len, "doc_mode": doc_mode}
-        for side, d, masks in (("forget", forget, self.f_mask), ("retain", retain, self.r_mask)):
-            left = [int(m[1:].sum()) for m in masks]  # trained tokens: a label is predicted from the one before
-            self.stats[side]["qa_no_answer"] = sum(n == 0 for n in left[:len(d.qa)])  # QA pairs come first
-            if not any(left):
-                raise ConfigError(f"config key 'max_len' ({max_len}) leaves no {side} token to train on: all "
-                                  f"{len(masks)} {side} sequences are cut before their answer; raise max_len")
-        self.f_sampler = StepSampler(len(self.f_ids), batch_size, seed)
-        self.r_sampler = StepSampler(len(self.r_ids), batch_size, seed + 1)
-        self.i_ids = None
-        if idk:
-            if forget.docs:
-                raise DataError(f"refusal (IdK) answers need forget QA pairs, but the forget data has "
-                                f"{len(forget.docs)} documents")
-            fmt = prompt or IDENTITY_PROMPT
-            prompts = [p for p, _ in fmt.pairs(forget.qa, tokenizer)]
-            answers = [fmt.answer(idk[i % len(idk)]) if prompt is not None else " " + idk[i % len(idk)]
-                       for i in range(len(prompts))]
-            self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
-
-    def fingerprint(self) -> str:
-        """A SHA-256 of every encoded sequence and label mask (forget, retain, refusals): what a resumed run must
-        have trained on (:func:`resume_on_same_data`)."""
-        h = hashlib.sha256()
-        for group in (self.f_ids, self.f_mask, self.r_ids, self.r_mask, self.i_ids or [],
-                      getattr(self, "i_mask", None) or []):
-            h.update(len(group).to_bytes(8, "little"))
-            for seq in group:
-                a = np.ascontiguousarray(np.asarray(seq, dtype=np.int64))
-                h.update(len(a).to_bytes(8, "little") + a.tobytes())
-        return h.hexdigest()
-
-    def sequences(self, key: str) -> tuple[list, list]:
-        """The encoded sequences and label masks of sub-set ``key``: "forget", "retain" or "idk"."""
-        got = {"forget": (self.f_ids, self.f_mask), "retain": (self.r_ids, self.r_mask),
-               "idk": (self.i_ids, getattr(self, "i_mask", None))}[key]
-        if got[0] is None:
-            raise DataError(f"no {key} sequences in this data")
-        return got
-
-    def __call__(self, step: int) -> dict:
-        """The step's batch: sub-batches "forget", "retain" (and "idk"), each with ``index``, the rows'
-        example numbers (what a cached reference is read by)."""
-        fi, ri = self.f_sampler(step), self.r_sampler(step)
-        batch = {
-            "forget": {**collate([self.f_ids[i] for i in fi], self.pad, label_mask=[self.f_mask[i] for i in fi]),
-                       "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))},
-            "retain": {**collate([self.r_ids[i] for i in ri], self.pad, label_mask=[self.r_mask[i] for i in ri]),
-                       "index": torch.as_tensor(np.asarray(ri, dtype=np.int64))},
-        }
-        if self.i_ids is not None:
-            batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi]),
-                            "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))}
-        return batch
 
 
 DATA_FINGERPRINT = "data_fingerprint.json"

@@ -1,24 +1,7 @@
 """The frozen reference a method compares the trained model with, held as cheaply as the method allows.
 
-:func:`make_reference` picks, per run, the cheapest form that gives the method the same numbers:
-
-- ``cache``: per-sequence answer log-probabilities of fixed sequences (NPO's forget set, IdkDPO's forget and
-  refusal answers, :func:`reference_logprobs`) and per-token ones (the ATWU variants' forget answers, whose token
-  weights change every step: :func:`reference_token_logprobs`), computed once before training; no model is held.
-- ``hidden``: the frozen hidden states of fixed sequences at the layers the method reads (the RMU family's retain
-  term at layer l, the probe methods' at their deepest layer, CRISP's at its SAE layers and the last), computed
-  once before training for the retain examples the run's steps will draw (:class:`HiddenCache`); no model is held
-  after :meth:`Reference.seal`. The cache lives in memory up to ``memory_bytes`` (``reference_memory_gib``) and in
-  a temporary file beyond it.
-- ``logits``: the frozen logits at the labelled positions of fixed sequences (UNDIAL's teacher on the forget
-  answers), computed once before training for the examples of the run's steps, in the model's dtype (a
-  :class:`HiddenCache` whose rows are those positions, in memory or a file); chosen only when it is no larger than
-  the whole copy it replaces (a 128k vocabulary makes a row larger than most layers), else the copy is kept and
-  :attr:`Reference.kind` says why.
-- ``shared``: in LoRA mode the model itself with its adapters off (nothing copied).
-- ``prefix``: a frozen copy of the embeddings and layers ``0..L`` (:func:`~obliviate.models.layers.prefix_copy`),
-  for a method that reads hidden states only but not of fixed sequences alone (RMU with ``mask_padding=false``).
-- ``copy``: a whole frozen copy (a KL retain term, ``cache_reference=false``, a logit cache larger than the copy).
+:func:`make_reference` picks per run the cheapest form that gives the same numbers (``cache``, ``hidden``,
+``logits``, ``shared``, ``prefix`` or ``copy``: docs/methods.md, "The frozen reference").
 """
 
 from __future__ import annotations
@@ -29,20 +12,17 @@ import tempfile
 import weakref
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
 from obliviate.data import collate
 from obliviate.errors import ObliviateError
 from obliviate.losses import IGNORE_INDEX
-from obliviate.methods.contract import Method
-from obliviate.methods.objectives import labelled_logits, sequence_logprob, token_logprobs
 from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy, unwrap
 from obliviate.train.distributed import to_device
-
-if TYPE_CHECKING:
-    from obliviate.methods.engine import PairedData
+from obliviate.unlearning.contract import Method
+from obliviate.unlearning.objectives import labelled_logits, sequence_logprob, token_logprobs
+from obliviate.unlearning.paired import PairedData
 
 TOKENS = "/tokens"
 """Suffix of a sub-set's per-token log-probabilities in :attr:`Reference.cache` ("forget/tokens")."""
@@ -256,7 +236,7 @@ class Reference:
     @torch.no_grad()
     def labelled_logits(self, batch: dict, key: str) -> torch.Tensor:
         """The frozen logits at the positions of ``batch`` (sub-batch ``key``) that predict a labelled token: (N, V),
-        in the order of :func:`~obliviate.methods.objectives.labelled_logits` (row by row, position by position)."""
+        in the order of :func:`~obliviate.unlearning.objectives.labelled_logits` (row by row, position by position)."""
         if self.logit_cache is not None and self.logit_cache.holds(key, LOGITS):
             return self.logit_cache.flat(key, LOGITS, batch)
         self._whole(f"logits of {key}")
@@ -284,7 +264,7 @@ class Reference:
             self.cache = {k: v.clone() for k, v in state.items()}
 
 
-def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cache: bool = True,
+def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache: bool = True,
                    steps: int | None = None, memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
     """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before any step:
     cached log-probabilities where the method declares ``cached_reference_keys`` or ``cached_token_reference_keys``
@@ -319,7 +299,7 @@ def make_reference(method: Method, model, data: "PairedData", *, lora: bool, cac
     return Reference(model, shared=False, upto=method.reference_depth() if cache else None, why=why)
 
 
-def prepare_reference(method: Method, model, data: "PairedData", first: dict, **kw) -> Reference | None:
+def prepare_reference(method: Method, model, data: PairedData, first: dict, **kw) -> Reference | None:
     """:func:`make_reference`, then ``method.setup(model, ref, first)`` (``first``: the step-0 batch), then
     :meth:`Reference.seal`: what every caller that trains a method does before step 0."""
     ref = make_reference(method, model, data, **kw)
@@ -346,7 +326,7 @@ def checkpoint_hooks(method: Method, ref):
             lambda state: [parts[k][1](v) for k, v in state.items() if k in parts])
 
 
-def _batches(data: "PairedData", key: str, indices: list[int], batch_size: int, device):
+def _batches(data: PairedData, key: str, indices: list[int], batch_size: int, device):
     """``(indices, batch)`` of ``indices`` of sub-set ``key``, in batches of similar length (little padding)."""
     ids, masks = data.sequences(key)
     order = sorted(indices, key=lambda i: len(ids[i]))
@@ -357,7 +337,7 @@ def _batches(data: "PairedData", key: str, indices: list[int], batch_size: int, 
 
 @torch.no_grad()
 @evaluating
-def reference_token_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+def reference_token_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-token answer log-probabilities of ``model`` (as it is now: the reference) on every example of ``data``'s
     sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` in float32 on the CPU, L the longest sequence's length - 1, row i
     in the layout of :func:`~obliviate.losses.token_nll` (zero past its end and at unlabelled positions)."""
@@ -375,7 +355,7 @@ def reference_token_logprobs(model, data: "PairedData", keys, batch_size: int = 
 
 @torch.no_grad()
 @evaluating
-def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
+def reference_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
     ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
     device = next(model.parameters()).device
@@ -389,7 +369,7 @@ def reference_logprobs(model, data: "PairedData", keys, batch_size: int = 16) ->
     return out
 
 
-def steps_examples(data: "PairedData", key: str, steps: int | None) -> list[int]:
+def steps_examples(data: PairedData, key: str, steps: int | None) -> list[int]:
     """The examples of sub-set ``key`` that steps ``0..steps-1`` draw (all of them without ``steps``)."""
     n = len(data.sequences(key)[0])
     if steps is None:
@@ -404,7 +384,7 @@ def steps_examples(data: "PairedData", key: str, steps: int | None) -> list[int]
 
 
 @torch.no_grad()
-def reference_hidden_states(model, data: "PairedData", layers: dict[str, tuple[int, ...]], steps: int | None,
+def reference_hidden_states(model, data: PairedData, layers: dict[str, tuple[int, ...]], steps: int | None,
                             memory_bytes: int, batch_size: int = 16) -> HiddenCache:
     """The frozen states of ``model`` (as it is now: the reference) at ``layers[key]`` for the examples of each
     sub-set ``key`` that the run's ``steps`` draw, computed as a live reference computes them (eval mode, no
@@ -433,7 +413,7 @@ def reference_hidden_states(model, data: "PairedData", layers: dict[str, tuple[i
     return cache
 
 
-def labelled_rows(data: "PairedData", key: str, indices: list[int]) -> dict[int, tuple[int, int]]:
+def labelled_rows(data: PairedData, key: str, indices: list[int]) -> dict[int, tuple[int, int]]:
     """``{example: (start, n)}``: where each of ``indices`` of sub-set ``key`` starts in a flat store of one row per
     position that predicts a labelled token, and how many it has (its label mask shifted by one, as batches have)."""
     ids, masks = data.sequences(key)
@@ -455,7 +435,7 @@ def param_bytes(model) -> int:
 
 
 @torch.no_grad()
-def reference_logits(model, data: "PairedData", rows: dict[str, dict[int, tuple[int, int]]], memory_bytes: int,
+def reference_logits(model, data: PairedData, rows: dict[str, dict[int, tuple[int, int]]], memory_bytes: int,
                      batch_size: int = 16) -> HiddenCache:
     """The frozen logits of ``model`` (as it is now: the reference) at the labelled positions of the examples
     ``rows[key]`` (:func:`labelled_rows`) of each sub-set ``key``, in the model's dtype, computed as a live

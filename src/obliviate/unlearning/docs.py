@@ -1,6 +1,6 @@
 """The tables of docs/methods.md, generated from the registry: what each registered method declares.
 
-``make docs`` (``python -m obliviate.methods._docs docs/methods.md``) rewrites the block between
+``make docs`` (``python -m obliviate.unlearning.docs docs/methods.md``) rewrites the block between
 :data:`BEGIN` and :data:`END`; ``tests/methods/test_docs.py`` fails when the file is stale, so a new
 method file shows up in the docs by running one command, and a changed default cannot go unnoticed.
 """
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from obliviate.errors import ConfigError
-from obliviate.methods import METHODS, build_method, method_names
+from obliviate.unlearning.contract import METHODS, build_method, method_names
 
 BEGIN = "<!-- BEGIN generated from the method registry by `make docs`; do not edit by hand -->"
 END = "<!-- END generated -->"
@@ -93,7 +93,7 @@ def render() -> str:
         c = METHODS[n]
         rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "
                     f"{_cell(config_defaults(c))} |")
-    rows += ["", "| name | how the preset scales with the model (the method's file says why) |", "|---|---|"]
+    rows += ["", "| name | how the preset scales with the model (why: below the tables) |", "|---|---|"]
     rows += [f"| `{n}` | {_cell(scaling(n))} |" for n in names]
     return "\n".join([BEGIN, "", *rows, "", END])
 
