@@ -173,7 +173,7 @@ def register(sub) -> None:
     s.add_argument("--base-untrained", help="with --model: the model before it was taught the task, fine-tuned on the "
                    "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)
-    add_attacks_arg(s, "every attack but gcg")
+    add_attacks_arg(s, "every attack but gcg and gcg_prefix")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
                    "a validation split (as obliviate tune), and score every model on the other items")
     s.set_defaults(fn=cmd_compare)

@@ -47,7 +47,7 @@ class CompareConfig:
     runs: dict = field(default_factory=dict)
     """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
     attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
-    """Every attack but the optimised suffix (:func:`compare_attacks`; ``--attacks all`` adds it)."""
+    """Every attack but the optimised suffix and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel: bool = True
@@ -92,19 +92,20 @@ PARALLEL_MAX_PARAMS = 100_000_000
 
 
 def compare_attacks() -> TaskAttackConfig:
-    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift) and the
-    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``)."""
+    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift), the
+    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``) and those of issue #45
+    but the universal prefix (GCG's cost): leak@k, the soft prompt and neuron pruning."""
     return TaskAttackConfig(quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True,
-                            unrelated_finetune=True)
+                            unrelated_finetune=True, leak_at_k=True, soft_prompt=True, prune=True)
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
         "attacks": {"lr_grid": [3e-4], "corpus_lr_grid": [1e-3], "lora": False, "prompts": False,
-                    "unrelated_finetune": False}}
+                    "unrelated_finetune": False, "leak_at_k": False, "soft_prompt": False, "prune": False}}
 """What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
 relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction
 ablation, in-context), which keeps the demo within minutes; ``compare`` tries the whole grid and every attack
-but GCG."""
+but GCG's suffix and prefix (docs/evaluation.md, "More attacks", gives each one's cost)."""
 
 
 def runnable_methods(task: Task) -> list[str]:
