@@ -73,6 +73,11 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     assert {"second_oracle", "filtered"} <= set(res["model_dirs"])
     report = (out / "report.md").read_text()
     assert "## Robustness" in report and "### Robustness table" in report
+    assert "## Which numbers to trust on this task" in report  # the metric trust section, in results.json too
+    assert res["trust"]["groups"] == {"with": ["base", "positive_control", "positive_control_smallnorm"],
+                                      "without": ["oracle", "second_oracle", "filtered"]}
+    assert {"forget_score", "forget_qa_em", "quantize"} <= set(res["trust"]["reads"])
+    assert res["trust"]["reads"]["forget_qa_em"]["moves_quantize"] is not None  # quantize rescores every metric
     assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
     # read where the base model has the attack's reference (here it knows no forget answer: no relearning target)
     assert {"quantize", "ablate", "logit_lens", "in_context"} <= set(res["robustness"]["calibration"])

@@ -65,7 +65,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                       progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
-                  robustness=res["robustness"], **({"tuned": res["tuned"]} if "tuned" in res else {}))
+                  robustness=res["robustness"], trust=res["trust"],
+                  **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
     for line in verdict_lines(res, args):

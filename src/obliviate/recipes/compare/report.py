@@ -7,6 +7,7 @@ from pathlib import Path
 
 from obliviate.attacks.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
+from obliviate.eval.trust import trust_markdown
 from obliviate.recipes.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,
@@ -117,7 +118,7 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
 
 
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
-                 robustness: dict | None = None, base_log: Path | None = None) -> None:
+                 robustness: dict | None = None, base_log: Path | None = None, trust: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -144,6 +145,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "oracle's (higher = closer); `format_shift_acc` is the best score over the forget set's variants "
           "(docs/evaluation.md).", "",
           markdown_table(rows, columns), "",
+          *(trust_markdown(trust) if trust else []),
           *(robustness_markdown(metrics, robustness) if robustness else []),
           *muse_markdown(task, metrics),
           "## How much comes back under relearning on the other forget facts", "",

@@ -23,6 +23,7 @@ from obliviate.config import to_dict
 from obliviate.errors import ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.eval.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.methods.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -241,8 +242,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
     ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
     comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
-    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``
-    and ``robustness``.
+    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
+    ``robustness`` and ``trust`` (:func:`~obliviate.eval.trust.metric_trust`: which numbers separate the models
+    with the knowledge from those without, and stay put under quantization).
     """
     methods = cfg.methods if cfg.methods is not None else runnable_methods(task)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
@@ -411,8 +413,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
+    trust = metric_trust(metrics)
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
-                 base_log=None if base_root is None else base_root / "metrics.jsonl")
+                 base_log=None if base_root is None else base_root / "metrics.jsonl", trust=trust)
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, **({"tuned": tuned} if cfg.tune else {})}
+            "robustness": robustness, "trust": trust, **({"tuned": tuned} if cfg.tune else {})}
