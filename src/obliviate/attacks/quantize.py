@@ -156,7 +156,7 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
         with counting(q, cost=cost):
             m = evaluate_task(q, tokenizer, task, batch_size=batch_size)
         del q
-        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items()  # every number: the metric trust reads them
+        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items()  # every number (the metric trust's reads)
                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
         f = m.get("forget_score")
         if f is not None and (best is None or f > out["quantize_forget_score"]):
