@@ -141,8 +141,9 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
                     batch_size: int = 32) -> dict:
     """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
     :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
-    set's own metrics, which :mod:`obliviate.eval.trust` reads); ``quantize_forget_score`` the highest forget score over the
-    schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is untouched."""
+    set's own metrics, which :mod:`obliviate.eval.trust` reads); ``quantize_forget_score`` the highest forget score
+    over the schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is
+    untouched."""
     if backend not in ("simulate", "bitsandbytes"):
         raise ConfigError(f"quantize backend: must be 'simulate' or 'bitsandbytes', got {backend!r}")
     bad = [x for x in schemes if x not in SCHEMES] or ([] if schemes else ["(none)"])
