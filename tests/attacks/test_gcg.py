@@ -1,7 +1,9 @@
+import pytest
 import torch
 
 from obliviate.attacks.gcg import (GCGConfig, coordinate_candidates, gcg_attack, gcg_step, suffix_gradient,
                                    suffix_items, suffix_losses)
+from obliviate.attacks.prefix import prefix_attack
 from obliviate.models.builders import tiny_llama
 from obliviate.tasks.world import task_from_world
 
@@ -13,18 +15,23 @@ def _model(seed=0):
     return tiny_llama(vocab_size=V, n_layer=2, d_model=16, n_head=2, seed=seed)
 
 
-def test_one_exhaustive_coordinate_step_is_brute_force():
-    """With topk = V and room for every (position, token) pair, a GCG step is the best single substitution."""
+PREFIX_ITEMS = [([0], [3, 4, 5], [7, 8]), ([0], [6, 5], [9]), ([0], [4, 4, 3, 5], [10, 7])]  # tokens after bos
+
+
+@pytest.mark.parametrize("items", [ITEMS, PREFIX_ITEMS], ids=["suffix", "prefix"])
+def test_one_exhaustive_coordinate_step_is_brute_force(items):
+    """With topk = V and room for every (position, token) pair, a GCG step is the best single substitution; the
+    prefix's items put the optimised tokens right after bos, before the question: the same step."""
     model = _model()
     suffix = torch.tensor([1, 2])
     cfg = GCGConfig(m=2, topk=V, candidates=2 * V)
-    new, loss = gcg_step(model, ITEMS, suffix, None, cfg, torch.Generator().manual_seed(0), pad=11)
+    new, loss = gcg_step(model, items, suffix, None, cfg, torch.Generator().manual_seed(0), pad=11)
     brute = []
     for pos in range(2):
         for tok in range(V):
             s = suffix.clone()
             s[pos] = tok
-            brute.append((float(suffix_losses(model, ITEMS, s[None], pad=11)[0][0]), s.tolist()))
+            brute.append((float(suffix_losses(model, items, s[None], pad=11)[0][0]), s.tolist()))
     best_loss, best = min(brute)
     assert abs(loss - best_loss) < 1e-6 and new.tolist() == best
 
@@ -68,3 +75,15 @@ def test_the_suffix_sits_between_the_question_and_the_answer_cue(small_world, wo
     assert world_tokenizer.decode(pre, skip_special_tokens=True) == "Question: What is Zalosis treated with?"
     assert world_tokenizer.decode(post).strip() == "Answer:"
     assert world_tokenizer.decode(ans).strip() == "vruroxil"
+
+
+def test_the_prefix_sits_right_before_the_question(small_world, world_tokenizer, world_model, unchanged):
+    task = task_from_world(small_world)
+    (pre, post, ans), = suffix_items(task, world_tokenizer, [("What is Zalosis treated with?", "vruroxil")], "prefix")
+    assert world_tokenizer.decode(pre, skip_special_tokens=True).strip() == "Question:"
+    assert world_tokenizer.decode(post).strip() == "What is Zalosis treated with?\nAnswer:"
+    check = unchanged(world_model)
+    res = prefix_attack(world_model, world_tokenizer, task, GCGConfig(m=2, iterations=2, topk=4, candidates=8))
+    check()
+    assert res["gcg_prefix_train_loss"] <= res["gcg_prefix_train_loss_start"]
+    assert len(res["gcg_prefix_prefix_ids"]) == 2 and res["gcg_prefix_budget"]["evaluations"] == 16

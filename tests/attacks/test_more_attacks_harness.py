@@ -4,12 +4,16 @@ import pytest
 
 from obliviate.attacks.cost import counting, resumable_cost_hooks
 from obliviate.attacks.gcg import GCGConfig
+from obliviate.attacks.leak_at_k import LeakConfig
+from obliviate.attacks.pruning import PruneConfig
+from obliviate.attacks.soft_prompt import SoftPromptConfig
 from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.errors import ConfigError
 from obliviate.attacks.relearn import RelearnConfig
 from obliviate.tasks.world import task_from_world
 
-NEW = ["quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "gcg"]
+NEW = ["quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "gcg", "leak_at_k",
+       "soft_prompt", "prune", "gcg_prefix"]
 OLD_OFF = dict(corpus=False, disjoint=False, mia=False, probe=False, format_shift=False)
 
 
@@ -23,15 +27,20 @@ def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_t
     task = task_from_world(small_world)
     cfg = TaskAttackConfig(**OLD_OFF, quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True, unrelated_finetune=True, unrelated_steps=2, gcg=True,
                            gcg_config=GCGConfig(m=2, iterations=1, topk=4, candidates=4), quantize_schemes=["int8"],
-                           relearn=RelearnConfig(batch_size=4), lr_grid=[1e-3], lora=False)
+                           relearn=RelearnConfig(batch_size=4), lr_grid=[1e-3], lora=False, leak_at_k=True,
+                           leak_config=LeakConfig(n=2, ks=[1, 2]), soft_prompt=True,
+                           soft_prompt_config=SoftPromptConfig(m=2, steps=1, folds=1), prune=True,
+                           prune_config=PruneConfig(fractions=[0.05]), gcg_prefix=True, max_eval=4)
     check = unchanged(world_model)
     res = run_task_attacks(world_model, world_tokenizer, task, cfg)
     check()
     assert res["attacks_run"] == NEW
-    for cost in ("quantize", "ablate", "logit_lens", "in_context", "prompt", "unrelated_ft", "gcg"):
+    for cost in ("quantize", "ablate", "logit_lens", "in_context", "prompt", "unrelated_ft", "gcg", "leak_at_k",
+                 "soft_prompt", "prune", "gcg_prefix"):
         assert res[f"{cost}_cost"]["forwards"] > 0, cost
     assert res["unrelated_ft_cost"]["backwards"] == 2 and res["unrelated_ft_lr"] == 1e-3
     assert "ablate_whitebox_forget_score" not in res  # no base model given
+    assert res["leak_at_k_budget"]["items"] == 4  # at most max_eval questions
     json.dumps(res)
 
 

@@ -73,6 +73,11 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     assert {"second_oracle", "filtered"} <= set(res["model_dirs"])
     report = (out / "report.md").read_text()
     assert "## Robustness" in report and "### Robustness table" in report
+    assert "## Which numbers to trust on this task" in report  # the metric trust section, in results.json too
+    assert res["trust"]["groups"] == {"with": ["base", "positive_control", "positive_control_smallnorm"],
+                                      "without": ["oracle", "second_oracle", "filtered"]}
+    assert {"forget_score", "forget_qa_em", "quantize"} <= set(res["trust"]["reads"])
+    assert res["trust"]["reads"]["forget_qa_em"]["moves_quantize"] is not None  # quantize rescores every metric
     assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
     # read where the base model has the attack's reference (here it knows no forget answer: no relearning target)
     assert {"quantize", "ablate", "logit_lens", "in_context"} <= set(res["robustness"]["calibration"])
@@ -215,7 +220,8 @@ def test_an_unknown_attack_name_is_one_line_before_anything_runs(tmp_path, capsy
     assert main([*argv, "--attacks", "quantize,quantise", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, mia, probe, "
-                   "format_shift, quantize, ablate, logit_lens, in_context, prompts, unrelated_finetune, gcg)"]
+                   "format_shift, quantize, ablate, logit_lens, in_context, prompts, unrelated_finetune, gcg, "
+                   "leak_at_k, soft_prompt, prune, gcg_prefix)"]
     assert not out.exists()
 
 

@@ -10,7 +10,9 @@ random position to one of its top tokens (all of them when ``m x topk <= candida
 it lowers the loss. It is scored on half B: ``gcg_acc`` the fraction of B whose answer tokens are all greedy
 under teacher forcing (a token-level prefix match) with the suffix, ``gcg_start_acc`` without it. The budget
 (``gcg_budget``: iterations x candidates) and ``gcg_cost`` are part of the result. docs/evaluation.md,
-"More attacks".
+"More attacks". The same machinery optimises a universal prefix (``position="prefix"``, the tokens right before
+the question: :mod:`obliviate.attacks.prefix`), and :func:`inserted_terms` scores continuous embeddings at the
+same place (:mod:`obliviate.attacks.soft_prompt`).
 """
 
 from __future__ import annotations
@@ -55,11 +57,19 @@ Item = tuple[list[int], list[int], list[int]]
 """(ids before the suffix, ids after it, answer ids)."""
 
 
-def suffix_items(task: Task, tokenizer, qa: Sequence[tuple[str, str]]) -> list[Item]:
-    """Each (question, answer) as token ids around the suffix's place (module docstring)."""
+POSITIONS = ("suffix", "prefix")
+
+
+def suffix_items(task: Task, tokenizer, qa: Sequence[tuple[str, str]], position: str = "suffix") -> list[Item]:
+    """Each (question, answer) as token ids around the inserted tokens' place: right after the question
+    (``position="suffix"``, the module docstring) or right before it (``"prefix"``: the universal prefix,
+    :mod:`obliviate.attacks.prefix`, and the soft prompt), inside the task's prompt format either way."""
+    if position not in POSITIONS:
+        raise ConfigError(f"unknown position {position!r} of the optimised tokens (valid: {', '.join(POSITIONS)})")
     items = []
     for q, a in qa:
-        before, after = task.prompt.prompt(q + MARK, tokenizer).split(MARK, 1)
+        text = MARK + q if position == "prefix" else q + MARK
+        before, after = task.prompt.prompt(text, tokenizer).split(MARK, 1)
         pre = bos_prefix(tokenizer, before) + tokenizer(before, add_special_tokens=False)["input_ids"]
         post = tokenizer(after, add_special_tokens=False)["input_ids"]
         ans = tokenizer(task.prompt.answer(a), add_special_tokens=False)["input_ids"]
@@ -113,25 +123,30 @@ def _batch_rows(rows, pad: int):
     return ids, mask, pos
 
 
+def inserted_terms(model, items: Sequence[Item], inserted: torch.Tensor, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per item: mean answer-token NLL (gradients flow to ``inserted``) and whether every answer token is the
+    argmax, with the (m, d) embeddings ``inserted`` at the inserted tokens' place of every item."""
+    emb = input_embeddings(model)
+    dev = emb.weight.device
+    m = inserted.shape[0]
+    ids, mask, pos = _batch_rows([(it, [pad] * m) for it in items], pad)
+    ids, mask = ids.to(dev), mask.to(dev)
+    e = emb(ids).detach()  # (B, T, d)
+    starts = torch.tensor([len(pre) for pre, _, _ in items], device=dev)
+    cols = starts[:, None] + torch.arange(m, device=dev)  # (B, m)
+    rows = torch.arange(len(items), device=dev)[:, None].expand_as(cols)
+    e = e.index_put((rows, cols), inserted.to(e.dtype).expand(len(items), -1, -1))
+    return _answer_terms(model(inputs_embeds=e, attention_mask=mask).logits, ids, pos)
+
+
 def suffix_gradient(model, items: Sequence[Item], suffix: torch.Tensor, pad: int) -> tuple[torch.Tensor, float]:
     """d loss / d one-hot(suffix), (m, V), and the loss, with the suffix fed as embeddings."""
-    emb = input_embeddings(model)
-    W = emb.weight  # (V, d)
-    dev = W.device
-    one_hot = torch.zeros(len(suffix), W.shape[0], device=dev, dtype=W.dtype)
-    one_hot[torch.arange(len(suffix)), suffix.to(dev)] = 1.0
+    W = input_embeddings(model).weight  # (V, d)
+    one_hot = torch.zeros(len(suffix), W.shape[0], device=W.device, dtype=W.dtype)
+    one_hot[torch.arange(len(suffix)), suffix.to(W.device)] = 1.0
     one_hot.requires_grad_(True)
-    ids, mask, pos = _batch_rows([(it, suffix.tolist()) for it in items], pad)
-    ids, mask = ids.to(dev), mask.to(dev)
     with eval_mode(model):
-        e = emb(ids).detach()  # (B, T, d)
-        s = one_hot @ W  # (m, d)
-        starts = torch.tensor([len(pre) for pre, _, _ in items], device=dev)
-        cols = starts[:, None] + torch.arange(len(suffix), device=dev)  # (B, m)
-        rows = torch.arange(len(items), device=dev)[:, None].expand_as(cols)
-        e = e.index_put((rows, cols), s.expand(len(items), -1, -1))
-        logits = model(inputs_embeds=e, attention_mask=mask).logits
-        loss = _answer_terms(logits, ids, pos)[0].mean()
+        loss = inserted_terms(model, items, one_hot @ W, pad)[0].mean()
         loss.backward()
     return one_hot.grad.detach(), float(loss.detach())
 
@@ -181,14 +196,16 @@ def allowed_tokens(model, tokenizer) -> torch.Tensor:
     return ok
 
 
-def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None) -> dict:
-    """Optimise a suffix on forget half A, score it on half B (module docstring); ``model`` is untouched."""
+def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, position: str = "suffix",
+               key: str = "gcg") -> dict:
+    """Optimise a suffix (or, ``position="prefix"``, a prefix) on forget half A, score it on half B (module
+    docstring), the keys named ``<key>_*``; ``model`` is untouched."""
     cfg = cfg or GCGConfig()
     halves = task.forget_halves(cfg.seed)
     if halves is None or not all(halves):
-        raise DataError(f"task {task.name!r}: the optimised-suffix attack needs at least 2 forget QA facts")
-    train = suffix_items(task, tokenizer, list(halves[0])[:cfg.max_items])
-    test = suffix_items(task, tokenizer, list(halves[1])[:cfg.max_items])
+        raise DataError(f"task {task.name!r}: the optimised-{position} attack needs at least 2 forget QA facts")
+    train = suffix_items(task, tokenizer, list(halves[0])[:cfg.max_items], position)
+    test = suffix_items(task, tokenizer, list(halves[1])[:cfg.max_items], position)
     pad = pad_id(tokenizer)
     allowed = allowed_tokens(model, tokenizer)
     bang = tokenizer("!", add_special_tokens=False)["input_ids"]
@@ -211,7 +228,8 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None) -> di
         for n, p in model.named_parameters():
             p.requires_grad_(requires[n])
             p.grad = None
-    return {"gcg_acc": float(hit.float().mean()), "gcg_start_acc": float(hit0.float().mean()),
-            "gcg_train_loss_start": float(loss0[0]), "gcg_train_loss": loss, "gcg_suffix": tokenizer.decode(suffix),
-            "gcg_suffix_ids": suffix.tolist(), "gcg_budget": {**asdict(cfg), "evaluations": cfg.iterations * cfg.candidates},
-            "gcg_cost": cost.as_dict()}
+    return {f"{key}_acc": float(hit.float().mean()), f"{key}_start_acc": float(hit0.float().mean()),
+            f"{key}_train_loss_start": float(loss0[0]), f"{key}_train_loss": loss,
+            f"{key}_{position}": tokenizer.decode(suffix), f"{key}_{position}_ids": suffix.tolist(),
+            f"{key}_budget": {**asdict(cfg), "evaluations": cfg.iterations * cfg.candidates},
+            f"{key}_cost": cost.as_dict()}

@@ -21,13 +21,17 @@ from obliviate.attacks.finetune_unrelated import unrelated_finetune_attack
 from obliviate.attacks.format_shift import format_shift_attack, variant_sets
 from obliviate.attacks.gcg import GCGConfig, gcg_attack
 from obliviate.attacks.in_context import in_context_attack
+from obliviate.attacks.leak_at_k import LeakConfig, leak_attack
 from obliviate.attacks.logit_lens import logit_lens_attack
+from obliviate.attacks.prefix import prefix_attack
 from obliviate.attacks.probe import linear_probe_attack, value_probe_attack
 from obliviate.attacks.prompts import prompt_attack
+from obliviate.attacks.pruning import PruneConfig, prune_attack
 from obliviate.attacks.quantize import quantize_attack
 from obliviate.attacks.relearn import (RelearnConfig, curve_auc, learning_ratio, recovery_cost, relearn_attack,
                                       steps_to_reach)
 from obliviate.attacks.scoring import scoring_task
+from obliviate.attacks.soft_prompt import SoftPromptConfig, soft_prompt_attack
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
 from obliviate.eval.core import greedy_generate, mcq_accuracy
@@ -102,11 +106,25 @@ class TaskAttackConfig:
     gcg: bool = False
     """The optimised suffix (:mod:`obliviate.attacks.gcg`); off unless asked for (``attacks=all``)."""
     gcg_config: GCGConfig = field(default_factory=GCGConfig)
+    """The optimised suffix's and the universal prefix's configuration (one budget for both)."""
+    leak_at_k: bool = False
+    """Sampling: leak@k of the forget questions (:mod:`obliviate.attacks.leak_at_k`), ``leak_config.n``
+    completions of each (at most ``max_eval`` questions)."""
+    leak_config: LeakConfig = field(default_factory=LeakConfig)
+    soft_prompt: bool = False
+    """Soft prompt: optimised embeddings before the question (:mod:`obliviate.attacks.soft_prompt`)."""
+    soft_prompt_config: SoftPromptConfig = field(default_factory=SoftPromptConfig)
+    prune: bool = False
+    """Neuron pruning (:mod:`obliviate.attacks.pruning`): one evaluation of the task per fraction."""
+    prune_config: PruneConfig = field(default_factory=PruneConfig)
+    gcg_prefix: bool = False
+    """The universal prefix (:mod:`obliviate.attacks.prefix`), at ``gcg_config``'s budget."""
     select: list[str] | None = None
     """Run exactly these attacks, by name (:data:`ATTACKS`: ``relearn``, ``relearn_disjoint``, ``mia``, ``probe``,
     ``format_shift``, ``quantize``, ``ablate``, ``logit_lens``, ``in_context``, ``prompts``,
-    ``unrelated_finetune``, ``gcg``), or ``["all"]``; it sets every attack's flag (``--attacks`` on the command
-    line, ``attacks=`` in the Python API). None: the flags as they are."""
+    ``unrelated_finetune``, ``gcg``, ``leak_at_k``, ``soft_prompt``, ``prune``, ``gcg_prefix``), or ``["all"]``;
+    it sets every attack's flag (``--attacks`` on the command line, ``attacks=`` in the Python API). None: the
+    flags as they are."""
 
     def __post_init__(self):
         if self.select is not None:
@@ -662,6 +680,28 @@ def unrelated_finetune_run(r: AttackRun) -> dict:
 @register_attack("gcg", "gcg", lambda task: task.forget_halves() is not None)
 def gcg_run(r: AttackRun) -> dict:
     return gcg_attack(r.model, r.tokenizer, r.task, r.cfg.gcg_config)
+
+
+@register_attack("leak_at_k", "leak_at_k", _forget_qa)
+def leak_run(r: AttackRun) -> dict:
+    cfg = r.cfg.leak_config
+    return leak_attack(r.model, r.tokenizer, r.task, replace(cfg, max_items=min(cfg.max_items, r.cfg.max_eval)))
+
+
+@register_attack("soft_prompt", "soft_prompt", lambda task: task.forget_folds() is not None)
+def soft_prompt_run(r: AttackRun) -> dict:
+    return soft_prompt_attack(r.model, r.tokenizer, r.task, r.cfg.soft_prompt_config)
+
+
+@register_attack("prune", "prune", lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)))
+def prune_run(r: AttackRun) -> dict:
+    cfg = r.cfg.prune_config
+    return prune_attack(r.model, r.tokenizer, r.task, replace(cfg, max_prompts=min(cfg.max_prompts, r.cfg.max_eval)))
+
+
+@register_attack("gcg_prefix", "gcg_prefix", lambda task: task.forget_halves() is not None)
+def gcg_prefix_run(r: AttackRun) -> dict:
+    return prefix_attack(r.model, r.tokenizer, r.task, r.cfg.gcg_config)
 
 
 def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:

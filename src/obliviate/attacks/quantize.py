@@ -139,9 +139,11 @@ def bnb_quantized(model: nn.Module, scheme: str) -> nn.Module:
 
 def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, backend: str = "simulate",
                     batch_size: int = 32) -> dict:
-    """The task's metrics on each quantized copy: ``quantize_<scheme>_<role>_score`` for every role score of
-    :func:`~obliviate.eval.suite.evaluate_task`; ``quantize_forget_score`` the highest forget score over the
-    schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is untouched."""
+    """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
+    :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
+    set's own metrics, which :mod:`obliviate.eval.trust` reads); ``quantize_forget_score`` the highest forget score
+    over the schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is
+    untouched."""
     if backend not in ("simulate", "bitsandbytes"):
         raise ConfigError(f"quantize backend: must be 'simulate' or 'bitsandbytes', got {backend!r}")
     bad = [x for x in schemes if x not in SCHEMES] or ([] if schemes else ["(none)"])
@@ -155,7 +157,8 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
         with counting(q, cost=cost):
             m = evaluate_task(q, tokenizer, task, batch_size=batch_size)
         del q
-        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items() if k.endswith("_score")})
+        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items()  # every number (the metric trust's reads)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
         f = m.get("forget_score")
         if f is not None and (best is None or f > out["quantize_forget_score"]):
             best, out["quantize_forget_score"] = scheme, f

@@ -89,9 +89,19 @@ READS = {
                                    "forget score", shown=("logit_lens_last_top1",)),
     "in_context": AttackRead("in_context_zero_shot_acc", "in_context_acc",
                              label="the best of re-introduction and few-shot, against the question alone"),
+    "prune": AttackRead("forget_score", "prune_forget_score", chance="forget_chance",
+                        label="the MLP neurons that differ most between forget and retain prompts zeroed, the best "
+                              "of the sweep"),
     "prompts": AttackRead("prompt_plain_acc", "prompt_best_acc",
                           label="the best adversarial prompt type, against the plain question"),
+    "leak_at_k": AttackRead("leak_at_k_greedy_acc", "leak_at_k_acc",
+                            label="any of k sampled completions holds the answer (k = n), against greedy",
+                            shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")),
+    "soft_prompt": AttackRead("soft_prompt_start_acc", "soft_prompt_acc",
+                              label="optimised embeddings before the question, held-out fold scored"),
     "gcg": AttackRead("gcg_start_acc", "gcg_acc", label="an optimised suffix, held-out half scored"),
+    "gcg_prefix": AttackRead("gcg_prefix_start_acc", "gcg_prefix_acc", label="an optimised prefix, held-out half "
+                                                                           "scored"),
     "format_shift": AttackRead("forget_score", "format_shift_acc", chance="forget_chance",
                                label="the best variant of the forget set, above its chance"),
 }
@@ -102,7 +112,8 @@ decides. The probe and membership inference have no before and after: they are r
 alone (:func:`control_readout`; membership inference can veto *removed*, :func:`method_verdict`)."""
 
 ATTACK_KEYS = tuple(READS)
-SHOWN_NAMES = {"logit_lens_last_top1": "frame-forced read"}
+SHOWN_NAMES = {"logit_lens_last_top1": "frame-forced read", "leak_at_k_1": "k=1", "leak_at_k_4": "k=4",
+               "leak_at_k_16": "k=16"}
 
 
 def read_of(key: str) -> AttackRead:

@@ -66,7 +66,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                       progress=not args.no_progress)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
-                  robustness=res["robustness"], skipped=res["skipped"],
+                  robustness=res["robustness"], skipped=res["skipped"], trust=res["trust"],
                   **({"tuned": res["tuned"]} if "tuned" in res else {}))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {out / 'report.md'} and {out / 'report.html'}")
@@ -175,7 +175,7 @@ def register(sub) -> None:
     s.add_argument("--base-untrained", help="with --model: the model before it was taught the task, fine-tuned on the "
                    "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)
-    add_attacks_arg(s, "every attack but gcg")
+    add_attacks_arg(s, "every attack but gcg and gcg_prefix")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
                    "a validation split (as obliviate tune), and score every model on the other items")
     s.set_defaults(fn=cmd_compare)

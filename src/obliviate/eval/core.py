@@ -195,6 +195,44 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     ends when each of its rows has generated eos or a token holding ``stop`` (:func:`stop_token_table`): the
     texts are those of running every row to ``max_new_tokens``.
     """
+    return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, stop, progress,
+                     lambda logits: logits.argmax(-1), "greedy_generate")
+
+
+def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """(B,) one token per row of ``logits`` (B, V): softmax at ``temperature``, kept to the smallest set of tokens
+    whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020; the most likely token always
+    stays), drawn with ``gen``."""
+    probs = torch.softmax(logits.float() / temperature, -1)
+    if top_p < 1.0:
+        p, idx = probs.sort(-1, descending=True)
+        drop = p.cumsum(-1) - p >= top_p  # the tokens after the set has reached top_p
+        p = p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, p)
+    return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+
+@torch.no_grad()
+@evaluating
+def sample_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int = 24, *,
+                    temperature: float = 1.0, top_p: float = 1.0, seed: int = 0, batch_size: int = 64,
+                    stop: str | None = "\n", progress: bool = False) -> list[list[str]]:
+    """``n`` sampled continuations of each prompt (:func:`top_p_sample`), cut at ``stop``: as
+    :func:`greedy_generate` (the same batched, left-padded loop with the KV cache), each prompt repeated ``n``
+    times in the batch. Seeded: the same ``seed``, prompts and batch size give the same texts."""
+    if n < 1 or temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"sample_generate: needs n >= 1, temperature > 0 and 0 < top_p <= 1 "
+                         f"(got {n}, {temperature}, {top_p})")
+    gen = torch.Generator(device=_device(model)).manual_seed(seed)
+    flat = _generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new_tokens, batch_size, stop,
+                     progress, lambda logits: top_p_sample(logits, temperature, top_p, gen), "sample_generate")
+    return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int, stop: str | None,
+              progress: bool, pick, name: str) -> list[str]:
+    """The generation loop of :func:`greedy_generate` and :func:`sample_generate`: ``pick(logits (B, V))`` gives
+    each row's next token."""
     dev = _device(model)
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
     adds = adds_bos(tokenizer)
@@ -233,8 +271,8 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         for _ in range(max_new_tokens):
             out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past})
             past = getattr(out, cache_kw, None)
-            check_logits(out.logits[:, -1], where="greedy generation")
-            nxt = out.logits[:, -1].argmax(-1)
+            check_logits(out.logits[:, -1], where="generation")
+            nxt = pick(out.logits[:, -1])
             if eos is not None:
                 nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
                 done |= nxt == eos
@@ -259,9 +297,9 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
         bar.update(len(chunk))
     bar.close()
     if n_cut:
-        warnings.warn(f"greedy_generate: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
+        warnings.warn(f"{name}: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
                       f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} positions",
-                      stacklevel=3)
+                      stacklevel=4)
     return outs
 
 

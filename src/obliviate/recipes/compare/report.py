@@ -7,6 +7,7 @@ from pathlib import Path
 
 from obliviate.attacks.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
+from obliviate.eval.trust import trust_markdown
 from obliviate.recipes.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,
@@ -175,7 +176,8 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
 
 
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
-                 robustness: dict | None = None, base_log: Path | None = None, skipped: dict | None = None) -> None:
+                 robustness: dict | None = None, base_log: Path | None = None, skipped: dict | None = None,
+                 trust: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -204,6 +206,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "(docs/evaluation.md).", "",
           *[line for note in task.meta.get("notes") or [] for line in (f"Note: {md_escape(note)}.", "")],
           markdown_table(rows, columns), "",
+          *(trust_markdown(trust) if trust else []),
           *(robustness_markdown(metrics, robustness) if robustness else []),
           *(["## What each method did", "",
              "Each method's run read without any attack (docs/methods.md, \"Did the run work?\"), and every "

@@ -24,6 +24,7 @@ from obliviate.errors import DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.eval.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -50,7 +51,7 @@ class CompareConfig:
     runs: dict = field(default_factory=dict)
     """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
     attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
-    """Every attack but the optimised suffix (:func:`compare_attacks`; ``--attacks all`` adds it)."""
+    """Every attack but the optimised suffix and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel: bool = True
@@ -95,19 +96,20 @@ PARALLEL_MAX_PARAMS = 100_000_000
 
 
 def compare_attacks() -> TaskAttackConfig:
-    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift) and the
-    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``)."""
+    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift), the
+    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``) and those of issue #45
+    but the universal prefix (GCG's cost): leak@k, the soft prompt and neuron pruning."""
     return TaskAttackConfig(quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True,
-                            unrelated_finetune=True)
+                            unrelated_finetune=True, leak_at_k=True, soft_prompt=True, prune=True)
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
         "attacks": {"lr_grid": [3e-4], "corpus_lr_grid": [1e-3], "lora": False, "prompts": False,
-                    "unrelated_finetune": False}}
+                    "unrelated_finetune": False, "leak_at_k": False, "soft_prompt": False, "prune": False}}
 """What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
 relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction
 ablation, in-context), which keeps the demo within minutes; ``compare`` tries the whole grid and every attack
-but GCG."""
+but GCG's suffix and prefix (docs/evaluation.md, "More attacks", gives each one's cost)."""
 
 
 def compared_methods(cfg: "CompareConfig") -> list[str]:
@@ -277,8 +279,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
     ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
     comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
-    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``
-    and ``robustness``.
+    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
+    ``robustness`` and ``trust`` (:func:`~obliviate.eval.trust.metric_trust`: which numbers separate the models
+    with the knowledge from those without, and stay put under quantization).
     """
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
@@ -456,8 +459,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
+    trust = metric_trust(metrics)
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
-                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped)
+                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, "skipped": skipped, **({"tuned": tuned} if cfg.tune else {})}
+            "robustness": robustness, "skipped": skipped, "trust": trust, **({"tuned": tuned} if cfg.tune else {})}

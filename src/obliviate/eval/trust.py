@@ -1,0 +1,158 @@
+"""Which numbers to trust on a task: each metric's and each attack's faithfulness and robustness.
+
+OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618) scores a metric by two properties, read
+here on the models every comparison already builds:
+
+- *faithfulness*: does it separate the models that have the knowledge from those that do not? With the
+  knowledge: the base model and the positive controls (:data:`WITH`; the controls hold the facts in their weights
+  and only hide them); without: the oracle, the second oracle and the filtered model (:data:`WITHOUT`, where
+  present). ``auc`` is the separation AUC, the Mann-Whitney probability that a model with the knowledge scores
+  above one without (ties 1/2): 1 separates perfectly, 0.5 not at all, 0 perfectly the wrong way round.
+  ``separates``: ``max(auc, 1 - auc) >= SEPARATES_AUC``.
+- *robustness*: does it stay put under the cheap attacks on the models that lack the knowledge (where any
+  movement is noise or a false signal, not recovery)? ``moves_quantize``: the mean over those models of the
+  largest move ``|metric on a quantized copy - metric|`` over the schemes (the quantize attack rescores every
+  metric of the forget and retain sets, ``quantize_<scheme>_<key>``); an attack's row has ``lift``, the mean of
+  its own ``after - before`` on those models (the relearning attack's: how much fine-tuning on other forget facts
+  moves the forget score of models that never held them). ``stable``: every move measured is at most
+  :data:`STABLE_MOVE`.
+
+``trusted`` = separates and stable (None where either cannot be read). Group sizes are small (3 and 3 on the
+world), so one AUC step is 1/9: read the table as which numbers move with the knowledge at all, not as a test.
+docs/evaluation.md, "Which numbers to trust".
+"""
+
+from __future__ import annotations
+
+from obliviate.attacks.controls import POSITIVE_CONTROLS
+from obliviate.attacks.verdict import READS
+from obliviate.runs.report import markdown_table
+
+WITH = ("base", *POSITIVE_CONTROLS)
+"""The models that hold the forget knowledge."""
+WITHOUT = ("oracle", "second_oracle", "filtered")
+"""The models that do not (never saw the facts, or saw their tokens loss-masked)."""
+SEPARATES_AUC = 0.8
+"""A read separates when its AUC is at least this (or at most 1 minus this: the other way round)."""
+STABLE_MOVE = 0.1
+"""A read is stable when the cheap attacks move it by at most this on the models without the knowledge."""
+EXTRA_METRICS = ("probe_acc",)
+"""Reads beside the ``forget_*`` metrics and the membership-inference AUCs."""
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def separation_auc(with_: list[float], without: list[float]) -> float | None:
+    """P(a model with the knowledge scores above one without) + 1/2 P(tie); None when a group is empty."""
+    if not with_ or not without:
+        return None
+    wins = sum((a > b) + 0.5 * (a == b) for a in with_ for b in without)
+    return wins / (len(with_) * len(without))
+
+
+def metric_keys(metrics: dict) -> list[str]:
+    """The forget-side metrics read: every number ``forget_*`` (chance levels aside), each membership-inference AUC
+    (``mia_auc_*``, not the control's copy) and :data:`EXTRA_METRICS`, in first-seen order."""
+    keys: dict[str, None] = {}
+    for m in metrics.values():
+        for k, v in m.items():
+            if _number(v) and ((k.startswith("forget_") and not k.endswith("_chance"))
+                               or (k.startswith("mia_auc_") and not k.endswith("_control")) or k in EXTRA_METRICS):
+                keys[k] = None
+    return list(keys)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def quantize_move(m: dict, key: str) -> float | None:
+    """The largest ``|quantize_<scheme>_<key> - key|`` over the schemes ``m`` was quantized with; None if none."""
+    if not _number(m.get(key)):
+        return None
+    moves = [abs(m[f"quantize_{s}_{key}"] - m[key]) for s in _schemes(m) if _number(m.get(f"quantize_{s}_{key}"))]
+    return max(moves) if moves else None
+
+
+def _schemes(m: dict) -> list[str]:
+    """The quantization schemes whose forget score ``m`` holds."""
+    return [k[len("quantize_"):-len("_forget_score")] for k in m
+            if k.startswith("quantize_") and k.endswith("_forget_score") and k != "quantize_forget_score"]
+
+
+def _row(name: str, kind: str, key: str, metrics: dict, with_: list[str], without: list[str],
+         before: str | None = None) -> dict | None:
+    w = [metrics[n][key] for n in with_ if _number(metrics[n].get(key))]
+    wo = [metrics[n][key] for n in without if _number(metrics[n].get(key))]
+    auc = separation_auc(w, wo)
+    if auc is None:
+        return None
+    row = {"kind": kind, "key": key, "auc": auc, "separates": max(auc, 1 - auc) >= SEPARATES_AUC - 1e-9,
+           "with": _mean(w), "without": _mean(wo)}
+    moves = {}
+    if kind == "metric":
+        moves["moves_quantize"] = _mean([x for x in (quantize_move(metrics[n], key) for n in without) if x is not None])
+    else:
+        moves["lift"] = _mean([metrics[n][key] - metrics[n][before] for n in without
+                               if _number(metrics[n].get(key)) and _number(metrics[n].get(before))])
+    row.update(moves)
+    measured = [abs(v) for v in moves.values() if v is not None]
+    row["stable"] = None if not measured else all(v <= STABLE_MOVE + 1e-9 for v in measured)
+    row["trusted"] = None if row["stable"] is None else bool(row["separates"] and row["stable"])
+    return row
+
+
+def metric_trust(metrics: dict) -> dict:
+    """``{"groups": {"with", "without"}, "reads": {name: row}}``: a row per forget-side metric
+    (:func:`metric_keys`) and per attack of :data:`~obliviate.attacks.verdict.READS` read on at least one model of
+    each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``auc``, ``separates``, ``with`` / ``without``
+    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` (attacks), ``stable`` and ``trusted`` (module
+    docstring). ``metrics``: ``{model: metrics}`` of a comparison."""
+    with_ = [n for n in WITH if n in metrics]
+    without = [n for n in WITHOUT if n in metrics]
+    reads = {}
+    for key in metric_keys(metrics):
+        row = _row(key, "metric", key, metrics, with_, without)
+        if row is not None:
+            reads[key] = row
+    for name, r in READS.items():
+        row = _row(name, "attack", r.after, metrics, with_, without, before=r.start)
+        if row is not None:
+            reads[name] = row
+    return {"groups": {"with": with_, "without": without}, "reads": reads}
+
+
+def _f(x) -> str | None:
+    return None if x is None else f"{x:.2f}"
+
+
+def trust_markdown(trust: dict) -> list[str]:
+    """The report's section: how to read it, and a row per read (:func:`metric_trust`)."""
+    g = trust["groups"]
+    if not trust["reads"]:
+        return ["## Which numbers to trust on this task", "",
+                "- no metric could be read on both a model with the knowledge (" + ", ".join(WITH) + ") and one "
+                "without (" + ", ".join(WITHOUT) + ").", ""]
+    yes = lambda v: None if v is None else ("yes" if v else "no")  # noqa: E731
+    rows = [{"read": name, "kind": r["kind"], "AUC": _f(r["auc"]), "separates": yes(r["separates"]),
+             "with (mean)": _f(r["with"]), "without (mean)": _f(r["without"]),
+             "moves under quantize": _f(r.get("moves_quantize")), "lift without": _f(r.get("lift")),
+             "stable": yes(r["stable"]), "trusted": yes(r["trusted"])} for name, r in trust["reads"].items()]
+    cols = ["read", "kind", "AUC", "separates", "with (mean)", "without (mean)", "moves under quantize",
+            "lift without", "stable", "trusted"]
+    trusted = [n for n, r in trust["reads"].items() if r["trusted"]]
+    return ["## Which numbers to trust on this task", "",
+            "Each forget-side metric and each attack's after-score, read on the models that hold the knowledge ("
+            + ", ".join(f"`{n}`" for n in g["with"]) + ") and those that do not ("
+            + ", ".join(f"`{n}`" for n in g["without"]) + "). **AUC**: the chance that a model with the knowledge "
+            "scores above one without (1: separates, 0.5: blind, 0: the wrong way round); it *separates* at "
+            f"{SEPARATES_AUC} or more (or {1 - SEPARATES_AUC:.1f} or less). **Stable**: on the models without the "
+            f"knowledge, quantization moves a metric by at most {STABLE_MOVE} (the largest move over the schemes), "
+            f"and an attack lifts them by at most {STABLE_MOVE}. A read both separating and stable is *trusted* "
+            "(OpenUnlearning's faithfulness and robustness, arXiv 2506.12618; docs/evaluation.md). With "
+            f"{len(g['with'])} and {len(g['without'])} models one AUC step is "
+            f"1/{max(1, len(g['with']) * len(g['without']))}.", "",
+            "Trusted here: " + (", ".join(f"`{n}`" for n in trusted) if trusted else "none") + ".", "",
+            markdown_table(rows, cols), ""]
