@@ -1,6 +1,6 @@
 import pytest
 
-from obliviate.eval.trust import metric_keys, metric_trust, separation_auc, trust_markdown
+from obliviate.attacks.trust import metric_keys, metric_trust, separation_auc, trust_markdown
 
 
 def test_the_auc_is_the_share_of_pairs_in_order_ties_half():

@@ -141,7 +141,7 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
                     batch_size: int = 32) -> dict:
     """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
     :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
-    set's own metrics, which :mod:`obliviate.eval.trust` reads); ``quantize_forget_score`` the highest forget score
+    set's own metrics, which :mod:`obliviate.attacks.trust` reads); ``quantize_forget_score`` the highest forget score
     over the schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is
     untouched."""
     if backend not in ("simulate", "bitsandbytes"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from obliviate.attacks.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
-from obliviate.eval.trust import trust_markdown
+from obliviate.attacks.trust import trust_markdown
 from obliviate.recipes.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,

@@ -24,7 +24,7 @@ from obliviate.errors import DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
-from obliviate.eval.trust import metric_trust
+from obliviate.attacks.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name
 from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -280,7 +280,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
     comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
     passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
-    ``robustness`` and ``trust`` (:func:`~obliviate.eval.trust.metric_trust`: which numbers separate the models
+    ``robustness`` and ``trust`` (:func:`~obliviate.attacks.trust.metric_trust`: which numbers separate the models
     with the knowledge from those without, and stay put under quantization).
     """
     methods = compared_methods(cfg)
