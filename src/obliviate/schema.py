@@ -55,6 +55,6 @@ def validate(schema: type[BaseModel], data: Any, where: str | Callable[[tuple], 
         err = e.errors(include_url=False)[0]
         loc = tuple(err["loc"])
         prefix = where(loc) if callable(where) else where
-        key = next((str(k) for k in reversed(loc) if isinstance(k, str)), str(loc[-1]) if loc else "")
+        key = ".".join(str(k) for k in loc if isinstance(k, str)) or (str(loc[-1]) if loc else "")
         got = "" if err["type"] in ("missing", "extra_forbidden") else f", got {show(err.get('input'))}"
         raise ConfigError(f"{prefix}: '{key}' {_phrase(err, schema)}{got}") from None

@@ -208,6 +208,13 @@ def _non_finite_key(obj, prefix: str = "") -> str | None:
     return None
 
 
+def check_model_dir(path: str | os.PathLike) -> Path:
+    """A local model directory checked without reading its weights: it exists and is a directory, its
+    ``config.json`` parses and holds finite numbers, positive sizes and special-token ids inside its vocabulary
+    (:func:`obliviate.models._paths.bad_config_field`), and it holds safetensors weights; else one ModelError line."""
+    return _check_model_dir(Path(path))
+
+
 def _check_model_dir(path: Path) -> Path:
     if not path.exists():
         raise ModelError(f"model directory {str(path)!r} {missing_reason(path)}")

@@ -205,8 +205,9 @@ def _as_list(value: Any, key: str) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None) -> Task:
-    """The task of a spec mapping (see the module docstring); relative paths are under ``base``."""
+def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, list[dict]]]:
+    """A spec mapping checked against its schema (:class:`TaskSpec`, each entry a :class:`FileEntry`), and its
+    file entries by set (paths relative to ``base``); no data file is read."""
     if not isinstance(spec, dict):
         raise ConfigError(f"task spec {name!r} must be a mapping, got {spec!r:.80}")
     spec = {k: v for k, v in spec.items() if v is not None}
@@ -217,6 +218,21 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None)
     ent = {k: [_entry(r, base, f"task spec key '{k}'") for r in getattr(checked, k)] for k in FILE_SETS}
     if not ent["forget"]:
         raise ConfigError(f"task spec {name!r}: no forget files (key 'forget')")
+    return checked, ent
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """The files the spec file ``path`` lists, after its schema is checked (:func:`read_spec`); no data is read."""
+    path = Path(path).expanduser()
+    spec = load_yaml(path)
+    name = spec.get("name")
+    _, ent = read_spec(name if isinstance(name, str) and name else path.stem, path.parent, spec)
+    return [e["path"] for entries in ent.values() for e in entries]
+
+
+def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None) -> Task:
+    """The task of a spec mapping (see the module docstring); relative paths are under ``base``."""
+    checked, ent = read_spec(name, base, spec)
     prompt = PromptFormat(**checked.prompt.model_dump()) if checked.prompt else PromptFormat()
     groups: list = []
     chosen: list = []
