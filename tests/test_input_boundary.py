@@ -23,7 +23,7 @@ from obliviate.cli import unlearn as cli_unlearn
 from obliviate.cli.main import main
 from obliviate.tasks.sources._io import iter_text_lines
 
-from _cli_errors import SMALL_WORLD, one_error
+from _cli_errors import SMALL_WORLD
 
 
 @pytest.fixture(scope="module")
@@ -226,42 +226,54 @@ TOKEN_IDS = st.dictionaries(st.sampled_from(["bos_token_id", "eos_token_id", "pa
                             max_size=2)
 
 
-@settings(max_examples=60, deadline=5000, derandomize=True, database=None,
+ENDINGS = st.sampled_from([b"\n", b"\r\n", b"\r", b"\n\n", b"\r\n\r\n", b""])
+QA_LINES = st.lists(st.tuples(st.sampled_from([b'{"question": "q?", "answer": "a"}', b'{"prompt": "q?", "target": "a"}',
+                                               b'{"text": "t"}']), ENDINGS).map(lambda t: t[0] + t[1]),
+                    min_size=1, max_size=4).map(b"".join)
+DATA = st.tuples(st.sampled_from([b"", b"\xef\xbb\xbf"]), st.one_of(QA_LINES, FILE_BYTES)).map(b"".join)
+FAULTS = ("none", "overrides", "options", "data", "spec", "config", "model")
+
+
+@settings(max_examples=150, deadline=5000, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(command=st.sampled_from(["eval", "unlearn", "compare"]), overrides=OVERRIDES, options=OPTIONS,
-       data=FILE_BYTES, suffix=st.sampled_from([".jsonl", ".csv", ".txt", ".json"]), spec=st.none() | SPEC,
-       config=st.none() | st.dictionaries(KEYS, SCALARS, max_size=2), model_patch=TOKEN_IDS)
+@given(command=st.sampled_from(["eval", "unlearn", "compare"]), fault=st.sampled_from(FAULTS), draw=st.data())
 def test_fuzzed_inputs_are_one_line_or_accepted_and_never_change_a_file(
-        inputs, tmp_path_factory, capsys, stop_at_the_model, command, overrides, options, data, suffix, spec, config,
-        model_patch):
-    """Random override keys and values, option values, data file bytes (line endings, BOM, bad UTF-8, broken JSON),
-    task specs, YAML configs and config.json token ids, through ``main``: exit 2 with one line on stderr, or every
-    check passed (the command came to the model), never a traceback; no input file changes."""
+        inputs, tmp_path_factory, capsys, stop_at_the_model, command, fault, draw):
+    """One input at a time made random (the others valid): override keys and values, option values, data file
+    bytes (line endings, BOM, empty lines, bad UTF-8, broken JSON), task specs, YAML configs and config.json token
+    ids, through ``main``: exit 2 with one line on stderr, or every check passed (the command came to the
+    model), never a traceback or a hang; no input file changes."""
     root = tmp_path_factory.mktemp("fuzz")
     shutil.copy(inputs / "forget.jsonl", root / "forget.jsonl")
+    shutil.copy(inputs / "retain.jsonl", root / "retain.jsonl")
     shutil.copytree(inputs / "model", root / "model")
-    cfg = json.loads((root / "model" / "config.json").read_text())
-    (root / "model" / "config.json").write_text(json.dumps({**cfg, **model_patch}))
+    if fault == "model":
+        cfg = json.loads((root / "model" / "config.json").read_text())
+        (root / "model" / "config.json").write_text(json.dumps({**cfg, **draw.draw(TOKEN_IDS)}))
+    suffix = draw.draw(st.sampled_from([".jsonl", ".csv", ".txt", ".json"])) if fault == "data" else ".jsonl"
+    data = draw.draw(DATA) if fault == "data" else (inputs / "forget.jsonl").read_bytes()
+    if suffix == ".csv" and data[:3] != b"\xef\xbb\xbf" and draw.draw(st.booleans()):
+        data = b"question,answer" + draw.draw(ENDINGS) + b"q?,a" + draw.draw(ENDINGS)
     (root / f"data{suffix}").write_bytes(data)
     argv = [command, "--out", str(root / "out"), "--no-progress"]
     argv += ["--model", str(root / "model")] if command != "compare" else []
     argv += ["--method", "npo"] if command == "unlearn" else []
-    if spec is not None:
-        (root / "spec.yaml").write_text(yaml.safe_dump(spec))
+    if fault == "spec":
+        (root / "spec.yaml").write_text(yaml.safe_dump(draw.draw(SPEC)))
         argv += ["--task", f"file:{root / 'spec.yaml'}"]
     else:
-        argv += ["--forget", str(root / f"data{suffix}"), "--retain", str(root / "forget.jsonl")]
-    if config is not None:
-        (root / "config.yaml").write_text(yaml.safe_dump(config))
+        argv += ["--forget", str(root / f"data{suffix}"), "--retain", str(root / "retain.jsonl")]
+    if fault == "config":
+        (root / "config.yaml").write_text(yaml.safe_dump(draw.draw(st.dictionaries(KEYS, SCALARS, max_size=2))))
         argv += ["--config", str(root / "config.yaml")]
-    for flag, value in options:
-        if command == "compare" and flag in ("--batch-size", "--max-new-tokens"):
-            continue
-        argv += [f"{flag}={value}"]
-    argv += overrides if command != "compare" else [o for o in overrides if not o.startswith("eval")]
+    for flag, value in draw.draw(OPTIONS) if fault == "options" else []:
+        if not (command == "compare" and flag in ("--batch-size", "--max-new-tokens")):
+            argv += [f"{flag}={value}"]
+    if fault == "overrides":
+        argv += [o for o in draw.draw(OVERRIDES) if command != "compare" or not o.startswith("eval")]
     before = snapshot(root)
     started = time.monotonic()
-    rc, err = run(argv + (SMALL_WORLD if command == "compare" else []), capsys)
+    rc, err = run(argv, capsys)
     assert time.monotonic() - started < 5
     assert "Traceback" not in err
     assert rc in (2, "reached"), (rc, err)
@@ -274,7 +286,7 @@ def test_fuzzed_inputs_are_one_line_or_accepted_and_never_change_a_file(
 # --------------------------------------------------------------------------- SIGTERM
 
 
-@pytest.mark.heavy(8)
+@pytest.mark.heavy(23)
 def test_sigterm_is_one_line_releases_the_lock_and_the_run_resumes(tmp_path):
     """`kill PID` mid-training (was Python's default: the process died without a word): one line, status 143, the
     lock free at once, the checkpoints kept; the rerun resumes from the last one and finishes."""

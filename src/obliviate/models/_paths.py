@@ -127,6 +127,8 @@ def bad_config_field(config: dict) -> str | None:
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
                 return f"{prefix}{key!r} must be a positive number, got {show(v)}"
+        if "vocab_size" in cfg and cfg["vocab_size"] is None and not isinstance(cfg.get("text_config"), dict):
+            return f"{prefix}'vocab_size' must be a positive integer, got None"
         bad_id = _bad_token_id(cfg, prefix)
         if bad_id is not None:
             return bad_id
