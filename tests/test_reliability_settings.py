@@ -264,7 +264,7 @@ def test_text_longer_than_the_context_is_split_into_windows(tiny_tokenizer):
     ({"mapping": ["question=prompt"]}, "'mapping' must be a string such as 'question=q,answer=a' or a mapping"),
     ({"mapping": 3}, "'mapping' must be a string"),
     ({"mapping": {"question": 5}}, "'mapping' must be a string"),
-    ({"kind": 7}, "'kind' must be a string, got 7"),
+    ({"kind": 7}, "'kind' must be one of qa, mcq, text, got 7"),
     ({"kind": "essay"}, "'kind' must be one of qa, mcq, text, got 'essay'"),
     ({"split_by": "sideways"}, "'split_by' must be one of line, blank"),
     ({"path": 12}, "'path' must be a file path, got 12"),

@@ -34,6 +34,23 @@ SHOWN_CHARS = 80
 MAX_YAML_DEPTH = 100
 """A YAML file nested deeper than this is refused (configs need a handful of levels)."""
 
+SEED_LIMIT = 2**32
+"""Seeds are integers in ``[0, SEED_LIMIT)``: what ``np.random.seed`` takes. Every integer config field named
+``seed`` or ``*_seed`` is checked against it when a config is built (:func:`from_dict`)."""
+
+
+def is_seed_key(name: str) -> bool:
+    """Whether config field ``name`` holds a seed (``seed``, ``split_seed``, ...)."""
+    return name == "seed" or name.endswith("_seed")
+
+
+def check_seed_value(value: Any, key: str) -> None:
+    """ConfigError naming ``key`` unless ``value`` (an int, or None) lies in ``[0, SEED_LIMIT)``."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < SEED_LIMIT:
+        shown = str(value) if len(str(value)) <= SHOWN_CHARS else f"an integer of {len(str(value))} digits"
+        raise ConfigError(f"config key '{key}': a seed must be an integer in [0, 2**32) = [0, {SEED_LIMIT - 1}], "
+                          f"got {shown}")
+
 
 def show(value: Any) -> str:
     """``repr(value)`` cut to :data:`SHOWN_CHARS` characters (``...`` marks a cut), for error messages."""
@@ -209,6 +226,8 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
             # (``unlearn.train.steps=10`` must not reset the unlearning lr and schedule to TrainConfig's).
             value = deep_merge(to_dict(factory()), value)
         kwargs[key] = _coerce(value, hints[key], full)
+        if is_seed_key(str(key)):
+            check_seed_value(kwargs[key], full)
         if fields[key].metadata.get("output_path") and kwargs[key] is not None:
             _check_relative_output(kwargs[key], full)
     try:

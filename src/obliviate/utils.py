@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from obliviate.config import SEED_LIMIT
 from obliviate.errors import ConfigError, ObliviateError
 
-SEED_LIMIT = 2**32
-"""Seeds are integers in ``[0, SEED_LIMIT)``: what ``np.random.seed`` takes (``torch.manual_seed`` takes
-``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend."""
+# Seeds are integers in ``[0, SEED_LIMIT)`` (obliviate.config): what ``np.random.seed`` takes (``torch.manual_seed``
+# takes ``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend.
 
 
 def check_seed(seed, name: str = "seed") -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -34,8 +35,33 @@ def seed_arg(text: str) -> int:
     except ValueError:  # not an integer, or more digits than int() converts
         value = None
     if value is None or not 0 <= value < 2**32:
-        shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {shown}")
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got {_shown(text)}")
+    return value
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
+
+
+def count_arg(text: str) -> int:
+    """A count option (``--limit``, ``--batch-size``, ``--max-new-tokens``): an integer >= 1, checked by argparse."""
+    try:
+        value = int(text)
+    except ValueError:  # not an integer, or more digits than int() converts
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {_shown(text)}")
+    return value
+
+
+def positive_float_arg(text: str) -> float:
+    """A strength option (``--C``): a finite number > 0, checked by argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {_shown(text)}")
     return value
 
 
@@ -78,8 +104,8 @@ def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=int, dest="eval_batch_size", help="evaluation batch size (default 32)")
-    p.add_argument("--max-new-tokens", type=int, help="greedy tokens per QA answer (default: the longest "
+    p.add_argument("--batch-size", type=count_arg, dest="eval_batch_size", help="evaluation batch size (default 32)")
+    p.add_argument("--max-new-tokens", type=count_arg, help="greedy tokens per QA answer (default: the longest "
                    "reference answer plus 4)")
 
 
@@ -199,7 +225,7 @@ def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     g.add_argument("--template", help="prompt template with {question} (default 'Question: {question}\\nAnswer:')")
     g.add_argument("--chat-template", action="store_true", help="prompt with the tokenizer's chat template")
     if shared:
-        g.add_argument("--limit", type=int, help="use only the first N records of every set (quick checks)")
+        g.add_argument("--limit", type=count_arg, help="use only the first N records of every set (quick checks)")
 
 
 def task_spec(args) -> str:

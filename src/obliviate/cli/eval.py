@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args,
-                                check_out_dir, eval_overrides, input_paths, load_model_args, mapping_from_args,
-                                task_from_args)
+                                check_out_dir, count_arg, eval_overrides, input_paths, load_model_args,
+                                mapping_from_args, task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
@@ -74,7 +74,7 @@ def add_benchmark_args(p) -> None:
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
     g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
                    "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
-    g.add_argument("--limit", type=int, help="evaluate only the first N examples (of every set of a task)")
+    g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a task)")
     g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on the model "
                    "in memory; hub tasks download their data (network), your own task YAMLs work offline")
     g.add_argument("--lm-eval-include", metavar="DIR", help="directory of your own lm-eval task YAMLs")

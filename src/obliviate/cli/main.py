@@ -14,17 +14,49 @@ import contextlib
 import errno
 import logging
 import os
+import signal
 import sys
 import warnings
 
 from obliviate.errors import InvalidResult, ObliviateError
 
-try:  # importing the commands loads torch and transformers (seconds): Ctrl-C meanwhile is one line too
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a job scheduler's stop), raised where the process is, as Ctrl-C raises
+    ``KeyboardInterrupt``: the same clean-up (the run lock released, the last checkpoint kept to resume from)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _stopped(e: KeyboardInterrupt, note: str = "") -> int:
+    """One line for a run stopped by Ctrl-C (status 130) or SIGTERM (status 143)."""
+    if isinstance(e, Terminated):
+        print(f"obliviate: terminated (SIGTERM){note}", file=sys.stderr)
+        return 143
+    print(f"obliviate: interrupted{note}", file=sys.stderr)
+    return 130
+
+
+def _handle_sigterm():
+    """Raise :class:`Terminated` on SIGTERM from now on; the handler it replaces (None off the main thread)."""
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        return None
+
+
+_previous_sigterm = _handle_sigterm()
+try:  # importing the commands loads torch and transformers (seconds): Ctrl-C or SIGTERM meanwhile is one line too
     from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain, probe_directions,
                                reproduce, tasks, tofu, tune, unlearn, world)
-except KeyboardInterrupt:
-    print("obliviate: interrupted", file=sys.stderr)
-    raise SystemExit(130) from None
+    from obliviate.cli.inputs import check_inputs
+except KeyboardInterrupt as _e:
+    raise SystemExit(_stopped(_e)) from None
+finally:
+    if _previous_sigterm is not None:
+        signal.signal(signal.SIGTERM, _previous_sigterm)
 
 
 COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack, probe_directions,
@@ -32,9 +64,18 @@ COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune
 """The command modules, each with ``register(subparsers)``, in the order ``obliviate --help`` shows them."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (``obliviate eval: error: argument --limit: ...``, then where to find
+    its usage) and exit status 2, as every other bad input (the subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        message = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="obliviate", description="Remove targeted knowledge from language models, "
-                                "and prove that it is gone.")
+    p = OneLineParser(prog="obliviate", description="Remove targeted knowledge from language models, "
+                      "and prove that it is gone.")
     sub = p.add_subparsers(dest="command", metavar="command")
     for module in COMMANDS:
         module.register(sub)
@@ -168,12 +209,16 @@ def stderr_is_terminal() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C at any point, start-up (importing torch) included, is one
-    line, ``obliviate: interrupted``, and status 130."""
+    line, ``obliviate: interrupted``, and status 130; SIGTERM the same, ``obliviate: terminated (SIGTERM)``,
+    status 143 (:class:`Terminated`)."""
+    previous = _handle_sigterm()
     try:
         return _main(argv)
-    except KeyboardInterrupt:
-        print("obliviate: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _stopped(e)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -202,11 +247,11 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 
             check_launch()  # before any model is loaded
+        check_inputs(args)  # the one validation boundary: every value the user gave, before the command runs
         with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
             args.fn(args)
-    except KeyboardInterrupt:
-        print(f"obliviate: interrupted{_moved_note(args)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _stopped(e, _moved_note(args))
     except ObliviateError as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, InvalidResult):  # results.json says invalid, and why, instead of any score

@@ -83,6 +83,32 @@ _SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_la
 _POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta", "norm_eps")
 
 
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
+                    "decoder_start_token_id")
+"""config.json fields naming a special token: when given, an id (``eos_token_id`` may be a list of them) in
+``[0, vocab_size)``; an id past the vocabulary indexes no embedding row (generation never stops on it, or the
+first forward pass fails inside torch)."""
+
+
+def _bad_token_id(cfg: dict, prefix: str) -> str | None:
+    vocab = cfg.get("vocab_size")
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
+    for key in _TOKEN_ID_FIELDS:
+        v = cfg.get(key)
+        if v is None:
+            continue
+        ids = v if isinstance(v, list) and v else [v]
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int):
+                return f"{prefix}{key!r} must be a token id (an integer) or a list of them, got {show(v)}"
+            if i < 0:
+                return f"{prefix}{key!r} must be a token id >= 0, got {show(v)}"
+            if vocab is not None and i >= vocab:
+                return (f"{prefix}{key!r} = {show(v)} contradicts {prefix}'vocab_size' = {vocab}: a token id must be "
+                        f"in [0, {vocab})")
+    return None
+
+
 def bad_config_field(config: dict) -> str | None:
     """Why a field of a parsed config.json (or of its ``text_config``) cannot build a model, else None.
 
@@ -101,4 +127,9 @@ def bad_config_field(config: dict) -> str | None:
             v = cfg.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
                 return f"{prefix}{key!r} must be a positive number, got {show(v)}"
+        if "vocab_size" in cfg and cfg["vocab_size"] is None and not isinstance(cfg.get("text_config"), dict):
+            return f"{prefix}'vocab_size' must be a positive integer, got None"
+        bad_id = _bad_token_id(cfg, prefix)
+        if bad_id is not None:
+            return bad_id
     return None

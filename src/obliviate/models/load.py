@@ -213,7 +213,14 @@ def check_model_path(name_or_path: str | os.PathLike) -> None:
     safetensors weights), without loading it: run before the model's own tokenizer is read from it, so that a
     mistyped model path is named as the model's, not as a missing tokenizer directory. A hub id passes."""
     if is_local(str(name_or_path)):
-        _check_model_dir(Path(name_or_path))
+        check_model_dir(name_or_path)
+
+
+def check_model_dir(path: str | os.PathLike) -> Path:
+    """A local model directory checked without reading its weights: it exists and is a directory, its
+    ``config.json`` parses and holds finite numbers, positive sizes and special-token ids inside its vocabulary
+    (:func:`obliviate.models._paths.bad_config_field`), and it holds safetensors weights; else one ModelError line."""
+    return _check_model_dir(Path(path))
 
 
 def _check_model_dir(path: Path) -> Path:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 import numpy as np
 
 from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
-from obliviate.tasks import KINDS, Data, EvalSet, PromptFormat, Task, register_task
+from obliviate.schema import Schema, validate
+from obliviate.tasks import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, register_task
 from obliviate.tasks.base import PreferredAnswers
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -28,9 +31,48 @@ SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
            "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference", "rejected")},
     "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract")},
 }
-ENTRY_KEYS = {"path", "kind", "mapping", "split_by", "name", "role", "style", "group", "chosen"}
-SPEC_KEYS = {"name", "prompt", "forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn",
-             "auto_evals"}
+FILE_SETS = ("forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn")
+"""The keys of a task spec that list files."""
+
+
+class FileEntry(Schema):
+    """One file of a task spec (docs/tasks.md#your-own-files): a path, or a mapping with ``path``."""
+    path: str = Field(min_length=1)
+    kind: Literal[KINDS] | None = None
+    mapping: Any = None
+    """A ``"question=q,answer=a"`` string or a mapping of field names (checked by :func:`mapping_of`)."""
+    split_by: Literal["line", "blank"] | None = None
+    name: str | None = None
+    role: Literal[ROLES] | None = None
+    style: Literal["letters", "cloze"] | None = None
+    group: str | None = None
+    chosen: str | None = None
+
+
+class PromptSpec(Schema):
+    """The ``prompt`` of a task spec (a string is its ``template``): the fields of :class:`PromptFormat`."""
+    template: str = PromptFormat.template
+    answer_prefix: str = PromptFormat.answer_prefix
+    chat: bool = False
+    system: str | None = None
+
+
+class TaskSpec(Schema):
+    """A task spec file's top level; each file set is a list of :class:`FileEntry` (read one by one)."""
+    name: str | None = None
+    prompt: PromptSpec | None = None
+    auto_evals: bool = True
+    forget: list = []
+    retain: list = []
+    evals: list = []
+    utility: list = []
+    neighbour: list = []
+    holdout: list = []
+    relearn: list = []
+
+
+ENTRY_KEYS = set(FileEntry.model_fields)
+SPEC_KEYS = set(TaskSpec.model_fields)
 
 
 def _first_record(path: Path) -> dict:
@@ -103,22 +145,14 @@ def _entry(raw: Any, base: Path, where: str) -> dict:
         raw = {"path": str(raw)}
     if not isinstance(raw, dict) or "path" not in raw:
         raise ConfigError(f"{where}: expected a file path or a mapping with 'path', got {raw!r:.80}")
-    unknown = sorted(set(raw) - ENTRY_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (valid: {', '.join(sorted(ENTRY_KEYS))})")
-    if not isinstance(raw["path"], (str, Path)) or not str(raw["path"]).strip():
+    if isinstance(raw["path"], Path):
+        raw = {**raw, "path": str(raw["path"])}
+    if not isinstance(raw["path"], str) or not raw["path"].strip():
         raise ConfigError(f"{where}: 'path' must be a file path, got {raw['path']!r:.80}")
-    for key in ("kind", "split_by", "name", "role", "style"):
-        if raw.get(key) is not None and not isinstance(raw[key], str):
-            raise ConfigError(f"{where}: {raw['path']}: '{key}' must be a string, got {raw[key]!r:.80}")
-    choices = {"kind": KINDS, "split_by": ("line", "blank"), "style": ("letters", "cloze")}
-    for key, valid in choices.items():
-        if raw.get(key) is not None and raw[key] not in valid:
-            raise ConfigError(f"{where}: {raw['path']}: '{key}' must be one of {', '.join(valid)}, "
-                              f"got {raw[key]!r:.80}")
-    mapping_of(raw, f"{where}: {raw['path']}")
-    path = Path(str(raw["path"])).expanduser()
-    return {**raw, "path": path if path.is_absolute() else base / path}
+    entry = validate(FileEntry, raw, f"{where}: {raw['path']}").model_dump(exclude_none=True)
+    mapping_of(entry, f"{where}: {raw['path']}")
+    path = Path(entry["path"]).expanduser()
+    return {**entry, "path": path if path.is_absolute() else base / path}
 
 
 def mapping_of(entry: dict, where: str) -> dict[str, str]:
@@ -219,6 +253,31 @@ def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
         "train on the whole retain file")
 
 
+def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, list[dict]]]:
+    """A spec mapping checked against its schema (:class:`TaskSpec`, each entry a :class:`FileEntry`), and its
+    file entries by set (paths relative to ``base``); no data file is read."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"task spec {name!r} must be a mapping, got {spec!r:.80}")
+    spec = {k: v for k, v in spec.items() if v is not None}
+    if isinstance(spec.get("prompt"), str):
+        spec["prompt"] = {"template": spec["prompt"]}
+    checked = validate(TaskSpec, {k: (v if k not in FILE_SETS else _as_list(v, k)) for k, v in spec.items()},
+                       f"task spec {name!r}")
+    ent = {k: [_entry(r, base, f"task spec key '{k}'") for r in getattr(checked, k)] for k in FILE_SETS}
+    if not ent["forget"]:
+        raise ConfigError(f"task spec {name!r}: no forget files (key 'forget')")
+    return checked, ent
+
+
+def spec_files(path: str | Path) -> list[Path]:
+    """The files the spec file ``path`` lists, after its schema is checked (:func:`read_spec`); no data is read."""
+    path = Path(path).expanduser()
+    spec = load_yaml(path)
+    name = spec.get("name")
+    _, ent = read_spec(name if isinstance(name, str) and name else path.stem, path.parent, spec)
+    return [e["path"] for entries in ent.values() for e in entries]
+
+
 def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
                     retain_holdout: float = 0.0) -> Task:
     """The task of a spec mapping (see the module docstring); relative paths are under ``base``.
@@ -230,22 +289,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
     retain pairs trained on (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison
     fine-tunes learn the held-out items with the rest (``meta["retain_heldout"]``,
     :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise ConfigError(f"task spec {name!r}: unknown key(s) {', '.join(unknown)} "
-                          f"(valid: {', '.join(sorted(SPEC_KEYS))})")
-    ent = {k: [_entry(r, base, f"task spec key '{k}'") for r in _as_list(spec.get(k), k)]
-           for k in ("forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn")}
-    if not ent["forget"]:
-        raise ConfigError(f"task spec {name!r}: no forget files (key 'forget')")
-    prompt_spec = spec.get("prompt") or {}
-    if isinstance(prompt_spec, str):
-        prompt_spec = {"template": prompt_spec}
-    try:
-        prompt = PromptFormat(**prompt_spec)
-    except TypeError as e:
-        raise ConfigError(f"task spec {name!r}: bad 'prompt' ({e}); keys: template, answer_prefix, chat, system") \
-            from None
+    checked, ent = read_spec(name, base, spec)
+    prompt = PromptFormat(**checked.prompt.model_dump()) if checked.prompt else PromptFormat()
     groups: list = []
     chosen: list = []
     forget = _training(ent["forget"], "forget", limit, groups, chosen)
@@ -259,7 +304,7 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
         retain, held, note = _split_retain(retain, retain_holdout)
         notes += [note] if note else []
     evals: list[EvalSet] = []
-    if spec.get("auto_evals", True):
+    if checked.auto_evals:
         for side, data, variant in (("forget", forget, False), ("retain", retain, False),
                                     ("retain_heldout", held, True)):
             role = "retain" if variant else side
@@ -341,4 +386,5 @@ def file_task(arg: str | None, *, limit: int | None = None, **_) -> Task:
     if not path.is_file():
         raise DataError(f"task spec not found: {path}")
     spec = load_yaml(path)
-    return build_file_task(spec.get("name") or path.stem, path.parent, spec, limit)
+    name = spec.get("name")
+    return build_file_task(name if isinstance(name, str) and name else path.stem, path.parent, spec, limit)

@@ -47,20 +47,37 @@ def require_file(path: Path, what: str) -> Path:
 
 
 def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
-    """Every line of a UTF-8 file with its 1-based number, line ending kept.
+    """Every line of a UTF-8 file with its 1-based number, line ending kept (as ``\\n``).
 
-    The file is read line by line (never whole); a leading byte-order mark is dropped. Bytes that
-    are not UTF-8 raise ``"<name> line <n>: not valid UTF-8 (...)"``.
+    The file is read line by line (never whole); a leading byte-order mark is dropped. A line ends at
+    ``\\n``, ``\\r\\n`` or a lone ``\\r`` (classic Mac files, some spreadsheet exports): all three end a
+    line and count as one. Bytes that are not UTF-8 raise ``"<name> line <n>: not valid UTF-8 (...)"``.
     """
+    n = 0
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        for raw in f:
+            if n == 0 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
-            try:
-                yield n, raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{name} line {n}: not valid UTF-8 ({e.reason}, byte 0x{raw[e.start]:02x} "
-                                f"at column {e.start + 1})") from None
+            for part in _split_cr(raw):
+                n += 1
+                try:
+                    yield n, part.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(f"{name} line {n}: not valid UTF-8 ({e.reason}, byte 0x{part[e.start]:02x} "
+                                    f"at column {e.start + 1})") from None
+
+
+def _split_cr(raw: bytes) -> list[bytes]:
+    """One ``\\n``-terminated chunk of a file as its lines, each ending in ``\\n``: ``\\r\\n`` and lone ``\\r``
+    become ``\\n`` (a ``\\r`` byte is never part of a UTF-8 multi-byte character)."""
+    if b"\r" not in raw:
+        return [raw]
+    body = raw.replace(b"\r\n", b"\n")
+    lines = body.split(b"\r")
+    out = [line + b"\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
 
 
 class _DuplicateKey(Exception):
