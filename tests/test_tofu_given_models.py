@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from tests._run_dirs import tiny_model_dir
+
 from obliviate.recipes.tofu import run as tofu
 from obliviate.tasks.tofu import TOFU_SPLITS
 from obliviate.cli.main import main
@@ -78,7 +80,9 @@ def test_given_models_end_to_end(tmp_path, capsys):
 def test_model_needs_retain_model_before_anything(tmp_path, capsys, monkeypatch):
     no_model_loading(monkeypatch)
     out = tmp_path / "out"
-    assert main(["tofu", "--model", str(tmp_path / "nowhere"), "--method", "graddiff", "--out", str(out)]) == 2
+    model = tiny_model_dir(tmp_path)  # a valid model directory: the input boundary checks it first (issue #42)
+    capsys.readouterr()
+    assert main(["tofu", "--model", str(model), "--method", "graddiff", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--model needs --retain-model" in err
     assert not out.exists()
@@ -102,16 +106,15 @@ def test_bad_arguments_fail_before_anything(tmp_path, capsys, monkeypatch, argv,
 def test_bad_paths_and_tiny_keys_fail_before_loading(tmp_path, capsys, monkeypatch):
     need_tofu()
     no_model_loading(monkeypatch)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
-    (tmp_path / "model" / "tokenizer.json").write_text("{}")
+    tiny_model_dir(tmp_path)  # tmp_path / "model": valid, as the input boundary checks it first (issue #42)
+    capsys.readouterr()
     (tmp_path / "empty").mkdir()
     out = tmp_path / "out"
     good = ["--model", str(tmp_path / "model"), "--retain-model", str(tmp_path / "model")]
     for argv, message in [
         (["--model", str(tmp_path / "nowhere"), "--retain-model", str(tmp_path / "model")], "does not exist"),
         (["--model", str(tmp_path / "model"), "--retain-model", str(tmp_path / "empty")], "has no config.json"),
-        (["--model", str(tmp_path / "model"), "--retain-model", "not a hub id!"], "neither a local directory nor"),
+        (["--model", str(tmp_path / "model"), "--retain-model", "not a hub id!"], "does not exist"),
         ([*good, "--tokenizer", str(tmp_path / "empty")], "has no tokenizer.json or tokenizer_config.json"),
         ([*good, "epochs=3"], "config key 'epochs' configures training the tiny models"),
         ([*good, "model.d_model=64"], "config key 'model.d_model' configures training the tiny models"),

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from obliviate.config import SEED_LIMIT
 from obliviate.errors import ConfigError, ObliviateError
 
-# Seeds are integers in ``[0, SEED_LIMIT)`` (obliviate.config): what ``np.random.seed`` takes (``torch.manual_seed``
-# takes ``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend.
+SEED_LIMIT = 2**32
+"""Seeds are integers in ``[0, SEED_LIMIT)``: what ``np.random.seed`` takes (``torch.manual_seed`` takes
+``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend. Every integer config
+field named ``seed`` or ``*_seed`` is checked against it when a config is built (:func:`obliviate.config.from_dict`)."""
 
 
 def check_seed(seed, name: str = "seed") -> int:

@@ -46,7 +46,8 @@ def test_mapping_per_file_on_the_command_line(two_schemas):
     for key in (forget, "forget.jsonl", "forget"):  # the path, the file's name, or its set
         task = _task(["--forget", forget, "--retain", retain, "--mapping", f"{key}=question=prompt,answer=true_answer"])
         assert task.forget.qa == [(f"Who is F{i}?", f"f{i}") for i in range(3)]
-        assert task.retain.qa == [(f"Who is R{i}?", f"r{i}") for i in range(3)]
+        held = [(x["question"], x["answer"]) for es in task.evals if es.name == "retain_heldout_qa" for x in es.items]
+        assert sorted(task.retain.qa + held) == [(f"Who is R{i}?", f"r{i}") for i in range(3)]  # (issue #42's held-out share)
     # a common mapping for every file, and the retain file's own
     other = _jsonl(root / "other.jsonl", [{"q": "Who is O?", "a": "o"}])
     task = _task(["--forget", forget, "--retain", other, "--mapping", "question=prompt,answer=true_answer",
@@ -69,7 +70,8 @@ def test_mapping_per_file_names_a_file_that_is_not_given(two_schemas):
 def test_cannot_tell_hint_shows_the_command_line_syntax(two_schemas, capsys):
     root, forget, _ = two_schemas
     odd = _jsonl(root / "odd.jsonl", [{"foo": "x", "bar": "y"}])
-    assert main(["eval", "--model", str(root / "no_model"), "--forget", forget, "--retain", odd,
+    model = tiny_model_dir(root)  # a valid model directory: the boundary checks it first (issue #42)
+    assert main(["eval", "--model", str(model), "--forget", forget, "--retain", odd,
                  "--mapping", "forget=question=prompt,answer=true_answer", "--out", str(root / "out")]) == 2
     line = one_error(capsys)
     assert "odd.jsonl: cannot tell" in line and "--mapping odd.jsonl=question=FIELD,answer=FIELD" in line
@@ -116,10 +118,11 @@ def test_mapping_per_file_for_sequential_requests(two_schemas):
 def test_a_method_parameter_typo_is_named_as_typed(two_schemas, tiny_model, tiny_tokenizer, capsys):
     root, forget, retain = two_schemas
     files = ["--forget", forget, "--retain", retain, "--mapping", "forget=question=prompt,answer=true_answer"]
-    assert main(["unlearn", "--method", "npo", "--model", str(root / "m"), *files, "--out", str(root / "o"),
+    m = tiny_model_dir(root)  # a valid model directory: the boundary checks it first (issue #42)
+    assert main(["unlearn", "--method", "npo", "--model", str(m), *files, "--out", str(root / "o"),
                  "unlearn.params.alpah=1"]) == 2
     assert "unknown config key 'unlearn.params.alpah' (known: alpha, beta, gamma, retain)" in one_error(capsys)
-    assert main(["compare", "--model", str(root / "m"), *files, "--out", str(root / "o"), "methods=[npo]",
+    assert main(["compare", "--model", str(m), *files, "--out", str(root / "o"), "methods=[npo]",
                  "runs.npo.params.alpah=1"]) == 2
     assert "unknown config key 'runs.npo.params.alpah'" in one_error(capsys)
     task = obliviate.load_task(forget=forget, retain=retain, mapping={"forget": "question=prompt,answer=true_answer"})

@@ -140,8 +140,8 @@ def test_training_loop_never_moves_w_and_w_step_never_moves_theta(tiny_model, ti
     captured = {}
     real_build = unlearn_mod.build_method
 
-    def build(name, overrides=None, model=None):
-        method = real_build(name, overrides)
+    def build(name, overrides=None, prefix=None):
+        method = real_build(name, overrides, prefix)
         captured["method"] = method
         real_loss = method.loss
         log = captured.setdefault("log", [])

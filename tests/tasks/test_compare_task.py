@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests._run_dirs import tiny_model_dir
+
 from obliviate.cli.main import main
 from obliviate.methods import METHODS, method_names
 from obliviate.utils import data_dir
@@ -37,7 +39,7 @@ def test_compare_every_method_on_an_ember_concept(tmp_path):
 
 
 def test_compare_oracle_needs_a_task_or_model(tmp_path, capsys):
-    assert main(["compare", "--out", str(tmp_path / "c"), "--oracle", str(tmp_path)]) == 2
+    assert main(["compare", "--out", str(tmp_path / "c"), "--oracle", str(tiny_model_dir(tmp_path))]) == 2
     assert "--oracle needs --model" in capsys.readouterr().err
 
 

@@ -71,7 +71,7 @@ class CEU(Method):
     config_cls = CEUConfig
 
     def __init__(self, cfg: CEUConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
 
     def loss(self, model, batch, ref) -> dict:

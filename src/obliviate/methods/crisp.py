@@ -224,7 +224,7 @@ class CRISP(Method):
         return None
 
     def __init__(self, cfg: CRISPConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.layers: list[int] | None = None
         self.saes: dict[int, object] | None = None
         self.features: dict[int, list[int]] = {}

@@ -87,7 +87,7 @@ class JensUn(Method):
                "fine-tuning run's lr over its preset's; steps fixed")
 
     def __init__(self, cfg: JensUnConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.needs_reference = cfg.retain == "jsd" and cfg.alpha > 0
 
     def cached_logit_keys(self) -> tuple[str, ...]:

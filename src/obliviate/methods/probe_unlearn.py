@@ -100,7 +100,7 @@ class ProbeUnlearn(Method):
         return None
 
     def __init__(self, cfg: ProbeUnlearnConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.layers: list[int] | None = None
         self.directions: dict[int, torch.Tensor] | None = None
         self.probe_info: dict[int, dict] = {}  # per layer: held-out and train accuracy of the probe

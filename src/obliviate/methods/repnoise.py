@@ -84,7 +84,7 @@ class RepNoise(Method):
                "whatever the width, not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed")
 
     def __init__(self, cfg: RepNoiseConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.calls = 0
 
     def scorer_state(self) -> dict:

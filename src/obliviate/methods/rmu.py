@@ -136,7 +136,7 @@ class RMU(Method):
                "run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: RMUConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.layer: int | None = None
         self.coef = getattr(cfg, "coef", None)  # cosine RMU has no steering coefficient
         self._u: dict[int, torch.Tensor] = {}

@@ -61,7 +61,7 @@ class SatImp(Method):
     config_cls = SatImpConfig
 
     def __init__(self, cfg: SatImpConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.needs_reference = cfg.retain == "kl" and cfg.alpha > 0
 
     def loss(self, model, batch, ref) -> dict:

@@ -357,7 +357,7 @@ class SNMFEdit(Method):
     needs_reference = False
 
     def __init__(self, cfg: SNMFEditConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.snapshot = None
         self.location = None
         self.record = None

@@ -99,7 +99,7 @@ class TAR(Method):
                "fine-tuning run's lr over its preset's; steps fixed")
 
     def __init__(self, cfg: TARConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.calls = 0
 
     def scorer_state(self) -> dict:

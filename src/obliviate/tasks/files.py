@@ -19,7 +19,7 @@ import numpy as np
 from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
-from obliviate.schema import Schema, validate
+from obliviate.config import Schema, validate
 from obliviate.tasks import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, register_task
 from obliviate.tasks.base import PreferredAnswers
 
