@@ -25,7 +25,7 @@ docs/evaluation.md, "Which numbers to trust".
 from __future__ import annotations
 
 from obliviate.attacks.controls import POSITIVE_CONTROLS
-from obliviate.attacks.verdict import reads
+from obliviate.attacks.verdict import reads as attack_reads
 from obliviate.runs.report import markdown_table
 
 WITH = ("base", *POSITIVE_CONTROLS)
@@ -117,7 +117,7 @@ def metric_trust(metrics: dict) -> dict:
         row = _row(key, "metric", key, metrics, with_, without)
         if row is not None:
             reads[key] = row
-    for name, r in reads().items():
+    for name, r in attack_reads().items():
         row = _row(name, "attack", r.after, metrics, with_, without, before=r.start)
         if row is not None:
             reads[name] = row
