@@ -1,6 +1,9 @@
 """Adding an attack is one file (issue #43): a module that registers an attack with its name, config, ``applies``,
 ``run`` and its verdict read, imported and nothing else changed, runs in ``compare`` on every model, takes its
-settings from ``attacks.<name>.<key>``, and is calibrated against the controls like the attacks of the package."""
+settings from ``attacks.<name>.<key>``, and is calibrated against the controls like the attacks of the package.
+Measured when written (seed 0, the user files of tests/tasks/test_calibration.py): the refusal control 0.08 -> 1.00,
+the small-norm control 0.00 -> 0.58, the oracle 0.00 -> 0.08; at lr 3e-3 and 20 steps the oracle gained 0.25 and
+the attack was not calibrated, so the test can fail."""
 
 from __future__ import annotations
 
@@ -67,9 +70,8 @@ def test_an_attack_in_one_file_runs_and_is_calibrated_in_compare(tmp_path, short
     c = res["robustness"]["calibration"]["short_relearn"]
     assert c["label"] == "a short relearning"
     pos, neg = c["controls"]["positive_control"], m["oracle"]
-    assert pos["positive"] == [m["positive_control"]["short_relearn_start_acc"], m["positive_control"]["short_relearn_acc"]]
+    assert pos["positive"] == [m["positive_control"][k] for k in ("short_relearn_start_acc", "short_relearn_acc")]
     assert pos["negative"] == [neg["short_relearn_start_acc"], neg["short_relearn_acc"]]
-    print("CAL", json.dumps(c["controls"]))
     assert c["calibrated"] is True and c["short_relearn_calibrated"] is True
     report = (tmp_path / "run" / "report.md").read_text()
     assert "`short_relearn` (a short relearning): calibrated on" in report
