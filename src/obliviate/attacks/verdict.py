@@ -69,7 +69,8 @@ SHOWN_NAMES = {"logit_lens_last_top1": "frame-forced read", "leak_at_k_1": "k=1"
 
 
 def read_of(key: str) -> AttackRead:
-    """:func:`reads` of ``key``, or the relearning convention ``<key>_start_acc`` / ``<key>_acc`` / ``<key>_base_acc``."""
+    """:func:`reads` of ``key``, or the relearning convention ``<key>_start_acc`` / ``<key>_acc`` /
+    ``<key>_base_acc``."""
     return reads().get(key) or AttackRead(f"{key}_start_acc", f"{key}_acc", f"{key}_base_acc", name=key)
 
 
