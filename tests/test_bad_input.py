@@ -160,7 +160,7 @@ def test_bad_probe_layers(dirs, tmp_path, capsys):
 
 
 def test_attack_probe_layer_out_of_range_fails_before_the_attacks(dirs, tmp_path, capsys, monkeypatch):
-    import obliviate.attacks.harness as attacks
+    import obliviate.attacks.relearn as attacks
 
     def no_relearning(*a, **kw):
         raise AssertionError("the relearning attack ran before the bad layer was reported")
@@ -168,7 +168,7 @@ def test_attack_probe_layer_out_of_range_fails_before_the_attacks(dirs, tmp_path
     monkeypatch.setattr(attacks, "relearn_attack", no_relearning)
     out = tmp_path / "o"
     assert main(["attack", "--out", str(out), "--model", str(dirs / "model"), *SMALL_WORLD,
-                 "attacks.probe_layers=[0,9]"]) == 2
+                 "attacks.probe.layers=[0,9]"]) == 2
     assert "layer 9 out of range for a 2-layer model (valid: 0..1)" in one_error(capsys)
     assert not (out / "results.json").exists()
 

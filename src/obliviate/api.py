@@ -174,7 +174,8 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     probe, membership inference and the recovery cost. ``attacks``: the attacks to run instead, by the names of
     ``obliviate attack --attacks`` (``"quantize,ablate"``, ``["logit_lens"]``, ``"all"``). ``base_model`` sets
     the target of ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`,
-    e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}``."""
+    e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}`` (an attack's section, by its name),
+    ``probe=False`` (an attack off)."""
     _check_task("attack", task)
     if attacks is not None:
         config = {**config, "select": attack_names(attacks)}

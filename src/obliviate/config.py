@@ -211,7 +211,16 @@ def check_ranges(cfg: Any, *, positive: tuple[str, ...] = (), nonnegative: tuple
 
 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc)."""
+    """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc);
+    a class with a ``from_config(data, prefix)`` classmethod builds itself (the attacks' ``{name: config}``)."""
+    hook = getattr(cls, "from_config", None)
+    if hook is not None:
+        return hook(data, prefix)
+    return from_fields(cls, data, prefix)
+
+
+def from_fields(cls: type, data: dict, prefix: str = "") -> Any:
+    """:func:`from_dict` on the fields of ``cls`` alone."""
     if not isinstance(data, dict):
         raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping, got {show(data)}")
     hints = typing.get_type_hints(cls)

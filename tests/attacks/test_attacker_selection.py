@@ -6,7 +6,8 @@ import json
 import pytest
 
 from obliviate.attacks.verdict import robustness_summary
-from obliviate.attacks.harness import _cost, _pick, _selected_metrics, answer_leakage, leakage_metrics
+from obliviate.attacks.relearn import pick, selected_metrics
+from obliviate.attacks.relearn_disjoint import _cost, answer_leakage, leakage_metrics
 from obliviate.attacks.relearn import recovery_cost
 from obliviate.tasks import load_task
 from obliviate.tasks.base import Data, Task
@@ -86,8 +87,8 @@ def test_the_attacker_chooses_setting_and_step_on_v_and_the_score_is_read_on_b()
     # setting "lo": V peaks at step 5 (0.6), where B is 0.3; B itself peaks at step 10 (0.9) under "hi"
     lo = _run("lo", [[0, 0.0], [5, 0.6], [10, 0.2]], [[0, 0.0], [5, 0.3], [10, 0.1]])
     hi = _run("hi", [[0, 0.0], [5, 0.1], [10, 0.5]], [[0, 0.0], [5, 0.2], [10, 0.9]])
-    assert _pick([lo, hi]) == ("lo", 5, 0.6, 0.3)
-    m = _selected_metrics("relearn_disjoint", [[lo, hi]], base=1.0)
+    assert pick([lo, hi]) == ("lo", 5, 0.6, 0.3)
+    m = selected_metrics("relearn_disjoint", [[lo, hi]], base=1.0)
     assert m["relearn_disjoint_acc"] == 0.3 and m["relearn_disjoint_best_step"] == [5]
     assert m["relearn_disjoint_acc_optimistic"] == 0.9  # chosen on B itself: the upward-biased number
     assert m["relearn_disjoint_final_acc"] == 0.1 and m["relearn_disjoint_setting"] == ["lo"]

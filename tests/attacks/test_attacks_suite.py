@@ -3,9 +3,10 @@ import json
 
 import pytest
 
-import obliviate.attacks.harness as suite
-from obliviate.attacks import RelearnConfig
+import obliviate.attacks.relearn as relearn
+import obliviate.attacks.relearn_disjoint as disjoint
 from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
+from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.tasks.world import task_from_world
@@ -15,8 +16,8 @@ STABLE_KEYS = ["relearn_acc", "relearn_auc", "relearn_steps_to_base", "relearn_c
 
 
 def _cfg(**kw):
-    return TaskAttackConfig(relearn=RelearnConfig(steps=4, eval_every=2, batch_size=4), lr_grid=[1e-3], lora=False,
-                            **kw)
+    relearn = {"steps": 4, "eval_every": 2, "batch_size": 4, **kw.pop("relearn", {})}
+    return from_dict(TaskAttackConfig, {"relearn": relearn, "lr_grid": [1e-3], "lora": False, **kw})
 
 
 def test_the_world_runs_the_one_suite_with_stable_flat_metrics(small_world, world_tokenizer, world_model, unchanged):
@@ -44,8 +45,8 @@ def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokeniz
     scores = {es.name: min(1.0, max(0.0, (raw[es.name] - es.chance) / (1 - es.chance))) for es in variants}
     monkeypatch.setattr("obliviate.attacks.format_shift.evaluate_set",
                         lambda *a, **k: pytest.fail("a variant set was scored twice"))
-    res = run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus=False, disjoint=False, mia=False,
-                                                                     probe=False), metrics=m)
+    res = run_task_attacks(world_model, world_tokenizer, task, _cfg(relearn={"enabled": False},
+                                                                     relearn_disjoint=False, mia=False, probe=False), metrics=m)
     assert res["attacks_run"] == ["format_shift"]
     assert res["format_shift_acc"] == max(scores.values()) and scores[res["format_shift_set"]] == max(scores.values())
 
@@ -53,24 +54,29 @@ def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokeniz
 def test_the_corpus_attack_has_its_own_learning_rates(small_world, world_tokenizer, world_model, monkeypatch):
     task = task_from_world(small_world)
     seen = []
-    real = suite.relearn_attack
+    real = relearn.relearn_attack
 
     def spy(model, tok, data, fn, rc, **kw):
         seen.append((isinstance(data[0], str), rc.lr))
         return real(model, tok, data, fn, rc, **kw)
 
-    monkeypatch.setattr(suite, "relearn_attack", spy)
-    run_task_attacks(world_model, world_tokenizer, task, _cfg(corpus_lr_grid=[3e-3], mia=False, probe=False,
+    monkeypatch.setattr(relearn, "relearn_attack", spy)
+    monkeypatch.setattr(disjoint, "relearn_attack", spy)
+    run_task_attacks(world_model, world_tokenizer, task, _cfg(relearn={"lr_grid": [3e-3]}, mia=False, probe=False,
                                                               format_shift=False))
     # corpus once; each A/V/B fold once; the learning run on fold 0's B facts once
     assert sorted(seen) == sorted([(True, 3e-3)] + [(False, 1e-3)] * 4)
 
 
 def test_suite_config_validation():
-    with pytest.raises(ConfigError, match="probe_train_frac"):
-        TaskAttackConfig(probe_train_frac=1.0)
-    with pytest.raises(ConfigError, match="corpus_lr_grid"):
-        TaskAttackConfig(corpus_lr_grid=[0.0])
+    with pytest.raises(ConfigError, match=r"^config key 'attacks.probe.train_frac': must be in \(0, 1\)"):
+        from_dict(TaskAttackConfig, {"probe": {"train_frac": 1.0}}, "attacks")
+    with pytest.raises(ConfigError, match=r"^config key 'attacks.relearn.lr_grid': needs finite"):
+        from_dict(TaskAttackConfig, {"relearn": {"lr_grid": [0.0]}}, "attacks")
+    with pytest.raises(ConfigError, match=r"^unknown config key 'attacks.corpus' \(known: .*relearn"):
+        from_dict(TaskAttackConfig, {"corpus": False}, "attacks")
+    with pytest.raises(ConfigError, match=r"^config key 'attacks.format_shift': attack 'format_shift' has no settings"):
+        from_dict(TaskAttackConfig, {"format_shift": {"k": 1}}, "attacks")
 
 
 def test_attack_command_writes_results_and_plot(tmp_path, small_world, world_tokenizer, world_model):

@@ -13,7 +13,7 @@ def test_the_examples_are_retain_pairs_never_forget_ones(small_world):
     assert len(ex) == 5 and set(ex) <= retain
     assert not set(ex) & set(task.prompt.pairs(list(task.forget.qa)))
     assert ex == unrelated_examples(task, 5, seed=1) and ex != unrelated_examples(task, 5, seed=2)
-    with pytest.raises(ConfigError, match="unrelated_n"):
+    with pytest.raises(ConfigError, match="config key 'n'"):
         unrelated_examples(task, 0)
 
 
@@ -25,7 +25,7 @@ def test_the_attack_fine_tunes_a_copy_and_counts_its_passes(small_world, world_t
                                     RelearnConfig(steps=4, eval_every=2, batch_size=4), n=6)
     check()
     assert seen and all(m is not world_model for m in seen)
-    assert res["unrelated_ft_n"] == 6 and [s for s, _ in res["unrelated_ft_curve"]] == [0, 2, 4]
-    assert res["unrelated_ft_acc"] == 0.5
-    cost = res["unrelated_ft_cost"]
+    assert res["unrelated_finetune_n"] == 6 and [s for s, _ in res["unrelated_finetune_curve"]] == [0, 2, 4]
+    assert res["unrelated_finetune_acc"] == 0.5
+    cost = res["unrelated_finetune_cost"]
     assert cost["backwards"] == 4 and cost["forwards"] >= 4 and cost["tokens"] > 0  # the copy's training steps

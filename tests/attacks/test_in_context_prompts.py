@@ -77,5 +77,5 @@ def test_both_attacks_run_on_the_world(small_world, world_tokenizer, world_model
     assert {"in_context_reintro_acc", "in_context_fewshot_acc", "in_context_zero_shot_acc"} <= set(ic)
     assert ic["in_context_cost"]["forwards"] > 0
     pa = prompt_attack(world_model, world_tokenizer, task)
-    assert pa["prompt_best_type"] in TYPES and pa["prompt_reverse_query_n"] > 0
-    assert 0 <= pa["prompt_best_acc"] <= 1
+    assert pa["prompts_best_type"] in TYPES and pa["prompts_reverse_query_n"] > 0
+    assert 0 <= pa["prompts_best_acc"] <= 1

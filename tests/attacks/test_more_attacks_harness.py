@@ -2,43 +2,41 @@ import json
 
 import pytest
 
+from obliviate.attacks.attack import in_order
 from obliviate.attacks.cost import counting, resumable_cost_hooks
-from obliviate.attacks.gcg import GCGConfig
-from obliviate.attacks.leak_at_k import LeakConfig
-from obliviate.attacks.pruning import PruneConfig
-from obliviate.attacks.soft_prompt import SoftPromptConfig
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.config import from_dict
 from obliviate.errors import ConfigError
-from obliviate.attacks.relearn import RelearnConfig
 from obliviate.tasks.world import task_from_world
 
 NEW = ["quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "gcg", "leak_at_k",
        "soft_prompt", "prune", "gcg_prefix"]
-OLD_OFF = dict(corpus=False, disjoint=False, mia=False, probe=False, format_shift=False)
+OLD_OFF = dict(relearn=False, relearn_disjoint=False, mia=False, probe=False, format_shift=False)
 
 
 def test_the_new_attacks_are_registered_in_order_and_off_by_default():
-    assert list(ATTACKS)[-len(NEW):] == NEW
+    assert list(in_order())[-len(NEW):] == NEW
     cfg = TaskAttackConfig()
-    assert not [n for n in NEW if getattr(cfg, ATTACKS[n].enabled)]
+    assert not [n for n in NEW if cfg.on(n)]
 
 
 def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_tokenizer, world_model, unchanged):
     task = task_from_world(small_world)
-    cfg = TaskAttackConfig(**OLD_OFF, quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True, unrelated_finetune=True, unrelated_steps=2, gcg=True,
-                           gcg_config=GCGConfig(m=2, iterations=1, topk=4, candidates=4), quantize_schemes=["int8"],
-                           relearn=RelearnConfig(batch_size=4), lr_grid=[1e-3], lora=False, leak_at_k=True,
-                           leak_config=LeakConfig(n=2, ks=[1, 2]), soft_prompt=True,
-                           soft_prompt_config=SoftPromptConfig(m=2, steps=1, folds=1), prune=True,
-                           prune_config=PruneConfig(fractions=[0.05]), gcg_prefix=True, max_eval=4)
+    gcg = {"m": 2, "iterations": 1, "topk": 4, "candidates": 4}
+    cfg = from_dict(TaskAttackConfig, {
+        **OLD_OFF, "quantize": {"enabled": True, "schemes": ["int8"]}, "ablate": True, "logit_lens": True,
+        "in_context": True, "prompts": True, "unrelated_finetune": {"enabled": True, "steps": 2},
+        "gcg": {"enabled": True, **gcg}, "relearn": {"enabled": False, "batch_size": 4}, "lr_grid": [1e-3],
+        "lora": False, "leak_at_k": {"enabled": True, "n": 2, "ks": [1, 2]},
+        "soft_prompt": {"enabled": True, "m": 2, "steps": 1, "folds": 1},
+        "prune": {"enabled": True, "fractions": [0.05]}, "gcg_prefix": {"enabled": True, **gcg}, "max_eval": 4})
     check = unchanged(world_model)
     res = run_task_attacks(world_model, world_tokenizer, task, cfg)
     check()
     assert res["attacks_run"] == NEW
-    for cost in ("quantize", "ablate", "logit_lens", "in_context", "prompt", "unrelated_ft", "gcg", "leak_at_k",
-                 "soft_prompt", "prune", "gcg_prefix"):
-        assert res[f"{cost}_cost"]["forwards"] > 0, cost
-    assert res["unrelated_ft_cost"]["backwards"] == 2 and res["unrelated_ft_lr"] == 1e-3
+    for name in NEW:  # an attack's name is the prefix of its metrics
+        assert res[f"{name}_cost"]["forwards"] > 0, name
+    assert res["unrelated_finetune_cost"]["backwards"] == 2 and res["unrelated_finetune_lr"] == 1e-3
     assert "ablate_whitebox_forget_score" not in res  # no base model given
     assert res["leak_at_k_budget"]["items"] == 4  # at most max_eval questions
     json.dumps(res)
@@ -46,10 +44,9 @@ def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_t
 
 def test_select_runs_exactly_the_named_attacks_and_an_unknown_name_is_one_line():
     cfg = TaskAttackConfig(select=["quantize,logit_lens"])
-    on = {n for n, a in ATTACKS.items() if getattr(cfg, a.enabled)}
-    assert on == {"quantize", "logit_lens"}
+    assert {n for n, on in cfg.enabled.items() if on} == {"quantize", "logit_lens"}
     cfg = TaskAttackConfig(select="all")
-    assert all(getattr(cfg, a.enabled) for a in ATTACKS.values())
+    assert all(cfg.enabled.values()) and set(cfg.enabled) == set(in_order())
     assert attack_names("ablate, relearn") == ["relearn", "ablate"]  # the harness's order
     with pytest.raises(ConfigError, match=r"^unknown attack 'quantise' \(valid: all, relearn, ") as e:
         TaskAttackConfig(select=["quantize", "quantise"])
@@ -63,8 +60,9 @@ def test_the_harness_records_each_attacks_cost_and_scores_the_base_model_once(ta
 
     task, tok, base = taught["task"], taught["tokenizer"], taught["model"]
     model = tiny_llama(vocab_size=len(tok), n_layer=2, d_model=32, n_head=2, seed=1)
-    cfg = TaskAttackConfig(**{**OLD_OFF, "disjoint": True}, ablate=True, logit_lens=True, relearn=RelearnConfig(
-        steps=2, eval_every=1, batch_size=4), lr_grid=[1e-3], lora=False)
+    cfg = from_dict(TaskAttackConfig, {**OLD_OFF, "relearn_disjoint": True, "ablate": True, "logit_lens": True,
+                                       "relearn": {"enabled": False, "steps": 2, "eval_every": 1, "batch_size": 4},
+                                       "lr_grid": [1e-3], "lora": False})
     cache: dict = {}
     seconds: dict = {}
     with counting(base) as first:

@@ -114,7 +114,7 @@ def test_a_weight_confined_to_its_rounding_cell_quantizes_to_the_base_models_cod
 
 def test_the_small_norm_control_stops_when_the_answers_vanish_and_rounds_back_to_the_base(taught, unchanged):
     from obliviate.attacks.controls import small_norm_control
-    from obliviate.attacks.harness import qa_score_fn
+    from obliviate.attacks.scoring import qa_score_fn
     from obliviate.attacks.quantize import quantizable
 
     model, tok, task = taught["model"], taught["tokenizer"], taught["task"]

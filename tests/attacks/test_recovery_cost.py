@@ -4,7 +4,8 @@ setting chosen on V and the cost read on B, the budget-limited flag and the rati
 import pytest
 
 from obliviate.attacks.verdict import _shown
-from obliviate.attacks.harness import _cost, _selected_metrics, add_learning_ratios
+from obliviate.attacks.relearn import selected_metrics
+from obliviate.attacks.relearn_disjoint import _cost, add_learning_ratios
 from obliviate.attacks.relearn import (LOG_RATIO, RelearnConfig, cost_text, curve_auc, learning_ratio, log_steps,
                                        ratio_text, recovery_cost, relearn_attack)
 from obliviate.errors import ConfigError
@@ -113,10 +114,10 @@ def test_a_choice_at_the_budgets_last_read_with_a_rising_curve_is_budget_limited
     steps = log_steps(30)
     rising = _run("lr", [[s, s / 30] for s in steps], [[s, s / 60] for s in steps])
     flat = _run("lr", [[s, min(1.0, s / 5)] for s in steps], [[s, min(1.0, s / 5)] for s in steps])
-    m = _selected_metrics("relearn_disjoint", [[rising], [rising], [flat]], base=1.0)
+    m = selected_metrics("relearn_disjoint", [[rising], [rising], [flat]], base=1.0)
     assert m["relearn_disjoint_best_step"] == [30, 30, 5]
     assert m["relearn_disjoint_budget_limited"] is True and m["relearn_disjoint_budget_limited_folds"] == 2
-    assert _selected_metrics("relearn_disjoint", [[flat]], base=1.0)["relearn_disjoint_budget_limited"] is False
+    assert selected_metrics("relearn_disjoint", [[flat]], base=1.0)["relearn_disjoint_budget_limited"] is False
 
 
 # ------------------------------------------------------------------ the ratio to learning

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from obliviate.attacks.verdict import method_verdict
-from obliviate.attacks.harness import _selected_metrics, forget_items_fn
+from obliviate.attacks.relearn import selected_metrics
+from obliviate.attacks.scoring import forget_items_fn
 from obliviate.eval import core
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task
@@ -98,7 +99,7 @@ def test_the_verdict_reads_the_best_step_chosen_on_v_not_the_curves_last_point()
     point. The attacker's choice (the step best on V) is what the verdict reads: suppressed, not removed."""
     b = [[0, 0.0], [5, 0.9], [30, 0.05]]  # the held-out facts come back at step 5, and fade by step 30
     v = [[0, 0.0], [5, 0.8], [30, 0.1]]  # the selection split sees the same peak
-    meth = {"forget_score": 0.0, **_selected_metrics("relearn_disjoint", [[("lr", {"tokens_per_step": 1,
+    meth = {"forget_score": 0.0, **selected_metrics("relearn_disjoint", [[("lr", {"tokens_per_step": 1,
                                                                            "tokens_at": [0, 5, 30]}, v, b)]], 1.0)}
     assert meth["relearn_disjoint_acc"] == 0.9 and meth["relearn_disjoint_final_acc"] == 0.05
     meth["relearn_disjoint_start_acc"] = 0.0

@@ -33,13 +33,18 @@ def _counting(monkeypatch, module, name, log: Path):
 
 @pytest.mark.heavy(38)
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
-    import obliviate.attacks.harness as suite
+    import obliviate.attacks.format_shift as format_shift
+    import obliviate.attacks.mia as mia
     import obliviate.attacks.positive_controls as positive
+    import obliviate.attacks.probe as probe
+    import obliviate.attacks.relearn as relearn
+    import obliviate.attacks.relearn_disjoint as disjoint
     import obliviate.recipes.compare.run as compare
 
     log = tmp_path / "calls.txt"
-    for module, name in [(compare, "run_task_attacks"), (compare, "evaluate_task"), (suite, "relearn_attack"),
-                         (suite, "value_probe_attack"), (suite, "mia_metrics"), (suite, "format_shift_attack")]:
+    for module, name in [(compare, "run_task_attacks"), (compare, "evaluate_task"), (relearn, "relearn_attack"),
+                         (disjoint, "relearn_attack"), (probe, "value_probe_attack"), (mia, "mia_metrics"),
+                         (format_shift, "format_shift_attack")]:
         _counting(monkeypatch, module, name, log)
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *SMALL]) == 0

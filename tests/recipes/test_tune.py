@@ -150,7 +150,7 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
                "positive_control=false", "runs.npo.steps=6", "runs.npo.lr=1e-3", "runs.npo.batch_size=4",
                "runs.graddiff.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
                "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "tuning.extend=0", "attacks.relearn.steps=2",
-               "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.corpus_lr_grid=[1e-3]",
+               "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.relearn.lr_grid=[1e-3]",
                "attacks.lora=false"])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())

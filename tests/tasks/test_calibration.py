@@ -33,7 +33,7 @@ def test_disjoint_relearning_separates_the_controls(tmp_path):
     # base and oracle, which learn the held-out pairs too, and is not what this test is about)
     task = task_from_files([str(f["forget"])], [str(f["retain_qa"])], retain_holdout=0.0)
     cfg = from_dict(CompareConfig, json.loads(json.dumps({
-        "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "corpus": False, "probe": False},
+        "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "relearn": False, "probe": False},
         "tiny": {"d_model": 96, "vocab_size": 600}})))
     res = run_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]

@@ -1,12 +1,14 @@
 """MUSE's PrivLeak setting (issue #28, item 5): Min-40%, no eos, on MUSE's privleak/{forget,holdout} samples
-where the corpus has them; the harness's mia_k (0.2) stays as extra columns."""
+where the corpus has them; the harness's attacks.mia.k (0.2) stays as extra columns."""
 
 import json
 
 import numpy as np
 import pytest
 
-from obliviate.attacks.harness import AttackRun, TaskAttackConfig, mia_attack
+from obliviate.attacks.attack import AttackRun
+from obliviate.attacks.harness import TaskAttackConfig
+from obliviate.attacks.mia import MIAConfig, mia_attack
 from obliviate.eval.mia import mia_auc, min_k_plus_plus_score, min_k_score, token_logprob_stats
 from obliviate.tasks import load_task
 
@@ -33,7 +35,7 @@ def test_mia_attack_scores_muses_setting_with_mia_k_as_extra_columns(tiny_muse, 
     (d / "forget.json").write_text(json.dumps(members))
     (d / "holdout.json").write_text(json.dumps(nonmembers))
     task = load_task("muse:news", root=tiny_muse)
-    out = mia_attack(AttackRun(tiny_model, tiny_tokenizer, task, TaskAttackConfig(), None))
+    out = mia_attack(AttackRun(tiny_model, tiny_tokenizer, task, TaskAttackConfig(), None), MIAConfig())
     stats = token_logprob_stats(tiny_model, tiny_tokenizer, members + nonmembers, add_eos=False)
     for k, tag in ((0.4, ""), (0.2, "_k20")):
         for name, fn in (("min_k", min_k_score), ("min_k_plus_plus", min_k_plus_plus_score)):

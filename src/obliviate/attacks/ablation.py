@@ -19,7 +19,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
+from obliviate.attacks.scoring import scoring_task
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import DataError
 from obliviate.eval.suite import evaluate_task, qa_item_prompt
@@ -128,3 +130,19 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_state
                 out.update(_scores("ablate_whitebox", evaluate_task(model, tokenizer, task, batch_size=batch_size)))
     out["ablate_cost"] = cost.as_dict()
     return out
+
+
+@register_attack("ablate", applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)), order=7,
+                 reads=(AttackRead("forget_score", "ablate_forget_score", chance="forget_chance", rank=5,
+                                   label="difference-of-means direction projected out at every layer"),
+                        AttackRead("forget_score", "ablate_whitebox_forget_score", chance="forget_chance",
+                                   decides=False, name="ablate_whitebox", rank=6,
+                                   label="the direction unlearning moved along (needs the base model)")))
+def ablate_run(r: AttackRun, cfg: None) -> dict:
+    """Direction ablation, and its white-box variant where the base model is given (its states computed once)."""
+    base = None
+    if r.base_model is not None:
+        fp = forget_prompts(r.task, r.tokenizer)[:r.cfg.max_eval]
+        base = r.on_base(("ablate_states", r.cfg.max_eval), lambda b: mean_last_states(b, r.tokenizer, fp))
+    return ablation_attack(r.model, r.tokenizer, scoring_task(r.task), base_states=base, max_prompts=r.cfg.max_eval,
+                           direction_task=r.task)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from obliviate.attacks.harness import split_score_fn
+from obliviate.attacks.scoring import split_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
 from obliviate.data import IDENTITY_PROMPT, collate, encode_data
 from obliviate.errors import ConfigError, DataError

@@ -9,10 +9,13 @@ along the way. docs/evaluation.md, "More attacks".
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
-from obliviate.attacks.relearn import RelearnConfig, relearn_attack
+from obliviate.attacks.relearn import RelearnConfig, attack_grid, relearn_attack
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks.base import Task
 
@@ -20,7 +23,7 @@ from obliviate.tasks.base import Task
 def unrelated_examples(task: Task, n: int, tokenizer=None, seed: int = 0) -> list:
     """``n`` retain examples, seeded: (prompt, answer) pairs in the task's format, else retain documents."""
     if n < 1:
-        raise ConfigError(f"config key 'unrelated_n': must be >= 1, got {n}")
+        raise ConfigError(f"config key 'n': must be >= 1, got {n}")
     pool = task.prompt.pairs(list(task.retain.qa), tokenizer) if task.retain.qa else list(task.retain.docs)
     if not pool:
         raise DataError(f"task {task.name!r}: no retain data to fine-tune on")
@@ -30,13 +33,39 @@ def unrelated_examples(task: Task, n: int, tokenizer=None, seed: int = 0) -> lis
 
 def unrelated_finetune_attack(model, tokenizer, task: Task, score_fn, cfg: RelearnConfig | None = None, *,
                               n: int = 10, seed: int = 0, base_acc: float | None = None) -> dict:
-    """Fine-tune a copy on :func:`unrelated_examples`; ``unrelated_ft_acc`` (the forget score ``score_fn`` at
-    the end), ``_start_acc``, ``_auc``, ``_curve``, ``_n`` and ``unrelated_ft_cost``. ``model`` is untouched."""
+    """Fine-tune a copy on :func:`unrelated_examples`; ``unrelated_finetune_acc`` (the forget score ``score_fn`` at
+    the end), ``_start_acc``, ``_auc``, ``_curve``, ``_n`` and ``unrelated_finetune_cost``. ``model`` is untouched."""
     cfg = cfg or RelearnConfig(steps=20, eval_every=5)
     data = unrelated_examples(task, n, tokenizer, seed)
     cost = Cost()
     with counting(model, cost=cost):  # the copy relearn_attack trains carries the counting hook
         res = relearn_attack(model, tokenizer, data, score_fn, cfg, base_acc=base_acc)
-    return {"unrelated_ft_acc": res["final_acc"], "unrelated_ft_start_acc": res["initial_acc"],
-            "unrelated_ft_auc": res["auc"], "unrelated_ft_curve": res["curve"], "unrelated_ft_n": len(data),
-            "unrelated_ft_cost": cost.as_dict()}
+    return {"unrelated_finetune_acc": res["final_acc"], "unrelated_finetune_start_acc": res["initial_acc"],
+            "unrelated_finetune_auc": res["auc"], "unrelated_finetune_curve": res["curve"],
+            "unrelated_finetune_n": len(data),
+            "unrelated_finetune_cost": cost.as_dict()}
+
+
+@dataclass
+class UnrelatedConfig:
+    n: int = 10
+    """Retain examples fine-tuned on."""
+    steps: int = 20
+
+    def __post_init__(self):
+        for key in ("n", "steps"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
+
+
+@register_attack("unrelated_finetune", applies=lambda task: bool(task.retain), config=UnrelatedConfig, order=11,
+                 reads=AttackRead("unrelated_finetune_start_acc", "unrelated_finetune_acc", rank=3,
+                                  label="fine-tuning on 10 unrelated (retain) examples"))
+def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:
+    """Fine-tuning on ``n`` retain examples, one setting: the relearning grid's largest full fine-tuning rate."""
+    if r.score_fn is None:
+        return {}
+    rc = max((rc for _, rc in attack_grid(r.model, r.cfg) if not rc.lora), key=lambda rc: rc.lr)
+    rc = replace(rc, steps=cfg.steps, eval_every=max(1, cfg.steps // 4), batch_size=min(rc.batch_size, cfg.n))
+    return {**unrelated_finetune_attack(r.model, r.tokenizer, r.task, r.score_fn, rc, n=cfg.n,
+                                        seed=r.cfg.seed, base_acc=r.base_score), "unrelated_finetune_lr": rc.lr}

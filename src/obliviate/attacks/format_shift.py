@@ -9,6 +9,7 @@ Each variant's own score keeps its evaluation name (``forget_para_qa_em``, ``for
 
 from __future__ import annotations
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.errors import DataError
 from obliviate.eval.suite import PRIMARY, evaluate_set
 from obliviate.tasks.base import Task
@@ -46,3 +47,11 @@ def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = Non
     above = {es.name: above_chance(scores[es.name], es.chance) for es in sets}
     best = max(above, key=lambda n: above[n])
     return {"format_shift_acc": above[best], "format_shift_set": best}
+
+
+@register_attack("format_shift", applies=lambda task: bool(variant_sets(task)), default=True, order=5,
+                 reads=AttackRead("forget_score", "format_shift_acc", chance="forget_chance", rank=15,
+                                  label="the best variant of the forget set, above its chance"))
+def format_attack(r: AttackRun, cfg: None) -> dict:
+    """The best score over the forget set's variants (read from the model's evaluation where given)."""
+    return format_shift_attack(r.model, r.tokenizer, r.task, r.metrics)

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.layers import eval_mode, input_embeddings
@@ -233,3 +234,10 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
             f"{key}_{position}": tokenizer.decode(suffix), f"{key}_{position}_ids": suffix.tolist(),
             f"{key}_budget": {**asdict(cfg), "evaluations": cfg.iterations * cfg.candidates},
             f"{key}_cost": cost.as_dict()}
+
+
+@register_attack("gcg", applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=12,
+                 reads=AttackRead("gcg_start_acc", "gcg_acc", rank=13,
+                                  label="an optimised suffix, held-out half scored"))
+def gcg_run(r: AttackRun, cfg: GCGConfig) -> dict:
+    return gcg_attack(r.model, r.tokenizer, r.task, cfg)

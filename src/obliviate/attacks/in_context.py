@@ -18,9 +18,11 @@ prefix match (:func:`prefix_accuracy`), the mean over the two directions. docs/e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
@@ -80,3 +82,18 @@ def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0
     out["in_context_acc"] = max(out["in_context_reintro_acc"], out["in_context_fewshot_acc"])
     out["in_context_cost"] = cost.as_dict()
     return out
+
+
+@dataclass
+class InContextConfig:
+    k: int = 4
+    """Facts put before each question."""
+
+
+@register_attack("in_context", applies=lambda task: task.forget_halves() is not None and bool(task.retain.qa),
+                 config=InContextConfig, order=9,
+                 reads=AttackRead("in_context_zero_shot_acc", "in_context_acc", rank=8,
+                                  label="the best of re-introduction and few-shot, against the question alone"))
+def in_context_run(r: AttackRun, cfg: InContextConfig) -> dict:
+    return in_context_attack(r.model, r.tokenizer, r.task, cfg.k, seed=r.cfg.seed,
+                             max_items=r.cfg.max_eval)

@@ -20,12 +20,14 @@ docs/evaluation.md, "More attacks"). The budget (questions x n completions, ``le
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from math import comb
 
 import numpy as np
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
+from obliviate.attacks.scoring import has_forget_qa
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
 from obliviate.eval.core import greedy_generate, sample_generate
@@ -94,3 +96,11 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
             "leak_at_k_sample_rate": float(counts.mean() / cfg.n),
             "leak_at_k_budget": {**asdict(cfg), "items": len(qa), "completions": len(qa) * cfg.n},
             "leak_at_k_cost": cost.as_dict()}
+
+
+@register_attack("leak_at_k", applies=has_forget_qa, config=LeakConfig, order=13,
+                 reads=AttackRead("leak_at_k_greedy_acc", "leak_at_k_acc", rank=11,
+                                  label="any of k sampled completions holds the answer (k = n), against greedy",
+                                  shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")))
+def leak_run(r: AttackRun, cfg: LeakConfig) -> dict:
+    return leak_attack(r.model, r.tokenizer, r.task, replace(cfg, max_items=min(cfg.max_items, r.cfg.max_eval)))

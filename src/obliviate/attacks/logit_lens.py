@@ -30,7 +30,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
+from obliviate.attacks.scoring import has_forget_qa
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import DataError, ModelError
 from obliviate.eval.suite import qa_item_prompt
@@ -136,3 +138,11 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
     out["logit_lens_offset"] = float(np.mean(offsets))
     out["logit_lens_cost"] = cost.as_dict()
     return out
+
+
+@register_attack("logit_lens", applies=has_forget_qa, order=8,
+                 reads=AttackRead("forget_score", "logit_lens_top1", chance="forget_chance", rank=7,
+                                  label="the answer's first distinguishing token top-1 at some layer, against the "
+                                        "forget score", shown=("logit_lens_last_top1",)))
+def logit_lens_run(r: AttackRun, cfg: None) -> dict:
+    return logit_lens_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)

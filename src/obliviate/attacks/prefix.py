@@ -12,6 +12,7 @@ candidates, ``gcg_prefix_cost``). docs/evaluation.md, "More attacks".
 
 from __future__ import annotations
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.gcg import GCGConfig, gcg_attack
 from obliviate.tasks.base import Task
 
@@ -19,3 +20,10 @@ from obliviate.tasks.base import Task
 def prefix_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None) -> dict:
     """The optimised universal prefix (module docstring); ``model`` is untouched."""
     return gcg_attack(model, tokenizer, task, cfg, position="prefix", key="gcg_prefix")
+
+
+@register_attack("gcg_prefix", applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=16,
+                 reads=AttackRead("gcg_prefix_start_acc", "gcg_prefix_acc", rank=14,
+                                  label="an optimised prefix, held-out half scored"))
+def gcg_prefix_run(r: AttackRun, cfg: GCGConfig) -> dict:
+    return prefix_attack(r.model, r.tokenizer, r.task, cfg)

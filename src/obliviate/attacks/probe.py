@@ -13,12 +13,16 @@ greedy answers are wrong.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from obliviate.attacks.attack import AttackRun, register_attack
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.probes import last_token_states
+from obliviate.models.layers import check_layer
+from obliviate.tasks.base import Task
 
 
 def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
@@ -214,3 +218,57 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
     return {"per_layer": per_layer, "best_layer": best, "best_acc": per_layer[best],
             "chance": float(np.mean([1.0 / len(m["choices"]) for m in items])),
             "n_items": n, "n_extra": len(extra_train), "n_unseen": n_unseen}
+
+
+# The attack ``probe``: the value probe where the task has its items, else the correct-choice probe. It has no
+# before and after: the verdict reads it against the negative control alone (verdict.control_readout).
+
+@dataclass
+class ProbeConfig:
+    layers: list[int] | None = None
+    """Decoder layers to probe (default: all)."""
+    train_frac: float = 0.5
+    C: float = 1.0
+
+    def __post_init__(self):
+        if not 0 < self.train_frac < 1:
+            raise ConfigError(f"config key 'train_frac': must be in (0, 1), got {self.train_frac}")
+
+
+def check_probe_layers(model, cfg: ProbeConfig) -> None:
+    """A layer the model lacks fails before any attack runs, not after the relearning attacks."""
+    for layer in cfg.layers or []:
+        check_layer(model, layer)
+
+
+def probe_mcqs(task: Task) -> list:
+    """The forget MCQs the choice probe reads: those of the forget sets, else of their first variant set."""
+    sets = [es for es in task.evals_by_role("forget", variants=False) if es.kind == "mcq"]
+    sets = sets or [es for es in task.evals_by_role("forget") if es.kind == "mcq"][:1]
+    return [m for es in sets for m in es.items]
+
+
+def _probe_metrics(probe: dict) -> dict:
+    return {"probe_acc": probe["best_acc"], "probe_best_layer": probe["best_layer"], "probe_chance": probe["chance"],
+            "probe_per_layer": {str(l): a for l, a in probe["per_layer"].items()}}
+
+
+def _choice_probe_items(task: Task) -> list:
+    mcqs = probe_mcqs(task)
+    return mcqs if len(mcqs) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1 else []
+
+
+@register_attack("probe", applies=lambda task: bool(task.probe) or bool(_choice_probe_items(task)), config=ProbeConfig,
+                 default=True, order=4, check=check_probe_layers)
+def probe_attack(r: AttackRun, c: ProbeConfig) -> dict:
+    """The value probe where the task has its items, else the correct-choice probe on the forget MCQs."""
+    seed = r.cfg.seed
+    if r.task.probe:
+        probe = value_probe_attack(r.model, r.tokenizer, r.task.probe["items"], r.task.probe.get("extra", []),
+                                   layers=c.layers, seed=seed, C=c.C)
+    else:
+        items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
+                 for m in _choice_probe_items(r.task)]
+        probe = linear_probe_attack(r.model, r.tokenizer, items, layers=c.layers, train_frac=c.train_frac,
+                                    seed=seed, C=c.C, prompt_fn=lambda q: r.task.prompt.prompt(q, r.tokenizer))
+    return _probe_metrics(probe)

@@ -13,14 +13,14 @@ for them, so the wording below is ours, one template per type, applied to every 
 - ``reverse_query``: ``Name the one this is about: {answer}`` whose answer is the item's entity
   (``meta["entity"]``; items without one are left out);
 - ``synonym_manipulation``: the question with the words of :data:`SYNONYMS` replaced (whole words, the first
-  letter's case kept); ``prompt_synonym_changed`` is the fraction of questions that changed;
+  letter's case kept); ``prompts_synonym_changed`` is the fraction of questions that changed;
 - ``background_hint``: ``Background: {hint}\\n{question}``, the hint being the text of the task's related
   corpus sharing the most words of four or more letters with the question (the first on ties), cut to 300
   characters; items with no such text are left out.
 
 Each rewritten question goes through the task's prompt format; scored by greedy prefix match
-(:func:`~obliviate.attacks.in_context.prefix_accuracy`): ``prompt_<type>_acc`` and ``prompt_<type>_n``,
-``prompt_best_acc`` / ``prompt_best_type``, and ``prompt_plain_acc``, the same items asked plainly (the reference
+(:func:`~obliviate.attacks.in_context.prefix_accuracy`): ``prompts_<type>_acc`` and ``prompts_<type>_n``,
+``prompts_best_acc`` / ``prompts_best_type``, and ``prompts_plain_acc``, the same items asked plainly (the reference
 the verdict reads the best type against). docs/evaluation.md, "More attacks".
 """
 
@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import re
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.in_context import prefix_accuracy
+from obliviate.attacks.scoring import has_forget_qa
 from obliviate.errors import DataError
 from obliviate.tasks.base import Task
 
@@ -113,16 +115,23 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
     cost = Cost()
     with counting(model, cost=cost):
         for t, pairs in attack_prompts(task, items, tokenizer).items():
-            out[f"prompt_{t}_n"] = len(pairs)
+            out[f"prompts_{t}_n"] = len(pairs)
             if pairs:
-                out[f"prompt_{t}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs], [a for _, a in pairs],
-                                                         batch_size)
-    out["prompt_plain_acc"] = prefix_accuracy(model, tokenizer, [task.prompt.prompt(x["question"], tokenizer)
-                                                                 for x in items], [x["answer"] for x in items],
-                                              batch_size)
-    out["prompt_synonym_changed"] = sum(synonym_rewrite(x["question"]) != x["question"] for x in items) / len(items)
-    scored = {t: out[f"prompt_{t}_acc"] for t in TYPES if f"prompt_{t}_acc" in out}
-    out["prompt_best_type"] = max(scored, key=lambda t: scored[t])
-    out["prompt_best_acc"] = scored[out["prompt_best_type"]]
-    out["prompt_cost"] = cost.as_dict()
+                out[f"prompts_{t}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs],
+                                                          [a for _, a in pairs], batch_size)
+    out["prompts_plain_acc"] = prefix_accuracy(model, tokenizer, [task.prompt.prompt(x["question"], tokenizer)
+                                                                  for x in items], [x["answer"] for x in items],
+                                               batch_size)
+    out["prompts_synonym_changed"] = sum(synonym_rewrite(x["question"]) != x["question"] for x in items) / len(items)
+    scored = {t: out[f"prompts_{t}_acc"] for t in TYPES if f"prompts_{t}_acc" in out}
+    out["prompts_best_type"] = max(scored, key=lambda t: scored[t])
+    out["prompts_best_acc"] = scored[out["prompts_best_type"]]
+    out["prompts_cost"] = cost.as_dict()
     return out
+
+
+@register_attack("prompts", applies=has_forget_qa, order=10,
+                 reads=AttackRead("prompts_plain_acc", "prompts_best_acc", rank=10,
+                                  label="the best adversarial prompt type, against the plain question"))
+def prompts_run(r: AttackRun, cfg: None) -> dict:
+    return prompt_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from obliviate.attacks.ablation import forget_prompts, prompt_batches, retain_prompts
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, DataError
@@ -146,3 +147,12 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
                    prune_fraction=best[0], prune_neurons=best[1]["neurons"])
     out["prune_cost"] = cost.as_dict()
     return out
+
+
+@register_attack("prune", applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
+                 config=PruneConfig, order=15,
+                 reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance", rank=9,
+                                  label="the MLP neurons that differ most between forget and retain prompts zeroed, "
+                                        "the best of the sweep"))
+def prune_run(r: AttackRun, cfg: PruneConfig) -> dict:
+    return prune_attack(r.model, r.tokenizer, r.task, replace(cfg, max_prompts=min(cfg.max_prompts, r.cfg.max_eval)))

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
+from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, ModelError
 from obliviate.eval.suite import evaluate_task
 from obliviate.models.layers import output_embeddings, unwrap
@@ -165,3 +168,21 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
     out["quantize_scheme"] = best
     out["quantize_cost"] = cost.as_dict()
     return out
+
+
+@dataclass
+class QuantizeConfig:
+    schemes: list[str] = field(default_factory=lambda: ["int4", "nf4"])
+    """Of ``int8``, ``int4``, ``int8_g128``, ``int4_g128``, ``nf4``."""
+    backend: str = "simulate"
+    """``simulate`` (every machine) or ``bitsandbytes`` (its real 8-bit / 4-bit load, a CUDA model: int8, nf4)."""
+
+
+@register_attack("quantize", applies=lambda task: bool(task.evals_by_role("forget", variants=False)),
+                 config=QuantizeConfig, order=6,
+                 reads=AttackRead("forget_score", "quantize_forget_score", chance="forget_chance", rank=4,
+                                  label="the best quantized copy's forget score"))
+def quantize_run(r: AttackRun, cfg: QuantizeConfig) -> dict:
+    """The task's scores on quantized copies (:func:`quantize_attack`): about one evaluation of the task per
+    scheme."""
+    return quantize_attack(r.model, r.tokenizer, scoring_task(r.task), cfg.schemes, backend=cfg.backend)

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import resumable_cost_hooks
+from obliviate.attacks.scoring import forget_items_fn
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import lm_loss
+from obliviate.methods import preset_name
 from obliviate.models.tokenizer import bos_prefix, pad_id
 from obliviate.train import StepSampler, TrainConfig, train
 
@@ -332,3 +335,133 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         attacked.eval()
         out["model"] = attacked
     return out
+
+
+# The relearning attacker: its grid, its choice of setting and step, and the attack on the related corpus.
+
+@dataclass
+class RelearnAttackConfig(RelearnConfig):
+    """``attacks.relearn``: the relearning attacker's training settings (:class:`RelearnConfig`, which
+    ``relearn_disjoint`` and ``unrelated_finetune`` train with too) and the related-corpus attack's own grid."""
+
+    lr_grid: list[float] | None = None
+    """Learning rates of the related-corpus attack, where they differ from ``attacks.lr_grid`` (default: that)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_grid(self.lr_grid, "lr_grid")
+
+
+def check_grid(grid: list[float] | None, key: str) -> None:
+    """A one-line :class:`ConfigError` unless ``grid`` (None: the default) holds finite learning rates > 0."""
+    if grid is not None and (not grid or any(not 0 < lr < float("inf") for lr in grid)):
+        raise ConfigError(f"config key '{key}': needs finite learning rates > 0, got {grid}")
+
+
+LR_GRIDS = {"tiny": (1e-4, 3e-4, 1e-3), "paper": (1e-5, 3e-5, 1e-4)}
+
+
+def attack_grid(model, cfg, lrs: list[float] | None = None) -> list[tuple[str, RelearnConfig]]:
+    """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``);
+    ``cfg``: the :class:`~obliviate.attacks.harness.TaskAttackConfig` (its ``relearn`` section is the training).
+
+    The grid (``lrs``, else ``cfg.lr_grid``) defaults by model size (:func:`obliviate.methods.preset_name`):
+    1e-4, 3e-4, 1e-3 for tiny models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.
+    """
+    lrs = lrs or cfg.lr_grid or list(LR_GRIDS[preset_name(model)])
+    train = RelearnConfig(**{f.name: getattr(cfg.relearn, f.name) for f in fields(RelearnConfig)})
+    grid = [(f"lr{lr:g}", replace(train, lr=lr, lora=False)) for lr in lrs]
+    if cfg.lora:
+        grid.append((f"lora-lr{max(lrs):g}", replace(train, lr=max(lrs), lora=True)))
+    return grid
+
+
+def n_params(model) -> int:
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def mean_curves(curves: list[list]) -> list[list]:
+    """Pointwise mean of recovery curves evaluated at the same steps."""
+    return [[c[0][0], float(np.mean([p[1] for p in c]))] for c in zip(*curves)]
+
+
+def pick(runs: list[tuple[str, dict, list, list]]) -> tuple[str, int, float, float]:
+    """The attacker's choice among ``(tag, result, V curve, B curve)``: the setting and the step with the highest
+    score on the selection split V (ties: the earlier step, then the earlier setting of the grid); returns
+    ``(tag, step, V score, B score there)``."""
+    best = None
+    for order, (tag, _, v, b) in enumerate(runs):
+        for (step, sv), (_, sb) in zip(v, b):
+            key = (sv, -step, -order)
+            if best is None or key > best[0]:
+                best = (key, tag, int(step), float(sv), float(sb))
+    return best[1:]
+
+
+def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]], base: float | None) -> dict:
+    """What an attack reports from its folds, each a list of ``(tag, result, V curve, B curve)`` per setting.
+
+    ``<prefix>_acc``: B's score at the setting and step chosen on V (:func:`pick`), the mean over folds (unbiased:
+    B never entered the choice); ``<prefix>_acc_optimistic``: the best B score over every setting and step (chosen
+    on B itself, an upward-biased number); ``<prefix>_curve``: the mean of the chosen settings' B curves, which
+    ``_start_acc``, ``_final_acc``, ``_auc``, ``_steps_to_base`` and ``_tokens_to_base`` read;
+    ``<prefix>_setting`` / ``<prefix>_best_step``: each fold's choice; ``<prefix>_by_setting``: each setting's last
+    B score (mean over folds); ``<prefix>_budget_limited``: a fold chose the budget's last step while its V curve was
+    still rising at that read (more steps would have brought back more; ``_budget_limited_folds`` counts them)."""
+    picks = [pick(runs) for runs in folds]
+    chosen = [next(run for run in runs if run[0] == tag) for runs, (tag, *_) in zip(folds, picks)]
+    limited = [p[1] == run[2][-1][0] and len(run[2]) > 1 and run[2][-1][1] > run[2][-2][1]
+               for p, run in zip(picks, chosen)]
+    curve = mean_curves([run[3] for run in chosen])
+    tokens_per_step = float(np.mean([run[1]["tokens_per_step"] for run in chosen]))
+    steps = steps_to_reach(curve, base)
+    tags = [run[0] for run in folds[0]]
+    return {f"{prefix}_acc": float(np.mean([p[3] for p in picks])),
+            f"{prefix}_acc_optimistic": float(np.mean([max(sb for *_, b in runs for _, sb in b) for runs in folds])),
+            f"{prefix}_final_acc": curve[-1][1], f"{prefix}_start_acc": curve[0][1], f"{prefix}_auc": curve_auc(curve),
+            f"{prefix}_steps_to_base": steps, f"{prefix}_tokens_to_base": None if steps is None
+            else int(steps * tokens_per_step), f"{prefix}_base_acc": base, f"{prefix}_curve": curve,
+            f"{prefix}_tokens_per_step": tokens_per_step,
+            f"{prefix}_setting": [p[0] for p in picks], f"{prefix}_best_step": [p[1] for p in picks],
+            f"{prefix}_budget_limited": any(limited), f"{prefix}_budget_limited_folds": int(sum(limited)),
+            f"{prefix}_by_setting": {t: float(np.mean([runs[i][3][-1][1] for runs in folds])) for i, t in enumerate(tags)}}
+
+
+def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
+    """The curve of the union of ``parts`` (each ``p<i>`` curve of ``res``, weighted by its size)."""
+    total = sum(sizes[i] for i in parts)
+    c = [res["curves"][f"p{i}"] for i in parts]
+    return [[pts[0][0], sum(sizes[i] * p[1] for i, p in zip(parts, pts)) / total] for pts in zip(*c)]
+
+
+@register_attack("relearn", applies=lambda task: bool(task.relearn), config=RelearnAttackConfig, default=True, order=1,
+                 reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc", rank=2,
+                                  label="relearning on the related corpus"))
+def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
+    """Relearning on the task's related corpus, at each setting of the corpus grid.
+
+    The forget items it scores are cut into three seeded parts; each in turn is the selection split V (the
+    setting and step are chosen on it) and the other two are B, where the score is read (``relearn_selection``
+    ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps of
+    every item, ``relearn_selection`` ``"optimistic"``."""
+    found = forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)
+    if found is None:
+        return {}
+    items, n = found
+    parts = np.array_split(np.random.default_rng(r.cfg.seed).permutation(n), 3) if n >= 3 else []
+    sizes = [len(p) for p in parts]
+
+    def fn(model) -> dict:
+        c = items(model)
+        return {"all": float(np.mean(c)), **{f"p{i}": float(np.mean(c[p])) for i, p in enumerate(parts)}}
+
+    tried = [(tag, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), fn, rc, base_acc=r.base_score,
+                                  out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}", resume=r.resume))
+             for tag, rc in attack_grid(r.model, r.cfg, cfg.lr_grid)]
+    if parts:
+        folds = [[(tag, res, res["curves"][f"p{i}"], _part_curve(res, [j for j in range(3) if j != i], sizes))
+                  for tag, res in tried] for i in range(3)]
+    else:
+        folds = [[(tag, res, res["curve"], res["curve"]) for tag, res in tried]]
+    out = selected_metrics("relearn", folds, r.base_score)
+    return {**out, "relearn_selection": "V" if parts else "optimistic"}

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.gcg import Item, allowed_tokens, inserted_terms, suffix_items
 from obliviate.errors import ConfigError, DataError
@@ -138,3 +139,10 @@ def soft_prompt_attack(model, tokenizer, task: Task, cfg: SoftPromptConfig | Non
             "soft_prompt_radius": r, "soft_prompt_max_norm": top,
             "soft_prompt_budget": {**asdict(cfg), "folds": len(folds), "steps_x_m": cfg.steps * cfg.m},
             "soft_prompt_cost": cost.as_dict()}
+
+
+@register_attack("soft_prompt", applies=lambda task: task.forget_folds() is not None, config=SoftPromptConfig, order=14,
+                 reads=AttackRead("soft_prompt_start_acc", "soft_prompt_acc", rank=12,
+                                  label="optimised embeddings before the question, held-out fold scored"))
+def soft_prompt_run(r: AttackRun, cfg: SoftPromptConfig) -> dict:
+    return soft_prompt_attack(r.model, r.tokenizer, r.task, cfg)

@@ -25,7 +25,7 @@ docs/evaluation.md, "Which numbers to trust".
 from __future__ import annotations
 
 from obliviate.attacks.controls import POSITIVE_CONTROLS
-from obliviate.attacks.verdict import READS
+from obliviate.attacks.verdict import reads as attack_reads
 from obliviate.runs.report import markdown_table
 
 WITH = ("base", *POSITIVE_CONTROLS)
@@ -106,7 +106,7 @@ def _row(name: str, kind: str, key: str, metrics: dict, with_: list[str], withou
 
 def metric_trust(metrics: dict) -> dict:
     """``{"groups": {"with", "without"}, "reads": {name: row}}``: a row per forget-side metric
-    (:func:`metric_keys`) and per attack of :data:`~obliviate.attacks.verdict.READS` read on at least one model of
+    (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read on at least one model of
     each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``auc``, ``separates``, ``with`` / ``without``
     (the groups' means), ``moves_quantize`` (metrics) or ``lift`` (attacks), ``stable`` and ``trusted`` (module
     docstring). ``metrics``: ``{model: metrics}`` of a comparison."""
@@ -117,7 +117,7 @@ def metric_trust(metrics: dict) -> dict:
         row = _row(key, "metric", key, metrics, with_, without)
         if row is not None:
             reads[key] = row
-    for name, r in READS.items():
+    for name, r in attack_reads().items():
         row = _row(name, "attack", r.after, metrics, with_, without, before=r.start)
         if row is not None:
             reads[name] = row

@@ -9,9 +9,9 @@ stays within the oracle's band (its after-attack score plus its own sampling noi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from statistics import NormalDist
 
+from obliviate.attacks.attack import ATTACKS, AttackRead
 from obliviate.attacks.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
@@ -54,71 +54,24 @@ REFERENCES = ("base", "oracle", *POSITIVE_CONTROLS)
 """The rows of a comparison that are references, not judged."""
 
 
-@dataclass(frozen=True)
-class AttackRead:
-    """Where the verdict reads one attack in a model's metrics: its forget score without the attack (``start``)
-    and under it (``after``), on the attack's own scale; the base model's reference (``base``, a key of the base
-    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics)."""
-
-    start: str
-    after: str
-    base: str | None = None
-    chance: str = "attack_score_chance"
-    decides: bool = True
-    """False: calibrated and shown, but no verdict rests on it (a white-box attack that needs the base model)."""
-    label: str = ""
-    shown: tuple[str, ...] = ()
-    """Further reads of the attack shown beside it under their own names (the logit lens's frame-forced read)."""
+def reads() -> dict[str, AttackRead]:
+    """Every read the verdict can rest on, declared by the attacks (:class:`~obliviate.attacks.attack.AttackRead`),
+    strongest first (ties of severity go to the earlier: :attr:`~obliviate.attacks.attack.AttackRead.rank`).
+    The probe and membership inference declare none: they have no before and after and are read against the
+    negative control alone (:func:`control_readout`; membership inference can veto *removed*,
+    :func:`method_verdict`)."""
+    found = [r for a in ATTACKS.values() for r in a.reads]
+    return {r.name: r for r in sorted(found, key=lambda r: (r.rank, r.name))}
 
 
-READS = {
-    "relearn_disjoint": AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
-                                   label="relearning on other forget facts, held-out facts scored"),
-    "relearn": AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
-                          label="relearning on the related corpus"),
-    "unrelated_finetune": AttackRead("unrelated_ft_start_acc", "unrelated_ft_acc",
-                                     label="fine-tuning on 10 unrelated (retain) examples"),
-    "quantize": AttackRead("forget_score", "quantize_forget_score", chance="forget_chance",
-                           label="the best quantized copy's forget score"),
-    "ablate": AttackRead("forget_score", "ablate_forget_score", chance="forget_chance",
-                         label="difference-of-means direction projected out at every layer"),
-    "ablate_whitebox": AttackRead("forget_score", "ablate_whitebox_forget_score", chance="forget_chance",
-                                  decides=False, label="the direction unlearning moved along (needs the base model)"),
-    "logit_lens": AttackRead("forget_score", "logit_lens_top1", chance="forget_chance",
-                             label="the answer's first distinguishing token top-1 at some layer, against the "
-                                   "forget score", shown=("logit_lens_last_top1",)),
-    "in_context": AttackRead("in_context_zero_shot_acc", "in_context_acc",
-                             label="the best of re-introduction and few-shot, against the question alone"),
-    "prune": AttackRead("forget_score", "prune_forget_score", chance="forget_chance",
-                        label="the MLP neurons that differ most between forget and retain prompts zeroed, the best "
-                              "of the sweep"),
-    "prompts": AttackRead("prompt_plain_acc", "prompt_best_acc",
-                          label="the best adversarial prompt type, against the plain question"),
-    "leak_at_k": AttackRead("leak_at_k_greedy_acc", "leak_at_k_acc",
-                            label="any of k sampled completions holds the answer (k = n), against greedy",
-                            shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")),
-    "soft_prompt": AttackRead("soft_prompt_start_acc", "soft_prompt_acc",
-                              label="optimised embeddings before the question, held-out fold scored"),
-    "gcg": AttackRead("gcg_start_acc", "gcg_acc", label="an optimised suffix, held-out half scored"),
-    "gcg_prefix": AttackRead("gcg_prefix_start_acc", "gcg_prefix_acc", label="an optimised prefix, held-out half "
-                                                                           "scored"),
-    "format_shift": AttackRead("forget_score", "format_shift_acc", chance="forget_chance",
-                               label="the best variant of the forget set, above its chance"),
-}
-"""Every attack the verdict can rest on, strongest first (ties of severity go to the earlier), and where it is
-read. The logit lens's before is the forget score; its frame-forced last-layer read (``logit_lens_last_top1``:
-the answer's frame teacher-forced up to its first distinguishing token) is shown under its own name and never
-decides. The probe and membership inference have no before and after: they are read against the negative control
-alone (:func:`control_readout`; membership inference can veto *removed*, :func:`method_verdict`)."""
-
-ATTACK_KEYS = tuple(READS)
 SHOWN_NAMES = {"logit_lens_last_top1": "frame-forced read", "leak_at_k_1": "k=1", "leak_at_k_4": "k=4",
                "leak_at_k_16": "k=16"}
 
 
 def read_of(key: str) -> AttackRead:
-    """:data:`READS` of ``key``, or the relearning convention ``<key>_start_acc`` / ``<key>_acc`` / ``<key>_base_acc``."""
-    return READS.get(key) or AttackRead(f"{key}_start_acc", f"{key}_acc", f"{key}_base_acc")
+    """:func:`reads` of ``key``, or the relearning convention ``<key>_start_acc`` / ``<key>_acc`` /
+    ``<key>_base_acc``."""
+    return reads().get(key) or AttackRead(f"{key}_start_acc", f"{key}_acc", f"{key}_base_acc", name=key)
 
 
 def base_reference(base: dict, key: str) -> tuple[float | None, float]:
@@ -205,7 +158,7 @@ def separation(p0, p1, n0, n1, base_score, chance: float = 0.0, tol: float = 0.0
 
 def calibration(positive: dict, negative: dict, base_score: float, key: str, chance: float = 0.0,
                 tol: float = 0.0) -> dict:
-    """Whether attack ``key`` (of :data:`READS`, or a relearning key) told the two controls apart
+    """Whether attack ``key`` (of :func:`reads`, or a relearning key) told the two controls apart
     (:func:`separation`; ``positive`` / ``negative`` are the controls' metrics), as flat ``<key>_*`` keys."""
     r = read_of(key)
     c = separation(positive.get(r.start), positive.get(r.after), negative.get(r.start), negative.get(r.after),
@@ -307,7 +260,7 @@ def judged(metrics: dict) -> list[str]:
 
 
 def robustness_summary(metrics: dict, items: int | None = None) -> dict:
-    """Calibration of every attack of :data:`READS` against the controls, the oracle band, and per judged model
+    """Calibration of every attack of :func:`reads` against the controls, the oracle band, and per judged model
     (:func:`judged`) one verdict (:func:`method_verdict`).
 
     ``items``: how many items the attacks score (the band's width; default :data:`DEFAULT_ITEMS`).
@@ -320,11 +273,12 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
     neg, base = metrics.get("oracle"), metrics["base"]
     controls = control_selectivity(metrics)
     calib = {}
-    for key in ATTACK_KEYS:
+    keys = list(reads())
+    for key in keys:
         c = attack_calibration(metrics, controls, key, items)
         if c is not None:
             calib[key] = c
-    band = oracle_band(metrics, ATTACK_KEYS, items)
+    band = oracle_band(metrics, keys, items)
     usable = [(k, ctl) for k, c in calib.items() if c["decides"] for ctl in c["calibrated_by"]]
     verdicts = {name: method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg, usable, band)
                 for name in judged(metrics)}

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.attacks.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
                                                  build_positive_control, no_verdict_line, positive_controls)
 from obliviate.attacks.verdict import control_readout, robustness_summary, verdict_line
@@ -230,5 +230,5 @@ def register(sub) -> None:
                    f"--out/control; {UNTAUGHT} attacks it as it is; {NO_CONTROL} attacks none (no verdict)")
     add_task_args(s)
     s.add_argument("--attacks", metavar="NAMES", help="comma-separated attacks to run, or 'all' (default: relearn, "
-                   f"relearn_disjoint, mia, probe, format_shift); names: {', '.join(ATTACKS)}")
+                   f"relearn_disjoint, mia, probe, format_shift); names: {', '.join(attack_names('all'))}")
     s.set_defaults(fn=cmd_attack)

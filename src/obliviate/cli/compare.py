@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from obliviate.attacks.harness import ATTACKS, attack_names
+from obliviate.attacks.harness import attack_names
 from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
 from obliviate.attacks.verdict import verdict_line
@@ -151,7 +151,7 @@ def print_table(metrics: dict, cols: list[str]) -> None:
 def add_attacks_arg(s, default: str) -> None:
     """``--attacks a,b,...``: run exactly those attacks (or ``all``)."""
     s.add_argument("--attacks", metavar="NAMES", help=f"comma-separated attacks to run, or 'all' (default: {default}); "
-                   f"names: {', '.join(ATTACKS)}")
+                   f"names: {', '.join(attack_names('all'))}")
 
 
 def cmd_compare(args) -> None:

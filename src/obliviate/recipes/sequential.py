@@ -25,7 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, run_task_attacks
+from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, enabled_attacks, run_task_attacks
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import to_dict
 from obliviate.eval.outcome import unlearn_outcome
@@ -184,7 +184,7 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     if why:
         log(why)
     acfg = attack_config(seed)
-    applies = any(getattr(acfg, a.enabled) and a.applies(task) for a in ATTACKS.values())
+    applies = bool(enabled_attacks(task, acfg))
 
     def metrics_of(m, base_score=None) -> dict:
         res = evaluate_task(m, tokenizer, task, **eval_kw)

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.harness import TaskAttackConfig, add_learning_ratios, check_attackable, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, check_attackable, run_task_attacks
+from obliviate.attacks.relearn_disjoint import add_learning_ratios
 from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import to_dict
@@ -99,12 +100,13 @@ def compare_attacks() -> TaskAttackConfig:
     """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift), the
     attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``) and those of issue #45
     but the universal prefix (GCG's cost): leak@k, the soft prompt and neuron pruning."""
-    return TaskAttackConfig(quantize=True, ablate=True, logit_lens=True, in_context=True, prompts=True,
-                            unrelated_finetune=True, leak_at_k=True, soft_prompt=True, prune=True)
+    on = ("quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "leak_at_k", "soft_prompt",
+          "prune")
+    return TaskAttackConfig(enabled=dict.fromkeys(on, True))
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
-        "attacks": {"lr_grid": [3e-4], "corpus_lr_grid": [1e-3], "lora": False, "prompts": False,
+        "attacks": {"lr_grid": [3e-4], "relearn": {"lr_grid": [1e-3]}, "lora": False, "prompts": False,
                     "unrelated_finetune": False, "leak_at_k": False, "soft_prompt": False, "prune": False}}
 """What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
 relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction

@@ -1,0 +1,106 @@
+"""What an attack is: one file that registers itself with :func:`register_attack` (docs/evaluation.md, "Adding an
+attack").
+
+An attack declares its name (the config key ``attacks.<name>`` and the prefix of its metrics), its config
+dataclass, ``applies(task)``, ``run(r, cfg) -> dict`` of flat metrics and how the verdict reads it for calibration
+(:class:`AttackRead`: its before and after, on its own scale). :data:`ATTACKS` imports every module of
+:mod:`obliviate.attacks` on its first look-up, as the methods' registry does, so adding an attack is adding a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from obliviate.registry import Registry
+from obliviate.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class AttackRead:
+    """Where the verdict reads one attack in a model's metrics: its forget score without the attack (``start``)
+    and under it (``after``), on the attack's own scale; the base model's reference (``base``, a key of the base
+    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics)."""
+
+    start: str
+    after: str
+    base: str | None = None
+    chance: str = "attack_score_chance"
+    decides: bool = True
+    """False: calibrated and shown, but no verdict rests on it (a white-box attack that needs the base model)."""
+    label: str = ""
+    shown: tuple[str, ...] = ()
+    """Further reads of the attack shown beside it under their own names (the logit lens's frame-forced read)."""
+    name: str | None = None
+    """The read's name in the calibration (``<name>_calibrated``, ...); default the attack's name."""
+    rank: int = 1000
+    """The verdict reads the attacks strongest first (ties of severity go to the earlier): lower is stronger."""
+
+
+@dataclass
+class AttackRun:
+    """What every attack of one :func:`~obliviate.attacks.harness.run_task_attacks` call reads; ``cfg`` is the
+    whole :class:`~obliviate.attacks.harness.TaskAttackConfig` (its shared settings: ``max_eval``, ``seed``, the
+    relearning grid), the attack's own config is ``run``'s second argument."""
+
+    model: object
+    tokenizer: object
+    task: Task
+    cfg: Any
+    score_fn: Callable | None
+    """The forget score the relearning attacks track (:func:`~obliviate.attacks.scoring.forget_score_fn`)."""
+    base_model: object = None
+    base_score: float | None = None
+    metrics: dict | None = None
+    run_dir: Path | None = None
+    resume: bool = True
+    base_cache: dict = field(default_factory=dict)
+    """The base model's scores, each computed once (:meth:`on_base`)."""
+
+    def on_base(self, key: tuple, fn: Callable):
+        """``fn(base_model)``, computed once per base model and ``key`` and kept in :attr:`base_cache` (a
+        comparison passes one cache for all the models it attacks, so the base model is scored once)."""
+        key = (id(self.base_model), *key)
+        if key not in self.base_cache:
+            self.base_cache[key] = fn(self.base_model)
+        return self.base_cache[key]
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    run: Callable[[AttackRun, Any], dict]
+    """``run(r, cfg)``: flat metrics, each starting with ``name`` (empty: the attack had nothing to read)."""
+    applies: Callable[[Task], bool]
+    """Whether a task has the data the attack needs."""
+    config: type | None = None
+    """The attack's config dataclass (``attacks.<name>.<key>``); None: it has no settings."""
+    default: bool = False
+    """Whether it runs when the config does not say (``attacks.<name>=true`` / ``false``)."""
+    reads: tuple[AttackRead, ...] = ()
+    """How the verdict reads it; none: not calibrated (read against the negative control alone, or not at all)."""
+    order: int = 1000
+    """The harness runs the attacks in this order (ties: by name)."""
+    check: Callable[[Any, Any], None] | None = None
+    """``check(model, cfg)``: a bad setting fails before any attack runs (a probe layer the model lacks)."""
+
+
+ATTACKS = Registry("attack", package="obliviate.attacks")
+"""``name -> Attack``, found by importing every module of :mod:`obliviate.attacks`; :func:`in_order` gives them in
+the harness's order."""
+
+
+def register_attack(name: str, *, applies: Callable[[Task], bool], config: type | None = None, default: bool = False,
+                    reads: tuple[AttackRead, ...] | AttackRead = (), order: int = 1000,
+                    check: Callable[[Any, Any], None] | None = None):
+    """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module docstring)."""
+    reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
+    reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
+    return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, default, reads, order, check))
+
+
+def in_order() -> dict[str, Attack]:
+    """Every registered attack, in the order the harness runs them."""
+    return dict(sorted(ATTACKS.items(), key=lambda kv: (kv[1].order, kv[0])))
