@@ -54,7 +54,7 @@ class MissingFile(DataError):
 
 def _missing(corpus: str, path: Path) -> DataError:
     return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
-                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or allow_hub=True "
+                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or --allow-hub (allow_hub=True) "
                      f"to read {MUSE_HUB_IDS[corpus]})", path)
 
 

@@ -36,7 +36,8 @@ def display(path: Path, root: Path | None = None) -> str:
 
 def missing_file(path: Path, what: str) -> DataError:
     return DataError(
-        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, or pass root=...)"
+        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, pass root=..., or read it "
+        f"from the hub with --allow-hub where the benchmark has a hub release)"
     )
 
 
