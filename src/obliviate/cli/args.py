@@ -218,7 +218,7 @@ def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     parser that already has them, as ``eval``'s benchmark options do)."""
     g = p.add_argument_group("task (what to forget and how to check it)")
     g.add_argument("--task", default=None, help="world (default), tofu:forget10, ember:<concept>, wmdp:bio, "
-                   "muse:news or file:SPEC.yaml")
+                   "muse:news, rwku:<target> or file:SPEC.yaml")
     g.add_argument("--forget", action="append", metavar="FILE", help="your forget file(s): QA pairs or texts "
                    "(.jsonl .json .csv .tsv .txt); with --retain, builds a task without a spec")
     g.add_argument("--retain", action="append", metavar="FILE", help="your retain file(s)")
