@@ -77,7 +77,7 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
         intro = d / "intro.json"
         name = d.name.partition("_")[2].replace("_", " ")
         if intro.is_file():
-            recs = _records(intro, _io.root_dir(root))
+            recs = _io.json_list_records(intro, _io.root_dir(root))
             name = _io.req_str(recs[0][1], "target", recs[0][0]) if recs else name
         return name, d
     if allow_hub:
@@ -93,20 +93,6 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
                     f"process/data_process.py; set $OBLIVIATE_DATA, or --allow-hub to read {RWKU_HUB_ID})")
 
 
-def _records(path: Path, base: Path) -> list[tuple[str, dict]]:
-    name = _io.display(path, base)
-    data = _io.read_json(path, name)
-    if not isinstance(data, list):
-        raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
-    out = []
-    for i, rec in enumerate(data):
-        where = f"{name} record {i}"
-        if not isinstance(rec, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        out.append((where, rec))
-    return out
-
-
 class MissingPart(DataError):
     """A target's file that is not there (nor read from the hub)."""
 
@@ -116,7 +102,7 @@ def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: boo
     the hub's config with ``allow_hub``; empty where neither has any."""
     path = directory / f"{part}.json"
     if path.is_file():
-        return _records(path, _io.root_dir(root))
+        return _io.json_list_records(path, _io.root_dir(root))
     if not allow_hub:
         raise MissingPart(f"RWKU {target}: file not found: {path} (RWKU's Target/<n>_<Name>/ layout; set "
                         f"$OBLIVIATE_DATA, or --allow-hub to read {RWKU_HUB_ID})")

@@ -185,6 +185,22 @@ def read_json(path: Path, name: str) -> Any:
     return parse_json(read_text(path, name), name)
 
 
+def json_list_records(path: Path, base: Path | None = None) -> list[tuple[str, dict]]:
+    """``(where, record)`` of each object of a file holding one JSON list of records (``where``: ``"<name> record
+    <i>"``, 0-based, ``name`` relative to ``base``)."""
+    name = display(path, base)
+    data = read_json(path, name)
+    if not isinstance(data, list):
+        raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
+    out = []
+    for i, rec in enumerate(data):
+        where = f"{name} record {i}"
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        out.append((where, rec))
+    return out
+
+
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Non-blank lines of a text file with their 1-based line numbers, line ending removed."""
     with open(path, encoding="utf-8", newline="") as f:
