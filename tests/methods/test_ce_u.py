@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _reference import assert_same, logits_of, paired_batch, retain_kl, retain_nll, rows, run_tiny
+from _reference import assert_same, grads, logits_of, paired_batch, retain_kl, retain_nll, rows, run_tiny
 from obliviate.methods import build_method
 from obliviate.unlearning.reference import Reference
 
@@ -61,3 +61,30 @@ def test_runs_on_the_world_base_model(world_base, fresh):
 def test_runs_on_a_user_qa_file(taught, fresh):
     before, after, _ = run_tiny("ce_u", taught, fresh)
     assert after > before
+
+
+def document_batch(tokenizer):
+    """Rows labelled everywhere (no -100: documents, loss on every token), right-padded as the engine pads."""
+    texts = ["Morvexia is treated with zalpradine in the cold season.", "The glimmerfin eats moss."]
+    enc = tokenizer(texts, return_tensors="pt", padding=True)
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+
+@pytest.mark.parametrize("n_skip", [1, 2])
+def test_gradient_on_rows_without_a_prompt_follows_the_equation(double_model, tiny_tokenizer, n_skip):
+    """With no -100 in a row, the loss and its gradient are the equation's over the predicted tokens after the
+    first n (the footnote's rule applied to predicted tokens, as on QA rows); open-unlearning's mask, which keeps one
+    more predicted token per such row, gives another gradient, which this test tells apart."""
+    batch = document_batch(tiny_tokenizer)
+    assert bool((batch["labels"][:, 0] != -100).all())
+    method = build_method("ce_u", {"ignore_first_n_answer_tokens": n_skip})
+    assert_same(method.loss(double_model, {"forget": batch}, None)["forget"], double_model,
+                ceu_reference(double_model, batch, n_skip))
+    ours = grads(double_model, method.loss(double_model, {"forget": batch}, None)["forget"])
+    # open-unlearning's mask (compute_batch_ceu, 2231e31) drops the first n_skip *labels* before the shift; on these
+    # rows the first label (position 0) is never predicted, so it drops n_skip - 1 predicted tokens
+    theirs = grads(double_model, ceu_reference(double_model, batch, n_skip - 1))
+    diff = sum(float((ours[k] - theirs[k]).norm() ** 2) for k in ours) ** 0.5
+    size = sum(float(theirs[k].norm() ** 2) for k in theirs) ** 0.5
+    assert diff > 1e-3 * size, (diff, size)

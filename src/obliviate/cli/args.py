@@ -208,12 +208,17 @@ def task_files(args) -> dict[str, list[str]]:
     return {k: list(getattr(args, k, None) or []) for k in FILE_SETS}
 
 
+ALLOW_HUB_HELP = ("read a benchmark file the data directory lacks from the Hugging Face hub with `datasets` (tofu, "
+                  "muse, wmdp, rwku, benchmark:*; $HF_ENDPOINT, cached under $HF_HOME; one line on stderr names each "
+                  "download): docs/benchmarks.md#from-the-hub")
+
+
 def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     """``--task`` and the file shorthand; ``shared=False`` leaves out ``--mapping`` and ``--limit`` (for a
     parser that already has them, as ``eval``'s benchmark options do)."""
     g = p.add_argument_group("task (what to forget and how to check it)")
     g.add_argument("--task", default=None, help="world (default), tofu:forget10, ember:<concept>, wmdp:bio, "
-                   "muse:news or file:SPEC.yaml")
+                   "muse:news, rwku:<target> or file:SPEC.yaml")
     g.add_argument("--forget", action="append", metavar="FILE", help="your forget file(s): QA pairs or texts "
                    "(.jsonl .json .csv .tsv .txt); with --retain, builds a task without a spec")
     g.add_argument("--retain", action="append", metavar="FILE", help="your retain file(s)")
@@ -226,6 +231,7 @@ def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     g.add_argument("--chat-template", action="store_true", help="prompt with the tokenizer's chat template")
     if shared:
         g.add_argument("--limit", type=count_arg, help="use only the first N records of every set (quick checks)")
+    g.add_argument("--allow-hub", action="store_true", help=ALLOW_HUB_HELP)
 
 
 def task_spec(args) -> str:
@@ -255,7 +261,8 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
             raise DataError(e.hint(cli=True)) from None
     else:
         check_task_spec(spec)
-        task = load_task(spec, seed=seed, world=world or {}, limit=limit)
+        task = load_task(spec, seed=seed, world=world or {}, limit=limit,
+                         allow_hub=bool(getattr(args, "allow_hub", False)))
         if getattr(args, "chat_template", False):
             task.prompt.chat = True
         elif getattr(args, "template", None):

@@ -105,8 +105,9 @@ def run_benchmark_eval(args) -> bool:
                           "not --benchmark/--data")
     # A bad name, file or mapping fails here, before the model is loaded.
     mapping = mapping_from_args(args.mapping, {"data": [data]} if data else {})
+    hub = {"allow_hub": True} if getattr(args, "allow_hub", False) and not data else {}
     task = benchmark_task(benchmark, data=data, kind=args.kind, limit=args.limit,
-                          mapping=mapping.get(data) if isinstance(mapping, dict) else mapping)
+                          mapping=mapping.get(data) if isinstance(mapping, dict) else mapping, **hub)
     evaluate_and_write(args, cfg, task)
     return True
 

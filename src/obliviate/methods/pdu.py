@@ -18,9 +18,14 @@ Defaults from open-unlearning's PDU trainer (``src/trainer/unlearn/pdu.py``, fil
 ``configs/trainer/PDU.yaml`` (as the paper's authors' fork tahaEntesari/open-unlearning carries it, 6c7b6d5):
 primal-dual on, dual_step_size = 1, dual updates per step, dual_warmup_epochs = 5, on GradDiff's gamma = alpha = 1
 and retain NLL. PDU.yaml leaves ``retain_loss_eps`` mandatory (``???``); here None takes the paper's natural
-choice eps = (1 + a) L_retain(pi_ref) with a = 0: the retain loss of the first step, before any update. Their
-trainer flattens the logits of every position of the sequence (prompt and padding too); here, as the paper
-writes it, of the forget answer tokens. Its per-epoch dual update (``dual_update_upon: epoch``) is not built.
+choice eps = (1 + a) L_retain(pi_ref) with a = 0: the retain loss of the first step, before any update. Here, as
+the paper writes it, the flattened logits are those that predict the forget answer tokens (position t - 1 for
+answer token y_t: the last prompt position to the one before the last answer token). OpenUnlearning's trainer
+(d3d7cf9: ``mask = labels != -100`` on the logits of the same positions, before any shift) flattens the logits *at*
+the answer positions instead, one position off from ours: the logits predicting the first answer token are left
+out, and those at the last answer token (predicting what follows the answer) are in. (Its older file version
+17e8e73 averaged over every position, prompt and padding too.) Its per-epoch dual update
+(``dual_update_upon: epoch``) is not built.
 
 Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (obliviate's TOFU setting).
 """

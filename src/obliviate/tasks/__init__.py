@@ -10,6 +10,7 @@ named on the command line by a spec ``provider[:argument]``:
 - ``ember:<concept>`` (:mod:`.ember`);
 - ``wmdp:bio|cyber`` (:mod:`.wmdp`);
 - ``muse:news|books`` (:mod:`.muse`);
+- ``rwku:<target>``, RWKU's real people (:mod:`.rwku`);
 - ``benchmark:<name>``, a public benchmark as one evaluation set (:mod:`.benchmark`);
 - ``file:SPEC.yaml``, the user's own files (:mod:`.files`).
 

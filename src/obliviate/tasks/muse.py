@@ -54,22 +54,8 @@ class MissingFile(DataError):
 
 def _missing(corpus: str, path: Path) -> DataError:
     return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
-                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or allow_hub=True "
+                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or --allow-hub (allow_hub=True) "
                      f"to read {MUSE_HUB_IDS[corpus]})", path)
-
-
-def _json_records(path: Path, base: Path) -> list[tuple[str, dict]]:
-    name = _io.display(path, base)
-    data = _io.read_json(path, name)
-    if not isinstance(data, list):
-        raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
-    out = []
-    for i, rec in enumerate(data):
-        where = f"{name} record {i}"
-        if not isinstance(rec, dict):
-            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-        out.append((where, rec))
-    return out
 
 
 def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
@@ -99,7 +85,7 @@ def load_muse_knowmem(corpus: str, split: str, root: str | os.PathLike | None = 
     d = muse_dir(corpus, root)
     path = d / "knowmem" / f"{split}.json"
     if path.is_file():
-        records = _json_records(path, _io.root_dir(root))
+        records = _io.json_list_records(path, _io.root_dir(root))
     elif allow_hub:
         records = hub_records(MUSE_HUB_IDS[corpus], "knowmem", split, str(path))
     else:
@@ -117,7 +103,7 @@ def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
     d = muse_dir(corpus, root)
     path = d / "verbmem" / "forget.json"
     if path.is_file():
-        records = _json_records(path, _io.root_dir(root))
+        records = _io.json_list_records(path, _io.root_dir(root))
     elif allow_hub:
         records = hub_records(MUSE_HUB_IDS[corpus], "verbmem", "forget", str(path))
     else:
@@ -137,7 +123,7 @@ def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None
         raise DataError(f"unknown MUSE knowmem split {split!r} (valid: {', '.join(MUSE_KNOWMEM_SPLITS)})")
     path = muse_dir(corpus, root) / "knowmem" / f"{split}_icl.json"
     if path.is_file():
-        records = _json_records(path, _io.root_dir(root))
+        records = _io.json_list_records(path, _io.root_dir(root))
     elif allow_hub:
         records = hub_records(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", str(path))
     else:

@@ -122,7 +122,7 @@ def _retain(split: str, forget: list[QAExample], root, allow_hub: bool) -> tuple
         return load_tofu(name, root=root, allow_hub=allow_hub), False
     if not (base / "tofu" / "full.json").is_file():
         raise DataError(f"TOFU split {name!r}: file not found: {path}, nor tofu/full.json to derive it from "
-                        f"(set $OBLIVIATE_DATA to the data directory, pass root=..., or allow_hub=True "
+                        f"(set $OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) "
                         f"to read {TOFU_HUB_ID})")
     questions = {ex.question for ex in forget}
     return [ex for ex in load_tofu("full", root=root) if ex.question not in questions], True

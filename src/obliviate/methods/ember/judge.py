@@ -7,8 +7,9 @@ anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method
 
 * :class:`LexiconJudge` — offline default, no network: the share of the top tokens that
   are pieces of known concept terms.
-* :class:`HTTPJudge` — an OpenAI-compatible ``/chat/completions`` endpoint (stdlib only),
-  with timeouts, bounded retries and an on-disk cache.
+* :class:`HTTPJudge` — any OpenAI-compatible chat-completions endpoint (a hosted API, a local vLLM or Ollama
+  server) through the ``openai`` client (the optional extra ``obliviate[judge]``), with timeouts, bounded retries
+  and an on-disk cache.
 
 A judge never raises for a bad reply: it returns ``Verdict(is_member=None, ...)``
 ("no verdict"), which is never kept.
@@ -18,23 +19,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.client
 import json
 import logging
 import math
 import os
 import re
-import socket
 import string
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from http.client import HTTPException
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -261,74 +257,29 @@ def _split_credentials(base_url: str) -> tuple[str, str | None]:
     return plain, f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
 
 
-class _Watchdog:
-    """A total time limit for one request: when it fires, every socket the request opened is shut down,
-    so a server that answers a byte at a time cannot stretch a request past ``timeout``."""
-
-    def __init__(self, timeout: float):
-        self.expired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(timeout, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self):
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._timer.cancel()
-
-    def add(self, sock) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-            if self.expired:
-                self._shut(sock)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                self._shut(sock)
-
-    @staticmethod
-    def _shut(sock) -> None:
-        try:
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the OS socket, also under an SSL wrapper
-        except OSError:
-            pass
-
-    def handlers(self) -> list:
-        """urllib handlers whose connections register their sockets here."""
-        watch = self
-
-        def watched(http_class):
-            class Watched(http_class):
-                def connect(self):
-                    super().connect()
-                    watch.add(self.sock)
-            return Watched
-
-        class HTTP(urllib.request.HTTPHandler):
-            def http_open(self, req):
-                return self.do_open(watched(http.client.HTTPConnection), req)
-
-        out = [HTTP(), _NoRedirect()]
-        if hasattr(http.client, "HTTPSConnection"):
-            class HTTPS(urllib.request.HTTPSHandler):
-                def https_open(self, req):
-                    return self.do_open(watched(http.client.HTTPSConnection), req, context=self._context,
-                                        check_hostname=self._check_hostname)
-            out.append(HTTPS())
-        return out
+CLIENT_LOGGERS = ("openai", "httpx", "httpx2", "httpcore", "httpcore2")
+"""The packages under the ``openai`` client whose log records a request's filter masks (their debug lines carry the
+request's headers, and the server's reason phrase, which may echo the key)."""
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Redirects are never followed: urllib would send the Authorization header (the key) to wherever a
-    3xx points, and take that host's reply as the verdict. A 3xx becomes an HTTPError instead."""
+class _Masked(logging.Filter):
+    """Masks the key and ``base_url``'s credentials in every record of the client's loggers during a request."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
+    def __init__(self, redact):
+        super().__init__()
+        self.redact = redact
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        masked = self.redact(text)
+        if masked != text:
+            record.msg, record.args = masked, None
+        return True
+
+
+def _client_loggers() -> list[logging.Logger]:
+    return [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
+            if name.split(".")[0] in CLIENT_LOGGERS]
 
 
 class _Malformed(Exception):
@@ -344,12 +295,13 @@ class _TooLarge(Exception):
 
 
 class HTTPJudge:
-    """Judge with an OpenAI-compatible chat-completions endpoint, using only the standard library.
+    """Judge with an OpenAI-compatible chat-completions endpoint through the ``openai`` client.
 
-    POSTs ``{base_url}/chat/completions`` with a system and a user message and expects
+    Sends ``client.chat.completions.create`` (``{base_url}/chat/completions``) a system and a user message and expects
     the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
     "description": str}`` (a ```json fence around it is tolerated).
 
+    * The client's own retries are off (``max_retries=0``): the judge's loop below is the only one.
     * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection
       errors, 5xx/429 answers and malformed replies are retried up to ``retries`` more times, sleeping
       ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
@@ -461,32 +413,81 @@ class HTTPJudge:
             text = text.replace(form, REDACTED)
         return text
 
-    def _post(self, messages: list[dict]) -> bytes:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature}).encode()
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def _client(self, hooks: list):
+        """An ``openai.OpenAI`` client for one request: no retries of its own, no redirects followed (the key would
+        go to wherever they point), the reply read through ``hooks`` (the size cap); basic auth from ``base_url``'s
+        credentials where there is no API key (:meth:`_auth`)."""
+        try:
+            import httpx2 as httpx
+        except ImportError:
+            import httpx
+        try:
+            import openai
+        except ImportError:
+            raise ConfigError("HTTPJudge needs the 'openai' package: pip install 'obliviate[judge]'") from None
+        http = httpx.Client(follow_redirects=False, timeout=self.timeout, event_hooks={"response": hooks})
+        return openai.OpenAI(base_url=self.base_url, api_key=self._api_key.get() or "none", max_retries=0,
+                             timeout=self.timeout, http_client=http)
+
+    def _auth(self) -> dict:
+        """The request's ``Authorization`` header, set on each request (so the client adds none of its own): the
+        key as a bearer token, else ``base_url``'s credentials as basic auth, else none at all."""
+        import openai
+
         if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key.get()}"
-        elif self._userinfo:
-            headers["Authorization"] = "Basic " + base64.b64encode(self._userinfo.get().encode()).decode()
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
+            return {"Authorization": f"Bearer {self._api_key.get()}"}
+        if self._userinfo:
+            return {"Authorization": "Basic " + base64.b64encode(self._userinfo.get().encode()).decode()}
+        return {"Authorization": openai.Omit()}
+
+    def _capped(self, response) -> None:
+        """Response hook: a reply larger than ``max_reply_bytes`` (declared, or streamed without a length) is not
+        read beyond the cap."""
+        size = response.headers.get("Content-Length", "")
+        if size.strip().isdigit() and int(size) > self.max_reply_bytes:
+            raise _TooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
+        chunks, n = [], 0
+        for chunk in response.iter_bytes():
+            n += len(chunk)
+            if n > self.max_reply_bytes:
+                raise _TooLarge(f"reply is larger than {self.max_reply_bytes} bytes")
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # read once, here; the client's own read returns it
+
+    def _post(self, messages: list[dict]) -> bytes:
+        """One request through ``openai``, the raw reply body; ``timeout`` bounds the whole request (a server that
+        answers a byte at a time is cut off: the request runs in a worker thread whose client is closed)."""
         self.n_requests += 1
-        with _Watchdog(self.timeout) as watch:
+        client = self._client([self._capped])
+        box: dict = {}
+
+        masked = _Masked(self._redact)
+        loggers = _client_loggers()
+        for logger in loggers:
+            logger.addFilter(masked)
+
+        def request():
             try:
-                opener = urllib.request.build_opener(*watch.handlers())
-                with opener.open(req, timeout=self.timeout) as resp:
-                    size = resp.headers.get("Content-Length", "")
-                    if size.strip().isdigit() and int(size) > self.max_reply_bytes:
-                        raise _TooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
-                    raw = resp.read(self.max_reply_bytes + 1)
-            except Exception:
-                if watch.expired:
-                    raise TimeoutError from None
-                raise
-            if watch.expired:
-                raise TimeoutError
-        if len(raw) > self.max_reply_bytes:
-            raise _TooLarge(f"reply is larger than {self.max_reply_bytes} bytes")
-        return raw
+                raw = client.chat.completions.with_raw_response.create(
+                    model=self.model, messages=messages, temperature=self.temperature,
+                    extra_headers={"Accept": "application/json", **self._auth()})
+                box["body"] = raw.http_response.content
+            except BaseException as e:  # handed to the caller
+                box["error"] = e
+            finally:
+                for logger in loggers:
+                    logger.removeFilter(masked)
+
+        worker = threading.Thread(target=request, daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            client.close()
+            raise TimeoutError
+        client.close()
+        if "error" in box:
+            raise box["error"]
+        return box["body"]
 
     @staticmethod
     def _parse(raw: bytes) -> Verdict:
@@ -521,29 +522,30 @@ class HTTPJudge:
 
     def _ask_once(self, messages: list[dict]) -> Verdict:
         """One request. Raises _Retryable / _Malformed, or returns a verdict (a no-verdict for fatal 4xx)."""
+        import openai
+
         try:
             raw = self._post(messages)
         except _TooLarge as e:
             return Verdict(None, 0.0, f"no verdict: {e}, not read whole, not retried")
-        except urllib.error.HTTPError as e:
-            status = e.code
-            location = e.headers.get("Location", "") if e.headers is not None else ""
-            e.close()
+        except openai.APIStatusError as e:
+            status = e.status_code
             if status >= 500 or status in (408, 429):
                 raise _Retryable(f"HTTP {status}") from None
             if 300 <= status < 400:
+                location = e.response.headers.get("Location", "")
                 where = urllib.parse.urljoin(self.base_url + "/", _split_credentials(location)[0])
                 return Verdict(None, 0.0, f"no verdict: HTTP {status} redirect to {self._redact(where)[:200]!r} "
                                           "not followed (the API key goes to base_url only; set base_url to the "
                                           "address that answers), not retried")
-            return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(str(e.reason))}), not retried")
-        except (TimeoutError, socket.timeout):
+            reason = e.response.reason_phrase or type(e).__name__
+            return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(reason)}), not retried")
+        except (TimeoutError, openai.APITimeoutError):
             raise _Retryable(f"timed out after {self.timeout:g} s") from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                raise _Retryable(f"timed out after {self.timeout:g} s") from None
-            raise _Retryable(f"connection error: {self._redact(str(e.reason))}") from None
-        except (ConnectionError, HTTPException, OSError) as e:
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e
+            raise _Retryable(f"connection error: {self._redact(str(cause))}") from None
+        except (ConnectionError, OSError) as e:
             raise _Retryable(f"connection error: {self._redact(type(e).__name__ + ': ' + str(e))}") from None
         try:
             v = self._parse(raw)

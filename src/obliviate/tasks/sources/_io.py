@@ -36,7 +36,8 @@ def display(path: Path, root: Path | None = None) -> str:
 
 def missing_file(path: Path, what: str) -> DataError:
     return DataError(
-        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, or pass root=...)"
+        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, pass root=..., or read it "
+        f"from the hub with --allow-hub where the benchmark has a hub release)"
     )
 
 
@@ -182,6 +183,22 @@ def read_text(path: Path, name: str) -> str:
 
 def read_json(path: Path, name: str) -> Any:
     return parse_json(read_text(path, name), name)
+
+
+def json_list_records(path: Path, base: Path | None = None) -> list[tuple[str, dict]]:
+    """``(where, record)`` of each object of a file holding one JSON list of records (``where``: ``"<name> record
+    <i>"``, 0-based, ``name`` relative to ``base``)."""
+    name = display(path, base)
+    data = read_json(path, name)
+    if not isinstance(data, list):
+        raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
+    out = []
+    for i, rec in enumerate(data):
+        where = f"{name} record {i}"
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        out.append((where, rec))
+    return out
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:

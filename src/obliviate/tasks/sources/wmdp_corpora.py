@@ -42,7 +42,7 @@ def load_wmdp_corpus(subset: str, part: str, root: str | os.PathLike | None = No
                         f"wmdp/bio-forget-corpus.jsonl)")
     else:
         raise DataError(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a 'text' field; set "
-                        f"$OBLIVIATE_DATA to the data directory, pass root=..., or allow_hub=True to read "
+                        f"$OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) to read "
                         f"{WMDP_CORPORA_HUB_ID}:{name})")
     out: list[str] = []
     for where, rec in records:
