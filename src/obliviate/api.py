@@ -16,7 +16,7 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
 
 The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
 underneath: :func:`obliviate.unlearning.engine.unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
-:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.recipes.compare.run.run_compare`.
+:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.pipelines.compare.run.run_compare`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.methods import preset_name
-from obliviate.recipes.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, run_compare
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
@@ -190,7 +190,7 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[
     Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
     ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
     :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
-    :class:`~obliviate.recipes.compare.run.CompareConfig` (``runs``, ...).
+    :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
     if attacks is not None:

@@ -15,14 +15,14 @@ from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import preset_name
 from obliviate.unlearning.engine import check_method_runs
-from obliviate.recipes.compare.run import CompareConfig, check_retain, compared_methods, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, check_retain, compared_methods, run_compare
 from obliviate.runs.card import untaught_model
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.train.finetune import training_data
 
 
 def run_compare_command(args, defaults: dict | None = None) -> dict:
-    """``compare`` (and ``demo``, with :data:`~obliviate.recipes.compare.run.DEMO` as ``defaults``): the task of
+    """``compare`` (and ``demo``, with :data:`~obliviate.pipelines.compare.run.DEMO` as ``defaults``): the task of
     the arguments (the world by default, built from ``pretrain.world``), then :func:`run_compare`."""
     base = deep_merge(defaults or {}, seeded(args.seed, ["seed", "pretrain.seed", "pretrain.world.seed",
                                                          "attacks.seed"]))
@@ -155,7 +155,7 @@ def add_attacks_arg(s, default: str) -> None:
 
 
 def cmd_compare(args) -> None:
-    """Every method on one task (the world by default) against the controls (:mod:`obliviate.recipes.compare`)."""
+    """Every method on one task (the world by default) against the controls (:mod:`obliviate.pipelines.compare`)."""
     run_compare_command(args)
 
 

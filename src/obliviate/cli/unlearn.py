@@ -18,8 +18,8 @@ from obliviate.eval.suite import evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, method_names, preset_name
 from obliviate.unlearning.engine import (UnlearnConfig, check_overlap, check_unlearn_config, check_unlearn_data,
                                       check_unlearn_run, unlearn)
-from obliviate.recipes import sequential
-from obliviate.recipes.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
+from obliviate.pipelines import sequential
+from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import read_model_card, write_model_card
 from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
 from obliviate.tasks.files import FieldsUnknown
@@ -96,7 +96,7 @@ def unlearn_command_config(args, method: str, preset: str, lr_factor: float = 1.
 def checked_run(args, tuning: bool = False):
     """(method, cfg, task, model, tokenizer, preset, split): every check of ``unlearn`` (and ``tune``) in order,
     the config, the task, the data with the tokenizer alone, then the model; ``split`` is the validation split
-    (:func:`~obliviate.recipes.tune.run.validation_split`) when ``tuning``, made before the model is loaded."""
+    (:func:`~obliviate.pipelines.tune.run.validation_split`) when ``tuning``, made before the model is loaded."""
     check_out_dir(args.out, input_paths(args))
     method = resolve_method(args.method)
     factor, why = finetune_lr_factor(args.model)
@@ -124,7 +124,7 @@ def checked_run(args, tuning: bool = False):
 
 
 def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
-    """The grid on the validation task (:func:`~obliviate.recipes.tune.run.tune`, parts in ``out/tune``), the chosen
+    """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``), the chosen
     settings written to ``out/preset.yaml``; says the choice in one line."""
     result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
                   eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
@@ -143,7 +143,7 @@ def run_tuning(args, cfg, model, tok, split, out, progress: bool) -> dict:
 
 
 def cmd_unlearn(args) -> None:
-    if args.requests:  # sequential unlearning: obliviate.recipes.sequential
+    if args.requests:  # sequential unlearning: obliviate.pipelines.sequential
         return cmd_requests(args)
     method, cfg, task, model, tok, preset, split = checked_run(args, tuning=args.tune)
     out = prepare_out_dir(args.out)
@@ -195,7 +195,7 @@ def cmd_unlearn(args) -> None:
 
 def cmd_requests(args) -> None:
     """``unlearn --requests A,B,...``: the requests in order on the same model, every metric after each
-    (:mod:`obliviate.recipes.sequential`); every check before the model is loaded."""
+    (:mod:`obliviate.pipelines.sequential`); every check before the model is loaded."""
     if args.tune:
         raise ConfigError("--tune and --requests: tune on one forget set (without --requests), then pass the chosen "
                           "settings (--config OUT/preset.yaml) to the sequential run")
