@@ -10,6 +10,7 @@ import obliviate.cli.unlearn as unlearn_cli
 from _cli_errors import one_error
 from obliviate.cli.main import main
 from obliviate.pipelines import sequential
+from obliviate.pipelines import unlearn as unlearn_pipeline
 from tasks._userdata import save_tiny_model, write_user_files
 
 
@@ -125,7 +126,8 @@ def no_model(monkeypatch):
         raise AssertionError("the model was loaded before the error")
 
     monkeypatch.setattr(unlearn_cli, "load_model_args", refuse)
-    monkeypatch.setattr(unlearn_cli, "prepare_out_dir", refuse)
+    monkeypatch.setattr(sequential, "prepare_out_dir", refuse)
+    monkeypatch.setattr(unlearn_pipeline, "prepare_out_dir", refuse)
 
 
 def test_bad_requests_are_one_line_before_the_model(user, tmp_path, capsys, no_model):

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from obliviate.cli.main import main
-from obliviate.cli.unlearn import finetune_lr_factor
+from obliviate.pipelines.unlearn import finetune_lr_factor
 from obliviate.methods import method_defaults
 from obliviate.runs.card import write_model_card
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS

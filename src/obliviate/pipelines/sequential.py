@@ -37,7 +37,7 @@ from obliviate.models.load import load_model
 from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves
 from obliviate.runs.card import write_model_card
-from obliviate.runs.results import atomic_write_json, write_results
+from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.base import Data, Task
 from obliviate.tasks.files import FieldsUnknown, task_from_files
 from obliviate.train.distributed import is_main_process, save_trained
@@ -362,3 +362,17 @@ def finish(out: Path, res: dict, requests: list[Request], task: Task, method: st
                      if all(isinstance(p.get(k), float) for p in points))
     return [f"{method} on {task.name}, {len(requests)} requests in order: {line}",
             f"model: {out / 'model'}; report: {report}", outcome["line"]]
+
+
+def run_sequential(model, tokenizer, task: Task, requests: list[Request], cfg, out, *, fingerprint: dict,
+                   preset: str, base_model: str, eval_kw: dict | None = None, progress: bool = False) -> list[str]:
+    """``obliviate unlearn --requests``: every check against the model before ``out`` is made, then
+    :func:`run_requests` and :func:`finish`; the lines the command prints."""
+    check_unlearn_run(model, tokenizer, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)
+    for r in requests:
+        check_unlearn_run(model, tokenizer, r.data, task.retain, cfg.unlearn, prompt=task.prompt)
+    out = prepare_out_dir(out)
+    fp = {"command": "unlearn --requests", "config": to_dict(cfg), "task": task.summary(), **fingerprint}
+    res = run_requests(model, tokenizer, task, requests, cfg.unlearn, out, fingerprint=fp, seed=cfg.seed,
+                       eval_kw=eval_kw, progress=progress)
+    return finish(out, res, requests, task, cfg.unlearn.method, cfg, tokenizer, base_model=base_model, preset=preset)
