@@ -33,7 +33,7 @@ from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
-from obliviate.pipelines.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare
 from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
@@ -179,10 +179,11 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     return run_task_attacks(model, tokenizer, task, cfg, base_model=base_model)
 
 
-def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[str] | None = None,
+def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Sequence[str] | None = None,
             oracle=None, seed: int = 0, attacks: str | Sequence[str] | dict | None = None, progress: bool = False,
             **config: Any) -> dict:
-    """Every method (or ``methods``) on ``model``, each from a fresh copy, against the controls: the
+    """The four baselines (GradDiff, NPO, SimNPO, RMU; or ``methods``: names, ``"npo,rmu"``, or ``"all"``) on
+    ``model``, each from a fresh copy, against the controls: the
     ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
     Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
     ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
@@ -192,9 +193,10 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[
     _check_task("compare", task)
     if attacks is not None:
         config = {**config, "attacks": attacks if isinstance(attacks, dict) else {"select": attack_names(attacks)}}
-    cfg = from_dict(CompareConfig, {**config, "seed": seed,
-                                        **({"methods": [m.lower() for m in methods]} if methods is not None else {})},
-                    prefix="compare")
+    names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
+                           on_a_model=True)
+    cfg = from_dict(CompareConfig, {**config, "seed": seed, "methods": names}, prefix="compare")
+    log.info(plan_line(cfg, task))
     models = {"<base>": model, "<oracle>": oracle}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from obliviate.attacks.harness import TaskAttackConfig
+from obliviate.errors import ConfigError
 from obliviate.models.builders import tiny_random
 from obliviate.pipelines.compare.run import CompareConfig, run_compare, skip_reason
 from obliviate.tasks.base import Data, EvalSet, PreferredAnswers, Task
@@ -52,3 +55,19 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
         assert f"- **{name}**: skipped: " in section and why.split(";")[0].replace("`", "") in section.replace(
             "\\", "").replace("`", "")
     json.dumps(res["skipped"])  # written to results.json as it is
+
+
+def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
+    from obliviate.methods import method_names
+    from obliviate.pipelines.compare.run import BASELINES, methods_option, plan_line
+    from obliviate.tasks import load_task
+
+    assert methods_option("NPO, rmu", on_a_model=True) == ["npo", "rmu"]
+    assert methods_option(None, on_a_model=True) == ["graddiff", "npo", "simnpo", "rmu"] == BASELINES
+    assert methods_option(None, on_a_model=False) is None  # the config decides: every method
+    assert methods_option("all", on_a_model=True) == method_names()
+    with pytest.raises(ConfigError, match=r"unknown method 'nop' \(did you mean 'npo'\?\)"):
+        methods_option("npo,nop", on_a_model=True)
+    cfg = CompareConfig(methods=["npo", "rmu"])
+    line = plan_line(cfg, load_task("world"))
+    assert line.startswith("compare: 2 methods (npo, rmu) and ") and " attacks (" in line
