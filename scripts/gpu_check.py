@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from obliviate.recipes.bench.run import prepare_method
+from obliviate.pipelines.bench.run import prepare_method
 from obliviate.unlearning.engine import IDK_ANSWERS, to_device
 from obliviate.unlearning.paired import PairedData
 from obliviate.methods import METHODS, method_names

@@ -5,7 +5,7 @@ probe, format shift, quantization, direction ablation, logit lens, in-context, a
 fine-tuning and GCG) on the base model, the oracle, both positive controls and GradDiff, NPO, SimNPO and RMU;
 each run writes its own report (``OUT/seed<k>/report.md`` and ``.html``, with the robustness table). Then
 ``OUT/robustness.md`` (and ``.html``) puts the runs side by side: verdicts and the attack that decided each, the
-calibration of each attack per seed, and each attack's cost (:func:`obliviate.recipes.compare.report.
+calibration of each attack per seed, and each attack's cost (:func:`obliviate.pipelines.compare.report.
 robustness_over_seeds`). A finished seed is not run again (its results.json is read), so a killed run resumes.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/robustness_seeds.py --out runs/robustness
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from obliviate.attacks.verdict import KNOWN_REMOVED
-from obliviate.recipes.compare.report import robustness_over_seeds
+from obliviate.pipelines.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
 
 METHODS = "graddiff,npo,simnpo,rmu"

@@ -15,8 +15,8 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
     attacks = obliviate.attack(unlearned, tok, task, base_model=model)
 
 The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
-underneath: :func:`obliviate.unlearning.engine.unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
-:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.recipes.compare.run.run_compare`.
+underneath: :func:`obliviate.pipelines.unlearn.run_unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
+:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.pipelines.compare.run.run_compare`.
 """
 
 from __future__ import annotations
@@ -31,17 +31,15 @@ from typing import Any
 from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
-from obliviate.eval.outcome import unlearn_outcome
-from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
-from obliviate.recipes.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare
+from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, training_data
 from obliviate.train.finetune import finetune as _finetune
-from obliviate.unlearning.engine import check_unlearn_config, method_run_config
-from obliviate.unlearning.engine import unlearn as _unlearn
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)
@@ -118,7 +116,8 @@ def finetune(model, tokenizer, task: Task, *, in_place: bool = False, seed: int 
 def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool = False, seed: int = 0,
             preset: str | None = None, out_dir: str | Path | None = None, progress: bool = False,
             judge: bool = True, **overrides: Any):
-    """Unlearn ``task``'s forget data from ``model`` with ``method``, keeping its retain data.
+    """Unlearn ``task``'s forget data from ``model`` with ``method``, keeping its retain data: the run of
+    ``obliviate unlearn`` (:func:`obliviate.pipelines.unlearn.run_unlearn`), on a model in memory.
 
     Returns ``(unlearned_model, info)``. **``model`` is not changed**: a copy is trained, unless
     ``in_place=True`` (which saves the memory of a copy; the returned model is then ``model``
@@ -126,10 +125,13 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     training summary (``history``, ``data``: what was encoded).
 
     The method's own defaults apply, chosen by model size (``preset``: ``"tiny"`` under 100M
-    parameters, else ``"paper"``); ``overrides`` change them: ``lr``, ``steps``, ``batch_size``,
-    ``lora``, and ``params`` (a dict of the method's own parameters, e.g. ``params={"beta": 0.2}``).
-    ``out_dir``: keep checkpoints and ``metrics.jsonl`` there (a rerun resumes); default: nothing
-    is written. Same ``seed``, same machine: same model.
+    parameters, else ``"paper"``), with the learning rate scaled as ``obliviate unlearn`` scales it for a model
+    that ``obliviate finetune`` taught (``model.name_or_path`` a directory with its card); ``overrides`` change
+    them: ``lr``, ``steps``, ``batch_size``, ``lora``, ``allow_overlap`` and ``params`` (a dict of the method's own
+    parameters, e.g. ``params={"beta": 0.2}``). ``out_dir``: the run directory, as ``obliviate unlearn --out``
+    writes it (checkpoints in ``train/``, which a rerun resumes, the model in ``model/`` with its card, and
+    ``results.json``); default: nothing is written. Same ``seed``, same machine: same model, and the same as
+    ``obliviate unlearn`` gives.
 
     With ``judge`` (the default), the task is evaluated before and after (``info["before"]``,
     ``info["after"]``) and the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: "ok",
@@ -140,19 +142,14 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     ``obliviate attack``'s or ``obliviate compare``'s verdict.
     """
     _check_task("unlearn", task)
-    ucfg, used = method_run_config(method.lower(), overrides, preset or preset_name(model), seed, prefix="")
-    check_unlearn_config(ucfg, prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
-    seed_everything(seed)
-    before = evaluate_task(model, tokenizer, task, progress=progress) if judge else None
-    target = model if in_place else copy.deepcopy(model)
-    new, summary = _unlearn(target, tokenizer, task.forget, task.retain, ucfg, out_dir, prompt=task.prompt,
-                            idk=task.idk, progress=progress, resume=out_dir is not None)
-    info = {"method": ucfg.method, "settings": used,
-            **{k: v for k, v in summary.items() if k not in ("method", "method_obj")}}
+    model_dir = getattr(model, "name_or_path", None) or None
+    cfg = unlearn_settings(method, preset or preset_name(model), seed=seed, run=overrides, model_dir=model_dir,
+                           prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
+    check_inputs(cfg, task, tokenizer)
+    new, info = run_unlearn(model, tokenizer, task, cfg, out_dir, preset=preset or preset_name(model),
+                            base_model=model_dir, in_place=in_place, judge=judge, progress=progress)
+    info.pop("lines", None)
     if judge:
-        after = evaluate_task(new, tokenizer, task, progress=progress)
-        after.update(score_against(before, after))
-        info.update(before=before, after=after, outcome=unlearn_outcome(before, after, method=ucfg.method))
         log.info(info["outcome"]["line"])
     return new, info
 
@@ -183,22 +180,24 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     return run_task_attacks(model, tokenizer, task, cfg, base_model=base_model)
 
 
-def compare(model, tokenizer, task: Task, out: str | Path, *, methods: Sequence[str] | None = None,
+def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Sequence[str] | None = None,
             oracle=None, seed: int = 0, attacks: str | Sequence[str] | dict | None = None, progress: bool = False,
             **config: Any) -> dict:
-    """Every method (or ``methods``) on ``model``, each from a fresh copy, against the controls: the
+    """The four baselines (GradDiff, NPO, SimNPO, RMU; or ``methods``: names, ``"npo,rmu"``, or ``"all"``) on
+    ``model``, each from a fresh copy, against the controls: the
     ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
     Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
     ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
     :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
-    :class:`~obliviate.recipes.compare.run.CompareConfig` (``runs``, ...).
+    :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
     if attacks is not None:
         config = {**config, "attacks": attacks if isinstance(attacks, dict) else {"select": attack_names(attacks)}}
-    cfg = from_dict(CompareConfig, {**config, "seed": seed,
-                                        **({"methods": [m.lower() for m in methods]} if methods is not None else {})},
-                    prefix="compare")
+    names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
+                           on_a_model=True)
+    cfg = from_dict(CompareConfig, {**config, "seed": seed, "methods": names}, prefix="compare")
+    log.info(plan_line(cfg, task))
     models = {"<base>": model, "<oracle>": oracle}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

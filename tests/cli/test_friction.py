@@ -14,7 +14,7 @@ from obliviate.cli.args import mapping_from_args, task_from_args
 from obliviate.cli import main as cli_main
 from obliviate.cli.main import build_parser, log_to_stderr, main, quiet_libraries
 from obliviate.errors import ConfigError
-from obliviate.recipes.sequential import read_requests
+from obliviate.pipelines.sequential import read_requests
 from obliviate.tasks.benchmark import benchmark_task
 
 from tests._cli_errors import one_error

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from obliviate.eval.six_way import (cut_answer, knowmem, knowmem_prompt, over_requests, reference_prefix, rouge_l_f1,
+from obliviate.eval.six_way import (cut_answer, knowmem, knowmem_prompt, reference_prefix, rouge_l_f1,
                                  rouge_words, verbmem)
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
@@ -99,25 +99,3 @@ def test_verbmem_budget_is_half_a_short_context(tiny_tokenizer):
     model = tiny_llama(vocab_size=len(tiny_tokenizer), n_layer=1, d_model=16, n_head=2, max_len=64)
     r = verbmem(model, tiny_tokenizer, [{"prompt": "The glimmerfin", "gt": "eats moss"}])
     assert r["max_new_tokens"] == 32  # MUSE's 128 does not fit 64 positions: half of them
-
-
-def test_over_requests_sequential_and_fresh():
-    """Scalability starts each fold from the model given; sustainability from the previous fold's model."""
-    calls = []
-
-    def unlearn_fn(model, docs, k):
-        calls.append((model, k))
-        return model + [k]
-
-    def evaluate_fn(model, k):
-        return {"seen": list(model)}
-
-    folds = [{"fold": 1, "docs": ["a"]}, {"fold": 2, "docs": ["a", "b"]}, {"fold": 3, "docs": ["c"]}]
-    sust = over_requests([], folds, unlearn_fn, evaluate_fn, sequential=True)
-    assert [r["seen"] for r in sust] == [[1], [1, 2], [1, 2, 3]]
-    scal = over_requests([], folds, unlearn_fn, evaluate_fn, sequential=False, copy_fn=list)
-    assert [r["seen"] for r in scal] == [[1], [2], [3]] and [r["forget_docs"] for r in scal] == [1, 2, 1]
-    calls.clear()
-    resumed = over_requests([], folds, unlearn_fn, evaluate_fn, sequential=True,
-                            done={1: (None, {"seen": [1]}), 2: ([1, 2], {"seen": [1, 2]})})
-    assert [k for _, k in calls] == [3] and resumed[-1]["seen"] == [1, 2, 3]  # only the missing request ran

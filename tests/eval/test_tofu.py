@@ -224,7 +224,7 @@ def test_generation_budget_is_tofus_200_tokens():
     import inspect
 
     from obliviate.eval.tofu import tofu_eval, tofu_metrics
-    from obliviate.recipes.tofu import TofuConfig
+    from obliviate.pipelines.tofu import TofuConfig
 
     assert inspect.signature(tofu_eval).parameters["max_new_tokens"].default == 200
     assert inspect.signature(tofu_metrics).parameters["max_new_tokens"].default == 200

@@ -14,7 +14,7 @@ import yaml
 from tests.tasks._userdata import write_user_files
 
 from obliviate.api import load_task
-from obliviate.recipes.compare.report import write_report
+from obliviate.pipelines.compare.report import write_report
 from obliviate.runs.card import write_model_card
 from obliviate.runs.report import markdown_table, markdown_to_html, md_code, md_escape, write_html
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_api_is_exported_as_functions_even_after_the_modules_are_imported():
     import obliviate.unlearning.engine  # noqa: F401  (the executor module must not shadow obliviate.unlearn)
-    import obliviate.recipes.compare.run  # noqa: F401
+    import obliviate.pipelines.compare.run  # noqa: F401
 
     for name in ("load_task", "finetune", "unlearn", "evaluate", "attack", "compare"):
         assert callable(getattr(obliviate, name)) and getattr(obliviate, name).__module__ == "obliviate.api", name

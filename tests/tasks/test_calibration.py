@@ -22,7 +22,7 @@ import pytest
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.recipes.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, run_compare
 from obliviate.tasks.files import task_from_files
 
 

@@ -207,7 +207,7 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
     scal_kept = [(out / "muse" / "scal" / "graddiff" / f"fold_{k}.json").stat().st_mtime_ns for k in (2, 3)]
     (root / "fold_3.json").unlink()
     shutil.rmtree(root / "3")
-    from obliviate.recipes.compare import muse_runs
+    from obliviate.pipelines.compare import muse_runs
 
     runs, real = [], muse_runs.unlearn
 
@@ -229,7 +229,7 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
 def test_books_without_folds_or_examples_names_each_missing_file_in_the_report(tmp_path):
     """muse:books as MUSE ships it has no scal/ or sust/ (MUSE ran both on News): the report says which file it
     looked for, once per part, and that PrivLeak needs the oracle when there is none."""
-    from obliviate.recipes.compare.muse_runs import markdown
+    from obliviate.pipelines.compare.muse_runs import markdown
 
     d = write_muse(tmp_path, "books")
     for p in ("scal", "sust"):

@@ -1,5 +1,5 @@
 """Every task provider runs the whole path on tiny data: finetune a tiny model on the task, unlearn, evaluate
-and attack (through :func:`obliviate.recipes.compare.run.run_compare`). Parametrised over the registry, so a new
+and attack (through :func:`obliviate.pipelines.compare.run.run_compare`). Parametrised over the registry, so a new
 provider fails here until it has a tiny-data builder below."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import yaml
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.recipes.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, run_compare
 from obliviate.tasks import load_task, task_names
 from obliviate.utils import data_dir
 

@@ -1,5 +1,5 @@
 """The world has one door (issue #14): outside ``obliviate/world/``, only ``obliviate/tasks/world.py`` and the
-demo (``obliviate/recipes/compare/run.py``) import it; ``attacks``, ``eval``, ``executor``, ``methods`` and ``tasks`` load
+demo (``obliviate/pipelines/compare/run.py``) import it; ``attacks``, ``eval``, ``executor``, ``methods`` and ``tasks`` load
 without it."""
 
 import ast
@@ -10,7 +10,7 @@ from pathlib import Path
 import obliviate
 
 SRC = Path(obliviate.__file__).resolve().parent
-ALLOWED = {"tasks/world.py", "recipes/compare.py"}
+ALLOWED = {"tasks/world.py", "pipelines/compare.py"}
 WORLD = "obliviate.world"
 
 

@@ -13,13 +13,13 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass
+
 from pathlib import Path
 
 import torch
 
 from obliviate.errors import ConfigError, DataError
-from obliviate.models.load import check_model_path, check_vocab, load_model, resolve_dtype
+from obliviate.models.load import check_model_path, load_model_and_tokenizer, resolve_dtype
 from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
 from obliviate.tasks import Task, check_task_spec, load_task
 from obliviate.tasks.files import FieldsUnknown, task_from_files
@@ -117,25 +117,6 @@ def eval_overrides(args) -> dict:
     if getattr(args, "max_new_tokens", None) is not None:
         out["max_new_tokens"] = args.max_new_tokens
     return out
-
-
-@dataclass
-class EvalOptions:
-    """The ``eval`` config section of ``eval``, ``finetune`` and ``unlearn`` (``eval.batch_size=8``)."""
-    batch_size: int = 32
-    max_new_tokens: int | None = None
-    """Greedy tokens per QA answer (default: the longest reference answer plus 4)."""
-
-    def __post_init__(self):
-        if self.batch_size < 1:
-            raise ConfigError(f"config key 'eval.batch_size': must be >= 1, got {self.batch_size}")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"config key 'eval.max_new_tokens': must be >= 1, got {self.max_new_tokens}")
-
-
-def eval_kwargs(cfg, progress: bool) -> dict:
-    """The keyword arguments of :func:`obliviate.eval.suite.evaluate_task` set by ``cfg.eval``."""
-    return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens, "progress": progress}
 
 
 MAPPING_HELP = ("field mapping of those files: question=prompt,answer=target for every file, or "
@@ -385,14 +366,14 @@ def tokenizer_args(args, path: str | None = None):
 
 
 def load_model_args(args, path: str | None = None, trains: bool = True):
-    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``, tokenizer checked;
-    ``--adapter`` attached to ``--model`` (said in one line). ``trains``: see :func:`device_and_dtype`."""
+    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``
+    (:func:`~obliviate.models.load.load_model_and_tokenizer`); ``--adapter`` attached to ``--model`` (said in one
+    line). ``trains``: see :func:`device_and_dtype`."""
     path = path or args.model
     device, dtype = device_and_dtype(args, trains)  # a bad device or dtype fails before the load
     adapter = getattr(args, "adapter", None) if path == args.model else None
-    tok = tokenizer_args(args, path)
-    model = load_model(path, dtype=dtype, adapter=adapter)
-    check_vocab(model, tok, path, args.tokenizer)
+    model, tok = load_model_and_tokenizer(path, args.pad_policy, dtype=dtype, tokenizer_path=args.tokenizer,
+                                          adapter=adapter)
     if adapter is not None and is_main_process():
         print(f"obliviate: attached the adapter {adapter} to {path} (merged into its weights)", file=sys.stderr)
     return model.to(device).eval(), tok

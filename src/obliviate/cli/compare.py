@@ -15,14 +15,15 @@ from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.methods import preset_name
 from obliviate.unlearning.engine import check_method_runs
-from obliviate.recipes.compare.run import CompareConfig, check_retain, compared_methods, run_compare
+from obliviate.pipelines.compare.run import (CompareConfig, check_retain, compared_methods, methods_option, plan_line,
+                                             run_compare)
 from obliviate.runs.card import untaught_model
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.train.finetune import training_data
 
 
 def run_compare_command(args, defaults: dict | None = None) -> dict:
-    """``compare`` (and ``demo``, with :data:`~obliviate.recipes.compare.run.DEMO` as ``defaults``): the task of
+    """``compare`` (and ``demo``, with :data:`~obliviate.pipelines.compare.run.DEMO` as ``defaults``): the task of
     the arguments (the world by default, built from ``pretrain.world``), then :func:`run_compare`."""
     base = deep_merge(defaults or {}, seeded(args.seed, ["seed", "pretrain.seed", "pretrain.world.seed",
                                                          "attacks.seed"]))
@@ -39,6 +40,9 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     check_out_dir(args.out, input_paths(args, oracle, untaught))
     if getattr(args, "tune", False):
         base["tune"] = True
+    methods = methods_option(getattr(args, "methods", None), on_a_model=bool(model))
+    if methods is not None:  # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
+        base["methods"] = methods
     if getattr(args, "attacks", None):  # an unknown name fails here, in one line, before --out
         base = deep_merge(base, {"attacks": {"select": attack_names(args.attacks)}})
     cfg = build_config(CompareConfig, args.config, args.overrides, base=base)
@@ -48,6 +52,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     check_retain(task, compared_methods(cfg), model)
     if untaught and not has_retain_data(task, args):  # asked for, it fails in one line before --out is touched
         untaught = None
+    print(plan_line(cfg, task))
     out = prepare_out_dir(args.out)
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
         print(f"obliviate: oracle: {untaught} fine-tuned on the retain data only (cached in "
@@ -155,7 +160,7 @@ def add_attacks_arg(s, default: str) -> None:
 
 
 def cmd_compare(args) -> None:
-    """Every method on one task (the world by default) against the controls (:mod:`obliviate.recipes.compare`)."""
+    """Every method on one task (the world by default) against the controls (:mod:`obliviate.pipelines.compare`)."""
     run_compare_command(args)
 
 
@@ -176,6 +181,9 @@ def register(sub) -> None:
                    "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)
     add_attacks_arg(s, "every attack but gcg and gcg_prefix")
+    s.add_argument("--methods", metavar="NAMES", help="comma-separated methods to compare (case-insensitive), or "
+                   "'all' (default with --model: the four baselines graddiff, npo, simnpo, rmu; without: as the config "
+                   "says, every method; the config form is methods=[npo,rmu])")
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base model on "
                    "a validation split (as obliviate tune), and score every model on the other items")
     s.set_defaults(fn=cmd_compare)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from obliviate.cli.args import add_common
 from obliviate.cli.compare import add_attacks_arg, run_compare_command
-from obliviate.recipes.compare.run import DEMO
+from obliviate.pipelines.compare.run import DEMO
 
 
 def cmd_demo(args) -> None:
-    """The main job: ``compare`` on the world with :data:`~obliviate.recipes.compare.run.DEMO` (GradDiff, NPO,
+    """The main job: ``compare`` on the world with :data:`~obliviate.pipelines.compare.run.DEMO` (GradDiff, NPO,
     SimNPO and RMU beside the base model and the controls, each attacked once, then the report)."""
     run_compare_command(args, DEMO)
 

@@ -9,13 +9,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.cli.args import (MAPPING_HELP, EvalOptions, add_common, add_eval_args, add_model_args, add_task_args,
+from obliviate.cli.args import (MAPPING_HELP, add_common, add_eval_args, add_model_args, add_task_args,
                                 check_out_dir, count_arg, eval_overrides, input_paths, load_model_args,
                                 mapping_from_args, task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
-from obliviate.eval.suite import evaluate_task, item_records
+from obliviate.eval.suite import EvalOptions, evaluate_task, item_records
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.benchmark import benchmark_task
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from obliviate.cli.args import (EvalOptions, add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_kwargs, eval_overrides, input_paths, load_model_args, previous_digest,
+from obliviate.cli.args import (add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
+                                eval_overrides, input_paths, load_model_args, previous_digest,
                                 seeded, task_digest, task_from_args)
 from obliviate.config import build_config
-from obliviate.eval.suite import evaluate_task
+from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import write_model_card
 from obliviate.runs.report import plot_loss_curve

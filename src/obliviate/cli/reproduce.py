@@ -1,4 +1,4 @@
-"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.recipes`);
+"""``obliviate reproduce NAME --out DIR [--quick]``: run a paper reproduction (:mod:`obliviate.papers`);
 ``--render-only DIR`` re-renders a finished one's report from its ``results.json``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from obliviate.cli.args import add_common, check_out_dir
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
-from obliviate.recipes import available, get_recipe, render_only
+from obliviate.papers import available, get_recipe, render_only
 from obliviate.runs.results import prepare_out_dir
 
 

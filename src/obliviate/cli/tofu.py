@@ -6,7 +6,7 @@ from obliviate.cli.args import add_common, check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.tofu import TINY_SCALE_NOTE
-from obliviate.recipes.tofu import GivenModels, TofuConfig, check_run, run_tofu
+from obliviate.pipelines.tofu import GivenModels, TofuConfig, check_run, run_tofu
 from obliviate.runs.results import prepare_out_dir
 
 

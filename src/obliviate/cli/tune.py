@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from obliviate.cli.args import add_common, add_eval_args, add_model_args, add_task_args
-from obliviate.cli.unlearn import checked_run, run_tuning
-from obliviate.runs.results import prepare_out_dir, write_results
-from obliviate.train.distributed import is_main_process
+from obliviate.cli.unlearn import checked_run, fingerprint, tune_log
+from obliviate.pipelines.unlearn import run_tune
 
 
 def cmd_tune(args) -> None:
-    method, cfg, task, model, tok, preset, split = checked_run(args, tuning=True)
-    out = prepare_out_dir(args.out)
-    result = run_tuning(args, cfg, model, tok, split, out, not args.no_progress)
-    if is_main_process():
-        write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0].summary(),
-                      preset=preset, tune=result, preset_file=str(out / "preset.yaml"))
-    print(f"use it: obliviate unlearn --method {method} --config {out / 'preset.yaml'} (with the same model and task)")
+    cfg, task, model, tok, preset, split = checked_run(args, tuning=True)
+    _, lines = run_tune(model, tok, cfg, split, args.out, preset=preset, fingerprint=fingerprint(args),
+                        progress=not args.no_progress, tune_log=tune_log(args))
+    for line in lines:
+        print(line)
 
 
 def register(sub) -> None:

@@ -18,8 +18,8 @@ The six criteria and the keys this module returns (fractions; MUSE's tables prin
    AUC in obliviate's convention (forget = members, higher = member), the PrivLeak needs the retrained model's
    (:func:`muse_privleak`).
 5. **Scalability** and 6. **sustainability**: the same metrics after unlearning growing forget sets (``scal/``)
-   and after each of sequential requests (``sust/``): :func:`over_requests` (the run is the caller's:
-   ``unlearn_fn``).
+   and after each of sequential requests (``sust/``): the loop over requests is a pipeline's,
+   :func:`obliviate.pipelines.sequential.over_requests`.
 
 A model's generation budget is MUSE's unless the model's context is shorter than twice it: then half the context
 (recorded as ``muse_verbmem_max_new_tokens`` / ``muse_knowmem_max_new_tokens``).
@@ -27,9 +27,8 @@ A model's generation budget is MUSE's unless the model's context is shorter than
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -162,65 +161,3 @@ def muse_metrics(model, tokenizer, muse: dict, mia: dict | None = None, *, batch
     if mia:
         out["muse_mia_auc"] = muse_mia_auc(model, tokenizer, mia, batch_size)
     return out
-
-
-def with_privleak(m: dict, retrain: dict | None) -> dict:
-    """``m`` with ``muse_privleak`` against the retrained model's metrics ``retrain`` (None without one)."""
-    return {**m, "muse_privleak": muse_privleak(m.get("muse_mia_auc"), (retrain or {}).get("muse_mia_auc"))}
-
-
-# ------------------------------------------------------------------ scalability and sustainability
-
-def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_fn: Callable, *,
-                  sequential: bool, copy_fn: Callable | None = None, done: dict | None = None) -> list[dict]:
-    """Scalability (``sequential=False``: each fold unlearned from ``model`` afresh) or sustainability
-    (``sequential=True``: fold k unlearned from the model after fold k-1, MUSE's ``sust``): the metrics after each
-    fold, ``[{"fold": k, "forget_docs": n, **evaluate_fn(model_k)}]``.
-
-    The seam to a run: ``unlearn_fn(model, docs, fold) -> model`` does the unlearning (the caller's method, its
-    data and its checkpoints), ``evaluate_fn(model, fold) -> dict`` the metrics; ``copy_fn(model)`` gives the
-    fresh copy each scalability fold starts from (``copy.deepcopy`` by default). ``done`` maps a fold to
-    ``(model, metrics)`` already made (a resumed run, or fold 1 = the method's own run), used as they are; its
-    model may be None where no later fold starts from it (:func:`finished_requests` makes it after a kill). Also the
-    loop of ``obliviate unlearn --requests`` (:mod:`obliviate.recipes.sequential`).
-    """
-    copy_fn = copy_fn or copy.deepcopy
-    done = done or {}
-    out, cur = [], model
-    for f in folds:
-        k, docs = f["fold"], f["docs"]
-        if k in done:
-            nxt, m = done[k]
-        else:
-            if sequential and cur is None:
-                raise DataError(f"MUSE sustainability: request {k} needs the model after the request before it")
-            nxt = unlearn_fn(cur if sequential else copy_fn(model), docs, k)
-            m = evaluate_fn(nxt, k)
-        out.append({"fold": k, "forget_docs": len(docs), **m})
-        if sequential:
-            cur = nxt
-    return out
-
-
-def finished_requests(folds: Sequence[dict], kept_fn: Callable, has_model_fn: Callable, load_fn: Callable, *,
-                      done: dict | None = None) -> dict:
-    """The ``done`` of a sequential :func:`over_requests` run resumed after a kill: ``done`` (what the caller has
-    already) and the longest run of the next requests whose result ``kept_fn(k)`` still has (a dict, else None),
-    cut back to the last one whose model was saved (``has_model_fn(k)``); that one's model is ``load_fn(k)``, so the
-    next request starts from it. Shared by MUSE's sustainability folds and ``obliviate unlearn --requests``."""
-    done = dict(done or {})
-    kept = []
-    for f in folds:
-        if f["fold"] in done:
-            continue
-        saved = kept_fn(f["fold"])
-        if saved is None:
-            break
-        kept.append((f["fold"], saved))
-    while kept and not has_model_fn(kept[-1][0]):
-        kept.pop()
-    for k, saved in kept:
-        done[k] = (None, saved)
-    if kept:
-        done[kept[-1][0]] = (load_fn(kept[-1][0]), kept[-1][1])
-    return done

@@ -26,11 +26,13 @@ asks for by name (``task.meta["metrics"]``, :mod:`obliviate.eval.metrics`; TOFU:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from obliviate.data import clip_chars, collate, encode_data, encode_prompt_answer
+from obliviate.errors import ConfigError
 from obliviate.eval.answers import answer_token_budget
 from obliviate.eval.core import (answer_probs, check_logits, fit_context, mcq_accuracy, model_max_length,
                                  normalise_text, qa_accuracy, s_unlearning)
@@ -319,3 +321,22 @@ def knows_forget_set(m: dict, margin: float = 0.1) -> bool | None:
     if m.get("forget_score") is None:
         return None
     return m["forget_score"] > m.get("forget_chance", 0.0) + margin
+
+
+@dataclass
+class EvalOptions:
+    """The ``eval`` config section of ``eval``, ``finetune`` and ``unlearn`` (``eval.batch_size=8``)."""
+    batch_size: int = 32
+    max_new_tokens: int | None = None
+    """Greedy tokens per QA answer (default: the longest reference answer plus 4)."""
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ConfigError(f"config key 'eval.batch_size': must be >= 1, got {self.batch_size}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"config key 'eval.max_new_tokens': must be >= 1, got {self.max_new_tokens}")
+
+
+def eval_kwargs(cfg, progress: bool) -> dict:
+    """The keyword arguments of :func:`obliviate.eval.suite.evaluate_task` set by ``cfg.eval``."""
+    return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens, "progress": progress}

@@ -18,7 +18,7 @@ Presets: tiny lr 1e-3, 50 steps, alpha = 10; paper: RMU's (lr 5e-5, 150 steps, a
 since the reconstruction has no settings of its own.
 
 The retain weight alpha can be learned by REINFORCE instead of fixed, see
-:mod:`obliviate.recipes.function_specific.meta_alpha`.
+:mod:`obliviate.papers.function_specific.meta_alpha`.
 """
 
 from __future__ import annotations

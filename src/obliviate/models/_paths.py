@@ -28,7 +28,7 @@ def could_be_hub_id(s: str) -> bool:
 def looks_like_path(s: str) -> bool:
     """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``).
 
-    Narrower than ``not could_be_hub_id(s)``: ``"not a hub id!"`` is neither (see obliviate.recipes.tofu).
+    Narrower than ``not could_be_hub_id(s)``: ``"not a hub id!"`` is neither (see obliviate.pipelines.tofu).
     """
     return (
         s.startswith((".", "/", "~"))

@@ -287,15 +287,20 @@ def load_model_and_tokenizer(
     dtype: str | torch.dtype | None = None,
     device: str | torch.device | None = None,
     tokenizer_path: str | os.PathLike | None = None,
+    adapter: str | os.PathLike | None = None,
 ):
-    """``(model, tokenizer)`` from one directory (or hub id); the tokenizer may live elsewhere.
+    """``(model, tokenizer)`` from one directory (or hub id); the tokenizer may live elsewhere; ``adapter`` as
+    :func:`load_model` takes it. The model's path is checked before its tokenizer is read, so a mistyped path is
+    named as the model's.
 
     Applies :func:`ensure_pad_token` with ``pad_policy`` and copies the pad id into
     ``model.config.pad_token_id`` when the config has none. Raises ModelError if the
     tokenizer has ids the model's embedding cannot hold.
     """
-    model = load_model(path, dtype=dtype, device=device)
-    tok = ensure_pad_token(load_tokenizer(path if tokenizer_path is None else tokenizer_path), pad_policy)
+    check_model_path(path)
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path, of_model=True)
+    tok = ensure_pad_token(tok, pad_policy)
+    model = load_model(path, dtype=dtype, device=device, adapter=adapter)
     check_vocab(model, tok, path, tokenizer_path)
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tok.pad_token_id

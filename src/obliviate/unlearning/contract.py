@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 from typing import ClassVar
 
 from obliviate.config import from_dict
@@ -276,6 +277,18 @@ def register(name: str, *, paper: str = "", equation: str = "", trains: str = "a
 
 def method_names() -> list[str]:
     return METHODS.names()
+
+
+def resolve_method(name: str) -> str:
+    """A registered method name, case-insensitively (``NPO`` -> ``npo``, ``grad-diff`` -> ``grad_diff``); a one-line
+    error with the closest name otherwise. The one place a user's method name is read."""
+    names = method_names()
+    key = str(name).strip().lower().replace("-", "_")
+    if key in names:
+        return key
+    close = difflib.get_close_matches(key, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"unknown method {name!r}{hint}; known methods: {', '.join(names)}")
 
 
 def get_method(name: str) -> type[Method]:

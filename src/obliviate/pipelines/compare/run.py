@@ -1,0 +1,496 @@
+"""Compare unlearning methods on one task, against the controls, under the one attack suite.
+
+``obliviate compare --task T`` runs :func:`run_compare`; ``obliviate demo`` is the same call on the world
+with :data:`DEMO` (docs/evaluation.md says what every number means).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, check_attackable, run_task_attacks
+from obliviate.attacks.relearn_disjoint import add_learning_ratios
+from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
+from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
+from obliviate.config import to_dict
+from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.eval.oracle import oracle_distance, oracle_reference
+from obliviate.eval.outcome import unlearn_outcome
+from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.attacks.trust import metric_trust
+from obliviate.methods import METHODS, method_names, preset_name, resolve_method
+from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
+from obliviate.models.builders import TinyModelConfig, build_tiny_model
+from obliviate.models.load import load_model, save_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.pipelines.compare import muse_runs as muse
+from obliviate.pipelines.compare.report import write_report
+from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
+from obliviate.runs.parts import cached_parts
+from obliviate.tasks.base import PreferredAnswers, Task
+from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
+from obliviate.train.finetune import FinetuneConfig, finetune, training_data
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, world_for
+from obliviate.utils import run_write_path, seed_everything
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CompareConfig:
+    seed: int = 0
+    methods: list[str] | None = None
+    """Methods to compare (default: every registered method that can run on the task)."""
+    runs: dict = field(default_factory=dict)
+    """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
+    attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
+    """Every attack but the optimised suffix and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
+    parallel: bool = True
+    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining, then
+    the attacks on the oracle and the base model, and the controls and methods (built, evaluated and attacked;
+    :func:`obliviate.runs.parts.cached_parts`). Only on
+    the CPU, in one process, for models of at most :data:`PARALLEL_MAX_PARAMS` parameters; on 2 cores it nearly
+    halves the wall time of tiny models, whose small matrix products do not use a second thread."""
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """The tiny model trained from scratch when no ``--model`` is given (tasks without a world)."""
+    oracle: bool = True
+    """Build (no ``--model``) an oracle that never saw the forget data: the negative control."""
+    known_removed: bool = True
+    """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed, judged as
+    methods (:data:`obliviate.attacks.verdict.KNOWN_REMOVED`): the second oracle and the filtered model."""
+    positive_control: bool = True
+    """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
+    positive_control_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
+    small_norm_control: bool = True
+    """With ``positive_control``, also build and attack the small-norm suppression control (``positive_control_smallnorm``,
+    :func:`obliviate.attacks.controls.small_norm_control`), which calibrates quantization."""
+    small_norm_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control` (``lr``, ``chunk``,
+    ``max_steps``, ``target``)."""
+    save_models: bool = True
+    """Keep every method's unlearned model in ``out/methods/<name>/model``."""
+    eval_batch_size: int = 32
+    tune: bool = False
+    """Run each method at settings chosen for this base model (``compare --tune``, :mod:`obliviate.pipelines.tune`):
+    on a validation split of the forget and retain pairs; every model is then scored on the other items only."""
+    tuning: TuneConfig = field(default_factory=TuneConfig)
+    """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``)."""
+    muse_folds: bool = True
+    """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests (``scal/``,
+    ``sust/``; :mod:`obliviate.pipelines.compare.muse_runs`)."""
+
+
+PARALLEL_MAX_PARAMS = 100_000_000
+"""The largest model ``compare`` works on two at a time (each process holds its own copy of a model being unlearned)."""
+
+
+def compare_attacks() -> TaskAttackConfig:
+    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift), the
+    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``) and those of issue #45
+    but the universal prefix (GCG's cost): leak@k, the soft prompt and neuron pruning."""
+    on = ("quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "leak_at_k", "soft_prompt",
+          "prune")
+    return TaskAttackConfig(enabled=dict.fromkeys(on, True))
+
+
+DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
+        "attacks": {"lr_grid": [3e-4], "relearn": {"lr_grid": [1e-3]}, "lora": False, "prompts": False,
+                    "unrelated_finetune": False, "leak_at_k": False, "soft_prompt": False, "prune": False}}
+"""What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
+relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction
+ablation, in-context), which keeps the demo within minutes; ``compare`` tries the whole grid and every attack
+but GCG's suffix and prefix (docs/evaluation.md, "More attacks", gives each one's cost)."""
+
+
+BASELINES = DEMO["methods"]
+"""``compare``'s methods on a user's model (``--model``, and the API) unless told otherwise: the four baselines, as the
+demo runs them (every method, ``--methods all``, took 643 s on a 3-layer toy model: days on a 7B)."""
+
+
+def methods_option(text: str | None, *, on_a_model: bool) -> list[str] | None:
+    """The methods ``compare --methods a,b`` names (any case: :func:`~obliviate.methods.resolve_method`; ``all``:
+    every registered method); without the flag, :data:`BASELINES` on a user's model, else None (the config decides,
+    every method by default)."""
+    if text is None:
+        return list(BASELINES) if on_a_model else None
+    if text.strip().lower() == "all":
+        return method_names()
+    names = [n for n in (s.strip() for s in text.split(",")) if n]
+    if not names:
+        raise ConfigError(f"--methods {text!r}: give method names separated by commas, or 'all'")
+    return [resolve_method(n) for n in names]
+
+
+def plan_line(cfg: "CompareConfig", task: Task) -> str:
+    """The line a comparison starts with: how many methods and attacks it will run."""
+    methods = compared_methods(cfg)
+    attacks = [name for name, a in ATTACKS.items() if getattr(cfg.attacks, a.enabled, False) and a.applies(task)]
+    return (f"compare: {len(methods)} method{'s' * (len(methods) != 1)} ({', '.join(methods)}) and {len(attacks)} "
+            f"attack{'s' * (len(attacks) != 1)} ({', '.join(attacks)}) on {task.name}")
+
+
+def compared_methods(cfg: "CompareConfig") -> list[str]:
+    """The methods a comparison considers: ``cfg.methods``, else every registered method (those that cannot run on
+    the task are listed as skipped, with their reason: :func:`skip_reason`)."""
+    return list(cfg.methods) if cfg.methods is not None else method_names()
+
+
+def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None:
+    """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method needs
+    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.unlearning.contract.Method.compare_needs` those
+    config keys set. A comparison lists such a method as skipped with this line rather than run it on a stand-in."""
+    cls = METHODS[name]
+    if getattr(cls, "needs_idk", False) and task.forget.docs:
+        return (f"needs forget QA pairs (it pairs each forget question with a preferred answer); the forget data holds "
+                f"{len(task.forget.docs)} documents")
+    if cls.needs_preference_data and not isinstance(task.idk, PreferredAnswers):
+        return ("needs preference data (a chosen answer for each forget QA pair: a forget file with `chosen` and "
+                "`rejected` fields); the task has none")
+    unset = [k for k in cls.compare_needs if not (params or {}).get(k)]
+    if unset:
+        what = ", ".join(f"`runs.{name}.params.{k}` ({cls.compare_needs[k]})" for k in unset)
+        return f"needs {what}; without them it would fit on a stand-in (its first training batch)"
+    return None
+
+
+def check_retain(task: Task, methods: list[str], model_dir: str | None) -> None:
+    """A one-line :class:`DataError` when ``task`` has no retain data but the comparison needs it (any method's retain
+    term; the tiny base model's training without ``model_dir``), naming every file the task found missing."""
+    if not task.retain and (methods or model_dir is None):
+        missing = "".join(f"; {x}" for x in task.meta.get("missing") or [])
+        raise DataError(f"task {task.name!r} has no retain data, which every method's retain term (and the tiny base "
+                        f"model's training) needs{missing}")
+
+
+def edit_note(summary: dict) -> dict:
+    """What an edit method's run says it did, for the report (``n_edited``: EMBER's edited token rows), its scalar
+    entries only."""
+    info = summary.get("edit") or {}
+    return {k: v for k, v in info.items() if isinstance(v, (int, float, str, bool)) and k != "method"}
+
+
+def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
+    """Method ``name``'s run: its ``preset``, then ``cfg.runs[name]``."""
+    return method_run_config(name, cfg.runs.get(name), preset, cfg.seed)
+
+
+def data_fingerprint(task: Task) -> str:
+    """A hash of the task's forget and retain data and of its evaluation items (a file edited in place changes it)."""
+    h = hashlib.sha256()
+    for part in (task.forget.qa, task.forget.docs, task.retain.qa, task.retain.docs, task.relearn or []):
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+    for es in task.evals:
+        h.update(json.dumps([es.name, es.role, es.kind, [dict(x) if isinstance(x, dict) else x.to_dict()
+                                                         for x in es.items]], sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def task_texts(task: Task) -> list[str]:
+    """Every text of a task, for training a tokenizer that covers it."""
+    texts = [f"{task.prompt.prompt(q)}{task.prompt.answer(a)}" for d in (task.forget, task.retain) for q, a in d.qa]
+    texts += list(task.forget.docs) + list(task.retain.docs) + list(task.relearn or [])
+    for es in task.evals:
+        for x in es.items:
+            texts += [x[k] for k in ("question", "answer", "text") if k in x and isinstance(x[k], str)]
+            texts += list(x["choices"]) if "choices" in x else []
+    return texts
+
+
+def _made_by(d: Path, source) -> bool:
+    """Whether model directory ``d`` is complete and was made from ``source`` (its ``DONE`` file holds it)."""
+    done = d / "DONE"
+    return done.is_file() and (d / "config.json").exists() and done.read_text() == json.dumps(source, sort_keys=True)
+
+
+def _copy_model(src: Path, dst: Path) -> None:
+    """Copy a cached model directory into the run (rank 0; kept if it is already the copy of ``src``); every
+    process waits."""
+    run_write_path(dst)  # no link under --out is followed (nor removed in its target's place)
+    if is_main_process() and not _made_by(dst, str(src)):
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        (tmp / "DONE").write_text(json.dumps(str(src), sort_keys=True))
+        tmp.rename(dst)
+    barrier()
+
+
+SECOND_ORACLE_SEED = 1
+"""The second oracle's pretraining seed is the oracle's plus this (the same world, another initialisation and data
+order)."""
+
+
+def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> tuple[dict[str, str], Path]:
+    """The base model and (``cfg.oracle``) the oracle pretrained on the task's world, without its forget split
+    for the oracle, and (``cfg.known_removed``) the second oracle (another pretraining seed) and the filtered model
+    (the whole corpus, the forget split's tokens loss-masked: ``PretrainConfig.mask_splits``); cached across runs
+    and copied into ``out/models``, two at a time. Returns the directories and the base model's cache entry (its
+    training log)."""
+    pcfg = dataclasses.replace(cfg.pretrain, world=task.pretrain)
+    world_for(pcfg).save(out / "world")
+    cfgs = {"base": pcfg}
+    if cfg.oracle:
+        cfgs["oracle"] = copy.deepcopy(pcfg)
+        cfgs["oracle"].exclude_splits = sorted(set(pcfg.exclude_splits) | {"forget"})
+        if cfg.known_removed:
+            cfgs["second_oracle"] = dataclasses.replace(copy.deepcopy(cfgs["oracle"]),
+                                                        seed=pcfg.seed + SECOND_ORACLE_SEED)
+            cfgs["filtered"] = copy.deepcopy(pcfg)
+            cfgs["filtered"].mask_splits = sorted(set(pcfg.mask_splits) | {"forget"})
+    roots = dict(zip(cfgs, cached_pretrain_all(list(cfgs.values()), progress, parallel=cfg.parallel)))
+    dirs = {}
+    for name, root in roots.items():
+        _copy_model(root / "model", out / "models" / name)
+        dirs[name] = str(out / "models" / name)
+    return dirs, roots["base"]
+
+
+def note_data_change(out: Path, data: str) -> bool:
+    """Say in one line (stderr) when ``out`` holds finished parts made from other data than the task's now (an edited
+    forget or retain file of the same size, rerun into the same ``--out``): they are not reused, and the run starts
+    afresh. Returns whether it said so."""
+    for part in sorted(Path(out).glob("methods/*/result.json")) + sorted(Path(out).glob("controls/*.json")):
+        try:
+            old = (json.loads(part.read_text()).get("key") or {}).get("data")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if old is not None and old != data:
+            log.warning("%s: the task's data changed since its parts were made (another forget, retain or "
+                        "evaluation file content); starting afresh", out)
+            return True
+    return False
+
+
+def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dict[str, str]:
+    """Train the tiny base (forget + retain) and, with ``cfg.oracle``, the oracle (retain only); kept in
+    ``out/models``."""
+    dirs = {"base": out / "models" / "base"}
+    if cfg.oracle:
+        dirs["oracle"] = out / "models" / "oracle"
+    tok = None
+    for name, d in dirs.items():
+        source = {"model": name, "tiny": to_dict(cfg.tiny), "finetune": to_dict(cfg.finetune), "seed": cfg.seed,
+                  "task": task.summary(), "data": data_fingerprint(task)}
+        if _made_by(run_write_path(d), source):
+            continue
+        seed_everything(cfg.seed)
+        model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
+        data = training_data(task, "both" if name == "base" else "retain")
+        model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
+                            preset="tiny", progress=progress, resume=True)
+        save_model(model, d)
+        tok.save_pretrained(str(d))
+        (d / "DONE").write_text(json.dumps(source, sort_keys=True))
+    return {k: str(v) for k, v in dirs.items()}
+
+
+def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
+                oracle_dir: str | None = None, load=None, progress: bool = True) -> dict:
+    """Every method of ``cfg`` on ``task``, beside the base model and the controls; the report in ``out``.
+
+    The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
+    for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
+    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated
+    (:func:`~obliviate.eval.suite.evaluate_task`) and attacked (:func:`~obliviate.attacks.harness.run_task_attacks`)
+    once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
+    ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
+    comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
+    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
+    ``robustness`` and ``trust`` (:func:`~obliviate.attacks.trust.metric_trust`: which numbers separate the models
+    with the knowledge from those without, and stay put under quantization).
+    """
+    methods = compared_methods(cfg)
+    check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
+    check_attackable(task, cfg.attacks)  # before any model is built
+    check_retain(task, methods, model_dir)
+    load = load or (lambda p: (load_model(p), load_tokenizer(p)))
+    t0 = time.time()
+    base_root = None
+    if model_dir is not None:
+        dirs = {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}
+    elif task.pretrain is not None:
+        dirs, base_root = pretrained_bases(task, cfg, out, progress)
+    else:
+        dirs = tiny_bases(task, cfg, out, progress)
+    base_model, tok = load(dirs["base"])
+    bases_seconds = time.time() - t0  # pretraining or fine-tuning the base and the oracle (0 when cached or given)
+    preset = preset_name(base_model)
+    parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
+                and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
+    run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
+               "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
+               "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
+    note_data_change(out, run_key["data"])
+    val = None
+    if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
+        val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
+    tuned: dict = {}
+    metrics: dict = {}
+    curves: dict = {}
+    timings: dict = {"bases_seconds": bases_seconds}
+
+    def evaluate(name: str, model) -> dict:
+        t = time.time()
+        m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
+        m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
+        if name != "base":
+            m.update(score_against(metrics["base"], m))
+        timings[f"{name}_eval_seconds"] = time.time() - t
+        return m
+
+    base_cache: dict = {}  # the base model's scores, computed once for every model attacked
+    shown = {"progress": progress}
+
+    def attack(name: str, model, m: dict) -> None:
+        t = time.time()
+        per: dict = {}
+        att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m, base_cache=base_cache,
+                               timings=per)
+        timings[f"{name}_attack_seconds"] = time.time() - t
+        timings[f"{name}_seconds_by_attack"] = per
+        curves[name] = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
+        m.update(att)
+
+    def attack_part(name: str, model) -> dict:
+        attack(name, model, metrics[name])
+        return {"metrics": metrics[name], "curves": curves[name],
+                "timings": {k: timings[k] for k in (f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
+
+    metrics["base"] = evaluate("base", base_model)
+    oracle_ref = None
+    held: dict = {}
+    jobs: list = []  # (name, path, key, fn): the attacks on the oracle and the base model, the controls, then the
+    # methods, each a part made once (two at a time with `parallel`)
+    if "oracle" in dirs:
+        oracle, oracle_tok = load(dirs["oracle"])
+        if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
+            raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
+                             f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored "
+                             "on the same token ids, so the oracle must share the base model's vocabulary")
+        metrics["oracle"] = evaluate("oracle", oracle)
+        if metrics["oracle"].get("forget_score") is not None:
+            oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
+        held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
+        del oracle
+        jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
+                     lambda: attack_part("oracle", held.pop("oracle"))))
+    jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
+                 lambda: attack_part("base", base_model)))
+    builders = positive_controls(cfg)
+    for cname, (build, kwargs) in builders.items():
+        cdir = out / "models" / cname
+
+        def control_part(cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
+            control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
+            if control is None:  # e.g. a task with MCQs only: nothing to refuse
+                return {"info": info}
+            m = evaluate(cname, control)
+            attack(cname, control, m)
+            save_trained(control, cdir, tok)  # before its part: a finished control has its model
+            return {"metrics": m, "curves": curves[cname], "info": info,
+                    "timings": {k: timings[k] for k in (f"{cname}_eval_seconds", f"{cname}_attack_seconds",
+                                                        f"{cname}_seconds_by_attack")}}
+
+        if not (cdir / "config.json").exists():
+            (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
+        jobs.append((cname, out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
+                     control_part))
+    for kname in [n for n in KNOWN_REMOVED if n in dirs]:  # judged as methods, built with the bases
+
+        def known_part(kname=kname) -> dict:
+            model, ktok = load(dirs[kname])
+            if ktok.get_vocab() != tok.get_vocab():
+                raise ModelError(f"{dirs[kname]!r} has another tokenizer than the base model")
+            m = evaluate(kname, model)
+            if oracle_ref is not None:
+                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
+            attack(kname, model, m)
+            return {"metrics": m, "curves": curves[kname],
+                    "timings": {k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
+                                                        f"{kname}_seconds_by_attack")}}
+
+        jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
+    configs, ucfgs, skipped = {}, {}, {}
+    for name in methods:
+        mdir = out / "methods" / name
+        ucfg, used = method_config(cfg, name, preset)
+        why = skip_reason(task, name, ucfg.params)
+        if why is not None:  # listed in the report with its reason, never run on a stand-in
+            skipped[name] = why
+            continue
+        if val is not None and METHODS[name].kind != "edit":
+            r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
+                     eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
+            ucfg = trial_config(ucfg, r["chosen"])
+            s = r["settings"]["unlearn"]
+            used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
+            tuned[name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
+        configs[name], ucfgs[name] = used, ucfg
+
+        def method_part(name=name, ucfg=ucfg, mdir=mdir) -> dict:
+            seed_everything(cfg.seed)
+            model = copy.deepcopy(base_model)
+            t = time.time()
+            model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
+                                     idk=task.idk, progress=shown["progress"], resume=False)
+            timings[f"{name}_unlearn_seconds"] = time.time() - t
+            m = evaluate(name, model)
+            if edit_note(summary):
+                m["edit"] = edit_note(summary)
+            if oracle_ref is not None:
+                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
+            attack(name, model, m)
+            if cfg.save_models:
+                save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
+            return {"metrics": m, "curves": curves[name],
+                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_eval_seconds",
+                                                        f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
+
+        if cfg.save_models and not (mdir / "model" / "config.json").exists():
+            (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
+        jobs.append((name, mdir / "result.json", {"method": used, **run_key}, method_part))
+
+    def quiet() -> None:  # the second process draws no progress bars
+        shown["progress"] = False
+
+    parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
+    held.clear()  # the oracle, when its attacks were kept from an earlier run
+    for (name, *_), (part, _) in zip(jobs, parts):  # the oracle's and the base model's attacks, controls, methods
+        if name in builders:
+            timings[name] = part["info"]
+            if "metrics" not in part:
+                continue
+            dirs[name] = str(out / "models" / name)
+        elif name in ucfgs and cfg.save_models:
+            dirs[name] = str(out / "methods" / name / "model")
+        metrics[name], curves[name] = part["metrics"], part["curves"]
+        timings.update(part["timings"])
+        if name in ucfgs and cfg.muse_folds and task.meta.get("muse"):
+            metrics[name].update(muse.method_folds(
+                task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
+                main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                progress=progress))
+    for name in ucfgs:  # what each method did, without any attack: the run's outcome line (forgot little: try tune)
+        metrics[name]["unlearn_outcome"] = unlearn_outcome(metrics["base"], metrics[name], method=name)
+    add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
+    robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
+    muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
+    trust = metric_trust(metrics)
+    timings["total_seconds"] = time.time() - t0
+    write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
+                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
+    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
+            "robustness": robustness, "skipped": skipped, "trust": trust, **({"tuned": tuned} if cfg.tune else {})}

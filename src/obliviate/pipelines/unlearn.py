@@ -1,0 +1,250 @@
+"""The one unlearn run, which ``obliviate unlearn`` (:mod:`obliviate.cli.unlearn`), ``obliviate tune`` and
+``obliviate.unlearn`` (:mod:`obliviate.api`) call: the settings (:func:`unlearn_settings`), the checks that need no
+model (:func:`check_inputs`), then :func:`run_unlearn`: evaluate before, unlearn, evaluate after, the outcome and,
+given a run directory, the model, its card and ``results.json``. What it has to say goes to the ``obliviate``
+loggers (the command line shows them as its ``obliviate: ...`` lines)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from obliviate.config import build_config, deep_merge, from_dict, to_dict
+from obliviate.errors import ConfigError
+from obliviate.eval.outcome import unlearn_outcome
+from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
+from obliviate.methods import METHODS, method_defaults, resolve_method
+from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
+from obliviate.runs.card import card_settings, read_model_card, write_model_card
+from obliviate.runs.results import prepare_out_dir, same_run, write_results
+from obliviate.train.distributed import is_main_process, save_trained
+from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
+from obliviate.unlearning.engine import (MethodRun, UnlearnConfig, check_overlap, check_unlearn_config,
+                                         check_unlearn_data, check_unlearn_run, unlearn)
+from obliviate.utils import seed_everything
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UnlearnRunConfig:
+    """The settings of one unlearn run: the config file and ``key=value`` overrides of ``obliviate unlearn`` / ``tune``
+    (``unlearn.train.lr=1e-4``), which the API's keywords (``lr=1e-4``) set too."""
+
+    seed: int = 0
+    world: dict = field(default_factory=dict)
+    """Keys of the world's config (``world.n_forget=20``) for ``--task world``; the world seed is ``--seed``."""
+    unlearn: UnlearnConfig = field(default_factory=UnlearnConfig)
+    eval: EvalOptions = field(default_factory=EvalOptions)
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """``obliviate tune`` and ``unlearn --tune``: the grid, the budget, the constraint and the validation split."""
+
+
+RUN_KEYS = {"lr": ("train", "lr"), "steps": ("train", "steps"), "batch_size": ("batch_size",), "lora": ("lora",),
+            "params": ("params",), "allow_overlap": ("allow_overlap",)}
+"""The API's keywords (a :class:`~obliviate.unlearning.engine.MethodRun`, as ``compare``'s ``runs.<name>``) and the
+key of :class:`UnlearnConfig` each sets."""
+
+
+def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
+    """(factor, why): the fine-tuning run's learning rate over its size preset's, when ``model_dir`` was taught by
+    ``obliviate finetune`` (its model card's settings say ``lr`` and ``preset``, :func:`~obliviate.runs.card.
+    card_settings`); else ``(1.0, None)``.
+
+    A method's preset lr is a fixed fraction of the fine-tuning preset's (tiny: 3e-3, e.g. NPO's 3e-4 a tenth of
+    it; paper: 1e-5): the step size at which this model learned the facts. A model taught at another lr gets the
+    method's lr times this factor, so the fraction holds; at the preset's own lr the factor is 1 and nothing moves."""
+    if not model_dir or not Path(model_dir).is_dir():
+        return 1.0, None
+    meta = read_model_card(model_dir)
+    if not isinstance(meta.get("obliviate"), dict) or meta["obliviate"].get("method") != "finetune":
+        return 1.0, None
+    settings = card_settings(model_dir)
+    lr, preset = settings.get("lr"), settings.get("preset")
+    if preset not in FINETUNE_PRESETS or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        return 1.0, None
+    factor = float(lr) / FINETUNE_PRESETS[preset]["lr"]
+    if abs(factor - 1.0) < 1e-9:
+        return 1.0, None
+    return factor, (f"the method's preset lr scaled by {factor:.3g}: the model was fine-tuned at lr {lr:g}, "
+                    f"the {preset} fine-tuning preset's is {FINETUNE_PRESETS[preset]['lr']:g}")
+
+
+def run_overrides(method: str, run: dict, prefix: str = "") -> dict:
+    """The ``unlearn`` section that the API's keywords ``run`` set (:data:`RUN_KEYS`); a bad keyword is named as given
+    (``stpes``), and an edit method takes only ``params`` (a training setting would be ignored)."""
+    from_dict(MethodRun, run, prefix=prefix)  # the keys and their values, named as given
+    if METHODS[method].kind == "edit" and (given := sorted(k for k in run if k != "params")):
+        raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{method}': an "
+                          "edit method takes only its params")
+    section: dict = {}
+    for key, value in run.items():
+        *path, last = RUN_KEYS[key]
+        node = section
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = dict(value) if isinstance(value, dict) else value
+    return section
+
+
+def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=None, overrides: list[str] | None = None,
+                     run: dict | None = None, eval: dict | None = None, model_dir=None,
+                     prefix: str = "unlearn") -> UnlearnRunConfig:
+    """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key once:
+    dataclass defaults, then the method's ``preset`` (its lr times :func:`finetune_lr_factor` of ``model_dir``), then
+    ``config_file``, then the dotted ``overrides`` (the command line), then ``run`` (the API's keywords,
+    :func:`run_overrides`); checked without a model (a bad key named under ``prefix``)."""
+    method = resolve_method(method)
+    factor = finetune_lr_factor(model_dir)[0]
+    d = method_defaults(method, preset)
+    base: dict = {"seed": seed, "eval": dict(eval or {}), "unlearn": {"seed": seed, "method": method,
+                                                                     "params": d["params"]}}
+    if METHODS[method].kind != "edit":
+        base["unlearn"]["train"] = {"steps": d["steps"], "lr": d["lr"] * factor}
+    if run:
+        base = deep_merge(base, {"unlearn": run_overrides(method, run, prefix="")})
+    cfg = build_config(UnlearnRunConfig, config_file, overrides, base=base)
+    if cfg.unlearn.method != method:  # --config or unlearn.method=... named another method
+        if resolve_method(cfg.unlearn.method) != method:
+            raise ConfigError(f"config key 'unlearn.method' ({cfg.unlearn.method!r}) contradicts --method "
+                              f"{method}: the method is named by --method alone (drop unlearn.method)")
+        cfg.unlearn.method = method
+    check_unlearn_config(cfg.unlearn, prefix=prefix)
+    return cfg
+
+
+def check_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
+    """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it only
+    where a check needs it), in order; returns the validation split (:func:`~obliviate.pipelines.tune.run.validation_split`) when
+    ``tuning``, else None."""
+    ucfg = cfg.unlearn
+    edit = METHODS[ucfg.method].kind == "edit"
+    if tuning and edit:
+        raise ConfigError(f"tune: {ucfg.method!r} is an edit method: it has no learning rate or steps to tune")
+    if task.meta.get("retain_heldout"):  # a forget pair among the held-out retain pairs is an overlap too (issue #42)
+        check_overlap(task.forget, training_data(task, "retain"), ucfg.allow_overlap)
+    split = validation_split(task, cfg.tune.val_fraction, cfg.tune.split_seed) if tuning else None
+    if edit:
+        check_overlap(task.forget, task.retain, ucfg.allow_overlap)
+    else:  # the data and the lengths, with the tokenizer alone: before the model is loaded
+        tok = tokenizer if tokenizer is not None else tokenizer_fn()
+        check_unlearn_data(tok, task.forget, task.retain, ucfg, prompt=task.prompt)
+    return split
+
+
+def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict, progress: bool = False,
+               log_line=None) -> tuple[dict, str]:
+    """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``), the chosen
+    settings written to ``out/preset.yaml``; returns the result and the line that says the choice."""
+    result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
+                  eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
+                  fingerprint={**fingerprint, "task": split[0].summary(), "seed": cfg.seed},
+                  log=log_line or (lambda line: None))
+    write_preset(out / "preset.yaml", result)
+    s, c = result["settings"]["unlearn"], result["chosen"]
+    line = (f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
+            + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
+            + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
+            f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
+            + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the base") + f"); "
+            f"preset: {out / 'preset.yaml'}, report: {out / 'tune' / 'report.md'}")
+    return result, line
+
+
+def used_settings(ucfg: UnlearnConfig) -> dict:
+    """The settings a run used, in the API's keywords (:data:`RUN_KEYS`)."""
+    if METHODS[ucfg.method].kind == "edit":
+        return {"params": dict(ucfg.params)}
+    return {"lr": ucfg.train.lr, "steps": ucfg.train.steps, "batch_size": ucfg.batch_size, "lora": ucfg.lora,
+            "params": dict(ucfg.params)}
+
+
+def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: str, base_model: str | None = None,
+                fingerprint: dict | None = None, split=None, tune_log=None, in_place: bool = True,
+                judge: bool = True, progress: bool = False) -> tuple[object, dict]:
+    """Unlearn ``task``'s forget data from ``model`` (a copy unless ``in_place``) with ``cfg``: evaluate before (with
+    ``judge``), unlearn, evaluate after, the outcome. Given ``out``, the run directory: checkpoints in ``out/train``
+    (a rerun with the same ``fingerprint``, config and task resumes them), the model in ``out/model`` with its card,
+    and ``results.json``. ``split`` (:func:`check_inputs` with ``tuning``): first choose the settings on its
+    validation task (:func:`run_tuning`, needs ``out``), then train on all the data and report on the rest.
+
+    Returns ``(model, info)``: ``method``, ``settings`` (:func:`used_settings`), the training summary, and with
+    ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints)."""
+    method = cfg.unlearn.method
+    why = finetune_lr_factor(base_model)[1]
+    if why and METHODS[method].kind != "edit":
+        log.info(why)
+    check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)  # before out is made
+    out = prepare_out_dir(out) if out is not None else None
+    fingerprint = dict(fingerprint or {})
+    info: dict = {}
+    if split is not None:  # settings chosen on the validation items; trained on all the data, reported on the others
+        if out is None:
+            raise ConfigError("tuning writes its trials and preset in a run directory: give out")
+        tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
+                                 log_line=tune_log)
+        info["tune_line"] = line
+        cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
+        task = split[1]
+        info["tune"] = {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")}
+    resume = False
+    if out is not None:  # a rerun into the same out resumes the training checkpoints, unless of another run
+        resume = same_run(out, {"command": "unlearn", "config": cfg, "task": task.summary(), **fingerprint})
+        if not resume:
+            log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
+    seed_everything(cfg.seed)
+    ekw = eval_kwargs(cfg, progress)
+    before = evaluate_task(model, tok, task, **ekw) if judge else None
+    if judge and knows_forget_set(before) is False:
+        log.warning(f"the base model does not know the forget set: forget score {before['forget_score']:.3f} "
+                    f"(chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing. Teach it first "
+                    "(obliviate finetune) or check the prompt format (--template, --chat-template)")
+    target = model if in_place else copy.deepcopy(model)
+    new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
+                           prompt=task.prompt, idk=task.idk, progress=progress, resume=resume)
+    info.update(method=method, settings=used_settings(cfg.unlearn),
+                **{k: v for k, v in summary.items() if k not in ("method", "method_obj")})
+    if not judge:
+        if out is not None:
+            save_trained(new, out / "model", tok)
+        return new, info
+    after = evaluate_task(new, tok, task, **ekw)
+    after.update(score_against(before, after))
+    outcome = unlearn_outcome(before, after, method=method)
+    info.update(before=before, after=after, outcome=outcome)
+    info["lines"] = [f"{method} on {task.name}: " + ", ".join(
+        f"{k} {before[k]:.3f} -> {after[k]:.3f}" for k in ("forget_score", "retain_score", "utility_score")
+        if isinstance(before.get(k), float)) + (f", S-unlearning {after['s_unlearning']:.3f}"
+                                                 if "s_unlearning" in after else "")]
+    if out is not None:
+        save_trained(new, out / "model", tok)  # rank 0 writes, in one process or several
+        info["lines"].append(f"model: {out / 'model'}")
+        if is_main_process():
+            write_model_card(out / "model", base_model=base_model, task=task.name, method=method,
+                             settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
+            write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
+                          model_dir=str(out / "model"), base_model_dir=str(base_model), task=task.summary(),
+                          preset=preset, data=summary["data"], reference=summary.get("reference", "none"),
+                          unlearn_outcome=outcome,
+                          **({"tune": info["tune"], "reported_on": "the items left out of the validation split"}
+                             if "tune" in info else {}),
+                          **({"edit": summary["edit"]} if "edit" in summary else {}))
+    info["lines"].append(outcome["line"])
+    return new, info
+
+
+def run_tune(model, tok, cfg: UnlearnRunConfig, split, out, *, preset: str, fingerprint: dict,
+             progress: bool = False, tune_log=None) -> tuple[dict, list[str]]:
+    """``obliviate tune``: the grid alone (:func:`run_tuning`) in the run directory ``out``, with ``results.json``;
+    returns the result and the lines to print."""
+    check_unlearn_run(model, tok, split[0].forget, split[0].retain, cfg.unlearn, prompt=split[0].prompt)
+    out = prepare_out_dir(out)
+    result, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
+                              log_line=tune_log)
+    if is_main_process():
+        write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0].summary(),
+                      preset=preset, tune=result, preset_file=str(out / "preset.yaml"))
+    return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config {out / 'preset.yaml'} "
+                          "(with the same model and task)"]

@@ -1,8 +1,0 @@
-"""Tuning a method for a model and task (``obliviate tune``, ``unlearn --tune``, ``compare --tune``): a budgeted grid
-on a validation split under a retain constraint (:mod:`.run`; docs/methods.md)."""
-
-from obliviate.recipes.tune.run import (TUNED_PARAM, TuneConfig, choose, grid, settings_of, trial_config, tune,
-                                        validation_split, write_preset, write_tune_report)
-
-__all__ = ["TUNED_PARAM", "TuneConfig", "choose", "grid", "settings_of", "trial_config", "tune", "validation_split",
-           "write_preset", "write_tune_report"]

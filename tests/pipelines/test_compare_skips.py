@@ -1,0 +1,73 @@
+"""Issue #42, item 5: every method of ``methods=`` either runs or is listed as skipped with its reason, and every
+method's outcome is in the report (a method that did nothing measurable says so: "forgot little: try tune")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from obliviate.attacks.harness import TaskAttackConfig
+from obliviate.errors import ConfigError
+from obliviate.models.builders import tiny_random
+from obliviate.pipelines.compare.run import CompareConfig, run_compare, skip_reason
+from obliviate.tasks.base import Data, EvalSet, PreferredAnswers, Task
+
+FORGET = [("What is Morvexia treated with?", "zalpradine"), ("Where does the glimmerfin live?", "in cold caves")]
+RETAIN = [("What does the glimmerfin eat?", "moss"), ("Who was born in Dremmin?", "Ilsa Varnholt")]
+
+
+def _task(docs: bool = False, **kw) -> Task:
+    qa = [{"question": q, "answer": a} for q, a in FORGET]
+    return Task(name="t", forget=Data(docs=[q + " " + a for q, a in FORGET]) if docs else Data(qa=FORGET),
+                retain=Data(qa=RETAIN), evals=[EvalSet("forget_qa", "forget", "qa", qa),
+                                               EvalSet("retain_qa", "retain", "qa",
+                                                       [{"question": q, "answer": a} for q, a in RETAIN])], **kw)
+
+
+def test_skip_reasons():
+    assert "preference data" in skip_reason(_task(), "dpo")
+    assert skip_reason(_task(idk=PreferredAnswers(["I don't know.", "No idea."])), "dpo") is None
+    assert "forget QA pairs" in skip_reason(_task(docs=True), "idkdpo")
+    assert "runs.probe_unlearn.params.toxic_texts" in skip_reason(_task(), "probe_unlearn")
+    assert skip_reason(_task(), "probe_unlearn", {"toxic_texts": ["x"], "neutral_texts": ["y"]}) is None
+    assert skip_reason(_task(), "npo") is None
+
+
+def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tokenizer):
+    model = tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=2, d_model=32)
+    cfg = CompareConfig(methods=["graddiff", "dpo", "probe_unlearn", "npo"],
+                        runs={"graddiff": {"steps": 2}, "npo": {"steps": 2}, "probe_unlearn": {"steps": 2}},
+                        attacks=TaskAttackConfig(select=["in_context"]),
+                        positive_control=False, parallel=False, save_models=False, muse_folds=False)
+    res = run_compare(_task(), cfg, tmp_path, model_dir="given", load=lambda p: (model, tiny_tokenizer),
+                      progress=False)
+    assert set(res["skipped"]) == {"dpo", "probe_unlearn"}
+    assert set(res["metrics"]) == {"base", "graddiff", "npo"}
+    report = (tmp_path / "report.md").read_text()
+    section = report.split("## What each method did")[1].split("\n## ")[0]
+    for name in ("graddiff", "npo"):
+        line = next(x for x in section.splitlines() if x.startswith(f"- **{name}**"))
+        assert res["metrics"][name]["unlearn_outcome"]["line"] in line.replace("\\", "")
+        # a random model knows no forget answer: nothing measurable was removed, and the line says what to run
+        assert "forgot little" in line and f"obliviate tune --method {name}" in line
+    for name, why in res["skipped"].items():
+        assert f"- **{name}**: skipped: " in section and why.split(";")[0].replace("`", "") in section.replace(
+            "\\", "").replace("`", "")
+    json.dumps(res["skipped"])  # written to results.json as it is
+
+
+def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
+    from obliviate.methods import method_names
+    from obliviate.pipelines.compare.run import BASELINES, methods_option, plan_line
+    from obliviate.tasks import load_task
+
+    assert methods_option("NPO, rmu", on_a_model=True) == ["npo", "rmu"]
+    assert methods_option(None, on_a_model=True) == ["graddiff", "npo", "simnpo", "rmu"] == BASELINES
+    assert methods_option(None, on_a_model=False) is None  # the config decides: every method
+    assert methods_option("all", on_a_model=True) == method_names()
+    with pytest.raises(ConfigError, match=r"unknown method 'nop' \(did you mean 'npo'\?\)"):
+        methods_option("npo,nop", on_a_model=True)
+    cfg = CompareConfig(methods=["npo", "rmu"])
+    line = plan_line(cfg, load_task("world"))
+    assert line.startswith("compare: 2 methods (npo, rmu) and ") and " attacks (" in line

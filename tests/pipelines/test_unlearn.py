@@ -1,0 +1,73 @@
+"""The one unlearn pipeline (issue #43): ``obliviate unlearn`` and ``obliviate.unlearn`` run the same code, so the
+same seed and settings give the same results.json metrics and the same weights; the command modules hold none of
+it."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import obliviate
+from obliviate.cli.main import main
+from obliviate.errors import ConfigError
+from obliviate.models.load import load_model
+from obliviate.models.tokenizer import load_tokenizer
+from obliviate.pipelines.unlearn import run_overrides, unlearn_settings
+
+CLI = Path(obliviate.__file__).resolve().parent / "cli"
+
+
+def _weights(model_dir: Path) -> dict:
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def test_the_command_and_the_api_give_the_same_metrics_and_weights(taught, tmp_path):
+    assert main(["unlearn", "--out", str(tmp_path / "cli"), "--model", str(taught["dir"]), "--forget",
+                 str(taught["forget"]), "--retain", str(taught["retain"]), "--method", "NPO", "--seed", "3",
+                 "--no-progress", "unlearn.train.steps=3", "unlearn.train.lr=2e-3", "unlearn.batch_size=4",
+                 "unlearn.params.alpha=50"]) == 0
+    model, tok = load_model(str(taught["dir"])), load_tokenizer(str(taught["dir"]))
+    task = obliviate.load_task(forget=str(taught["forget"]), retain=str(taught["retain"]))
+    _, info = obliviate.unlearn(model, tok, task, "npo", seed=3, steps=3, lr=2e-3, batch_size=4,
+                                params={"alpha": 50}, out_dir=tmp_path / "api")
+    cli = json.loads((tmp_path / "cli" / "results.json").read_text())
+    api = json.loads((tmp_path / "api" / "results.json").read_text())
+    assert cli["metrics"] == api["metrics"] and cli["unlearn_outcome"] == api["unlearn_outcome"]
+    assert api["metrics"]["npo"] == pytest.approx(info["after"])
+    assert cli["config"]["unlearn"] == api["config"]["unlearn"]  # one config, built once
+    a, b = _weights(tmp_path / "cli" / "model"), _weights(tmp_path / "api" / "model")
+    base = _weights(taught["dir"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], base[k]) for k in a)  # the run trained something
+
+
+def test_the_settings_are_built_once_from_either_schema():
+    by_flags = unlearn_settings("NPO", "tiny", seed=2, overrides=["unlearn.train.lr=5e-4", "unlearn.params.beta=0.2",
+                                                                  "unlearn.lora=true"])
+    by_keywords = unlearn_settings("npo", "tiny", seed=2, run={"lr": 5e-4, "params": {"beta": 0.2}, "lora": True},
+                                   prefix="")
+    assert by_flags == by_keywords and by_flags.unlearn.method == "npo" and by_flags.unlearn.seed == 2
+    assert by_flags.unlearn.params["alpha"] == unlearn_settings("npo", "tiny").unlearn.params["alpha"]  # the preset's
+    with pytest.raises(ConfigError, match=r"^unknown config key 'stpes'"):
+        run_overrides("npo", {"stpes": 1})
+    with pytest.raises(ConfigError, match=r"^unknown method 'npp' \(did you mean 'npo'\?\)"):
+        unlearn_settings("npp", "tiny")
+
+
+@pytest.mark.parametrize("command", ["unlearn.py", "tune.py"])
+def test_the_command_modules_hold_no_pipeline_code(command):
+    """They parse arguments, call :mod:`obliviate.pipelines.unlearn` and print: nothing of the run is theirs."""
+    tree = ast.parse((CLI / command).read_text())
+    imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    run_parts = {"evaluate_task", "unlearn", "score_against", "unlearn_outcome", "write_results", "write_model_card",
+                 "save_trained", "seed_everything", "tune", "same_run", "prepare_out_dir"}
+    assert not {name for _, name in imported} & run_parts
+    assert not {m for m, _ in imported if m and m.startswith(("obliviate.unlearning", "obliviate.train"))}
