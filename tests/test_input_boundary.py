@@ -21,6 +21,8 @@ from obliviate.cli import compare as cli_compare
 from obliviate.cli import eval as cli_eval
 from obliviate.cli import unlearn as cli_unlearn
 from obliviate.cli.main import main
+from obliviate.pipelines import unlearn as unlearn_pipeline
+from obliviate.pipelines.compare import run as compare_pipeline
 from obliviate.tasks.sources._io import iter_text_lines
 
 from _cli_errors import SMALL_WORLD
@@ -53,6 +55,7 @@ def stop_at_the_model(monkeypatch):
 
     for module in (cli_eval, cli_unlearn, cli_compare):
         monkeypatch.setattr(module, "load_model_args", reached)
+    for module in (cli_eval, unlearn_pipeline, compare_pipeline):  # where each command prepares --out
         monkeypatch.setattr(module, "prepare_out_dir", reached)
 
 

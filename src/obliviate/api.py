@@ -16,7 +16,7 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
 
 The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
 underneath: :func:`obliviate.pipelines.unlearn.run_unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
-:func:`obliviate.attacks.harness.run_task_attacks` and :func:`obliviate.pipelines.compare.run.run_compare`.
+:func:`obliviate.pipelines.attack.run_attack` and :func:`obliviate.pipelines.compare.run.run_compare_dir`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, attack_names
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
-from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare
+from obliviate.models.load import load_model
+from obliviate.pipelines.attack import AttackRunConfig, run_attack
+from obliviate.pipelines.compare.oracle import retain_control_input
+from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare_dir
+from obliviate.pipelines.compare.run import check_inputs as check_compare_inputs
 from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
@@ -172,24 +176,33 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     ``obliviate attack --attacks`` (``"quantize,ablate"``, ``["logit_lens"]``, ``"all"``). ``base_model`` sets
     the target of ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`,
     e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}`` (an attack's section, by its name),
-    ``probe=False`` (an attack off)."""
+    ``probe=False`` (an attack off), ``seed=1``. The run of ``obliviate attack`` without a negative control
+    (:func:`obliviate.pipelines.attack.run_attack`): the probe and MIA figures are labelled uncalibrated
+    (``probe_calibrated``, ``mia_calibrated``)."""
     _check_task("attack", task)
     if attacks is not None:
         config = {**config, "select": attack_names(attacks)}
-    cfg = from_dict(TaskAttackConfig, config, prefix="attack")
-    return run_task_attacks(model, tokenizer, task, cfg, base_model=base_model)
+    acfg = from_dict(TaskAttackConfig, config, prefix="attack")
+    models = {"<model>": (model, tokenizer), "<base>": (base_model, tokenizer)}
+    res = run_attack(task, AttackRunConfig(seed=acfg.seed, attacks=acfg), model="<model>", load=models.__getitem__,
+                     base="<base>" if base_model is not None else None, progress=progress)
+    return res["metrics"]
 
 
 def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Sequence[str] | None = None,
-            oracle=None, seed: int = 0, attacks: str | Sequence[str] | dict | None = None, progress: bool = False,
-            **config: Any) -> dict:
+            oracle=None, base_untrained: str | Path | None = None, control: str | None = None, seed: int = 0,
+            attacks: str | Sequence[str] | dict | None = None, progress: bool = False, **config: Any) -> dict:
     """The four baselines (GradDiff, NPO, SimNPO, RMU; or ``methods``: names, ``"npo,rmu"``, or ``"all"``) on
-    ``model``, each from a fresh copy, against the controls: the
-    ``oracle`` (a model that never saw the forget data; optional) and a positive control built here.
-    Writes ``report.md`` / ``report.html`` and per-method results under ``out`` (a rerun resumes).
-    ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
+    ``model``, each from a fresh copy, against the controls: the ``oracle`` (a model that never saw the forget
+    data) and a positive control built here. Without ``oracle``, as ``obliviate compare`` does, the oracle is built:
+    the model before it was taught the task (``base_untrained``, a directory; else the ``obliviate finetune`` input
+    that the model cards of ``model.name_or_path`` name) fine-tuned on the retain data only, cached under
+    ``out/models/oracle_retain``; ``control="none"`` builds none (then no verdict), ``control="retain-finetune"``
+    requires it. Writes ``report.md`` / ``report.html``, per-method results and ``results.json`` under ``out`` (a
+    rerun resumes). ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
     :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
-    :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...).
+    :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...). The run of ``obliviate compare``
+    (:func:`obliviate.pipelines.compare.run.run_compare_dir`).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
     if attacks is not None:
@@ -197,12 +210,21 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
                            on_a_model=True)
     cfg = from_dict(CompareConfig, {**config, "seed": seed, "methods": names}, prefix="compare")
+    given = getattr(model, "name_or_path", None)
+    name = str(given) if given and Path(given).is_dir() else "<base>"  # a directory: its cards name the untaught model
+    untaught = retain_control_input(name, oracle="<oracle>" if oracle is not None else None, control=control,
+                                    base_untrained=None if base_untrained is None else str(base_untrained))
+    untaught = check_compare_inputs(cfg, task, name, untaught, control=control)
     log.info(plan_line(cfg, task))
-    models = {"<base>": model, "<oracle>": oracle}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return run_compare(task, cfg, out, model_dir="<base>", oracle_dir="<oracle>" if oracle is not None else None,
-                       load=lambda name: (models[name], tokenizer), progress=progress)
+    models = {name: (model, tokenizer), "<oracle>": (oracle, tokenizer)}
+    p = next(model.parameters())
+
+    def load_untaught(path):  # on the model's device, in its dtype, with its tokenizer
+        return load_model(path, dtype=p.dtype, device=p.device), tokenizer
+
+    return run_compare_dir(task, cfg, out, model=name, oracle="<oracle>" if oracle is not None else None,
+                           untaught=untaught, load=models.__getitem__, load_control=load_untaught, control=control,
+                           progress=progress)
 
 
 __all__ = ["attack", "compare", "evaluate", "finetune", "load_task", "unlearn"]

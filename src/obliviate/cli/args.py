@@ -8,8 +8,6 @@ Everything that can be checked without a model is checked in :func:`check_out_di
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import os
 import sys
@@ -263,27 +261,6 @@ def input_paths(args, *extra: str | None) -> list[str]:
     if isinstance(task, str) and task.startswith("file:"):
         paths.append(task[len("file:"):])
     return [p for p in paths if p]
-
-
-def task_digest(task) -> str:
-    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file edited
-    without changing its size changes it, and a rerun into the same --out does not resume checkpoints of the old."""
-    h = hashlib.sha256()
-    for part in (task.forget, task.retain, task.holdout):
-        h.update(json.dumps(None if part is None else [part.qa, part.docs], default=str).encode())
-    h.update(json.dumps(list(task.relearn or []), default=str).encode())
-    for es in task.evals:
-        items = [x.to_dict() if hasattr(x, "to_dict") else x for x in es.items]
-        h.update(json.dumps([es.name, es.role, es.kind, items], sort_keys=True, default=str).encode())
-    return h.hexdigest()
-
-
-def previous_digest(out: Path) -> str | None:
-    """The task digest an earlier run recorded in ``out/run.json`` (key ``data``; None without one)."""
-    try:
-        return json.loads((out / "run.json").read_text()).get("data")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def check_out_dir(out: str, inputs: list[str | None]) -> None:

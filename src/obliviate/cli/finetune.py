@@ -6,14 +6,14 @@ import sys
 from dataclasses import dataclass, field
 
 from obliviate.cli.args import (add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, previous_digest,
-                                seeded, task_digest, task_from_args)
+                                eval_overrides, input_paths, load_model_args, seeded, task_from_args)
 from obliviate.config import build_config
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import write_model_card
 from obliviate.runs.report import plot_loss_curve
-from obliviate.runs.results import input_fingerprint, prepare_out_dir, same_run, write_results
+from obliviate.runs.results import (input_fingerprint, prepare_out_dir, previous_digest, same_run, task_digest,
+                                   write_results)
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.utils import seed_everything

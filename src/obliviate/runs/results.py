@@ -17,6 +17,7 @@ trailing newline, repr- or JSON-escaped, percent-encoded).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -318,3 +319,24 @@ def read_results(out: str | Path) -> dict:
     path = Path(out) / "results.json"
     with open(path) as f:
         return json.load(f)
+
+
+def task_digest(task) -> str:
+    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file edited
+    without changing its size changes it, and a rerun into the same --out does not resume checkpoints of the old."""
+    h = hashlib.sha256()
+    for part in (task.forget, task.retain, task.holdout):
+        h.update(json.dumps(None if part is None else [part.qa, part.docs], default=str).encode())
+    h.update(json.dumps(list(task.relearn or []), default=str).encode())
+    for es in task.evals:
+        items = [x.to_dict() if hasattr(x, "to_dict") else x for x in es.items]
+        h.update(json.dumps([es.name, es.role, es.kind, items], sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def previous_digest(out: Path) -> str | None:
+    """The task digest an earlier run recorded in ``out/run.json`` (key ``data``; None without one)."""
+    try:
+        return json.loads((out / "run.json").read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None

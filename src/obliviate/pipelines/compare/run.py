@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, check_attackable, run_task_attacks
+from obliviate.attacks.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
+                                      run_task_attacks)
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
 from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
-from obliviate.config import to_dict
+from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
@@ -32,9 +33,11 @@ from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.pipelines.compare import muse_runs as muse
+from obliviate.pipelines.compare.oracle import build_oracle, has_retain_data, missing_oracle
 from obliviate.pipelines.compare.report import write_report
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.parts import cached_parts
+from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
@@ -136,7 +139,7 @@ def methods_option(text: str | None, *, on_a_model: bool) -> list[str] | None:
 def plan_line(cfg: "CompareConfig", task: Task) -> str:
     """The line a comparison starts with: how many methods and attacks it will run."""
     methods = compared_methods(cfg)
-    attacks = [name for name, a in ATTACKS.items() if getattr(cfg.attacks, a.enabled, False) and a.applies(task)]
+    attacks = list(enabled_attacks(task, cfg.attacks))  # in the order they run
     return (f"compare: {len(methods)} method{'s' * (len(methods) != 1)} ({', '.join(methods)}) and {len(attacks)} "
             f"attack{'s' * (len(attacks) != 1)} ({', '.join(attacks)}) on {task.name}")
 
@@ -494,3 +497,58 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
             "robustness": robustness, "skipped": skipped, "trust": trust, **({"tuned": tuned} if cfg.tune else {})}
+
+
+def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
+                     defaults: dict | None = None, methods: str | None = None, on_a_model: bool = False,
+                     attacks: str | None = None, tune: bool = False) -> CompareConfig:
+    """A comparison's settings, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every
+    seed of the run, ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the config
+    wins), the attacks ``attacks`` names (an unknown one fails in one line), then ``config_file`` and the dotted
+    ``overrides``."""
+    base = deep_merge(defaults or {}, {"seed": seed, "pretrain": {"seed": seed, "world": {"seed": seed}},
+                                       "attacks": {"seed": seed}})
+    if tune:
+        base["tune"] = True
+    names = methods_option(methods, on_a_model=on_a_model)
+    if names is not None:  # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
+        base["methods"] = names
+    if attacks:  # an unknown name fails here, in one line, before --out
+        base = deep_merge(base, {"attacks": {"select": attack_names(attacks)}})
+    return build_config(CompareConfig, config_file, overrides, base=base)
+
+
+def check_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
+                 control: str | None = None) -> str | None:
+    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the retain data
+    of the oracle to build from ``untaught``); returns ``untaught``, None where the task has no retain data to build
+    the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails)."""
+    check_method_runs(cfg.runs, compared_methods(cfg))
+    check_retain(task, compared_methods(cfg), model)
+    if untaught and not has_retain_data(task, control):
+        return None
+    return untaught
+
+
+def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = None, oracle: str | None = None,
+                    untaught: str | None = None, load=None, load_control=None, control: str | None = None,
+                    progress: bool = False) -> dict:
+    """The comparison of ``obliviate compare`` and ``obliviate.compare`` in the run directory ``out``: with
+    ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by :func:`check_inputs`),
+    first the oracle built from it (``load_control(path) -> (model, tokenizer)``, default ``load``), then
+    :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own) against ``oracle``, then
+    ``results.json``. Returns :func:`run_compare`'s result."""
+    cfg.attacks.relearn.progress = progress
+    out = prepare_out_dir(out)
+    if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
+        oracle = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed, control=control,
+                              progress=progress)
+    elif model and not oracle:  # said now, before the run, and again as its last line
+        log.info(missing_oracle(model, control))
+    res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle, load=load if model else None,
+                      progress=progress)
+    write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
+                  timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
+                  robustness=res["robustness"], skipped=res["skipped"], trust=res["trust"],
+                  **({"tuned": res["tuned"]} if "tuned" in res else {}))
+    return res

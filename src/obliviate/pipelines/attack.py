@@ -1,0 +1,234 @@
+"""The one attack run, which ``obliviate attack`` (:mod:`obliviate.cli.attack`) and ``obliviate.attack``
+(:mod:`obliviate.api`) call: the settings (:func:`attack_settings`), the negative control
+(:func:`negative_control_input`), the checks that need no model (:func:`check_inputs`), then :func:`run_attack`: the
+attacks on the model, on the negative control and, for the verdict, on the base model and the positive controls built
+from it. What it has to say goes to the ``obliviate`` loggers (the command line shows them as its ``obliviate: ...``
+lines)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
+                                                 build_positive_control, no_verdict_line, positive_controls)
+from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, retain_finetune_control
+from obliviate.attacks.verdict import control_readout, robustness_summary, verdict_line
+from obliviate.config import build_config, deep_merge
+from obliviate.errors import ConfigError, DataError
+from obliviate.eval.suite import evaluate_task
+from obliviate.methods import preset_name
+from obliviate.runs.card import untaught_model
+from obliviate.runs.report import plot_relearn_curves
+from obliviate.runs.results import (input_fingerprint, prepare_out_dir, previous_digest, same_run, task_digest,
+                                   write_results)
+from obliviate.train.finetune import training_data
+from obliviate.utils import seed_everything
+
+log = logging.getLogger(__name__)
+
+UNTAUGHT = "untaught"
+ORACLE = "oracle"
+"""``negative_control_kind`` of a control given as ``--oracle DIR``."""
+
+CONTROLS = (RETAIN_FINETUNE, UNTAUGHT, NO_CONTROL)
+"""``--control``: the negative control built (the default, where the untaught model is known), attacked as it is,
+or none."""
+
+
+@dataclass
+class AttackRunConfig:
+    """The settings of one attack run: the config file and ``key=value`` overrides of ``obliviate attack``."""
+
+    seed: int = 0
+    world: dict = field(default_factory=dict)
+    """Keys of the world's config for ``--task world`` (the world seed is ``--seed``)."""
+    attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
+    control_finetune: dict = field(default_factory=dict)
+    """With ``--control retain-finetune`` (the default where the untaught model is known): keys of the retain-only
+    fine-tune's config (:class:`~obliviate.train.finetune.FinetuneConfig`) over the settings the fine-tuned model's
+    card records (``control_finetune.epochs=20``)."""
+    positive_control: bool = True
+    """With ``--base`` and a negative control: build the positive control from ``--base`` and attack it, for the
+    verdict (:func:`obliviate.attacks.controls.suppression_control`; as ``compare``'s)."""
+    positive_control_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
+    small_norm_control: bool = True
+    """With ``positive_control``, also the small-norm suppression control
+    (:func:`obliviate.attacks.controls.small_norm_control`), which calibrates quantization."""
+    small_norm_args: dict = field(default_factory=dict)
+    """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control`."""
+    eval_batch_size: int = 32
+    """Batch size of the evaluations the verdict reads (each model's forget score before the attacks)."""
+
+
+def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None,
+                    attacks: str | None = None, base: dict | None = None) -> AttackRunConfig:
+    """The run's settings, each key once: the dataclass defaults, ``base`` (the API's keywords), ``seed`` at every
+    seed of the run, the attacks named by ``attacks`` (``"relearn,probe"``, ``"all"``; an unknown name fails in one
+    line), then ``config_file`` and the dotted ``overrides``."""
+    given = deep_merge(base or {}, {"seed": seed, "attacks": {"seed": seed, "relearn": {"seed": seed}}})
+    if attacks:
+        given = deep_merge(given, {"attacks": {"select": attack_names(attacks)}})
+    return build_config(AttackRunConfig, config_file, overrides, base=given)
+
+
+def negative_control_input(model: str | None, *, base: str | None = None, base_untrained: str | None = None,
+                           oracle: str | None = None, control: str | None = None) -> tuple[str | None, str]:
+    """``(the model the negative control is made from, control kind)``. ``oracle`` (``--oracle DIR``) is the control
+    itself (kind ``oracle``). Otherwise the model before it was taught the task is ``base_untrained``, else the
+    finetune input named by the model cards of ``base`` or ``model``; without ``control`` the negative control is that
+    model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is none;
+    ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
+    if oracle:
+        if control or base_untrained:
+            raise ConfigError("--oracle is the negative control: give it without --control and --base-untrained")
+        return oracle, ORACLE
+    untrained = base_untrained or untaught_model(base or model)
+    kind = control or (RETAIN_FINETUNE if untrained else NO_CONTROL)
+    if kind == NO_CONTROL:
+        if base_untrained:
+            raise ConfigError(f"--base-untrained is the negative control's model, and --control {NO_CONTROL} attacks "
+                              "none: give one of them")
+        return None, kind
+    if untrained is None:
+        what = "fine-tunes" if kind == RETAIN_FINETUNE else "attacks"
+        raise ConfigError(f"--control {kind} {what} the model before it was taught the task, and none is known: give "
+                          "--base-untrained DIR (no model card of --base or --model names an `obliviate finetune` "
+                          "input)")
+    return untrained, kind
+
+
+def check_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind: str, *, control: str | None = None) -> str:
+    """The checks that need no model, in order; returns the control kind, ``untaught`` where a default retain-only
+    control has no retain data to fine-tune on (said in one line). ``control``: the kind asked for (None: the
+    default)."""
+    if kind == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
+        fine_tune_config({}, cfg.control_finetune)
+        try:
+            training_data(task, "retain")
+        except DataError:
+            if control == RETAIN_FINETUNE:
+                raise
+            log.info(f"task {task.name!r} has no retain data to fine-tune {untrained} on: its negative control is "
+                     "that model as it is")
+            kind = UNTAUGHT
+    if kind != RETAIN_FINETUNE and cfg.control_finetune:
+        raise ConfigError(f"config key 'control_finetune' applies to --control {RETAIN_FINETUNE} only")
+    return kind
+
+
+def no_verdict(base: str | None, kind: str, control: str | None = None) -> str | None:
+    """Why this run gives no verdict, as the line that says what to add; None when it gives one."""
+    why, add = [], []
+    if not base:
+        why.append("no model before unlearning")
+        add.append("--base DIR (the model before unlearning: the verdict reads its attacks and builds the positive "
+                   "controls from it)")
+    if kind == NO_CONTROL:
+        why.append(NO_NEGATIVE_CONTROL)
+        add.append(f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
+                   + (f" and drop --control {NO_CONTROL}" if control == NO_CONTROL else ""))
+    return no_verdict_line(" and ".join(why), " and ".join(add)) if why else None
+
+
+def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callable[[str], tuple],
+               base: str | None = None, untrained: str | None = None, kind: str = NO_CONTROL,
+               load_control: Callable[[str], tuple] | None = None, control: str | None = None,
+               fingerprint: dict | None = None, progress: bool = False) -> dict:
+    """The attacks of ``cfg`` on ``model``, on the negative control (``untrained`` as ``kind`` says: fine-tuned on the
+    retain data, as it is, or the oracle itself) and, with ``base`` and a negative control, on ``base`` and the
+    positive controls built from it, with the verdict. Models are named (a directory, a hub id, or any name ``load``
+    knows) and loaded one at a time: ``load(name) -> (model, tokenizer)`` for ``model`` and ``base``,
+    ``load_control`` (default ``load``) for the negative control. ``control``: the kind asked for (None: the
+    default). Given ``out``, the run directory: relearning checkpoints (a rerun with the same ``fingerprint`` of the
+    inputs, config and data resumes them), the relearning plot and ``results.json``.
+
+    Returns ``metrics`` (the model's, with the negative control's readout), ``negative_control`` (its metrics or
+    None), ``verdict`` (None without one), ``no_verdict`` (the line that says what gives one, or None),
+    ``negative_control_dir`` and, with a verdict, ``reference_metrics`` and ``positive_controls``."""
+    if kind == RETAIN_FINETUNE and out is None:
+        raise ConfigError(f"the {RETAIN_FINETUNE} control is trained and cached in a run directory: give out")
+    load_control = load_control or load
+    missing = no_verdict(base, kind, control)
+    cfg.attacks.relearn.progress = progress
+    loaded, tok = load(model)
+    resume = False
+    if out is not None:
+        out = prepare_out_dir(out)
+        # A rerun into the same out resumes the relearning checkpoints, unless they belong to another run.
+        digest, before = task_digest(task), previous_digest(out)
+        resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(), "data": digest,
+                                **(fingerprint or {}), "control": kind, "untrained": input_fingerprint(untrained)})
+        if not resume and before is not None and before != digest:
+            log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} -> "
+                     f"{digest[:12]}); starting afresh")
+        elif not resume:
+            log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
+    seed_everything(cfg.seed)
+    base_model = load(base)[0] if base else None
+    judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked
+    cache: dict = {}  # the base model's scores, computed once for every model attacked
+
+    def attacked(m, name: str, relearn_dir: str) -> dict:
+        ev = evaluate_task(m, tok, task, batch_size=cfg.eval_batch_size, progress=progress) if judge else None
+        if judge and name != "model":
+            log.info(f"attacking {name}")
+        att = run_task_attacks(m, tok, task, cfg.attacks, base_model=base_model, metrics=ev,
+                               out_dir=None if out is None else out / relearn_dir, resume=resume, base_cache=cache)
+        return {**(ev or {}), **att}
+
+    t0 = time.time()
+    metrics = attacked(loaded, "model", "relearn")
+    seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
+    del loaded
+    negative, control_dir, control_build = None, untrained, None
+    if untrained:  # the negative control: the same attacks on the model before it was taught the task
+        if kind == RETAIN_FINETUNE:  # ... fine-tuned on the retain data only
+            log.info(f"negative control: {untrained} fine-tuned on the retain data only (cached in {out / 'control'})"
+                     + ("" if control else f"; the default: --control {UNTAUGHT} attacks {untrained} as it is, "
+                                           f"--control {NO_CONTROL} none"))
+            control_dir, control_build = retain_finetune_control(
+                untrained, base or model, task, out / "control", load_control, preset=preset_name,
+                overrides=cfg.control_finetune, seed=cfg.seed, progress=progress)
+        else:  # ... or as it is
+            log.info(f"negative control: {untrained} ("
+                     + ("--oracle" if kind == ORACLE else "the model before it was taught the task") + ")")
+        ctl_model, _ = load_control(control_dir)
+        negative = attacked(ctl_model, "the negative control", "relearn_control")
+        del ctl_model
+    else:
+        log.info("no negative control (--oracle, --base-untrained, or a model card naming the finetune input): the "
+                 "probe and MIA figures are uncalibrated")
+    references, built, verdict = {}, {}, None
+    if judge:  # the base model and the positive controls built from it, attacked as compare attacks them
+        references["base"] = attacked(base_model, "the base model", "relearn_base")
+        for cname, (build, kwargs) in positive_controls(cfg).items():
+            log.info(f"positive control: {cname} built from {base}")
+            ctl, built[cname] = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
+            if ctl is not None:
+                references[cname] = attacked(ctl, cname, f"relearn_{cname}")
+                del ctl
+        summary = robustness_summary(copy.deepcopy({**references, "oracle": negative, "model": metrics}),
+                                     items=attack_items(task, cfg.attacks))
+        verdict = {**summary["verdicts"]["model"], "calibration": summary["calibration"]}
+        verdict["line"] = verdict_line("verdict", verdict)
+    del base_model
+    metrics.update(control_readout(metrics, negative))
+    if out is not None:
+        plot_relearn_curves(metrics, out / "relearn_curve.png")
+        write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": negative},
+                      model_dir=str(model), base_model_dir=base, negative_control_dir=control_dir,
+                      negative_control_kind=None if negative is None else kind,
+                      untaught_model_dir=None if kind == ORACLE else untrained,
+                      **({"negative_control_build": control_build} if control_build else {}),
+                      verdict=verdict, **({"no_verdict": missing} if missing else {}),
+                      **({"reference_metrics": references, "positive_controls": built} if judge else {}),
+                      task=task.summary(), timings={"attack_seconds": seconds})
+    return {"metrics": metrics, "negative_control": negative, "negative_control_dir": control_dir,
+            "verdict": verdict, "no_verdict": missing,
+            **({"reference_metrics": references, "positive_controls": built} if judge else {})}

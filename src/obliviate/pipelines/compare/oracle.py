@@ -1,0 +1,95 @@
+"""The negative control of a comparison on a user's model: which model to build the oracle from
+(:func:`retain_control_input`), building it (:func:`build_oracle`: the model before it was taught the task, fine-tuned
+on the retain data only), and the line of a comparison without one (:func:`missing_oracle`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
+from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
+from obliviate.attacks.verdict import verdict_line
+from obliviate.errors import ConfigError, DataError
+from obliviate.methods import preset_name
+from obliviate.runs.card import untaught_model
+from obliviate.train.finetune import training_data
+
+log = logging.getLogger(__name__)
+
+
+def retain_control_input(model: str | None, *, oracle: str | None = None, control: str | None = None,
+                         base_untrained: str | None = None) -> str | None:
+    """The model compare fine-tunes on the retain data only to build the oracle (the negative control) beside
+    ``model``: ``base_untrained``, else the finetune input named by ``model``'s cards. By default it is built whenever
+    that model is known and no ``oracle`` is given; ``control`` ``retain-finetune`` requires it (one line without),
+    ``none`` builds none. None when there is none to build."""
+    if control == NO_CONTROL:
+        if base_untrained:
+            raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
+                              "none: give one of them")
+        if not model or oracle:
+            raise ConfigError(f"--control {NO_CONTROL} applies to --model without --oracle (without --model, compare "
+                              "builds its own oracle: oracle=false skips it)")
+        return None
+    if control is None:  # the default: build it where it can be built
+        if not model or oracle:
+            if base_untrained:
+                raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no --oracle "
+                                  "(without --model, compare builds its own oracle)")
+            return None
+        return base_untrained or untaught_model(model)
+    if not model or oracle:
+        raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
+                          "(without --model, compare builds its own retain-only oracle)")
+    untaught = base_untrained or untaught_model(model)
+    if untaught is None:
+        raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
+                          "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
+                          "an `obliviate finetune` input)")
+    return untaught
+
+
+def has_retain_data(task, control: str | None = None) -> bool:
+    """Whether ``task`` has retain data to build the oracle from: with ``control`` ``retain-finetune`` a task without
+    fails (one line); by default the oracle is then not built, said in one line."""
+    try:
+        training_data(task, "retain")
+    except DataError:
+        if control == RETAIN_FINETUNE:
+            raise
+        log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: no "
+                 "oracle is built")
+        return False
+    return True
+
+
+def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *, seed: int = 0,
+                 control: str | None = None, progress: bool = False) -> str:
+    """The oracle's directory: ``untaught`` fine-tuned on ``task``'s retain data only, with the settings ``model``'s
+    cards record (:func:`~obliviate.attacks.retain_control.retain_finetune_control`), cached in
+    ``out/models/oracle_retain``; ``load(path) -> (model, tokenizer)``."""
+    log.info(f"oracle: {untaught} fine-tuned on the retain data only (cached in {out / 'models' / 'oracle_retain'})"
+             + ("" if control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"))
+    oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load,
+                                        preset=preset_name, seed=seed, progress=progress)
+    return oracle
+
+
+def missing_oracle(model: str | None, control: str | None = None) -> str:
+    """The one line of a comparison with no negative control: no verdict, and what adds one."""
+    if not model:
+        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its oracle beside its base model)")
+    add = f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
+    if control == NO_CONTROL:
+        add += f" and drop --control {NO_CONTROL}"
+    return no_verdict_line(NO_NEGATIVE_CONTROL, add)
+
+
+def verdict_lines(res: dict, model: str | None, control: str | None = None) -> list[str]:
+    """What a comparison ends with: one verdict line per method (``verdict: <method>: <verdict> (<attack>,
+    calibrated on <control>): <reason>``), or without a negative control one line saying what to add."""
+    if "oracle" not in res["metrics"]:
+        return [missing_oracle(model, control)]
+    return [verdict_line(f"verdict: {name}", v) for name, v in res["robustness"]["verdicts"].items()]
