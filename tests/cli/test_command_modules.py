@@ -54,3 +54,40 @@ def test_the_entry_points_are_the_apis_too():
     assert ("obliviate.pipelines.attack", "run_attack") in api
     assert ("obliviate.pipelines.compare.run", "run_compare_dir") in api
     assert not {name for _, name in api} & {"run_task_attacks", "run_compare"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random model, its tokenizer and a task of QA files."""
+    import json
+
+    from obliviate.models.builders import tiny_llama
+    from obliviate.models.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("tiny")
+    tok = train_tokenizer([f"Question: What is thing {i}?\nAnswer: value{i}." for i in range(20)] * 5, vocab_size=300)
+    for name in ("forget", "retain"):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps({"question": f"What is {name} {i}?", "answer": f"a{i}"})
+                                                    + "\n" for i in range(6)))
+    task = obliviate.load_task(forget=str(root / "forget.jsonl"), retain=str(root / "retain.jsonl"))
+    return tiny_llama(vocab_size=len(tok), n_layer=2, d_model=32, n_head=2, seed=0), tok, task, root
+
+
+def test_the_api_attack_is_the_pipelines_run(tiny, caplog):
+    model, tok, task, _ = tiny
+    with caplog.at_level("INFO", logger="obliviate"):
+        a = obliviate.attack(model, tok, task, attacks="quantize")
+    assert a["attacks_run"] == ["quantize"] and "quantize_int4_forget_score" in a
+    said = [r.getMessage() for r in caplog.records if r.name == "obliviate.pipelines.attack"]
+    assert any(line.startswith("no negative control") for line in said), said  # the pipeline's own line
+
+
+def test_the_api_compare_checks_its_control_as_the_command_does(tiny, tmp_path):
+    from obliviate.errors import ConfigError
+
+    model, tok, task, _ = tiny
+    with pytest.raises(ConfigError, match=r"^--control retain-finetune fine-tunes the model before it was taught"):
+        obliviate.compare(model, tok, task, tmp_path / "c", control="retain-finetune")
+    with pytest.raises(ConfigError, match=r"^--base-untrained is what the oracle is built from"):
+        obliviate.compare(model, tok, task, tmp_path / "c", control="none", base_untrained=tmp_path)
+    assert not (tmp_path / "c").exists()  # checked before the run directory is made
