@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from obliviate.config import to_dict
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, DataError
 from obliviate.runs.card import card_settings, finetune_card
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import input_fingerprint
@@ -57,6 +57,18 @@ def fine_tune_config(settings: dict, overrides: dict | None = None, seed: int = 
         raise ConfigError(f"config key 'control_finetune.{unknown[0]}' is not a fine-tuning setting (valid: "
                           f"{', '.join(sorted(_FIELDS - {'data'}))})")
     return FinetuneConfig(**{**kept, **given, "data": "retain"})
+
+
+def has_retain_data(task: Task, control: str | None = None) -> bool:
+    """Whether ``task`` has the retain data the retain-only control is trained on; where that control is asked for
+    (``control`` ``retain-finetune``) a task without fails in one line (:class:`DataError`)."""
+    try:
+        training_data(task, "retain")
+    except DataError:
+        if control == RETAIN_FINETUNE:
+            raise
+        return False
+    return True
 
 
 def _retain_hash(task: Task) -> str:

@@ -38,7 +38,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     untaught = check_inputs(cfg, task, model, untaught, control=control)  # before --out is touched
     print(plan_line(cfg, task))
-    ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model, "adapter": None})
+    ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
+                                     "adapter": None})  # the oracle's model: the base model's tokenizer
     res = run_compare_dir(task, cfg, args.out, model=model, oracle=oracle, untaught=untaught,
                           load=lambda p: load_model_args(args, path=p),
                           load_control=lambda p: load_model_args(ctl_args, path=p), control=control,

@@ -16,17 +16,17 @@ from typing import Callable
 from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.attacks.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
                                                  build_positive_control, no_verdict_line, positive_controls)
-from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, retain_finetune_control
+from obliviate.attacks.retain_control import (NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, has_retain_data,
+                                             retain_finetune_control)
 from obliviate.attacks.verdict import control_readout, robustness_summary, verdict_line
 from obliviate.config import build_config, deep_merge
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import untaught_model
 from obliviate.runs.report import plot_relearn_curves
 from obliviate.runs.results import (input_fingerprint, prepare_out_dir, previous_digest, same_run, task_digest,
                                    write_results)
-from obliviate.train.finetune import training_data
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)
@@ -109,11 +109,7 @@ def check_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind: str, *
     default)."""
     if kind == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
         fine_tune_config({}, cfg.control_finetune)
-        try:
-            training_data(task, "retain")
-        except DataError:
-            if control == RETAIN_FINETUNE:
-                raise
+        if not has_retain_data(task, control):
             log.info(f"task {task.name!r} has no retain data to fine-tune {untrained} on: its negative control is "
                      "that model as it is")
             kind = UNTAUGHT
@@ -217,7 +213,7 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                                      items=attack_items(task, cfg.attacks))
         verdict = {**summary["verdicts"]["model"], "calibration": summary["calibration"]}
         verdict["line"] = verdict_line("verdict", verdict)
-    del base_model
+    base_model = None  # freed: every attack that reads it has run
     metrics.update(control_readout(metrics, negative))
     if out is not None:
         plot_relearn_curves(metrics, out / "relearn_curve.png")

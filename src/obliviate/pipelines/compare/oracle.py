@@ -11,10 +11,9 @@ from typing import Callable
 from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
 from obliviate.attacks.verdict import verdict_line
-from obliviate.errors import ConfigError, DataError
+from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
 from obliviate.runs.card import untaught_model
-from obliviate.train.finetune import training_data
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +48,6 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
                           "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
                           "an `obliviate finetune` input)")
     return untaught
-
-
-def has_retain_data(task, control: str | None = None) -> bool:
-    """Whether ``task`` has retain data to build the oracle from: with ``control`` ``retain-finetune`` a task without
-    fails (one line); by default the oracle is then not built, said in one line."""
-    try:
-        training_data(task, "retain")
-    except DataError:
-        if control == RETAIN_FINETUNE:
-            raise
-        log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: no "
-                 "oracle is built")
-        return False
-    return True
 
 
 def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *, seed: int = 0,

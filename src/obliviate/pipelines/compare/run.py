@@ -20,6 +20,7 @@ from obliviate.attacks.harness import (TaskAttackConfig, attack_names, check_att
                                       run_task_attacks)
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
 from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
+from obliviate.attacks.retain_control import has_retain_data
 from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError, ModelError
@@ -33,7 +34,7 @@ from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import load_tokenizer
 from obliviate.pipelines.compare import muse_runs as muse
-from obliviate.pipelines.compare.oracle import build_oracle, has_retain_data, missing_oracle
+from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
 from obliviate.pipelines.compare.report import write_report
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.parts import cached_parts
@@ -525,7 +526,9 @@ def check_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untau
     the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails)."""
     check_method_runs(cfg.runs, compared_methods(cfg))
     check_retain(task, compared_methods(cfg), model)
-    if untaught and not has_retain_data(task, control):
+    if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
+        log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: "
+                 "no oracle is built")
         return None
     return untaught
 
