@@ -9,6 +9,8 @@ import pytest
 
 import obliviate
 import obliviate.cli.unlearn as unlearn_cli
+import obliviate.pipelines.sequential as sequential_pipeline
+import obliviate.pipelines.unlearn as unlearn_pipeline
 from _cli_errors import one_error
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
@@ -48,7 +50,8 @@ def no_model(monkeypatch):
         raise AssertionError("--out was prepared before the error")
 
     monkeypatch.setattr(unlearn_cli, "load_model_args", refuse)
-    monkeypatch.setattr(unlearn_cli, "prepare_out_dir", no_out)
+    monkeypatch.setattr(unlearn_pipeline, "prepare_out_dir", no_out)
+    monkeypatch.setattr(sequential_pipeline, "prepare_out_dir", no_out)
 
 
 # --------------------------------------------------------------------------- item 5: the method named once
@@ -82,7 +85,7 @@ def test_the_same_method_spelt_otherwise_is_one_name(user, tmp_path, monkeypatch
         seen["method"] = cfg.method
         raise Reached
 
-    monkeypatch.setattr(unlearn_cli, "check_unlearn_data", capture)
+    monkeypatch.setattr(unlearn_pipeline, "check_unlearn_data", capture)
     with pytest.raises(Reached):
         _unlearn(user, tmp_path / "o", "unlearn.method=NPO")
     assert seen["method"] == "npo"
@@ -121,7 +124,7 @@ def test_a_max_len_that_cuts_every_answer_fails_with_the_tokenizer_alone(max_len
 
 @pytest.mark.parametrize("r", [33, 100000])
 def test_a_lora_rank_wider_than_the_layers_fails_before_out(r, user, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(unlearn_cli, "prepare_out_dir", lambda *a: (_ for _ in ()).throw(AssertionError("--out")))
+    monkeypatch.setattr(unlearn_pipeline, "prepare_out_dir", lambda *a: (_ for _ in ()).throw(AssertionError("--out")))
     out = tmp_path / "o"
     assert _unlearn(user, out, "unlearn.lora=true", f"unlearn.lora_r={r}") == 2
     assert f"config key 'lora_r': must be at most the width of the layers it adapts (16), got {r}" in \

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import obliviate.pipelines.unlearn as unlearn_pipeline
 from obliviate.cli.main import main
 from obliviate.errors import ObliviateError
 from obliviate.models.load import save_model
@@ -99,8 +100,6 @@ def test_a_rerun_with_a_bad_layer_leaves_the_finished_run_whole(model_dir, tmp_p
 def test_an_interrupted_rerun_moves_the_finished_run_aside_whole(model_dir, tmp_path, capsys, monkeypatch):
     """A re-run with another config, interrupted during training: the previous results.json, model and card
     are in OUT/previous/, byte-identical, said in one line; nothing in OUT looks like a finished run."""
-    import obliviate.cli.unlearn as cli_unlearn
-
     out = tmp_path / "out"
     assert main([*UNLEARN, "--method", "graddiff", "--model", str(model_dir), "--out", str(out)]) == 0
     keep = {k: v for k, v in snapshot(out).items() if k == "results.json" or k.startswith("model/")}
@@ -111,7 +110,7 @@ def test_an_interrupted_rerun_moves_the_finished_run_aside_whole(model_dir, tmp_
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(cli_unlearn, "unlearn", interrupted)
+        m.setattr(unlearn_pipeline, "unlearn", interrupted)
         assert main([*UNLEARN, "--method", "graddiff", "--model", str(model_dir), "--out", str(out),
                      "unlearn.train.steps=3"]) == 130
     err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("obliviate:")]

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from _userdata import write_user_files
+from _userdata import write_rwku, write_user_files
 from obliviate.config import from_dict
 from obliviate.pipelines.compare.run import CompareConfig, run_compare
 from obliviate.tasks import load_task, task_names
@@ -48,6 +48,11 @@ def _muse(tmp_path, request):
     return load_task("muse:news", root=request.getfixturevalue("tiny_muse"))
 
 
+def _rwku(tmp_path, request):
+    write_rwku(tmp_path / "data")
+    return load_task("rwku:stephen_king", root=tmp_path / "data")
+
+
 def _file(tmp_path, request):
     files = write_user_files(tmp_path / "data", n_forget=6, n_retain=6)
     spec = {"forget": ["data/forget.jsonl"], "retain": ["data/retain.csv", {"path": "data/retain_docs.txt"}],
@@ -58,7 +63,7 @@ def _file(tmp_path, request):
 
 
 BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "benchmark": _benchmark, "muse": _muse,
-            "file": _file}
+            "rwku": _rwku, "file": _file}
 
 TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2}, "runs": {"npo": {"steps": 2}, "rmu": {"steps": 2}},
         "attacks": {"relearn": {"steps": 2, "eval_every": 1}, "lr_grid": [1e-3], "lora": False},

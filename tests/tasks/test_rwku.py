@@ -6,41 +6,12 @@ import json
 
 import pytest
 
+from _userdata import RWKU_TARGET as TARGET, write_rwku
 from obliviate.cli.main import main
 from obliviate.errors import DataError
 from obliviate.tasks import load_task
 from tests._run_dirs import tiny_model_dir
 
-TARGET = "Stephen King"
-
-
-def write_rwku(root, n=3):
-    d = root / "rwku" / "Target" / "1_Stephen_King"
-    d.mkdir(parents=True)
-    probe = lambda lvl, i, **kw: {"query": f"Stephen King wrote ___ number {i}.", "answer": f"book{i}",  # noqa: E731
-                                  "level": str(lvl), "subject": TARGET, **kw}
-    parts = {
-        "intro": [{"target": TARGET, "intro": "Stephen King is an American author."}],
-        "forget_level1": [probe(1, i) for i in range(n)],
-        "forget_level2": [probe(2, i) for i in range(n)],
-        "forget_level3": [probe(3, i, type=t) for i, t in enumerate(["prefix injection", "affirmative suffix",
-                                                                     "role playing"][:n])],
-        "neighbor_level1": [{"query": f"Maine's capital is ___ {i}.", "answer": "Augusta", "level": "1",
-                             "subject": TARGET} for i in range(n)],
-        "neighbor_level2": [{"query": f"What is the capital of Maine ({i})?", "answer": "Augusta", "level": "2",
-                             "subject": TARGET} for i in range(n)],
-        "forget_mia": [{"text": f"Stephen King published novel {i} in Maine.", "subject": TARGET} for i in range(n)],
-        "retain_mia": [{"text": f"The river {i} runs to the sea.", "subject": TARGET} for i in range(n)],
-        "retain_mmlu": [{"question": f"What is {i} + 1?", "choices": [str(i + 1), "0", "7", "9"], "answer": 0,
-                         "task": "elementary_mathematics", "examples": [], "subject": TARGET} for i in range(n)],
-        "triviaqa": [{"question": f"Which planet is number {i}?", "answers": ["Mars", "mars"], "subject": TARGET}
-                     for i in range(n)],
-        "passage": [{"text": f"Stephen King is an author from Maine. He wrote book{i}.", "subject": TARGET}
-                    for i in range(n)],
-    }
-    for name, records in parts.items():
-        (d / f"{name}.json").write_text(json.dumps(records, indent=4))
-    return d
 
 
 def test_sets_carry_rwkus_names_and_roles(tmp_path):
