@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -108,7 +107,6 @@ def tiny_dirs(tmp_path_factory):
     tok.save_pretrained(str(root / "model"))
     nopad = root / "nopad"
     save_model(model, nopad)
-    cfg = json.loads((root / "model" / "tokenizer_config.json").read_text())
     tok.save_pretrained(str(nopad))
     tj = json.loads((nopad / "tokenizer_config.json").read_text())
     tj.pop("pad_token", None)

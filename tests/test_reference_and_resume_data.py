@@ -3,7 +3,6 @@ resume into a run directory whose checkpoints were trained on other data starts 
 
 import copy
 
-import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -4,12 +4,10 @@ Each test fails if the behaviour it names comes back; docs/bad-input.md lists th
 input gets. (YAML files are in tests/test_config.py, model files and paths in tests/models/test_models_load.py.)
 """
 
-import json
 import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch

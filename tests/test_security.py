@@ -3,8 +3,6 @@
 import ast
 import json
 import logging
-import os
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path

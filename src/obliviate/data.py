@@ -18,7 +18,9 @@ import torch
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
 from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
-from obliviate.tasks.base import Data, PromptFormat, qa_answer, qa_prompt
+from obliviate.tasks.base import Data, PromptFormat
+# the QA format, imported from here by the trainers, the evaluation and the attacks
+from obliviate.tasks.base import qa_answer, qa_prompt  # noqa: F401
 
 
 @dataclass

@@ -8,7 +8,6 @@ alternates of community/methods/AltPO/generate.py (5420d43).
 import copy
 import json
 
-import pytest
 import torch
 
 from _reference import FORGET, RETAIN, assert_same, retain_nll, run_tiny

@@ -13,11 +13,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 import yaml
 
 import obliviate
-from _reference import FORGET, assert_same, paired_batch, retain_kl, retain_nll, rows, run_tiny, seq_logprob
+from _reference import assert_same, paired_batch, retain_kl, retain_nll, rows, run_tiny, seq_logprob
 from obliviate.errors import DataError
 from obliviate.methods import build_method
 from obliviate.unlearning.reference import Reference

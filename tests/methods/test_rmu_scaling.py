@@ -4,7 +4,6 @@ measurement (:func:`obliviate.methods.rmu.hidden_norm`) for RMU's floor rule and
 import math
 
 import pytest
-import torch
 
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method, method_defaults

@@ -223,7 +223,7 @@ def test_an_unknown_attack_name_is_one_line_before_anything_runs(tmp_path, capsy
     out = tmp_path / "out"
     assert main([*argv, "--attacks", "quantize,quantise", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, mia, probe, "
+    assert err == ["obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, mia, probe, "
                    "format_shift, quantize, ablate, logit_lens, in_context, prompts, unrelated_finetune, gcg, "
                    "leak_at_k, soft_prompt, prune, gcg_prefix)"]
     assert not out.exists()

@@ -8,7 +8,6 @@ import json
 import random
 
 from obliviate.models.builders import tiny_random
-from obliviate.tasks.wmdp import MMLU_PER_SUBJECT
 from obliviate.models.load import save_model
 from obliviate.models.tokenizer import train_tokenizer
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from _userdata import MMLU_PER_SUBJECT, _mcq, _mmlu_csv, save_tiny_model, write_json, write_jsonl, write_user_files
+from _userdata import _mcq, _mmlu_csv, save_tiny_model, write_json, write_jsonl, write_user_files
+from obliviate.tasks.wmdp import MMLU_PER_SUBJECT
 
 
 @pytest.fixture(scope="session")

@@ -157,7 +157,7 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
                                              "logit_lens", "in_context", "prompts", "unrelated_finetune", "gcg")]]
     assert main(argv) == 0
     res = json.loads((out / "results.json").read_text())["metrics"]
-    base, oracle, gd = res["base"], res["oracle"], res["graddiff"]
+    base, gd = res["base"], res["graddiff"]
     data = {p: json.loads((d / p).read_text()) for p in ("verbmem/forget.json", "knowmem/forget_qa.json",
                                                           "knowmem/forget_qa_icl.json", "knowmem/retain_qa.json",
                                                           "knowmem/retain_qa_icl.json", "privleak/forget.json",

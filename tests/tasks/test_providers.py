@@ -5,7 +5,6 @@ files written here; WMDP and MUSE only from tiny files in their documented layou
 No model is trained or scored here.
 """
 
-import json
 
 import pytest
 

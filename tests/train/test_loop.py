@@ -142,7 +142,7 @@ def test_nan_gradient_with_finite_loss_stops_before_the_step(tmp_path, grad_clip
 
 
 def test_grad_norm_is_logged_without_clipping(tmp_path):
-    out = train(tiny(), lambda m, b, s: {"lm": lm_loss(m, b)}, data(),
-                TrainConfig(steps=2, log_every=1, grad_clip=0.0, progress=False), tmp_path)
+    train(tiny(), lambda m, b, s: {"lm": lm_loss(m, b)}, data(),
+          TrainConfig(steps=2, log_every=1, grad_clip=0.0, progress=False), tmp_path)
     recs = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in recs if "grad_norm" in r)

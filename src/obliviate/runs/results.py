@@ -22,14 +22,12 @@ import json
 import math
 import os
 import platform
-import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.utils import (add_run_dir, atomic_write_bytes, atomic_write_text, open_run_file, replace_dir,
-                             run_write_path, staging_dir)
+from obliviate.utils import add_run_dir, atomic_write_text, open_run_file, replace_dir, run_write_path, staging_dir
 
 try:
     import fcntl

@@ -21,7 +21,6 @@ RWKU's reasoning, truthfulness and fluency utility sets are not read.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -158,7 +157,7 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         """The part's records; a missing file (other than the passages) is a line of ``missing``, not an error."""
         try:
             return load_rwku(part, target, d, root, allow_hub)
-        except MissingPart as e:
+        except MissingPart:
             if part == "passage":
                 raise
             missing.append(f"{part}: not evaluated, file not found: {d / (part + '.json')}")
