@@ -4,8 +4,8 @@ pretrains (cached, :func:`obliviate.train.pretrain.cached_pretrain`) and both po
 at their defaults (or ``--refusal`` / ``--smallnorm`` keyword arguments, JSON), each scored with the task's whole
 evaluation (forget, retain and neighbour scores) beside each control's own keep ratios (``info["keep"]``: the
 neighbour one on the neighbour items it did not train on) and, for the small-norm control, its int4
-round-to-nearest copy (does quantization give the forget answers back?). One torch thread, as ``compare`` builds them. Writes
-``OUT/selectivity.jsonl`` (a row per seed and model) and prints a markdown table.
+round-to-nearest copy (does quantization give the forget answers back?). One torch thread, as ``compare`` builds them.
+Writes ``OUT/selectivity.jsonl`` (a row per seed and model) and prints a markdown table.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/control_selectivity.py --seeds 0 1 2 3 --out /tmp/sel
     .venv/bin/python scripts/control_selectivity.py --table /tmp/sel/selectivity.jsonl   # the table again

@@ -1,6 +1,7 @@
 """GPU check (issues #18, #20): one unlearning step of every training method on the GPU in bf16, one NPO
-step of the FSDP2 backend (fully_shard on a one-process group: NCCL on the GPU), then a short demo-sized run; asserts that every tensor handed to a model is on that model's device, and writes the step
-times to ``OUT/gpu_check.json``. CI never has a GPU: run it when one is lent.
+step of the FSDP2 backend (fully_shard on a one-process group: NCCL on the GPU), then a short demo-sized run;
+asserts that every tensor handed to a model is on that model's device, and writes the step times to
+``OUT/gpu_check.json``. CI never has a GPU: run it when one is lent.
 
     .venv/bin/python scripts/gpu_check.py --out runs/gpu_check              # cuda, bfloat16, with the demo
     .venv/bin/python scripts/gpu_check.py --out /tmp/x --device cpu --dtype float32 --no-demo   # dry run

@@ -144,9 +144,9 @@ def main(argv=None) -> None:
     (out / "summary.json").write_text(json.dumps({"rows": rows, "seconds": round(total, 1), "args": vars(a),
                                                   "threads": os.environ.get("OMP_NUM_THREADS")}, indent=2))
     head = "| arch | method | forget base -> after | retain base -> after | pass | outcome | chosen | s |"
-    lines = [f"# unlearn --tune across architectures (budget {a.budget} grid trials + at most 4 past its edge; {a.n_forget} + {a.n_retain} pairs; "
-             f"d_model {a.d_model}, {a.n_layer} layers; held-out half reported)", "", head,
-             "|" + "---|" * 8]
+    lines = [f"# unlearn --tune across architectures (budget {a.budget} grid trials + at most 4 past its edge; "
+             f"{a.n_forget} + {a.n_retain} pairs; d_model {a.d_model}, {a.n_layer} layers; held-out half reported)",
+             "", head, "|" + "---|" * 8]
     for r in rows:
         chosen = f"lr {r['lr']:.3g}, steps {r['steps']}" + (f", {r['param']} {r['value']:.3g}" if r["param"] else "")
         lines.append(f"| {r['arch']} | {r['method']} | {r['forget_base']:.2f} -> {r['forget_after']:.2f} | "

@@ -417,7 +417,8 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     s, kept = ref, True
     while not (s["forget"] <= target and kept) and steps < max_steps:
         n = min(chunk, max_steps - steps)
-        ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size, seed=seed + steps,
+        ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size,
+                             seed=seed + steps,
                              train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
                                                log_every=n, desc="small-norm control"))
         control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=progress)

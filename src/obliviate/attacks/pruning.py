@@ -140,7 +140,8 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
             point = {"neurons": int(sum(len(v) for v in neurons.values())),
                      **{k: v for k, v in m.items() if k in ("forget_score", "retain_score")}}
             out["prune_by_fraction"][f"{f:g}"] = point
-            if point.get("forget_score") is not None and (best is None or point["forget_score"] > best[1]["forget_score"]):
+            if point.get("forget_score") is not None and (best is None
+                                                           or point["forget_score"] > best[1]["forget_score"]):
                 best = (f, point)
     if best is not None:
         out.update(prune_forget_score=best[1]["forget_score"], prune_retain_score=best[1].get("retain_score"),

@@ -424,7 +424,8 @@ def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]
             f"{prefix}_tokens_per_step": tokens_per_step,
             f"{prefix}_setting": [p[0] for p in picks], f"{prefix}_best_step": [p[1] for p in picks],
             f"{prefix}_budget_limited": any(limited), f"{prefix}_budget_limited_folds": int(sum(limited)),
-            f"{prefix}_by_setting": {t: float(np.mean([runs[i][3][-1][1] for runs in folds])) for i, t in enumerate(tags)}}
+            f"{prefix}_by_setting": {t: float(np.mean([runs[i][3][-1][1] for runs in folds]))
+                                     for i, t in enumerate(tags)}}
 
 
 def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:

@@ -175,7 +175,8 @@ def control_selectivity(metrics: dict) -> dict:
     for c in POSITIVE_CONTROLS:
         if c in metrics:
             k = keeps(metrics[c], base)
-            out[c] = {"selective": bool(k), "keep": keep_shares(metrics[c], base), "matches": list(MECHANISM.get(c, ()))}
+            out[c] = {"selective": bool(k), "keep": keep_shares(metrics[c], base),
+                      "matches": list(MECHANISM.get(c, ()))}
     return out
 
 
@@ -483,7 +484,8 @@ def calibration_lines(robustness: dict) -> list[str]:
                          + " (built to match this attack's mechanism)")
         if c.get("non_selective"):
             notes.append("separated only the non-selective " + ", ".join(f"`{x}`" for x in c["non_selective"]))
-        per = "; ".join(f"`{ctl}` recovers {_pct(d['positive_recovery'])} of its loss" for ctl, d in c["controls"].items())
+        per = "; ".join(f"`{ctl}` recovers {_pct(d['positive_recovery'])} of its loss"
+                        for ctl, d in c["controls"].items())
         gain = next(iter(c["controls"].values()))["negative_gain"]
         lines.append(f"- `{key}` ({c['label']}): {state} ({per}; the oracle gains "
                      f"{'n/a' if gain is None else f'{gain:+.2f}'}){'; ' + '; '.join(notes) if notes else ''}"

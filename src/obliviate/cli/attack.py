@@ -1,4 +1,5 @@
-"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on any task."""
+"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on any
+task."""
 
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def run_benchmark_eval(args) -> bool:
 
 
 def run_lmeval_command(args) -> bool:
-    """``obliviate eval --lm-eval TASKS``: lm-eval's numbers for the model, in ``results.json`` under ``metrics.lm_eval``."""
+    """``obliviate eval --lm-eval TASKS``: lm-eval's numbers for the model, in ``results.json`` under
+    ``metrics.lm_eval``."""
     if not args.lm_eval:
         raise ConfigError("--lm-eval-include needs --lm-eval TASKS")
     for opt in ("benchmark", "data", "task", "forget", "config", "overrides"):

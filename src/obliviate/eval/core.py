@@ -135,7 +135,8 @@ def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: 
                             "from them (check the model's weights and config, and its dtype for overflow)")
 
 
-def fit_context(prefix: list[int], suffix: list[int], limit: int | None, bos: int | None) -> tuple[list[int], list[int], bool]:
+def fit_context(prefix: list[int], suffix: list[int], limit: int | None,
+                bos: int | None) -> tuple[list[int], list[int], bool]:
     """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit`` tokens.
 
     Returns (prefix, suffix, cut?). When even the suffix alone is too long, one prefix token stays

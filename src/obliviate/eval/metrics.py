@@ -54,12 +54,14 @@ register_metric("extraction_strength", "extraction_strength", "forget",
                 "1 - (shortest answer prefix from which greedy decoding completes the answer) / answer length "
                 "(obliviate.eval.memorization)")
 register_metric("exact_memorization", "exact_memorization", "forget",
-                "share of answer tokens the model predicts greedily given the true prefix (obliviate.eval.memorization)")
+                "share of answer tokens the model predicts greedily given the true prefix "
+                "(obliviate.eval.memorization)")
 for _score in SCORES:
     register_metric(f"mia_{_score}", f"mia_auc_{_score}", "holdout",
                     f"ROC AUC of the {_score} member score, forget (members) vs holdout (obliviate.eval.mia)")
 register_metric("mia_gradnorm", "mia_auc_gradnorm", "holdout",
-                "ROC AUC of minus the per-example gradient norm, forget vs holdout (obliviate.eval.mia.gradnorm_scores)")
+                "ROC AUC of minus the per-example gradient norm, forget vs holdout "
+                "(obliviate.eval.mia.gradnorm_scores)")
 register_metric("mia_reference", "mia_auc_reference", "reference",
                 "ROC AUC of L_ref(x) - L(x), forget vs holdout, against a reference model "
                 "(obliviate.eval.mia.reference_scores)")

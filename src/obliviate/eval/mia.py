@@ -230,8 +230,9 @@ def _check_p(p) -> float:
 def gradnorm_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
                     p: float = GRADNORM_P, max_len: int | None = None, *, add_eos: bool = True) -> np.ndarray:
     """GradNorm (the gradient-norm MIA as Duan et al. 2024, "Do Membership Inference Attacks Work on Large
-    Language Models?", arXiv:2402.17012, run it on LLMs; OpenUnlearning's ``mia_gradnorm``, ``GradNormAttack``): per example, the loss ``L'(x) = -(1/(n-1)) sum_{t<n} l_t`` over the scored tokens but
-    the last (OpenUnlearning's ``tokenwise_logprobs`` leaves out the last labelled token, the eos where one is
+    Language Models?", arXiv:2402.17012, run it on LLMs; OpenUnlearning's ``mia_gradnorm``, ``GradNormAttack``):
+    per example, the loss ``L'(x) = -(1/(n-1)) sum_{t<n} l_t`` over the scored tokens but the last
+    (OpenUnlearning's ``tokenwise_logprobs`` leaves out the last labelled token, the eos where one is
     scored; an example with one scored token keeps it), back-propagated alone, and
 
         g(x) = (1/|P|) sum_{theta in P} ||grad_theta L'(x)||_p

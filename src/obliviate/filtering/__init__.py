@@ -1,6 +1,7 @@
 """Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; docs/methods.md).
 
-* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma Scope (:func:`load_sae`).
+* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma
+  Scope (:func:`load_sae`).
 * :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
   window expansion" rule, precision/recall/F1 against ground truth.
 * :mod:`.labelling` — the two above end to end: :func:`sae_weak_labels` of a labeller model.
@@ -78,8 +79,8 @@ __all__ = [
     "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
     "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput", "window_mean",
     "PretrainedSAE", "TopKSAE", "load_sae", "residual_activations", "train_sae",
-    "FILTERED_MODELS", "FilteredModels", "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes", "tokens_for",
-    "tokens_to_recover", "training_flops",
+    "FILTERED_MODELS", "FilteredModels", "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes",
+    "tokens_for", "tokens_to_recover", "training_flops",
     "TokenClassifierConfig", "TokenClassifiers", "fit_token_classifiers",
     "CONVENTIONS", "STRATEGIES", "FilteredDataset", "add_label_noise", "apply_strategy", "collate_weighted",
     "document_flags", "flags_from_probs", "loss_weights", "make_batch_fn", "pack_filtered",

@@ -197,7 +197,8 @@ class LogisticHead:
         self.mean, self.std, self.w, self.b = mean, std, w, float(b)
 
     @classmethod
-    def fit(cls, X: torch.Tensor, y, C: float = 1.0, class_weight: str | None = None, max_iter: int = 1000) -> "LogisticHead":
+    def fit(cls, X: torch.Tensor, y, C: float = 1.0, class_weight: str | None = None,
+            max_iter: int = 1000) -> "LogisticHead":
         from sklearn.linear_model import LogisticRegression
 
         X = torch.as_tensor(X).float()

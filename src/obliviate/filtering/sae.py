@@ -146,7 +146,8 @@ def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 50
         return total / len(x)
 
     before = full_mse()
-    train(sae, lambda model, batch, step: {"mse": model.loss(batch)}, lambda step: x[sampler(step)].to(dev()), cfg, out_dir)
+    train(sae, lambda model, batch, step: {"mse": model.loss(batch)}, lambda step: x[sampler(step)].to(dev()), cfg,
+          out_dir)
     with torch.no_grad():
         sae.W_dec.copy_(sae.decoder())
     after = full_mse()

@@ -113,7 +113,8 @@ def apply_strategy(dataset: TokenDataset, flags: Sequence[np.ndarray] | None, st
     if strategy == "remove":
         if hidden_id is None:
             raise ConfigError("strategy 'remove' needs hidden_id (the <|hidden|> token id)")
-        ids = [np.where(f, np.int64(hidden_id), np.asarray(s, dtype=np.int64)) for s, f in zip(dataset.input_ids, flags)]
+        ids = [np.where(f, np.int64(hidden_id), np.asarray(s, dtype=np.int64))
+               for s, f in zip(dataset.input_ids, flags)]
     else:
         ids = [np.asarray(s, dtype=np.int64).copy() for s in dataset.input_ids]
     if strategy in ("mask", "remove"):

@@ -125,7 +125,8 @@ def select_domain_latents(codes, is_domain=None, *, judge=None, top_tokens: dict
         dom = _np(is_domain).astype(bool)
         ratio = domain_ratio(z, dom)
         freq = (z[dom] > 0).mean(0)
-        cand = [int(j) for j in np.argsort(-ratio, kind="stable") if ratio[j] >= min_ratio and freq[j] >= min_domain_freq]
+        cand = [int(j) for j in np.argsort(-ratio, kind="stable")
+                if ratio[j] >= min_ratio and freq[j] >= min_domain_freq]
     elif judge is not None:
         fires = (z > 0).sum(0)
         cand = [int(j) for j in np.argsort(-fires, kind="stable") if fires[j] > 0]

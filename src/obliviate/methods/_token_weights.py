@@ -65,7 +65,8 @@ class ScorerConfig:
 
     def __post_init__(self):
         if self.exponent not in EXPONENT_MAPS:
-            raise ConfigError(f"config key 'exponent': must be one of {', '.join(EXPONENT_MAPS)}, got {self.exponent!r}")
+            raise ConfigError(f"config key 'exponent': must be one of {', '.join(EXPONENT_MAPS)}, "
+                              f"got {self.exponent!r}")
         if not 0.0 < self.rho < 1.0:
             raise ConfigError(f"config key 'rho': must be in (0, 1), got {self.rho}")
         if self.w_steps < 0:
@@ -185,7 +186,8 @@ class TokenScorer:
             self.w.grad, self.b.grad = gw, gb
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
-            self.last = {**{f"w_{k}": float(v.detach()) for k, v in terms.items()}, "z_mean": float(masked_mean(z.detach(), mask))}
+            self.last = {**{f"w_{k}": float(v.detach()) for k, v in terms.items()},
+                         "z_mean": float(masked_mean(z.detach(), mask))}
         return self.last
 
     def update_and_score(self, feats: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

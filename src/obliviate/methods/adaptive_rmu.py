@@ -33,7 +33,8 @@ class AdaptiveRMUConfig(RMUConfig):
                              "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class AdaptiveRMU(RMU):
     config_cls = AdaptiveRMUConfig
-    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); c = β × measured ‖h_l‖ (β = 5); lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); c = β × measured ‖h_l‖ (β = 5); lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def setup(self, model, ref, batch: dict) -> None:
         super().setup(model, ref, batch)

@@ -4,7 +4,8 @@ DPO (:mod:`obliviate.methods.dpo`) whose preferred answer y_alt of each forget q
 the model itself generates before unlearning, so it learns to answer plausibly but otherwise instead of
 refusing:
 
-    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_alt|x) - log pi_ref(y_alt|x)) - (log pi(y_f|x) - log pi_ref(y_f|x))))
+    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_alt|x) - log pi_ref(y_alt|x))
+                                                    - (log pi(y_f|x) - log pi_ref(y_f|x))))
 
 total ``gamma * L_forget + alpha * L_retain`` (retain NLL / KL). The alternates are a data step
 (:func:`obliviate.methods.alternates.alternate_answers`: seeded sampling, different from the forget answer,
@@ -55,7 +56,8 @@ class AltPOConfig:
 @register("altpo", paper=("Mekala et al. 2024, Alternate Preference Optimization for Unlearning Factual Knowledge "
                           "(arXiv:2409.13474); open-unlearning DPO trainer (afcd6b6) on community/methods/AltPO "
                           "alternates"),
-          equation="−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model (cached) + α · retain NLL / KL",
+          equation=("−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model (cached) "
+                    "+ α · retain NLL / KL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class AltPO(Method):
     config_cls = AltPOConfig

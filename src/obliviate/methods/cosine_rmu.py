@@ -82,7 +82,9 @@ class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 
     config_cls = CosineRMUConfig
-    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); no coefficient (the forget term is a cosine); retain=\"mse\" grows as ‖h‖² (tune scales α; retain=\"cosine\" is scale-free); lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); no coefficient (the forget term is a cosine); "
+               "retain=\"mse\" grows as ‖h‖² (tune scales α; retain=\"cosine\" is scale-free); lr: × the fine-tuning "
+               "run's lr over its preset's; steps fixed (tune searches them)")
 
     def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
         return cosine_distance(h_f, u, mask)

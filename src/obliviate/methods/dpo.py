@@ -3,7 +3,8 @@
 Each forget QA pair (x, y_l) comes with a preferred answer y_w from the task's preference data (a preference
 file's chosen answer; the forget answer is its rejected one):
 
-    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))))
+    L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w|x) - log pi_ref(y_w|x))
+                                                    - (log pi(y_l|x) - log pi_ref(y_l|x))))
 
 with log pi the sum of answer-token log-probabilities (the -(2/beta) scaling of open-unlearning and of
 obliviate's IdkDPO, which is this loss with refusals as y_w). Total ``gamma * L_forget + alpha * L_retain``
@@ -46,7 +47,8 @@ class DPOConfig:
 
 
 @register("dpo", paper=("Rafailov et al. 2023, Direct Preference Optimization (arXiv:2305.18290), for unlearning as "
-                        "in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + configs/trainer/DPO.yaml"),
+                        "in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + "
+                        "configs/trainer/DPO.yaml"),
           equation="−(2/β) mean log σ(β (Δ_chosen − Δ_forget)) on preference data + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class DPO(Method):

@@ -41,7 +41,8 @@ class IdkDPOConfig:
           presets={"tiny": {"lr": 3e-4, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class IdkDPO(Method):
     config_cls = IdkDPOConfig
-    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
+               "run's lr over its preset's; steps fixed (tune searches them)")
     needs_reference = True
     needs_idk = True
 

@@ -37,11 +37,13 @@ class NPOConfig:
 
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",
           equation="−(2/β) mean log σ(−β (log π − log π_ref)) on forget + α · retain NLL / KL",
-          presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+          presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}},
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True
-    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
+               "run's lr over its preset's; steps fixed (tune searches them)")
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain term)."""

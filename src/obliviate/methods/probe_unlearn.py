@@ -46,7 +46,8 @@ from obliviate.errors import ConfigError, ObliviateError
 from obliviate.losses import hidden_mse
 from obliviate.unlearning.contract import Method, register
 from obliviate.methods.rmu import hidden_at
-from obliviate.models.layers import check_layer, gather_last, hidden_states_at, last_token_index, num_layers, param_names_for, unwrap
+from obliviate.models.layers import (check_layer, gather_last, hidden_states_at, last_token_index, num_layers,
+                                     param_names_for, unwrap)
 from obliviate.eval.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"

@@ -44,7 +44,8 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import ratio_of_sums
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import forward_logits, mean_labelled_nll, npo_loss, sequence_logprob, trained_params
+from obliviate.unlearning.objectives import (forward_logits, mean_labelled_nll, npo_loss, sequence_logprob,
+                                             trained_params)
 
 
 def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) -> None:
@@ -61,7 +62,8 @@ def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) ->
             p.mul_(1 - alpha).add_(eps.to(device=p.device, dtype=p.dtype), alpha=alpha * beta)
 
 
-def distill_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def distill_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+               attention_mask: torch.Tensor) -> torch.Tensor:
     """Mean over the real next-token positions (a real token follows) of KL(p_teacher || p_student)."""
     logp = F.log_softmax(student_logits[:, :-1].float(), -1)
     logq = F.log_softmax(teacher_logits[:, :-1].float(), -1)

@@ -75,7 +75,8 @@ def tiny_llama(
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    for name, v in (("vocab_size", vocab_size), ("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head), ("max_len", max_len)):
+    for name, v in (("vocab_size", vocab_size), ("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head),
+                    ("max_len", max_len)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ConfigError(f"{name}={v!r} must be a positive integer")
     if d_model % n_head or (d_model // n_head) % 2:

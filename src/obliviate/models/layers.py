@@ -469,7 +469,8 @@ def _raise_stop(_mod, _args, _output):
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:
-    """The norm applied after the last decoder layer (``model.norm`` / ``transformer.ln_f`` / ``gpt_neox.final_layer_norm``)."""
+    """The norm applied after the last decoder layer (``model.norm`` / ``transformer.ln_f`` /
+    ``gpt_neox.final_layer_norm``)."""
     base = unwrap(model)
     for inner, name in (("model", "norm"), ("transformer", "ln_f"), ("gpt_neox", "final_layer_norm"),
                         ("model", "decoder.final_layer_norm")):

@@ -220,7 +220,8 @@ def adds_bos(tok) -> bool:
     if tok.bos_token == SPECIAL_TOKENS["bos"]:
         return True
     with_special = tok("a")["input_ids"]
-    return bool(with_special) and with_special[0] == bos and tok("a", add_special_tokens=False)["input_ids"][:1] != [bos]
+    return (bool(with_special) and with_special[0] == bos
+            and tok("a", add_special_tokens=False)["input_ids"][:1] != [bos])
 
 
 def bos_prefix(tok, text: str | None = None, *, adds: bool | None = None) -> list[int]:

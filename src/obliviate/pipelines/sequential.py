@@ -128,8 +128,8 @@ class Request:
 
 def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
     """The request files of ``--requests A,B,...`` in order; one-line errors for an empty entry, a missing file, a
-    file named twice (or two files of the same bytes) and a ``--forget`` that is not the requests' files (with ``--requests`` the forget data are the
-    requests; ``--forget`` may only repeat them)."""
+    file named twice (or two files of the same bytes) and a ``--forget`` that is not the requests' files (with
+    ``--requests`` the forget data are the requests; ``--forget`` may only repeat them)."""
     names = [s.strip() for s in str(spec).split(",")]
     if not any(names):
         raise ConfigError("--requests: no request file named (give A.jsonl,B.jsonl,...)")
@@ -258,7 +258,8 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     if knows_forget_set(before) is False:
         base_score = None  # the attacks' steps-to-base have no target (they warn once, on the base model)
         log(f"obliviate: warning: the base model does not know the forget set: forget score "
-            f"{before['forget_score']:.3f} (chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing")
+            f"{before['forget_score']:.3f} (chance {before.get('forget_chance', 0.0):.3f}); "
+            "unlearning it shows nothing")
 
     def unlearn_fn(m, items, k):
         r = requests[k - 1]

@@ -117,8 +117,8 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
 
 def check_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
     """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it only
-    where a check needs it), in order; returns the validation split (:func:`~obliviate.pipelines.tune.run.validation_split`) when
-    ``tuning``, else None."""
+    where a check needs it), in order; returns the validation split
+    (:func:`~obliviate.pipelines.tune.run.validation_split`) when ``tuning``, else None."""
     ucfg = cfg.unlearn
     edit = METHODS[ucfg.method].kind == "edit"
     if tuning and edit:

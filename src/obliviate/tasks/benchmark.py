@@ -59,7 +59,8 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
         kind = benchmark_kind(name)
         if kind == "text":
             raise ConfigError(f"benchmark {name!r} is a set of text prompts, not an accuracy benchmark: "
-                              "evaluate toxicity of continuations instead (obliviate.eval.toxicity.continuation_toxicity)")
+                              "evaluate toxicity of continuations instead "
+                              "(obliviate.eval.toxicity.continuation_toxicity)")
         examples = get_benchmark(name, **loader_kw)
     if limit is not None:
         examples = examples[:limit]

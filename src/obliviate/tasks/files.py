@@ -355,8 +355,8 @@ def task_from_files(forget: list[str], retain: list[str] | None = None, *, utili
         paths = {str(p) for v in sets.values() for p in v or [] if not isinstance(p, dict)}
         unknown = sorted(str(k) for k in mapping if not sets.get(str(k)) and str(k) not in paths)
         if unknown:
-            raise ConfigError(f"mapping: {unknown[0]!r} is neither a set given ({', '.join(k for k, v in sets.items() if v)}) "
-                              "nor one of the files given")
+            raise ConfigError(f"mapping: {unknown[0]!r} is neither a set given "
+                              f"({', '.join(k for k, v in sets.items() if v)}) nor one of the files given")
         by_file = {str(k): v for k, v in mapping.items()}
     elif mapping is not None and not isinstance(mapping, str):
         raise ConfigError(f"mapping: expected a string such as 'question=q,answer=a' or a dict of them per file or "

@@ -54,8 +54,8 @@ class MissingFile(DataError):
 
 def _missing(corpus: str, path: Path) -> DataError:
     return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
-                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or --allow-hub (allow_hub=True) "
-                     f"to read {MUSE_HUB_IDS[corpus]})", path)
+                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or --allow-hub "
+                     f"(allow_hub=True) to read {MUSE_HUB_IDS[corpus]})", path)
 
 
 def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
@@ -306,7 +306,8 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
              (("forget_qa", "knowmem_forget", "forget"), ("retain_qa", "knowmem_retain", "retain")) if knowmem[split]]
     if verbmem:
         evals.append(EvalSet("verbmem_forget", "forget", "text",
-                             [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]}) for v in verbmem]))
+                             [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]})
+                              for v in verbmem]))
     return Task(
         name=f"muse:{corpus}",
         forget=Data(docs=forget),

@@ -185,6 +185,7 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         retain=Data(docs=mia["retain_mia"]),
         evals=evals,
         prompt=PromptFormat(template="{question}\nAnswer:"),
-        meta={"target": target, "directory": str(d), "missing": missing, "mia": {"forget": "forget_mia", "retain": "retain_mia"},
+        meta={"target": target, "directory": str(d), "missing": missing,
+              "mia": {"forget": "forget_mia", "retain": "retain_mia"},
               "not_read": ["utility_reason", "utility_truthfulness", "utility_fluency"]},
     )

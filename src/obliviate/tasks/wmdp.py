@@ -1,9 +1,9 @@
 """``wmdp:bio|cyber``: hazardous knowledge (Li et al. 2024, WMDP, arXiv:2403.03218).
 
 - forget / retain = WMDP's forget and retain corpora as documents
-  (:func:`~obliviate.tasks.sources.wmdp_corpora.load_wmdp_corpus`: ``<data>/wmdp/<subset>-{forget,retain}-corpus.jsonl``,
-  or ``cais/wmdp-corpora`` with ``allow_hub=True``; the bio forget corpus is gated and must be
-  placed locally).
+  (:func:`~obliviate.tasks.sources.wmdp_corpora.load_wmdp_corpus`:
+  ``<data>/wmdp/<subset>-{forget,retain}-corpus.jsonl``, or ``cais/wmdp-corpora`` with ``allow_hub=True``; the bio
+  forget corpus is gated and must be placed locally).
 - ``wmdp_<subset>``: the WMDP questions (role forget), lm-eval style (letters).
 - ``mmlu_neighbour``: the MMLU subjects the WMDP paper reports next to each subset
   (college_biology + virology for bio, college_computer_science + computer_security for cyber),

@@ -280,7 +280,8 @@ def value_probe_sets(world, fact_ids: set | None = None) -> tuple[list[dict], li
 
 
 __all__ = [
-    "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig", "cloze_parts", "facts_task", "forget_pairs",
+    "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig",
+    "cloze_parts", "facts_task", "forget_pairs",
     "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "unscored_neighbours",
     "value_prefix", "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]

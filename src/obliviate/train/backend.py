@@ -40,8 +40,8 @@ def make_accelerator():
 
 
 def backend_for(accelerator, grad_clip: float = 1.0) -> "Backend":
-    """The backend of this launch: the sharding the environment asks for (:func:`~obliviate.train.distributed.sharding`),
-    else data parallel in several processes, else one process."""
+    """The backend of this launch: the sharding the environment asks for
+    (:func:`~obliviate.train.distributed.sharding`), else data parallel in several processes, else one process."""
     D.check_launch()
     mode = D.sharding()
     if mode == "deepspeed":

@@ -4,7 +4,8 @@ The model is trained on the task's forget and retain data together (QA pairs wit
 the answer and eos only; documents with the loss on every token), through the one training
 loop, for ``epochs`` passes over the data with a cosine schedule. The defaults depend on the
 model's size (:func:`obliviate.methods.preset_name`): a model under 100M parameters (the tiny
-random-init ones tests use, or obliviate's own) takes ``lr=3e-3`` for 40 epochs (at least 200 steps), a larger one TOFU's ``lr=1e-5`` for 5 epochs.
+random-init ones tests use, or obliviate's own) takes ``lr=3e-3`` for 40 epochs (at least 200 steps), a larger
+one TOFU's ``lr=1e-5`` for 5 epochs.
 """
 
 from __future__ import annotations

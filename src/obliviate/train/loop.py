@@ -58,7 +58,8 @@ def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     for pat in patterns:
         if not any(fnmatch(n, pat) for n in names):
             sample = ", ".join(names[:4])
-            raise ConfigError(f"parameter pattern '{pat}' matches no parameter of the model (names look like: {sample}, ...)")
+            raise ConfigError(f"parameter pattern '{pat}' matches no parameter of the model "
+                              f"(names look like: {sample}, ...)")
     chosen = []
     for n, p in model.named_parameters():
         p.requires_grad_(any(fnmatch(n, pat) for pat in patterns))

@@ -146,7 +146,8 @@ def tokenizer_for(world, vocab_size: int):
 
 
 def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
-    kw = {k: v for k, v in to_dict(cfg.model).items() if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
+    kw = {k: v for k, v in to_dict(cfg.model).items()
+          if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
     ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                eos_token_id=tokenizer.eos_token_id)
     return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len, **ids, **kw)
@@ -187,7 +188,8 @@ def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[st
 
 def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tuple[str, str]]:
     """(lettered prompt, " A".." D") of the world's practice MCQs (never a forget fact's MCQ); ``options``
-    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare values."""
+    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare
+    values."""
 
     mcqs = world.practice_mcqs(exclude_splits=tuple(exclude_splits))
     if options == "answer":

@@ -33,7 +33,8 @@ class TensorBoard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:  # torch's module imports the tensorboard package
-            raise ConfigError("train.report_to: tensorboard needs the tensorboard package: pip install tensorboard") from None
+            raise ConfigError("train.report_to: tensorboard needs the tensorboard package: "
+                              "pip install tensorboard") from None
         if run_dir is None:
             raise ConfigError("train.report_to: tensorboard needs an output directory for its event files")
         self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))

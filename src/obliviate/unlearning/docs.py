@@ -88,7 +88,8 @@ def render() -> str:
         c = METHODS[n]
         rows.append(f"| `{n}` | {_cell(c.equation or '—')} | {_cell(c.trains)} | {_cell(needs(n))} | "
                     f"{_cell(c.paper or '—')} |")
-    rows += ["", "| name | `tiny` preset | `paper` preset | config defaults (`unlearn.params.KEY`) |", "|---|---|---|---|"]
+    rows += ["", "| name | `tiny` preset | `paper` preset | config defaults (`unlearn.params.KEY`) |",
+             "|---|---|---|---|"]
     for n in names:
         c = METHODS[n]
         rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "

@@ -118,7 +118,8 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
         given = sorted(k for k in (overrides or {}) if k not in ("params",))
         if given:
             raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{name}': "
-                              f"an edit method takes only its params ({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
+                              "an edit method takes only its params "
+                              f"({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
         ucfg = UnlearnConfig(method=name, params=dict(run.params), seed=seed)
         return ucfg, {"params": dict(run.params)}
     d = method_defaults(name, preset)
@@ -227,7 +228,8 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if D.world_size() > 1 or D.sharding():
         model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
     max_len = _max_len(model, cfg.max_len)
-    winners = (method.winners(model, tokenizer, forget, idk, prompt) or idk or IDK_ANSWERS) if method.needs_idk else None
+    winners = ((method.winners(model, tokenizer, forget, idk, prompt) or idk or IDK_ANSWERS) if method.needs_idk
+               else None)
     data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
                       doc_mode=cfg.doc_mode, idk=winners)
     method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids), "steps_per_epoch": data.f_sampler.per_epoch,
@@ -296,8 +298,9 @@ def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
                                   "an edit method trains nothing (it takes only its params)")
         return method
     if list(cfg.train.trainable) != ["*"]:
-        raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for unlearning: the "
-                          f"method '{cfg.method}' chooses the parameters it trains (see its layer parameters)")
+        raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for "
+                          f"unlearning: the method '{cfg.method}' chooses the parameters it trains "
+                          "(see its layer parameters)")
     return method
 
 

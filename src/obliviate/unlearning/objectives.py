@@ -28,7 +28,8 @@ def labelled_logprobs(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return logp, keep.nonzero()[:, 0]
 
 
-def labelled_logits(model, batch: dict, keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def labelled_logits(model, batch: dict,
+                    keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logits, targets, positions)``: the logits (N, V) at the N positions that predict a labelled token of
     ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T) mask of
     the positions, which reads the same rows of another model's (B, T, V) logits: ``other[positions]``."""

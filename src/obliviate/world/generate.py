@@ -158,7 +158,8 @@ class _Builder:
             for e in held:
                 e["attributes"][rel.name] = rng.choice(pool)
         # Auxiliary attributes are never asked about; people's habit feeds the register pairs.
-        aux = [(a.name, a.pool) for a in DOMAIN_AUX.get(domain, ())] + ([("habit", "habit")] if domain == "general" else [])
+        aux = ([(a.name, a.pool) for a in DOMAIN_AUX.get(domain, ())]
+               + ([("habit", "habit")] if domain == "general" else []))
         for e in entities:
             for name, pool in aux:
                 e["aux"][name] = rng.choice(self.pools[pool])

@@ -1,5 +1,5 @@
-"""Edit method "ember": EMBER's embedding edit (Suslik, Shafran, Geva 2026); the maths is in :mod:`obliviate.methods.ember`
-(``factorize``, ``judge``, ``edit``, ``pipeline``; docs/methods.md).
+"""Edit method "ember": EMBER's embedding edit (Suslik, Shafran, Geva 2026); the maths is in
+:mod:`obliviate.methods.ember` (``factorize``, ``judge``, ``edit``, ``pipeline``; docs/methods.md).
 
 An edit method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict`` (a JSON-serialisable
 summary), editing ``model`` in place, without the training loop. ``data`` is a mapping with

@@ -47,8 +47,10 @@ def render(results: dict, out: Path) -> None:
         f"A reconstruction of {PAPER} (docs/methods.md) at tiny scale. ATWU = SATGA+ with the learned linear token "
         "scorer; `atwu_npo` / `atwu_simnpo` = NPO / SimNPO with ATWU's weights. "
         "FQ = (F0 - Fu)/F0, RD = max(0, (R0 - Ru)/R0), UQ = 100 HM(FQ, 1 - RD). World: F = forget QA accuracy, "
-        f"R = mean of retain and general QA accuracy (world seed {cfg['pretrain']['world']['seed']}, run seed {cfg['seed']}). "
-        + (f"TOFU: F / R = forget10 / retain {'ROUGE-L recall' if cfg['tofu_uq_from'] == 'rouge_l' else 'probability'}; "
+        f"R = mean of retain and general QA accuracy (world seed {cfg['pretrain']['world']['seed']}, "
+        f"run seed {cfg['seed']}). "
+        + ("TOFU: F / R = forget10 / retain "
+           f"{'ROUGE-L recall' if cfg['tofu_uq_from'] == 'rouge_l' else 'probability'}; "
            "forget quality = KS-test p-value against the retain-only model; model utility = TOFU's harmonic mean "
            "of 9 numbers." if "tofu" in parts else "") + "\n"))]
     if "world" in parts:
@@ -70,11 +72,13 @@ def render(results: dict, out: Path) -> None:
         if tofu_ran:
             rows = [{"method": "base", **metrics["base"]}, {"method": "retain-only", **metrics["tofu_retain_model"]}]
             rows += [{"method": n, **metrics[n]} for n in methods]
-            sections.append(("TOFU (tiny-model protocol)", f"{TINY_SCALE_NOTE}\n\n" + markdown_table(rows, TOFU_COLUMNS)))
+            sections.append(("TOFU (tiny-model protocol)",
+                             f"{TINY_SCALE_NOTE}\n\n" + markdown_table(rows, TOFU_COLUMNS)))
         else:
             sections.append(("TOFU (tiny-model protocol)", f"Skipped: {tofu_note}\n"))
     figs = _plots(out, metrics, methods, tofu_ran)
     if figs:
         sections.append(("Plots", "\n\n".join(figs) + "\n"))
-    write_report(out, "ATWU: learned token-level importance for unlearning", cfg['command'] or "obliviate reproduce atwu",
-                 sections, make_claims(results), results["timings"]["total_seconds"])
+    write_report(out, "ATWU: learned token-level importance for unlearning",
+                 cfg['command'] or "obliviate reproduce atwu", sections, make_claims(results),
+                 results["timings"]["total_seconds"])

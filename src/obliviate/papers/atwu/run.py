@@ -178,8 +178,8 @@ def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
 
 
 def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:
-    keys = ("forget_quality", "model_utility", "retain_utility", "forget10_rouge_l", "retain_rouge_l", "forget_prob", "retain_prob",
-            "forget_truth_ratio")
+    keys = ("forget_quality", "model_utility", "retain_utility", "forget10_rouge_l", "retain_rouge_l", "forget_prob",
+            "retain_prob", "forget_truth_ratio")
     return {f"{prefix}{k}": m.get(k) for k in keys}
 
 

@@ -80,16 +80,16 @@ def render(results: dict, out: Path) -> None:
         _plot_real(real, out / "real_data_ppl.png")
     sections = [("Setup", (
         f"Paper: {PAPER}. Tiny-scale reproduction (docs/methods.md). Part *world*: the cached tiny base model "
-        f"(`pretrain.*`, {cfg['pretrain']['model']['n_layer']} layers) and the world's concept; concept / similar-domain "
-        "(people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = base "
-        "perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "
-        "concept-exclusive term (a proxy for fluent text about the concept; 1 = unchanged); `loss_exclusive` is "
-        "the loss at the positions that do, `loss_neutral` the loss on neutral text. "
-        "`relearn_concept_acc`: concept accuracy after "
-        f"fine-tuning a copy on the concept's relearning paragraphs for {wc['relearn_epochs']} epochs (lr "
-        f"{wc['relearn_lr']:g}, batch {wc['relearn_batch_size']}, weight decay {wc['relearn_weight_decay']:g}); `regained` = "
-        "that minus the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the EMBER-only "
-        "grid, then the MLP method on top with the same settings as alone (the paper re-tunes it; we do not).\n"))]
+        f"(`pretrain.*`, {cfg['pretrain']['model']['n_layer']} layers) and the world's concept; concept / "
+        "similar-domain (people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = "
+        "base perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "
+        "concept-exclusive term (a proxy for fluent text about the concept; 1 = unchanged); `loss_exclusive` is the "
+        "loss at the positions that do, `loss_neutral` the loss on neutral text. `relearn_concept_acc`: concept "
+        f"accuracy after fine-tuning a copy on the concept's relearning paragraphs for {wc['relearn_epochs']} epochs "
+        f"(lr {wc['relearn_lr']:g}, batch {wc['relearn_batch_size']}, weight decay {wc['relearn_weight_decay']:g}); "
+        "`regained` = that minus the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the "
+        "EMBER-only grid, then the MLP method on top with the same settings as alone (the paper re-tunes it; we do "
+        "not).\n"))]
     if rows:
         table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n, m in rows.items()]
         body = markdown_table(table, WORLD_COLUMNS, fmt="{:.4f}")
@@ -128,12 +128,12 @@ def render(results: dict, out: Path) -> None:
         cols = ["concept", "edited", "vocab_fraction", "delta", "base concept/neutral ppl", "ember concept/neutral ppl",
                 "relearn_base concept/neutral ppl", "relearn_ember concept/neutral ppl"]
         sections.append(("Real EMBER concepts", (
-            f"Per concept a tokenizer ({dc['vocab_size']} tokens) and a {dc['n_layer']}-layer d={dc['d_model']} model trained "
-            f"from scratch on {100 * (1 - dc['heldout']):.0f}% of the concept and neutral sentences "
-            f"({dc['train_steps']} steps); perplexity on the held-out rest. EMBER's judge: the sentence-statistics judge; "
-            "delta by the grid on perplexity (module docstring). Relearning: the concept's first "
-            f"{dc['n_relearn']} relearning paragraphs, {dc['relearn_epochs']} epochs, applied to the EMBER-edited model and, "
-            "for reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
+            f"Per concept a tokenizer ({dc['vocab_size']} tokens) and a {dc['n_layer']}-layer d={dc['d_model']} "
+            f"model trained from scratch on {100 * (1 - dc['heldout']):.0f}% of the concept and neutral sentences "
+            f"({dc['train_steps']} steps); perplexity on the held-out rest. EMBER's judge: the sentence-statistics "
+            "judge; delta by the grid on perplexity (module docstring). Relearning: the concept's first "
+            f"{dc['n_relearn']} relearning paragraphs, {dc['relearn_epochs']} epochs, applied to the EMBER-edited "
+            "model and, for reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
             + "\n![real data](real_data_ppl.png)\n")))
     write_report(out, "EMBER: embedding erasure against relearning (tiny scale)",
                  cfg["command"] or "obliviate reproduce ember", sections, claims_of(results),

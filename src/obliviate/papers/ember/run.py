@@ -400,7 +400,8 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
 
 
 def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool):
-    """An ``unlearn_fn`` for :func:`~obliviate.methods.ember.combine.ember_then` running ``name`` with the recipe's settings.
+    """An ``unlearn_fn`` for :func:`~obliviate.methods.ember.combine.ember_then` running ``name`` with the recipe's
+    settings.
 
     Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
     paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.

@@ -23,7 +23,8 @@ def seeds_of(seed: int, n_seeds: int) -> list[int]:
 
 def claims_of(results: dict) -> list[Claim]:
     """:func:`make_claims` of a ``results.json``."""
-    return make_claims(results["metrics"], results["probe_directions"], seeds_of(results["config"]["seed"], results["config"]["n_seeds"]),
+    return make_claims(results["metrics"], results["probe_directions"],
+                       seeds_of(results["config"]["seed"], results["config"]["n_seeds"]),
                        n_eval_toxic=results["setup"]["eval_toxic"])
 
 

@@ -95,8 +95,8 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
         f"{cfg['lr']}, trained on all {n['forget_facts']} forget facts, scored on the final "
         f"{n['final_forget']} forget / {n['final_retain']} retain facts (the REINFORCE reward "
         f"uses the disjoint {n['meta_forget']} / {n['meta_retain']} meta facts). Toxicity rows: "
-        f"{cfg['tox_steps']} steps, lr {cfg['tox_lr']}, forget = {n['tox_forget']} toxic {cfg['tox_inputs']}; scored on "
-        f"{n['eval_toxic']} held-out toxic prompts and {n['eval_neutral']} held-out neutral prompts "
+        f"{cfg['tox_steps']} steps, lr {cfg['tox_lr']}, forget = {n['tox_forget']} toxic {cfg['tox_inputs']}; "
+        f"scored on {n['eval_toxic']} held-out toxic prompts and {n['eval_neutral']} held-out neutral prompts "
         f"(continuations of {cfg['max_new_tokens']} tokens, offline lexicon scorer).\n")
     definitions = (
         "- **Knowledge rows** (as WMDP / MMLU): 4-way MCQ accuracy by answer log-likelihood, chance 0.25. "
@@ -127,8 +127,8 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
                    for seed, t in trajs.items()]
     alpha_body = (
         f"REINFORCE over log alpha (sigma {cfg['meta_sigma']}, eta {cfg['meta_eta']}, K = {cfg['meta_K']} branches of "
-        f"{cfg['steps'] // cfg['meta_outer_steps']} steps, {cfg['meta_outer_steps']} outer steps; reward = knowledge S on the "
-        f"meta split). Seeds {seeds}:\n\n" + "\n".join(alpha_lines)
+        f"{cfg['steps'] // cfg['meta_outer_steps']} steps, {cfg['meta_outer_steps']} outer steps; "
+        f"reward = knowledge S on the meta split). Seeds {seeds}:\n\n" + "\n".join(alpha_lines)
         + "\n\n![alpha trajectory (first seed)](alpha_trajectory.png)\n")
     return [("Setup", setup), ("How U, R and S are defined", definitions), ("Results", main),
             ("Toxicity probe directions across layers", probe_body), ("Learned retain weight alpha", alpha_body),

@@ -301,8 +301,8 @@ def scores_for(variant: str, base: dict, m: dict) -> dict:
 def mcq_s_reward(base_model, s: Setup):
     """REINFORCE reward ``fn(model) -> S``: knowledge S-unlearning on the *meta* forget / retain MCQs."""
 
-    meta = facts_task(s.world, {"forget": ("forget", s.meta["meta_forget"]), "retain": ("retain", s.meta["meta_retain"])},
-                      kinds=("mcq",))
+    meta = facts_task(s.world, {"forget": ("forget", s.meta["meta_forget"]),
+                                "retain": ("retain", s.meta["meta_retain"])}, kinds=("mcq",))
 
     def accs(model) -> tuple[float, float]:
         m = evaluate_task(model, s.tok, meta)

@@ -60,8 +60,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             f"{lab['sae']['n_domain_latents']} domain latents. Weak labels against ground truth: precision "
             f"{wl['precision']:.3f}, recall {wl['recall']:.3f}, F1 {wl['f1']:.3f} ({lab['weak_flagged']:.1%} of "
             f"training tokens flagged, {lab['true_fraction']:.1%} truly in the forget domain).\n\n"
-            f"biLM {cfg['bilm_layers']}x{cfg['bilm_d']} token classifier (features pooled over +-{cfg['context_window']} "
-            f"tokens) on held-out documents: AUROC "
+            f"biLM {cfg['bilm_layers']}x{cfg['bilm_d']} token classifier "
+            f"(features pooled over +-{cfg['context_window']} tokens) on held-out documents: AUROC "
             f"{fmt(tc['weak']['auroc'])} fit on weak labels, {fmt(tc['ground_truth']['auroc'])} fit on ground truth."
             f"\n\n" + _table(sweep_rows) +
             "\nToken-classifier AUROC when the weak labels it is fit on carry flip noise p: " +
@@ -120,8 +120,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
     rows = [{"model": k, "forget refusal": v["forget"], "retain refusal": v["retain"], "general refusal": v["general"]}
             for k, v in ((k, m["refusal"][k]) for k in cfg["refusal_strategies"] if k in m["refusal"])]
     n = next((m["refusal"][k] for k in cfg["refusal_strategies"] if k in m["refusal"]), {})
-    body = (f"Size {cfg['sizes'][-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg['refusal_steps']} steps), half refusals "
-            f"(\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; rates on "
+    body = (f"Size {cfg['sizes'][-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg['refusal_steps']} steps), "
+            f"half refusals (\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; rates on "
             f"{n.get('n_forget', 0)} forget-domain questions about the other relations and {n.get('n_retain', 0)} "
             f"held-out retain questions.\n\n" + _table(rows, None, "{:.2f}"))
     sec.append(("Refusal training", body))

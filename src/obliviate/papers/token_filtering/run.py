@@ -160,7 +160,8 @@ class TokenFilteringConfig:
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
-    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see ``obliviate.unlearning.engine.MethodRun``)."""
+    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see
+    ``obliviate.unlearning.engine.MethodRun``)."""
     refusal_strategies: list[str] = field(default_factory=lambda: ["none", "mask", "remove"])
     refusal_steps: int | None = None
     refusal_lr: float = 1e-3
@@ -309,8 +310,9 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
     probs_tr, doc_probs_tr = clf.probs, clf.doc_probs
 
     lengths = np.array([len(s) for s in train.input_ids])
-    np.savez_compressed(PartStore(out / "parts").path("labels", ".npz"), lengths=lengths, weak=flatten(weak).astype(bool),
-                        probs=flatten(probs_tr).astype(np.float32), doc_probs=np.asarray(doc_probs_tr, np.float32))
+    np.savez_compressed(PartStore(out / "parts").path("labels", ".npz"), lengths=lengths,
+                        weak=flatten(weak).astype(bool), probs=flatten(probs_tr).astype(np.float32),
+                        doc_probs=np.asarray(doc_probs_tr, np.float32))
     return {
         **weak_info,
         "weak_flagged": float(flatten(weak).mean()),

@@ -374,7 +374,8 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
     runs = {"plain_finetune": (base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None)}
     for name, lora in tqdm(jobs, desc=f"bench: set-up ({size})", disable=not progress):
         model, method, ref = prepare_method(name, fresh(), data, batch, lora=lora)
-        runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)), ref)
+        runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)),
+                                                  ref)
     steps = {}
     for key, (model, loss_fn, ref) in runs.items():
         opt = make_optimizer([p for p in model.parameters() if p.requires_grad], STEP_CONFIG)
@@ -440,7 +441,8 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
         model.zero_grad(set_to_none=True)
         out[f"{name}_bytes"] = int(counter.get("bytes", 0))
     labelled = (b["labels"][:, 1:] != -100).sum().item() / max(1, b["labels"][:, 1:].numel())
-    out.update(vocab=vocab, labelled_share=labelled, memory_ratio=out["labelled_logits_bytes"] / out["full_logits_bytes"])
+    out.update(vocab=vocab, labelled_share=labelled,
+               memory_ratio=out["labelled_logits_bytes"] / out["full_logits_bytes"])
     return out
 
 

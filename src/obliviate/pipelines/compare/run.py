@@ -78,8 +78,9 @@ class CompareConfig:
     positive_control_args: dict = field(default_factory=dict)
     """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
     small_norm_control: bool = True
-    """With ``positive_control``, also build and attack the small-norm suppression control (``positive_control_smallnorm``,
-    :func:`obliviate.attacks.controls.small_norm_control`), which calibrates quantization."""
+    """With ``positive_control``, also build and attack the small-norm suppression control
+    (``positive_control_smallnorm``, :func:`obliviate.attacks.controls.small_norm_control`), which calibrates
+    quantization."""
     small_norm_args: dict = field(default_factory=dict)
     """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control` (``lr``, ``chunk``,
     ``max_steps``, ``target``)."""
@@ -153,8 +154,9 @@ def compared_methods(cfg: "CompareConfig") -> list[str]:
 
 def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None:
     """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method needs
-    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.unlearning.contract.Method.compare_needs` those
-    config keys set. A comparison lists such a method as skipped with this line rather than run it on a stand-in."""
+    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.unlearning.contract.Method.compare_needs`
+    those config keys set. A comparison lists such a method as skipped with this line rather than run it on a
+    stand-in."""
     cls = METHODS[name]
     if getattr(cls, "needs_idk", False) and task.forget.docs:
         return (f"needs forget QA pairs (it pairs each forget question with a preferred answer); the forget data holds "
@@ -382,8 +384,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         oracle, oracle_tok = load(dirs["oracle"])
         if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
             raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
-                             f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored "
-                             "on the same token ids, so the oracle must share the base model's vocabulary")
+                             f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are "
+                             "scored on the same token ids, so the oracle must share the base model's vocabulary")
         metrics["oracle"] = evaluate("oracle", oracle)
         if metrics["oracle"].get("forget_score") is not None:
             oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])

@@ -189,7 +189,8 @@ def finetune_key(cfg: TofuConfig, which: str, tokenizer_key: str, pairs) -> dict
     """Everything a fine-tuned base model depends on (its cache key is the hash of this)."""
     return {"which": which, "seed": cfg.seed, "model": to_dict(cfg.model), "epochs": cfg.epochs, "lr": cfg.lr,
             "batch_size": cfg.batch_size, "warmup_steps": cfg.warmup_steps, "weight_decay": cfg.weight_decay,
-            "limit": cfg.limit, "tokenizer": tokenizer_key, "batches": "length-grouped", "data": _digest(p + a for p, a in pairs)}
+            "limit": cfg.limit, "tokenizer": tokenizer_key, "batches": "length-grouped",
+            "data": _digest(p + a for p, a in pairs)}
 
 
 def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, pairs,

@@ -5,10 +5,10 @@ The grid scales the method's run (its preset and the user's overrides) by factor
 and the method's own weight (:data:`TUNED_PARAM`: the retain weight ``alpha`` of most methods). Trials are taken
 from the run as given outward (nearest first, in log scale), at most ``budget`` of them; when the best feasible
 trial forgot little at the grid's largest lr or steps, up to ``extend`` more push past that edge (:func:`outward`).
-Each trial trains a copy of the model on all the forget and retain data, as the final run will, and is scored on the *validation*
-items only (:func:`validation_split`: a seeded share of the forget and retain pairs' evaluation items); the
-objective is the largest share of the forget score removed (:func:`~obliviate.eval.outcome.forgot_share`) among
-the trials that keep at least ``retain_share`` of the base model's keep score. The other items are never scored
+Each trial trains a copy of the model on all the forget and retain data, as the final run will, and is scored on
+the *validation* items only (:func:`validation_split`: a seeded share of the forget and retain pairs' evaluation
+items); the objective is the largest share of the forget score removed (:func:`~obliviate.eval.outcome.forgot_share`)
+among the trials that keep at least ``retain_share`` of the base model's keep score. The other items are never scored
 here: ``unlearn --tune`` reports on them.
 
 Why the trials train on all the data: a trial that trained on the validation pairs alone was a different run

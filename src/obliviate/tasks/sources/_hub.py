@@ -44,7 +44,8 @@ def hub_records(repo: str, config: str | None, split: str, missing: str) -> Iter
         ds = datasets.load_dataset(repo, config, split=split)
     except Exception as e:  # network, unknown config, ...: one line for the user
         msg = " ".join(str(e).split())[:300]
-        raise DataError(f"{missing} not found, and loading {repo} ({config}, split {split}) from the hub failed: {msg}") from e
+        raise DataError(f"{missing} not found, and loading {repo} ({config}, split {split}) from the hub failed: "
+                        f"{msg}") from e
     name = f"{repo}:{config or 'default'}:{split}"
     for i, row in enumerate(ds):
         yield f"{name} record {i}", dict(row)

@@ -148,7 +148,8 @@ def _mmlu_hub(subject, split: str, missing: str) -> list[MCQExample]:
 
 # ------------------------------------------------------------------ MedMCQA
 
-def load_medmcqa(name: str = "test", root: str | os.PathLike | None = None, allow_hub: bool = False) -> list[MCQExample]:
+def load_medmcqa(name: str = "test", root: str | os.PathLike | None = None,
+                 allow_hub: bool = False) -> list[MCQExample]:
     """MedMCQA questions from ``medmcqa/<name>.jsonl`` (test: 2816, sampled_50: 50).
 
     With ``allow_hub=True``, ``name`` may also be ``train`` or ``validation`` (the hub's own splits).

@@ -42,8 +42,8 @@ def load_wmdp_corpus(subset: str, part: str, root: str | os.PathLike | None = No
                         f"wmdp/bio-forget-corpus.jsonl)")
     else:
         raise DataError(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a 'text' field; set "
-                        f"$OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) to read "
-                        f"{WMDP_CORPORA_HUB_ID}:{name})")
+                        "$OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) "
+                        f"to read {WMDP_CORPORA_HUB_ID}:{name})")
     out: list[str] = []
     for where, rec in records:
         if limit is not None and len(out) >= limit:
