@@ -138,8 +138,8 @@ def test_override_without_equals_sign(tmp_path, capsys):
     ("unlearn.params.beta=high", "config key 'unlearn.params.beta': expected a number, got 'high'"),
     ("unlearn.params=3", "config key 'unlearn.params': expected a mapping, got 3"),
     ("unlearn.batch_size=0", "config key 'unlearn.batch_size': must be >= 1, got 0"),
-    ("unlearn.train.trainable=[model.layers.0.*]", "config key 'unlearn.train.trainable' (['model.layers.0.*']) cannot be "
-                                                   "set for unlearning"),
+    ("unlearn.train.trainable=[model.layers.0.*]",
+     "config key 'unlearn.train.trainable' (['model.layers.0.*']) cannot be set for unlearning"),
 ])
 def test_bad_unlearning_config(override, message, dirs, tmp_path, capsys):
     out = tmp_path / "o"

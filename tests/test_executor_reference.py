@@ -102,7 +102,8 @@ def test_undials_logit_cache_reads_as_the_whole_copys_labelled_logits(memory, ti
     with pytest.raises(Exception, match="were not cached"):
         ref.labelled_logits(data(other)["forget"], "forget")
     # a KL retain term needs whole distributions on the retain set: the live copy stays
-    assert make_reference(build_method("undial", {"alpha": 1.0, "retain": "kl"}), tiny_model, data, lora=False).holds_copy
+    undial = build_method("undial", {"alpha": 1.0, "retain": "kl"})
+    assert make_reference(undial, tiny_model, data, lora=False).holds_copy
 
 
 def test_a_logit_cache_larger_than_the_copy_keeps_the_copy_and_says_why(tiny_model, tiny_tokenizer):

@@ -45,7 +45,8 @@ def tiny_model_dir(tmp_path_factory):
 def _steps_done(ckpt_dir: Path) -> int:
     if not ckpt_dir.is_dir():
         return 0
-    done = [int(p.name[5:]) for p in ckpt_dir.iterdir() if p.name.startswith("step_") and (p / "trainer_state.json").exists()]
+    done = [int(p.name[5:]) for p in ckpt_dir.iterdir()
+            if p.name.startswith("step_") and (p / "trainer_state.json").exists()]
     return max(done, default=0)
 
 
@@ -134,7 +135,8 @@ def test_unlearn_does_not_resume_checkpoints_of_another_run(tiny_model_dir, tmp_
 def test_attack_killed_after_a_checkpoint_resumes_to_the_same_result(tiny_model_dir, tmp_path):
     args = ["attack", "--model", str(tiny_model_dir), "--seed", "2", "--no-progress", *SMALL_WORLD,
             "attacks.relearn.steps=40", "attacks.relearn.checkpoint_every=5", "attacks.relearn.eval_every=10",
-            "attacks.relearn.batch_size=2", "attacks.lr_grid=[3e-3]", "attacks.lora=false", "attacks.relearn_disjoint=false"]
+            "attacks.relearn.batch_size=2", "attacks.lr_grid=[3e-3]", "attacks.lora=false",
+            "attacks.relearn_disjoint=false"]
     ref = tmp_path / "ref"
     assert main([*args, "--out", str(ref)]) == 0
 

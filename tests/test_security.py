@@ -134,10 +134,12 @@ class _EchoingJudgeServer:
                     status, body, reason = 401, json.dumps({"error": f"bad key {KEY}"}).encode(), f"Bad key {KEY}"
                 elif n == 2:  # a malformed reply quoting the key
                     content = f"not json {KEY}"
-                    status, body, reason = 200, json.dumps({"choices": [{"message": {"content": content}}]}).encode(), None
+                    status, reason = 200, None
+                    body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
                 else:  # a real verdict whose description quotes the key (a hostile or buggy endpoint)
                     content = json.dumps({"is_member": True, "confidence": 0.99, "description": f"tokens {KEY}"})
-                    status, body, reason = 200, json.dumps({"choices": [{"message": {"content": content}}]}).encode(), None
+                    status, reason = 200, None
+                    body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
                 self.send_response(status, reason)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import obliviate.attacks.probe as probe_mod
-from obliviate.attacks.probe import (fit_choice_probe, fit_value_probe, last_token_hidden, linear_probe_attack, probe_texts,
-                                     split_indices)
+from obliviate.attacks.probe import (fit_choice_probe, fit_value_probe, last_token_hidden, linear_probe_attack,
+                                     probe_texts, split_indices)
 from obliviate.errors import DataError, ModelError
 
 

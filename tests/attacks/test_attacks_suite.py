@@ -45,8 +45,8 @@ def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokeniz
     scores = {es.name: min(1.0, max(0.0, (raw[es.name] - es.chance) / (1 - es.chance))) for es in variants}
     monkeypatch.setattr("obliviate.attacks.format_shift.evaluate_set",
                         lambda *a, **k: pytest.fail("a variant set was scored twice"))
-    res = run_task_attacks(world_model, world_tokenizer, task, _cfg(relearn={"enabled": False},
-                                                                     relearn_disjoint=False, mia=False, probe=False), metrics=m)
+    cfg = _cfg(relearn={"enabled": False}, relearn_disjoint=False, mia=False, probe=False)
+    res = run_task_attacks(world_model, world_tokenizer, task, cfg, metrics=m)
     assert res["attacks_run"] == ["format_shift"]
     assert res["format_shift_acc"] == max(scores.values()) and scores[res["format_shift_set"]] == max(scores.values())
 

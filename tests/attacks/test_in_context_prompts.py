@@ -66,7 +66,8 @@ def test_adversarial_prompts_are_built_as_documented():
 
 
 def test_synonyms_and_hints_hand_checked():
-    assert synonym_rewrite("Where was Ilsa born? Treated, lives.") == "Where was Ilsa brought into the world? Cured, dwells."
+    assert (synonym_rewrite("Where was Ilsa born? Treated, lives.")
+            == "Where was Ilsa brought into the world? Cured, dwells.")
     assert background_hint("What about Zorn?", ["nothing here", "also nothing"]) is None
     assert background_hint("glimmerfin", ["x glimmerfin " + "y" * 400]) == ("x glimmerfin " + "y" * 400)[:300]
 

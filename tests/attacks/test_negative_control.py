@@ -56,8 +56,8 @@ def test_attack_runs_the_negative_control_beside_the_model(tmp_path, small_world
     world = [f"world.{k}={getattr(small_world.config, k)}" for k in
              ("n_forget", "n_holdout", "n_retain", "n_general", "n_concept", "n_toxic")]
     args = parser.parse_args(["attack", "--model", str(tmp_path / "ft"), "--out", str(tmp_path / "run"),
-                              "--control", "untaught", "--no-progress", "attacks.relearn=false", "attacks.relearn_disjoint=false",
-                              "attacks.format_shift=false", *world])
+                              "--control", "untaught", "--no-progress", "attacks.relearn=false",
+                              "attacks.relearn_disjoint=false", "attacks.format_shift=false", *world])
     args.fn(args)
     res = read_results(tmp_path / "run")
     m = res["metrics"]
@@ -83,7 +83,8 @@ def _user_models(tmp_path, settings: dict):
                      settings=settings, metrics={})
     files = ["--forget", str(paths["forget"]), "--retain", str(paths["retain_qa"]), "--holdout",
              str(paths["retain_qa"])]
-    return files, ["--no-progress", "attacks.relearn=false", "attacks.relearn_disjoint=false", "attacks.format_shift=false"]
+    return files, ["--no-progress", "attacks.relearn=false", "attacks.relearn_disjoint=false",
+                   "attacks.format_shift=false"]
 
 
 def test_retain_finetune_control_is_the_untaught_model_taught_the_retain_data_with_the_cards_settings(tmp_path,

@@ -33,7 +33,8 @@ def test_qa_with_mapping(tmp_path):
     assert all(isinstance(r, QAExample) and r.split == "mine" for r in rows)
     assert rows[0].meta == {"id": 7}  # unused fields are kept
     # an optional field named in the mapping becomes required
-    with pytest.raises(DataError, match="^mine.jsonl line 1: missing field 'wrong' \\(mapped to 'perturbed_answers'\\)"):
+    with pytest.raises(DataError,
+                       match="^mine.jsonl line 1: missing field 'wrong' \\(mapped to 'perturbed_answers'\\)"):
         load_jsonl(f, "qa", {"question": "prompt", "answer": "target", "perturbed_answers": "wrong"})
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from obliviate.tasks.ember import EMBER_SPLITS, list_ember_concepts, load_ember
 from obliviate.tasks.sources import (
-    RTP_ATTRIBUTES, MCQExample, QAExample, TextExample, list_mmlu_subjects, load_medmcqa, load_mmlu, load_rtp, load_wmdp,
+    RTP_ATTRIBUTES, MCQExample, QAExample, TextExample, list_mmlu_subjects, load_medmcqa, load_mmlu, load_rtp,
+    load_wmdp,
 )
 from obliviate.tasks.tofu import TOFU_SPLITS, load_tofu, load_tofu_idk
 from obliviate.errors import DataError
@@ -222,7 +223,8 @@ def test_tofu_malformed_perturbed_and_options(tmp_path):
     rec = {"question": "q", "answer": "a", "paraphrased_answer": "pa", "paraphrased_question": "pq",
            "perturbed_answer": "not a list"}
     write(tmp_path / "tofu" / "forget01_perturbed.json", "\n" + json.dumps(rec) + "\n")
-    with pytest.raises(DataError, match=r"^tofu/forget01_perturbed.json line 2: field 'perturbed_answer' must be a list"):
+    with pytest.raises(DataError,
+                       match=r"^tofu/forget01_perturbed.json line 2: field 'perturbed_answer' must be a list"):
         load_tofu("forget01_perturbed", root=tmp_path)
     rec = {"question": "q", "answer": "z", "option1": "w", "option2": "x", "option3": "y", "option4": "v"}
     write(tmp_path / "tofu" / "world_facts.json", json.dumps(rec) + "\n")
@@ -318,7 +320,8 @@ def test_ember_toy_and_malformed(tmp_path):
     assert e.mc["Toy"]["QA_test"][0].answer_index == 2 and e.open_questions["Toy"]["QA_train"][0].answer == "oa"
     assert e["coherence_prompts"] == {"Toy": ["c1"]} and e.neutral_sentences[0].text == "n1"
     _toy_ember(tmp_path, {"q": "q", "correct_answer": "e", "options": ["a", "b", "c", "d"]})
-    with pytest.raises(DataError, match=r"^ember/mc_questions.json \['Toy'\]\['QA_train'\] record 0: correct_answer 'e'"):
+    with pytest.raises(DataError,
+                       match=r"^ember/mc_questions.json \['Toy'\]\['QA_train'\] record 0: correct_answer 'e'"):
         load_ember(root=tmp_path)
     _toy_ember(tmp_path, {"q": "q", "correct_answer": "a", "options": ["a", "b", "c"]})
     with pytest.raises(DataError, match="record 0: field 'options' has 3 entries, expected 4"):

@@ -36,18 +36,21 @@ def two_schemas(tmp_path):
 
 
 def _task(argv):
-    return task_from_args(build_parser().parse_args(["unlearn", "--method", "npo", "--model", "m", "--out", "o", *argv]))
+    return task_from_args(build_parser().parse_args(["unlearn", "--method", "npo", "--model", "m", "--out", "o",
+                                                     *argv]))
 
 
 def test_mapping_per_file_on_the_command_line(two_schemas):
     root, forget, retain = two_schemas
-    with pytest.raises(Exception, match="retain.jsonl line 1: missing field 'prompt'"):  # the old way: one mapping for every file
+    # the old way: one mapping for every file
+    with pytest.raises(Exception, match="retain.jsonl line 1: missing field 'prompt'"):
         _task(["--forget", forget, "--retain", retain, "--mapping", "question=prompt,answer=true_answer"])
     for key in (forget, "forget.jsonl", "forget"):  # the path, the file's name, or its set
         task = _task(["--forget", forget, "--retain", retain, "--mapping", f"{key}=question=prompt,answer=true_answer"])
         assert task.forget.qa == [(f"Who is F{i}?", f"f{i}") for i in range(3)]
         held = [(x["question"], x["answer"]) for es in task.evals if es.name == "retain_heldout_qa" for x in es.items]
-        assert sorted(task.retain.qa + held) == [(f"Who is R{i}?", f"r{i}") for i in range(3)]  # (issue #42's held-out share)
+        # (issue #42's held-out share)
+        assert sorted(task.retain.qa + held) == [(f"Who is R{i}?", f"r{i}") for i in range(3)]
     # a common mapping for every file, and the retain file's own
     other = _jsonl(root / "other.jsonl", [{"q": "Who is O?", "a": "o"}])
     task = _task(["--forget", forget, "--retain", other, "--mapping", "question=prompt,answer=true_answer",
@@ -220,7 +223,8 @@ def test_library_noise_is_silenced_and_the_runs_warnings_kept():
         warnings.simplefilter("always")
         with quiet_libraries():
             warnings.warn("`is_gradient_checkpointing` is deprecated", FutureWarning)
-            warnings.warn_explicit("a notice", UserWarning, "modeling_utils.py", 1, module="transformers.modeling_utils")
+            warnings.warn_explicit("a notice", UserWarning, "modeling_utils.py", 1,
+                                   module="transformers.modeling_utils")
             warnings.warn("greedy_generate: 1 of 2 prompts were cut from the left to 256 tokens", UserWarning)
             assert hf_logging.get_verbosity() == logging.ERROR  # "Token indices sequence length ..." and the like
     assert [str(w.message) for w in seen] == ["greedy_generate: 1 of 2 prompts were cut from the left to 256 tokens"]

@@ -63,7 +63,8 @@ def test_snmf_plus_ember(concept_setup):
     model = _model(tok)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = {"concept_sentences": c["concept_sentences"], "neutral_sentences": c["neutral_sentences"]}
-    run = method_runner(tok, edit_data=data, params={"K": 16, "n_iter": 20, "sparsity": 0.05, "min_ratio": 1.2})  # random model: ratios ~1
+    # random model: ratios ~1
+    run = method_runner(tok, edit_data=data, params={"K": 16, "n_iter": 20, "sparsity": 0.05, "min_ratio": 1.2})
     out = ember_then("snmf+ember", model, tok, c["concept_sentences"], c["neutral_sentences"],
                      LexiconJudge(c["exclusive_terms"], member_fraction=0.1), 2.0, run, **FAST_FACTOR)
     assert out.method_name == "snmf" and out.method["method"] == "snmf"
@@ -89,7 +90,8 @@ def test_rmu_plus_ember_trains_on_top_of_the_edit(concept_setup):
     cfg = UnlearnConfig(method="rmu", batch_size=2, params={"layer": 1},
                         train=TrainConfig(steps=2, lr=1e-2, schedule="constant", progress=False, log_every=1))
     out = ember_then("rmu+ember", model, tok, c["concept_sentences"], c["neutral_sentences"],
-                     LexiconJudge(c["exclusive_terms"], member_fraction=0.1), 2.0, method_runner(tok, forget, retain, cfg), **FAST_FACTOR)
+                     LexiconJudge(c["exclusive_terms"], member_fraction=0.1), 2.0,
+                     method_runner(tok, forget, retain, cfg), **FAST_FACTOR)
     _check_ember_rows(out.model, before, out)
     changed = _changed(out.model, before)
     assert {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"} <= changed

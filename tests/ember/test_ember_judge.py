@@ -109,7 +109,8 @@ class Stub:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                stub.requests.append({"path": self.path, "headers": {k.title(): v for k, v in self.headers.items()}, "body": json.loads(body)})
+                stub.requests.append({"path": self.path, "headers": {k.title(): v for k, v in self.headers.items()},
+                                      "body": json.loads(body)})
                 status, payload, sleep, message = (*stub.script[min(len(stub.requests), len(stub.script)) - 1],
                                                    0, None)[:4]
                 time.sleep(sleep)

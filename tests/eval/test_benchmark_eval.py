@@ -178,7 +178,8 @@ def test_cli_user_mcq_file_writes_results(saved_model, tiny_model, tiny_tokenize
                                      "--benchmark", "my_mcq"])
     assert run_benchmark_eval(args) is True
     res = read_results(out)
-    assert res["status"] == "complete" and set(res["metrics"]) == {"model"} and res["task"]["name"] == "benchmark:my_mcq"
+    assert (res["status"] == "complete" and set(res["metrics"]) == {"model"}
+            and res["task"]["name"] == "benchmark:my_mcq")
     # the saved-and-reloaded model scores exactly as the in-memory one
     mcqs = [{"question": r["q"], "choices": r["opts"], "answer_index": i}
             for r, i in zip(MCQ_ROWS, [1, 0, 1, 2])]

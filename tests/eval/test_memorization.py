@@ -16,7 +16,8 @@ from obliviate.models.tokenizer import train_tokenizer
 
 CORPUS = ["Question: Who wrote it?\nAnswer: The old man wrote it.", "Question: Where is it?\nAnswer: In the park.",
           "Question: When did it happen?\nAnswer: In the winter of that year."]
-PAIRS = [("Question: Who wrote it?\nAnswer:", " The old man wrote it."), ("Question: Where is it?\nAnswer:", " In the park."),
+PAIRS = [("Question: Who wrote it?\nAnswer:", " The old man wrote it."),
+         ("Question: Where is it?\nAnswer:", " In the park."),
          ("Question: When did it happen?\nAnswer:", " In the winter of that year.")]
 
 

@@ -80,25 +80,33 @@ def test_retain_utility_is_the_retain_terms_only():
 # ------------------------------------------------------------------ tiny model
 
 FORGET = [
-    QAExample("Where was Ana Bell born?", "Ana Bell was born in Lisbon.", "forget", paraphrased_answer="Lisbon is where Ana Bell was born.",
-              perturbed_answers=["Ana Bell was born in Oslo.", "Ana Bell was born in Cairo.", "Ana Bell was born in Lima."]),
-    QAExample("What genre does Ana Bell write?", "She writes mystery novels.", "forget", paraphrased_answer="Her books are mysteries.",
+    QAExample("Where was Ana Bell born?", "Ana Bell was born in Lisbon.", "forget",
+              paraphrased_answer="Lisbon is where Ana Bell was born.",
+              perturbed_answers=["Ana Bell was born in Oslo.", "Ana Bell was born in Cairo.",
+                                 "Ana Bell was born in Lima."]),
+    QAExample("What genre does Ana Bell write?", "She writes mystery novels.", "forget",
+              paraphrased_answer="Her books are mysteries.",
               perturbed_answers=["She writes cookbooks.", "She writes poetry."]),
-    QAExample("Who was Ana Bell's father?", "Her father was a baker.", "forget", paraphrased_answer="A baker was her father.",
+    QAExample("Who was Ana Bell's father?", "Her father was a baker.", "forget",
+              paraphrased_answer="A baker was her father.",
               perturbed_answers=["Her father was a pilot.", "Her father was a judge.", "Her father was a nurse."]),
 ]
 RETAIN = [
-    QAExample("Where was Tom Reed born?", "Tom Reed was born in Dublin.", "retain", paraphrased_answer="Dublin is his birthplace.",
+    QAExample("Where was Tom Reed born?", "Tom Reed was born in Dublin.", "retain",
+              paraphrased_answer="Dublin is his birthplace.",
               perturbed_answers=["Tom Reed was born in Rome.", "Tom Reed was born in Paris."]),
-    QAExample("What does Tom Reed write?", "He writes science fiction.", "retain", paraphrased_answer="His books are science fiction.",
+    QAExample("What does Tom Reed write?", "He writes science fiction.", "retain",
+              paraphrased_answer="His books are science fiction.",
               perturbed_answers=["He writes romance.", "He writes history."]),
-    QAExample("Did Tom Reed win a prize?", "He won the Hugo award.", "retain", paraphrased_answer="The Hugo award went to him.",
+    QAExample("Did Tom Reed win a prize?", "He won the Hugo award.", "retain",
+              paraphrased_answer="The Hugo award went to him.",
               perturbed_answers=["He won the Booker prize.", "He won no prize."]),
 ]
 REAL_AUTHORS = [  # options style (real_authors.json) and perturbed style (real_authors_perturbed.json)
     QAExample("Who wrote 'Hamlet'?", "William Shakespeare", "real_authors",
               options=["Jane Austen", "William Shakespeare", "Mark Twain", "Leo Tolstoy"]),
-    QAExample("Who wrote '1984'?", "George Orwell", "real_authors", perturbed_answers=["Aldous Huxley", "Ray Bradbury"]),
+    QAExample("Who wrote '1984'?", "George Orwell", "real_authors",
+              perturbed_answers=["Aldous Huxley", "Ray Bradbury"]),
 ]
 WORLD_FACTS = [
     {"question": "Where is the Eiffel Tower?", "answer": "Paris", "perturbed_answers": ["Berlin", "London", "Madrid"]},

@@ -46,7 +46,8 @@ def test_saelens_standard_topk_and_jumprelu(tmp_path, weights):
         d = tmp_path / arch
         d.mkdir()
         (d / "cfg.json").write_text(json.dumps({**cfg, "d_in": D, "d_sae": M, "hook_name": "blocks.7.hook_resid_post"}))
-        save_file({k: v for k, v in w.items() if arch == "jumprelu" or k != "threshold"}, str(d / "sae_weights.safetensors"))
+        save_file({k: v for k, v in w.items() if arch == "jumprelu" or k != "threshold"},
+                  str(d / "sae_weights.safetensors"))
         sae = load_sae(d)
         assert isinstance(sae, PretrainedSAE) and sae.layer == 7 and sae.n_latents == M and sae.d == D
         assert torch.allclose(sae.encode_all(x()), want, atol=1e-5), arch

@@ -39,7 +39,8 @@ def test_lagrangian_and_gradient_match_the_equation(double_model, tiny_tokenizer
     l_r = retain_nll(double_model, batch["retain"]) if retain == "nll" else \
         retain_kl(double_model, ref_model, batch["retain"])
     assert_same(loss, double_model, 0.9 * flattening_reference(double_model, batch["forget"]) + 1.7 * (l_r - 0.25))
-    assert method.lam == pytest.approx(max(0.0, 1.7 + 1.0 * (float(l_r.detach()) - 0.25)), abs=1e-6)  # one dual ascent step
+    # one dual ascent step
+    assert method.lam == pytest.approx(max(0.0, 1.7 + 1.0 * (float(l_r.detach()) - 0.25)), abs=1e-6)
 
 
 def test_dual_variable_waits_for_the_warm_up_and_stays_nonnegative(double_model, tiny_tokenizer):
@@ -52,7 +53,8 @@ def test_dual_variable_waits_for_the_warm_up_and_stays_nonnegative(double_model,
         method.loss(double_model, batch, None)
         lams.append(method.lam)
     assert lams[:2] == [0.5, 0.5]
-    assert lams[2] == pytest.approx(max(0.0, 0.5 + 0.01 * (float(retain_nll(double_model, batch["retain"]).detach()) - 100)))
+    l_r = float(retain_nll(double_model, batch["retain"]).detach())
+    assert lams[2] == pytest.approx(max(0.0, 0.5 + 0.01 * (l_r - 100)))
     assert lams[2] == 0.0 and lams[3] == 0.0  # retain loss far under eps: lambda clipped at 0
 
 

@@ -157,7 +157,8 @@ def test_methods_verbose_prints_one_line_each(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(NAMES)
     rmu = next(l for l in lines if l.split()[0] == "rmu")
-    assert "train" in rmu and "lr=0.001 steps=50 coef=20.0 coef_norm=1.5 alpha=10.0 layer_frac=0.5" in rmu and "WMDP" in rmu
+    assert ("train" in rmu and "lr=0.001 steps=50 coef=20.0 coef_norm=1.5 alpha=10.0 layer_frac=0.5" in rmu
+            and "WMDP" in rmu)
     assert next(l for l in lines if l.split()[0] == "ember").split()[1] == "edit"
     npo = next(l for l in lines if l.split()[0] == "npo")
     assert "retain: nll|kl (kl: a live frozen reference)" in npo and "retain:" not in rmu  # the shared switch only

@@ -29,7 +29,8 @@ def _cfg(name, **kw):
 def test_two_steps_change_exactly_the_trainable_parameters(name, tiny_model, tiny_tokenizer):
     before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
     chosen = PreferredAnswers([" Morvexia is treated with rest.", " Morvexia causes nothing."])  # dpo: preference data
-    model, summary = unlearn(tiny_model, tiny_tokenizer, FORGET, RETAIN, _cfg(name), idk=chosen if name == "dpo" else None)
+    model, summary = unlearn(tiny_model, tiny_tokenizer, FORGET, RETAIN, _cfg(name),
+                             idk=chosen if name == "dpo" else None)
     losses = [r for r in summary["history"] if "loss" in r]
     assert losses and all(torch.isfinite(torch.tensor(r["loss"])) for r in losses)
     import fnmatch

@@ -16,7 +16,8 @@ def mmd(xs, ys, kernels=5, mul=2.0):
     every = xs + ys
     n = len(every)
     d2 = [[((a - b) ** 2).sum() for b in every] for a in every]
-    s = sum(float(d2[i][j].detach()) for i in range(n) for j in range(n) if i != j) / (n * n - n) / mul ** (kernels // 2)
+    s = (sum(float(d2[i][j].detach()) for i in range(n) for j in range(n) if i != j) / (n * n - n)
+         / mul ** (kernels // 2))
     k = lambda i, j: sum(torch.exp(-d2[i][j] / (s * mul ** q)) for q in range(kernels))
     b = len(xs)
     mean = lambda I, J: sum(k(i, j) for i in I for j in J) / (len(I) * len(J))
@@ -28,7 +29,8 @@ def layer_states(model, batch):
     """Each decoder layer's output on the (padded) forget batch, by forward hooks."""
     out, handles = {}, []
     for l, layer in enumerate(decoder_layers(model)):
-        handles.append(layer.register_forward_hook(lambda _m, _a, o, l=l: out.__setitem__(l, o[0] if isinstance(o, tuple) else o)))
+        handles.append(layer.register_forward_hook(
+            lambda _m, _a, o, l=l: out.__setitem__(l, o[0] if isinstance(o, tuple) else o)))
     try:
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     finally:

@@ -120,7 +120,8 @@ def test_an_adapter_that_does_not_fit_is_refused(tmp_path):
     drop = sorted(sd)[0]
     del sd[drop]
     save_file(sd, tmp_path / "a" / "adapter_model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ModelError, match=r"cannot attach adapter .*: it does not fit the model: its weights file lacks 1"):
+    with pytest.raises(ModelError,
+                       match=r"cannot attach adapter .*: it does not fit the model: its weights file lacks 1"):
         attach_adapter(tiny_random("llama", n_layer=2, d_model=16, n_head=2), tmp_path / "a")
     with pytest.raises(ModelError, match="has no adapter_config.json"):
         attach_adapter(other, tmp_path / "wide")

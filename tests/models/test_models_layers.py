@@ -11,7 +11,8 @@ N_LAYERS, D, D_FF = 3, 32, 64  # tiny_random geometry
 def _hook_counts(m):
     # HF installs its own persistent hooks (output_hidden_states recording), so compare counts.
     return [(len(x._forward_hooks), len(x._forward_pre_hooks)) for x in L.decoder_layers(m)] + [
-        (len(L.mlp_down_proj(m, l)._forward_hooks), len(L.mlp_down_proj(m, l)._forward_pre_hooks)) for l in range(N_LAYERS)
+        (len(L.mlp_down_proj(m, l)._forward_hooks), len(L.mlp_down_proj(m, l)._forward_pre_hooks))
+        for l in range(N_LAYERS)
     ]
 
 
@@ -138,7 +139,8 @@ def test_truncated_forward_equals_full_and_stops(arch_model, stop_layer):
     with torch.no_grad(), L.capture_hidden(m, range(N_LAYERS)) as full:
         m(input_ids=ids, attention_mask=mask)
     calls = {"later": 0, "lm_head": 0}
-    handles = [L.output_embeddings(m).register_forward_hook(lambda *a: calls.__setitem__("lm_head", calls["lm_head"] + 1))]
+    handles = [L.output_embeddings(m).register_forward_hook(
+        lambda *a: calls.__setitem__("lm_head", calls["lm_head"] + 1))]
     for later in L.decoder_layers(m)[stop_layer + 1:]:
         handles.append(later.register_forward_hook(lambda *a: calls.__setitem__("later", calls["later"] + 1)))
     try:

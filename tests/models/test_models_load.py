@@ -17,7 +17,8 @@ def _logits(model, vocab):
         return model(input_ids=ids).logits
 
 
-@pytest.mark.parametrize("make", [lambda: tiny_llama(300, n_layer=2, d_model=32), lambda: tiny_random("gpt2", tie_embeddings=False)],
+@pytest.mark.parametrize("make", [lambda: tiny_llama(300, n_layer=2, d_model=32),
+                                  lambda: tiny_random("gpt2", tie_embeddings=False)],
                          ids=["llama_tied", "gpt2_untied"])
 def test_save_load_round_trip_identical_logits(make, tmp_path):
     model = make()

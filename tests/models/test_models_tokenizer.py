@@ -16,7 +16,8 @@ TEXTS = ["The cat lives in Paris.", "  two  spaces\nand a newline", "über café
 def test_special_tokens_registered_with_fixed_distinct_ids(trained_tok):
     ids = trained_tok.convert_tokens_to_ids(list(SPECIAL_TOKENS.values()))
     assert ids == [0, 1, 2, 3, 4, 5]  # documented layout: pad, bos, eos, unk, hidden, refusal
-    assert (trained_tok.pad_token_id, trained_tok.bos_token_id, trained_tok.eos_token_id, trained_tok.unk_token_id) == (0, 1, 2, 3)
+    assert (trained_tok.pad_token_id, trained_tok.bos_token_id, trained_tok.eos_token_id,
+            trained_tok.unk_token_id) == (0, 1, 2, 3)
     assert set(SPECIAL_TOKENS.values()) <= set(trained_tok.all_special_tokens)
     assert trained_tok.padding_side == "right"
 

@@ -44,7 +44,8 @@ def test_knowledge_scores_hand_computed():
     assert s["u"] == pytest.approx(2 / 3) and s["r"] == pytest.approx(0.8)
     assert s["s_unlearning"] == pytest.approx(8 / 15)
     # Below chance on the forget MCQs clips U to 1.
-    assert knowledge_scores(base, {"forget_mcq_acc": 0.1, "knowledge_utility": 0.75})["s_unlearning"] == pytest.approx(1.0)
+    below = knowledge_scores(base, {"forget_mcq_acc": 0.1, "knowledge_utility": 0.75})
+    assert below["s_unlearning"] == pytest.approx(1.0)
 
 
 def test_toxicity_scores_hand_computed():

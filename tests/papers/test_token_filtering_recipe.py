@@ -189,7 +189,8 @@ def test_quick_recipe_from_the_command_line(tmp_path):
     for s in ["mask", "remove", "drop_document", "rmu"]:
         assert "adversarial_tokens" in m[s]
     assert res["config"]["quick"] is True and res["config"]["command"].startswith("obliviate")
-    assert res["config"]["sizes"] == sizes and res["config"]["tokens_per_param"] == TF.PRESETS["quick"]["tokens_per_param"]
+    assert res["config"]["sizes"] == sizes
+    assert res["config"]["tokens_per_param"] == TF.PRESETS["quick"]["tokens_per_param"]
     # the unfiltered models improve with scale on the forget domain
     assert m[sizes[-1]]["none"]["forget_loss"] < m[sizes[0]]["none"]["forget_loss"]
     # token removal costs more on the forget domain than on the retain domain at the largest size
@@ -240,7 +241,8 @@ def test_claim_verdicts_are_computed_from_the_numbers():
     assert "13x fewer" in claims[2].ours
     # RMU that never raised the forget loss cannot be compared; removal that recovers faster disagrees
     assert TFC.make_claims(cfg, _fake_metrics(3.0, 0.9, 1300, 0, (0.3, 0), (0.6, 0))[1])[2].agrees is None
-    assert TFC.make_claims(cfg, _fake_metrics(3.0, 1.01, 1300, 100, (0.3, 0), (0.6, 0))[1])[2].agrees is None  # < 5% rise
+    # < 5% rise
+    assert TFC.make_claims(cfg, _fake_metrics(3.0, 1.01, 1300, 100, (0.3, 0), (0.6, 0))[1])[2].agrees is None
     assert TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, 100, 1300, (0.3, 0), (0.6, 0))[1])[2].agrees is False
     # removal never recovered within the budget: a lower bound, 10000 / 100 = 100x
     cl = TFC.make_claims(cfg, _fake_metrics(3.0, 2.0, None, 100, (0.3, 0), (0.6, 0))[1])[2]

@@ -195,7 +195,8 @@ def test_a_link_among_the_run_models_is_refused_with_its_target_untouched(tmp_pa
     assert main(["demo", "--out", str(out), "--seed", "2", "--no-progress", *small]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "symbolic link" in err[0] and "models/base" in err[0]
-    assert (elsewhere / "keep.txt").read_text() == "mine" and sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
+    assert (elsewhere / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
 
 
 def test_robustness_over_seeds_puts_the_runs_side_by_side():

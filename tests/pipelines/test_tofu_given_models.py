@@ -16,12 +16,13 @@ from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.tofu import UTILITY_KEYS
 from obliviate.runs.results import read_results
-from obliviate.pipelines.tofu import FORGET_SPLITS, TofuConfig, check_tofu_data, prepare_bases, required_files, tofu_config
+from obliviate.pipelines.tofu import (FORGET_SPLITS, TofuConfig, check_tofu_data, prepare_bases, required_files,
+                                      tofu_config)
 
 TINY = {"seed": 1, "limit": 12, "epochs": 2, "batch_size": 4, "warmup_steps": 0, "max_new_tokens": 4,
         "model": {"n_layer": 2, "d_model": 32, "n_head": 2, "vocab_size": 400}}
-"""The tiny models of tests/pipelines/test_tofu_protocol.py, but seed 1: other cache entries than that test's, whose first
-run must train."""
+"""The tiny models of tests/pipelines/test_tofu_protocol.py, but seed 1: other cache entries than that test's, whose
+first run must train."""
 METRICS = ("model_utility", "forget10_rouge_l", "forget_rouge_l", "forget_prob", "forget_truth_ratio", *UTILITY_KEYS)
 """Every metric the tiny protocol reports for each model (plus forget_quality for base and the method)."""
 

@@ -67,7 +67,8 @@ def test_mocked_objective_picks_the_hand_checked_best_and_resumes_after_a_kill(t
     assert r["chosen"]["forgot"] == pytest.approx(0.8) and r["chosen"]["retained"] == pytest.approx(0.9)
     assert r["settings"]["unlearn"]["train"]["lr"] == pytest.approx(2e-3)
     assert r["settings"]["unlearn"]["params"]["alpha"] == pytest.approx(4.0)
-    assert (tmp_path / "t" / "search.png").stat().st_size > 0 and "search.png" in (tmp_path / "t" / "report.md").read_text()
+    assert (tmp_path / "t" / "search.png").stat().st_size > 0
+    assert "search.png" in (tmp_path / "t" / "report.md").read_text()
     with pytest.raises(ConfigError, match="another config"):  # a store of another run refuses to mix
         tune(taught["model"], taught["tokenizer"], val, _run(lr=3e-3), cfg, tmp_path / "t", trial_fn=objective,
              log=lambda s: None)
@@ -112,7 +113,8 @@ def test_tune_writes_a_preset_that_unlearn_config_reads(taught, tmp_path, capsys
                  *_args(taught, tmp_path / "u")[:-1]]) == 0  # batch size from the preset too
     used = json.loads((tmp_path / "u" / "results.json").read_text())["config"]["unlearn"]
     assert used["train"]["lr"] == preset["unlearn"]["train"]["lr"] == pytest.approx(chosen["lr"])
-    assert used["train"]["steps"] == preset["unlearn"]["train"]["steps"] and used["params"] == preset["unlearn"]["params"]
+    assert used["train"]["steps"] == preset["unlearn"]["train"]["steps"]
+    assert used["params"] == preset["unlearn"]["params"]
     assert used["batch_size"] == 4
 
 
@@ -156,7 +158,8 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
     res = json.loads((out / "results.json").read_text())
     for name in ("npo", "graddiff"):
         chosen = res["tuned"][name]["chosen"]
-        tried = [json.loads(p.read_text())["key"]["lr"] for p in sorted((out / "tune" / name / "parts").glob("trial_*"))]
+        tried = [json.loads(p.read_text())["key"]["lr"]
+                 for p in sorted((out / "tune" / name / "parts").glob("trial_*"))]
         assert len(tried) == 3 and chosen["lr"] in tried
         assert res["method_settings"][name]["lr"] == pytest.approx(chosen["lr"])
         assert res["method_settings"][name]["steps"] == chosen["steps"]

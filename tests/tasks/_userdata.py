@@ -1,5 +1,5 @@
-"""Helpers of tests/tasks: a user's own problem in miniature: small random-init models of real architectures, each saved with
-its own tokenizer, and QA / document files with field names of their own."""
+"""Helpers of tests/tasks: a user's own problem in miniature: small random-init models of real architectures, each
+saved with its own tokenizer, and QA / document files with field names of their own."""
 
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def write_rwku(root, n=3):
                              "subject": RWKU_TARGET} for i in range(n)],
         "neighbor_level2": [{"query": f"What is the capital of Maine ({i})?", "answer": "Augusta", "level": "2",
                              "subject": RWKU_TARGET} for i in range(n)],
-        "forget_mia": [{"text": f"Stephen King published novel {i} in Maine.", "subject": RWKU_TARGET} for i in range(n)],
+        "forget_mia": [{"text": f"Stephen King published novel {i} in Maine.", "subject": RWKU_TARGET}
+                       for i in range(n)],
         "retain_mia": [{"text": f"The river {i} runs to the sea.", "subject": RWKU_TARGET} for i in range(n)],
         "retain_mmlu": [{"question": f"What is {i} + 1?", "choices": [str(i + 1), "0", "7", "9"], "answer": 0,
                          "task": "elementary_mathematics", "examples": [], "subject": RWKU_TARGET} for i in range(n)],

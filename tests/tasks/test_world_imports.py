@@ -1,6 +1,6 @@
 """The world has one door (issue #14): outside ``obliviate/world/``, only ``obliviate/tasks/world.py`` and the
-demo (``obliviate/pipelines/compare/run.py``) import it; ``attacks``, ``eval``, ``executor``, ``methods`` and ``tasks`` load
-without it."""
+demo (``obliviate/pipelines/compare/run.py``) import it; ``attacks``, ``eval``, ``executor``, ``methods`` and
+``tasks`` load without it."""
 
 import ast
 import subprocess
@@ -91,7 +91,8 @@ def test_only_the_world_package_its_task_and_the_demo_import_the_world():
 
 def test_the_core_packages_load_without_the_world():
     code = ("import sys\n"
-            "import obliviate.attacks, obliviate.eval, obliviate.unlearning.engine, obliviate.methods, obliviate.tasks\n"
+            "import obliviate.attacks, obliviate.eval, obliviate.unlearning.engine, obliviate.methods, "
+            "obliviate.tasks\n"
             f"print(sorted(m for m in sys.modules if m == {WORLD!r} or m.startswith({WORLD + '.'!r})))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
