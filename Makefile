@@ -29,7 +29,10 @@ demo: $(STAMP)
 # one worker per core, one torch thread per worker (two 2-thread processes on 2 cores spin against each other);
 # whole files to each worker, the files of heavy end-to-end tests first (tests/conftest.py), so both end together
 TESTFLAGS = -q -n auto --dist loadfile --no-loadscope-reorder
+# the linter first (rules in pyproject.toml: pyflakes, syntax errors, lines over 120 columns)
+LINT = $(VENV)/bin/ruff check src tests scripts
 test: $(STAMP)
+	$(LINT)
 	OMP_NUM_THREADS=1 $(PY) -m pytest $(TESTFLAGS)
 
 # the slow tests include DeepSpeed ZeRO-3 (docs/distributed.md): deepspeed is built without isolation,
@@ -37,6 +40,7 @@ test: $(STAMP)
 test-all: $(STAMP)
 	@$(PY) -c "import deepspeed" 2>/dev/null || ($(PY) -m pip install -q -c $(VENV)/torch-constraint.txt setuptools wheel \
 		&& DS_BUILD_OPS=0 $(PY) -m pip install -q -c $(VENV)/torch-constraint.txt --no-build-isolation $(DEEPSPEED))
+	$(LINT)
 	OMP_NUM_THREADS=1 $(PY) -m pytest $(TESTFLAGS) -m ""
 
 # the generated tables of docs/methods.md (tests/methods/test_docs.py fails when they are stale)
