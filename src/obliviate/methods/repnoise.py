@@ -80,18 +80,9 @@ class RepNoiseConfig:
                    "paper": {"lr": 2e-5, "steps": 125, "params": {"alpha": 1.0, "beta": 0.001}}})
 class RepNoise(Method):
     config_cls = RepNoiseConfig
+    counts_calls = True
     scaling = ("size class tiny/paper; α: log-probabilities, not scaled; β: MMD² is bounded (kernel values in [0, 5]) "
                "whatever the width, not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed")
-
-    def __init__(self, cfg: RepNoiseConfig):
-        super().__init__(cfg)
-        self.calls = 0
-
-    def scorer_state(self) -> dict:
-        return {"calls": self.calls}
-
-    def load_scorer_state(self, state: dict) -> None:
-        self.calls = int(state.get("calls", 0))
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

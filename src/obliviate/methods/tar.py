@@ -94,19 +94,10 @@ class TARConfig:
 class TAR(Method):
     config_cls = TARConfig
     multiprocess_unsupported = "the simulated attacks run on this process's parameters only"
+    counts_calls = True
     sharding_unsupported = "the simulated attacks update and restore whole parameters in place"
     scaling = ("size class tiny/paper; λ_TR, α: nats, not scaled; attack lrs: chosen per size class; lr: × the "
                "fine-tuning run's lr over its preset's; steps fixed")
-
-    def __init__(self, cfg: TARConfig):
-        super().__init__(cfg)
-        self.calls = 0
-
-    def scorer_state(self) -> dict:
-        return {"calls": self.calls}
-
-    def load_scorer_state(self, state: dict) -> None:
-        self.calls = int(state.get("calls", 0))
 
     def sample_attacks(self, step: int) -> list[tuple[float, str]]:
         """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed + step."""

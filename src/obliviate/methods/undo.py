@@ -103,6 +103,7 @@ class UNDOConfig:
           presets={"tiny": {"lr": 3e-4, "steps": 100, "params": {"base_alpha": 10.0}},
                    "paper": {"lr": 1e-5, "steps": 250}})
 class UNDO(Method):
+    counts_calls = True
     config_cls = UNDOConfig
     needs_reference = True  # with base="npo"; __init__ says for the config
     sharding_unsupported = "UNDO perturbs whole parameters in place and copies the model as its teacher"
@@ -111,9 +112,8 @@ class UNDO(Method):
                "by distill_frac)")
 
     def __init__(self, cfg: UNDOConfig):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.needs_reference = cfg.base == "npo"
-        self.calls = 0
         self.switch: int | None = None
         self.teacher = None
         self._teacher_state: dict | None = None
@@ -128,13 +128,13 @@ class UNDO(Method):
         self.switch = min(steps - 1, max(1, round((1 - self.cfg.distill_frac) * steps)))
 
     def scorer_state(self) -> dict:
-        state = {"calls": self.calls}
+        state = super().scorer_state()
         if self.teacher is not None:
             state["teacher"] = {k: v.detach().clone() for k, v in self.teacher.state_dict().items()}
         return state
 
     def load_scorer_state(self, state: dict) -> None:
-        self.calls = int(state.get("calls", 0))
+        super().load_scorer_state(state)
         self._teacher_state = state.get("teacher")
 
     def loss(self, model, batch, ref) -> dict:

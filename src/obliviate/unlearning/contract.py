@@ -59,8 +59,13 @@ class Method:
     trains: ClassVar[str]
     presets: ClassVar[dict]
 
+    counts_calls: bool = False
+    """True: ``self.calls`` holds how many times ``loss`` has run (the method counts it, e.g. to seed per-step
+    sampling), kept in checkpoints by the default :meth:`scorer_state`."""
+
     def __init__(self, cfg):
         self.cfg = cfg
+        self.calls = 0
         if getattr(cfg, "retain", None) == "kl":  # the retain term is a KL to the frozen model
             self.needs_reference = True
 
@@ -142,11 +147,14 @@ class Method:
         not been trained yet, and ``ref`` still answers on any input."""
 
     def scorer_state(self) -> dict:
-        """Learned state beside the weights, kept in checkpoints; ``{}`` (the default): none."""
-        return {}
+        """Learned state beside the weights, kept in checkpoints; the default: ``{"calls": n}`` for a method that
+        :attr:`counts_calls`, else ``{}``."""
+        return {"calls": self.calls} if self.counts_calls else {}
 
     def load_scorer_state(self, state: dict) -> None:
         """Restore what :meth:`scorer_state` returned (a resumed run)."""
+        if self.counts_calls:
+            self.calls = int(state.get("calls", 0))
 
     # A method that learns per-token importance (ATWU) also has ``token_scores(model, batch)``, read by
     # reports (:mod:`obliviate.eval.token_scores`), never by the engine.
