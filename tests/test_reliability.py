@@ -252,7 +252,8 @@ def _limit_file_size(limit: int):
 
 @pytest.mark.parametrize("limit,writer,message", [
     (100_000, "trainable.safetensors", "safetensors: Error while serializing: I/O error: File too large (os error 27)"),
-    (1_200_000, "state.pt", "torch.save could not write its file (disk full or file too large?)"),
+    pytest.param(1_200_000, "state.pt", "torch.save could not write its file (disk full or file too large?)",
+                 marks=pytest.mark.slow),  # the same path as the first, through the other writer
 ])
 @pytest.mark.heavy(4)
 def test_checkpoint_write_failure_mid_run_is_one_line(limit, writer, message, tmp_path):

@@ -17,7 +17,7 @@ from huggingface_hub import ModelCard
 from obliviate.cli.main import main
 from obliviate.models.load import load_model
 
-ARCHS = ["qwen2", "gpt2", *[pytest.param(a, marks=pytest.mark.slow) for a in ("llama", "gemma2", "gptneox", "mistral")]]
+ARCHS = ["qwen2", *[pytest.param(a, marks=pytest.mark.slow) for a in ("gpt2", "llama", "gemma2", "gptneox", "mistral")]]
 
 
 def _files(user_files) -> list[str]:
