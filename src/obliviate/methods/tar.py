@@ -93,8 +93,8 @@ class TARConfig:
                    "paper": {"lr": 2e-5, "steps": 125}})
 class TAR(Method):
     config_cls = TARConfig
-    multiprocess_unsupported = "the simulated attacks run on this process's parameters only"
     counts_calls = True
+    multiprocess_unsupported = "the simulated attacks run on this process's parameters only"
     sharding_unsupported = "the simulated attacks update and restore whole parameters in place"
     scaling = ("size class tiny/paper; λ_TR, α: nats, not scaled; attack lrs: chosen per size class; lr: × the "
                "fine-tuning run's lr over its preset's; steps fixed")

@@ -59,7 +59,7 @@ class Method:
     trains: ClassVar[str]
     presets: ClassVar[dict]
 
-    counts_calls: bool = False
+    counts_calls: ClassVar[bool] = False
     """True: ``self.calls`` holds how many times ``loss`` has run (the method counts it, e.g. to seed per-step
     sampling), kept in checkpoints by the default :meth:`scorer_state`."""
 
