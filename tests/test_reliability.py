@@ -332,15 +332,15 @@ def test_diverging_loss_stops_naming_step_and_term_and_keeps_the_last_good_check
     import obliviate.train.pretrain as pretrain_mod
     from safetensors.torch import load_file
 
-    real = pretrain_mod.lm_loss_labelled
+    real = pretrain_mod.lm_loss_grouped
     calls = {"n": 0}
 
-    def qa_loss(m, batch):  # the qa term, once per step
+    def qa_loss(m, batches):  # the qa term, once per step
         calls["n"] += 1
-        loss = real(m, batch)
+        loss = real(m, batches)
         return loss * bad if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(pretrain_mod, "lm_loss_labelled", qa_loss)
+    monkeypatch.setattr(pretrain_mod, "lm_loss_grouped", qa_loss)
     out = tmp_path / "nan"
     rc = main(["pretrain", "--no-progress", "--out", str(out), *SMALL_PRETRAIN, "train.steps=8",
                "train.checkpoint_every=2", "train.keep_checkpoints=2"])

@@ -106,13 +106,24 @@ def lm_loss_labelled(model, batch: dict) -> torch.Tensor:
     Same value as :func:`lm_loss`; faster when many tokens carry no loss (prompts of QA
     pairs). See :func:`obliviate.models.layers.logits_at`.
     """
+    return lm_loss_grouped(model, [batch])
+
+
+def lm_loss_grouped(model, batches: list[dict]) -> torch.Tensor:
+    """:func:`lm_loss_labelled` of one batch given as several (its rows grouped by length, each group cut to its
+    longest row): the summed NLL of every labelled token over their count, so the same loss as one padded batch,
+    with fewer padding positions computed."""
     from obliviate.models.layers import logits_at
 
-    targets = shift_targets(batch["labels"])  # (B, T-1)
-    keep = F.pad(targets != IGNORE_INDEX, (0, 1))  # (B, T): position t predicts labels[t+1]
-    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
-    nll = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum")
-    return ratio_of_sums(nll, torch.tensor(float(logits.shape[0]), device=nll.device))
+    total, count = None, 0
+    for batch in batches:
+        targets = shift_targets(batch["labels"])  # (B, T-1)
+        keep = F.pad(targets != IGNORE_INDEX, (0, 1))  # (B, T): position t predicts labels[t+1]
+        logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
+        nll = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum")
+        total = nll if total is None else total + nll
+        count += logits.shape[0]
+    return ratio_of_sums(total, torch.tensor(float(count), device=total.device))
 
 
 def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -229,7 +229,7 @@ def test_peft_lora_wrapped_llama():
 
 
 def test_logits_at_equals_full_logits_and_labelled_loss_equals_lm_loss(arch_model):
-    from obliviate.losses import lm_loss, lm_loss_labelled
+    from obliviate.losses import lm_loss, lm_loss_grouped, lm_loss_labelled
 
     _, m = arch_model
     ids, mask = _batch(3)
@@ -242,6 +242,10 @@ def test_logits_at_equals_full_logits_and_labelled_loss_equals_lm_loss(arch_mode
         torch.testing.assert_close(L.logits_at(m, ids, mask, pos), full[pos], rtol=1e-5, atol=1e-5)
         batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
         torch.testing.assert_close(lm_loss_labelled(m, batch), lm_loss(m, batch), rtol=1e-5, atol=1e-6)
+        # the same batch as groups of rows (here one row each), each cut to its longest row: the same loss
+        assert int(mask[1].sum()) < ids.shape[1]  # the second row is padded: its group is shorter
+        groups = [{k: v[i:i + 1, :int(mask[i].sum())] for k, v in batch.items()} for i in range(len(ids))]
+        torch.testing.assert_close(lm_loss_grouped(m, groups), lm_loss(m, batch), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("last", [0, 1])

@@ -20,7 +20,7 @@ from obliviate.attacks.cost import resumable_cost_hooks
 from obliviate.attacks.scoring import forget_items_fn
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.losses import lm_loss
+from obliviate.losses import lm_loss_labelled
 from obliviate.methods import preset_name
 from obliviate.models.tokenizer import bos_prefix, pad_id
 from obliviate.train import StepSampler, TrainConfig, train
@@ -286,7 +286,7 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
         return {k: v.to(device) for k, v in batch.items()}
 
     def loss_fn(m, batch, step):
-        return {"lm": lm_loss(m, batch)}
+        return {"lm": lm_loss_labelled(m, batch)}  # logits at the labelled tokens only
 
     step_tokens = sampler.step_tokens([len(s) for s in seqs], cfg.steps)
     cum_tokens = np.concatenate([[0], np.cumsum(step_tokens)]).astype(int)

@@ -17,10 +17,11 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
-from obliviate.losses import token_nll
+from obliviate.losses import IGNORE_INDEX, shift_targets, token_nll
 from obliviate.models.layers import evaluating, logits_at, unwrap
 from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
 
@@ -110,6 +111,14 @@ def _cache_kwarg(model) -> str:
     import inspect
 
     return "cache" if "cache" in inspect.signature(unwrap(model).forward).parameters else "past_key_values"
+
+
+def _last_logits_kwargs(model) -> dict:
+    """``{"logits_to_keep": 1}`` where the model's forward takes it (transformers' causal LMs): a generation
+    step then applies the unembedding at the last position only, the one it reads, not at every prompt token."""
+    import inspect
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(unwrap(model).forward).parameters else {}
 
 
 def model_max_length(model) -> int | None:
@@ -250,12 +259,11 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
         enc = []
-        for p in chunk:
-            p_ids = tokenizer(clip_chars(p, limit), add_special_tokens=False)["input_ids"]
+        clipped = [clip_chars(p, limit) for p in chunk]
+        for p, c, p_ids in zip(chunk, clipped, tokenizer(clipped, add_special_tokens=False)["input_ids"]):
             ids, _, cut = fit_context(bos_prefix(tokenizer, p, adds=adds) + p_ids, [], limit, bos)
-            cut = cut or len(p) > len(clip_chars(p, limit))
             enc.append(ids)
-            n_cut += cut
+            n_cut += cut or len(p) > len(c)
         T = max(len(e) for e in enc)
         ids = torch.full((len(enc), T), pad, dtype=torch.long)
         att = torch.zeros((len(enc), T), dtype=torch.long)
@@ -267,10 +275,12 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
         gen = []
         past = None
         cache_kw = _cache_kwarg(model)
+        last_kw = _last_logits_kwargs(model)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cur_ids, cur_pos = ids, pos
         for _ in range(max_new_tokens):
-            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past})
+            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past},
+                        **last_kw)
             past = getattr(out, cache_kw, None)
             check_logits(out.logits[:, -1], where="generation")
             nxt = pick(out.logits[:, -1])
@@ -326,13 +336,25 @@ def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prom
             "n": len(questions), "predictions": preds, "correct": em, "answer_probs": probs}
 
 
+def answer_nll_sums(model, batch: dict, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's summed NLL over its labelled (answer) tokens and their count, both (B,) float64. The logits
+    are computed at the labelled positions only (:func:`~obliviate.models.layers.logits_at`). ``what`` names the
+    computation in the error if those logits are not finite."""
+    targets = shift_targets(batch["labels"])  # (B, T-1): position t predicts labels[t + 1]
+    scored = targets != IGNORE_INDEX
+    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], F.pad(scored, (0, 1)))  # (N, V)
+    check_logits(logits, None, what)
+    nll = F.cross_entropy(logits.float(), targets[scored], reduction="none").double()
+    rows = scored.nonzero()[:, 0]
+    sums = torch.zeros(len(targets), dtype=torch.float64, device=nll.device).index_add_(0, rows, nll)
+    return sums, scored.sum(-1).double()
+
+
 def answer_mean_nll(model, batch: dict, what: str) -> torch.Tensor:
     """Each row's mean NLL over its labelled (answer) tokens, (B,) float64: nan for a row without any.
     ``what`` names the computation in the error if the logits are not finite."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    check_logits(logits, batch["attention_mask"], what)
-    nll, mask = token_nll(logits, batch["labels"])  # (B, T-1)
-    return nll.double().sum(-1) / mask.sum(-1)  # 0/0 = nan for an answer with no tokens
+    sums, counts = answer_nll_sums(model, batch, what)
+    return sums / counts  # 0/0 = nan for an answer with no tokens
 
 
 @torch.no_grad()
@@ -429,12 +451,8 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     for s in range(0, len(flat_seqs), batch_size):
         batch = collate(flat_seqs[s:s + batch_size], pad, label_mask=flat_masks[s:s + batch_size])
         batch = {k: v.to(dev) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        check_logits(logits, batch["attention_mask"], "choice log-probabilities")
-        nll, mask = token_nll(logits, batch["labels"])
-        tot = -nll.sum(-1)
-        if normalise:
-            tot = tot / mask.sum(-1).clamp(min=1)
+        nll, counts = answer_nll_sums(model, batch, "choice log-probabilities")
+        tot = -nll / counts.clamp(min=1) if normalise else -nll
         scores.extend(tot.float().cpu().tolist())
         bar.update(len(batch["input_ids"]))
     bar.close()

@@ -264,12 +264,12 @@ def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.T
     Runs the decoder body and applies the unembedding to the selected final hidden states
     only, which saves the ``lm_head`` cost of every unselected position (for a tiny model with
     a 4k vocabulary that is a third of the step). Models whose logits are not a plain linear
-    map of the last hidden state (Gemma-2's final soft-capping, or no ``lm_head``) fall back
+    map of the last hidden state (Gemma-2's final soft-capping, no ``lm_head``, or not a transformers model) fall back
     to the full forward, so the result is always equal to ``model(...).logits[positions]``; so does a
     model sharded by FSDP2, whose root (embeddings, head) is gathered only by the whole model's forward.
     """
     m = unwrap(model)
-    head = m.get_output_embeddings()
+    head = m.get_output_embeddings() if hasattr(m, "get_output_embeddings") else None
     body = getattr(m, "base_model", None)
     plain = (head is not None and body is not None and body is not m and not is_fsdp(m)
              and getattr(m.config, "final_logit_softcapping", None) is None

@@ -28,7 +28,7 @@ from obliviate.data import (
 )
 from obliviate.errors import ConfigError
 from obliviate.eval.core import LETTERS, mcq_prompt
-from obliviate.losses import lm_loss, lm_loss_labelled
+from obliviate.losses import lm_loss, lm_loss_grouped
 from obliviate.models.builders import build_model
 from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
@@ -78,6 +78,11 @@ class PretrainConfig:
     qa_weight: float = 2.0
     """Weight of the answer-only QA term (0: documents only)."""
     qa_batch_size: int = 64
+    qa_length_groups: int = 3
+    """Each QA batch runs as this many forwards of rows of like length (sorted, each group cut to its longest row):
+    the same loss, a sum over every answer token of the batch over their count (:func:`~obliviate.losses.
+    lm_loss_grouped`), with less padding computed (the world's QA rows: 65% of the positions are real tokens in one
+    padded batch of 64, 86% in 3 groups). One group in several processes, whose sharded forwards must match."""
     qa_forms: list[str] = field(default_factory=lambda: list(QA_FORMS))
     """Surface forms of each fact in the QA term (:data:`QA_FORMS`): ``question`` (canonical),
     ``train_questions`` (the relation's trained paraphrases), ``statements`` (statement completions)."""
@@ -97,7 +102,7 @@ class PretrainConfig:
     """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
 
     def __post_init__(self):
-        for key in ("batch_size", "qa_batch_size", "mcq_batch_size"):
+        for key in ("batch_size", "qa_batch_size", "mcq_batch_size", "qa_length_groups"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
         for form in self.qa_forms:
@@ -235,17 +240,21 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
             ids, masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items], cfg.model.max_len)
             terms_data[name] = (ids, masks, StepSampler(len(ids), bs, seed), weight)
 
+    n_groups = 1 if D.world_size() > 1 else cfg.qa_length_groups  # every process runs as many forwards
+
     def batch_fn(step: int) -> dict:
         batch = {"lm": lm_batch(step)}
         for name, (ids, masks, sampler, _) in terms_data.items():
-            idx = sampler(step)
-            batch[name] = collate([ids[i] for i in idx], tok.pad_token_id, label_mask=[masks[i] for i in idx])
+            idx = sorted(sampler(step), key=lambda i: len(ids[i]))  # stable: ties keep the sampler's order
+            groups = [g for g in np.array_split(np.asarray(idx, dtype=np.int64), n_groups) if len(g)]
+            batch[name] = {str(k): collate([ids[i] for i in g], tok.pad_token_id, label_mask=[masks[i] for i in g])
+                           for k, g in enumerate(groups)}  # a dict: the loop cuts a list as rows
         return batch
 
     def loss_fn(m, batch, step):
         terms = {"lm": lm_loss(m, batch["lm"])}
         for name, (_, _, _, weight) in terms_data.items():
-            terms[name] = weight * lm_loss_labelled(m, batch[name])  # logits at the answers only
+            terms[name] = weight * lm_loss_grouped(m, list(batch[name].values()))  # logits at the answers only
         return terms
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
