@@ -48,10 +48,11 @@ def _cost(m: dict, key: str) -> str:
 def per_model_table(res: dict) -> list[str]:
     """One comparison's models in one table: verdict and what decided it, forget score, keep shares, disjoint
     relearning, recovery cost (tokens) and its ratio to learning, S-unlearning (held-out and trained R), and the
-    method's unlearning seconds."""
+    method's unlearning cost (forward and backward passes, seconds)."""
     verdicts, timings = res["robustness"]["verdicts"], res.get("timings", {})
     rows = ["| model | verdict (decided by) | forget | retain keep | neighbour keep | disjoint relearning | "
-            "recovery cost | vs learning | S (held-out) | S (trained) | unlearning s |", "|" + "---|" * 11]
+            "recovery cost | vs learning | S (held-out) | S (trained) | unlearning fwd/bwd | unlearning s |",
+            "|" + "---|" * 12]
     controls = res["robustness"].get("controls") or {}
     metrics = res["metrics"]
     first = [n for n in ("oracle", *controls, *KNOWN_REMOVED) if n in metrics]
@@ -65,7 +66,33 @@ def per_model_table(res: dict) -> list[str]:
                     f"{_f(keep.get('neighbour'))} | {_f(m.get('relearn_disjoint_start_acc'))} -> "
                     f"{_f(m.get('relearn_disjoint_acc'))} | {_cost(m, 'recovery_cost')} | {_f(ratio)} | "
                     f"{_f(m.get('s_unlearning'))} | {_f(m.get('s_unlearning_trained'))} | "
+                    f"{_passes(timings.get(f'{name}_unlearn_passes') or timings.get(f'{name}_pretrain_passes'))} | "
                     f"{_f(timings.get(f'{name}_unlearn_seconds'), '{:.1f}')} |")
+    return rows
+
+
+def _passes(p: dict | None) -> str:
+    return "-" if not p else f"{p['forwards']}/{p['backwards']}"
+
+
+def cost_table(results: dict) -> list[str]:
+    """Each method's unlearning cost, the mean over seeds: forward and backward passes, the tokens they processed
+    (rows times positions), and seconds; the known-removed models' cost is their whole pretraining run."""
+    costs: dict[str, list[tuple[dict, float | None]]] = {}
+    for res in results.values():
+        timings = res.get("timings", {})
+        for name in res["metrics"]:
+            p = timings.get(f"{name}_unlearn_passes") or timings.get(f"{name}_pretrain_passes")
+            if p:
+                costs.setdefault(name, []).append((p, timings.get(f"{name}_unlearn_seconds")))
+    rows = ["| model | what | forwards | backwards | forward tokens | backward tokens | seconds |", "|" + "---|" * 7]
+    for name, runs in sorted(costs.items(), key=lambda kv: sum(p["forward_tokens"] for p, _ in kv[1])):
+        mean = {k: sum(p[k] for p, _ in runs) / len(runs) for k in runs[0][0]}
+        secs = [s for _, s in runs if s is not None]
+        what = "pretraining (every step)" if name in KNOWN_REMOVED else "unlearning"
+        rows.append(f"| {name} | {what} | {mean['forwards']:.0f} | {mean['backwards']:.0f} | "
+                    f"{mean['forward_tokens']:.0f} | {mean['backward_tokens']:.0f} | "
+                    f"{_f(sum(secs) / len(secs) if secs else None, '{:.1f}')} |")
     return rows
 
 
@@ -102,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     md = [f"# {args.title}", "",
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
-          *robustness_over_seeds(results)]
+          *robustness_over_seeds(results), "", "#### Cost of each method (mean over seeds)", "",
+          *cost_table(results)]
     for label, res in results.items():
         md += ["", f"## {label}", "", *per_model_table(res)]
     out.mkdir(parents=True, exist_ok=True)

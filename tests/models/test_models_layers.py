@@ -1,3 +1,4 @@
+import copy
 import pytest
 import torch
 
@@ -268,3 +269,23 @@ def test_prefix_copy_gives_the_hidden_states_and_holds_only_its_layers(arch_mode
     with pytest.raises(ModelError, match=f"holds decoder layers 0..{last} only"):
         with torch.no_grad():
             frozen(input_ids=ids, attention_mask=mask)
+
+
+def test_count_passes_counts_forwards_and_the_backwards_through_them(arch_model):
+    _, m = arch_model
+    ids, mask = _batch(4)  # 2 rows of 9 positions
+    with L.count_passes(m, m) as c:  # the same module twice is counted once
+        with torch.no_grad():
+            m(input_ids=ids, attention_mask=mask)  # a forward, no backward
+        a = m(input_ids=ids, attention_mask=mask).logits.sum()
+        b = m(input_ids=ids[:1], attention_mask=mask[:1]).logits.sum()
+        (a + b).backward()  # one backward reaches both forwards
+        m(input_ids=ids, attention_mask=mask).logits.sum()  # a forward whose graph is never backpropagated
+        teacher = copy.deepcopy(m)  # a copy made inside the block counts with its original
+        with torch.no_grad():
+            teacher(input_ids=ids[:1], attention_mask=mask[:1])
+    assert c == {"forwards": 5, "backwards": 2, "forward_tokens": 18 + 18 + 9 + 18 + 9, "backward_tokens": 18 + 9}
+    with torch.no_grad():
+        m(input_ids=ids, attention_mask=mask)
+        teacher(input_ids=ids, attention_mask=mask)
+    assert c["forwards"] == 5  # outside the block nothing counts, the copy included

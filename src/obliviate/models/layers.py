@@ -288,6 +288,56 @@ def _first(output):
 
 
 @contextlib.contextmanager
+def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
+    """Count the passes through ``models`` inside the block: ``{"forwards", "backwards", "forward_tokens",
+    "backward_tokens"}`` (tokens: the rows times positions of each pass, padding included).
+
+    A forward is a call that enters a model's first decoder layer (a truncated forward, as RMU's to its layer, counts
+    as one); a backward is a forward through whose decoder layers a gradient flowed back (counted once per forward,
+    however many layers it reached). The same module given twice is counted once; a copy made inside the block (a
+    distillation teacher) is counted with its original. Hooks are removed on exit (a copy's go quiet)."""
+    counts = {"forwards": 0, "backwards": 0, "forward_tokens": 0, "backward_tokens": 0}
+    handles, seen, reached = [], set(), set()
+    current = {"pass": 0, "tokens": 0, "on": True}
+
+    def enter(module, args, kwargs):
+        if not current["on"]:
+            return
+        h = args[0] if args else kwargs.get("hidden_states")
+        counts["forwards"] += 1
+        current["pass"] = counts["forwards"]
+        current["tokens"] = int(h.shape[0] * h.shape[1]) if torch.is_tensor(h) and h.dim() >= 2 else 0
+        counts["forward_tokens"] += current["tokens"]
+
+    def leave(module, args, output):
+        h = _first(output)
+        if current["on"] and torch.is_tensor(h) and h.requires_grad:
+            n, tokens = current["pass"], current["tokens"]
+
+            def flowed(grad, n=n, tokens=tokens):
+                if n not in reached:
+                    reached.add(n)
+                    counts["backwards"] += 1
+                    counts["backward_tokens"] += tokens
+
+            h.register_hook(flowed)
+
+    for m in models:
+        if m is None or id(m) in seen:
+            continue
+        seen.add(id(m))
+        layers = decoder_layers(m)
+        handles.append(layers[0].register_forward_pre_hook(enter, with_kwargs=True))
+        handles.extend(layer.register_forward_hook(leave) for layer in layers)
+    try:
+        yield counts
+    finally:
+        current["on"] = False
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
 def capture_hidden(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
     """Capture the output of decoder ``layers`` during forward passes inside the block.
 

@@ -30,6 +30,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss, lm_loss_grouped
 from obliviate.models.builders import build_model
+from obliviate.models.layers import count_passes
 from obliviate.models.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
 from obliviate.tasks.world import full_answer_mcqs
@@ -258,13 +259,15 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
         return terms
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
-    summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
+    with count_passes(model) as passes:  # this process's passes (a resumed run: those since its checkpoint)
+        summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
     model.eval()
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
     info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
             "masked_tokens": 0 if masks is None else int(sum(len(m) - int(m.sum()) for m in masks)),
             "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
-            "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq")}
+            "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq"),
+            "passes": dict(passes), "resumed_from": summary.get("resumed_from", 0)}
     D.save_trained(model, out / "model", tok)
     if D.is_main_process():
         atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))

@@ -19,6 +19,7 @@ import torch
 from obliviate.config import from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data
 from obliviate.errors import ConfigError, DataError
+from obliviate.models.layers import count_passes
 from obliviate.tasks.base import IDK_ANSWERS, Data, PromptFormat
 from obliviate.train import TrainConfig, select_trainable, train
 from obliviate.train import distributed as D
@@ -252,8 +253,10 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
                           **({"progress": progress} if progress is not None else {})})
     hooks = checkpoint_hooks(method, ref)
     resume = resume_on_same_data(out_dir, data.fingerprint(), resume)
-    summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
-                    eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
+    held = None if isinstance(ref, NoReference) else ref.model  # a frozen copy, or None (cached or no reference)
+    with count_passes(model, held) as passes:  # the method's cost, its reference's included
+        summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
+                        eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
     if cfg.lora:
         model = model.merge_and_unload()
     for p in model.parameters():
@@ -264,6 +267,7 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     summary["trainable"] = patterns
     summary["reference"] = ref.kind if ref else "none"  # what was held of the frozen model, chosen by size
     summary["data"] = data.stats
+    summary["passes"] = dict(passes)  # forwards and backwards of the training steps (``eval_fn``'s included)
     return model, summary
 
 

@@ -424,9 +424,12 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
             attack(kname, model, m)
+            info = Path(dirs[kname]).parent / "pretrain.json"  # its cost: a whole pretraining run
+            passes = json.loads(info.read_text()).get("passes") if info.exists() else None
             return {"metrics": m, "curves": curves[kname],
-                    "timings": {k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
-                                                        f"{kname}_seconds_by_attack")}}
+                    "timings": {**{k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
+                                                           f"{kname}_seconds_by_attack")},
+                                f"{kname}_pretrain_passes": passes}}
 
         jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
     configs, ucfgs, skipped = {}, {}, {}
@@ -453,6 +456,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
                                      idk=task.idk, progress=shown["progress"], resume=False)
             timings[f"{name}_unlearn_seconds"] = time.time() - t
+            timings[f"{name}_unlearn_passes"] = summary.get("passes")  # forwards and backwards (none for an edit)
             m = evaluate(name, model)
             if edit_note(summary):
                 m["edit"] = edit_note(summary)
@@ -462,7 +466,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
             return {"metrics": m, "curves": curves[name],
-                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_eval_seconds",
+                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_unlearn_passes",
+                                                        f"{name}_eval_seconds",
                                                         f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
 
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
