@@ -227,7 +227,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
             write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                           model_dir=str(out / "model"), base_model_dir=str(base_model), task=task.summary(),
                           preset=preset, data=summary["data"], reference=summary.get("reference", "none"),
-                          unlearn_outcome=outcome,
+                          passes=summary.get("passes"), unlearn_outcome=outcome,
                           **({"tune": info["tune"], "reported_on": "the items left out of the validation split"}
                              if "tune" in info else {}),
                           **({"edit": summary["edit"]} if "edit" in summary else {}))
