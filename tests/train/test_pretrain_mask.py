@@ -43,3 +43,24 @@ def test_the_filtered_qa_term_leaves_the_forget_facts_out():
 def test_an_unknown_split_to_mask_is_one_error():
     with pytest.raises(ConfigError, match="mask_splits"):
         PretrainConfig(mask_splits=["forgot"])
+
+
+def _tiny_pretrain(tmp_path, name, **kw):
+    from obliviate.train.pretrain import ModelConfig, TrainConfig, pretrain
+
+    cfg = PretrainConfig(world=WORLD, model=ModelConfig(size="nano", vocab_size=400), batch_size=2, qa_batch_size=8,
+                         train=TrainConfig(steps=2, lr=1e-3, log_every=1, progress=False), **kw)
+    return pretrain(cfg, tmp_path / name, resume=False, progress=False)
+
+
+def test_length_groups_give_the_same_loss_and_the_info_says_what_was_masked_and_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))
+    one = _tiny_pretrain(tmp_path, "one", qa_length_groups=1)
+    three = _tiny_pretrain(tmp_path, "three", qa_length_groups=3)
+    first = [next(r for r in run["summary"]["history"] if "qa" in r)["qa"] for run in (one, three)]
+    assert first[0] == pytest.approx(first[1], rel=1e-5)  # the same batch, the same loss, in 1 or 3 forwards
+    assert one["info"]["passes"]["forwards"] == 2 * (1 + 1) and three["info"]["passes"]["forwards"] == 2 * (1 + 3)
+    assert three["info"]["passes"]["backwards"] == three["info"]["passes"]["forwards"]
+    assert three["info"]["passes"]["forward_tokens"] < one["info"]["passes"]["forward_tokens"]  # less padding
+    assert one["info"]["masked_tokens"] == 0  # nothing masked: not the QA answers' masks
+    assert _tiny_pretrain(tmp_path, "masked", mask_splits=["forget"])["info"]["masked_tokens"] > 0

@@ -238,8 +238,9 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
                                           ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight, cfg.seed + 2)):
         if items:
-            ids, masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items], cfg.model.max_len)
-            terms_data[name] = (ids, masks, StepSampler(len(ids), bs, seed), weight)
+            ids, answer_masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items],
+                                                     cfg.model.max_len)
+            terms_data[name] = (ids, answer_masks, StepSampler(len(ids), bs, seed), weight)
 
     n_groups = 1 if D.world_size() > 1 else cfg.qa_length_groups  # every process runs as many forwards
 

@@ -260,6 +260,8 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) 
     dirs = {}
     for name, root in roots.items():
         _copy_model(root / "model", out / "models" / name)
+        if is_main_process() and (root / "pretrain.json").exists():  # its pretraining cost (a known model's cost)
+            shutil.copyfile(root / "pretrain.json", out / "models" / name / "pretrain.json")
         dirs[name] = str(out / "models" / name)
     return dirs, roots["base"]
 
@@ -424,7 +426,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
             attack(kname, model, m)
-            info = Path(dirs[kname]).parent / "pretrain.json"  # its cost: a whole pretraining run
+            info = Path(dirs[kname]) / "pretrain.json"  # its cost: a whole pretraining run
             passes = json.loads(info.read_text()).get("passes") if info.exists() else None
             return {"metrics": m, "curves": curves[kname],
                     "timings": {**{k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
