@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     md = [f"# {args.title}", "",
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
-          *robustness_over_seeds(results), "", "#### Cost of each method (mean over seeds)", "",
+          *robustness_over_seeds(results), "", "## Cost of each method (mean over seeds)", "",
           *cost_table(results)]
     for label, res in results.items():
         md += ["", f"## {label}", "", *per_model_table(res)]
