@@ -76,8 +76,12 @@ def test_every_provider_has_a_tiny_run():
     assert sorted(BUILDERS) == task_names()
 
 
-# the world's whole path is also run by tests/pipelines/test_compare.py and the demo: slow here
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "world" else n for n in task_names()])
+# the world's whole path is also run by tests/pipelines/test_compare.py and the demo, TOFU's by the TOFU protocol's
+# end-to-end tests (tests/pipelines/test_tofu_protocol.py, test_tofu_given_models.py): slow here
+SLOW = {"world", "tofu"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in task_names()])
 @pytest.mark.heavy(10)
 def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     task = BUILDERS[name](tmp_path, request)
