@@ -148,7 +148,7 @@ def test_unknown_method_lists_known(tiny_dirs, tmp_path, capsys):
 def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     """A second run of the same seed, SIGKILLed mid-way and resumed, ends with the first run's metrics: same seed,
     same metrics, through a resume (a run that differed from its seed's would differ here too)."""
-    args = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=60",
+    args = ["pretrain", "--seed", "1", "--no-progress", *SMALL_PRETRAIN, "train.steps=40",
             "train.checkpoint_every=10"]
     env = {"OBLIVIATE_CACHE": str(tmp_path / "cache")}
     a = run_cli(*args, "--out", str(tmp_path / "a"), env=env)

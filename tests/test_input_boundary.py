@@ -296,7 +296,7 @@ def test_sigterm_is_one_line_releases_the_lock_and_the_run_resumes(tmp_path):
     out = tmp_path / "run"
     args = [sys.executable, "-m", "obliviate.cli.main", "pretrain", "--out", str(out), "--no-progress",
             *SMALL_WORLD, "model.size=nano", "model.vocab_size=400", "batch_size=4", "train.log_every=1",
-            "qa_batch_size=8", "train.steps=60", "train.checkpoint_every=5", "train.keep_checkpoints=2"]
+            "qa_batch_size=8", "train.steps=30", "train.checkpoint_every=5", "train.keep_checkpoints=2"]
     env = {**os.environ, "OBLIVIATE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ckpts, deadline = out / "checkpoints", time.time() + 120
