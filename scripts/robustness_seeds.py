@@ -66,9 +66,14 @@ def per_model_table(res: dict) -> list[str]:
                     f"{_f(keep.get('neighbour'))} | {_f(m.get('relearn_disjoint_start_acc'))} -> "
                     f"{_f(m.get('relearn_disjoint_acc'))} | {_cost(m, 'recovery_cost')} | {_f(ratio)} | "
                     f"{_f(m.get('s_unlearning'))} | {_f(m.get('s_unlearning_trained'))} | "
-                    f"{_passes(timings.get(f'{name}_unlearn_passes') or timings.get(f'{name}_pretrain_passes'))} | "
+                    f"{_passes(model_passes(timings, name))} | "
                     f"{_f(timings.get(f'{name}_unlearn_seconds'), '{:.1f}')} |")
     return rows
+
+
+def model_passes(timings: dict, name: str) -> dict | None:
+    """A model's cost in passes: a method's unlearning run, a known-removed model's pretraining run."""
+    return timings.get(f"{name}_unlearn_passes") or timings.get(f"{name}_pretrain_passes")
 
 
 def _passes(p: dict | None) -> str:
@@ -82,7 +87,7 @@ def cost_table(results: dict) -> list[str]:
     for res in results.values():
         timings = res.get("timings", {})
         for name in res["metrics"]:
-            p = timings.get(f"{name}_unlearn_passes") or timings.get(f"{name}_pretrain_passes")
+            p = model_passes(timings, name)
             if p:
                 costs.setdefault(name, []).append((p, timings.get(f"{name}_unlearn_seconds")))
     rows = ["| model | what | forwards | backwards | forward tokens | backward tokens | seconds |", "|" + "---|" * 7]

@@ -113,17 +113,28 @@ def lm_loss_grouped(model, batches: list[dict]) -> torch.Tensor:
     """:func:`lm_loss_labelled` of one batch given as several (its rows grouped by length, each group cut to its
     longest row): the summed NLL of every labelled token over their count, so the same loss as one padded batch,
     with fewer padding positions computed."""
-    from obliviate.models.layers import logits_at
-
     total, count = None, 0
     for batch in batches:
-        targets = shift_targets(batch["labels"])  # (B, T-1)
-        keep = F.pad(targets != IGNORE_INDEX, (0, 1))  # (B, T): position t predicts labels[t+1]
-        logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
-        nll = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum")
+        logits, targets, _ = labelled_logits(model, batch)
+        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
         total = nll if total is None else total + nll
         count += logits.shape[0]
     return ratio_of_sums(total, torch.tensor(float(count), device=total.device))
+
+
+def labelled_logits(model, batch: dict,
+                    keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits, targets, positions)``: the logits (N, V) at the N positions that predict a labelled token of
+    ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T) mask of
+    the positions, which reads the same rows of another model's (B, T, V) logits: ``other[positions]``. The
+    unembedding runs at those positions only (:func:`~obliviate.models.layers.logits_at`)."""
+    from obliviate.models.layers import logits_at  # here, not at the top: the import graph stays 13 levels deep
+
+    targets = shift_targets(batch["labels"])  # (B, T-1): position t predicts labels[t+1]
+    labelled = targets != IGNORE_INDEX if keep is None else keep & (targets != IGNORE_INDEX)
+    positions = F.pad(labelled, (0, 1))  # (B, T)
+    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], positions)  # (N, V)
+    return logits, targets[labelled], positions
 
 
 def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

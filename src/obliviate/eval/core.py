@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
-from obliviate.losses import IGNORE_INDEX, shift_targets, token_nll
+from obliviate.losses import labelled_logits, token_nll
 from obliviate.models.layers import evaluating, logits_at, unwrap
 from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
 
@@ -106,19 +106,15 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _cache_kwarg(model) -> str:
-    """Name of the KV-cache argument and output: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+def _generation_kwargs(model) -> tuple[str, dict]:
+    """What a generation step passes that transformers' versions name or take differently: the name of the KV-cache
+    argument and output (``cache`` in transformers >= 5.2x, else ``past_key_values``), and ``{"logits_to_keep": 1}``
+    where the forward takes it (the unembedding then runs at the last position only, the one a step reads)."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(unwrap(model).forward).parameters else "past_key_values"
-
-
-def _last_logits_kwargs(model) -> dict:
-    """``{"logits_to_keep": 1}`` where the model's forward takes it (transformers' causal LMs): a generation
-    step then applies the unembedding at the last position only, the one it reads, not at every prompt token."""
-    import inspect
-
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(unwrap(model).forward).parameters else {}
+    params = inspect.signature(unwrap(model).forward).parameters
+    return ("cache" if "cache" in params else "past_key_values",
+            {"logits_to_keep": 1} if "logits_to_keep" in params else {})
 
 
 def model_max_length(model) -> int | None:
@@ -255,6 +251,7 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
     n_cut = 0
     outs: list[str] = []
     stops = None
+    cache_kw, last_kw = _generation_kwargs(model)
     bar = _bar(progress, len(prompts), "generating")
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
@@ -274,8 +271,6 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
         done = torch.zeros(len(enc), dtype=torch.bool, device=dev)
         gen = []
         past = None
-        cache_kw = _cache_kwarg(model)
-        last_kw = _last_logits_kwargs(model)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cur_ids, cur_pos = ids, pos
         for _ in range(max_new_tokens):
@@ -340,14 +335,12 @@ def answer_nll_sums(model, batch: dict, what: str) -> tuple[torch.Tensor, torch.
     """Each row's summed NLL over its labelled (answer) tokens and their count, both (B,) float64. The logits
     are computed at the labelled positions only (:func:`~obliviate.models.layers.logits_at`). ``what`` names the
     computation in the error if those logits are not finite."""
-    targets = shift_targets(batch["labels"])  # (B, T-1): position t predicts labels[t + 1]
-    scored = targets != IGNORE_INDEX
-    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], F.pad(scored, (0, 1)))  # (N, V)
+    logits, targets, positions = labelled_logits(model, batch)  # (N, V), (N,), (B, T)
     check_logits(logits, None, what)
-    nll = F.cross_entropy(logits.float(), targets[scored], reduction="none").double()
-    rows = scored.nonzero()[:, 0]
-    sums = torch.zeros(len(targets), dtype=torch.float64, device=nll.device).index_add_(0, rows, nll)
-    return sums, scored.sum(-1).double()
+    nll = F.cross_entropy(logits.float(), targets, reduction="none").double()
+    rows = positions.nonzero()[:, 0]
+    sums = torch.zeros(len(positions), dtype=torch.float64, device=nll.device).index_add_(0, rows, nll)
+    return sums, positions.sum(-1).double()
 
 
 def answer_mean_nll(model, batch: dict, what: str) -> torch.Tensor:

@@ -41,9 +41,9 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import IGNORE_INDEX, shift_targets, soft_cross_entropy
+from obliviate.losses import IGNORE_INDEX, labelled_logits, shift_targets, soft_cross_entropy
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
+from obliviate.unlearning.objectives import forget_and_retain
 
 
 def after_first_answer_tokens(labels: torch.Tensor, n: int) -> torch.Tensor:

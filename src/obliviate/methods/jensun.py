@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import ratio_of_sums
+from obliviate.losses import labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import labelled_logits, labelled_logprobs, mean_labelled_nll
+from obliviate.unlearning.objectives import labelled_logprobs, mean_labelled_nll
 
 LOG2 = math.log(2.0)
 

@@ -38,9 +38,9 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.losses import ratio_of_sums
+from obliviate.losses import labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import labelled_logits, retain_term
+from obliviate.unlearning.objectives import retain_term
 
 
 def margin_flattening_loss(logits: torch.Tensor) -> torch.Tensor:

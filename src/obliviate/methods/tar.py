@@ -42,9 +42,9 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import ratio_of_sums
+from obliviate.losses import labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import gradient_term, labelled_logits, mean_labelled_nll, trained_params
+from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, trained_params
 
 
 def negative_entropy(model, batch: dict) -> torch.Tensor:

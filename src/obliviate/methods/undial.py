@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import soft_cross_entropy
+from obliviate.losses import labelled_logits, soft_cross_entropy
 from obliviate.unlearning.contract import Method, register
-from obliviate.unlearning.objectives import forget_and_retain, labelled_logits
+from obliviate.unlearning.objectives import forget_and_retain
 
 
 def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor, beta: float) -> torch.Tensor:

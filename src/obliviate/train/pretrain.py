@@ -246,10 +246,11 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
 
     def batch_fn(step: int) -> dict:
         batch = {"lm": lm_batch(step)}
-        for name, (ids, masks, sampler, _) in terms_data.items():
+        for name, (ids, answer_masks, sampler, _) in terms_data.items():
             idx = sorted(sampler(step), key=lambda i: len(ids[i]))  # stable: ties keep the sampler's order
             groups = [g for g in np.array_split(np.asarray(idx, dtype=np.int64), n_groups) if len(g)]
-            batch[name] = {str(k): collate([ids[i] for i in g], tok.pad_token_id, label_mask=[masks[i] for i in g])
+            batch[name] = {str(k): collate([ids[i] for i in g], tok.pad_token_id,
+                                           label_mask=[answer_masks[i] for i in g])
                            for k, g in enumerate(groups)}  # a dict: the loop cuts a list as rows
         return batch
 

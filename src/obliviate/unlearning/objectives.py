@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from obliviate.losses import IGNORE_INDEX, kl_to_reference, ratio_of_sums, shift_targets, token_nll
-from obliviate.models.layers import logits_at
+from obliviate.losses import IGNORE_INDEX, kl_to_reference, labelled_logits, ratio_of_sums, shift_targets, token_nll
 
 
 def forward_logits(model, batch: dict) -> torch.Tensor:
@@ -20,24 +19,9 @@ def labelled_logprobs(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     (:func:`~obliviate.models.layers.logits_at`), never on B x T x V logits: answer tokens of QA
     pairs, unmasked document tokens. On a 128k vocabulary that is the largest activation by far.
     """
-    targets = shift_targets(batch["labels"])  # (B, T-1): target of position t is labels[t+1]
-    labelled = targets != IGNORE_INDEX
-    keep = F.pad(labelled, (0, 1))  # (B, T)
-    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], keep)  # (N, V)
-    logp = -F.cross_entropy(logits.float(), targets[labelled], reduction="none")
-    return logp, keep.nonzero()[:, 0]
-
-
-def labelled_logits(model, batch: dict,
-                    keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(logits, targets, positions)``: the logits (N, V) at the N positions that predict a labelled token of
-    ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T) mask of
-    the positions, which reads the same rows of another model's (B, T, V) logits: ``other[positions]``."""
-    targets = shift_targets(batch["labels"])  # (B, T-1)
-    labelled = targets != IGNORE_INDEX if keep is None else keep & (targets != IGNORE_INDEX)
-    positions = F.pad(labelled, (0, 1))  # (B, T)
-    logits = logits_at(model, batch["input_ids"], batch["attention_mask"], positions)  # (N, V)
-    return logits, targets[labelled], positions
+    logits, targets, positions = labelled_logits(model, batch)  # (N, V), (N,), (B, T)
+    logp = -F.cross_entropy(logits.float(), targets, reduction="none")
+    return logp, positions.nonzero()[:, 0]
 
 
 def sequence_logprob(model, batch: dict) -> torch.Tensor:

@@ -17,11 +17,11 @@ import torch
 
 from obliviate.data import collate
 from obliviate.errors import ObliviateError
-from obliviate.losses import IGNORE_INDEX
+from obliviate.losses import IGNORE_INDEX, labelled_logits
 from obliviate.models.layers import eval_mode, evaluating, hidden_states_at, num_layers, prefix_copy, unwrap
 from obliviate.train.distributed import to_device
 from obliviate.unlearning.contract import Method
-from obliviate.unlearning.objectives import labelled_logits, sequence_logprob, token_logprobs
+from obliviate.unlearning.objectives import sequence_logprob, token_logprobs
 from obliviate.unlearning.paired import PairedData
 
 TOKENS = "/tokens"
@@ -236,7 +236,7 @@ class Reference:
     @torch.no_grad()
     def labelled_logits(self, batch: dict, key: str) -> torch.Tensor:
         """The frozen logits at the positions of ``batch`` (sub-batch ``key``) that predict a labelled token: (N, V),
-        in the order of :func:`~obliviate.unlearning.objectives.labelled_logits` (row by row, position by position)."""
+        in the order of :func:`~obliviate.losses.labelled_logits` (row by row, position by position)."""
         if self.logit_cache is not None and self.logit_cache.holds(key, LOGITS):
             return self.logit_cache.flat(key, LOGITS, batch)
         self._whole(f"logits of {key}")
