@@ -278,7 +278,7 @@ def test_a_config_field_of_the_wrong_type_or_a_negative_size_is_one_line(model_d
 def test_a_tokenizer_json_of_an_empty_object_or_array_is_one_line(model_dir, tmp_path, text, message):
     """``{}`` was a KeyError, ``[]`` a TypeError, ``null`` an AttributeError traceback inside transformers."""
     from obliviate.errors import ModelError
-    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.models.load import load_tokenizer
 
     d = _variant(model_dir, tmp_path, tokenizer_json=text)
     with pytest.raises(ModelError) as e:

@@ -82,7 +82,7 @@ def run_write_path(path: str | Path) -> Path:
     ``--out`` and ``path`` (``path`` itself included) is a link, this raises a one-line
     :class:`ObliviateError` naming it, before anything is written. A link to the input model inside
     ``--out`` (``OUT/model -> MODEL``) would otherwise let the run overwrite its own input. ``--out`` itself
-    may be a link: the overlap check (``obliviate.cli.args.check_out_dir``) resolves it. Paths outside
+    may be a link: the overlap check (``obliviate.cli.inputs.check_out_dir``) resolves it. Paths outside
     every run directory are returned unchecked.
     """
     p = os.path.abspath(path)

@@ -10,7 +10,7 @@ import pytest
 from transformers.utils import logging as hf_logging
 
 import obliviate
-from obliviate.cli.args import mapping_from_args, task_from_args
+from obliviate.cli.inputs import mapping_from_args, task_from_args
 from obliviate.cli import main as cli_main
 from obliviate.cli.main import build_parser, log_to_stderr, main, quiet_libraries
 from obliviate.errors import ConfigError

@@ -133,7 +133,7 @@ def _no_hub(monkeypatch, what="AutoModelForCausalLM"):
 
 def test_a_mistyped_local_path_says_no_such_local_directory(tmp_path, monkeypatch):
     """``runs/bsae`` could be a hub id: it is tried there, and the error says neither exists."""
-    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.models.load import load_tokenizer
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "base").mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_a_mistyped_local_path_says_no_such_local_directory(tmp_path, monkeypatc
 @pytest.mark.parametrize("name", ["runs/a/bsae", "./runs/bsae", "/nowhere/bsae", "~/no-such-obliviate-model",
                                   "my model", "runs/bsae/"])
 def test_names_that_cannot_be_hub_ids_fail_at_once_as_missing_directories(name, tmp_path, monkeypatch):
-    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.models.load import load_tokenizer
 
     monkeypatch.chdir(tmp_path)
     asked = _no_hub(monkeypatch)
@@ -165,7 +165,7 @@ def test_names_that_cannot_be_hub_ids_fail_at_once_as_missing_directories(name, 
 
 
 def test_symbolic_link_loops_and_dangling_links_are_named_as_such(tmp_path, monkeypatch):
-    from obliviate.models.tokenizer import load_tokenizer
+    from obliviate.models.load import load_tokenizer
 
     asked = _no_hub(monkeypatch)
     monkeypatch.chdir(tmp_path)

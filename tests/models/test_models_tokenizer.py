@@ -1,14 +1,9 @@
 import pytest
 
 from obliviate.errors import ConfigError, ModelError
-from obliviate.models.tokenizer import (
-    SPECIAL_TOKENS,
-    ensure_pad_token,
-    load_tokenizer,
-    save_tokenizer,
-    tokens_in_char_span,
-    train_tokenizer,
-)
+from obliviate.models.load import load_tokenizer
+from obliviate.models.tokenizer import (SPECIAL_TOKENS, ensure_pad_token, save_tokenizer, tokens_in_char_span,
+                                        train_tokenizer)
 
 TEXTS = ["The cat lives in Paris.", "  two  spaces\nand a newline", "über café", "", "x"]
 

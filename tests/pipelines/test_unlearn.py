@@ -16,7 +16,7 @@ import obliviate
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError
 from obliviate.models.load import load_model
-from obliviate.models.tokenizer import load_tokenizer
+from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.unlearn import run_overrides, unlearn_settings
 
 CLI = Path(obliviate.__file__).resolve().parent / "cli"

@@ -14,7 +14,7 @@ import torch
 
 from obliviate.cli.main import main
 from obliviate.models.load import load_model
-from obliviate.models.tokenizer import load_tokenizer
+from obliviate.models.load import load_tokenizer
 from obliviate.tasks import load_task
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")

@@ -9,8 +9,8 @@ import sys
 
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, input_paths, load_model_args,
-                                task_from_args)
+from obliviate.cli.args import add_common, add_model_args, add_task_args
+from obliviate.cli.inputs import check_out_dir, input_paths, load_model_args, task_from_args
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
                                         run_attack)
 from obliviate.runs.results import input_fingerprint

@@ -8,7 +8,8 @@ import platform
 
 import torch
 
-from obliviate.cli.args import add_common, check_out_dir
+from obliviate.cli.args import add_common
+from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
 from obliviate.pipelines.bench.run import BenchConfig, bench_table, filtering_table, roofline_text, run_bench
 from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.cli.args import (add_common, add_model_args, add_task_args, check_out_dir, device_and_dtype, input_paths,
-                                load_model_args, task_from_args)
+from obliviate.cli.args import add_common, add_model_args, add_task_args
+from obliviate.cli.inputs import check_out_dir, device_and_dtype, input_paths, load_model_args, task_from_args
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines

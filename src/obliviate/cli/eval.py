@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.cli.args import (MAPPING_HELP, add_common, add_eval_args, add_model_args, add_task_args,
-                                check_out_dir, count_arg, eval_overrides, input_paths, load_model_args,
-                                mapping_from_args, task_from_args)
+                                count_arg)
+from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, load_model_args, mapping_from_args,
+                                  task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from obliviate.cli.args import (add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, seeded, task_from_args)
+from obliviate.cli.args import add_common, add_eval_args, add_model_args, add_task_args, seeded
+from obliviate.cli.inputs import check_out_dir, eval_overrides, input_paths, load_model_args, task_from_args
 from obliviate.config import build_config
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task
 from obliviate.methods import preset_name

@@ -1,7 +1,10 @@
-"""The validation boundary of the command line: :func:`check_inputs` runs, in one pass, before any command
-(:func:`obliviate.cli.main.main` calls it between parsing the arguments and running the command).
+"""What the user gave the command line, checked and read: :func:`check_inputs`, the validation boundary, runs in
+one pass before any command (:func:`obliviate.cli.main.main` calls it between parsing the arguments and running the
+command); then a command reads its task (:func:`task_from_args`), checks its run directory against its inputs
+(:func:`check_out_dir`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run` is that
+order for ``unlearn`` and ``tune``. The options are declared in :mod:`obliviate.cli.args`.
 
-What passes through it, each failing as one :class:`~obliviate.errors.ObliviateError` line naming the input:
+What passes through the boundary, each failing as one :class:`~obliviate.errors.ObliviateError` line naming the input:
 
 - numbers given as options (``--seed``, ``--limit``, ``--batch-size``, ``--max-new-tokens``, ``--C``): checked
   by their argparse types (:mod:`obliviate.cli.args`), so a bad one never reaches the command;
@@ -16,21 +19,30 @@ What passes through it, each failing as one :class:`~obliviate.errors.ObliviateE
 - a local model directory's ``config.json`` (:func:`obliviate.models.load.check_model_dir`: sizes, finite floats,
   special-token ids against the vocabulary), before any weights are read.
 
-The contents of data files are checked by the one reader every loader uses (:mod:`obliviate.tasks.sources._io`);
-each command loads its task before it loads a model.
+The contents of data files are checked by the one reader every loader uses (:mod:`obliviate.tasks.sources._io`).
 """
-
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
+import torch
+
+from obliviate.cli.args import FILE_SETS
 from obliviate.config import load_yaml, parse_overrides
 from obliviate.errors import ConfigError, DataError
-from obliviate.models._paths import is_local, missing_reason
-from obliviate.models.load import check_model_dir
-from obliviate.tasks import check_task_spec, parse_spec
-from obliviate.tasks.files import spec_files
+from obliviate.methods import preset_name
+from obliviate.models.load import is_local, missing_reason
+from obliviate.models.load import check_model_dir, check_model_path, load_model_and_tokenizer, resolve_dtype
+from obliviate.models.tokenizer import ensure_pad_token
+from obliviate.models.load import load_tokenizer
+from obliviate.pipelines.unlearn import check_inputs as check_run_data, unlearn_settings
+from obliviate.runs.results import input_fingerprint
+from obliviate.tasks import Task, check_task_spec, load_task, parse_spec
+from obliviate.tasks.files import FieldsUnknown, spec_files, task_from_files
+from obliviate.tasks.sources.generic import parse_mapping
+from obliviate.train.distributed import is_main_process
 
 FILE_LISTS = ("forget", "retain", "utility", "holdout", "relearn")
 """Options that name data files, each given once or more (``--forget A --forget B``)."""
@@ -100,3 +112,246 @@ def check_inputs(args) -> None:
         path = getattr(args, dest, None)
         if path and is_local(str(path)):
             check_model_dir(path)
+
+
+def eval_overrides(args) -> dict:
+    """The ``eval`` config section set by ``--batch-size`` / ``--max-new-tokens`` (config keys ``eval.*``)."""
+    out = {}
+    if getattr(args, "eval_batch_size", None) is not None:
+        out["batch_size"] = args.eval_batch_size
+    if getattr(args, "max_new_tokens", None) is not None:
+        out["max_new_tokens"] = args.max_new_tokens
+    return out
+
+
+def mapping_from_args(values: list[str] | None, files: dict[str, list[str]]) -> str | dict | None:
+    """The mapping ``--mapping`` (repeated) gives ``files`` (set -> paths as given): None without one, the string
+    when one mapping applies to every file, else ``{path: mapping}`` for every file that has one (its own, else its
+    set's, else the common one), as :func:`~obliviate.tasks.files.task_from_files` takes it. ``FILE=FIELDS`` is told
+    from ``FIELDS`` by the two ``=`` of its first pair; FILE is a path given (as typed or the same file), the name
+    of exactly one file given, or a set given. A FILE that names none of them is a ConfigError."""
+    if not values:
+        return None
+    given = [(k, str(p)) for k, ps in files.items() for p in ps or []]
+    common, own = None, {}
+    for value in values:
+        if value.split(",", 1)[0].count("=") < 2:
+            parse_mapping(value)  # a malformed one fails here
+            if common is not None:
+                raise ConfigError(f"--mapping {common!r} and {value!r} both apply to every file: name the file of "
+                                  "one, --mapping FILE=question=...,answer=...")
+            common = value
+            continue
+        key, fields = (x.strip() for x in value.split("=", 1))
+        parse_mapping(fields)
+        target = _mapped_file(key, files, [p for _, p in given])
+        if target in own:
+            raise ConfigError(f"--mapping: {key!r} is given two mappings ({own[target]!r}, {fields!r})")
+        own[target] = fields
+    if not own:
+        return common
+    out = {}
+    for key, p in given:
+        m = own.get(p) or own.get(key) or common
+        if m:
+            out[p] = m
+    return out
+
+
+def _mapped_file(key: str, files: dict[str, list[str]], paths: list[str]) -> str:
+    """The path given (or the set) that ``--mapping KEY=...`` names."""
+    if key in paths or (key in files and files[key]):
+        return key
+    same = sorted({p for p in paths if _same_file(key, p)} or {p for p in paths if Path(p).name == key})
+    if len(same) == 1:
+        return same[0]
+    if len(same) > 1:
+        raise ConfigError(f"--mapping {key}=...: {key!r} names {len(same)} files given ({', '.join(same)}): "
+                          "give the path")
+    sets = [k for k, v in files.items() if v]
+    raise ConfigError(f"--mapping {key}=...: {key!r} is neither a file given ({', '.join(paths)}) nor a set given "
+                      f"({', '.join(sets)})")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def task_files(args) -> dict[str, list[str]]:
+    """The shorthand's files of ``args``: set -> paths as given."""
+    return {k: list(getattr(args, k, None) or []) for k in FILE_SETS}
+
+
+def task_spec(args) -> str:
+    """The task the arguments name (``files`` for the shorthand)."""
+    if getattr(args, "forget", None):
+        if args.task:
+            raise ConfigError("give either --task or --forget/--retain files, not both")
+        return "files"
+    for flag in ("retain", "utility", "holdout", "relearn", "mapping"):
+        if getattr(args, flag, None):
+            raise ConfigError(f"--{flag} needs --forget FILE (or use --task file:SPEC.yaml)")
+    return getattr(args, "task", None) or "world"
+
+
+def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
+    """Load the task of ``args`` (no model needed): the shorthand files, or ``--task``."""
+    spec = task_spec(args)
+    limit = getattr(args, "limit", None)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {limit}")
+    if spec == "files":
+        try:
+            task = task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
+                                   relearn=args.relearn, mapping=mapping_from_args(args.mapping, task_files(args)),
+                                   template=args.template, chat=args.chat_template, limit=limit)
+        except FieldsUnknown as e:  # the hint in the command line's syntax
+            raise DataError(e.hint(cli=True)) from None
+    else:
+        check_task_spec(spec)
+        task = load_task(spec, seed=seed, world=world or {}, limit=limit,
+                         allow_hub=bool(getattr(args, "allow_hub", False)))
+        if getattr(args, "chat_template", False):
+            task.prompt.chat = True
+        elif getattr(args, "template", None):
+            task.prompt.template = args.template
+    return task
+
+
+def input_paths(args, *extra: str | None) -> list[str]:
+    """The inputs a command reads from disk, for :func:`check_out_dir`: ``--model`` and ``--tokenizer``, the
+    task's files (``--forget`` ... ``--relearn``, the spec of ``--task file:SPEC.yaml``), ``--data``, and ``extra``."""
+    paths = [getattr(args, "model", None), getattr(args, "tokenizer", None), getattr(args, "adapter", None),
+             getattr(args, "data", None), *extra]
+    for flag in ("forget", "retain", "utility", "holdout", "relearn"):
+        files = getattr(args, flag, None)
+        paths += files if isinstance(files, list) else []  # (tofu's --forget is a split name)
+    task = getattr(args, "task", None)
+    if isinstance(task, str) and task.startswith("file:"):
+        paths.append(task[len("file:"):])
+    return [p for p in paths if p]
+
+
+def check_out_dir(out: str, inputs: list[str | None]) -> None:
+    """The overlap check every command runs on ``--out`` before it touches it: refuse an empty ``--out``, one
+    that is, contains or lies inside an input (a model or tokenizer directory, a data file), and one holding
+    a symbolic link whose target is, contains or lies inside an input (``OUT/model -> MODEL``). Any other
+    link under ``--out`` is refused when the run would write through it
+    (:func:`obliviate.utils.run_write_path`)."""
+    if out is None or not str(out).strip():
+        raise ConfigError("--out is empty (an unset shell variable?): give a run directory")
+    o = Path(out).expanduser().resolve()
+    given = [(inp, Path(inp).expanduser().resolve()) for inp in inputs if inp and Path(inp).exists()]
+    for inp, i in given:
+        if o == i or i in o.parents or o in i.parents:
+            what = "directory" if i.is_dir() else "file"
+            raise ConfigError(f"--out {out} overlaps the input {what} {inp}: choose a directory outside it, so "
+                              "nothing is overwritten")
+    for link in _links_under(o):
+        t = link.resolve()
+        for inp, i in given:
+            if t == i or i in t.parents or t in i.parents:
+                raise ConfigError(f"--out {out} holds {link}, a symbolic link to the input {inp}: a run would "
+                                  "write through it; remove the link or choose another --out")
+
+
+def _links_under(root: Path, limit: int = 100_000) -> list[Path]:
+    """The symbolic links under ``root`` (not followed; at most ``limit`` entries looked at)."""
+    links, seen = [], 0
+    for here, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(here) / name
+            if p.is_symlink():
+                links.append(p)
+        seen += len(dirs) + len(files)
+        if seen > limit:
+            break
+    return links
+
+
+def pick_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r} is not a device (valid: cpu, cuda, cuda:N, mps)") from None
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"--device {name!r}: obliviate runs on cpu, cuda, cuda:N or mps, not {dev.type}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: no CUDA device is available here")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                          f"numbered from 0")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name}: no MPS (Apple GPU) device is available here")
+    return dev
+
+
+def device_and_dtype(args, trains: bool = True) -> tuple[torch.device, torch.dtype | str | None]:
+    """``--device`` and ``--dtype``, checked before anything is loaded: an unknown dtype, a device that is
+    not one or is not here (``--device cuda`` without CUDA) is one line. ``trains``: the command trains the
+    model, and float16 training on the CPU is refused (its losses turn NaN within steps there; float32 and
+    bfloat16 train on the CPU, float16 on a GPU)."""
+    dtype = resolve_dtype(getattr(args, "dtype", None))
+    device = pick_device(getattr(args, "device", None))
+    if trains and device.type == "cpu" and dtype == torch.float16:
+        raise ConfigError(f"--dtype {args.dtype} on the CPU: training in float16 is not supported there (its "
+                          "losses turn NaN); use --dtype float32 or bfloat16 on the CPU, or float16 on a GPU")
+    return device, dtype
+
+
+def tokenizer_args(args, path: str | None = None):
+    """The tokenizer of ``--tokenizer``, else of the model (``path`` or ``--model``), with ``--pad-policy``; the
+    model's path is checked first, so a mistyped ``--model`` is named as the model (not as a missing tokenizer
+    directory)."""
+    path = path or args.model
+    check_model_path(path)
+    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
+    return ensure_pad_token(tok, policy=args.pad_policy)
+
+
+def load_model_args(args, path: str | None = None, trains: bool = True):
+    """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``
+    (:func:`~obliviate.models.load.load_model_and_tokenizer`); ``--adapter`` attached to ``--model`` (said in one
+    line). ``trains``: see :func:`device_and_dtype`."""
+    path = path or args.model
+    device, dtype = device_and_dtype(args, trains)  # a bad device or dtype fails before the load
+    adapter = getattr(args, "adapter", None) if path == args.model else None
+    model, tok = load_model_and_tokenizer(path, args.pad_policy, dtype=dtype, tokenizer_path=args.tokenizer,
+                                          adapter=adapter)
+    if adapter is not None and is_main_process():
+        print(f"obliviate: attached the adapter {adapter} to {path} (merged into its weights)", file=sys.stderr)
+    return model.to(device).eval(), tok
+
+
+def checked_run(args, tuning: bool = False):
+    """(cfg, task, model, tokenizer, preset, split): every check of ``unlearn`` (and ``tune``) in order: the config,
+    the task, the data with the tokenizer alone, then the model (:mod:`obliviate.pipelines.unlearn`)."""
+    check_out_dir(args.out, input_paths(args))
+
+    def settings(preset):
+        return unlearn_settings(args.method, preset, seed=args.seed, config_file=args.config,
+                                overrides=args.overrides, eval=eval_overrides(args), model_dir=args.model)
+
+    cfg = settings("tiny")  # every key checked before the model is loaded
+    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
+    split = check_run_data(cfg, task, tokenizer_fn=lambda: tokenizer_args(args), tuning=tuning)
+    model, tok = load_model_args(args)
+    preset = preset_name(model)
+    if preset != "tiny":
+        cfg = settings(preset)
+    return cfg, task, model, tok, preset, split
+
+
+def fingerprint(args) -> dict:
+    """What identifies the inputs of a run, for resuming into the same ``--out``."""
+    return {"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}), "pad_policy": args.pad_policy}
+
+
+def tune_log(args):
+    return (lambda line: None) if args.no_progress else (lambda line: print(line, file=sys.stderr))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from obliviate.cli.args import add_common, check_out_dir, seeded
+from obliviate.cli.args import add_common, seeded
+from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
 from obliviate.eval.suite import evaluate_task
 from obliviate.runs.report import plot_loss_curve

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common, check_out_dir, input_paths, positive_float_arg
+from obliviate.cli.args import add_common, positive_float_arg
+from obliviate.cli.inputs import check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.probes import default_probe_layers, pairwise_cosine, probe_directions, toxic_probe_data
 from obliviate.models.layers import check_layer, num_layers
 from obliviate.models.load import check_vocab, load_model
-from obliviate.models.tokenizer import ensure_pad_token, load_tokenizer
+from obliviate.models.tokenizer import ensure_pad_token
+from obliviate.models.load import load_tokenizer
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 

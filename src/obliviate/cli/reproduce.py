@@ -8,7 +8,8 @@ import shlex
 import sys
 import time
 
-from obliviate.cli.args import add_common, check_out_dir
+from obliviate.cli.args import add_common
+from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.papers import available, get_recipe, render_only

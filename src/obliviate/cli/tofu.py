@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common, check_out_dir, input_paths
+from obliviate.cli.args import add_common
+from obliviate.cli.inputs import check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.tofu import TINY_SCALE_NOTE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from obliviate.cli.args import add_common, add_eval_args, add_model_args, add_task_args
-from obliviate.cli.unlearn import checked_run, fingerprint, tune_log
+from obliviate.cli.inputs import checked_run, fingerprint, tune_log
 from obliviate.pipelines.unlearn import run_tune
 
 

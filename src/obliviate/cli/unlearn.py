@@ -3,47 +3,15 @@
 
 from __future__ import annotations
 
-import sys
-
-from obliviate.cli.args import (add_common, add_eval_args, add_model_args, add_task_args, check_out_dir,
-                                eval_overrides, input_paths, load_model_args, mapping_from_args, task_files,
-                                task_from_args, tokenizer_args)
+from obliviate.cli.args import add_common, add_eval_args, add_model_args, add_task_args
+from obliviate.cli.inputs import (check_out_dir, checked_run, fingerprint, input_paths, mapping_from_args, task_files,
+                                  tune_log)
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import eval_kwargs
-from obliviate.methods import preset_name
 from obliviate.pipelines import sequential
-from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
+from obliviate.pipelines.unlearn import run_unlearn
 from obliviate.runs.results import input_fingerprint
 from obliviate.tasks.files import FieldsUnknown
-
-
-def checked_run(args, tuning: bool = False):
-    """(cfg, task, model, tokenizer, preset, split): every check of ``unlearn`` (and ``tune``) in order: the config,
-    the task, the data with the tokenizer alone, then the model (:mod:`obliviate.pipelines.unlearn`)."""
-    check_out_dir(args.out, input_paths(args))
-
-    def settings(preset):
-        return unlearn_settings(args.method, preset, seed=args.seed, config_file=args.config,
-                                overrides=args.overrides, eval=eval_overrides(args), model_dir=args.model)
-
-    cfg = settings("tiny")  # every key checked before the model is loaded
-    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
-    split = check_inputs(cfg, task, tokenizer_fn=lambda: tokenizer_args(args), tuning=tuning)
-    model, tok = load_model_args(args)
-    preset = preset_name(model)
-    if preset != "tiny":
-        cfg = settings(preset)
-    return cfg, task, model, tok, preset, split
-
-
-def fingerprint(args) -> dict:
-    """What identifies the inputs of a run, for resuming into the same ``--out``."""
-    return {"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
-            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}), "pad_policy": args.pad_policy}
-
-
-def tune_log(args):
-    return (lambda line: None) if args.no_progress else (lambda line: print(line, file=sys.stderr))
 
 
 def cmd_unlearn(args) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from obliviate.cli.args import add_common, check_out_dir
+from obliviate.cli.args import add_common
+from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.world import DOCUMENTS_FILE, WORLD_FILE, WorldConfig, generate_world

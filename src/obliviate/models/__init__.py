@@ -1,8 +1,8 @@
 """Models and tokenizers: building, loading/saving, and model-agnostic access to their parts.
 
-- :mod:`.tokenizer`: byte-level BPE tokenizers (train/save/load, pad policy, offsets convention).
+- :mod:`.tokenizer`: byte-level BPE tokenizers (train/save, pad policy, offsets convention).
 - :mod:`.builders`: tiny Llama models we pretrain (``SIZES``), tiny random models of other architectures for tests.
-- :mod:`.load`: load/save causal LMs, safetensors only.
+- :mod:`.load`: load/save causal LMs (safetensors only) and load their tokenizers; local paths vs hub ids.
 - :mod:`.layers`: decoder layers, MLP projections, embeddings, hidden-state capture, truncated forward.
 """
 
@@ -32,15 +32,9 @@ from obliviate.models.layers import (
     unwrap,
     up_proj_weight_out_in,
 )
-from obliviate.models.load import load_model, load_model_and_tokenizer, save_model
-from obliviate.models.tokenizer import (
-    SPECIAL_TOKENS,
-    ensure_pad_token,
-    load_tokenizer,
-    save_tokenizer,
-    tokens_in_char_span,
-    train_tokenizer,
-)
+from obliviate.models.load import load_model, load_model_and_tokenizer, load_tokenizer, save_model
+from obliviate.models.tokenizer import (SPECIAL_TOKENS, ensure_pad_token, save_tokenizer, tokens_in_char_span,
+                                        train_tokenizer)
 
 __all__ = [
     "ARCHS", "SIZES", "SPECIAL_TOKENS",

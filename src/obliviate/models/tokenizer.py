@@ -1,4 +1,5 @@
-"""Byte-level BPE tokenizers: train, save, load, and the pad-token policy.
+"""Byte-level BPE tokenizers: train, save, and the pad-token policy (loading one:
+:func:`obliviate.models.load.load_tokenizer`).
 
 A trained tokenizer has these special tokens, with these ids, in this order::
 
@@ -23,13 +24,11 @@ of a character span ``[a, b)``, test *overlap*, ``s < b and e > a``, not contain
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from obliviate.errors import ConfigError, ModelError
-from obliviate.models._paths import bad_config_field, is_config_field_error, is_local, missing_reason, one_line
 from obliviate.utils import run_write_path
 
 SPECIAL_TOKENS: dict[str, str] = {
@@ -132,71 +131,6 @@ def save_tokenizer(tok, directory: str | os.PathLike) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(directory))
     return directory
-
-
-def load_tokenizer(path_or_id: str | os.PathLike, of_model: bool = False):
-    """Load a tokenizer from a local directory (via ``AutoTokenizer``) or a hub id.
-
-    A local directory must hold ``tokenizer.json`` or ``tokenizer_config.json``. ``of_model``: the path is the
-    model's (no tokenizer was named apart), so a hub id that cannot be loaded is named as the model.
-    """
-    from transformers import AutoTokenizer
-
-    path = Path(path_or_id)
-    if is_local(str(path_or_id)):
-        if not path.exists():
-            raise ModelError(f"tokenizer directory {str(path)!r} {missing_reason(path)}")
-        if not path.is_dir():
-            raise ModelError(f"tokenizer path {str(path)!r} is not a directory")
-        if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or tokenizer_config.json")
-        _check_tokenizer_json(path / "tokenizer.json")
-        _check_config_json(path / "config.json")  # AutoTokenizer reads it too
-        try:
-            return AutoTokenizer.from_pretrained(str(path))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # malformed files, deep inside
-            raise ModelError(f"cannot load tokenizer from {str(path)!r}: {type(e).__name__}: {one_line(e)}") from e
-        except Exception as e:
-            if not is_config_field_error(e):
-                raise
-            raise ModelError(f"cannot load tokenizer from {str(path)!r}: a field of its config.json has the wrong "
-                             f"type: {one_line(e)}") from e
-    try:
-        return AutoTokenizer.from_pretrained(str(path_or_id))
-    except (OSError, ValueError) as e:
-        what = "model" if of_model else "tokenizer"
-        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub {what} {str(path_or_id)!r} could be "
-                         f"loaded: {one_line(e)}") from e
-
-
-def _check_tokenizer_json(file: Path) -> None:
-    """A ``tokenizer.json`` that is there must be a JSON object with a ``model`` object (``{}``, ``[]`` or
-    ``null`` used to end in a KeyError / TypeError / AttributeError traceback inside transformers)."""
-    if not file.is_file():
-        return
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:  # also bad UTF-8
-        raise ModelError(f"cannot load tokenizer from {str(file.parent)!r}: malformed tokenizer.json: "
-                         f"{one_line(e) or type(e).__name__}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
-        got = (f"an object without a 'model' object (keys: {', '.join(map(repr, list(doc)[:6])) or 'none'})"
-               if isinstance(doc, dict) else "null" if doc is None else f"a JSON {type(doc).__name__}")
-        raise ModelError(f"cannot load tokenizer from {str(file.parent)!r}: tokenizer.json must be a JSON object "
-                         f"with a 'model' object, got {got}")
-
-
-def _check_config_json(file: Path) -> None:
-    """The fields of a model's config.json beside the tokenizer that would make transformers raise a
-    validation traceback while loading the tokenizer (:func:`obliviate.models._paths.bad_config_field`);
-    a config.json that does not parse is left to the model's own check."""
-    try:
-        parsed = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
-    except (OSError, ValueError, RecursionError):
-        return
-    why = bad_config_field(parsed) if isinstance(parsed, dict) else None
-    if why is not None:
-        raise ModelError(f"malformed {str(file)!r}: {why}")
 
 
 def pad_id(tok) -> int:

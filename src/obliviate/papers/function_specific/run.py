@@ -20,7 +20,7 @@ from obliviate.papers.function_specific.meta_alpha import learn_alpha_unlearn, s
 from obliviate.methods import build_method, method_defaults
 from obliviate.models.layers import check_layer, num_layers
 from obliviate.models.load import load_model
-from obliviate.models.tokenizer import load_tokenizer
+from obliviate.models.load import load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.eval.probes import pairwise_cosine, probe_directions
 from obliviate.papers import as_results, claims_json, recipe
