@@ -121,8 +121,12 @@ def walk(argv: list[str], value: str, layer: dict[str, int]) -> dict:
     finally:
         sys.setprofile(None)
     rooms = sorted(set(stops.values()))
+    folders = sorted({unit_of(m) for m in rooms if Path(src, *m.split(".")[1:2]).is_dir()})
+    order = [layer.get(unit_of(m)) for m in stops.values()]
+    ups = sum(1 for a, b in zip(order, order[1:]) if a is not None and b is not None and b < a)
     return {"argv": argv, "value": value, "rc": rc, "stops": len(stops), "rooms": len(rooms),
-            "climbs": len(climbs), "room_list": rooms, "stop_list": list(stops),
+            "folders": len(folders), "climbs": len(climbs), "moves_up": ups, "room_list": rooms,
+            "folder_list": folders, "stop_list": list(stops),
             "climb_list": sorted(f"{a} -> {b}" for a, b in climbs)}
 
 
@@ -153,8 +157,9 @@ def main_(argv: list[str] | None = None) -> int:
     res = walk(cmd, cmd[cmd.index(args.value_of) + 1], layers_of(args.tests))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
-    print(f"{args.value_of} of `obliviate {cmd[0]}`: {res['stops']} stops in {res['rooms']} rooms, "
-          f"{res['climbs']} climbs back up (exit {res['rc']})")
+    print(f"{args.value_of} of `obliviate {cmd[0]}`: {res['stops']} stops in {res['rooms']} rooms "
+          f"({res['folders']} folders), {res['climbs']} climbs back up, {res['moves_up']} moves up between "
+          f"consecutive stops (exit {res['rc']})")
     return 0
 
 

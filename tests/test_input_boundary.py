@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from obliviate.cli import compare as cli_compare
 from obliviate.cli import eval as cli_eval
-from obliviate.cli import unlearn as cli_unlearn
+from obliviate.cli import inputs as cli_inputs
 from obliviate.cli.main import main
 from obliviate.pipelines import unlearn as unlearn_pipeline
 from obliviate.pipelines.compare import run as compare_pipeline
@@ -53,7 +53,7 @@ def stop_at_the_model(monkeypatch):
     def reached(*a, **k):
         raise Reached()
 
-    for module in (cli_eval, cli_unlearn, cli_compare):
+    for module in (cli_eval, cli_inputs, cli_compare):  # (unlearn and tune load through cli.inputs.checked_run)
         monkeypatch.setattr(module, "load_model_args", reached)
     for module in (cli_eval, unlearn_pipeline, compare_pipeline):  # where each command prepares --out
         monkeypatch.setattr(module, "prepare_out_dir", reached)

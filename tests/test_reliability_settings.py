@@ -8,7 +8,7 @@ import json
 import pytest
 
 import obliviate
-import obliviate.cli.unlearn as unlearn_cli
+import obliviate.cli.inputs as unlearn_cli  # checked_run loads the model there
 import obliviate.pipelines.sequential as sequential_pipeline
 import obliviate.pipelines.unlearn as unlearn_pipeline
 from _cli_errors import one_error

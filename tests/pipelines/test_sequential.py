@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import obliviate.cli.unlearn as unlearn_cli
+import obliviate.cli.inputs as unlearn_cli  # checked_run loads the model there
 from _cli_errors import one_error
 from obliviate.cli.main import main
 from obliviate.pipelines import sequential
