@@ -32,12 +32,11 @@ import torch
 from obliviate.cli.args import FILE_SETS
 from obliviate.config import load_yaml, parse_overrides
 from obliviate.errors import ConfigError, DataError
-from obliviate.methods import preset_name
 from obliviate.models.load import is_local, missing_reason
 from obliviate.models.load import check_model_dir, check_model_path, load_model_and_tokenizer, resolve_dtype
 from obliviate.models.tokenizer import ensure_pad_token
 from obliviate.models.load import load_tokenizer
-from obliviate.pipelines.unlearn import check_inputs as check_run_data, unlearn_settings
+from obliviate.pipelines.unlearn import prepare_run
 from obliviate.runs.results import input_fingerprint
 from obliviate.tasks import Task, check_task_spec, load_task, parse_spec
 from obliviate.tasks.files import FieldsUnknown, spec_files, task_from_files
@@ -329,22 +328,14 @@ def load_model_args(args, path: str | None = None, trains: bool = True):
 
 
 def checked_run(args, tuning: bool = False):
-    """(cfg, task, model, tokenizer, preset, split): every check of ``unlearn`` (and ``tune``) in order: the config,
-    the task, the data with the tokenizer alone, then the model (:mod:`obliviate.pipelines.unlearn`)."""
+    """``(cfg, task, model, tokenizer, preset, split)`` of ``unlearn`` and ``tune``: ``--out`` against the inputs,
+    then the pipeline's checks in order with the loaders of ``args``
+    (:func:`~obliviate.pipelines.unlearn.prepare_run`)."""
     check_out_dir(args.out, input_paths(args))
-
-    def settings(preset):
-        return unlearn_settings(args.method, preset, seed=args.seed, config_file=args.config,
-                                overrides=args.overrides, eval=eval_overrides(args), model_dir=args.model)
-
-    cfg = settings("tiny")  # every key checked before the model is loaded
-    task = task_from_args(args, seed=cfg.seed, world=cfg.world)
-    split = check_run_data(cfg, task, tokenizer_fn=lambda: tokenizer_args(args), tuning=tuning)
-    model, tok = load_model_args(args)
-    preset = preset_name(model)
-    if preset != "tiny":
-        cfg = settings(preset)
-    return cfg, task, model, tok, preset, split
+    return prepare_run(args.method, seed=args.seed, config_file=args.config, overrides=args.overrides,
+                       eval=eval_overrides(args), model_dir=args.model, tuning=tuning,
+                       load_task=lambda cfg: task_from_args(args, seed=cfg.seed, world=cfg.world),
+                       load_tokenizer=lambda: tokenizer_args(args), load_model=lambda: load_model_args(args))
 
 
 def fingerprint(args) -> dict:

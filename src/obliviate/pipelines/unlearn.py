@@ -1,8 +1,9 @@
 """The one unlearn run, which ``obliviate unlearn`` (:mod:`obliviate.cli.unlearn`), ``obliviate tune`` and
 ``obliviate.unlearn`` (:mod:`obliviate.api`) call: the settings (:func:`unlearn_settings`), the checks that need no
-model (:func:`check_inputs`), then :func:`run_unlearn`: evaluate before, unlearn, evaluate after, the outcome and,
-given a run directory, the model, its card and ``results.json``. What it has to say goes to the ``obliviate``
-loggers (the command line shows them as its ``obliviate: ...`` lines)."""
+model (:func:`check_inputs`; with the loading, in order: :func:`prepare_run`), then :func:`run_unlearn`: evaluate
+before, unlearn, evaluate after, the outcome and, given a run directory, the model, its card and ``results.json``.
+What it has to say goes to the ``obliviate`` loggers (the command line shows them as its ``obliviate: ...``
+lines)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from obliviate.config import build_config, deep_merge, from_dict, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
-from obliviate.methods import METHODS, method_defaults, resolve_method
+from obliviate.methods import METHODS, method_defaults, preset_name, resolve_method
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.results import prepare_out_dir, same_run, write_results
@@ -132,6 +133,28 @@ def check_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=No
         tok = tokenizer if tokenizer is not None else tokenizer_fn()
         check_unlearn_data(tok, task.forget, task.retain, ucfg, prompt=task.prompt)
     return split
+
+
+def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int = 0, config_file=None,
+                overrides: list[str] | None = None, eval: dict | None = None, model_dir=None, tuning: bool = False):
+    """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what costs
+    more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task (``load_task(cfg)``),
+    its data with the tokenizer alone (``load_tokenizer()``, :func:`check_inputs`), then the model
+    (``load_model()``, returning ``(model, tokenizer)``), whose size picks the preset; the settings are built again
+    for a larger one. ``obliviate unlearn`` and ``obliviate tune`` give the loaders of their arguments."""
+
+    def settings(preset):
+        return unlearn_settings(method, preset, seed=seed, config_file=config_file, overrides=overrides, eval=eval,
+                                model_dir=model_dir)
+
+    cfg = settings("tiny")
+    task = load_task(cfg)
+    split = check_inputs(cfg, task, tokenizer_fn=load_tokenizer, tuning=tuning)
+    model, tok = load_model()
+    preset = preset_name(model)
+    if preset != "tiny":
+        cfg = settings(preset)
+    return cfg, task, model, tok, preset, split
 
 
 def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict, progress: bool = False,
