@@ -21,7 +21,6 @@ underneath: :func:`obliviate.pipelines.unlearn.run_unlearn`, :func:`obliviate.ev
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -38,13 +37,12 @@ from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
 from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare_dir
 from obliviate.pipelines.compare.run import check_inputs as check_compare_inputs
+from obliviate.pipelines.finetune import FinetuneRunConfig, run_finetune
 from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
-from obliviate.train.finetune import FinetuneConfig, training_data
-from obliviate.train.finetune import finetune as _finetune
-from obliviate.utils import seed_everything
+from obliviate.train.finetune import FinetuneConfig
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +103,20 @@ def _check_task(fn: str, task) -> None:
 def finetune(model, tokenizer, task: Task, *, in_place: bool = False, seed: int = 0, data: str = "both",
              out_dir: str | Path | None = None, progress: bool = False, **config: Any):
     """Teach ``model`` the task (TOFU's first step): train on its forget and retain data (``data="retain"``:
-    retain only, an oracle where the task has none). Returns ``(model, info)``; ``model`` is not changed
-    unless ``in_place=True``. ``config``: keys of :class:`~obliviate.train.finetune.FinetuneConfig`
-    (``epochs``, ``lr``, ``batch_size``, ...; defaults by model size)."""
+    retain only, an oracle where the task has none); the run of ``obliviate finetune``
+    (:func:`obliviate.pipelines.finetune.run_finetune`), on a model in memory. Returns ``(model, info)``;
+    ``model`` is not changed unless ``in_place=True``. ``config``: keys of
+    :class:`~obliviate.train.finetune.FinetuneConfig` (``epochs``, ``lr``, ``batch_size``, ...; defaults by model
+    size). ``out_dir``: the run directory, as ``obliviate finetune --out`` writes it (checkpoints in ``train/``,
+    which a rerun resumes, then the taught model evaluated, ``model/`` with its card and ``results.json``; the
+    metrics also in ``info["metrics"]``); default: nothing is written or evaluated."""
     _check_task("finetune", task)
-    cfg = from_dict(FinetuneConfig, {**config, "seed": seed, "data": data}, prefix="finetune")
-    seed_everything(seed)
-    target = model if in_place else copy.deepcopy(model)
-    new, summary = _finetune(target, tokenizer, training_data(task, cfg.data), cfg, out_dir, prompt=task.prompt,
-                             preset=preset_name(model), progress=progress, resume=out_dir is not None)
-    return new, summary
+    cfg = FinetuneRunConfig(seed=seed, finetune=from_dict(FinetuneConfig, {**config, "seed": seed, "data": data},
+                                                           prefix="finetune"))
+    new, info = run_finetune(model, tokenizer, task, cfg, out_dir, in_place=in_place, progress=progress,
+                             base_model=getattr(model, "name_or_path", None) or None)
+    info.pop("lines", None)
+    return new, info
 
 
 def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool = False, seed: int = 0,

@@ -15,8 +15,7 @@ from safetensors.torch import load_file
 import obliviate
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.pipelines.unlearn import run_overrides, unlearn_settings
 
 CLI = Path(obliviate.__file__).resolve().parent / "cli"
@@ -62,12 +61,14 @@ def test_the_settings_are_built_once_from_either_schema():
         unlearn_settings("npp", "tiny")
 
 
-@pytest.mark.parametrize("command", ["unlearn.py", "tune.py"])
+@pytest.mark.parametrize("command", ["unlearn.py", "tune.py", "finetune.py"])
 def test_the_command_modules_hold_no_pipeline_code(command):
-    """They parse arguments, call :mod:`obliviate.pipelines.unlearn` and print: nothing of the run is theirs."""
+    """They parse arguments, call their pipeline (:mod:`obliviate.pipelines.unlearn`,
+    :mod:`obliviate.pipelines.finetune`) and print: nothing of the run is theirs."""
     tree = ast.parse((CLI / command).read_text())
     imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     run_parts = {"evaluate_task", "unlearn", "score_against", "unlearn_outcome", "write_results", "write_model_card",
-                 "save_trained", "seed_everything", "tune", "same_run", "prepare_out_dir"}
+                 "save_trained", "seed_everything", "tune", "same_run", "prepare_out_dir", "finetune",
+                 "plot_loss_curve"}
     assert not {name for _, name in imported} & run_parts
     assert not {m for m, _ in imported if m and m.startswith(("obliviate.unlearning", "obliviate.train"))}
