@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-import obliviate.cli.eval as cli_eval
+import obliviate.pipelines.evaluate as eval_pipeline
 from obliviate.cli.main import main
 from tests._cli_errors import one_error
 from tests.tasks._userdata import save_tiny_model, write_user_files
@@ -72,14 +72,14 @@ def test_eval_data_refuses_cuda_on_a_machine_without_it(user, tmp_path, capsys):
                                             ("float32", torch.float32)])
 def test_eval_evaluates_in_the_dtype_and_on_the_device_given(command, dtype, expected, user, tmp_path, monkeypatch):
     seen = []
-    real = cli_eval.evaluate_task
+    real = eval_pipeline.evaluate_task
 
     def spy(model, *a, **k):
         p = next(model.parameters())
         seen.append((p.dtype, p.device.type))
         return real(model, *a, **k)
 
-    monkeypatch.setattr(cli_eval, "evaluate_task", spy)
+    monkeypatch.setattr(eval_pipeline, "evaluate_task", spy)
     assert main([*_command(command, user), "--out", str(tmp_path / "o"), "--device", "cpu", "--dtype", dtype]) == 0
     assert seen == [(expected, "cpu")]
 

@@ -21,6 +21,7 @@ from obliviate.cli import compare as cli_compare
 from obliviate.cli import eval as cli_eval
 from obliviate.cli import inputs as cli_inputs
 from obliviate.cli.main import main
+from obliviate.pipelines import evaluate as eval_pipeline
 from obliviate.pipelines import unlearn as unlearn_pipeline
 from obliviate.pipelines.compare import run as compare_pipeline
 from obliviate.tasks.sources._io import iter_text_lines
@@ -55,7 +56,7 @@ def stop_at_the_model(monkeypatch):
 
     for module in (cli_eval, cli_inputs, cli_compare):  # (unlearn and tune load through cli.inputs.checked_run)
         monkeypatch.setattr(module, "load_model_args", reached)
-    for module in (cli_eval, unlearn_pipeline, compare_pipeline):  # where each command prepares --out
+    for module in (eval_pipeline, unlearn_pipeline, compare_pipeline):  # where each command prepares --out
         monkeypatch.setattr(module, "prepare_out_dir", reached)
 
 

@@ -1,7 +1,7 @@
 """Issue #43: ``obliviate attack`` and ``obliviate compare`` parse arguments, call their pipeline
 (:mod:`obliviate.pipelines.attack`, :mod:`obliviate.pipelines.compare`) and print: the command modules import none of
 the run's parts (loading the controls, attacking, evaluating, training, writing results), and nothing of their
-pipeline but its entry points."""
+pipeline but its entry points. No other command module imports a run's parts either."""
 
 from __future__ import annotations
 
@@ -45,6 +45,21 @@ def test_the_command_module_holds_no_pipeline_code(command):
     allowed = {(m, n) for m, names in ENTRY_POINTS[command].items() for n in names}
     assert from_pipelines <= allowed, from_pipelines - allowed
     assert from_pipelines  # it does call its pipeline
+
+
+EVERY_RUN_PART = RUN_PARTS | {"unlearn", "finetune", "pretrain", "tune", "save_trained", "write_model_card",
+                              "plot_loss_curve", "atomic_write_json", "atomic_write_text", "run_lmeval_tasks",
+                              "probe_directions", "generate_world", "score_against", "unlearn_outcome"}
+"""What no module of the command line imports: every command calls a pipeline (``obliviate.pipelines``) or a
+reproduction (``obliviate.papers``) for its run."""
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in CLI.glob("*.py")))
+def test_no_command_module_holds_a_run(module):
+    """The DESIGN's rule for every command: parse the arguments, call one pipeline, print (``main.py`` imports the
+    command modules themselves, whose names are the commands'; ``inputs.py`` reads what the user gave)."""
+    imported = {(m, n) for m, n in _imports(module) if m != "obliviate.cli"}
+    assert not {name for _, name in imported} & EVERY_RUN_PART
 
 
 def test_the_entry_points_are_the_apis_too():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.cli.args import (MAPPING_HELP, add_common, add_eval_args, add_model_args, add_task_args,
@@ -15,18 +14,9 @@ from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, lo
                                   task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
-from obliviate.eval.lmeval import require_lm_eval, run_lmeval_tasks
-from obliviate.eval.suite import EvalOptions, evaluate_task, item_records
-from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
+from obliviate.eval.lmeval import require_lm_eval
+from obliviate.pipelines.evaluate import EvalRunConfig, run_eval, run_lmeval
 from obliviate.tasks.benchmark import benchmark_task
-
-
-@dataclass
-class EvalCommandConfig:
-    seed: int = 0
-    world: dict = field(default_factory=dict)
-    """Keys of the world's config for ``--task world`` (former spelling: the keys without ``world.``)."""
-    eval: EvalOptions = field(default_factory=EvalOptions)
 
 
 def cmd_eval(args) -> None:
@@ -36,32 +26,21 @@ def cmd_eval(args) -> None:
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
     overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
-    cfg = build_config(EvalCommandConfig, args.config, overrides, base={"seed": args.seed,
+    cfg = build_config(EvalRunConfig, args.config, overrides, base={"seed": args.seed,
                                                                           "eval": eval_overrides(args)})
     evaluate_and_write(args, cfg, task_from_args(args, seed=cfg.seed, world=cfg.world))
 
 
-def evaluate_and_write(args, cfg: EvalCommandConfig, task) -> dict:
-    """The evaluation of ``eval``: :func:`~obliviate.eval.suite.evaluate_task` of ``--model`` on ``task``;
-    ``results.json`` holds ``metrics.model`` and the task's summary, ``predictions.json`` each QA/MCQ set's
-    records, one per item (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score)."""
+def evaluate_and_write(args, cfg: EvalRunConfig, task) -> dict:
+    """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`)."""
     model, tok = load_model_args(args, trains=False)
-    out = prepare_out_dir(args.out)
-    metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
-                            progress=not getattr(args, "no_progress", False), details=True)
-    atomic_write_json(out / "predictions.json", item_records(task, metrics.pop("_per_item"), tok))
-    write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=str(args.model),
-                  task=task.summary())
-    print(json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1))
-    for line in not_computed_lines(task, metrics):
+    metrics, lines, notes = run_eval(model, tok, task, cfg, args.out, model_dir=str(args.model),
+                                     progress=not getattr(args, "no_progress", False))
+    for line in lines:
+        print(line)
+    for line in notes:
         print(f"obliviate: {line}", file=sys.stderr)
     return metrics
-
-
-def not_computed_lines(task, metrics: dict) -> list[str]:
-    """What an evaluation left out, one line each: the task's parts whose files are missing
-    (``task.meta["missing"]``), then each metric over zero items or tokens (``metrics["absent"]``)."""
-    return [*(task.meta.get("missing") or []), *(metrics.get("absent") or {}).values()]
 
 
 def add_benchmark_args(p) -> None:
@@ -99,7 +78,7 @@ def run_benchmark_eval(args) -> bool:
         raise ConfigError(f"key=value overrides ({' '.join(world)}) configure the world evaluation, "
                           "not --benchmark/--data")
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
-    cfg = build_config(EvalCommandConfig, args.config, args.overrides, base={"seed": args.seed,
+    cfg = build_config(EvalRunConfig, args.config, args.overrides, base={"seed": args.seed,
                                                                                "eval": eval_overrides(args)})
     if cfg.world:
         raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
@@ -129,11 +108,10 @@ def run_lmeval_command(args) -> bool:
     check_out_dir(args.out, input_paths(args, args.lm_eval_include))
     require_lm_eval()  # a missing lm-eval fails before the model is loaded
     model, tok = load_model_args(args, trains=False)  # on --device, in --dtype, with --adapter
-    out = prepare_out_dir(args.out)
-    res = run_lmeval_tasks(model, tok, tasks, include_path=args.lm_eval_include, limit=args.limit)
     config = {"lm_eval": tasks, "include": args.lm_eval_include, "limit": args.limit, "model": args.model,
               "tokenizer": args.tokenizer or args.model}
-    write_results(out, seed=args.seed, config=config, metrics={"lm_eval": res})
+    res = run_lmeval(model, tok, tasks, args.out, seed=args.seed, include=args.lm_eval_include, limit=args.limit,
+                     config=config)
     print(json.dumps(res, indent=1))
     return True
 

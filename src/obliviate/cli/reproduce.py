@@ -12,8 +12,7 @@ from obliviate.cli.args import add_common
 from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
-from obliviate.papers import available, get_recipe, render_only
-from obliviate.runs.results import prepare_out_dir
+from obliviate.papers import available, get_recipe, render_only, run_recipe
 
 
 def recorded_command(argv: list[str] | None = None) -> str:
@@ -29,7 +28,7 @@ def cmd_reproduce(args) -> None:
     if not args.out:
         raise ConfigError("reproduce: --out DIR is required (or --render-only DIR)")
     check_out_dir(args.out, [])
-    config_cls, run, _ = get_recipe(args.name)
+    config_cls = get_recipe(args.name)[0]
     fields = {f.name for f in dataclasses.fields(config_cls)}
     base = {"seed": args.seed}
     if args.quick:
@@ -37,9 +36,8 @@ def cmd_reproduce(args) -> None:
     cfg = build_config(config_cls, args.config, args.overrides, base=base)
     if "command" in fields and not cfg.command:
         cfg.command = recorded_command()
-    out = prepare_out_dir(args.out)
     t = time.time()
-    run(cfg, out, progress=not args.no_progress)
+    out = run_recipe(args.name, cfg, args.out, progress=not args.no_progress)
     print(f"{args.name}: done in {(time.time() - t) / 60:.1f} min; report {out / 'report.md'}, "
           f"results {out / 'results.json'}")
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from obliviate.cli.args import add_common
 from obliviate.cli.inputs import check_out_dir, input_paths
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.tofu import TINY_SCALE_NOTE
 from obliviate.pipelines.tofu import GivenModels, TofuConfig, check_run, run_tofu
-from obliviate.runs.results import prepare_out_dir
 
 
 def cmd_tofu(args) -> None:
@@ -31,8 +32,7 @@ def cmd_tofu(args) -> None:
                               f"{getattr(args, flag)}: give it once")
     check_run(cfg, args.out, given)  # before the output directory is touched
     check_out_dir(args.out, input_paths(args, args.retain_model))  # (the TOFU checks name a given model first)
-    out = prepare_out_dir(args.out)
-    res = run_tofu(cfg, out, progress=not args.no_progress, given=given)
+    res = run_tofu(cfg, args.out, progress=not args.no_progress, given=given)
     m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
     print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model {m['retain_model'][rouge]:.3f})")
     mias = [k for k in m[cfg.method] if k.startswith("mia_auc_")]
@@ -43,7 +43,7 @@ def cmd_tofu(args) -> None:
         print(f"note: {line}")
     if given is None:
         print(f"note: {TINY_SCALE_NOTE}")
-    print(f"results: {out / 'results.json'}")
+    print(f"results: {Path(args.out) / 'results.json'}")
 
 
 def register(sub) -> None:

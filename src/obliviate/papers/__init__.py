@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 from obliviate.errors import ConfigError, InvalidResult
 from obliviate.registry import Registry
 from obliviate.runs.report import markdown_table as _markdown_table
-from obliviate.runs.results import _clean, atomic_write_text
+from obliviate.runs.results import _clean, atomic_write_text, prepare_out_dir
 
 
 class Recipe(NamedTuple):
@@ -100,6 +100,13 @@ def get_recipe(name: str) -> tuple[type, Callable, str]:
     """(config class, run function, description) of recipe ``name``; one error line for an unknown one."""
     entry = RECIPES.lookup(name)
     return entry.config, entry.run, entry.description
+
+
+def run_recipe(name: str, cfg, out, progress: bool = True) -> Path:
+    """Run recipe ``name`` with ``cfg`` in the run directory ``out`` (prepared here); returns it."""
+    out = prepare_out_dir(out)
+    get_recipe(name)[1](cfg, out, progress=progress)
+    return out
 
 
 @dataclass

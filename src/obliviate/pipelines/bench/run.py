@@ -8,6 +8,9 @@ against pretraining (:func:`measure_filtering`). Definitions and the last result
 
 from __future__ import annotations
 
+import datetime
+import os
+import platform
 import random
 import statistics
 import time
@@ -31,6 +34,7 @@ from obliviate.unlearning.reference import prepare_reference
 from obliviate.unlearning.objectives import answer_logprob, forward_logits, sequence_logprob
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
 from obliviate.runs.report import markdown_table
+from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
 from obliviate.train import TrainConfig, make_lm_batches, make_optimizer, select_trainable
 from obliviate.train.pretrain import tokenizer_for
@@ -629,3 +633,33 @@ def roofline_text(metrics: dict) -> str:
                        f" (time ratio {e[f'{k}_time_vs_lm_eval_local']:.3f})")
             lines.append(f"- {what}: {e[f'{k}_examples_per_s']:.1f} examples/s{vs}")
     return "\n".join(lines) + "\n"
+
+
+def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
+    """``(head, table)`` of ``bench.md``: the machine and settings, then the roofline, the step-time table (and at
+    the mid size) and the filtering table."""
+    table = roofline_text(metrics) + "\n" + bench_table(metrics)
+    if "mid" in metrics:
+        table += f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n"
+        table += bench_table(metrics["mid"])
+    filtering = filtering_table(metrics)
+    if filtering:
+        table += "\n" + filtering
+    t = metrics.get("timing", {})
+    head = (f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores "
+            f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, model size "
+            f"`{cfg.size}`, batch {cfg.batch_size}. Step-time ratios: median of {t.get('rounds')} interleaved rounds "
+            f"({t.get('clock')}), IQR in brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): "
+            f"{t.get('converged')}.\n\n")
+    return head, table
+
+
+def run_bench_dir(cfg: BenchConfig, out, progress: bool = True) -> tuple[dict, str]:
+    """``obliviate bench``: :func:`run_bench` into the run directory ``out`` (``bench.md`` and ``results.json``);
+    returns the metrics and the tables."""
+    out = prepare_out_dir(out)
+    metrics = run_bench(cfg, progress=progress)
+    head, table = bench_report(cfg, metrics)
+    atomic_write_text(out / "bench.md", head + table + "\n")
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
+    return metrics, table

@@ -29,7 +29,7 @@ from obliviate.models.load import check_vocab, load_model
 from obliviate.models.tokenizer import ensure_pad_token, save_tokenizer, train_tokenizer
 from obliviate.models.load import load_tokenizer
 from obliviate.runs.parts import cached_part
-from obliviate.runs.results import atomic_write_json, write_results
+from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks import Task, load_task
 from obliviate.tasks.sources._io import root_dir
 from obliviate.tasks.tofu import RETAIN_OF, load_tofu, tofu_prompt
@@ -474,12 +474,13 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
 def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
              given: GivenModels | None = None) -> dict:
     """Run the protocol for ``cfg.method`` on tiny models trained here or, with ``given``, on two given models;
-    write ``out/results.json``, ``out/per_example.json`` and the unlearned model in ``out/model``.
+    write the run directory ``out`` (prepared here, after the checks): ``results.json``,
+    ``per_example.json`` and the unlearned model in ``model/``.
 
     Returns ``{"metrics", "per_example", "timings"}``.
     """
-    out = Path(out)
     check_run(cfg, out, given)  # a bad method, data file or path fails before anything is loaded or trained
+    out = prepare_out_dir(out)
     ucfg = unlearn_config(cfg)
     t_all = time.time()
     bases = given_bases(cfg, given) if given else prepare_bases(cfg, progress)
