@@ -23,8 +23,7 @@ import torch
 from obliviate.attacks.controls import small_norm_control, suppression_control
 from obliviate.attacks.quantize import quantized_copy
 from obliviate.eval.suite import evaluate_task
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks.world import task_from_world
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain
 from obliviate.world import WorldConfig, generate_world

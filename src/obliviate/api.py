@@ -14,8 +14,9 @@ Every function takes a Hugging Face causal LM and its tokenizer as objects, the 
     after = obliviate.evaluate(unlearned, tok, task)
     attacks = obliviate.attack(unlearned, tok, task, base_model=model)
 
-The command line (``obliviate unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
-underneath: :func:`obliviate.pipelines.unlearn.run_unlearn`, :func:`obliviate.eval.suite.evaluate_task`,
+The command line (``obliviate finetune``, ``unlearn``, ``eval``, ``attack``, ``compare``) runs the same functions
+underneath: :func:`obliviate.pipelines.finetune.run_finetune`, :func:`obliviate.pipelines.unlearn.run_unlearn`,
+:func:`obliviate.eval.suite.evaluate_task` (through :func:`obliviate.pipelines.evaluate.run_eval`),
 :func:`obliviate.pipelines.attack.run_attack` and :func:`obliviate.pipelines.compare.run.run_compare_dir`.
 """
 
@@ -113,8 +114,9 @@ def finetune(model, tokenizer, task: Task, *, in_place: bool = False, seed: int 
     _check_task("finetune", task)
     cfg = FinetuneRunConfig(seed=seed, finetune=from_dict(FinetuneConfig, {**config, "seed": seed, "data": data},
                                                            prefix="finetune"))
+    name = getattr(model, "name_or_path", None) or None
     new, info = run_finetune(model, tokenizer, task, cfg, out_dir, in_place=in_place, progress=progress,
-                             base_model=getattr(model, "name_or_path", None) or None)
+                             base_model=name, fingerprint={"model": name})
     info.pop("lines", None)
     return new, info
 

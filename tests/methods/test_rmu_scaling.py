@@ -77,8 +77,7 @@ def test_the_world_demo_keeps_rmu_c_20(seed, monkeypatch):
 
     from obliviate.unlearning.engine import method_run_config, unlearn
     from obliviate.methods.rmu import RMU
-    from obliviate.models.load import load_model
-    from obliviate.models.load import load_tokenizer
+    from obliviate.models.load import load_model, load_tokenizer
     from obliviate.pipelines.compare.run import CompareConfig
     from obliviate.tasks.world import world_task
     from obliviate.train.pretrain import cached_pretrain

@@ -15,8 +15,7 @@ import torch
 
 import obliviate
 from obliviate.errors import ConfigError
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,7 @@ from _userdata import save_tiny_model, write_user_files
 from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.eval.suite import evaluate_task
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.unlearning.engine import UnlearnConfig, unlearn

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from obliviate.cli.main import main
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks import load_task
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")

@@ -26,8 +26,7 @@ def cmd_eval(args) -> None:
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
     overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
-    cfg = build_config(EvalRunConfig, args.config, overrides, base={"seed": args.seed,
-                                                                          "eval": eval_overrides(args)})
+    cfg = build_config(EvalRunConfig, args.config, overrides, base={"seed": args.seed, "eval": eval_overrides(args)})
     evaluate_and_write(args, cfg, task_from_args(args, seed=cfg.seed, world=cfg.world))
 
 
@@ -78,8 +77,8 @@ def run_benchmark_eval(args) -> bool:
         raise ConfigError(f"key=value overrides ({' '.join(world)}) configure the world evaluation, "
                           "not --benchmark/--data")
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
-    cfg = build_config(EvalRunConfig, args.config, args.overrides, base={"seed": args.seed,
-                                                                               "eval": eval_overrides(args)})
+    cfg = build_config(EvalRunConfig, args.config, args.overrides,
+                       base={"seed": args.seed, "eval": eval_overrides(args)})
     if cfg.world:
         raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
                           "not --benchmark/--data")

@@ -1,8 +1,9 @@
 """What the user gave the command line, checked and read: :func:`check_inputs`, the validation boundary, runs in
 one pass before any command (:func:`obliviate.cli.main.main` calls it between parsing the arguments and running the
-command); then a command reads its task (:func:`task_from_args`), checks its run directory against its inputs
-(:func:`check_out_dir`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run` is that
-order for ``unlearn`` and ``tune``. The options are declared in :mod:`obliviate.cli.args`.
+command); then a command checks its run directory against its inputs (:func:`check_out_dir`), reads its task
+(:func:`task_from_args`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run` gives
+``unlearn``'s and ``tune``'s loaders to :func:`~obliviate.pipelines.unlearn.prepare_run`. The options are
+declared in :mod:`obliviate.cli.args`.
 
 What passes through the boundary, each failing as one :class:`~obliviate.errors.ObliviateError` line naming the input:
 
@@ -32,10 +33,9 @@ import torch
 from obliviate.cli.args import FILE_SETS
 from obliviate.config import load_yaml, parse_overrides
 from obliviate.errors import ConfigError, DataError
-from obliviate.models.load import is_local, missing_reason
-from obliviate.models.load import check_model_dir, check_model_path, load_model_and_tokenizer, resolve_dtype
+from obliviate.models.load import (check_model_dir, check_model_path, is_local, load_model_and_tokenizer,
+                                   load_tokenizer, missing_reason, resolve_dtype)
 from obliviate.models.tokenizer import ensure_pad_token
-from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.unlearn import prepare_run
 from obliviate.runs.results import input_fingerprint
 from obliviate.tasks import Task, check_task_spec, load_task, parse_spec
@@ -43,8 +43,6 @@ from obliviate.tasks.files import FieldsUnknown, spec_files, task_from_files
 from obliviate.tasks.sources.generic import parse_mapping
 from obliviate.train.distributed import is_main_process
 
-FILE_LISTS = ("forget", "retain", "utility", "holdout", "relearn")
-"""Options that name data files, each given once or more (``--forget A --forget B``)."""
 MODEL_DIRS = ("model", "base", "oracle", "base_untrained", "retain_model")
 """Options that name a model: a local directory with a valid config.json (or a hub id)."""
 OTHER_DIRS = {"tokenizer": "tokenizer", "adapter": "adapter", "lm_eval_include": "lm-eval task"}
@@ -90,7 +88,7 @@ def check_inputs(args) -> None:
     if getattr(args, "config", None):
         check_file(args.config, "config file")
         load_yaml(args.config)
-    for dest in FILE_LISTS:
+    for dest in FILE_SETS:  # the options that name data files, each given once or more
         value = getattr(args, dest, None)
         for path in value if isinstance(value, list) else []:  # (tofu's --forget is a split name)
             check_file(path, f"{flag(dest)} file", f"file not found: {path}")
@@ -225,7 +223,7 @@ def input_paths(args, *extra: str | None) -> list[str]:
     task's files (``--forget`` ... ``--relearn``, the spec of ``--task file:SPEC.yaml``), ``--data``, and ``extra``."""
     paths = [getattr(args, "model", None), getattr(args, "tokenizer", None), getattr(args, "adapter", None),
              getattr(args, "data", None), *extra]
-    for flag in ("forget", "retain", "utility", "holdout", "relearn"):
+    for flag in FILE_SETS:
         files = getattr(args, flag, None)
         paths += files if isinstance(files, list) else []  # (tofu's --forget is a split name)
     task = getattr(args, "task", None)

@@ -3,8 +3,9 @@
 Every command that produces results takes ``--out DIR`` and writes
 ``DIR/results.json`` atomically when, and only when, it has finished.
 User errors print one line naming the bad input and exit with status 2.
-Each command is one module of this package (``register(subparsers)`` and its ``cmd_*``); shared
-options are in :mod:`obliviate.cli.args`.
+Each command is one module of this package (``register(subparsers)`` and its ``cmd_*``) that parses its
+arguments, calls its pipeline (:mod:`obliviate.pipelines`) and prints; shared options are declared in
+:mod:`obliviate.cli.args` and read and checked in :mod:`obliviate.cli.inputs`.
 """
 
 from __future__ import annotations

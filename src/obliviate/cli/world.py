@@ -5,14 +5,14 @@ from __future__ import annotations
 from obliviate.cli.args import add_common
 from obliviate.cli.inputs import check_out_dir
 from obliviate.config import build_config
-from obliviate.pipelines.world import run_world
+from obliviate.pipelines.world import write_world
 from obliviate.tasks.world import WorldConfig
 
 
 def cmd_world(args) -> None:
     check_out_dir(args.out, [])
     cfg = build_config(WorldConfig, args.config, args.overrides, base={"seed": args.seed})
-    for line in run_world(cfg, args.out)[1]:
+    for line in write_world(cfg, args.out)[1]:
         print(line)
 
 

@@ -25,8 +25,7 @@ from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import untaught_model
 from obliviate.runs.report import plot_relearn_curves
-from obliviate.runs.results import (input_fingerprint, prepare_out_dir, previous_digest, same_run, task_digest,
-                                   write_results)
+from obliviate.runs.results import input_fingerprint, prepare_out_dir, resumes, write_results
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)
@@ -157,14 +156,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     if out is not None:
         out = prepare_out_dir(out)
         # A rerun into the same out resumes the relearning checkpoints, unless they belong to another run.
-        digest, before = task_digest(task), previous_digest(out)
-        resume = same_run(out, {"command": "attack", "config": cfg, "task": task.summary(), "data": digest,
-                                **(fingerprint or {}), "control": kind, "untrained": input_fingerprint(untrained)})
-        if not resume and before is not None and before != digest:
-            log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} -> "
-                     f"{digest[:12]}); starting afresh")
-        elif not resume:
-            log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
+        resume = resumes(out, {"command": "attack", "config": cfg, **(fingerprint or {}), "control": kind,
+                               "untrained": input_fingerprint(untrained)}, task, log)
     seed_everything(cfg.seed)
     base_model = load(base)[0] if base else None
     judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked

@@ -1,7 +1,7 @@
 """The evaluation runs of ``obliviate eval`` (:mod:`obliviate.cli.eval`): a model on a task
 (:func:`run_eval`: every metric of :func:`~obliviate.eval.suite.evaluate_task`, each QA/MCQ item's record, and
-``results.json``), or on lm-evaluation-harness tasks (:func:`run_lmeval`). ``obliviate.evaluate`` is the first on a
-model in memory, without a run directory."""
+``results.json``), or on lm-evaluation-harness tasks (:func:`run_lmeval`). ``obliviate.evaluate`` returns the
+metrics of :func:`~obliviate.eval.suite.evaluate_task` on a model in memory, without a run directory."""
 
 from __future__ import annotations
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import write_model_card
 from obliviate.runs.report import plot_loss_curve
-from obliviate.runs.results import previous_digest, prepare_out_dir, same_run, task_digest, write_results
+from obliviate.runs.results import prepare_out_dir, resumes, write_results
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.utils import seed_everything
@@ -52,14 +51,7 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     out = prepare_out_dir(out) if out is not None else None
     resume = False
     if out is not None:
-        digest, before = task_digest(task), previous_digest(out)  # a file edited in place: not resumed, said why
-        resume = same_run(out, {"command": "finetune", "config": cfg, "task": task.summary(), "data": digest,
-                                **(fingerprint or {})})
-        if not resume and before is not None and before != digest:
-            log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} -> "
-                     f"{digest[:12]}); starting afresh")
-        elif not resume:
-            log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
+        resume = resumes(out, {"command": "finetune", "config": cfg, **(fingerprint or {})}, task, log)
     seed_everything(cfg.seed)
     preset = preset_name(model)
     target = model if in_place else copy.deepcopy(model)
@@ -70,14 +62,15 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
         return new, info
     metrics = evaluate_task(new, tok, task, **eval_kwargs(cfg, progress))
     save_trained(new, out / "model", tok)  # rank 0 writes, in one process or several
-    if is_main_process():
-        write_model_card(out / "model", base_model=base_model, task=task.name, method="finetune",
-                         settings=summary["finetune"], metrics=metrics)
-        plot_loss_curve(Path(out) / "train" / "metrics.jsonl", out / "loss.png", f"fine-tuning on {task.name}")
-        write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics}, model_dir=str(out / "model"),
-                      base_model_dir=str(base_model), task=task.summary(), finetune=summary["finetune"],
-                      data=summary["data"])
+    info.update(metrics=metrics, lines=[])
+    if not is_main_process():  # under a launcher rank 0 writes and prints
+        return new, info
+    write_model_card(out / "model", base_model=base_model, task=task.name, method="finetune",
+                     settings=summary["finetune"], metrics=metrics)
+    plot_loss_curve(out / "train" / "metrics.jsonl", out / "loss.png", f"fine-tuning on {task.name}")
+    write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics}, model_dir=str(out / "model"),
+                  base_model_dir=None if base_model is None else str(base_model), task=task.summary(),
+                  finetune=summary["finetune"], data=summary["data"])
     scores = {k: round(v, 4) for k, v in metrics.items() if k.endswith("_score")}
-    info.update(metrics=metrics, lines=[f"fine-tuned on {task.name} ({data.describe()}): {scores}",
-                                        f"model: {out / 'model'}"])
+    info["lines"] = [f"fine-tuned on {task.name} ({data.describe()}): {scores}", f"model: {out / 'model'}"]
     return new, info

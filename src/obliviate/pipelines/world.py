@@ -10,7 +10,7 @@ from obliviate.utils import run_write_path
 SPLITS = ("forget", "holdout", "retain", "general", "concept")
 
 
-def run_world(cfg: WorldConfig, out) -> tuple[dict, list[str]]:
+def write_world(cfg: WorldConfig, out) -> tuple[dict, list[str]]:
     """The world of ``cfg`` written to ``out/world``; returns its sizes (facts per split, documents, characters,
     relearning paragraphs, fingerprint) and the line to print."""
     out = prepare_out_dir(out)

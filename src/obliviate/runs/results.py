@@ -338,3 +338,17 @@ def previous_digest(out: Path) -> str | None:
         return json.loads((out / "run.json").read_text()).get("data")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def resumes(out: Path, fingerprint: dict, task, log) -> bool:
+    """Whether a rerun into ``out`` resumes its checkpoints (:func:`same_run` of ``fingerprint`` with the task's
+    summary and :func:`task_digest` as ``task`` and ``data``); when not, ``log`` (a logger) says why in one line:
+    the task's items changed since the earlier run, or another config or model."""
+    digest, before = task_digest(task), previous_digest(out)  # a file edited in place: not resumed, said why
+    resume = same_run(out, {**fingerprint, "task": task.summary(), "data": digest})
+    if not resume and before is not None and before != digest:
+        log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} -> "
+                 f"{digest[:12]}); starting afresh")
+    elif not resume:
+        log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
+    return resume

@@ -31,8 +31,8 @@ from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss, lm_loss_grouped
 from obliviate.models.builders import build_model
 from obliviate.models.layers import count_passes
-from obliviate.models.tokenizer import save_tokenizer, train_tokenizer
 from obliviate.models.load import load_tokenizer
+from obliviate.models.tokenizer import save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
 from obliviate.tasks.world import full_answer_mcqs
 from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train

@@ -16,8 +16,7 @@ from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
 from obliviate.unlearning.engine import MethodRun, method_run_config, unlearn
 from obliviate.methods import build_method, get_method
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.papers import as_results, claims_json, recipe
 from obliviate.papers.atwu.claims import is_scored, make_claims

@@ -37,8 +37,7 @@ from obliviate.eval.suite import evaluate_set, evaluate_task
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.papers import as_results, claims_json, recipe
 from obliviate.papers.ember.claims import claims_of

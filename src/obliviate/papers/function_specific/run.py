@@ -19,8 +19,7 @@ from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.papers.function_specific.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
 from obliviate.methods import build_method, method_defaults
 from obliviate.models.layers import check_layer, num_layers
-from obliviate.models.load import load_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
 from obliviate.eval.probes import pairwise_cosine, probe_directions
 from obliviate.papers import as_results, claims_json, recipe

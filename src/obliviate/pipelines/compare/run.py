@@ -31,8 +31,7 @@ from obliviate.attacks.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
-from obliviate.models.load import load_model, save_model
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
 from obliviate.pipelines.compare.report import write_report

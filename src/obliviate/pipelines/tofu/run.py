@@ -23,11 +23,9 @@ from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_
 from obliviate.losses import lm_loss_labelled
 from obliviate.methods import get_method, method_defaults
 from obliviate.unlearning.engine import MethodRun, UnlearnConfig, unlearn
-from obliviate.models.load import looks_like_path
+from obliviate.models.load import check_vocab, load_model, load_tokenizer, looks_like_path
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
-from obliviate.models.load import check_vocab, load_model
 from obliviate.models.tokenizer import ensure_pad_token, save_tokenizer, train_tokenizer
-from obliviate.models.load import load_tokenizer
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks import Task, load_task
