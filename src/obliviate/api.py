@@ -155,7 +155,8 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
                            prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
     check_inputs(cfg, task, tokenizer)
     new, info = run_unlearn(model, tokenizer, task, cfg, out_dir, preset=preset or preset_name(model),
-                            base_model=model_dir, in_place=in_place, judge=judge, progress=progress)
+                            base_model=model_dir, fingerprint={"base": model_dir}, in_place=in_place, judge=judge,
+                            progress=progress)  # a rerun of another named model into out_dir does not resume
     info.pop("lines", None)
     if judge:
         log.info(info["outcome"]["line"])
