@@ -10,7 +10,7 @@ import sys
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.cli.args import add_common, add_model_args, add_task_args
-from obliviate.cli.inputs import check_out_dir, input_paths, load_model_args, task_from_args
+from obliviate.cli.inputs import check_out_dir, input_paths, load_model_args, model_fingerprint, task_from_args
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
                                         run_attack)
 from obliviate.runs.results import input_fingerprint
@@ -26,9 +26,7 @@ def cmd_attack(args) -> None:
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     kind = check_inputs(cfg, task, untrained, kind, control=args.control)
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
-    fingerprint = {"model": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
-                   **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}),
-                   "base": input_fingerprint(args.base)}
+    fingerprint = {**model_fingerprint(args, "model"), "base": input_fingerprint(args.base)}
     res = run_attack(task, cfg, args.out, model=args.model, load=lambda p: load_model_args(args, path=p),
                      base=args.base, untrained=untrained, kind=kind, control=args.control,
                      load_control=lambda p: load_model_args(ctl_args, path=p), fingerprint=fingerprint,

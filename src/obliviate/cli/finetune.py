@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from obliviate.cli.args import add_common, add_eval_args, add_model_args, add_task_args, seeded
-from obliviate.cli.inputs import check_out_dir, eval_overrides, input_paths, load_model_args, task_from_args
+from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, load_model_args, model_fingerprint,
+                                  task_from_args)
 from obliviate.config import build_config
 from obliviate.pipelines.finetune import FinetuneRunConfig, check_inputs, run_finetune
-from obliviate.runs.results import input_fingerprint
 
 
 def cmd_finetune(args) -> None:
@@ -17,9 +17,7 @@ def cmd_finetune(args) -> None:
     check_inputs(cfg, task)  # before the model is loaded
     model, tok = load_model_args(args)
     _, info = run_finetune(model, tok, task, cfg, args.out, base_model=args.model, progress=not args.no_progress,
-                           fingerprint={"model": input_fingerprint(args.model),
-                                        "tokenizer": input_fingerprint(args.tokenizer),
-                                        **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {})})
+                           fingerprint=model_fingerprint(args, "model"))
     for line in info["lines"]:
         print(line)
 

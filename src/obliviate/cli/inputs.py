@@ -336,10 +336,17 @@ def checked_run(args, tuning: bool = False):
                        load_tokenizer=lambda: tokenizer_args(args), load_model=lambda: load_model_args(args))
 
 
+def model_fingerprint(args, key: str = "base") -> dict:
+    """What identifies a command's model inputs, for resuming into the same ``--out``: ``--model`` (under ``key``),
+    ``--tokenizer`` and, when given, ``--adapter`` (:func:`~obliviate.runs.results.input_fingerprint` of each)."""
+    return {key: input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
+            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {})}
+
+
 def fingerprint(args) -> dict:
-    """What identifies the inputs of a run, for resuming into the same ``--out``."""
-    return {"base": input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
-            **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {}), "pad_policy": args.pad_policy}
+    """What identifies the inputs of an ``unlearn`` or ``tune`` run: the model's (:func:`model_fingerprint`) and
+    ``--pad-policy``."""
+    return {**model_fingerprint(args), "pad_policy": args.pad_policy}
 
 
 def tune_log(args):
