@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from obliviate.cli.args import (MAPPING_HELP, add_common, add_eval_args, add_model_args, add_task_args,
@@ -33,12 +32,10 @@ def cmd_eval(args) -> None:
 def evaluate_and_write(args, cfg: EvalRunConfig, task) -> dict:
     """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`)."""
     model, tok = load_model_args(args, trains=False)
-    metrics, lines, notes = run_eval(model, tok, task, cfg, args.out, model_dir=str(args.model),
-                                     progress=not getattr(args, "no_progress", False))
+    metrics, lines = run_eval(model, tok, task, cfg, args.out, model_dir=str(args.model),
+                              progress=not getattr(args, "no_progress", False))
     for line in lines:
         print(line)
-    for line in notes:
-        print(f"obliviate: {line}", file=sys.stderr)
     return metrics
 
 

@@ -6,11 +6,14 @@ metrics of :func:`~obliviate.eval.suite.evaluate_task` on a model in memory, wit
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 
 from obliviate.eval.lmeval import run_lmeval_tasks
 from obliviate.eval.suite import EvalOptions, evaluate_task, item_records
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -30,11 +33,12 @@ def not_computed_lines(task, metrics: dict) -> list[str]:
 
 
 def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None = None,
-             progress: bool = False) -> tuple[dict, list[str], list[str]]:
+             progress: bool = False) -> tuple[dict, list[str]]:
     """Every metric of ``task`` on ``model`` into the run directory ``out``: ``results.json`` holds
     ``metrics.model`` and the task's summary, ``predictions.json`` each QA/MCQ set's records, one per item
-    (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score). Returns the metrics, the lines to
-    print and the notes (:func:`not_computed_lines`)."""
+    (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score); what was left out
+    (:func:`not_computed_lines`) goes to the ``obliviate`` logger, a line each. Returns the metrics and the lines to
+    print."""
     out = prepare_out_dir(out)
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
                             progress=progress, details=True)
@@ -42,7 +46,9 @@ def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=model_dir,
                   task=task.summary())
     lines = [json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1)]
-    return metrics, lines, not_computed_lines(task, metrics)
+    for note in not_computed_lines(task, metrics):
+        log.info(note)
+    return metrics, lines
 
 
 def run_lmeval(model, tok, tasks: list[str], out, *, seed: int = 0, include: str | None = None,
