@@ -1,4 +1,4 @@
-"""Evaluation core: token losses, MCQ log-likelihood, greedy QA, S-unlearning."""
+"""Evaluation: the one suite (``suite.py``) and the scoring functions (``core.py``) exported here."""
 
 from obliviate.eval.core import (
     chance_corrected,

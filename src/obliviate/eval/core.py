@@ -1,4 +1,4 @@
-"""Metrics as functions.
+"""Scoring functions: generation, answer probabilities, MCQ log-likelihood, ROUGE, token losses, S-unlearning.
 
 All model evaluations run under ``torch.no_grad`` in eval mode, in batches, and
 accept any Hugging Face causal LM with its tokenizer (in memory). ``progress=True`` shows a

@@ -35,7 +35,7 @@ import torch
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import answer_mean_nll, fit_context, greedy_generate, model_max_length, rouge_l_recall
-from obliviate.eval.metrics import OPEN_UNLEARNING_TOFU, task_metrics, unavailable
+from obliviate.eval.suite import OPEN_UNLEARNING_TOFU, task_metrics, unavailable
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -48,7 +48,7 @@ UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 TOFU_SETS = ("forget", "retain", "real_authors", "world_facts")
 """The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s order."""
 TOFU_REPORT_METRICS = OPEN_UNLEARNING_TOFU
-"""The :mod:`obliviate.eval.metrics` names the TOFU report adds: extraction strength, exact memorization and
+"""The :data:`obliviate.eval.suite.METRICS` names the TOFU report adds: extraction strength, exact memorization and
 OpenUnlearning's six MIAs (``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a
 reference model path, which the protocol has: the retain model)."""
 TOFU_MIA_K = 0.4
@@ -314,7 +314,7 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
     """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
     :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
     ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``, and :data:`TOFU_REPORT_METRICS`
-    (:func:`obliviate.eval.metrics.task_metrics`): ``extraction_strength``, ``exact_memorization`` and, where the
+    (:func:`obliviate.eval.suite.task_metrics`): ``extraction_strength``, ``exact_memorization`` and, where the
     task has its holdout split, ``mia_auc_{loss,zlib,min_k,min_k_plus_plus,gradnorm}`` (k = :data:`TOFU_MIA_K`),
     with ``reference_model`` (the retain model) ``mia_auc_reference`` too. What is left out: :func:`report_notes`.
 

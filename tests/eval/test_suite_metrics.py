@@ -1,13 +1,13 @@
-"""Metrics a task asks for by name (obliviate.eval.metrics): registered, computed by evaluate_task, left out (with a
-line saying why) where their data is missing."""
+"""Metrics a task asks for by name (obliviate.eval.suite.METRICS): registered, computed by evaluate_task, left out
+(with a line saying why) where their data is missing."""
 
 import pytest
 
 from obliviate.errors import ConfigError
 from obliviate.eval.memorization import memorization_metrics
-from obliviate.eval.metrics import METRICS, OPEN_UNLEARNING_TOFU, requested_metrics, task_metrics, unavailable
 from obliviate.eval.mia import mia_metrics
-from obliviate.eval.suite import evaluate_task
+from obliviate.eval.suite import (METRICS, OPEN_UNLEARNING_TOFU, evaluate_task, requested_metrics, task_metrics,
+                                  unavailable)
 from obliviate.models.builders import tiny_random
 from obliviate.models.tokenizer import train_tokenizer
 from obliviate.tasks import Data, EvalSet, Task
