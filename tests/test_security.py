@@ -136,7 +136,7 @@ class _EchoingJudgeServer:
                     content = f"not json {KEY}"
                     status, reason = 200, None
                     body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
-                else:  # a real verdict whose description quotes the key (a hostile or buggy endpoint)
+                else:  # a real judgement whose description quotes the key (a hostile or buggy endpoint)
                     content = json.dumps({"is_member": True, "confidence": 0.99, "description": f"tokens {KEY}"})
                     status, reason = 200, None
                     body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
@@ -178,8 +178,8 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
     """EMBER through the registered "ember" method with an HTTP judge, as a run would do it.
 
     The key comes from the environment or from the run's config; the judge server quotes it back in an
-    error, a malformed reply and a verdict description. Nothing under the run directory (results.json,
-    the saved config, the verdict cache, the log file), nothing printed and no log record may hold it.
+    error, a malformed reply and a judgement description. Nothing under the run directory (results.json,
+    the saved config, the judgement cache, the log file), nothing printed and no log record may hold it.
     """
     from obliviate.methods.ember.judge import API_KEY_ENV, HTTPJudge
     from obliviate.methods import build_method
@@ -207,7 +207,7 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
                                       "Ilsa Varnholt was born in Dremmin in 1832 and worked as a weaver."],
                 "judge": judge}
         summary = method.edit(tiny_model, tiny_tokenizer, data)
-        print(json.dumps(summary["verdicts"]))
+        print(json.dumps(summary["judgements"]))
         atomic_write_json(out / "config.json", config)
         write_results(out, seed=0, config=config, metrics={"ember": summary})
     finally:
@@ -215,9 +215,9 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
         handler.close()
 
     assert judge_server.auth and all(a == f"Bearer {KEY}" for a in judge_server.auth)  # the key was really used
-    verdicts = json.loads((out / "results.json").read_text())["metrics"]["ember"]["verdicts"]
-    assert any(v["is_member"] is None for v in verdicts.values())  # the failures were recorded ...
-    assert any(v["is_member"] is True for v in verdicts.values())  # ... and so were the real verdicts
+    judgements = json.loads((out / "results.json").read_text())["metrics"]["ember"]["judgements"]
+    assert any(v["is_member"] is None for v in judgements.values())  # the failures were recorded ...
+    assert any(v["is_member"] is True for v in judgements.values())  # ... and so were the real judgements
     assert list((out / "judge_cache").glob("*.json"))
     files = _all_text_under(out)
     assert {"results.json", "config.json", "run.log"} <= set(files)

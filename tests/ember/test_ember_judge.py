@@ -13,8 +13,8 @@ import pytest
 from obliviate.methods.ember.judge import (
     HTTPJudge,
     Judge,
+    Judgement,
     LexiconJudge,
-    Verdict,
     judge_features,
     judge_from_sentences,
     keep,
@@ -52,7 +52,7 @@ def test_lexicon_judge_looks_at_top_20_only_and_needs_tokens():
     v = j.judge(0, ["cat"] * 20 + ["Hogwarts"] * 5)
     assert v.is_member is False and v.confidence == 1.0
     v = j.judge(0, [" ", "\n", ".."])
-    assert v.is_member is None and v.confidence == 0.0 and v.reason.startswith("no verdict")
+    assert v.is_member is None and v.confidence == 0.0 and v.reason.startswith("no judgement")
 
 
 def test_lexicon_judge_short_pieces_need_exact_match():
@@ -80,8 +80,8 @@ def test_judge_from_sentences_hand_counts():
 
 def test_judge_features_keeps_confident_members():
     j = LexiconJudge(TERMS)
-    kept, verdicts = judge_features(j, {3: ["Hogwarts", "Quidd"], 7: ["cat", "dog"]})
-    assert kept == [3] and set(verdicts) == {3, 7}
+    kept, judgements = judge_features(j, {3: ["Hogwarts", "Quidd"], 7: ["cat", "dog"]})
+    assert kept == [3] and set(judgements) == {3, 7}
 
 
 # --------------------------------------------------------------------------- HTTP stub server
@@ -160,7 +160,7 @@ def make_judge(url, **kw):
 def test_http_good_reply(stub):
     s = stub((200, GOOD))
     v = make_judge(s.url).judge(4, ["Hog", "warts"])
-    assert v == Verdict(True, 0.9, "Wizard school words.", "Wizard school words.")
+    assert v == Judgement(True, 0.9, "Wizard school words.", "Wizard school words.")
     (req,) = s.requests
     assert req["path"] == "/v1/chat/completions"
     assert req["headers"]["Authorization"] == f"Bearer {KEY}"
@@ -187,11 +187,11 @@ def test_http_fenced_json_content_is_accepted(stub):
         (reply(json.dumps({"is_member": True, "confidence": True})), "confidence"),
     ],
 )
-def test_http_malformed_replies_give_no_verdict_after_retries(stub, body, why):
+def test_http_malformed_replies_give_no_judgement_after_retries(stub, body, why):
     s = stub((200, body))
     v = make_judge(s.url, retries=1).judge(0, ["x"])
     assert v.is_member is None and v.confidence == 0.0
-    assert v.reason.startswith("no verdict") and why in v.reason
+    assert v.reason.startswith("no judgement") and why in v.reason
     assert len(s.requests) == 2  # first try + 1 retry
 
 
@@ -237,11 +237,23 @@ def test_http_cache_hit_needs_no_request(stub, tmp_path):
     assert j.judge(1, ["Hog", "warts"]) == first
     assert make_judge(s.url, cache_dir=tmp_path).judge(1, ["Hog", "warts"]) == first  # a new instance too
     assert len(s.requests) == 1 and len(list(tmp_path.glob("*.json"))) == 1
+    assert set(json.loads(next(tmp_path.glob("*.json")).read_text())) == {"model", "judgement"}
     make_judge(s.url, cache_dir=tmp_path).judge(1, ["Other", "tokens"])  # a new question asks the server
     assert len(s.requests) == 2
 
 
-def test_http_no_verdict_is_not_cached(stub, tmp_path):
+def test_http_cache_entry_of_the_old_format_is_still_a_hit(stub, tmp_path):
+    """A cache file written before the rename (key "verdict", not "judgement") is read: no request is sent."""
+    s = stub((500, b"{}"))
+    j = make_judge(s.url, cache_dir=tmp_path, retries=0)
+    path = j._cache_path(j.messages(1, ["Hog", "warts"], None))
+    old = Judgement(True, 0.9, "Wizard school words.", "Wizard school words.")
+    path.write_text(json.dumps({"model": "judge-model", "verdict": old.to_dict()}))
+    assert j.judge(1, ["Hog", "warts"]) == old
+    assert s.requests == []
+
+
+def test_http_no_judgement_is_not_cached(stub, tmp_path):
     s = stub((500, b"{}"), (500, b"{}"), (200, GOOD))
     j = make_judge(s.url, cache_dir=tmp_path, retries=1)
     assert j.judge(0, ["x"]).is_member is None
@@ -259,16 +271,16 @@ def test_api_key_never_leaks(stub, tmp_path, caplog, monkeypatch):
         (200, GOOD),
     )
     j = HTTPJudge(s.url, "judge-model", timeout=2.0, retries=3, backoff=0.0, cache_dir=tmp_path, concept="HP")
-    verdicts = [j.judge(0, ["a"]), j.judge(1, ["b"]), j.judge(1, ["b"])]
+    judgements = [j.judge(0, ["a"]), j.judge(1, ["b"]), j.judge(1, ["b"])]
     assert s.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # taken from the env var
-    assert verdicts[0].is_member is None and verdicts[1].is_member is True
+    assert judgements[0].is_member is None and judgements[1].is_member is True
     places = {
         "repr": repr(j),
         "str": str(j),
         "vars": repr(vars(j)),
         "pickle": pickle.dumps(j).decode("latin-1"),
         "logs": caplog.text,
-        "verdicts": repr(verdicts) + json.dumps([v.to_dict() for v in verdicts]),
+        "judgements": repr(judgements) + json.dumps([v.to_dict() for v in judgements]),
         "cache": "".join(p.read_text() for p in tmp_path.iterdir()),
     }
     assert places["cache"]  # something was cached
@@ -346,7 +358,7 @@ def send(handler, status, body, headers=()):
 @pytest.mark.parametrize("where", ["other origin", "same origin"])
 def test_http_redirects_are_not_followed_and_the_key_stays_home(raw_server, status, where):
     """A 3xx used to be followed with the Authorization header (urllib copies it), and the other host's
-    reply was taken as the verdict. Now no redirect is followed: no verdict, not retried, the key sent once."""
+    reply was taken as the judgement. Now no redirect is followed: no judgement, not retried, the key sent once."""
     other = raw_server(lambda h, n: send(h, 200, GOOD))
     target = other.url if where == "other origin" else None
     home = raw_server(lambda h, n: send(h, status, b"", [("Location", (target or home.url) + "/chat/completions")]))
@@ -394,7 +406,7 @@ def test_http_timeout_is_total_not_per_read(raw_server, head):
 
 
 def test_http_reply_size_is_capped(raw_server):
-    """A 300 MB reply used to be read whole. A declared or streamed reply beyond max_reply_bytes is no verdict,
+    """A 300 MB reply used to be read whole. A declared or streamed reply beyond max_reply_bytes is no judgement,
     not retried, and not read beyond the cap."""
     declared = raw_server(lambda h, n: (h.send_response(200), h.send_header("Content-Length", str(300 * 2**20)),
                                         h.end_headers(), h.wfile.write(b"{" * 1000)))
@@ -424,7 +436,7 @@ def test_http_reply_size_is_capped(raw_server):
 def test_a_key_with_a_trailing_newline_is_stripped_and_masked_in_every_form(raw_server, tmp_path, caplog,
                                                                               monkeypatch, key_from):
     """A key read from a file keeps its newline; it used to make http.client raise "Invalid header value
-    b'Bearer sk-...\\n'", whose repr-escaped key passed the mask into verdicts and results.json."""
+    b'Bearer sk-...\\n'", whose repr-escaped key passed the mask into judgements and results.json."""
     from obliviate.runs.results import write_results
 
     caplog.set_level(logging.DEBUG)
@@ -445,8 +457,8 @@ def test_a_key_with_a_trailing_newline_is_stripped_and_masked_in_every_form(raw_
     assert v.is_member is True
     assert s.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # the stripped key was sent
     error = f"unexpected ValueError: Invalid header value b'Bearer {KEY}\\r\\n'"
-    write_results(tmp_path, seed=0, config={"note": error}, metrics={"verdict": v.to_dict()})
-    texts = {"verdict": repr(v), "redacted": j._redact(error), "logs": caplog.text, "repr": repr(j) + repr(vars(j)),
+    write_results(tmp_path, seed=0, config={"note": error}, metrics={"judgement": v.to_dict()})
+    texts = {"judgement": repr(v), "redacted": j._redact(error), "logs": caplog.text, "repr": repr(j) + repr(vars(j)),
              "results.json": (tmp_path / "results.json").read_text(),
              "cache": "".join(p.read_text() for p in (tmp_path / "cache").iterdir())}
     for where, text in texts.items():

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from obliviate.methods.ember import (
+    Judgement,
     LexiconJudge,
-    Verdict,
     ember_erase,
     locate_concept_features,
     restore_embeddings,
@@ -26,7 +26,7 @@ class AcceptAll:
 
     def judge(self, feature_id, top_tokens, description=None):
         self.seen.append((feature_id, list(top_tokens)))
-        return Verdict(True, 1.0, "stub")
+        return Judgement(True, 1.0, "stub")
 
 
 def test_ember_erase_edits_exactly_the_eligible_concept_tokens(tiny_model, tiny_tokenizer):
@@ -69,7 +69,7 @@ def test_nothing_kept_means_nothing_edited(tiny_model, tiny_tokenizer):
     judge = LexiconJudge(["nonexistentconcept"])
     loc = locate_concept_features(tiny_model, tiny_tokenizer, CONCEPT, NEUTRAL, judge, K=4,
                                   sparsity=0.2, min_ratio=0.0, factor_kwargs=dict(patience=5, max_iter=50))
-    assert loc.features == [] and loc.candidates and all(v.is_member is False for v in loc.verdicts.values())
+    assert loc.features == [] and loc.candidates and all(v.is_member is False for v in loc.judgements.values())
     res = ember_erase(tiny_model, tiny_tokenizer, CONCEPT, NEUTRAL, judge, K=4, delta=5.0, location=loc)
     assert res.vocab_fraction_edited == 0.0
     assert all(torch.equal(v, ref[k]) for k, v in tiny_model.state_dict().items())

@@ -45,7 +45,7 @@ def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     assert "Skipped: TOFU data not found" in report and "Made by: `obliviate " in report
     assert "token AUROC" in report and (out / "token_auroc.png").exists()
     assert len(res["claims"]) == 4 and all(c["sentence"] for c in res["claims"])
-    assert "(world, TOFU not run)" in res["claims"][0]["ours"] or res["claims"][0]["verdict"] == "not testable here"
+    assert "(world, TOFU not run)" in res["claims"][0]["ours"] or res["claims"][0]["agreement"] == "not testable here"
     assert (out / "parts" / "world" / "atwu.json").exists()
 
     # A rerun into the same directory reuses every finished method.

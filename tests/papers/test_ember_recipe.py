@@ -75,9 +75,9 @@ class KeepAll:
     """A judge that keeps every candidate: the tiny test world's 400-token BPE has no whole concept names."""
 
     def judge(self, feature_id, top_tokens, description=None):
-        from obliviate.methods.ember import Verdict
+        from obliviate.methods.ember import Judgement
 
-        return Verdict(True, 1.0, "test: keep all")
+        return Judgement(True, 1.0, "test: keep all")
 
 
 @pytest.mark.heavy(7)
@@ -150,10 +150,10 @@ def test_data_part_skipped_without_data(tmp_path):
     assert res["metrics"] == {} and res["real_data"] == {}
     assert res["notes"]["data"].startswith("EMBER data not found")
     assert "Skipped: EMBER data not found" in (out / "report.md").read_text()
-    assert all(c["verdict"] == "not testable here" for c in res["claims"])
+    assert all(c["agreement"] == "not testable here" for c in res["claims"])
 
 
-def test_claims_verdicts_hand_made():
+def test_claims_agreements_hand_made():
     from obliviate.papers.ember import make_claims
 
     row = dict(concept_acc=0.3, relearn_concept_acc=0.8, vocab_fraction_edited=0.0, n_tokens_edited=0,

@@ -154,11 +154,11 @@ def test_recipe_results_report_and_resume(tmp_path, monkeypatch):
     assert pd["layers"] == [0, 1, 2, 3] and pd["n_pairs"] == 6
     assert all(abs(pd["cosine"][i][i] - 1.0) < 1e-6 for i in range(4))
     assert res["alpha_trajectories"]["0"]["K"] == 2
-    assert len(res["claims"]) == 5 and all(c["sentence"] and c["verdict"] for c in res["claims"])
+    assert len(res["claims"]) == 5 and all(c["sentence"] and c["agreement"] for c in res["claims"])
 
     report = (out / "report.md").read_text()
     assert "Made by: `obliviate reproduce function-specific" in report and "n_seeds=1" in report
-    assert "| paper's claim | ours | verdict |" in report and "6-24%" in report and "cosine < 0.5" in report
+    assert "| paper's claim | ours | agreement |" in report and "6-24%" in report and "cosine < 0.5" in report
     assert "| variant | function | U | R | S |" in report
     for v in ROWS:
         assert f"| {v} |" in report
@@ -213,6 +213,6 @@ def test_quick_recipe_end_to_end(tmp_path, monkeypatch):
         assert 0.0 < m[v]["s_unlearning"] <= 1.0
     for v in TOXICITY:  # every toxicity method makes the held-out continuations less toxic
         assert m[v]["toxicity"] < m["base"]["toxicity"] and m[v]["u"] > 0.0, v
-    assert [c["verdict"] for c in res["claims"]] and len(res["claims"]) == 5
-    assert all(c["verdict"] in ("agrees", "disagrees", "not testable here") for c in res["claims"])
+    assert [c["agreement"] for c in res["claims"]] and len(res["claims"]) == 5
+    assert all(c["agreement"] in ("agrees", "disagrees", "not testable here") for c in res["claims"])
     assert "--quick" in (out / "report.md").read_text()

@@ -137,7 +137,7 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     assert set(metrics["refusal"]) == {"none", "remove"}
     assert all(0.0 <= v["forget"] <= 1.0 for v in metrics["refusal"].values())
     assert [r["p"] for r in metrics["label_noise"]["rows"]] == [0.0, 0.2]
-    assert len(res["claims"]) == 5 and all(c["verdict"] in ("agrees", "disagrees", "not testable here")
+    assert len(res["claims"]) == 5 and all(c["agreement"] in ("agrees", "disagrees", "not testable here")
                                           for c in res["claims"])
     assert "timings" in res and "seconds" not in json.dumps(metrics)
     report = (tmp_path / "report.md").read_text()
@@ -234,7 +234,7 @@ def _fake_metrics(rm_start, rmu_start, t_rm, t_rmu, ref_none, ref_remove):
     return cfg, m
 
 
-def test_claim_verdicts_are_computed_from_the_numbers():
+def test_claim_agreements_are_computed_from_the_numbers():
     cfg, m = _fake_metrics(3.0, 2.0, 1300, 100, (0.3, 0.0), (0.6, 0.05))
     claims = TFC.make_claims(cfg, m)  # Pareto, scale, RMU, refusal, weak labels
     assert [x.agrees for x in claims] == [True, True, True, True, True]  # 2/2; 2x -> 5x; 13x; 0.6 = 2 x 0.3; gap 0.03

@@ -1,4 +1,4 @@
-"""obliviate tune: the grid, the choice under the retain constraint, the validation split, resume, the preset file."""
+"""obliviate tune: the grid, the choice under the retain constraint, the validation split, resume, tuned.yaml."""
 
 import dataclasses
 import json
@@ -99,7 +99,7 @@ SMALL_GRID = ["unlearn.train.steps=6", "unlearn.train.lr=1e-3", "tune.lr_scale=[
               "tune.param_scale=[1]"]
 
 
-def test_tune_writes_a_preset_that_unlearn_config_reads(taught, tmp_path, capsys):
+def test_tune_writes_settings_that_unlearn_config_reads(taught, tmp_path, capsys):
     assert main(["tune", *_args(taught, tmp_path / "t", *SMALL_GRID)]) == 0
     out = capsys.readouterr().out
     assert "tune npo: chose lr" in out and "obliviate unlearn --method npo --config" in out
@@ -108,13 +108,13 @@ def test_tune_writes_a_preset_that_unlearn_config_reads(taught, tmp_path, capsys
     assert len(trials) == 3 and res["tune"]["feasible"]
     feasible = [t for t in trials if t["retained"] >= 0.9]
     assert chosen["forgot"] == max(t["forgot"] for t in feasible)
-    preset = yaml.safe_load((tmp_path / "t" / "preset.yaml").read_text())
-    assert main(["unlearn", "--config", str(tmp_path / "t" / "preset.yaml"),
-                 *_args(taught, tmp_path / "u")[:-1]]) == 0  # batch size from the preset too
+    tuned = yaml.safe_load((tmp_path / "t" / "tuned.yaml").read_text())
+    assert main(["unlearn", "--config", str(tmp_path / "t" / "tuned.yaml"),
+                 *_args(taught, tmp_path / "u")[:-1]]) == 0  # batch size from the tuned settings too
     used = json.loads((tmp_path / "u" / "results.json").read_text())["config"]["unlearn"]
-    assert used["train"]["lr"] == preset["unlearn"]["train"]["lr"] == pytest.approx(chosen["lr"])
-    assert used["train"]["steps"] == preset["unlearn"]["train"]["steps"]
-    assert used["params"] == preset["unlearn"]["params"]
+    assert used["train"]["lr"] == tuned["unlearn"]["train"]["lr"] == pytest.approx(chosen["lr"])
+    assert used["train"]["steps"] == tuned["unlearn"]["train"]["steps"]
+    assert used["params"] == tuned["unlearn"]["params"]
     assert used["batch_size"] == 4
 
 

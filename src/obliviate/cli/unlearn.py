@@ -32,7 +32,7 @@ def cmd_requests(args) -> None:
     (:mod:`obliviate.pipelines.sequential`); every check before the model is loaded."""
     if args.tune:
         raise ConfigError("--tune and --requests: tune on one forget set (without --requests), then pass the chosen "
-                          "settings (--config OUT/preset.yaml) to the sequential run")
+                          "settings (--config OUT/tuned.yaml) to the sequential run")
     paths = sequential.request_paths(args.requests, args.forget)
     check_out_dir(args.out, input_paths(args, *map(str, paths)))
     if not args.task:  # the files shorthand: the forget data are the requests

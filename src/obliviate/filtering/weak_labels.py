@@ -106,7 +106,7 @@ def top_activating_tokens(codes, token_ids, decode: Callable[[int], str], latent
 
 
 def _judge_says(judge, latent: int, tokens: list[str]) -> bool:
-    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.methods.ember.judge): its verdict says whether to keep
+    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.methods.ember.judge): its judgement says whether to keep
         return judge.judge(latent, tokens, None).kept()
     return bool(judge(latent, tokens))
 

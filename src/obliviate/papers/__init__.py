@@ -2,7 +2,7 @@
 
 A reproduction ("recipe") is a folder here (``papers/<name>/``): ``run.py`` (a config dataclass and the experiments,
 ``run(cfg, out, progress) -> dict``, registered with :func:`recipe`), ``claims.py`` (the paper's claims
-and our verdicts) and ``report.py`` (``render(results, out)``: ``report.md`` and the plots). Claims and
+and our agreement with each) and ``report.py`` (``render(results, out)``: ``report.md`` and the plots). Claims and
 report are pure functions of ``results.json``, so ``obliviate reproduce NAME --render-only DIR``
 re-renders a report without training (:func:`render_only`); a run renders from the JSON-clean results
 it then writes (:func:`as_results`), so both give the same bytes. A run writes, in its directory,
@@ -122,21 +122,22 @@ class Claim:
     sentence: str
     """One sentence saying whether, and why, our result agrees."""
 
-    def verdict(self) -> str:
+    def agreement(self) -> str:
+        """``agrees``, ``disagrees`` or ``not testable here`` (a claim's word; "verdict" is the attacks' rule alone)."""
         return {True: "agrees", False: "disagrees", None: "not testable here"}[self.agrees]
 
 
 def claims_markdown(claims: list[Claim]) -> str:
     """The claims table and one sentence per claim, as Markdown."""
-    lines = ["| paper's claim | ours | verdict |", "|---|---|---|"]
-    lines += [f"| {c.claim} | {c.ours} | {c.verdict()} |" for c in claims]
+    lines = ["| paper's claim | ours | agreement |", "|---|---|---|"]
+    lines += [f"| {c.claim} | {c.ours} | {c.agreement()} |" for c in claims]
     lines.append("")
     lines += [f"- {c.sentence}" for c in claims]
     return "\n".join(lines) + "\n"
 
 
 def claims_json(claims: list[Claim]) -> list[dict]:
-    return [{"claim": c.claim, "ours": c.ours, "verdict": c.verdict(), "sentence": c.sentence} for c in claims]
+    return [{"claim": c.claim, "ours": c.ours, "agreement": c.agreement(), "sentence": c.sentence} for c in claims]
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:

@@ -17,7 +17,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, method_defaults, preset_name, resolve_method
-from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_preset
+from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_tuned_settings
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.results import prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
@@ -160,19 +160,19 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
 def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict, progress: bool = False,
                log_line=None) -> tuple[dict, str]:
     """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``), the chosen
-    settings written to ``out/preset.yaml``; returns the result and the line that says the choice."""
+    settings written to ``out/tuned.yaml``; returns the result and the line that says the choice."""
     result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
                   eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
                   fingerprint={**fingerprint, "task": split[0].summary(), "seed": cfg.seed},
                   log=log_line or (lambda line: None))
-    write_preset(out / "preset.yaml", result)
+    write_tuned_settings(out / "tuned.yaml", result)
     s, c = result["settings"]["unlearn"], result["chosen"]
     line = (f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
             + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
             + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
             f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
             + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the base") + f"); "
-            f"preset: {out / 'preset.yaml'}, report: {out / 'tune' / 'report.md'}")
+            f"settings: {out / 'tuned.yaml'}, report: {out / 'tune' / 'report.md'}")
     return result, line
 
 
@@ -205,7 +205,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     info: dict = {}
     if split is not None:  # settings chosen on the validation items; trained on all the data, reported on the others
         if out is None:
-            raise ConfigError("tuning writes its trials and preset in a run directory: give out")
+            raise ConfigError("tuning writes its trials and chosen settings in a run directory: give out")
         tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
                                  log_line=tune_log)
         info["tune_line"] = line
@@ -268,6 +268,6 @@ def run_tune(model, tok, cfg: UnlearnRunConfig, split, out, *, preset: str, fing
                               log_line=tune_log)
     if is_main_process():
         write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0].summary(),
-                      preset=preset, tune=result, preset_file=str(out / "preset.yaml"))
-    return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config {out / 'preset.yaml'} "
+                      preset=preset, tune=result, tuned_file=str(out / "tuned.yaml"))
+    return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config {out / 'tuned.yaml'} "
                           "(with the same model and task)"]

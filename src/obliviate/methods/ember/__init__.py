@@ -39,8 +39,8 @@ from obliviate.methods.ember.factorize import (
 from obliviate.methods.ember.judge import (
     HTTPJudge,
     Judge,
+    Judgement,
     LexiconJudge,
-    Verdict,
     judge_features,
     judge_from_sentences,
     keep,
@@ -50,7 +50,7 @@ from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registe
 
 __all__ = [
     "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig", "EmberLocation",
-    "EmberResult", "FactorResult", "HTTPJudge", "Judge", "LexiconJudge", "Verdict", "apply_ember", "build_vocab",
+    "EmberResult", "FactorResult", "HTTPJudge", "Judge", "Judgement", "LexiconJudge", "apply_ember", "build_vocab",
     "candidate_features", "efficacy",
     "eligible_rows", "eligible_tokens", "ember_delta_rows", "ember_erase", "harmonic_mean", "judge_features",
     "judge_from_sentences", "keep", "locate_concept_features", "mass_ratio", "normalised_frac",

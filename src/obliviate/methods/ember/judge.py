@@ -3,7 +3,7 @@
 The paper shows the top-20 tokens of each high-mass-ratio feature to a hosted LLM, which
 writes a one-sentence description and answers JSON ``{is_member, confidence}``; a feature
 is kept when ``is_member`` and ``confidence >= 0.85`` (docs/methods.md). Here a judge is
-anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method:
+anything with a ``judge(feature_id, top_tokens, description) -> Judgement`` method:
 
 * :class:`LexiconJudge` — offline default, no network: the share of the top tokens that
   are pieces of known concept terms.
@@ -11,8 +11,8 @@ anything with a ``judge(feature_id, top_tokens, description) -> Verdict`` method
   server) through the ``openai`` client (the optional extra ``obliviate[judge]``), with timeouts, bounded retries
   and an on-disk cache.
 
-A judge never raises for a bad reply: it returns ``Verdict(is_member=None, ...)``
-("no verdict"), which is never kept.
+A judge never raises for a bad reply: it returns ``Judgement(is_member=None, ...)``
+("no judgement"), which is never kept.
 """
 
 from __future__ import annotations
@@ -41,19 +41,19 @@ from obliviate.runs.results import REDACTED, secret_forms
 log = logging.getLogger(__name__)
 
 MIN_CONFIDENCE = 0.85
-"""A feature is kept when its verdict says member with at least this confidence."""
+"""A feature is kept when its judgement says member with at least this confidence."""
 
 N_TOP_TOKENS = 20
 
 API_KEY_ENV = "OBLIVIATE_JUDGE_API_KEY"
 
 MAX_REPLY_BYTES = 4 * 2**20
-"""The most a judge reads of one reply (4 MiB); a larger reply is no verdict, and is not read whole."""
+"""The most a judge reads of one reply (4 MiB); a larger reply is no judgement, and is not read whole."""
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A judge's answer for one feature. ``is_member=None`` means "no verdict"."""
+class Judgement:
+    """A judge's answer for one feature. ``is_member=None`` means "no judgement"."""
 
     is_member: bool | None
     confidence: float
@@ -64,28 +64,28 @@ class Verdict:
         return asdict(self)
 
     def kept(self, min_confidence: float = MIN_CONFIDENCE) -> bool:
-        """True iff the verdict says member with ``confidence >= min_confidence``."""
+        """True iff the judgement says member with ``confidence >= min_confidence``."""
         return self.is_member is True and self.confidence >= min_confidence
 
 
-def keep(verdict: Verdict, min_confidence: float = MIN_CONFIDENCE) -> bool:
-    """True iff the verdict says member with ``confidence >= min_confidence`` (:meth:`Verdict.kept`)."""
-    return verdict.kept(min_confidence)
+def keep(judgement: Judgement, min_confidence: float = MIN_CONFIDENCE) -> bool:
+    """True iff the judgement says member with ``confidence >= min_confidence`` (:meth:`Judgement.kept`)."""
+    return judgement.kept(min_confidence)
 
 
 @runtime_checkable
 class Judge(Protocol):
     """Anything that can judge whether a feature's top tokens belong to the concept."""
 
-    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict: ...
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Judgement: ...
 
 
 def judge_features(
     judge: Judge, feature_tokens: Mapping[int, Sequence[str]], min_confidence: float = MIN_CONFIDENCE
-) -> tuple[list[int], dict[int, Verdict]]:
-    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all verdicts)."""
-    verdicts = {int(k): judge.judge(int(k), list(toks), None) for k, toks in feature_tokens.items()}
-    return [k for k, v in verdicts.items() if keep(v, min_confidence)], verdicts
+) -> tuple[list[int], dict[int, Judgement]]:
+    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all judgements)."""
+    judgements = {int(k): judge.judge(int(k), list(toks), None) for k, toks in feature_tokens.items()}
+    return [k for k, v in judgements.items() if keep(v, min_confidence)], judgements
 
 
 # --------------------------------------------------------------------------- offline judge
@@ -117,8 +117,8 @@ class LexiconJudge:
     ten names. Short words (``" of"``, ``" a"``) count.
     With ``f`` = belonging tokens / counted tokens: ``is_member = f >= member_fraction``
     (0.5) and ``confidence = f`` for a member, ``1 - f`` for a non-member (confidence in
-    the verdict given). So with the keep threshold 0.85, a feature is kept iff at least
-    85% of its counted top tokens are concept pieces. No counted token -> no verdict.
+    the judgement given). So with the keep threshold 0.85, a feature is kept iff at least
+    85% of its counted top tokens are concept pieces. No counted token -> no judgement.
     ``description`` is ignored.
     """
 
@@ -156,15 +156,15 @@ class LexiconJudge:
             return True
         return len(s) >= self.min_piece and any(s in t for t in self.terms)
 
-    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Judgement:
         counted = [t for t in list(top_tokens)[: self.n_top] if self.countable(t)]
         if not counted:
-            return Verdict(None, 0.0, "no verdict: no countable top tokens")
+            return Judgement(None, 0.0, "no judgement: no countable top tokens")
         hits = [t for t in counted if self.belongs(t)]
         f = len(hits) / len(counted)
         member = f >= self.member_fraction
         reason = f"{len(hits)}/{len(counted)} top tokens are concept terms: {[normalise_token(t) for t in hits][:10]}"
-        return Verdict(member, f if member else 1.0 - f, reason)
+        return Judgement(member, f if member else 1.0 - f, reason)
 
 
 def judge_from_sentences(
@@ -305,17 +305,17 @@ class HTTPJudge:
     * Timeouts (``timeout`` s in all per request, however slowly the server answers), connection
       errors, 5xx/429 answers and malformed replies are retried up to ``retries`` more times, sleeping
       ``backoff``, ``2 * backoff``, ``4 * backoff``, ... s in between; after that:
-      ``Verdict(None, 0.0, "no verdict: ...")``.
-    * Other 4xx answers (bad key, bad model name) are not retried: no verdict, with the status.
-    * Redirects are not followed (the key would go to wherever they point): no verdict, naming where to.
-    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no verdict, not retried.
+      ``Judgement(None, 0.0, "no judgement: ...")``.
+    * Other 4xx answers (bad key, bad model name) are not retried: no judgement, with the status.
+    * Redirects are not followed (the key would go to wherever they point): no judgement, naming where to.
+    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no judgement, not retried.
     * ``judge()`` never raises.
-    * With ``cache_dir``, each verdict is stored as ``<sha256(model, messages)>.json`` and a
-      repeated question is answered from disk without a request. Only real verdicts are
-      cached (not "no verdict"), so an outage is not remembered.
+    * With ``cache_dir``, each judgement is stored as ``<sha256(model, messages)>.json`` and a
+      repeated question is answered from disk without a request. Only real judgements are
+      cached (not "no judgement"), so an outage is not remembered.
     * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the
       ``Authorization`` header; it is never logged, shown by ``repr``, pickled, cached, or
-      put in a verdict (it is also masked, in every form, in any server or error text that echoes it).
+      put in a judgement (it is also masked, in every form, in any server or error text that echoes it).
       Surrounding whitespace is stripped from it; a key with an invisible or control character inside
       is refused. Credentials in ``base_url`` (``http://user:pass@host``) are sent as HTTP basic auth
       when there is no API key, and are kept out of ``base_url``, ``repr`` and logs like the key.
@@ -382,23 +382,25 @@ class HTTPJudge:
         blob = json.dumps({"model": self.model, "messages": messages}, sort_keys=True, ensure_ascii=False)
         return self.cache_dir / f"{hashlib.sha256(blob.encode()).hexdigest()}.json"
 
-    def _read_cache(self, path: Path | None) -> Verdict | None:
+    def _read_cache(self, path: Path | None) -> Judgement | None:
         if path is None or not path.is_file():
             return None
         try:
-            v = json.loads(path.read_text())["verdict"]
-            return Verdict(v["is_member"], float(v["confidence"]), str(v["reason"]), v.get("description"))
+            entry = json.loads(path.read_text())
+            # Entries written before the rename say "verdict": still read them (each one a paid API call).
+            v = entry["judgement"] if "judgement" in entry else entry["verdict"]
+            return Judgement(v["is_member"], float(v["confidence"]), str(v["reason"]), v.get("description"))
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("ignoring unreadable judge cache file %s: %s", path, e)
             return None
 
-    def _write_cache(self, path: Path | None, verdict: Verdict) -> None:
+    def _write_cache(self, path: Path | None, judgement: Judgement) -> None:
         if path is None:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"model": self.model, "verdict": verdict.to_dict()}, indent=1))
+            tmp.write_text(json.dumps({"model": self.model, "judgement": judgement.to_dict()}, indent=1))
             os.replace(tmp, path)
         except OSError as e:
             log.warning("could not write judge cache file %s: %s", path, e)
@@ -490,7 +492,7 @@ class HTTPJudge:
         return box["body"]
 
     @staticmethod
-    def _parse(raw: bytes) -> Verdict:
+    def _parse(raw: bytes) -> Judgement:
         try:
             reply = json.loads(raw)
         except ValueError:
@@ -518,16 +520,16 @@ class HTTPJudge:
             raise _Malformed("confidence is missing or not a number in [0, 1]")
         if desc is not None and not isinstance(desc, str):
             raise _Malformed("description is not a string")
-        return Verdict(member, float(conf), desc or "(the judge gave no description)", desc)
+        return Judgement(member, float(conf), desc or "(the judge gave no description)", desc)
 
-    def _ask_once(self, messages: list[dict]) -> Verdict:
-        """One request. Raises _Retryable / _Malformed, or returns a verdict (a no-verdict for fatal 4xx)."""
+    def _ask_once(self, messages: list[dict]) -> Judgement:
+        """One request. Raises _Retryable / _Malformed, or returns a judgement (a no-judgement for fatal 4xx)."""
         import openai
 
         try:
             raw = self._post(messages)
         except _TooLarge as e:
-            return Verdict(None, 0.0, f"no verdict: {e}, not read whole, not retried")
+            return Judgement(None, 0.0, f"no judgement: {e}, not read whole, not retried")
         except openai.APIStatusError as e:
             status = e.status_code
             if status >= 500 or status in (408, 429):
@@ -535,11 +537,11 @@ class HTTPJudge:
             if 300 <= status < 400:
                 location = e.response.headers.get("Location", "")
                 where = urllib.parse.urljoin(self.base_url + "/", _split_credentials(location)[0])
-                return Verdict(None, 0.0, f"no verdict: HTTP {status} redirect to {self._redact(where)[:200]!r} "
+                return Judgement(None, 0.0, f"no judgement: HTTP {status} redirect to {self._redact(where)[:200]!r} "
                                           "not followed (the API key goes to base_url only; set base_url to the "
                                           "address that answers), not retried")
             reason = e.response.reason_phrase or type(e).__name__
-            return Verdict(None, 0.0, f"no verdict: HTTP {status} ({self._redact(reason)}), not retried")
+            return Judgement(None, 0.0, f"no judgement: HTTP {status} ({self._redact(reason)}), not retried")
         except (TimeoutError, openai.APITimeoutError):
             raise _Retryable(f"timed out after {self.timeout:g} s") from None
         except openai.APIConnectionError as e:
@@ -553,9 +555,9 @@ class HTTPJudge:
             raise _Malformed(self._redact(str(e))) from None
         # The server's text ends up in caches and results: mask the key if it echoes it.
         desc = self._redact(v.description) if v.description is not None else None
-        return Verdict(v.is_member, v.confidence, self._redact(v.reason), desc)
+        return Judgement(v.is_member, v.confidence, self._redact(v.reason), desc)
 
-    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Verdict:
+    def judge(self, feature_id: int, top_tokens: list[str], description: str | None = None) -> Judgement:
         try:
             messages = self.messages(feature_id, top_tokens, description)
             path = self._cache_path(messages)
@@ -567,20 +569,20 @@ class HTTPJudge:
                 if attempt:
                     time.sleep(self.backoff * 2 ** (attempt - 1))
                 try:
-                    verdict = self._ask_once(messages)
+                    judgement = self._ask_once(messages)
                 except (_Retryable, _Malformed) as e:
                     last = str(e)
                     log.warning("judge %s feature %s: attempt %d/%d failed: %s",
                                 self.base_url, feature_id, attempt + 1, self.retries + 1, last)
                     continue
-                if verdict.is_member is not None:
-                    self._write_cache(path, verdict)
+                if judgement.is_member is not None:
+                    self._write_cache(path, judgement)
                 else:
-                    log.warning("judge %s feature %s: %s", self.base_url, feature_id, verdict.reason)
-                return verdict
-            return Verdict(None, 0.0, f"no verdict: {last} (after {self.retries + 1} attempts)")
+                    log.warning("judge %s feature %s: %s", self.base_url, feature_id, judgement.reason)
+                return judgement
+            return Judgement(None, 0.0, f"no judgement: {last} (after {self.retries + 1} attempts)")
         except Exception as e:  # judge() must never raise
-            return Verdict(None, 0.0, f"no verdict: unexpected {type(e).__name__}: {self._redact(str(e))}")
+            return Judgement(None, 0.0, f"no judgement: unexpected {type(e).__name__}: {self._redact(str(e))}")
 
 
 def edit_sentences(data) -> tuple[list[str], list[str]]:

@@ -23,7 +23,7 @@ from obliviate.methods.ember.factorize import (
     sparse_factorize,
     top_token_ids,
 )
-from obliviate.methods.ember.judge import MIN_CONFIDENCE, N_TOP_TOKENS, Judge, Verdict, judge_features
+from obliviate.methods.ember.judge import MIN_CONFIDENCE, N_TOP_TOKENS, Judge, Judgement, judge_features
 
 
 @dataclass
@@ -41,7 +41,7 @@ class EmberLocation:
     """Features with ratio >= min_ratio, highest first."""
     top_tokens: dict[int, list[str]]
     """Decoded top tokens shown to the judge, per candidate."""
-    verdicts: dict[int, Verdict]
+    judgements: dict[int, Judgement]
     features: list[int]
     """F_C: candidates the judge kept."""
     rows: torch.Tensor
@@ -76,10 +76,10 @@ def locate_concept_features(
     ratios = mass_ratio(G, codes)
     candidates = candidate_features(G, codes, min_ratio)
     top = {k: [tokenizer.decode([t]) for t in top_token_ids(G, token_ids, k, n_top_tokens)] for k in candidates}
-    features, verdicts = judge_features(judge, top, min_confidence)
+    features, judgements = judge_features(judge, top, min_confidence)
     rows = eligible_rows(G, codes, features)
     directions = ember_delta_rows(fr.F, G, features, rows)
-    return EmberLocation(token_ids, codes, fr, ratios.cpu(), candidates, top, verdicts, features, rows,
+    return EmberLocation(token_ids, codes, fr, ratios.cpu(), candidates, top, judgements, features, rows,
                          token_ids[rows], directions)
 
 
@@ -101,7 +101,7 @@ class EmberResult:
             "delta": self.record.delta,
             "features": self.features,
             "n_candidates": len(loc.candidates),
-            "verdicts": {str(k): v.to_dict() for k, v in loc.verdicts.items()},
+            "judgements": {str(k): v.to_dict() for k, v in loc.judgements.items()},
             "n_sentence_tokens": int(loc.token_ids.numel()),  # |V'|
             "n_edited": self.record.n_edited,
             "eligible_token_ids": self.eligible_token_ids,

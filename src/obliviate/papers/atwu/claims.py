@@ -1,4 +1,4 @@
-"""The ATWU paper's claims and our verdicts: pure functions of the recipe's ``results.json``."""
+"""The ATWU paper's claims and our agreement with each: pure functions of the recipe's ``results.json``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _best(metrics: dict, methods: list[str], key: str) -> tuple[str | None, floa
 
 
 def make_claims(results: dict) -> list[Claim]:
-    """The paper's four claims with our verdicts (ATWU = the ``atwu`` method, SATGA+), from ``results.json``."""
+    """The paper's four claims, each with our agreement (ATWU = the ``atwu`` method, SATGA+), from ``results.json``."""
     cfg, metrics, notes = results["config"], results["metrics"], results["notes"]
     methods, tofu_ran = notes["methods"], notes["tofu"] == "ran"
     claims = []

@@ -1,4 +1,4 @@
-"""The EMBER paper's claims and our verdicts: pure functions of the recipe's ``results.json``."""
+"""The EMBER paper's claims and our agreement with each: pure functions of the recipe's ``results.json``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _pct(x: float) -> str:
 
 
 def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
-    """The paper's three claims with our verdicts: ``methods`` are the MLP methods of the world part, ``rows``
+    """The paper's three claims, each with our agreement: ``methods`` are the MLP methods of the world part, ``rows``
     its rows, ``real`` the real concepts' results (in the order they ran)."""
     methods = [m for m in methods if m in rows and f"{m}+ember" in rows]
     claims = []

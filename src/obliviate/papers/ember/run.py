@@ -482,7 +482,7 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
             "n_sentence_tokens": int(loc.token_ids.numel()), "n_edited": int(loc.eligible_token_ids.numel()),
             "edited_tokens": [tok.decode([int(t)]) for t in loc.eligible_token_ids],
             "candidates": {str(k): {"ratio": float(loc.ratios[k]), "top_tokens": loc.top_tokens[k],
-                                    "kept": k in loc.features, "confidence": loc.verdicts[k].confidence}
+                                    "kept": k in loc.features, "confidence": loc.judgements[k].confidence}
                            for k in loc.candidates},
             "factor_loss": loc.factor_result.loss, "factor_iters": loc.factor_result.n_iter,
             "judge_agreement": judge_agreement(world, loc, wc)}

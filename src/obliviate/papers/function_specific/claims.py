@@ -1,4 +1,4 @@
-"""The function-specific paper's claims and our verdicts: pure functions of the recipe's ``results.json``."""
+"""The function-specific paper's claims and our agreement with each: pure functions of the recipe's ``results.json``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _pct(x: float | None) -> str:
 
 
 def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int | None = None) -> list[Claim]:
-    """The paper's claims next to ours; every verdict is computed from the measured numbers.
+    """The paper's claims next to ours; every agreement is computed from the measured numbers.
 
     ``n_eval_toxic``: how many held-out toxic prompts the toxicity scores are over; when given and the base
     model continues fewer than :data:`MIN_TOXIC` of them toxically, the toxicity claims are not testable.

@@ -1,4 +1,4 @@
-"""The token-filtering paper's claims and our verdicts: pure functions of the recipe's ``results.json``."""
+"""The token-filtering paper's claims and our agreement with each: pure functions of the recipe's ``results.json``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def fmt(x, spec="{:.3g}") -> str:
 
 
 def make_claims(cfg: dict, m: dict) -> list[Claim]:
-    """The paper's five claims with our verdicts, from the run's (resolved) config and metrics."""
+    """The paper's five claims, each with our agreement, from the run's (resolved) config and metrics."""
     sizes, tok_s = cfg['sizes'], cfg['pareto_token_strategy']
     claims = []
 

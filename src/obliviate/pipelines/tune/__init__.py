@@ -2,7 +2,7 @@
 on a validation split under a retain constraint (:mod:`.run`; docs/methods.md)."""
 
 from obliviate.pipelines.tune.run import (TUNED_PARAM, TuneConfig, choose, grid, settings_of, trial_config, tune,
-                                        validation_split, write_preset, write_tune_report)
+                                        validation_split, write_tuned_settings, write_tune_report)
 
 __all__ = ["TUNED_PARAM", "TuneConfig", "choose", "grid", "settings_of", "trial_config", "tune", "validation_split",
-           "write_preset", "write_tune_report"]
+           "write_tuned_settings", "write_tune_report"]

@@ -259,7 +259,7 @@ def settings_of(run: UnlearnConfig, trial: dict) -> dict:
                         "train": {"lr": c.train.lr, "steps": c.train.steps}}}
 
 
-def write_preset(path: str | Path, result: dict) -> Path:
+def write_tuned_settings(path: str | Path, result: dict) -> Path:
     """The chosen settings as a YAML file for ``obliviate unlearn --config`` (a comment says where they came from)."""
     c = result["chosen"]
     head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, chosen on the "
