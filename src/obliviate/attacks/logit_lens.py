@@ -1,26 +1,10 @@
 """Logit lens: read the answer off intermediate layers, where output-side unlearning may not reach.
 
-Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?") find "deleted" answers by projecting
-intermediate hidden states through the unembedding. Here each decoder layer's hidden state at the prompt's
-last token goes through the final norm and the unembedding (:func:`lens_logits`; at the last layer that is
-the model's own logits). Per forget QA item, with t the answer's *first distinguishing token*:
-
-- *head projection* (``logit_lens_top1`` / ``_top10``): t is in the top-k of some layer's lens distribution;
-- *probability delta* (``logit_lens_delta_top10``): t is among the 10 tokens whose probability rises the
-  most from one layer to the next, for some pair of consecutive layers;
-
-each the fraction of items on which it succeeds; ``logit_lens_last_top1`` is the same at the last layer only
-(what greedy decoding sees at that token), and ``logit_lens_by_layer`` the top-1 rate per layer.
-
-The first distinguishing token (:func:`distinguishing_offsets`): Patil et al.'s answers are single entities,
-whose first token is the answer. Answers written as sentences open with a frame that the question fixes ("It
-is treated with ..."), and the frame's first token tells nothing: a model that never saw the facts predicts
-it (on the world the oracle read 1.00 at its last layer). So the answer is read at the first token where it
-parts from every other (different) answer of the items: with o the longest prefix it shares with any of them,
-the prompt is followed by the answer's first o tokens (teacher-forced) and t is its token o (its last token
-when it is a prefix of another answer). For single-entity answers that share no first token, o = 0 and t is
-Patil et al.'s first token. ``logit_lens_offset`` is the mean o.
-docs/evaluation.md, "More attacks".
+As Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?"), each decoder layer's hidden state at the
+prompt's last token goes through the final norm and the unembedding (:func:`lens_logits`), and each forget QA item
+is read at its answer's *first distinguishing token* (:func:`distinguishing_offsets`): ``logit_lens_top1`` /
+``_top10`` (head projection), ``logit_lens_delta_top10`` (probability delta), ``logit_lens_last_top1``,
+``logit_lens_by_layer`` and ``logit_lens_offset``. Definitions: docs/evaluation.md, "Logit lens".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Which numbers to trust on a task: each metric's and each attack's faithfulness and robustness.
 
-OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618) scores a metric by two properties, read
-here on the models every comparison already builds:
-
-- *faithfulness*: does it separate the models that have the knowledge from those that do not? With the
-  knowledge: the base model and the positive controls (:data:`WITH`; the controls hold the facts in their weights
-  and only hide them); without: the oracle, the second oracle and the filtered model (:data:`WITHOUT`, where
-  present). ``auc`` is the separation AUC, the Mann-Whitney probability that a model with the knowledge scores
-  above one without (ties 1/2): 1 separates perfectly, 0.5 not at all, 0 perfectly the wrong way round.
-  ``separates``: ``max(auc, 1 - auc) >= SEPARATES_AUC``.
-- *robustness*: does it stay put under the cheap attacks on the models that lack the knowledge (where any
-  movement is noise or a false signal, not recovery)? ``moves_quantize``: the mean over those models of the
-  largest move ``|metric on a quantized copy - metric|`` over the schemes (the quantize attack rescores every
-  metric of the forget and retain sets, ``quantize_<scheme>_<key>``); an attack's row has ``lift``, the mean of
-  its own ``after - before`` on those models (the relearning attack's: how much fine-tuning on other forget facts
-  moves the forget score of models that never held them). ``stable``: every move measured is at most
-  :data:`STABLE_MOVE`.
-
-``trusted`` = separates and stable (None where either cannot be read). Group sizes are small (3 and 3 on the
-world), so one AUC step is 1/9: read the table as which numbers move with the knowledge at all, not as a test.
+OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618), read on the models every comparison
+already builds: a read is *faithful* when its separation AUC between the models with the knowledge (:data:`WITH`)
+and those without (:data:`WITHOUT`) is far from 0.5 (``separates``), *robust* when quantization and the attacks
+move it little on the models without (``stable``, at most :data:`STABLE_MOVE`); ``trusted`` is both.
 docs/evaluation.md, "Which numbers to trust".
 """
 

@@ -1,26 +1,12 @@
 """What the user gave the command line, checked and read: :func:`check_inputs`, the validation boundary, runs in
 one pass before any command (:func:`obliviate.cli.main.main` calls it between parsing the arguments and running the
-command); then a command checks its run directory against its inputs (:func:`check_out_dir`), reads its task
+command): every path by its kind, the overrides and ``--config``, the task spec through its schema and the files it
+lists, a local model directory's ``config.json`` before any weights are read, each failing as one
+:class:`~obliviate.errors.ObliviateError` line naming the input (docs/bad-input.md, "The validation boundary").
+Then a command checks its run directory against its inputs (:func:`check_out_dir`), reads its task
 (:func:`task_from_args`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run` gives
-``unlearn``'s and ``tune``'s loaders to :func:`~obliviate.pipelines.unlearn.prepare_run`. The options are
-declared in :mod:`obliviate.cli.args`.
-
-What passes through the boundary, each failing as one :class:`~obliviate.errors.ObliviateError` line naming the input:
-
-- numbers given as options (``--seed``, ``--limit``, ``--batch-size``, ``--max-new-tokens``, ``--C``): checked
-  by their argparse types (:mod:`obliviate.cli.args`), so a bad one never reaches the command;
-- every path, by the kind it must be: a data file, a config file, a task spec file (``--task file:SPEC``) must be
-  a readable file; a model, tokenizer or adapter directory a directory (a name that can only be a hub id is left
-  to the hub);
-- dotted overrides (``key=value``) and the ``--config`` YAML file: parsed here (:mod:`obliviate.config`); their
-  keys and types are checked against the command's config dataclass when the command builds it, before it loads
-  a model;
-- the task: ``--task`` names a provider; a spec file is read through its schema
-  (:class:`obliviate.tasks.files.TaskSpec`), and each file it lists must be a readable file;
-- a local model directory's ``config.json`` (:func:`obliviate.models.load.check_model_dir`: sizes, finite floats,
-  special-token ids against the vocabulary), before any weights are read.
-
-The contents of data files are checked by the one reader every loader uses (:mod:`obliviate.tasks.sources._io`).
+``unlearn``'s and ``tune``'s loaders to :func:`~obliviate.pipelines.unlearn.prepare_run`. The options are declared
+in :mod:`obliviate.cli.args`.
 """
 from __future__ import annotations
 

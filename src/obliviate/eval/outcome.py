@@ -1,25 +1,11 @@
 """Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned one's.
 
-Every ``obliviate unlearn`` (and :func:`obliviate.unlearn`) ends with the outcome's one line, and writes the
-outcome to ``results.json`` (top-level ``unlearn_outcome``) and to the model card; ``obliviate tune`` uses the
-same two numbers as its objective and its constraint. The outcome reads the scores without any attack: it is not
-the verdict (removed / suppressed / ...), which only ``obliviate attack`` and ``obliviate compare`` give, from
-attacks calibrated on controls (:func:`obliviate.attacks.controls.robustness_summary`). The rule
-(docs/methods.md, "Did the run work?"):
-
-- ``forgot`` = the share of the base model's forget score above chance that the run removed,
-  ``(F0 - F) / (F0 - chance)``, clipped to [0, 1] (S-unlearning's U);
-- ``retained`` = the unlearned model's keep score (retain, else neighbour, else utility) over the base's,
-  ``K / K0`` (not clipped: a run may raise it);
-- ``"retain lost"`` when ``retained < retain_share`` (default :data:`RETAIN_SHARE`, 0.9), else
-  ``"forgot little"`` when ``forgot < min_forgot`` (default :data:`MIN_FORGOT`, 0.5: less than half the
-  forget score removed), else ``"ok"``. Retain lost comes first: a run that broke the model is worse than one
-  that did nothing, and both are said in the line.
-
-Both scores are read through :func:`verdict_score` (the attacks' verdict reads the forget score through it too):
-a role holding a cloze MCQ set counts it by its length-normalised accuracy (``<role>_score_norm``, lm-eval's
-``acc_norm``), because the raw sum of log-probabilities favours short options (a random-init model scored 0.70
-against a 1/2 chance where the true answer was the shorter, issue #28).
+``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the keep
+score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9), else
+``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?").
+``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which only attacks
+calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set counts by its
+length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short options.
 """
 
 from __future__ import annotations

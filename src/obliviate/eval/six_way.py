@@ -1,28 +1,12 @@
 """MUSE's six-way evaluation (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language Models",
 arXiv:2407.06460), as muse_bench (swj0419/muse_bench, ``eval.py`` and ``metrics/``) computes it.
 
-The six criteria and the keys this module returns (fractions; MUSE's tables print them x 100):
-
-1. **No verbatim memorisation**, ``muse_verbmem_f``: each ``verbmem/forget.json`` record holds a ``prompt`` (the
-   first 32 tokens of a forget text) and its true continuation ``gt``; the model continues the prompt (bos
-   prepended, greedy, ``max_new_tokens`` = 128), the reference is ``gt`` cut to its first 128 token ids
-   (``tokenizer(gt)``, special tokens included, then decoded without them), and the score is the mean over records
-   of ROUGE-L F1 (rouge-score's ``rougeL`` ``fmeasure``, no stemmer, ``score(reference, output)``).
-2. **No knowledge memorisation**, ``muse_knowmem_f``: for each ``knowmem/forget_qa.json`` question the prompt is the
-   in-context examples of ``forget_qa_icl.json``, each ``"Question: {q}\\nAnswer: {a}\\n\\n"``, then
-   ``"Question: {q}\\nAnswer: "``; the greedy answer (``max_new_tokens`` = 32) is cut before the first ``"\\n\\n"``,
-   ``"\\nQuestion"`` or ``"Question:"``, and scored by ROUGE-L F1 against the answer; the mean over questions.
-3. **Utility preservation**, ``muse_knowmem_r``: the same on ``retain_qa.json`` with ``retain_qa_icl.json``.
-4. **No privacy leakage**, PrivLeak: ``(AUC_unlearn - AUC_retrain) / AUC_retrain`` of Min-40% on
-   ``privleak/{forget,holdout}.json`` (:func:`obliviate.eval.mia.priv_leak`); here ``muse_mia_auc`` is the model's
-   AUC in obliviate's convention (forget = members, higher = member), the PrivLeak needs the retrained model's
-   (:func:`muse_privleak`).
-5. **Scalability** and 6. **sustainability**: the same metrics after unlearning growing forget sets (``scal/``)
-   and after each of sequential requests (``sust/``): the loop over requests is a pipeline's,
-   :func:`obliviate.pipelines.sequential.over_requests`.
-
-A model's generation budget is MUSE's unless the model's context is shorter than twice it: then half the context
-(recorded as ``muse_verbmem_max_new_tokens`` / ``muse_knowmem_max_new_tokens``).
+:func:`muse_metrics` returns the first four criteria as fractions (MUSE's tables print them x 100):
+``muse_verbmem_f`` (ROUGE-L F1 of greedy continuations of forget prompts), ``muse_knowmem_f`` /
+``muse_knowmem_r`` (ROUGE-L F1 of in-context QA answers on forget / retain questions) and ``muse_mia_auc`` (Min-40%,
+for the PrivLeak, :func:`muse_privleak`). Scalability and sustainability are the same metrics after growing or
+sequential forget sets, run by :func:`obliviate.pipelines.sequential.over_requests`. Prompts, budgets and cuts:
+docs/evaluation.md, "MUSE six-way evaluation".
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""TOFU metrics (Maini et al. 2024), as specified in docs/methods.md.
-
-Notation: for a question q and an answer a, L(a|q) is the mean next-token NLL of the
-answer tokens (`` {a}`` followed by eos) after the prompt :func:`~obliviate.tasks.tofu.tofu_prompt`, and
-P~(a|q) = exp(-L(a|q)) is the length-normalised answer probability.
-
-- **Truth ratio** R = P~(perturbed) / P~(paraphrased), with the perturbed answers'
-  losses averaged first (a geometric mean of their P~):
-  ``R = exp(L_para - mean_j L_pert_j)``. Small R: the model prefers the true answer.
-  Following TOFU, R is computed on the original question; the "paraphrased" answer is
-  ``paraphrased_answer`` on forget/retain and the answer itself on real_authors/world_facts.
-- **Forget quality** = p-value of the two-sample KS test between R on the forget set for
-  the unlearned model and for a model trained on the retain set only (high = indistinguishable).
-- **Model utility** = harmonic mean of 9 numbers, {retain, real_authors, world_facts} x
-  {probability, ROUGE-L recall of the greedy answer, truth-ratio score mean max(0, 1 - R)}.
-  On retain the probability is mean P~(answer); on real_authors/world_facts it is
-  mean P~(correct) / (P~(correct) + sum P~(wrong)).
-- On the forget set TOFU reports the truth-ratio statistic mean min(R, 1/R)
-  (:func:`forget_truth_ratio_score`).
+"""TOFU metrics (Maini et al. 2024): answer probability, ROUGE-L recall, truth ratio, forget quality (a KS test
+against a retain-only model) and model utility (the harmonic mean of nine numbers); definitions in docs/tofu.md,
+"Definitions".
 
 :func:`tofu_metrics`, the TOFU report, adds what OpenUnlearning's ``eval=tofu`` adds (:data:`TOFU_REPORT_METRICS`):
 extraction strength and exact memorization on the forget split, and the six MIAs, forget split against TOFU's
