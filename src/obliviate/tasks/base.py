@@ -230,8 +230,8 @@ class Task:
         """``n`` disjoint parts of the forget facts (:meth:`forget_facts`), each group whole: the groups in a seeded
         order, each into the part with the fewest facts so far (ungrouped facts are groups of one). With fewer
         than ``n`` groups (a ``--limit`` that keeps one TOFU author) the facts are cut one by one, which the
-        leakage check then shows (:func:`obliviate.attacks.harness.leakage_metrics`); None with fewer than ``n``
-        facts."""
+        leakage check then shows (:func:`obliviate.attacks.relearn_disjoint.leakage_metrics`); None with fewer
+        than ``n`` facts."""
         qa, groups = self.forget_facts()
         keys = groups if groups is not None and len(set(groups)) >= n else [str(i) for i in range(len(qa))]
         members: dict[str, list[int]] = {}
