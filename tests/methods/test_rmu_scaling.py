@@ -57,7 +57,7 @@ def test_adaptive_rmu_uses_the_same_measurement(tiny_model, tiny_tokenizer):
 def test_tiny_rmu_preset_scales_and_its_floor_is_the_world_value():
     p = method_defaults("rmu", "tiny")["params"]
     assert p["coef"] == 20.0 and p["coef_norm"] > 0  # c = max(20, coef_norm * ||h||)
-    assert p["coef_norm"] * 12.5 < p["coef"]  # world seed 0's measured norm (docstring of methods/rmu.py) keeps c = 20
+    assert p["coef_norm"] * 12.5 < p["coef"]  # world seed 0's measured norm (docs/methods.md, "Presets") keeps c = 20
     assert method_defaults("rmu", "paper")["params"].get("coef_norm", 0.0) == 0.0  # the paper's c as published
 
 

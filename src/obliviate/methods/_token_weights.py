@@ -3,11 +3,9 @@
 Shared by every ATWU method in :mod:`obliviate.methods.atwu` (a reconstruction from the seed paper's
 summary, not the authors' code). Prose, ``position`` and why the w-step never touches the model:
 docs/methods.md#machinery-shared-by-several-methods. Everything is ``(B, T-1)``, aligned with
-:func:`obliviate.losses.token_nll`.
+:func:`obliviate.losses.token_nll`. Scorer, with w = 0 and b = logit(rho) at initialisation::
 
-Scorer::
-
-    z_t = sigmoid(<w, sg(h(x)_t)> + b),   w = 0 and b = logit(rho) at initialisation
+    z_t = sigmoid(<w, sg(h(x)_t)> + b)
 
 SATGA+ per-token forget term, with p_t = p(y_t | y_<t, x) and CE_t = -log p_t::
 

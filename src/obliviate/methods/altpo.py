@@ -7,18 +7,9 @@ refusing:
     L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_alt|x) - log pi_ref(y_alt|x))
                                                     - (log pi(y_f|x) - log pi_ref(y_f|x))))
 
-total ``gamma * L_forget + alpha * L_retain`` (retain NLL / KL). The alternates are a data step
-(:func:`obliviate.methods.alternates.alternate_answers`: seeded sampling, different from the forget answer,
-cached on disk), made once from the model as it is before the first step; the loss is DPO's.
+total ``gamma * L_forget + alpha * L_retain`` (retain NLL / KL).
 
-open-unlearning runs AltPO as its DPO trainer (``src/trainer/unlearn/dpo.py``, afcd6b6) on an alternate-answer
-dataset its ``community/methods/AltPO/generate.py`` (5420d43) writes with the model; DPO.yaml (6c7b6d5 in
-tahaEntesari/open-unlearning): beta = 0.1, gamma = alpha = 1, retain NLL. The paper prompts an instruction
-model few-shot for an alternate; obliviate's tiny models are not instruction-tuned, so the alternate is sampled
-from the model's own answer distribution (at ``temperature``).
-
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps, beta = 0.1 (the AltPO
-README's grid: beta 0.05-0.5, lr 1e-5-5e-5, alpha 1-5).
+Details: docs/methods.md, "altpo" under "Method details".
 """
 
 from __future__ import annotations

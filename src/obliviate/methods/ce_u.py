@@ -6,30 +6,10 @@ removed: with z_t the logits at the position that predicts y_t,
     q_t = softmax(sg(z_t) with z_t[y_t] = -inf)
     L_forget = mean_t CE(q_t, p_theta_t) = -mean_t sum_{v != y_t} q_t[v] log p_theta(v | y_<t, x)
 
-over the forget answer tokens but the first ``ignore_first_n_answer_tokens`` of each answer (the paper's
-footnote in its training settings: the first answer token is not unlearned). Its gradient on the logits is
-p_t - q_t: it lowers the answer token and keeps the others' proportions, without gradient ascent's
-unbounded push. Total ``gamma * L_forget + alpha * L_retain``; open-unlearning's CEU trains the forget term
-alone, so alpha = 0 by default.
+over the forget answer tokens but the first ``ignore_first_n_answer_tokens`` of each answer. Total
+``gamma * L_forget + alpha * L_retain``, alpha = 0 by default.
 
-Which tokens: the first n *predicted* answer tokens of each row are left out (a row's targets after the shift).
-OpenUnlearning's ``compute_batch_ceu`` (d3d7cf9) counts the first n *labels* before the shift instead. Where the
-prompt is masked (-100), as on every QA row and in the paper's TOFU setting, the two are the same tokens. On a row
-with no -100 (a document, loss on every token) its first label sits at position 0, which no position predicts, so
-it uses up one of the n skips and OpenUnlearning keeps one more predicted token per row than here (the row's second
-token). The losses then agree closely, but the gradients differ (by 15-25% on the tests' tiny model). The paper
-defines the loss over predicted answer tokens and its footnote drops the first answer token *from that loss*; it
-gives no rule for rows without a prompt. Here the footnote counts predicted tokens on every row, so
-``ignore_first_n_answer_tokens`` means the same on QA pairs and documents; OpenUnlearning's count matches the paper
-only on rows with a masked prompt. tests/methods/test_ce_u.py checks the gradient on both kinds of row against the
-equation written out.
-
-Defaults from open-unlearning's CEU trainer (``src/trainer/unlearn/ceu.py``, file version 2231e31) and
-``configs/trainer/CEU.yaml`` (as carried by the fork wzh4464/open-unlearning, d33c476):
-ignore_first_n_answer_tokens = 1 on the finetune trainer's settings.
-
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (obliviate's TOFU setting:
-10 epochs of forget10 at batch 32; CEU.yaml sets no schedule of its own).
+Details: docs/methods.md, "ce_u" under "Method details".
 """
 
 from __future__ import annotations

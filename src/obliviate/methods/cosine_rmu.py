@@ -7,18 +7,9 @@ RMU with a direction-only forget loss at decoder layer l:
     L_retain = alpha * mean_{b,t,j} (h_l(x_r; theta) - h_l(x_r; frozen))^2          (retain="mse", as RMU)
             or alpha * mean_{b,t} (1 - cos(h_l(x_r; theta), h_l(x_r; frozen)))       (retain="cosine")
 
-Means run over valid (non-padding) tokens when ``mask_padding``. No steering
-coefficient: only the direction of h_l is pushed to u, its norm is free. Same
-conventions as :mod:`obliviate.methods.rmu`: layer l defaults to the one nearest
-``layer_frac * n_layers`` (7/32, WMDP's layer 7 of 32; the tiny preset uses 0.5, i.e.
-n_layers // 2), only the MLP down-projections of layers l-n+1..l train, the forward pass
-stops after layer l, and u comes from the same seeded generator.
+The paper preset is RMU's, since the reconstruction has no settings of its own.
 
-Presets: tiny lr 1e-3, 50 steps, alpha = 10; paper: RMU's (lr 5e-5, 150 steps, alpha = 1200),
-since the reconstruction has no settings of its own.
-
-The retain weight alpha can be learned by REINFORCE instead of fixed, see
-:mod:`obliviate.papers.function_specific.meta_alpha`.
+Details: docs/methods.md, "cosine_rmu" under "Method details".
 """
 
 from __future__ import annotations

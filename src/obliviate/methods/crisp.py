@@ -8,45 +8,13 @@ The MLP partner of EMBER::
     L_reg     = mean over benign tokens and dims of (h_l(theta) - h_l(frozen))^2       (at each SAE layer)
     L_coh     = the same MSE at the last decoder layer, on coherence prompts
 
-Target text is the forget batch (every non-padding token), benign text the retain batch.
-``pre_j`` is the SAE's ReLU pre-activation; we take it instead of the TopK code so a
-feature that has dropped out of the top k still gets pushed down (with the TopK code the
-gradient would vanish as soon as it leaves the top k, while the feature may still be
-active). With several SAE layers L_unlearn and L_reg are averaged over them.
+Target text is the forget batch, benign text the retain batch, ``pre_j`` the SAE's ReLU pre-activation, and the
+features j those that fire on at least ``min_ratio`` times as many target tokens as benign ones
+(:func:`rank_features`). The paper uses pretrained JumpReLU SAEs; here the small TopK SAE of
+:mod:`obliviate.filtering.sae` is trained on the frozen model's residual stream at each layer (no SAE library
+that trains on a CPU is installed) — a reconstruction at tiny scale.
 
-Feature selection: an SAE at decoder layer l encodes the residual stream (output of layer l)
-of the *frozen* model. A feature *fires* on a token when its SAE code is > 0. With ``t_j`` =
-number of target (concept) tokens on which feature j fires and ``b_j`` the same on benign
-tokens::
-
-    score_j = t_j - b_j;   ratio_j = t_j / b_j  (inf when b_j = 0 < t_j)
-
-features with ``t_j > 0`` and ``ratio_j >= min_ratio`` (3) are kept, highest score
-first (ties: lower index), at most ``top_k`` per layer (:func:`rank_features`).
-
-SAEs: the paper uses pretrained JumpReLU SAEs (Gemma Scope / Llama Scope); no maintained SAE
-library that trains on Hugging Face models on a CPU is installed here (eai-sparsify / sae-lens
-are not), so the small TopK SAE of :mod:`obliviate.filtering.sae` is trained on the frozen
-model's residual stream at each layer — a reconstruction at tiny scale.
-
-Where the SAE, the features and the coherence prompts come from (in this order):
-
-1. ``fit(model, tokenizer)`` before training (the unlearning engine calls it): uses the
-   config's ``target_texts`` / ``benign_texts`` (both or neither) and ``coherence_prompts``.
-2. With no texts configured, in ``setup`` before step 0: the SAE is trained and features
-   are chosen on the frozen model's activations of the step-0 forget batch (target) and
-   retain batch (benign). Few tokens, so noisy: prefer 1. A resumed run fits again on the
-   same batch of the same frozen model. Without coherence prompts, L_coh is measured on the
-   retain batch.
-
-Reference: no frozen copy (``cached_hidden_layers``). L_reg and L_coh read the frozen model's
-states of fixed inputs only: the retain examples' at the SAE layers (and at the last layer
-without coherence prompts) are cached by the engine; the coherence prompts' last-layer
-states are computed once in ``setup``. ``cache_reference=false`` keeps a live whole copy.
-
-What trains: as a standalone method, the MLP down-projections of layers 0..max(layers)
-(as RMU). CRISP proper trains LoRA adapters of rank 4: ``obliviate unlearn ...
-method=crisp unlearn.lora=true unlearn.lora_r=4`` (the engine wraps those same modules).
+Details: docs/methods.md, "crisp" under "Method details".
 """
 
 from __future__ import annotations

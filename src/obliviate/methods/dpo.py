@@ -6,21 +6,9 @@ file's chosen answer; the forget answer is its rejected one):
     L_forget = -(2/beta) * mean log sigmoid(beta * ((log pi(y_w|x) - log pi_ref(y_w|x))
                                                     - (log pi(y_l|x) - log pi_ref(y_l|x))))
 
-with log pi the sum of answer-token log-probabilities (the -(2/beta) scaling of open-unlearning and of
-obliviate's IdkDPO, which is this loss with refusals as y_w). Total ``gamma * L_forget + alpha * L_retain``
-(the shared retain NLL / KL). The reference's log-probabilities of both answers are computed once before
-training unless the retain term is a KL, which keeps a live reference.
+with log pi the sum of answer-token log-probabilities. Total ``gamma * L_forget + alpha * L_retain``.
 
-Preference data: a forget file whose records carry a chosen answer (field ``chosen``, or the entry key
-``chosen: FIELD``; the answer field, e.g. ``rejected``, is the one to forget): docs/tasks.md. Without it the run
-stops before training with one line (IdkDPO is DPO towards refusals).
-
-Defaults from open-unlearning's DPO trainer (``src/trainer/unlearn/dpo.py``, afcd6b6; ``compute_dpo_loss`` in
-src/trainer/utils.py 19a6141) and ``configs/trainer/DPO.yaml`` (as tahaEntesari/open-unlearning carries it,
-6c7b6d5): beta = 0.1, gamma = alpha = 1, retain NLL.
-
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (TOFU: 10 epochs of forget10 at
-batch 32), beta = 0.1.
+Details: docs/methods.md, "dpo" under "Method details".
 """
 
 from __future__ import annotations

@@ -5,27 +5,9 @@ Robust, and almost Irreversible Forgetting in LLMs"; code: github.com/nmndeep/Je
       + lambda_R * mean_t JSD(p_theta(. | x_r, y_<t) || p_theta0(. | x_r, y_<t))   on the retain answers
 
 with JSD(p || q) = 1/2 KL(p || m) + 1/2 KL(q || m), m = (p + q) / 2, in nats (bounded by log 2), and e_r the one-hot
-distribution on the refusal's next token. Against a one-hot target the forget term depends on p_r = p_theta(r_t)
-alone (every other entry of m is p_v / 2):
+distribution on the refusal's next token.
 
-    JSD(p || e_r) = 1/2 [ (1 - p_r) log 2 + p_r log(2 p_r / (1 + p_r)) + log(2 / (1 + p_r)) ]
-
-so only the refusal tokens' log-probabilities are computed (no (N, V) softmax on the forget side). Both terms are
-bounded, which the paper credits for its stability and its resistance to relearning.
-
-The forget batch is the forget questions paired with refusals (``needs_idk``: the task's refusals, else
-:data:`~obliviate.tasks.base.IDK_ANSWERS`; the authors' default target is the two tokens "No idea"). The authors'
-code (``jensun_multitok_loss``, src/trainer/utils.py, 925e221) averages over every position of the sequence against
-a target that puts 1 on every refusal token at once; here, as in the paper's equation, each refusal position is
-matched to its own token and only the answer positions count. The retain term is over the retain answers' labelled
-positions (the authors' code: every position).
-
-Defaults from the authors' ``configs/trainer/JensUn.yaml``: gamma (lambda_F) = 1, alpha (lambda_R) = 1, retain JSD.
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (the TOFU-style default).
-
-Cost per step: 1 forward + backward on the refusal batch and 1 on the retain batch, as GradDiff. Memory: the frozen
-model's logits at the retain answers' positions, computed once before training (``cached_logit_keys``), or a live
-frozen copy where that cache would be larger than the copy.
+Details: docs/methods.md, "jensun" under "Method details".
 """
 
 from __future__ import annotations

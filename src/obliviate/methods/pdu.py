@@ -5,29 +5,13 @@ Forgetting is the objective and keeping the retain set a constraint:
     min_theta L_forget(theta)  subject to  L_retain(theta) <= eps
     L_forget = mean_t (max_v z_t[v] - mean_v z_t[v])^2
 
-over the forget answer tokens (z_t the logits predicting y_t: the loss drives the distribution towards uniform
-without a softmax). It is solved on the Lagrangian ``gamma * L_forget + lambda * (L_retain - eps)``: each step
-descends on theta with the current lambda, then ascends on the dual variable,
+over the forget answer tokens (z_t the logits predicting y_t). It is solved on the Lagrangian
+``gamma * L_forget + lambda * (L_retain - eps)``: each step descends on theta with the current lambda, then
+ascends on the dual variable,
 
-    lambda <- max(0, lambda + dual_step_size * (L_retain - eps)),
+    lambda <- max(0, lambda + dual_step_size * (L_retain - eps)).
 
-from lambda = ``alpha`` and only after ``dual_warmup_epochs`` passes over the forget set. lambda, eps and the
-step count are kept in checkpoints (a resumed run continues the same dual trajectory).
-
-Defaults from open-unlearning's PDU trainer (``src/trainer/unlearn/pdu.py``, file version 17e8e73) and its
-``configs/trainer/PDU.yaml`` (as the paper's authors' fork tahaEntesari/open-unlearning carries it, 6c7b6d5):
-primal-dual on, dual_step_size = 1, dual updates per step, dual_warmup_epochs = 5, on GradDiff's gamma = alpha = 1
-and retain NLL. PDU.yaml leaves ``retain_loss_eps`` mandatory (``???``); here None takes the paper's natural
-choice eps = (1 + a) L_retain(pi_ref) with a = 0: the retain loss of the first step, before any update. Here, as
-the paper writes it, the flattened logits are those that predict the forget answer tokens (position t - 1 for
-answer token y_t: the last prompt position to the one before the last answer token). OpenUnlearning's trainer
-(d3d7cf9: ``mask = labels != -100`` on the logits of the same positions, before any shift) flattens the logits *at*
-the answer positions instead, one position off from ours: the logits predicting the first answer token are left
-out, and those at the last answer token (predicting what follows the answer) are in. (Its older file version
-17e8e73 averaged over every position, prompt and padding too.) Its per-epoch dual update
-(``dual_update_upon: epoch``) is not built.
-
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-5, 125 steps (obliviate's TOFU setting).
+Details: docs/methods.md, "pdu" under "Method details".
 """
 
 from __future__ import annotations

@@ -2,36 +2,15 @@
 Objectives Vary for Distinct Language Functions"). Reconstruction from the paper's summary
 (docs/methods.md).
 
-For a set of decoder layers L (default: early, middle and late, see
-:func:`obliviate.eval.probes.default_probe_layers`), logistic probes (L2, C = 1) fitted on
-the frozen model's last-token states, toxic vs neutral, give unit directions
-d_l = w_l / ||w_l||. Then
+For a set of decoder layers L (default: early, middle and late), logistic probes fitted on the frozen
+model's last-token states, toxic vs neutral, give unit directions d_l = w_l / ||w_l||. Then
 
     L_forget = (1/|L|) sum_{l in L} mean_x <h_l(x)_last, d_l>^2        on toxic inputs x (forget batch)
     L_retain = alpha * mean_{b,t,j} (h_m(x_r; theta) - h_m(x_r; frozen))^2,  m = max L, on benign text
 
-The squared dot product is non-negative, symmetric, and pushes hardest on states most
-aligned with toxicity; minimising it makes toxic last-token states orthogonal to the
-toxicity direction at every chosen layer. "Last token" = last non-padding token,
-skipping the eos that the unlearning batches append (``skip_eos``; see
-:mod:`obliviate.eval.probes`). Only the MLP down-projections of layers 0..max L train; the
-forward pass stops after layer max L.
+``probe_unlearn_single`` is the single-layer ablation: the same objective at one layer.
 
-Where the probes come from (in this order):
-
-1. ``fit(model, tokenizer, toxic_texts, neutral_texts)`` called before training (the
-   recipe does this); with no texts given it uses the config's ``toxic_texts`` /
-   ``neutral_texts``.
-2. Otherwise, in setup (before the first step): the first forget batch is "toxic" and the
-   first retain batch "neutral" (a handful of examples, so noisy directions: prefer 1).
-   A config with ``toxic_texts`` but no ``fit`` call is an error, since only ``fit``
-   receives the tokenizer needed to encode them.
-
-``probe_unlearn_single`` is the single-layer ablation: the same objective at one
-layer (default the middle one; ``layers=[l]`` picks another). Passing
-``layers=[l]`` to ``probe_unlearn`` is equivalent. Default alpha = 10 is ours (the
-summary gives none). Presets: :func:`obliviate.methods.register`'s defaults (the
-summary gives no learning rate or step count either).
+Details: docs/methods.md, "probe_unlearn" under "Method details".
 """
 
 from __future__ import annotations

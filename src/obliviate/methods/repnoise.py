@@ -3,26 +3,11 @@ Harmful Finetuning", arXiv:2405.14577; code: github.com/domenicrosati/representa
 
     L = L_retain(theta) - alpha * L_forget(theta) + beta * sum_l MMD^2(h_l(x_f), z_l),   z_l ~ N(0, I)
 
-L_retain = mean NLL of the retain answers; L_forget = mean NLL of the forget answers (``ascent="nll"``, the paper's
-equation) or log(1 + that NLL) (``ascent="log"``: the authors' code bounds the ascent so, ``rep_noise_loss`` in
-representation_noising/loss.py, a1c3298); h_l(x_f) = the output of decoder layer l on the forget sequences (every
-layer; the authors hook each layer's MLP output), with the padding zeroed, and z_l Gaussian noise of the same shape,
-zeroed at the same places, drawn each step from a generator seeded with ``seed`` + the step number. MMD^2 is the
-biased estimate with a Gaussian multi-kernel, each sequence one sample (its (T, d) states flattened), as in the
-authors' code:
+L_retain / L_forget = mean NLL of the retain / forget answers (``ascent="log"``: log(1 + the forget NLL), as the
+authors' code bounds it), h_l(x_f) = the output of decoder layer l on the forget sequences, and MMD^2 the biased
+estimate with a Gaussian multi-kernel.
 
-    k(a, b) = sum_{i=0..4} exp(-||a - b||^2 / (s * 2^(i-2))),   s = sum of the squared distances over the n^2 - n
-              pairs of the 2B samples / (n^2 - n)   (held fixed: no gradient through the bandwidth)
-    MMD^2 = mean k(H, H) + mean k(Z, Z) - mean k(H, Z) - mean k(Z, H)
-
-The authors' code averages the MMD over the layers (beta / L here) and adds logit-lens forget losses of every layer to
-the ascent term; neither is done here.
-
-Defaults from the code: alpha = 1, beta = 0.001 (paper preset, with lr 2e-5 and 125 steps: our choice, not checked
-against the paper). Tiny preset: alpha = 1, beta = 1, lr 1e-3, 50 steps
-(not tuned). Cost per step: 1 forward + backward on forget (states of every layer kept, as any backward keeps them),
-1 on retain, and the MMD: O((2B)^2 T d) per layer. Memory: one Gaussian sample the size of the forget batch's hidden
-states per layer during the step; no reference.
+Details: docs/methods.md, "repnoise" under "Method details".
 """
 
 from __future__ import annotations

@@ -5,26 +5,10 @@ At decoder layer l:
     L_forget = mean_{b,t,j} (h_l(x_f)_{btj} - c * u_j)^2,   u = r / ||r||, r ~ U[0,1)^d (once per topic)
     L_retain = alpha * mean_{b,t,j} (h_l(x_r; theta) - h_l(x_r; frozen))^2
 
-Only the MLP down-projections of layers l-2..l train. The forward pass stops
-after layer l (nothing above it is computed). Padding is masked out of both
-means (``mask_padding``; the original code did not mask, set it False to match).
-Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200, lr 5e-5, 150 batches (docs/methods.md).
+Only the MLP down-projections of layers l-2..l train. Zephyr-7B defaults: l = 7, c = 6.5, alpha = 1200,
+lr 5e-5, 150 batches.
 
-Layer: ``layer`` if set, else the layer nearest to ``layer_frac * n_layers`` (halves
-rounded down, clamped to 0..n_layers-1; :func:`rmu_layer`). ``layer_frac`` defaults to
-7/32, WMDP's layer 7 of Zephyr's 32, so a 32-layer model gets layer 7 and a 24-layer one
-layer 5. The tiny preset uses ``layer_frac = 0.5``, i.e. n_layers // 2 (layer 2 of the
-world's 4-layer models).
-
-Steering coefficient: c = ``coef``, or with ``coef_norm`` > 0
-
-    c = max(coef, coef_norm * mean_{b,t} ||h_l^ref(x_f)||),
-
-the norm measured with the frozen model on the first forget batch (:func:`hidden_norm`, the measurement
-Adaptive RMU's c = beta * norm uses).
-
-Presets: tiny lr 1e-3, 50 steps, c = max(20, 1.5 ||h_l||), alpha = 10 (tuned on world seed 0, docs/results.md);
-paper as above (c = 6.5, not measured).
+Details: docs/methods.md, "rmu" under "Method details".
 """
 
 from __future__ import annotations

@@ -9,20 +9,9 @@ with the inner maximisation taken to first order, as SAM does (Foret et al. 2021
     delta* = rho * g / ||g||,   g = grad l_f(theta)   (one global L2 norm over every trained parameter)
     update direction = gamma * grad l_f(theta + delta*) + alpha * grad l_r(theta)
 
-The forget gradient is taken at the perturbed weights and applied to the unperturbed ones (the loop's AdamW step).
-Only the forget loss is smoothed; the retain term is the usual NLL (or KL) at theta. The forget loss is NPO's
-(``sam_npo``: -(2/beta) mean log sigmoid(-beta (log pi - log pi_ref))) or GradDiff's (``sam_graddiff``: -CE on the
-forget answers); both are registered here, one class each over the same step.
+The forget loss l_f is NPO's (``sam_npo``) or GradDiff's (``sam_graddiff``).
 
-Cost per step, beyond the wrapped method: one more forward and backward pass of the forget batch (the first finds
-delta, the second takes the gradient at theta + delta); so 2 forward + 2 backward passes on forget, 1 + 1 on retain.
-Memory: one copy of the trained parameters (theta, restored after the perturbed pass) and the perturbation-direction
-gradient (another copy) during the step; NPO's reference log-probabilities are computed once before training.
-
-The radius rho is taken relative to nothing: it is an L2 distance in parameter space, so it depends on the model's
-size (more parameters, larger norms). Paper preset rho = 0.01 is our choice (the paper's rho grid was not in the
-public material we could read); tiny preset rho = 0.05 (not tuned). Runs in one process only (the perturbation is
-computed from the local gradient).
+Details: docs/methods.md, "sam_graddiff, sam_npo" under "Method details".
 """
 
 from __future__ import annotations

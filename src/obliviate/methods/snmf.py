@@ -2,57 +2,15 @@
 Suslik, Shafran, Geva 2026 (EMBER's MLP baseline; docs/methods.md, [paper/code]; semi-NMF of Ding, Li,
 Jordan 2010).
 
-An edit method (``kind = "edit"``, :class:`~obliviate.unlearning.contract.Method`) edits ``model`` in place
-without the training loop: ``edit(model, tokenizer, data)``, ``data`` a mapping with ``concept_sentences``
-and ``neutral_sentences`` (e.g. ``world.concept``), returns a JSON-serialisable summary. Each call
-snapshots the weights it changes; ``method.restore(model)`` puts them back bit for bit (e.g. between
-deltas of a grid).
-
-Factorisation
--------------
-``A`` (d_mlp x n) holds the MLP post-activations (the input of the down-projection,
-:func:`obliviate.models.layers.capture_mlp_activations`) of n tokens, one column each.
-Find ``A ~ F G^T`` with F (d_mlp x K) signed and sparse and G (n x K) >= 0. From
-``G ~ U[0, 1)`` (seeded generator), repeat::
-
-    F = A G (G^T G + r I)^-1                              # least squares for F (tiny ridge r)
-    F[:, k] = WTA_m(F[:, k])                              # keep the m = ceil(sparsity * d_mlp) largest |F_jk|
-    P = A^T F  (n x K);  Q = F^T F  (K x K)
-    G <- G * sqrt((P+ + G Q-) / (P- + G Q+ + 1e-6))       # X+ = max(X, 0), X- = max(-X, 0)
-
-The multiplicative step keeps G >= 0 and, for a fixed F, never increases
-``||A - F G^T||^2`` (Ding et al., Theorem 1); the F step with winner-takes-all is not a
-descent step, so, as in :func:`obliviate.methods.ember.factorize.sparse_factorize`, the best
-iterate (relative squared error ``||A - F G^T||^2 / ||A||^2``) is kept.
-
-Feature selection
------------------
-Tokens of the concept sentences get code 1, tokens of the neutral sentences code 0
-(every token of a sentence, common words included). A feature's statistic is EMBER's
-mass ratio on G (:func:`obliviate.methods.ember.factorize.mass_ratio`; G >= 0 so |G| = G)::
-
-    ratio_k = mean_{concept tokens} G_tk / (mean_{neutral tokens} G_tk + 1e-8)
-
-i.e. how much more the feature is used on concept text than on neutral text. Features
-with ``ratio_k >= min_ratio`` (2) are kept, highest first, at most ``max_features`` per layer.
-
-Edit
-----
-For a kept feature f (a column of F) with support S (its non-zero entries) and
-``u = f_S / ||f_S||``, the feature's direction is projected out of the MLP, on the
-weights in fixed orientations (:func:`~obliviate.models.layers.down_proj_weight_out_in`
-is ``(d_model, d_mlp)``, :func:`~obliviate.models.layers.up_proj_weight_out_in` is
-``(d_mlp, d_model)``, views valid for every architecture)::
+An edit method (``kind = "edit"``): ``edit(model, tokenizer, data)`` edits ``model`` in place without the
+training loop, and ``method.restore(model)`` puts the weights back bit for bit. The MLP post-activations A
+(d_mlp x n tokens) are factorised as ``A ~ F G^T``, F signed and sparse, G >= 0; for each kept concept feature f
+(a column of F, mass ratio >= ``min_ratio`` on concept vs neutral tokens) with support S and ``u = f_S / ||f_S||``::
 
     W_down[:, S] -= delta * (W_down[:, S] u) u^T      # = W_down (I - delta u u^T) on the columns S
     W_up[S, :]   -= delta * u (u^T W_up[S, :])        # = (I - delta u u^T) W_up on the rows S
 
-docs/methods.md writes the down edit as ``W_down[:, S] -= delta f (f^T W_down[:, S])`` for a
-weight stored ``(d_mlp, d_model)``; the line above is the same edit in our orientation.
-delta = 1 removes the feature's component exactly; larger deltas reverse it. With a
-gated MLP (SwiGLU) the up edit acts on the non-gated branch only. Only the columns S of
-W_down and the rows S of W_up change; :func:`snapshot_mlp` / :func:`restore_mlp` put
-them back bit for bit.
+Details: docs/methods.md, "snmf" under "Method details".
 """
 
 from __future__ import annotations

@@ -10,26 +10,9 @@ else the retain batch, i.e. a benign fine-tune):
     g_TR = lambda_TR / (attacks * K) * sum_a sum_k grad L_TR(x_f; theta_a,k)        (evaluated at the adapted weights)
     update direction = g_TR + alpha * grad L_retain(x_r; theta)                      (applied at theta)
 
-L_TR = -mean_t H(p_theta(. | x_f, y_<t)) over the forget answer positions: the adapted model's negative entropy (the
-authors' "max_entropy" loss for knowledge restriction), so minimising it keeps the attacked model maximally
-uncertain on the forget answers. First-order: the adapted weights' gradient is used as the gradient at theta
-(no differentiation through the inner steps). The adversary's AdamW is fresh per attack (torch defaults, weight decay
-0.01), as in the authors' loop; its sampled data is the step's batch, reused for each of the K inner steps (the step
-draws one forget and one retain batch), and x_f for L_TR is the same forget batch (the authors hold it out from the
-adversary's data: this adversary is stronger). Not done: the authors' lower bound on the TR loss (it only gates the
-TR gradient when the entropy is already maximal), their linear-warm-up adversary schedules, retain-then-forget
-switching attacks, and their representation-engineering retain term (their default is the NLL one used here).
+with L_TR = -mean_t H(p_theta(. | x_f, y_<t)) over the forget answer positions (the adapted model's negative entropy).
 
-Defaults (the authors' ``tar_training_loop``): lambda_TR = 4 (``tar_tamper_resistance_grad_scale``), alpha = 1
-(``tar_retain_scale``), K = 4 inner steps, 3 attacks per step, lrs {2e-5, 4e-5, 1e-4}, forget attacks 65% / benign
-35%; paper preset outer lr 2e-5 (our choice). Tiny preset: 1 attack of K = 4 steps at lrs {1e-4, 3e-4, 1e-3}
-(about the world relearning attack's scale), lr 1e-3, 50 steps (not tuned).
-
-Cost per outer step: attacks * K * (1 forward + backward on the attack batch + 1 forward + backward for L_TR) + 1
-forward + backward on retain: 25 forward-backward pairs at the paper defaults, 9 at the tiny preset (GradDiff: 2).
-Memory: a copy of the trained parameters (theta, restored after each attack), the adversary's AdamW moments (two
-copies) and the accumulated TR gradient (one copy): four extra copies of the trained parameters during a step.
-Runs in one process (the inner attacks run on this process's parameters only).
+Details: docs/methods.md, "tar" under "Method details".
 """
 
 from __future__ import annotations

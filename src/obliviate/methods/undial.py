@@ -6,20 +6,9 @@ answer token is lowered by ``beta``: for every forget answer token y_t with teac
     q_t = softmax(z_ref_t - beta * e_{y_t})
     L_forget = mean_t CE(q_t, p_theta_t) = -mean_t sum_v q_t[v] log p_theta(v | y_<t, x)
 
-over the forget answer tokens; total ``gamma * L_forget + alpha * L_retain`` (retain NLL or KL, the shared
-:func:`~obliviate.unlearning.objectives.forget_and_retain`). The teacher is the model before unlearning: the target
-needs its whole distribution at each forget answer token, so its logits there are computed once before training
-(``cached_logit_keys``; no frozen copy), unless they would take more memory than the copy (a large vocabulary, a
-large forget set), when a live frozen copy is kept; a KL retain term (``alpha`` > 0) keeps the copy too.
+over the forget answer tokens; total ``gamma * L_forget + alpha * L_retain``.
 
-Defaults from open-unlearning's ``configs/trainer/UNDIAL.yaml`` (commit 5a7dfb4): beta = 10, gamma = 1,
-alpha = 0 (the paper uses no retain set), retain NLL. Its trainer (``src/trainer/unlearn/undial.py`` 5a7dfb4,
-``compute_undial_loss`` in ``src/trainer/utils.py`` 19a6141) averages over *every* position of the sequence,
-prompt and padding included, where the label -100 lowers vocabulary entry V - 100; here, as in the paper,
-only answer tokens are distilled.
-
-Presets: tiny lr 1e-3, 50 steps (the default, not tuned); paper lr 1e-4 for 250 steps (open-unlearning:
-10 epochs of forget10's 400 pairs at an effective batch of 16), beta = 10, alpha = 0.
+Details: docs/methods.md, "undial" under "Method details".
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """UNDO: Unlearn-Noise-Distill-on-Outputs (Lee et al. 2025, "Distillation Robustifies Unlearning", NeurIPS 2025,
 arXiv:2506.06278; code: github.com/AddieFoote/distillation-robustify-unlearning).
 
-One run in three stages, over the run's ``steps``:
+One run in three stages, over the run's ``steps``: **unlearn** with a base method (GradDiff by default, or NPO) for
+the first ``round((1 - distill_frac) * steps)`` steps; **noise** once, at the switch: the unlearned model becomes
+the frozen teacher, and the student starts from
 
-1. **Unlearn** for the first ``round((1 - distill_frac) * steps)`` steps with a base method: GradDiff by default
-   (``base="graddiff"``: gamma * (-CE on forget answers) + base_alpha * retain NLL), or NPO (``base="npo"``:
-   -(2/beta) mean log sigmoid(-beta (log pi - log pi_ref)) + base_alpha * retain NLL).
-2. **Noise** once, at the switch: the unlearned model becomes the frozen teacher, and the student starts from
+    theta_s = (1 - alpha) * theta_u + alpha * beta * eps,     eps Xavier-uniform for matrices, 0 for vectors
 
-       theta_s = (1 - alpha) * theta_u + alpha * beta * eps
+then **distill** for the remaining steps on retain data only: min KL(p_teacher || p_student).
 
-   with eps Xavier-uniform (U(-a, a), a = sqrt(6 / (fan_in + fan_out))) for every matrix and 0 for vectors (norm
-   gains and biases only shrink), drawn from a generator seeded with ``seed``, as the authors' ``do_corruption``
-   (code/tools/serum.py, bdfe271) does. alpha in [0, 1] sets the compute/robustness trade-off (alpha = 1: a fresh
-   random student; the paper's curves sweep it).
-3. **Distill** for the remaining steps on retain data only: min KL(p_teacher || p_student), the mean over every
-   real next-token position of the retain sequences (prompt and answer: the authors distil on plain text, where
-   every token counts).
-
-The run's single AdamW carries its moments from stage 1 into stage 3 (the authors start a fresh optimizer for the
-distillation); the learning rate is the run's. Defaults: alpha = 0.5, beta = 0.1 (``noise_beta``'s default in the
-authors' code), distill_frac = 0.5, GradDiff base with gamma = 1, base_alpha = 1. Presets: tiny lr 3e-4, 100 steps
-(50 GradDiff steps at GraDiff's tiny setting, alpha 10 on retain, then 50 distillation steps); paper lr 1e-5, 250
-steps (125 + 125). Neither is tuned; the paper's distillation runs far longer than its unlearning.
-
-Cost per step: stage 1 as the base method (GradDiff: 1 forward + backward on forget, 1 on retain; NPO the same, its
-reference log-probabilities computed once before training); stage 3: 1 teacher forward (no backward) + 1 student
-forward + backward on retain. Memory: a whole frozen copy of the model (the teacher) during stage 3. A checkpoint
-holds the step count and, in stage 3, the teacher's weights, so a resumed run goes on with the same teacher. Where
-the run has no step count (a single step measured by ``bench``), every step is a stage-1 step.
+Details: docs/methods.md, "undo" under "Method details".
 """
 
 from __future__ import annotations

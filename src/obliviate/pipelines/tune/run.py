@@ -1,26 +1,12 @@
-"""Choose a method's settings for one model and task: a budgeted grid under a retain constraint (docs/methods.md,
-"Tuning a method for your model").
+"""Choose a method's settings for one model and task: a budgeted grid under a retain constraint.
 
-The grid scales the method's run (its preset and the user's overrides) by factors: the learning rate, the steps
-and the method's own weight (:data:`TUNED_PARAM`: the retain weight ``alpha`` of most methods). Trials are taken
-from the run as given outward (nearest first, in log scale), at most ``budget`` of them; when the best feasible
-trial forgot little at the grid's largest lr or steps, up to ``extend`` more push past that edge (:func:`outward`).
-Each trial trains a copy of the model on all the forget and retain data, as the final run will, and is scored on
-the *validation* items only (:func:`validation_split`: a seeded share of the forget and retain pairs' evaluation
-items); the objective is the largest share of the forget score removed (:func:`~obliviate.eval.outcome.forgot_share`)
-among the trials that keep at least ``retain_share`` of the base model's keep score. The other items are never scored
-here: ``unlearn --tune`` reports on them.
-
-Why the trials train on all the data: a trial that trained on the validation pairs alone was a different run
-from the final one (half the facts, twice the passes over each in the same steps), and its choice did not
-transfer: on a GPT-2 fine-tuned on 32 + 32 pairs (scripts/tune_architectures.py), RMU's chosen trial removed
-0.86 of the validation forget score, and the final run left 0.94 of the held-out one; doubling the final run's
-steps instead took retain down to 0.85 of the base. Trained on all the data, the chosen trial *is* the final
-run (same data, settings and seed), so the validation items measure it. Only scores are held out, never
-training data.
-
-Each trial is a part of the run's :class:`~obliviate.runs.parts.PartStore` (``tune/parts``): a rerun after a kill
-redoes only the trials that are missing.
+The grid scales the method's run by factors of its lr, its steps and its own weight (:data:`TUNED_PARAM`), nearest
+first, at most ``budget`` trials plus up to ``extend`` past the grid's edge (:func:`outward`). Each trial trains a
+copy on all the forget and retain data, as the final run will, and is scored on the validation items only
+(:func:`validation_split`); the choice is the largest share of the forget score removed among the trials that keep
+``retain_share`` of the base model's keep score. Each trial is a part of the run's
+:class:`~obliviate.runs.parts.PartStore` (``tune/parts``), so a rerun after a kill redoes only the missing ones.
+Why trials train on all the data, and the rest of the rule: docs/methods.md, "Tuning a method for your model".
 """
 
 from __future__ import annotations
