@@ -1,4 +1,4 @@
-"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; docs/methods.md, [paper/code]).
+"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; read in the paper and its code).
 
 The MLP partner of EMBER::
 

@@ -1,5 +1,5 @@
 """Edit method "snmf": semi-NMF concept features of MLP activations projected out of the MLP weights, as in
-Suslik, Shafran, Geva 2026 (EMBER's MLP baseline; docs/methods.md, [paper/code]; semi-NMF of Ding, Li,
+Suslik, Shafran, Geva 2026 (EMBER's MLP baseline; read in the paper and its code; semi-NMF of Ding, Li,
 Jordan 2010).
 
 An edit method (``kind = "edit"``): ``edit(model, tokenizer, data)`` edits ``model`` in place without the

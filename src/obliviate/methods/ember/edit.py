@@ -5,7 +5,7 @@ k in F_C), EMBER edits the INPUT embedding only::
 
     e_t <- e_t - delta * sum_{k in F_C} G_tk F[:, k]
 
-(docs/methods.md, [paper/code]). The output embedding (``lm_head``) is left as it is. When
+(read in the paper and its code). The output embedding (``lm_head``) is left as it is. When
 input and output embeddings are tied (one shared tensor), :func:`apply_ember` first
 unties them: the ``lm_head`` gets its own copy of the weight and
 ``config.tie_word_embeddings`` becomes False, so the edit cannot reach the output side;

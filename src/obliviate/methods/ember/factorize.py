@@ -1,6 +1,6 @@
 """EMBER step 1: the token vocabulary V' and a sparse factorisation of its embeddings.
 
-Suslik, Shafran, Geva (2026), "Don't Forget Your Embeddings" (docs/methods.md, [paper/code]). V' = the
+Suslik, Shafran, Geva (2026), "Don't Forget Your Embeddings" (read in the paper and its code). V' = the
 concept and neutral sentences' token ids minus special tokens, coded 1 (concept only), 0 (neutral
 only), 2 (both). Stopping rule, defaults and retries: docs/methods.md#machinery-shared-by-several-methods.
 
