@@ -26,12 +26,12 @@ TINY = dict(world=dict(seed=0, n_forget=6, n_holdout=1, n_retain=6, n_general=4,
 
 def test_resolve_fills_only_unset_fields_from_the_preset():
     full = TF.resolve(TF.TokenFilteringConfig())
-    assert full.sizes == TF.PRESETS["full"]["sizes"] and full.tokens_per_param == 20.0
-    assert full.pareto_size == TF.PRESETS["full"]["pareto_size"] and full.pareto_size in full.sizes
+    assert full.sizes == TF.SCALES["full"]["sizes"] and full.tokens_per_param == 20.0
+    assert full.pareto_size == TF.SCALES["full"]["pareto_size"] and full.pareto_size in full.sizes
     own = TF.resolve(TF.TokenFilteringConfig(sizes=["1x8", "1x16", "2x16"]))
     assert own.pareto_size == "1x16"  # sizes of one's own: the second largest
     quick = TF.resolve(TF.TokenFilteringConfig(quick=True, tokens_per_param=3.0))
-    assert quick.sizes == TF.PRESETS["quick"]["sizes"]
+    assert quick.sizes == TF.SCALES["quick"]["sizes"]
     assert quick.tokens_per_param == 3.0  # set explicitly: kept
     assert len(full.sizes) >= 4 and len(quick.sizes) >= 4  # the issue asks for at least four sizes
     with pytest.raises(ConfigError, match="pareto_size"):
@@ -182,7 +182,7 @@ def test_quick_recipe_from_the_command_line(tmp_path):
     main(["reproduce", "token-filtering", "--out", str(out), "--quick", "--no-progress"])
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
-    sizes = TF.PRESETS["quick"]["sizes"]
+    sizes = TF.SCALES["quick"]["sizes"]
     for size in sizes:
         for s in ["none", "mask", "remove", "drop_document"]:
             assert "compute_slowdown" in m[size][s]
@@ -190,7 +190,7 @@ def test_quick_recipe_from_the_command_line(tmp_path):
         assert "adversarial_tokens" in m[s]
     assert res["config"]["quick"] is True and res["config"]["command"].startswith("obliviate")
     assert res["config"]["sizes"] == sizes
-    assert res["config"]["tokens_per_param"] == TF.PRESETS["quick"]["tokens_per_param"]
+    assert res["config"]["tokens_per_param"] == TF.SCALES["quick"]["tokens_per_param"]
     # the unfiltered models improve with scale on the forget domain
     assert m[sizes[-1]]["none"]["forget_loss"] < m[sizes[0]]["none"]["forget_loss"]
     # token removal costs more on the forget domain than on the retain domain at the largest size

@@ -63,7 +63,8 @@ def distinguishing_offsets(answers: Sequence[Sequence[int]]) -> list[int]:
 
 def answer_targets(tokenizer, prompts: Sequence[str], answers: Sequence[str], max_len: int = 256):
     """``(seqs, targets, offsets)``: per item the token sequence ``[bos] + prompt`` followed by the answer's
-    first ``o`` tokens, and the answer's token ``o``, its first distinguishing token (module docstring)."""
+    first ``o`` tokens, and the answer's token ``o``, its first distinguishing token (docs/evaluation.md,
+    "Logit lens")."""
     seqs, masks = encode_prompt_answer(tokenizer, list(prompts), list(answers), max_len, add_eos=False)
     starts, spans = [], []
     for s, m in zip(seqs, masks):

@@ -93,8 +93,8 @@ def metric_trust(metrics: dict) -> dict:
     """``{"groups": {"with", "without"}, "reads": {name: row}}``: a row per forget-side metric
     (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read on at least one model of
     each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``auc``, ``separates``, ``with`` / ``without``
-    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` (attacks), ``stable`` and ``trusted`` (module
-    docstring). ``metrics``: ``{model: metrics}`` of a comparison."""
+    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` (attacks), ``stable`` and ``trusted``
+    (docs/evaluation.md, "Which numbers to trust"). ``metrics``: ``{model: metrics}`` of a comparison."""
     with_ = [n for n in WITH if n in metrics]
     without = [n for n in WITHOUT if n in metrics]
     reads = {}

@@ -1,4 +1,4 @@
-"""Evaluation: the one suite (``suite.py``) and the scoring functions (``core.py``) exported here."""
+"""Evaluation: the scoring functions of ``core.py`` are exported here; the one suite is :mod:`obliviate.eval.suite`."""
 
 from obliviate.eval.core import (
     chance_corrected,

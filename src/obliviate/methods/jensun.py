@@ -28,7 +28,7 @@ LOG2 = math.log(2.0)
 
 
 def jsd_to_onehot(logp_target: torch.Tensor) -> torch.Tensor:
-    """JSD(p || e_y) per row from log p(y) (N,): the closed form of the module docstring."""
+    """JSD(p || e_y) per row from log p(y) (N,): the closed form of docs/methods.md, "jensun"."""
     p = logp_target.float().exp()
     return 0.5 * ((1 - p) * LOG2 + p * (LOG2 + logp_target.float() - torch.log1p(p)) + LOG2 - torch.log1p(p))
 

@@ -119,7 +119,7 @@ class ProbeUnlearn(Method):
         """Fit the probes on the (still frozen) model's last-token states; returns ``probe_info``.
 
         Texts default to the config's; with none anywhere nothing happens (the probes are
-        then fitted on the first batches, see the module docstring).
+        then fitted on the first batches, see docs/methods.md, "probe_unlearn").
         """
         from obliviate.eval.probes import last_token_states
 

@@ -58,7 +58,7 @@ from obliviate.utils import seed_everything
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
 
-PRESETS: dict[str, dict] = {
+SCALES: dict[str, dict] = {
     "full": dict(sizes=list(FILTERED_MODELS.sizes), pareto_size="3x48", tokens_per_param=20.0,
                  labeller_layers=4,
                  labeller_d=128, labeller_steps=300, sae_steps=600, bilm_steps=400, adv_steps=400,
@@ -77,7 +77,7 @@ PRESETS: dict[str, dict] = {
 class TokenFilteringConfig:
     seed: int = 0
     quick: bool = False
-    """Use the ``quick`` preset for the fields left at ``None`` (see :data:`PRESETS`)."""
+    """Use the ``quick`` scale for the fields left at ``None`` (see :data:`SCALES`)."""
     command: str = ""
     parallel: bool = True
     """Train the models two at a time, one torch thread each (:func:`obliviate.runs.parts.cached_parts`): on 2
@@ -194,12 +194,12 @@ class TokenFilteringConfig:
 
 
 def resolve(cfg: TokenFilteringConfig) -> TokenFilteringConfig:
-    """A copy of ``cfg`` with its ``None`` fields taken from the quick or full preset, checked."""
+    """A copy of ``cfg`` with its ``None`` fields taken from the quick or full scale, checked."""
     out = copy.deepcopy(cfg)
-    preset = PRESETS["quick" if cfg.quick else "full"]
-    for key, value in preset.items():
+    scale = SCALES["quick" if cfg.quick else "full"]
+    for key, value in scale.items():
         if key == "pareto_size" and cfg.sizes is not None:
-            continue  # sizes of one's own: the preset's Pareto size may not be among them
+            continue  # sizes of one's own: the scale's Pareto size may not be among them
         if getattr(out, key) is None:
             setattr(out, key, copy.deepcopy(value))
     if len(out.sizes) < 2:
