@@ -88,7 +88,7 @@ def chance_corrected(acc: float, base: float, chance: float) -> float:
 
 def s_unlearning(forget_base: float, forget_after: float, retain_base: float, retain_after: float,
                  chance: float = 0.0, retain_chance: float | None = None) -> dict:
-    """S-unlearning (docs/methods.md): S = U * R.
+    """S-unlearning (docs/evaluation.md): S = U * R.
 
     U = clip((A0 - Au) / (A0 - chance), 0, 1) on the forget evaluation;
     R = clip((Mu - chance) / (M0 - chance), 0, 1) on the retain evaluation.
@@ -459,7 +459,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
 
 
 def mcq_prompt(question: str, choices: list[str]) -> str:
-    """lm-evaluation-harness MMLU-style prompt (docs/methods.md)."""
+    """lm-evaluation-harness MMLU-style prompt (docs/evaluation.md, "MCQ accuracy")."""
     lines = [question.strip()] + [f"{LETTERS[i]}. {c}" for i, c in enumerate(choices)]
     return "\n".join(lines) + "\nAnswer:"
 

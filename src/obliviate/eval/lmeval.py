@@ -6,7 +6,7 @@
   Lines file and a task YAML in a temporary directory, loaded with
   ``TaskManager(include_path=...)``), runs it with ``simple_evaluate`` and returns the
   option lm-eval chooses for each question. The task uses the MMLU prompt of
-  docs/methods.md (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
+  docs/evaluation.md (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
   so its choices can be compared with :func:`obliviate.eval.mcq_accuracy` (``style="letters"``).
 - :func:`lmeval_mmlu_choices` does the same for a local MMLU CSV file.
 - :func:`lmeval_installed_task_choices` runs one of lm-eval's *own installed* tasks (``wmdp_bio``,

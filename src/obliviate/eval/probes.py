@@ -1,4 +1,4 @@
-"""Linear probes on last-token hidden states, per layer (docs/methods.md, a reconstruction).
+"""Linear probes on last-token hidden states, per layer (a reconstruction; docs/recipes.md, "function-specific").
 
 For each layer l, an L2-regularised logistic regression (C = 1) separates the
 frozen model's last-token states of toxic (y = 1) and neutral (y = 0) texts; the

@@ -1,4 +1,4 @@
-"""Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD) (docs/methods.md).
+"""Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD) (docs/evaluation.md, "UQ / FQ / RD").
 
 The relative forget drop is named :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different
 metric (the KS-test p-value of truth ratios, :func:`obliviate.eval.tofu.forget_quality`). Its result key stays
