@@ -348,35 +348,41 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     metrics: dict = {}
     curves: dict = {}
     timings: dict = {"bases_seconds": bases_seconds}
+    shown = {"progress": progress}  # the second process of a parallel run turns its bars off (quiet, below)
+    base_cache: dict = {}  # the base model's scores, computed once for every model attacked in this process
 
-    def evaluate(name: str, model) -> dict:
+    # Each part below is a function of the models and settings alone: it returns what it made (metrics, curves,
+    # timings) and writes nothing else, so it runs alike in this process or in the child of a parallel run
+    # (runs.parts.cached_parts); the loop after them gathers the parts' results.
+    def evaluate(name: str, model) -> tuple[dict, dict]:
+        """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's own)."""
         t = time.time()
         m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
         m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
         if name != "base":
             m.update(score_against(metrics["base"], m))
-        timings[f"{name}_eval_seconds"] = time.time() - t
-        return m
+        return m, {f"{name}_eval_seconds": time.time() - t}
 
-    base_cache: dict = {}  # the base model's scores, computed once for every model attacked
-    shown = {"progress": progress}
-
-    def attack(name: str, model, m: dict) -> None:
+    def attack(name: str, model, m: dict) -> tuple[dict, dict, dict]:
+        """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``."""
         t = time.time()
         per: dict = {}
         att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m, base_cache=base_cache,
                                timings=per)
-        timings[f"{name}_attack_seconds"] = time.time() - t
-        timings[f"{name}_seconds_by_attack"] = per
-        curves[name] = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
-        m.update(att)
+        curve = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
+        return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t, f"{name}_seconds_by_attack": per}
 
-    def attack_part(name: str, model) -> dict:
-        attack(name, model, metrics[name])
-        return {"metrics": metrics[name], "curves": curves[name],
-                "timings": {k: timings[k] for k in (f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
+    def scored(name: str, model, m: dict | None = None, before: dict | None = None) -> dict:
+        """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of its making."""
+        t: dict = dict(before or {})
+        if m is None:
+            m, te = evaluate(name, model)
+            t.update(te)
+        m, curve, ta = attack(name, model, m)
+        return {"metrics": m, "curves": curve, "timings": {**t, **ta}}
 
-    metrics["base"] = evaluate("base", base_model)
+    metrics["base"], te = evaluate("base", base_model)
+    timings.update(te)
     oracle_ref = None
     held: dict = {}
     jobs: list = []  # (name, path, key, fn): the attacks on the oracle and the base model, the controls, then the
@@ -387,15 +393,16 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
                              f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are "
                              "scored on the same token ids, so the oracle must share the base model's vocabulary")
-        metrics["oracle"] = evaluate("oracle", oracle)
+        metrics["oracle"], te = evaluate("oracle", oracle)
+        timings.update(te)
         if metrics["oracle"].get("forget_score") is not None:
             oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
         held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
         del oracle
         jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
-                     lambda: attack_part("oracle", held.pop("oracle"))))
+                     lambda: scored("oracle", held.pop("oracle"), metrics["oracle"])))
     jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
-                 lambda: attack_part("base", base_model)))
+                 lambda: scored("base", base_model, metrics["base"])))
     builders = positive_controls(cfg)
     for cname, (build, kwargs) in builders.items():
         cdir = out / "models" / cname
@@ -404,12 +411,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
             if control is None:  # e.g. a task with MCQs only: nothing to refuse
                 return {"info": info}
-            m = evaluate(cname, control)
-            attack(cname, control, m)
+            part = scored(cname, control)
             save_trained(control, cdir, tok)  # before its part: a finished control has its model
-            return {"metrics": m, "curves": curves[cname], "info": info,
-                    "timings": {k: timings[k] for k in (f"{cname}_eval_seconds", f"{cname}_attack_seconds",
-                                                        f"{cname}_seconds_by_attack")}}
+            return {**part, "info": info}
 
         if not (cdir / "config.json").exists():
             (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
@@ -421,16 +425,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             model, ktok = load(dirs[kname])
             if ktok.get_vocab() != tok.get_vocab():
                 raise ModelError(f"{dirs[kname]!r} has another tokenizer than the base model")
-            m = evaluate(kname, model)
+            m, te = evaluate(kname, model)
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            attack(kname, model, m)
+            part = scored(kname, model, m, before=te)
             info = Path(dirs[kname]) / "pretrain.json"  # its cost: a whole pretraining run
             passes = json.loads(info.read_text()).get("passes") if info.exists() else None
-            return {"metrics": m, "curves": curves[kname],
-                    "timings": {**{k: timings[k] for k in (f"{kname}_eval_seconds", f"{kname}_attack_seconds",
-                                                           f"{kname}_seconds_by_attack")},
-                                f"{kname}_pretrain_passes": passes}}
+            return {**part, "timings": {**part["timings"], f"{kname}_pretrain_passes": passes}}
 
         jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
     configs, ucfgs, skipped = {}, {}, {}
@@ -456,20 +457,17 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             t = time.time()
             model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
                                      idk=task.idk, progress=shown["progress"], resume=False)
-            timings[f"{name}_unlearn_seconds"] = time.time() - t
-            timings[f"{name}_unlearn_passes"] = summary.get("passes")  # forwards and backwards (none for an edit)
-            m = evaluate(name, model)
+            made = {f"{name}_unlearn_seconds": time.time() - t,
+                    f"{name}_unlearn_passes": summary.get("passes")}  # forwards and backwards (none for an edit)
+            m, te = evaluate(name, model)
             if edit_note(summary):
                 m["edit"] = edit_note(summary)
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            attack(name, model, m)
+            part = scored(name, model, m, before={**made, **te})
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
-            return {"metrics": m, "curves": curves[name],
-                    "timings": {k: timings[k] for k in (f"{name}_unlearn_seconds", f"{name}_unlearn_passes",
-                                                        f"{name}_eval_seconds",
-                                                        f"{name}_attack_seconds", f"{name}_seconds_by_attack")}}
+            return part
 
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
