@@ -170,9 +170,9 @@ def test_non_finite_values_given_in_python_are_refused():
 
 
 @pytest.mark.parametrize("run,message", [
-    ({"lr": 0}, "config key 'runs.npo.lr': must be > 0, got 0.0"),  # was silently the preset's lr
-    ({"lr": -1e-3}, "config key 'runs.npo.lr': must be > 0"),
-    ({"steps": 0}, "config key 'runs.npo.steps': must be >= 1 to unlearn"),
+    ({"train": {"lr": 0}}, "config key 'runs.npo.train.lr': must be > 0, got 0"),  # was silently the preset's lr
+    ({"train": {"lr": -1e-3}}, "config key 'runs.npo.train.lr': must be > 0"),
+    ({"train": {"steps": 0}}, "config key 'runs.npo.train.steps': must be >= 1 to unlearn"),
     ({"batch_size": 0}, "config key 'runs.npo.batch_size': must be >= 1"),
 ])
 def test_a_method_run_that_trains_nothing_is_refused(run, message):
@@ -196,19 +196,19 @@ def test_training_settings_given_to_an_edit_method_are_refused(method, override,
 
 
 def test_runs_of_an_edit_method_take_only_params():
-    with pytest.raises(ConfigError, match="config key 'runs.snmf.lr' does not apply to 'snmf'"):
-        method_run_config("snmf", {"lr": 1e-3, "params": {"delta": 2.0}}, "tiny", 0)
+    with pytest.raises(ConfigError, match="config key 'runs.snmf.train' does not apply to 'snmf'"):
+        method_run_config("snmf", {"train": {"lr": 1e-3}, "params": {"delta": 2.0}}, "tiny", 0)
     ucfg, used = method_run_config("snmf", {"params": {"delta": 2.0}}, "tiny", 0)
     assert ucfg.params == {"delta": 2.0} and used == {"params": {"delta": 2.0}}
 
 
 def test_runs_of_a_method_not_run_are_refused(user, tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"config key 'runs\.rmu' sets a method this run does not run"):
-        check_method_runs({"npo": {"lr": 1e-4}, "rmu": {"lr": 1e-3}}, ["npo", "graddiff"])
-    check_method_runs({"npo": {"lr": 1e-4}}, ["npo"])
+        check_method_runs({"npo": {"train": {"lr": 1e-4}}, "rmu": {"train": {"lr": 1e-3}}}, ["npo", "graddiff"])
+    check_method_runs({"npo": {"train": {"lr": 1e-4}}}, ["npo"])
     out = tmp_path / "o"
     assert main(["compare", "--out", str(out), "--no-progress", "--forget", str(user["forget"]), "--retain",
-                 str(user["retain_qa"]), "methods=[npo]", "runs.rmu.lr=0.001"]) == 2
+                 str(user["retain_qa"]), "methods=[npo]", "runs.rmu.train.lr=0.001"]) == 2
     assert "config key 'runs.rmu' sets a method this run does not run (methods: npo)" in one_error(capsys)
     assert not out.exists()
 

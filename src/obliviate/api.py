@@ -135,11 +135,12 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     The method's own defaults apply, chosen by model size (``preset``: ``"tiny"`` under 100M
     parameters, else ``"paper"``), with the learning rate scaled as ``obliviate unlearn`` scales it for a model
     that ``obliviate finetune`` taught (``model.name_or_path`` a directory with its card); ``overrides`` change
-    them: ``lr``, ``steps``, ``batch_size``, ``lora``, ``allow_overlap`` and ``params`` (a dict of the method's own
-    parameters, e.g. ``params={"beta": 0.2}``). ``out_dir``: the run directory, as ``obliviate unlearn --out``
-    writes it (checkpoints in ``train/``, which a rerun resumes, the model in ``model/`` with its card, and
-    ``results.json``); default: nothing is written. Same ``seed``, same machine: same model, and the same as
-    ``obliviate unlearn`` gives.
+    them, with the keys of ``obliviate unlearn``'s ``unlearn.*`` (and a comparison's ``runs.<name>``): e.g.
+    ``train={"lr": 1e-4, "steps": 20}``, ``batch_size=8``, ``lora=True``, ``allow_overlap=True``, ``max_len=128``
+    and ``params`` (a dict of the method's own parameters, e.g. ``params={"beta": 0.2}``). ``out_dir``: the run
+    directory, as ``obliviate unlearn --out`` writes it (checkpoints in ``train/``, which a rerun resumes, the model
+    in ``model/`` with its card, and ``results.json``); default: nothing is written. Same ``seed``, same machine:
+    same model, and the same as ``obliviate unlearn`` gives.
 
     With ``judge`` (the default), the task is evaluated before and after (``info["before"]``,
     ``info["after"]``) and the run's outcome (:func:`obliviate.eval.outcome.unlearn_outcome`: "ok",

@@ -185,7 +185,7 @@ def test_the_api_logs_and_never_prints(two_schemas, tiny_model, tiny_tokenizer, 
                                mapping={"forget": "question=prompt,answer=true_answer",
                                         forget: "question=prompt,answer=true_answer"})
     caplog.set_level("INFO", logger="obliviate")
-    _, info = obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", steps=1, batch_size=2,
+    _, info = obliviate.unlearn(tiny_model, tiny_tokenizer, task, "npo", train={"steps": 1}, batch_size=2,
                                 allow_overlap=True)  # the forget pairs are in the retain data too: a warning
     assert capsys.readouterr() == ("", "")
     said = {(r.name, r.levelname, r.getMessage()) for r in caplog.records}

@@ -40,7 +40,7 @@ def _results(out) -> dict:
 def test_compare_on_a_users_model_ends_with_a_verdict_per_method(user, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", "--model", user["model"], *user["files"], "--out", str(out), "methods=[npo]",
-                 "runs.npo.steps=2", *ATTACKS, *CONTROLS]) == 0
+                 "runs.npo.train.steps=2", *ATTACKS, *CONTROLS]) == 0
     captured = capsys.readouterr()
     assert "fine-tuned on the retain data only" in captured.err  # the oracle, built by default
     res = _results(out)
@@ -56,7 +56,7 @@ def test_compare_on_a_users_model_ends_with_a_verdict_per_method(user, tmp_path,
 def test_compare_without_a_negative_control_says_what_to_add(user, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", "--model", user["model"], *user["files"], "--out", str(out), "--control", "none",
-                 "methods=[npo]", "runs.npo.steps=1", "positive_control=false", *ATTACKS]) == 0
+                 "methods=[npo]", "runs.npo.train.steps=1", "positive_control=false", *ATTACKS]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("no verdict: no negative control")
     assert "--oracle DIR" in lines[-1] and "--base-untrained DIR" in lines[-1] and "--control none" in lines[-1]

@@ -78,10 +78,10 @@ def test_unlearn_ends_with_the_outcome_in_results_and_card(taught, tmp_path, cap
 
 def test_the_api_gives_the_same_outcome(taught, caplog):
     caplog.set_level("INFO", logger="obliviate")
-    _, info = obliviate.unlearn(taught["model"], taught["tokenizer"], taught["task"], "gradascent", lr=1e-1,
-                                steps=2, batch_size=4)
+    _, info = obliviate.unlearn(taught["model"], taught["tokenizer"], taught["task"], "gradascent",
+                                train={"lr": 1e-1, "steps": 2}, batch_size=4)
     assert info["outcome"]["outcome"] == "retain lost" and info["before"]["retain_score"] == 1.0
     assert info["outcome"]["line"] in caplog.text and "verdict" not in info  # logged, not printed
-    _, info = obliviate.unlearn(taught["model"], taught["tokenizer"], taught["task"], "gradascent", lr=1e-1,
-                                steps=2, batch_size=4, judge=False)
+    _, info = obliviate.unlearn(taught["model"], taught["tokenizer"], taught["task"], "gradascent",
+                                train={"lr": 1e-1, "steps": 2}, batch_size=4, judge=False)
     assert "outcome" not in info and "before" not in info

@@ -113,8 +113,8 @@ def run_on_random_arch(name, tokenizer, arch, steps=4, **params):
     from obliviate.models.builders import tiny_random
 
     model = tiny_random(arch, vocab_size=len(tokenizer), n_layer=2, max_len=64).train()
-    ucfg, _ = method_run_config(name, {"steps": steps, "batch_size": 2, **({"params": params} if params else {})},
-                                "tiny", 0)
+    run = {"train": {"steps": steps}, "batch_size": 2, **({"params": params} if params else {})}
+    ucfg, _ = method_run_config(name, run, "tiny", 0)
     ucfg.train.progress = False
     ucfg.train.log_every = 1
     model, summary = unlearn(model, tokenizer, FORGET, RETAIN, ucfg)

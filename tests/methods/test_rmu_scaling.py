@@ -94,7 +94,7 @@ def test_the_world_demo_keeps_rmu_c_20(seed, monkeypatch):
         seen.append((self.layer, self.coef, hidden_norm(ref, f, self.layer, self._mask(f))))
 
     monkeypatch.setattr(RMU, "setup", recording)
-    ucfg, _ = method_run_config("rmu", {"steps": 1}, "tiny", seed)  # the demo's RMU run, one step
+    ucfg, _ = method_run_config("rmu", {"train": {"steps": 1}}, "tiny", seed)  # the demo's RMU run, one step
     unlearn(model, tok, task.forget, task.retain, ucfg, None, prompt=task.prompt, idk=task.idk, progress=False)
     (layer, coef, norm), = seen
     assert layer == 2 and ucfg.params["coef_norm"] * norm < 20.0 and coef == 20.0

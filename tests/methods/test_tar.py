@@ -72,7 +72,7 @@ def test_attacks_are_sampled_from_the_stated_distribution():
 
 
 def test_runs_on_the_world_base_model(world_base, fresh):
-    run_tiny("tar", world_base, fresh, steps=5)
+    run_tiny("tar", world_base, fresh, train={"steps": 5})
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "qwen2"])

@@ -26,7 +26,7 @@ def reproduce(out, overrides):
 def test_world_part_results_report_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "atwu"
     argv = [*SMALL_WORLD, "methods=[atwu,graddiff]",
-            "runs.atwu.steps=2", "runs.graddiff.steps=2", f"tofu.data={tmp_path / 'none'}"]
+            "runs.atwu.train.steps=2", "runs.graddiff.train.steps=2", f"tofu.data={tmp_path / 'none'}"]
     reproduce(out, argv)
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "complete" and res["seed"] == 1
@@ -68,7 +68,7 @@ def test_tofu_part_on_a_few_examples(tmp_path):
         pytest.skip(f"TOFU data not present in {d}")
     out = tmp_path / "tofu"
     reproduce(out, ["parts=[tofu]", "methods=[atwu,npo]", *SMALL_TOFU,
-               "tofu_runs.atwu.steps=2", "tofu_runs.atwu.batch_size=4", "tofu_runs.npo.steps=2",
+               "tofu_runs.atwu.train.steps=2", "tofu_runs.atwu.batch_size=4", "tofu_runs.npo.train.steps=2",
                "tofu_runs.npo.batch_size=4"])
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
@@ -115,7 +115,7 @@ def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match="config key 'parts'"):
         from_dict(AtwuRecipeConfig, {"parts": ["world", "mars"]})
     with pytest.raises(ConfigError, match="runs.rmu"):
-        from_dict(AtwuRecipeConfig, {"runs": {"rmu": {"lr": 1e-3}}})
+        from_dict(AtwuRecipeConfig, {"runs": {"rmu": {"train": {"lr": 1e-3}}}})
     bad = from_dict(AtwuRecipeConfig, {"tofu_runs": {"atwu": {"params": {"nope": 1}}}})
     with pytest.raises(ConfigError, match="nope"):  # before any model is built or trained
         run(bad, tmp_path / "out", progress=False)

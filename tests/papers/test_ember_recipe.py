@@ -193,7 +193,7 @@ def test_quick_fills_defaults_only_and_config_errors():
     with pytest.raises(ConfigError, match="plain MLP methods"):
         build_config(EmberRecipeConfig, overrides=["world_concept.methods=[rmu+ember]"])
     with pytest.raises(ConfigError, match="not among the methods"):
-        build_config(EmberRecipeConfig, overrides=["world_concept.runs.npo.steps=3"])
+        build_config(EmberRecipeConfig, overrides=["world_concept.runs.npo.train.steps=3"])
     with pytest.raises(ConfigError, match="heldout"):
         build_config(EmberRecipeConfig, overrides=["ember_data.heldout=1.5"])
 

@@ -17,7 +17,8 @@ TINY = dict(world=dict(seed=0, n_forget=6, n_holdout=1, n_retain=6, n_general=4,
             vocab_size=300, eval_fraction=0.2, labeller_layers=1, labeller_d=32, labeller_steps=10,
             sae_latents=64, sae_k=8, sae_steps=30, min_ratio=1.5, bilm_d=16, bilm_steps=8,
             sizes=["1x8", "1x16"], tokens_per_param=1.0, pareto_thresholds=[0.5], noise_ps=[0.0, 0.2],
-            adv_steps=4, adv_eval_every=2, rmu={"steps": 2}, refusal_steps=2, refusal_strategies=["none", "remove"],
+            adv_steps=4, adv_eval_every=2, rmu={"train": {"steps": 2}}, refusal_steps=2,
+            refusal_strategies=["none", "remove"],
             classifier_noise_ps=[0.0, 0.2])
 
 
@@ -44,6 +45,13 @@ def test_resolve_fills_only_unset_fields_from_the_preset():
         TF.TokenFilteringConfig(strategies=["mask"], refusal_strategies=["none", "remove"])
     with pytest.raises(ConfigError, match="threshold"):
         TF.TokenFilteringConfig(threshold=1.5)
+    # RMU's run takes the keys of `obliviate unlearn`'s unlearn.*, checked before any pretraining
+    with pytest.raises(ConfigError, match=r"'rmu\.steps' is 'rmu\.train\.steps'"):
+        TF.TokenFilteringConfig(rmu={"steps": 2})
+    with pytest.raises(ConfigError, match=r"'rmu\.params\.nope'"):
+        TF.TokenFilteringConfig(rmu={"params": {"nope": 1}})
+    ucfg, _ = TF.rmu_run_config(TF.TokenFilteringConfig(rmu={"train": {"steps": 3}}, rmu_alpha=7.0))
+    assert (ucfg.train.steps, ucfg.params["alpha"], ucfg.params["coef"]) == (3, 7.0, 20.0)
 
 
 def test_pareto_dominance_by_hand():

@@ -14,7 +14,7 @@ SMALL = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.wo
          "pretrain.world.n_general=3", "pretrain.world.n_concept=2", "pretrain.world.n_toxic=4",
          "pretrain.model.size=nano", "pretrain.model.vocab_size=400", "pretrain.batch_size=4",
          "pretrain.train.steps=20", "pretrain.train.warmup_steps=2",
-         "methods=[graddiff,rmu]", "runs.graddiff.steps=3", "runs.rmu.steps=3",
+         "methods=[graddiff,rmu]", "runs.graddiff.train.steps=3", "runs.rmu.train.steps=3",
          "attacks.relearn.steps=4", "attacks.relearn.eval_every=2"]
 
 

@@ -37,7 +37,8 @@ def test_skip_reasons():
 def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tokenizer):
     model = tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=2, d_model=32)
     cfg = CompareConfig(methods=["graddiff", "dpo", "probe_unlearn", "npo"],
-                        runs={"graddiff": {"steps": 2}, "npo": {"steps": 2}, "probe_unlearn": {"steps": 2}},
+                        runs={"graddiff": {"train": {"steps": 2}}, "npo": {"train": {"steps": 2}},
+                              "probe_unlearn": {"train": {"steps": 2}}},
                         attacks=TaskAttackConfig(select=["in_context"]),
                         positive_control=False, parallel=False, save_models=False, muse_folds=False)
     res = run_compare(_task(), cfg, tmp_path, model_dir="given", load=lambda p: (model, tiny_tokenizer),

@@ -56,7 +56,7 @@ def test_given_models_end_to_end(tmp_path, capsys):
     before = fingerprint(dirs["base"])
     out = tmp_path / "run"
     argv = ["tofu", "--model", str(dirs["base"]), "--retain-model", str(dirs["retain_model"]), "--method", "graddiff",
-            "--out", str(out), "--no-progress", "limit=12", "max_new_tokens=4", "unlearn.steps=2",
+            "--out", str(out), "--no-progress", "limit=12", "max_new_tokens=4", "unlearn.train.steps=2",
             "unlearn.batch_size=4"]
     assert main(argv) == 0
     res = read_results(out)

@@ -14,7 +14,7 @@ from obliviate.pipelines.tofu import REQUIRED_FILES, TofuConfig, run_tofu, tofu_
 from obliviate.utils import data_dir
 
 SMALL = ["limit=12", "epochs=2", "batch_size=4", "warmup_steps=0", "model.n_layer=2", "model.d_model=32",
-         "model.n_head=2", "model.vocab_size=400", "max_new_tokens=4", "unlearn.steps=2", "unlearn.batch_size=4"]
+         "model.n_head=2", "model.vocab_size=400", "max_new_tokens=4", "unlearn.train.steps=2", "unlearn.batch_size=4"]
 
 
 def need_tofu():
@@ -134,7 +134,7 @@ def test_unlearn_defaults_and_overrides():
     u = unlearn_config(TofuConfig(method="rmu"))
     assert u.method == "rmu" and u.train.lr == tiny["lr"]
     assert u.train.steps == tiny["steps"] and u.params == tiny["params"]
-    u = unlearn_config(tofu_config(method="rmu", unlearn={"lr": 5e-4, "steps": 7, "params": {"coef": 3.0}}))
+    u = unlearn_config(tofu_config(method="rmu", unlearn={"train": {"lr": 5e-4, "steps": 7}, "params": {"coef": 3.0}}))
     assert (u.train.lr, u.train.steps) == (5e-4, 7)
     assert u.params == {**tiny["params"], "coef": 3.0}
 

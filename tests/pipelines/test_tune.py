@@ -13,7 +13,7 @@ from obliviate.pipelines.tune.run import TuneConfig, choose, grid, tune, validat
 
 
 def _run(method="npo", lr=1e-3, steps=10, alpha=2.0):
-    return method_run_config(method, {"lr": lr, "steps": steps, "params": {"alpha": alpha}}, "tiny", 0)[0]
+    return method_run_config(method, {"train": {"lr": lr, "steps": steps}, "params": {"alpha": alpha}}, "tiny", 0)[0]
 
 
 def test_grid_is_nearest_first_and_budgeted():
@@ -149,8 +149,8 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
     out = tmp_path / "c"
     rc = main(["compare", "--tune", "--out", str(out), "--no-progress", "--model", str(taught["dir"]), "--forget",
                str(taught["forget"]), "--retain", str(taught["retain"]), "methods=[npo,graddiff]",
-               "positive_control=false", "runs.npo.steps=6", "runs.npo.lr=1e-3", "runs.npo.batch_size=4",
-               "runs.graddiff.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
+               "positive_control=false", "runs.npo.train.steps=6", "runs.npo.train.lr=1e-3", "runs.npo.batch_size=4",
+               "runs.graddiff.train.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
                "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "tuning.extend=0", "attacks.relearn.steps=2",
                "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.relearn.lr_grid=[1e-3]",
                "attacks.lora=false"])

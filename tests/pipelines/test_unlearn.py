@@ -14,9 +14,13 @@ from safetensors.torch import load_file
 
 import obliviate
 from obliviate.cli.main import main
+from obliviate.config import from_dict
 from obliviate.errors import ConfigError
+from obliviate.methods import method_defaults
 from obliviate.models.load import load_model, load_tokenizer
-from obliviate.pipelines.unlearn import run_overrides, unlearn_settings
+from obliviate.pipelines.compare.run import CompareConfig, method_config
+from obliviate.pipelines.tofu.run import TofuConfig, unlearn_config as tofu_unlearn_config
+from obliviate.pipelines.unlearn import unlearn_settings
 
 CLI = Path(obliviate.__file__).resolve().parent / "cli"
 
@@ -35,7 +39,7 @@ def test_the_command_and_the_api_give_the_same_metrics_and_weights(taught, tmp_p
                  "unlearn.params.alpha=50"]) == 0
     model, tok = load_model(str(taught["dir"])), load_tokenizer(str(taught["dir"]))
     task = obliviate.load_task(forget=str(taught["forget"]), retain=str(taught["retain"]))
-    _, info = obliviate.unlearn(model, tok, task, "npo", seed=3, steps=3, lr=2e-3, batch_size=4,
+    _, info = obliviate.unlearn(model, tok, task, "npo", seed=3, train={"steps": 3, "lr": 2e-3}, batch_size=4,
                                 params={"alpha": 50}, out_dir=tmp_path / "api")
     cli = json.loads((tmp_path / "cli" / "results.json").read_text())
     api = json.loads((tmp_path / "api" / "results.json").read_text())
@@ -51,14 +55,42 @@ def test_the_command_and_the_api_give_the_same_metrics_and_weights(taught, tmp_p
 def test_the_settings_are_built_once_from_either_schema():
     by_flags = unlearn_settings("NPO", "tiny", seed=2, overrides=["unlearn.train.lr=5e-4", "unlearn.params.beta=0.2",
                                                                   "unlearn.lora=true"])
-    by_keywords = unlearn_settings("npo", "tiny", seed=2, run={"lr": 5e-4, "params": {"beta": 0.2}, "lora": True},
+    by_keywords = unlearn_settings("npo", "tiny", seed=2, run={"train": {"lr": 5e-4}, "params": {"beta": 0.2},
+                                                                         "lora": True},
                                    prefix="")
     assert by_flags == by_keywords and by_flags.unlearn.method == "npo" and by_flags.unlearn.seed == 2
     assert by_flags.unlearn.params["alpha"] == unlearn_settings("npo", "tiny").unlearn.params["alpha"]  # the preset's
     with pytest.raises(ConfigError, match=r"^unknown config key 'stpes'"):
-        run_overrides("npo", {"stpes": 1})
+        unlearn_settings("npo", "tiny", run={"stpes": 1}, prefix="")
+    with pytest.raises(ConfigError, match=r"^config key 'lr' is 'train.lr': a method run takes the keys of `unlearn`"):
+        unlearn_settings("npo", "tiny", run={"lr": 1e-4}, prefix="")
     with pytest.raises(ConfigError, match=r"^unknown method 'npp' \(did you mean 'npo'\?\)"):
         unlearn_settings("npp", "tiny")
+
+
+@pytest.mark.parametrize("method,keys", [
+    ("npo", {"train": {"lr": 5e-4, "grad_clip": 0.5}, "max_len": 64, "batch_size": 4, "params": {"beta": 0.2}}),
+    ("rmu", {"train": {"steps": 7}, "lora": True, "lora_r": 4, "allow_overlap": True}),
+    ("snmf", {"params": {"delta": 2.0}}),
+])
+def test_a_method_run_has_one_settings_schema(method, keys, tmp_path):
+    """``unlearn.*`` (command and API), ``compare``'s ``runs.<name>`` and TOFU's ``unlearn`` take the same keys and
+    give the same run."""
+    def dotted(d, prefix):
+        return [x for k, v in d.items() for x in (dotted(v, f"{prefix}.{k}") if isinstance(v, dict)
+                                                   else [f"{prefix}.{k}={str(v).lower()}"])]
+
+    by_flags = unlearn_settings(method, "tiny", seed=4, overrides=dotted(keys, "unlearn")).unlearn
+    by_keywords = unlearn_settings(method, "tiny", seed=4, run=keys, prefix="").unlearn
+    in_compare = method_config(from_dict(CompareConfig, {"seed": 4, "methods": [method], "runs": {method: keys}}),
+                               method, "tiny")[0]
+    in_tofu = tofu_unlearn_config(from_dict(TofuConfig, {"seed": 4, "method": method, "unlearn": keys}))
+    assert by_flags == by_keywords == in_compare == in_tofu
+    assert by_flags.params == {**method_defaults(method, "tiny")["params"], **keys.get("params", {})}
+    with pytest.raises(ConfigError, match=r"^config key 'runs.npo.lr' is 'runs.npo.train.lr'"):  # the old flat key
+        method_config(from_dict(CompareConfig, {"methods": ["npo"], "runs": {"npo": {"lr": 1e-4}}}), "npo", "tiny")
+    with pytest.raises(ConfigError, match=r"^config key 'unlearn.seed' is set by the run itself"):
+        tofu_unlearn_config(from_dict(TofuConfig, {"method": "npo", "unlearn": {"seed": 3}}))
 
 
 @pytest.mark.parametrize("command", ["unlearn.py", "tune.py", "finetune.py"])

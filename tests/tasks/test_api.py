@@ -53,11 +53,11 @@ def test_unlearn_copies_unless_told_otherwise(user_models, user_files):
     model, tok = load_model(str(d)), load_tokenizer(str(d))
     task = obliviate.load_task(forget=user_files["forget"], retain=user_files["retain_qa"], limit=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    new, info = obliviate.unlearn(model, tok, task, "GradDiff", steps=2, lr=1e-3)
+    new, info = obliviate.unlearn(model, tok, task, "GradDiff", train={"steps": 2, "lr": 1e-3})
     assert new is not model and info["method"] == "graddiff" and info["settings"]["steps"] == 2
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the original is untouched
     assert any(not torch.equal(before[k], v) for k, v in new.state_dict().items())
-    same, _ = obliviate.unlearn(model, tok, task, "graddiff", steps=2, lr=1e-3, in_place=True)
+    same, _ = obliviate.unlearn(model, tok, task, "graddiff", train={"steps": 2, "lr": 1e-3}, in_place=True)
     assert same is model and any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 

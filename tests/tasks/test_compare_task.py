@@ -60,6 +60,6 @@ def test_an_oracle_with_another_vocabulary_is_refused(tmp_path, capsys):
     capsys.readouterr()  # the fixtures' own output
     rc = main(["compare", "--model", str(dirs["base"]), "--oracle", str(dirs["oracle"]), "--forget", str(forget),
                "--retain", str(retain), "--out", str(tmp_path / "c"), "--no-progress", "methods=[npo]",
-               "runs.npo.steps=1", "attacks.relearn.steps=1", "attacks.lr_grid=[1e-3]", "attacks.lora=false"])
+               "runs.npo.train.steps=1", "attacks.relearn.steps=1", "attacks.lr_grid=[1e-3]", "attacks.lora=false"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("obliviate:")]
     assert rc == 2 and len(err) == 1 and "another tokenizer than the base model" in err[0], err

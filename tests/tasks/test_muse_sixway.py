@@ -150,7 +150,8 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
     monkeypatch.setenv("OBLIVIATE_DATA", str(tmp_path / "data"))
     out = tmp_path / "cmp"
     argv = ["compare", "--task", "muse:news", "--out", str(out), "--no-progress", "methods=[graddiff]",
-            "runs.graddiff.steps=3", "finetune.epochs=80", "finetune.lr=3e-3", "tiny.d_model=64", "tiny.vocab_size=300",
+            "runs.graddiff.train.steps=3", "finetune.epochs=80", "finetune.lr=3e-3", "tiny.d_model=64",
+            "tiny.vocab_size=300",
             "positive_control=false",  # of the attacks the MIA only (PrivLeak's):
             *[f"attacks.{a}=false" for a in ("relearn", "relearn_disjoint", "probe", "format_shift", "quantize",
                                              "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune",

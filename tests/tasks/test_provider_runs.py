@@ -65,7 +65,8 @@ def _file(tmp_path, request):
 BUILDERS = {"world": _world, "tofu": _tofu, "ember": _ember, "wmdp": _wmdp, "benchmark": _benchmark, "muse": _muse,
             "rwku": _rwku, "file": _file}
 
-TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2}, "runs": {"npo": {"steps": 2}, "rmu": {"steps": 2}},
+TINY = {"methods": ["npo", "rmu"], "finetune": {"epochs": 2},
+        "runs": {"npo": {"train": {"steps": 2}}, "rmu": {"train": {"steps": 2}}},
         "attacks": {"relearn": {"steps": 2, "eval_every": 1}, "lr_grid": [1e-3], "lora": False},
         "tiny": {"d_model": 32, "vocab_size": 400},
         "pretrain": {"model": {"size": "nano", "vocab_size": 400}, "batch_size": 4,  # the world's own base model

@@ -55,6 +55,6 @@ def test_eval_unlearn_and_compare_run_on_the_fixture(tmp_path, monkeypatch):
     assert main(["unlearn", *common, "--max-new-tokens", "3", "--method", "graddiff",
                  "--out", str(tmp_path / "unlearn"), "unlearn.train.steps=2"]) == 0
     assert main(["compare", *common, "--out", str(tmp_path / "compare"), "--control", "none",
-                 "--attacks", "format_shift", "methods=[graddiff]", "runs.graddiff.steps=1"]) == 0
+                 "--attacks", "format_shift", "methods=[graddiff]", "runs.graddiff.train.steps=1"]) == 0
     report = json.loads((tmp_path / "compare" / "results.json").read_text())
     assert "graddiff" in json.dumps(report) and "neighbor_level1" in json.dumps(report)

@@ -12,18 +12,18 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.config import build_config, deep_merge, from_dict, to_dict
+from obliviate.config import build_config, deep_merge, from_fields, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
-from obliviate.methods import METHODS, method_defaults, preset_name, resolve_method
+from obliviate.methods import METHODS, preset_name, resolve_method
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_tuned_settings
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.results import prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
-from obliviate.unlearning.engine import (MethodRun, UnlearnConfig, check_overlap, check_unlearn_config,
-                                         check_unlearn_data, check_unlearn_run, unlearn)
+from obliviate.unlearning.engine import (UnlearnConfig, check_overlap, check_run_keys, check_unlearn_config,
+                                         check_unlearn_data, check_unlearn_run, method_settings, run_settings, unlearn)
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class UnlearnRunConfig:
     """The settings of one unlearn run: the config file and ``key=value`` overrides of ``obliviate unlearn`` / ``tune``
-    (``unlearn.train.lr=1e-4``), which the API's keywords (``lr=1e-4``) set too."""
+    (``unlearn.train.lr=1e-4``), which the API's keywords set too (``train={"lr": 1e-4}``: the same keys)."""
 
     seed: int = 0
     world: dict = field(default_factory=dict)
@@ -41,12 +41,6 @@ class UnlearnRunConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
     tune: TuneConfig = field(default_factory=TuneConfig)
     """``obliviate tune`` and ``unlearn --tune``: the grid, the budget, the constraint and the validation split."""
-
-
-RUN_KEYS = {"lr": ("train", "lr"), "steps": ("train", "steps"), "batch_size": ("batch_size",), "lora": ("lora",),
-            "params": ("params",), "allow_overlap": ("allow_overlap",)}
-"""The API's keywords (a :class:`~obliviate.unlearning.engine.MethodRun`, as ``compare``'s ``runs.<name>``) and the
-key of :class:`UnlearnConfig` each sets."""
 
 
 def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
@@ -73,39 +67,21 @@ def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
                     f"the {preset} fine-tuning preset's is {FINETUNE_PRESETS[preset]['lr']:g}")
 
 
-def run_overrides(method: str, run: dict, prefix: str = "") -> dict:
-    """The ``unlearn`` section that the API's keywords ``run`` set (:data:`RUN_KEYS`); a bad keyword is named as given
-    (``stpes``), and an edit method takes only ``params`` (a training setting would be ignored)."""
-    from_dict(MethodRun, run, prefix=prefix)  # the keys and their values, named as given
-    if METHODS[method].kind == "edit" and (given := sorted(k for k in run if k != "params")):
-        raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{method}': an "
-                          "edit method takes only its params")
-    section: dict = {}
-    for key, value in run.items():
-        *path, last = RUN_KEYS[key]
-        node = section
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = dict(value) if isinstance(value, dict) else value
-    return section
-
-
 def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=None, overrides: list[str] | None = None,
                      run: dict | None = None, eval: dict | None = None, model_dir=None,
                      prefix: str = "unlearn") -> UnlearnRunConfig:
     """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key once:
     dataclass defaults, then the method's ``preset`` (its lr times :func:`finetune_lr_factor` of ``model_dir``), then
-    ``config_file``, then the dotted ``overrides`` (the command line), then ``run`` (the API's keywords,
-    :func:`run_overrides`); checked without a model (a bad key named under ``prefix``)."""
+    ``config_file``, then the dotted ``overrides`` (the command line), then ``run`` (the API's keywords: keys of
+    :class:`UnlearnConfig`, as a comparison's ``runs.<name>``); checked without a model (a bad key named under
+    ``prefix``)."""
     method = resolve_method(method)
-    factor = finetune_lr_factor(model_dir)[0]
-    d = method_defaults(method, preset)
-    base: dict = {"seed": seed, "eval": dict(eval or {}), "unlearn": {"seed": seed, "method": method,
-                                                                     "params": d["params"]}}
-    if METHODS[method].kind != "edit":
-        base["unlearn"]["train"] = {"steps": d["steps"], "lr": d["lr"] * factor}
+    base: dict = {"seed": seed, "eval": dict(eval or {}),
+                  "unlearn": method_settings(method, preset, seed, finetune_lr_factor(model_dir)[0])}
     if run:
-        base = deep_merge(base, {"unlearn": run_overrides(method, run, prefix="")})
+        check_run_keys(method, run, prefix="")
+        from_fields(UnlearnConfig, run, prefix="")  # the keywords and their values, named as given (stpes)
+        base = deep_merge(base, {"unlearn": run})
     cfg = build_config(UnlearnRunConfig, config_file, overrides, base=base)
     if cfg.unlearn.method != method:  # --config or unlearn.method=... named another method
         if resolve_method(cfg.unlearn.method) != method:
@@ -176,14 +152,6 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
     return result, line
 
 
-def used_settings(ucfg: UnlearnConfig) -> dict:
-    """The settings a run used, in the API's keywords (:data:`RUN_KEYS`)."""
-    if METHODS[ucfg.method].kind == "edit":
-        return {"params": dict(ucfg.params)}
-    return {"lr": ucfg.train.lr, "steps": ucfg.train.steps, "batch_size": ucfg.batch_size, "lora": ucfg.lora,
-            "params": dict(ucfg.params)}
-
-
 def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: str, base_model: str | None = None,
                 fingerprint: dict | None = None, split=None, tune_log=None, in_place: bool = True,
                 judge: bool = True, progress: bool = False) -> tuple[object, dict]:
@@ -193,7 +161,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     and ``results.json``. ``split`` (:func:`check_inputs` with ``tuning``): first choose the settings on its
     validation task (:func:`run_tuning`, needs ``out``), then train on all the data and report on the rest.
 
-    Returns ``(model, info)``: ``method``, ``settings`` (:func:`used_settings`), the training summary, and with
+    Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, and with
     ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints)."""
     method = cfg.unlearn.method
     why = finetune_lr_factor(base_model)[1]
@@ -227,7 +195,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     target = model if in_place else copy.deepcopy(model)
     new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
                            prompt=task.prompt, idk=task.idk, progress=progress, resume=resume)
-    info.update(method=method, settings=used_settings(cfg.unlearn),
+    info.update(method=method, settings=run_settings(cfg.unlearn),
                 **{k: v for k, v in summary.items() if k not in ("method", "method_obj")})
     if not judge:
         if out is not None:

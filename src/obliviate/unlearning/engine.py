@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from obliviate.config import from_dict, to_dict
+from obliviate.config import deep_merge, from_dict, to_dict
 from obliviate.data import IDENTITY_PROMPT, as_data
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.layers import count_passes
@@ -82,54 +82,71 @@ class UnlearnConfig:
             raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
 
 
-@dataclass
-class MethodRun:
-    """Per-method overrides in a comparison (unset fields take the method's preset,
-    :func:`~obliviate.unlearning.contract.method_defaults`)."""
+RUN_SET_BY_THE_RUN = ("method", "seed")
+""":class:`UnlearnConfig` keys that a method run's settings do not take: the run names its method and seed."""
 
-    lr: float | None = None
-    steps: int | None = None
-    batch_size: int = 16
-    lora: bool = False
-    params: dict = field(default_factory=dict)
-    allow_overlap: bool = False
-    """As :attr:`UnlearnConfig.allow_overlap`."""
+MOVED_RUN_KEYS = {"lr": "train.lr", "steps": "train.steps"}
+"""Keys of the method runs' former flat schema, and the :class:`UnlearnConfig` key each is now."""
 
-    def __post_init__(self):
-        if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"config key 'lr': must be > 0, got {self.lr}")
-        if self.steps is not None and self.steps < 1:
-            raise ConfigError(f"config key 'steps': must be >= 1 to unlearn (0 steps train nothing), got {self.steps}")
-        if self.batch_size < 1:
-            raise ConfigError(f"config key 'batch_size': must be >= 1, got {self.batch_size}")
+
+def method_settings(name: str, preset: str, seed: int = 0, lr_factor: float = 1.0) -> dict:
+    """The ``unlearn`` section every run of method ``name`` starts from: its ``preset``
+    (:func:`~obliviate.unlearning.contract.method_defaults`), the learning rate times ``lr_factor``: the same for
+    ``obliviate unlearn`` (``unlearn.*``), a comparison (``runs.<name>``), TOFU and the papers' runs."""
+    d = method_defaults(name, preset)
+    base: dict = {"method": name, "seed": seed, "params": dict(d["params"])}
+    if get_method(name).kind != "edit":
+        base["train"] = {"steps": d["steps"], "lr": d["lr"] * lr_factor, "desc": name}  # desc: the bar label
+    return base
+
+
+def check_run_keys(name: str, run, prefix: str) -> None:
+    """Refuse what a method run's settings ``run`` (:class:`UnlearnConfig` keys) cannot hold, naming the key under
+    ``prefix``: a non-mapping, the method or the seed (the run sets them), a key of the former flat schema (``lr``:
+    now ``train.lr``), and for an edit method anything but its ``params`` (it trains nothing)."""
+    def key(rest: str) -> str:
+        return f"{prefix}.{rest}" if prefix else rest
+
+    if not isinstance(run, dict):
+        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping of unlearn settings, "
+                          f"got {run!r:.80}")
+    for k in run:
+        if k in RUN_SET_BY_THE_RUN:
+            raise ConfigError(f"config key '{key(k)}' is set by the run itself (a method run takes the keys of "
+                              f"`unlearn` but {' and '.join(RUN_SET_BY_THE_RUN)}); drop it")
+        if k in MOVED_RUN_KEYS:
+            raise ConfigError(f"config key '{key(k)}' is '{key(MOVED_RUN_KEYS[k])}': a method run takes the keys of "
+                              "`unlearn` (train.lr, train.steps, batch_size, lora, params, ...)")
+    if get_method(name).kind == "edit" and (given := sorted(k for k in run if k not in EDIT_SETTINGS)):
+        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method takes only its "
+                          f"params ({', '.join(f.name for f in dataclasses.fields(get_method(name).config_cls))})")
+
+
+def run_settings(ucfg: UnlearnConfig) -> dict:
+    """The settings a run used, as its report shows them: ``lr``, ``steps``, ``batch_size``, ``lora``, ``params``
+    (an edit method: its ``params`` alone)."""
+    if get_method(ucfg.method).kind == "edit":
+        return {"params": dict(ucfg.params)}
+    return {"lr": ucfg.train.lr, "steps": ucfg.train.steps, "batch_size": ucfg.batch_size, "lora": ucfg.lora,
+            "params": dict(ucfg.params)}
 
 
 def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
                       prefix: str | None = None) -> tuple[UnlearnConfig, dict]:
-    """The :class:`UnlearnConfig` of method ``name``: its ``preset``, then ``overrides`` (a :class:`MethodRun`
-    mapping, e.g. ``{"lr": 5e-4, "params": {"beta": 0.2}}``); also the settings used, for reports. A bad key is
-    named under ``prefix``, where ``overrides`` were given (default ``runs.<name>``; ``""``: keyword arguments).
-
-    An edit method (``kind = "edit"``) takes only ``params``: a training, LoRA or batch setting given to it
-    is a one-line error naming it (it would be ignored)."""
-    cls = get_method(name)  # unknown names fail before any training
+    """The :class:`UnlearnConfig` of method ``name``: its ``preset`` (:func:`method_settings`), then ``overrides``
+    (keys of :class:`UnlearnConfig`, as ``obliviate unlearn``'s ``unlearn.*``: ``{"train": {"lr": 5e-4},
+    "params": {"beta": 0.2}}``); also :func:`run_settings`, for reports. A bad key is named under ``prefix``
+    (default ``runs.<name>``; ``""``: keyword arguments)."""
+    get_method(name)  # unknown names fail before any training
     prefix = f"runs.{name}" if prefix is None else prefix
-    run = from_dict(MethodRun, overrides or {}, prefix=prefix)
-    if cls.kind == "edit":
-        given = sorted(k for k in (overrides or {}) if k not in ("params",))
-        if given:
-            raise ConfigError(f"config key '{prefix + '.' if prefix else ''}{given[0]}' does not apply to '{name}': "
-                              "an edit method takes only its params "
-                              f"({', '.join(f.name for f in dataclasses.fields(cls.config_cls))})")
-        ucfg = UnlearnConfig(method=name, params=dict(run.params), seed=seed)
-        return ucfg, {"params": dict(run.params)}
-    d = method_defaults(name, preset)
-    params = {**d["params"], **run.params}
-    tc = TrainConfig(steps=run.steps if run.steps is not None else d["steps"],
-                     lr=run.lr if run.lr is not None else d["lr"], schedule="constant", log_every=5, desc=name)
-    ucfg = UnlearnConfig(method=name, params=params, train=tc, batch_size=run.batch_size, lora=run.lora, seed=seed,
-                         allow_overlap=run.allow_overlap)
-    return ucfg, {"lr": tc.lr, "steps": tc.steps, "batch_size": run.batch_size, "lora": run.lora, "params": params}
+    run = overrides or {}
+    check_run_keys(name, run, prefix)
+    base = method_settings(name, preset, seed)
+    settings = deep_merge(base, {k: v for k, v in run.items() if k != "params"})
+    params = run.get("params") or {}
+    settings["params"] = {**base["params"], **params} if isinstance(params, dict) else params  # from_dict names it
+    ucfg = from_dict(UnlearnConfig, settings, prefix=prefix)
+    return ucfg, run_settings(ucfg)
 
 
 def check_method_runs(runs: dict | None, methods: list[str]) -> None:

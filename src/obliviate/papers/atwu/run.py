@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from obliviate.config import config_hash, deep_merge, from_dict, to_dict
+from obliviate.config import config_hash, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
-from obliviate.unlearning.engine import MethodRun, method_run_config, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.methods import build_method, get_method
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
@@ -30,7 +30,7 @@ from obliviate.utils import seed_everything
 METHODS = ["atwu", "graddiff", "npo", "simnpo", "wga", "atwu_npo", "atwu_simnpo"]
 QUICK_METHODS = ["atwu", "graddiff", "npo", "atwu_npo"]
 PARTS = ("world", "tofu")
-RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"lr": 3e-4}}
+RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"train": {"lr": 3e-4}}}
 """Recipe defaults under the user's ``runs`` / ``tofu_runs``: a weighted objective gets its base objective's
 learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares SimNPO's)."""
 SCORER_DEFAULTS: dict = {"position": "token"}
@@ -55,12 +55,13 @@ class AtwuRecipeConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """The world and its cached base model (as in ``obliviate demo``)."""
     runs: dict = field(default_factory=dict)
-    """World unlearning overrides per method: ``runs.atwu.lr=5e-4``, ``runs.atwu.params.w_lr=1e-2``."""
+    """World unlearning settings per method (as ``obliviate compare``'s ``runs``): ``runs.atwu.train.lr=5e-4``,
+    ``runs.atwu.params.w_lr=1e-2``."""
     tofu: TofuConfig = field(default_factory=TofuConfig)
     """The TOFU protocol's data, models and evaluation (keep the defaults to reuse ``obliviate tofu``'s cached
     base models); ``tofu.method`` and ``tofu.unlearn`` are unused (see ``tofu_runs``)."""
     tofu_runs: dict = field(default_factory=dict)
-    """TOFU unlearning overrides per method: ``tofu_runs.atwu.steps=100``."""
+    """TOFU unlearning settings per method: ``tofu_runs.atwu.train.steps=100``."""
     token_auroc_on: Literal["base", "unlearned"] = "base"
     """Whose hidden states the learned scorer (final w, b) reads for ``token_auroc``: the original model's (the
     labels and the probability baseline refer to it) or the unlearned model's; the other is reported as
@@ -108,8 +109,9 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
     for name in methods:
         for part, which in (("world", "runs"), ("tofu", "tofu_runs")):
             if part in parts:
-                run = from_dict(MethodRun, method_runs(cfg, name, which), prefix=f"{which}.{name}")
-                build_method(name, run.params)
+                ucfg, _ = method_run_config(name, method_runs(cfg, name, which), "tiny", cfg.seed,
+                                            prefix=f"{which}.{name}")
+                build_method(name, ucfg.params)
 
 
 # ---------------------------------------------------------------- world
@@ -172,8 +174,7 @@ def run_world(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress: bo
 def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
     """``cfg.tofu`` for method ``name`` with the recipe's defaults and its ``tofu_runs`` overrides."""
 
-    run = from_dict(MethodRun, method_runs(cfg, name, "tofu_runs"), prefix=f"tofu_runs.{name}")
-    return dataclasses.replace(cfg.tofu, method=name, unlearn=run)
+    return dataclasses.replace(cfg.tofu, method=name, unlearn=method_runs(cfg, name, "tofu_runs"))
 
 
 def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:

@@ -63,10 +63,10 @@ METHOD_DEFAULTS: dict[str, dict] = {
     # kept utility (delta 8-10 lowers every domain alike); CRISP: the paper's beta, gamma, top-k and LoRA rank
     # 4 (the recipe sets lora_r = 4) with a tiny-model learning rate, its SAEs trained on the concept and
     # neutral sentences. SNMF and CRISP leave the concept MCQ unchanged at this scale (the report says so).
-    "rmu": {"steps": 100, "params": {"coef": 50.0, "alpha": 5.0}},
+    "rmu": {"train": {"steps": 100}, "params": {"coef": 50.0, "alpha": 5.0}},
     "snmf": {"params": {"layers": [1, 2], "delta": 5.0, "K": 32, "sparsity": 0.05, "n_iter": 200,
                         "max_features": 3}},
-    "crisp": {"lora": True, "lr": 1e-2, "steps": 50, "params": {"top_k": 10, "sae_steps": 200}},
+    "crisp": {"lora": True, "train": {"lr": 1e-2, "steps": 50}, "params": {"top_k": 10, "sae_steps": 200}},
 }
 
 
@@ -77,9 +77,9 @@ class WorldConceptConfig:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     """MLP methods, each run alone and with EMBER."""
     runs: dict = field(default_factory=dict)
-    """Per-method overrides (as ``obliviate compare``): ``runs.rmu.steps=30``, ``runs.snmf.params.delta=2``."""
+    """Per-method settings (as ``obliviate compare``'s): ``runs.rmu.train.steps=30``, ``runs.snmf.params.delta=2``."""
     method_steps: int | None = None
-    """Training steps of every training method unless ``runs.<m>.steps`` is set (None: their defaults)."""
+    """Training steps of every training method unless ``runs.<m>.train.steps`` is set (None: their defaults)."""
     K: int = 100
     """Embedding features (the paper's value for a 2B model); capped at |V'|."""
     sparsity: float = 0.02
@@ -387,8 +387,8 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     wc = cfg.world_concept
     raw = deep_merge(METHOD_DEFAULTS.get(name, {}), wc.runs.get(name, {}) or {})
     is_edit = getattr(get_method(name), "kind", "train") == "edit"
-    if wc.method_steps is not None and not is_edit and "steps" not in (wc.runs.get(name, {}) or {}):
-        raw = {**raw, "steps": wc.method_steps}
+    if wc.method_steps is not None and not is_edit and "steps" not in ((wc.runs.get(name) or {}).get("train") or {}):
+        raw = deep_merge(raw, {"train": {"steps": wc.method_steps}})
     ucfg, used = method_run_config(name, raw, "tiny", cfg.seed)
     if name == "crisp":
         ucfg = dataclasses.replace(ucfg, lora_r=4)

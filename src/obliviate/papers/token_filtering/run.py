@@ -19,7 +19,7 @@ from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
-from obliviate.unlearning.engine import method_run_config, unlearn
+from obliviate.unlearning.engine import check_unlearn_config, method_run_config, unlearn
 from obliviate.filtering import (
     FILTERED_MODELS,
     TokenClassifierConfig,
@@ -160,8 +160,8 @@ class TokenFilteringConfig:
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
     at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
     rmu: dict = field(default_factory=dict)
-    """Other overrides of RMU's run (``rmu.steps=80``, ``rmu.lr=5e-4``; see
-    ``obliviate.unlearning.engine.MethodRun``)."""
+    """Other settings of RMU's run, as ``obliviate unlearn``'s ``unlearn.*`` (``rmu.train.steps=80``,
+    ``rmu.train.lr=5e-4``)."""
     refusal_strategies: list[str] = field(default_factory=lambda: ["none", "mask", "remove"])
     refusal_steps: int | None = None
     refusal_lr: float = 1e-3
@@ -191,6 +191,19 @@ class TokenFilteringConfig:
         for p in list(self.noise_ps or []) + list(self.classifier_noise_ps):
             if not 0.0 <= p <= 1.0:
                 raise ConfigError(f"config key 'noise_ps': probabilities must be in [0, 1], got {p}")
+        check_unlearn_config(rmu_run_config(self)[0], prefix="rmu")  # a bad rmu.* key fails before any pretraining
+
+
+def rmu_run_config(cfg: TokenFilteringConfig):
+    """RMU's :class:`~obliviate.unlearning.engine.UnlearnConfig` and settings: the tiny preset, then ``rmu_coef``,
+    ``rmu_alpha`` and ``rmu.*`` (a key of ``rmu`` is named as ``rmu.<key>``)."""
+    if not isinstance(cfg.rmu, dict):
+        raise ConfigError(f"config section 'rmu' must be a mapping of unlearn settings, got {cfg.rmu!r:.80}")
+    params = cfg.rmu.get("params") or {}
+    if isinstance(params, dict):  # anything else: from_dict names it
+        params = {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **params}
+    run = {**cfg.rmu, "params": params}
+    return method_run_config("rmu", run, "tiny", cfg.seed, prefix="rmu")
 
 
 def resolve(cfg: TokenFilteringConfig) -> TokenFilteringConfig:
@@ -405,8 +418,7 @@ def _rmu(cfg, D, model, progress: bool):
 
     forget = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine")]
     retain = [(D.tok.decode(r.tolist()), "") for r in domain_runs(D.train, "medicine", inside=False)]
-    run = {**cfg.rmu, "params": {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **(cfg.rmu.get("params") or {})}}
-    ucfg, info = method_run_config("rmu", run, "tiny", cfg.seed)
+    ucfg, info = rmu_run_config(cfg)
     model, _ = unlearn(model, D.tok, forget, retain, ucfg, progress=progress)
     return model, info
 

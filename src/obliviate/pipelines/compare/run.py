@@ -53,7 +53,8 @@ class CompareConfig:
     methods: list[str] | None = None
     """Methods to compare (default: every registered method that can run on the task)."""
     runs: dict = field(default_factory=dict)
-    """Per-method overrides: ``runs.npo.lr=5e-4``, ``runs.rmu.params.coef=10``."""
+    """Per-method settings, the keys of ``obliviate unlearn``'s ``unlearn.*``: ``runs.npo.train.lr=5e-4``,
+    ``runs.rmu.params.coef=10``, ``runs.npo.batch_size=8``."""
     attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
     """Every attack but the optimised suffix and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)

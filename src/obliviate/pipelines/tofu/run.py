@@ -21,8 +21,7 @@ from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_K, TOFU_REPORT_METRICS, TOFU_SETS,
                                  forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
-from obliviate.methods import get_method, method_defaults
-from obliviate.unlearning.engine import MethodRun, UnlearnConfig, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.models.load import check_vocab, load_model, load_tokenizer, looks_like_path
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.tokenizer import ensure_pad_token, save_tokenizer, train_tokenizer
@@ -92,8 +91,9 @@ class TofuConfig:
     """Fine-tuning checkpoint interval (steps): an interrupted run resumes from here."""
     limit: int | None = None
     """Use only the first N records of each TOFU split (tests)."""
-    unlearn: MethodRun = field(default_factory=MethodRun)
-    """Unlearning overrides: ``unlearn.lr``, ``unlearn.steps``, ``unlearn.batch_size``, ``unlearn.params.beta``."""
+    unlearn: dict = field(default_factory=dict)
+    """The unlearning run's settings, as ``obliviate unlearn``'s: ``unlearn.train.lr``, ``unlearn.train.steps``,
+    ``unlearn.batch_size``, ``unlearn.params.beta``."""
     eval_batch_size: int = 32
     max_new_tokens: int = TOFU_MAX_NEW_TOKENS
     """Greedy tokens generated per answer for ROUGE-L: 200, TOFU's and OpenUnlearning's budget (was 128)."""
@@ -268,16 +268,10 @@ def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, referenc
 
 
 def unlearn_config(cfg: TofuConfig):
-    """The :class:`~obliviate.unlearning.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
-    (:func:`obliviate.methods.method_defaults`; the TOFU models trained here are tiny), then ``cfg.unlearn``."""
-    get_method(cfg.method)  # unknown names fail before any training
-    base = method_defaults(cfg.method, "tiny")
-    run = cfg.unlearn
-    params = {**base["params"], **run.params}
-    tc = TrainConfig(steps=run.steps or base["steps"], lr=run.lr or base["lr"], schedule="constant", log_every=5,
-                     desc=cfg.method)
-    return UnlearnConfig(method=cfg.method, params=params, train=tc, batch_size=run.batch_size, lora=run.lora,
-                         seed=cfg.seed)
+    """The :class:`~obliviate.unlearning.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset (the
+    TOFU models trained here are tiny), then ``cfg.unlearn``
+    (:func:`~obliviate.unlearning.engine.method_run_config`)."""
+    return method_run_config(cfg.method, cfg.unlearn, "tiny", cfg.seed, prefix="unlearn")[0]
 
 
 # ------------------------------------------------------------------ the protocol
