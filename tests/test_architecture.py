@@ -1,7 +1,8 @@
 """The package's shape (issues #19, #26, #43): the folders stand in the layers of docs/architecture.md, each
 importing only below it (imports at the top of a module, inside functions, and through ``importlib``); the
 import graph has no cycle and is at most 13 levels deep, and inside a folder the modules' top-level imports form
-no cycle either; the root holds at most 8 modules and few file names repeat; the training loop stays short.
+no cycle either; the package imports its own modules at the top of a file (a few named exceptions); the root
+holds at most 8 modules and few file names repeat; the training loop stays short.
 
 A *unit* is a folder of ``obliviate`` (``obliviate.train``) or a top-level module (``obliviate.api``).
 """
@@ -238,3 +239,35 @@ def test_the_root_holds_the_api_and_foundations_only():
                       and p.name in ("run.py", "claims.py", "report.py"))]
     repeated = sorted({n for n in names if names.count(n) > 1})
     assert len(repeated) <= REPEATED_NAMES_ALLOWED, repeated
+
+
+FUNCTION_LEVEL_IMPORTS_ALLOWED = {
+    "__init__.py": "the package's API is loaded on first use: `import obliviate` stays cheap",
+    "cli/main.py": "torch and transformers load only for a command that needs them: `--help` stays fast",
+    "runs/results.py": "the distributed helpers load torch; writing results.json and the moved-run note need none",
+    "losses.py": "models.layers at the top would make the import graph a level deeper (MAX_LEVELS)",
+}
+"""The modules that may import a package module inside a function, and why: everywhere else the package's own
+imports go at the top of the file (function-level imports are for optional heavy dependencies only)."""
+
+
+def function_level_imports(files) -> list[str]:
+    bad = []
+    for path in files:
+        rel = path.relative_to(SRC) if path.is_relative_to(SRC) else path.name
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                bad += [f"{rel}:{n.lineno} in {node.name}()" for n in ast.walk(node)
+                        if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("obliviate"))
+                        or isinstance(n, ast.Import) and any(a.name.startswith("obliviate") for a in n.names)]
+    return bad
+
+
+def test_the_package_imports_its_own_modules_at_the_top(tmp_path):
+    files = [p for p in SRC.rglob("*.py") if str(p.relative_to(SRC)) not in FUNCTION_LEVEL_IMPORTS_ALLOWED]
+    assert not function_level_imports(files), "\n".join(function_level_imports(files))
+    assert all((SRC / f).exists() for f in FUNCTION_LEVEL_IMPORTS_ALLOWED)
+    fake = tmp_path / "fixture.py"
+    fake.write_text("def f():\n    from obliviate.losses import token_nll\n    import torch\n"
+                    "    return torch, token_nll\n")
+    assert function_level_imports([fake]) == ["fixture.py:2 in f()"]

@@ -30,6 +30,7 @@ from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, UNSCORED_NEIGHBOURS, Data, Task
 from obliviate.train.config import TrainConfig
 from obliviate.train.sampler import StepSampler
+from obliviate.eval.suite import evaluate_task
 
 
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
@@ -120,7 +121,6 @@ def keep_summary(control, base, tokenizer, task: Task, held: set = frozenset(), 
     """What a positive control kept: ``{"keep": {role: control / base}, "keep_scores": {role: {"control",
     "base"}}}`` of the retain and neighbour role scores (:func:`~obliviate.eval.suite.evaluate_task` on
     :func:`keep_task`; a ratio is None where the base scores 0). Empty when the task has no such set."""
-    from obliviate.eval.suite import evaluate_task
 
     kt = keep_task(task, held)
     if kt is None:

@@ -21,7 +21,7 @@ from obliviate.attacks.attack import AttackRun, register_attack
 from obliviate.data import qa_prompt
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.probes import last_token_states
-from obliviate.models.layers import check_layer
+from obliviate.models.layers import check_layer, num_layers
 from obliviate.tasks.base import Task
 
 
@@ -95,7 +95,6 @@ def linear_probe_attack(model, tokenizer, mcqs: Sequence[dict], layers: Sequence
     e.g. ``world.mcqs(split="forget")``. ``layers``: decoder-layer indices (default: all).
     Returns ``{"per_layer": {l: acc}, "best_layer", "best_acc", "chance", "n_train", "n_test"}``.
     """
-    from obliviate.models.layers import check_layer, num_layers
 
     if not mcqs:
         raise DataError("no MCQs to probe")
@@ -186,7 +185,6 @@ def value_probe_attack(model, tokenizer, items: Sequence[dict], extra_train: Seq
     (1 / number of choices). Returns ``{"per_layer", "best_layer", "best_acc", "chance",
     "n_items", "n_extra", "n_unseen"}``.
     """
-    from obliviate.models.layers import check_layer, num_layers
 
     if len(items) < 2:
         raise DataError(f"a value probe needs at least 2 items (one per half), got {len(items)}")

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from obliviate.errors import DataError, ObliviateError
+from obliviate.tasks.sources.mcq import _read_mmlu_csv
 
 TASK_NAME = "obliviate_local_mcq"
 
@@ -203,7 +204,6 @@ def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, bat
 def lmeval_mmlu_choices(model, tokenizer, csv_path: str | os.PathLike, limit: int | None = None,
                         batch_size: int = 16) -> list[int]:
     """:func:`lmeval_mcq_choices` on the first ``limit`` questions of a local MMLU CSV file."""
-    from obliviate.tasks.sources.mcq import _read_mmlu_csv
 
     path = Path(csv_path)
     if not path.is_file():

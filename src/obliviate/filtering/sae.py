@@ -27,6 +27,7 @@ from torch import nn
 from obliviate.data import TokenDataset, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.layers import states_over_batches
+from obliviate.train import StepSampler, TrainConfig, train
 
 
 class TopKSAE(nn.Module):
@@ -125,7 +126,6 @@ def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 50
     normalised in place) and a summary with the MSE before and after and the
     fraction of variance unexplained.
     """
-    from obliviate.train import StepSampler, TrainConfig, train
 
     x = torch.as_tensor(activations).float()
     if x.ndim != 2 or len(x) == 0:

@@ -17,6 +17,8 @@ import torch
 from obliviate.data import TokenDataset
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
+from obliviate.data import pack_sequences
+from obliviate.train import StepSampler
 
 STRATEGIES = ("none", "mask", "remove", "drop_document")
 CONVENTIONS = ("input", "target")
@@ -148,7 +150,6 @@ def collate_weighted(seqs: Sequence[np.ndarray], weights: Sequence[np.ndarray], 
 
 def make_batch_fn(dataset: FilteredDataset, batch_size: int, seed: int, pad_id: int):
     """``batch_fn(step)`` for :func:`obliviate.train.train` (a pure function of the step)."""
-    from obliviate.train import StepSampler
 
     sampler = StepSampler(len(dataset), batch_size, seed)
 
@@ -161,7 +162,6 @@ def make_batch_fn(dataset: FilteredDataset, batch_size: int, seed: int, pad_id: 
 
 def pack_filtered(dataset: FilteredDataset, row_len: int) -> FilteredDataset:
     """:func:`obliviate.data.pack_sequences` that carries the weights along (``kept`` is then empty)."""
-    from obliviate.data import pack_sequences
 
     key = "\0weights"
     packed = pack_sequences(TokenDataset(dataset.input_ids, {**dataset.labels, key: dataset.weights},

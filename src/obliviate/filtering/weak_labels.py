@@ -15,6 +15,7 @@ import torch
 
 from obliviate.data import TokenDataset
 from obliviate.errors import ConfigError, DataError
+from obliviate.filtering.sae import residual_activations
 
 
 def _np(x) -> np.ndarray:
@@ -209,7 +210,6 @@ def label_dataset(model, dataset: TokenDataset, sae, layer: int, latents: Sequen
                   special_ids: Sequence[int] = (), min_latents: int = 2, window: bool = True,
                   batch_size: int = 16, pad_id: int = 0) -> list[np.ndarray]:
     """Weak labels for every token of ``dataset`` (per-sequence bool arrays), end to end."""
-    from obliviate.filtering.sae import residual_activations
 
     acts, _ = residual_activations(model, dataset, layer, batch_size=batch_size, pad_id=pad_id)
     codes = sae.encode_all(acts)[:, list(latents)]

@@ -31,6 +31,7 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import masked_mean
 from obliviate.unlearning.contract import Method
+from obliviate.losses import token_nll
 
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 
@@ -224,7 +225,6 @@ class ScoredMethod(Method):
 
     def forget_pass(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward the forget batch, run the w-step(s); returns logits, nll, mask and detached z (B, T-1)."""
-        from obliviate.losses import token_nll
 
         logits, feats = forward_with_features(model, batch, self.cfg.position)
         nll, mask = token_nll(logits, batch["labels"])

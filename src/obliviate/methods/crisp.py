@@ -32,6 +32,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.losses import hidden_mse, masked_mean
 from obliviate.unlearning.contract import Method, register
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches
+from obliviate.filtering.sae import train_sae
 
 BETA = 0.99
 GAMMA = 0.01
@@ -81,7 +82,6 @@ def select_sae_features(sae, target_acts: torch.Tensor, benign_acts: torch.Tenso
 
 def train_layer_sae(acts: torch.Tensor, n_latents: int, k: int, steps: int, lr: float = 1e-3, seed: int = 0):
     """A :class:`~obliviate.filtering.sae.TopKSAE` trained on ``acts`` (N, d) with the one training loop; frozen."""
-    from obliviate.filtering.sae import train_sae
 
     sae, info = train_sae(acts, n_latents, k, steps=steps, lr=lr, seed=seed, batch_size=min(256, len(acts)))
     for p in sae.parameters():

@@ -28,6 +28,7 @@ from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import (check_layer, gather_last, hidden_states_at, last_token_index, num_layers,
                                      param_names_for, unwrap)
 from obliviate.eval.probes import default_probe_layers, fit_probe_directions, probe_forget_loss
+from obliviate.eval.probes import last_token_states
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 """The source of ``probe_unlearn`` and ``probe_unlearn_single``."""
@@ -121,7 +122,6 @@ class ProbeUnlearn(Method):
         Texts default to the config's; with none anywhere nothing happens (the probes are
         then fitted on the first batches, see docs/methods.md, "probe_unlearn").
         """
-        from obliviate.eval.probes import last_token_states
 
         toxic = list(toxic_texts if toxic_texts is not None else self.cfg.toxic_texts)
         neutral = list(neutral_texts if neutral_texts is not None else self.cfg.neutral_texts)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from obliviate.errors import ConfigError, ObliviateError
+from obliviate.models.load import save_model
 
 SHARDING_ENV = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}
 """The environment flags ``accelerate launch`` sets for a sharded config."""
@@ -262,7 +263,6 @@ def save_trained(model, directory, tokenizer=None) -> None:
     The model is whole in every process after any run, sharded ones included (the training loop
     gathers a sharded copy back into it), so rank 0's own tensors are the full weights.
     """
-    from obliviate.models.load import save_model
 
     if is_main_process():
         save_model(model, str(directory), tokenizer)  # both in one folder that replaces directory whole

@@ -40,6 +40,7 @@ from obliviate.train.backend import can_checkpoint
 from obliviate.train.distributed import main_process_first
 from obliviate.utils import cache_dir, seed_everything
 from obliviate.tasks.world import WorldConfig, generate_world
+from obliviate.train import distributed as D
 
 
 QA_FORMS = ("question", "train_questions", "statements")
@@ -218,7 +219,6 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     Runs under ``accelerate launch`` too: each process trains on its rows of each global
     batch of ``batch_size`` (``qa_batch_size``) rows and only rank 0 writes files.
     """
-    from obliviate.train import distributed as D
 
     out = Path(out_dir)
     seed_everything(cfg.seed)
@@ -301,8 +301,6 @@ def cached_pretrain_all(cfgs: list[PretrainConfig], progress: bool | None = None
     import multiprocessing as mp
     import os
 
-    from obliviate.train import distributed as D
-
     if not parallel or len(cfgs) < 2 or D.world_size() > 1 or D.sharding():
         return [cached_pretrain(c, progress) for c in cfgs]
     seen = set()
@@ -343,7 +341,6 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     finished one is reused as is. The key holds the world's fingerprint as well as the config, so
     a model trained on a world that a newer generator renders differently is never reused.
     """
-    from obliviate.train import distributed as D
 
     key = config_hash({"config": to_dict(cfg), "world": world_for(cfg).fingerprint()})
     root = cache_dir() / "pretrain" / key

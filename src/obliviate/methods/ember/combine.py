@@ -20,6 +20,7 @@ from torch import nn
 from obliviate.methods.ember.judge import Judge
 from obliviate.methods.ember.pipeline import EmberResult, ember_erase
 from obliviate.errors import ConfigError
+from obliviate.methods.ember.factorize import build_vocab
 
 EMBER_SUFFIX = "+ember"
 
@@ -58,7 +59,6 @@ def ember_then(method_name: str, model: nn.Module, tokenizer, concept: Sequence[
     ``location`` (an :class:`~obliviate.methods.ember.pipeline.EmberLocation` from the EMBER-only
     grid on the same base model) skips re-locating the features.
     """
-    from obliviate.methods.ember.factorize import build_vocab
 
     base, _ = split_combo(method_name)
     if K is None and location is None:

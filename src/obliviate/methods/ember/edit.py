@@ -30,6 +30,7 @@ from torch import nn
 
 from obliviate.methods.ember.factorize import CODE_CONCEPT, check_codes
 from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.models import layers
 
 DELTA_GRID = (0.5, 1, 2, 5, 10, 50, 100, 200)
 """The EMBER delta grid of docs/methods.md."""
@@ -43,13 +44,11 @@ UTILITY_KEEP = 0.9
 
 def _embeddings(model: nn.Module) -> tuple[nn.Module, nn.Module | None, bool]:
     """(input embedding module, output embedding module or None, tied?)."""
-    from obliviate.models import layers
 
     return layers.input_embeddings(model), layers.output_embeddings(model), layers.embeddings_tied(model)
 
 
 def _hf_model(model: nn.Module) -> nn.Module:
-    from obliviate.models import layers
 
     return layers.unwrap(model)
 

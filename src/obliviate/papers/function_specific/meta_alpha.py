@@ -24,6 +24,7 @@ from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import atomic_write_json
 from obliviate.train import TrainConfig
+from obliviate.train import train as train_loop
 
 META_METHODS = ("rmu", "cosine_rmu")
 """Methods whose retain weight ``alpha`` :func:`learn_alpha_unlearn` can learn."""
@@ -154,8 +155,6 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
     ``alpha_trajectory.png`` there. Returns (final model, trajectory).
     """
     import torch
-
-    from obliviate.train import train as train_loop
 
     if method_name not in META_METHODS:
         raise ConfigError(f"learned alpha supports methods {', '.join(META_METHODS)}, got {method_name!r}")

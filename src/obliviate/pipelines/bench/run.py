@@ -38,6 +38,7 @@ from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_res
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
 from obliviate.train import TrainConfig, make_lm_batches, make_optimizer, select_trainable
 from obliviate.train.pretrain import tokenizer_for
+from obliviate.eval.lmeval import lmeval_generate, lmeval_mcq_choices
 
 
 STEP_CONFIG = TrainConfig(lr=1e-6, beta1=0.9, beta2=0.999, weight_decay=0.01, progress=False, report_to=[])
@@ -465,14 +466,13 @@ def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
     facts = world.facts_by_split("forget")
     prompts = [qa_prompt(f["question"]) for f in facts]
     try:
-        from obliviate.eval.lmeval import lmeval_generate, lmeval_mcq_choices
-
         import lm_eval  # noqa: F401
+        have_lm_eval = True
     except ImportError:
-        lmeval_generate = lmeval_mcq_choices = None
+        have_lm_eval = False
     steps = {"qa": lambda: greedy_generate(model, tok, prompts, QA_TOKENS),
              "mcq": lambda: mcq_accuracy(model, tok, mcqs, style="letters")}
-    if lmeval_mcq_choices is not None:
+    if have_lm_eval:
         steps.update(lm_eval_qa=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS),
                      lm_eval_mcq=lambda: lmeval_mcq_choices(model, tok, mcqs),
                      lm_eval_qa_local=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS, installed_tasks=False),
