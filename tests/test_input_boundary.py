@@ -206,7 +206,8 @@ def test_a_text_file_with_lone_cr_is_one_text_per_line(tmp_path):
 
 KEYS = st.sampled_from(["seed", "eval.batch_size", "eval.max_new_tokens", "world.seed", "world.n_forget",
                         "unlearn.batch_size", "unlearn.max_len", "unlearn.train.lr", "unlearn.train.steps",
-                        "unlearn.params.beta", "unlearn.params", "methods", "runs.npo.lr", "eval", "world"]) \
+                        "unlearn.params.beta", "unlearn.params", "unlearn.seed", "methods", "runs.npo.lr",
+                        "runs.npo.train.lr", "runs.npo.params.beta", "eval", "world"]) \
     | st.text(alphabet="abnz._-[]", min_size=1, max_size=10)
 SCALARS = st.one_of(st.integers(-2**70, 2**70), st.floats(), st.booleans(), st.none(),
                     st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12))

@@ -66,6 +66,11 @@ def test_the_settings_are_built_once_from_either_schema():
         unlearn_settings("npo", "tiny", run={"lr": 1e-4}, prefix="")
     with pytest.raises(ConfigError, match=r"^unknown method 'npp' \(did you mean 'npo'\?\)"):
         unlearn_settings("npp", "tiny")
+    # one seed: unlearn.seed may repeat the run's seed, not contradict it; seed=... in the config seeds it too
+    assert unlearn_settings("npo", "tiny", seed=2, overrides=["unlearn.seed=2"]).unlearn.seed == 2
+    assert unlearn_settings("npo", "tiny", seed=0, overrides=["seed=5"]).unlearn.seed == 5
+    with pytest.raises(ConfigError, match=r"^config key 'unlearn.seed' \(3\) contradicts the run's seed 2"):
+        unlearn_settings("npo", "tiny", seed=2, overrides=["unlearn.seed=3"])
 
 
 @pytest.mark.parametrize("method,keys", [
@@ -91,6 +96,10 @@ def test_a_method_run_has_one_settings_schema(method, keys, tmp_path):
         method_config(from_dict(CompareConfig, {"methods": ["npo"], "runs": {"npo": {"lr": 1e-4}}}), "npo", "tiny")
     with pytest.raises(ConfigError, match=r"^config key 'unlearn.seed' is set by the run itself"):
         tofu_unlearn_config(from_dict(TofuConfig, {"method": "npo", "unlearn": {"seed": 3}}))
+    for empty in (None, 0, []):  # not silently the preset's params
+        with pytest.raises(ConfigError, match=r"^config key 'runs.npo.params': expected a mapping"):
+            method_config(from_dict(CompareConfig, {"methods": ["npo"], "runs": {"npo": {"params": empty}}}),
+                          "npo", "tiny")
 
 
 @pytest.mark.parametrize("command", ["unlearn.py", "tune.py", "finetune.py"])

@@ -72,9 +72,10 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
                      prefix: str = "unlearn") -> UnlearnRunConfig:
     """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key once:
     dataclass defaults, then the method's ``preset`` (its lr times :func:`finetune_lr_factor` of ``model_dir``), then
-    ``config_file``, then the dotted ``overrides`` (the command line), then ``run`` (the API's keywords: keys of
-    :class:`UnlearnConfig`, as a comparison's ``runs.<name>``); checked without a model (a bad key named under
-    ``prefix``)."""
+    ``run`` (the API's keywords: keys of :class:`UnlearnConfig`, as a comparison's ``runs.<name>``), then
+    ``config_file``, then the dotted ``overrides`` (the command line); checked without a model (a bad key named under
+    ``prefix``). The method and the seed are the run's own (``--method``, ``--seed``): ``unlearn.method`` or
+    ``unlearn.seed`` naming others is an error."""
     method = resolve_method(method)
     base: dict = {"seed": seed, "eval": dict(eval or {}),
                   "unlearn": method_settings(method, preset, seed, finetune_lr_factor(model_dir)[0])}
@@ -88,6 +89,10 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
             raise ConfigError(f"config key 'unlearn.method' ({cfg.unlearn.method!r}) contradicts --method "
                               f"{method}: the method is named by --method alone (drop unlearn.method)")
         cfg.unlearn.method = method
+    if cfg.unlearn.seed not in (seed, cfg.seed):  # a second seed for the unlearning alone: a half-true run seed
+        raise ConfigError(f"config key 'unlearn.seed' ({cfg.unlearn.seed}) contradicts the run's seed {cfg.seed}: "
+                          f"the seed is set once (--seed, or seed=... in the config; drop unlearn.seed)")
+    cfg.unlearn.seed = cfg.seed  # seed=... in the config file seeds the unlearning too
     check_unlearn_config(cfg.unlearn, prefix=prefix)
     return cfg
 

@@ -262,9 +262,14 @@ def input_fingerprint(path: str | Path | None) -> Any:
     return {"path": str(p.resolve()), "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
 
 
+DISPLAY_KEYS = ("progress", "desc")
+"""Config keys that change what a run shows, not what it computes (the bars, and a bar's label): a run that differs
+only in them is the same run."""
+
+
 def _without_progress(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {k: _without_progress(v) for k, v in obj.items() if k != "progress"}
+        return {k: _without_progress(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
     if isinstance(obj, list):
         return [_without_progress(v) for v in obj]
     return obj

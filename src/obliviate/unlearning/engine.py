@@ -118,8 +118,9 @@ def check_run_keys(name: str, run, prefix: str) -> None:
             raise ConfigError(f"config key '{key(k)}' is '{key(MOVED_RUN_KEYS[k])}': a method run takes the keys of "
                               "`unlearn` (train.lr, train.steps, batch_size, lora, params, ...)")
     if get_method(name).kind == "edit" and (given := sorted(k for k in run if k not in EDIT_SETTINGS)):
-        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method takes only its "
-                          f"params ({', '.join(f.name for f in dataclasses.fields(get_method(name).config_cls))})")
+        params = ", ".join(f.name for f in dataclasses.fields(get_method(name).config_cls))
+        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method takes only "
+                          f"allow_overlap and its params ({params})")
 
 
 def run_settings(ucfg: UnlearnConfig) -> dict:
@@ -143,7 +144,7 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
     check_run_keys(name, run, prefix)
     base = method_settings(name, preset, seed)
     settings = deep_merge(base, {k: v for k, v in run.items() if k != "params"})
-    params = run.get("params") or {}
+    params = run.get("params", {})
     settings["params"] = {**base["params"], **params} if isinstance(params, dict) else params  # from_dict names it
     ucfg = from_dict(UnlearnConfig, settings, prefix=prefix)
     return ucfg, run_settings(ucfg)
@@ -313,10 +314,10 @@ def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
                 changed = sorted(k for k, v in to_dict(mine).items() if to_dict(base)[k] != v)
                 if changed:
                     raise ConfigError(f"config key '{key('train.' + changed[0])}' does not apply to '{cfg.method}': "
-                                      "an edit method trains nothing (it takes only its params)")
+                                      "an edit method trains nothing (it takes only its params and allow_overlap)")
             elif mine != base:
                 raise ConfigError(f"config key '{key(f.name)}' ({mine!r}) does not apply to '{cfg.method}': "
-                                  "an edit method trains nothing (it takes only its params)")
+                                  "an edit method trains nothing (it takes only its params and allow_overlap)")
         return method
     if list(cfg.train.trainable) != ["*"]:
         raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for "

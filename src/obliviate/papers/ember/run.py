@@ -31,7 +31,7 @@ from obliviate.methods.ember import (
 from obliviate.methods.ember.combine import ember_then
 from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.unlearning.engine import method_run_config, method_runner as executor_runner
+from obliviate.unlearning.engine import check_unlearn_config, method_run_config, method_runner as executor_runner
 from obliviate.eval import token_loss_by_label
 from obliviate.eval.suite import evaluate_set, evaluate_task
 from obliviate.losses import lm_loss
@@ -61,12 +61,13 @@ METHOD_DEFAULTS: dict[str, dict] = {
     # steering coefficient and a smaller retain weight than compare's defaults to bring the concept MCQ down
     # (with utility >= 0.9 of the base); SNMF: the two middle MLP layers and delta 5, the strongest edit that
     # kept utility (delta 8-10 lowers every domain alike); CRISP: the paper's beta, gamma, top-k and LoRA rank
-    # 4 (the recipe sets lora_r = 4) with a tiny-model learning rate, its SAEs trained on the concept and
+    # 4 with a tiny-model learning rate, its SAEs trained on the concept and
     # neutral sentences. SNMF and CRISP leave the concept MCQ unchanged at this scale (the report says so).
     "rmu": {"train": {"steps": 100}, "params": {"coef": 50.0, "alpha": 5.0}},
     "snmf": {"params": {"layers": [1, 2], "delta": 5.0, "K": 32, "sparsity": 0.05, "n_iter": 200,
                         "max_features": 3}},
-    "crisp": {"lora": True, "train": {"lr": 1e-2, "steps": 50}, "params": {"top_k": 10, "sae_steps": 200}},
+    "crisp": {"lora": True, "lora_r": 4, "train": {"lr": 1e-2, "steps": 50},
+              "params": {"top_k": 10, "sae_steps": 200}},
 }
 
 
@@ -188,6 +189,9 @@ class EmberRecipeConfig:
         bad = [p for p in self.parts if p not in PARTS]
         if bad:
             raise ConfigError(f"config key 'parts': unknown part {bad[0]!r} (valid: {', '.join(PARTS)})")
+        if "world" in self.parts:  # each method's settings, before any pretraining
+            for name in self.world_concept.methods:
+                check_unlearn_config(method_settings(self, name)[0], prefix=f"world_concept.runs.{name}")
 
 
 QUICK: dict[str, dict] = {
@@ -389,10 +393,9 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     is_edit = getattr(get_method(name), "kind", "train") == "edit"
     if wc.method_steps is not None and not is_edit and "steps" not in ((wc.runs.get(name) or {}).get("train") or {}):
         raw = deep_merge(raw, {"train": {"steps": wc.method_steps}})
-    ucfg, used = method_run_config(name, raw, "tiny", cfg.seed)
-    if name == "crisp":
-        ucfg = dataclasses.replace(ucfg, lora_r=4)
-        used = {**used, "lora_r": 4}
+    ucfg, used = method_run_config(name, raw, "tiny", cfg.seed, prefix=f"world_concept.runs.{name}")
+    if name == "crisp":  # its LoRA rank, which the settings of other methods leave out
+        used = {**used, "lora_r": ucfg.lora_r}
     if is_edit:
         used = {"params": used["params"]}
     return ucfg, used

@@ -199,7 +199,7 @@ def rmu_run_config(cfg: TokenFilteringConfig):
     ``rmu_alpha`` and ``rmu.*`` (a key of ``rmu`` is named as ``rmu.<key>``)."""
     if not isinstance(cfg.rmu, dict):
         raise ConfigError(f"config section 'rmu' must be a mapping of unlearn settings, got {cfg.rmu!r:.80}")
-    params = cfg.rmu.get("params") or {}
+    params = cfg.rmu.get("params", {})
     if isinstance(params, dict):  # anything else: from_dict names it
         params = {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **params}
     run = {**cfg.rmu, "params": params}
