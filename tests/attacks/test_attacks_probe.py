@@ -126,7 +126,7 @@ def test_value_probe_attack_swaps_halves_and_uses_extra_training_facts(monkeypat
         return {l: np.stack([by_prefix[t] * (l + 1) for t in texts]) for l in layers}
 
     monkeypatch.setattr(probe_mod, "last_token_hidden", fake_hidden)
-    monkeypatch.setattr("obliviate.models.layers.num_layers", lambda m: 2)
+    monkeypatch.setattr(probe_mod, "num_layers", lambda m: 2)
     r = probe_mod.value_probe_attack(object(), None, items, extra)
     assert seen == [[m["prefix"] for m in items] + [m["prefix"] for m in extra]]
     # other wordings of a training item's prefix are read too (and never tested)
