@@ -49,7 +49,7 @@ def positive_float_arg(text: str) -> float:
     return value
 
 
-def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+def add_common(p: argparse.ArgumentParser, out_required: bool = True, example: str = "train.steps=100") -> None:
     p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
                    "world: an integer in [0, 2**32)")
@@ -58,7 +58,7 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
                    "is a terminal: a log file or a pipe gets none)")
     p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
                    "trackers (comma-separated): tensorboard, mlflow, wandb")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. train.steps=100")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help=f"dotted config overrides, e.g. {example}")
 
 
 def seeded(seed: int, paths: list[str]) -> dict:

@@ -74,7 +74,7 @@ def cmd_compare(args) -> None:
 def register(sub) -> None:
     s = sub.add_parser("compare", help="several methods on one task and base model, against the controls: table, "
                        "plots, Markdown and HTML report (default: the world, with its own base model)")
-    add_common(s)
+    add_common(s, example="runs.npo.train.lr=1e-4 runs.rmu.params.coef=10")
     add_model_args(s, required=False, help="base model (default: the world's pretrained one, or for another task a "
                    "tiny model fine-tuned on it)")
     s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control; "

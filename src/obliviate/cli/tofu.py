@@ -51,7 +51,7 @@ def register(sub) -> None:
                                     "--model and --retain-model), unlearn the forget split, report forget quality, "
                                     "model utility, extraction strength, exact memorization and, with TOFU's "
                                     "holdout split, six MIAs")
-    add_common(s)
+    add_common(s, example="unlearn.train.lr=1e-4 unlearn.train.steps=50")
     s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's (graddiff)")
     s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split retain99, "
                                     "retain95, retain90)")

@@ -53,7 +53,7 @@ def cmd_requests(args) -> None:
 
 def register(sub) -> None:
     s = sub.add_parser("unlearn", help="unlearn a task's forget data from a model, evaluate before and after")
-    add_common(s)
+    add_common(s, example="unlearn.train.steps=100 unlearn.params.beta=0.2")
     add_model_args(s, aliases=("--base",), help="the model to unlearn from: a directory or hub id (--base: "
                    "the former spelling)")
     s.add_argument("--method", required=True, help="method name (see `obliviate methods`; case-insensitive)")
