@@ -22,6 +22,7 @@ from obliviate.attacks.quantize import quantizable, rtn_quantize
 from obliviate.data import IDENTITY_PROMPT, collate, encode_data
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import RETAIN_SHARE
+from obliviate.eval.suite import evaluate_task
 from obliviate.losses import lm_loss
 from obliviate.methods import method_defaults, preset_name
 from obliviate.unlearning.engine import UnlearnConfig, unlearn
@@ -30,7 +31,6 @@ from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, UNSCORED_NEIGHBOURS, Data, Task
 from obliviate.train.config import TrainConfig
 from obliviate.train.sampler import StepSampler
-from obliviate.eval.suite import evaluate_task
 
 
 def suppression_qa(task: Task) -> list[tuple[str, str]]:

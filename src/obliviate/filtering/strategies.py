@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from obliviate.data import TokenDataset
+from obliviate.data import TokenDataset, pack_sequences
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import IGNORE_INDEX
-from obliviate.data import pack_sequences
 from obliviate.train import StepSampler
 
 STRATEGIES = ("none", "mask", "remove", "drop_document")

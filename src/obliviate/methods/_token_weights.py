@@ -29,9 +29,8 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import masked_mean
+from obliviate.losses import masked_mean, token_nll
 from obliviate.unlearning.contract import Method
-from obliviate.losses import token_nll
 
 EXPONENT_MAPS = ("beta_one_minus_z", "beta_z", "beta")
 

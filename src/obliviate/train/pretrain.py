@@ -36,11 +36,11 @@ from obliviate.models.tokenizer import save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
 from obliviate.tasks.world import full_answer_mcqs
 from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
+from obliviate.train import distributed as D
 from obliviate.train.backend import can_checkpoint
 from obliviate.train.distributed import main_process_first
 from obliviate.utils import cache_dir, seed_everything
 from obliviate.tasks.world import WorldConfig, generate_world
-from obliviate.train import distributed as D
 
 
 QA_FORMS = ("question", "train_questions", "statements")

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from obliviate.methods.ember.factorize import build_vocab
 from obliviate.methods.ember.judge import Judge
 from obliviate.methods.ember.pipeline import EmberResult, ember_erase
 from obliviate.errors import ConfigError
-from obliviate.methods.ember.factorize import build_vocab
 
 EMBER_SUFFIX = "+ember"
 

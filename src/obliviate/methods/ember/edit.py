@@ -49,7 +49,6 @@ def _embeddings(model: nn.Module) -> tuple[nn.Module, nn.Module | None, bool]:
 
 
 def _hf_model(model: nn.Module) -> nn.Module:
-
     return layers.unwrap(model)
 
 

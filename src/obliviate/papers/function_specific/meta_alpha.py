@@ -23,8 +23,7 @@ from obliviate.train.distributed import to_device
 from obliviate.methods import build_method
 from obliviate.runs.report import _plt, save_figure
 from obliviate.runs.results import atomic_write_json
-from obliviate.train import TrainConfig
-from obliviate.train import train as train_loop
+from obliviate.train import TrainConfig, train as train_loop
 
 META_METHODS = ("rmu", "cosine_rmu")
 """Methods whose retain weight ``alpha`` :func:`learn_alpha_unlearn` can learn."""

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from obliviate.data import encode_documents, pack_sequences, qa_prompt
 from obliviate.errors import InvalidResult
 from obliviate.eval.core import greedy_generate, mcq_accuracy
+from obliviate.eval.lmeval import lmeval_generate, lmeval_mcq_choices
 from obliviate.filtering import (FILTERED_MODELS, BiLM, ContextPooled, LogisticHead, TokenClassifier,
                                  TokenClassifierConfig)
 from obliviate.losses import lm_loss
@@ -38,7 +39,6 @@ from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_res
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
 from obliviate.train import TrainConfig, make_lm_batches, make_optimizer, select_trainable
 from obliviate.train.pretrain import tokenizer_for
-from obliviate.eval.lmeval import lmeval_generate, lmeval_mcq_choices
 
 
 STEP_CONFIG = TrainConfig(lr=1e-6, beta1=0.9, beta2=0.999, weight_decay=0.01, progress=False, report_to=[])
