@@ -19,8 +19,11 @@ from obliviate.errors import ConfigError
 from obliviate.methods import method_defaults
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.pipelines.compare.run import CompareConfig, method_config
-from obliviate.pipelines.tofu.run import TofuConfig, unlearn_config as tofu_unlearn_config
+from obliviate.pipelines.tofu.run import TofuConfig, check_run as tofu_check_run, unlearn_config as tofu_unlearn_config
 from obliviate.pipelines.unlearn import unlearn_settings
+from obliviate.papers.atwu.run import AtwuRecipeConfig, check_runs as atwu_check_runs
+from obliviate.papers.ember.run import EmberRecipeConfig
+from obliviate.papers.token_filtering.run import TokenFilteringConfig
 
 CLI = Path(obliviate.__file__).resolve().parent / "cli"
 
@@ -100,6 +103,26 @@ def test_a_method_run_has_one_settings_schema(method, keys, tmp_path):
         with pytest.raises(ConfigError, match=r"^config key 'runs.npo.params': expected a mapping"):
             method_config(from_dict(CompareConfig, {"methods": ["npo"], "runs": {"npo": {"params": empty}}}),
                           "npo", "tiny")
+
+
+@pytest.mark.parametrize("bad,named", [({"params": {"nope": 1}}, "params.nope"),
+                                       ({"train": {"trainable": ["x"]}}, "train.trainable")])
+def test_every_method_run_checks_its_settings_before_any_model(bad, named):
+    """What only the built method can refuse (an unknown method parameter, the trained parameters) fails where any
+    run's settings are built, named as the user typed it: unlearn, compare, TOFU and the papers' runs alike."""
+    def refused(prefix, build):
+        with pytest.raises(ConfigError, match=rf"'{prefix}\.{named}'"):
+            build()
+
+    refused("unlearn", lambda: unlearn_settings("rmu", "tiny", overrides=[
+        f"unlearn.{named}={'[x]' if 'trainable' in named else 1}"]))
+    refused("runs.rmu", lambda: method_config(from_dict(CompareConfig, {"methods": ["rmu"], "runs": {"rmu": bad}}),
+                                              "rmu", "tiny"))
+    refused("unlearn", lambda: tofu_check_run(from_dict(TofuConfig, {"method": "rmu", "unlearn": bad})))
+    refused("runs.rmu", lambda: atwu_check_runs(from_dict(AtwuRecipeConfig, {"methods": ["rmu"], "runs": {"rmu": bad}}),
+                                                ["rmu"], ["world"]))
+    refused("world_concept.runs.rmu", lambda: from_dict(EmberRecipeConfig, {"world_concept": {"runs": {"rmu": bad}}}))
+    refused("rmu", lambda: TokenFilteringConfig(rmu=bad))
 
 
 @pytest.mark.parametrize("command", ["unlearn.py", "tune.py", "finetune.py"])

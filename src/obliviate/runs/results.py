@@ -267,11 +267,11 @@ DISPLAY_KEYS = ("progress", "desc")
 only in them is the same run."""
 
 
-def _without_progress(obj: Any) -> Any:
+def _without_display(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {k: _without_progress(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
+        return {k: _without_display(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
     if isinstance(obj, list):
-        return [_without_progress(v) for v in obj]
+        return [_without_display(v) for v in obj]
     return obj
 
 
@@ -286,12 +286,12 @@ def same_run(out: str | Path, fingerprint: dict, name: str = "run.json") -> bool
     import dataclasses
 
     fp = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in fingerprint.items()}
-    fp = _without_progress(json.loads(json.dumps(_clean(fp))))
+    fp = _without_display(json.loads(json.dumps(_clean(fp))))
     path = Path(out) / name
     previous = None
     if path.is_file():
         try:
-            previous = _without_progress(json.loads(path.read_text()))
+            previous = _without_display(json.loads(path.read_text()))
         except (OSError, ValueError):
             previous = {}
     from obliviate.train import distributed as D

@@ -136,8 +136,8 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
                       prefix: str | None = None) -> tuple[UnlearnConfig, dict]:
     """The :class:`UnlearnConfig` of method ``name``: its ``preset`` (:func:`method_settings`), then ``overrides``
     (keys of :class:`UnlearnConfig`, as ``obliviate unlearn``'s ``unlearn.*``: ``{"train": {"lr": 5e-4},
-    "params": {"beta": 0.2}}``); also :func:`run_settings`, for reports. A bad key is named under ``prefix``
-    (default ``runs.<name>``; ``""``: keyword arguments)."""
+    "params": {"beta": 0.2}}``), checked without a model (:func:`check_unlearn_config`); also :func:`run_settings`,
+    for reports. A bad key is named under ``prefix`` (default ``runs.<name>``; ``""``: keyword arguments)."""
     get_method(name)  # unknown names fail before any training
     prefix = f"runs.{name}" if prefix is None else prefix
     run = overrides or {}
@@ -147,12 +147,13 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
     params = run.get("params", {})
     settings["params"] = {**base["params"], **params} if isinstance(params, dict) else params  # from_dict names it
     ucfg = from_dict(UnlearnConfig, settings, prefix=prefix)
+    check_unlearn_config(ucfg, prefix=prefix)
     return ucfg, run_settings(ucfg)
 
 
 def check_method_runs(runs: dict | None, methods: list[str]) -> None:
     """Refuse ``runs.<name>`` settings for a method that is not among ``methods`` (they would be ignored),
-    naming the first such key, and check each run's settings (:func:`method_run_config`, :func:`check_unlearn_config`)
+    naming the first such key, and check each run's settings (:func:`method_run_config`)
     before any training: what a comparison calls first."""
     runs = runs or {}
     if not isinstance(runs, dict):
@@ -162,7 +163,7 @@ def check_method_runs(runs: dict | None, methods: list[str]) -> None:
         raise ConfigError(f"config key 'runs.{unused[0]}' sets a method this run does not run "
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
     for name in methods:
-        check_unlearn_config(method_run_config(name, runs.get(name), "tiny", 0)[0], prefix=f"runs.{name}")
+        method_run_config(name, runs.get(name), "tiny", 0)
 
 
 DATA_FINGERPRINT = "data_fingerprint.json"

@@ -14,7 +14,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.eval.token_scores import token_score_aurocs
 from obliviate.eval.uq import unlearning_quality
-from obliviate.unlearning.engine import check_unlearn_config, method_run_config, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.methods import get_method
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain, world_for
@@ -109,9 +109,7 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
     for name in methods:
         for part, which in (("world", "runs"), ("tofu", "tofu_runs")):
             if part in parts:
-                ucfg, _ = method_run_config(name, method_runs(cfg, name, which), "tiny", cfg.seed,
-                                            prefix=f"{which}.{name}")
-                check_unlearn_config(ucfg, prefix=f"{which}.{name}")
+                method_run_config(name, method_runs(cfg, name, which), "tiny", cfg.seed, prefix=f"{which}.{name}")
 
 
 # ---------------------------------------------------------------- world

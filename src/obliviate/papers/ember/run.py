@@ -31,7 +31,7 @@ from obliviate.methods.ember import (
 from obliviate.methods.ember.combine import ember_then
 from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
-from obliviate.unlearning.engine import check_unlearn_config, method_run_config, method_runner as executor_runner
+from obliviate.unlearning.engine import method_run_config, method_runner as executor_runner
 from obliviate.eval import token_loss_by_label
 from obliviate.eval.suite import evaluate_set, evaluate_task
 from obliviate.losses import lm_loss
@@ -191,7 +191,7 @@ class EmberRecipeConfig:
             raise ConfigError(f"config key 'parts': unknown part {bad[0]!r} (valid: {', '.join(PARTS)})")
         if "world" in self.parts:  # each method's settings, before any pretraining
             for name in self.world_concept.methods:
-                check_unlearn_config(method_settings(self, name)[0], prefix=f"world_concept.runs.{name}")
+                method_settings(self, name)
 
 
 QUICK: dict[str, dict] = {

@@ -19,7 +19,7 @@ from obliviate.config import to_dict
 from obliviate.data import encode_documents
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
-from obliviate.unlearning.engine import check_unlearn_config, method_run_config, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.filtering import (
     FILTERED_MODELS,
     TokenClassifierConfig,
@@ -191,18 +191,15 @@ class TokenFilteringConfig:
         for p in list(self.noise_ps or []) + list(self.classifier_noise_ps):
             if not 0.0 <= p <= 1.0:
                 raise ConfigError(f"config key 'noise_ps': probabilities must be in [0, 1], got {p}")
-        check_unlearn_config(rmu_run_config(self)[0], prefix="rmu")  # a bad rmu.* key fails before any pretraining
+        rmu_run_config(self)  # a bad rmu.* key fails before any pretraining
 
 
 def rmu_run_config(cfg: TokenFilteringConfig):
     """RMU's :class:`~obliviate.unlearning.engine.UnlearnConfig` and settings: the tiny preset, then ``rmu_coef``,
     ``rmu_alpha`` and ``rmu.*`` (a key of ``rmu`` is named as ``rmu.<key>``)."""
-    if not isinstance(cfg.rmu, dict):
-        raise ConfigError(f"config section 'rmu' must be a mapping of unlearn settings, got {cfg.rmu!r:.80}")
-    params = cfg.rmu.get("params", {})
-    if isinstance(params, dict):  # anything else: from_dict names it
-        params = {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **params}
-    run = {**cfg.rmu, "params": params}
+    run = cfg.rmu  # not a mapping, or params not one: method_run_config names it
+    if isinstance(run, dict) and isinstance(params := run.get("params", {}), dict):
+        run = {**run, "params": {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **params}}
     return method_run_config("rmu", run, "tiny", cfg.seed, prefix="rmu")
 
 

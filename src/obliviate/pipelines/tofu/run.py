@@ -21,7 +21,7 @@ from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_K, TOFU_REPORT_METRICS, TOFU_SETS,
                                  forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
-from obliviate.unlearning.engine import check_unlearn_config, method_run_config, unlearn
+from obliviate.unlearning.engine import method_run_config, unlearn
 from obliviate.models.load import check_vocab, load_model, load_tokenizer, looks_like_path
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.tokenizer import ensure_pad_token, save_tokenizer, train_tokenizer
@@ -325,7 +325,7 @@ def check_run(cfg: TofuConfig, out: str | Path | None = None, given: GivenModels
     """What :func:`run_tofu` checks before it loads or trains anything: the method and its unlearning
     overrides, the data files, and (``given``) that no tiny-model training key is set and that each model and
     tokenizer is a local directory with the right files or a hub id."""
-    check_unlearn_config(unlearn_config(cfg), prefix="unlearn")  # the method's params too, before any model
+    unlearn_config(cfg)  # the settings and the method's params, before any model
     check_tofu_data(cfg.data, required_files(cfg.forget, given is not None))
     if given is None:
         return
