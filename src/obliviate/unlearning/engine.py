@@ -119,8 +119,8 @@ def check_run_keys(name: str, run, prefix: str) -> None:
                               "`unlearn` (train.lr, train.steps, batch_size, lora, params, ...)")
     if get_method(name).kind == "edit" and (given := sorted(k for k in run if k not in EDIT_SETTINGS)):
         params = ", ".join(f.name for f in dataclasses.fields(get_method(name).config_cls))
-        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method takes only "
-                          f"allow_overlap and its params ({params})")
+        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method trains nothing "
+                          f"(it takes only its params and allow_overlap; params: {params})")
 
 
 def run_settings(ucfg: UnlearnConfig) -> dict:
