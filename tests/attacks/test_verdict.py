@@ -2,6 +2,7 @@
 
 import pytest
 
+from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG
 from obliviate.attacks.verdict import (
     KEEP_SHARE,
     MAX_NEGATIVE_GAIN,
@@ -15,6 +16,7 @@ from obliviate.attacks.verdict import (
     robustness_markdown,
     robustness_summary,
     robustness_table,
+    verdict_line,
 )
 
 K = "relearn_disjoint"
@@ -231,3 +233,17 @@ def test_a_known_removed_model_not_called_removed_is_said_in_the_report():
     md = "\n".join(robustness_markdown(metrics, r))
     assert "The second oracle is *suppressed*, not removed." in md and "defect of the rule" in md
     assert "The filtered model is *retain lost*, not removed" in md
+
+
+def test_the_verdict_line_names_a_flag_on_the_deciding_attack():
+    """A suppressed verdict decided by the disjoint attack on leaking folds says so in its line (issue #56, item 12);
+    the same model with folds that do not leak has no flag, and a flag on an attack that did not decide is not
+    named."""
+    for leak, flagged in ((0.45, True), (LEAKAGE_FLAG - 0.01, False), (None, False)):
+        _, r = _world(m=_like_oracle(**_m(0.0, 0.8), relearn_disjoint_leakage=leak))
+        v = r["verdicts"]["m"]
+        assert v["verdict"] == "suppressed" and v["attack"] == K
+        line = verdict_line("verdict", v)
+        assert ("flagged: high leakage: 45%" in line) is flagged and ("flag" in v) is flagged
+    _, r = _world(m=_like_oracle(forget_score=0.7, relearn_disjoint_leakage=0.45))  # not unlearned: no attack decided
+    assert "flag" not in r["verdicts"]["m"] and "flagged" not in verdict_line("m", r["verdicts"]["m"])

@@ -28,7 +28,7 @@ def _metrics():
 
 
 def test_each_read_gets_its_separation_and_stability():
-    t = metric_trust(_metrics())
+    t = metric_trust(_metrics(), {"relearn_disjoint": {"calibrated": True}})
     assert t["groups"] == {"with": ["base", "positive_control", "positive_control_smallnorm"],
                            "without": ["oracle", "second_oracle", "filtered"]}
     r = t["reads"]
@@ -47,7 +47,7 @@ def test_each_read_gets_its_separation_and_stability():
     assert rel["with"] == pytest.approx(0.9) and rel["without"] == pytest.approx(0.07 / 3)
     md = "\n".join(trust_markdown(t))
     assert "## Which numbers to trust on this task" in md and "Trusted here: `forget_qa_em`" not in md
-    assert "| relearn_disjoint | attack | 1.00 | yes |" in md
+    assert "| relearn_disjoint | attack | 1.00 | yes |" in md and "| yes | yes | yes |" in md
 
 
 def test_a_read_missing_from_a_group_is_left_out():
@@ -58,3 +58,18 @@ def test_a_read_missing_from_a_group_is_left_out():
     assert "mia_auc_min_k" in metric_keys(m)  # still a metric, just not readable here
     assert metric_trust({"base": {"forget_score": 1.0}})["reads"] == {}
     assert "no metric could be read" in "\n".join(trust_markdown(metric_trust({"base": {"forget_score": 1.0}})))
+
+
+def test_an_uncalibrated_attack_is_never_trusted():
+    """The report never calls an attack trusted that the verdict's calibration left uncalibrated (issue #56, item 12):
+    relearn_disjoint separates and is stable, trusted only where it is calibrated."""
+    calibrated = {"relearn_disjoint": {"calibrated": True}}
+    for calibration, trusted in ((calibrated, True), ({"relearn_disjoint": {"calibrated": False}}, False),
+                                 ({}, False), (None, False)):
+        t = metric_trust(_metrics(), calibration)
+        row = t["reads"]["relearn_disjoint"]
+        assert row["separates"] and row["stable"] and row["trusted"] is trusted
+        assert row["calibrated"] is trusted
+        md = "\n".join(trust_markdown(t))
+        assert ("`relearn_disjoint`" in md.split("Trusted here: ")[1].split("\n")[0]) is trusted
+    assert "calibrated" not in metric_trust(_metrics(), calibrated)["reads"]["forget_score"]  # metrics: no such read

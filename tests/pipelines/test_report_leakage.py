@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from obliviate.pipelines.compare.report import LEAKAGE_FLAG, main_table, recovery_lines
+from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG
+from obliviate.pipelines.compare.report import main_table, recovery_lines
 
 
 def _metrics(leak):

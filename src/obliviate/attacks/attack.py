@@ -37,6 +37,9 @@ class AttackRead:
     """The read's name in the calibration (``<name>_calibrated``, ...); default the attack's name."""
     rank: int = 1000
     """The verdict reads the attacks strongest first (ties of severity go to the earlier): lower is stronger."""
+    flag: Callable[[dict], str | None] | None = None
+    """``flag(metrics)``: a one-line warning where this read is inflated on a model (the disjoint attack's answer
+    leakage), else None; a verdict this read decides names it (:func:`obliviate.attacks.verdict.verdict_line`)."""
 
 
 @dataclass

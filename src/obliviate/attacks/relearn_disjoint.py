@@ -131,6 +131,25 @@ def _seen_by_chance(m: int, n: int, k: int) -> float:
     return 1.0 - float(np.prod([(n - m - i) / (n - i) for i in range(k)]))
 
 
+LEAKAGE_FLAG = 0.4
+"""``relearn_disjoint_leakage`` at or above which the disjoint recovery is flagged as inflated. A rare answer
+word (in 2 answers) of a reported fact has its other answer in the training third about a third of the time by
+chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4 and
+above, clearly more of the reported answers are in the answers the attacker trains on than a split by chance
+gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back (issue
+#42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
+
+
+def leakage_flag(m: dict) -> str | None:
+    """The warning on a disjoint recovery whose folds leak (:data:`LEAKAGE_FLAG`), else None."""
+    leak = m.get("relearn_disjoint_leakage")
+    if leak is None or leak < LEAKAGE_FLAG:
+        return None
+    return (f"high leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained on "
+            f"(flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers seen in "
+            "training, not knowledge brought back")
+
+
 def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: str = "relearn_disjoint") -> dict:
     """``<prefix>_leakage``: :func:`answer_leakage` of the attack's folds (train A, report B); and, where the task
     has groups, ``<prefix>_leakage_between_groups``: the share a training set of A's size drawn at random from the
@@ -163,7 +182,8 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
 @register_attack("relearn_disjoint", applies=lambda task: task.forget_folds() is not None, config=DisjointConfig,
                  default=True, order=2,
                  reads=AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
-                                  rank=1, label="relearning on other forget facts, held-out facts scored"))
+                                  rank=1, label="relearning on other forget facts, held-out facts scored",
+                                  flag=leakage_flag))
 def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
     """Relearning on some forget facts, scored on others the attacker never trained on, at each setting.
 

@@ -3,7 +3,9 @@
 OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618), read on the models every comparison
 already builds: a read is *faithful* when its separation AUC between the models with the knowledge (:data:`WITH`)
 and those without (:data:`WITHOUT`) is far from 0.5 (``separates``), *robust* when quantization and the attacks
-move it little on the models without (``stable``, at most :data:`STABLE_MOVE`); ``trusted`` is both.
+move it little on the models without (``stable``, at most :data:`STABLE_MOVE`); ``trusted`` is both, and for an
+attack also *calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never
+trusted, however well it separates.
 docs/evaluation.md, "Which numbers to trust".
 """
 
@@ -68,7 +70,7 @@ def _schemes(m: dict) -> list[str]:
 
 
 def _row(name: str, kind: str, key: str, metrics: dict, with_: list[str], without: list[str],
-         before: str | None = None) -> dict | None:
+         before: str | None = None, calibrated: bool | None = None) -> dict | None:
     w = [metrics[n][key] for n in with_ if _number(metrics[n].get(key))]
     wo = [metrics[n][key] for n in without if _number(metrics[n].get(key))]
     auc = separation_auc(w, wo)
@@ -86,15 +88,21 @@ def _row(name: str, kind: str, key: str, metrics: dict, with_: list[str], withou
     measured = [abs(v) for v in moves.values() if v is not None]
     row["stable"] = None if not measured else all(v <= STABLE_MOVE + 1e-9 for v in measured)
     row["trusted"] = None if row["stable"] is None else bool(row["separates"] and row["stable"])
+    if kind == "attack":
+        row["calibrated"] = calibrated
+        if row["trusted"] is not None:
+            row["trusted"] = bool(row["trusted"] and calibrated)
     return row
 
 
-def metric_trust(metrics: dict) -> dict:
+def metric_trust(metrics: dict, calibration: dict | None = None) -> dict:
     """``{"groups": {"with", "without"}, "reads": {name: row}}``: a row per forget-side metric
     (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read on at least one model of
     each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``auc``, ``separates``, ``with`` / ``without``
-    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` (attacks), ``stable`` and ``trusted``
-    (docs/evaluation.md, "Which numbers to trust"). ``metrics``: ``{model: metrics}`` of a comparison."""
+    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` and ``calibrated`` (attacks), ``stable`` and
+    ``trusted`` (docs/evaluation.md, "Which numbers to trust"). ``metrics``: ``{model: metrics}`` of a comparison;
+    ``calibration``: the verdict's (:func:`~obliviate.attacks.verdict.robustness_summary`), where an attack
+    missing or uncalibrated is never trusted."""
     with_ = [n for n in WITH if n in metrics]
     without = [n for n in WITHOUT if n in metrics]
     reads = {}
@@ -103,7 +111,8 @@ def metric_trust(metrics: dict) -> dict:
         if row is not None:
             reads[key] = row
     for name, r in attack_reads().items():
-        row = _row(name, "attack", r.after, metrics, with_, without, before=r.start)
+        calibrated = bool(((calibration or {}).get(name) or {}).get("calibrated"))
+        row = _row(name, "attack", r.after, metrics, with_, without, before=r.start, calibrated=calibrated)
         if row is not None:
             reads[name] = row
     return {"groups": {"with": with_, "without": without}, "reads": reads}
@@ -124,9 +133,10 @@ def trust_markdown(trust: dict) -> list[str]:
     rows = [{"read": name, "kind": r["kind"], "AUC": _f(r["auc"]), "separates": yes(r["separates"]),
              "with (mean)": _f(r["with"]), "without (mean)": _f(r["without"]),
              "moves under quantize": _f(r.get("moves_quantize")), "lift without": _f(r.get("lift")),
-             "stable": yes(r["stable"]), "trusted": yes(r["trusted"])} for name, r in trust["reads"].items()]
+             "stable": yes(r["stable"]), "calibrated": yes(r.get("calibrated")), "trusted": yes(r["trusted"])}
+            for name, r in trust["reads"].items()]
     cols = ["read", "kind", "AUC", "separates", "with (mean)", "without (mean)", "moves under quantize",
-            "lift without", "stable", "trusted"]
+            "lift without", "stable", "calibrated", "trusted"]
     trusted = [n for n, r in trust["reads"].items() if r["trusted"]]
     return ["## Which numbers to trust on this task", "",
             "Each forget-side metric and each attack's after-score, read on the models that hold the knowledge ("
@@ -135,7 +145,8 @@ def trust_markdown(trust: dict) -> list[str]:
             "scores above one without (1: separates, 0.5: blind, 0: the wrong way round); it *separates* at "
             f"{SEPARATES_AUC} or more (or {1 - SEPARATES_AUC:.1f} or less). **Stable**: on the models without the "
             f"knowledge, quantization moves a metric by at most {STABLE_MOVE} (the largest move over the schemes), "
-            f"and an attack lifts them by at most {STABLE_MOVE}. A read both separating and stable is *trusted* "
+            f"and an attack lifts them by at most {STABLE_MOVE}. A read both separating and stable is *trusted*, an "
+            "attack only where it is also calibrated on the positive controls (the robustness section) "
             "(OpenUnlearning's faithfulness and robustness, arXiv 2506.12618; docs/evaluation.md). With "
             f"{len(g['with'])} and {len(g['without'])} models one AUC step is "
             f"1/{max(1, len(g['with']) * len(g['without']))}.", "",

@@ -281,8 +281,8 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
             calib[key] = c
     band = oracle_band(metrics, keys, items)
     usable = [(k, ctl) for k, c in calib.items() if c["decides"] for ctl in c["calibrated_by"]]
-    verdicts = {name: method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg, usable, band)
-                for name in judged(metrics)}
+    verdicts = {name: flagged(method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg, usable,
+                                             band), metrics[name]) for name in judged(metrics)}
     for m in metrics.values():
         m.update(gaps(m))
     for name, m in metrics.items():
@@ -294,6 +294,15 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
                 if neg.get(k) is not None and neg[k] < 1:
                     m[f"priv_leak_{k[len('mia_auc_'):]}"] = priv_leak(m[k], neg[k])
     return {"calibration": calib, "controls": controls, "band": band, "verdicts": verdicts}
+
+
+def flagged(v: dict, m: dict) -> dict:
+    """``v`` with ``flag``: the warning the deciding attack's read raises on the model's metrics ``m``
+    (:attr:`~obliviate.attacks.attack.AttackRead.flag`, e.g. the disjoint attack's answer leakage), where it raises
+    one."""
+    r = reads().get(v.get("attack") or "")
+    flag = r.flag(m) if r is not None and r.flag is not None else None
+    return {**v, "flag": flag} if flag else v
 
 
 def _attack_verdict(m: dict, pos: dict, base: dict, key: str) -> str:
@@ -373,9 +382,11 @@ def _arrow(m: dict, r: AttackRead) -> str:
 
 
 def verdict_line(name: str, v: dict) -> str:
-    """One line per judged model: ``<name>: <verdict> (<attack>, <control>): <reason>``."""
+    """One line per judged model: ``<name>: <verdict> (<attack>, <control>): <reason>``, and ``; flagged: <flag>``
+    where the deciding attack's read is flagged on the model (:func:`flagged`)."""
     by = ", ".join(x for x in (v.get("attack"), v.get("control") and f"calibrated on {v['control']}") if x)
-    return f"{name}: {v['verdict']}{f' ({by})' if by else ''}: {v['reason']}"
+    flag = f"; flagged: {v['flag']}" if v.get("flag") else ""
+    return f"{name}: {v['verdict']}{f' ({by})' if by else ''}: {v['reason']}{flag}"
 
 
 def known_removed_findings(verdicts: dict) -> list[str]:

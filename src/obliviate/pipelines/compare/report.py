@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG, leakage_flag
 from obliviate.attacks.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
 from obliviate.attacks.trust import trust_markdown
@@ -78,23 +79,11 @@ def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
     return ["## Not computed", "", *lines, ""] if lines else []
 
 
-LEAKAGE_FLAG = 0.4
-"""``relearn_disjoint_leakage`` at or above which the report flags the disjoint recovery as inflated. A rare answer
-word (in 2 answers) of a reported fact has its other answer in the training third about a third of the time by
-chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4 and
-above, clearly more of the reported answers are in the answers the attacker trains on than a split by chance
-gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back (issue
-#42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
-
-
 def leakage_note(m: dict) -> str:
-    """The flag beside a disjoint recovery whose folds leak (:data:`LEAKAGE_FLAG`), else an empty string."""
-    leak = m.get("relearn_disjoint_leakage")
-    if leak is None or leak < LEAKAGE_FLAG:
-        return ""
-    return (f" **High leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained on "
-            f"(flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers seen in "
-            "training, not knowledge brought back.**")
+    """The flag beside a disjoint recovery whose folds leak (:func:`~obliviate.attacks.relearn_disjoint.leakage_flag`),
+    in bold, else an empty string."""
+    flag = leakage_flag(m)
+    return "" if flag is None else f" **{flag[0].upper()}{flag[1:]}.**"
 
 
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:

@@ -499,7 +499,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
-    trust = metric_trust(metrics)
+    trust = metric_trust(metrics, robustness["calibration"])
     timings["total_seconds"] = time.time() - t0
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
