@@ -42,6 +42,12 @@ def token_means_over_processes(mean_over_processes: Callable[[torch.Tensor], tor
         _COUNT_MEAN.pop()
 
 
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 where its dtype is narrower (float16, bfloat16, float8), else ``x`` itself: losses and
+    scores are computed in float32 at least, and a float64 model's in float64 (``.float()`` would round it down)."""
+    return x if x.is_floating_point() and torch.finfo(x.dtype).bits >= 32 else x.float()
+
+
 def ratio_of_sums(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """``total / count`` (count clamped at 1e-8); over processes, the count is the mean of every process's count."""
     if _COUNT_MEAN:
@@ -53,7 +59,7 @@ def soft_cross_entropy(target: torch.Tensor, logits: torch.Tensor) -> torch.Tens
     """mean over the N rows of CE(target, softmax(logits)) = -sum_v q_v log p_v: ``target`` (N, V) a distribution per
     row (held fixed by the caller), ``logits`` (N, V). A zero target entry contributes 0 even where log p is -inf.
     The distillation term of UNDIAL and CE-U."""
-    logp = F.log_softmax(logits.float(), -1)
+    logp = F.log_softmax(at_least_float32(logits), -1)
     ce = -(target * logp.masked_fill(target == 0, 0.0)).sum(-1)  # (N,)
     return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
 
@@ -69,7 +75,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     logits (B, T, V), labels (B, T) -> nll (B, T-1), mask (B, T-1) bool.
     ``nll[b, t]`` = -log p(labels[b, t+1] | x_{<=t}); zero where masked.
     """
-    logits = logits[:, :-1].float()  # (B, T-1, V)
+    logits = at_least_float32(logits[:, :-1])  # (B, T-1, V)
     targets = shift_targets(labels)  # (B, T-1)
     mask = targets != IGNORE_INDEX
     safe = targets.clamp(min=0)
@@ -116,7 +122,7 @@ def lm_loss_grouped(model, batches: list[dict]) -> torch.Tensor:
     total, count = None, 0
     for batch in batches:
         logits, targets, _ = labelled_logits(model, batch)
-        nll = F.cross_entropy(logits.float(), targets, reduction="sum")
+        nll = F.cross_entropy(at_least_float32(logits), targets, reduction="sum")
         total = nll if total is None else total + nll
         count += logits.shape[0]
     return ratio_of_sums(total, torch.tensor(float(count), device=total.device))
@@ -140,15 +146,15 @@ def labelled_logits(model, batch: dict,
 def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean over labelled positions of KL(p_ref || p_theta) on next-token distributions."""
     mask = shift_targets(labels) != IGNORE_INDEX
-    logp = F.log_softmax(logits[:, :-1].float(), -1)
-    logq = F.log_softmax(ref_logits[:, :-1].float(), -1)
+    logp = F.log_softmax(at_least_float32(logits[:, :-1]), -1)
+    logq = F.log_softmax(at_least_float32(ref_logits[:, :-1]), -1)
     kl = (logq.exp() * (logq - logp)).sum(-1)  # (B, T-1)
     return masked_mean(kl, mask)
 
 
 def hidden_mse(h: torch.Tensor, target: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean squared error over (valid tokens x hidden dim); padding masked if a mask is given."""
-    sq = (h.float() - target.float()).pow(2).mean(-1)  # (B, T)
+    sq = (at_least_float32(h) - at_least_float32(target)).pow(2).mean(-1)  # (B, T)
     if attention_mask is None:
         return sq.mean()
     return masked_mean(sq, attention_mask.bool())

@@ -2,11 +2,23 @@
 
 import math
 
+import pytest
 import torch
+import torch.nn.functional as F
 
-from obliviate.losses import hidden_mse, masked_mean, token_nll
-from obliviate.unlearning.objectives import dpo_loss, npo_loss, simnpo_loss
+from _reference import FORGET, RETAIN, paired_batch
+from obliviate.losses import hidden_mse, kl_to_reference, masked_mean, soft_cross_entropy, token_nll
+from obliviate.unlearning.objectives import dpo_loss, npo_loss, sequence_logprob, simnpo_loss, token_logprobs
+from obliviate.unlearning.paired import PairedData
+from obliviate.unlearning.reference import reference_logprobs, reference_token_logprobs
+from obliviate.methods.ce_u import ceu_loss
+from obliviate.methods.cosine_rmu import cosine_distance
+from obliviate.methods.jensun import jsd, jsd_to_onehot
+from obliviate.methods.pdu import margin_flattening_loss
+from obliviate.methods.repnoise import mmd_gaussian
 from obliviate.methods.rmu import mean_token_norm
+from obliviate.methods.undial import undial_loss
+from obliviate.methods.undo import distill_kl
 from obliviate.methods.wga import wga_forget_loss
 
 
@@ -78,3 +90,44 @@ def test_token_nll_and_masked_mean():
     nll, mask = token_nll(logits, labels)
     assert mask.tolist() == [[True, False]]
     assert math.isclose(masked_mean(nll, mask).item(), math.log(2), rel_tol=1e-6)
+
+
+# Every loss or score the package computes from a model's logits (B, T, V) / (N, V), log-probabilities or hidden
+# states (B, T, d), on inputs z, labels y (B, T), targets t (N,) and states h.
+LOSSES = {
+    "token_nll": lambda z, y, t, h: token_nll(z, y)[0],
+    "kl_to_reference": lambda z, y, t, h: kl_to_reference(z, z.flip(0), y),
+    "soft_cross_entropy": lambda z, y, t, h: soft_cross_entropy(F.softmax(z[0], -1), z[1]),
+    "hidden_mse": lambda z, y, t, h: hidden_mse(h, h.flip(0)),
+    "ceu_loss": lambda z, y, t, h: ceu_loss(z[0], t),
+    "margin_flattening_loss": lambda z, y, t, h: margin_flattening_loss(z[0]),
+    "distill_kl": lambda z, y, t, h: distill_kl(z, z.flip(0), torch.ones(y.shape)),
+    "jsd_to_onehot": lambda z, y, t, h: jsd_to_onehot(F.log_softmax(z[0], -1)[:, 0]),
+    "jsd": lambda z, y, t, h: jsd(z[0], z[1]),
+    "undial_loss": lambda z, y, t, h: undial_loss(z[0], z[1], t, 1.0),
+    "mean_token_norm": lambda z, y, t, h: mean_token_norm(h, None),
+    "cosine_distance": lambda z, y, t, h: cosine_distance(h, h.flip(0), None),
+    "mmd_gaussian": lambda z, y, t, h: mmd_gaussian(h[0], h[1]),
+}
+
+
+@pytest.mark.parametrize("dtype, computed_in", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                                (torch.bfloat16, torch.float32), (torch.float16, torch.float32)])
+@pytest.mark.parametrize("name", LOSSES)
+def test_losses_are_computed_in_float32_at_least_and_never_round_float64_down(name, dtype, computed_in):
+    g = torch.Generator().manual_seed(0)
+    z, h = torch.randn(2, 5, 7, generator=g).to(dtype), torch.randn(2, 5, 4, generator=g).to(dtype)
+    y, t = torch.randint(0, 7, (2, 5), generator=g), torch.randint(0, 7, (5,), generator=g)
+    assert LOSSES[name](z, y, t, h).dtype == computed_in
+
+
+def test_a_float64_models_answer_logprobs_and_their_cache_are_float64(double_model, tiny_tokenizer):
+    batch = paired_batch(tiny_tokenizer)["forget"]
+    assert sequence_logprob(double_model, batch).dtype == token_logprobs(double_model, batch).dtype == torch.float64
+    data = PairedData(tiny_tokenizer, FORGET, RETAIN, 3, 0)
+    cache = {**reference_logprobs(double_model, data, ["forget"]), **reference_token_logprobs(double_model, data,
+                                                                                               ["forget"])}
+    assert {k: v.dtype for k, v in cache.items()} == {"forget": torch.float64, "forget/tokens": torch.float64}
+    live = sequence_logprob(double_model, data(0)["forget"])
+    # the same rows in other batches (other padding): float64 rounding, 1e-16 relative, of sums of log-probabilities
+    torch.testing.assert_close(cache["forget"][data(0)["forget"]["index"]], live, rtol=0, atol=1e-12)

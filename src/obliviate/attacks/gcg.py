@@ -25,6 +25,7 @@ import torch
 from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.errors import ConfigError, DataError
+from obliviate.losses import at_least_float32
 from obliviate.models.layers import eval_mode, input_embeddings
 from obliviate.models.tokenizer import bos_prefix, pad_id
 from obliviate.tasks.base import Task
@@ -83,7 +84,7 @@ def _answer_terms(logits: torch.Tensor, ids: torch.Tensor, ans_pos) -> tuple[tor
     """Per row: mean answer-token NLL and whether every answer token is the argmax."""
     nll, ok = [], []
     for i, (start, n) in enumerate(ans_pos):
-        lg = logits[i, start - 1:start - 1 + n].float()
+        lg = at_least_float32(logits[i, start - 1:start - 1 + n])
         tgt = ids[i, start:start + n].to(lg.device)
         nll.append(torch.nn.functional.cross_entropy(lg, tgt))
         ok.append(bool((lg.argmax(-1) == tgt).all()))
@@ -236,7 +237,8 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
             f"{key}_cost": cost.as_dict()}
 
 
-@register_attack("gcg", applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=12,
+@register_attack("gcg", needs="at least 2 forget QA pairs to split in halves",
+                 applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=12,
                  reads=AttackRead("gcg_start_acc", "gcg_acc", rank=13,
                                   label="an optimised suffix, held-out half scored"))
 def gcg_run(r: AttackRun, cfg: GCGConfig) -> dict:

@@ -20,6 +20,7 @@ from obliviate.attacks.scoring import has_forget_qa
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import DataError, ModelError
 from obliviate.eval.suite import qa_item_prompt
+from obliviate.losses import at_least_float32
 from obliviate.models.layers import (capture_hidden, eval_mode, final_norm, gather_last, last_token_index, num_layers,
                                      output_embeddings)
 from obliviate.models.tokenizer import pad_id
@@ -40,7 +41,7 @@ def lens_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
         h = torch.stack([gather_last(hs[l], last) for l in range(L)])  # (L, B, d)
         if norm is not None:
             h = norm(h)
-        return head(h).float()
+        return at_least_float32(head(h))
 
 
 def distinguishing_offsets(answers: Sequence[Sequence[int]]) -> list[int]:
@@ -125,7 +126,8 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
     return out
 
 
-@register_attack("logit_lens", applies=has_forget_qa, order=8,
+@register_attack("logit_lens", needs="forget QA pairs (a --forget file of questions and answers)",
+                 applies=has_forget_qa, order=8,
                  reads=AttackRead("forget_score", "logit_lens_top1", chance="forget_chance", rank=7,
                                   label="the answer's first distinguishing token top-1 at some layer, against the "
                                         "forget score", shown=("logit_lens_last_top1",)))

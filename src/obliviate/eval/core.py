@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
-from obliviate.losses import labelled_logits, token_nll
+from obliviate.losses import at_least_float32, labelled_logits, token_nll
 from obliviate.models.layers import evaluating, logits_at, unwrap
 from obliviate.models.tokenizer import adds_bos, bos_prefix, pad_id
 
@@ -209,7 +209,7 @@ def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float, gen: to
     """(B,) one token per row of ``logits`` (B, V): softmax at ``temperature``, kept to the smallest set of tokens
     whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020; the most likely token always
     stays), drawn with ``gen``."""
-    probs = torch.softmax(logits.float() / temperature, -1)
+    probs = torch.softmax(at_least_float32(logits) / temperature, -1)
     if top_p < 1.0:
         p, idx = probs.sort(-1, descending=True)
         drop = p.cumsum(-1) - p >= top_p  # the tokens after the set has reached top_p
@@ -337,7 +337,7 @@ def answer_nll_sums(model, batch: dict, what: str) -> tuple[torch.Tensor, torch.
     computation in the error if those logits are not finite."""
     logits, targets, positions = labelled_logits(model, batch)  # (N, V), (N,), (B, T)
     check_logits(logits, None, what)
-    nll = F.cross_entropy(logits.float(), targets, reduction="none").double()
+    nll = F.cross_entropy(at_least_float32(logits), targets, reduction="none").double()
     rows = positions.nonzero()[:, 0]
     sums = torch.zeros(len(positions), dtype=torch.float64, device=nll.device).index_add_(0, rows, nll)
     return sums, positions.sum(-1).double()
@@ -436,7 +436,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
         logits = logits_at(model, ids, att, torch.zeros_like(ids, dtype=torch.bool).index_put_(
             (torch.arange(len(chunk), device=dev), last), torch.tensor(True, device=dev)))
         check_logits(logits, None, "choice log-probabilities")
-        logp = torch.log_softmax(logits.float(), -1)  # (len(chunk), V)
+        logp = torch.log_softmax(at_least_float32(logits), -1)  # (len(chunk), V)
         for row, (i, _, toks) in enumerate(chunk):
             out[i] = logp[row, toks].cpu().tolist()
         bar.update(sum(len(t) for _, _, t in chunk))

@@ -20,6 +20,7 @@ import torch
 from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import check_logits, fit_context, model_max_length
+from obliviate.losses import at_least_float32
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import bos_prefix, pad_id
 
@@ -50,7 +51,7 @@ def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], lim
     out, n_cut = [], 0
     for i, (text, prefix) in enumerate(zip(texts, prefixes)):
         if not isinstance(text, str) or not (prefix is None or isinstance(prefix, str)):
-            raise DataError(f"example {i}: texts and prefixes must be strings, got "
+            raise DataError(f"example {i + 1}: texts and prefixes must be strings, got "
                             f"{type(text).__name__} and {type(prefix).__name__}")
         ctx = head + (
             tokenizer(clip_chars(prefix, limit), add_special_tokens=False)["input_ids"] if prefix else [])
@@ -61,7 +62,7 @@ def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], lim
         ctx, cont, cut = fit_context(list(ctx), cont, limit, bos)
         n_cut += bool(cut or clip_chars(text, limit, "start") != text or clip_chars(prefix, limit) != prefix)
         if not cont:
-            raise DataError(f"example {i} has no token to score (text {text[:40]!r}"
+            raise DataError(f"example {i + 1} has no token to score (text {text[:40]!r}"
                             + (f", prefix {prefix[:40]!r}" if prefix else "") + ")")
         out.append((ctx + cont, len(ctx)))
     return out, n_cut
@@ -271,7 +272,7 @@ def gradnorm_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[s
                 ids = torch.tensor([seq], dtype=torch.long, device=device)
                 logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
                 check_logits(logits, None, "GradNorm")
-                lp = torch.log_softmax(logits[n_ctx - 1:len(seq) - 1].float(), dim=-1)
+                lp = torch.log_softmax(at_least_float32(logits[n_ctx - 1:len(seq) - 1]), dim=-1)
                 lp = lp.gather(-1, ids[0, n_ctx:, None]).squeeze(-1)
                 loss = -(lp[:-1] if lp.numel() > 1 else lp).mean()
                 loss.backward()
@@ -312,7 +313,7 @@ def reference_scores(model, reference_model, tokenizer, texts: Sequence[str],
     ref = token_logprob_stats(reference_model, tokenizer, texts, prefixes, **kw)
     for i, (a, b) in enumerate(zip(mine, ref)):
         if not np.array_equal(a["token_ids"], b["token_ids"]):
-            raise DataError(f"reference_scores: example {i} is scored on different tokens by the two models "
+            raise DataError(f"reference_scores: example {i + 1} is scored on different tokens by the two models "
                             "(pass the same max_len, or the stats of the same texts)")
     return np.array([loss_score(a) - loss_score(b) for a, b in zip(mine, ref)], dtype=np.float64)
 

@@ -15,6 +15,7 @@ import json
 
 import torch
 
+from obliviate.losses import at_least_float32
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import bos_prefix
 from obliviate.utils import atomic_write_text, cache_dir
@@ -42,7 +43,7 @@ def sample_answer(model, tokenizer, prompt: str, generator: torch.Generator, tem
     new: list[int] = []
     for _ in range(max_new_tokens):
         x = torch.tensor([ids + new], device=dev)
-        logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, -1].float().cpu()
+        logits = at_least_float32(model(input_ids=x, attention_mask=torch.ones_like(x)).logits[0, -1]).cpu()
         nxt = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator))
         if nxt == tokenizer.eos_token_id:
             break

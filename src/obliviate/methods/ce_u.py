@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import IGNORE_INDEX, labelled_logits, shift_targets, soft_cross_entropy
+from obliviate.losses import IGNORE_INDEX, at_least_float32, labelled_logits, shift_targets, soft_cross_entropy
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 
@@ -34,7 +34,7 @@ def after_first_answer_tokens(labels: torch.Tensor, n: int) -> torch.Tensor:
 
 def ceu_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """mean_t CE(softmax(sg(z_t) with z_t[y_t] = -inf), softmax(z_t)) over the N rows: logits (N, V), targets (N,)."""
-    z = logits.float()
+    z = at_least_float32(logits)
     masked = z.detach().clone()
     masked[torch.arange(len(targets), device=targets.device), targets] = float("-inf")
     return soft_cross_entropy(F.softmax(masked, -1), z)  # the target is 0 at the answer token

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import hidden_mse, masked_mean
+from obliviate.losses import at_least_float32, hidden_mse, masked_mean
 from obliviate.unlearning.contract import register
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, check_layer_frac
 
@@ -58,8 +58,8 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
 
     Zero where h is parallel to the target, 1 where orthogonal, 2 where opposite.
     """
-    h = h.float()
-    target = target.float().expand_as(h)
+    h = at_least_float32(h)
+    target = target.to(h.dtype).expand_as(h)
     dist = 1.0 - F.cosine_similarity(h, target, dim=-1, eps=1e-8)  # (B, T)
     return dist.mean() if mask is None else masked_mean(dist, mask.bool())
 

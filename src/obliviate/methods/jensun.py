@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import labelled_logits, ratio_of_sums
+from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import labelled_logprobs, mean_labelled_nll
 
@@ -29,13 +29,14 @@ LOG2 = math.log(2.0)
 
 def jsd_to_onehot(logp_target: torch.Tensor) -> torch.Tensor:
     """JSD(p || e_y) per row from log p(y) (N,): the closed form of docs/methods.md, "jensun"."""
-    p = logp_target.float().exp()
-    return 0.5 * ((1 - p) * LOG2 + p * (LOG2 + logp_target.float() - torch.log1p(p)) + LOG2 - torch.log1p(p))
+    logp_target = at_least_float32(logp_target)
+    p = logp_target.exp()
+    return 0.5 * ((1 - p) * LOG2 + p * (LOG2 + logp_target - torch.log1p(p)) + LOG2 - torch.log1p(p))
 
 
 def jsd(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
     """JSD(p || q) per row of two (N, V) logit tensors, p = softmax(logits), q = softmax(ref_logits)."""
-    logp, logq = F.log_softmax(logits.float(), -1), F.log_softmax(ref_logits.float(), -1)
+    logp, logq = F.log_softmax(at_least_float32(logits), -1), F.log_softmax(at_least_float32(ref_logits), -1)
     logm = torch.logsumexp(torch.stack([logp, logq]), 0) - LOG2
     return 0.5 * ((logp.exp() * (logp - logm)).sum(-1) + (logq.exp() * (logq - logm)).sum(-1))
 

@@ -22,14 +22,14 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
-from obliviate.losses import labelled_logits, ratio_of_sums
+from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import retain_term
 
 
 def margin_flattening_loss(logits: torch.Tensor) -> torch.Tensor:
     """mean_t (max_v z_t[v] - mean_v z_t[v])^2 over the N rows of ``logits`` (N, V)."""
-    z = logits.float()
+    z = at_least_float32(logits)
     gap = z.max(-1).values - z.mean(-1)  # (N,)
     return ratio_of_sums(gap.pow(2).sum(), torch.tensor(float(len(gap)), device=gap.device))
 

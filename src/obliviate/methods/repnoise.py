@@ -18,6 +18,7 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
+from obliviate.losses import at_least_float32
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import mean_labelled_nll
 from obliviate.models.layers import capture_hidden, num_layers
@@ -27,7 +28,7 @@ KERNELS, KERNEL_MUL = 5, 2.0
 
 def mmd_gaussian(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Biased MMD^2 between the rows of ``x`` and ``y`` (n, D) with the multi-bandwidth Gaussian kernel above."""
-    total = torch.cat([x, y]).float()
+    total = at_least_float32(torch.cat([x, y]))
     sq = (total * total).sum(1)
     d2 = (sq[:, None] + sq[None, :] - 2 * total @ total.T).clamp(min=0)  # no sqrt: a finite gradient at distance 0
     n = total.shape[0]
@@ -76,7 +77,7 @@ class RepNoise(Method):
         noise = noise_like(states, self.cfg.seed + self.calls)
         self.calls += 1
         keep = f["attention_mask"].unsqueeze(-1).float()
-        mmd = sum(mmd_gaussian((h.float() * keep).flatten(1), (noise[l] * keep).flatten(1))
+        mmd = sum(mmd_gaussian((at_least_float32(h) * keep).flatten(1), (noise[l] * keep).flatten(1))
                   for l, h in states.items())
         ascent = nll_f if self.cfg.ascent == "nll" else torch.log1p(nll_f)
         return {"retain": mean_labelled_nll(model, batch["retain"]), "forget": -self.cfg.alpha * ascent,

@@ -20,7 +20,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import hidden_mse, masked_mean
+from obliviate.losses import at_least_float32, hidden_mse, masked_mean
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import random_unit_vector
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
@@ -89,7 +89,7 @@ def rmu_trainable(model, layer: int, n_train_layers: int) -> list[str]:
 
 def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """mean over valid (b, t) of ||h_bt||: (B, T, d) -> a scalar."""
-    norms = h.float().norm(dim=-1)  # (B, T)
+    norms = at_least_float32(h).norm(dim=-1)  # (B, T)
     return norms.mean() if mask is None else masked_mean(norms, mask.bool())
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 import torch
 
 from obliviate.config import check_ranges
+from obliviate.losses import at_least_float32
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import (
     add_retain,
@@ -42,7 +43,7 @@ def sam_forget_term(loss_fn, model, rho: float) -> tuple[torch.Tensor, torch.Ten
     params = trained_params(model)
     g = torch.autograd.grad(loss_fn(model), params, allow_unused=True)
     g = [torch.zeros_like(p) if x is None else x for p, x in zip(params, g)]
-    norm = torch.sqrt(sum((x.float() ** 2).sum() for x in g))
+    norm = torch.sqrt(sum((at_least_float32(x) ** 2).sum() for x in g))
     scale = rho / (norm + 1e-12)
     saved = [p.detach().clone() for p in params]
     try:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import labelled_logits, ratio_of_sums
+from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, trained_params
 
@@ -33,7 +33,7 @@ from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, tr
 def negative_entropy(model, batch: dict) -> torch.Tensor:
     """-mean over the labelled positions of batch of the entropy of p_theta(. | prefix) (nats)."""
     logits, _, _ = labelled_logits(model, batch)
-    logp = F.log_softmax(logits.float(), -1)
+    logp = F.log_softmax(at_least_float32(logits), -1)
     h = -(logp.exp() * logp).sum(-1)
     return -ratio_of_sums(h.sum(), torch.tensor(float(h.numel()), device=h.device))
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import labelled_logits, soft_cross_entropy
+from obliviate.losses import at_least_float32, labelled_logits, soft_cross_entropy
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 
@@ -28,7 +28,7 @@ from obliviate.unlearning.objectives import forget_and_retain
 def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor, beta: float) -> torch.Tensor:
     """mean_t CE(softmax(z_ref_t - beta e_{y_t}), softmax(z_t)) over the N rows: logits and ref_logits (N, V),
     targets (N,)."""
-    adjusted = ref_logits.detach().float().clone()
+    adjusted = at_least_float32(ref_logits.detach()).clone()
     adjusted[torch.arange(len(targets), device=targets.device), targets] -= beta
     return soft_cross_entropy(F.softmax(adjusted, -1), logits)
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
-from obliviate.losses import ratio_of_sums
+from obliviate.losses import at_least_float32, ratio_of_sums
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import (forward_logits, mean_labelled_nll, npo_loss, sequence_logprob,
                                              trained_params)
@@ -46,8 +46,8 @@ def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) ->
 def distill_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
                attention_mask: torch.Tensor) -> torch.Tensor:
     """Mean over the real next-token positions (a real token follows) of KL(p_teacher || p_student)."""
-    logp = F.log_softmax(student_logits[:, :-1].float(), -1)
-    logq = F.log_softmax(teacher_logits[:, :-1].float(), -1)
+    logp = F.log_softmax(at_least_float32(student_logits[:, :-1]), -1)
+    logq = F.log_softmax(at_least_float32(teacher_logits[:, :-1]), -1)
     kl = (logq.exp() * (logq - logp)).sum(-1)  # (B, T-1)
     mask = attention_mask[:, 1:].to(kl.dtype)
     return ratio_of_sums((kl * mask).sum(), mask.sum())

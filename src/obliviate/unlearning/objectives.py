@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from obliviate.losses import IGNORE_INDEX, kl_to_reference, labelled_logits, ratio_of_sums, shift_targets, token_nll
+from obliviate.losses import (IGNORE_INDEX, at_least_float32, kl_to_reference, labelled_logits, ratio_of_sums,
+                              shift_targets, token_nll)
 
 
 def forward_logits(model, batch: dict) -> torch.Tensor:
@@ -20,7 +21,7 @@ def labelled_logprobs(model, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     pairs, unmasked document tokens. On a 128k vocabulary that is the largest activation by far.
     """
     logits, targets, positions = labelled_logits(model, batch)  # (N, V), (N,), (B, T)
-    logp = -F.cross_entropy(logits.float(), targets, reduction="none")
+    logp = -F.cross_entropy(at_least_float32(logits), targets, reduction="none")
     return logp, positions.nonzero()[:, 0]
 
 

@@ -335,19 +335,25 @@ def _batches(data: PairedData, key: str, indices: list[int], batch_size: int, de
         yield part, to_device(collate([ids[i] for i in part], data.pad, label_mask=[masks[i] for i in part]), device)
 
 
+def logprob_dtype(model) -> torch.dtype:
+    """The dtype log-probabilities of ``model`` are computed in (:func:`~obliviate.losses.at_least_float32`)."""
+    return torch.promote_types(next(model.parameters()).dtype, torch.float32)
+
+
 @torch.no_grad()
 @evaluating
 def reference_token_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-token answer log-probabilities of ``model`` (as it is now: the reference) on every example of ``data``'s
-    sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` in float32 on the CPU, L the longest sequence's length - 1, row i
-    in the layout of :func:`~obliviate.losses.token_nll` (zero past its end and at unlabelled positions)."""
-    device = next(model.parameters()).device
+    sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` on the CPU in the precision they are computed in (float32, float64
+    for a float64 model), L the longest sequence's length - 1, row i in the layout of
+    :func:`~obliviate.losses.token_nll` (zero past its end and at unlabelled positions)."""
+    device, dtype = next(model.parameters()).device, logprob_dtype(model)
     out = {}
     for key in keys:
         ids = data.sequences(key)[0]
-        vals = torch.zeros(len(ids), max(len(s) for s in ids) - 1)
+        vals = torch.zeros(len(ids), max(len(s) for s in ids) - 1, dtype=dtype)
         for part, b in _batches(data, key, list(range(len(ids))), batch_size, device):
-            tok = token_logprobs(model, b).float().cpu()
+            tok = token_logprobs(model, b).cpu()
             vals[part, :tok.shape[1]] = tok
         out[key + TOKENS] = vals
     return out
@@ -357,14 +363,15 @@ def reference_token_logprobs(model, data: PairedData, keys, batch_size: int = 16
 @evaluating
 def reference_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
-    ``data``'s sub-sets ``keys`` ("forget", "idk"), in float32 on the CPU, indexed as the batches index them."""
-    device = next(model.parameters()).device
+    ``data``'s sub-sets ``keys`` ("forget", "idk"), on the CPU in the precision they are computed in (float32, float64
+    for a float64 model), indexed as the batches index them."""
+    device, dtype = next(model.parameters()).device, logprob_dtype(model)
     out = {}
     for key in keys:
         n = len(data.sequences(key)[0])
-        vals = torch.zeros(n)
+        vals = torch.zeros(n, dtype=dtype)
         for part, b in _batches(data, key, list(range(n)), batch_size, device):
-            vals[part] = sequence_logprob(model, b).float().cpu()
+            vals[part] = sequence_logprob(model, b).cpu()
         out[key] = vals
     return out
 
@@ -449,7 +456,7 @@ def reference_logits(model, data: PairedData, rows: dict[str, dict[int, tuple[in
                 per_row = positions.sum(1).tolist()
                 for i, chunk in zip(part, torch.split(logits.detach().cpu(), per_row)):
                     if len(chunk) != r[i][1]:
-                        raise ObliviateError(f"the reference's {key} example {i} has {len(chunk)} labelled positions "
+                        raise ObliviateError(f"the reference's {key} example {i + 1} has {len(chunk)} labelled positions "
                                              f"in a batch, {r[i][1]} alone")
                     cache.put(key, LOGITS, i, chunk)
     return cache
