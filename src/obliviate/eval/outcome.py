@@ -2,7 +2,9 @@
 
 ``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the keep
 score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9), else
-``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?").
+``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?"). The
+held-out keep score (``heldout_keep_score``, which S-unlearning's R reads) is shown beside the keep score, and said
+when its share falls below the threshold.
 ``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which only attacks
 calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set counts by its
 length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short options.
@@ -19,6 +21,10 @@ MIN_FORGOT = 0.5
 """The least share of the forget score above chance a run must remove not to have 'forgot little'."""
 
 OUTCOMES = ("ok", "forgot little", "retain lost")
+
+HELDOUT = "heldout_keep_score"
+"""The held-out keep score (:func:`obliviate.eval.suite.evaluate_task`: what must be kept and no method trains on),
+which S-unlearning's R reads; the outcome line shows it beside the keep score."""
 
 _EPS = 1e-9
 """Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
@@ -73,6 +79,9 @@ def unlearn_outcome(base: dict, after: dict, *, retain_share: float = RETAIN_SHA
          "forget_chance": base.get("forget_chance", 0.0), "keep_before": outcome_keep(base),
          "keep_after": outcome_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
          "length_normalised": base.get("forget_score_norm") is not None}
+    h0, h = base.get(HELDOUT), after.get(HELDOUT)
+    if h0 is not None and h is not None:  # what S-unlearning's R reads: shown beside the keep, never hidden by it
+        v.update(heldout_keep_before=h0, heldout_keep_after=h, heldout_retained=float(h / h0) if h0 > 0 else None)
     v["line"] = outcome_line(v, method)
     return v
 
@@ -92,6 +101,11 @@ def outcome_line(v: dict, method: str | None = None) -> str:
     numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} of "
                f"it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> {_num(v['keep_after'])} "
                f"(share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")
+    if "heldout_keep_before" in v:
+        share = v["heldout_retained"]
+        low = share is not None and share < v["retain_share"] - _EPS
+        numbers += (f", held-out keep {_num(v['heldout_keep_before'])} -> {_num(v['heldout_keep_after'])} (share "
+                    f"{_num(share)}{', below the threshold: what no method trained on was lost' if low else ''})")
     if v["outcome"] == "ok":
         return f"outcome: ok: {numbers}; {CALIBRATED}"
     little = v["forgot"] is None or v["forgot"] < v["min_forgot"] - _EPS
