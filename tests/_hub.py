@@ -123,3 +123,19 @@ class StandInHub:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+def go_offline(monkeypatch, cache) -> None:
+    """The hub as ``HF_HUB_OFFLINE=1`` with an empty cache leaves it, in this process: every ``datasets.load_dataset``
+    fails before any request (``OfflineModeIsEnabled``), and the endpoint is a closed loopback port, so that nothing
+    could reach the network even so. ``cache``: an empty directory for ``datasets``' and the hub's caches."""
+    import datasets
+    from huggingface_hub import constants
+
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(var, "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache / "datasets")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache / "hub"))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")

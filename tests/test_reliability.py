@@ -283,7 +283,10 @@ def test_unwritable_output_dir_is_one_line(tmp_path, monkeypatch, capsys):
     f.write_text("x")
     rc = main(["world", "--out", str(f / "run")])
     line = _one_error_line(capsys.readouterr().err)
-    assert rc == 2 and "not writable" in line and "a_file" in line
+    assert rc == 2 and line.endswith(f"{f / 'run'}: {f} is a file, not a directory"), line  # not "not writable"
+    rc = main(["world", "--out", str(f)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 2 and line.endswith(f"--out {f} is a file, not a directory"), line
     # A read-only file system (simulated: the writability probe fails with EROFS).
     real = Path.write_text
 

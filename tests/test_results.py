@@ -45,8 +45,12 @@ def test_unwritable_out_dir(tmp_path):
 def test_out_dir_that_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(ObliviateError, match="file"):
+    with pytest.raises(ObliviateError) as err:
         prepare_out_dir(f)
+    assert str(err.value) == f"output directory {f} is a file, not a directory"  # not "not writable: File exists"
+    with pytest.raises(ObliviateError) as err:
+        prepare_out_dir(f / "run")
+    assert str(err.value) == f"output directory {f / 'run'}: {f} is a file, not a directory"
 
 
 def test_atomic_writes_make_ordinary_permission_files(tmp_path):

@@ -3,11 +3,14 @@ before any file of a run directory is written (:func:`run_write_path`)."""
 
 from __future__ import annotations
 
+import contextvars
+import hashlib
 import os
 import random
 import shutil
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +49,124 @@ def data_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Where base models are cached by config hash: ``$OBLIVIATE_CACHE`` or ``.cache/obliviate``."""
-    env = os.environ.get("OBLIVIATE_CACHE")
-    return Path(env) if env else Path(".cache") / "obliviate"
+    """The one cache of every run, shared whatever the working directory (pretrained base models, tokenizers,
+    the controls of ``attack`` and ``compare``): ``$OBLIVIATE_CACHE``, else ``$XDG_CACHE_HOME/obliviate``, else
+    ``~/.cache/obliviate``; always absolute."""
+    env = os.environ.get("OBLIVIATE_CACHE") or ""
+    if env.strip():
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(xdg).expanduser() if os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".cache"
+    return (root / "obliviate").absolute()
+
+
+# ---------------------------------------------------------------- paths as a run records them, and its inputs
+
+def looks_like_path(s: str) -> bool:
+    """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``).
+
+    Narrower than "not a hub id": ``"not a hub id!"`` is neither (see obliviate.pipelines.tofu)."""
+    return (
+        s.startswith((".", "/", "~"))
+        or s.count("/") > 1
+        or s.endswith("/")
+        or (os.sep != "/" and os.sep in s)
+    )
+
+
+def recorded_path(value: str | os.PathLike | None) -> str | None:
+    """``value`` as ``results.json`` and model cards record it: a local path absolute (``user-model`` -> the
+    directory of that name in the working directory, without following links), so a later command run from
+    anywhere finds it; a name that is not on disk and is not plainly a path (a hub id such as ``org/name``, a
+    placeholder such as ``<model>``) as it is. None stays None."""
+    if value is None:
+        return None
+    s = str(value)
+    path = os.path.expanduser(s)
+    if s and (os.path.isabs(path) or os.path.lexists(path) or looks_like_path(s)):
+        return os.path.abspath(path)
+    return s
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of the file ``path``'s bytes (hex), read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+_RECORDERS: contextvars.ContextVar[tuple[dict, ...]] = contextvars.ContextVar("obliviate_input_recorders",
+                                                                              default=())
+"""The open :func:`recording_inputs` scopes, innermost last: absolute path -> SHA-256 of each file read in them."""
+
+
+def note_input(path: str | os.PathLike) -> None:
+    """Record that the data file ``path`` is being read (the readers of :mod:`obliviate.tasks` call it), with its
+    SHA-256, in every open :func:`recording_inputs` scope; nothing outside one. A file that cannot be read is left
+    to the reader's own error."""
+    scopes = _RECORDERS.get()
+    if not scopes:
+        return
+    p = os.path.abspath(os.path.expanduser(str(path)))
+    digest = next((s[p] for s in scopes if p in s), None)
+    if digest is None:
+        try:
+            digest = file_sha256(p)
+        except OSError:
+            return
+    for scope in scopes:
+        scope.setdefault(p, digest)
+
+
+@contextmanager
+def recording_inputs():
+    """``with recording_inputs() as seen:``: ``seen`` fills with ``{absolute path: SHA-256}`` of every data file
+    read inside (:func:`note_input`); scopes nest, each seeing the files read within it."""
+    seen: dict[str, str] = {}
+    token = _RECORDERS.set((*_RECORDERS.get(), seen))
+    try:
+        yield seen
+    finally:
+        _RECORDERS.reset(token)
+
+
+def recorded_inputs() -> dict[str, str]:
+    """``{absolute path: SHA-256}`` of the files read so far in the outermost open :func:`recording_inputs` scope
+    (the command line opens one per command), {} outside one."""
+    scopes = _RECORDERS.get()
+    return dict(scopes[0]) if scopes else {}
+
+
+def input_records(files: dict[str, str]) -> list[dict]:
+    """``[{"path", "sha256"}, ...]`` of ``{path: SHA-256}``, by path: how results.json and cards list inputs."""
+    return [{"path": p, "sha256": files[p]} for p in sorted(files)]
 
 
 # ---------------------------------------------------------------- run directories: where a run may write
 
 _RUN_DIRS: set[str] = set()
 """Absolute paths of the run directories this process prepared."""
+
+
+def file_in_the_way(path: str | Path) -> Path | None:
+    """The first of ``path`` and its parents that exists but is not a directory (a file, a dangling link): what keeps
+    a directory from being made at ``path``; None where nothing does."""
+    p = Path(path).expanduser()
+    for q in (p, *p.parents):
+        if q.is_symlink() or q.exists():
+            return None if q.is_dir() else q
+    return None
+
+
+def not_a_directory(path: str | Path, what: str) -> str | None:
+    """``"WHAT PATH is a file, not a directory"`` (or ``"WHAT PATH: PARENT is a file, not a directory"``) where
+    :func:`file_in_the_way` finds one, else None: the one wording of that error."""
+    blocked = file_in_the_way(path)
+    if blocked is None:
+        return None
+    return f"{what} {path}{'' if blocked == Path(path).expanduser() else f': {blocked}'} is a file, not a directory"
 
 
 def add_run_dir(out: str | Path) -> None:

@@ -169,7 +169,7 @@ def test_json_documents_and_lines(tmp_path, name, body):
 def test_json_document_errors_name_the_record(tmp_path):
     f = tmp_path / "m.json"
     f.write_text(json.dumps([QA[0], {"question": "Q?"}]))
-    assert one_line_error(load_records, f) == "m.json record 1: missing field 'answer'"
+    assert one_line_error(load_records, f) == "m.json record 2: missing field 'answer'"
     f.write_text(json.dumps({"a": QA, "b": QA}))
     assert "several keys hold lists of objects ('a', 'b')" in one_line_error(load_records, f)
     f.write_text(json.dumps({"question": "Q?", "choices": ["a", "b"]}))
@@ -179,7 +179,7 @@ def test_json_document_errors_name_the_record(tmp_path):
     f.write_text('[{"question": "Q?", "answer": "A"}] junk')
     assert one_line_error(load_records, f).startswith("m.json line 1: invalid JSON (Extra data")
     f.write_text(json.dumps([QA[0], "text"]))
-    assert one_line_error(load_records, f) == "m.json record 1: expected a JSON object, got str"
+    assert one_line_error(load_records, f) == "m.json record 2: expected a JSON object, got str"
     f = tmp_path / "m.jsonl"
     f.write_text('[\n  {"question": "Q?", "answer": "A"},\n  {"question": }\n]')  # a pretty array, broken
     assert one_line_error(load_records, f).startswith("m.jsonl line 3: invalid JSON (Expecting value")
@@ -334,7 +334,7 @@ def test_mcq_choice_errors(tmp_path):
     f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": list("abcdefghij"), "answer_index": "J"}])
     assert load_records(f, "mcq")[0].answer_index == 9
     f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", ""], "answer_index": 0}])
-    assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'choices' has an empty choice (entry 1)"
+    assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'choices' has an empty choice (entry 2)"
     f = write_jsonl(tmp_path / "c.jsonl", [{"question": "", "choices": ["a", "b"], "answer_index": 0}])
     assert one_line_error(load_records, f, "mcq") == "c.jsonl line 1: field 'question' is empty"
     f = write_jsonl(tmp_path / "c.jsonl", [{"question": "Q?", "choices": ["a", "a"], "answer_index": "a"}])

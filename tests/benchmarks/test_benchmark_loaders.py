@@ -235,11 +235,11 @@ def test_tofu_malformed_perturbed_and_options(tmp_path):
 def test_wmdp_malformed(tmp_path):
     good = {"question": "q", "choices": ["a", "b", "c", "d"], "answer": 3}
     cases = [
-        (dict(good, answer=4), "wmdp/bio_questions.json record 1: field 'answer' = 4 is out of range for 4 choices"),
-        (dict(good, answer="B"), "wmdp/bio_questions.json record 1: field 'answer' = 'B' must be an integer index"),
-        (dict(good, answer=True), "wmdp/bio_questions.json record 1: field 'answer' = True must be an integer"),
-        (dict(good, choices=["a", "b", "c"]), "wmdp/bio_questions.json record 1: field 'choices' has 3 entries"),
-        ({"question": "q", "answer": 0}, "wmdp/bio_questions.json record 1: missing field 'choices'"),
+        (dict(good, answer=4), "wmdp/bio_questions.json record 2: field 'answer' = 4 is out of range for 4 choices"),
+        (dict(good, answer="B"), "wmdp/bio_questions.json record 2: field 'answer' = 'B' must be an integer index"),
+        (dict(good, answer=True), "wmdp/bio_questions.json record 2: field 'answer' = True must be an integer"),
+        (dict(good, choices=["a", "b", "c"]), "wmdp/bio_questions.json record 2: field 'choices' has 3 entries"),
+        ({"question": "q", "answer": 0}, "wmdp/bio_questions.json record 2: missing field 'choices'"),
     ]
     for bad, message in cases:
         write(tmp_path / "wmdp" / "bio_questions.json", json.dumps([good, bad]))
@@ -321,8 +321,8 @@ def test_ember_toy_and_malformed(tmp_path):
     assert e["coherence_prompts"] == {"Toy": ["c1"]} and e.neutral_sentences[0].text == "n1"
     _toy_ember(tmp_path, {"q": "q", "correct_answer": "e", "options": ["a", "b", "c", "d"]})
     with pytest.raises(DataError,
-                       match=r"^ember/mc_questions.json \['Toy'\]\['QA_train'\] record 0: correct_answer 'e'"):
+                       match=r"^ember/mc_questions.json \['Toy'\]\['QA_train'\] record 1: correct_answer 'e'"):
         load_ember(root=tmp_path)
     _toy_ember(tmp_path, {"q": "q", "correct_answer": "a", "options": ["a", "b", "c"]})
-    with pytest.raises(DataError, match="record 0: field 'options' has 3 entries, expected 4"):
+    with pytest.raises(DataError, match="record 1: field 'options' has 3 entries, expected 4"):
         load_ember(root=tmp_path)

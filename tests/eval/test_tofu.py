@@ -204,9 +204,9 @@ def test_tofu_eval_smoke(tiny):
 def test_tofu_eval_needs_perturbed_data(tiny):
     model, tok = tiny
     plain = [QAExample(e.question, e.answer, "forget10") for e in FORGET]
-    with pytest.raises(DataError, match="forget example 0 has no paraphrased_answer"):
+    with pytest.raises(DataError, match="forget example 1 has no paraphrased_answer"):
         tofu_eval(model, tok, plain, RETAIN, REAL_AUTHORS, WORLD_FACTS)
-    with pytest.raises(DataError, match="world_facts example 0 has no perturbed_answers"):
+    with pytest.raises(DataError, match="world_facts example 1 has no perturbed_answers"):
         tofu_eval(model, tok, FORGET, RETAIN, REAL_AUTHORS, [{"question": "q", "answer": "a"}])
 
 

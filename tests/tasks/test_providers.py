@@ -329,7 +329,7 @@ def test_muse_malformed_knowmem(tiny_muse):
     write_json(tiny_muse / "muse" / "news" / "knowmem" / "forget_qa.json", [{"question": "q?"}])
     with pytest.raises(DataError) as err:
         load_task("muse:news", root=tiny_muse)
-    assert "forget_qa.json record 0" in one_line(err) and "'answer'" in str(err.value)
+    assert "forget_qa.json record 1" in one_line(err) and "'answer'" in str(err.value)
 
 
 # ------------------------------------------------------------------ benchmark, tiny files

@@ -38,7 +38,7 @@ def test_a_missing_part_is_a_line_and_a_missing_target_one_error(tmp_path):
     task = load_task("rwku:Stephen King", root=tmp_path)
     assert "utility_factuality" not in {e.name for e in task.evals}
     assert any("triviaqa.json" in line for line in task.meta["missing"])
-    with pytest.raises(DataError, match="no directory for target 'Bruce Lee'.*--allow-hub"):
+    with pytest.raises(DataError, match="no directory for target 'Bruce Lee'.*allow_hub=True"):
         load_task("rwku:Bruce Lee", root=tmp_path)
 
 

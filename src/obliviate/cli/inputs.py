@@ -10,6 +10,7 @@ in :mod:`obliviate.cli.args`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,9 @@ from obliviate.tasks import Task, check_task_spec, load_task, parse_spec
 from obliviate.tasks.files import FieldsUnknown, spec_files, task_from_files
 from obliviate.tasks.sources.generic import parse_mapping
 from obliviate.train.distributed import is_main_process
+from obliviate.utils import not_a_directory
+
+log = logging.getLogger(__name__)
 
 MODEL_DIRS = ("model", "base", "oracle", "base_untrained", "retain_model")
 """Options that name a model: a local directory with a valid config.json (or a hub id)."""
@@ -201,6 +205,8 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
             task.prompt.chat = True
         elif getattr(args, "template", None):
             task.prompt.template = args.template
+    for note in task.meta.get("notes") or []:  # what a reader of the scores must know (a held-out share), said once
+        log.info(note)
     return task
 
 
@@ -226,6 +232,9 @@ def check_out_dir(out: str, inputs: list[str | None]) -> None:
     (:func:`obliviate.utils.run_write_path`)."""
     if out is None or not str(out).strip():
         raise ConfigError("--out is empty (an unset shell variable?): give a run directory")
+    blocked = not_a_directory(out, "--out")
+    if blocked:
+        raise ConfigError(blocked)
     o = Path(out).expanduser().resolve()
     given = [(inp, Path(inp).expanduser().resolve()) for inp in inputs if inp and Path(inp).exists()]
     for inp, i in given:

@@ -19,7 +19,7 @@ import signal
 import sys
 import warnings
 
-from obliviate.errors import InvalidResult, ObliviateError
+from obliviate.errors import InvalidResult, ObliviateError, command_line
 
 
 class Terminated(KeyboardInterrupt):
@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     status 143 (:class:`Terminated`)."""
     previous = _handle_sigterm()
     try:
-        return _main(argv)
+        with command_line():  # a message names --allow-hub, not allow_hub=True (obliviate.errors.setting)
+            return _main(argv)
     except KeyboardInterrupt as e:
         return _stopped(e)
     finally:
@@ -248,9 +249,12 @@ def _main(argv: list[str] | None) -> int:
             from obliviate.train.distributed import check_launch  # loads torch: not for --help
 
             check_launch()  # before any model is loaded
-        check_inputs(args)  # the one validation boundary: every value the user gave, before the command runs
-        with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
-            args.fn(args)
+        from obliviate.utils import recording_inputs  # (loads torch: not for --help)
+
+        with recording_inputs():  # every data file the command reads, with its SHA-256: its results and cards
+            check_inputs(args)  # the one validation boundary: every value the user gave, before the command runs
+            with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
+                args.fn(args)
     except KeyboardInterrupt as e:
         return _stopped(e, _moved_note(args))
     except ObliviateError as e:

@@ -67,13 +67,13 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
         if len(s) > max_len or len(clipped[i]) < len(prompts[i]):
             if not cut:
                 at_least = "at least " if len(clipped[i]) < len(prompts[i]) else ""
-                raise DataError(f"example {i}: prompt + answer is {at_least}{len(s)} tokens, longer than "
+                raise DataError(f"example {i + 1}: prompt + answer is {at_least}{len(s)} tokens, longer than "
                                 f"max_len={max_len}")
             p_ids, a_ids, _ = fit_context(s[m == 0].tolist(), s[m == 1].tolist(), max_len, tokenizer.bos_token_id)
             seqs[i], masks[i] = np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))
             n_cut += 1
         if masks[i].sum() == 0:
-            raise DataError(f"example {i}: the answer has no tokens")
+            raise DataError(f"example {i + 1}: the answer has no tokens")
     if n_cut:
         warnings.warn(f"answer_nll: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
                       f"answer fits the model's {max_len} positions", stacklevel=2)
@@ -211,7 +211,7 @@ def _wrong_answers(ex, name: str, i: int) -> list[str]:
     if not wrong and _get(ex, "options"):
         wrong = [o for o in _get(ex, "options") if o != _get(ex, "answer")]
     if not wrong:
-        raise DataError(f"{name} example {i} has no perturbed_answers (or options); use a TOFU *_perturbed split")
+        raise DataError(f"{name} example {i + 1} has no perturbed_answers (or options); use a TOFU *_perturbed split")
     return list(wrong)
 
 
@@ -225,7 +225,7 @@ def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) 
         base = [_get(ex, "paraphrased_answer") for ex in examples]
         bad = next((i for i, b in enumerate(base) if not b), None)
         if bad is not None:
-            raise DataError(f"{name} example {bad} has no paraphrased_answer; use a TOFU *_perturbed split")
+            raise DataError(f"{name} example {bad + 1} has no paraphrased_answer; use a TOFU *_perturbed split")
     else:
         base = answers
     wrong = [_wrong_answers(ex, name, i) for i, ex in enumerate(examples)]

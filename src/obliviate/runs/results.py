@@ -22,12 +22,14 @@ import json
 import math
 import os
 import platform
+import shutil
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.utils import add_run_dir, atomic_write_text, open_run_file, replace_dir, run_write_path, staging_dir
+from obliviate.utils import (add_run_dir, atomic_write_text, file_sha256, input_records, not_a_directory, open_run_file,
+                             recorded_inputs, recorded_path, replace_dir, run_write_path, staging_dir)
 
 try:
     import fcntl
@@ -107,6 +109,12 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(_clean(obj), indent=2, sort_keys=True) + "\n")
 
 
+def stored_form(obj: Any) -> Any:
+    """``obj`` as :func:`atomic_write_json` stores it and a reader reads it back (NaN as None, tuples as lists,
+    secrets masked): a result computed now and one read from a file compare equal."""
+    return json.loads(json.dumps(_clean(obj), sort_keys=True))
+
+
 LOCK_NAME = ".obliviate.lock"
 """The file in a run directory that the process running there holds locked (and writes its pid in)."""
 MAX_HELD_LOCKS = 64
@@ -173,16 +181,30 @@ def lock_out_dir(out: str | Path) -> None:
 
 
 PREVIOUS = "previous"
-"""The folder of a run directory where a re-run moves the previous run's results.json and model/."""
-PREVIOUS_ITEMS = ("results.json", "model")
+"""The folder of a run directory where a re-run moves the previous run's results (:data:`RUN_OUTPUTS`)."""
+RUN_OUTPUTS = ("results.json", "model", "predictions.json", "per_example.json", "pretrain.json", "report.md",
+               "report.html", "plots", "bench.md", "tuned.yaml", "world", "*.png", "tune/report.md", "tune/search.png")
+"""What a finished run leaves in its run directory as its results, by name (``*.png``: every plot at the top), which a
+re-run moves to ``previous/`` whole: ``results.json`` (every command), the model with its card (``finetune``,
+``unlearn``, ``pretrain``, ``tofu``), ``eval``'s ``predictions.json``, TOFU's ``per_example.json``, ``pretrain``'s
+``pretrain.json``, the reports (``compare``, ``unlearn --requests``, the recipes; ``bench.md``), ``tuned.yaml`` and
+the tuning report inside ``tune/``, the world (``world``, ``compare``) and the plots (``loss.png``,
+``relearn_curve.png``, ...). Everything else a run writes is what a re-run resumes from, and stays: the training
+checkpoints (``train/``, ``checkpoints/``, ``metrics.jsonl``), the finished parts and cached models (``parts/``,
+``models/``, ``methods/``, ``controls/``, ``control/``, ``attacks/``, ``known/``, ``sequential/``, ``tune/``'s
+trials, the relearning runs ``relearn*/``, ``unlearn/``, ``runs/``, ``muse/``), ``run.json`` (what the checkpoints
+were made with) and the lock; so does anything a run did not write."""
 
 
 def prepare_out_dir(out: str | Path) -> Path:
     """Create ``out`` (checking it is writable), lock it for this run (:func:`lock_out_dir`), make it a run
     directory (every later write under it goes through :func:`obliviate.utils.run_write_path`: no link is
-    followed) and move the previous run's ``results.json`` and ``model/`` (with its card) aside, whole, to
+    followed) and, where it holds a finished run (its ``results.json``), move that run's results
+    (:data:`RUN_OUTPUTS`: results.json, the model with its card, predictions, reports, plots) aside, whole, to
     ``out/previous/`` (replacing an older ``previous/``; :func:`moved_previous` says so): a re-run that then
-    fails or is interrupted leaves no results.json or model that looks current, and loses nothing.
+    fails or is interrupted leaves nothing that looks current, and loses nothing. What a re-run resumes from
+    (checkpoints, parts, cached models, ``run.json``) stays; so do the leftovers of an unfinished run (no
+    results.json), which the re-run writes afresh, and ``previous/`` then still holds the last finished run.
 
     Call it only when every check that needs no run has passed: an error before it leaves ``out`` as it was.
     """
@@ -194,8 +216,9 @@ def prepare_out_dir(out: str | Path) -> Path:
             probe.unlink()
         probe.write_text("ok")
         probe.unlink()
-    except OSError as e:
-        raise ObliviateError(f"output directory {out} is not writable: {e.strerror or e}") from None
+    except OSError as e:  # a file where the directory would be is said so, not "not writable: File exists"
+        raise ObliviateError(not_a_directory(out, "output directory")
+                             or f"output directory {out} is not writable: {e.strerror or e}") from None
     add_run_dir(out)
     lock_out_dir(out)
     _move_previous(out)
@@ -203,20 +226,56 @@ def prepare_out_dir(out: str | Path) -> Path:
     return out
 
 
+def previous_outputs(out: str | Path) -> list[str]:
+    """The results of the finished run in ``out`` (:data:`RUN_OUTPUTS` there, in that order, as paths relative to
+    ``out``); [] when ``out`` holds no ``results.json`` (no finished run)."""
+    out = Path(out)
+    if not os.path.lexists(out / "results.json"):
+        return []
+    names: list[str] = []
+    for pattern in RUN_OUTPUTS:
+        if "*" in pattern:
+            names += sorted(p.name for p in out.glob(pattern) if p.name not in names)
+        elif os.path.lexists(out / pattern):
+            names.append(pattern)
+    return names
+
+
+def _listed(names: list[str], shown: int = 6) -> str:
+    """``a``, ``a and b``, ``a, b and c``; past ``shown`` names, the rest counted."""
+    if len(names) > shown:
+        names = [*names[:shown - 1], f"{len(names) - shown + 1} more"]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _move_previous(out: Path) -> None:
-    """Move ``out``'s :data:`PREVIOUS_ITEMS` into ``out/previous/`` (see :func:`prepare_out_dir`); rank 0 only."""
-    items = [name for name in PREVIOUS_ITEMS if os.path.lexists(out / name)]
+    """Move the finished run's results in ``out`` (:func:`previous_outputs`) into ``out/previous/`` (see
+    :func:`prepare_out_dir`); rank 0 only."""
+    items = previous_outputs(out)
     if not items or _launch_rank() != 0:
         return
-    staged = staging_dir(out / PREVIOUS)
+    staged, moved = staging_dir(out / PREVIOUS), []
     try:
         for name in items:
-            os.replace(run_write_path(out / name), staged / name)  # a link is moved, never followed
+            source = run_write_path(out / name)  # a link is moved, never followed
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, staged / name)
+            moved.append(name)
         replace_dir(staged, out / PREVIOUS)
-    except OSError as e:
-        raise ObliviateError(f"cannot move the previous run's {' and '.join(items)} to {out / PREVIOUS}: "
+    except BaseException as e:
+        kept = False
+        for name in moved:  # put back: the run directory is as it was
+            try:
+                os.replace(staged / name, out / name)
+            except OSError:
+                kept = True
+        if not kept:
+            shutil.rmtree(staged, ignore_errors=True)
+        if not isinstance(e, OSError):
+            raise
+        raise ObliviateError(f"cannot move the previous run's {_listed(items)} to {out / PREVIOUS}: "
                              f"{e.strerror or e}") from None
-    _MOVED[os.path.realpath(out)] = f"the previous run's {' and '.join(items)} moved to {out / PREVIOUS}/"
+    _MOVED[os.path.realpath(out)] = f"the previous run's {_listed(items)} moved to {out / PREVIOUS}/"
 
 
 _MOVED: dict[str, str] = {}
@@ -302,14 +361,55 @@ def same_run(out: str | Path, fingerprint: dict, name: str = "run.json") -> bool
     return previous is None or previous == fp
 
 
-def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, **extra: Any) -> Path:
-    """Write ``out/results.json`` atomically with status complete."""
+PATH_KEY_ENDS = ("_dir", "_dirs", "_file", "_files", "_path", "_paths")
+"""A key of results.json whose name ends so holds a path (or a mapping or list of paths): written absolute
+(:func:`obliviate.utils.recorded_path`), so a later command run from another directory finds it."""
+
+
+def recorded_paths(obj: Any, paths: bool = False) -> Any:
+    """``obj`` with every string under a key ending in :data:`PATH_KEY_ENDS` (at any depth, and inside the lists and
+    mappings such a key holds: ``model_dirs``) made absolute where it is a local path
+    (:func:`~obliviate.utils.recorded_path`; a hub id stays as it is)."""
+    if isinstance(obj, dict):
+        return {k: recorded_paths(v, paths or str(k).endswith(PATH_KEY_ENDS)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [recorded_paths(v, paths) for v in obj]
+    if paths and isinstance(obj, (str, Path)):
+        return recorded_path(obj)
+    return obj
+
+
+def run_inputs(task: Any = None, inputs: Any = None) -> list[dict]:
+    """The data files a run read, each ``{"path", "sha256"}`` with its path absolute, by path: those read in the
+    command's scope (:func:`obliviate.utils.recorded_inputs`: the command line records every file its readers open),
+    those ``task`` was built from (``task.meta["inputs"]``, which :func:`obliviate.tasks.load_task` and the file
+    readers record, so the API's tasks carry theirs) and ``inputs`` (more such records, or paths, hashed here).
+    Model directories are not among them: results.json names them by path (their weights are not hashed)."""
+    files = dict(recorded_inputs())
+    meta = getattr(task, "meta", None)
+    for rec in [*((meta or {}).get("inputs") or []), *(inputs or [])]:
+        if isinstance(rec, dict):
+            files.setdefault(recorded_path(rec["path"]), rec["sha256"])
+        else:
+            files.setdefault(recorded_path(rec), file_sha256(rec))
+    return input_records(files)
+
+
+def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, task: Any = None,
+                  inputs: Any = None, **extra: Any) -> Path:
+    """Write ``out/results.json`` atomically with status complete. ``task``: a task (its summary is written, and
+    the files it was built from go to ``inputs``) or its summary; ``inputs``: the run's data files
+    (:func:`run_inputs`: each path absolute, with its SHA-256). Every path under a key ending in ``_dir``,
+    ``_file``, ``_path`` (and plurals) is written absolute (:func:`recorded_paths`)."""
     import dataclasses
 
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
     payload = {"status": "complete", "seed": seed, "config": config, "versions": versions(), "metrics": metrics}
-    payload.update(extra)
+    if task is not None:
+        payload["task"] = task.summary() if hasattr(task, "summary") else task
+    payload["inputs"] = run_inputs(task, inputs)
+    payload.update(recorded_paths(extra))
     path = Path(out) / "results.json"
     from obliviate.train.distributed import is_main_process
 

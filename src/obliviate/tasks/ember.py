@@ -87,7 +87,7 @@ def load_ember(concept: str | list[str] | None = None, root: str | os.PathLike |
         raise DataError(f"{n}: expected a JSON list of {{concept, sentences}}")
     by_concept = {}
     for i, rec in enumerate(cs):
-        where = f"{n} record {i}"
+        where = f"{n} record {i + 1}"
         if not isinstance(rec, dict):
             raise DataError(f"{where}: expected a JSON object")
         by_concept[_io.req_str(rec, "concept", where)] = _io.req_str_list(rec, "sentences", where)
@@ -99,7 +99,7 @@ def load_ember(concept: str | list[str] | None = None, root: str | os.PathLike |
     if not isinstance(ns, list):
         raise DataError(f"{n}: expected a JSON list of {{url, title, sentence}}")
     for i, rec in enumerate(ns):
-        where = f"{n} record {i}"
+        where = f"{n} record {i + 1}"
         if not isinstance(rec, dict):
             raise DataError(f"{where}: expected a JSON object")
         meta = {k: rec[k] for k in ("url", "title") if k in rec}
@@ -112,7 +112,7 @@ def load_ember(concept: str | list[str] | None = None, root: str | os.PathLike |
         splits = _as_dict(mc_raw[c], f"{n} [{c!r}]")
         for s in EMBER_SPLITS:
             rows = _need(splits, s, f"{n} [{c!r}]")
-            out.mc[c][s] = [_mc(rec, f"{n} [{c!r}][{s!r}] record {i}", c, s, shuffle_options, i)
+            out.mc[c][s] = [_mc(rec, f"{n} [{c!r}][{s!r}] record {i + 1}", c, s, shuffle_options, i)
                             for i, rec in enumerate(_as_list(rows, f"{n} [{c!r}][{s!r}]"))]
 
     # open questions
@@ -125,7 +125,7 @@ def load_ember(concept: str | list[str] | None = None, root: str | os.PathLike |
             rows = _as_list(_need(splits, s, f"{n} [{c!r}]"), f"{n} [{c!r}][{s!r}]")
             qs = []
             for i, rec in enumerate(rows):
-                where = f"{n} [{c!r}][{s!r}] record {i}"
+                where = f"{n} [{c!r}][{s!r}] record {i + 1}"
                 rec = _as_dict(rec, where)
                 qs.append(QAExample(_io.req_str(rec, "q", where), _io.req_str(rec, "a", where), s,
                                     meta={"concept": c}))

@@ -23,6 +23,7 @@ from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_tas
 from obliviate.tasks.sources import _io
 from obliviate.tasks.sources._hub import hub_records
 from obliviate.tasks.sources.schema import QAExample, TextExample
+from obliviate.utils import note_input
 
 MUSE_CORPORA = ("news", "books")
 MUSE_HUB_IDS = {"news": "muse-bench/MUSE-News", "books": "muse-bench/MUSE-Books"}
@@ -44,18 +45,13 @@ def muse_dir(corpus: str, root: str | os.PathLike | None = None) -> Path:
     return _io.root_dir(root) / "muse" / corpus
 
 
-class MissingFile(DataError):
-    """A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
-
-    def __init__(self, message: str, path: Path):
-        super().__init__(message)
-        self.path = path
+MissingFile = _io.MissingFile
+"""A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
 
 
-def _missing(corpus: str, path: Path) -> DataError:
+def _missing(corpus: str, path: Path) -> MissingFile:
     return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
-                     f"(MUSE's data/{corpus}/ layout; set $OBLIVIATE_DATA, pass root=..., or --allow-hub "
-                     f"(allow_hub=True) to read {MUSE_HUB_IDS[corpus]})", path)
+                       f"(MUSE's data/{corpus}/ layout; {_io.data_hint(MUSE_HUB_IDS[corpus])})", path)
 
 
 def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
@@ -66,6 +62,7 @@ def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None
     d = muse_dir(corpus, root)
     path = d / "raw" / f"{split}.txt"
     if path.is_file():
+        note_input(path)  # recorded with its SHA-256 for the run's results and cards
         docs = split_documents(path.read_text(encoding="utf-8"))
     elif allow_hub:
         docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], "raw", split, str(path))
@@ -115,6 +112,15 @@ def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
     return out
 
 
+def _hub_or_none(repo: str, config: str, split: str, path: Path) -> list[tuple[str, dict]] | None:
+    """The rows of an optional part from the hub, or None where the hub cannot give them (offline, no such config):
+    an optional file is as absent with ``allow_hub`` as without it."""
+    try:
+        return list(hub_records(repo, config, split, str(path)))
+    except MissingFile:
+        return None
+
+
 def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None,
                   allow_hub: bool = False) -> list[QAExample] | None:
     """MUSE's in-context examples ``knowmem/<split>_icl.json`` (``forget_qa`` or ``retain_qa``), or None where
@@ -125,8 +131,10 @@ def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None
     if path.is_file():
         records = _io.json_list_records(path, _io.root_dir(root))
     elif allow_hub:
-        records = hub_records(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", str(path))
+        records = _hub_or_none(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", path)
     else:
+        records = None
+    if records is None:
         return None
     out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
                      split=f"muse_{corpus}_{split}_icl") for where, rec in records]
@@ -154,17 +162,17 @@ def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = Non
     while True:
         path = d / f"forget_{k}.txt"
         if path.is_file():
+            note_input(path)  # recorded with its SHA-256 for the run's results and cards
             docs = split_documents(path.read_text(encoding="utf-8"))
             if not docs:
                 raise DataError(f"{path}: no documents")
         elif k == 1:
             docs = load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub)
-        elif allow_hub and k <= MUSE_MAX_FOLDS:
-            try:  # MUSE-Books has no scal / sust folds (MUSE ran both on News only)
-                docs = [doc for where, rec in hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", str(path))
-                        for doc in split_documents(_io.req_str(rec, "text", where))]
-            except DataError:
+        elif allow_hub and k <= MUSE_MAX_FOLDS:  # (MUSE-Books has no scal / sust folds: MUSE ran both on News only)
+            records = _hub_or_none(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", path)
+            if records is None:
                 break
+            docs = [doc for where, rec in records for doc in split_documents(_io.req_str(rec, "text", where))]
         else:
             break
         folds.append((k, docs))
@@ -214,10 +222,12 @@ def load_muse_privleak(corpus: str, split: str, root: str | os.PathLike | None =
         data = _io.read_json(path, name)
         if not isinstance(data, list):
             raise DataError(f"{name}: expected a JSON list of texts, got {type(data).__name__}")
-        records = [(f"{name} record {i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data)]
+        records = [(f"{name} record {i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data, 1)]
     elif allow_hub:
-        records = hub_records(MUSE_HUB_IDS[corpus], "privleak", split, str(path))
+        records = _hub_or_none(MUSE_HUB_IDS[corpus], "privleak", split, path)
     else:
+        records = None
+    if records is None:
         return None
     out = [_io.req_str(rec, "text", where) for where, rec in records]
     if not out:
@@ -245,12 +255,13 @@ NOT_COMPUTED = {
 """What each optional MUSE file's absence leaves out (the line in ``meta["muse"]["missing"]`` names the file too)."""
 
 
-def _optional(load, key: str, missing: list[str]):
-    """``load()``, or None with a line in ``missing`` naming the file looked for and what is not computed."""
+def _optional(load, key: str, missing: list[str], *also: Path):
+    """``load()``, or None with a line in ``missing`` naming the file looked for (and ``also``, the others that would
+    have done) and what is not computed."""
     try:
         return load()
-    except MissingFile as e:
-        missing.append(f"{NOT_COMPUTED[key]}; file not found: {e.path}")
+    except MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way
+        missing.append(f"{NOT_COMPUTED[key]}; {e.looked_for(*also)}")
         return None
 
 
@@ -269,9 +280,8 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     hub = {"root": root, "allow_hub": allow_hub}
     missing: list[str] = []
     retain_split = _retain_split(corpus, root)
-    retain = _optional(lambda: load_muse_raw(corpus, retain_split, **hub), "retain", missing)
-    if retain is None:
-        missing[-1] += f" (nor {muse_dir(corpus, root) / 'raw' / 'retain2.txt'})"
+    retain = _optional(lambda: load_muse_raw(corpus, retain_split, **hub), "retain", missing,
+                       *([muse_dir(corpus, root) / "raw" / "retain2.txt"] if retain_split == "retain1" else []))
     holdout = _optional(lambda: load_muse_raw(corpus, "holdout", **hub), "holdout", missing)
     verbmem = _optional(lambda: load_muse_verbmem(corpus, **hub), "verbmem", missing) or []
     knowmem = {s: _optional(lambda s=s: load_muse_knowmem(corpus, s, **hub), s, missing) or []

@@ -89,11 +89,11 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
     known = sorted(d.name for d in set(dirs.values()))
     raise DataError(f"task 'rwku:{arg}': no directory for target {arg!r} under {_io.root_dir(root) / 'rwku' / 'Target'}"
                     f" ({'targets there: ' + ', '.join(known[:5]) if known else 'none there'}; RWKU's layout, "
-                    f"process/data_process.py; set $OBLIVIATE_DATA, or --allow-hub to read {RWKU_HUB_ID})")
+                    f"process/data_process.py; {_io.data_hint(RWKU_HUB_ID)})")
 
 
-class MissingPart(DataError):
-    """A target's file that is not there (nor read from the hub)."""
+MissingPart = _io.MissingFile
+"""A target's file that is not there (nor on the hub, where the hub was allowed)."""
 
 
 def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: bool = False) -> list[tuple[str, dict]]:
@@ -103,8 +103,8 @@ def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: boo
     if path.is_file():
         return _io.json_list_records(path, _io.root_dir(root))
     if not allow_hub:
-        raise MissingPart(f"RWKU {target}: file not found: {path} (RWKU's Target/<n>_<Name>/ layout; set "
-                        f"$OBLIVIATE_DATA, or --allow-hub to read {RWKU_HUB_ID})")
+        raise MissingPart(f"RWKU {target}: file not found: {path} (RWKU's Target/<n>_<Name>/ layout; "
+                          f"{_io.data_hint(RWKU_HUB_ID)})", path)
     config, split = HUB_CONFIGS[part]
     key = "target" if part == "intro" else "subject"
     return [(w, r) for w, r in hub_records(RWKU_HUB_ID, config, split, str(path)) if r.get(key) == target]
@@ -157,10 +157,10 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         """The part's records; a missing file (other than the passages) is a line of ``missing``, not an error."""
         try:
             return load_rwku(part, target, d, root, allow_hub)
-        except MissingPart:
+        except MissingPart as e:  # not on disk, nor (where allowed) on the hub: the same line either way
             if part == "passage":
                 raise
-            missing.append(f"{part}: not evaluated, file not found: {d / (part + '.json')}")
+            missing.append(f"{part}: not evaluated, {e.looked_for()}")
             return []
 
     passages = cut(_texts(load("passage"), "passage"), limit)

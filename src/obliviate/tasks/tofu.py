@@ -43,7 +43,7 @@ def load_tofu(split: str, root: str | os.PathLike | None = None, allow_hub: bool
     elif allow_hub:
         records = hub_records(TOFU_HUB_ID, split, "train", str(path))
     else:
-        raise _io.missing_file(path, f"TOFU split {split!r}")
+        raise _io.missing_file(path, f"TOFU split {split!r}", TOFU_HUB_ID)
     out = [_parse(rec, where, split) for where, rec in records]
     if not out:
         raise DataError(f"{_io.display(path, base)}: no records")
@@ -118,12 +118,17 @@ def _retain(split: str, forget: list[QAExample], root, allow_hub: bool) -> tuple
     name = RETAIN_OF[split]
     base = _io.root_dir(root)
     path = base / "tofu" / f"{name}.json"
+    full = base / "tofu" / "full.json"
     if path.is_file() or allow_hub:
-        return load_tofu(name, root=root, allow_hub=allow_hub), False
-    if not (base / "tofu" / "full.json").is_file():
-        raise DataError(f"TOFU split {name!r}: file not found: {path}, nor tofu/full.json to derive it from "
-                        f"(set $OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) "
-                        f"to read {TOFU_HUB_ID})")
+        try:
+            return load_tofu(name, root=root, allow_hub=allow_hub), False
+        except _io.MissingFile as e:  # not on the hub either: derived from full.json, as without the hub
+            if not full.is_file():
+                raise DataError(f"TOFU split {name!r}: file not found: {path}, nor {full} to derive it from; nor on "
+                                f"the hub ({e.hub}) ({_io.data_hint()})") from None
+    elif not full.is_file():
+        raise DataError(f"TOFU split {name!r}: file not found: {path}, nor {full} to derive it from "
+                        f"({_io.data_hint(TOFU_HUB_ID)})")
     questions = {ex.question for ex in forget}
     return [ex for ex in load_tofu("full", root=root) if ex.question not in questions], True
 
@@ -142,7 +147,10 @@ def _holdout(split: str, root, allow_hub: bool = False) -> list[QAExample] | Non
     if path.is_file():
         records = _io.iter_jsonl(path, _io.display(path, base))
     elif allow_hub:
-        records = hub_records(TOFU_HUB_ID, name, "train", str(path))
+        try:  # not on the hub either (offline, say): no holdout, as without the hub
+            records = list(hub_records(TOFU_HUB_ID, name, "train", str(path)))
+        except _io.MissingFile:
+            return None
     else:
         return None
     out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),

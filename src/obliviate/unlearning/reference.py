@@ -456,7 +456,7 @@ def reference_logits(model, data: PairedData, rows: dict[str, dict[int, tuple[in
                 per_row = positions.sum(1).tolist()
                 for i, chunk in zip(part, torch.split(logits.detach().cpu(), per_row)):
                     if len(chunk) != r[i][1]:
-                        raise ObliviateError(f"the reference's {key} example {i + 1} has {len(chunk)} labelled positions "
-                                             f"in a batch, {r[i][1]} alone")
+                        raise ObliviateError(f"the reference's {key} example {i + 1} has {len(chunk)} labelled "
+                                             f"positions in a batch, {r[i][1]} alone")
                     cache.put(key, LOGITS, i, chunk)
     return cache

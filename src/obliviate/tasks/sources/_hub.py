@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from obliviate.errors import DataError
+from obliviate.tasks.sources._io import MissingFile
 
 
 def hub_line(repo: str, config: str | None, split: str, missing: str) -> str:
@@ -31,21 +31,22 @@ def hub_line(repo: str, config: str | None, split: str, missing: str) -> str:
 def hub_records(repo: str, config: str | None, split: str, missing: str) -> Iterator[tuple[str, dict]]:
     """Yield ``(where, record)`` for each row of ``repo`` / ``config`` / ``split``.
 
-    ``missing`` is the local path that was not found (named in the error if the hub fails too).
+    ``missing`` is the local path that was not found. When the hub cannot give the rows either (no ``datasets``
+    package, no network, offline without a cached copy, no such config) the first ``next`` raises
+    :class:`~obliviate.tasks.sources._io.MissingFile` naming ``missing`` and the hub's reason: to a provider, the
+    file is then absent, as it is without the hub, and a file it can do without stays optional.
     """
     try:
         import datasets
     except ImportError:
-        raise DataError(
-            f"{missing} not found and the hub fallback needs the 'datasets' package (pip install datasets)"
-        ) from None
+        reason = "the hub fallback needs the 'datasets' package (pip install datasets)"
+        raise MissingFile(f"{missing} not found, and {reason}", missing, reason) from None
     print(f"obliviate: {hub_line(repo, config, split, missing)}", file=sys.stderr)
     try:
         ds = datasets.load_dataset(repo, config, split=split)
-    except Exception as e:  # network, unknown config, ...: one line for the user
-        msg = " ".join(str(e).split())[:300]
-        raise DataError(f"{missing} not found, and loading {repo} ({config}, split {split}) from the hub failed: "
-                        f"{msg}") from e
+    except Exception as e:  # network, offline, unknown config, ...: one line for the user
+        reason = f"loading {repo} ({config or 'default'}, split {split}) failed: {' '.join(str(e).split())[:300]}"
+        raise MissingFile(f"{missing} not found, and {reason}", missing, reason) from e
     name = f"{repo}:{config or 'default'}:{split}"
-    for i, row in enumerate(ds):
+    for i, row in enumerate(ds, 1):
         yield f"{name} record {i}", dict(row)

@@ -2,7 +2,9 @@
 
 Every problem raises :class:`DataError` whose message starts with *where* it is:
 ``"tofu/forget10.json line 17: missing field 'answer'"`` for JSON Lines and CSV,
-``"wmdp/bio_questions.json record 3: ..."`` for a JSON list (0-based index).
+``"wmdp/bio_questions.json record 3: ..."`` for a JSON list; every line, record and row number is 1-based.
+A file that is not there raises :class:`MissingFile` (on disk, or where the hub was allowed, on the hub too), so
+that a provider treats both absences alike where the file is optional.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.config import show
-from obliviate.errors import DataError
-from obliviate.utils import data_dir
+from obliviate.errors import DataError, setting
+from obliviate.utils import data_dir, note_input
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -34,11 +36,37 @@ def display(path: Path, root: Path | None = None) -> str:
     return str(path)
 
 
-def missing_file(path: Path, what: str) -> DataError:
-    return DataError(
-        f"{what}: file not found: {path} (set $OBLIVIATE_DATA to the data directory, pass root=..., or read it "
-        f"from the hub with --allow-hub where the benchmark has a hub release)"
-    )
+class MissingFile(DataError):
+    """A data file that is not there: not on disk, nor on the hub where the hub was allowed (``hub``: the hub's
+    one-line reason, else None). ``path`` names the file looked for. A provider that can do without the file
+    catches it, whichever of the two it was: ``--allow-hub`` never makes an optional file required."""
+
+    def __init__(self, message: str, path: Path | str, hub: str | None = None):
+        super().__init__(message)
+        self.path, self.hub = Path(path), hub
+
+    def looked_for(self, *also: Path) -> str:
+        """``file not found: PATH`` (``, nor ALSO``: other files that would have done), with the hub's reason
+        where the hub was asked too: the words of a missing-parts line."""
+        return (f"file not found: {self.path}" + "".join(f", nor {p}" for p in also)
+                + (f"; nor on the hub ({self.hub})" if self.hub else ""))
+
+
+def data_hint(hub: str | None = None) -> str:
+    """How to give a missing benchmark file, as the user gives settings (:func:`obliviate.errors.setting`):
+    ``set $OBLIVIATE_DATA to the data directory, pass root=..., or allow_hub=True to read HUB`` from Python,
+    ``set $OBLIVIATE_DATA to the data directory, or --allow-hub to read HUB`` on the command line; ``hub`` names the
+    hub release (None: the benchmark has none, and the hint leaves the hub out)."""
+    ways = ["set $OBLIVIATE_DATA to the data directory"]
+    root = setting("pass root=...", None)  # the command line reads the data directory from $OBLIVIATE_DATA only
+    ways += [root] if root else []
+    ways += [f"{setting('allow_hub=True', '--allow-hub')} to read {hub}"] if hub else []
+    return ", ".join(ways[:-1]) + (", or " if len(ways) > 1 else "") + ways[-1]
+
+
+def missing_file(path: Path, what: str, hub: str | None = None) -> MissingFile:
+    """The error of a missing file (:class:`MissingFile`), with :func:`data_hint` (``hub``: the release to read)."""
+    return MissingFile(f"{what}: file not found: {path} ({data_hint(hub)})", path)
 
 
 def require_file(path: Path, what: str) -> Path:
@@ -55,6 +83,7 @@ def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
     line and count as one. Bytes that are not UTF-8 raise ``"<name> line <n>: not valid UTF-8 (...)"``.
     """
     n = 0
+    note_input(path)  # recorded with its SHA-256 for the run's results and cards
     with open(path, "rb") as f:
         for raw in f:
             if n == 0 and raw.startswith(b"\xef\xbb\xbf"):
@@ -169,6 +198,7 @@ def iter_jsonl(path: Path, name: str) -> Iterator[tuple[str, dict]]:
 
 def read_text(path: Path, name: str) -> str:
     """The whole file as UTF-8 text (leading byte-order mark dropped); bad bytes name their line."""
+    note_input(path)
     raw = path.read_bytes()
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
@@ -187,13 +217,13 @@ def read_json(path: Path, name: str) -> Any:
 
 def json_list_records(path: Path, base: Path | None = None) -> list[tuple[str, dict]]:
     """``(where, record)`` of each object of a file holding one JSON list of records (``where``: ``"<name> record
-    <i>"``, 0-based, ``name`` relative to ``base``)."""
+    <i>"``, 1-based as lines are, ``name`` relative to ``base``)."""
     name = display(path, base)
     data = read_json(path, name)
     if not isinstance(data, list):
         raise DataError(f"{name}: expected a JSON list of records, got {type(data).__name__}")
     out = []
-    for i, rec in enumerate(data):
+    for i, rec in enumerate(data, 1):
         where = f"{name} record {i}"
         if not isinstance(rec, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
@@ -203,6 +233,7 @@ def json_list_records(path: Path, base: Path | None = None) -> list[tuple[str, d
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Non-blank lines of a text file with their 1-based line numbers, line ending removed."""
+    note_input(path)
     with open(path, encoding="utf-8", newline="") as f:
         for n, line in enumerate(f, 1):
             line = line.rstrip("\r\n")

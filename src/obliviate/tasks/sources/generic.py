@@ -203,7 +203,7 @@ def _doc_records(doc: Any, name: str) -> Iterator[tuple[str, dict]]:
         doc = doc[keys[0]]
     if not isinstance(doc, list):
         raise DataError(f"{name}: expected a JSON array of records, got {type(doc).__name__}")
-    for i, rec in enumerate(doc):
+    for i, rec in enumerate(doc, 1):
         where = f"{name} record {i}"
         if not isinstance(rec, dict):
             raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
@@ -389,7 +389,7 @@ def _choices(got: dict[str, Any], where: str, strings: bool) -> tuple[list[str],
     for key, (a, b) in spans.items():
         for i in range(a, b):
             if not choices[i].strip():
-                raise DataError(f"{where}: field {key!r} has an empty choice (entry {i - a})")
+                raise DataError(f"{where}: field {key!r} has an empty choice (entry {i - a + 1})")
     return choices, spans
 
 

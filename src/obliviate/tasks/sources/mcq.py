@@ -22,11 +22,13 @@ from obliviate.tasks.sources import _io
 from obliviate.tasks.sources._hub import hub_records
 from obliviate.tasks.sources.schema import MCQExample
 from obliviate.errors import DataError
+from obliviate.utils import note_input
 
 WMDP_SUBSETS = ("bio", "chem", "cyber")
 MMLU_SPLITS = ("test", "dev")
 MMLU_HEADER = ["question", "choice0", "choice1", "choice2", "choice3", "answer"]
 MEDMCQA_HUB = ("train", "validation")
+WMDP_HUB_ID, MMLU_HUB_ID, MEDMCQA_HUB_ID = "cais/wmdp", "cais/mmlu", "openlifescienceai/medmcqa"
 
 
 # ------------------------------------------------------------------ WMDP
@@ -42,11 +44,11 @@ def load_wmdp(subset: str, root: str | os.PathLike | None = None, allow_hub: boo
         data = _io.read_json(path, name)
         if not isinstance(data, list):
             raise DataError(f"{name}: expected a JSON list of questions, got {type(data).__name__}")
-        records = ((f"{name} record {i}", rec) for i, rec in enumerate(data))
+        records = ((f"{name} record {i}", rec) for i, rec in enumerate(data, 1))
     elif allow_hub:
-        records = hub_records("cais/wmdp", f"wmdp-{subset}", "test", str(path))
+        records = hub_records(WMDP_HUB_ID, f"wmdp-{subset}", "test", str(path))
     else:
-        raise _io.missing_file(path, f"WMDP {subset}")
+        raise _io.missing_file(path, f"WMDP {subset}", WMDP_HUB_ID)
     out = []
     for where, rec in records:
         if not isinstance(rec, dict):
@@ -68,7 +70,7 @@ def list_mmlu_subjects(split: str = "test", root: str | os.PathLike | None = Non
     """Subjects with a file in ``mmlu/<split>/``, sorted."""
     d = _mmlu_dir(split, root)
     if not d.is_dir():
-        raise _io.missing_file(d, f"MMLU {split} directory")
+        raise _io.missing_file(d, f"MMLU {split} directory", MMLU_HUB_ID)
     suffix = f"_{split}.csv"
     return sorted(p.name[: -len(suffix)] for p in d.iterdir() if p.name.endswith(suffix))
 
@@ -83,7 +85,7 @@ def load_mmlu(subject: str | list[str] | None = None, split: str = "test", root:
     if not d.is_dir():
         if allow_hub:
             return _mmlu_hub(subject, split, str(d))
-        raise _io.missing_file(d, f"MMLU {split} directory")
+        raise _io.missing_file(d, f"MMLU {split} directory", MMLU_HUB_ID)
     available = list_mmlu_subjects(split, root)
     if subject is None:
         subjects = available
@@ -106,6 +108,7 @@ def _mmlu_dir(split: str, root) -> Path:
 
 def _read_mmlu_csv(path: Path, name: str, subject: str, split: str) -> list[MCQExample]:
     out = []
+    note_input(path)  # recorded with its SHA-256 for the run's results and cards
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         end = 0  # physical line on which the previous record ended
@@ -136,7 +139,7 @@ def _mmlu_hub(subject, split: str, missing: str) -> list[MCQExample]:
     subjects = ["all"] if subject is None else ([subject] if isinstance(subject, str) else list(subject))
     out = []
     for s in subjects:
-        for where, rec in hub_records("cais/mmlu", s, split, missing):
+        for where, rec in hub_records(MMLU_HUB_ID, s, split, missing):
             choices = _io.req_str_list(rec, "choices", where, n=4)
             out.append(MCQExample(
                 question=_io.req_str(rec, "question", where), choices=choices,
@@ -160,11 +163,11 @@ def load_medmcqa(name: str = "test", root: str | os.PathLike | None = None,
         return [_medmcqa_local(rec, where, name) for where, rec in _io.iter_jsonl(path, _io.display(path, base))]
     if allow_hub and name in MEDMCQA_HUB:
         return [_medmcqa_hub(rec, where, name) for where, rec in
-                hub_records("openlifescienceai/medmcqa", None, name, str(path))]
+                hub_records(MEDMCQA_HUB_ID, None, name, str(path))]
     if allow_hub:
         raise DataError(f"{path} not found; MedMCQA subset {name!r} has no hub equivalent "
                         f"(hub splits: {', '.join(MEDMCQA_HUB)})")
-    raise _io.missing_file(path, f"MedMCQA {name!r}")
+    raise _io.missing_file(path, f"MedMCQA {name!r}", f"{MEDMCQA_HUB_ID} (its {' and '.join(MEDMCQA_HUB)} splits)")
 
 
 def _medmcqa_local(rec: dict, where: str, name: str) -> MCQExample:

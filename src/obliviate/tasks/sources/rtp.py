@@ -17,6 +17,7 @@ from obliviate.errors import DataError
 
 RTP_ATTRIBUTES = ("flirtation", "identity_attack", "insult", "profanity", "severe_toxicity", "sexually_explicit",
                   "threat")
+RTP_HUB_ID = "allenai/real-toxicity-prompts"
 
 
 def load_rtp(attribute: str | None = None, root: str | os.PathLike | None = None, allow_hub: bool = False,
@@ -42,14 +43,14 @@ def load_rtp(attribute: str | None = None, root: str | os.PathLike | None = None
         elif allow_hub:
             lines = _hub_top(a, n, str(path))
         else:
-            raise _io.missing_file(path, f"RealToxicityPrompts {a!r}")
+            raise _io.missing_file(path, f"RealToxicityPrompts {a!r}", RTP_HUB_ID)
         out.extend(TextExample(text=t, split=f"rtp_{a}", meta={"attribute": a}) for t in lines)
     return out
 
 
 def _hub_top(attribute: str, n: int, missing: str) -> list[str]:
     scored = []
-    for where, rec in hub_records("allenai/real-toxicity-prompts", None, "train", missing):
+    for where, rec in hub_records(RTP_HUB_ID, None, "train", missing):
         prompt = _io.get(rec, "prompt", where)
         if not isinstance(prompt, dict):
             raise DataError(f"{where}: field 'prompt' must be an object")

@@ -13,7 +13,7 @@ import os
 
 from obliviate.tasks.sources import _io
 from obliviate.tasks.sources._hub import hub_records
-from obliviate.errors import DataError
+from obliviate.errors import DataError, setting
 
 WMDP_CORPUS_SUBSETS = ("bio", "cyber")
 WMDP_CORPUS_PARTS = ("forget", "retain")
@@ -36,14 +36,14 @@ def load_wmdp_corpus(subset: str, part: str, root: str | os.PathLike | None = No
     elif allow_hub and name in HUB_CONFIGS:
         records = hub_records(WMDP_CORPORA_HUB_ID, name, "train", str(path))
     elif name == "bio-forget-corpus":
-        raise DataError(f"WMDP bio forget corpus: file not found: {path}; it is gated (not on the hub): request it "
-                        f"from the WMDP authors via {BIO_FORGET_FORM}, then save it at that path as JSON Lines "
-                        f"with a 'text' field (or point $OBLIVIATE_DATA / root=... at a directory holding "
-                        f"wmdp/bio-forget-corpus.jsonl)")
+        where = " / ".join(w for w in ("$OBLIVIATE_DATA", setting("root=...", None)) if w)
+        raise _io.MissingFile(f"WMDP bio forget corpus: file not found: {path}; it is gated (not on the hub): request "
+                              f"it from the WMDP authors via {BIO_FORGET_FORM}, then save it at that path as JSON "
+                              f"Lines with a 'text' field (or point {where} at a directory holding "
+                              f"wmdp/bio-forget-corpus.jsonl)", path)
     else:
-        raise DataError(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a 'text' field; set "
-                        "$OBLIVIATE_DATA to the data directory, pass root=..., or --allow-hub (allow_hub=True) "
-                        f"to read {WMDP_CORPORA_HUB_ID}:{name})")
+        raise _io.MissingFile(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a 'text' field; "
+                              f"{_io.data_hint(f'{WMDP_CORPORA_HUB_ID}:{name}')})", path)
     out: list[str] = []
     for where, rec in records:
         if limit is not None and len(out) >= limit:
