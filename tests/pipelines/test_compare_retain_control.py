@@ -22,8 +22,8 @@ def test_compare_builds_a_retain_only_oracle_from_the_untaught_model(tmp_path, c
     res = read_results(out)
     oracle = out / "models" / "oracle_retain"
     assert res["model_dirs"]["oracle"] == str(oracle / "model")
-    part = (oracle / "part.json").read_text()
-    assert '"data": "retain"' in part and '"steps": 4' in part  # 2 epochs of 8 retain pairs in batches of 4
+    built = res["oracle_build"]["finetune"]
+    assert built["data"] == "retain" and built["steps"] == 4  # 2 epochs of 8 retain pairs in batches of 4
     m = res["metrics"]
     assert m["gradascent"]["mia_auc_min_k_control"] == m["oracle"]["mia_auc_min_k"]
     assert "fine-tuned on the retain data only" in capsys.readouterr().err

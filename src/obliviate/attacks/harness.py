@@ -18,6 +18,8 @@ from obliviate.attacks.relearn import check_grid
 from obliviate.attacks.scoring import forget_chance, forget_score_fn
 from obliviate.config import deep_merge, from_dict, from_fields, to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.models.layers import count_passes
+from obliviate.runs.cost import stage_record
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import is_main_process
 
@@ -145,6 +147,28 @@ def enabled_attacks(task: Task, cfg: TaskAttackConfig) -> dict[str, Attack]:
     return {n: a for n, a in in_order().items() if cfg.on(n) and a.applies(task)}
 
 
+def skipped_attacks(task: Task, cfg: TaskAttackConfig) -> dict[str, str]:
+    """``{name: why}`` of the attacks of ``cfg`` that are on but lack their data on ``task`` (known from the inputs,
+    before any model): ``needs <what>`` (:attr:`~obliviate.attacks.attack.Attack.needs`)."""
+    return {n: f"needs {a.needs}, which task {task.name!r} lacks" for n, a in in_order().items()
+            if cfg.on(n) and not a.applies(task)}
+
+
+def not_run_line(kind: str, name: str, why: str) -> str:
+    """The one line that says an attack or a method that was asked for does not run, and why."""
+    return f"{kind} {name!r} not run: {why}"
+
+
+def announce_skipped(task: Task, cfg: TaskAttackConfig) -> dict[str, str]:
+    """:func:`skipped_attacks`, each said in one line (:func:`not_run_line`) to this module's logger (which the
+    command line shows on stderr) before any model is loaded; returns them for results.json (``attacks_skipped``)."""
+    skipped = skipped_attacks(task, cfg)
+    if is_main_process():
+        for name, why in skipped.items():
+            log.info(not_run_line("attack", name, why))
+    return skipped
+
+
 KNOWS_MARGIN = 0.1
 """A base model whose forget score is within this of chance does not know the forget set."""
 
@@ -160,7 +184,8 @@ def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
-                     resume: bool = True, base_cache: dict | None = None, timings: dict | None = None) -> dict:
+                     resume: bool = True, base_cache: dict | None = None, timings: dict | None = None,
+                     costs: dict | None = None) -> dict:
     """Every registered attack (:data:`~obliviate.attacks.attack.ATTACKS`) that is on and has its data, in order;
     flat metrics (``model`` is never modified). Each attack's metrics start with its name (docs/evaluation.md lists
     them); beside them ``attack_score_chance``, ``base_knows_forget``, ``attacks_run`` and ``attack_cost``:
@@ -170,8 +195,9 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     ``metrics``: the model's own evaluation (:func:`~obliviate.eval.suite.evaluate_task`), which the format
     shift reads instead of scoring the variant sets again. ``base_model`` (or ``base_score``, its forget
     score) sets the target of ``*_steps_to_base``. ``timings``: a dict that receives each attack's wall seconds
-    (kept out of the metrics: the same seed gives the same metrics). ``base_cache``: a dict shared by the calls on
-    one base model (a comparison's), so that its scores are computed once.
+    (kept out of the metrics: the same seed gives the same metrics); ``costs``: one that receives each attack's
+    :func:`~obliviate.runs.cost.stage_record` (passes, tokens, wall seconds). ``base_cache``: a dict shared by the
+    calls on one base model (a comparison's), so that its scores are computed once.
     """
     cfg = cfg or TaskAttackConfig()
     attacks = enabled_attacks(task, cfg)
@@ -197,7 +223,7 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
                     None if out_dir is None else Path(out_dir), resume, cache)
     for name, attack in attacks.items():
         t = time.time()
-        with counting(model) as cost:
+        with counting(model) as cost, count_passes(model) as passes:
             res = attack.run(run, cfg.configs.get(name))
         if res:
             out.update(res)
@@ -205,6 +231,12 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
             out["attack_cost"][name] = cost.as_dict()
             if timings is not None:
                 timings[name] = time.time() - t
+            if costs is not None:
+                costs[name] = stage_record(passes, time.time() - t)
+        else:  # its data is there, but nothing it reads could be scored on this model (no forget score to track)
+            out.setdefault("attacks_skipped", {})[name] = "it had nothing to score on this model and task"
+            if is_main_process():
+                log.info(not_run_line("attack", name, out["attacks_skipped"][name]))
     if not out["attacks_run"]:
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")

@@ -5,10 +5,12 @@ before it was taught the task is known): that model fine-tuned on the task's ret
 It is the retain model of TOFU's protocol on any task: it saw everything the fine-tuned model saw except the
 forget data, so a probe or an MIA figure that it matches reads the questions' surface (or the retain facts),
 not the forget knowledge. It is trained through :func:`obliviate.train.finetune.finetune` with the settings
-the fine-tuned model's card records (:func:`fine_tune_config`), cached under the run's ``--out`` as one part
-(:func:`obliviate.runs.parts.cached_part`): a rerun with the same untaught model, retain data and settings
-reuses it, anything else trains it afresh; the model is saved whole or not at all
-(:func:`obliviate.models.load.save_model`), every path through :func:`obliviate.utils.run_write_path`.
+the fine-tuned model's card records (:func:`fine_tune_config`), kept in the cache of the controls shared by every
+run directory (:mod:`obliviate.runs.cache`: any run with the same untaught weights, task and settings reuses it,
+anything else trains it afresh) and linked into the run's ``--out``; with the cache off (``--no-cache``), cached
+under ``--out`` as one part (:func:`obliviate.runs.parts.cached_part`) as before. The model is saved whole or not at
+all (:func:`obliviate.models.load.save_model`), every path under ``--out`` through
+:func:`obliviate.utils.run_write_path`.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Callable
 
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.models.layers import count_passes
+from obliviate.runs.cache import ControlCache, model_digest, place_model, task_fingerprint, tokenizer_digest
 from obliviate.runs.card import card_settings, finetune_card
-from obliviate.runs.parts import cached_part
+from obliviate.runs.cost import stage_record
+from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.results import input_fingerprint
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import save_trained
@@ -79,12 +85,18 @@ def _retain_hash(task: Task) -> str:
 
 def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_dir: str | Path,
                             load: Callable[[str], tuple], *, preset: Callable[[object], str],
-                            overrides: dict | None = None, seed: int = 0, progress: bool = False) -> tuple[str, dict]:
+                            overrides: dict | None = None, seed: int = 0, progress: bool = False,
+                            cache: ControlCache | None = None) -> tuple[str, dict]:
     """``(model directory, summary)`` of the retain-only control: ``untaught`` fine-tuned on ``task``'s retain
-    data (module docstring), in ``out_dir/model``, with ``out_dir/part.json`` recording what made it.
+    data (module docstring), in ``out_dir/model``. With ``cache`` (:class:`~obliviate.runs.cache.ControlCache`) it is
+    an entry of the cache, by the untaught model's weights, the task and the settings, linked (else copied) into
+    ``out_dir/model``; without, ``out_dir/part.json`` records what made it. The fine-tune's checkpoints are in
+    ``out_dir/train`` either way: an interrupted build resumes.
 
     ``taught``: the model (or unlearned model) whose cards name the fine-tune to copy the settings of (None: the
     defaults); ``load(path) -> (model, tokenizer)``; ``preset(model)`` names the size preset when no card says.
+    The summary's ``cost`` is what building it took (:func:`~obliviate.runs.cost.stage_record`; when it was built,
+    for a reused one), ``cache`` the entry (None without ``cache``) and ``reused`` whether it was found there.
     """
     out_dir = run_write_path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,19 +104,43 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
     settings = card_settings(card) if card is not None else {}
     cfg = fine_tune_config(settings, overrides, seed)
     model_dir = out_dir / "model"
+
+    def train_into(model, tok, directory: Path) -> dict:
+        seed_everything(cfg.seed)
+        t = time.perf_counter()
+        with count_passes(model) as passes:
+            model, summary = finetune(model, tok, training_data(task, "retain"), cfg, run_write_path(out_dir / "train"),
+                                      prompt=task.prompt, preset=settings.get("preset") or preset(model),
+                                      progress=progress, resume=True)
+        save_trained(model, directory, tok)
+        return {"untaught": str(untaught), "settings_from": str(card) if card else None,
+                "finetune": summary["finetune"], "cost": stage_record(passes, time.perf_counter() - t)}
+
+    if cache is not None:
+        model, tok = load(untaught)
+        key = {"control": RETAIN_FINETUNE, "untaught": model_digest(model), "tokenizer": tokenizer_digest(tok),
+               "task": task_fingerprint(task), "finetune": to_dict(cfg),
+               "preset": settings.get("preset") or preset(model)}
+        held = {"model": model}  # built: trained in place, then freed
+        del model
+
+        def build(staged: Path) -> dict:
+            return train_into(held.pop("model"), tok, staged / "model")
+
+        hit = cache.get("retain-control", key, build, what=f"the negative control ({untaught} fine-tuned on the "
+                        "retain data only)")
+        held.clear()
+        place_model(hit.path / "model", model_dir)
+        return str(model_dir), {**hit, "cache": str(hit.path), "reused": hit.reused}
     key = {"untaught": input_fingerprint(untaught), "retain": _retain_hash(task), "task": task.summary(),
            "finetune": to_dict(cfg), "preset": settings.get("preset"), "settings_from": str(card) if card else None}
 
-    def build() -> dict:
+    def build_here() -> dict:
         model, tok = load(untaught)
-        seed_everything(cfg.seed)
-        model, summary = finetune(model, tok, training_data(task, "retain"), cfg, run_write_path(out_dir / "train"),
-                                  prompt=task.prompt, preset=settings.get("preset") or preset(model),
-                                  progress=progress, resume=True)
-        save_trained(model, run_write_path(model_dir), tok)
-        return {"untaught": str(untaught), "settings_from": key["settings_from"], "finetune": summary["finetune"]}
+        return train_into(model, tok, run_write_path(model_dir))
 
     if not (model_dir / "config.json").exists():
         (out_dir / "part.json").unlink(missing_ok=True)  # a part whose model is gone is made again
-    info, _ = cached_part(run_write_path(out_dir / "part.json"), key, build)
-    return str(model_dir), info
+    kept = kept_part(out_dir / "part.json", key) is not None  # made by an earlier run into this --out
+    info, _ = cached_part(run_write_path(out_dir / "part.json"), key, build_here)
+    return str(model_dir), {**info, "cache": None, "reused": kept}

@@ -61,6 +61,19 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True, example: s
     p.add_argument("overrides", nargs="*", metavar="key=value", help=f"dotted config overrides, e.g. {example}")
 
 
+def add_cache_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-cache``: build the controls in this run instead of reusing them (:mod:`obliviate.runs.cache`)."""
+    p.add_argument("--no-cache", action="store_true", help="build the controls and attack them in this run, "
+                   "neither reusing nor keeping them in the cache shared by every run directory ($OBLIVIATE_CACHE, "
+                   "default ~/.cache/obliviate; config key cache=false)")
+
+
+def no_cache(args) -> list[str]:
+    """The overrides of ``args``, with ``cache=false`` last under ``--no-cache`` (so it wins over the config)."""
+    given = list(getattr(args, "overrides", None) or [])
+    return [*given, "cache=false"] if getattr(args, "no_cache", False) else given
+
+
 def seeded(seed: int, paths: list[str]) -> dict:
     """A base config dict with ``seed`` set at each dotted path."""
     base: dict = {}
@@ -103,7 +116,8 @@ FILE_SETS = ("forget", "retain", "utility", "holdout", "relearn")
 
 ALLOW_HUB_HELP = ("read a benchmark file the data directory lacks from the Hugging Face hub with `datasets` (tofu, "
                   "muse, wmdp, rwku, benchmark:*; $HF_ENDPOINT, cached under $HF_HOME; one line on stderr names each "
-                  "download): docs/benchmarks.md#from-the-hub")
+                  "download): docs/benchmarks.md#from-the-hub; for attack and compare, also let a hub model that a "
+                  "model card names as the untaught model come from the hub when it is not in the local hub cache")
 
 
 def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.cli.args import add_common, add_model_args, add_task_args
+from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
 from obliviate.cli.inputs import check_out_dir, input_paths, load_model_args, model_fingerprint, task_from_args
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
                                         run_attack)
+from obliviate.runs.cost import cost_line
 from obliviate.runs.results import input_fingerprint
 
 
@@ -20,9 +20,9 @@ def cmd_attack(args) -> None:
     """The run of :mod:`obliviate.pipelines.attack`, then what it found: the metrics, the probe and MIA against the
     negative control, and last the verdict (or the line that says what gives one)."""
     untrained, kind = negative_control_input(args.model, base=args.base, base_untrained=args.base_untrained,
-                                             oracle=args.oracle, control=args.control)
+                                             oracle=args.oracle, control=args.control, allow_hub=args.allow_hub)
     check_out_dir(args.out, input_paths(args, args.base, untrained))
-    cfg = attack_settings(args.seed, args.config, args.overrides, attacks=args.attacks)
+    cfg = attack_settings(args.seed, args.config, no_cache(args), attacks=args.attacks)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     kind = check_inputs(cfg, task, untrained, kind, control=args.control)
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
@@ -38,15 +38,16 @@ def cmd_attack(args) -> None:
         if key in metrics:
             ctl = metrics.get(f"{key[:-4]}_control_acc" if key == "probe_acc" else f"{key}_control")
             state = "calibrated" if metrics[f"{key.split('_')[0]}_calibrated"] else "uncalibrated"
-            print(f"obliviate: {name} {metrics[key]:.3f}, negative control "
-                  f"{'n/a' if ctl is None else f'{ctl:.3f}'}: {state}", file=sys.stderr)
-    print(res["no_verdict"] or res["verdict"]["line"], file=sys.stderr)  # the last line: the verdict, or what gives one
+            print(f"{name} {metrics[key]:.3f}, negative control {'n/a' if ctl is None else f'{ctl:.3f}'}: {state}")
+    print(cost_line(res["cost"]))
+    print(res["no_verdict"] or res["verdict"]["line"])  # the last line: the verdict, or what gives one
 
 
 def register(sub) -> None:
     s = sub.add_parser("attack", help="relearning (related corpus, disjoint halves) and probe attacks on a "
                        "model's forget knowledge")
     add_common(s)
+    add_cache_arg(s)
     add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
     s.add_argument("--base", help="the model before unlearning: its forget score is the target of steps_to_base, "
                    "and with a negative control the positive controls are built from it for the verdict (without "
@@ -58,8 +59,9 @@ def register(sub) -> None:
                    "control (instead of one made from the model before it was taught the task)")
     s.add_argument("--control", choices=CONTROLS, help=f"the negative control: {RETAIN_FINETUNE} (the default "
                    "wherever the model before it was taught the task is known) fine-tunes that model on the task's "
-                   "retain data only, with the settings the fine-tuned model's card records, cached under "
-                   f"--out/control; {UNTAUGHT} attacks it as it is; {NO_CONTROL} attacks none (no verdict)")
+                   "retain data only, with the settings the fine-tuned model's card records, kept in the cache of the "
+                   f"controls and linked at --out/control; {UNTAUGHT} attacks it as it is; {NO_CONTROL} attacks none "
+                   "(no verdict)")
     add_task_args(s)
     s.add_argument("--attacks", metavar="NAMES", help="comma-separated attacks to run, or 'all' (default: relearn, "
                    f"relearn_disjoint, mia, probe, format_shift); names: {', '.join(attack_names('all'))}")

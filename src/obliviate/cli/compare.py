@@ -7,12 +7,13 @@ from pathlib import Path
 
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.cli.args import add_common, add_model_args, add_task_args
+from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
 from obliviate.cli.inputs import check_out_dir, device_and_dtype, input_paths, load_model_args, task_from_args
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
-from obliviate.pipelines.compare.run import check_inputs, compare_settings, plan_line, run_compare_dir
+from obliviate.pipelines.compare.run import check_inputs, compare_settings, run_compare_dir
+from obliviate.runs.cost import cost_lines
 
 
 def run_compare_command(args, defaults: dict | None = None) -> dict:
@@ -30,14 +31,14 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     if model:
         device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before --out
     untaught = retain_control_input(model, oracle=oracle, control=control,
-                                    base_untrained=getattr(args, "base_untrained", None))
+                                    base_untrained=getattr(args, "base_untrained", None),
+                                    allow_hub=getattr(args, "allow_hub", False))
     check_out_dir(args.out, input_paths(args, oracle, untaught))
-    cfg = compare_settings(args.seed, args.config, args.overrides, defaults=defaults,
+    cfg = compare_settings(args.seed, args.config, no_cache(args), defaults=defaults,
                            methods=getattr(args, "methods", None), on_a_model=bool(model),
                            attacks=getattr(args, "attacks", None), tune=getattr(args, "tune", False))
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
-    untaught = check_inputs(cfg, task, model, untaught, control=control)  # before --out is touched
-    print(plan_line(cfg, task))
+    untaught = check_inputs(cfg, task, model, untaught, control=control)  # before --out is touched; says the plan
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
                                      "adapter": None})  # the oracle's model: the base model's tokenizer
     res = run_compare_dir(task, cfg, args.out, model=model, oracle=oracle, untaught=untaught,
@@ -46,6 +47,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                           progress=not args.no_progress)
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {Path(args.out) / 'report.md'} and {Path(args.out) / 'report.html'}")
+    for line in cost_lines(res["cost"]):
+        print(line)
     for line in verdict_lines(res, model, control):
         print(line)
     return res
@@ -75,6 +78,7 @@ def register(sub) -> None:
     s = sub.add_parser("compare", help="several methods on one task and base model, against the controls: table, "
                        "plots, Markdown and HTML report (default: the world, with its own base model)")
     add_common(s, example="runs.npo.train.lr=1e-4 runs.rmu.params.coef=10")
+    add_cache_arg(s)
     add_model_args(s, required=False, help="base model (default: the world's pretrained one, or for another task a "
                    "tiny model fine-tuned on it)")
     s.add_argument("--oracle", help="with --model: a model that never saw the forget data (the negative control; "
@@ -82,8 +86,9 @@ def register(sub) -> None:
     s.add_argument("--control", choices=[RETAIN_FINETUNE, NO_CONTROL], help=f"with --model and no --oracle: "
                    f"{RETAIN_FINETUNE} (the default wherever the model before it was taught the task is known, from "
                    "--base-untrained or --model's model cards) builds the oracle, that model fine-tuned on the retain "
-                   "data only with the settings the fine-tuned model's card records, cached under "
-                   f"--out/models/oracle_retain; {NO_CONTROL} builds none (then no attack is calibrated: no verdict)")
+                   "data only with the settings the fine-tuned model's card records, kept in the cache of the controls "
+                   f"and linked at --out/models/oracle_retain; {NO_CONTROL} builds none (then no attack is calibrated: "
+                   "no verdict)")
     s.add_argument("--base-untrained", help="with --model: the model before it was taught the task, fine-tuned on the "
                    "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)

@@ -8,12 +8,14 @@ lines)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
-from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.harness import TaskAttackConfig, announce_skipped, attack_names, run_task_attacks
 from obliviate.attacks.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
                                                  build_positive_control, no_verdict_line, positive_controls)
 from obliviate.attacks.retain_control import (NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, has_retain_data,
@@ -23,10 +25,14 @@ from obliviate.config import build_config, deep_merge
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
+from obliviate.models.layers import count_passes
+from obliviate.runs.cache import control_cache, model_digest, settings_key, task_fingerprint, tokenizer_digest
 from obliviate.runs.card import untaught_model
+from obliviate.runs.cost import CostRecord, stage_record
 from obliviate.runs.report import plot_relearn_curves
-from obliviate.runs.results import input_fingerprint, prepare_out_dir, resumes, write_results
-from obliviate.utils import seed_everything
+from obliviate.runs.results import input_fingerprint, prepare_out_dir, resumes, stored_form, write_results
+from obliviate.train.distributed import save_trained
+from obliviate.utils import recorded_path, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,10 @@ class AttackRunConfig:
     """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control`."""
     eval_batch_size: int = 32
     """Batch size of the evaluations the verdict reads (each model's forget score before the attacks)."""
+    cache: bool = True
+    """Keep the controls (the negative control's model, the positive controls' models) and the attacks on them and
+    on the base model in the cache shared by every run directory (:mod:`obliviate.runs.cache`), and reuse them: a
+    second attack on the same base attacks only the new model. ``--no-cache`` (``cache=false``) builds them here."""
 
 
 def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None,
@@ -77,17 +87,22 @@ def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None
 
 
 def negative_control_input(model: str | None, *, base: str | None = None, base_untrained: str | None = None,
-                           oracle: str | None = None, control: str | None = None) -> tuple[str | None, str]:
+                           oracle: str | None = None, control: str | None = None,
+                           allow_hub: bool = False) -> tuple[str | None, str]:
     """``(the model the negative control is made from, control kind)``. ``oracle`` (``--oracle DIR``) is the control
     itself (kind ``oracle``). Otherwise the model before it was taught the task is ``base_untrained``, else the
-    finetune input named by the model cards of ``base`` or ``model``; without ``control`` the negative control is that
-    model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is none;
+    finetune input named by the model cards of ``base`` or ``model``, checked there (a card naming a model that
+    cannot be found fails in one line naming the card, before anything is loaded or written:
+    :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``); without ``control`` the negative
+    control is that model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is none;
     ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
     if oracle:
         if control or base_untrained:
             raise ConfigError("--oracle is the negative control: give it without --control and --base-untrained")
         return oracle, ORACLE
-    untrained = base_untrained or untaught_model(base or model)
+    looked_up = control != NO_CONTROL or base_untrained  # --control none reads no card
+    untrained = recorded_path(base_untrained) or (untaught_model(base or model, allow_hub=allow_hub) if looked_up
+                                                  else None)
     kind = control or (RETAIN_FINETUNE if untrained else NO_CONTROL)
     if kind == NO_CONTROL:
         if base_untrained:
@@ -151,63 +166,178 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     load_control = load_control or load
     missing = no_verdict(base, kind, control)
     cfg.attacks.relearn.progress = progress
+    skipped = announce_skipped(task, cfg.attacks)  # each in one line, before any model is loaded
+    cost = CostRecord()  # every stage's passes, tokens and seconds, the controls' included
     loaded, tok = load(model)
     resume = False
     if out is not None:
         out = prepare_out_dir(out)
         # A rerun into the same out resumes the relearning checkpoints, unless they belong to another run.
-        resume = resumes(out, {"command": "attack", "config": cfg, **(fingerprint or {}), "control": kind,
+        resume = resumes(out, {"command": "attack", "config": dataclasses.replace(cfg, cache=True),  # either way
+                               **(fingerprint or {}), "control": kind,
                                "untrained": input_fingerprint(untrained)}, task, log)
     seed_everything(cfg.seed)
     base_model = load(base)[0] if base else None
     judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked
-    cache: dict = {}  # the base model's scores, computed once for every model attacked
+    scores: dict = {}  # the base model's scores, computed once for every model attacked
+    store = control_cache(cfg.cache)
+    key = None if store is None else {  # what every control's attacks read beside the control itself
+        "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed, "judge": judge,
+        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),
+        "base": None if base_model is None else model_digest(base_model)}
 
-    def attacked(m, name: str, relearn_dir: str) -> dict:
-        ev = evaluate_task(m, tok, task, batch_size=cfg.eval_batch_size, progress=progress) if judge else None
-        if judge and name != "model":
-            log.info(f"attacking {name}")
+    def attacked(m, who: str, relearn_dir: str) -> tuple[dict, dict]:
+        """(metrics, cost stages) of ``m``: evaluated (with a verdict) and attacked, from the run's seed, so that
+        its numbers do not depend on what ran before (a control found in the cache, or built here)."""
+        seed_everything(cfg.seed)
+        stages: dict = {}
+        ev = None
+        if judge:
+            t = time.perf_counter()
+            with count_passes(m) as passes:
+                ev = evaluate_task(m, tok, task, batch_size=cfg.eval_batch_size, progress=progress)
+            stages[f"evaluate:{who}"] = stage_record(passes, time.perf_counter() - t)
+        if judge and who != "model":
+            log.info(f"attacking the {who.replace('_', ' ')}")
+        per: dict = {}
         att = run_task_attacks(m, tok, task, cfg.attacks, base_model=base_model, metrics=ev,
-                               out_dir=None if out is None else out / relearn_dir, resume=resume, base_cache=cache)
-        return {**(ev or {}), **att}
+                               out_dir=None if out is None else out / relearn_dir, resume=resume, base_cache=scores,
+                               costs=per)
+        stages.update({f"attack:{who}:{name}": rec for name, rec in per.items()})
+        return {**(ev or {}), **att}, stages
 
-    t0 = time.time()
-    metrics = attacked(loaded, "model", "relearn")
-    seconds = time.time() - t0  # wall time is not a metric: same seed, same metrics
+    def control_metrics(who: str, relearn_dir: str, identity: dict | None, get_model: Callable[[], tuple],
+                        ) -> tuple[dict | None, dict]:
+        """(metrics, info) of a control (or the base model) attacked as the model is: ``get_model() -> (model or
+        None, info)`` makes it (None: it cannot be made on this task, ``info`` says why); with the cache, both are
+        read from the entry of ``identity`` (the control's own) where it holds them. The metrics are JSON-clean either
+        way, so a run with the cache and one without read the same numbers."""
+        spent: dict = {}  # stage -> whether it ran here (False: its own entry was found in the cache)
+
+        def make(_folder=None) -> dict:
+            m, info = get_model()
+            spent.update(info.pop("spent", {}))
+            stages = dict(info.pop("stages", {}))
+            if m is None:
+                return {"metrics": None, "info": info, "cost": stages}
+            metrics_, att = attacked(m, who, relearn_dir)
+            return {"metrics": metrics_, "info": info, "cost": {**stages, **att}}
+
+        t = time.perf_counter()
+        if store is None:
+            made, reused = stored_form(make()), False
+        else:
+            made = store.get("attacked", {**key, "attacked": identity}, make, what=f"the attacks on the {who.replace('_', ' ')}")
+            reused = made.reused
+        for name, rec in made["cost"].items():
+            if reused or not spent.get(name, True):  # found in the cache: nothing spent here, it cost this to build
+                cost.add(name, None, 0.0, control=True, cached=True, built=rec)
+            else:
+                cost.add(name, rec, rec["seconds"], control=True)
+        if reused:
+            cost.add(f"cache:{who}", None, time.perf_counter() - t, control=True, cached=True, entry=str(made.path))
+        return made["metrics"], made["info"]
+
+    def positive_control(cname: str, build: Callable, kwargs: dict) -> Callable[[], tuple]:
+        """``get_model`` of :func:`control_metrics` for the positive control ``cname``: built from the base model or,
+        with the cache, read from its entry (by the base model's weights, the builder and its settings)."""
+        stage = f"build:{cname}"
+
+        def made_here(folder=None) -> dict:
+            t = time.perf_counter()
+            with count_passes(base_model) as passes:  # the builder's copy of the base model is counted with it
+                ctl, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs,
+                                                   progress=progress)
+            if ctl is not None and folder is not None:
+                save_trained(ctl, folder / "model", tok)
+            held["model"] = ctl
+            return {"info": info, "cost": stage_record(passes, time.perf_counter() - t)}
+
+        held: dict = {}
+
+        def get_model() -> tuple:
+            if store is None:
+                got, reused = made_here(), False
+            else:
+                got = store.get("positive-control", positive_key(cname, build, kwargs), made_here,
+                                what=f"the {cname} built from {base}")
+                reused = got.reused
+            ctl = held.pop("model", None)
+            if ctl is None and reused and "skipped" not in got["info"]:
+                ctl = load_control(str(got.path / "model"))[0]
+            info = {**got["info"], "stages": {stage: got["cost"]}, "spent": {stage: not reused}}
+            return ctl, info
+
+        return get_model
+
+    def positive_key(cname: str, build: Callable, kwargs: dict) -> dict:
+        return {"control": cname, "builder": f"{build.__module__}.{build.__qualname__}", "args": kwargs,
+                **{k: key[k] for k in ("base", "tokenizer", "task")}, "seed": cfg.seed}
+
+    metrics, stages = attacked(loaded, "model", "relearn")
+    for name, rec in stages.items():
+        cost.add(name, rec, rec["seconds"])
+    seconds = sum(rec["seconds"] for rec in stages.values())  # wall time is not a metric: same seed, same metrics
     del loaded
     negative, control_dir, control_build = None, untrained, None
     if untrained:  # the negative control: the same attacks on the model before it was taught the task
+        identity = None
         if kind == RETAIN_FINETUNE:  # ... fine-tuned on the retain data only
-            log.info(f"negative control: {untrained} fine-tuned on the retain data only (cached in {out / 'control'})"
+            log.info(f"negative control: {untrained} fine-tuned on the retain data only"
                      + ("" if control else f"; the default: --control {UNTAUGHT} attacks {untrained} as it is, "
-                                           f"--control {NO_CONTROL} none"))
+                                           f"--control {NO_CONTROL} attacks none"))
+            t = time.perf_counter()
             control_dir, control_build = retain_finetune_control(
                 untrained, base or model, task, out / "control", load_control, preset=preset_name,
-                overrides=cfg.control_finetune, seed=cfg.seed, progress=progress)
+                overrides=cfg.control_finetune, seed=cfg.seed, progress=progress, cache=store)
+            built_cost = control_build.pop("cost", None)
+            if control_build.get("reused"):
+                cost.add("build:negative_control", None, time.perf_counter() - t, control=True, cached=True,
+                         built=built_cost, entry=control_build["cache"])
+            else:
+                cost.add("build:negative_control", built_cost, time.perf_counter() - t, control=True)
+            if store is not None:
+                identity = {"built": Path(control_build["cache"]).name}
+            ctl_model = None
         else:  # ... or as it is
             log.info(f"negative control: {untrained} ("
                      + ("--oracle" if kind == ORACLE else "the model before it was taught the task") + ")")
-        ctl_model, _ = load_control(control_dir)
-        negative = attacked(ctl_model, "the negative control", "relearn_control")
+            ctl_model = load_control(control_dir)[0]
+            identity = None if store is None else {"weights": model_digest(ctl_model)}
+        held_ctl = {"model": ctl_model}  # loaded already (its weights are its identity), else loaded when attacked
         del ctl_model
+
+        def negative_model() -> tuple:
+            m = held_ctl.pop("model", None)
+            return (load_control(control_dir)[0] if m is None else m), {}
+
+        negative, _ = control_metrics("negative_control", "relearn_control", identity, negative_model)
+        held_ctl.clear()
     else:
         log.info("no negative control (--oracle, --base-untrained, or a model card naming the finetune input): the "
                  "probe and MIA figures are uncalibrated")
     references, built, verdict = {}, {}, None
     if judge:  # the base model and the positive controls built from it, attacked as compare attacks them
-        references["base"] = attacked(base_model, "the base model", "relearn_base")
+        references["base"], _ = control_metrics("base_model", "relearn_base",
+                                                None if key is None else {"weights": key["base"]},
+                                                lambda: (base_model, {}))
         for cname, (build, kwargs) in positive_controls(cfg).items():
             log.info(f"positive control: {cname} built from {base}")
-            ctl, built[cname] = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
-            if ctl is not None:
-                references[cname] = attacked(ctl, cname, f"relearn_{cname}")
-                del ctl
+            identity = None if store is None else {"built": store.path("positive-control",
+                                                                      positive_key(cname, build, kwargs)).name}
+            m, built[cname] = control_metrics(cname, f"relearn_{cname}", identity,
+                                              positive_control(cname, build, kwargs))
+            if m is not None:
+                references[cname] = m
         summary = robustness_summary(copy.deepcopy({**references, "oracle": negative, "model": metrics}),
                                      items=attack_items(task, cfg.attacks))
         verdict = {**summary["verdicts"]["model"], "calibration": summary["calibration"]}
         verdict["line"] = verdict_line("verdict", verdict)
     base_model = None  # freed: every attack that reads it has run
     metrics.update(control_readout(metrics, negative))
+    record = cost.as_dict()
+    if skipped or metrics.get("attacks_skipped"):  # asked for, not run: the data it needs is missing, or it read nothing
+        metrics["attacks_skipped"] = {**skipped, **metrics.get("attacks_skipped", {})}
     if out is not None:
         plot_relearn_curves(metrics, out / "relearn_curve.png")
         write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": negative},
@@ -216,8 +346,9 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                       untaught_model_dir=None if kind == ORACLE else untrained,
                       **({"negative_control_build": control_build} if control_build else {}),
                       verdict=verdict, **({"no_verdict": missing} if missing else {}),
+                      attacks_skipped=metrics.get("attacks_skipped", {}),
                       **({"reference_metrics": references, "positive_controls": built} if judge else {}),
-                      task=task.summary(), timings={"attack_seconds": seconds})
+                      task=task, timings={"attack_seconds": seconds}, cost=record)
     return {"metrics": metrics, "negative_control": negative, "negative_control_dir": control_dir,
-            "verdict": verdict, "no_verdict": missing,
+            "verdict": verdict, "no_verdict": missing, "cost": record,
             **({"reference_metrics": references, "positive_controls": built} if judge else {})}

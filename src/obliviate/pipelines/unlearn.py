@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_
 from obliviate.methods import METHODS, preset_name, resolve_method
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_tuned_settings
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
+from obliviate.runs.cost import CostRecord, cost_line
 from obliviate.runs.results import prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
@@ -166,8 +168,10 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     and ``results.json``. ``split`` (:func:`check_inputs` with ``tuning``): first choose the settings on its
     validation task (:func:`run_tuning`, needs ``out``), then train on all the data and report on the rest.
 
-    Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, and with
-    ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints)."""
+    Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, ``cost`` (each
+    stage's passes, tokens and seconds: :class:`~obliviate.runs.cost.CostRecord`; also in ``results.json`` and the
+    card), and with ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints, the cost
+    line before the outcome)."""
     method = cfg.unlearn.method
     why = finetune_lr_factor(base_model)[1]
     if why and METHODS[method].kind != "edit":
@@ -176,11 +180,13 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     out = prepare_out_dir(out) if out is not None else None
     fingerprint = dict(fingerprint or {})
     info: dict = {}
+    cost = CostRecord()  # each stage's passes, tokens and seconds (runs.cost)
     if split is not None:  # settings chosen on the validation items; trained on all the data, reported on the others
         if out is None:
             raise ConfigError("tuning writes its trials and chosen settings in a run directory: give out")
-        tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
-                                 log_line=tune_log)
+        with cost.stage("tune", model):  # every trial's copy of the model is counted with it
+            tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
+                                     log_line=tune_log)
         info["tune_line"] = line
         cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
         task = split[1]
@@ -192,21 +198,28 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
             log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
     seed_everything(cfg.seed)
     ekw = eval_kwargs(cfg, progress)
-    before = evaluate_task(model, tok, task, **ekw) if judge else None
+    before = None
+    if judge:
+        with cost.stage("evaluate:before", model):
+            before = evaluate_task(model, tok, task, **ekw)
     if judge and knows_forget_set(before) is False:
         log.warning(f"the base model does not know the forget set: forget score {before['forget_score']:.3f} "
                     f"(chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing. Teach it first "
                     "(obliviate finetune) or check the prompt format (--template, --chat-template)")
     target = model if in_place else copy.deepcopy(model)
+    t = time.perf_counter()
     new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
                            prompt=task.prompt, idk=task.idk, progress=progress, resume=resume)
+    cost.add("unlearn", summary.get("passes"), time.perf_counter() - t)  # the method's, its reference's included
     info.update(method=method, settings=run_settings(cfg.unlearn),
                 **{k: v for k, v in summary.items() if k not in ("method", "method_obj")})
     if not judge:
         if out is not None:
             save_trained(new, out / "model", tok)
+        info["cost"] = cost.as_dict()
         return new, info
-    after = evaluate_task(new, tok, task, **ekw)
+    with cost.stage("evaluate:after", new):
+        after = evaluate_task(new, tok, task, **ekw)
     after.update(score_against(before, after))
     outcome = unlearn_outcome(before, after, method=method)
     info.update(before=before, after=after, outcome=outcome)
@@ -217,17 +230,19 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     if out is not None:
         save_trained(new, out / "model", tok)  # rank 0 writes, in one process or several
         info["lines"].append(f"model: {out / 'model'}")
+    info["cost"] = cost.as_dict()
+    if out is not None:
         if is_main_process():
-            write_model_card(out / "model", base_model=base_model, task=task.name, method=method,
-                             settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
+            write_model_card(out / "model", base_model=base_model, task=task, method=method,
+                             settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome, cost=info["cost"])
             write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
-                          model_dir=str(out / "model"), base_model_dir=str(base_model), task=task.summary(),
+                          model_dir=str(out / "model"), base_model_dir=base_model, task=task,
                           preset=preset, data=summary["data"], reference=summary.get("reference", "none"),
-                          passes=summary.get("passes"), unlearn_outcome=outcome,
+                          passes=summary.get("passes"), unlearn_outcome=outcome, cost=info["cost"],
                           **({"tune": info["tune"], "reported_on": "the items left out of the validation split"}
                              if "tune" in info else {}),
                           **({"edit": summary["edit"]} if "edit" in summary else {}))
-    info["lines"].append(outcome["line"])
+    info["lines"] += [cost_line(info["cost"]), outcome["line"]]
     return new, info
 
 
@@ -240,7 +255,7 @@ def run_tune(model, tok, cfg: UnlearnRunConfig, split, out, *, preset: str, fing
     result, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
                               log_line=tune_log)
     if is_main_process():
-        write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0].summary(),
+        write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0],
                       preset=preset, tune=result, tuned_file=str(out / "tuned.yaml"))
     return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config {out / 'tuned.yaml'} "
                           "(with the same model and task)"]

@@ -8,20 +8,24 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from obliviate.attacks.harness import not_run_line
 from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
 from obliviate.attacks.verdict import verdict_line
 from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
+from obliviate.runs.cache import ControlCache
 from obliviate.runs.card import untaught_model
 
 log = logging.getLogger(__name__)
 
 
 def retain_control_input(model: str | None, *, oracle: str | None = None, control: str | None = None,
-                         base_untrained: str | None = None) -> str | None:
+                         base_untrained: str | None = None, allow_hub: bool = False) -> str | None:
     """The model compare fine-tunes on the retain data only to build the oracle (the negative control) beside
-    ``model``: ``base_untrained``, else the finetune input named by ``model``'s cards. By default it is built whenever
+    ``model``: ``base_untrained``, else the finetune input named by ``model``'s cards, checked there (one that cannot
+    be found fails in one line naming the card, before anything is loaded or written:
+    :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``). By default it is built whenever
     that model is known and no ``oracle`` is given; ``control`` ``retain-finetune`` requires it (one line without),
     ``none`` builds none. None when there is none to build."""
     if control == NO_CONTROL:
@@ -38,11 +42,11 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
                 raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no --oracle "
                                   "(without --model, compare builds its own oracle)")
             return None
-        return base_untrained or untaught_model(model)
+        return base_untrained or untaught_model(model, allow_hub=allow_hub)
     if not model or oracle:
         raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
                           "(without --model, compare builds its own retain-only oracle)")
-    untaught = base_untrained or untaught_model(model)
+    untaught = base_untrained or untaught_model(model, allow_hub=allow_hub)
     if untaught is None:
         raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
                           "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
@@ -51,15 +55,16 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
 
 
 def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *, seed: int = 0,
-                 control: str | None = None, progress: bool = False) -> str:
-    """The oracle's directory: ``untaught`` fine-tuned on ``task``'s retain data only, with the settings ``model``'s
-    cards record (:func:`~obliviate.attacks.retain_control.retain_finetune_control`), cached in
-    ``out/models/oracle_retain``; ``load(path) -> (model, tokenizer)``."""
-    log.info(f"oracle: {untaught} fine-tuned on the retain data only (cached in {out / 'models' / 'oracle_retain'})"
+                 control: str | None = None, progress: bool = False,
+                 cache: ControlCache | None = None) -> tuple[str, dict]:
+    """``(the oracle's directory, what building it took)``: ``untaught`` fine-tuned on ``task``'s retain data only, with
+    the settings ``model``'s cards record (:func:`~obliviate.attacks.retain_control.retain_finetune_control`), kept in
+    ``cache`` (the cache of the controls; None: as a part of ``out``) and at ``out/models/oracle_retain``; ``load(path)
+    -> (model, tokenizer)``. The summary holds its ``cost`` (when it was built) and whether it was ``reused``."""
+    log.info(f"oracle: {untaught} fine-tuned on the retain data only (at {out / 'models' / 'oracle_retain'})"
              + ("" if control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"))
-    oracle, _ = retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load,
-                                        preset=preset_name, seed=seed, progress=progress)
-    return oracle
+    return retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load, preset=preset_name,
+                                   seed=seed, progress=progress, cache=cache)
 
 
 def missing_oracle(model: str | None, control: str | None = None) -> str:
@@ -74,7 +79,9 @@ def missing_oracle(model: str | None, control: str | None = None) -> str:
 
 def verdict_lines(res: dict, model: str | None, control: str | None = None) -> list[str]:
     """What a comparison ends with: one verdict line per method (``verdict: <method>: <verdict> (<attack>,
-    calibrated on <control>): <reason>``), or without a negative control one line saying what to add."""
+    calibrated on <control>): <reason>``), or without a negative control one line saying what to add; before them
+    one line per method asked for that did not run, with its reason (``method 'dpo' not run: needs ...``)."""
+    skipped = [not_run_line("method", name, why) for name, why in (res.get("skipped") or {}).items()]
     if "oracle" not in res["metrics"]:
-        return [missing_oracle(model, control)]
-    return [verdict_line(f"verdict: {name}", v) for name, v in res["robustness"]["verdicts"].items()]
+        return [*skipped, missing_oracle(model, control)]
+    return skipped + [verdict_line(f"verdict: {name}", v) for name, v in res["robustness"]["verdicts"].items()]

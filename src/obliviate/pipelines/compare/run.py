@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from obliviate.attacks.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
-                                      run_task_attacks)
+                                      not_run_line, run_task_attacks, skipped_attacks)
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
 from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.attacks.retain_control import has_retain_data
@@ -31,12 +31,16 @@ from obliviate.attacks.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
+from obliviate.models.layers import count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
 from obliviate.pipelines.compare.report import write_report
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
-from obliviate.runs.parts import cached_parts
+from obliviate.runs.cache import (control_cache, model_digest, place_model, settings_key, task_fingerprint,
+                                  tokenizer_digest)
+from obliviate.runs.cost import PASS_KEYS, CostRecord, share_of_pretraining, stage_record
+from obliviate.runs.parts import cached_parts, kept_part
 from obliviate.runs.results import prepare_out_dir, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
@@ -95,6 +99,11 @@ class CompareConfig:
     muse_folds: bool = True
     """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests (``scal/``,
     ``sust/``; :mod:`obliviate.pipelines.compare.muse_runs`)."""
+    cache: bool = True
+    """Keep the oracle built beside a user's model, the attacks on the oracle and the base model, and the positive
+    controls (made and attacked) in the cache shared by every run directory (:mod:`obliviate.runs.cache`), and reuse
+    them: a second comparison on the same base model runs only its methods. ``--no-cache`` (``cache=false``) makes
+    them in this run."""
 
 
 PARALLEL_MAX_PARAMS = 100_000_000
@@ -138,12 +147,35 @@ def methods_option(text: str | None, *, on_a_model: bool) -> list[str] | None:
     return [resolve_method(n) for n in names]
 
 
-def plan_line(cfg: "CompareConfig", task: Task) -> str:
-    """The line a comparison starts with: how many methods and attacks it will run."""
-    methods = compared_methods(cfg)
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def plan_lines(cfg: "CompareConfig", task: Task) -> list[str]:
+    """The lines a comparison starts with, before any model: how many methods and attacks it will run, then one line
+    for each method or attack asked for that will not run, with its reason (:func:`skipped_methods`,
+    :func:`~obliviate.attacks.harness.skipped_attacks`)."""
+    methods, skipped = compared_methods(cfg), skipped_methods(cfg, task)
+    running = [m for m in methods if m not in skipped]
     attacks = list(enabled_attacks(task, cfg.attacks))  # in the order they run
-    return (f"compare: {len(methods)} method{'s' * (len(methods) != 1)} ({', '.join(methods)}) and {len(attacks)} "
-            f"attack{'s' * (len(attacks) != 1)} ({', '.join(attacks)}) on {task.name}")
+    not_attacked = skipped_attacks(task, cfg.attacks)
+    asked = (f" of {len(methods)} asked for" if skipped else "")
+    line = (f"compare: {_count(len(running), 'method')}{asked} ({', '.join(running) or 'none'}) and "
+            f"{_count(len(attacks), 'attack')} ({', '.join(attacks) or 'none'}) on {task.name}")
+    return [line, *(not_run_line("method", n, why) for n, why in skipped.items()),
+            *(not_run_line("attack", n, why) for n, why in not_attacked.items())]
+
+
+def skipped_methods(cfg: "CompareConfig", task: Task) -> dict[str, str]:
+    """``{name: why}`` of the compared methods that cannot run on ``task`` as configured (:func:`skip_reason`), known
+    from the inputs before any model (a method's own params are read at the tiny preset, as
+    :func:`~obliviate.unlearning.engine.check_method_runs` reads them)."""
+    out = {}
+    for name in compared_methods(cfg):
+        why = skip_reason(task, name, method_run_config(name, cfg.runs.get(name), "tiny", cfg.seed)[0].params)
+        if why is not None:
+            out[name] = why
+    return out
 
 
 def compared_methods(cfg: "CompareConfig") -> list[str]:
@@ -297,16 +329,36 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
         seed_everything(cfg.seed)
         model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
         data = training_data(task, "both" if name == "base" else "retain")
-        model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
-                            preset="tiny", progress=progress, resume=True)
+        with count_passes(model) as passes:  # its pretraining, from scratch (a resumed run: since its checkpoint)
+            model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
+                                preset="tiny", progress=progress, resume=True)
         save_model(model, d)
         tok.save_pretrained(str(d))
+        (d / "pretrain.json").write_text(json.dumps({"passes": dict(passes)}, indent=2))
         (d / "DONE").write_text(json.dumps(source, sort_keys=True))
     return {k: str(v) for k, v in dirs.items()}
 
 
+def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
+    """What training the oracle cost, where it is known: the ``pretrain.json`` beside its model (the world's
+    pretraining, or the tiny oracle trained from scratch on the task's retain data); ``given``: a user's model,
+    whose oracle (``--oracle DIR``) obliviate did not train. None without an oracle or a record of it."""
+    if not oracle_dir:
+        return None
+    path = Path(oracle_dir) / "pretrain.json"
+    try:
+        passes = json.loads(path.read_text()).get("passes")
+    except (OSError, ValueError, AttributeError):
+        passes = None
+    if not passes:
+        return {"passes": None, "what": "unknown: the oracle was given (--oracle) and records no pretrain.json"
+                if given else "unknown: the oracle records no pretrain.json"}
+    return {"passes": passes, "what": "the oracle's pretraining (pretrain.json beside it)"}
+
+
 def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
-                oracle_dir: str | None = None, load=None, progress: bool = True) -> dict:
+                oracle_dir: str | None = None, load=None, progress: bool = True, cost: CostRecord | None = None,
+                oracle_training: dict | None = None) -> dict:
     """Every method of ``cfg`` on ``task``, beside the base model and the controls; the report in ``out``.
 
     The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
@@ -317,8 +369,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
     comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
     passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
-    ``robustness`` and ``trust`` (:func:`~obliviate.attacks.trust.metric_trust`: which numbers separate the models
-    with the knowledge from those without, and stay put under quantization).
+    ``robustness``, ``trust`` (:func:`~obliviate.attacks.trust.metric_trust`: which numbers separate the models
+    with the knowledge from those without, and stay put under quantization) and ``cost``
+    (:class:`~obliviate.runs.cost.CostRecord`'s, into ``cost`` when given, with the oracle's pretraining,
+    ``oracle_training`` where the caller built the oracle, and each method's share of it).
+
+    With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and attacked)
+    are parts of the cache of the controls shared by every run directory (:mod:`obliviate.runs.cache`), by the
+    weights of the base model and the oracle, the task and the settings.
     """
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
@@ -326,6 +384,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     check_retain(task, methods, model_dir)
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
+    cost = cost if cost is not None else CostRecord()
     base_root = None
     if model_dir is not None:
         dirs = {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}
@@ -335,6 +394,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         dirs = tiny_bases(task, cfg, out, progress)
     base_model, tok = load(dirs["base"])
     bases_seconds = time.time() - t0  # pretraining or fine-tuning the base and the oracle (0 when cached or given)
+    cost.add("bases", None, bases_seconds)  # their passes: each one's pretrain.json (the oracle's below)
     preset = preset_name(base_model)
     parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
                 and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
@@ -345,6 +405,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     val = None
     if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
+    store = control_cache(cfg.cache)
+    shared_key = None if store is None else {  # what every shared part reads beside its own model (run_key's paths
+        # are not: the same base model read from another place makes the same parts)
+        "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
+        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok), "base": model_digest(base_model)}
     tuned: dict = {}
     metrics: dict = {}
     curves: dict = {}
@@ -355,34 +420,59 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     # Each part below is a function of the models and settings alone: it returns what it made (metrics, curves,
     # timings) and writes nothing else, so it runs alike in this process or in the child of a parallel run
     # (runs.parts.cached_parts); the loop after them gathers the parts' results.
-    def evaluate(name: str, model) -> tuple[dict, dict]:
-        """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's own)."""
+    def evaluate(name: str, model, costs: dict) -> tuple[dict, dict]:
+        """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's own); its
+        cost stage goes to ``costs``."""
         t = time.time()
-        m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
-        m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
+        with count_passes(model) as passes:
+            m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
+            m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
         if name != "base":
             m.update(score_against(metrics["base"], m))
+        costs[f"evaluate:{name}"] = stage_record(passes, time.time() - t)
         return m, {f"{name}_eval_seconds": time.time() - t}
 
-    def attack(name: str, model, m: dict) -> tuple[dict, dict, dict]:
-        """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``."""
+    def attack(name: str, model, m: dict, costs: dict) -> tuple[dict, dict, dict]:
+        """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``; each attack's cost stage
+        goes to ``costs``."""
         t = time.time()
         per: dict = {}
+        spent: dict = {}
         att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m, base_cache=base_cache,
-                               timings=per)
+                               timings=per, costs=spent)
+        costs.update({f"attack:{name}:{k}": rec for k, rec in spent.items()})
         curve = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
         return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t, f"{name}_seconds_by_attack": per}
 
-    def scored(name: str, model, m: dict | None = None, before: dict | None = None) -> dict:
-        """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of its making."""
+    def scored(name: str, model, m: dict | None = None, before: dict | None = None, costs: dict | None = None) -> dict:
+        """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of its making,
+        ``costs``: the cost stages of its making (the part returns them with its own under ``cost``)."""
         t: dict = dict(before or {})
+        costs = {} if costs is None else costs
         if m is None:
-            m, te = evaluate(name, model)
+            m, te = evaluate(name, model, costs)
             t.update(te)
-        m, curve, ta = attack(name, model, m)
-        return {"metrics": m, "curves": curve, "timings": {**t, **ta}}
+        m, curve, ta = attack(name, model, m, costs)
+        return {"metrics": m, "curves": curve, "timings": {**t, **ta}, "cost": costs}
 
-    metrics["base"], te = evaluate("base", base_model)
+    def shared(what: str, ident: dict, fn, place: Path | None = None):
+        """The part ``fn`` (``fn(folder)``: ``folder`` receives the files it keeps, its ``model/``) through the cache
+        of the controls (:mod:`obliviate.runs.cache`), where the run uses it: made once for every comparison on the
+        same base model, task and settings, whatever its ``--out``; the model of a control kept there is linked at
+        ``place``."""
+        if store is None:
+            return lambda: fn(None)
+
+        def part() -> dict:
+            hit = store.get("compare-part", {**shared_key, **ident}, fn, what=what)
+            if place is not None and "metrics" in hit:
+                place_model(hit.path / "model", place)
+            return {**hit, "shared": {"entry": str(hit.path), "reused": hit.reused}}
+
+        return part
+
+    here: dict = {}  # the cost stages run in this process outside the parts
+    metrics["base"], te = evaluate("base", base_model, here)
     timings.update(te)
     oracle_ref = None
     held: dict = {}
@@ -394,42 +484,51 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
                              f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are "
                              "scored on the same token ids, so the oracle must share the base model's vocabulary")
-        metrics["oracle"], te = evaluate("oracle", oracle)
+        metrics["oracle"], te = evaluate("oracle", oracle, here)
         timings.update(te)
         if metrics["oracle"].get("forget_score") is not None:
             oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
+        oracle_id = {"part": "oracle", "oracle": None if store is None else model_digest(oracle)}
         held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
         del oracle
         jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
-                     lambda: scored("oracle", held.pop("oracle"), metrics["oracle"])))
+                     shared("the attacks on the oracle", oracle_id,
+                            lambda _folder: scored("oracle", held.pop("oracle"), metrics["oracle"]))))
     jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
-                 lambda: scored("base", base_model, metrics["base"])))
+                 shared("the attacks on the base model", {"part": "base"},
+                        lambda _folder: scored("base", base_model, metrics["base"]))))
     builders = positive_controls(cfg)
     for cname, (build, kwargs) in builders.items():
         cdir = out / "models" / cname
 
-        def control_part(cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
-            control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs)
+        def control_part(folder, cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
+            t = time.time()
+            with count_passes(base_model) as passes:  # the builder's copy of the base model is counted with it
+                control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs,
+                                                       progress=shown["progress"])
+            made = {f"build:{cname}": stage_record(passes, time.time() - t)}
             if control is None:  # e.g. a task with MCQs only: nothing to refuse
-                return {"info": info}
-            part = scored(cname, control)
-            save_trained(control, cdir, tok)  # before its part: a finished control has its model
+                return {"info": info, "cost": made}
+            part = scored(cname, control, costs=made)
+            save_trained(control, cdir if folder is None else folder / "model", tok)  # a finished control has its model
             return {**part, "info": info}
 
         if not (cdir / "config.json").exists():
             (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
         jobs.append((cname, out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
-                     control_part))
+                     shared(f"the {cname} built from the base model", {"part": cname, "args": kwargs}, control_part,
+                            place=cdir)))
     for kname in [n for n in KNOWN_REMOVED if n in dirs]:  # judged as methods, built with the bases
 
         def known_part(kname=kname) -> dict:
             model, ktok = load(dirs[kname])
             if ktok.get_vocab() != tok.get_vocab():
                 raise ModelError(f"{dirs[kname]!r} has another tokenizer than the base model")
-            m, te = evaluate(kname, model)
+            costs: dict = {}
+            m, te = evaluate(kname, model, costs)
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            part = scored(kname, model, m, before=te)
+            part = scored(kname, model, m, before=te, costs=costs)
             info = Path(dirs[kname]) / "pretrain.json"  # its cost: a whole pretraining run
             passes = json.loads(info.read_text()).get("passes") if info.exists() else None
             return {**part, "timings": {**part["timings"], f"{kname}_pretrain_passes": passes}}
@@ -460,12 +559,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                                      idk=task.idk, progress=shown["progress"], resume=False)
             made = {f"{name}_unlearn_seconds": time.time() - t,
                     f"{name}_unlearn_passes": summary.get("passes")}  # forwards and backwards (none for an edit)
-            m, te = evaluate(name, model)
+            costs = {f"unlearn:{name}": stage_record(summary.get("passes"), time.time() - t)}
+            m, te = evaluate(name, model, costs)
             if edit_note(summary):
                 m["edit"] = edit_note(summary)
             if oracle_ref is not None:
                 m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            part = scored(name, model, m, before={**made, **te})
+            part = scored(name, model, m, before={**made, **te}, costs=costs)
             if cfg.save_models:
                 save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
             return part
@@ -477,8 +577,19 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     def quiet() -> None:  # the second process draws no progress bars
         shown["progress"] = False
 
+    kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]  # made by an earlier run into this --out
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
     held.clear()  # the oracle, when its attacks were kept from an earlier run
+    for name, rec in here.items():
+        cost.add(name, rec, rec["seconds"], control=name == "evaluate:oracle")
+    for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):
+        reused = was_kept or bool((part.get("shared") or {}).get("reused"))
+        for stage, rec in (part.get("cost") or {}).items():  # found made: nothing spent here, it cost this to make
+            control = name in ("oracle", "base") or name in builders
+            if reused:
+                cost.add(stage, None, 0.0, control=control, cached=True, built=rec)
+            else:
+                cost.add(stage, rec, rec["seconds"], control=control)
     for (name, *_), (part, _) in zip(jobs, parts):  # the oracle's and the base model's attacks, controls, methods
         if name in builders:
             timings[name] = part["info"]
@@ -501,10 +612,17 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     trust = metric_trust(metrics, robustness["calibration"])
     timings["total_seconds"] = time.time() - t0
+    pretraining = oracle_training or oracle_pretraining(dirs.get("oracle"), given=model_dir is not None)
+    shares = {name: share_of_pretraining((cost.stages.get(f"unlearn:{name}") or {}).get("built")
+                                         or cost.stages.get(f"unlearn:{name}"), pretraining.get("passes"))
+              for name in ucfgs} if pretraining else {}
+    record = cost.as_dict(oracle_pretraining=pretraining, share_of_oracle_pretraining=shares)
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
     return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, "skipped": skipped, "trust": trust, **({"tuned": tuned} if cfg.tune else {})}
+            "robustness": robustness, "skipped": skipped, "attacks_skipped": skipped_attacks(task, cfg.attacks),
+            "cost": record,
+            "trust": trust, **({"tuned": tuned} if cfg.tune else {})}
 
 
 def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
@@ -529,10 +647,13 @@ def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | Non
 def check_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
                  control: str | None = None) -> str | None:
     """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the retain data
-    of the oracle to build from ``untaught``); returns ``untaught``, None where the task has no retain data to build
+    of the oracle to build from ``untaught``), then the plan said (:func:`plan_lines`: what runs, and each method or
+    attack that will not, with its reason); returns ``untaught``, None where the task has no retain data to build
     the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails)."""
     check_method_runs(cfg.runs, compared_methods(cfg))
     check_retain(task, compared_methods(cfg), model)
+    for line in plan_lines(cfg, task):  # what will run, and what will not and why, before any model
+        log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
         log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: "
                  "no oracle is built")
@@ -547,18 +668,31 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
     ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by :func:`check_inputs`),
     first the oracle built from it (``load_control(path) -> (model, tokenizer)``, default ``load``), then
     :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own) against ``oracle``, then
-    ``results.json``. Returns :func:`run_compare`'s result."""
+    ``results.json`` (with ``oracle_build``, what built the oracle, and ``cost``, building it included). Returns
+    :func:`run_compare`'s result."""
     cfg.attacks.relearn.progress = progress
     out = prepare_out_dir(out)
+    cost, built = CostRecord(), None
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
-        oracle = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed, control=control,
-                              progress=progress)
+        t = time.time()
+        oracle, built = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed, control=control,
+                                     progress=progress, cache=control_cache(cfg.cache))
+        made = built.pop("cost")
+        if built.get("reused"):
+            cost.add("build:oracle", None, time.time() - t, control=True, cached=True, built=made, entry=built["cache"])
+        else:
+            cost.add("build:oracle", made, time.time() - t, control=True)
     elif model and not oracle:  # said now, before the run, and again as its last line
         log.info(missing_oracle(model, control))
+    training = None if built is None else {
+        "passes": {k: made[k] for k in PASS_KEYS}, "what": f"{untaught} fine-tuned on the retain data only: "
+        "the oracle obliviate built beside a user's model, whose pretraining obliviate did not run (its fine-tune "
+        "stands for it)"}
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle, load=load if model else None,
-                      progress=progress)
+                      progress=progress, cost=cost, oracle_training=training)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
-                  timings=res["timings"], task=task.summary(), model_dirs=res["model_dirs"],
-                  robustness=res["robustness"], skipped=res["skipped"], trust=res["trust"],
+                  timings=res["timings"], task=task, model_dirs=res["model_dirs"],
+                  robustness=res["robustness"], skipped=res["skipped"], attacks_skipped=res["attacks_skipped"],
+                  trust=res["trust"], cost=res["cost"], **({"oracle_build": built} if built else {}),
                   **({"tuned": res["tuned"]} if "tuned" in res else {}))
     return res

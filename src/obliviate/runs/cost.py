@@ -1,0 +1,135 @@
+"""What a run spent (issue #56, item 8): one record per stage (the method's unlearning, each attack, building each
+control, attacking each control, each evaluation) of forward passes, backward passes, tokens and wall seconds, with
+their total; ``unlearn``, ``attack`` and ``compare`` write it to ``results.json`` under ``cost`` (the unlearned
+model's card too) and print :func:`cost_line`.
+
+Passes are counted by :func:`obliviate.models.layers.count_passes` on the models a stage runs (a copy made inside the
+stage, a relearning attacker's or a frozen reference, with its original); ``tokens`` is the tokens of the forward
+passes plus those of the backward passes (rows times positions, padding included), the unit of
+:func:`share_of_pretraining`. A stage served from the cache of the controls (:mod:`obliviate.runs.cache`) spent no
+pass here: it says ``cached`` and carries what it cost when it was built (``built``). Wall seconds are recorded, never
+part of a run's identity or of its metrics: the same seed gives the same metrics, not the same seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from obliviate.models.layers import count_passes
+
+PASS_KEYS = ("forwards", "backwards", "forward_tokens", "backward_tokens")
+"""What :func:`~obliviate.models.layers.count_passes` counts, the integers of a stage's record."""
+
+
+def stage_record(passes: dict | None = None, seconds: float = 0.0, **extra) -> dict:
+    """One stage: ``passes`` (:data:`PASS_KEYS`; missing ones are 0), ``tokens`` (forward plus backward), ``seconds``
+    and ``extra`` (``control``, ``cached``, ``built``, ...)."""
+    rec = {k: int((passes or {}).get(k) or 0) for k in PASS_KEYS}
+    rec["tokens"] = rec["forward_tokens"] + rec["backward_tokens"]
+    rec["seconds"] = round(float(seconds), 3)
+    rec.update(extra)
+    return rec
+
+
+def total(stages: dict[str, dict]) -> dict:
+    """The sums of :data:`PASS_KEYS`, ``tokens`` and ``seconds`` over ``stages``."""
+    out = {k: sum(int(s.get(k) or 0) for s in stages.values()) for k in (*PASS_KEYS, "tokens")}
+    out["seconds"] = round(sum(float(s.get("seconds") or 0.0) for s in stages.values()), 3)
+    return out
+
+
+class CostRecord:
+    """The stages of one run, in the order they ran; :meth:`as_dict` is what ``results.json`` holds under ``cost``.
+    The run's wall seconds count from this object's making."""
+
+    def __init__(self):
+        self.stages: dict[str, dict] = {}
+        self._start = time.perf_counter()
+
+    @contextlib.contextmanager
+    def stage(self, name: str, *models, **extra) -> Iterator[dict]:
+        """Count the passes through ``models`` and the wall seconds inside the block as stage ``name``; the block
+        may add keys to the dict it gets (``cached``, ``built``). ``extra``: keys of the record (``control=True``)."""
+        t = time.perf_counter()
+        given: dict = {}
+        with count_passes(*models) as passes:
+            yield given
+        self.add(name, passes, time.perf_counter() - t, **extra, **given)
+
+    def add(self, name: str, passes: dict | None = None, seconds: float = 0.0, **extra) -> dict:
+        """Record stage ``name`` (:func:`stage_record`); a second stage of the same name adds to the first."""
+        rec = stage_record(passes, seconds, **extra)
+        if name in self.stages:
+            old = self.stages[name]
+            rec = {**old, **extra, **{k: old[k] + rec[k] for k in (*PASS_KEYS, "tokens")},
+                   "seconds": round(old["seconds"] + rec["seconds"], 3)}
+        self.stages[name] = rec
+        return rec
+
+    def merge(self, stages: dict[str, dict]) -> None:
+        """Add stages recorded elsewhere (a part made in a child process, or stored by an earlier run)."""
+        for name, rec in stages.items():
+            self.add(name, rec, rec.get("seconds", 0.0), **{k: v for k, v in rec.items()
+                                                             if k not in (*PASS_KEYS, "tokens", "seconds")})
+
+    def as_dict(self, **extra) -> dict:
+        """``{"stages", "total", "controls", "wall_seconds"}``: ``total`` sums the stages' passes, tokens and seconds;
+        ``controls`` the stages marked ``control`` (``cached``: every one of them served from the cache, ``partly``:
+        some); ``wall_seconds`` the run's, from start to now (loading included). ``extra``: further keys (compare's
+        shares)."""
+        ctl = {n: s for n, s in self.stages.items() if s.get("control")}
+        hits = [bool(s.get("cached")) for s in ctl.values()]
+        controls = {**total(ctl), "cached": (all(hits) and "yes") or (any(hits) and "partly") or "no"} if ctl else None
+        return {"stages": dict(self.stages), "total": total(self.stages), "controls": controls,
+                "wall_seconds": round(time.perf_counter() - self._start, 3), **extra}
+
+
+def _tokens_text(n: int) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def cost_line(cost: dict) -> str:
+    """The one line a run ends with (before its outcome or verdict): ``cost: 1,234 forward+backward passes, 3.2M
+    tokens, 41.0 s (controls 30.1 s, cached)``; the seconds are the run's wall time."""
+    t = cost["total"]
+    line = (f"cost: {t['forwards'] + t['backwards']:,} forward+backward passes ({t['forwards']:,} forward, "
+            f"{t['backwards']:,} backward), {_tokens_text(t['tokens'])} tokens, {cost['wall_seconds']:.1f} s")
+    c = cost.get("controls")
+    if c:
+        state = {"yes": ", cached", "partly": ", partly cached"}.get(c["cached"], "")
+        line += f" (controls {c['seconds']:.1f} s{state})"
+    return line
+
+
+def pass_tokens(passes: dict | None) -> int | None:
+    """Forward plus backward tokens of a ``count_passes`` dict (None without one)."""
+    if not passes:
+        return None
+    return int(passes.get("forward_tokens") or 0) + int(passes.get("backward_tokens") or 0)
+
+
+def share_of_pretraining(spent: dict | None, pretraining: dict | None) -> float | None:
+    """``spent``'s tokens (forward plus backward) over ``pretraining``'s: a method's unlearning as a share of what
+    training the oracle cost (None where either is unknown or the pretraining counted none)."""
+    a, b = pass_tokens(spent), pass_tokens(pretraining)
+    return None if a is None or not b else a / b
+
+
+def cost_lines(cost: dict) -> list[str]:
+    """:func:`cost_line`, then, for a comparison, each method's share of the oracle's pretraining
+    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was."""
+    lines = [cost_line(cost)]
+    shares, pre = cost.get("share_of_oracle_pretraining") or {}, cost.get("oracle_pretraining") or {}
+    if shares:
+        each = ", ".join(f"{name} {'n/a' if v is None else f'{100 * v:.3g}%'}" for name, v in shares.items())
+        total = pass_tokens(pre.get("passes"))
+        lines.append(f"cost: each method's unlearning against the oracle's pretraining ({_tokens_text(total or 0)} "
+                     f"forward+backward tokens; {pre.get('what')}): {each}")
+    elif pre and not pre.get("passes"):
+        lines.append(f"cost: no share of the oracle's pretraining: {pre.get('what')}")
+    return lines

@@ -1,0 +1,69 @@
+"""What a run spent (:mod:`obliviate.runs.cost`, issue #56, item 8): one record per stage of passes, tokens and
+seconds, their total, the controls' share of them (cached or not), the one line a run prints, and a method's share
+of the oracle's pretraining."""
+
+import pytest
+import torch
+
+from obliviate.models import tiny_llama
+from obliviate.runs.cost import CostRecord, cost_line, cost_lines, share_of_pretraining, stage_record
+
+
+def test_a_stage_counts_the_passes_and_tokens_of_its_models():
+    model = tiny_llama(vocab_size=32, n_layer=2, d_model=16, n_head=2, seed=0)
+    ids = torch.randint(0, 32, (3, 5), generator=torch.Generator().manual_seed(0))
+    cost = CostRecord()
+    with cost.stage("train", model):
+        model(input_ids=ids).logits.sum().backward()  # one forward and one backward of 3 rows x 5 positions
+        with torch.no_grad():
+            model(input_ids=ids[:2])  # one forward of 2 x 5
+    with cost.stage("evaluate", model, control=True) as extra:
+        with torch.no_grad():
+            model(input_ids=ids[:1, :4])  # 1 x 4
+        extra["cached"] = False
+    s = cost.stages
+    assert {k: s["train"][k] for k in ("forwards", "backwards", "forward_tokens", "backward_tokens", "tokens")} == {
+        "forwards": 2, "backwards": 1, "forward_tokens": 15 + 10, "backward_tokens": 15, "tokens": 40}
+    assert (s["evaluate"]["forwards"], s["evaluate"]["tokens"], s["evaluate"]["control"]) == (1, 4, True)
+    rec = cost.as_dict()
+    assert rec["total"]["forwards"] == 3 and rec["total"]["tokens"] == 44
+    assert rec["controls"]["tokens"] == 4 and rec["controls"]["cached"] == "no"
+    assert rec["wall_seconds"] >= rec["total"]["seconds"] >= 0
+
+
+def test_the_controls_say_whether_the_cache_served_them():
+    cost = CostRecord()
+    cost.add("attack:model:relearn", {"forwards": 4, "backwards": 2, "forward_tokens": 40, "backward_tokens": 20}, 2.0)
+    built = stage_record({"forwards": 10, "backwards": 10, "forward_tokens": 100, "backward_tokens": 100}, 30.0)
+    cost.add("build:negative_control", None, 0.25, control=True, cached=True, built=built)
+    rec = cost.as_dict()
+    assert rec["controls"]["cached"] == "yes" and rec["controls"]["tokens"] == 0  # nothing spent here on them
+    assert rec["total"] == {"forwards": 4, "backwards": 2, "forward_tokens": 40, "backward_tokens": 20, "tokens": 60,
+                            "seconds": 2.25}
+    assert rec["stages"]["build:negative_control"]["built"]["tokens"] == 200  # what it cost when it was built
+    line = cost_line({**rec, "wall_seconds": 41.0})
+    assert line == "cost: 6 forward+backward passes (4 forward, 2 backward), 60 tokens, 41.0 s (controls 0.2 s, cached)"
+    cost.add("attack:base_model:relearn", {"forwards": 1000, "forward_tokens": 3_200_000}, 1.0, control=True)
+    rec = cost.as_dict()
+    assert rec["controls"]["cached"] == "partly" and "1,006 forward+backward passes" in cost_line(rec)
+    assert "3.2M tokens" in cost_line(rec) and "partly cached" in cost_line(rec)
+
+
+def test_a_stage_recorded_twice_adds_up():
+    cost = CostRecord()
+    cost.add("tune", {"forwards": 1, "forward_tokens": 5}, 1.0)
+    cost.add("tune", {"forwards": 2, "forward_tokens": 7, "backwards": 1, "backward_tokens": 7}, 0.5)
+    t = cost.stages["tune"]
+    assert (t["forwards"], t["backwards"], t["tokens"], t["seconds"]) == (3, 1, 19, 1.5)
+
+
+def test_a_methods_share_of_the_oracles_pretraining_counts_forward_and_backward_tokens():
+    spent = {"forwards": 8, "backwards": 4, "forward_tokens": 800, "backward_tokens": 400}
+    pretraining = {"forwards": 100, "backwards": 100, "forward_tokens": 30_000, "backward_tokens": 30_000}
+    assert share_of_pretraining(spent, pretraining) == pytest.approx(1200 / 60_000)
+    assert share_of_pretraining(spent, None) is None and share_of_pretraining(None, pretraining) is None
+    assert share_of_pretraining(spent, {"forwards": 0}) is None  # no tokens counted: no share, not a division by 0
+    rec = {**CostRecord().as_dict(), "share_of_oracle_pretraining": {"npo": 0.02, "rmu": None},
+           "oracle_pretraining": {"passes": pretraining, "what": "the oracle's pretraining"}}
+    lines = cost_lines(rec)
+    assert len(lines) == 2 and lines[1].endswith("npo 2%, rmu n/a") and "60.0k forward+backward tokens" in lines[1]
