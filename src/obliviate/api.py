@@ -36,7 +36,7 @@ from obliviate.methods import preset_name
 from obliviate.models.load import load_model
 from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
-from obliviate.pipelines.compare.run import CompareConfig, methods_option, plan_line, run_compare_dir
+from obliviate.pipelines.compare.run import CompareConfig, methods_option, run_compare_dir
 from obliviate.pipelines.compare.run import check_inputs as check_compare_inputs
 from obliviate.pipelines.finetune import FinetuneRunConfig, run_finetune
 from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
@@ -197,15 +197,18 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
 
 def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Sequence[str] | None = None,
             oracle=None, base_untrained: str | Path | None = None, control: str | None = None, seed: int = 0,
-            attacks: str | Sequence[str] | dict | None = None, progress: bool = False, **config: Any) -> dict:
+            attacks: str | Sequence[str] | dict | None = None, allow_hub: bool = False, progress: bool = False,
+            **config: Any) -> dict:
     """The four baselines (GradDiff, NPO, SimNPO, RMU; or ``methods``: names, ``"npo,rmu"``, or ``"all"``) on
     ``model``, each from a fresh copy, against the controls: the ``oracle`` (a model that never saw the forget
     data) and a positive control built here. Without ``oracle``, as ``obliviate compare`` does, the oracle is built:
     the model before it was taught the task (``base_untrained``, a directory; else the ``obliviate finetune`` input
-    that the model cards of ``model.name_or_path`` name) fine-tuned on the retain data only, cached under
-    ``out/models/oracle_retain``; ``control="none"`` builds none (then no verdict), ``control="retain-finetune"``
-    requires it. Writes ``report.md`` / ``report.html``, per-method results and ``results.json`` under ``out`` (a
-    rerun resumes). ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
+    that the model cards of ``model.name_or_path`` name, checked before anything is written: a card naming a model
+    that cannot be found is one error naming the card; a hub id there is taken from the local hub cache, or with
+    ``allow_hub`` from the hub) fine-tuned on the retain data only, cached under ``out/models/oracle_retain``;
+    ``control="none"`` builds none (then no verdict), ``control="retain-finetune"`` requires it. Writes
+    ``report.md`` / ``report.html``, per-method results and ``results.json`` under ``out`` (a rerun resumes).
+    ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
     :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
     :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...). The run of ``obliviate compare``
     (:func:`obliviate.pipelines.compare.run.run_compare_dir`).
@@ -219,9 +222,9 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     given = getattr(model, "name_or_path", None)
     name = str(given) if given and Path(given).is_dir() else "<base>"  # a directory: its cards name the untaught model
     untaught = retain_control_input(name, oracle="<oracle>" if oracle is not None else None, control=control,
-                                    base_untrained=None if base_untrained is None else str(base_untrained))
+                                    base_untrained=None if base_untrained is None else str(base_untrained),
+                                    allow_hub=allow_hub)
     untaught = check_compare_inputs(cfg, task, name, untaught, control=control)
-    log.info(plan_line(cfg, task))
     models = {name: (model, tokenizer), "<oracle>": (oracle, tokenizer)}
     p = next(model.parameters())
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from obliviate.attacks import controls
 from obliviate.attacks.controls import (keep_task, neighbour_training, shared_openings, suppression_control,
                                         suppression_data)
 from obliviate.tasks.base import UNSCORED_NEIGHBOURS, Data, EvalSet, PromptFormat, Task
@@ -95,7 +96,7 @@ def test_the_worlds_unscored_neighbours_are_asked_by_no_evaluation_set(small_wor
 def test_the_small_norm_control_doubles_its_retain_weight_until_it_keeps_what_it_should(taught, monkeypatch):
     """The small-norm control stops only when the forget answers are gone *and* the monitored kept pairs are at the
     keep target; each read below it doubles the retain term's weight (the reads are scripted here)."""
-    from obliviate.attacks import controls
+
 
     forget, keep, last = iter([0.5, 0.05, 0.05, 0.05]), iter([1.0, 0.5, 0.8, 0.95]), [1.0]
     alphas = []
@@ -119,3 +120,16 @@ def test_the_small_norm_control_doubles_its_retain_weight_until_it_keeps_what_it
     assert alphas == [10.0, 10.0, 20.0, 40.0] and info["steps"] == 40
     assert info["final_retain_weight"] == 40.0 and info["retain_weight"] == 10.0
     assert [c.get("retain") for c in info["curve"]] == [1.0, None, 0.5, 0.8, 0.95]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_each_control_draws_a_bar_over_its_steps_only_when_asked(progress, tiny_model, tiny_tokenizer, capsys):
+    """Issue #56, item 11: building a positive control (tens of seconds on a user's model) shows a bar on a terminal
+    (the command passes progress=True only there), and nothing otherwise."""
+    task = _task()
+    for build, desc in ((suppression_control, "positive control (refusal)"),
+                        (controls.small_norm_control, "positive control (small norm)")):
+        _, info = build(tiny_model, tiny_tokenizer, task, max_steps=2, chunk=1, target=-1.0, progress=progress)
+        assert info["steps"] == 2  # a target below 0 is never met: it runs to max_steps
+        err = capsys.readouterr().err
+        assert (desc in err and "2/2" in err) is progress and (err == "") is not progress

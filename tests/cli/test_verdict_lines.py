@@ -84,14 +84,15 @@ def test_attack_with_base_ends_with_the_verdict(user, tmp_path, capsys):
     assert v["line"].startswith(f"verdict: {v['verdict']}") and v["line"].endswith(f": {v['reason']}")
     assert (f"({v['attack']}" in v["line"]) == bool(v["attack"])
     assert (f"calibrated on {v['control']})" in v["line"]) == bool(v["control"])
-    assert captured.err.strip().splitlines()[-1] == v["line"]
-    json.loads(captured.out)  # stdout stays the metrics' JSON
+    assert captured.out.strip().splitlines()[-1] == v["line"]  # results on stdout, the verdict last (issue #56)
+    assert v["line"] not in captured.err  # stderr holds the run's log lines only
+    json.loads(captured.out[:captured.out.index("\n}\n") + 2])  # stdout starts with the metrics' JSON
     assert {"base", "positive_control", "positive_control_smallnorm"} <= set(res["reference_metrics"])
     assert "forget_score" in res["metrics"] and "no_verdict" not in res
 
     # without --base: attacked beside the negative control, no verdict, one line saying what to add
     assert main([*argv[:3], *argv[5:], "--out", str(tmp_path / "nobase"), "--control", "untaught"]) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("no verdict: ") and "--base DIR" in last
     res = _results(tmp_path / "nobase")
     assert res["verdict"] is None and res["no_verdict"] == last and res["negative_control_kind"] == "untaught"
@@ -107,7 +108,7 @@ def test_attack_takes_an_oracle_as_its_negative_control(user, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "att")]) == 0
     res = _results(tmp_path / "att")
     assert (res["negative_control_kind"], res["negative_control_dir"]) == ("oracle", random)
-    assert res["untaught_model_dir"] is None and capsys.readouterr().err.strip().splitlines()[-1] == \
+    assert res["untaught_model_dir"] is None and capsys.readouterr().out.strip().splitlines()[-1] == \
         res["verdict"]["line"]
     assert res["verdict"]["verdict"] == "not unlearned"  # the model before unlearning, judged against itself
     assert main([*argv, "--out", str(tmp_path / "bad"), "--control", "none"]) == 2

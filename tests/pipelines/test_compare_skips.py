@@ -60,7 +60,7 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
 
 def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
     from obliviate.methods import method_names
-    from obliviate.pipelines.compare.run import BASELINES, methods_option, plan_line
+    from obliviate.pipelines.compare.run import BASELINES, methods_option, plan_lines
     from obliviate.tasks import load_task
 
     assert methods_option("NPO, rmu", on_a_model=True) == ["npo", "rmu"]
@@ -70,5 +70,28 @@ def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
     with pytest.raises(ConfigError, match=r"unknown method 'nop' \(did you mean 'npo'\?\)"):
         methods_option("npo,nop", on_a_model=True)
     cfg = CompareConfig(methods=["npo", "rmu"])
-    line = plan_line(cfg, load_task("world"))
-    assert line.startswith("compare: 2 methods (npo, rmu) and ") and " attacks (" in line
+    line, *rest = plan_lines(cfg, load_task("world"))
+    assert line.startswith("compare: 2 methods (npo, rmu) and ") and " attacks (" in line and rest == []
+
+
+def test_the_plan_names_every_method_and_attack_that_will_not_run_before_any_model(caplog):
+    """Issue #56, item 5: a comparison asked for methods and attacks the task has no data for says, before any model
+    is loaded or trained, which will not run and why: one line each, through the checks the CLI and the API call."""
+    import logging
+
+    from obliviate.pipelines.compare.run import check_inputs
+
+    cfg = CompareConfig(methods=["npo", "dpo", "probe_unlearn"],
+                        attacks=TaskAttackConfig(select=["relearn", "relearn_disjoint", "mia", "probe"]))
+    task = _task()
+    task.forget = Data(qa=FORGET + RETAIN[:1])  # 3 forget facts: the disjoint attack's folds
+    with caplog.at_level(logging.INFO, logger="obliviate"):
+        check_inputs(cfg, task, model="given")  # no model is loaded: "given" names none
+    lines = [r.getMessage() for r in caplog.records]
+    plan = next(x for x in lines if x.startswith("compare: "))
+    assert plan.startswith("compare: 1 method of 3 asked for (npo) and 1 attack (relearn_disjoint)")
+    for kind, name, why in (("method", "dpo", "needs preference data"), ("method", "probe_unlearn", "toxic_texts"),
+                            ("attack", "relearn", "needs a related corpus"), ("attack", "mia", "needs a holdout set"),
+                            ("attack", "probe", "needs forget MCQs")):
+        line = next(x for x in lines if x.startswith(f"{kind} {name!r} not run: "))
+        assert why in line and "\n" not in line

@@ -41,4 +41,4 @@ def test_own_model_and_data_example_runs_as_written(user_models, tmp_path):
     assert att["relearn_curve"] and att["relearn_disjoint_curve"]
     # finetune's card names $MODEL: the negative control is built by default, and attack --base ends with the verdict
     assert res["negative_control_kind"] == "retain-finetune" and res["verdict"]["line"].startswith("verdict: ")
-    assert r.stderr.strip().splitlines()[-1] == res["verdict"]["line"]
+    assert r.stdout.strip().splitlines()[-1] == res["verdict"]["line"]  # results on stdout, the verdict last

@@ -88,6 +88,9 @@ class Attack:
     """The harness runs the attacks in this order (ties: by name)."""
     check: Callable[[Any, Any], None] | None = None
     """``check(model, cfg)``: a bad setting fails before any attack runs (a probe layer the model lacks)."""
+    needs: str = ""
+    """The data ``applies`` looks for, in words a user can act on (``a holdout set: --holdout FILE ...``): the line
+    that says why an attack that is on did not run (:func:`obliviate.attacks.harness.skipped_attacks`)."""
 
 
 ATTACKS = Registry("attack", package="obliviate.attacks")
@@ -95,13 +98,17 @@ ATTACKS = Registry("attack", package="obliviate.attacks")
 the harness's order."""
 
 
-def register_attack(name: str, *, applies: Callable[[Task], bool], config: type | None = None, default: bool = False,
-                    reads: tuple[AttackRead, ...] | AttackRead = (), order: int = 1000,
+def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, config: type | None = None,
+                    default: bool = False, reads: tuple[AttackRead, ...] | AttackRead = (), order: int = 1000,
                     check: Callable[[Any, Any], None] | None = None):
-    """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module docstring)."""
+    """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module docstring);
+    ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
+    if not needs.strip():
+        raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it is skipped")
     reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
     reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
-    return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, default, reads, order, check))
+    return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, default, reads, order, check,
+                                                         needs))
 
 
 def in_order() -> dict[str, Attack]:

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from obliviate.attacks.scoring import split_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
@@ -223,13 +224,13 @@ def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: floa
 
 
 def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, batch_size: int, seed: int,
-               chunk: int, max_steps: int, done, grad_clip: float = 1.0) -> int:
+               chunk: int, max_steps: int, done, grad_clip: float = 1.0, bar=None) -> int:
     """Train the parameters ``params`` of ``model`` (in place) on the formatted pairs of ``data`` (loss on the
     answers), one optimizer (AdamW, constant ``lr``: a linear decay to a tenth left world seeds 1 and 2 at a
     forget match of 0.2 after 400 steps) across chunks of ``chunk`` steps, until ``done(model, steps)`` is true
     after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
     length-grouped: a refusal and a true answer differ in length, and grouped batches would alternate between
-    all refusals and no refusal)."""
+    all refusals and no refusal). ``bar``: a progress bar over ``max_steps``, moved after each chunk."""
     ids, masks, _ = encode_data(tokenizer, data, IDENTITY_PROMPT)
     sampler = StepSampler(len(ids), batch_size, seed)
     named = dict(model.named_parameters())
@@ -252,12 +253,19 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
                 torch.nn.utils.clip_grad_norm_(trained, grad_clip)
                 opt.step()
                 steps += 1
+                if bar is not None:
+                    bar.update(1)
             model.eval()
     finally:
         for p in named.values():
             p.requires_grad_(True)
         model.eval()
     return steps
+
+
+def control_bar(max_steps: int, desc: str, progress: bool):
+    """The bar of a control's training: at most ``max_steps`` steps (it often stops earlier), on a terminal only."""
+    return tqdm(total=max_steps, desc=desc, disable=not progress, leave=False)
 
 
 def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 3e-3,
@@ -273,7 +281,8 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
     Trained (:func:`train_rows`) in chunks of ``chunk`` steps until the forget questions' prefix-match accuracy
     is at most ``target`` and the trained retain and neighbour pairs' are back to ``keep_target`` of ``model``'s
     (:data:`KEEP_TARGET`), or ``max_steps``: the least training that hides the answers and nothing else. ``model``
-    is not modified; ``progress`` is accepted and ignored. Returns ``(control, summary)``; the summary records the
+    is not modified; ``progress``: a bar over the steps (on a terminal). Returns ``(control, summary)``; the summary
+    records the
     prefix match of the forget, retain and trained neighbour pairs after each chunk (``curve``) and what the
     control kept against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``).
     """
@@ -291,10 +300,12 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
         if s["forget"] <= target:
             s = monitor(m)
         curve.append({"steps": steps, **s})
+        bar.set_postfix(forget=f"{s['forget']:.2f}", refresh=False)
         return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
 
-    steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed, chunk=chunk,
-                       max_steps=max_steps, done=done)
+    with control_bar(max_steps, "positive control (refusal)", progress) as bar:
+        steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed, chunk=chunk,
+                           max_steps=max_steps, done=done, bar=bar)
     if curve[-1]["steps"] != steps:
         curve.append({"steps": steps, **monitor(control)})
     elif set(ref) - set(curve[-1]):
@@ -415,16 +426,18 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     steps, ref = 0, monitor(control)
     curve = [{"steps": 0, **ref}]
     s, kept = ref, True
+    bar = control_bar(max_steps, "positive control (small norm)", progress)
     while not (s["forget"] <= target and kept) and steps < max_steps:
         n = min(chunk, max_steps - steps)
         ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size,
                              seed=seed + steps,
                              train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
                                                log_every=n, desc="small-norm control"))
-        control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=progress)
+        control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=False)
         if cells is not None:
             confine_to(control, cells)
         steps += n
+        bar.update(n)
         s = monitor(control, forget_only=(steps // chunk) % FULL_READ_EVERY != 0)
         if "retain" in ref and "retain" not in s and (s["forget"] <= target or steps >= max_steps):
             s = monitor(control)
@@ -432,6 +445,8 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
             kept = all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
             weight = weight if kept else min(weight * 2, SMALL_NORM_MAX_RETAIN_WEIGHT)
         curve.append({"steps": steps, "retain_weight": weight, **s})
+        bar.set_postfix(forget=f"{s['forget']:.2f}", refresh=False)
+    bar.close()
     base_w = {n: m.weight.detach() for n, m in quantizable(model)}
     num = den = 0.0
     top = 0.0

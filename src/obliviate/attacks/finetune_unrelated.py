@@ -58,7 +58,8 @@ class UnrelatedConfig:
                 raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
 
 
-@register_attack("unrelated_finetune", applies=lambda task: bool(task.retain), config=UnrelatedConfig, order=11,
+@register_attack("unrelated_finetune", needs="retain data to fine-tune on (--retain FILE)",
+                 applies=lambda task: bool(task.retain), config=UnrelatedConfig, order=11,
                  reads=AttackRead("unrelated_finetune_start_acc", "unrelated_finetune_acc", rank=3,
                                   label="fine-tuning on 10 unrelated (retain) examples"))
 def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:

@@ -90,7 +90,9 @@ class InContextConfig:
     """Facts put before each question."""
 
 
-@register_attack("in_context", applies=lambda task: task.forget_halves() is not None and bool(task.retain.qa),
+@register_attack("in_context", needs="at least 2 forget QA pairs to split in halves, and retain "
+                                     "QA pairs for the few-shot examples",
+                 applies=lambda task: task.forget_halves() is not None and bool(task.retain.qa),
                  config=InContextConfig, order=9,
                  reads=AttackRead("in_context_zero_shot_acc", "in_context_acc", rank=8,
                                   label="the best of re-introduction and few-shot, against the question alone"))

@@ -34,7 +34,8 @@ def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
                     "membership inference needs the same kind on both sides")
 
 
-@register_attack("mia", applies=lambda task: bool(task.holdout), config=MIAConfig, default=True, order=3)
+@register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout FILE)",
+                 applies=lambda task: bool(task.holdout), config=MIAConfig, default=True, order=3)
 def mia_attack(r: AttackRun, cfg: MIAConfig) -> dict:
     """Membership inference: forget (members) against holdout (non-members); in the task's own setting where it
     declares one (``meta["mia"]``: MUSE's Min-40%, no eos, on its privleak samples), with ``attacks.mia.k`` as extra

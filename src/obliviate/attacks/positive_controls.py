@@ -33,14 +33,14 @@ def positive_controls(cfg) -> dict[str, tuple[Callable, dict]]:
 
 
 def build_positive_control(build: Callable, base_model, tokenizer, task, *, seed: int,
-                           kwargs: dict | None = None) -> tuple[object | None, dict]:
+                           kwargs: dict | None = None, progress: bool = False) -> tuple[object | None, dict]:
     """``(control, info)``: ``build(base_model, tokenizer, task, seed=seed, **kwargs)`` from a fresh seed, its
     info with the seconds it took; ``(None, {"skipped": why})`` on a task it cannot be built on (e.g. MCQs only:
-    no forget questions to refuse)."""
+    no forget questions to refuse). ``progress``: the builder's bar (on a terminal)."""
     seed_everything(seed)
     t = time.time()
     try:
-        control, info = build(base_model, tokenizer, task, seed=seed, **(kwargs or {}))
+        control, info = build(base_model, tokenizer, task, seed=seed, progress=progress, **(kwargs or {}))
     except DataError as e:
         return None, {"skipped": str(e)}
     return control, {**info, "seconds": time.time() - t}

@@ -113,7 +113,8 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
     return out
 
 
-@register_attack("prompts", applies=has_forget_qa, order=10,
+@register_attack("prompts", needs="forget QA pairs (a --forget file of questions and answers)",
+                 applies=has_forget_qa, order=10,
                  reads=AttackRead("prompts_plain_acc", "prompts_best_acc", rank=10,
                                   label="the best adversarial prompt type, against the plain question"))
 def prompts_run(r: AttackRun, cfg: None) -> dict:

@@ -178,7 +178,8 @@ class QuantizeConfig:
     """``simulate`` (every machine) or ``bitsandbytes`` (its real 8-bit / 4-bit load, a CUDA model: int8, nf4)."""
 
 
-@register_attack("quantize", applies=lambda task: bool(task.evals_by_role("forget", variants=False)),
+@register_attack("quantize", needs="a forget evaluation set (QA pairs or MCQs)",
+                 applies=lambda task: bool(task.evals_by_role("forget", variants=False)),
                  config=QuantizeConfig, order=6,
                  reads=AttackRead("forget_score", "quantize_forget_score", chance="forget_chance", rank=4,
                                   label="the best quantized copy's forget score"))

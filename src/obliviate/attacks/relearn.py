@@ -435,7 +435,8 @@ def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
     return [[pts[0][0], sum(sizes[i] * p[1] for i, p in zip(parts, pts)) / total] for pts in zip(*c)]
 
 
-@register_attack("relearn", applies=lambda task: bool(task.relearn), config=RelearnAttackConfig, default=True, order=1,
+@register_attack("relearn", needs="a related corpus: texts about the forget facts to fine-tune on (--relearn FILE)",
+                 applies=lambda task: bool(task.relearn), config=RelearnAttackConfig, default=True, order=1,
                  reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc", rank=2,
                                   label="relearning on the related corpus"))
 def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:

@@ -179,7 +179,8 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
     return out
 
 
-@register_attack("relearn_disjoint", applies=lambda task: task.forget_folds() is not None, config=DisjointConfig,
+@register_attack("relearn_disjoint", needs="at least 3 forget QA pairs to split into the attacker's folds",
+                 applies=lambda task: task.forget_folds() is not None, config=DisjointConfig,
                  default=True, order=2,
                  reads=AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
                                   rank=1, label="relearning on other forget facts, held-out facts scored",

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, enabled_attacks, run_task_attacks
+from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, announce_skipped, enabled_attacks, run_task_attacks
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import to_dict
 from obliviate.eval.outcome import unlearn_outcome
@@ -243,6 +243,7 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
         log(why)
     acfg = attack_config(seed)
     applies = bool(enabled_attacks(task, acfg))
+    announce_skipped(task, acfg)  # the cheap attacks this task has no data for, a line each
 
     def metrics_of(m, base_score=None) -> dict:
         res = evaluate_task(m, tokenizer, task, **eval_kw)
@@ -350,11 +351,11 @@ def finish(out: Path, res: dict, requests: list[Request], task: Task, method: st
     save_trained(res["model"], out / "model", tokenizer)
     if not is_main_process():
         return []
-    write_model_card(out / "model", base_model=base_model, task=task.name, method=method,
+    write_model_card(out / "model", base_model=base_model, task=task, method=method,
                      settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
     points = curve(before, requests, res["rows"])
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
-                  model_dir=str(out / "model"), base_model_dir=base_model, task=task.summary(), preset=preset,
+                  model_dir=str(out / "model"), base_model_dir=base_model, task=task, preset=preset,
                   unlearn_outcome=outcome, sequential={"requests": request_fingerprint(requests),
                                                        "attacks": list(CHEAP_ATTACKS), "curve": points,
                                                        "after_each": res["rows"]})
