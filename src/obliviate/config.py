@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from obliviate.errors import ConfigError, DataError
-from obliviate.utils import SEED_LIMIT
+from obliviate.utils import SEED_LIMIT, note_input
 
 
 SHOWN_CHARS = 80
@@ -359,6 +359,7 @@ def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"config file not found: {path}")
+    note_input(path)  # a task spec read while a command runs is one of its inputs
     try:
         raw = path.read_bytes()
     except OSError as e:

@@ -8,6 +8,8 @@ import pytest
 from obliviate.attacks.verdict import MIA_SEPARATION, PROBE_SEPARATION, control_readout
 from obliviate.runs.card import untaught_model, write_model_card
 
+from tests._run_dirs import tiny_model_dir
+
 
 @pytest.mark.parametrize("probe, ctl_probe, auc, ctl_auc, want_probe, want_mia", [
     (0.81, 0.80, 0.65, 0.62, False, False),  # issue #28: a never-taught model reads the same: surface, not knowledge
@@ -31,13 +33,14 @@ def test_without_a_control_the_figures_are_uncalibrated():
 
 
 def test_the_untaught_model_is_read_from_the_model_cards(tmp_path):
-    write_model_card(tmp_path / "ft", base_model=str(tmp_path / "random"), task="files", method="finetune",
+    random = tiny_model_dir(tmp_path)  # the model the lookup names is checked to be one
+    write_model_card(tmp_path / "ft", base_model=str(random), task="files", method="finetune",
                      settings={}, metrics={})
     write_model_card(tmp_path / "npo", base_model=str(tmp_path / "ft"), task="files", method="npo", settings={},
                      metrics={})
-    assert untaught_model(tmp_path / "npo") == str(tmp_path / "random")
-    assert untaught_model(tmp_path / "ft") == str(tmp_path / "random")
-    assert untaught_model(tmp_path / "random") is None  # no card
+    assert untaught_model(tmp_path / "npo") == str(random)
+    assert untaught_model(tmp_path / "ft") == str(random)
+    assert untaught_model(random) is None  # no card
 
 
 def test_attack_runs_the_negative_control_beside_the_model(tmp_path, small_world, world_tokenizer, world_model):

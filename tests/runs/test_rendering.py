@@ -17,6 +17,7 @@ from obliviate.api import load_task
 from obliviate.pipelines.compare.report import write_report
 from obliviate.runs.card import write_model_card
 from obliviate.runs.report import markdown_table, markdown_to_html, md_code, md_escape, write_html
+from obliviate.utils import recorded_path
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"a plot the run wrote"
 
@@ -112,7 +113,8 @@ def test_the_model_card_shows_names_as_text(name, tmp_path):
                             metrics={name: 0.5, "forget_score": 0.25})
     text = path.read_text()
     meta = yaml.safe_load(text.split("---\n")[1])
-    assert meta["obliviate"] == {"task": name, "method": name} and meta["base_model"] == name
+    assert meta["obliviate"] == {"task": name, "method": name, "inputs": []}
+    assert meta["base_model"] == recorded_path(name)  # (a name that can only be a path: absolute)
     body = text.split("---\n", 2)[2]
     lines = body.splitlines()
     assert not any(l.startswith(("![", "<", "# heading", "- a list")) for l in lines), body

@@ -31,10 +31,13 @@ def test_a_save_through_a_link_elsewhere_writes_nothing_there(model_dir, tmp_pat
     (elsewhere / "keep.txt").write_text("keep")
     out = tmp_path / "out"
     out.mkdir()
+    (out / "results.json").write_text("{}")  # a finished run: its model is moved aside on a rerun
     (out / "model").symlink_to(elsewhere)
     with pytest.raises(ObliviateError, match="out/model: it is a symbolic link"):
         prepare_out_dir(out)  # (it would move OUT/model aside)
+    assert (out / "results.json").read_text() == "{}" and not (out / "previous").exists()  # put back as it was
     (out / "model").unlink()
+    (out / "results.json").unlink()
     (out / "models").symlink_to(elsewhere)
     (out / "report.md").symlink_to(elsewhere / "keep.txt")
     (out / "plots").symlink_to(elsewhere)

@@ -16,6 +16,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval
 from obliviate.pipelines.evaluate import EvalRunConfig, run_eval, run_lmeval
 from obliviate.tasks.benchmark import benchmark_task
+from obliviate.utils import recorded_path
 
 
 def cmd_eval(args) -> None:
@@ -104,8 +105,8 @@ def run_lmeval_command(args) -> bool:
     check_out_dir(args.out, input_paths(args, args.lm_eval_include))
     require_lm_eval()  # a missing lm-eval fails before the model is loaded
     model, tok = load_model_args(args, trains=False)  # on --device, in --dtype, with --adapter
-    config = {"lm_eval": tasks, "include": args.lm_eval_include, "limit": args.limit, "model": args.model,
-              "tokenizer": args.tokenizer or args.model}
+    config = {"lm_eval": tasks, "include": recorded_path(args.lm_eval_include), "limit": args.limit,
+              "model": recorded_path(args.model), "tokenizer": recorded_path(args.tokenizer or args.model)}
     res = run_lmeval(model, tok, tasks, args.out, seed=args.seed, include=args.lm_eval_include, limit=args.limit,
                      config=config)
     print(json.dumps(res, indent=1))

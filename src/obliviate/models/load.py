@@ -408,19 +408,6 @@ def could_be_hub_id(s: str) -> bool:
             and not s.endswith((".", "-")))
 
 
-def looks_like_path(s: str) -> bool:
-    """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``).
-
-    Narrower than ``not could_be_hub_id(s)``: ``"not a hub id!"`` is neither (see obliviate.pipelines.tofu).
-    """
-    return (
-        s.startswith((".", "/", "~"))
-        or s.count("/") > 1
-        or s.endswith("/")
-        or (os.sep != "/" and os.sep in s)
-    )
-
-
 def _stat_errno(path: str) -> int | None:
     try:
         os.stat(path)
@@ -432,6 +419,26 @@ def _stat_errno(path: str) -> int | None:
 def is_local(s: str) -> bool:
     """Whether ``s`` names something on disk or can only be a path (see the module doc); False means: a hub id."""
     return os.path.lexists(s) or not could_be_hub_id(s) or _stat_errno(s) not in (None, errno.ENOENT)
+
+
+def hub_model_missing(name: str, allow_hub: bool = False) -> str | None:
+    """Why the hub model ``name`` cannot be had, for ``f"... {name!r} is ... and {reason}"``, else None: it is in
+    the local hub cache (its ``config.json``; no network), or with ``allow_hub`` the hub holds it (one request;
+    ``HF_HUB_OFFLINE=1`` asks nothing)."""
+    import huggingface_hub
+
+    try:
+        cached = huggingface_hub.try_to_load_from_cache(name, "config.json")
+    except Exception:  # a name the cache cannot hold
+        cached = None
+    if isinstance(cached, str):
+        return None
+    if not allow_hub:
+        return "not in the local hub cache"
+    try:
+        return None if huggingface_hub.file_exists(name, "config.json") else "not a model on the hub"
+    except Exception as e:  # offline, unreachable, or refused
+        return f"the hub could not be asked ({one_line(e) or type(e).__name__})"
 
 
 def missing_reason(path: str | os.PathLike) -> str:

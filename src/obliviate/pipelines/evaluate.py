@@ -43,8 +43,7 @@ def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
                             progress=progress, details=True)
     atomic_write_json(out / "predictions.json", item_records(task, metrics.pop("_per_item"), tok))
-    write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=model_dir,
-                  task=task.summary())
+    write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=model_dir, task=task)
     lines = [json.dumps({k: round(v, 4) for k, v in metrics.items() if isinstance(v, float)}, indent=1)]
     for note in not_computed_lines(task, metrics):
         log.info(note)

@@ -65,11 +65,11 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     info.update(metrics=metrics, lines=[])
     if not is_main_process():  # under a launcher rank 0 writes and prints
         return new, info
-    write_model_card(out / "model", base_model=base_model, task=task.name, method="finetune",
+    write_model_card(out / "model", base_model=base_model, task=task, method="finetune",
                      settings=summary["finetune"], metrics=metrics)
     plot_loss_curve(out / "train" / "metrics.jsonl", out / "loss.png", f"fine-tuning on {task.name}")
     write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics}, model_dir=str(out / "model"),
-                  base_model_dir=None if base_model is None else str(base_model), task=task.summary(),
+                  base_model_dir=None if base_model is None else str(base_model), task=task,
                   finetune=summary["finetune"], data=summary["data"])
     scores = {k: round(v, 4) for k, v in metrics.items() if k.endswith("_score")}
     info["lines"] = [f"fine-tuned on {task.name} ({data.describe()}): {scores}", f"model: {out / 'model'}"]

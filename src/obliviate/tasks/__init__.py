@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from obliviate.errors import ConfigError
 from obliviate.registry import Registry
-from obliviate.tasks.base import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, cut
+from obliviate.tasks.base import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, cut, records_inputs
 
 # ------------------------------------------------------------------ registry
 
@@ -78,8 +78,10 @@ def check_task_spec(spec: str) -> Provider:
     return prov
 
 
+@records_inputs
 def load_task(spec: str | Task, **options: Any) -> Task:
-    """The task named by ``spec`` (a :class:`Task` is returned as it is).
+    """The task named by ``spec`` (a :class:`Task` is returned as it is); it lists the data files it was built from
+    (``meta["inputs"]``: :func:`~obliviate.tasks.base.records_inputs`).
 
     ``options`` are passed to the provider (e.g. ``seed``, ``root`` for the data directory,
     ``limit`` to cut every set to its first N records).

@@ -8,6 +8,7 @@ which in turn use evaluation and attacks.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 
 from obliviate.errors import ConfigError, DataError
+from obliviate.utils import input_records, recording_inputs
 
 ROLES = ("forget", "retain", "neighbour", "utility", "extra")
 """What an evaluation set checks; "extra" sets are reported but enter no role score."""
@@ -288,6 +290,28 @@ class Task:
                 "evals": {e.name: {"role": e.role, "kind": e.kind, "n": len(e.items)} for e in self.evals},
                 "relearn": len(self.relearn or []), "holdout": self.holdout.describe() if self.holdout else None,
                 "prompt": {"template": self.prompt.template, "chat": self.prompt.chat}, **extra}
+
+
+INPUTS = "inputs"
+"""``Task.meta`` key: the data files the task was built from, ``[{"path", "sha256"}, ...]`` (:func:`records_inputs`),
+which results.json and the model cards of a run on it list (:func:`obliviate.runs.results.run_inputs`)."""
+
+
+def records_inputs(fn):
+    """Decorate a function that builds a :class:`Task` from files: the task it returns lists every data file read
+    while it was built, each path absolute with its SHA-256 (``meta["inputs"]``; the readers of
+    :mod:`obliviate.tasks.sources` record what they open, :func:`obliviate.utils.note_input`)."""
+
+    @functools.wraps(fn)
+    def build(*args, **kwargs):
+        with recording_inputs() as seen:
+            task = fn(*args, **kwargs)
+        if isinstance(task, Task) and seen:
+            files = {r["path"]: r["sha256"] for r in task.meta.get(INPUTS) or []}
+            task.meta = {**task.meta, INPUTS: input_records({**files, **seen})}  # a new dict: copies keep theirs
+        return task
+
+    return build
 
 
 def cut(items: list, limit: int | None) -> list:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task
+from obliviate.tasks.base import records_inputs
 from obliviate.tasks.sources import load_jsonl
 from obliviate.tasks.sources.benchmarks import benchmark_kind, benchmark_names, get_benchmark
 from obliviate.tasks.tofu import tofu_answer, tofu_prompt
@@ -104,6 +105,7 @@ def _pair(ex, kind: str) -> tuple[str, str]:
     return ex["question"], ex["answer"]
 
 
+@records_inputs
 def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = None, kind: str | None = None,
                    mapping: dict | str | None = None, limit: int | None = None, **loader_kw) -> Task:
     """The task of benchmark ``name``, or of the user file ``data`` (with ``kind`` and ``mapping``; reported

@@ -21,7 +21,7 @@ from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import Schema, validate
 from obliviate.tasks import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, register_task
-from obliviate.tasks.base import PreferredAnswers
+from obliviate.tasks.base import PreferredAnswers, records_inputs
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem"),
@@ -335,6 +335,7 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
                       **({"notes": notes, "retain_heldout": held} if held else {})})
 
 
+@records_inputs
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
                     holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
                     mapping: str | dict | None = None, template: str | None = None, chat: bool = False,

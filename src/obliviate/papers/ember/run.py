@@ -47,7 +47,7 @@ from obliviate.runs.results import write_results
 from obliviate.tasks.base import Task
 from obliviate.tasks.world import facts_task
 from obliviate.train import TrainConfig, make_lm_batches, train
-from obliviate.utils import seed_everything
+from obliviate.utils import recorded_path, seed_everything
 
 PARTS = ("world", "data")
 METHODS = ["rmu", "snmf", "crisp"]
@@ -672,6 +672,8 @@ def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
     results = as_results(cfg, **parts)  # what results.json will hold
     claims = claims_of(results)
     render(results, out)
-    write_results(out, seed=cfg.seed, config=cfg, claims=claims_json(claims), **parts)
+    data = dataclasses.replace(cfg.ember_data, data=recorded_path(cfg.ember_data.data))  # absolute, as every path
+    write_results(out, seed=cfg.seed, config=dataclasses.replace(cfg, ember_data=data), claims=claims_json(claims),
+                  **parts)
     return {"metrics": rows, "claims": claims, "timings": timings, "notes": notes, "delta_grid": grid,
             "real_data": real}

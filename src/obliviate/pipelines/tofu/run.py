@@ -22,7 +22,7 @@ from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_
                                  forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
 from obliviate.unlearning.engine import method_run_config, unlearn
-from obliviate.models.load import check_vocab, load_model, load_tokenizer, looks_like_path
+from obliviate.models.load import check_vocab, load_model, load_tokenizer
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.tokenizer import ensure_pad_token, save_tokenizer, train_tokenizer
 from obliviate.runs.parts import cached_part
@@ -33,7 +33,7 @@ from obliviate.tasks.tofu import RETAIN_OF, load_tofu, tofu_prompt
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.train import distributed as D
 from obliviate.train.backend import can_checkpoint
-from obliviate.utils import cache_dir, seed_everything
+from obliviate.utils import cache_dir, looks_like_path, recorded_path, seed_everything
 
 FORGET_SPLITS = RETAIN_OF
 """The forget splits the protocol unlearns (``forget``), each with TOFU's retain split (together: ``full``)."""
@@ -484,10 +484,12 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
     timings["total_s"] = time.time() - t_all
     if D.is_main_process():
         atomic_write_json(out / "per_example.json", per_example)
-    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, timings=timings,
-                  unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
-                  model_dir=str(out / "model"), notes=bases.notes,
-                  **({"given_models": to_dict(given)} if given else {"scale_note": TINY_SCALE_NOTE}))
+    paths = ("model", "retain_model", "tokenizer")  # recorded absolute, as every path in results.json
+    write_results(out, seed=cfg.seed, config={**to_dict(cfg), "data": recorded_path(cfg.data)}, metrics=metrics,
+                  timings=timings, unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
+                  model_dir=str(out / "model"), notes=bases.notes, task=bases.task,
+                  **({"given_models": {k: recorded_path(v) if k in paths else v for k, v in to_dict(given).items()}}
+                     if given else {"scale_note": TINY_SCALE_NOTE}))
     return {"metrics": metrics, "per_example": per_example, "timings": timings, "notes": bases.notes}
 
 
