@@ -9,6 +9,7 @@ from obliviate.errors import ConfigError
 from obliviate.models.load import load_model_and_tokenizer
 from obliviate.pipelines.probe_directions import run_probe_directions
 from obliviate.tasks.world import WorldConfig
+from obliviate.utils import recorded_path
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -30,7 +31,7 @@ def cmd_probe_directions(args) -> None:
         check_out_dir(args.out, input_paths(args))
     model, tok = load_model_and_tokenizer(args.model, args.pad_policy, tokenizer_path=args.tokenizer)
     _, lines = run_probe_directions(model.eval(), tok, cfg, layers, C=args.C, seed=args.seed, out=args.out,
-                                    config={"world": cfg.__dict__, "model": args.model})
+                                    config={"world": cfg.__dict__, "model": recorded_path(args.model)})
     for line in lines:
         print(line)
 
