@@ -41,17 +41,18 @@ def test_unlearn_records_its_files_in_results_and_the_card(tmp_path, monkeypatch
 
 
 def test_a_spec_eval_data_and_requests_are_recorded(tmp_path, monkeypatch):
-    """A task spec (the spec file and every file it lists), eval --data, and unlearn --requests (each request file
-    and the retain file); an edited file is recorded with its new hash."""
+    """A task spec (the spec file and every file it lists) and the --config file, eval --data, and unlearn
+    --requests (each request file and the retain file); an edited file is recorded with its new hash."""
     paths = write_user_files(tmp_path / "data", n_forget=8, n_retain=4)
     model = tiny_model_dir(tmp_path)
     spec = tmp_path / "data" / "spec.yaml"
     spec.write_text(yaml.safe_dump({"name": "mine", "forget": ["forget.jsonl"], "retain": ["retain.csv"],
                                     "evals": [{"path": "utility_mcq.json", "role": "utility"}]}))
+    (tmp_path / "run.yaml").write_text("eval:\n  max_new_tokens: 2\n")
     monkeypatch.chdir(tmp_path)
     assert main(["eval", "--no-progress", "--model", str(model), "--task", "file:data/spec.yaml", "--out", "spec",
-                 "eval.max_new_tokens=2"]) == 0
-    want = [_record(p) for p in (paths["forget"], paths["retain_qa"], spec, paths["utility"])]
+                 "--config", "run.yaml"]) == 0
+    want = [_record(p) for p in (paths["forget"], paths["retain_qa"], spec, paths["utility"], tmp_path / "run.yaml")]
     assert _inputs(tmp_path / "spec") == sorted(want, key=lambda r: r["path"])
     assert main(["eval", "--no-progress", "--model", str(model), "--data", "data/utility_mcq.json", "--kind", "mcq",
                  "--out", "ev", "--mapping", "question=stem,choices=options,answer=label"]) == 0
