@@ -4,13 +4,16 @@ absolute path with its SHA-256, on the command line and through the Python API."
 
 import hashlib
 import json
+import shutil
 
 import yaml
 
 import obliviate
 from obliviate.cli.main import main
 from obliviate.models.load import load_model_and_tokenizer
+from obliviate.runs.cache import task_fingerprint
 from obliviate.runs.card import read_model_card
+from obliviate.runs.results import task_digest
 
 from tests._run_dirs import tiny_model_dir
 from tests.tasks._userdata import write_user_files
@@ -86,3 +89,15 @@ def test_the_api_records_the_files_its_task_was_built_from(tmp_path, monkeypatch
     assert _inputs(tmp_path / "ft") == want
     assert read_model_card(tmp_path / "ft" / "model")["obliviate"]["inputs"] == want
     assert "inputs" not in task.summary()  # the resume fingerprint reads the data, not where it lies
+
+
+def test_the_recorded_files_do_not_change_what_the_task_is(tmp_path):
+    """The same data read from another place: other recorded paths, the same task fingerprint (the controls'
+    cache, :func:`obliviate.runs.cache.task_fingerprint`) and the same resume digest."""
+    paths = write_user_files(tmp_path / "a", n_forget=4, n_retain=4)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    one = obliviate.load_task(forget=paths["forget"], retain=paths["retain_qa"])
+    two = obliviate.load_task(forget=tmp_path / "b" / "forget.jsonl", retain=tmp_path / "b" / "retain.csv")
+    assert one.meta["inputs"] != two.meta["inputs"]
+    assert [r["sha256"] for r in one.meta["inputs"]] == [r["sha256"] for r in two.meta["inputs"]]
+    assert task_fingerprint(one) == task_fingerprint(two) and task_digest(one) == task_digest(two)

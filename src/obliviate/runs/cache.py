@@ -46,9 +46,10 @@ FORMAT = 1
 ENTRY = "entry.json"
 STALE_STAGING_SECONDS = 2 * 24 * 3600
 """A staging folder this old belongs to a run that was killed while building: removed by the next build."""
-LOCATION_META = ("files", "directory", "data", "notes", "missing")
-"""Keys of ``Task.meta`` that say where the task's data came from (paths, and lines naming them), not what it is:
-left out of :func:`task_fingerprint`, so the same data read from another place finds the same entries."""
+LOCATION_META = ("files", "directory", "data", "notes", "missing", "inputs")
+"""Keys of ``Task.meta`` that say where the task's data came from (paths, and lines naming them; ``inputs``: the
+files read, with their hashes, :data:`obliviate.tasks.base.INPUTS`), not what it is: left out of
+:func:`task_fingerprint`, so the same data read from another place finds the same entries."""
 
 
 def cache_root() -> Path:
