@@ -35,6 +35,7 @@ class ShortConfig:
 
 
 @register_attack("short_relearn", applies=lambda task: task.forget_halves() is not None, config=ShortConfig,
+                 needs="at least 2 forget QA pairs to split in halves",
                  reads=AttackRead("short_relearn_start_acc", "short_relearn_acc", label="a short relearning"))
 def short_relearn(r, cfg: ShortConfig) -> dict:
     a, b = r.task.forget_halves(r.cfg.seed)

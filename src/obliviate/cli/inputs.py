@@ -205,8 +205,6 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
             task.prompt.chat = True
         elif getattr(args, "template", None):
             task.prompt.template = args.template
-    for note in task.meta.get("notes") or []:  # what a reader of the scores must know (a held-out share), said once
-        log.info(note)
     return task
 
 
