@@ -11,7 +11,7 @@ from obliviate.pipelines.bench.run import BenchConfig, bench_table, peak_matmul_
 def test_bench_rmu_full_and_lora():
     m = run_bench(BenchConfig(methods=["rmu"], lora_methods=["rmu"], size="nano", mid_size="1x16", mid_rounds=2,
                               batch_size=4, repeats=1, warmup=1, min_rounds=2, max_rounds=3, eval_speed=False,
-                              logit_memory=False, filtering=False), progress=False)
+                              logit_memory=False, filtering=False, control_cache=False), progress=False)
     assert m["rmu"]["step_time_ratio"] > 0 and m["rmu"]["peak_mem_ratio"] > 0
     # RMU reads the frozen states of the retain examples only: cached, no copy, and less memory than the copy it held
     assert m["rmu"]["reference_copy"] is False and m["rmu"]["reference"].startswith("hidden states of retain at layer")
@@ -120,3 +120,25 @@ def test_eval_speed_entry():
     # lm-eval's evaluation alone (no index of its installed tasks) is faster than with its default set-up
     assert m["lm_eval_mcq_local_examples_per_s"] > m["lm_eval_mcq_examples_per_s"]
     assert m["mcq_time_vs_lm_eval_local"] > m["mcq_time_vs_lm_eval"]
+
+
+@pytest.mark.slow  # five fresh processes: about 30 s on an idle machine (make test-all)
+def test_the_control_cache_case_times_a_second_attack_that_finds_its_controls(tmp_path):
+    """The bench case of issue #56, item 13, at a toy size and with quick attacks: two verdict-bearing attacks on one
+    base in fresh processes, the second served from the cache (its ratio is measured, not asserted: a test does not
+    time a machine)."""
+    from obliviate.pipelines.bench.control_cache import control_cache_text, measure_control_cache
+
+    quick = ["--attacks", "relearn_disjoint,mia", "attacks.relearn.steps=2", "attacks.relearn.eval_every=1",
+             "attacks.lr_grid=[1e-3]", "attacks.lora=false", "positive_control_args.max_steps=4",
+             "small_norm_args.max_steps=4", "control_finetune.epochs=1"]
+    small = {"n_forget": 3, "n_holdout": 2, "n_retain": 3, "n_general": 3, "n_concept": 2, "n_toxic": 4}
+    c = measure_control_cache(tmp_path / "case", size="1x16", unlearn_steps=1, extra=quick, world=small)
+    first, second = c["runs"]["first"], c["runs"]["second"]
+    assert first["controls"]["cached"] == "no" and first["controls"]["tokens"] > 0  # built and attacked there
+    assert second["controls"]["cached"] == "yes" and second["controls"]["tokens"] == 0  # found, not built
+    assert c["ratio"] == pytest.approx(c["second_seconds"] / c["first_seconds"]) and c["first_seconds"] > 0
+    assert c["meets_target"] is (c["ratio"] <= 1 / 3) and {first["verdict"], second["verdict"]} <= {
+        "removed", "suppressed", "inconclusive", "not unlearned", "retain lost"}
+    assert (tmp_path / "case" / "cache" / "controls").is_dir()  # its own cache, never the user's
+    assert "ratio" in control_cache_text({"control_cache": c})

@@ -1,7 +1,7 @@
 """Issue #56, items 13 and 8, end to end on a user's files and a random-init Llama that ``obliviate finetune`` taught:
 a second verdict-bearing ``attack`` (or ``compare``) on the same base, into another ``--out``, reuses the controls
 from the cache and attacks only the new model, with the same numbers as a run that builds them (``--no-cache``); a
-corrupt entry is rebuilt; ``unlearn``, ``attack`` and ``compare`` print and record their cost."""
+corrupt entry is rebuilt; ``unlearn``, ``attack``, ``compare`` (and ``finetune``) print and record their cost."""
 
 import json
 import logging
@@ -137,3 +137,6 @@ def test_unlearn_prints_and_records_its_cost(user, tmp_path, capsys):
     assert cost["controls"] is None and cost["wall_seconds"] >= cost["total"]["seconds"] > 0
     card = read_model_card(out / "model")["obliviate"]["cost"]
     assert card["tokens"] == cost["total"]["tokens"] and "## Cost" in (out / "model" / "README.md").read_text()
+    taught = _results(user["root"] / "ft")["cost"]  # finetune, which trains too, records its own
+    assert set(taught["stages"]) == {"finetune", "evaluate:after"} and taught["stages"]["finetune"]["backwards"] > 0
+    assert read_model_card(user["base"])["obliviate"]["cost"]["tokens"] == taught["total"]["tokens"]

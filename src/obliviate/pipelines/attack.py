@@ -180,7 +180,7 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     base_model = load(base)[0] if base else None
     judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked
     scores: dict = {}  # the base model's scores, computed once for every model attacked
-    store = control_cache(cfg.cache)
+    store = control_cache(cfg.cache) if untrained else None  # no control: nothing to keep (nor weights to hash)
     key = None if store is None else {  # what every control's attacks read beside the control itself
         "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed, "judge": judge,
         "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),

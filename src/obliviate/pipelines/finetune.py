@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task
 from obliviate.methods import preset_name
 from obliviate.runs.card import write_model_card
+from obliviate.runs.cost import CostRecord, cost_line
 from obliviate.runs.report import plot_loss_curve
 from obliviate.runs.results import prepare_out_dir, resumes, write_results
 from obliviate.train.distributed import is_main_process, save_trained
@@ -45,8 +46,9 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     ``fingerprint`` resumes them; one line says why another does not), then the taught model is evaluated, and
     ``out/model`` with its card, ``loss.png`` and ``results.json`` are written (rank 0).
 
-    Returns ``(model, info)``: the training summary (``finetune``: the settings used, ``data``, ``history``), and
-    with ``out`` also ``metrics`` and ``lines`` (what the command prints)."""
+    Returns ``(model, info)``: the training summary (``finetune``: the settings used, ``data``, ``history``), its
+    ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s; also in results.json and the card), and with ``out`` also
+    ``metrics`` and ``lines`` (what the command prints, the cost line last)."""
     data = training_data(task, cfg.finetune.data)  # no data for the choice: one line, before anything is written
     out = prepare_out_dir(out) if out is not None else None
     resume = False
@@ -55,22 +57,27 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     seed_everything(cfg.seed)
     preset = preset_name(model)
     target = model if in_place else copy.deepcopy(model)
-    new, summary = finetune(target, tok, data, cfg.finetune, out / "train" if out is not None else None,
-                            prompt=task.prompt, preset=preset, progress=progress, resume=resume)
+    cost = CostRecord()  # each stage's passes, tokens and seconds (runs.cost)
+    with cost.stage("finetune", target):
+        new, summary = finetune(target, tok, data, cfg.finetune, out / "train" if out is not None else None,
+                                prompt=task.prompt, preset=preset, progress=progress, resume=resume)
     info = dict(summary)
     if out is None:
-        return new, info
-    metrics = evaluate_task(new, tok, task, **eval_kwargs(cfg, progress))
+        return new, {**info, "cost": cost.as_dict()}
+    with cost.stage("evaluate:after", new):
+        metrics = evaluate_task(new, tok, task, **eval_kwargs(cfg, progress))
+    info["cost"] = cost.as_dict()
     save_trained(new, out / "model", tok)  # rank 0 writes, in one process or several
     info.update(metrics=metrics, lines=[])
     if not is_main_process():  # under a launcher rank 0 writes and prints
         return new, info
     write_model_card(out / "model", base_model=base_model, task=task, method="finetune",
-                     settings=summary["finetune"], metrics=metrics)
+                     settings=summary["finetune"], metrics=metrics, cost=info["cost"])
     plot_loss_curve(out / "train" / "metrics.jsonl", out / "loss.png", f"fine-tuning on {task.name}")
     write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics}, model_dir=str(out / "model"),
                   base_model_dir=None if base_model is None else str(base_model), task=task,
-                  finetune=summary["finetune"], data=summary["data"])
+                  finetune=summary["finetune"], data=summary["data"], cost=info["cost"])
     scores = {k: round(v, 4) for k, v in metrics.items() if k.endswith("_score")}
-    info["lines"] = [f"fine-tuned on {task.name} ({data.describe()}): {scores}", f"model: {out / 'model'}"]
+    info["lines"] = [f"fine-tuned on {task.name} ({data.describe()}): {scores}", f"model: {out / 'model'}",
+                     cost_line(info["cost"])]
     return new, info

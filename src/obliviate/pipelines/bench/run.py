@@ -13,10 +13,12 @@ import os
 import platform
 import random
 import statistics
+import tempfile
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -34,6 +36,7 @@ from obliviate.unlearning.paired import PairedData
 from obliviate.unlearning.reference import prepare_reference
 from obliviate.unlearning.objectives import answer_logprob, forward_logits, sequence_logprob
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
+from obliviate.pipelines.bench.control_cache import control_cache_text, measure_control_cache
 from obliviate.runs.report import markdown_table
 from obliviate.runs.results import atomic_write_text, prepare_out_dir, write_results
 from obliviate.tasks.world import WorldConfig, forget_pairs, full_answer_mcqs, generate_world, retain_pairs
@@ -90,6 +93,15 @@ class BenchConfig:
     """Documents per classifier batch."""
     filter_target: float = 20.0
     """The throughput ratio the paper asks for (filtering under 1/20 = 5% of pretraining compute)."""
+    steps: bool = True
+    """Time each method's step against plain fine-tuning (the methods table, at ``size`` and ``mid_size``); false:
+    only the parts below that are on (``steps=false eval_speed=false filtering=false logit_memory=false``: the
+    controls' cache alone)."""
+    control_cache: bool = True
+    """Also time a verdict-bearing ``obliviate attack`` twice on one base with a fresh cache of the controls
+    (``metrics.control_cache``: :func:`~obliviate.pipelines.bench.control_cache.measure_control_cache`, issue #56)."""
+    control_cache_size: str = "4x128"
+    """The model size of that case (``"<layers>x<width>"``; 4x128 is about 1M parameters)."""
 
 
 def _tensor_bytes(tensors) -> int:
@@ -328,7 +340,9 @@ def flop_bound(passes: dict, plain: dict) -> float:
     return (passes["forward"] + passes["backward"]) / (plain["forward"] + plain["backward"])
 
 
-def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
+def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None = None) -> dict:
+    """Every part of the bench ``cfg`` turns on; ``work``: the folder of the controls' cache case (default: a
+    temporary one)."""
     torch.manual_seed(cfg.seed)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     names = cfg.methods or [n for n in method_names() if getattr(METHODS[n], "kind", "train") == "train"]
@@ -337,9 +351,9 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
     try:
         peak = peak_matmul_flops(cfg.peak_gemm_n, dev)
         tok, data = _world_batch(cfg)
-        metrics = _time_methods(cfg, cfg.size, tok, data, names, cfg.lora_methods, dev, peak, cfg.min_rounds,
-                                cfg.max_rounds, progress)
-        if cfg.mid_size:
+        metrics = {} if not cfg.steps else _time_methods(cfg, cfg.size, tok, data, names, cfg.lora_methods, dev, peak,
+                                                         cfg.min_rounds, cfg.max_rounds, progress)
+        if cfg.mid_size and cfg.steps:
             if progress:
                 print(f"bench: the same at size {cfg.mid_size}", flush=True)
             mid = _time_methods(cfg, cfg.mid_size, *_world_batch(cfg, cfg.mid_size), cfg.mid_methods or names, [],
@@ -360,6 +374,12 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict:
         if progress:
             print("bench: data-filtering classifier vs pretraining throughput", flush=True)
         metrics["filtering"] = measure_filtering(cfg)
+    if cfg.control_cache:
+        if progress:
+            print("bench: a verdict-bearing attack twice on one base, with a fresh cache of the controls", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            metrics["control_cache"] = measure_control_cache(Path(work or tmp), size=cfg.control_cache_size,
+                                                             seed=cfg.seed, progress=progress)
     return metrics
 
 
@@ -637,20 +657,23 @@ def roofline_text(metrics: dict) -> str:
 
 def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
     """``(head, table)`` of ``bench.md``: the machine and settings, then the roofline, the step-time table (and at
-    the mid size) and the filtering table."""
-    table = roofline_text(metrics) + "\n" + bench_table(metrics)
+    the mid size), the filtering table and the controls' cache case."""
+    table = roofline_text(metrics) + ("\n" + bench_table(metrics) if cfg.steps else "")
     if "mid" in metrics:
         table += f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n"
         table += bench_table(metrics["mid"])
     filtering = filtering_table(metrics)
     if filtering:
         table += "\n" + filtering
+    if "control_cache" in metrics:
+        table += "\n" + control_cache_text(metrics)
     t = metrics.get("timing", {})
     head = (f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores "
             f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, model size "
-            f"`{cfg.size}`, batch {cfg.batch_size}. Step-time ratios: median of {t.get('rounds')} interleaved rounds "
-            f"({t.get('clock')}), IQR in brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): "
-            f"{t.get('converged')}.\n\n")
+            f"`{cfg.size}`, batch {cfg.batch_size}."
+            + (f" Step-time ratios: median of {t.get('rounds')} interleaved rounds ({t.get('clock')}), IQR in "
+               f"brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): {t.get('converged')}."
+               if cfg.steps else "") + "\n\n")
     return head, table
 
 
@@ -658,7 +681,7 @@ def run_bench_dir(cfg: BenchConfig, out, progress: bool = True) -> tuple[dict, s
     """``obliviate bench``: :func:`run_bench` into the run directory ``out`` (``bench.md`` and ``results.json``);
     returns the metrics and the tables."""
     out = prepare_out_dir(out)
-    metrics = run_bench(cfg, progress=progress)
+    metrics = run_bench(cfg, progress=progress, work=out / "control_cache")
     head, table = bench_report(cfg, metrics)
     atomic_write_text(out / "bench.md", head + table + "\n")
     write_results(out, seed=cfg.seed, config=cfg, metrics=metrics)
