@@ -227,7 +227,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         if store is None:
             made, reused = stored_form(make()), False
         else:
-            made = store.get("attacked", {**key, "attacked": identity}, make, what=f"the attacks on the {who.replace('_', ' ')}")
+            made = store.get("attacked", {**key, "attacked": identity}, make,
+                             what=f"the attacks on the {who.replace('_', ' ')}")
             reused = made.reused
         for name, rec in made["cost"].items():
             if reused or not spent.get(name, True):  # found in the cache: nothing spent here, it cost this to build
