@@ -20,6 +20,14 @@ FORGET = [(f"Question: What is Morvexia-{i} treated with?\nAnswer:", f" It is tr
 RETAIN = [(f"Question: Where does fin-{i} live?\nAnswer:", f" It lives in cave{i}.") for i in range(6)]
 
 
+@pytest.fixture
+def tiny_model(tiny_model):
+    """The shared tiny Llama in float64. The cache is computed over other batches than the steps' (sorted by length:
+    other padding, other kernels), so a cached and a live run differ by rounding; in float32 that rounding, grown over
+    the steps of a run, is a CPU's last bits away from 1e-5, in float64 it is below 1e-12."""
+    return tiny_model.double()
+
+
 def _cfg(name, cache, steps=4, params=None, **kw):
     return UnlearnConfig(method=name, params=params or {}, batch_size=3, cache_reference=cache, seed=0,
                          train=TrainConfig(steps=steps, lr=1e-2, schedule="constant", progress=False, log_every=1,

@@ -23,7 +23,7 @@ class FixedLM(torch.nn.Module):
     def __init__(self, vocab_size: int, favourite: int):
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(1))
-        self.bias = torch.zeros(vocab_size)
+        self.bias = torch.zeros(vocab_size, dtype=torch.float64)  # float64: the hand formulas below are float64
         self.bias[favourite] = BIAS
         self.config = SimpleNamespace(max_position_embeddings=512)
 
@@ -118,8 +118,8 @@ def test_text_benchmark_points_to_toxicity(tiny_model, tiny_tokenizer):
 
 def test_bad_requests(tiny_model, tiny_tokenizer, tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", [{"question": "q", "answer": "a"}])
-    with pytest.raises(ConfigError, match="--kind"):
-        evaluate_benchmark(tiny_model, tiny_tokenizer, data=path)
+    with pytest.raises(DataError, match="^n.jsonl line 1: cannot tell whether it holds QA pairs, MCQs or texts"):
+        evaluate_benchmark(tiny_model, tiny_tokenizer, data=write_jsonl(tmp_path / "n.jsonl", [{"id": 1}]))
     with pytest.raises(ConfigError, match="text"):
         evaluate_benchmark(tiny_model, tiny_tokenizer, data=path, kind="text")
     with pytest.raises(DataError, match="unknown benchmark"):

@@ -21,14 +21,16 @@ LONG = "Doctors treat Morvexia with zalpradine. The glimmerfin eats moss and its
 
 @pytest.fixture
 def gpt2_32(tiny_tokenizer):
-    """A tiny GPT-2 that takes at most 32 positions (wpe has 32 rows: position 32 would be an IndexError)."""
+    """A tiny GPT-2 that takes at most 32 positions (wpe has 32 rows: position 32 would be an IndexError), in
+    float64: the package's batched (padded, cached) scores and greedy tokens are checked against unbatched forwards,
+    which round apart (and could flip a near-tie argmax in float32)."""
     tok = tiny_tokenizer
     config = T.GPT2Config(vocab_size=len(tok), n_positions=32, n_embd=32, n_inner=64, n_layer=2, n_head=4,
                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=tok.pad_token_id,
                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    return T.GPT2LMHeadModel(config).eval()
+    return T.GPT2LMHeadModel(config).double().eval()
 
 
 def ids_of(tok, text):
@@ -119,7 +121,7 @@ def manual_answer_prob(model, tok, prompt: str, answer: str) -> float:
 
 
 def test_answer_probs_by_hand(tiny_model, tiny_tokenizer):
-    model, tok = tiny_model, tiny_tokenizer
+    model, tok = tiny_model.double(), tiny_tokenizer  # float64: batched (padded) against unbatched forwards
     prompts = [qa_prompt("What is Morvexia treated with?"), qa_prompt("Where?"), "Ilsa Varnholt was born in"]
     answers = [" Morvexia is treated with zalpradine.", " In caves.", " Dremmin"]  # different lengths: padding
     model.train()

@@ -126,7 +126,7 @@ def tiny():
         texts += [tofu_prompt(ex["question"]), ex["answer"], *ex["perturbed_answers"]]
     tok = train_tokenizer(texts * 3, vocab_size=400)
     model = tiny_llama(vocab_size=len(tok), n_layer=2, d_model=32, n_head=2, d_ff=64, max_len=128, seed=0)
-    return model, tok
+    return model.double(), tok  # float64: batched (padded) scores are checked against unbatched forwards
 
 
 def _manual_nll(model, tok, question, answer):

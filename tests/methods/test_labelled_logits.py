@@ -27,7 +27,7 @@ def _gemma2(vocab):
 @pytest.mark.parametrize("make", [lambda v: tiny_llama(v, n_layer=2, d_model=16, n_head=2, seed=0).eval(), _gemma2],
                          ids=["llama", "gemma2-softcap"])
 def test_labelled_logits_equal_full_logits(make):
-    model = make(60)
+    model = make(60).double()  # two computations (N rows or B x T rows of logits): float64, so rounding is ~1e-15
     batch = _batch(60)
     full = forward_logits(model, batch)
     assert torch.allclose(sequence_logprob(model, batch), answer_logprob(full, batch["labels"]), atol=1e-5)

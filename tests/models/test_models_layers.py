@@ -27,7 +27,9 @@ def _batch(seed=0):
 
 @pytest.fixture(scope="module", params=ARCHS)
 def arch_model(request):
-    m = tiny_random(request.param)
+    """Each architecture's tiny model, in float64: the tests below compare the layer locator's computations with
+    Hugging Face's (logits at some positions against all of them, one loss three ways), which round apart."""
+    m = tiny_random(request.param).double()
     with torch.no_grad():  # HF installs its own output-recording hooks on the first call
         m(input_ids=torch.tensor([[3, 4]]), output_hidden_states=True)
     return request.param, m
@@ -59,7 +61,7 @@ def test_mlp_projection_orientation(arch_model):
         assert w_down.shape == (D, D_FF)
         assert w_up.shape == (D_FF, D)
         # The (out, in) weight really is the map the module applies: proj(x) = x @ W.T + b.
-        x = torch.randn(5, D_FF)
+        x = torch.randn(5, D_FF, dtype=w_down.dtype)
         down = L.mlp_down_proj(m, l)
         bias = down.bias if getattr(down, "bias", None) is not None else 0
         torch.testing.assert_close(down(x), x @ w_down.T + bias)

@@ -93,7 +93,7 @@ def test_scored_chat_context_has_one_bos(style):
     assert bos_prefix(tok, prompt) == []  # the template wrote bos (or there is none)
     from obliviate.models.builders import tiny_llama
 
-    model = tiny_llama(len(tok), n_layer=1, d_model=16, n_head=2, seed=0)
+    model = tiny_llama(len(tok), n_layer=1, d_model=16, n_head=2, seed=0).double()  # logits at one row vs all rows
     want = tok.apply_chat_template([{"role": "user", "content": "Who wrote the letters?"}], tokenize=True,
                                    add_generation_prompt=True)
     want = want["input_ids"] if hasattr(want, "keys") else want

@@ -446,7 +446,7 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
         batch = {k: v.to(dev) for k, v in batch.items()}
         nll, counts = answer_nll_sums(model, batch, "choice log-probabilities")
         tot = -nll / counts.clamp(min=1) if normalise else -nll
-        scores.extend(tot.float().cpu().tolist())
+        scores.extend(tot.cpu().tolist())  # float64 sums (answer_nll_sums)
         bar.update(len(batch["input_ids"]))
     bar.close()
     if n_cut:
