@@ -47,7 +47,8 @@ def test_planted_directions_are_recovered():
         assert float(got @ v) > 0.9  # same sign too: the direction points to class 1
         assert probes[l]["accuracy"] > 0.85
     cos = pairwise_cosine({l: p["direction"] for l, p in probes.items()})
-    # each recovered direction is off by a few degrees, so the planted cosines hold to ~0.1
+    # each recovered direction is off by a few degrees, so the planted cosines hold to ~0.1: on data seeds 0-9 the
+    # largest deviation is 0.035-0.100, got @ v >= 0.985 and the accuracy >= 0.906 (issue #56)
     np.testing.assert_allclose(cos, [[1, 0.5, 0], [0.5, 1, 0], [0, 0, 1]], atol=0.15)
 
 
