@@ -42,8 +42,8 @@ def test_qa_missing_mapped_field(tmp_path):
     f = write_jsonl(tmp_path / "mine.jsonl", [{"prompt": "Who?", "target": "Me."}, {"prompt": "Why?"}])
     with pytest.raises(DataError, match="^mine.jsonl line 2: missing field 'target' \\(mapped to 'answer'\\)"):
         load_jsonl(f, "qa", {"question": "prompt", "answer": "target"})
-    with pytest.raises(DataError, match="^mine.jsonl line 1: missing field 'question'"):
-        load_jsonl(f, "qa")  # no mapping: schema names
+    with pytest.raises(DataError, match="^mine.jsonl line 2: missing field 'target' \\(mapped to 'answer'\\)"):
+        load_jsonl(f, "qa")  # no mapping: the first record's fields tell it, and every record needs them
 
 
 def test_mcq_with_mapping(tmp_path):
@@ -258,14 +258,15 @@ def test_choices_from_several_fields(tmp_path):
     assert load_records(f, "mcq", "question=q,choices=a+b,answer_index=i")[0].answer_index == 1
     assert load_records(f, "mcq", "question=q,choices=a+b,answer_index=i,answer=gold")[0].answer_index == 1
     assert one_line_error(load_records, f, "mcq", "question=q,choices=a+b,answer_index=i,answer=a") == \
-        "g.jsonl line 1: field 'i' says choice 1 but field 'a' says choice 0"
+        "g.jsonl line 1: field 'i' says choice B but field 'a' says choice A"
     assert one_line_error(load_records, f, "mcq", "question=q,choices=a+nope,answer=gold") == \
         "g.jsonl line 1: missing field 'nope' (mapped to 'choices')"
     f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "choices": ["blue", "red"], "answer": "red"}])
     assert load_records(f, "mcq")[0].answer_index == 1  # no answer_index: 'answer' is the correct text
     f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "choices": ["blue", "red"]}])
     assert one_line_error(load_records, f, "mcq") == \
-        "h.jsonl line 1: missing field 'answer_index' (or 'answer', the correct choice's text)"
+        "h.jsonl line 1: cannot find the correct choice (an index, a letter or its text) of an MCQ among its fields " \
+        "(question, choices); name them with mapping='answer_index=FIELD'"
     f = write_jsonl(tmp_path / "h.jsonl", [{"question": "Sky?", "a": "blue", "b": 3, "answer": "blue"}])
     assert one_line_error(load_records, f, "mcq", "choices=a+b") == \
         "h.jsonl line 1: field 'b' must be a string or a list of strings"

@@ -77,7 +77,7 @@ def test_cannot_tell_hint_shows_the_command_line_syntax(two_schemas, capsys):
     assert main(["eval", "--model", str(model), "--forget", forget, "--retain", odd,
                  "--mapping", "forget=question=prompt,answer=true_answer", "--out", str(root / "out")]) == 2
     line = one_error(capsys)
-    assert "odd.jsonl: cannot tell" in line and "--mapping odd.jsonl=question=FIELD,answer=FIELD" in line
+    assert "odd.jsonl line 1: cannot tell" in line and "--mapping odd.jsonl=question=FIELD,answer=FIELD" in line
     assert "{path:" not in line  # the spec's syntax is for specs
     assert main(["eval", "--model", str(root / "no_model"), "--forget", forget, "--retain", odd, "--out",
                  str(root / "out"), "--mapping", "forget=question=prompt,answer=true_answer",

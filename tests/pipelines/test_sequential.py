@@ -144,8 +144,9 @@ def test_bad_requests_are_one_line_before_the_model(user, tmp_path, capsys, no_m
              ([a, copy], [], "holds the same data as"),
              ([a, b], ["--forget", str(user["forget"])], "conflicts with --requests"),
              ([a, b], ["--tune"], "--tune and --requests"),
-             ([a, odd], [], "--requests: odd.jsonl: cannot tell whether it holds QA pairs, MCQs or texts from its "
-                            "fields (bar, foo); name them with --mapping odd.jsonl=question=FIELD,answer=FIELD"),
+             ([a, odd], [], "--requests: odd.jsonl line 1: cannot tell whether it holds QA pairs, MCQs or texts "
+                            "from its fields (foo, bar); name them with "
+                            "--mapping odd.jsonl=question=FIELD,answer=FIELD"),
              ([a, odd], ["--mapping", "odd.jsonl=question=foo,answer=bar", "--mapping", "x.jsonl=question=q"],
               "'x.jsonl' is neither a file given")]
     for reqs, extra, want in cases:

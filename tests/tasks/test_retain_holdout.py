@@ -47,10 +47,13 @@ def test_s_unlearning_reads_the_held_out_retain_pairs(tmp_path, tiny_tokenizer):
     task = task_from_files([forget], [retain])
     m = evaluate_task(tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=1).eval(), tiny_tokenizer, task)
     assert "heldout_keep_score" in m and "retain_heldout_qa_em" in m
-    base = {**m, "forget_score": 1.0, "heldout_keep_score": 1.0, "retain_score": 1.0}
-    after = {**m, "forget_score": 0.0, "heldout_keep_score": 0.5, "retain_score": 1.0}  # trained kept, held-out not
+    assert m["untrained_keep_score"] == m["heldout_keep_score"]  # nothing else is held out of training here
+    held = lambda x: {"heldout_keep_score": x, "untrained_keep_score": x}  # noqa: E731
+    base = {**m, "forget_score": 1.0, **held(1.0), "retain_score": 1.0}
+    after = {**m, "forget_score": 0.0, **held(0.5), "retain_score": 1.0}  # trained kept, held-out not
     s = score_against(base, after)
-    assert s["r"] == 0.5 and s["r_trained"] == 1.0 and s["r_source"] == "held-out kept knowledge"
+    assert s["r"] == 0.5 and s["r_trained"] == 1.0
+    assert s["r_source"] == "held-out kept knowledge (held-out retain items)"
 
 
 def test_nothing_is_held_out_with_utility_or_holdout_files_or_one_pair(tmp_path):

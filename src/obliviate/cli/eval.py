@@ -48,7 +48,8 @@ def add_benchmark_args(p) -> None:
                                        "under)")
     g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated as a "
                                   "benchmark task")
-    g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds")
+    g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds (default: told from its fields, as for "
+                                                       "--utility files)")
     g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
                    "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
     g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a task)")

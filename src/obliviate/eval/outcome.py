@@ -3,8 +3,8 @@
 ``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the keep
 score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9), else
 ``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?"). The
-held-out keep score (``heldout_keep_score``, which S-unlearning's R reads) is shown beside the keep score, and said
-when its share falls below the threshold.
+held-out keep score (``heldout_keep_score``: the held-out retain items, part of what S-unlearning's R reads) is shown
+beside the keep score, and said when its share falls below the threshold.
 ``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which only attacks
 calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set counts by its
 length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short options.
@@ -23,8 +23,9 @@ MIN_FORGOT = 0.5
 OUTCOMES = ("ok", "forgot little", "retain lost")
 
 HELDOUT = "heldout_keep_score"
-"""The held-out keep score (:func:`obliviate.eval.suite.evaluate_task`: what must be kept and no method trains on),
-which S-unlearning's R reads; the outcome line shows it beside the keep score."""
+"""The held-out keep score (:func:`obliviate.eval.suite.evaluate_task`: the held-out retain items, which no method
+trains on; S-unlearning's R reads them with the neighbour and utility sets, ``untrained_keep_score``); the outcome
+line shows it beside the keep score."""
 
 _EPS = 1e-9
 """Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""

@@ -17,8 +17,12 @@ says why.
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
 sets of their accuracy (exact match for QA), with ``<role>_chance``; where the role holds a cloze MCQ set,
 ``<role>_score_norm`` too, the same mean with each cloze set's ``acc_norm`` in place of its raw ``acc`` (what
-the outcome and the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). S-unlearning
-(:func:`score_against`) compares a model's forget and retain scores with the base model's. The metrics a task
+the outcome and the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). Each score is named for what it
+reads: ``heldout_keep_score`` the held-out retain items alone (the retain role's variants: a retain file's held-out
+pairs, the world's held-out wordings of the retain facts), ``utility_score`` / ``neighbour_score`` their roles' sets,
+and ``untrained_keep_score`` all of what must be kept and no retain term trains on (those three pooled, set by set),
+which S-unlearning's R reads (:func:`score_against`, which compares a model's scores with the base model's). The
+metrics a task
 asks for by name (``task.meta["metrics"]``, :data:`METRICS`, below; TOFU: ``extraction_strength``,
 ``exact_memorization``) are added.
 """
@@ -215,7 +219,8 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
     absent: dict[str, str] = {}
     per_item: dict = {}
     by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in SCORED_ROLES}
-    heldout: list[tuple[float, float, float | None]] = []  # what must be kept and no retain term trains on
+    untrained: list[tuple[float, float, float | None]] = []  # what must be kept and no retain term trains on
+    heldout: list[tuple[float, float, float | None]] = []  # of which the held-out retain items
     for es in task.evals:
         r = evaluate_set(model, tokenizer, task, es, batch_size=batch_size, max_new_tokens=max_new_tokens,
                          max_len=max_len, progress=progress)
@@ -227,16 +232,19 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
             by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
         if es.kind in PRIMARY and (es.role in HELDOUT_KEEP_ROLES and not es.variant
                                    or es.role == "retain" and es.variant):
-            heldout.append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
+            untrained.append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
+            if es.role == "retain":
+                heldout.append(untrained[-1])
     for role, vals in by_role.items():
         if vals:
             out[f"{role}_score"] = float(np.mean([v for v, _, _ in vals]))
             out[f"{role}_chance"] = float(np.mean([c for _, c, _ in vals]))
             if any(n is not None for _, _, n in vals):  # a cloze set: the verdicts read it length-normalised
                 out[f"{role}_score_norm"] = float(np.mean([v if n is None else n for v, _, n in vals]))
-    if heldout:
-        out["heldout_keep_score"] = float(np.mean([v if n is None else n for v, _, n in heldout]))
-        out["heldout_keep_chance"] = float(np.mean([c for _, c, _ in heldout]))
+    for key, vals in (("heldout_keep", heldout), ("untrained_keep", untrained)):
+        if vals:
+            out[f"{key}_score"] = float(np.mean([v if n is None else n for v, _, n in vals]))
+            out[f"{key}_chance"] = float(np.mean([c for _, c, _ in vals]))
     out.update(task_metrics(model, tokenizer, task, batch_size=batch_size))  # what the task asks for by name
     if absent:
         out["absent"] = absent
@@ -292,16 +300,33 @@ def keep_score(m: dict) -> float | None:
 
 
 HELDOUT_KEEP_ROLES = ("neighbour", "utility")
-"""Roles whose sets no retain term trains on; with the retain role's variants (held-out wordings of the retain
-facts) they make ``heldout_keep_score``, the mean of their primary scores (length-normalised where cloze)."""
+"""Roles whose sets no retain term trains on; with the retain role's variants (held-out retain items: wordings of the
+retain facts, a retain file's held-out pairs) they make ``untrained_keep_score``, the mean of their primary scores
+(length-normalised where cloze); the variants alone make ``heldout_keep_score``."""
+
+
+def untrained_keep(m: dict) -> tuple[float | None, float]:
+    """``(score, chance)`` of what must be kept and no retain term trains on: ``untrained_keep_score``, or in metrics
+    written before it had its name, ``heldout_keep_score``, which then pooled the same sets."""
+    key = "untrained_keep" if m.get("untrained_keep_score") is not None else "heldout_keep"
+    return m.get(f"{key}_score"), m.get(f"{key}_chance", 0.0)
+
+
+def untrained_keep_source(m: dict) -> str:
+    """``held-out kept knowledge (held-out retain items, utility sets)``: what ``untrained_keep_score`` read in ``m``
+    (metrics written before it had its name say no more than ``held-out kept knowledge``)."""
+    parts = [("held-out retain items", "heldout_keep_score"), ("neighbour sets", "neighbour_score"),
+             ("utility sets", "utility_score")]
+    named = [w for w, key in parts if m.get(key) is not None] if m.get("untrained_keep_score") is not None else []
+    return "held-out kept knowledge" + (f" ({', '.join(named)})" if named else "")
 
 
 def score_against(base: dict, m: dict) -> dict:
     """S-unlearning of ``m`` relative to ``base`` (chance-corrected): ``s_unlearning = u * r`` with ``r`` read on
-    what must be kept and no retain term trains on (``heldout_keep_score``: neighbours, utility, held-out wordings
-    of the retain facts; ``r_source`` says which), and ``s_unlearning_trained = u * r_trained`` with ``r_trained``
-    on the keep score of the retain data the methods train on (:func:`keep_score`). Without a held-out set the
-    two are the same and ``r_source`` says so."""
+    what must be kept and no retain term trains on (``untrained_keep_score``: neighbours, utility, held-out retain
+    items, :func:`untrained_keep`; ``r_source`` says which), and ``s_unlearning_trained = u * r_trained`` with
+    ``r_trained`` on the keep score of the retain data the methods train on (:func:`keep_score`). Without a held-out
+    set the two are the same and ``r_source`` says so."""
     if base.get("forget_score") is None:
         return {}
     keep_b, keep_m = keep_score(base), keep_score(m)
@@ -312,10 +337,12 @@ def score_against(base: dict, m: dict) -> dict:
     trained = s_unlearning(base["forget_score"], m["forget_score"], keep_b, keep_m, chance=chance,
                            retain_chance=base.get(f"{role}_chance", 0.0) if role else 0.0)
     out = {"u": trained["u"], "r_trained": trained["r"], "s_unlearning_trained": trained["s"]}
-    if base.get("heldout_keep_score") is not None and m.get("heldout_keep_score") is not None:
-        held = s_unlearning(base["forget_score"], m["forget_score"], base["heldout_keep_score"],
-                            m["heldout_keep_score"], chance=chance, retain_chance=base.get("heldout_keep_chance", 0.0))
-        return {**out, "r": held["r"], "s_unlearning": held["s"], "r_source": "held-out kept knowledge"}
+    (kept_b, chance_b), (kept_m, _) = untrained_keep(base), untrained_keep(m)
+    if kept_b is not None and kept_m is not None:
+        held = s_unlearning(base["forget_score"], m["forget_score"], kept_b, kept_m, chance=chance,
+                            retain_chance=chance_b)
+        return {**out, "r": held["r"], "s_unlearning": held["s"],
+                "r_source": untrained_keep_source(base)}
     return {**out, "r": trained["r"], "s_unlearning": trained["s"], "r_source": f"{role or 'no'} role (trained on)"}
 
 

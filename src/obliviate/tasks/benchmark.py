@@ -25,7 +25,7 @@ from pathlib import Path
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, register_task
 from obliviate.tasks.base import records_inputs
-from obliviate.tasks.sources import load_jsonl
+from obliviate.tasks.sources.generic import read_records
 from obliviate.tasks.sources.benchmarks import benchmark_kind, benchmark_names, get_benchmark
 from obliviate.tasks.tofu import tofu_answer, tofu_prompt
 
@@ -38,19 +38,21 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
                             limit: int | None = None, **loader_kw) -> tuple[str, str, list]:
     """``(name, kind, examples)`` of a registered benchmark ``name`` or of a user file ``data``.
 
-    With ``data``, ``kind`` (qa or mcq) is required and ``mapping`` maps schema fields to the
-    file's fields (see :func:`obliviate.tasks.sources.load_jsonl`); ``name`` defaults to the file stem.
+    With ``data``, ``kind`` (qa or mcq; None: told from the file) and ``mapping`` (schema field -> the file's field)
+    go to the one detector and reader every user file goes through (:func:`obliviate.tasks.sources.generic.
+    read_records`): a file ``--utility`` or a task spec reads is read here too; ``name`` defaults to the file stem.
     ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
     is read no further.
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit} must be a positive number of examples")
     if data is not None:
-        if kind is None:
-            raise ConfigError(f"--data {data} needs --kind ({' or '.join(KINDS)})")
-        if kind not in KINDS:
+        if kind is not None and kind not in KINDS:
             raise ConfigError(f"--kind {kind!r} cannot be evaluated (valid: {', '.join(KINDS)})")
-        examples = load_jsonl(data, kind=kind, mapping=mapping, limit=limit)  # read no further than limit
+        kind, examples = read_records(data, kind=kind, mapping=mapping, limit=limit, kinds=("mcq", "qa"))
+        if kind not in KINDS:
+            raise DataError(f"{data}: a file of texts, not of QA pairs or MCQs: nothing to score an answer on "
+                            "(evaluate texts as a task's text set: --forget/--retain, or a task spec)")
         name = name or Path(data).stem
     else:
         if not name:

@@ -1,9 +1,10 @@
 """``file:SPEC.yaml``: the user's own forget, retain, evaluation and relearning files.
 
 A small YAML spec (paths relative to it) names the files by role; each is read by
-:func:`obliviate.tasks.sources.load_records`, its kind and mapping detected from its first record
-(:data:`SYNONYMS`) unless given. :func:`task_from_files` builds the same task from
-``--forget FILE --retain FILE ...``. The spec's keys: docs/tasks.md#your-own-files.
+:func:`obliviate.tasks.sources.generic.read_records`, its kind and the fields its mapping leaves out found by the
+one detector every file goes through (:mod:`obliviate.tasks.sources.detect`).
+:func:`task_from_files` builds the same task from ``--forget FILE --retain FILE ...``. The spec's keys:
+docs/tasks.md#your-own-files.
 """
 
 from __future__ import annotations
@@ -16,21 +17,14 @@ from pydantic import Field
 
 import numpy as np
 
-from obliviate.tasks.sources.generic import FORMATS, _iter_records, load_records, parse_mapping
+from obliviate.tasks.sources.detect import EVAL_KINDS, TRAIN_KINDS, FieldsUnknown
+from obliviate.tasks.sources.generic import parse_mapping, read_records
 from obliviate.config import load_yaml
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import Schema, validate
 from obliviate.tasks import KINDS, ROLES, Data, EvalSet, PromptFormat, Task, register_task
 from obliviate.tasks.base import PreferredAnswers, records_inputs
 
-SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem"),
-            "choices": ("choices", "options", "candidates", "answers", "endings"),
-            "answer_index": ("answer_index", "answer_idx", "label", "gold", "correct", "target", "answer")},
-    "qa": {"question": ("question", "prompt", "q", "query", "input", "instruction", "problem"),
-           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference", "rejected")},
-    "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract")},
-}
 FILE_SETS = ("forget", "retain", "evals", "utility", "neighbour", "holdout", "relearn")
 """The keys of a task spec that list files."""
 
@@ -75,71 +69,6 @@ ENTRY_KEYS = set(FileEntry.model_fields)
 SPEC_KEYS = set(TaskSpec.model_fields)
 
 
-def _first_record(path: Path) -> dict:
-    fmt = FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise DataError(f"{path.name}: unsupported file type {path.suffix or '(none)'!r} "
-                        f"(expected {', '.join(FORMATS)})")
-    for _, rec in _iter_records(path, path.name, fmt, "text", "line"):
-        if not isinstance(rec, dict):
-            raise DataError(f"{path.name}: the first record is not an object")
-        return rec
-    raise DataError(f"{path.name}: no records")
-
-
-def guess(path: Path, kind: str | None, mapping: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """(kind, mapping) of a file: explicit values first, then the first record's field names."""
-    if not path.is_file():
-        raise DataError(f"file not found: {path}")
-    if path.suffix.lower() == ".txt":
-        return kind or "text", mapping
-    keys = set(_first_record(path))
-    kinds = [kind] if kind else ["mcq", "qa", "text"]
-    if kind is None:
-        mentioned = set(mapping)
-        if mentioned & {"choices", "answer_index"}:
-            kinds = ["mcq"]
-        elif mentioned & {"question"}:
-            kinds = ["mcq", "qa"]
-        elif mentioned == {"text"}:
-            kinds = ["text"]
-    for k in kinds:
-        out = dict(mapping)
-        ok = True
-        for field, names in SYNONYMS[k].items():
-            if field in out:
-                continue
-            found = next((n for n in names if n in keys), None)
-            if found is None:
-                if field == "answer_index" and "answer" in out:
-                    continue
-                ok = False
-                break
-            out[field] = found
-        if ok and k == "mcq" and out.get("answer_index") == out.get("question"):
-            ok = False
-        if ok:
-            return k, out
-    if kind:
-        return kind, mapping  # load_records names the missing field
-    raise FieldsUnknown(path, sorted(keys))
-
-
-class FieldsUnknown(DataError):
-    """A file whose kind and fields :func:`guess` cannot tell; the message gives the spec's syntax for naming
-    them, :meth:`hint` ``(cli=True)`` the command line's (``--mapping FILE=...``)."""
-
-    def __init__(self, path: Path, keys: list[str]):
-        self.path, self.keys = path, keys
-        super().__init__(self.hint(cli=False))
-
-    def hint(self, cli: bool) -> str:
-        how = (f"name them with --mapping {self.path.name}=question=FIELD,answer=FIELD (or text=FIELD)" if cli else
-               "give kind and mapping, e.g. {path: ..., kind: qa, mapping: 'question=prompt,answer=target'}")
-        return (f"{self.path.name}: cannot tell whether it holds QA pairs, MCQs or texts from its fields "
-                f"({', '.join(self.keys) or 'none'}); {how}")
-
-
 def _entry(raw: Any, base: Path, where: str) -> dict:
     if isinstance(raw, (str, Path)):
         raw = {"path": str(raw)}
@@ -166,12 +95,12 @@ def mapping_of(entry: dict, where: str) -> dict[str, str]:
                       f"field names, got {m!r:.80}")
 
 
-def read_entry(entry: dict, limit: int | None) -> tuple[str, list]:
-    """(kind, records) of one file entry."""
+def read_entry(entry: dict, limit: int | None, kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, list]:
+    """(kind, records) of one file entry: its kind and the fields its mapping leaves out found by the one detector
+    (:func:`~obliviate.tasks.sources.detect.detect`, trying ``kinds`` in order where the entry gives no kind)."""
     mapping = mapping_of(entry, str(entry["path"]))
-    kind, mapping = guess(entry["path"], entry.get("kind"), mapping)
-    recs = load_records(entry["path"], kind=kind, mapping=mapping, limit=limit, split_by=entry.get("split_by"))
-    return kind, recs
+    return read_records(entry["path"], kind=entry.get("kind"), mapping=mapping, limit=limit,
+                        split_by=entry.get("split_by"), kinds=kinds)
 
 
 def _group(rec, entry: dict) -> str | None:
@@ -200,7 +129,7 @@ def _training(entries: list[dict], side: str, limit: int | None, groups: list | 
     its :func:`_chosen`."""
     data = Data()
     for e in entries:
-        kind, recs = read_entry(e, limit)
+        kind, recs = read_entry(e, limit, TRAIN_KINDS)
         if kind == "qa":
             data.qa += [(r.question, r.answer) for r in recs]
             if groups is not None:
@@ -248,9 +177,11 @@ def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
     parts += [f"{len(docs_out)} of {len(retain.docs)} texts"] if docs_out else []
     return Data(qa=qa, docs=docs), held, (
         f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, seed "
-        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no method trains on them, and S-unlearning's R reads them "
-        "(heldout_keep_score); retain_score stays on the pairs trained on; give --utility or --holdout files to "
-        "train on the whole retain file")
+        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no unlearning method's retain term trains on them, and "
+        "S-unlearning's R reads them (heldout_keep_score); retain_score stays on the pairs trained on. `obliviate "
+        "finetune` (and compare's base model and oracle) does train on them, with the rest of the retain file, so "
+        "that the model knows what the held-out score reads; give --utility or --holdout files to train on the "
+        "whole retain file")
 
 
 def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, list[dict]]]:
@@ -284,8 +215,9 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
 
     ``retain_holdout``: the share of the retain data held out (:func:`hold_out`) where the spec has no utility or
     holdout files: the held-out items are the sets ``retain_heldout_qa`` / ``retain_heldout_text`` (retain role,
-    ``variant``: no method trains on them, and they make ``heldout_keep_score``, which S-unlearning's R reads, as the
-    world's held-out retain wordings do: :func:`obliviate.eval.suite.score_against`); ``retain_qa`` stays the
+    ``variant``: no method trains on them, and they make ``heldout_keep_score``, part of the ``untrained_keep_score``
+    S-unlearning's R reads, as the world's held-out retain wordings do: :func:`obliviate.eval.suite.score_against`);
+    ``retain_qa`` stays the
     retain pairs trained on (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison
     fine-tunes learn the held-out items with the rest (``meta["retain_heldout"]``,
     :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
@@ -324,7 +256,7 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
     holdout = _training(ent["holdout"], "holdout", limit) if ent["holdout"] else None
     relearn: list[str] = []
     for e in ent["relearn"]:
-        kind, recs = read_entry(e, limit)
+        kind, recs = read_entry(e, limit, TRAIN_KINDS)
         if kind == "mcq":
             raise DataError(f"{e['path'].name}: a relearning corpus holds texts or QA pairs, not MCQs")
         relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
@@ -388,4 +320,7 @@ def file_task(arg: str | None, *, limit: int | None = None, **_) -> Task:
         raise DataError(f"task spec not found: {path}")
     spec = load_yaml(path)
     name = spec.get("name")
-    return build_file_task(name if isinstance(name, str) and name else path.stem, path.parent, spec, limit)
+    try:
+        return build_file_task(name if isinstance(name, str) and name else path.stem, path.parent, spec, limit)
+    except FieldsUnknown as e:  # the hint in the spec's syntax: the entry's mapping
+        raise DataError(f"task spec {path}: {e.hint('spec')}") from None

@@ -9,7 +9,9 @@ fields and mapping rules: docs/benchmarks.md#your-own-files.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import logging
 import os
 import zlib
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.tasks.sources import _io
+from obliviate.tasks.sources.detect import EVAL_KINDS, choice_texts, detect
 from obliviate.tasks.sources.schema import MCQExample, QAExample, TextExample
 from obliviate.config import show
 from obliviate.errors import ConfigError, DataError
@@ -35,6 +38,8 @@ FORMATS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv", ".t
 SPLIT_BY = ("line", "blank")
 MAX_CHOICES = len(_io.LETTERS)
 
+log = logging.getLogger(__name__)
+
 
 def parse_mapping(spec: str | None) -> dict[str, str]:
     """``"question=prompt,answer=target"`` -> ``{"question": "prompt", "answer": "target"}`` ("" or None -> {})."""
@@ -52,25 +57,32 @@ def parse_mapping(spec: str | None) -> dict[str, str]:
     return out
 
 
-def load_records(path: str | os.PathLike, kind: str = "qa", mapping: dict[str, str] | str | None = None,
+def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
                  split: str | None = None, limit: int | None = None,
                  split_by: str | None = None) -> list[QAExample] | list[MCQExample] | list[TextExample]:
     """Read ``path`` (.jsonl, .json, .csv, .tsv or .txt; see the module docstring) as ``kind`` examples.
 
-    ``kind``: qa, mcq or text. ``mapping``: a dict or a :func:`parse_mapping` string. ``split``
-    defaults to the file stem. ``limit``: stop after that many records (JSON Lines, CSV and text
-    files are then read no further). ``split_by``: ``"line"`` (default) or ``"blank"`` for .txt
-    files; it may also be given in the mapping as ``split_by=blank``.
+    ``kind``: qa, mcq or text; None: told from the first record (:func:`~obliviate.tasks.sources.detect.detect`, which
+    also finds the fields the mapping leaves out). ``mapping``: a dict or a :func:`parse_mapping` string. ``split``
+    defaults to the file stem. ``limit``: stop after that many records (JSON Lines, CSV and text files are then read
+    no further). ``split_by``: ``"line"`` (default) or ``"blank"`` for .txt files; it may also be given in the
+    mapping as ``split_by=blank``, as may ``index_base=0|1`` (MCQ answers given as indices: 0- or 1-based; default:
+    told from the file, :func:`index_base`).
     """
-    if kind not in FIELDS:
+    return read_records(path, kind, mapping, split, limit, split_by)[1]
+
+
+def read_records(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
+                 split: str | None = None, limit: int | None = None, split_by: str | None = None, *,
+                 kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, list]:
+    """``(kind, examples)`` of :func:`load_records`; ``kinds``: the kinds to try, in order, when ``kind`` is None
+    (:data:`~obliviate.tasks.sources.detect.EVAL_KINDS`, or ``TRAIN_KINDS`` for training data)."""
+    if kind is not None and kind not in FIELDS:
         raise ConfigError(f"unknown example kind {kind!r} (valid: {', '.join(FIELDS)})")
     mapping = parse_mapping(mapping) if isinstance(mapping, str) or mapping is None else dict(mapping)
     split_by = _split_by(split_by, mapping.pop("split_by", None))
-    required, optional = FIELDS[kind]
-    unknown = [k for k in mapping if k not in required + optional]
-    if unknown:
-        raise ConfigError(f"field mapping names unknown {kind} field(s) {', '.join(map(repr, unknown))} "
-                          f"(valid: {', '.join(required + optional)})")
+    base = _index_base_arg(mapping.pop("index_base", None))
+    _check_mapping(kind, mapping)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit={limit!r}: expected a positive integer or None")
     path = Path(path)
@@ -80,28 +92,93 @@ def load_records(path: str | os.PathLike, kind: str = "qa", mapping: dict[str, s
     if fmt is None:
         raise DataError(f"{path.name}: unsupported file type {path.suffix or '(none)'!r} "
                         f"(expected {', '.join(FORMATS)})")
-    if fmt == "txt" and kind != "text":
-        raise DataError(f"{path.name}: a .txt file holds plain text (kind 'text'); "
-                        f"give {kind} records as .jsonl, .json, .csv or .tsv")
+    if fmt == "txt":
+        kind = kind or "text"
+        if kind != "text":
+            raise DataError(f"{path.name}: a .txt file holds plain text (kind 'text'); "
+                            f"give {kind} records as .jsonl, .json, .csv or .tsv")
     if split_by is not None and fmt != "txt":
         raise ConfigError(f"split_by={split_by} applies to .txt files, not {path.name}")
 
+    strings = fmt in ("csv", "tsv")
+    records = _iter_records(path, path.name, fmt, mapping.get("text", "text"), split_by or "line")
+    first = next(records, None)
+    if first is None:
+        raise DataError(f"{path.name}: no records")
+    if fmt != "txt":  # the one detector: the kind, and the fields the mapping leaves out
+        kind, mapping = detect(first[1], kind, mapping, strings=strings, name=path.name, where=first[0], kinds=kinds)
+        _check_mapping(kind, mapping)
+    required, optional = FIELDS[kind]
     src = {f: _keys(f, mapping.get(f, f)) for f in required + optional}
     if kind == "mcq" and ("answer" in mapping or "answer_index" in mapping):
         src = {f: k for f, k in src.items() if f not in ("answer", "answer_index") or f in mapping}
     must = set(required) | set(mapping)
-    strings = fmt in ("csv", "tsv")
-    out = []
-    for where, rec in _iter_records(path, path.name, fmt, src.get("text", ["text"])[0], split_by or "line"):
-        out.append(_example(kind, rec, src, must, where, split or path.stem, strings))
-        if limit is not None and len(out) >= limit:
-            break
-    if not out:
-        raise DataError(f"{path.name}: no records")
+    rows = [first, *itertools.islice(records, None if limit is None else limit - 1)]
+    if kind == "mcq" and base is None:
+        base = index_base(rows, src, strings, path.name)
+    return kind, [_example(kind, rec, src, must, where, split or path.stem, strings, base or 0)
+                  for where, rec in rows]
+
+
+def _check_mapping(kind: str | None, mapping: dict[str, str]) -> None:
+    """Refuse a mapping that names a field no kind (or not ``kind``) has."""
+    valid = FIELDS[kind][0] + FIELDS[kind][1] if kind else tuple(dict.fromkeys(f for k in FIELDS for f in
+                                                                                 FIELDS[k][0] + FIELDS[k][1]))
+    unknown = [k for k in mapping if k not in valid]
+    if unknown:
+        raise ConfigError(f"field mapping names unknown {kind or 'record'} field(s) {', '.join(map(repr, unknown))} "
+                          f"(valid: {', '.join(valid)})")
+
+
+def _index_base_arg(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if str(value).strip() not in ("0", "1"):
+        raise ConfigError(f"index_base={value!r}: expected 0 or 1 (whether MCQ answer indices count from 0 or 1)")
+    return int(value)
+
+
+def index_base(rows: list[tuple[str, dict]], src: dict[str, list[str]], strings: bool, name: str) -> int:
+    """Whether a file's MCQ answer indices count from 0 or 1, told from all its records: 1 where no answer index is
+    0 and one equals its record's number of choices (which only a 1-based index can), said on the log; else 0. A
+    letter, a label or a choice's text is not an index and says nothing here."""
+    fields = [keys[0] for keys in (src.get("answer_index"), src.get("answer")) if keys and len(keys) == 1]
+    top = None
+    for where, rec in rows:
+        key = next((k for k in fields if rec.get(k) is not None), None)
+        if key is None:
+            continue
+        v = rec.get(key)
+        texts = _choice_texts_lenient(rec, src.get("choices", []), strings)
+        if isinstance(v, str) and v.strip().isascii() and v.strip().isdigit() and v not in texts:
+            v = int(v.strip())
+        if isinstance(v, bool) or not isinstance(v, int):
+            continue
+        if v == 0:
+            return 0
+        if top is None and texts and v == len(texts):
+            top = (where, v, len(texts))
+    if top is None:
+        return 0
+    log.info("%s: answer indices read as 1-based (none is 0, and %s's is %d of %d choices; index_base=0 in the "
+             "mapping says otherwise)", name, *top)
+    return 1
+
+
+def _choice_texts_lenient(rec: dict, keys: list[str], strings: bool) -> list[str]:
+    """The choices of ``rec`` as far as they can be read (no error: the record's own check comes later)."""
+    out: list[str] = []
+    for k in keys:
+        v = rec.get(k)
+        if isinstance(v, str) and not (strings and len(keys) == 1):
+            out.append(v)
+            continue
+        got = choice_texts(v, strings)
+        out += got[0] if got else []
     return out
 
 
-def load_jsonl(path: str | os.PathLike, kind: str = "qa", mapping: dict[str, str] | str | None = None,
+def load_jsonl(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
                split: str | None = None, limit: int | None = None):
     """Former name of :func:`load_records` (which reads every supported format, not only JSON Lines)."""
     return load_records(path, kind, mapping, split, limit)
@@ -273,7 +350,8 @@ def _iter_txt(path: Path, name: str, key: str, split_by: str) -> Iterator[tuple[
 # ------------------------------------------------------------------ records -> examples
 
 def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], where: str, split: str,
-             strings: bool):
+             strings: bool, base: int = 0):
+    """The example of one record (``base``: what an answer index counts from, 0 or 1)."""
     vals: dict[str, dict[str, Any]] = {}  # schema field -> {file field: value}
     for f, keys in src.items():
         got = {k: rec[k] for k in keys if _present(rec, k, strings and f not in must)}
@@ -295,16 +373,20 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
     if kind == "text":
         return TextExample(s["text"], split, meta)
     if kind == "qa":
+        if "options" in vals and len(vals["options"]) == 1:  # options keyed A, B, ... (MedQA's), as an MCQ's choices
+            (key, value), = vals["options"].items()
+            got = choice_texts(value, strings) if isinstance(value, dict) else None
+            vals["options"] = {key: got[0]} if got else vals["options"]
         lists = {f: _str_list(vals[f], where, strings)[0] for f in ("perturbed_answers", "options") if f in vals}
         return QAExample(s["question"], s["answer"], split, s.get("paraphrased_question"), s.get("paraphrased_answer"),
                          lists.get("perturbed_answers"), lists.get("options"), meta)
-    choices, spans = _choices(vals["choices"], where, strings)
-    idx = {f: _answer(vals[f], choices, spans, where, strings, text=f == "answer")
+    choices, spans, labels = _choices(vals["choices"], where, strings)
+    idx = {f: _answer(vals[f], choices, spans, where, strings, text=f == "answer", labels=labels, base=base)
            for f in ("answer_index", "answer") if f in vals}
     if len(set(idx.values())) > 1:
         (ki,), (ka,) = vals["answer_index"], vals["answer"]
-        raise DataError(f"{where}: field {ki!r} says choice {idx['answer_index']} but field {ka!r} "
-                        f"says choice {idx['answer']}")
+        raise DataError(f"{where}: field {ki!r} says choice {_io.LETTERS[idx['answer_index']]} but field {ka!r} "
+                        f"says choice {_io.LETTERS[idx['answer']]}")
     answer = next(iter(idx.values()))
     if "answer" in vals and next(iter(vals["answer"])) in spans and len(spans) > 1:
         # a right answer's field plus wrong ones' (choices=true_answer+false_answer,answer=true_answer): shuffled,
@@ -370,10 +452,20 @@ def _json_cell(cell: str, key: str, where: str, required: bool) -> Any:
     return cell
 
 
-def _choices(got: dict[str, Any], where: str, strings: bool) -> tuple[list[str], dict[str, tuple[int, int]]]:
+def _choices(got: dict[str, Any], where: str,
+             strings: bool) -> tuple[list[str], dict[str, tuple[int, int]], list[str] | None]:
+    """The choices of a record, each part's span in them, and their labels (ARC's ``{text, label}`` shape only)."""
+    labels = None
     if len(got) == 1:
         (key, value), = got.items()
-        if isinstance(value, dict):
+        if isinstance(value, dict) and set(value) == {"text", "label"}:  # ARC: {"text": [...], "label": [...]}
+            texts, labels = value["text"], value["label"]
+            if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
+                raise DataError(f"{where}: field {key!r} holds 'text' and 'label', which must be lists of one "
+                                "length")
+            labels = [str(x).strip() for x in labels]
+            got = {key: texts}
+        elif isinstance(value, dict):
             keys = list(value)
             expected = list(_io.LETTERS[: len(keys)])
             if sorted(keys) != expected:
@@ -390,12 +482,13 @@ def _choices(got: dict[str, Any], where: str, strings: bool) -> tuple[list[str],
         for i in range(a, b):
             if not choices[i].strip():
                 raise DataError(f"{where}: field {key!r} has an empty choice (entry {i - a + 1})")
-    return choices, spans
+    return choices, spans, labels
 
 
 def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int, int]], where: str,
-            strings: bool, text: bool) -> int:
-    """The 0-based correct choice. ``text``: the field holds the correct choice's text (``answer``)."""
+            strings: bool, text: bool, labels: list[str] | None = None, base: int = 0) -> int:
+    """The 0-based correct choice. ``text``: the field holds the correct choice's text (``answer``). A string is the
+    text of one choice, else one label (``labels``), else a letter, else an index; an index counts from ``base``."""
     (key, value), = got.items()
     if text and key in spans and spans[key][1] - spans[key][0] == 1:
         return spans[key][0]  # answer=true_answer with choices=true_answer+false_answer: its position
@@ -404,7 +497,7 @@ def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int,
     if strings and not text and value.strip().isascii() and value.strip().isdigit():
         value = int(value)  # CSV answer_index "2": an index (integers are strings there), never a text match
     if not isinstance(value, str):
-        return _io.as_index(value, len(choices), key, where, letters=True)
+        return _index(value, len(choices), key, where, base)
     hits = [i for i, c in enumerate(choices) if c == value]
     if len(hits) == 1:
         return hits[0]  # text wins over the letter reading
@@ -413,6 +506,20 @@ def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int,
     v = value.strip()
     if not v:
         raise DataError(f"{where}: field {key!r} is empty")
+    if labels is not None and labels.count(v) == 1:
+        return labels.index(v)
     if len(v) == 1 and v.upper() in _io.LETTERS:
         return _io.as_index(v, len(choices), key, where, letters=True)
+    if v.isascii() and v.isdigit():  # a JSON "2": an index, as in CSV, where no choice reads "2"
+        return _index(int(v), len(choices), key, where, base)
     raise DataError(f"{where}: field {key!r} = {show(value)} is not an index, a letter, or exactly one choice")
+
+
+def _index(value: Any, n: int, key: str, where: str, base: int) -> int:
+    """The 0-based choice of an index ``value`` counted from ``base`` (0 or 1)."""
+    if base == 1 and isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= n:
+            raise DataError(f"{where}: field {key!r} = {value} is out of range for {n} choices (the file's indices "
+                            f"count from 1)")
+        return value - 1
+    return _io.as_index(value, n, key, where, letters=True)
