@@ -99,7 +99,7 @@ def test_a_stray_adapter_is_refused_and_attached_only_when_asked(tmp_path):
     assert (d / "adapter_config.json").exists() and (d / "config.json").exists()
     merged = {k: v.clone() for k, v in pm.merge_and_unload().state_dict().items()}
     assert any(not torch.equal(merged[k], plain[k]) for k in plain)
-    with pytest.raises(ModelError, match=r"also holds an adapter \(adapter_config.json\): give --adapter"):
+    with pytest.raises(ModelError, match=r"also holds an adapter \(adapter_config.json\): give adapter="):
         load_model(d)
     attached = load_model(d, adapter=d)  # the stray adapter, asked for: merged into the directory's own weights
     assert not hasattr(attached, "peft_config") and attached.state_dict().keys() == plain.keys()
@@ -138,7 +138,9 @@ def test_unlearn_refuses_a_stray_adapter_and_trains_and_saves_through_one_asked_
            str(files["retain_qa"]), "--no-progress", "unlearn.train.steps=1", "eval.batch_size=4"]
     out = tmp_path / "out"
     assert main([*run, "--out", str(out)]) == 2
-    assert "also holds an adapter (adapter_config.json)" in one_error(capsys) and not out.exists()
+    line = one_error(capsys)
+    assert f"also holds an adapter (adapter_config.json): give --adapter {d} to" in line and not out.exists()
+    assert "adapter=" not in line  # the command line's option, not the API's argument
     assert main([*run, "--out", str(out), "--adapter", str(d)]) == 0
     assert f"obliviate: attached the adapter {d} to {d}" in capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())

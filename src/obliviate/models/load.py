@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from obliviate.errors import ConfigError, ModelError
+from obliviate.errors import ConfigError, ModelError, setting
 from obliviate.config import show
 from obliviate.models.tokenizer import ensure_pad_token
 from obliviate.utils import replace_dir, staging_dir
@@ -77,9 +77,10 @@ def load_model(
     if local:
         source = str(_check_model_dir(Path(source)))
         if adapter is None and (Path(source) / ADAPTER_CONFIG).exists():
-            raise ModelError(f"model directory {source!r} also holds an adapter ({ADAPTER_CONFIG}): give "
-                             f"--adapter {source} (adapter= in Python) to attach it, merged into the weights, or "
-                             "move the adapter files away to use the weights alone")
+            how = setting(f"adapter={source!r}", f"--adapter {source}")  # the option of the interface used
+            raise ModelError(f"model directory {source!r} also holds an adapter ({ADAPTER_CONFIG}): give {how} to "
+                             "attach it, merged into the weights, or move the adapter files away to use the weights "
+                             "alone")
     kwargs = dict(use_safetensors=True, trust_remote_code=trust_remote_code)
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
