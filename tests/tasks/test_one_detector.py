@@ -65,6 +65,11 @@ MCQ_FILES = {
     "one_based.jsonl": (jsonl([{"question": "Capital of Switzerland?", "choices": ABCD, "correct_option": 4},
                                {"question": "Capital of France?", "choices": ABCD, "correct_option": 1}]),
                         [("Capital of Switzerland?", ABCD, 3), ("Capital of France?", ABCD, 0)]),
+    # a TSV with columns A..D and a 1-based index as text
+    "one_based.tsv": ("question\tA\tB\tC\tD\tcorrect\n" + "".join(f"{q}\t" + "\t".join(ABCD) + f"\t{k}\n" for q, k in
+                                                                     (("Capital of Switzerland?", 4),
+                                                                      ("Capital of Italy?", 2))),
+                      [("Capital of Switzerland?", ABCD, 3), ("Capital of Italy?", ABCD, 1)]),
     # ARC: choices {text, label} with labels 1..3, answerKey a label (not a letter, not an index)
     "arc.jsonl": (jsonl([{"id": "Q1", "question": "Which is a gas?",
                           "choices": {"text": ["rock", "steam", "ice"], "label": ["1", "2", "3"]}, "answerKey": "2"}]),
@@ -145,6 +150,18 @@ def test_every_way_of_giving_a_qa_file_reads_the_same_pairs(name, tmp_path):
         assert [(x.question, x.answer) for x in items] == want, how
     forget = task_from_files([str(path)], retain_holdout=0)  # as training data, too
     assert forget.forget.qa == want
+
+
+def test_index_base_in_the_mapping_says_what_the_file_cannot(tmp_path):
+    """Answers 1..3 of 4 choices could count from 0 or 1: read from 0, unless the mapping says index_base=1."""
+    path = tmp_path / "ambiguous.jsonl"
+    path.write_text(jsonl([{"question": f"Q{k}?", "choices": ABCD, "answer": k} for k in (1, 3, 2)]))
+    assert [x.answer_index for x in load_records(path)] == [1, 3, 2]
+    assert [x.answer_index for x in load_records(path, mapping="index_base=1")] == [0, 2, 1]
+    assert [x.answer_index for x in benchmark_task(data=path, mapping="index_base=1").evals[0].items] == [0, 2, 1]
+    path.write_text(jsonl([{"question": "Q?", "choices": ABCD, "answer": 0}]))
+    with pytest.raises(DataError, match="line 1: field 'answer' = 0 is out of range for 4 choices .*count from 1"):
+        load_records(path, mapping="index_base=1")
 
 
 def test_an_mcq_with_a_letter_answer_is_never_read_as_a_qa_pair_for_training(tmp_path):
