@@ -60,7 +60,7 @@ def test_ember_erase_edits_exactly_the_eligible_concept_tokens(tiny_model, tiny_
     ids = res2.eligible_token_ids
     diff2 = model.get_input_embeddings().weight.detach()[ids] - before[ids]
     diff1 = after[ids] - before[ids]
-    assert torch.allclose(diff2, 2 * diff1, atol=1e-5)
+    assert torch.allclose(diff2, 2 * diff1, atol=1e-5)  # float32 edits of size ~10 rounded twice: ~1e-6
     restore_embeddings(model, snap)
 
 
