@@ -11,6 +11,7 @@ from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_ta
 from obliviate.cli.inputs import check_out_dir, device_and_dtype, input_paths, load_model_args, task_from_args
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError
+from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
 from obliviate.pipelines.compare.run import check_inputs, compare_settings, run_compare_dir
 from obliviate.runs.cost import cost_lines
@@ -38,7 +39,12 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
                            methods=getattr(args, "methods", None), on_a_model=bool(model),
                            attacks=getattr(args, "attacks", None), tune=getattr(args, "tune", False))
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
-    untaught = check_inputs(cfg, task, model, untaught, control=control)  # before --out is touched; says the plan
+    tokenizers = None
+    if model and oracle:  # a given oracle shares the base model's vocabulary: checked on the tokenizers alone
+        tokenizers = (load_tokenizer(getattr(args, "tokenizer", None) or model, of_model=True), load_tokenizer(oracle),
+                      model, oracle)
+    untaught = check_inputs(cfg, task, model, untaught, control=control,
+                            tokenizers=tokenizers)  # before --out is touched; then says the plan
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
                                      "adapter": None})  # the oracle's model: the base model's tokenizer
     res = run_compare_dir(task, cfg, args.out, model=model, oracle=oracle, untaught=untaught,

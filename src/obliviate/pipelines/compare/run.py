@@ -480,10 +480,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     # methods, each a part made once (two at a time with `parallel`)
     if "oracle" in dirs:
         oracle, oracle_tok = load(dirs["oracle"])
-        if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
-            raise ModelError(f"the oracle {dirs['oracle']!r} has another tokenizer than the base model "
-                             f"{dirs['base']!r} ({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are "
-                             "scored on the same token ids, so the oracle must share the base model's vocabulary")
+        check_same_vocabulary(tok, oracle_tok, dirs["base"], dirs["oracle"])
         metrics["oracle"], te = evaluate("oracle", oracle, here)
         timings.update(te)
         if metrics["oracle"].get("forget_score") is not None:
@@ -644,14 +641,28 @@ def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | Non
     return build_config(CompareConfig, config_file, overrides, base=base)
 
 
+def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:
+    """A one-line :class:`ModelError` when the oracle's tokenizer is not the base model's: both are scored on the same
+    token ids."""
+    if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
+        raise ModelError(f"the oracle {oracle!r} has another tokenizer than the base model {base!r} "
+                         f"({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored on the same token "
+                         "ids, so the oracle must share the base model's vocabulary")
+
+
 def check_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
-                 control: str | None = None) -> str | None:
-    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the retain data
-    of the oracle to build from ``untaught``), then the plan said (:func:`plan_lines`: what runs, and each method or
-    attack that will not, with its reason); returns ``untaught``, None where the task has no retain data to build
-    the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails)."""
+                 control: str | None = None, tokenizers: tuple | None = None) -> str | None:
+    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the attacks' data,
+    the tokenizers, the retain data of the oracle to build from ``untaught``), then the plan said (:func:`plan_lines`:
+    what runs, and each method or attack that will not, with its reason); returns ``untaught``, None where the task
+    has no retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
+    ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which must share
+    the base model's vocabulary (:func:`check_same_vocabulary`)."""
     check_method_runs(cfg.runs, compared_methods(cfg))
     check_retain(task, compared_methods(cfg), model)
+    check_attackable(task, cfg.attacks)
+    if tokenizers is not None:  # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
+        check_same_vocabulary(*tokenizers)
     for line in plan_lines(cfg, task):  # what will run, and what will not and why, before any model
         log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
