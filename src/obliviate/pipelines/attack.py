@@ -337,7 +337,7 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     base_model = None  # freed: every attack that reads it has run
     metrics.update(control_readout(metrics, negative))
     record = cost.as_dict()
-    if skipped or metrics.get("attacks_skipped"):  # asked for, not run: the data it needs is missing, or it read nothing
+    if skipped or metrics.get("attacks_skipped"):  # asked for, not run: the data it needs is missing, or it read none
         metrics["attacks_skipped"] = {**skipped, **metrics.get("attacks_skipped", {})}
     if out is not None:
         plot_relearn_curves(metrics, out / "relearn_curve.png")
