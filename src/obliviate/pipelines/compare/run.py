@@ -598,10 +598,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
         if name in ucfgs and cfg.muse_folds and task.meta.get("muse"):
-            metrics[name].update(muse.method_folds(
-                task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key}, metrics[name],
-                main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed,
-                progress=progress))
+            with cost.stage(f"muse_folds:{name}", base_model):  # each fold's copy of the base model is counted
+                metrics[name].update(muse.method_folds(
+                    task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key},
+                    metrics[name], main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size,
+                    seed=cfg.seed, progress=progress))
     for name in ucfgs:  # what each method did, without any attack: the run's outcome line (forgot little: try tune)
         metrics[name]["unlearn_outcome"] = unlearn_outcome(metrics["base"], metrics[name], method=name)
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
