@@ -28,7 +28,7 @@ def test_live_lora_reference_matches_the_cache_with_dropout_on(tiny_tokenizer):
     batch = data(0)["forget"]
     got = live.answer_logprob(batch, "forget")
     # float32 on purpose (bfloat16 autocast below acts on float32 only): the cache's batches are sorted by length,
-    # so the same rows may be padded otherwise; answer log-probabilities ~ -20 round to ~2e-6 at most
+    # so the same rows may be padded otherwise: sums of about five log-probabilities near -6, a few ulps, ~1e-6
     assert torch.allclose(got, cache[batch["index"]], atol=1e-5)
     assert model.training  # the training flag is given back
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the cache is float32; so is the live reference

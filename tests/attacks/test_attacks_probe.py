@@ -19,16 +19,20 @@ def _planted(n=80, k=4, d=16, strength=3.0, seed=0):
     return feats, answers
 
 
+# Measured on seeds 0-19 (issue #56): with the direction planted, held-out accuracy 0.775-1.0 (mean 0.92; seed 0:
+# 0.9); without it, 0.125-0.375 (mean 0.24, chance 0.25). 40 test MCQs: one item is 0.025.
+
+
 def test_probe_finds_a_planted_direction():
     feats, answers = _planted()
     train, test = split_indices(len(answers), 0.5, seed=0)
-    assert fit_choice_probe(feats, answers, train, test) >= 0.9
+    assert fit_choice_probe(feats, answers, train, test) >= 0.7
 
 
 def test_probe_is_near_chance_without_signal():
     feats, answers = _planted(strength=0.0)
     train, test = split_indices(len(answers), 0.5, seed=0)
-    assert fit_choice_probe(feats, answers, train, test) <= 0.5  # chance 0.25; 40 test MCQs
+    assert fit_choice_probe(feats, answers, train, test) <= 0.5  # chance 0.25
 
 
 def test_split_is_seeded_disjoint_and_complete():
@@ -91,6 +95,11 @@ def _value_items(n=60, pool=8, seed=0):
         ans = int(rng.integers(4))
         items.append({"prefix": f"p{j}", "value": choices[ans], "choices": choices, "answer_index": ans})
     return items, values
+
+
+# Measured with items, codes and split drawn from seeds 0-9 (issue #56): the value probe reads 1.0 wherever every test
+# value was a training label too (0.90-0.93 on the two seeds with 2-3 unseen ones); on noise 0.13-0.43 (chance 0.25,
+# 30 test items: one item is 0.033).
 
 
 def test_value_probe_reads_a_planted_value_code():
