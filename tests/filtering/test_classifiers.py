@@ -144,7 +144,7 @@ def test_bilm_token_classifier_smoke(world_bilm, tmp_path):
     assert [len(x) for x in p] == [len(s) for s in w.ds.input_ids]
     assert all(((x >= 0) & (x <= 1)).all() for x in p)
     res = threshold_sweep(p, w.truth, [0.3, 0.5, 0.7])
-    assert res["auroc"] > 0.6
+    assert res["auroc"] > 0.6  # world, biLM and classifier seeds 0-5: 0.699-0.742 (issue #56)
     recalls = [r["recall"] for r in res["sweep"]]
     assert recalls == sorted(recalls, reverse=True)  # a higher threshold never flags more
     assert throughput(clf, w.ds) > 0
