@@ -1,5 +1,7 @@
 """Shared fixtures: a tiny tokenizer and tiny models, built locally (no hub)."""
 
+import os
+
 import pytest
 import torch
 import transformers.utils.logging as hf_logging
@@ -20,9 +22,23 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -weight.get(item.path, 0))  # stable: ties keep their order
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    """The whole session caches (pretrained models, tokenizers, the controls of ``attack`` and ``compare``) in a
+    temporary directory, never in the user's home (``~/.cache/obliviate``, the default) nor the repo: set before any
+    fixture of a wider scope runs, and what a test's ``monkeypatch.undo()`` falls back to."""
+    before = os.environ.get("OBLIVIATE_CACHE")
+    os.environ["OBLIVIATE_CACHE"] = str(tmp_path_factory.getbasetemp() / "obliviate-cache")
+    yield
+    if before is None:
+        os.environ.pop("OBLIVIATE_CACHE", None)
+    else:
+        os.environ["OBLIVIATE_CACHE"] = before
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Each test session caches models in a temporary directory, never in the repo."""
+    """Each test caches models in the session's temporary directory, never in the user's home or the repo."""
     cache = tmp_path_factory.getbasetemp() / "obliviate-cache"
     monkeypatch.setenv("OBLIVIATE_CACHE", str(cache))
     torch.set_num_threads(1)  # tiny models: threads cost more than they give, and CI runs tests on 2 cores
