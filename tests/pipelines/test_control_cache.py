@@ -104,6 +104,7 @@ def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_pa
     stages = second["cost"]["stages"]
     assert stages["build:oracle"]["cached"] and stages["attack:oracle:relearn_disjoint"]["cached"]
     assert stages["build:positive_control"]["cached"] and not stages["unlearn:npo"].get("cached")
+    assert stages["evaluate:oracle"]["cached"] and second["cost"]["controls"]["cached"] == "yes"
     assert (tmp_path / "second" / "models" / "positive_control" / "config.json").is_file()
     assert main([*compare, "--out", str(tmp_path / "built"), "--no-cache"]) == 0
     built = _results(tmp_path / "built")

@@ -41,7 +41,7 @@ from obliviate.runs.cache import (control_cache, model_digest, place_model, sett
                                   tokenizer_digest)
 from obliviate.runs.cost import PASS_KEYS, CostRecord, share_of_pretraining, stage_record
 from obliviate.runs.parts import cached_parts, kept_part
-from obliviate.runs.results import prepare_out_dir, write_results
+from obliviate.runs.results import prepare_out_dir, stored_form, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
@@ -481,11 +481,22 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     if "oracle" in dirs:
         oracle, oracle_tok = load(dirs["oracle"])
         check_same_vocabulary(tok, oracle_tok, dirs["base"], dirs["oracle"])
-        metrics["oracle"], te = evaluate("oracle", oracle, here)
-        timings.update(te)
-        if metrics["oracle"].get("forget_score") is not None:
-            oracle_ref = oracle_reference(oracle, tok, task, metrics["oracle"]["forget_score"])
         oracle_id = {"part": "oracle", "oracle": None if store is None else model_digest(oracle)}
+
+        def oracle_scores(_folder=None) -> dict:
+            """The oracle's evaluation and what oracle_distance compares each model with (a part of the cache)."""
+            costs: dict = {}
+            m, te = evaluate("oracle", oracle, costs)
+            ref = None if m.get("forget_score") is None else oracle_reference(oracle, tok, task, m["forget_score"])
+            if ref is not None and ref["truth_ratios"] is not None:
+                ref["truth_ratios"] = [float(x) for x in ref["truth_ratios"]]  # as stored, with the cache or not
+            return {"metrics": m, "timings": te, "ref": ref, "cost": costs}
+
+        got = stored_form(shared("the oracle's evaluation", {**oracle_id, "part": "oracle-scores"}, oracle_scores)())
+        metrics["oracle"], oracle_ref = got["metrics"], got["ref"]
+        timings.update(got["timings"])
+        for stage, rec in got["cost"].items():
+            here[stage] = {**rec, "cached": True} if (got.get("shared") or {}).get("reused") else rec
         held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
         del oracle
         jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
@@ -577,8 +588,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]  # made by an earlier run into this --out
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
     held.clear()  # the oracle, when its attacks were kept from an earlier run
-    for name, rec in here.items():
-        cost.add(name, rec, rec["seconds"], control=name == "evaluate:oracle")
+    for name, rec in here.items():  # the oracle's evaluation found in the cache spent nothing here
+        if rec.get("cached"):
+            cost.add(name, None, 0.0, control=True, cached=True, built={k: v for k, v in rec.items() if k != "cached"})
+        else:
+            cost.add(name, rec, rec["seconds"], control=name == "evaluate:oracle")
     for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):
         reused = was_kept or bool((part.get("shared") or {}).get("reused"))
         for stage, rec in (part.get("cost") or {}).items():  # found made: nothing spent here, it cost this to make
