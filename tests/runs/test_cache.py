@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from obliviate.errors import ObliviateError
 from obliviate.models import save_model, tiny_llama
 from obliviate.models.load import load_model
 from obliviate.runs.cache import (ControlCache, cache_root, control_cache, key_digest, model_digest, place_model,
@@ -183,3 +184,15 @@ def test_a_cached_model_is_linked_into_the_run_and_left_alone_when_it_is_there(t
     (dst / "extra.txt").write_text("stale")
     place_model(src, dst)
     assert not (dst / "extra.txt").exists()  # replaced whole: no stale file among the entry's
+
+
+def test_an_unwritable_cache_is_said_once_and_left_out(tmp_path, monkeypatch, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(blocker))  # its controls/ cannot be made
+    with caplog.at_level(logging.INFO, logger="obliviate.runs.cache"):
+        assert control_cache(True) is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and str(blocker) in lines[0] and "not writable" in lines[0]
+    with pytest.raises(ObliviateError, match="cannot write the cache of the controls"):  # one line, never a traceback
+        ControlCache(blocker / "controls").get("thing", {"k": 1}, _build([]), what="the thing")

@@ -35,6 +35,7 @@ from typing import Callable
 import torch
 
 from obliviate.config import to_dict
+from obliviate.errors import ObliviateError
 from obliviate.runs.results import DISPLAY_KEYS, atomic_write_json, stored_form, task_digest
 from obliviate.train.distributed import world_size
 from obliviate.utils import cache_dir, replace_dir, staging_dir
@@ -253,9 +254,13 @@ class ControlCache:
         if corrupt:
             log.warning(f"{what}: the cache entry {path} is corrupt ({corrupt}); rebuilding it")
             self._discard(path)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._sweep()
-        staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.root))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._sweep()
+            staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.root))
+        except OSError as e:
+            raise ObliviateError(f"cannot write the cache of the controls {self.root}: {e.strerror or e} (set "
+                                 "$OBLIVIATE_CACHE to a writable folder, or give --no-cache)") from None
         try:
             result = build(staged)
             atomic_write_json(staged / ENTRY, {"kind": kind, "key": _plain(key), "format": FORMAT, "recipe": recipe(),
@@ -307,4 +312,13 @@ def control_cache(enabled: bool = True) -> ControlCache | None:
     if world_size() > 1:
         log.info("several processes: the controls are not cached (each process would build its own)")
         return None
-    return ControlCache()
+    cache = ControlCache()
+    try:  # an unwritable cache is said once and left out: it saves time, it changes no number
+        cache.root.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=cache.root).close()
+    except OSError as e:
+        log.warning(f"the cache of the controls {cache.root} is not writable ({e.strerror or e}): the controls are "
+                    "built in this run (set $OBLIVIATE_CACHE to a writable folder, or give --no-cache to leave it out "
+                    "without this line)")
+        return None
+    return cache
