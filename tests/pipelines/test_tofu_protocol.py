@@ -91,9 +91,13 @@ def test_protocol_with_a_holdout_split_reports_six_mias(tmp_path, capsys):
     for name in ("base", "graddiff"):
         assert six <= set(m[name]) and all(0.0 <= m[name][k] <= 1.0 for k in six), name
     assert {k for k in m["retain_model"] if k.startswith("mia_")} == six - {"mia_auc_reference"}
-    # the base model was trained on the 12 forget examples, the retain model not: only the first tells them from
-    # the holdout (measured: loss AUC 0.993 and 0.340, GradNorm 0.729 and 0.285)
-    assert m["base"]["mia_auc_loss"] > 0.9 > 0.6 > m["retain_model"]["mia_auc_loss"]
+    # the base model was trained on the 12 forget examples, the retain model not: the first tells them from the
+    # holdout far better. Measured on seeds 0-9 (issue #56), loss AUC base / retain model: 0.993/0.340 (seed 0),
+    # 0.903/0.194, 0.965/0.333, 1.0/0.819, 0.861/0.229, 0.799/0.188, 0.938/0.417, 1.0/0.361, 0.743/0.153,
+    # 0.993/0.514: the base at least 0.743 and 0.181 above the retain model (the bounds 0.65 and 0.1 below; a fixed
+    # 0.9 and 0.6 failed on seeds 3, 4, 5 and 8); GradNorm base above retain on all ten (0.729/0.285 on seed 0, by
+    # 0.08 or more on nine, 0.333/0.326 on seed 9)
+    assert m["base"]["mia_auc_loss"] >= max(0.65, m["retain_model"]["mia_auc_loss"] + 0.1)
     assert m["base"]["mia_auc_gradnorm"] > m["retain_model"]["mia_auc_gradnorm"]
     assert res["notes"] == ["mia_auc_reference: the retain model is the reference model, so it has no reference "
                             "score"]

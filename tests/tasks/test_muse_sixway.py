@@ -176,8 +176,11 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
         assert m["muse_knowmem_r"] == pytest.approx(ref_knowmem(model, tok, data["knowmem/retain_qa.json"],
                                                                 data["knowmem/retain_qa_icl.json"], 32), abs=1e-9)
         aucs[name] = ref_auc(model, tok, data["privleak/forget.json"], data["privleak/holdout.json"])
-    assert base["muse_verbmem_f"] > 0.3, base  # the base model was trained on the forget articles
-    assert any(res[n]["muse_knowmem_r"] > 0 for n in models)  # the KnowMem checks above are not all on zeros
+    # the base model was trained on the forget articles: seeds 0-5 measured 0.398-0.565 (seed 0: 0.412; issue #56)
+    assert base["muse_verbmem_f"] > 0.3, base
+    # the KnowMem checks above are not all on zeros: seed 0 has three models above 0 (seeds 1, 3 and 4 two or
+    # three, seeds 2 and 5 none: this holds for the test's seed, not for every seed)
+    assert any(res[n]["muse_knowmem_r"] > 0 for n in models)
     # 4. PrivLeak = (AUC - AUC_retrain) / AUC_retrain in MUSE's AUC, the oracle the retrained model
     for name in ("base", "graddiff"):
         want = (aucs[name] - aucs["oracle"]) / aucs["oracle"]
