@@ -176,10 +176,12 @@ def test_compare_gives_muses_six_numbers_and_resumes_sustainability(tmp_path, mo
         assert m["muse_knowmem_r"] == pytest.approx(ref_knowmem(model, tok, data["knowmem/retain_qa.json"],
                                                                 data["knowmem/retain_qa_icl.json"], 32), abs=1e-9)
         aucs[name] = ref_auc(model, tok, data["privleak/forget.json"], data["privleak/holdout.json"])
-    # the base model was trained on the forget articles: seeds 0-5 measured 0.398-0.565 (seed 0: 0.412; issue #56)
-    assert base["muse_verbmem_f"] > 0.3, base
-    # the KnowMem checks above are not all on zeros: seed 0 has three models above 0 (seeds 1, 3 and 4 two or
-    # three, seeds 2 and 5 none: this holds for the test's seed, not for every seed)
+    # the base model was trained on the forget articles, the oracle not: on seeds 0-9 the base's VerbMem is 0.251-0.613
+    # (seed 0: 0.412), the oracle's 0.173-0.333 (0.176), the base above it by 0.078-0.367 (0.236): a fixed 0.3 failed
+    # the base on seed 9 and passed the oracle on seed 5 (issue #56)
+    assert base["muse_verbmem_f"] > res["oracle"]["muse_verbmem_f"], (base, res["oracle"])
+    # the KnowMem checks above are not all on zeros: seed 0 has three models above 0 (seeds 1-9: one to three on
+    # seven of them, none on seeds 2 and 5)
     assert any(res[n]["muse_knowmem_r"] > 0 for n in models)
     # 4. PrivLeak = (AUC - AUC_retrain) / AUC_retrain in MUSE's AUC, the oracle the retrained model
     for name in ("base", "graddiff"):
