@@ -1,4 +1,5 @@
-"""Loss maths against hand-computed values."""
+"""Loss maths against hand-computed values: float32 expressions of a few operations (no long sums) against float64
+hand values, so ``rel_tol=1e-6`` is about eight float32 ulps (measured: one ulp on AVX2 kernels, issue #56)."""
 
 import math
 
