@@ -132,4 +132,4 @@ def test_each_control_draws_a_bar_over_its_steps_only_when_asked(progress, tiny_
         _, info = build(tiny_model, tiny_tokenizer, task, max_steps=2, chunk=1, target=-1.0, progress=progress)
         assert info["steps"] == 2  # a target below 0 is never met: it runs to max_steps
         err = capsys.readouterr().err
-        assert (desc in err and "2/2" in err) is progress and (err == "") is not progress
+        assert (desc in err and "/2 [" in err) is progress and (err == "") is not progress  # drawn at the start

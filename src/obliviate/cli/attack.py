@@ -9,7 +9,8 @@ import json
 from obliviate.attacks.harness import attack_names
 from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
-from obliviate.cli.inputs import check_out_dir, input_paths, load_model_args, model_fingerprint, task_from_args
+from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args, model_fingerprint,
+                                  task_from_args)
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
                                         run_attack)
 from obliviate.runs.cost import cost_line
@@ -19,6 +20,7 @@ from obliviate.runs.results import input_fingerprint
 def cmd_attack(args) -> None:
     """The run of :mod:`obliviate.pipelines.attack`, then what it found: the metrics, the probe and MIA against the
     negative control, and last the verdict (or the line that says what gives one)."""
+    device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before anything is said or read
     untrained, kind = negative_control_input(args.model, base=args.base, base_untrained=args.base_untrained,
                                              oracle=args.oracle, control=args.control, allow_hub=args.allow_hub)
     check_out_dir(args.out, input_paths(args, args.base, untrained))

@@ -24,7 +24,7 @@ from pathlib import Path
 from obliviate.errors import InvalidResult
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count
 from obliviate.models.load import save_model
-from obliviate.world import WorldConfig, generate_world
+from obliviate.tasks.world import WorldConfig, generate_world
 
 TARGET = 1 / 3
 """The most the second attack may take, as a share of the first's wall seconds."""

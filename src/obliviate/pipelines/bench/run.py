@@ -100,7 +100,7 @@ class BenchConfig:
     control_cache: bool = True
     """Also time a verdict-bearing ``obliviate attack`` twice on one base with a fresh cache of the controls
     (``metrics.control_cache``: :func:`~obliviate.pipelines.bench.control_cache.measure_control_cache`, issue #56)."""
-    control_cache_size: str = "4x128"
+    rerun_size: str = "4x128"
     """The model size of that case (``"<layers>x<width>"``; 4x128 is about 1M parameters)."""
 
 
@@ -378,7 +378,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
         if progress:
             print("bench: a verdict-bearing attack twice on one base, with a fresh cache of the controls", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
-            metrics["control_cache"] = measure_control_cache(Path(work or tmp), size=cfg.control_cache_size,
+            metrics["control_cache"] = measure_control_cache(Path(work or tmp), size=cfg.rerun_size,
                                                              seed=cfg.seed, progress=progress)
     return metrics
 
