@@ -17,6 +17,7 @@ import obliviate.cli.compare as compare_cli
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError
 from obliviate.models.load import load_model_and_tokenizer
+from obliviate.pipelines.compare.oracle import retain_control_input
 from obliviate.runs.card import read_model_card, untaught_model, write_model_card
 
 from tests._cli_errors import one_error
@@ -192,6 +193,29 @@ def test_a_hub_id_named_by_a_card_is_checked_in_the_cache_or_with_allow_hub(tmp_
     assert untaught_model(tmp_path / "ft", allow_hub=True) == "some-org/some-model" and asked == ["some-org/some-model"]
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: "/cache/config.json")
     assert untaught_model(tmp_path / "ft") == "some-org/some-model"
+
+
+def test_a_hub_model_in_the_middle_of_the_chain_ends_it_without_an_error(tmp_path, monkeypatch):
+    """An unlearned model whose card names a hub model (unlearned straight from the hub): no finetune card on the
+    way, so no untaught model is known (no negative control, "no verdict"), never an error, cached or not."""
+    import huggingface_hub
+
+    write_model_card(tmp_path / "u", base_model="some-org/some-model", task="files", method="npo", settings={},
+                     metrics={})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: None)
+    assert untaught_model(tmp_path / "u") is None
+    write_model_card(tmp_path / "v", base_model=str(tmp_path / "gone"), task="files", method="npo", settings={},
+                     metrics={})  # a local path that is missing: said, naming the card
+    with pytest.raises(ConfigError, match=f"the model card {tmp_path / 'v' / 'README.md'} names base_model"):
+        untaught_model(tmp_path / "v")
+
+
+def test_compare_records_a_relative_base_untrained_absolute(user, monkeypatch):
+    """compare --base-untrained user-model (relative): what it builds the oracle from is recorded absolute."""
+    assert retain_control_input("m", base_untrained="user-model") == str(user["a"] / "user-model")
+    assert retain_control_input("m", base_untrained="user-model", control="retain-finetune") == \
+        str(user["a"] / "user-model")
 
 
 def test_the_finetune_card_says_fine_tuned(tmp_path):

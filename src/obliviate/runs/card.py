@@ -151,9 +151,9 @@ def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False
                   allow_hub: bool = False) -> Path | None:
     """The directory of the first ``obliviate finetune`` model card met following ``base_model`` through the model
     cards from ``model`` (an unlearned model's card names the fine-tuned one, :func:`card_base_model`); None when no
-    card on the way is one, or a ``base_model`` on the way is no local directory (a hub model has no card here).
-    ``strict``: each ``base_model`` on the way is checked (:func:`check_card_base`, with ``allow_hub``), and one
-    that cannot be found is one line naming the card that names it. The directory is absolute."""
+    card on the way is one, or a ``base_model`` on the way is no local directory (a hub model has no card here: the
+    chain ends there). ``strict``: a ``base_model`` on the way that is a local path that cannot be found is one line
+    naming the card that names it (:func:`check_card_base`). The directory is absolute."""
     here = Path(os.path.abspath(model))
     for _ in range(max_depth):
         meta = read_model_card(here)
@@ -161,8 +161,10 @@ def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False
             return None
         if (meta.get("obliviate") or {}).get("method") == FINETUNE:
             return here
-        nxt = check_card_base(here, allow_hub, model=False) if strict else card_base_model(here)
-        if not os.path.isdir(nxt):
+        nxt = card_base_model(here)
+        if not os.path.isdir(nxt):  # a hub model (no card here) ends the chain; a path that is gone is said, if strict
+            if strict and (looks_like_path(nxt) or not could_be_hub_id(nxt)):
+                check_card_base(here, allow_hub, model=False)
             return None
         here = Path(nxt)
     return None

@@ -16,6 +16,7 @@ from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
 from obliviate.runs.cache import ControlCache
 from obliviate.runs.card import untaught_model
+from obliviate.utils import recorded_path
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
     be found fails in one line naming the card, before anything is loaded or written:
     :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``). By default it is built whenever
     that model is known and no ``oracle`` is given; ``control`` ``retain-finetune`` requires it (one line without),
-    ``none`` builds none. None when there is none to build."""
+    ``none`` builds none. None when there is none to build. A path is returned absolute (:func:`recorded_path`), as
+    results.json records it."""
     if control == NO_CONTROL:
         if base_untrained:
             raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
@@ -42,11 +44,11 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
                 raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no --oracle "
                                   "(without --model, compare builds its own oracle)")
             return None
-        return base_untrained or untaught_model(model, allow_hub=allow_hub)
+        return recorded_path(base_untrained) or untaught_model(model, allow_hub=allow_hub)
     if not model or oracle:
         raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
                           "(without --model, compare builds its own retain-only oracle)")
-    untaught = base_untrained or untaught_model(model, allow_hub=allow_hub)
+    untaught = recorded_path(base_untrained) or untaught_model(model, allow_hub=allow_hub)
     if untaught is None:
         raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
                           "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
