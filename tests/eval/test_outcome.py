@@ -46,17 +46,20 @@ def test_the_line_says_both_and_thresholds_are_settable():
 
 
 def test_the_line_shows_the_held_out_keep_that_the_keep_score_does_not_read():
-    """Issue #56, item 4: retain 1.0 -> 1.0 while the held-out keep falls 1.0 -> 0.5 is said in the line (and
-    results get its numbers); the outcome itself still reads the retain share."""
-    base, after = {**scores(1.0, 1.0), "heldout_keep_score": 1.0}, {**scores(0.0, 1.0), "heldout_keep_score": 0.5}
+    """Issue #56, item 4: retain 1.0 -> 1.0 while the held-out keep (what S-unlearning's R reads) falls 1.0 -> 0.5 is
+    said in the line (and results get its numbers); the outcome itself still reads the retain share."""
+    base, after = {**scores(1.0, 1.0), "untrained_keep_score": 1.0}, {**scores(0.0, 1.0), "untrained_keep_score": 0.5}
     v = unlearn_outcome(base, after)
     assert v["outcome"] == "ok" and "keep 1.000 -> 1.000" in v["line"]
     assert "held-out keep 1.000 -> 0.500 (share 0.500, below the threshold" in v["line"]
     assert (v["heldout_keep_before"], v["heldout_keep_after"], v["heldout_retained"]) == (1.0, 0.5, 0.5)
-    kept = unlearn_outcome(base, {**after, "heldout_keep_score": 0.95})["line"]
+    kept = unlearn_outcome(base, {**after, "untrained_keep_score": 0.95})["line"]
     assert "held-out keep 1.000 -> 0.950 (share 0.950)" in kept and "below" not in kept
     assert "held-out" not in unlearn_outcome(scores(1.0, 1.0), scores(0.0, 1.0))["line"]  # no held-out set: not said
-    zero = unlearn_outcome({**base, "heldout_keep_score": 0.0}, after)  # a base at 0 has no share to keep
+    legacy = unlearn_outcome({**scores(1.0, 1.0), "heldout_keep_score": 1.0}, {**scores(0.0, 1.0),
+                                                                             "heldout_keep_score": 0.5})
+    assert legacy["heldout_retained"] == 0.5  # metrics written before the pooled score had its name read the same
+    zero = unlearn_outcome({**base, "untrained_keep_score": 0.0}, after)  # a base at 0 has no share to keep
     assert zero["heldout_retained"] is None and "held-out keep 0.000 -> 0.500 (share n/a)" in zero["line"]
 
 

@@ -426,27 +426,26 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     steps, ref = 0, monitor(control)
     curve = [{"steps": 0, **ref}]
     s, kept = ref, True
-    bar = control_bar(max_steps, "positive control (small norm)", progress)
-    while not (s["forget"] <= target and kept) and steps < max_steps:
-        n = min(chunk, max_steps - steps)
-        ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size,
-                             seed=seed + steps,
-                             train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
-                                               log_every=n, desc="small-norm control"))
-        control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=False)
-        if cells is not None:
-            confine_to(control, cells)
-        steps += n
-        bar.update(n)
-        s = monitor(control, forget_only=(steps // chunk) % FULL_READ_EVERY != 0)
-        if "retain" in ref and "retain" not in s and (s["forget"] <= target or steps >= max_steps):
-            s = monitor(control)
-        if adapt and set(ref) <= set(s):  # a full read: below the keep target, the retain term doubles
-            kept = all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
-            weight = weight if kept else min(weight * 2, SMALL_NORM_MAX_RETAIN_WEIGHT)
-        curve.append({"steps": steps, "retain_weight": weight, **s})
-        bar.set_postfix(forget=f"{s['forget']:.2f}", refresh=False)
-    bar.close()
+    with control_bar(max_steps, "positive control (small norm)", progress) as bar:
+        while not (s["forget"] <= target and kept) and steps < max_steps:
+            n = min(chunk, max_steps - steps)
+            ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size,
+                                 seed=seed + steps,
+                                 train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
+                                                   log_every=n, desc="small-norm control"))
+            control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=False)
+            if cells is not None:
+                confine_to(control, cells)
+            steps += n
+            bar.update(n)
+            s = monitor(control, forget_only=(steps // chunk) % FULL_READ_EVERY != 0)
+            if "retain" in ref and "retain" not in s and (s["forget"] <= target or steps >= max_steps):
+                s = monitor(control)
+            if adapt and set(ref) <= set(s):  # a full read: below the keep target, the retain term doubles
+                kept = all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
+                weight = weight if kept else min(weight * 2, SMALL_NORM_MAX_RETAIN_WEIGHT)
+            curve.append({"steps": steps, "retain_weight": weight, **s})
+            bar.set_postfix(forget=f"{s['forget']:.2f}", refresh=False)
     base_w = {n: m.weight.detach() for n, m in quantizable(model)}
     num = den = 0.0
     top = 0.0

@@ -3,8 +3,8 @@
 ``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the keep
 score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9), else
 ``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?"). The
-held-out keep score (``heldout_keep_score``: the held-out retain items, part of what S-unlearning's R reads) is shown
-beside the keep score, and said when its share falls below the threshold.
+held-out keep score (``untrained_keep_score``: what must be kept and no method trains on, the score S-unlearning's R
+reads) is shown beside the keep score, and said when its share falls below the threshold.
 ``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which only attacks
 calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set counts by its
 length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short options.
@@ -12,7 +12,7 @@ length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities f
 
 from __future__ import annotations
 
-from obliviate.eval.suite import keep_score
+from obliviate.eval.suite import keep_score, untrained_keep
 
 RETAIN_SHARE = 0.9
 """The least share of the base model's keep score an unlearned model must keep (``tune``'s constraint)."""
@@ -21,11 +21,6 @@ MIN_FORGOT = 0.5
 """The least share of the forget score above chance a run must remove not to have 'forgot little'."""
 
 OUTCOMES = ("ok", "forgot little", "retain lost")
-
-HELDOUT = "heldout_keep_score"
-"""The held-out keep score (:func:`obliviate.eval.suite.evaluate_task`: the held-out retain items, which no method
-trains on; S-unlearning's R reads them with the neighbour and utility sets, ``untrained_keep_score``); the outcome
-line shows it beside the keep score."""
 
 _EPS = 1e-9
 """Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
@@ -80,7 +75,7 @@ def unlearn_outcome(base: dict, after: dict, *, retain_share: float = RETAIN_SHA
          "forget_chance": base.get("forget_chance", 0.0), "keep_before": outcome_keep(base),
          "keep_after": outcome_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
          "length_normalised": base.get("forget_score_norm") is not None}
-    h0, h = base.get(HELDOUT), after.get(HELDOUT)
+    h0, h = untrained_keep(base)[0], untrained_keep(after)[0]
     if h0 is not None and h is not None:  # what S-unlearning's R reads: shown beside the keep, never hidden by it
         v.update(heldout_keep_before=h0, heldout_keep_after=h, heldout_retained=float(h / h0) if h0 > 0 else None)
     v["line"] = outcome_line(v, method)
