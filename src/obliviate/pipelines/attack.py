@@ -341,7 +341,9 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         metrics["attacks_skipped"] = {**skipped, **metrics.get("attacks_skipped", {})}
     if out is not None:
         plot_relearn_curves(metrics, out / "relearn_curve.png")
-        write_results(out, seed=cfg.seed, config=cfg, metrics={**metrics, "negative_control": negative},
+        write_results(out, seed=cfg.seed, config=cfg, metrics={**{k: v for k, v in metrics.items()
+                                                                   if k != "attacks_skipped"},  # (its own key below)
+                                                                "negative_control": negative},
                       model_dir=str(model), base_model_dir=base, negative_control_dir=control_dir,
                       negative_control_kind=None if negative is None else kind,
                       untaught_model_dir=None if kind == ORACLE else untrained,
