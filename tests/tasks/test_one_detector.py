@@ -164,6 +164,69 @@ def test_index_base_in_the_mapping_says_what_the_file_cannot(tmp_path):
         load_records(path, mapping="index_base=1")
 
 
+ABC = ABCD[:3]
+
+
+def _mcq_file(tmp_path, fmt: str, answers: list) -> object:
+    """An MCQ file of choices ABC, one question per answer, as JSON Lines, a JSON array or CSV (columns A, B, C)."""
+    recs = [{"question": f"Q{i}?", "choices": ABC, "answer": a} for i, a in enumerate(answers, 1)]
+    path = tmp_path / f"quiz.{fmt}"
+    if fmt == "csv":
+        path.write_text(csv_text(["question", "A", "B", "C", "answer"],
+                                 [[r["question"], *ABC, str(r["answer"])] for r in recs]))
+    else:
+        path.write_text(jsonl(recs) if fmt == "jsonl" else json.dumps(recs))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+def test_the_answer_key_is_the_same_with_any_limit(fmt, tmp_path):
+    """Whether answer indices count from 0 or 1 is told from the whole file, not from the records a limit lets it read:
+    answers 1, 2, 3 of 3 choices are 1-based (only the last, 3 of 3, says so), at every limit."""
+    path = _mcq_file(tmp_path, fmt, [1, 2, 3])
+    assert [x.answer_index for x in load_records(path)] == [0, 1, 2]
+    for limit in (1, 2, 3):
+        assert [x.answer_index for x in load_records(path, limit=limit)] == [0, 1, 2][:limit], limit
+        got = benchmark_task(data=path, limit=limit).evals[0].items
+        assert [x.answer_index for x in got] == [0, 1, 2][:limit], limit
+    # the other way round: a 0 past the limit makes the file 0-based, and its first answer (3 of 3) out of range
+    path = _mcq_file(tmp_path, fmt, [3, 1, 0])
+    where = {"jsonl": "quiz.jsonl line 1", "json": "quiz.json record 1", "csv": "quiz.csv line 2"}[fmt]
+    for limit in (None, 1, 2):
+        with pytest.raises(DataError, match=f"^{where}: field 'answer' = 3 is out of range for 3 choices$"):
+            load_records(path, limit=limit)
+
+
+def test_a_record_past_the_limit_that_cannot_be_read_ends_the_look_at_answers(tmp_path):
+    """A limit still reads no broken record past it: the look at the answers stops there, as a whole read would."""
+    path = tmp_path / "quiz.jsonl"
+    path.write_text(jsonl([{"question": f"Q{k}?", "choices": ABC, "answer": k} for k in (1, 3)]) + "{oops\n")
+    assert [x.answer_index for x in load_records(path, limit=1)] == [0]
+    assert [x.answer_index for x in load_records(path, limit=2)] == [0, 2]
+    with pytest.raises(DataError, match="quiz.jsonl line 3: invalid JSON"):
+        load_records(path)
+
+
+def test_a_file_that_does_not_say_its_index_base_is_read_from_0_and_says_so(tmp_path, caplog):
+    """No answer is 0 and none equals its record's number of choices: read 0-based, in one log line that says how to
+    read it 1-based (whatever the limit); a file with a 0, or with letters, says nothing."""
+    path = _mcq_file(tmp_path, "jsonl", [1, 2, 1])
+    for limit in (None, 1):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="obliviate"):
+            assert [x.answer_index for x in load_records(path, limit=limit)] == [1, 2, 1][:limit]
+        lines = [r.getMessage() for r in caplog.records if "index" in r.getMessage()]
+        assert lines == ["quiz.jsonl: answer indices read as 0-based, though the file does not say (none is 0, and "
+                         "none equals its record's number of choices); index_base=1 in the mapping reads them as "
+                         "1-based"]
+        assert [x.answer_index for x in load_records(path, limit=limit, mapping="index_base=1")] == [0, 1, 0][:limit]
+    for answers in ([1, 0, 2], ["B", "A", "C"]):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="obliviate"):
+            load_records(_mcq_file(tmp_path, "jsonl", answers), limit=1)
+        assert not [r for r in caplog.records if "index" in r.getMessage()], answers
+
+
 def test_an_mcq_with_a_letter_answer_is_never_read_as_a_qa_pair_for_training(tmp_path):
     """Training data try QA pairs first; an MCQ whose answer is a letter ("B") is no QA pair, and says so."""
     path = tmp_path / "quiz.jsonl"

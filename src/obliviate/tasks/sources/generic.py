@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,10 @@ def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
     ``kind``: qa, mcq or text; None: told from the first record (:func:`~obliviate.tasks.sources.detect.detect`, which
     also finds the fields the mapping leaves out). ``mapping``: a dict or a :func:`parse_mapping` string. ``split``
     defaults to the file stem. ``limit``: stop after that many records (JSON Lines, CSV and text files are then read
-    no further). ``split_by``: ``"line"`` (default) or ``"blank"`` for .txt files; it may also be given in the
-    mapping as ``split_by=blank``, as may ``index_base=0|1`` (MCQ answers given as indices: 0- or 1-based; default:
-    told from the file, :func:`index_base`).
+    no further, but for an MCQ file's answers and choices, read to its end to tell whether its indices count from 0 or
+    1: the same file gives the same answers with any limit). ``split_by``: ``"line"`` (default) or ``"blank"`` for
+    .txt files; it may also be given in the mapping as ``split_by=blank``, as may ``index_base=0|1`` (MCQ answers
+    given as indices: 0- or 1-based; default: told from the whole file, :func:`index_base`).
     """
     return read_records(path, kind, mapping, split, limit, split_by)[1]
 
@@ -114,8 +115,8 @@ def read_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
         src = {f: k for f, k in src.items() if f not in ("answer", "answer_index") or f in mapping}
     must = set(required) | set(mapping)
     rows = [first, *itertools.islice(records, None if limit is None else limit - 1)]
-    if kind == "mcq" and base is None:
-        base = index_base(rows, src, strings, path.name)
+    if kind == "mcq" and base is None:  # told from the whole file: the records past the limit too
+        base = index_base(itertools.chain(rows, records), src, strings, path.name)
     return kind, [_example(kind, rec, src, must, where, split or path.stem, strings, base or 0)
                   for where, rec in rows]
 
@@ -138,13 +139,21 @@ def _index_base_arg(value: str | None) -> int | None:
     return int(value)
 
 
-def index_base(rows: list[tuple[str, dict]], src: dict[str, list[str]], strings: bool, name: str) -> int:
-    """Whether a file's MCQ answer indices count from 0 or 1, told from all its records: 1 where no answer index is
-    0 and one equals its record's number of choices (which only a 1-based index can), said on the log; else 0. A
-    letter, a label or a choice's text is not an index and says nothing here."""
+def index_base(rows: Iterable[tuple[str, dict]], src: dict[str, list[str]], strings: bool, name: str) -> int:
+    """Whether a file's MCQ answer indices count from 0 or 1, told from all its records (``rows``: past a limit, only
+    their answer and choice fields are looked at; a record that cannot be read there ends the look, as it would end
+    a read of the whole file): 1 where no answer index is 0 and one equals its record's number of choices (which only
+    a 1-based index can), else 0; either way said on the log where the file has answer indices but no 0 among them.
+    A letter, a label or a choice's text is not an index and says nothing here."""
     fields = [keys[0] for keys in (src.get("answer_index"), src.get("answer")) if keys and len(keys) == 1]
     top = None
-    for where, rec in rows:
+    indices = False
+    rows = iter(rows)
+    while True:
+        try:
+            where, rec = next(rows)
+        except (StopIteration, DataError):
+            break
         key = next((k for k in fields if rec.get(k) is not None), None)
         if key is None:
             continue
@@ -156,13 +165,17 @@ def index_base(rows: list[tuple[str, dict]], src: dict[str, list[str]], strings:
             continue
         if v == 0:
             return 0
+        indices = True
         if top is None and texts and v == len(texts):
             top = (where, v, len(texts))
-    if top is None:
-        return 0
-    log.info("%s: answer indices read as 1-based (none is 0, and %s's is %d of %d choices; index_base=0 in the "
-             "mapping says otherwise)", name, *top)
-    return 1
+    if top is not None:
+        log.info("%s: answer indices read as 1-based (none is 0, and %s's is %d of %d choices; index_base=0 in the "
+                 "mapping says otherwise)", name, *top)
+        return 1
+    if indices:
+        log.info("%s: answer indices read as 0-based, though the file does not say (none is 0, and none equals its "
+                 "record's number of choices); index_base=1 in the mapping reads them as 1-based", name)
+    return 0
 
 
 def _choice_texts_lenient(rec: dict, keys: list[str], strings: bool) -> list[str]:
