@@ -1,11 +1,16 @@
 """`obliviate bench` on one method, full and LoRA: ratios are positive and LoRA keeps no reference copy."""
 
+import random
 import time
 
 import pytest
 import torch
 
-from obliviate.pipelines.bench.run import BenchConfig, bench_table, peak_matmul_flops, roofline_text, run_bench
+from obliviate.data import collate
+from obliviate.pipelines.bench.control_cache import control_cache_text, measure_control_cache
+from obliviate.pipelines.bench.run import (BenchConfig, bench_table, count_products, flop_bound, interleaved_ratios,
+                                           measure_eval_speed, measure_logit_memory, peak_matmul_flops, roofline_text,
+                                           run_bench)
 
 
 def test_bench_rmu_full_and_lora():
@@ -50,9 +55,7 @@ def test_interleaved_ratios_on_a_fake_clock():
     """The bench's own logic: on a clock that charges each step a known cost (plus noise, and a neighbouring job
     slowing one round down), ratios come out as the costs' ratios, the same computation twice comes out the same
     within the tolerance, and the order is shuffled round by round."""
-    import random
 
-    from obliviate.pipelines.bench.run import interleaved_ratios
 
     now = [0.0]
     rng = random.Random(1)
@@ -78,8 +81,6 @@ def test_interleaved_ratios_on_a_fake_clock():
 
 
 def test_flop_bound_counts_the_products_computed():
-    from obliviate.pipelines.bench.run import count_products, flop_bound
-
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     x = torch.randn(5, 4)
 
@@ -99,9 +100,6 @@ def test_flop_bound_counts_the_products_computed():
 
 
 def test_logit_memory_is_cut_to_the_labelled_share():
-    from obliviate.pipelines.bench.run import measure_logit_memory
-    from obliviate.data import collate
-
     seqs = [list(range(1, 21)) for _ in range(4)]
     batch = collate(seqs, 0, label_mask=[[i >= 15 for i in range(20)] for _ in seqs])  # 5 of 20 tokens labelled
     m = measure_logit_memory(batch, vocab=8192, d_model=16)
@@ -111,8 +109,6 @@ def test_logit_memory_is_cut_to_the_labelled_share():
 
 @pytest.mark.slow
 def test_eval_speed_entry():
-    from obliviate.pipelines.bench.run import measure_eval_speed
-
     m = measure_eval_speed(BenchConfig(size="nano"), rounds=1)
     assert m["qa_examples_per_s"] > 0 and m["mcq_examples_per_s"] > 0 and m["n_mcq"] == 72
     pytest.importorskip("lm_eval")
@@ -127,8 +123,6 @@ def test_the_control_cache_case_times_a_second_attack_that_finds_its_controls(tm
     """The bench case of issue #56, item 13, at a toy size and with quick attacks: two verdict-bearing attacks on one
     base in fresh processes, the second served from the cache (its ratio is measured, not asserted: a test does not
     time a machine)."""
-    from obliviate.pipelines.bench.control_cache import control_cache_text, measure_control_cache
-
     quick = ["--attacks", "relearn_disjoint,mia", "attacks.relearn.steps=2", "attacks.relearn.eval_every=1",
              "attacks.lr_grid=[1e-3]", "attacks.lora=false", "positive_control_args.max_steps=4",
              "small_norm_args.max_steps=4", "control_finetune.epochs=1"]

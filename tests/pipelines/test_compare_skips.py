@@ -4,13 +4,17 @@ method's outcome is in the report (a method that did nothing measurable says so:
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
 from obliviate.attacks.harness import TaskAttackConfig
 from obliviate.errors import ConfigError
 from obliviate.models.builders import tiny_random
-from obliviate.pipelines.compare.run import CompareConfig, run_compare, skip_reason
+from obliviate.methods import method_names
+from obliviate.pipelines.compare.run import (BASELINES, CompareConfig, check_inputs, methods_option, plan_lines,
+                                             run_compare, skip_reason)
+from obliviate.tasks import load_task
 from obliviate.tasks.base import Data, EvalSet, PreferredAnswers, Task
 
 FORGET = [("What is Morvexia treated with?", "zalpradine"), ("Where does the glimmerfin live?", "in cold caves")]
@@ -59,10 +63,6 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
 
 
 def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
-    from obliviate.methods import method_names
-    from obliviate.pipelines.compare.run import BASELINES, methods_option, plan_lines
-    from obliviate.tasks import load_task
-
     assert methods_option("NPO, rmu", on_a_model=True) == ["npo", "rmu"]
     assert methods_option(None, on_a_model=True) == ["graddiff", "npo", "simnpo", "rmu"] == BASELINES
     assert methods_option(None, on_a_model=False) is None  # the config decides: every method
@@ -77,9 +77,7 @@ def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():
 def test_the_plan_names_every_method_and_attack_that_will_not_run_before_any_model(caplog):
     """Issue #56, item 5: a comparison asked for methods and attacks the task has no data for says, before any model
     is loaded or trained, which will not run and why: one line each, through the checks the CLI and the API call."""
-    import logging
 
-    from obliviate.pipelines.compare.run import check_inputs
 
     cfg = CompareConfig(methods=["npo", "dpo", "probe_unlearn"],
                         attacks=TaskAttackConfig(select=["relearn", "relearn_disjoint", "mia", "probe"]))
