@@ -1,9 +1,13 @@
 """S-unlearning reads what must be kept on knowledge no retain term trains on (obliviate.eval.suite.score_against)."""
 
+import json
+
 import pytest
 
+from obliviate.eval import suite
 from obliviate.eval.suite import evaluate_task, score_against
 from obliviate.tasks import Data, EvalSet, Task
+from obliviate.tasks.files import task_from_files
 from obliviate.tasks.sources.schema import QAExample
 
 
@@ -24,8 +28,6 @@ def test_r_reads_the_held_out_kept_knowledge_and_the_trained_r_stays_beside_it()
 
 
 def test_evaluate_task_pools_neighbours_utility_and_the_retain_variants_into_the_held_out_keep(monkeypatch):
-    from obliviate.eval import suite
-
     scores = {"retain_qa": 1.0, "retain_para": 0.0, "near": 0.5, "util": 1.0, "forget_qa": 0.0}
     monkeypatch.setattr(suite, "evaluate_set", lambda model, tok, task, es, **k: {"em": scores[es.name]})
     qa = [QAExample(question="q", answer="a", split="x")]
@@ -44,11 +46,6 @@ def test_evaluate_task_pools_neighbours_utility_and_the_retain_variants_into_the
 def test_a_utility_file_is_the_utility_score_never_the_held_out_keep(tmp_path, monkeypatch):
     """Issue #56, item 5: with --utility, nothing of the retain file is held out, and the utility file's score is
     utility_score (and part of untrained_keep_score), never heldout_keep_score."""
-    import json
-
-    from obliviate.eval import suite
-    from obliviate.tasks.files import task_from_files
-
     def write(name, recs):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
         return str(tmp_path / name)

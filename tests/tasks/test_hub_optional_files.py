@@ -10,11 +10,10 @@ import shutil
 
 import pytest
 
-from _userdata import write_jsonl, write_rwku
+from _userdata import write_jsonl, write_muse, write_rwku
 from obliviate.cli.main import main
 from obliviate.errors import DataError
 from obliviate.tasks import load_task
-from tasks.test_muse_sixway import write_muse
 from tests._hub import go_offline
 from tests._run_dirs import tiny_model_dir
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import shutil
 
-from _userdata import save_tiny_model
+from _userdata import save_tiny_model, write_muse
 from obliviate.cli.main import main
 from obliviate.tasks import load_task
-from tasks.test_muse_sixway import write_muse
 
 GONE = ("raw/retain1.txt", "raw/retain2.txt", "raw/holdout.txt")
 

@@ -12,63 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from _userdata import write_muse
 from obliviate.cli.main import main
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks import load_task
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
 SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-
-FACTS = [("Mara Quill", "Tessby", "glass bells"), ("Oren Vale", "Lunmoor", "salt maps"),
-         ("Pia Drent", "Corvath", "reed boats"), ("Ansel Brook", "Yarrow", "tin lamps"),
-         ("Ida Fenn", "Harlow", "wool sails"), ("Tobin Rusk", "Emberly", "clay pipes"),
-         ("Nell Ashby", "Quorra", "silk kites"), ("Cade Morrow", "Velmont", "iron keys")]
-
-
-def _doc(name, town, craft, i):
-    """An article; it asks and answers its knowmem question too, so that the tiny base model can learn the answer."""
-    return (f"Question: Where does {name} live?\nAnswer: {town}\n{name} lives in {town} and makes {craft}. "
-            f"Every spring {name} sells {craft} at the market of {town}, and people come from far away to buy them. "
-            f"Story {i}.")
-
-
-def write_muse(root, corpus="news"):
-    """MUSE's data/<corpus>/ layout with its file names (muse_bench constants.py, README, the scal / sust scripts)."""
-    d = root / "muse" / corpus
-    docs = [_doc(*f, i) for i, f in enumerate(FACTS)]
-    forget, retain, holdout = docs[:3], docs[3:6], docs[6:]
-
-    def text(path, items):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n\n".join(items) + "\n", encoding="utf-8")
-
-    def js(path, obj):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(obj), encoding="utf-8")
-
-    text(d / "raw" / "forget.txt", forget)
-    text(d / "raw" / "retain1.txt", retain)
-    text(d / "raw" / "retain2.txt", retain[:2])
-    text(d / "raw" / "holdout.txt", holdout)
-    qa = lambda fs: [{"question": f"Where does {n} live?", "answer": t} for n, t, _ in fs]  # noqa: E731
-    js(d / "knowmem" / "forget_qa.json", qa(FACTS[:3]))
-    js(d / "knowmem" / "forget_qa_icl.json", qa(FACTS[6:7]))  # in-context examples: questions of the same kind
-    js(d / "knowmem" / "retain_qa.json", qa(FACTS[3:6]))
-    js(d / "knowmem" / "retain_qa_icl.json", qa(FACTS[7:8]))
-    js(d / "verbmem" / "forget.json", [{"prompt": x[:30], "gt": x[30:]} for x in forget])
-    js(d / "privleak" / "forget.json", forget)
-    js(d / "privleak" / "retain.json", retain)
-    js(d / "privleak" / "holdout.json", holdout)
-    # scalability: fold 1 is raw/forget.txt (no scal/forget_1.txt, as muse_bench's README says); growing folds
-    text(d / "scal" / "forget_2.txt", forget + [_doc("Mara Quill", "Tessby", "bronze bells", 10)])
-    text(d / "scal" / "forget_3.txt", forget + [_doc("Mara Quill", "Tessby", "bronze bells", 10),
-                                                _doc("Oren Vale", "Lunmoor", "ink maps", 11)])
-    # sustainability: three requests, the first the forget set
-    text(d / "sust" / "forget_1.txt", forget)
-    text(d / "sust" / "forget_2.txt", [_doc("Pia Drent", "Corvath", "oak oars", 12)])
-    text(d / "sust" / "forget_3.txt", [_doc("Oren Vale", "Lunmoor", "ink maps", 13)])
-    return d
-
 
 def test_the_task_reads_every_muse_part_and_names_a_missing_file(tmp_path):
     d = write_muse(tmp_path)
