@@ -14,8 +14,9 @@ import torch
 from obliviate.errors import ObliviateError
 from obliviate.models import save_model, tiny_llama
 from obliviate.models.load import load_model
-from obliviate.runs.cache import (ControlCache, cache_root, control_cache, key_digest, model_digest, place_model,
-                                  settings_key, task_fingerprint, tokenizer_digest)
+import obliviate.runs.cache as cache_module
+from obliviate.runs.cache import (OWNER, STALE_STAGING_SECONDS, ControlCache, cache_root, control_cache, key_digest,
+                                  model_digest, place_model, runtime, settings_key, task_fingerprint, tokenizer_digest)
 from obliviate.tasks.base import Data, EvalSet, PromptFormat, Task
 from obliviate.utils import cache_dir
 
@@ -65,6 +66,86 @@ def test_a_corrupt_entry_is_said_in_one_line_and_rebuilt(tmp_path, caplog, damag
     assert not hit.reused and hit["value"] == 5 and calls == [1, 5]
     assert (path / "model" / "weights.bin").read_bytes() == bytes([5]) * 64
     assert cache.get("thing", {"k": 1}, _build(calls, 6), what="the thing").reused  # sound again
+
+
+def test_a_build_hashes_each_file_once_and_a_read_checks_them(tmp_path, monkeypatch):
+    hashed, real = [], cache_module.file_sha256
+    monkeypatch.setattr(cache_module, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    cache = ControlCache(tmp_path / "c")
+    first = cache.get("thing", {"k": 1}, _build([]), what="the thing")
+    assert hashed == ["weights.bin"]  # written and hashed once; not read back and hashed again
+    assert dict(first) == {"value": 1, "pair": [1, 2], "nan": None}  # as a later read gives it
+    assert not (first.path / OWNER).exists()  # the builder's lock is not one of the entry's files
+    hashed.clear()
+    again = cache.get("thing", {"k": 1}, _build([], 2), what="the thing")
+    assert again.reused and dict(again) == dict(first) and hashed == ["weights.bin"]  # each read checks
+
+
+def _staging(root: Path, name: str, *, owner: bool = True, age: float = 0.0) -> Path:
+    folder = root / name
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "half.bin").write_bytes(b"x")
+    if owner:
+        (folder / OWNER).write_text("")
+    then = os.path.getmtime(folder) - age
+    os.utime(folder, (then, then))
+    return folder
+
+
+@pytest.mark.skipif(cache_module.fcntl is None, reason="needs fcntl.flock")
+def test_a_build_sweeps_only_the_staging_folders_whose_builder_is_gone(tmp_path):
+    import fcntl
+
+    root = tmp_path / "c"
+    old = STALE_STAGING_SECONDS + 3600
+    building = _staging(root, ".thing-aa.otherhost.4242.x1.tmp", age=old)  # days old, its builder still at it
+    held = open(building / OWNER, "rb")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    killed = _staging(root, ".thing-bb.otherhost.4243.x2.tmp")  # fresh, but nobody holds it: its builder is gone
+    legacy_old = _staging(root, ".thing-cc.x3.tmp", owner=False, age=old)  # an older obliviate's, by its age
+    legacy_new = _staging(root, ".thing-dd.x4.tmp", owner=False)
+    try:
+        ControlCache(root).get("thing", {"k": 1}, _build([]), what="the thing")
+        assert building.is_dir() and (building / "model" / "half.bin").is_file()
+        assert not killed.exists() and not legacy_old.exists() and legacy_new.is_dir()
+    finally:
+        held.close()
+    ControlCache(root).get("thing", {"k": 2}, _build([]), what="the thing")
+    assert not building.exists()  # let go: its builder is gone now
+
+
+def _build_held(root: str, started, release, out) -> None:
+    def build(folder: Path) -> dict:
+        (folder / "model").mkdir()
+        (folder / "model" / "w.bin").write_bytes(b"w" * 8)
+        then = os.path.getmtime(folder) - STALE_STAGING_SECONDS - 3600
+        os.utime(folder, (then, then))  # a build that has run for days
+        started.set()
+        release.wait(60)
+        return {"slow": True}
+
+    hit = ControlCache(root).get("slow", {"k": 1}, build, what="the slow thing")
+    out.put(dict(hit))
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods() or cache_module.fcntl is None,
+                    reason="needs fork and fcntl.flock")
+def test_a_long_build_in_another_process_is_never_swept(tmp_path):
+    ctx = mp.get_context("fork")
+    started, release, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_build_held, args=(str(tmp_path / "c"), started, release, out))
+    child.start()
+    try:
+        assert started.wait(60)
+        ControlCache(tmp_path / "c").get("thing", {"k": 1}, _build([]), what="the thing")  # sweeps
+        assert [p.name.startswith(".slow-") for p in (tmp_path / "c").glob(".*.tmp")] == [True]  # still building
+    finally:
+        release.set()
+    assert out.get(timeout=60) == {"slow": True}
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert ControlCache(tmp_path / "c").get("slow", {"k": 1}, _build([]), what="the slow thing").reused
+    assert not list((tmp_path / "c").glob(".*"))  # nothing staged is left
 
 
 def test_a_failed_build_leaves_no_entry_and_no_staging(tmp_path):
@@ -121,8 +202,9 @@ def test_the_cache_lives_where_the_environment_says_never_in_the_repo(tmp_path, 
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dir() == tmp_path / "home" / ".cache" / "obliviate"  # the same from any working directory
+    monkeypatch.chdir(tmp_path)  # a relative $OBLIVIATE_CACHE is made here, never in the directory the tests run in
     monkeypatch.setenv("OBLIVIATE_CACHE", "rel/cache")
-    assert cache_dir().is_absolute()
+    assert cache_dir().is_absolute() and cache_dir().resolve() == (tmp_path / "rel" / "cache").resolve()
     assert control_cache(False) is None and control_cache(True).root == cache_dir() / "controls"
 
 
@@ -169,6 +251,30 @@ def test_a_key_holds_every_setting_but_the_display_ones():
                                                                                         "seed": 0}
     assert key_digest("attacked", {"s": a}) != key_digest("attacked", {"s": {**a, "seed": 1}})
     assert key_digest("attacked", {"s": a}) != key_digest("positive-control", {"s": a})
+
+
+def test_a_key_holds_the_libraries_and_the_gpu_that_compute_it(monkeypatch):
+    import tokenizers
+    import transformers
+
+    got = runtime()
+    assert (got["torch"], got["transformers"], got["tokenizers"]) == (torch.__version__, transformers.__version__,
+                                                                      tokenizers.__version__)
+    assert "peft" in got  # its version, or None where it is not installed
+    base = key_digest("attacked", {"k": 1})
+    versions = cache_module.library_versions()
+    monkeypatch.setattr(cache_module, "library_versions", lambda: {**versions, "transformers": "0.0.1"})
+    assert key_digest("attacked", {"k": 1}) != base  # another transformers: another entry
+    monkeypatch.undo()
+    assert key_digest("attacked", {"k": 1}) == base
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    digests = set()
+    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, name=name: name)
+        assert runtime()["cuda"]["device"] == name
+        digests.add(key_digest("attacked", {"k": 1}))
+    assert len(digests) == 2 and base not in digests  # another GPU: another entry
 
 
 def test_a_cached_model_is_linked_into_the_run_and_left_alone_when_it_is_there(tmp_path):

@@ -12,12 +12,18 @@ numbers, and the code that computes them (:func:`recipe`: the package's version 
 Each entry holds ``entry.json`` (its key, its result and the SHA-256 of every other file in it, such as a control's
 ``model/``) beside those files. It is built in a staging folder beside the entries and renamed into place whole, so
 no reader ever sees half of one; two runs that build the same entry at once both finish, and the second keeps the
-first's. Every read checks the entry's files against their hashes: a corrupt entry is said in one line and rebuilt.
-Runs turn the cache off with ``--no-cache`` (config key ``cache=false``); wall seconds are never part of a key.
+first's. A staging folder (``.<entry>.<host>.<pid>.<random>.tmp``) is held by its builder (``fcntl.flock`` on its
+``.owner`` file) while it builds: a later build removes only the staging folders whose builder is gone (killed), never
+one still building, however long it takes. Every read checks the entry's files against their hashes: a corrupt entry
+is said in one line and rebuilt. A result holds what was made, never where or how long: no path of the run that built
+it, no wall seconds (the run that reads it adds its own). Runs turn the cache off with ``--no-cache`` (config key
+``cache=false``); wall seconds are never part of a key. Clearing the cache is deleting its folder (``rm -rf
+~/.cache/obliviate/controls``, or wherever :func:`cache_root` is), best between runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -25,7 +31,9 @@ import importlib.metadata
 import json
 import logging
 import os
+import re
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import fields, is_dataclass
@@ -36,17 +44,31 @@ import torch
 
 from obliviate.config import to_dict
 from obliviate.errors import ObliviateError
-from obliviate.runs.results import DISPLAY_KEYS, atomic_write_json, stored_form, task_digest
+from obliviate.runs.results import atomic_write_json, stored_form, task_digest, without_display
 from obliviate.train.distributed import world_size
-from obliviate.utils import cache_dir, replace_dir, staging_dir
+from obliviate.utils import cache_dir, file_sha256, replace_dir, staging_dir
+
+try:
+    import fcntl
+except ImportError:  # Windows: a staging folder's builder is not known, so none is removed but by hand
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 """The layout of an entry; part of every key, so a new layout never reads an old one."""
 ENTRY = "entry.json"
+OWNER = ".owner"
+"""The file of a staging folder its builder holds locked (``fcntl.flock``) while it builds; not one of the entry's
+files (removed once the entry is in place)."""
+STAGING = re.compile(r"^\.(?P<entry>[^.]+)\.(?P<host>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
+"""A staging folder's name: the entry it builds, then the host and process building it."""
 STALE_STAGING_SECONDS = 2 * 24 * 3600
-"""A staging folder this old belongs to a run that was killed while building: removed by the next build."""
+"""A staging folder without an owner file (left by an obliviate before the owner file) this old, or a folder of the
+instant before it gets its owner (``.new``), is left by a run killed while building: removed by the next build."""
+LIBRARIES = ("torch", "transformers", "tokenizers", "peft")
+"""The libraries whose versions are part of every key (:func:`runtime`; None where one is not installed): a new
+release may compute another float's last bits, or tokenize a text otherwise."""
 LOCATION_META = ("files", "directory", "data", "notes", "missing", "inputs")
 """Keys of ``Task.meta`` that say where the task's data came from (paths, and lines naming them; ``inputs``: the
 files read, with their hashes, :data:`obliviate.tasks.base.INPUTS`), not what it is: left out of
@@ -90,16 +112,8 @@ def _plain(obj):
 
 def settings_key(obj) -> dict:
     """A config (a dataclass or a dict) as part of a key: JSON-able, without the keys that change only what a run
-    shows (:data:`~obliviate.runs.results.DISPLAY_KEYS`: the progress bars and their labels)."""
-
-    def drop(x):
-        if isinstance(x, dict):
-            return {k: drop(v) for k, v in x.items() if k not in DISPLAY_KEYS}
-        if isinstance(x, list):
-            return [drop(v) for v in x]
-        return x
-
-    return drop(_plain(obj))
+    shows (:func:`~obliviate.runs.results.without_display`: the progress bars and their labels)."""
+    return without_display(_plain(obj))
 
 
 def task_fingerprint(task) -> str:
@@ -155,10 +169,26 @@ def tokenizer_digest(tokenizer) -> str:
     return hashlib.sha256(json.dumps(_plain(parts), sort_keys=True).encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def library_versions() -> dict:
+    """``{name: version or None}`` of :data:`LIBRARIES` (torch's as it says itself, its local build tag included)."""
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return {**out, "torch": torch.__version__}
+
+
 def runtime() -> dict:
-    """What else changes a float's last bits: torch's version and the threads it runs on now (a comparison makes its
-    parts on one thread each, a plain run on all)."""
-    return {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    """What else changes a float's last bits: the versions of :data:`LIBRARIES`, the threads torch runs on now (a
+    comparison makes its parts on one thread each, a plain run on all) and, where this process runs on CUDA, the GPU's
+    name and CUDA's version (another GPU runs other kernels)."""
+    out = {**library_versions(), "threads": torch.get_num_threads()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # never initialised here (a forked child cannot)
+        out["cuda"] = {"device": torch.cuda.get_device_name(), "version": torch.version.cuda}
+    return out
 
 
 def key_digest(kind: str, key: dict) -> str:
@@ -169,18 +199,57 @@ def key_digest(kind: str, key: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _file_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _files(folder: Path) -> dict[str, str]:
-    """``{relative path: SHA-256}`` of every file under ``folder`` but the entry's own ``entry.json``."""
-    return {str(p.relative_to(folder)): _file_hash(p) for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.relative_to(folder) != Path(ENTRY)}
+    """``{relative path: SHA-256}`` of every file under ``folder`` but the entry's own ``entry.json`` and the
+    builder's :data:`OWNER`."""
+    return {str(p.relative_to(folder)): file_sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.relative_to(folder) not in (Path(ENTRY), Path(OWNER))}
+
+
+def _held(path: Path) -> bool | None:
+    """Whether another open file holds ``path`` locked (``fcntl.flock``): True, False, or None where this file
+    system (or platform) cannot tell."""
+    if fcntl is None:
+        return None
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    with f:  # closing lets it go again
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            return True if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) else None
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a pid reused by another process counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def _owner_gone(folder: Path) -> bool:
+    """Whether the run that made the staging folder ``folder`` is gone: its owner file is no longer locked (else, on a
+    file system without locks, its pid runs no more on this host); never this process's own folders."""
+    m = STAGING.match(folder.name)
+    here = socket.gethostname()
+    if m is not None and m["host"] == here and int(m["pid"]) == os.getpid():
+        return False  # this process's (an entry built inside the build of another)
+    if not (folder / OWNER).exists():  # made by an obliviate before owners: by its age
+        try:
+            return time.time() - folder.stat().st_mtime > STALE_STAGING_SECONDS
+        except OSError:
+            return False
+    held = _held(folder / OWNER)
+    if held is not None:
+        return not held
+    return fcntl is not None and m is not None and m["host"] == here and not _alive(int(m["pid"]))
 
 
 class Hit(dict):
@@ -217,7 +286,7 @@ class ControlCache:
             f = path / rel
             if not f.is_file():
                 return None, f"{rel} is missing"
-            if _file_hash(f) != digest:
+            if file_sha256(f) != digest:
                 return None, f"{rel} does not match its SHA-256"
         if not isinstance(saved.get("result"), dict):
             return None, f"its {ENTRY} holds no result"
@@ -233,14 +302,36 @@ class ControlCache:
         shutil.rmtree(aside, ignore_errors=True)
 
     def _sweep(self) -> None:
-        """Remove staging folders left by killed runs (older than :data:`STALE_STAGING_SECONDS`)."""
-        now = time.time()
-        for p in self.root.glob(".*.tmp"):
-            try:
-                if now - p.stat().st_mtime > STALE_STAGING_SECONDS:
-                    shutil.rmtree(p, ignore_errors=True)
-            except OSError:
+        """Remove the staging folders of runs killed while building (:func:`_owner_gone`); a build still running,
+        however long, keeps its own."""
+        for p in [*self.root.glob(".*.tmp"), *self.root.glob(".*.new")]:
+            try:  # a .new one: killed in the instant between making it and taking it
+                if p.is_dir() and (_owner_gone(p) if p.suffix == ".tmp"
+                                   else time.time() - p.stat().st_mtime > STALE_STAGING_SECONDS):
+                    self._discard(p)
+            except OSError:  # another user's, or gone meanwhile: left alone
                 continue
+
+    def _stage(self, name: str) -> tuple[Path, object]:
+        """A new staging folder for the entry ``name``, with its :data:`OWNER` file held locked by the open file
+        returned (kept open until the build ends). Made as ``.new`` and renamed ``.tmp`` once held, so a sweep never
+        sees a staging folder whose builder has not taken it yet."""
+        new = Path(tempfile.mkdtemp(prefix=f".{name}.{socket.gethostname()}.{os.getpid()}.", suffix=".new",
+                                    dir=self.root))
+        owner = open(new / OWNER, "w")
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # a file system without locks: the pid in the name says who builds it
+                    pass
+            staged = new.with_suffix(".tmp")
+            os.rename(new, staged)
+        except BaseException:
+            owner.close()
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        return staged, owner
 
     def get(self, kind: str, key: dict, build: Callable[[Path], dict], *, what: str) -> Hit:
         """The entry of ``kind`` made with ``key``: read (its files checked), else ``build(folder)`` (which writes
@@ -257,7 +348,7 @@ class ControlCache:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             self._sweep()
-            staged = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.root))
+            staged, owner = self._stage(path.name)
         except OSError as e:
             raise ObliviateError(f"cannot write the cache of the controls {self.root}: {e.strerror or e} (set "
                                  "$OBLIVIATE_CACHE to a writable folder, or give --no-cache)") from None
@@ -270,15 +361,18 @@ class ControlCache:
             except OSError as e:
                 if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise
-                if self._read(path, kind, key)[0] is None:  # what another run renamed there is unsound: ours wins
-                    self._discard(path)
-                    os.rename(staged, path)
-            saved, _ = self._read(path, kind, key)
-            if saved is None:
-                raise OSError(f"the cache entry {path} cannot be read back")
-            return Hit(saved, path, False)
+                saved, _ = self._read(path, kind, key)
+                if saved is not None:  # another run built it at the same time: the first one in place is kept
+                    return Hit(saved, path, False)
+                self._discard(path)  # what another run renamed there is unsound: ours wins
+                os.rename(staged, path)
+            with contextlib.suppress(OSError):
+                (path / OWNER).unlink()
+            return Hit(stored_form(result), path, False)  # the hashes just written are trusted; a later read checks
         finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            if staged.exists():
+                self._discard(staged)
+            owner.close()
 
 
 def place_model(src: Path, dst: str | Path) -> Path:

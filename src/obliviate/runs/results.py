@@ -326,11 +326,14 @@ DISPLAY_KEYS = ("progress", "desc")
 only in them is the same run."""
 
 
-def _without_display(obj: Any) -> Any:
+def without_display(obj: Any) -> Any:
+    """``obj`` (dicts and lists of JSON data) without the :data:`DISPLAY_KEYS` at any depth: what a run computes with,
+    for a fingerprint of a run (:func:`same_run`) or a key of the cache of the controls
+    (:func:`obliviate.runs.cache.settings_key`)."""
     if isinstance(obj, dict):
-        return {k: _without_display(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
+        return {k: without_display(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
     if isinstance(obj, list):
-        return [_without_display(v) for v in obj]
+        return [without_display(v) for v in obj]
     return obj
 
 
@@ -345,12 +348,12 @@ def same_run(out: str | Path, fingerprint: dict, name: str = "run.json") -> bool
     import dataclasses
 
     fp = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in fingerprint.items()}
-    fp = _without_display(json.loads(json.dumps(_clean(fp))))
+    fp = without_display(json.loads(json.dumps(_clean(fp))))
     path = Path(out) / name
     previous = None
     if path.is_file():
         try:
-            previous = _without_display(json.loads(path.read_text()))
+            previous = without_display(json.loads(path.read_text()))
         except (OSError, ValueError):
             previous = {}
     from obliviate.train import distributed as D
