@@ -14,6 +14,8 @@ from _userdata import write_jsonl, write_muse, write_rwku
 from obliviate.cli.main import main
 from obliviate.errors import DataError
 from obliviate.tasks import load_task
+from obliviate.tasks.sources._hub import hub_records, optional_hub_records
+from obliviate.tasks.sources._io import MissingFile
 from tests._hub import go_offline
 from tests._run_dirs import tiny_model_dir
 
@@ -21,6 +23,16 @@ from tests._run_dirs import tiny_model_dir
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     go_offline(monkeypatch, tmp_path / "hf-cache")
+
+
+def test_an_optional_file_the_hub_cannot_give_is_none_and_a_required_one_names_it(tmp_path, offline):
+    """The one helper every provider reads an optional file's hub copy with (MUSE's few-shot examples, folds and
+    privleak samples, TOFU's holdout): None where the hub gives nothing, where ``hub_records`` raises the absence."""
+    missing = tmp_path / "muse" / "news" / "privleak" / "forget.json"
+    assert optional_hub_records("muse-bench/MUSE-News", "privleak", "forget", missing) is None
+    with pytest.raises(MissingFile) as err:
+        next(hub_records("muse-bench/MUSE-News", "privleak", "forget", str(missing)))
+    assert err.value.path == missing and "OfflineModeIsEnabled" in err.value.hub
 
 
 def partial_muse(root):

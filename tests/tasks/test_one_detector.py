@@ -7,8 +7,10 @@ mapping then reads it."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,9 @@ from obliviate.errors import DataError
 from obliviate.tasks import load_task
 from obliviate.tasks.benchmark import benchmark_task
 from obliviate.tasks.files import build_file_task, task_from_files
+from obliviate.tasks import sources
 from obliviate.tasks.sources import load_records
+from obliviate.tasks.sources.detect import FieldsUnknown
 from tests._cli_errors import one_error
 from tests._run_dirs import tiny_model_dir
 
@@ -258,6 +262,33 @@ def test_a_file_none_can_read_is_one_line_with_the_mapping_that_reads_it(name, t
     with pytest.raises(DataError) as err:  # a task spec's entry: the spec's syntax
         load_task(f"file:{_spec(tmp_path, name)}")
     assert f"{where}: cannot tell whether it holds" in str(err.value) and f"{{path: {name}, " in str(err.value)
+
+
+def test_the_hint_is_worded_for_the_interface_named_and_only_those():
+    """One signature: ``hint(how)``, ``how`` one of cli, spec, api; anything else is refused, not read as Python's."""
+    err = FieldsUnknown("odd.jsonl", "odd.jsonl line 1", ["stem", "first"], "mcq", ["choices"])
+    what = "odd.jsonl line 1: cannot find the choices of an MCQ among its fields (stem, first); "
+    assert err.hint("cli") == what + "name them with --mapping odd.jsonl=choices=FIELD"
+    assert err.hint("spec") == what + "give its entry a mapping (and kind), e.g. {path: odd.jsonl, kind: mcq, " \
+                                      "mapping: 'choices=FIELD'}"
+    assert err.hint("api") == str(err) == what + "name them with mapping='choices=FIELD'"
+    for how in ("CLI", "python", True):
+        with pytest.raises(ValueError, match="expected 'cli', 'spec' or 'api'"):
+            err.hint(how)
+
+
+def test_the_sources_define_each_constant_once():
+    """A constant of the readers (the choice letters A-J, say) lives in one module of tasks/sources; the others
+    import it."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(Path(sources.__file__).parent.glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id.isupper():
+                    where.setdefault(t.id, []).append(path.name)
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}
 
 
 def _spec(root, name):

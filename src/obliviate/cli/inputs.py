@@ -196,7 +196,7 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
                                    relearn=args.relearn, mapping=mapping_from_args(args.mapping, task_files(args)),
                                    template=args.template, chat=args.chat_template, limit=limit)
         except FieldsUnknown as e:  # the hint in the command line's syntax
-            raise DataError(e.hint(cli=True)) from None
+            raise DataError(e.hint("cli")) from None
     else:
         check_task_spec(spec)
         task = load_task(spec, seed=seed, world=world or {}, limit=limit,

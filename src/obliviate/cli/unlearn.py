@@ -42,7 +42,7 @@ def cmd_requests(args) -> None:
         requests = sequential.read_requests(paths, mapping=mapping, template=args.template, chat=args.chat_template,
                                             limit=args.limit)
     except FieldsUnknown as e:  # the hint in the command line's syntax
-        raise DataError(f"--requests: {e.hint(cli=True)}") from None
+        raise DataError(f"--requests: {e.hint('cli')}") from None
     cfg, task, model, tok, preset, _ = checked_run(args)
     for line in sequential.run_sequential(model, tok, task, requests, cfg, args.out, preset=preset,
                                           base_model=str(args.model), eval_kw=eval_kwargs(cfg, not args.no_progress),

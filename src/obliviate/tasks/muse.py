@@ -21,7 +21,7 @@ from pathlib import Path
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 from obliviate.tasks.sources import _io
-from obliviate.tasks.sources._hub import hub_records
+from obliviate.tasks.sources._hub import hub_records, optional_hub_records
 from obliviate.tasks.sources.schema import QAExample, TextExample
 from obliviate.utils import note_input
 
@@ -45,13 +45,10 @@ def muse_dir(corpus: str, root: str | os.PathLike | None = None) -> Path:
     return _io.root_dir(root) / "muse" / corpus
 
 
-MissingFile = _io.MissingFile
-"""A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
-
-
-def _missing(corpus: str, path: Path) -> MissingFile:
-    return MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold {MUSE_LAYOUT} "
-                       f"(MUSE's data/{corpus}/ layout; {_io.data_hint(MUSE_HUB_IDS[corpus])})", path)
+def _missing(corpus: str, path: Path) -> _io.MissingFile:
+    """A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
+    return _io.MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold "
+                           f"{MUSE_LAYOUT} (MUSE's data/{corpus}/ layout; {_io.data_hint(MUSE_HUB_IDS[corpus])})", path)
 
 
 def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
@@ -112,15 +109,6 @@ def load_muse_verbmem(corpus: str, root: str | os.PathLike | None = None,
     return out
 
 
-def _hub_or_none(repo: str, config: str, split: str, path: Path) -> list[tuple[str, dict]] | None:
-    """The rows of an optional part from the hub, or None where the hub cannot give them (offline, no such config):
-    an optional file is as absent with ``allow_hub`` as without it."""
-    try:
-        return list(hub_records(repo, config, split, str(path)))
-    except MissingFile:
-        return None
-
-
 def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None,
                   allow_hub: bool = False) -> list[QAExample] | None:
     """MUSE's in-context examples ``knowmem/<split>_icl.json`` (``forget_qa`` or ``retain_qa``), or None where
@@ -131,7 +119,7 @@ def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None
     if path.is_file():
         records = _io.json_list_records(path, _io.root_dir(root))
     elif allow_hub:
-        records = _hub_or_none(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", path)
+        records = optional_hub_records(MUSE_HUB_IDS[corpus], "knowmem", f"{split}_icl", path)
     else:
         records = None
     if records is None:
@@ -169,7 +157,7 @@ def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = Non
         elif k == 1:
             docs = load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub)
         elif allow_hub and k <= MUSE_MAX_FOLDS:  # (MUSE-Books has no scal / sust folds: MUSE ran both on News only)
-            records = _hub_or_none(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", path)
+            records = optional_hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", path)
             if records is None:
                 break
             docs = [doc for where, rec in records for doc in split_documents(_io.req_str(rec, "text", where))]
@@ -224,7 +212,7 @@ def load_muse_privleak(corpus: str, split: str, root: str | os.PathLike | None =
             raise DataError(f"{name}: expected a JSON list of texts, got {type(data).__name__}")
         records = [(f"{name} record {i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data, 1)]
     elif allow_hub:
-        records = _hub_or_none(MUSE_HUB_IDS[corpus], "privleak", split, path)
+        records = optional_hub_records(MUSE_HUB_IDS[corpus], "privleak", split, path)
     else:
         records = None
     if records is None:
@@ -260,7 +248,7 @@ def _optional(load, key: str, missing: list[str], *also: Path):
     have done) and what is not computed."""
     try:
         return load()
-    except MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way
+    except _io.MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way
         missing.append(f"{NOT_COMPUTED[key]}; {e.looked_for(*also)}")
         return None
 
@@ -288,7 +276,7 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
                for s in MUSE_KNOWMEM_SPLITS}
     try:
         forget = cut(load_muse_raw(corpus, "forget", **hub), limit)
-    except MissingFile as e:
+    except _io.MissingFile as e:
         others = "".join(f"; also missing: {x}" for x in missing)
         raise DataError(f"{e}{others}") from None
     retain, holdout, verbmem = cut(retain or [], limit), cut(holdout or [], limit), cut(verbmem, limit)

@@ -92,10 +92,6 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
                     f"process/data_process.py; {_io.data_hint(RWKU_HUB_ID)})")
 
 
-MissingPart = _io.MissingFile
-"""A target's file that is not there (nor on the hub, where the hub was allowed)."""
-
-
 def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: bool = False) -> list[tuple[str, dict]]:
     """The records of ``<directory>/<part>.json`` (``part`` a key of :data:`HUB_CONFIGS`), else the target's rows of
     the hub's config with ``allow_hub``; empty where neither has any."""
@@ -103,8 +99,8 @@ def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: boo
     if path.is_file():
         return _io.json_list_records(path, _io.root_dir(root))
     if not allow_hub:
-        raise MissingPart(f"RWKU {target}: file not found: {path} (RWKU's Target/<n>_<Name>/ layout; "
-                          f"{_io.data_hint(RWKU_HUB_ID)})", path)
+        raise _io.MissingFile(f"RWKU {target}: file not found: {path} (RWKU's Target/<n>_<Name>/ layout; "
+                              f"{_io.data_hint(RWKU_HUB_ID)})", path)
     config, split = HUB_CONFIGS[part]
     key = "target" if part == "intro" else "subject"
     return [(w, r) for w, r in hub_records(RWKU_HUB_ID, config, split, str(path)) if r.get(key) == target]
@@ -157,7 +153,7 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         """The part's records; a missing file (other than the passages) is a line of ``missing``, not an error."""
         try:
             return load_rwku(part, target, d, root, allow_hub)
-        except MissingPart as e:  # not on disk, nor (where allowed) on the hub: the same line either way
+        except _io.MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way
             if part == "passage":
                 raise
             missing.append(f"{part}: not evaluated, {e.looked_for()}")

@@ -15,7 +15,7 @@ import os
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks import Data, EvalSet, PromptFormat, Task, cut, register_task
 from obliviate.tasks.sources import _io
-from obliviate.tasks.sources._hub import hub_records
+from obliviate.tasks.sources._hub import hub_records, optional_hub_records
 from obliviate.tasks.sources.schema import MCQExample, QAExample
 
 TOFU_SPLITS: tuple[str, ...] = (
@@ -146,12 +146,11 @@ def _holdout(split: str, root, allow_hub: bool = False) -> list[QAExample] | Non
     path = holdout_file(split, root)
     if path.is_file():
         records = _io.iter_jsonl(path, _io.display(path, base))
-    elif allow_hub:
-        try:  # not on the hub either (offline, say): no holdout, as without the hub
-            records = list(hub_records(TOFU_HUB_ID, name, "train", str(path)))
-        except _io.MissingFile:
-            return None
+    elif allow_hub:  # not on the hub either (offline, say): no holdout, as without the hub
+        records = optional_hub_records(TOFU_HUB_ID, name, "train", path)
     else:
+        records = None
+    if records is None:
         return None
     out = [QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
                      split=name) for where, rec in records]

@@ -50,3 +50,13 @@ def hub_records(repo: str, config: str | None, split: str, missing: str) -> Iter
     name = f"{repo}:{config or 'default'}:{split}"
     for i, row in enumerate(ds, 1):
         yield f"{name} record {i}", dict(row)
+
+
+def optional_hub_records(repo: str, config: str | None, split: str, missing) -> list[tuple[str, dict]] | None:
+    """The rows of an optional file's hub copy (:func:`hub_records`), or None where the hub cannot give them (its
+    :class:`~obliviate.tasks.sources._io.MissingFile`: offline, no such config, no ``datasets``): an optional file is
+    as absent with ``allow_hub`` as without it."""
+    try:
+        return list(hub_records(repo, config, split, str(missing)))
+    except MissingFile:
+        return None

@@ -27,8 +27,7 @@ import re
 from typing import Any
 
 from obliviate.errors import DataError, setting
-
-LETTERS = "ABCDEFGHIJ"
+from obliviate.tasks.sources._io import LETTERS
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
     "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem", "instruction", "problem", "goal",
@@ -261,21 +260,17 @@ class FieldsUnknown(DataError):
         self.name, self.where, self.keys, self.kind, self.needed = name, where, keys, kind, list(needed)
         super().__init__(self.hint(setting("api", "cli")))
 
-    @property
-    def path(self):  # the name the hint uses (kept for callers of the former files.FieldsUnknown)
-        return self.name
-
     def fields(self) -> str:
         """The mapping that would name the fields not found: ``choices=FIELD,answer_index=FIELD``."""
         if self.kind:
             return ",".join(f"{f}=FIELD" for f in self.needed)
         return "question=FIELD,answer=FIELD (MCQs: question=FIELD,choices=FIELD,answer_index=FIELD; texts: text=FIELD)"
 
-    def hint(self, how: str | bool = "api", cli: bool | None = None) -> str:
+    def hint(self, how: str) -> str:
         """The message, the mapping given in the syntax of ``how``: ``"cli"`` (``--mapping FILE=...``), ``"spec"`` (a
-        task spec entry's ``mapping:``) or ``"api"`` (``mapping="..."``); True / False (or ``cli=``) are ``"cli"`` /
-        ``"spec"``."""
-        how = {True: "cli", False: "spec"}.get(how if cli is None else cli, how)
+        task spec entry's ``mapping:``) or ``"api"`` (``mapping="..."``)."""
+        if how not in ("cli", "spec", "api"):
+            raise ValueError(f"how={how!r}: expected 'cli', 'spec' or 'api'")
         keys = [k if len(k) <= 40 else k[:37] + "..." for k in self.keys[:12]]
         shown = ", ".join(keys) + (", ..." if len(self.keys) > 12 else "") if keys else "none"
         if self.kind:
