@@ -1,23 +1,7 @@
-"""The one detector of a user's file: which kind of records it holds (QA pairs, MCQs, texts) and which of its fields
-hold each schema field, read from its first record. Every way a file is given goes through it (``eval --data``, the
-files shorthand ``--forget`` / ``--retain`` / ``--utility`` / ..., a task spec's entries, and
-:func:`~obliviate.tasks.sources.generic.load_records` itself), so a file one of them reads, the others read too. A
-mapping given always wins; the detector fills in only the fields it leaves out.
-
-Recognised, by name (:data:`SYNONYMS`) and by shape (a value must fit the field: a question is a non-empty string,
-choices are two or more strings, an answer points at one choice):
-
-- MCQ choices as a list, an object keyed A, B, C, ... (MedQA's ``options``), an object ``{text: [...], label: [...]}``
-  (ARC), a CSV cell holding a JSON array, or a group of columns or fields (``A``..``D``, ``option1``..``option4``,
-  ``opa``..``opd``, ``choice0``..``choice3``, ``ending0``..``ending3``, ``sol1`` / ``sol2``: :func:`choice_group`);
-- the correct choice as an index (0- or 1-based: :func:`~obliviate.tasks.sources.generic.load_records` tells which
-  from the whole file), a letter, a label (ARC), or the correct choice's text;
-- preference pairs ``{prompt, chosen, rejected}`` as QA pairs whose answer is the rejected one (the chosen answer
-  stays in the record for the task's preferred answers).
-
-A file none of it fits is one line (:class:`FieldsUnknown`) naming the file, the record (1-based), the fields seen
-and the mapping that would name them, in the syntax of the interface used: ``--mapping FILE=...`` on the command
-line, ``mapping=...`` from Python, the entry's ``mapping:`` in a task spec.
+"""The one detector of a user's file: the kind of its records (QA pairs, MCQs, texts) and the fields holding each
+schema field, told from its first record. Every way a file is given goes through it (``eval --data``, ``--forget`` /
+``--retain`` / ``--utility`` / ..., a task spec's entries, :func:`~obliviate.tasks.sources.generic.load_records`), so
+a file one of them reads, the others read too. Its rules: docs/benchmarks.md#your-own-files.
 """
 
 from __future__ import annotations
