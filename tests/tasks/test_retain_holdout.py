@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.models.builders import tiny_random
 from obliviate.tasks.base import Task
 from obliviate.tasks.files import RETAIN_HOLDOUT_SHARE, hold_out, task_from_files
 from obliviate.train.finetune import training_data
@@ -31,7 +33,12 @@ def test_a_share_of_the_retain_file_is_held_out_for_its_evaluation(tmp_path):
     assert evals["retain_heldout_qa"].role == "retain" and evals["retain_heldout_qa"].variant  # -> heldout_keep_score
     assert [(x["question"], x["answer"]) for x in evals["retain_qa"].items] == task.retain.qa
     assert sorted(held + task.retain.qa) == sorted((f"Who is R{i}?", f"r{i}") for i in range(10))
-    assert "2 of 10 QA pairs of the retain files held out" in task.summary()["notes"][0]
+    note = task.summary()["notes"][0]
+    assert "2 of 10 QA pairs of the retain files held out" in note
+    # what the note says reads them is what does (eval.suite): heldout_keep_score, part of the untrained_keep_score
+    # that S-unlearning's R reads; and that finetune trains on them, as training_data below shows
+    assert "they make heldout_keep_score and are part of untrained_keep_score, which S-unlearning's R reads" in note
+    assert "`obliviate finetune` (and compare's base model and oracle) does train on them" in note
     assert len(evals["forget_qa"].items) == 4  # the forget evaluation is unchanged
     # a fine-tuned base model learns the whole retain file; only the methods never see the held-out pairs
     assert sorted(training_data(task, "retain").qa) == sorted(task.retain.qa + held)
@@ -40,9 +47,6 @@ def test_a_share_of_the_retain_file_is_held_out_for_its_evaluation(tmp_path):
 
 
 def test_s_unlearning_reads_the_held_out_retain_pairs(tmp_path, tiny_tokenizer):
-    from obliviate.eval.suite import evaluate_task, score_against
-    from obliviate.models.builders import tiny_random
-
     forget, retain = _files(tmp_path)
     task = task_from_files([forget], [retain])
     m = evaluate_task(tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=1).eval(), tiny_tokenizer, task)

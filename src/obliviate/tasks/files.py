@@ -177,11 +177,11 @@ def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
     parts += [f"{len(docs_out)} of {len(retain.docs)} texts"] if docs_out else []
     return Data(qa=qa, docs=docs), held, (
         f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, seed "
-        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no unlearning method's retain term trains on them, and "
-        "S-unlearning's R reads them (heldout_keep_score); retain_score stays on the pairs trained on. `obliviate "
-        "finetune` (and compare's base model and oracle) does train on them, with the rest of the retain file, so "
-        "that the model knows what the held-out score reads; give --utility or --holdout files to train on the "
-        "whole retain file")
+        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no unlearning method's retain term trains on them; they make "
+        "heldout_keep_score and are part of untrained_keep_score, which S-unlearning's R reads; retain_score stays "
+        "on the pairs trained on. `obliviate finetune` (and compare's base model and oracle) does train on them, "
+        "with the rest of the retain file, so that the model knows what the held-out score reads; give --utility or "
+        "--holdout files to train on the whole retain file")
 
 
 def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, list[dict]]]:
