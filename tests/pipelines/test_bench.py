@@ -129,8 +129,8 @@ def test_the_control_cache_case_times_a_second_attack_that_finds_its_controls(tm
     small = {"n_forget": 3, "n_holdout": 2, "n_retain": 3, "n_general": 3, "n_concept": 2, "n_toxic": 4}
     c = measure_control_cache(tmp_path / "case", size="1x16", unlearn_steps=1, extra=quick, world=small)
     first, second = c["runs"]["first"], c["runs"]["second"]
-    assert first["controls"]["cached"] == "no" and first["controls"]["tokens"] > 0  # built and attacked there
-    assert second["controls"]["cached"] == "yes" and second["controls"]["tokens"] == 0  # found, not built
+    assert first["controls"]["cache"] == "miss" and first["controls"]["tokens"] > 0  # built and attacked there
+    assert second["controls"]["cache"] == "hit" and second["controls"]["tokens"] == 0  # found, not built
     assert c["ratio"] == pytest.approx(c["second_seconds"] / c["first_seconds"]) and c["first_seconds"] > 0
     assert c["meets_target"] is (c["ratio"] <= 1 / 3) and {first["verdict"], second["verdict"]} <= {
         "removed", "suppressed", "inconclusive", "not unlearned", "retain lost"}

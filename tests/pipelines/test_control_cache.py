@@ -51,7 +51,7 @@ def test_a_second_attack_on_the_same_base_reuses_the_controls_with_the_same_numb
     made = _entries() - before
     assert {n.split("-")[0] for n in made} >= {"retain", "positive", "attacked"}  # every control, and its attacks
     first = _results(tmp_path / "first")
-    assert first["cost"]["controls"]["cached"] == "no"
+    assert first["cost"]["controls"]["cache"] == "miss"
 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="obliviate"):  # another model, another --out, the same base
@@ -60,8 +60,12 @@ def test_a_second_attack_on_the_same_base_reuses_the_controls_with_the_same_numb
     assert _entries() - before == made  # nothing new built
     reused = [r.getMessage() for r in caplog.records if "reused from the cache" in r.getMessage()]
     assert len(reused) == 5 and all(str(cache_dir()) in line for line in reused)  # each says which entry
-    assert second["cost"]["controls"]["cached"] == "yes" and second["cost"]["controls"]["tokens"] == 0
+    assert second["cost"]["controls"]["cache"] == "hit" and second["cost"]["controls"]["tokens"] == 0
     assert second["negative_control_build"]["reused"] is True
+    assert second["negative_control_build"]["untaught"] == first["negative_control_build"]["untaught"]  # this run's
+    for name, info in second["positive_controls"].items():  # found made: cached, not the first run's seconds
+        assert info.get("cached") is True and "seconds" not in info, name
+        assert "seconds" in first["positive_controls"][name] and "cached" not in first["positive_controls"][name]
     assert (tmp_path / "second" / "control" / "model" / "config.json").is_file()  # the control is in the run too
     assert second["reference_metrics"] == first["reference_metrics"]  # the controls' numbers, whatever is attacked
     assert second["metrics"]["negative_control"] == first["metrics"]["negative_control"]
@@ -69,7 +73,7 @@ def test_a_second_attack_on_the_same_base_reuses_the_controls_with_the_same_numb
     assert main([*attack, "--model", user["random"], "--out", str(tmp_path / "built"), "--no-cache"]) == 0
     built = _results(tmp_path / "built")
     assert _entries() - before == made  # --no-cache neither reads nor writes the cache
-    assert built["cost"]["controls"]["cached"] == "no" and built["config"]["cache"] is False
+    assert built["cost"]["controls"]["cache"] == "miss" and built["config"]["cache"] is False
     for key in SAME:
         assert built[key] == second[key], key  # same seed, same metrics, with the cache or without
 
@@ -95,7 +99,7 @@ def test_a_corrupt_control_in_the_cache_is_said_and_rebuilt(user, tmp_path, capl
 
 
 @pytest.mark.heavy(5)
-def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_path, capsys):
+def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_path, capsys, caplog, monkeypatch):
     compare = ["compare", "--model", user["base"], *user["files"], *ATTACKS, *CONTROLS, "methods=[npo]",
                "runs.npo.train.steps=2", "--seed", "5"]
     assert main([*compare, "--out", str(tmp_path / "first")]) == 0
@@ -104,8 +108,11 @@ def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_pa
     stages = second["cost"]["stages"]
     assert stages["build:oracle"]["cached"] and stages["attack:oracle:relearn_disjoint"]["cached"]
     assert stages["build:positive_control"]["cached"] and not stages["unlearn:npo"].get("cached")
-    assert stages["evaluate:oracle"]["cached"] and second["cost"]["controls"]["cached"] == "yes"
+    assert stages["evaluate:oracle"]["cached"] and second["cost"]["controls"]["cache"] == "hit"
     assert (tmp_path / "second" / "models" / "positive_control" / "config.json").is_file()
+    built_info, found_info = _results(tmp_path / "first")["timings"], second["timings"]
+    assert "seconds" in built_info["positive_control"] and found_info["positive_control"].get("cached") is True
+    assert "seconds" not in found_info["positive_control"]  # not the first run's seconds
     assert main([*compare, "--out", str(tmp_path / "built"), "--no-cache"]) == 0
     built = _results(tmp_path / "built")
     assert built["metrics"] == second["metrics"] and built["robustness"] == second["robustness"]
@@ -119,6 +126,25 @@ def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_pa
     assert any(line.startswith("cost: ") and "(controls" in line for line in out)
     assert any(line.startswith("cost: each method's unlearning against the oracle's pretraining") and "npo " in line
                for line in out)
+
+    # A rerun into an --out whose oracle an obliviate before costs kept there (its part has no cost), with a cache
+    # that cannot be written: said once, and the run goes on as with --no-cache, its cost line saying why no share.
+    part = tmp_path / "built" / "models" / "oracle_retain" / "part.json"
+    saved = json.loads(part.read_text())
+    del saved["result"]["cost"]
+    part.write_text(json.dumps(saved))
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(blocker))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="obliviate"):
+        assert main([*compare, "--out", str(tmp_path / "built")]) == 0
+    assert len([r for r in caplog.records if "is not writable" in r.getMessage()]) == 1
+    again = _results(tmp_path / "built")
+    assert again["metrics"] == built["metrics"]
+    assert again["cost"]["oracle_pretraining"]["passes"] is None and not again["cost"]["share_of_oracle_pretraining"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: ")]
+    assert len(lines) == 2 and lines[1].startswith("cost: no share of the oracle's pretraining: unknown: "), lines
 
 
 def test_unlearn_prints_and_records_its_cost(user, tmp_path, capsys):

@@ -27,7 +27,7 @@ def test_a_stage_counts_the_passes_and_tokens_of_its_models():
     assert (s["evaluate"]["forwards"], s["evaluate"]["tokens"], s["evaluate"]["control"]) == (1, 4, True)
     rec = cost.as_dict()
     assert rec["total"]["forwards"] == 3 and rec["total"]["tokens"] == 44
-    assert rec["controls"]["tokens"] == 4 and rec["controls"]["cached"] == "no"
+    assert rec["controls"]["tokens"] == 4 and rec["controls"]["cache"] == "miss"
     assert rec["wall_seconds"] >= rec["total"]["seconds"] >= 0
 
 
@@ -37,7 +37,7 @@ def test_the_controls_say_whether_the_cache_served_them():
     built = stage_record({"forwards": 10, "backwards": 10, "forward_tokens": 100, "backward_tokens": 100}, 30.0)
     cost.add("build:negative_control", None, 0.25, control=True, cached=True, built=built)
     rec = cost.as_dict()
-    assert rec["controls"]["cached"] == "yes" and rec["controls"]["tokens"] == 0  # nothing spent here on them
+    assert rec["controls"]["cache"] == "hit" and rec["controls"]["tokens"] == 0  # nothing spent here on them
     assert rec["total"] == {"forwards": 4, "backwards": 2, "forward_tokens": 40, "backward_tokens": 20, "tokens": 60,
                             "seconds": 2.25}
     assert rec["stages"]["build:negative_control"]["built"]["tokens"] == 200  # what it cost when it was built
@@ -45,7 +45,7 @@ def test_the_controls_say_whether_the_cache_served_them():
     assert line == "cost: 6 forward+backward passes (4 forward, 2 backward), 60 tokens, 41.0 s (controls 0.2 s, cached)"
     cost.add("attack:base_model:relearn", {"forwards": 1000, "forward_tokens": 3_200_000}, 1.0, control=True)
     rec = cost.as_dict()
-    assert rec["controls"]["cached"] == "partly" and "1,006 forward+backward passes" in cost_line(rec)
+    assert rec["controls"]["cache"] == "partial" and "1,006 forward+backward passes" in cost_line(rec)
     assert "3.2M tokens" in cost_line(rec) and "partly cached" in cost_line(rec)
 
 
@@ -67,3 +67,14 @@ def test_a_methods_share_of_the_oracles_pretraining_counts_forward_and_backward_
            "oracle_pretraining": {"passes": pretraining, "what": "the oracle's pretraining"}}
     lines = cost_lines(rec)
     assert len(lines) == 2 and lines[1].endswith("npo 2%, rmu n/a") and "60.0k forward+backward tokens" in lines[1]
+
+
+@pytest.mark.parametrize("shares", [{"npo": None, "rmu": None}, {}])
+def test_an_unknown_pretraining_gives_the_reason_there_is_no_share_not_a_zero(shares):
+    why = "unknown: the oracle was given (--oracle) and records no pretrain.json"
+    rec = {**CostRecord().as_dict(), "share_of_oracle_pretraining": shares,
+           "oracle_pretraining": {"passes": None, "what": why}}
+    lines = cost_lines(rec)
+    assert lines[1:] == [f"cost: no share of the oracle's pretraining: {why}"]  # never "(0 ... tokens): npo n/a"
+    assert cost_lines({**CostRecord().as_dict(), "share_of_oracle_pretraining": {},
+                       "oracle_pretraining": None}) == [cost_line(CostRecord().as_dict())]  # no oracle: no line

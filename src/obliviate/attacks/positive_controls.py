@@ -9,7 +9,6 @@ to only suppress it); without a negative control no attack is calibrated and the
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
@@ -34,16 +33,16 @@ def positive_controls(cfg) -> dict[str, tuple[Callable, dict]]:
 
 def build_positive_control(build: Callable, base_model, tokenizer, task, *, seed: int,
                            kwargs: dict | None = None, progress: bool = False) -> tuple[object | None, dict]:
-    """``(control, info)``: ``build(base_model, tokenizer, task, seed=seed, **kwargs)`` from a fresh seed, its
-    info with the seconds it took; ``(None, {"skipped": why})`` on a task it cannot be built on (e.g. MCQs only:
-    no forget questions to refuse). ``progress``: the builder's bar (on a terminal)."""
+    """``(control, info)``: ``build(base_model, tokenizer, task, seed=seed, **kwargs)`` from a fresh seed, and its
+    info (what was built: no wall seconds, so that the cache of the controls keeps it as it is; the run adds its own);
+    ``(None, {"skipped": why})`` on a task it cannot be built on (e.g. MCQs only: no forget questions to refuse).
+    ``progress``: the builder's bar (on a terminal)."""
     seed_everything(seed)
-    t = time.time()
     try:
         control, info = build(base_model, tokenizer, task, seed=seed, progress=progress, **(kwargs or {}))
     except DataError as e:
         return None, {"skipped": str(e)}
-    return control, {**info, "seconds": time.time() - t}
+    return control, dict(info)
 
 
 def attack_items(task, attacks) -> int | None:

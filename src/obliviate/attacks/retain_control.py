@@ -8,8 +8,10 @@ not the forget knowledge. It is trained through :func:`obliviate.train.finetune.
 the fine-tuned model's card records (:func:`fine_tune_config`), kept in the cache of the controls shared by every
 run directory (:mod:`obliviate.runs.cache`: any run with the same untaught weights, task and settings reuses it,
 anything else trains it afresh) and linked into the run's ``--out``; with the cache off (``--no-cache``), cached
-under ``--out`` as one part (:func:`obliviate.runs.parts.cached_part`) as before. The model is saved whole or not at
-all (:func:`obliviate.models.load.save_model`), every path under ``--out`` through
+under ``--out`` as one part (:func:`obliviate.runs.parts.cached_part`) as before. Its fine-tune's checkpoints are in
+``train/<digest>`` under the run's folder of the control, named by what makes it (the cache's entry, or the part's
+key): an interrupted build resumes only into the same control, never another untaught model's or settings'. The model
+is saved whole or not at all (:func:`obliviate.models.load.save_model`), every path under ``--out`` through
 :func:`obliviate.utils.run_write_path`.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -25,11 +28,12 @@ from typing import Callable
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.layers import count_passes
-from obliviate.runs.cache import ControlCache, model_digest, place_model, task_fingerprint, tokenizer_digest
+from obliviate.runs.cache import (ControlCache, model_digest, place_model, settings_key, task_fingerprint,
+                                  tokenizer_digest)
 from obliviate.runs.card import card_settings, finetune_card
 from obliviate.runs.cost import stage_record
 from obliviate.runs.parts import cached_part, kept_part
-from obliviate.runs.results import input_fingerprint
+from obliviate.runs.results import input_fingerprint, stored_form
 from obliviate.tasks.base import Task
 from obliviate.train.distributed import save_trained
 from obliviate.train.finetune import PRESETS, FinetuneConfig, finetune, training_data
@@ -42,6 +46,9 @@ NO_CONTROL = "none"
 """``--control none``: no negative control is built (the default builds one wherever the untaught model is known)."""
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
+
+KEPT_OUT_OF_KEY = ("checkpoint_every",)
+"""Fine-tuning settings that change how a build is kept, not what it computes: not part of the cache's key."""
 
 
 def fine_tune_config(settings: dict, overrides: dict | None = None, seed: int = 0) -> FinetuneConfig:
@@ -83,6 +90,23 @@ def _retain_hash(task: Task) -> str:
     return h.hexdigest()[:16]
 
 
+def checkpoints_dir(out_dir: Path, digest: str) -> Path:
+    """Where the fine-tune of the control made by the key of ``digest`` keeps its checkpoints: ``out_dir/train/
+    <digest>``. What else ``out_dir/train`` holds (another key's checkpoints, or those of an obliviate before this
+    layout) is removed first: it is never resumed into this control."""
+    root = run_write_path(out_dir / "train")
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name != digest:
+                p = run_write_path(p)
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    return run_write_path(root / digest)
+
+
+def _key_digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(stored_form(key), sort_keys=True).encode()).hexdigest()[:32]
+
+
 def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_dir: str | Path,
                             load: Callable[[str], tuple], *, preset: Callable[[object], str],
                             overrides: dict | None = None, seed: int = 0, progress: bool = False,
@@ -91,12 +115,15 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
     data (module docstring), in ``out_dir/model``. With ``cache`` (:class:`~obliviate.runs.cache.ControlCache`) it is
     an entry of the cache, by the untaught model's weights, the task and the settings, linked (else copied) into
     ``out_dir/model``; without, ``out_dir/part.json`` records what made it. The fine-tune's checkpoints are in
-    ``out_dir/train`` either way: an interrupted build resumes.
+    ``out_dir/train/<digest>`` either way (:func:`checkpoints_dir`): an interrupted build resumes, into the same
+    control only.
 
     ``taught``: the model (or unlearned model) whose cards name the fine-tune to copy the settings of (None: the
     defaults); ``load(path) -> (model, tokenizer)``; ``preset(model)`` names the size preset when no card says.
     The summary's ``cost`` is what building it took (:func:`~obliviate.runs.cost.stage_record`; when it was built,
-    for a reused one), ``cache`` the entry (None without ``cache``) and ``reused`` whether it was found there.
+    for a reused one), ``cache`` the entry (None without ``cache``) and ``reused`` whether it was found there;
+    ``untaught`` and ``settings_from`` (the card whose settings it copies) are this run's, never those of the run that
+    built it (the cache holds no path).
     """
     out_dir = run_write_path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,43 +131,48 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
     settings = card_settings(card) if card is not None else {}
     cfg = fine_tune_config(settings, overrides, seed)
     model_dir = out_dir / "model"
+    here = {"untaught": str(untaught), "settings_from": str(card) if card else None}  # this run's, never cached
 
-    def train_into(model, tok, directory: Path) -> dict:
+    def train_into(model, tok, directory: Path, digest: str) -> dict:
+        """What is kept: the fine-tune's settings and what it cost (no path, so any run may read it)."""
         seed_everything(cfg.seed)
         t = time.perf_counter()
         with count_passes(model) as passes:
-            model, summary = finetune(model, tok, training_data(task, "retain"), cfg, run_write_path(out_dir / "train"),
+            model, summary = finetune(model, tok, training_data(task, "retain"), cfg, checkpoints_dir(out_dir, digest),
                                       prompt=task.prompt, preset=settings.get("preset") or preset(model),
                                       progress=progress, resume=True)
         save_trained(model, directory, tok)
-        return {"untaught": str(untaught), "settings_from": str(card) if card else None,
-                "finetune": summary["finetune"], "cost": stage_record(passes, time.perf_counter() - t)}
+        return {"finetune": summary["finetune"], "cost": stage_record(passes, time.perf_counter() - t)}
 
     if cache is not None:
         model, tok = load(untaught)
         key = {"control": RETAIN_FINETUNE, "untaught": model_digest(model), "tokenizer": tokenizer_digest(tok),
-               "task": task_fingerprint(task), "finetune": to_dict(cfg),
+               "task": task_fingerprint(task),
+               "finetune": {k: v for k, v in settings_key(cfg).items() if k not in KEPT_OUT_OF_KEY},
                "preset": settings.get("preset") or preset(model)}
         held = {"model": model}  # built: trained in place, then freed
         del model
+        entry = cache.path("retain-control", key)
 
         def build(staged: Path) -> dict:
-            return train_into(held.pop("model"), tok, staged / "model")
+            return train_into(held.pop("model"), tok, staged / "model", entry.name)
 
         hit = cache.get("retain-control", key, build, what=f"the negative control ({untaught} fine-tuned on the "
                         "retain data only)")
         held.clear()
         place_model(hit.path / "model", model_dir)
-        return str(model_dir), {**hit, "cache": str(hit.path), "reused": hit.reused}
+        return str(model_dir), {**{k: v for k, v in hit.items() if k not in here}, **here, "cache": str(hit.path),
+                                "reused": hit.reused}
     key = {"untaught": input_fingerprint(untaught), "retain": _retain_hash(task), "task": task.summary(),
-           "finetune": to_dict(cfg), "preset": settings.get("preset"), "settings_from": str(card) if card else None}
+           "finetune": to_dict(cfg), "preset": settings.get("preset"), "settings_from": here["settings_from"]}
 
     def build_here() -> dict:
         model, tok = load(untaught)
-        return train_into(model, tok, run_write_path(model_dir))
+        return train_into(model, tok, run_write_path(model_dir), _key_digest(key))
 
     if not (model_dir / "config.json").exists():
         (out_dir / "part.json").unlink(missing_ok=True)  # a part whose model is gone is made again
     kept = kept_part(out_dir / "part.json", key) is not None  # made by an earlier run into this --out
     info, _ = cached_part(run_write_path(out_dir / "part.json"), key, build_here)
-    return str(model_dir), {**info, "cache": None, "reused": kept}
+    return str(model_dir), {**{k: v for k, v in info.items() if k not in here}, **here, "cache": None,
+                            "reused": kept}

@@ -237,7 +237,12 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                 cost.add(name, rec, rec["seconds"], control=True)
         if reused:
             cost.add(f"cache:{who}", None, time.perf_counter() - t, control=True, cached=True, entry=str(made.path))
-        return made["metrics"], made["info"]
+        info = dict(made["info"])  # as stored: what was built, never when or how long
+        stage = next((s for s in made["cost"] if s.startswith("build:")), None)
+        if stage is not None and "skipped" not in info:  # a control built here (in this many seconds) or found made
+            info.update({"cached": True} if reused or not spent.get(stage, True)
+                        else {"seconds": made["cost"][stage]["seconds"]})
+        return made["metrics"], info
 
     def positive_control(cname: str, build: Callable, kwargs: dict) -> Callable[[], tuple]:
         """``get_model`` of :func:`control_metrics` for the positive control ``cname``: built from the base model or,

@@ -7,8 +7,10 @@ Passes are counted by :func:`obliviate.models.layers.count_passes` on the models
 stage, a relearning attacker's or a frozen reference, with its original); ``tokens`` is the tokens of the forward
 passes plus those of the backward passes (rows times positions, padding included), the unit of
 :func:`share_of_pretraining`. A stage served from the cache of the controls (:mod:`obliviate.runs.cache`) spent no
-pass here: it says ``cached`` and carries what it cost when it was built (``built``). Wall seconds are recorded, never
-part of a run's identity or of its metrics: the same seed gives the same metrics, not the same seconds.
+pass here: it says ``cached: true`` and carries what it cost when it was built (``built``); the controls' summary says
+``cache``: ``hit`` (every control stage served from the cache), ``partial`` (some) or ``miss`` (none). Wall seconds
+are recorded, never part of a run's identity or of its metrics: the same seed gives the same metrics, not the same
+seconds.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ PASS_KEYS = ("forwards", "backwards", "forward_tokens", "backward_tokens")
 """What :func:`~obliviate.models.layers.count_passes` counts, the integers of a stage's record."""
 
 
+def pass_tokens(passes: dict | None) -> int | None:
+    """Forward plus backward tokens of a ``count_passes`` dict or a stage's record (None without one)."""
+    if not passes:
+        return None
+    return int(passes.get("forward_tokens") or 0) + int(passes.get("backward_tokens") or 0)
+
+
 def stage_record(passes: dict | None = None, seconds: float = 0.0, **extra) -> dict:
-    """One stage: ``passes`` (:data:`PASS_KEYS`; missing ones are 0), ``tokens`` (forward plus backward), ``seconds``
+    """One stage: ``passes`` (:data:`PASS_KEYS`; missing ones are 0), ``tokens`` (:func:`pass_tokens`), ``seconds``
     and ``extra`` (``control``, ``cached``, ``built``, ...)."""
     rec = {k: int((passes or {}).get(k) or 0) for k in PASS_KEYS}
-    rec["tokens"] = rec["forward_tokens"] + rec["backward_tokens"]
+    rec["tokens"] = pass_tokens(rec)
     rec["seconds"] = round(float(seconds), 3)
     rec.update(extra)
     return rec
@@ -68,22 +77,22 @@ class CostRecord:
         self.stages[name] = rec
         return rec
 
-    def merge(self, stages: dict[str, dict]) -> None:
-        """Add stages recorded elsewhere (a part made in a child process, or stored by an earlier run)."""
-        for name, rec in stages.items():
-            self.add(name, rec, rec.get("seconds", 0.0), **{k: v for k, v in rec.items()
-                                                             if k not in (*PASS_KEYS, "tokens", "seconds")})
-
     def as_dict(self, **extra) -> dict:
         """``{"stages", "total", "controls", "wall_seconds"}``: ``total`` sums the stages' passes, tokens and seconds;
-        ``controls`` the stages marked ``control`` (``cached``: every one of them served from the cache, ``partly``:
-        some); ``wall_seconds`` the run's, from start to now (loading included). ``extra``: further keys (compare's
+        ``controls`` the stages marked ``control``, with ``cache`` (:func:`cache_state`; None without any);
+        ``wall_seconds`` the run's, from start to now (loading included). ``extra``: further keys (compare's
         shares)."""
         ctl = {n: s for n, s in self.stages.items() if s.get("control")}
-        hits = [bool(s.get("cached")) for s in ctl.values()]
-        controls = {**total(ctl), "cached": (all(hits) and "yes") or (any(hits) and "partly") or "no"} if ctl else None
+        controls = {**total(ctl), "cache": cache_state(ctl)} if ctl else None
         return {"stages": dict(self.stages), "total": total(self.stages), "controls": controls,
                 "wall_seconds": round(time.perf_counter() - self._start, 3), **extra}
+
+
+def cache_state(stages: dict[str, dict]) -> str:
+    """Whether the cache of the controls served ``stages``: ``hit`` (every one), ``partial`` (some) or ``miss``
+    (none)."""
+    hits = [bool(s.get("cached")) for s in stages.values()]
+    return "hit" if hits and all(hits) else "partial" if any(hits) else "miss"
 
 
 def _tokens_text(n: int) -> str:
@@ -101,16 +110,9 @@ def cost_line(cost: dict) -> str:
             f"{t['backwards']:,} backward), {_tokens_text(t['tokens'])} tokens, {cost['wall_seconds']:.1f} s")
     c = cost.get("controls")
     if c:
-        state = {"yes": ", cached", "partly": ", partly cached"}.get(c["cached"], "")
+        state = {"hit": ", cached", "partial": ", partly cached"}.get(c["cache"], "")
         line += f" (controls {c['seconds']:.1f} s{state})"
     return line
-
-
-def pass_tokens(passes: dict | None) -> int | None:
-    """Forward plus backward tokens of a ``count_passes`` dict (None without one)."""
-    if not passes:
-        return None
-    return int(passes.get("forward_tokens") or 0) + int(passes.get("backward_tokens") or 0)
 
 
 def share_of_pretraining(spent: dict | None, pretraining: dict | None) -> float | None:
@@ -122,14 +124,15 @@ def share_of_pretraining(spent: dict | None, pretraining: dict | None) -> float 
 
 def cost_lines(cost: dict) -> list[str]:
     """:func:`cost_line`, then, for a comparison, each method's share of the oracle's pretraining
-    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was."""
+    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was; where its passes are unknown, the
+    line says why there is no share."""
     lines = [cost_line(cost)]
     shares, pre = cost.get("share_of_oracle_pretraining") or {}, cost.get("oracle_pretraining") or {}
-    if shares:
-        each = ", ".join(f"{name} {'n/a' if v is None else f'{100 * v:.3g}%'}" for name, v in shares.items())
-        total = pass_tokens(pre.get("passes"))
-        lines.append(f"cost: each method's unlearning against the oracle's pretraining ({_tokens_text(total or 0)} "
-                     f"forward+backward tokens; {pre.get('what')}): {each}")
-    elif pre and not pre.get("passes"):
+    if pre and not pass_tokens(pre.get("passes")):
         lines.append(f"cost: no share of the oracle's pretraining: {pre.get('what')}")
+    elif shares:
+        each = ", ".join(f"{name} {'n/a' if v is None else f'{100 * v:.3g}%'}" for name, v in shares.items())
+        lines.append(f"cost: each method's unlearning against the oracle's pretraining "
+                     f"({_tokens_text(pass_tokens(pre.get('passes')) or 0)} forward+backward tokens; "
+                     f"{pre.get('what')}): {each}")
     return lines

@@ -108,9 +108,9 @@ def measure_control_cache(work: str | Path, *, size: str = "4x128", seed: int = 
             raise InvalidResult(f"bench: the {label} attack gave no verdict: {res.get('no_verdict')}")
         runs[label] = {"seconds": cpu, "wall_seconds": wall, "model": m, "verdict": res["verdict"]["verdict"],
                        "controls": res["cost"]["controls"], "cost_wall_seconds": res["cost"]["wall_seconds"]}
-    if runs["second"]["controls"]["cached"] != "yes":
+    if runs["second"]["controls"]["cache"] != "hit":
         raise InvalidResult(f"bench: the second attack did not find its controls in the cache "
-                            f"({runs['second']['controls']['cached']}); see {work / 'attack-second.log'}")
+                            f"({runs['second']['controls']['cache']}); see {work / 'attack-second.log'}")
     first, second = runs["first"], runs["second"]
     ratio = second["seconds"] / first["seconds"]
     return {"size": size, "params": param_count(model, non_embedding=False), "methods": list(methods), "threads": 1,

@@ -37,8 +37,8 @@ from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
 from obliviate.pipelines.compare.report import write_report
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
-from obliviate.runs.cache import (control_cache, model_digest, place_model, settings_key, task_fingerprint,
-                                  tokenizer_digest)
+from obliviate.runs.cache import (ControlCache, control_cache, model_digest, place_model, settings_key,
+                                  task_fingerprint, tokenizer_digest)
 from obliviate.runs.cost import PASS_KEYS, CostRecord, share_of_pretraining, stage_record
 from obliviate.runs.parts import cached_parts, kept_part
 from obliviate.runs.results import prepare_out_dir, stored_form, write_results
@@ -358,7 +358,7 @@ def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
 
 def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
                 oracle_dir: str | None = None, load=None, progress: bool = True, cost: CostRecord | None = None,
-                oracle_training: dict | None = None) -> dict:
+                oracle_training: dict | None = None, store: ControlCache | None = ...) -> dict:
     """Every method of ``cfg`` on ``task``, beside the base model and the controls; the report in ``out``.
 
     The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
@@ -376,7 +376,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
 
     With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and attacked)
     are parts of the cache of the controls shared by every run directory (:mod:`obliviate.runs.cache`), by the
-    weights of the base model and the oracle, the task and the settings.
+    weights of the base model and the oracle, the task and the settings: ``store``, the run's one
+    (:func:`~obliviate.runs.cache.control_cache`, made once per run; None: none), made here when not given.
     """
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
@@ -405,7 +406,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     val = None
     if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
-    store = control_cache(cfg.cache)
+    store = control_cache(cfg.cache) if store is ... else store
     shared_key = None if store is None else {  # what every shared part reads beside its own model (run_key's paths
         # are not: the same base model read from another place makes the same parts)
         "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
@@ -514,7 +515,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
             with count_passes(base_model) as passes:  # the builder's copy of the base model is counted with it
                 control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs,
                                                        progress=shown["progress"])
-            made = {f"build:{cname}": stage_record(passes, time.time() - t)}
+            made = {f"build:{cname}": stage_record(passes, time.time() - t)}  # its seconds: here, not in info
             if control is None:  # e.g. a task with MCQs only: nothing to refuse
                 return {"info": info, "cost": made}
             part = scored(cname, control, costs=made)
@@ -601,9 +602,13 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
                 cost.add(stage, None, 0.0, control=control, cached=True, built=rec)
             else:
                 cost.add(stage, rec, rec["seconds"], control=control)
-    for (name, *_), (part, _) in zip(jobs, parts):  # the oracle's and the base model's attacks, controls, methods
-        if name in builders:
-            timings[name] = part["info"]
+    for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):  # the oracle's and the base model's attacks,
+        # the controls, the methods
+        if name in builders:  # what was built, with this run's seconds building it, or found made
+            stage = (part.get("cost") or {}).get(f"build:{name}")
+            timings[name] = part["info"] if "skipped" in part["info"] or stage is None else {
+                **part["info"], **({"cached": True} if was_kept or (part.get("shared") or {}).get("reused")
+                                   else {"seconds": stage["seconds"]})}
             if "metrics" not in part:
                 continue
             dirs[name] = str(out / "models" / name)
@@ -626,8 +631,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     timings["total_seconds"] = time.time() - t0
     pretraining = oracle_training or oracle_pretraining(dirs.get("oracle"), given=model_dir is not None)
     shares = {name: share_of_pretraining((cost.stages.get(f"unlearn:{name}") or {}).get("built")
-                                         or cost.stages.get(f"unlearn:{name}"), pretraining.get("passes"))
-              for name in ucfgs} if pretraining else {}
+                                         or cost.stages.get(f"unlearn:{name}"), pretraining["passes"])
+              for name in ucfgs} if pretraining and pretraining.get("passes") else {}  # else the line says why
     record = cost.as_dict(oracle_pretraining=pretraining, share_of_oracle_pretraining=shares)
     write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
@@ -698,12 +703,13 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
     :func:`run_compare`'s result."""
     cfg.attacks.relearn.progress = progress
     out = prepare_out_dir(out)
-    cost, built = CostRecord(), None
+    cost, built, made = CostRecord(), None, None
+    store = control_cache(cfg.cache)  # once per run: the oracle's build and run_compare share it (and its warning)
     if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
         t = time.time()
         oracle, built = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed, control=control,
-                                     progress=progress, cache=control_cache(cfg.cache))
-        made = built.pop("cost")
+                                     progress=progress, cache=store)
+        made = built.pop("cost", None)  # None: a part kept in this --out by an obliviate before costs were recorded
         if built.get("reused"):
             cost.add("build:oracle", None, time.time() - t, control=True, cached=True, built=made, entry=built["cache"])
         else:
@@ -711,11 +717,13 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
     elif model and not oracle:  # said now, before the run, and again as its last line
         log.info(missing_oracle(model, control))
     training = None if built is None else {
-        "passes": {k: made[k] for k in PASS_KEYS}, "what": f"{untaught} fine-tuned on the retain data only: "
-        "the oracle obliviate built beside a user's model, whose pretraining obliviate did not run (its fine-tune "
-        "stands for it)"}
+        "passes": {k: made[k] for k in PASS_KEYS} if made else None,
+        "what": f"{untaught} fine-tuned on the retain data only: the oracle obliviate built beside a user's model, "
+        "whose pretraining obliviate did not run (its fine-tune stands for it)" if made else
+        f"unknown: the oracle ({untaught} fine-tuned on the retain data only) kept in {out} was built by an "
+        "obliviate that recorded no cost"}
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle, load=load if model else None,
-                      progress=progress, cost=cost, oracle_training=training)
+                      progress=progress, cost=cost, oracle_training=training, store=store)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task, model_dirs=res["model_dirs"],
                   robustness=res["robustness"], skipped=res["skipped"], attacks_skipped=res["attacks_skipped"],
