@@ -184,7 +184,9 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}`` (an attack's section, by its name),
     ``probe=False`` (an attack off), ``seed=1``. The run of ``obliviate attack`` without a negative control
     (:func:`obliviate.pipelines.attack.run_attack`): the probe and MIA figures are labelled uncalibrated
-    (``probe_calibrated``, ``mia_calibrated``)."""
+    (``probe_calibrated``, ``mia_calibrated``). Returns the metrics, with the run's ``cost`` (each stage's forward and
+    backward passes, tokens and wall seconds, their total and ``wall_seconds``: :mod:`obliviate.runs.cost`, what
+    ``obliviate attack`` writes to ``results.json``)."""
     _check_task("attack", task)
     if attacks is not None:
         config = {**config, "select": attack_names(attacks)}
@@ -192,7 +194,7 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     models = {"<model>": (model, tokenizer), "<base>": (base_model, tokenizer)}
     res = run_attack(task, AttackRunConfig(seed=acfg.seed, attacks=acfg), model="<model>", load=models.__getitem__,
                      base="<base>" if base_model is not None else None, progress=progress)
-    return res["metrics"]
+    return {**res["metrics"], "cost": res["cost"]}
 
 
 def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Sequence[str] | None = None,
@@ -205,7 +207,8 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     the model before it was taught the task (``base_untrained``, a directory; else the ``obliviate finetune`` input
     that the model cards of ``model.name_or_path`` name, checked before anything is written: a card naming a model
     that cannot be found is one error naming the card; a hub id there is taken from the local hub cache, or with
-    ``allow_hub`` from the hub) fine-tuned on the retain data only, cached under ``out/models/oracle_retain``;
+    ``allow_hub`` from the hub) fine-tuned on the retain data only, kept in the cache of the controls shared by every
+    run (:mod:`obliviate.runs.cache`; ``cache=False``: under ``out``) and placed at ``out/models/oracle_retain``;
     ``control="none"`` builds none (then no verdict), ``control="retain-finetune"`` requires it. Writes
     ``report.md`` / ``report.html``, per-method results and ``results.json`` under ``out`` (a rerun resumes).
     ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of

@@ -93,6 +93,8 @@ def test_the_api_attack_is_the_pipelines_run(tiny, caplog):
     with caplog.at_level("INFO", logger="obliviate"):
         a = obliviate.attack(model, tok, task, attacks="quantize")
     assert a["attacks_run"] == ["quantize"] and "quantize_int4_forget_score" in a
+    assert set(a["cost"]) >= {"stages", "total", "wall_seconds"} and a["cost"]["total"]["forwards"] > 0  # its cost
+    assert any(name.startswith("attack:model:quantize") for name in a["cost"]["stages"])
     said = [r.getMessage() for r in caplog.records if r.name == "obliviate.pipelines.attack"]
     assert any(line.startswith("no negative control") for line in said), said  # the pipeline's own line
 

@@ -11,6 +11,7 @@ from _cli_errors import one_error
 from obliviate.cli.main import main
 from obliviate.pipelines import sequential
 from obliviate.pipelines import unlearn as unlearn_pipeline
+from obliviate.runs.card import read_model_card
 from tasks._userdata import save_tiny_model, write_user_files
 
 
@@ -75,6 +76,20 @@ def test_three_requests_report_a_curve(whole, user):
     assert (whole / "sequential.png").stat().st_size > 0 and (whole / "model" / "config.json").exists()
 
 
+def test_the_sequential_run_records_its_cost_as_unlearn_does(whole):
+    cost = json.loads((whole / "results.json").read_text())["cost"]
+    assert set(cost["stages"]) == {"evaluate:before", *[f"{s}:request{k}" for k in (1, 2, 3)
+                                                        for s in ("unlearn", "evaluate")]}
+    unlearned = [cost["stages"][f"unlearn:request{k}"] for k in (1, 2, 3)]
+    assert all(u["backwards"] > 0 and u["tokens"] > 0 for u in unlearned)
+    assert len({u["backwards"] for u in unlearned}) == 1  # the same steps on each request
+    assert all(cost["stages"][f"evaluate:request{k}"]["forwards"] > 0 for k in (1, 2, 3))
+    assert cost["total"]["tokens"] == sum(s["tokens"] for s in cost["stages"].values())
+    assert cost["controls"] is None and cost["wall_seconds"] >= cost["total"]["seconds"] > 0
+    card = read_model_card(whole / "model")["obliviate"]["cost"]
+    assert card["tokens"] == cost["total"]["tokens"] and "## Cost" in (whole / "model" / "README.md").read_text()
+
+
 def test_resumes_at_a_request_boundary_with_the_same_numbers(whole, user, tmp_path, monkeypatch, capsys):
     out = tmp_path / "killed"
     calls, real = [], sequential.unlearn
@@ -96,7 +111,12 @@ def test_resumes_at_a_request_boundary_with_the_same_numbers(whole, user, tmp_pa
     assert _run(user, out) == 0
     assert len(calls) == 1 and calls[0] == [tuple(json.loads(l).values()) for l in  # request 3 only
                                             user["requests"][2].read_text().splitlines()]
-    assert "resuming after request 2 of 3" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "resuming after request 2 of 3" in printed.err
+    lines = printed.out.strip().splitlines()
+    assert lines[-2].startswith("cost: ") and lines[-1].startswith("outcome: ")  # as unlearn's: the outcome last
+    spent = json.loads((out / "results.json").read_text())["cost"]["stages"]
+    assert "unlearn:request3" in spent and "unlearn:request1" not in spent  # what this run spent: request 3 only
     assert (out / "sequential" / "request_2.json").stat().st_mtime_ns == kept
     assert _numbers(out) == _numbers(whole)  # exactly: same floats after the JSON round trip
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -37,11 +37,12 @@ from obliviate.models.load import load_model
 from obliviate.runs.parts import cached_part, kept_part
 from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves
 from obliviate.runs.card import write_model_card
+from obliviate.runs.cost import CostRecord, cost_line
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.base import Data, Task
 from obliviate.tasks.files import FieldsUnknown, task_from_files
 from obliviate.train.distributed import is_main_process, save_trained
-from obliviate.utils import atomic_write_text, seed_everything
+from obliviate.utils import atomic_write_text, file_sha256, seed_everything
 
 CHEAP_ATTACKS = ("quantize", "logit_lens", "ablate", "in_context")
 """The attacks run after each request: those that cost about one evaluation of the task each (no relearning)."""
@@ -147,7 +148,7 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
         paths.append(p)
     digests: dict = {}
     for p in paths:  # the same request under two names would be unlearned twice
-        d = digest_file(p)
+        d = file_sha256(p)
         if d in digests:
             raise ConfigError(f"--requests: {p} holds the same data as {digests[d]}: each request is given once")
         digests[d] = p
@@ -193,12 +194,9 @@ def attack_config(seed: int) -> TaskAttackConfig:
     return TaskAttackConfig(select=[a for a in CHEAP_ATTACKS if a in ATTACKS], seed=seed)
 
 
-def digest_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
-
 def request_fingerprint(requests: list[Request]) -> list[dict]:
-    return [{"request": r.index, "file": r.name, "sha256": digest_file(r.path)} for r in requests]
+    """Each request's index, file name and SHA-256 (what a resumed run must find unchanged)."""
+    return [{"request": r.index, "file": r.name, "sha256": file_sha256(r.path)} for r in requests]
 
 
 def start(root: Path, fingerprint: dict) -> str | None:
@@ -226,12 +224,16 @@ def start(root: Path, fingerprint: dict) -> str | None:
 
 
 def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, out: Path, *, fingerprint: dict,
-                 seed: int = 0, eval_kw: dict | None = None, progress: bool = False, log=None) -> dict:
+                 seed: int = 0, eval_kw: dict | None = None, progress: bool = False, log=None,
+                 cost: CostRecord | None = None) -> dict:
     """The requests in order on ``model`` (in place), every metric after each; the parts under ``out/sequential``.
+    ``cost``: where each stage's passes, tokens and seconds go (``evaluate:before``, ``unlearn:request<k>``,
+    ``evaluate:request<k>``; a part a resumed run finds made spends nothing).
 
     Returns ``{"model", "before", "rows"}``: the model after the last request, the base model's metrics (request
     0) and one row of metrics per request (``{"request", "file", "forget_items", **metrics}``)."""
     log = log or (lambda line: print(line, file=sys.stderr))
+    cost = cost if cost is not None else CostRecord()
     eval_kw = dict(eval_kw or {})
     for r in requests:  # each request's data and lengths against this model, before anything runs
         check_unlearn_run(model, tokenizer, r.data, task.retain, ucfg, prompt=task.prompt)
@@ -254,7 +256,8 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     def part_key(k: int) -> dict:
         return {"request": k, "requests": fp["requests"][:k]}
 
-    before = cached_part(root / "request_0.json", part_key(0), lambda: metrics_of(model))[0]
+    with cost.stage("evaluate:before", model):
+        before = cached_part(root / "request_0.json", part_key(0), lambda: metrics_of(model))[0]
     base_score = before.get("forget_score")
     if knows_forget_set(before) is False:
         base_score = None  # the attacks' steps-to-base have no target (they warn once, on the base model)
@@ -265,8 +268,10 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
     def unlearn_fn(m, items, k):
         r = requests[k - 1]
         seed_everything(seed)
-        m, _ = unlearn(m, tokenizer, r.data, task.retain, ucfg, root / str(k) / "train", prompt=task.prompt,
-                       idk=r.idk or task.idk, progress=progress, resume=True)
+        t = time.perf_counter()
+        m, summary = unlearn(m, tokenizer, r.data, task.retain, ucfg, root / str(k) / "train", prompt=task.prompt,
+                             idk=r.idk or task.idk, progress=progress, resume=True)
+        cost.add(f"unlearn:request{k}", summary.get("passes"), time.perf_counter() - t)  # the method's own count
         state["model"] = m
         return m
 
@@ -275,7 +280,8 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
             save_trained(m, root / str(k) / "model", tokenizer)  # the next request starts from it, also after a kill
             return metrics_of(m, base_score)
 
-        res = cached_part(root / f"request_{k}.json", part_key(k), make)[0]
+        with cost.stage(f"evaluate:request{k}", m):
+            res = cached_part(root / f"request_{k}.json", part_key(k), make)[0]
         shutil.rmtree(root / str(k - 1), ignore_errors=True)  # request k's part is written: k-1 is not needed
         return res
 
@@ -342,39 +348,44 @@ def write_report(out: Path, method: str, task: Task, requests: list[Request], po
 
 
 def finish(out: Path, res: dict, requests: list[Request], task: Task, method: str, cfg, tokenizer, *,
-           base_model: str, preset: str) -> list[str]:
+           base_model: str, preset: str, cost: CostRecord | None = None) -> list[str]:
     """The last request's model saved in ``out/model`` with its card, ``results.json`` (the curve under
-    ``sequential``, ``metrics`` = the base model and the model after the last request), ``report.md``; the lines
-    the command prints (empty on ranks other than 0)."""
+    ``sequential``, ``metrics`` = the base model and the model after the last request, ``cost``: ``cost``'s record,
+    as ``unlearn`` writes it), ``report.md``; the lines the command prints (empty on ranks other than 0), the cost
+    line before the outcome."""
     before, after = res["before"], res["rows"][-1]
     outcome = unlearn_outcome(before, after, method=method)
     save_trained(res["model"], out / "model", tokenizer)
     if not is_main_process():
         return []
+    record = (cost if cost is not None else CostRecord()).as_dict()
     write_model_card(out / "model", base_model=base_model, task=task, method=method,
-                     settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome)
+                     settings=to_dict(cfg.unlearn), metrics=after, outcome=outcome, cost=record)
     points = curve(before, requests, res["rows"])
     write_results(out, seed=cfg.seed, config=cfg, metrics={"base": before, method: after},
                   model_dir=str(out / "model"), base_model_dir=base_model, task=task, preset=preset,
                   unlearn_outcome=outcome, sequential={"requests": request_fingerprint(requests),
                                                        "attacks": list(CHEAP_ATTACKS), "curve": points,
-                                                       "after_each": res["rows"]})
+                                                       "after_each": res["rows"]}, cost=record)
     report = write_report(out, method, task, requests, points)
     line = ", ".join(f"{k} " + " -> ".join(f"{p[k]:.3f}" for p in points) for k in CURVE_KEYS
                      if all(isinstance(p.get(k), float) for p in points))
     return [f"{method} on {task.name}, {len(requests)} requests in order: {line}",
-            f"model: {out / 'model'}; report: {report}", outcome["line"]]
+            f"model: {out / 'model'}; report: {report}", cost_line(record), outcome["line"]]
 
 
 def run_sequential(model, tokenizer, task: Task, requests: list[Request], cfg, out, *, fingerprint: dict,
                    preset: str, base_model: str, eval_kw: dict | None = None, progress: bool = False) -> list[str]:
     """``obliviate unlearn --requests``: every check against the model before ``out`` is made, then
-    :func:`run_requests` and :func:`finish`; the lines the command prints."""
+    :func:`run_requests` and :func:`finish`; the lines the command prints, with its cost (as ``unlearn``'s:
+    :mod:`obliviate.runs.cost`)."""
+    cost = CostRecord()  # each stage's passes, tokens and seconds; the run's wall seconds from here
     check_unlearn_run(model, tokenizer, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)
     for r in requests:
         check_unlearn_run(model, tokenizer, r.data, task.retain, cfg.unlearn, prompt=task.prompt)
     out = prepare_out_dir(out)
     fp = {"command": "unlearn --requests", "config": to_dict(cfg), "task": task.summary(), **fingerprint}
     res = run_requests(model, tokenizer, task, requests, cfg.unlearn, out, fingerprint=fp, seed=cfg.seed,
-                       eval_kw=eval_kw, progress=progress)
-    return finish(out, res, requests, task, cfg.unlearn.method, cfg, tokenizer, base_model=base_model, preset=preset)
+                       eval_kw=eval_kw, progress=progress, cost=cost)
+    return finish(out, res, requests, task, cfg.unlearn.method, cfg, tokenizer, base_model=base_model, preset=preset,
+                  cost=cost)
