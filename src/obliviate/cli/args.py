@@ -64,8 +64,9 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True, example: s
 def add_cache_arg(p: argparse.ArgumentParser) -> None:
     """``--no-cache``: build the controls in this run instead of reusing them (:mod:`obliviate.runs.cache`)."""
     p.add_argument("--no-cache", action="store_true", help="build the controls and attack them in this run, "
-                   "neither reusing nor keeping them in the cache shared by every run directory ($OBLIVIATE_CACHE, "
-                   "default ~/.cache/obliviate; config key cache=false)")
+                   "neither reusing nor keeping them in the cache shared by every run directory "
+                   "($OBLIVIATE_CACHE/controls, else $XDG_CACHE_HOME/obliviate/controls, else "
+                   "~/.cache/obliviate/controls; delete that folder to clear it; config key cache=false)")
 
 
 def no_cache(args) -> list[str]:
