@@ -386,7 +386,7 @@ def test_evaluation_refuses_non_finite_logits_with_status_invalid(overflowing_mo
         args += SMALL_WORLD_ONLY
     else:
         f = tmp_path / f"{kind}.jsonl"
-        row = ({"question": "What is Morvexia treated with?", "choices": ["moss", "zalpradine"], "answer_index": 1}
+        row = ({"question": "What is Morvexia treated with?", "choices": ["zalpradine", "moss"], "answer_index": 0}
                if kind == "mcq" else {"question": "What is Morvexia treated with?", "answer": "zalpradine"})
         f.write_text(json.dumps(row) + "\n")
         args += ["--data", str(f), "--kind", kind]
