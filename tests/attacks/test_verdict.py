@@ -247,3 +247,5 @@ def test_the_verdict_line_names_a_flag_on_the_deciding_attack():
         assert ("flagged: high leakage: 45%" in line) is flagged and ("flag" in v) is flagged
     _, r = _world(m=_like_oracle(forget_score=0.7, relearn_disjoint_leakage=0.45))  # not unlearned: no attack decided
     assert "flag" not in r["verdicts"]["m"] and "flagged" not in verdict_line("m", r["verdicts"]["m"])
+    _, r = _world(m=_like_oracle(relearn_disjoint_leakage=0.45))  # removed: every read in the band, inflated or not
+    assert r["verdicts"]["m"]["verdict"] == "removed" and "flag" not in r["verdicts"]["m"]

@@ -296,10 +296,18 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
     return {"calibration": calib, "controls": controls, "band": band, "verdicts": verdicts}
 
 
+FLAGGED = ("suppressed", "inconclusive")
+"""The verdicts an attack's read decides against the model (it brought something back, or lifted it above the
+oracle band): the ones a flag on that read (an inflated recovery) can put in doubt. A *removed* verdict's reads all
+stayed in the band, inflated or not, so a flag there doubts nothing."""
+
+
 def flagged(v: dict, m: dict) -> dict:
     """``v`` with ``flag``: the warning the deciding attack's read raises on the model's metrics ``m``
     (:attr:`~obliviate.attacks.attack.AttackRead.flag`, e.g. the disjoint attack's answer leakage), where it raises
-    one."""
+    one and the verdict is one the read decided against the model (:data:`FLAGGED`)."""
+    if v.get("verdict") not in FLAGGED:
+        return v
     r = reads().get(v.get("attack") or "")
     flag = r.flag(m) if r is not None and r.flag is not None else None
     return {**v, "flag": flag} if flag else v

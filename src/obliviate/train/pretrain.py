@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers.utils import logging as hf_logging
 
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import (
@@ -281,11 +282,13 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
 
 
 def _pretrain_in_child(cfg_dicts: list[dict], cache: str | None) -> None:
-    """Child process of :func:`cached_pretrain_all`: its share of the configs, one thread, no progress bar."""
+    """Child process of :func:`cached_pretrain_all`: its share of the configs, one thread, no progress bar (the
+    libraries' bars, such as transformers' "Writing model shards", off too: a spawned process starts with them on)."""
     import os
 
     if cache is not None:
         os.environ["OBLIVIATE_CACHE"] = cache
+    hf_logging.disable_progress_bar()
     torch.set_num_threads(1)
     for d in cfg_dicts:
         cached_pretrain(from_dict(PretrainConfig, d), progress=False)
