@@ -82,7 +82,9 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     assert res["trust"]["groups"] == {"with": ["base", "positive_control", "positive_control_smallnorm"],
                                       "without": ["oracle", "second_oracle", "filtered"]}
     assert {"forget_score", "forget_qa_em", "quantize"} <= set(res["trust"]["reads"])
-    assert res["trust"]["reads"]["forget_qa_em"]["moves_quantize"] is not None  # quantize rescores every metric
+    fq = res["trust"]["reads"]["forget_qa_em"]
+    assert fq["robust_quantize"] is not None and fq["n_with"] == fq["n_without"] == 3  # quantize rescores every metric
+    assert "| forget_qa_em | metric | " in report and " (3 v 3) |" in report  # each AUC beside its pool sizes
     assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
     # read where the base model has the attack's reference (here it knows no forget answer: no relearning target)
     assert {"quantize", "ablate", "logit_lens", "in_context"} <= set(res["robustness"]["calibration"])

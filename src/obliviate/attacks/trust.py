@@ -1,15 +1,18 @@
 """Which numbers to trust on a task: each metric's and each attack's faithfulness and robustness.
 
-OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618), read on the models every comparison
-already builds: a read is *faithful* when its separation AUC between the models with the knowledge (:data:`WITH`)
-and those without (:data:`WITHOUT`) is far from 0.5 (``separates``), *robust* when quantization and the attacks
-move it little on the models without (``stable``, at most :data:`STABLE_MOVE`); ``trusted`` is both, and for an
-attack also *calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never
-trusted, however well it separates.
+OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXiv 2605.24614), read on the models
+every comparison already builds. *Faithful*: the separation AUC between the pool of models with the knowledge
+(:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL` models a side, is far
+from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under quantization and under
+relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean; ``stable``
+when that is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also *calibrated* (the verdict's
+calibration on the positive controls): an uncalibrated attack is never trusted, however well it separates.
 docs/evaluation.md, "Which numbers to trust".
 """
 
 from __future__ import annotations
+
+import math
 
 from obliviate.attacks.controls import POSITIVE_CONTROLS
 from obliviate.attacks.verdict import reads as attack_reads
@@ -19,16 +22,30 @@ WITH = ("base", *POSITIVE_CONTROLS)
 """The models that hold the forget knowledge."""
 WITHOUT = ("oracle", "second_oracle", "filtered")
 """The models that do not (never saw the facts, or saw their tokens loss-masked)."""
+MIN_POOL = 3
+"""The fewest models a side for a separation AUC: with fewer, a read is "too few models", never trusted (1 v 1 has
+one pair, an AUC of 0, 0.5 or 1 by the luck of one draw)."""
 SEPARATES_AUC = 0.8
 """A read separates when its AUC is at least this (or at most 1 minus this: the other way round)."""
 STABLE_MOVE = 0.1
-"""A read is stable when the cheap attacks move it by at most this on the models without the knowledge."""
+"""A read is stable when its robustness (:func:`robustness`) is at least ``1 - STABLE_MOVE``."""
 EXTRA_METRICS = ("probe_acc",)
 """Reads beside the ``forget_*`` metrics and the membership-inference AUCs."""
+NOT_METRICS = ("_chance", "_items", "_tokens", "_prompts_cut")
+"""Endings of ``forget_*`` numbers that are no metric: chance levels and counts (items, tokens, prompts cut)."""
+UNBOUNDED = ("_loss", "_ppl")
+"""Endings of reads not on [0, 1] (a text set's loss and perplexity): their move is relative,
+``(after - before) / (|before| + |after|)`` (UDS's form, defined there: such a read is far from 0), since an
+absolute move in nats or perplexity has no common threshold."""
+RELEARN_SCALES = {"forget_score": ("relearn", "relearn_disjoint")}
+"""The relearning attacks that read a metric on its own scale (:func:`~obliviate.attacks.verdict.reads` names): the
+forget score the relearning attacks track (``relearn``: the forget items; ``relearn_disjoint``: the held-out ones).
+A metric not named here has no relearning read: its robustness is its quantization stability alone."""
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite number: NaN and infinities are no read (a NaN compares false with everything, so it would pass)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def separation_auc(with_: list[float], without: list[float]) -> float | None:
@@ -39,13 +56,44 @@ def separation_auc(with_: list[float], without: list[float]) -> float | None:
     return wins / (len(with_) * len(without))
 
 
+def harmonic_mean(values: list[float]) -> float | None:
+    """The harmonic mean of ``values`` (each in [0, 1]): 0 where one is 0, the value itself where there is one,
+    None where there is none."""
+    if not values:
+        return None
+    if min(values) <= 0:
+        return 0.0
+    return len(values) / sum(1 / v for v in values)
+
+
+def stability(move: float) -> float:
+    """``1 - |move|``, at least 0: how far a read stayed put on a model without the knowledge (1: not at all moved)."""
+    return max(0.0, 1.0 - abs(move))
+
+
+def worst(moves: dict[str, float]) -> tuple[float, str] | tuple[None, None]:
+    """``(min over models of stability(move), that model)`` of ``{model: move}``; ``(None, None)`` where empty.
+    The worst case, never a mean: one model moving far cannot hide among still ones, and a +0.3 and a -0.3 on two
+    models cannot cancel."""
+    if not moves:
+        return None, None
+    name = max(moves, key=lambda n: abs(moves[n]))
+    return stability(moves[name]), name
+
+
+def robustness(robust_quantize: float | None, robust_relearn: float | None) -> float | None:
+    """The harmonic mean of the stabilities measured (UDS's and OpenUnlearning's combination of quantization and
+    relearning robustness); one alone where only one is measured; None where neither is."""
+    return harmonic_mean([v for v in (robust_quantize, robust_relearn) if v is not None])
+
+
 def metric_keys(metrics: dict) -> list[str]:
     """The forget-side metrics read: every number ``forget_*`` (chance levels aside), each membership-inference AUC
     (``mia_auc_*``, not the control's copy) and :data:`EXTRA_METRICS`, in first-seen order."""
     keys: dict[str, None] = {}
     for m in metrics.values():
         for k, v in m.items():
-            if _number(v) and ((k.startswith("forget_") and not k.endswith("_chance"))
+            if _number(v) and ((k.startswith("forget_") and not k.endswith(NOT_METRICS))
                                or (k.startswith("mia_auc_") and not k.endswith("_control")) or k in EXTRA_METRICS):
                 keys[k] = None
     return list(keys)
@@ -55,11 +103,29 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _signed_largest(moves: list[float]) -> float | None:
+    """The move of largest size, with its sign (None if none)."""
+    return max(moves, key=abs) if moves else None
+
+
+def move(start: float, after, key: str = "") -> float:
+    """How far a perturbation moved read ``key`` on a model, signed: ``after - start`` on a read on [0, 1], relative
+    on an :data:`UNBOUNDED` one; an ``after`` that is not a finite number broke the read: 1, the worst."""
+    if not _number(after):
+        return 1.0
+    if key.endswith(UNBOUNDED):
+        scale = abs(start) + abs(after)
+        return 0.0 if scale == 0 else (after - start) / scale
+    return after - start
+
+
 def quantize_move(m: dict, key: str) -> float | None:
-    """The largest ``|quantize_<scheme>_<key> - key|`` over the schemes ``m`` was quantized with; None if none."""
+    """The largest ``|quantize_<scheme>_<key> - key|`` (:func:`move`) over the schemes ``m`` was quantized with (a
+    scheme whose read is not finite: 1); None if ``key`` is not a finite number on ``m`` or no scheme rescored it."""
     if not _number(m.get(key)):
         return None
-    moves = [abs(m[f"quantize_{s}_{key}"] - m[key]) for s in _schemes(m) if _number(m.get(f"quantize_{s}_{key}"))]
+    moves = [abs(move(m[key], m[f"quantize_{s}_{key}"], key)) for s in _schemes(m)
+             if m.get(f"quantize_{s}_{key}") is not None]
     return max(moves) if moves else None
 
 
@@ -69,57 +135,102 @@ def _schemes(m: dict) -> list[str]:
             if k.startswith("quantize_") and k.endswith("_forget_score") and k != "quantize_forget_score"]
 
 
-def _row(name: str, kind: str, key: str, metrics: dict, with_: list[str], without: list[str],
-         before: str | None = None, calibrated: bool | None = None) -> dict | None:
+def _lift(m: dict, start: str, after: str) -> float | None:
+    """:func:`move` from ``start`` to ``after`` on ``m``; None where the start is not a finite number or the after is
+    missing."""
+    if not _number(m.get(start)) or m.get(after) is None:
+        return None
+    return move(m[start], m[after], after)
+
+
+def relearn_lift(m: dict, key: str) -> float | None:
+    """The lift of metric ``key`` under relearning on ``m``: of the relearning reads on its scale
+    (:data:`RELEARN_SCALES`) that ``m`` holds, the largest ``after - start`` in size, signed; None where none."""
+    reads = attack_reads()
+    lifts = [_lift(m, reads[a].start, reads[a].after) for a in RELEARN_SCALES.get(key, ()) if a in reads]
+    return _signed_largest([x for x in lifts if x is not None])
+
+
+def _kleene_and(values: list[bool | None]) -> bool | None:
+    """False if any is False, else None if any is None, else True: a read known to fail one test is not trusted,
+    whatever the others could not say."""
+    if any(v is False for v in values):
+        return False
+    return None if any(v is None for v in values) else True
+
+
+def _row(kind: str, key: str, metrics: dict, with_: list[str], without: list[str],
+         start: str | None = None, calibrated: bool | None = None) -> dict | None:
     w = [metrics[n][key] for n in with_ if _number(metrics[n].get(key))]
     wo = [metrics[n][key] for n in without if _number(metrics[n].get(key))]
-    auc = separation_auc(w, wo)
-    if auc is None:
+    if not w or not wo:
         return None
-    row = {"kind": kind, "key": key, "auc": auc, "separates": max(auc, 1 - auc) >= SEPARATES_AUC - 1e-9,
+    too_few = min(len(w), len(wo)) < MIN_POOL
+    auc = None if too_few else separation_auc(w, wo)
+    row = {"kind": kind, "key": key, "n_with": len(w), "n_without": len(wo), "too_few_models": too_few, "auc": auc,
+           "separates": None if auc is None else max(auc, 1 - auc) >= SEPARATES_AUC - 1e-9,
            "with": _mean(w), "without": _mean(wo)}
-    moves = {}
+    quantize = {n: quantize_move(metrics[n], key) for n in without}
     if kind == "metric":
-        moves["moves_quantize"] = _mean([x for x in (quantize_move(metrics[n], key) for n in without) if x is not None])
+        relearn = {n: relearn_lift(metrics[n], key) for n in without}
     else:
-        moves["lift"] = _mean([metrics[n][key] - metrics[n][before] for n in without
-                               if _number(metrics[n].get(key)) and _number(metrics[n].get(before))])
-    row.update(moves)
-    measured = [abs(v) for v in moves.values() if v is not None]
-    row["stable"] = None if not measured else all(v <= STABLE_MOVE + 1e-9 for v in measured)
-    row["trusted"] = None if row["stable"] is None else bool(row["separates"] and row["stable"])
+        relearn = {n: _lift(metrics[n], start, key) for n in without}
+    quantize = {n: v for n, v in quantize.items() if v is not None}
+    relearn = {n: v for n, v in relearn.items() if v is not None}
+    row["quantize_moves"], row["relearn_lifts"] = quantize, relearn
+    row["robust_quantize"], row["worst_quantize"] = worst(quantize)
+    row["robust_relearn"], row["worst_relearn"] = worst(relearn)
+    row["robustness"] = robustness(row["robust_quantize"], row["robust_relearn"])
+    row["stable"] = None if row["robustness"] is None else row["robustness"] >= 1 - STABLE_MOVE - 1e-9
+    tests = [row["separates"], row["stable"]]
     if kind == "attack":
         row["calibrated"] = calibrated
-        if row["trusted"] is not None:
-            row["trusted"] = bool(row["trusted"] and calibrated)
+        tests.append(calibrated)
+    row["trusted"] = _kleene_and(tests)
     return row
 
 
 def metric_trust(metrics: dict, calibration: dict | None = None) -> dict:
-    """``{"groups": {"with", "without"}, "reads": {name: row}}``: a row per forget-side metric
-    (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read on at least one model of
-    each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``auc``, ``separates``, ``with`` / ``without``
-    (the groups' means), ``moves_quantize`` (metrics) or ``lift`` and ``calibrated`` (attacks), ``stable`` and
-    ``trusted`` (docs/evaluation.md, "Which numbers to trust"). ``metrics``: ``{model: metrics}`` of a comparison;
-    ``calibration``: the verdict's (:func:`~obliviate.attacks.verdict.robustness_summary`), where an attack
-    missing or uncalibrated is never trusted."""
+    """``{"groups": {"with", "without"}, "min_pool", "reads": {name: row}}``: a row per forget-side metric
+    (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read (a finite number) on at
+    least one model of each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``n_with`` / ``n_without`` (the
+    models of each pool that hold a finite read), ``too_few_models`` (fewer than :data:`MIN_POOL` a side: ``auc`` and
+    ``separates`` None, never trusted), ``auc``, ``separates``, ``with`` / ``without`` (the pools' means);
+    ``quantize_moves`` and ``relearn_lifts`` (``{model: move}`` on the models without the knowledge: the largest
+    quantization move; the signed lift under relearning, for an attack under the attack itself), ``robust_quantize``
+    / ``robust_relearn`` (the worst model's stability, None where not measured), ``worst_quantize`` /
+    ``worst_relearn`` (that model), ``robustness`` (their harmonic mean, :func:`robustness`), ``stable``,
+    ``calibrated`` (attacks) and ``trusted`` (docs/evaluation.md, "Which numbers to trust"). ``metrics``:
+    ``{model: metrics}`` of a comparison; ``calibration``: the verdict's
+    (:func:`~obliviate.attacks.verdict.robustness_summary`), where an attack missing or uncalibrated is never
+    trusted."""
     with_ = [n for n in WITH if n in metrics]
     without = [n for n in WITHOUT if n in metrics]
     reads = {}
     for key in metric_keys(metrics):
-        row = _row(key, "metric", key, metrics, with_, without)
+        row = _row("metric", key, metrics, with_, without)
         if row is not None:
             reads[key] = row
     for name, r in attack_reads().items():
         calibrated = bool(((calibration or {}).get(name) or {}).get("calibrated"))
-        row = _row(name, "attack", r.after, metrics, with_, without, before=r.start, calibrated=calibrated)
+        row = _row("attack", r.after, metrics, with_, without, start=r.start, calibrated=calibrated)
         if row is not None:
             reads[name] = row
-    return {"groups": {"with": with_, "without": without}, "reads": reads}
+    return {"groups": {"with": with_, "without": without}, "min_pool": MIN_POOL, "reads": reads}
 
 
 def _f(x) -> str | None:
     return None if x is None else f"{x:.2f}"
+
+
+def auc_cell(r: dict) -> str:
+    """The AUC with the pool sizes beside it (``0.94 (3 v 3)``), or ``too few models (1 v 1)``."""
+    pools = f"({r['n_with']} v {r['n_without']})"
+    return f"too few models {pools}" if r["auc"] is None else f"{r['auc']:.2f} {pools}"
+
+
+def _robust_cell(value: float | None, model: str | None) -> str | None:
+    return None if value is None else f"{value:.2f} ({model})"
 
 
 def trust_markdown(trust: dict) -> list[str]:
@@ -130,25 +241,32 @@ def trust_markdown(trust: dict) -> list[str]:
                 "- no metric could be read on both a model with the knowledge (" + ", ".join(WITH) + ") and one "
                 "without (" + ", ".join(WITHOUT) + ").", ""]
     yes = lambda v: None if v is None else ("yes" if v else "no")  # noqa: E731
-    rows = [{"read": name, "kind": r["kind"], "AUC": _f(r["auc"]), "separates": yes(r["separates"]),
+    rows = [{"read": name, "kind": r["kind"], "AUC (with v without)": auc_cell(r), "separates": yes(r["separates"]),
              "with (mean)": _f(r["with"]), "without (mean)": _f(r["without"]),
-             "moves under quantize": _f(r.get("moves_quantize")), "lift without": _f(r.get("lift")),
-             "stable": yes(r["stable"]), "calibrated": yes(r.get("calibrated")), "trusted": yes(r["trusted"])}
+             "quantize (worst)": _robust_cell(r["robust_quantize"], r["worst_quantize"]),
+             "relearn / attack (worst)": _robust_cell(r["robust_relearn"], r["worst_relearn"]),
+             "robustness": _f(r["robustness"]), "stable": yes(r["stable"]), "calibrated": yes(r.get("calibrated")),
+             "trusted": yes(r["trusted"])}
             for name, r in trust["reads"].items()]
-    cols = ["read", "kind", "AUC", "separates", "with (mean)", "without (mean)", "moves under quantize",
-            "lift without", "stable", "calibrated", "trusted"]
+    cols = ["read", "kind", "AUC (with v without)", "separates", "with (mean)", "without (mean)", "quantize (worst)",
+            "relearn / attack (worst)", "robustness", "stable", "calibrated", "trusted"]
     trusted = [n for n, r in trust["reads"].items() if r["trusted"]]
+    few = [n for n, r in trust["reads"].items() if r["too_few_models"]]
     return ["## Which numbers to trust on this task", "",
             "Each forget-side metric and each attack's after-score, read on the models that hold the knowledge ("
             + ", ".join(f"`{n}`" for n in g["with"]) + ") and those that do not ("
             + ", ".join(f"`{n}`" for n in g["without"]) + "). **AUC**: the chance that a model with the knowledge "
-            "scores above one without (1: separates, 0.5: blind, 0: the wrong way round); it *separates* at "
-            f"{SEPARATES_AUC} or more (or {1 - SEPARATES_AUC:.1f} or less). **Stable**: on the models without the "
-            f"knowledge, quantization moves a metric by at most {STABLE_MOVE} (the largest move over the schemes), "
-            f"and an attack lifts them by at most {STABLE_MOVE}. A read both separating and stable is *trusted*, an "
-            "attack only where it is also calibrated on the positive controls (the robustness section) "
-            "(OpenUnlearning's faithfulness and robustness, arXiv 2506.12618; docs/evaluation.md). With "
-            f"{len(g['with'])} and {len(g['without'])} models one AUC step is "
-            f"1/{max(1, len(g['with']) * len(g['without']))}.", "",
+            "scores above one without (1: separates, 0.5: blind, 0: the wrong way round), beside it the models "
+            f"read on each side; read only with {MIN_POOL} or more a side (else *too few models*, never trusted); it "
+            f"*separates* at {SEPARATES_AUC} or more (or {1 - SEPARATES_AUC:.1f} or less). **Robustness**, on the "
+            "models without the knowledge, each model's stability 1 - |move| and the worst model's shown: under "
+            "quantization (the largest move over the schemes) and under relearning (a metric: the relearning "
+            "attacks that read its scale; an attack: its own after - before), their harmonic mean where both are "
+            f"measured; *stable* at {1 - STABLE_MOVE:.1f} or more. A read both separating and stable is *trusted*, "
+            "an attack only where it is also calibrated on the positive controls (the robustness section) "
+            "(OpenUnlearning's meta-evaluation, arXiv 2506.12618, and UDS, arXiv 2605.24614, adapted: "
+            "docs/evaluation.md).", "",
             "Trusted here: " + (", ".join(f"`{n}`" for n in trusted) if trusted else "none") + ".", "",
+            *([f"Too few models to read the AUC of {len(few)} read(s) (fewer than {MIN_POOL} a side).", ""]
+              if few else []),
             markdown_table(rows, cols), ""]
