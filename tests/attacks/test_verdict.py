@@ -115,7 +115,8 @@ def test_a_model_at_045_under_every_attack_is_not_removed_when_the_oracle_sits_a
 
 
 def test_an_oracle_with_a_high_prior():
-    """The oracle guesses 30% before any attack and 32% after: a model there is removed, one well above is not."""
+    """The oracle guesses 30% before any attack and 32% after: a model there is removed, one well above is not. On
+    400 items: at 72 the band over a 0.32 oracle is too wide to detect a held share of 0.2 (too few items)."""
     metrics, _ = _world()
     metrics["oracle"].update({"forget_score": 0.30, **_m(0.30, 0.32), "quantize_forget_score": 0.30,
                               "logit_lens_top1": 0.31})
@@ -124,7 +125,7 @@ def test_an_oracle_with_a_high_prior():
                                     logit_lens_top1=0.3)
     metrics["above"] = _like_oracle(forget_score=0.29, **_m(0.29, 0.62), quantize_forget_score=0.3,
                                     logit_lens_top1=0.3)
-    r = robustness_summary(metrics, items=72)
+    r = robustness_summary(metrics, items=400)
     assert r["calibration"][K]["calibrated"]
     assert r["verdicts"]["prior"]["verdict"] == "removed"
     assert r["verdicts"]["above"]["verdict"] in ("suppressed", "inconclusive")
@@ -203,7 +204,9 @@ def test_the_known_removed_models_are_judged_and_the_table_puts_them_first():
     rows, cols = robustness_table(metrics, r)
     assert [row["model"] for row in rows][:7] == ["oracle", "positive_control", "positive_control_smallnorm", "base",
                                                   "second_oracle", "filtered", "npo"]
-    assert rows[-1]["model"].startswith("oracle band") and rows[-2]["model"] == "calibrated?"
+    assert [row["model"] for row in rows[-4:]] == ["calibrated?", "oracle band (≤)", "items (variants)",
+                                                   "detects a held share of (at 80% power)"]
+    assert rows[-2][K] == "72" and float(rows[-1][K]) <= 0.2
     md = "\n".join(robustness_markdown(metrics, r))
     assert "- npo: suppressed (relearn_disjoint, calibrated on positive_control)" in md
 
@@ -249,3 +252,133 @@ def test_the_verdict_line_names_a_flag_on_the_deciding_attack():
     assert "flag" not in r["verdicts"]["m"] and "flagged" not in verdict_line("m", r["verdicts"]["m"])
     _, r = _world(m=_like_oracle(relearn_disjoint_leakage=0.45))  # removed: every read in the band, inflated or not
     assert r["verdicts"]["m"]["verdict"] == "removed" and "flag" not in r["verdicts"]["m"]
+
+
+# The audit of issue #57, one test per kind: each fails when its fix is removed.
+
+def test_a_model_inside_the_band_is_never_suppressed():
+    """The control hid imperfectly (start 0.1) and the model starts at 0: half the control's recovery from the
+    model's own start lands inside the band, which the calibration guard (at the control's start) did not see."""
+    base = {"forget_score": 1.0, "forget_chance": 0.0, **KEEP, **_m(0.3, 0.3), f"{K}_base_acc": 0.3}
+    metrics = {"base": base, "oracle": {"forget_score": 0.01, **KEEP, **_m(0.06, 0.06)},
+               "positive_control": {"forget_score": 0.0, **KEEP, **_m(0.1, 0.3)},
+               "m": {"forget_score": 0.0, **KEEP, **_m(0.0, 0.15)}}
+    r = robustness_summary(metrics, items=50)
+    assert r["calibration"][K]["calibrated"]
+    upper = r["band"][K]["upper"]
+    rec_m, rec_c = 0.15 / 0.3, (0.3 - 0.1) / (0.3 - 0.1)
+    assert rec_m >= 0.5 * rec_c and 0.15 <= upper  # the old rule's suppressed, inside the one band
+    assert r["verdicts"]["m"]["verdict"] != "suppressed"
+    metrics["m"][f"{K}_acc"] = upper + 0.02  # above the band: suppressed
+    assert robustness_summary(metrics, items=50)["verdicts"]["m"]["verdict"] == "suppressed"
+
+
+def test_the_calibration_guard_uses_the_bands_tolerance():
+    """The guard of the calibration reads the same band as the verdicts (Bonferroni over every test of the band),
+    not a one-attack band: with more reads compared the same controls can stop calibrating."""
+    metrics, r = _world()
+    tol = r["band"][K]["tolerance"]
+    assert tol == pytest.approx(band_tolerance(r["band"][K]["oracle"], 72, r["band"][K]["tests"]))
+    assert r["band"][K]["tests"] == 3 and tol > band_tolerance(r["band"][K]["oracle"], 72)
+
+
+@pytest.mark.parametrize("key", ["forget_score", f"{K}_acc", f"{K}_start_acc", "retain_score", "neighbour_score",
+                                 "quantize_forget_score"])
+@pytest.mark.parametrize("bad", [float("nan"), None, float("inf")])
+def test_a_missing_or_non_finite_read_is_inconclusive_never_removed(key, bad):
+    m = _like_oracle()
+    if bad is None:
+        m.pop(key)
+    else:
+        m[key] = bad
+    _, r = _world(m=m)
+    v = r["verdicts"]["m"]
+    assert v["verdict"] == "inconclusive", v
+    named = {"forget_score": "forget score", "retain_score": "retain score", "neighbour_score": "neighbour score",
+             "quantize_forget_score": "quantize (after)", f"{K}_acc": f"{K} (after)", f"{K}_start_acc": f"{K} (before)"}
+    assert named[key] in v["reason"]
+
+
+def test_a_missing_mia_where_it_reads_the_oracle_is_inconclusive():
+    metrics, _ = _world(m=_like_oracle())
+    metrics["base"]["mia_auc_min_k"], metrics["oracle"]["mia_auc_min_k"] = 1.0, 0.5
+    v = robustness_summary(metrics, items=72)["verdicts"]["m"]
+    assert v["verdict"] == "inconclusive" and "MIA" in v["reason"]
+    metrics["m"]["mia_auc_min_k"] = float("nan")
+    assert robustness_summary(metrics, items=72)["verdicts"]["m"]["verdict"] == "inconclusive"
+    metrics["m"]["mia_auc_min_k"] = 0.52
+    assert robustness_summary(metrics, items=72)["verdicts"]["m"]["verdict"] == "removed"
+
+
+def test_a_base_without_a_forget_score_gives_no_verdict_but_inconclusive():
+    metrics, _ = _world(m=_like_oracle())
+    metrics["base"]["forget_score"] = float("nan")
+    v = robustness_summary(metrics, items=72)["verdicts"]["m"]
+    assert v["verdict"] == "inconclusive" and "base model" in v["reason"]
+
+
+def test_a_copy_of_the_oracle_on_a_hard_task_is_not_not_unlearned():
+    """The oracle answers 30% of the forget questions (a hard task, or one known from elsewhere), the base 50%: a
+    copy of the oracle has forgotten all it could; a copy of the base has not."""
+    metrics, _ = _world()
+    metrics["base"]["forget_score"] = 0.5
+    metrics["oracle"]["forget_score"] = 0.3
+    metrics["copy"] = {**metrics["oracle"]}
+    metrics["kept"] = {**metrics["oracle"], "forget_score": 0.5}
+    r = robustness_summary(metrics, items=72)
+    assert r["verdicts"]["copy"]["verdict"] != "not unlearned"
+    kept = r["verdicts"]["kept"]
+    assert kept["verdict"] == "not unlearned" and "the oracle's level" in kept["reason"]
+
+
+def test_below_chance_beyond_the_band_is_not_removed():
+    """A 4-way lettered task: the oracle at chance (0.25); a model at 0.02 avoids the right answer, which takes
+    knowing it."""
+    metrics, _ = _world()
+    for name in metrics:
+        metrics[name]["forget_chance"] = 0.25
+    metrics["base"]["forget_score"] = 0.95
+    metrics["oracle"].update(forget_score=0.25, quantize_forget_score=0.25)
+    metrics["avoids"] = _like_oracle(forget_score=0.02, quantize_forget_score=0.02)
+    metrics["at_chance"] = _like_oracle(forget_score=0.25, quantize_forget_score=0.26)
+    r = robustness_summary(metrics, items=200)
+    assert r["band"]["quantize"]["lower"] is not None and r["band"]["quantize"]["lower"] > 0.02
+    v = r["verdicts"]["avoids"]
+    assert v["verdict"] == "inconclusive" and "below chance" in v["reason"]
+    metrics["avoids"]["quantize_forget_score"] = 0.25  # the forget score alone below chance: still not removed
+    v = robustness_summary(metrics, items=200)["verdicts"]["avoids"]
+    assert v["verdict"] == "inconclusive" and "below chance" in v["reason"]
+    assert r["verdicts"]["at_chance"]["verdict"] == "removed"
+
+
+def test_too_few_items_to_detect_a_held_share_is_inconclusive():
+    """24 items: a model like the oracle cannot be told from one holding 20% with 80% power; 200 can."""
+    _, r = _world(n_items=24, m=_like_oracle())
+    v = r["verdicts"]["m"]
+    assert v["verdict"] == "inconclusive" and "too few items (n=24, at least" in v["reason"]
+    need = max(b["items_needed"] for b in r["band"].values())
+    assert need > 24 and r["band"][K]["detectable_share"] > 0.2
+    _, r = _world(n_items=need, m=_like_oracle())
+    assert r["verdicts"]["m"]["verdict"] == "removed"
+    assert all(b["detectable_share"] <= 0.2 for b in r["band"].values())
+
+
+def test_each_read_uses_its_own_item_count_and_a_maximum_its_variants():
+    metrics, r = _world(m=_like_oracle())
+    metrics["oracle"].update(quantize_items=32, quantize_variants=3)
+    r2 = robustness_summary(metrics, items=72)
+    q, k = r2["band"]["quantize"], r2["band"][K]
+    assert (q["items"], q["variants"], k["items"], k["variants"]) == (32, 3, 72, 1)
+    assert q["tests"] == k["tests"] == 5  # 3 variants of quantize + relearn_disjoint + logit_lens, one side each
+    assert q["tolerance"] == pytest.approx(band_tolerance(q["oracle"], 32, 5))
+    assert q["tolerance"] > r["band"]["quantize"]["tolerance"]
+
+
+def test_power_is_the_normal_tail_and_falls_smoothly_with_fewer_items():
+    from statistics import NormalDist
+
+    from obliviate.attacks.verdict import detectable_share, power
+
+    assert power(0.3, 100, 0.2) == pytest.approx(1 - NormalDist().cdf((0.2 - 0.3) / (0.3 * 0.7 / 100) ** 0.5))
+    shares = [detectable_share(0.02, 1.0, n, 0.02 + band_tolerance(0.02, n, 7)) for n in range(20, 200)]
+    assert all(a >= b - 1e-9 for a, b in zip(shares, shares[1:]))  # more items never detect less

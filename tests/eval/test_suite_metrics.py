@@ -6,8 +6,8 @@ import pytest
 from obliviate.errors import ConfigError
 from obliviate.eval.memorization import memorization_metrics
 from obliviate.eval.mia import mia_metrics
-from obliviate.eval.suite import (METRICS, OPEN_UNLEARNING_TOFU, evaluate_task, requested_metrics, task_metrics,
-                                  unavailable)
+from obliviate.eval.suite import (METRICS, OPEN_UNLEARNING_TOFU, effective_items, evaluate_task, requested_metrics,
+                                  task_metrics, unavailable)
 from obliviate.models.builders import tiny_random
 from obliviate.models.tokenizer import train_tokenizer
 from obliviate.tasks import Data, EvalSet, Task
@@ -72,6 +72,15 @@ def test_evaluate_task_adds_what_the_task_asks_for(tiny):
     asked = evaluate_task(model, tok, task_of(metrics=["exact_memorization", "mia_gradnorm"]), max_new_tokens=4)
     assert set(asked) - set(plain) == {"exact_memorization", "mia_auc_gradnorm"}
     assert {k: asked[k] for k in plain} == plain
+
+
+def test_each_role_records_the_item_count_its_score_averages(tiny):
+    """``<role>_items``: a role of one set has its size; a mean of set accuracies has the count whose binomial
+    variance the mean has (two sets of 72: 144; 10 and 1000 items: 39, the small set dominates)."""
+    model, tok = tiny
+    assert evaluate_task(model, tok, task_of(), max_new_tokens=4)["forget_items"] == len(FORGET)
+    assert effective_items([72]) == 72 and effective_items([72, 72]) == 144 and effective_items([10, 1000]) == 39
+    assert effective_items([]) == 0
 
 
 def test_unknown_and_malformed_requests():

@@ -106,7 +106,8 @@ def test_the_verdict_reads_the_best_step_chosen_on_v_not_the_curves_last_point()
     base = {"forget_score": 1.0, "relearn_disjoint_base_acc": 1.0}
     pos = {"positive_control": {"relearn_disjoint_start_acc": 0.0, "relearn_disjoint_acc": 0.9}}
     neg = {"relearn_disjoint_start_acc": 0.0, "relearn_disjoint_acc": 0.05}
-    band = {"relearn_disjoint": {"oracle": 0.05, "tolerance": 0.05, "upper": 0.1, "items": 72}}
+    band = {"relearn_disjoint": {"oracle": 0.05, "tolerance": 0.05, "upper": 0.1, "items": 72,
+                                 "detectable_share": 0.1}}
     usable = [("relearn_disjoint", "positive_control")]
     assert method_verdict(meth, base, pos, neg, usable, band)["verdict"] == "suppressed"
     last = {**meth, "relearn_disjoint_acc": meth["relearn_disjoint_final_acc"]}

@@ -83,17 +83,34 @@ def base_reference(base: dict, key: str) -> tuple[float | None, float]:
 def recovery(start: float | None, after: float | None, base: float | None) -> float | None:
     """(after - start) / (base - start): the share of the lost score an attack *brought back*, the one definition
     the report uses."""
+    start, after, base = finite(start), finite(after), finite(base)
     if None in (start, after, base) or base - start <= 1e-9:
         return None
     return (after - start) / (base - start)
 
 
-def forgot(score: float | None, base: float | None, chance: float = 0.0) -> bool | None:
-    """Whether a model has forgotten: its score above ``chance`` at most :data:`FORGOT_SHARE` of the base model's
-    (a 4-way MCQ score at chance has forgotten everything, not 0.25 of it)."""
+def forgot(score: float | None, base: float | None, chance: float = 0.0, allowance: float = 0.0) -> bool | None:
+    """Whether a model has forgotten: its score above ``chance`` (the level a model without the knowledge reads:
+    the oracle's forget score where there is one, :func:`forget_level`) at most :data:`FORGOT_SHARE` of the base
+    model's, or within ``allowance`` of it (the noise of the scores' items: a model the items cannot tell from the
+    oracle has forgotten as far as they can say); a 4-way MCQ score at chance has forgotten everything, not 0.25
+    of it. None where a score is missing or not a number."""
+    score, base = finite(score), finite(base)
     if score is None or base is None:
         return None
-    return score - chance <= FORGOT_SHARE * (base - chance) + 1e-12
+    return score - chance <= max(FORGOT_SHARE * (base - chance), allowance) + 1e-12
+
+
+def forget_level(base: dict, neg: dict | None, items: int) -> tuple[float, float, str]:
+    """What "did it forget?" compares against: the oracle's forget score (a model that never saw the facts; on a
+    hard task, or one the model partly knows from elsewhere, it answers some) with the band's noise allowance at
+    the forget score's item count (``forget_items``, else ``items``), else the chance level with none; and its
+    name."""
+    o = finite(verdict_score(neg)) if neg else None
+    if o is None:
+        return finite(base.get("forget_chance")) or 0.0, 0.0, "chance"
+    n = finite(neg.get("forget_items")) or items
+    return o, band_tolerance(o, int(n)), "the oracle's"
 
 
 def keep_shares(m: dict, base: dict) -> dict[str, float]:
@@ -116,27 +133,97 @@ def keeps(m: dict, base: dict) -> bool | None:
     return None if not shares else all(v >= KEEP_SHARE - 1e-9 for v in shares.values())
 
 
-def band_tolerance(p: float, n: int, k: int = 1) -> float:
-    """How far above the oracle's after-attack score ``p`` (over ``n`` items) a model like the oracle can land by
-    sampling alone: the largest ``q - p`` that a one-sided two-proportion z-test at level ``BAND_ALPHA / k``
-    (Bonferroni over the ``k`` attacks compared) does not tell from ``p``, both scores over ``n`` items, with the
-    pooled variance ``2 r (1 - r) / n``, ``r = (p + q) / 2``; at least one item (``1 / n``). Both models' own
-    noise is in it: the oracle at 1/72 bounds a model at 8/72 with 7 attacks compared, and at 0 still leaves
-    ``~z^2 / n``."""
+def finite(x) -> float | None:
+    """``x`` as a float where it is a finite number, else None (missing, NaN, infinite, a bool or text): the rule
+    reads nothing else, so a NaN never passes a comparison that is false for NaN."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else None
+
+
+def read_counts(m: dict | None, key: str, items: int) -> tuple[int, int]:
+    """``(items, variants)`` of read ``key`` on a model's metrics ``m``: the ``<name>_items`` and ``<name>_variants``
+    the attack recorded (:func:`~obliviate.attacks.attack.read_counts`: how many items its after-score averages
+    over, and how many variant scores it is the maximum of), else ``items`` (the comparison's) and 1."""
+    name = read_of(key).name or key
+    n, v = finite((m or {}).get(f"{name}_items")), finite((m or {}).get(f"{name}_variants"))
+    return (int(n) if n is not None and n >= 1 else max(1, int(items))), (int(v) if v is not None and v >= 1 else 1)
+
+
+def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> float:
+    """How far above the oracle's score ``p`` (over ``n`` items) a model like the oracle (over ``n_model`` items,
+    default ``n``) can land by sampling alone: the largest ``q - p`` that a one-sided two-proportion z-test at
+    level ``BAND_ALPHA / k`` (Bonferroni over the ``k`` tests of the band: :func:`oracle_band`) does not tell from
+    ``p``, with the pooled variance ``r (1 - r) (1 / n + 1 / n_model)``, ``r = (p + q) / 2``; at least one item
+    (``1 / min(n, n_model)``). Both models' own noise is in it: the oracle at 1/72 bounds a model at 8/72 with 7
+    tests, and at 0 still leaves ``~z^2 / n``."""
     n = max(1, int(n))
+    n_model = max(1, int(n_model or n))
     z = NormalDist().inv_cdf(1 - BAND_ALPHA / max(1, k))
+    inv = 1 / n + 1 / n_model
 
     def rejects(q: float) -> bool:
         r = (p + q) / 2
-        return q - p > z * math.sqrt(max(2 * r * (1 - r) / n, 1e-18))
+        return q - p > z * math.sqrt(max(r * (1 - r) * inv, 1e-18))
 
+    floor = 1.0 / min(n, n_model)
     lo, hi = p, 1.0
     if not rejects(hi):
-        return max(1.0 / n, hi - p)
+        return max(floor, hi - p)
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if rejects(mid) else (mid, hi)
-    return max(1.0 / n, lo - p)
+    return max(floor, lo - p)
+
+
+def power(q: float, n: int, upper: float) -> float:
+    """P(a score over ``n`` items, each right with probability ``q``, lands above ``upper``), in the band's own
+    normal approximation: ``1 - Phi((upper - q) / sqrt(q (1 - q) / n))`` (the exact binomial tail saws up and down
+    with ``n`` as ``n upper`` crosses whole items; this one falls smoothly, so the items needed are one number)."""
+    q = min(1.0, max(0.0, q))
+    sd = math.sqrt(max(q * (1 - q) / max(1, int(n)), 1e-18))
+    return 1 - NormalDist().cdf((upper - q) / sd)
+
+
+POWER = 0.8
+"""*removed* needs every deciding attack to detect a model holding :data:`DETECT_SHARE` with at least this power."""
+DETECT_SHARE = 0.2
+"""The held share (of what the base model shows above the oracle, on the attack's own scale) every deciding attack
+must be able to detect (:data:`POWER`) before a model within the band is called *removed*."""
+
+
+def detectable_share(p: float, ref: float, n: int, upper: float) -> float | None:
+    """The smallest held share ``h`` that a read over ``n`` items detects with :data:`POWER`: a model at
+    ``q = p + h (ref - p)`` (the oracle ``p``, the base model ``ref``) lands above the band's ``upper`` with
+    probability at least :data:`POWER` (:func:`power`; one variant: a maximum over several only
+    detects more). None where even ``h = 1`` does not (the base model itself sits inside the band)."""
+    if ref <= p or power(ref, n, upper) < POWER:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if power(p + mid * (ref - p), n, upper) < POWER else (lo, mid)
+    return hi
+
+
+def items_needed(p: float, ref: float, tests: int, limit: int = 100_000) -> int | None:
+    """The fewest items at which a read detects :data:`DETECT_SHARE` with :data:`POWER` (:func:`detectable_share`
+    against the band of ``tests`` tests at the oracle's ``p``), searched by doubling then bisection; None above
+    ``limit`` (the base model too close to the oracle)."""
+    def ok(n: int) -> bool:
+        d = detectable_share(p, ref, n, p + band_tolerance(p, n, tests))
+        return d is not None and d <= DETECT_SHARE + 1e-9
+
+    hi = 8
+    while not ok(hi):
+        hi *= 2
+        if hi > limit:
+            return None
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def separation(p0, p1, n0, n1, base_score, chance: float = 0.0, tol: float = 0.0) -> dict:
@@ -180,9 +267,11 @@ def control_selectivity(metrics: dict) -> dict:
     return out
 
 
-def attack_calibration(metrics: dict, controls: dict, key: str, items: int) -> dict | None:
+def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band: dict | None = None) -> dict | None:
     """Attack ``key`` on every positive control against the oracle; None when the attack did not run on the base
-    model, the oracle and at least one positive control. ``controls``: :func:`control_selectivity`.
+    model, the oracle and at least one positive control. ``controls``: :func:`control_selectivity`; ``band``:
+    :func:`oracle_band`, whose tolerance the guard of :func:`separation` uses (the one band of the rule; a read
+    outside it, white-box, at its own count and variants alone).
 
     ``{"calibrated", "calibrated_by" (the selective controls it separated, but a control built to match the
     attack's own mechanism), "by_construction" (those), "controls": {name: :func:`separation`}, "decides",
@@ -190,10 +279,14 @@ def attack_calibration(metrics: dict, controls: dict, key: str, items: int) -> d
     ``_negative_recovery`` of the first control that calibrated it (else of the first control)."""
     r, base, neg = read_of(key), metrics.get("base", {}), metrics.get("oracle")
     ref, chance = base_reference(base, key)
-    ran = [c for c in controls if metrics.get(c, {}).get(r.after) is not None]
-    if neg is None or ref is None or neg.get(r.after) is None or not ran:
+    ran = [c for c in controls if finite(metrics.get(c, {}).get(r.after)) is not None]
+    if neg is None or finite(ref) is None or finite(neg.get(r.after)) is None or not ran:
         return None
-    tol = band_tolerance(neg[r.after], items)
+    if key in (band or {}):
+        tol = band[key]["tolerance"]
+    else:
+        n, v = read_counts(neg, key, items)
+        tol = band_tolerance(neg[r.after], n, v)
     per = {c: separation(metrics[c].get(r.start), metrics[c].get(r.after), neg.get(r.start), neg.get(r.after),
                          ref, chance, tol) for c in ran}
     separated = [c for c in ran if per[c]["calibrated"] and controls[c]["selective"]]
@@ -207,23 +300,44 @@ def attack_calibration(metrics: dict, controls: dict, key: str, items: int) -> d
 
 
 def oracle_band(metrics: dict, keys, items: int) -> dict:
-    """``{attack: {"oracle", "tolerance", "upper", "items"}}`` for every attack of ``keys`` the oracle was read
-    on: the oracle's after-attack score and the band's upper end (:func:`band_tolerance`, Bonferroni over the
-    attacks of the band)."""
-    neg = metrics.get("oracle") or {}
-    present = [k for k in keys if neg.get(read_of(k).after) is not None and read_of(k).decides]
+    """The one band of the rule: ``{attack: {"oracle", "tolerance", "upper", "lower", "items", "variants",
+    "tests", "detectable_share", "items_needed"}}`` for every deciding attack of ``keys`` the oracle was read on.
+
+    One statistical model per read: the oracle's after-attack score over that read's own item count (and the
+    model's: :func:`band_tolerance` takes both), a one-sided two-proportion test (:func:`band_tolerance`) with
+    Bonferroni over every test of the band: each read's ``variants`` (an after-score that is the maximum of
+    ``v`` variant scores exceeds the band at most ``v`` times as often as one) times its sides (a read with a chance
+    level, e.g. lettered options, is also bounded below: ``lower``, under which a model scores below chance beyond
+    noise, which avoiding the right answer takes knowing it). ``detectable_share``: the held share this read
+    detects with :data:`POWER` (:func:`detectable_share`); ``items_needed``: the items at which it would detect
+    :data:`DETECT_SHARE` (:func:`items_needed`)."""
+    neg, base = metrics.get("oracle") or {}, metrics.get("base") or {}
+    present = [k for k in keys if read_of(k).decides and finite(neg.get(read_of(k).after)) is not None]
+    counts = {k: read_counts(neg, k, items) for k in present}
+    sides = {k: 2 if (finite(base_reference(base, k)[1]) or 0.0) > 0 else 1 for k in present}
+    tests = sum(counts[k][1] * sides[k] for k in present)
     out = {}
     for k in present:
-        p = neg[read_of(k).after]
-        tol = band_tolerance(p, items, len(present))
-        out[k] = {"oracle": p, "tolerance": tol, "upper": p + tol, "items": items}
+        p, (n, v) = float(neg[read_of(k).after]), counts[k]
+        tol = band_tolerance(p, n, tests)
+        ref, chance = base_reference(base, k)
+        ref, chance = finite(ref), finite(chance) or 0.0
+        entry = {"oracle": p, "tolerance": tol, "upper": p + tol, "items": n, "variants": v, "tests": tests,
+                 "lower": None, "detectable_share": None, "items_needed": None}
+        if sides[k] == 2:
+            low = min(p, chance)
+            entry["lower"] = low - band_tolerance(1 - low, n, tests)
+        if ref is not None and ref > p:
+            entry["detectable_share"] = detectable_share(p, ref, n, p + tol)
+            entry["items_needed"] = items_needed(p, ref, tests)
+        out[k] = entry
     return out
 
 
 def mia_reads(base: dict, negative: dict, key: str = "mia_auc_min_k") -> bool:
     """Whether membership inference reads the forget set: the base model's AUC and the negative control's differ by
     at least :data:`MIA_SEPARATION`."""
-    b, n = base.get(key), negative.get(key)
+    b, n = finite(base.get(key)), finite(negative.get(key))
     return b is not None and n is not None and abs(b - n) >= MIA_SEPARATION - 1e-9
 
 
@@ -273,16 +387,16 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
     items = items or DEFAULT_ITEMS
     neg, base = metrics.get("oracle"), metrics["base"]
     controls = control_selectivity(metrics)
-    calib = {}
     keys = list(reads())
+    band = oracle_band(metrics, keys, items)
+    calib = {}
     for key in keys:
-        c = attack_calibration(metrics, controls, key, items)
+        c = attack_calibration(metrics, controls, key, items, band)
         if c is not None:
             calib[key] = c
-    band = oracle_band(metrics, keys, items)
     usable = [(k, ctl) for k, c in calib.items() if c["decides"] for ctl in c["calibrated_by"]]
     verdicts = {name: flagged(method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg, usable,
-                                             band), metrics[name]) for name in judged(metrics)}
+                                             band, items), metrics[name]) for name in judged(metrics)}
     for m in metrics.values():
         m.update(gaps(m))
     for name, m in metrics.items():
@@ -291,7 +405,7 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
     if neg is not None:
         for name, m in metrics.items():
             for k in [k for k in m if k.startswith("mia_auc_") and not k.endswith("_control")]:
-                if neg.get(k) is not None and neg[k] < 1:
+                if finite(neg.get(k)) is not None and neg[k] < 1 and finite(m[k]) is not None:
                     m[f"priv_leak_{k[len('mia_auc_'):]}"] = priv_leak(m[k], neg[k])
     return {"calibration": calib, "controls": controls, "band": band, "verdicts": verdicts}
 
@@ -313,71 +427,133 @@ def flagged(v: dict, m: dict) -> dict:
     return {**v, "flag": flag} if flag else v
 
 
-def _attack_verdict(m: dict, pos: dict, base: dict, key: str) -> str:
+def _attack_verdict(m: dict, pos: dict, base: dict, key: str, band: dict | None = None) -> str:
     """suppressed / inconclusive for ``m`` under one calibrated attack ``key``, read against positive control
-    ``pos``: *suppressed* when it brings back at least :data:`SUPPRESSED_SHARE` of what the control's was."""
+    ``pos``: *suppressed* when it brings back at least :data:`SUPPRESSED_SHARE` of what the control's was, and ends
+    above the band (:func:`oracle_band`, the one band: a model the band cannot tell from the oracle is never
+    *suppressed*, whatever its own start)."""
     r = read_of(key)
     ref, _ = base_reference(base, key)
     rec, prec = recovery(m.get(r.start), m.get(r.after), ref), recovery(pos.get(r.start), pos.get(r.after), ref)
-    if rec is not None and prec is not None and rec >= SUPPRESSED_SHARE * prec - 1e-9:
+    after = finite(m.get(r.after))
+    above = key not in (band or {}) or (after is not None and after > band[key]["upper"] + 1e-9)
+    if rec is not None and prec is not None and rec >= SUPPRESSED_SHARE * prec - 1e-9 and above:
         return "suppressed"
     return "inconclusive"
 
 
-def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: list, band: dict | None = None) -> dict:
+def missing_reads(m: dict, base: dict, neg: dict | None, usable: list, band: dict) -> list[str]:
+    """The reads the rule needs on ``m`` that are missing or not a number, by name: each calibrated attack's start
+    and after (and the oracle's after, without which it has no band), each keep score the base model has, and the
+    MIA AUC where membership inference reads the forget set on the oracle (:func:`mia_reads`)."""
+    out = []
+    for key in dict.fromkeys(k for k, _ in usable):
+        r = read_of(key)
+        out += [f"{key} ({x})" for x, k in (("before", r.start), ("after", r.after)) if finite(m.get(k)) is None]
+        if key not in band:
+            out.append(f"{key} (the oracle's after)")
+    for key in band:  # "every attack within the band" reads each one the oracle was read on
+        if key not in {k for k, _ in usable} and finite(m.get(read_of(key).after)) is None:
+            out.append(f"{key} (after)")
+    for role in ("retain", "neighbour"):
+        if finite(verdict_score(base, role)) is not None and finite(verdict_score(m, role)) is None:
+            out.append(f"{role} score")
+    if neg is not None and mia_reads(base, neg) and finite(m.get("mia_auc_min_k")) is None:
+        out.append("MIA AUC (Min-K%), which reads the forget set on the oracle")
+    return out
+
+
+def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: list, band: dict | None = None,
+                   items: int = DEFAULT_ITEMS) -> dict:
     """One model's verdict, the attack (and positive control) that decided it and why.
 
     ``usable``: the calibrated ``(attack, control)`` pairs, ``pos`` being ``{control: metrics}``; ``band``:
-    :func:`oracle_band`. In order:
+    :func:`oracle_band`; ``items``: the comparison's item count (where a read records none). Every value is read
+    through :func:`finite`: a missing or non-finite read never passes. In order:
 
-    - *not unlearned*: the model's own forget score is above :data:`FORGOT_SHARE` of the base model's (nothing
-      else is read: an attack's own start, e.g. a frame-forced read, never makes a model not unlearned);
+    - *inconclusive*: the model's or the base model's forget score is missing;
+    - *not unlearned*: the model's own forget score is above :data:`FORGOT_SHARE` of the base model's, both above
+      the level of a model without the knowledge (the oracle's forget score, with the band's noise allowance:
+      :func:`forget_level`; else chance); an attack's own start, e.g. a frame-forced read, never makes a model not
+      unlearned;
     - *suppressed*: some calibrated attack brings back at least :data:`SUPPRESSED_SHARE` of what a selective
-      positive control gets back;
+      positive control gets back, and lifts it above the band;
     - *retain lost*: the model keeps less than :data:`KEEP_SHARE` of the base model's retain or neighbour score;
-    - *removed*: at least one calibrated attack, every attack (calibrated or not) within the oracle band, and
-      membership inference as the oracle's where it reads the forget set;
-    - else *inconclusive*.
+    - *inconclusive*: no calibrated attack; a read the rule needs is missing (:func:`missing_reads`); an attack
+      (calibrated or not) lifts it above the band or leaves it below its lower end (below chance beyond noise),
+      or its forget score is below chance beyond noise; a deciding attack too small to detect a held share of
+      :data:`DETECT_SHARE` with :data:`POWER` ("too few items"); membership inference tells its forget set from
+      the holdout where it reads the oracle;
+    - else *removed*.
     """
-    f, f0 = verdict_score(m), verdict_score(base)
+    band = band or {}
     keep = keep_shares(m, base)
     out = {"keep": keep}
-    if forgot(f, f0, base.get("forget_chance", 0.0)) is False:
+
+    def inconclusive(reason: str, attack: str | None = None) -> dict:
+        return {"verdict": "inconclusive", "attack": attack, "control": None, **out, "reason": reason}
+
+    f, f0 = finite(verdict_score(m)), finite(verdict_score(base))
+    if f0 is None or f is None:
+        return inconclusive(f"{'the base model' if f0 is None else 'its'} forget score is missing or not a number")
+    level, allowance, what = forget_level(base, neg, items)
+    if forgot(f, f0, level, allowance) is False:
         return {"verdict": "not unlearned", "attack": None, "control": None, **out,
-                "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}"}
+                "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}, both "
+                          f"above {what} level {level:.2f}" + (f", and beyond its noise ({allowance:.2f})"
+                                                               if allowance else "")}
     for key, ctl in usable:  # strongest attack first
-        if _attack_verdict(m, pos[ctl], base, key) == "suppressed":
+        if _attack_verdict(m, pos[ctl], base, key, band) == "suppressed":
             r = read_of(key)
             return {"verdict": "suppressed", "attack": key, "control": ctl, **out,
                     "reason": f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what it brings back on "
-                              f"{ctl} (calibrated)"}
+                              f"{ctl} (calibrated), above the oracle band ({band[key]['upper']:.2f})"
+                              if key in band else f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what "
+                              f"it brings back on {ctl} (calibrated)"}
     lost = [role for role, v in keep.items() if v < KEEP_SHARE - 1e-9]
     if lost:
         return {"verdict": "retain lost", "attack": None, "control": None, **out,
                 "reason": ", ".join(f"{role} kept {keep[role]:.0%}" for role in lost)
                           + f" of the base model's (at least {KEEP_SHARE:.0%} needed)"}
     if not usable:
-        return {"verdict": "inconclusive", "attack": None, "control": None, **out, "reason": "no calibrated attack"}
-    above = [(k, b) for k, b in (band or {}).items() if m.get(read_of(k).after) is not None
+        return inconclusive("no calibrated attack")
+    missing = missing_reads(m, base, neg, usable, band)
+    if missing:
+        return inconclusive("missing or not a number: " + ", ".join(missing), missing[0].split(" ")[0])
+    above = [(k, b) for k, b in band.items() if finite(m.get(read_of(k).after)) is not None
              and m[read_of(k).after] > b["upper"] + 1e-9]
     if above:
         k, b = max(above, key=lambda kb: m[read_of(kb[0]).after] - kb[1]["upper"])
         cal = any(k == u for u, _ in usable)
-        return {"verdict": "inconclusive", "attack": k, "control": None, **out,
-                "reason": f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the oracle band "
-                          f"(the oracle {b['oracle']:.2f} + {b['tolerance']:.2f})"}
-    missing = [k for k, _ in usable if k not in (band or {}) or m.get(read_of(k).after) is None]
-    if missing:
-        return {"verdict": "inconclusive", "attack": missing[0], "control": None, **out,
-                "reason": f"{missing[0]}: not read on this model or the oracle"}
+        return inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the oracle band "
+                            f"(the oracle {b['oracle']:.2f} + {b['tolerance']:.2f})", k)
+    below = [(k, b) for k, b in band.items() if b.get("lower") is not None
+             and finite(m.get(read_of(k).after)) is not None and m[read_of(k).after] < b["lower"] - 1e-9]
+    if below:
+        k, b = below[0]
+        return inconclusive(f"{k}: {_arrow(m, read_of(k))}, below chance beyond noise (under {b['lower']:.2f}): "
+                            "avoiding the right answer takes knowing it", k)
+    chance = finite(base.get("forget_chance")) or 0.0
+    if chance > 0:
+        n = int(finite(m.get("forget_items")) or items)
+        low = min(chance, level)
+        if f < low - band_tolerance(1 - low, n):
+            return inconclusive(f"forget score {f:.2f} is below chance ({chance:.2f}) beyond noise: avoiding the right "
+                                "answer takes knowing it")
+    weak = [(k, b) for k, b in band.items() if b.get("detectable_share") is None
+            or b["detectable_share"] > DETECT_SHARE + 1e-9]
+    if weak:
+        k, b = weak[0]
+        need = f"at least {b['items_needed']} needed" if b.get("items_needed") else "no item count suffices here"
+        return inconclusive(f"{k}: too few items (n={b['items']}, {need}) to detect a held share of "
+                            f"{DETECT_SHARE:.0%} with {POWER:.0%} power", k)
     if neg is not None and mia_reads(base, neg):
-        auc, auc_neg = m.get("mia_auc_min_k"), neg.get("mia_auc_min_k")
-        if auc is not None and abs(auc - auc_neg) > MIA_TOLERANCE:
-            return {"verdict": "inconclusive", "attack": "mia", "control": None, **out,
-                    "reason": f"every attack within the oracle band, but membership inference tells the forget set "
-                              f"from the holdout (Min-K% AUC {auc:.2f}, the oracle's {auc_neg:.2f})"}
+        auc, auc_neg = finite(m.get("mia_auc_min_k")), finite(neg.get("mia_auc_min_k"))
+        if abs(auc - auc_neg) > MIA_TOLERANCE:
+            return inconclusive(f"every attack within the oracle band, but membership inference tells the forget set "
+                                f"from the holdout (Min-K% AUC {auc:.2f}, the oracle's {auc_neg:.2f})", "mia")
     key, ctl = usable[0]
-    worst = max((m[read_of(k).after] - b["upper"], k) for k, b in band.items() if m.get(read_of(k).after) is not None)
+    worst = max((m[read_of(k).after] - b["upper"], k) for k, b in band.items())
     return {"verdict": "removed", "attack": key, "control": ctl, **out,
             "reason": f"every attack within the oracle band (closest: {worst[1]}, {m[read_of(worst[1]).after]:.2f} "
                       f"against {band[worst[1]]['upper']:.2f}); keeps "
@@ -487,7 +663,20 @@ def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[
                                            + ("" if c["decides"] else " (white-box, no verdict)")
                                            for k, c in calib.items()}})
     rows.append({"model": "oracle band (≤)", **{k: f"{band[k]['upper']:.2f}" for k in keys if k in band}})
+    rows.append({"model": "items (variants)", **{k: f"{band[k]['items']}" + (f" (max of {band[k]['variants']})"
+                                                                              if band[k]["variants"] > 1 else "")
+                                                 for k in keys if k in band}})
+    rows.append({"model": f"detects a held share of (at {POWER:.0%} power)",
+                 **{k: _detect_cell(band[k]) for k in keys if k in band}})
     return rows, cols
+
+
+def _detect_cell(b: dict) -> str:
+    d = b.get("detectable_share")
+    if d is not None and d <= DETECT_SHARE + 1e-9:
+        return f"{d:.2f}"
+    need = f"at least {b['items_needed']} needed" if b.get("items_needed") else "no item count suffices"
+    return f"{'none' if d is None else f'{d:.2f}'}: too few items ({need})"
 
 
 def calibration_lines(robustness: dict) -> list[str]:
@@ -543,8 +732,11 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
              "built to match an attack's own mechanism does not alone calibrate it. A model is *suppressed* when a "
              "calibrated attack brings back at least half of what the control's brought back; *removed* when every "
              "attack leaves it within the oracle band (the oracle's after-attack score plus its sampling noise"
-             + (f", {any_band['items']} items, one-sided {1 - BAND_ALPHA:.0%} over the {len(band)} attacks" if any_band
-                else "") + f") and it keeps at least {KEEP_SHARE:.0%} of retain and neighbour; *retain lost* when it "
+             + (f", each read at its own item count, {1 - BAND_ALPHA:.0%} over the {any_band['tests']} tests of the "
+                "band, Bonferroni over reads, their variants and sides" if any_band else "")
+             + f"), every deciding attack can detect a held share of {DETECT_SHARE:.0%} with {POWER:.0%} power, "
+             f"and it keeps at least {KEEP_SHARE:.0%} of retain and neighbour; a missing read is never removed; "
+             "*suppressed* needs the model above the band; *retain lost* when it "
              "does not keep them; *not unlearned* when its forget score is above half the base model's "
              "(docs/evaluation.md).", ""]
     if known:

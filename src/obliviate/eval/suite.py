@@ -15,7 +15,8 @@ A metric over zero items or tokens is never a number: it is left out, and ``abse
 says why.
 
 Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
-sets of their accuracy (exact match for QA), with ``<role>_chance``; where the role holds a cloze MCQ set,
+sets of their accuracy (exact match for QA), with ``<role>_chance`` and ``<role>_items`` (the item count the
+verdict's noise allowance reads: :func:`effective_items`); where the role holds a cloze MCQ set,
 ``<role>_score_norm`` too, the same mean with each cloze set's ``acc_norm`` in place of its raw ``acc`` (what
 the outcome and the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). Each score is named for what it
 reads: ``heldout_keep_score`` the held-out retain items alone (the retain role's variants: a retain file's held-out
@@ -156,6 +157,14 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
     return {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "tokens": count, "prompts_cut": n_cut}
 
 
+def effective_items(sizes: list[int]) -> int:
+    """The item count of a mean of ``len(sizes)`` set accuracies over ``sizes`` items each, as one binomial sees it:
+    ``k^2 / sum(1 / n_i)`` (the count whose binomial variance the mean has at a common rate), rounded down; a
+    single set's own size."""
+    sizes = [n for n in sizes if n > 0]
+    return 0 if not sizes else int(len(sizes) ** 2 / sum(1 / n for n in sizes) + 1e-9)
+
+
 def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int = 32, max_new_tokens: int | None = None,
                  max_len: int = 256, progress: bool = False) -> dict:
     """The metrics of one evaluation set, keyed without the set's name (``em``, ``acc``, ``loss``...)."""
@@ -219,6 +228,7 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
     absent: dict[str, str] = {}
     per_item: dict = {}
     by_role: dict[str, list[tuple[float, float]]] = {r: [] for r in SCORED_ROLES}
+    sizes: dict[str, list[int]] = {r: [] for r in SCORED_ROLES}  # each scored set's items, for <role>_items
     untrained: list[tuple[float, float, float | None]] = []  # what must be kept and no retain term trains on
     heldout: list[tuple[float, float, float | None]] = []  # of which the held-out retain items
     for es in task.evals:
@@ -230,6 +240,7 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         out.update({f"{es.name}_{k}": v for k, v in r.items()})
         if es.kind in PRIMARY and es.role in by_role and not es.variant:
             by_role[es.role].append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
+            sizes[es.role].append(len(es.items))
         if es.kind in PRIMARY and (es.role in HELDOUT_KEEP_ROLES and not es.variant
                                    or es.role == "retain" and es.variant):
             untrained.append((r[PRIMARY[es.kind]], es.chance or 0.0, r.get("acc_norm")))
@@ -239,6 +250,7 @@ def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new
         if vals:
             out[f"{role}_score"] = float(np.mean([v for v, _, _ in vals]))
             out[f"{role}_chance"] = float(np.mean([c for _, c, _ in vals]))
+            out[f"{role}_items"] = effective_items(sizes[role])
             if any(n is not None for _, _, n in vals):  # a cloze set: the verdicts read it length-normalised
                 out[f"{role}_score_norm"] = float(np.mean([v if n is None else n for v, _, n in vals]))
     for key, vals in (("heldout_keep", heldout), ("untrained_keep", untrained)):
