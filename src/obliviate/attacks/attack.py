@@ -22,7 +22,15 @@ from obliviate.tasks.base import Task
 class AttackRead:
     """Where the verdict reads one attack in a model's metrics: its forget score without the attack (``start``)
     and under it (``after``), on the attack's own scale; the base model's reference (``base``, a key of the base
-    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics)."""
+    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics).
+
+    Beside them the attack records, for each read it declares, two integers (:func:`read_counts`):
+    ``<name>_items``, how many items ``after`` is a mean over on that model (the binomial count of one item-level
+    draw: a mean of k group means over n_i items each counts ``k^2 / sum(1 / n_i)``,
+    :func:`~obliviate.eval.suite.effective_items`), and ``<name>_variants``, how many variant scores ``after`` is
+    the maximum of on those same items (1 when it is not a maximum; a choice made on a separate selection split
+    and read on held-out items is not one). The verdict's band reads that read's own item count and corrects a
+    maximum over its variants (Bonferroni); an attack that read nothing records neither."""
 
     start: str
     after: str
@@ -109,6 +117,18 @@ def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, c
     reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
     return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, default, reads, order, check,
                                                          needs))
+
+
+def read_counts(name: str, items: int, variants: int = 1) -> dict[str, int]:
+    """``{"<name>_items": items, "<name>_variants": variants}``, the counts every read of an attack records beside
+    its scores (:class:`AttackRead`): how many items its after-score is a mean over on this model, and how many
+    variant scores it is the maximum of (1: not a maximum). A one-line :class:`ValueError` for a negative item count
+    or fewer than one variant."""
+    n, v = int(items), int(variants)
+    if n != items or v != variants or n < 0 or v < 1:
+        raise ValueError(f"read {name!r}: items must be a whole number >= 0 and variants one >= 1, got {items!r} "
+                         f"and {variants!r}")
+    return {f"{name}_items": n, f"{name}_variants": v}
 
 
 def in_order() -> dict[str, Attack]:
