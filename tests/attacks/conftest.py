@@ -1,5 +1,7 @@
 """A small world, its tokenizer and a tiny Llama for the attack tests."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -55,3 +57,16 @@ def unchanged():
         return check
 
     return snap
+
+
+@pytest.fixture
+def cut_forget():
+    """``cut(task, n, name=None)``: ``task`` with its forget evaluation sets (only set ``name``, where given) cut to
+    their first ``n`` items, so that the item count an attack records can be told from a whole set's."""
+
+    def cut(task, n, name=None):
+        evals = [dataclasses.replace(es, items=list(es.items)[:n]) if es.role == "forget" and name in (None, es.name)
+                 else es for es in task.evals]
+        return dataclasses.replace(task, evals=evals)
+
+    return cut

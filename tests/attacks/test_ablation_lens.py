@@ -38,11 +38,13 @@ def test_ablated_layers_have_no_component_along_their_direction(tiny_model, tiny
     check()
 
 
-def test_the_ablation_attack_scores_both_variants(small_world, world_tokenizer, world_model):
-    task = task_from_world(small_world)
+def test_the_ablation_attack_scores_both_variants(small_world, world_tokenizer, world_model, cut_forget):
+    task = cut_forget(task_from_world(small_world), 7)  # 7 of the 12 forget QA: the counts follow what is scored
     base = tiny_llama(vocab_size=len(world_tokenizer), n_layer=2, d_model=32, n_head=2, seed=1)
     res = ablation_attack(world_model, world_tokenizer, task, base_model=base)
     assert {"ablate_forget_score", "ablate_retain_score", "ablate_whitebox_forget_score"} <= set(res)
+    for read in ("ablate", "ablate_whitebox"):  # each read its own counts; one direction per layer, no maximum
+        assert (res[f"{read}_items"], res[f"{read}_variants"]) == (7, 1), read
     assert res["ablate_cost"]["forwards"] > 0
     assert all(not layer._forward_hooks for layer in decoder_layers(world_model))
 
@@ -117,6 +119,7 @@ def test_probability_delta_hand_computed():
 
 
 def test_the_logit_lens_attack_on_the_world(small_world, world_tokenizer, world_model):
-    res = logit_lens_attack(world_model, world_tokenizer, task_from_world(small_world))
+    res = logit_lens_attack(world_model, world_tokenizer, task_from_world(small_world), max_items=5)
+    assert (res["logit_lens_items"], res["logit_lens_variants"]) == (5, 1)  # 5 of the 12; "some layer" is per item
     assert 0 <= res["logit_lens_last_top1"] <= res["logit_lens_top1"] <= res["logit_lens_top10"] <= 1
     assert set(res["logit_lens_by_layer"]) == {"0", "1"} and res["logit_lens_cost"]["forwards"] == 1

@@ -63,3 +63,19 @@ def test_a_task_without_variants_has_no_format_shift(tiny_model, tiny_tokenizer)
                 evals=[EvalSet("forget_qa", "forget", "qa", [{"question": "a", "answer": "b"}])])
     with pytest.raises(DataError, match="variant"):
         format_shift_attack(tiny_model, tiny_tokenizer, task)
+
+
+def test_the_counts_are_the_best_sets_items_and_the_variant_sets(small_world, world_tokenizer, world_model,
+                                                                 cut_forget):
+    """Sets of different sizes (one cut to 5): the read counts the items of the set it is, over all the sets."""
+    task = cut_forget(task_from_world(small_world), 5, "forget_cloze")
+    sizes = {es.name: len(es.items) for es in variant_sets(task)}
+    assert sizes == {"forget_para_qa": 24, "forget_mcq": 12, "forget_mcq_letters": 12, "forget_cloze": 5}
+    res = format_shift_attack(world_model, world_tokenizer, task)
+    assert res["format_shift_items"] == sizes[res["format_shift_set"]] and res["format_shift_variants"] == 4
+    for best, key in (("forget_cloze", "forget_cloze_em"), ("forget_para_qa", "forget_para_qa_em")):
+        m = {"forget_para_qa_em": 0.0, "forget_mcq_acc": 0.25, "forget_mcq_letters_acc": 0.25, "forget_cloze_em": 0.0,
+             key: 0.5}  # the given evaluation decides which set is best
+        res = format_shift_attack(world_model, world_tokenizer, task, metrics=m)
+        assert (res["format_shift_set"], res["format_shift_items"], res["format_shift_variants"]) == \
+            (best, sizes[best], 4)

@@ -33,6 +33,32 @@ def test_the_world_runs_the_one_suite_with_stable_flat_metrics(small_world, worl
     for k in ("relearn_acc", "relearn_auc", "probe_acc", "format_shift_acc"):
         assert 0.0 <= res[k] <= 1.0, k
     json.dumps(res)  # plain JSON-able values
+    # each read's counts: relearn reads B of each fold, every one of the 12 forget items twice over the 3 folds (a
+    # mean over the 12 with equal weights); the disjoint folds' B hold 3, 6 and 3 facts, averaged as 3 fold means:
+    # variance p(1 - p)(1/3 + 1/6 + 1/3) / 9, the binomial variance of 10.8 items, so 10 (rounded down)
+    assert (res["relearn_items"], res["relearn_variants"]) == (12, 1)
+    assert [len(b) for _, _, b in task.forget_folds()] == [3, 6, 3]
+    assert (res["relearn_disjoint_items"], res["relearn_disjoint_variants"]) == (10, 1)
+    sizes = {es.name: len(es.items) for es in task.evals if es.variant and es.role == "forget"}
+    assert (res["format_shift_items"], res["format_shift_variants"]) == (sizes[res["format_shift_set"]], 4)
+    assert not any(k.startswith(("probe_", "mia_")) and k.endswith(("_items", "_variants")) for k in res)  # no read
+
+
+@pytest.mark.parametrize("max_eval,relearn_counts,disjoint_items", [(5, (5, 1), 10), (2, (2, 5), 6)])
+def test_the_relearning_reads_count_the_items_they_score(small_world, world_tokenizer, world_model, max_eval,
+                                                         relearn_counts, disjoint_items):
+    """max_eval 5: relearn's 3 folds over 5 items, B chosen on V (one read, no maximum); the disjoint B of 3, 5 (of
+    6) and 3 facts count 9 / (1/3 + 1/5 + 1/3) = 10.4, so 10. max_eval 2: too few items for V, so relearn_acc is the
+    best of the 5 distinct models on the same 2 items (the untrained one, and 2 settings x reads at steps 2 and 4);
+    the disjoint B are 2, 2 and 2 facts, 6."""
+    task = task_from_world(small_world)
+    cfg = _cfg(mia=False, probe=False, format_shift=False, relearn_disjoint={"learning": False}, max_eval=max_eval,
+               lr_grid=[1e-3, 3e-3])
+    res = run_task_attacks(world_model, world_tokenizer, task, cfg)
+    assert res["relearn_selection"] == ("V" if max_eval >= 3 else "optimistic")
+    assert [s for s, _ in res["relearn_curve"]] == [0, 2, 4]
+    assert (res["relearn_items"], res["relearn_variants"]) == relearn_counts
+    assert (res["relearn_disjoint_items"], res["relearn_disjoint_variants"]) == (disjoint_items, 1)
 
 
 def test_format_shift_reads_the_models_own_evaluation(small_world, world_tokenizer, world_model, monkeypatch):

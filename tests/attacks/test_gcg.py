@@ -67,6 +67,7 @@ def test_the_loss_decreases_and_the_model_is_untouched(small_world, world_tokeni
     assert res["gcg_budget"]["evaluations"] == 48 and len(res["gcg_suffix_ids"]) == 3
     assert res["gcg_cost"]["backwards"] == 3 and res["gcg_cost"]["forwards"] > 3
     assert 0 <= res["gcg_acc"] <= 1 and 0 <= res["gcg_start_acc"] <= 1
+    assert (res["gcg_items"], res["gcg_variants"]) == (len(task.forget_halves()[1]), 1) == (6, 1)  # half B
 
 
 def test_the_suffix_sits_between_the_question_and_the_answer_cue(small_world, world_tokenizer):
@@ -83,7 +84,9 @@ def test_the_prefix_sits_right_before_the_question(small_world, world_tokenizer,
     assert world_tokenizer.decode(pre, skip_special_tokens=True).strip() == "Question:"
     assert world_tokenizer.decode(post).strip() == "What is Zalosis treated with?\nAnswer:"
     check = unchanged(world_model)
-    res = prefix_attack(world_model, world_tokenizer, task, GCGConfig(m=2, iterations=2, topk=4, candidates=8))
+    res = prefix_attack(world_model, world_tokenizer, task, GCGConfig(m=2, iterations=2, topk=4, candidates=8,
+                                                                      max_items=4))
     check()
+    assert (res["gcg_prefix_items"], res["gcg_prefix_variants"]) == (4, 1)  # half B (6 facts) cut to max_items
     assert res["gcg_prefix_train_loss"] <= res["gcg_prefix_train_loss_start"]
     assert len(res["gcg_prefix_prefix_ids"]) == 2 and res["gcg_prefix_budget"]["evaluations"] == 16

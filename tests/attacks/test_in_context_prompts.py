@@ -74,9 +74,27 @@ def test_synonyms_and_hints_hand_checked():
 
 def test_both_attacks_run_on_the_world(small_world, world_tokenizer, world_model):
     task = task_from_world(small_world)
-    ic = in_context_attack(world_model, world_tokenizer, task, k=2)
+    ic = in_context_attack(world_model, world_tokenizer, task, k=2, max_items=5)
     assert {"in_context_reintro_acc", "in_context_fewshot_acc", "in_context_zero_shot_acc"} <= set(ic)
     assert ic["in_context_cost"]["forwards"] > 0
+    assert (ic["in_context_items"], ic["in_context_variants"]) == (5, 2)  # 5 of the 12 questions, the best of two
     pa = prompt_attack(world_model, world_tokenizer, task)
     assert pa["prompts_best_type"] in TYPES and pa["prompts_reverse_query_n"] > 0
     assert 0 <= pa["prompts_best_acc"] <= 1
+    scored = [t for t in TYPES if f"prompts_{t}_acc" in pa]
+    assert (pa["prompts_items"], pa["prompts_variants"]) == (pa[f"prompts_{pa['prompts_best_type']}_n"], len(scored))
+
+
+@pytest.mark.parametrize("best,items", [("reverse_query", 1), ("role_play", 4)])
+def test_the_prompt_attack_counts_the_best_types_questions_over_the_types_scored(monkeypatch, best, items):
+    """Scripted accuracies make ``best`` the best type: only one question names its entity (reverse query: 1 of
+    4), no corpus gives a hint (4 types scored); the read counts the best type's questions."""
+    marks = {"reverse_query": "Name the one this is about", "role_play": "You are a historian"}
+
+    def accuracy(model, tokenizer, prompts, answers, batch_size=32):
+        return 1.0 if marks[best] in prompts[0] else 0.0
+
+    monkeypatch.setattr("obliviate.attacks.prompts.prefix_accuracy", accuracy)
+    pa = prompt_attack(None, None, _task())
+    assert pa["prompts_best_type"] == best and "prompts_background_hint_acc" not in pa
+    assert (pa["prompts_items"], pa["prompts_variants"]) == (items, 4)

@@ -85,5 +85,6 @@ def test_the_attack_reads_every_k_and_the_greedy_start(small_world, world_tokeni
     assert set(res) >= {"leak_at_k_1", "leak_at_k_4", "leak_at_k_acc", "leak_at_k_greedy_acc", "leak_at_k_cost"}
     assert res["leak_at_k_acc"] == res["leak_at_k_4"] >= res["leak_at_k_1"]
     assert res["leak_at_k_budget"]["completions"] == 24 and res["leak_at_k_cost"]["forwards"] > 0
+    assert (res["leak_at_k_items"], res["leak_at_k_variants"]) == (6, 1)  # 6 of the 12; any-of-k is per question
     with pytest.raises(ConfigError, match="leak_ks"):
         LeakConfig(n=4, ks=[8])

@@ -5,6 +5,7 @@ import pytest
 from obliviate.attacks.attack import in_order
 from obliviate.attacks.cost import counting, resumable_cost_hooks
 from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.prompts import TYPES, attack_prompts
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.tasks.world import task_from_world
@@ -22,13 +23,13 @@ def test_the_new_attacks_are_registered_in_order_and_off_by_default():
 
 def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_tokenizer, world_model, unchanged):
     task = task_from_world(small_world)
-    gcg = {"m": 2, "iterations": 1, "topk": 4, "candidates": 4}
+    gcg = {"m": 2, "iterations": 1, "topk": 4, "candidates": 4, "max_items": 5}
     cfg = from_dict(TaskAttackConfig, {
         **OLD_OFF, "quantize": {"enabled": True, "schemes": ["int8"]}, "ablate": True, "logit_lens": True,
         "in_context": True, "prompts": True, "unrelated_finetune": {"enabled": True, "steps": 2},
         "gcg": {"enabled": True, **gcg}, "relearn": {"enabled": False, "batch_size": 4}, "lr_grid": [1e-3],
         "lora": False, "leak_at_k": {"enabled": True, "n": 2, "ks": [1, 2]},
-        "soft_prompt": {"enabled": True, "m": 2, "steps": 1, "folds": 1},
+        "soft_prompt": {"enabled": True, "m": 2, "steps": 1, "folds": 1, "max_items": 2},
         "prune": {"enabled": True, "fractions": [0.05]}, "gcg_prefix": {"enabled": True, **gcg}, "max_eval": 4})
     check = unchanged(world_model)
     res = run_task_attacks(world_model, world_tokenizer, task, cfg)
@@ -40,6 +41,25 @@ def test_every_new_attack_runs_in_the_harness_with_its_cost(small_world, world_t
     assert "ablate_whitebox_forget_score" not in res  # no base model given
     assert res["leak_at_k_budget"]["items"] == 4  # at most max_eval questions
     json.dumps(res)
+
+    # every read records its own item count and variants beside its after-score, and only where that score is
+    forget = [x for es in task.evals_by_role("forget", variants=False) for x in es.items]
+    types = [t for t in TYPES if f"prompts_{t}_acc" in res]
+    best = max(types, key=lambda t: res[f"prompts_{t}_acc"])
+    expected = {
+        "quantize": (len(forget), 1), "ablate": (len(forget), 1), "prune": (len(forget), 1),  # the whole set
+        "logit_lens": (4, 1), "leak_at_k": (4, 1), "unrelated_finetune": (4, 1),  # max_eval of the 12
+        "in_context": (4, 2),  # the best of re-introduction and few-shot
+        "prompts": (len(attack_prompts(task, forget[:4])[best]), len(types)),
+        "gcg": (5, 1), "gcg_prefix": (5, 1),  # their own max_items of half B, not max_eval
+        "soft_prompt": (2, 1)}  # one fold, its B cut to 2
+    assert len(forget) == 12 and len(task.forget_halves()[1]) == 6 and len(task.forget_folds()[0][2]) == 3
+    reads = [r for n in NEW for r in in_order()[n].reads]
+    assert {r.name for r in reads if res.get(r.after) is not None} == set(expected)
+    for name, (items, variants) in expected.items():
+        assert (res[f"{name}_items"], res[f"{name}_variants"]) == (items, variants), name
+    assert [r.name for r in reads if res.get(r.after) is None] == ["ablate_whitebox"]  # no base model: read nothing
+    assert "ablate_whitebox_items" not in res and "ablate_whitebox_variants" not in res  # so it counts nothing
 
 
 def test_select_runs_exactly_the_named_attacks_and_an_unknown_name_is_one_line():

@@ -53,3 +53,14 @@ def test_the_sweep_reports_its_best_point(small_world, world_tokenizer, world_mo
     assert set(points) == {"0.01", "0.1"} and points["0.1"]["neurons"] > points["0.01"]["neurons"]
     assert res["prune_forget_score"] == max(p["forget_score"] for p in points.values())
     assert res["prune_cost"]["forwards"] > 0
+    assert (res["prune_items"], res["prune_variants"]) == (12, 2)  # the world's 12 forget QA, the best of 2 points
+
+
+def test_fractions_that_zero_the_same_neurons_are_one_variant(small_world, world_tokenizer, world_model,
+                                                              cut_forget):
+    """The sweep's best is a maximum over the distinct pruned models it scored, on the forget items it scored."""
+    task = cut_forget(task_from_world(small_world), 7)
+    res = prune_attack(world_model, world_tokenizer, task, PruneConfig(fractions=[0.001, 0.002, 0.1]))
+    n = {f: p["neurons"] for f, p in res["prune_by_fraction"].items()}
+    assert n["0.001"] == n["0.002"] == 1 < n["0.1"]  # both round to one neuron: the same model twice
+    assert (res["prune_items"], res["prune_variants"]) == (7, 2)

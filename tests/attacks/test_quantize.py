@@ -4,6 +4,7 @@ from torch import nn
 
 from obliviate.attacks.quantize import (NF4_CODE, fake_quantize, nf4_quantize, quantize_attack, quantized_copy,
                                         rtn_quantize)
+from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError
 from obliviate.models.layers import input_embeddings, output_embeddings
 from obliviate.tasks.world import task_from_world
@@ -75,6 +76,7 @@ def test_the_attack_scores_each_scheme_and_keeps_the_best(small_world, world_tok
     assert res["quantize_forget_score"] == max(res["quantize_int8_forget_score"], res["quantize_nf4_forget_score"])
     assert "quantize_nf4_retain_score" in res
     assert res["quantize_cost"]["forwards"] > 0 and res["quantize_cost"]["backwards"] == 0
+    assert (res["quantize_items"], res["quantize_variants"]) == (12, 2)  # the world's 12 forget QA, the best of 2
 
 
 def test_unknown_scheme_is_refused():
@@ -131,3 +133,12 @@ def test_the_small_norm_control_stops_when_the_answers_vanish_and_rounds_back_to
     qb, qc = dict(quantizable(quantized_copy(model, "int4"))), dict(quantizable(quantized_copy(control, "int4")))
     for name, m in qb.items():  # every update lies in its rounding cell: int4 gives back the base's weights
         assert torch.equal(m.weight, qc[name].weight), name
+
+
+def test_the_counts_are_the_forget_items_scored_and_the_schemes_the_best_is_taken_over(
+        small_world, world_tokenizer, world_model, cut_forget):
+    """A forget set cut to 5 items reads 5 (not the world's 12, nor max_eval); a scheme named twice is one model."""
+    task = scoring_task(cut_forget(task_from_world(small_world), 5))
+    res = quantize_attack(world_model, world_tokenizer, task, schemes=("int8", "int4", "int8"))
+    assert (res["quantize_items"], res["quantize_variants"]) == (5, 2)
+    assert res["quantize_items"] == res[f"quantize_{res['quantize_scheme']}_forget_items"]

@@ -44,3 +44,6 @@ def test_the_attack_reports_its_budget_and_leaves_the_model(small_world, world_t
     assert res["soft_prompt_max_norm"] <= res["soft_prompt_radius"] * (1 + 1e-6)
     assert res["soft_prompt_cost"]["backwards"] == 6 and 0 <= res["soft_prompt_acc"] <= 1
     assert res["soft_prompt_train_loss"] < res["soft_prompt_train_loss_start"]
+    # the mean of fold B means over 3 and 6 facts: variance p(1 - p)(1/3 + 1/6) / 4 = p(1 - p) / 8, so 8 items
+    assert [len(b) for _, _, b in task.forget_folds()[:2]] == [3, 6]
+    assert (res["soft_prompt_items"], res["soft_prompt_variants"]) == (8, 1)

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import scoring_task
 from obliviate.data import collate, encode_prompt_answer
@@ -104,14 +104,21 @@ def retain_prompts(task: Task, tokenizer=None) -> list[str]:
 
 
 def _scores(prefix: str, m: dict) -> dict:
-    return {f"{prefix}_{k}": v for k, v in m.items() if k.endswith("_score")}
+    """The role scores of evaluation ``m`` as ``<prefix>_<role>_score`` and, where it has a forget score, the read's
+    counts (:func:`~obliviate.attacks.attack.read_counts`): the forget score's items, one variant (every layer's
+    direction is ablated at once: one score, no maximum)."""
+    out = {f"{prefix}_{k}": v for k, v in m.items() if k.endswith("_score")}
+    if "forget_score" in m:
+        out.update(read_counts(prefix, m["forget_items"]))
+    return out
 
 
 def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_states: dict | None = None,
                     direction_task: Task | None = None, max_prompts: int = 200, batch_size: int = 32) -> dict:
     """The task's role scores with the difference-of-means direction ablated (``ablate_<role>_score``) and, with
     ``base_model`` (or ``base_states``, its :func:`mean_last_states` on the forget prompts, computed once by the
-    caller), with the white-box direction (``ablate_whitebox_<role>_score``); ``ablate_cost``.
+    caller), with the white-box direction (``ablate_whitebox_<role>_score``); each read's ``_items`` /
+    ``_variants`` (:func:`_scores`); ``ablate_cost``.
     ``direction_task``: the task whose prompts estimate the directions (default: ``task``, which is scored)."""
     dt = direction_task or task
     fp, rp = forget_prompts(dt, tokenizer)[:max_prompts], retain_prompts(dt, tokenizer)[:max_prompts]

@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.relearn import RelearnConfig, attack_grid, relearn_attack
+from obliviate.attacks.scoring import forget_items_fn
 from obliviate.errors import ConfigError, DataError
 from obliviate.tasks.base import Task
 
@@ -63,10 +64,14 @@ class UnrelatedConfig:
                  reads=AttackRead("unrelated_finetune_start_acc", "unrelated_finetune_acc", rank=3,
                                   label="fine-tuning on 10 unrelated (retain) examples"))
 def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:
-    """Fine-tuning on ``n`` retain examples, one setting: the relearning grid's largest full fine-tuning rate."""
+    """Fine-tuning on ``n`` retain examples, one setting: the relearning grid's largest full fine-tuning rate.
+    ``unrelated_finetune_items``: the forget items ``r.score_fn`` tracks (at most ``max_eval``:
+    :func:`~obliviate.attacks.scoring.forget_items_fn`); ``_variants`` 1 (read at the budget's last step, not the
+    best one)."""
     if r.score_fn is None:
         return {}
     rc = max((rc for _, rc in attack_grid(r.model, r.cfg) if not rc.lora), key=lambda rc: rc.lr)
     rc = replace(rc, steps=cfg.steps, eval_every=max(1, cfg.steps // 4), batch_size=min(rc.batch_size, cfg.n))
     return {**unrelated_finetune_attack(r.model, r.tokenizer, r.task, r.score_fn, rc, n=cfg.n,
-                                        seed=r.cfg.seed, base_acc=r.base_score), "unrelated_finetune_lr": rc.lr}
+                                        seed=r.cfg.seed, base_acc=r.base_score), "unrelated_finetune_lr": rc.lr,
+            **read_counts("unrelated_finetune", forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)[1])}

@@ -3,13 +3,14 @@
 Unlearning tuned on one format (the canonical forget QA pairs) often leaves the knowledge reachable in
 others. A task lists its other formats as *variant* forget evaluation sets (``EvalSet.variant``; the world:
 held-out wordings, whole-sentence and lettered MCQs, the cloze of the answer sentence). The attack is the
-best of them: ``format_shift_acc`` (the highest variant score above chance) and ``format_shift_set`` (which one).
+best of them: ``format_shift_acc`` (the highest variant score above chance) and ``format_shift_set`` (which one),
+with ``format_shift_items`` (that set's items) and ``format_shift_variants`` (the sets it is the best of).
 Each variant's own score keeps its evaluation name (``forget_para_qa_em``, ``forget_mcq_acc``, ...).
 """
 
 from __future__ import annotations
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.errors import DataError
 from obliviate.eval.suite import PRIMARY, evaluate_set
 from obliviate.tasks.base import Task
@@ -29,7 +30,8 @@ def above_chance(score: float, chance: float | None) -> float:
 def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = None, batch_size: int = 32) -> dict:
     """``{"format_shift_acc", "format_shift_set"}``: the best variant of ``model`` on ``task``, each variant's score
     taken above its chance (:func:`above_chance`: a lettered MCQ at chance reads 0, not 0.25, so sets of different
-    chance compare).
+    chance compare); ``format_shift_items``, the best set's items (the mean it is), and ``format_shift_variants``,
+    the sets it is the maximum of (:func:`~obliviate.attacks.attack.read_counts`).
 
     ``metrics``: the model's :func:`~obliviate.eval.suite.evaluate_task` result, whose variant scores are read
     instead of evaluated again (each one missing there is evaluated).
@@ -46,7 +48,9 @@ def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = Non
             scores[es.name] = evaluate_set(model, tokenizer, task, es, batch_size=batch_size)[PRIMARY[es.kind]]
     above = {es.name: above_chance(scores[es.name], es.chance) for es in sets}
     best = max(above, key=lambda n: above[n])
-    return {"format_shift_acc": above[best], "format_shift_set": best}
+    size = {es.name: len(es.items) for es in sets}
+    return {"format_shift_acc": above[best], "format_shift_set": best,
+            **read_counts("format_shift", size[best], len(above))}
 
 
 @register_attack("format_shift", needs="variants of the forget set (the same facts asked another way, as the "

@@ -8,8 +8,9 @@ iteration takes the gradient of that loss with respect to the suffix's one-hot t
 position the ``topk`` tokens of most negative gradient, evaluates ``candidates`` suffixes that each change one
 random position to one of its top tokens (all of them when ``m x topk <= candidates``) and keeps the best if
 it lowers the loss. It is scored on half B: ``gcg_acc`` the fraction of B whose answer tokens are all greedy
-under teacher forcing (a token-level prefix match) with the suffix, ``gcg_start_acc`` without it. The budget
-(``gcg_budget``: iterations x candidates) and ``gcg_cost`` are part of the result. docs/evaluation.md,
+under teacher forcing (a token-level prefix match) with the suffix, ``gcg_start_acc`` without it; ``gcg_items`` the
+questions of B scored (at most ``max_items``) and ``gcg_variants`` 1 (the suffix is chosen on A, never on B). The
+budget (``gcg_budget``: iterations x candidates) and ``gcg_cost`` are part of the result. docs/evaluation.md,
 "More attacks". The same machinery optimises a universal prefix (``position="prefix"``, the tokens right before
 the question: :mod:`obliviate.attacks.prefix`), and :func:`inserted_terms` scores continuous embeddings at the
 same place (:mod:`obliviate.attacks.soft_prompt`).
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import at_least_float32
@@ -233,6 +234,7 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
     return {f"{key}_acc": float(hit.float().mean()), f"{key}_start_acc": float(hit0.float().mean()),
             f"{key}_train_loss_start": float(loss0[0]), f"{key}_train_loss": loss,
             f"{key}_{position}": tokenizer.decode(suffix), f"{key}_{position}_ids": suffix.tolist(),
+            **read_counts(key, len(test)),
             f"{key}_budget": {**asdict(cfg), "evaluations": cfg.iterations * cfg.candidates},
             f"{key}_cost": cost.as_dict()}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.answers import answer_matches
@@ -70,16 +70,22 @@ def in_context_prompts(task: Task, k: int, tokenizer=None, seed: int = 0) -> dic
 def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0, max_items: int = 200,
                       batch_size: int = 32) -> dict:
     """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_acc`` (the attacker's best of the two attacks,
-    what the verdict reads against ``_zero_shot_acc``), ``in_context_k`` and ``in_context_cost``."""
+    what the verdict reads against ``_zero_shot_acc``), its counts (``in_context_items``: the questions scored, at
+    most ``max_items``; ``in_context_variants`` 2: the best of two attacks on the same questions), ``in_context_k``
+    and ``in_context_cost``."""
     prompts = in_context_prompts(task, k, tokenizer, seed)
     out: dict = {"in_context_k": k}
+    n: dict[str, int] = {}
     cost = Cost()
     with counting(model, cost=cost):
         for name, pairs in prompts.items():
             pairs = pairs[:max_items]
+            n[name] = len(pairs)
             out[f"in_context_{name}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs],
                                                             [a for _, a in pairs], batch_size)
-    out["in_context_acc"] = max(out["in_context_reintro_acc"], out["in_context_fewshot_acc"])
+    best = max(("reintro", "fewshot"), key=lambda name: out[f"in_context_{name}_acc"])
+    out["in_context_acc"] = out[f"in_context_{best}_acc"]
+    out.update(read_counts("in_context", n[best], 2))
     out["in_context_cost"] = cost.as_dict()
     return out
 

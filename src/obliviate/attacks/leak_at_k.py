@@ -15,7 +15,10 @@ the share of questions with any leaking completion. ``leak_at_k_<k>`` for each k
 leak@(largest k), the attack's *after*; ``leak_at_k_greedy_acc`` the greedy prefix match of the same questions,
 its *before*. Guessing is not leaking: the verdict reads leak@k against the oracle's (the oracle band,
 docs/evaluation.md, "More attacks"). The budget (questions x n completions, ``leak_at_k_budget``) and
-``leak_at_k_cost`` are part of the result.
+``leak_at_k_cost`` are part of the result, and the read's counts (:func:`~obliviate.attacks.attack.read_counts`):
+``leak_at_k_items`` the questions, ``leak_at_k_variants`` 1. The largest k is fixed before any sampling, and "any of
+k completions" is decided question by question, so leak@k is one mean of per-question values in [0, 1] (at k = n a
+hit or not), the oracle's the same statistic: no maximum over variant scores is taken on the questions.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from math import comb
 
 import numpy as np
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import has_forget_qa
 from obliviate.errors import ConfigError, DataError
@@ -95,6 +98,7 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
             "leak_at_k_greedy_acc": float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(greedy, answers)])),
             "leak_at_k_sample_rate": float(counts.mean() / cfg.n),
             "leak_at_k_budget": {**asdict(cfg), "items": len(qa), "completions": len(qa) * cfg.n},
+            **read_counts("leak_at_k", len(qa)),
             "leak_at_k_cost": cost.as_dict()}
 
 

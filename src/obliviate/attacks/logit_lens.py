@@ -4,7 +4,10 @@ As Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?"), each d
 prompt's last token goes through the final norm and the unembedding (:func:`lens_logits`), and each forget QA item
 is read at its answer's *first distinguishing token* (:func:`distinguishing_offsets`): ``logit_lens_top1`` /
 ``_top10`` (head projection), ``logit_lens_delta_top10`` (probability delta), ``logit_lens_last_top1``,
-``logit_lens_by_layer`` and ``logit_lens_offset``. Definitions: docs/evaluation.md, "Logit lens".
+``logit_lens_by_layer`` and ``logit_lens_offset``. ``logit_lens_items`` counts the items ``logit_lens_top1`` is a
+mean over, with ``logit_lens_variants`` 1: "at some layer" is decided item by item (each item a hit or not), so
+the read is one mean of item-level hits, the oracle's the same statistic, not a maximum over layers of their means
+(:func:`~obliviate.attacks.attack.read_counts`). Definitions: docs/evaluation.md, "Logit lens".
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import has_forget_qa
 from obliviate.data import collate, encode_prompt_answer
@@ -122,6 +125,7 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
     out["logit_lens_by_layer"] = {str(l): float(a) for l, a in enumerate(by_layer)}
     out["logit_lens_best_layer"] = int(by_layer.argmax())
     out["logit_lens_offset"] = float(np.mean(offsets))
+    out.update(read_counts("logit_lens", len(items)))
     out["logit_lens_cost"] = cost.as_dict()
     return out
 

@@ -3,15 +3,17 @@
 RWKU (Jin et al. 2024) probes unlearning with adversarial questions of nine types, shipped as data per target
 with no templates; the wording here is ours, one template per type (prefix injection, role play, reverse query,
 synonym manipulation, background hint), applied to every forget QA item and scored by greedy prefix match:
-``prompts_<type>_acc``, ``prompts_best_acc`` / ``prompts_best_type`` against ``prompts_plain_acc``. The templates
-and what each leaves out: docs/evaluation.md, "Adversarial prompts".
+``prompts_<type>_acc``, ``prompts_best_acc`` / ``prompts_best_type`` against ``prompts_plain_acc``, with
+``prompts_items`` (the best type's questions, ``prompts_<type>_n``) and ``prompts_variants`` (the types scored, each
+on the same forget items, that it is the best of). The templates and what each leaves out: docs/evaluation.md,
+"Adversarial prompts".
 """
 
 from __future__ import annotations
 
 import re
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.in_context import prefix_accuracy
 from obliviate.attacks.scoring import has_forget_qa
@@ -109,6 +111,7 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
     scored = {t: out[f"prompts_{t}_acc"] for t in TYPES if f"prompts_{t}_acc" in out}
     out["prompts_best_type"] = max(scored, key=lambda t: scored[t])
     out["prompts_best_acc"] = scored[out["prompts_best_type"]]
+    out.update(read_counts("prompts", out[f"prompts_{out['prompts_best_type']}_n"], len(scored)))
     out["prompts_cost"] = cost.as_dict()
     return out
 

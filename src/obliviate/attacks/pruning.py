@@ -13,8 +13,9 @@ of all layers by s are zeroed (a forward pre-hook on each down-projection sets t
 weights are untouched), for each fraction of the sweep, and the task's forget and retain sets are scored
 (:func:`~obliviate.attacks.scoring.scoring_task`). ``prune_forget_score`` is the best forget score over the
 sweep (the attacker's best, as quantization's best scheme), ``prune_fraction`` / ``prune_neurons`` /
-``prune_retain_score`` where it was reached, ``prune_by_fraction`` every point; ``prune_cost``. docs/evaluation.md,
-"More attacks".
+``prune_retain_score`` where it was reached, ``prune_by_fraction`` every point; ``prune_items`` (the forget items
+scored there) and ``prune_variants`` (the distinct points the best is taken over: fractions that zero the same
+neurons are one model, and every point scores the same items); ``prune_cost``. docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from obliviate.attacks.ablation import forget_prompts, prompt_batches, retain_prompts
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, DataError
@@ -142,10 +143,13 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
             out["prune_by_fraction"][f"{f:g}"] = point
             if point.get("forget_score") is not None and (best is None
                                                            or point["forget_score"] > best[1]["forget_score"]):
-                best = (f, point)
+                best = (f, point, m["forget_items"])
     if best is not None:
+        # top_neurons is nested: fractions that zero as many neurons zero the same ones, one model and one score
+        points = {p["neurons"] for p in out["prune_by_fraction"].values() if p.get("forget_score") is not None}
         out.update(prune_forget_score=best[1]["forget_score"], prune_retain_score=best[1].get("retain_score"),
-                   prune_fraction=best[0], prune_neurons=best[1]["neurons"])
+                   prune_fraction=best[0], prune_neurons=best[1]["neurons"],
+                   **read_counts("prune", best[2], len(points)))
     out["prune_cost"] = cost.as_dict()
     return out
 

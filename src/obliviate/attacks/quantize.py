@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.scoring import scoring_task
 from obliviate.errors import ConfigError, ModelError
@@ -145,8 +145,10 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
     """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
     :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
     set's own metrics, which :mod:`obliviate.attacks.trust` reads); ``quantize_forget_score`` the highest forget score
-    over the schemes (the attacker's best) and ``quantize_scheme`` which; ``quantize_cost``. ``model`` is
-    untouched."""
+    over the schemes (the attacker's best) and ``quantize_scheme`` which, with its counts
+    (:func:`~obliviate.attacks.attack.read_counts`): ``quantize_items`` the best scheme's forget items,
+    ``quantize_variants`` the schemes it is the maximum of (each scheme scores the same items); ``quantize_cost``.
+    ``model`` is untouched."""
     if backend not in ("simulate", "bitsandbytes"):
         raise ConfigError(f"quantize backend: must be 'simulate' or 'bitsandbytes', got {backend!r}")
     bad = [x for x in schemes if x not in SCHEMES] or ([] if schemes else ["(none)"])
@@ -166,6 +168,9 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
         if f is not None and (best is None or f > out["quantize_forget_score"]):
             best, out["quantize_forget_score"] = scheme, f
     out["quantize_scheme"] = best
+    if best is not None:
+        scored = {x for x in schemes if out.get(f"quantize_{x}_forget_score") is not None}
+        out.update(read_counts("quantize", out[f"quantize_{best}_forget_items"], len(scored)))
     out["quantize_cost"] = cost.as_dict()
     return out
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import resumable_cost_hooks
 from obliviate.attacks.scoring import forget_items_fn
 from obliviate.data import collate, encode_prompt_answer
@@ -445,7 +445,14 @@ def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
     The forget items it scores are cut into three seeded parts; each in turn is the selection split V (the
     setting and step are chosen on it) and the other two are B, where the score is read (``relearn_selection``
     ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps of
-    every item, ``relearn_selection`` ``"optimistic"``."""
+    every item, ``relearn_selection`` ``"optimistic"``.
+
+    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_items`` the n distinct forget items scored
+    (at most ``max_eval``). ``relearn_acc`` is the mean over the three folds of B's score, and each item is in B in
+    two folds, so it is a mean over the n items with equal weights (within 1/n where 3 does not divide n); an item's
+    two scores are not independent draws, so it counts once, not twice. ``relearn_variants``: 1 with V (B never
+    enters the choice); without V, the distinct models ``relearn_acc`` is the best of on the same items, every
+    setting's reads after step 0 and the one untrained model they share at step 0."""
     found = forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)
     if found is None:
         return {}
@@ -466,4 +473,5 @@ def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
     else:
         folds = [[(tag, res, res["curve"], res["curve"]) for tag, res in tried]]
     out = selected_metrics("relearn", folds, r.base_score)
-    return {**out, "relearn_selection": "V" if parts else "optimistic"}
+    variants = 1 if parts else 1 + sum(len(res["curve"]) - 1 for _, res in tried)
+    return {**out, "relearn_selection": "V" if parts else "optimistic", **read_counts("relearn", n, variants)}

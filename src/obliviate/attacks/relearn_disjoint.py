@@ -10,10 +10,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.relearn import (RelearnConfig, attack_grid, curve_auc, learning_ratio, mean_curves, n_params,
                                       recovery_cost, relearn_attack, selected_metrics)
 from obliviate.attacks.scoring import qa_score_fn, split_score_fn
+from obliviate.eval.suite import effective_items
 from obliviate.tasks.base import Task
 
 
@@ -191,12 +192,19 @@ def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
     Three ways (:meth:`~obliviate.tasks.base.Task.forget_folds`, groups whole): train on A, choose the setting and
     the step on V, report on B, rotated so that each part is B once (:func:`selected_metrics`). Also the
     leakage check (:func:`leakage_metrics`), the recovery cost (:func:`_cost`; every curve read at log-spaced steps)
-    and, with ``learning``, the cost of fine-tuning on fold 0's B facts themselves (:func:`_learning`)."""
+    and, with ``learning``, the cost of fine-tuning on fold 0's B facts themselves (:func:`_learning`).
+
+    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_disjoint_items``, the B facts scored (each
+    fold's at most ``max_eval``, each fact in one fold's B) as one binomial count:
+    ``relearn_disjoint_acc`` is the plain mean of the folds' B scores, so a fact of a small fold weighs more, and
+    :func:`~obliviate.eval.suite.effective_items` gives the count (the total where the folds' B are alike); and
+    ``relearn_disjoint_variants`` 1 (the setting and step are chosen on V, B never enters the choice)."""
     folds = r.task.forget_folds(r.cfg.seed)
     if folds is None:
         return {}
     grid = [(tag, replace(rc, reads="log")) for tag, rc in attack_grid(r.model, r.cfg)]
     runs, bases, v_bases = [], [], []
+    scored = [len(b[:r.cfg.max_eval]) for _, _, b in folds]
     for i, (a, v, b) in enumerate(folds):
         fn = split_score_fn(r.tokenizer, r.task, {"B": b[:r.cfg.max_eval], "V": v[:r.cfg.max_eval]})
         scores = (r.on_base(("disjoint", r.cfg.seed, i, r.cfg.max_eval), lambda b, fn=fn: fn(b))
@@ -216,6 +224,7 @@ def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
     out = selected_metrics("relearn_disjoint", runs, base)
     learning = _learning(r, folds[0][2][:r.cfg.max_eval], bases[0], grid, 0) if cfg.learning else {}
     return {**out, "relearn_disjoint_selection": "V", "relearn_disjoint_folds": len(folds),
+            **read_counts("relearn_disjoint", effective_items(scored)),
             **leakage_metrics(r.task, folds),
             **_cost(runs, v_bases, out["relearn_disjoint_start_acc"], base, n_params(r.model)), **learning}
 

@@ -14,8 +14,11 @@ It is scored on fold B, facts it was never trained on: ``soft_prompt_acc`` the f
 are all greedy under teacher forcing with P (a token-level prefix match), ``soft_prompt_start_acc`` without it,
 the mean over the first ``folds`` folds. Such an attack can elicit what a model never saw (the fold's shared
 answer frame, a common value), so it counts only as far as it lifts a model above what it lifts the oracle: the
-verdict reads it against the oracle band like every attack. The budget (``steps x m``, ``soft_prompt_budget``)
-and ``soft_prompt_cost`` are part of the result. docs/evaluation.md, "More attacks".
+verdict reads it against the oracle band like every attack. ``soft_prompt_items`` counts the B facts scored (each
+fold's at most ``max_items``, each fact in one fold's B; the plain mean of the folds' scores counts as
+:func:`~obliviate.eval.suite.effective_items` says), ``soft_prompt_variants`` 1 (P is trained on A, never chosen
+on B). The budget (``steps x m``, ``soft_prompt_budget``) and ``soft_prompt_cost`` are part of the result.
+docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from obliviate.attacks.attack import AttackRead, AttackRun, register_attack
+from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
 from obliviate.attacks.cost import Cost, counting
 from obliviate.attacks.gcg import Item, allowed_tokens, inserted_terms, suffix_items
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.suite import effective_items
 from obliviate.models.layers import eval_mode, input_embeddings
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -114,7 +118,7 @@ def soft_prompt_attack(model, tokenizer, task: Task, cfg: SoftPromptConfig | Non
     gen = torch.Generator().manual_seed(cfg.seed)
     requires = {n: p.requires_grad for n, p in model.named_parameters()}
     cost = Cost()
-    acc, acc0, start, end, top = [], [], [], [], 0.0
+    acc, acc0, start, end, top, sizes = [], [], [], [], 0.0, []
     try:
         for p in model.parameters():
             p.requires_grad_(False)
@@ -122,6 +126,7 @@ def soft_prompt_attack(model, tokenizer, task: Task, cfg: SoftPromptConfig | Non
             for a, _, b in folds:
                 train = suffix_items(task, tokenizer, list(a)[:cfg.max_items], "prefix")
                 test = suffix_items(task, tokenizer, list(b)[:cfg.max_items], "prefix")
+                sizes.append(len(test))
                 init = W.detach()[ok[torch.randint(len(ok), (cfg.m,), generator=gen)].to(W.device)].float()
                 P, losses, norms = optimise(model, train, init, r, cfg.steps, cfg.lr, pad)
                 start.append(losses[0])
@@ -137,6 +142,7 @@ def soft_prompt_attack(model, tokenizer, task: Task, cfg: SoftPromptConfig | Non
     return {"soft_prompt_acc": mean(acc), "soft_prompt_start_acc": mean(acc0),
             "soft_prompt_train_loss_start": mean(start), "soft_prompt_train_loss": mean(end),
             "soft_prompt_radius": r, "soft_prompt_max_norm": top,
+            **read_counts("soft_prompt", effective_items(sizes)),
             "soft_prompt_budget": {**asdict(cfg), "folds": len(folds), "steps_x_m": cfg.steps * cfg.m},
             "soft_prompt_cost": cost.as_dict()}
 
