@@ -23,7 +23,7 @@ ATTACK = '''
 """A short relearning: ``steps`` fine-tuning steps on half A of the forget facts, half B scored."""
 from dataclasses import dataclass
 
-from obliviate.attacks.attack import AttackRead, register_attack
+from obliviate.attacks.attack import AttackRead, read_counts, register_attack
 from obliviate.attacks.relearn import RelearnConfig, relearn_attack
 from obliviate.attacks.scoring import qa_score_fn
 
@@ -43,7 +43,7 @@ def short_relearn(r, cfg: ShortConfig) -> dict:
     res = relearn_attack(r.model, r.tokenizer, r.task.prompt.pairs(list(a), r.tokenizer),
                          qa_score_fn(r.tokenizer, r.task, b[:r.cfg.max_eval]), rc)
     return {"short_relearn_start_acc": res["initial_acc"], "short_relearn_acc": res["final_acc"],
-            "short_relearn_steps": cfg.steps}
+            "short_relearn_steps": cfg.steps, **read_counts("short_relearn", len(b[:r.cfg.max_eval]))}
 '''
 
 
@@ -66,8 +66,11 @@ def test_an_attack_in_one_file_runs_and_is_calibrated_in_compare(tmp_path, short
         "tiny": {"d_model": 96, "vocab_size": 600}})))
     res = run_compare(task, cfg, tmp_path / "run", progress=False)
     m = res["metrics"]
+    half_b = len(task.forget_halves(cfg.attacks.seed)[1])
     for name in ("base", "oracle", "positive_control"):
         assert m[name]["attacks_run"] == ["short_relearn"] and m[name]["short_relearn_steps"] == 30, name
+        # the items its after-score is a mean over (half B, at most max_eval), the last step's: no maximum
+        assert (m[name]["short_relearn_items"], m[name]["short_relearn_variants"]) == (half_b, 1), name
     c = res["robustness"]["calibration"]["short_relearn"]
     assert c["label"] == "a short relearning"
     pos, neg = c["controls"]["positive_control"], m["oracle"]
