@@ -4,8 +4,8 @@ OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXi
 every comparison already builds. *Faithful*: the separation AUC between the pool of models with the knowledge
 (:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL` models a side, is far
 from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under quantization and under
-relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean; ``stable``
-when that is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also *calibrated* (the verdict's
+relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean (the score);
+``stable`` when each measured part is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also *calibrated* (the verdict's
 calibration on the positive controls): an uncalibrated attack is never trusted, however well it separates.
 docs/evaluation.md, "Which numbers to trust".
 """
@@ -28,7 +28,8 @@ one pair, an AUC of 0, 0.5 or 1 by the luck of one draw)."""
 SEPARATES_AUC = 0.8
 """A read separates when its AUC is at least this (or at most 1 minus this: the other way round)."""
 STABLE_MOVE = 0.1
-"""A read is stable when its robustness (:func:`robustness`) is at least ``1 - STABLE_MOVE``."""
+"""A read is stable when each stability it has (quantization, relearning) is at least ``1 - STABLE_MOVE``: no model
+without the knowledge moves more than this under either; :func:`robustness`, their harmonic mean, is the score."""
 EXTRA_METRICS = ("probe_acc",)
 """Reads beside the ``forget_*`` metrics and the membership-inference AUCs."""
 NOT_METRICS = ("_chance", "_items", "_tokens", "_prompts_cut")
@@ -181,7 +182,10 @@ def _row(kind: str, key: str, metrics: dict, with_: list[str], without: list[str
     row["robust_quantize"], row["worst_quantize"] = worst(quantize)
     row["robust_relearn"], row["worst_relearn"] = worst(relearn)
     row["robustness"] = robustness(row["robust_quantize"], row["robust_relearn"])
-    row["stable"] = None if row["robustness"] is None else row["robustness"] >= 1 - STABLE_MOVE - 1e-9
+    parts = [v for v in (row["robust_quantize"], row["robust_relearn"]) if v is not None]
+    # the harmonic mean is the score; stable needs each measured part at the bar (the mean of a perfect
+    # quantization and a 0.18 relearning lift would pass it)
+    row["stable"] = None if not parts else all(v >= 1 - STABLE_MOVE - 1e-9 for v in parts)
     tests = [row["separates"], row["stable"]]
     if kind == "attack":
         row["calibrated"] = calibrated
@@ -262,7 +266,7 @@ def trust_markdown(trust: dict) -> list[str]:
             "models without the knowledge, each model's stability 1 - |move| and the worst model's shown: under "
             "quantization (the largest move over the schemes) and under relearning (a metric: the relearning "
             "attacks that read its scale; an attack: its own after - before), their harmonic mean where both are "
-            f"measured; *stable* at {1 - STABLE_MOVE:.1f} or more. A read both separating and stable is *trusted*, "
+            f"measured; *stable* when each measured part is {1 - STABLE_MOVE:.1f} or more. A read both separating and stable is *trusted*, "
             "an attack only where it is also calibrated on the positive controls (the robustness section) "
             "(OpenUnlearning's meta-evaluation, arXiv 2506.12618, and UDS, arXiv 2605.24614, adapted: "
             "docs/evaluation.md).", "",
