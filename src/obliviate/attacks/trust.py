@@ -5,8 +5,8 @@ every comparison already builds. *Faithful*: the separation AUC between the pool
 (:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL` models a side, is far
 from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under quantization and under
 relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean (the score);
-``stable`` when each measured part is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also *calibrated* (the verdict's
-calibration on the positive controls): an uncalibrated attack is never trusted, however well it separates.
+``stable`` when each measured part is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also
+*calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never trusted, however well it separates.
 docs/evaluation.md, "Which numbers to trust".
 """
 
@@ -266,7 +266,8 @@ def trust_markdown(trust: dict) -> list[str]:
             "models without the knowledge, each model's stability 1 - |move| and the worst model's shown: under "
             "quantization (the largest move over the schemes) and under relearning (a metric: the relearning "
             "attacks that read its scale; an attack: its own after - before), their harmonic mean where both are "
-            f"measured; *stable* when each measured part is {1 - STABLE_MOVE:.1f} or more. A read both separating and stable is *trusted*, "
+            f"measured; *stable* when each measured part is {1 - STABLE_MOVE:.1f} or more. A read both separating "
+            "and stable is *trusted*, "
             "an attack only where it is also calibrated on the positive controls (the robustness section) "
             "(OpenUnlearning's meta-evaluation, arXiv 2506.12618, and UDS, arXiv 2605.24614, adapted: "
             "docs/evaluation.md).", "",
