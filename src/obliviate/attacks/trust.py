@@ -6,8 +6,8 @@ every comparison already builds. *Faithful*: the separation AUC between the pool
 from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under quantization and under
 relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean (the score);
 ``stable`` when each measured part is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also
-*calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never trusted, however well it separates.
-docs/evaluation.md, "Which numbers to trust".
+*calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never trusted, however
+well it separates. docs/evaluation.md, "Which numbers to trust".
 """
 
 from __future__ import annotations
