@@ -43,7 +43,7 @@ def test_every_command_has_its_own_help(capsys):
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert {"world", "pretrain", "eval", "demo", "finetune", "methods", "tasks", "unlearn", "compare", "attack",
-            "probe-directions", "tofu", "reproduce", "bench", "tune"} == set(sub.choices)
+            "probe-directions", "tofu", "reproduce", "bench", "tune", "verdict-check"} == set(sub.choices)
     for name in sub.choices:
         with pytest.raises(SystemExit) as e:
             main([name, "--help"])

@@ -51,7 +51,7 @@ def _handle_sigterm():
 _previous_sigterm = _handle_sigterm()
 try:  # importing the commands loads torch and transformers (seconds): Ctrl-C or SIGTERM meanwhile is one line too
     from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain, probe_directions,
-                               reproduce, tasks, tofu, tune, unlearn, world)
+                               reproduce, tasks, tofu, tune, unlearn, verdict_check, world)
     from obliviate.cli.inputs import check_inputs
 except KeyboardInterrupt as _e:
     raise SystemExit(_stopped(_e)) from None
@@ -60,8 +60,8 @@ finally:
         signal.signal(signal.SIGTERM, _previous_sigterm)
 
 
-COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack, probe_directions,
-            tofu, reproduce, bench]
+COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack, verdict_check,
+            probe_directions, tofu, reproduce, bench]
 """The command modules, each with ``register(subparsers)``, in the order ``obliviate --help`` shows them."""
 
 
