@@ -101,9 +101,22 @@ def test_the_wrecked_model_is_not_removed():
     wrecked = _like_oracle(retain_score=0.0, neighbour_score=0.0, **_m(0.0, 0.0), logit_lens_top1=0.0)
     _, r = _world(m=wrecked)
     assert r["verdicts"]["m"]["verdict"] == "retain lost"
-    half = _like_oracle(neighbour_score=0.8 * KEEP_SHARE - 0.01)  # neighbour alone lost
+    half = _like_oracle(neighbour_score=0.8 * 0.6)  # neighbour alone lost
     _, r = _world(m=half)
     assert r["verdicts"]["m"]["verdict"] == "retain lost" and "neighbour" in r["verdicts"]["m"]["reason"]
+
+
+def test_a_keep_share_just_under_the_bar_is_lost_only_beyond_noise():
+    """Neighbour at 0.704 of the base model's 0.8 (a share of 0.88): over 72 items a model that keeps 90% reads that
+    low by sampling (retain lost was a truly removed model's verdict 1-4% of the time); over 5000 it does not (the
+    allowance is then 0.0185 of the share)."""
+    just = _like_oracle(neighbour_score=0.8 * 0.88)
+    _, r = _world(m=just)
+    assert r["verdicts"]["m"]["verdict"] == "removed"
+    metrics, _ = _world(m=just)
+    metrics["base"]["neighbour_items"] = 5000
+    v = robustness_summary(metrics, items=72)["verdicts"]["m"]
+    assert v["verdict"] == "retain lost" and "neighbour" in v["reason"]
 
 
 def test_a_model_at_045_under_every_attack_is_not_removed_when_the_oracle_sits_at_001():

@@ -8,6 +8,7 @@ stays within the oracle's band (its after-attack score plus its own sampling noi
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
@@ -127,10 +128,29 @@ def keep_shares(m: dict, base: dict) -> dict[str, float]:
     return out
 
 
-def keeps(m: dict, base: dict) -> bool | None:
-    """Every share of :func:`keep_shares` at least :data:`KEEP_SHARE`; None when nothing can be read."""
-    shares = keep_shares(m, base)
-    return None if not shares else all(v >= KEEP_SHARE - 1e-9 for v in shares.values())
+def keep_allowance(base: dict, role: str, items: int = DEFAULT_ITEMS) -> float:
+    """How far below :data:`KEEP_SHARE` a keep share may fall by item sampling alone: the band's one-sided tolerance
+    (:func:`band_tolerance`, both models' noise) at the threshold score ``KEEP_SHARE x base``, over the role's items
+    (``<role>_items``, else ``items``), on the share scale; 0 where the base model's score cannot be read."""
+    k0 = finite(verdict_score(base, role) if role != "keep" else outcome_keep(base))
+    if not k0:
+        return 0.0
+    n = int(finite(base.get(f"{role}_items")) or items)
+    low = min(1.0, KEEP_SHARE * k0)
+    return band_tolerance(1 - low, n) / k0
+
+
+def lost_roles(m: dict, base: dict, items: int = DEFAULT_ITEMS) -> list[str]:
+    """The roles of :func:`keep_shares` whose share is below :data:`KEEP_SHARE` beyond its noise
+    (:func:`keep_allowance`)."""
+    return [role for role, v in keep_shares(m, base).items()
+            if v < KEEP_SHARE - keep_allowance(base, role, items) - 1e-9]
+
+
+def keeps(m: dict, base: dict, items: int = DEFAULT_ITEMS) -> bool | None:
+    """No share of :func:`keep_shares` below :data:`KEEP_SHARE` beyond noise (:func:`lost_roles`); None when
+    nothing can be read."""
+    return None if not keep_shares(m, base) else not lost_roles(m, base, items)
 
 
 def finite(x) -> float | None:
@@ -206,6 +226,27 @@ def detectable_share(p: float, ref: float, n: int, upper: float) -> float | None
     return hi
 
 
+def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
+    """The one-sided ``level`` lower confidence bound of a rate read as ``p`` over ``n`` items (Clopper-Pearson: the
+    rate at which ``P(X >= x) = 1 - level``, ``x = round(p n)``), by bisection on the exact binomial tail."""
+    n = max(1, int(n))
+    x = min(n, int(round(p * n)))
+    if x <= 0:
+        return 0.0
+
+    def tail(q: float) -> float:  # P(X >= x)
+        lq, lr = math.log(q), math.log1p(-q)
+        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lr)
+                   for k in range(x, n + 1))
+
+    lo, hi = 1e-12, min(1 - 1e-12, x / n)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) < 1 - level else (lo, mid)
+    return lo
+
+
+@functools.lru_cache(maxsize=4096)
 def items_needed(p: float, ref: float, tests: int, limit: int = 100_000) -> int | None:
     """The fewest items at which a read detects :data:`DETECT_SHARE` with :data:`POWER` (:func:`detectable_share`
     against the band of ``tests`` tests at the oracle's ``p``), searched by doubling then bisection; None above
@@ -254,14 +295,15 @@ def calibration(positive: dict, negative: dict, base_score: float, key: str, cha
             f"{key}_negative_recovery": c["negative_recovery"], f"{key}_calibrated": c["calibrated"]}
 
 
-def control_selectivity(metrics: dict) -> dict:
+def control_selectivity(metrics: dict, items: int = DEFAULT_ITEMS) -> dict:
     """Per positive control present: ``{"selective", "keep": {role: share}, "matches": attacks it was built to
-    match}``. A non-selective control (it lost more than retain or neighbour allow) calibrates nothing."""
+    match}``. A non-selective control (it lost more than retain or neighbour allow, beyond noise: :func:`keeps`)
+    calibrates nothing."""
     base = metrics.get("base", {})
     out = {}
     for c in POSITIVE_CONTROLS:
         if c in metrics:
-            k = keeps(metrics[c], base)
+            k = keeps(metrics[c], base, items)
             out[c] = {"selective": bool(k), "keep": keep_shares(metrics[c], base),
                       "matches": list(MECHANISM.get(c, ()))}
     return out
@@ -301,7 +343,8 @@ def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band
 
 def oracle_band(metrics: dict, keys, items: int) -> dict:
     """The one band of the rule: ``{attack: {"oracle", "tolerance", "upper", "lower", "items", "variants",
-    "tests", "detectable_share", "items_needed"}}`` for every deciding attack of ``keys`` the oracle was read on.
+    "tests", "planning_rate", "detectable_share", "items_needed"}}`` for every deciding attack of ``keys`` the oracle
+    was read on.
 
     One statistical model per read: the oracle's after-attack score over that read's own item count (and the
     model's: :func:`band_tolerance` takes both), a one-sided two-proportion test (:func:`band_tolerance`) with
@@ -309,8 +352,12 @@ def oracle_band(metrics: dict, keys, items: int) -> dict:
     ``v`` variant scores exceeds the band at most ``v`` times as often as one) times its sides (a read with a chance
     level, e.g. lettered options, is also bounded below: ``lower``, under which a model scores below chance beyond
     noise, which avoiding the right answer takes knowing it). ``detectable_share``: the held share this read
-    detects with :data:`POWER` (:func:`detectable_share`); ``items_needed``: the items at which it would detect
-    :data:`DETECT_SHARE` (:func:`items_needed`)."""
+    detects with :data:`POWER` (:func:`detectable_share`) and ``items_needed``, the items at which it would detect
+    :data:`DETECT_SHARE` (:func:`items_needed`): the design's power, judged at ``planning_rate``, the lowest oracle
+    rate its score allows (:func:`rate_lower_bound`, one-sided 95%), so that the items are *too few* only where even
+    that rate leaves the band of this many tests short of the power, never because a removed model's oracle drew a
+    few lucky items (judged at the drawn rate, a truly removed model was *inconclusive* a third of the time on the
+    world: docs/evaluation.md, "The rule's own error rates")."""
     neg, base = metrics.get("oracle") or {}, metrics.get("base") or {}
     present = [k for k in keys if read_of(k).decides and finite(neg.get(read_of(k).after)) is not None]
     counts = {k: read_counts(neg, k, items) for k in present}
@@ -327,9 +374,11 @@ def oracle_band(metrics: dict, keys, items: int) -> dict:
         if sides[k] == 2:
             low = min(p, chance)
             entry["lower"] = low - band_tolerance(1 - low, n, tests)
-        if ref is not None and ref > p:
-            entry["detectable_share"] = detectable_share(p, ref, n, p + tol)
-            entry["items_needed"] = items_needed(p, ref, tests)
+        plan = rate_lower_bound(p, n)
+        entry["planning_rate"] = plan
+        if ref is not None and ref > plan:
+            entry["detectable_share"] = detectable_share(plan, ref, n, plan + band_tolerance(plan, n, tests))
+            entry["items_needed"] = items_needed(plan, ref, tests)
         out[k] = entry
     return out
 
@@ -386,7 +435,7 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
     """
     items = items or DEFAULT_ITEMS
     neg, base = metrics.get("oracle"), metrics["base"]
-    controls = control_selectivity(metrics)
+    controls = control_selectivity(metrics, items)
     keys = list(reads())
     band = oracle_band(metrics, keys, items)
     calib = {}
@@ -510,7 +559,7 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
                               f"{ctl} (calibrated), above the oracle band ({band[key]['upper']:.2f})"
                               if key in band else f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what "
                               f"it brings back on {ctl} (calibrated)"}
-    lost = [role for role, v in keep.items() if v < KEEP_SHARE - 1e-9]
+    lost = lost_roles(m, base, items)
     if lost:
         return {"verdict": "retain lost", "attack": None, "control": None, **out,
                 "reason": ", ".join(f"{role} kept {keep[role]:.0%}" for role in lost)
