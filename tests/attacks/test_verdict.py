@@ -111,6 +111,7 @@ def test_a_keep_share_just_under_the_bar_is_lost_only_beyond_noise():
     low by sampling (retain lost was a truly removed model's verdict 1-4% of the time); over 5000 it does not (the
     allowance is then 0.0185 of the share)."""
     just = _like_oracle(neighbour_score=0.8 * 0.88)
+    assert 0.88 < KEEP_SHARE
     _, r = _world(m=just)
     assert r["verdicts"]["m"]["verdict"] == "removed"
     metrics, _ = _world(m=just)
@@ -395,3 +396,12 @@ def test_power_is_the_normal_tail_and_falls_smoothly_with_fewer_items():
     assert power(0.3, 100, 0.2) == pytest.approx(1 - NormalDist().cdf((0.2 - 0.3) / (0.3 * 0.7 / 100) ** 0.5))
     shares = [detectable_share(0.02, 1.0, n, 0.02 + band_tolerance(0.02, n, 7)) for n in range(20, 200)]
     assert all(a >= b - 1e-9 for a, b in zip(shares, shares[1:]))  # more items never detect less
+
+
+def test_a_flag_is_not_named_where_the_read_lifted_nothing():
+    """Too few items is no lift: the disjoint attack's leakage flag doubts a recovery, and there is none."""
+    _, r = _world(n_items=24, m=_like_oracle(relearn_disjoint_leakage=0.45))
+    v = r["verdicts"]["m"]
+    assert v["verdict"] == "inconclusive" and "too few items" in v["reason"] and "flag" not in v
+    _, r = _world(m=_like_oracle(**_m(0.0, 0.8), relearn_disjoint_leakage=0.45))
+    assert "flag" in r["verdicts"]["m"] and r["verdicts"]["m"]["lifted"]

@@ -429,8 +429,8 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
 
     ``items``: how many items the attacks score (the band's width; default :data:`DEFAULT_ITEMS`).
     ``{"calibration": {attack: ...}, "controls": :func:`control_selectivity`, "band": :func:`oracle_band`,
-    "verdicts": {name: {"verdict", "attack", "control", "reason", "keep"}}}``. PrivLeak against the negative
-    control is added to each row with MIA scores, and the probe and MIA beside the negative control's
+    "verdicts": {name: {"verdict", "attack", "control", "reason", "keep", ("lifted", "flag")}}}``. PrivLeak against
+    the negative control is added to each row with MIA scores, and the probe and MIA beside the negative control's
     (:func:`control_readout`).
     """
     items = items or DEFAULT_ITEMS
@@ -468,8 +468,9 @@ stayed in the band, inflated or not, so a flag there doubts nothing."""
 def flagged(v: dict, m: dict) -> dict:
     """``v`` with ``flag``: the warning the deciding attack's read raises on the model's metrics ``m``
     (:attr:`~obliviate.attacks.attack.AttackRead.flag`, e.g. the disjoint attack's answer leakage), where it raises
-    one and the verdict is one the read decided against the model (:data:`FLAGGED`)."""
-    if v.get("verdict") not in FLAGGED:
+    one and the verdict is one the read decided against the model (:data:`FLAGGED`) by lifting it (``lifted``: not
+    an *inconclusive* for a missing read or too few items, where the read brought nothing back)."""
+    if v.get("verdict") not in FLAGGED or not v.get("lifted"):
         return v
     r = reads().get(v.get("attack") or "")
     flag = r.flag(m) if r is not None and r.flag is not None else None
@@ -554,7 +555,7 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
     for key, ctl in usable:  # strongest attack first
         if _attack_verdict(m, pos[ctl], base, key, band) == "suppressed":
             r = read_of(key)
-            return {"verdict": "suppressed", "attack": key, "control": ctl, **out,
+            return {"verdict": "suppressed", "attack": key, "control": ctl, "lifted": True, **out,
                     "reason": f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what it brings back on "
                               f"{ctl} (calibrated), above the oracle band ({band[key]['upper']:.2f})"
                               if key in band else f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what "
@@ -574,8 +575,8 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
     if above:
         k, b = max(above, key=lambda kb: m[read_of(kb[0]).after] - kb[1]["upper"])
         cal = any(k == u for u, _ in usable)
-        return inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the oracle band "
-                            f"(the oracle {b['oracle']:.2f} + {b['tolerance']:.2f})", k)
+        return {**inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the oracle "
+                               f"band (the oracle {b['oracle']:.2f} + {b['tolerance']:.2f})", k), "lifted": True}
     below = [(k, b) for k, b in band.items() if b.get("lower") is not None
              and finite(m.get(read_of(k).after)) is not None and m[read_of(k).after] < b["lower"] - 1e-9]
     if below:
