@@ -1,6 +1,6 @@
 """Issue #41: are the positive controls selective? On each world seed, the base model that ``obliviate compare``
 pretrains (cached, :func:`obliviate.train.pretrain.cached_pretrain`) and both positive controls
-(:func:`~obliviate.attacks.controls.suppression_control`, :func:`~obliviate.attacks.controls.small_norm_control`)
+(:func:`~obliviate.evidence.controls.suppression_control`, :func:`~obliviate.evidence.controls.small_norm_control`)
 at their defaults (or ``--refusal`` / ``--smallnorm`` keyword arguments, JSON), each scored with the task's whole
 evaluation (forget, retain and neighbour scores) beside each control's own keep ratios (``info["keep"]``: the
 neighbour one on the neighbour items it did not train on) and, for the small-norm control, its int4
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from obliviate.attacks.controls import small_norm_control, suppression_control
+from obliviate.evidence.controls import small_norm_control, suppression_control
 from obliviate.attacks.quantize import quantized_copy
 from obliviate.eval.suite import evaluate_task
 from obliviate.models.load import load_model, load_tokenizer

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from obliviate.attacks.verdict import KNOWN_REMOVED
+from obliviate.evidence.verdict import KNOWN_REMOVED
 from obliviate.pipelines.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
 

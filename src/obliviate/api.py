@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from obliviate.attacks.harness import TaskAttackConfig, attack_names
+from obliviate.evidence.harness import TaskAttackConfig, attack_names
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
@@ -180,7 +180,7 @@ def attack(model, tokenizer, task: Task, *, base_model=None, attacks: str | Sequ
     the forget facts and on the related corpus (best of an lr grid and LoRA, for the attacker), the linear
     probe, membership inference and the recovery cost. ``attacks``: the attacks to run instead, by the names of
     ``obliviate attack --attacks`` (``"quantize,ablate"``, ``["logit_lens"]``, ``"all"``). ``base_model`` sets
-    the target of ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.attacks.harness.TaskAttackConfig`,
+    the target of ``*_steps_to_base``. ``config``: keys of :class:`~obliviate.evidence.harness.TaskAttackConfig`,
     e.g. ``lr_grid=[1e-4]``, ``lora=False``, ``relearn={"steps": 20}`` (an attack's section, by its name),
     ``probe=False`` (an attack off), ``seed=1``. The run of ``obliviate attack`` without a negative control
     (:func:`obliviate.pipelines.attack.run_attack`): the probe and MIA figures are labelled uncalibrated
@@ -212,7 +212,7 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     ``control="none"`` builds none (then no verdict), ``control="retain-finetune"`` requires it. Writes
     ``report.md`` / ``report.html``, per-method results and ``results.json`` under ``out`` (a rerun resumes).
     ``attacks``: names as for :func:`attack` (``"quantize,ablate"``, ``"all"``), or a mapping of
-    :class:`~obliviate.attacks.harness.TaskAttackConfig` keys. ``config``: keys of
+    :class:`~obliviate.evidence.harness.TaskAttackConfig` keys. ``config``: keys of
     :class:`~obliviate.pipelines.compare.run.CompareConfig` (``runs``, ...). The run of ``obliviate compare``
     (:func:`obliviate.pipelines.compare.run.run_compare_dir`).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""

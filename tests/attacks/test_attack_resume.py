@@ -6,7 +6,7 @@ import json
 
 from obliviate.cli.main import main
 
-from tests.attacks.test_negative_control import _user_models
+from tests.evidence.test_negative_control import _user_models
 
 
 def test_an_edited_forget_file_of_the_same_size_starts_afresh(tmp_path, capsys):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from obliviate.attacks.verdict import robustness_summary
+from obliviate.evidence.verdict import robustness_summary
 from obliviate.attacks.relearn import pick, selected_metrics
 from obliviate.attacks.relearn_disjoint import _cost, answer_leakage, leakage_metrics
 from obliviate.attacks.relearn import recovery_cost

@@ -93,7 +93,7 @@ def test_a_bad_scheme_list_fails_before_any_scoring(small_world, world_tokenizer
 def test_a_weight_confined_to_its_rounding_cell_quantizes_to_the_base_models_codes(world_model):
     """The small-norm control's confinement: any update clamped into the base weights' int4 cells (absmax elements
     fixed) is rounded back to exactly the base model's int4 weights, however large it was before clamping."""
-    from obliviate.attacks.controls import confine_to, rounding_cells
+    from obliviate.evidence.controls import confine_to, rounding_cells
     from obliviate.attacks.quantize import quantizable
 
     base = world_model
@@ -115,7 +115,7 @@ def test_a_weight_confined_to_its_rounding_cell_quantizes_to_the_base_models_cod
 
 
 def test_the_small_norm_control_stops_when_the_answers_vanish_and_rounds_back_to_the_base(taught, unchanged):
-    from obliviate.attacks.controls import small_norm_control
+    from obliviate.evidence.controls import small_norm_control
     from obliviate.attacks.scoring import qa_score_fn
     from obliviate.attacks.quantize import quantizable
 

@@ -3,7 +3,7 @@ setting chosen on V and the cost read on B, the budget-limited flag and the rati
 
 import pytest
 
-from obliviate.attacks.verdict import _shown
+from obliviate.evidence.verdict import _shown
 from obliviate.attacks.relearn import selected_metrics
 from obliviate.attacks.relearn_disjoint import _cost, add_learning_ratios
 from obliviate.attacks.relearn import (LOG_RATIO, RelearnConfig, cost_text, curve_auc, learning_ratio, log_steps,

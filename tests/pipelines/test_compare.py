@@ -35,7 +35,7 @@ def _counting(monkeypatch, module, name, log: Path):
 def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     import obliviate.attacks.format_shift as format_shift
     import obliviate.attacks.mia as mia
-    import obliviate.attacks.positive_controls as positive
+    import obliviate.evidence.positive_controls as positive
     import obliviate.attacks.probe as probe
     import obliviate.attacks.relearn as relearn
     import obliviate.attacks.relearn_disjoint as disjoint

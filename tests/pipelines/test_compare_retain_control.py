@@ -6,7 +6,7 @@ from obliviate.cli.main import main
 from obliviate.runs.results import read_results
 
 from tests._cli_errors import one_error
-from tests.attacks.test_negative_control import _user_models
+from tests.evidence.test_negative_control import _user_models
 
 SETTINGS = {"epochs": 2, "lr": 2e-3, "batch_size": 4, "max_len": 64, "warmup_frac": 0.0, "weight_decay": 0.0,
             "data": "both", "seed": 0, "steps": 8, "preset": "tiny"}

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from obliviate.attacks.harness import TaskAttackConfig
+from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.errors import ConfigError
 from obliviate.models.builders import tiny_random
 from obliviate.methods import method_names

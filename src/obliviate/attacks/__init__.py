@@ -1,4 +1,4 @@
-"""Attacks that test whether unlearned knowledge is really gone; :func:`obliviate.attacks.harness.run_task_attacks`
+"""Attacks that test whether unlearned knowledge is really gone; :func:`obliviate.evidence.harness.run_task_attacks`
 runs every one the task has data for (docs/evaluation.md). None of them modifies the model passed in."""
 
 from __future__ import annotations

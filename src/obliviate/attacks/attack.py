@@ -47,13 +47,13 @@ class AttackRead:
     """The verdict reads the attacks strongest first (ties of severity go to the earlier): lower is stronger."""
     flag: Callable[[dict], str | None] | None = None
     """``flag(metrics)``: a one-line warning where this read is inflated on a model (the disjoint attack's answer
-    leakage), else None; a verdict this read decides names it (:func:`obliviate.attacks.verdict.verdict_line`)."""
+    leakage), else None; a verdict this read decides names it (:func:`obliviate.evidence.verdict.verdict_line`)."""
 
 
 @dataclass
 class AttackRun:
-    """What every attack of one :func:`~obliviate.attacks.harness.run_task_attacks` call reads; ``cfg`` is the
-    whole :class:`~obliviate.attacks.harness.TaskAttackConfig` (its shared settings: ``max_eval``, ``seed``, the
+    """What every attack of one :func:`~obliviate.evidence.harness.run_task_attacks` call reads; ``cfg`` is the
+    whole :class:`~obliviate.evidence.harness.TaskAttackConfig` (its shared settings: ``max_eval``, ``seed``, the
     relearning grid), the attack's own config is ``run``'s second argument."""
 
     model: object
@@ -98,7 +98,7 @@ class Attack:
     """``check(model, cfg)``: a bad setting fails before any attack runs (a probe layer the model lacks)."""
     needs: str = ""
     """The data ``applies`` looks for, in words a user can act on (``a holdout set: --holdout FILE ...``): the line
-    that says why an attack that is on did not run (:func:`obliviate.attacks.harness.skipped_attacks`)."""
+    that says why an attack that is on did not run (:func:`obliviate.evidence.harness.skipped_attacks`)."""
 
 
 ATTACKS = Registry("attack", package="obliviate.attacks")

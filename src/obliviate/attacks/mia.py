@@ -1,6 +1,6 @@
 """Membership inference (the attack ``mia``): forget (members) against holdout (non-members), Min-K% and
 Min-K%++ (:func:`obliviate.eval.mia.mia_metrics`). It has no before and after: the verdict reads it against the
-negative control alone (:func:`obliviate.attacks.verdict.control_readout`)."""
+negative control alone (:func:`obliviate.evidence.verdict.control_readout`)."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
                     batch_size: int = 32) -> dict:
     """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
     :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
-    set's own metrics, which :mod:`obliviate.attacks.trust` reads); ``quantize_forget_score`` the highest forget score
+    set's own metrics, which :mod:`obliviate.evidence.trust` reads); ``quantize_forget_score`` the highest forget score
     over the schemes (the attacker's best) and ``quantize_scheme`` which, with its counts
     (:func:`~obliviate.attacks.attack.read_counts`): ``quantize_items`` the best scheme's forget items,
     ``quantize_variants`` the schemes it is the maximum of (each scheme scores the same items); ``quantize_cost``.

@@ -363,7 +363,7 @@ LR_GRIDS = {"tiny": (1e-4, 3e-4, 1e-3), "paper": (1e-5, 3e-5, 1e-4)}
 
 def attack_grid(model, cfg, lrs: list[float] | None = None) -> list[tuple[str, RelearnConfig]]:
     """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``);
-    ``cfg``: the :class:`~obliviate.attacks.harness.TaskAttackConfig` (its ``relearn`` section is the training).
+    ``cfg``: the :class:`~obliviate.evidence.harness.TaskAttackConfig` (its ``relearn`` section is the training).
 
     The grid (``lrs``, else ``cfg.lr_grid``) defaults by model size (:func:`obliviate.methods.preset_name`):
     1e-4, 3e-4, 1e-3 for tiny models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from obliviate.attacks.harness import attack_names
-from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE
+from obliviate.evidence.harness import attack_names
+from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
 from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args, model_fingerprint,
                                   task_from_args)

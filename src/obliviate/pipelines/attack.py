@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from obliviate.attacks.harness import TaskAttackConfig, announce_skipped, attack_names, run_task_attacks
-from obliviate.attacks.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
+from obliviate.evidence.harness import TaskAttackConfig, announce_skipped, attack_names, run_task_attacks
+from obliviate.evidence.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
                                                  build_positive_control, no_verdict_line, positive_controls)
-from obliviate.attacks.retain_control import (NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, has_retain_data,
+from obliviate.evidence.retain_control import (NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, has_retain_data,
                                              retain_finetune_control)
-from obliviate.attacks.verdict import control_readout, robustness_summary, verdict_line
+from obliviate.evidence.verdict import control_readout, robustness_summary, verdict_line
 from obliviate.config import build_config, deep_merge
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
@@ -59,14 +59,14 @@ class AttackRunConfig:
     card records (``control_finetune.epochs=20``)."""
     positive_control: bool = True
     """With ``--base`` and a negative control: build the positive control from ``--base`` and attack it, for the
-    verdict (:func:`obliviate.attacks.controls.suppression_control`; as ``compare``'s)."""
+    verdict (:func:`obliviate.evidence.controls.suppression_control`; as ``compare``'s)."""
     positive_control_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
+    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``, ``lr``)."""
     small_norm_control: bool = True
     """With ``positive_control``, also the small-norm suppression control
-    (:func:`obliviate.attacks.controls.small_norm_control`), which calibrates quantization."""
+    (:func:`obliviate.evidence.controls.small_norm_control`), which calibrates quantization."""
     small_norm_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control`."""
+    """Keyword arguments of :func:`~obliviate.evidence.controls.small_norm_control`."""
     eval_batch_size: int = 32
     """Batch size of the evaluations the verdict reads (each model's forget score before the attacks)."""
     cache: bool = True

@@ -5,7 +5,7 @@ request k-1 left (the retain data stay the task's), with the run's method and se
 After each request (and on the base model, request 0) every metric of the task is evaluated
 (:func:`obliviate.eval.suite.evaluate_task`, with one extra evaluation set per request, ``request<k>_qa`` /
 ``request<k>_text``, so the curve shows whether an earlier request stays forgotten) and the attacks' cheap subset
-(:data:`CHEAP_ATTACKS`, :func:`obliviate.attacks.harness.run_task_attacks`). The loop itself is the one MUSE's
+(:data:`CHEAP_ATTACKS`, :func:`obliviate.evidence.harness.run_task_attacks`). The loop itself is the one MUSE's
 sustainability folds use, :func:`over_requests` (here).
 
 Resuming: each finished request is a part (:func:`obliviate.runs.parts.cached_part`,
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from obliviate.attacks.harness import ATTACKS, TaskAttackConfig, announce_skipped, enabled_attacks, run_task_attacks
+from obliviate.evidence.harness import ATTACKS, TaskAttackConfig, announce_skipped, enabled_attacks, run_task_attacks
 from obliviate.errors import ConfigError, DataError
 from obliviate.config import to_dict
 from obliviate.eval.outcome import unlearn_outcome

@@ -1,5 +1,5 @@
 """The run of ``obliviate verdict-check`` (:mod:`obliviate.cli.verdict_check`): the verdict's own error rates
-simulated around a finished comparison's true rates (:mod:`obliviate.attacks.verdict_check`), written to
+simulated around a finished comparison's true rates (:mod:`obliviate.evidence.verdict_check`), written to
 ``OUT/verdict_check.json``, ``verdict_check.md`` and ``power.png``, then ``results.json`` last."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from obliviate.attacks.verdict import DEFAULT_ITEMS, reads
-from obliviate.attacks.verdict_check import plot_power, references, report_markdown, verdict_check
+from obliviate.evidence.verdict import DEFAULT_ITEMS, reads
+from obliviate.evidence.verdict_check import plot_power, references, report_markdown, verdict_check
 from obliviate.errors import DataError
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.utils import atomic_write_text, note_input
@@ -108,7 +108,7 @@ def load_template(path: str, items: int | None = None) -> Template:
 
 def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int = 0,
                       progress: bool = False) -> tuple[dict, str]:
-    """Simulate the rule's error rates on ``template`` (:func:`~obliviate.attacks.verdict_check.verdict_check`),
+    """Simulate the rule's error rates on ``template`` (:func:`~obliviate.evidence.verdict_check.verdict_check`),
     write :data:`FILES` and ``results.json`` in ``out``; returns the report and its Markdown."""
     oracle = template.metrics["oracle"]
     unrecorded = [r.name for r in reads().values()

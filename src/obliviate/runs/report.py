@@ -158,7 +158,7 @@ def plot_recovery_curves(curves: dict[str, list], png: str | Path, xlabel: str, 
 
 
 RELEARN_CURVES = {"relearn": "related corpus", "relearn_disjoint": "disjoint halves"}
-"""The relearning attacks of :func:`obliviate.attacks.harness.run_task_attacks` that record a curve
+"""The relearning attacks of :func:`obliviate.evidence.harness.run_task_attacks` that record a curve
 (``metrics[f"{key}_curve"]``), and their names in the plot."""
 
 

@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from obliviate.attacks.harness import not_run_line
-from obliviate.attacks.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
-from obliviate.attacks.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
-from obliviate.attacks.verdict import verdict_line
+from obliviate.evidence.harness import not_run_line
+from obliviate.evidence.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
+from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
+from obliviate.evidence.verdict import verdict_line
 from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
 from obliviate.runs.cache import ControlCache
@@ -60,7 +60,7 @@ def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callab
                  control: str | None = None, progress: bool = False,
                  cache: ControlCache | None = None) -> tuple[str, dict]:
     """``(the oracle's directory, what building it took)``: ``untaught`` fine-tuned on ``task``'s retain data only, with
-    the settings ``model``'s cards record (:func:`~obliviate.attacks.retain_control.retain_finetune_control`), kept in
+    the settings ``model``'s cards record (:func:`~obliviate.evidence.retain_control.retain_finetune_control`), kept in
     ``cache`` (the cache of the controls; None: as a part of ``out``) and at ``out/models/oracle_retain``; ``load(path)
     -> (model, tokenizer)``. The summary holds its ``cost`` (when it was built) and whether it was ``reused``."""
     log.info(f"oracle: {untaught} fine-tuned on the retain data only (at {out / 'models' / 'oracle_retain'})"

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG, leakage_flag
-from obliviate.attacks.verdict import recovery, robustness_markdown
+from obliviate.evidence.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
-from obliviate.attacks.trust import trust_markdown
+from obliviate.evidence.trust import trust_markdown
 from obliviate.pipelines.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,
@@ -88,7 +88,7 @@ def leakage_note(m: dict) -> str:
 
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
     """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
-    *brought back* (:func:`~obliviate.attacks.verdict.recovery`: of what the model lost against the base model),
+    *brought back* (:func:`~obliviate.evidence.verdict.recovery`: of what the model lost against the base model),
     marked where the attack is uncalibrated; the oracle's last, as the band a model that never saw the facts
     stays in."""
     base_d = metrics["base"].get("relearn_disjoint_base_acc")

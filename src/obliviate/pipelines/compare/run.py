@@ -16,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.attacks.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
+from obliviate.evidence.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
                                       not_run_line, run_task_attacks, skipped_attacks)
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
-from obliviate.attacks.positive_controls import attack_items, build_positive_control, positive_controls
-from obliviate.attacks.retain_control import has_retain_data
-from obliviate.attacks.verdict import KNOWN_REMOVED, robustness_summary
+from obliviate.evidence.positive_controls import attack_items, build_positive_control, positive_controls
+from obliviate.evidence.retain_control import has_retain_data
+from obliviate.evidence.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
-from obliviate.attacks.trust import metric_trust
+from obliviate.evidence.trust import metric_trust
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -76,17 +76,17 @@ class CompareConfig:
     """Build (no ``--model``) an oracle that never saw the forget data: the negative control."""
     known_removed: bool = True
     """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed, judged as
-    methods (:data:`obliviate.attacks.verdict.KNOWN_REMOVED`): the second oracle and the filtered model."""
+    methods (:data:`obliviate.evidence.verdict.KNOWN_REMOVED`): the second oracle and the filtered model."""
     positive_control: bool = True
-    """Build and attack a model known to only suppress (:func:`obliviate.attacks.controls.suppression_control`)."""
+    """Build and attack a model known to only suppress (:func:`obliviate.evidence.controls.suppression_control`)."""
     positive_control_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.attacks.controls.suppression_control` (``max_steps``, ``lr``)."""
+    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``, ``lr``)."""
     small_norm_control: bool = True
     """With ``positive_control``, also build and attack the small-norm suppression control
-    (``positive_control_smallnorm``, :func:`obliviate.attacks.controls.small_norm_control`), which calibrates
+    (``positive_control_smallnorm``, :func:`obliviate.evidence.controls.small_norm_control`), which calibrates
     quantization."""
     small_norm_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.attacks.controls.small_norm_control` (``lr``, ``chunk``,
+    """Keyword arguments of :func:`~obliviate.evidence.controls.small_norm_control` (``lr``, ``chunk``,
     ``max_steps``, ``target``)."""
     save_models: bool = True
     """Keep every method's unlearned model in ``out/methods/<name>/model``."""
@@ -154,7 +154,7 @@ def _count(n: int, what: str) -> str:
 def plan_lines(cfg: "CompareConfig", task: Task) -> list[str]:
     """The lines a comparison starts with, before any model: how many methods and attacks it will run, then one line
     for each method or attack asked for that will not run, with its reason (:func:`skipped_methods`,
-    :func:`~obliviate.attacks.harness.skipped_attacks`)."""
+    :func:`~obliviate.evidence.harness.skipped_attacks`)."""
     methods, skipped = compared_methods(cfg), skipped_methods(cfg, task)
     running = [m for m in methods if m not in skipped]
     attacks = list(enabled_attacks(task, cfg.attacks))  # in the order they run
@@ -364,12 +364,12 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
     for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
     data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated
-    (:func:`~obliviate.eval.suite.evaluate_task`) and attacked (:func:`~obliviate.attacks.harness.run_task_attacks`)
+    (:func:`~obliviate.eval.suite.evaluate_task`) and attacked (:func:`~obliviate.evidence.harness.run_task_attacks`)
     once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
     ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
     comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
     passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
-    ``robustness``, ``trust`` (:func:`~obliviate.attacks.trust.metric_trust`: which numbers separate the models
+    ``robustness``, ``trust`` (:func:`~obliviate.evidence.trust.metric_trust`: which numbers separate the models
     with the knowledge from those without, and stay put under quantization) and ``cost``
     (:class:`~obliviate.runs.cost.CostRecord`'s, into ``cost`` when given, with the oracle's pretraining,
     ``oracle_training`` where the caller built the oracle, and each method's share of it).

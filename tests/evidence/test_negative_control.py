@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from obliviate.attacks.verdict import MIA_SEPARATION, PROBE_SEPARATION, control_readout
+from obliviate.evidence.verdict import MIA_SEPARATION, PROBE_SEPARATION, control_readout
 from obliviate.runs.card import untaught_model, write_model_card
 
 from tests._run_dirs import tiny_model_dir
@@ -139,7 +139,7 @@ def test_retain_finetune_without_an_untaught_model_is_one_line(tmp_path, capsys)
 
 
 def test_the_retain_only_settings_follow_the_card():
-    from obliviate.attacks.retain_control import fine_tune_config
+    from obliviate.evidence.retain_control import fine_tune_config
 
     # the preset's own epochs and lr stay the preset's (its floor on steps applies, as it did for the fine-tune)
     c = fine_tune_config({"epochs": 40, "lr": 3e-3, "batch_size": 8, "preset": "tiny", "data": "both", "seed": 3})

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from obliviate.attacks import controls
-from obliviate.attacks.controls import (keep_task, neighbour_training, shared_openings, suppression_control,
+from obliviate.evidence import controls
+from obliviate.evidence.controls import (keep_task, neighbour_training, shared_openings, suppression_control,
                                         suppression_data)
 from obliviate.tasks.base import UNSCORED_NEIGHBOURS, Data, EvalSet, PromptFormat, Task
 

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from obliviate.attacks.attack import in_order
-from obliviate.attacks.cost import counting, resumable_cost_hooks
-from obliviate.attacks.harness import TaskAttackConfig, attack_names, run_task_attacks
+from obliviate.attacks.cost import counting
+from obliviate.evidence.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.attacks.prompts import TYPES, attack_prompts
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
@@ -99,19 +99,3 @@ def test_the_harness_records_each_attacks_cost_and_scores_the_base_model_once(ta
     assert second.forwards == 0
     assert again["relearn_disjoint_base_acc"] == res["relearn_disjoint_base_acc"] == 1.0
     assert again["ablate_whitebox_forget_score"] == res["ablate_whitebox_forget_score"]
-
-
-def test_a_resumed_attack_counts_what_it_spent_before_its_checkpoint():
-    """The relearning loop saves each open counter's growth with its checkpoints and adds it back on resume."""
-    with counting() as first:
-        first.forwards += 3  # spent before the attack began: not the attack's
-        get, _ = resumable_cost_hooks()
-        first.forwards += 5
-        first.backwards += 2
-        saved = get()  # what a checkpoint keeps
-    assert saved == {"attack_cost": [{"forwards": 5, "backwards": 2, "tokens": 0}]}
-    with counting() as resumed:
-        _, put = resumable_cost_hooks()
-        put(saved)
-        resumed.forwards += 1  # the steps after the checkpoint
-    assert (resumed.forwards, resumed.backwards) == (6, 2)

@@ -13,7 +13,7 @@ import math
 from statistics import NormalDist
 
 from obliviate.attacks.attack import ATTACKS, AttackRead
-from obliviate.attacks.controls import MECHANISM, POSITIVE_CONTROLS
+from obliviate.evidence.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
 from obliviate.eval.outcome import RETAIN_SHARE, outcome_keep, verdict_score

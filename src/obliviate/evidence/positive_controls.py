@@ -2,7 +2,7 @@
 positive controls built from the base model (:func:`positive_controls`, :func:`build_positive_control`) and the
 the oracle band's item count (:func:`attack_items`) and, without a verdict, :func:`no_verdict_line` saying what to add.
 
-A verdict (:func:`obliviate.attacks.verdict.robustness_summary`) reads every attack on the base model, on a
+A verdict (:func:`obliviate.evidence.verdict.robustness_summary`) reads every attack on the base model, on a
 negative control (the oracle: a model that never saw the forget data) and on the positive controls (models known
 to only suppress it); without a negative control no attack is calibrated and there is no verdict to give.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from obliviate.attacks.controls import small_norm_control, suppression_control, suppression_qa
+from obliviate.evidence.controls import small_norm_control, suppression_control, suppression_qa
 from obliviate.errors import DataError
 from obliviate.utils import seed_everything
 
@@ -19,9 +19,9 @@ from obliviate.utils import seed_everything
 def positive_controls(cfg) -> dict[str, tuple[Callable, dict]]:
     """The positive controls ``cfg`` asks for, by their metrics name: ``{name: (builder, keyword arguments)}``.
 
-    ``cfg`` has ``positive_control`` (build :func:`~obliviate.attacks.controls.suppression_control`, as
+    ``cfg`` has ``positive_control`` (build :func:`~obliviate.evidence.controls.suppression_control`, as
     ``positive_control``), ``small_norm_control`` (with it, also
-    :func:`~obliviate.attacks.controls.small_norm_control`, as ``positive_control_smallnorm``) and their
+    :func:`~obliviate.evidence.controls.small_norm_control`, as ``positive_control_smallnorm``) and their
     keyword arguments ``positive_control_args`` / ``small_norm_args`` (``CompareConfig``, ``attack``'s config)."""
     out = {}
     if cfg.positive_control:
@@ -47,7 +47,7 @@ def build_positive_control(build: Callable, base_model, tokenizer, task, *, seed
 
 def attack_items(task, attacks) -> int | None:
     """How many forget items the attacks score (the oracle band's width,
-    :func:`obliviate.attacks.verdict.robustness_summary`): the forget questions, up to the attacks' ``max_eval``;
+    :func:`obliviate.evidence.verdict.robustness_summary`): the forget questions, up to the attacks' ``max_eval``;
     None for a task without forget questions."""
     try:
         return min(len(suppression_qa(task)), attacks.max_eval)

@@ -5,7 +5,7 @@ import pytest
 
 import obliviate.attacks.relearn as relearn
 import obliviate.attacks.relearn_disjoint as disjoint
-from obliviate.attacks.harness import TaskAttackConfig, run_task_attacks
+from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task

@@ -1,6 +1,6 @@
 import pytest
 
-from obliviate.attacks.trust import (MIN_POOL, harmonic_mean, metric_keys, metric_trust, move, robustness,
+from obliviate.evidence.trust import (MIN_POOL, harmonic_mean, metric_keys, metric_trust, move, robustness,
                                      separation_auc, trust_markdown)
 
 

@@ -1,4 +1,4 @@
-"""The retain-only negative control (:mod:`obliviate.attacks.retain_control`) and the cache of the controls (issue
+"""The retain-only negative control (:mod:`obliviate.evidence.retain_control`) and the cache of the controls (issue
 #56): an interrupted build resumes only into the same control, never another untaught model's (with the cache or
 without), and what the cache keeps holds no path of the run that built it."""
 
@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-import obliviate.attacks.retain_control as retain_control
-from obliviate.attacks.retain_control import retain_finetune_control
+import obliviate.evidence.retain_control as retain_control
+from obliviate.evidence.retain_control import retain_finetune_control
 from obliviate.models import load_model, save_model, tiny_llama
 from obliviate.runs.cache import ControlCache
 from obliviate.tasks.base import Data, EvalSet, PromptFormat, Task

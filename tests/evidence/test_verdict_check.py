@@ -1,5 +1,5 @@
 """The verdict's own error rates (issue #57, acceptance 4): the simulation that measures them
-(:mod:`obliviate.attacks.verdict_check`), its bounds on a synthetic world comparison, and ``obliviate
+(:mod:`obliviate.evidence.verdict_check`), its bounds on a synthetic world comparison, and ``obliviate
 verdict-check``."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from obliviate.attacks.verdict import reads
-from obliviate.attacks.verdict_check import (BOUNDS, JUDGED, Bound, Scenario, bound_result, draw, draw_plan,
+from obliviate.evidence.verdict import reads
+from obliviate.evidence.verdict_check import (BOUNDS, JUDGED, Bound, Scenario, bound_result, draw, draw_plan,
                                              interval, scenario_rates, simulate, synthetic_template,
                                              verdict_check)
 from obliviate.cli.main import main

@@ -5,11 +5,11 @@ A *template* is a comparison's metrics (``results.json["metrics"]`` of ``oblivia
 base model, oracle and positive controls are taken as the **true** rates. A *scenario* states what a judged model
 truly holds (:class:`Scenario`): the oracle's rates everywhere and the base model's keep scores, but under the
 attacks it names an after-score of ``oracle + h (base - oracle)`` on the attack's own scale (``h``, the held
-share; ``base``: the base model's reference, :func:`~obliviate.attacks.verdict.base_reference`). Each trial
+share; ``base``: the base model's reference, :func:`~obliviate.evidence.verdict.base_reference`). Each trial
 redraws every number the rule reads, for every model (the oracle and the controls too: the rule sees them noisy),
 as ``Binomial(n, true rate) / n`` over that number's own item count ``n`` (:func:`draw_plan`; an after-score that
 is the maximum over ``v`` variants is the maximum of ``v`` independent draws, the worst case for a false
-exceedance), then runs :func:`~obliviate.attacks.verdict.robustness_summary` and counts the judged model's
+exceedance), then runs :func:`~obliviate.evidence.verdict.robustness_summary` and counts the judged model's
 verdict. :func:`verdict_check` runs the issue's scenarios and holds each share against its bound
 (:data:`BOUNDS`); :func:`synthetic_template` builds a template without any model run.
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta
 
-from obliviate.attacks.controls import POSITIVE_CONTROLS
-from obliviate.attacks.verdict import (DEFAULT_ITEMS, REFERENCES, VERDICTS, base_reference, reads,
+from obliviate.evidence.controls import POSITIVE_CONTROLS
+from obliviate.evidence.verdict import (DEFAULT_ITEMS, REFERENCES, VERDICTS, base_reference, reads,
                                        robustness_summary)
 from obliviate.errors import DataError
 from obliviate.runs.report import markdown_table, plot_recovery_curves
@@ -48,7 +48,7 @@ DETECT_HELD = 0.2
 @dataclass(frozen=True)
 class Scenario:
     """What the judged model truly holds: ``held`` (h) of what the base model shows above the oracle, under the
-    attacks ``under`` (read names of :func:`~obliviate.attacks.verdict.reads`; None: every attack). ``held=0``: a
+    attacks ``under`` (read names of :func:`~obliviate.evidence.verdict.reads`; None: every attack). ``held=0``: a
     model that truly removed (a copy of the oracle that keeps the base model's retain and neighbour scores)."""
 
     held: float = 0.0
@@ -214,7 +214,7 @@ def simulate(template: dict, scenario: Scenario, trials: int, seed, items: int |
     rule's own ``items``). ``tick(1)``: called after every trial (a progress bar).
 
     ``{"scenario", "held", "under", "trials", "counts": {verdict: count}, "shares": {verdict: share},
-    "intervals": {verdict: [lo, hi]}}`` over every verdict of :data:`~obliviate.attacks.verdict.VERDICTS`."""
+    "intervals": {verdict: [lo, hi]}}`` over every verdict of :data:`~obliviate.evidence.verdict.VERDICTS`."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
     truth = scenario_rates(template, scenario)
@@ -395,7 +395,7 @@ prompt on at most 32 items, the prompts the best of 5 types, pruning the best of
 WORLD_RECOVERS = {"positive_control": ("relearn_disjoint", "logit_lens", "format_shift"),
                   "positive_control_smallnorm": ("relearn_disjoint", "quantize")}
 """The attacks under which each positive control's knowledge comes back on the world demo (seed 0): the small-norm
-control's under quantization is by construction (:data:`~obliviate.attacks.controls.MECHANISM`), so three reads are
+control's under quantization is by construction (:data:`~obliviate.evidence.controls.MECHANISM`), so three reads are
 calibrated: ``relearn_disjoint``, ``logit_lens``, ``format_shift``."""
 
 
@@ -404,7 +404,7 @@ def synthetic_template(items: int = 72, read_counts: dict[str, tuple[int, int]] 
                        control_after: float = 0.8, keep: float = 0.9, keep_items: int = 144,
                        calibrated_by: dict[str, tuple[str, ...]] | None = None) -> dict:
     """A comparison's metrics without any model run: the base model, the oracle and the two positive controls
-    (:data:`~obliviate.attacks.controls.POSITIVE_CONTROLS`) on every read of ``read_counts`` (``{read: (items,
+    (:data:`~obliviate.evidence.controls.POSITIVE_CONTROLS`) on every read of ``read_counts`` (``{read: (items,
     variants)}``, default :data:`WORLD_READS` scaled to ``items``), each recording its counts as an attack does.
 
     The base model scores ``base`` before and after every attack, the oracle ``oracle``; each positive control

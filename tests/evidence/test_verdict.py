@@ -1,9 +1,9 @@
-"""The verdict rule of obliviate.attacks.verdict, on hand-built result dicts."""
+"""The verdict rule of obliviate.evidence.verdict, on hand-built result dicts."""
 
 import pytest
 
 from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG
-from obliviate.attacks.verdict import (
+from obliviate.evidence.verdict import (
     KEEP_SHARE,
     MAX_NEGATIVE_GAIN,
     SEPARATION,
@@ -391,7 +391,7 @@ def test_each_read_uses_its_own_item_count_and_a_maximum_its_variants():
 def test_power_is_the_normal_tail_and_falls_smoothly_with_fewer_items():
     from statistics import NormalDist
 
-    from obliviate.attacks.verdict import detectable_share, power
+    from obliviate.evidence.verdict import detectable_share, power
 
     assert power(0.3, 100, 0.2) == pytest.approx(1 - NormalDist().cdf((0.2 - 0.3) / (0.3 * 0.7 / 100) ** 0.5))
     shares = [detectable_share(0.02, 1.0, n, 0.02 + band_tolerance(0.02, n, 7)) for n in range(20, 200)]
@@ -405,3 +405,4 @@ def test_a_flag_is_not_named_where_the_read_lifted_nothing():
     assert v["verdict"] == "inconclusive" and "too few items" in v["reason"] and "flag" not in v
     _, r = _world(m=_like_oracle(**_m(0.0, 0.8), relearn_disjoint_leakage=0.45))
     assert "flag" in r["verdicts"]["m"] and r["verdicts"]["m"]["lifted"]
+

@@ -4,7 +4,7 @@ The positive controls only suppress the forget data: the base model with its las
 refuse (:func:`suppression_control`), or moved a little by gradient ascent within its int4 rounding cells
 (:func:`small_norm_control`), each trained to keep the retain and neighbour answers and recording how much of them
 it kept against the base model (:func:`keep_summary`); the oracle, which never saw the forget data, is the
-negative control. How they are read, and the verdict rule: :mod:`obliviate.attacks.verdict` and
+negative control. How they are read, and the verdict rule: :mod:`obliviate.evidence.verdict` and
 docs/evaluation.md (Controls).
 """
 
@@ -473,4 +473,4 @@ POSITIVE_CONTROLS = {"positive_control": "the last decoder layer trained to refu
 MECHANISM = {"positive_control_smallnorm": ("quantize",)}
 """Attacks whose own mechanism a control was built to match (the small-norm control is confined to the very int4
 cells that 4-bit rounding maps back): such a control calibrates that attack by construction, so it does not
-alone calibrate it (:mod:`obliviate.attacks.verdict`)."""
+alone calibrate it (:mod:`obliviate.evidence.verdict`)."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from obliviate.attacks.controls import POSITIVE_CONTROLS
-from obliviate.attacks.verdict import reads as attack_reads
+from obliviate.evidence.controls import POSITIVE_CONTROLS
+from obliviate.evidence.verdict import reads as attack_reads
 from obliviate.runs.report import markdown_table
 
 WITH = ("base", *POSITIVE_CONTROLS)
@@ -39,7 +39,7 @@ UNBOUNDED = ("_loss", "_ppl")
 ``(after - before) / (|before| + |after|)`` (UDS's form, defined there: such a read is far from 0), since an
 absolute move in nats or perplexity has no common threshold."""
 RELEARN_SCALES = {"forget_score": ("relearn", "relearn_disjoint")}
-"""The relearning attacks that read a metric on its own scale (:func:`~obliviate.attacks.verdict.reads` names): the
+"""The relearning attacks that read a metric on its own scale (:func:`~obliviate.evidence.verdict.reads` names): the
 forget score the relearning attacks track (``relearn``: the forget items; ``relearn_disjoint``: the held-out ones).
 A metric not named here has no relearning read: its robustness is its quantization stability alone."""
 
@@ -196,7 +196,7 @@ def _row(kind: str, key: str, metrics: dict, with_: list[str], without: list[str
 
 def metric_trust(metrics: dict, calibration: dict | None = None) -> dict:
     """``{"groups": {"with", "without"}, "min_pool", "reads": {name: row}}``: a row per forget-side metric
-    (:func:`metric_keys`) and per attack of :func:`~obliviate.attacks.verdict.reads` read (a finite number) on at
+    (:func:`metric_keys`) and per attack of :func:`~obliviate.evidence.verdict.reads` read (a finite number) on at
     least one model of each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``n_with`` / ``n_without`` (the
     models of each pool that hold a finite read), ``too_few_models`` (fewer than :data:`MIN_POOL` a side: ``auc`` and
     ``separates`` None, never trusted), ``auc``, ``separates``, ``with`` / ``without`` (the pools' means);
@@ -206,7 +206,7 @@ def metric_trust(metrics: dict, calibration: dict | None = None) -> dict:
     ``worst_relearn`` (that model), ``robustness`` (their harmonic mean, :func:`robustness`), ``stable``,
     ``calibrated`` (attacks) and ``trusted`` (docs/evaluation.md, "Which numbers to trust"). ``metrics``:
     ``{model: metrics}`` of a comparison; ``calibration``: the verdict's
-    (:func:`~obliviate.attacks.verdict.robustness_summary`), where an attack missing or uncalibrated is never
+    (:func:`~obliviate.evidence.verdict.robustness_summary`), where an attack missing or uncalibrated is never
     trusted."""
     with_ = [n for n in WITH if n in metrics]
     without = [n for n in WITHOUT if n in metrics]

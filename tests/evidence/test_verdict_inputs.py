@@ -1,14 +1,14 @@
 """Issue #28's acceptance: on a user task the best-step recovery, seeded option shuffling, length-normalised
 cloze scores and membership inference each enter the verdict. Each test runs the real evaluation or selection
-code up to the verdict functions (eval.outcome.unlearn_outcome, attacks.verdict.method_verdict) and shows the
+code up to the verdict functions (eval.outcome.unlearn_outcome, evidence.verdict.method_verdict) and shows the
 verdict that the old reading would have got wrong. (Membership inference's veto of *removed*:
-tests/attacks/test_verdict.py::test_membership_inference_can_veto_removed.)"""
+tests/evidence/test_verdict.py::test_membership_inference_can_veto_removed.)"""
 
 import json
 
 import pytest
 
-from obliviate.attacks.verdict import method_verdict
+from obliviate.evidence.verdict import method_verdict
 from obliviate.attacks.relearn import selected_metrics
 from obliviate.attacks.scoring import forget_items_fn
 from obliviate.eval import core
