@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from obliviate.errors import DataError
+from obliviate.eval.metric import FORGET, MetricRun, register_metric
 from obliviate.eval.mia import split_examples, token_logprob_stats
 
 
@@ -71,3 +72,23 @@ def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int =
                         "(each is a single scored token)")
     return {"extraction_strength": float(np.mean(es)), "exact_memorization": float(np.mean(kept)),
             "per_example": {"extraction_strength": es, "exact_memorization": em}}
+
+
+def _memorization(run: MetricRun) -> dict:
+    """:func:`memorization_metrics` on the forget data, once for both metrics."""
+    return run.once("memorization", lambda: memorization_metrics(run.model, run.tokenizer, run.forget,
+                                                                 batch_size=run.batch_size, add_eos=run.add_eos))
+
+
+@register_metric("extraction_strength", needs=[FORGET],
+                 help="1 - (shortest answer prefix from which greedy decoding completes the answer) / answer length "
+                      "(obliviate.eval.memorization)")
+def extraction_strength(run: MetricRun) -> float:
+    return _memorization(run)["extraction_strength"]
+
+
+@register_metric("exact_memorization", needs=[FORGET],
+                 help="share of answer tokens the model predicts greedily given the true prefix "
+                      "(obliviate.eval.memorization)")
+def exact_memorization(run: MetricRun) -> float:
+    return _memorization(run)["exact_memorization"]

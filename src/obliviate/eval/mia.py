@@ -9,6 +9,7 @@ tokenisation and PrivLeak: docs/evaluation.md, section "Membership inference".
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 import zlib
@@ -20,6 +21,7 @@ import torch
 from obliviate.data import clip_chars, collate
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import check_logits, fit_context, model_max_length
+from obliviate.eval.metric import FORGET, HOLDOUT, REFERENCE, MetricRun, register_metric
 from obliviate.losses import at_least_float32
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import bos_prefix, pad_id
@@ -422,3 +424,31 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
                              max_len=max_len, add_eos=add_eos, stats=stats)
         out["mia_auc_reference"] = mia_auc(r[:n], r[n:])
     return out
+
+
+# ------------------------------------------------------------------ the registered metrics (OpenUnlearning's six)
+
+def _mia(run: MetricRun) -> dict:
+    """:func:`mia_metrics` of the forget data against the holdout, once for every MIA the call computes (GradNorm
+    and the reference model's only where asked for)."""
+    return run.once("mia", lambda: mia_metrics(
+        run.model, run.tokenizer, run.forget, run.holdout, k=run.k, batch_size=run.batch_size, add_eos=run.add_eos,
+        gradnorm="mia_gradnorm" in run.wanted, p=run.p,
+        reference_model=run.reference_model if "mia_reference" in run.wanted else None))
+
+
+def _auc(key: str, run: MetricRun) -> float:
+    return _mia(run)[key]
+
+
+for _score in SCORES:
+    register_metric(f"mia_{_score}", key=f"mia_auc_{_score}", needs=[FORGET, HOLDOUT],
+                    help=f"ROC AUC of the {_score} member score, forget (members) vs holdout (obliviate.eval.mia)")(
+        functools.partial(_auc, f"mia_auc_{_score}"))
+del _score
+register_metric("mia_gradnorm", key="mia_auc_gradnorm", needs=[FORGET, HOLDOUT],
+                help="ROC AUC of minus the per-example gradient norm, forget vs holdout "
+                     "(obliviate.eval.mia.gradnorm_scores)")(functools.partial(_auc, "mia_auc_gradnorm"))
+register_metric("mia_reference", key="mia_auc_reference", needs=[FORGET, HOLDOUT, REFERENCE],
+                help="ROC AUC of L_ref(x) - L(x), forget vs holdout, against a reference model "
+                     "(obliviate.eval.mia.reference_scores)")(functools.partial(_auc, "mia_auc_reference"))

@@ -1,7 +1,7 @@
 """MUSE's six-way evaluation (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language Models",
 arXiv:2407.06460), as muse_bench (swj0419/muse_bench, ``eval.py`` and ``metrics/``) computes it.
 
-:func:`muse_metrics` returns the first four criteria as fractions (MUSE's tables print them x 100):
+The first four criteria are registered metrics (:data:`MODEL_METRICS`), fractions (MUSE's tables print them x 100):
 ``muse_verbmem_f`` (ROUGE-L F1 of greedy continuations of forget prompts), ``muse_knowmem_f`` /
 ``muse_knowmem_r`` (ROUGE-L F1 of in-context QA answers on forget / retain questions) and ``muse_mia_auc`` (Min-40%,
 for the PrivLeak, :func:`muse_privleak`). Scalability and sustainability are the same metrics after growing or
@@ -11,6 +11,7 @@ docs/evaluation.md, "MUSE six-way evaluation".
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -18,8 +19,10 @@ import numpy as np
 
 from obliviate.errors import DataError
 from obliviate.eval.core import greedy_generate, lcs_length, model_max_length
+from obliviate.eval.metric import MetricRun, Need, register_metric
 from obliviate.eval.mia import mia_metrics, priv_leak
 from obliviate.models.tokenizer import bos_prefix
+from obliviate.tasks.base import Task
 
 VERBMEM_MAX_NEW_TOKENS = 128
 """muse_bench ``eval_model(verbmem_max_new_tokens=128)``."""
@@ -29,7 +32,7 @@ KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
 """muse_bench's knowmem answer is cut before each of these, in this order."""
 MUSE_MIA_K = 0.4
 """PrivLeak's score: ``forget_holdout_Min-40%``."""
-METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_privleak", "muse_knowmem_r")
+TABLE = ("muse_verbmem_f", "muse_knowmem_f", "muse_privleak", "muse_knowmem_r")
 """MUSE's table, in its column order: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near 0),
 KnowMem on D_r (higher)."""
 
@@ -128,20 +131,56 @@ def muse_privleak(auc_model: float | None, auc_retrain: float | None) -> float |
     return priv_leak(auc_model, auc_retrain)
 
 
-def muse_metrics(model, tokenizer, muse: dict, mia: dict | None = None, *, batch_size: int = 16,
-                 verbmem_tokens: int = VERBMEM_MAX_NEW_TOKENS, knowmem_tokens: int = KNOWMEM_MAX_NEW_TOKENS) -> dict:
-    """The per-model MUSE metrics of a task's ``meta["muse"]`` (:func:`obliviate.tasks.muse.muse_parts`) and
-    ``meta["mia"]``: ``muse_verbmem_f``, ``muse_knowmem_f``, ``muse_knowmem_r``, ``muse_mia_auc`` and the budgets;
-    a part whose file is missing is left out (its line is in ``muse["missing"]``)."""
-    out: dict = {}
-    if muse.get("verbmem"):
-        r = verbmem(model, tokenizer, muse["verbmem"], verbmem_tokens, batch_size)
-        out.update(muse_verbmem_f=r["rouge_l_f1"], muse_verbmem_max_new_tokens=r["max_new_tokens"])
-    for key, name in (("knowmem_forget", "muse_knowmem_f"), ("knowmem_retain", "muse_knowmem_r")):
-        if muse.get(key) and muse.get(f"{key}_icl") is not None:
-            r = knowmem(model, tokenizer, muse[key], muse[f"{key}_icl"], knowmem_tokens, batch_size)
-            out[name] = r["rouge_l_f1"]
-            out["muse_knowmem_max_new_tokens"] = r["max_new_tokens"]
-    if mia:
-        out["muse_mia_auc"] = muse_mia_auc(model, tokenizer, mia, batch_size)
-    return out
+# ------------------------------------------------------------------ the registered metrics (per model)
+
+def _parts(task: Task) -> dict:
+    """The task's MUSE parts (``meta["muse"]``: :func:`obliviate.tasks.muse.muse_parts`), empty on another task."""
+    muse = task.meta.get("muse")
+    return muse if isinstance(muse, dict) else {}
+
+
+def _knowmem_need(part: str, label: str) -> Need:
+    return Need(f"muse_{part}", lambda task, reference: bool(_parts(task).get(part))
+                and _parts(task).get(f"{part}_icl") is not None,
+                lambda task: f"no MUSE {label} questions with their in-context examples in task {task.name!r}")
+
+
+VERBMEM_DATA = Need("muse_verbmem", lambda task, reference: bool(_parts(task).get("verbmem")),
+                    lambda task: f"no MUSE verbmem records in task {task.name!r}")
+KNOWMEM_FORGET_DATA = _knowmem_need("knowmem_forget", "forget")
+KNOWMEM_RETAIN_DATA = _knowmem_need("knowmem_retain", "retain")
+MIA_DATA = Need("muse_mia", lambda task, reference: bool(_parts(task)) and bool(task.meta.get("mia")),
+                lambda task: f"no MUSE membership-inference samples in task {task.name!r}")
+"""MUSE's MIA setting (``meta["mia"]`` of a MUSE task: its PrivLeak samples, else its raw forget and holdout)."""
+
+
+@register_metric("muse_verbmem_f", needs=[VERBMEM_DATA],
+                 help="MUSE VerbMem on D_f: ROUGE-L F1 of greedy continuations of the verbmem prompts")
+def _verbmem(run: MetricRun) -> dict:
+    r = verbmem(run.model, run.tokenizer, _parts(run.task)["verbmem"], VERBMEM_MAX_NEW_TOKENS, run.batch_size)
+    return {"muse_verbmem_f": r["rouge_l_f1"], "muse_verbmem_max_new_tokens": r["max_new_tokens"]}
+
+
+def _knowmem(part: str, key: str, run: MetricRun) -> dict:
+    muse = _parts(run.task)
+    r = knowmem(run.model, run.tokenizer, muse[part], muse[f"{part}_icl"], KNOWMEM_MAX_NEW_TOKENS, run.batch_size)
+    return {key: r["rouge_l_f1"], "muse_knowmem_max_new_tokens": r["max_new_tokens"]}
+
+
+register_metric("muse_knowmem_f", needs=[KNOWMEM_FORGET_DATA],
+                help="MUSE KnowMem on D_f: ROUGE-L F1 of few-shot answers to the forget questions")(
+    functools.partial(_knowmem, "knowmem_forget", "muse_knowmem_f"))
+register_metric("muse_knowmem_r", needs=[KNOWMEM_RETAIN_DATA],
+                help="MUSE KnowMem on D_r (utility preservation): the same on the retain questions")(
+    functools.partial(_knowmem, "knowmem_retain", "muse_knowmem_r"))
+
+
+@register_metric("muse_mia_auc", needs=[MIA_DATA],
+                 help="Min-40% AUC of MUSE's forget vs holdout samples, which PrivLeak compares with the oracle's")
+def _mia_auc(run: MetricRun) -> float:
+    return muse_mia_auc(run.model, run.tokenizer, run.task.meta["mia"], run.batch_size)
+
+
+MODEL_METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_mia_auc")
+"""The registered metrics every model gets on a MUSE task (:func:`obliviate.eval.suite.task_metrics`); PrivLeak
+is computed across models, from a model's and the oracle's ``muse_mia_auc`` (:func:`muse_privleak`)."""

@@ -19,7 +19,8 @@ import torch
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.core import answer_mean_nll, fit_context, greedy_generate, model_max_length, rouge_l_recall
-from obliviate.eval.suite import OPEN_UNLEARNING_TOFU, task_metrics, unavailable
+from obliviate.eval.metric import unavailable
+from obliviate.eval.suite import task_metrics
 from obliviate.models.layers import evaluating
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -31,10 +32,12 @@ UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 """The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
 TOFU_SETS = ("forget", "retain", "real_authors", "world_facts")
 """The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s order."""
-TOFU_REPORT_METRICS = OPEN_UNLEARNING_TOFU
-"""The :data:`obliviate.eval.suite.METRICS` names the TOFU report adds: extraction strength, exact memorization and
-OpenUnlearning's six MIAs (``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a
-reference model path, which the protocol has: the retain model)."""
+TOFU_REPORT_METRICS = ("extraction_strength", "exact_memorization", "mia_loss", "mia_zlib", "mia_min_k",
+                       "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
+"""The registered metrics (:data:`obliviate.eval.metric.METRICS`) the TOFU report adds, OpenUnlearning's
+``eval=tofu`` metrics beyond TOFU's own: extraction strength, exact memorization and its six MIAs
+(``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a reference model path, which
+the protocol has: the retain model)."""
 TOFU_MIA_K = 0.4
 """k of Min-K% and Min-K%++ in the TOFU report: OpenUnlearning's ``mia_min_k.yaml`` and ``mia_min_k_plus_plus.yaml``."""
 

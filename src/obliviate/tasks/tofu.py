@@ -4,7 +4,7 @@ Forget = the forget split's QA pairs, retain = the matching retain split (derive
 its file is missing), TOFU's perturbed evaluation sets (``meta["perturbed"]`` for
 :func:`obliviate.eval.tofu.tofu_eval`), optional holdout (``tofu/holdoutNN.json``, TOFU's hub release:
 the membership-inference non-members) and IdK answers; :func:`load_tofu` reads the files. The task asks
-for extraction strength and exact memorization (``meta["metrics"]``, :data:`obliviate.eval.suite.METRICS`).
+for extraction strength and exact memorization (``meta["metrics"]``, :data:`obliviate.eval.metric.METRICS`).
 Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
 """
 
@@ -98,7 +98,7 @@ HOLDOUT_OF = {"forget01": "holdout01", "forget05": "holdout05", "forget10": "hol
 ``full``, OpenUnlearning's MIA non-members)."""
 
 TASK_METRICS = ("extraction_strength", "exact_memorization")
-"""What every evaluation of a ``tofu:`` task adds (:data:`obliviate.eval.suite.METRICS` names), as OpenUnlearning's
+"""What every evaluation of a ``tofu:`` task adds (:data:`obliviate.eval.metric.METRICS` names), as OpenUnlearning's
 ``eval=tofu`` reports them on the forget split. Its MIAs (forget vs holdout) are in the TOFU report
 (:func:`obliviate.eval.tofu.tofu_metrics`) and the attack suite's ``mia``."""
 

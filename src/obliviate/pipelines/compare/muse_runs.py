@@ -15,7 +15,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from obliviate.eval.six_way import METRICS, muse_metrics, muse_privleak
+from obliviate.eval.six_way import MODEL_METRICS, TABLE, muse_privleak
+from obliviate.eval.suite import task_metrics
 from obliviate.pipelines.sequential import finished_requests, over_requests
 from obliviate.unlearning.engine import unlearn
 from obliviate.runs.parts import cached_part, kept_part
@@ -31,9 +32,9 @@ HEADLINE = "muse_knowmem_r"
 
 
 def model_metrics(task: Task, model, tokenizer, batch_size: int = 16) -> dict:
-    """The MUSE metrics of one model on ``task`` (nothing on a task without ``meta["muse"]``)."""
-    muse = task.meta.get("muse")
-    return {} if not muse else muse_metrics(model, tokenizer, muse, task.meta.get("mia"), batch_size=batch_size)
+    """The MUSE metrics of one model on ``task``: the registered :data:`~obliviate.eval.six_way.MODEL_METRICS`
+    whose parts the task has (nothing on a task without ``meta["muse"]``)."""
+    return task_metrics(model, tokenizer, task, MODEL_METRICS, batch_size=batch_size)
 
 
 def _muse_only(m: dict) -> dict:
@@ -137,7 +138,7 @@ def markdown(task: Task, metrics: dict) -> list[str]:
              "muse_privleak": "PrivLeak (near 0)", "muse_knowmem_r": "KnowMem on D_r (higher)",
              "muse_scal_utility": "scal: KnowMem on D_r, largest fold", "muse_sust_utility":
                  "sust: KnowMem on D_r, last request"}
-    cols = ["model", *METRICS, *[c for c in ("muse_scal_utility", "muse_sust_utility")  # MUSE's four always
+    cols = ["model", *TABLE, *[c for c in ("muse_scal_utility", "muse_sust_utility")  # MUSE's four always
                                  if any(m.get(c) is not None for m in metrics.values())]]
     rows = [{"model": n, **{heads[c]: _pct(m.get(c)) for c in cols[1:]}} for n, m in metrics.items()
             if any(k.startswith("muse_") for k in m)]
@@ -151,11 +152,11 @@ def markdown(task: Task, metrics: dict) -> list[str]:
              markdown_table(rows, [heads.get(c, c) for c in cols], fmt="{:.1f}", missing="-"), ""]
     for kind, title in FOLD_KINDS.items():
         fold_rows = [{"model": n, "fold": r["fold"], "forget documents": r["forget_docs"],
-                      **{heads[c]: _pct(r.get(c)) for c in METRICS}}
+                      **{heads[c]: _pct(r.get(c)) for c in TABLE}}
                      for n, m in metrics.items() for r in m.get(f"muse_{kind}") or []]
         if fold_rows:
             lines += [f"### MUSE {title}", "",
-                      markdown_table(fold_rows, ["model", "fold", "forget documents", *[heads[c] for c in METRICS]],
+                      markdown_table(fold_rows, ["model", "fold", "forget documents", *[heads[c] for c in TABLE]],
                                      fmt="{:.1f}", missing="-"), ""]
     missing = list(muse.get("missing") or [])
     if "oracle" not in metrics:
