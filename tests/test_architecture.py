@@ -18,8 +18,8 @@ MAX_LEVELS = 14
 ``methods``; ``config`` above ``utils`` (the seed range, ``utils.SEED_LIMIT``, checked by both) one more; the
 paper reproductions above the pipelines they run (``papers -> pipelines``, issue #43) one more; and the evidence (the
 harness, the controls, the verdict) above the attacks it runs (``evidence -> attacks``, issue #58) one more."""
-LAYERS = [("cli", "api"), ("papers",), ("pipelines",), ("evidence",), ("attacks",), ("methods",), ("unlearning",),
-          ("filtering",), ("runs",),
+LAYERS = [("cli", "api"), ("papers",), ("pipelines",), ("evidence",), ("attacks",), ("integrations",), ("methods",),
+          ("unlearning",), ("filtering",), ("runs",),
           ("train",), ("eval",), ("data",), ("losses",), ("tasks", "models"), ("world",),
           ("registry", "config"), ("utils",), ("errors",)]
 """Top to bottom, as docs/architecture.md lists them: a unit imports only units of lower layers."""

@@ -181,7 +181,7 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
     error, a malformed reply and a judgement description. Nothing under the run directory (results.json,
     the saved config, the judgement cache, the log file), nothing printed and no log record may hold it.
     """
-    from obliviate.methods.ember.judge import API_KEY_ENV, HTTPJudge
+    from obliviate.integrations.llm_judge import API_KEY_ENV, HTTPJudge
     from obliviate.methods import build_method
     from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 
@@ -189,7 +189,7 @@ def test_api_key_never_written_to_run_dir_logs_or_output(key_from, judge_server,
     out = prepare_out_dir(tmp_path / "run")
     handler = logging.FileHandler(out / "run.log")
     logging.getLogger().addHandler(handler)
-    judge_cfg = {"base_url": judge_server.url, "model": "judge-model", "retries": 1, "backoff": 0.0, "timeout": 5.0}
+    judge_cfg = {"base_url": judge_server.url, "model": "judge-model", "retries": 1, "timeout": 5.0}
     if key_from == "env":
         monkeypatch.setenv(API_KEY_ENV, KEY)
     else:

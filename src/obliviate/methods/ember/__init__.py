@@ -2,7 +2,8 @@
 
 * :mod:`.factorize` — vocabulary V' and codes, sparse (winner-takes-all) factorisation
   of the embeddings, mass ratio.
-* :mod:`.judge` — is a feature about the concept? (offline lexicon judge, HTTP LLM judge)
+* :mod:`.judge` — is a feature about the concept? (the offline lexicon judge; the LLM judge on an
+  endpoint is :mod:`obliviate.integrations.llm_judge`)
 * :mod:`.edit` — the embedding edit, untie/snapshot/restore, metrics, delta selection.
 * :mod:`.pipeline` — ``locate_concept_features`` and ``ember_erase``.
 * :mod:`.method` — the registered edit method ``ember``.
@@ -37,7 +38,6 @@ from obliviate.methods.ember.factorize import (
     winner_takes_all,
 )
 from obliviate.methods.ember.judge import (
-    HTTPJudge,
     Judge,
     Judgement,
     LexiconJudge,
@@ -50,7 +50,7 @@ from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registe
 
 __all__ = [
     "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig", "EmberLocation",
-    "EmberResult", "FactorResult", "HTTPJudge", "Judge", "Judgement", "LexiconJudge", "apply_ember", "build_vocab",
+    "EmberResult", "FactorResult", "Judge", "Judgement", "LexiconJudge", "apply_ember", "build_vocab",
     "candidate_features", "efficacy",
     "eligible_rows", "eligible_tokens", "ember_delta_rows", "ember_erase", "harmonic_mean", "judge_features",
     "judge_from_sentences", "keep", "locate_concept_features", "mass_ratio", "normalised_frac",

@@ -7,7 +7,8 @@ summary), editing ``model`` in place, without the training loop. ``data`` is a m
 * ``concept_sentences``, ``neutral_sentences`` (required; e.g. ``world.concept``);
 * ``exclusive_terms`` (optional): concept terms for the offline :class:`~obliviate.methods.ember.judge.LexiconJudge`;
   without them the judge is built from the sentences (``judge_from_sentences``);
-* ``judge`` (optional): any :class:`~obliviate.methods.ember.judge.Judge` (e.g. an ``HTTPJudge``), used as is.
+* ``judge`` (optional): any :class:`~obliviate.methods.ember.judge.Judge` (e.g. the LLM judge
+  :class:`obliviate.integrations.llm_judge.HTTPJudge`), used as is.
 
 Each call snapshots the weights it changes; ``method.restore(model)`` puts them back bit
 for bit (e.g. between deltas of a grid).
