@@ -14,6 +14,7 @@ from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, lo
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
 from obliviate.eval.lmeval import require_lm_eval
+from obliviate.eval.metric import asking_for
 from obliviate.pipelines.evaluate import EvalRunConfig, run_eval, run_lmeval
 from obliviate.tasks.benchmark import benchmark_task
 from obliviate.utils import recorded_path
@@ -31,7 +32,10 @@ def cmd_eval(args) -> None:
 
 
 def evaluate_and_write(args, cfg: EvalRunConfig, task) -> dict:
-    """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`)."""
+    """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`), with the
+    registered metrics ``--metrics`` names too (checked before the model is loaded)."""
+    if getattr(args, "metrics", None) is not None:
+        task = asking_for(task, args.metrics.split(","))
     model, tok = load_model_args(args, trains=False)
     metrics, lines = run_eval(model, tok, task, cfg, args.out, model_dir=str(args.model),
                               progress=not getattr(args, "no_progress", False))
@@ -95,7 +99,7 @@ def run_lmeval_command(args) -> bool:
     ``metrics.lm_eval``."""
     if not args.lm_eval:
         raise ConfigError("--lm-eval-include needs --lm-eval TASKS")
-    for opt in ("benchmark", "data", "task", "forget", "config", "overrides"):
+    for opt in ("benchmark", "data", "task", "forget", "config", "overrides", "metrics"):
         if getattr(args, opt, None):
             raise ConfigError(f"--lm-eval runs lm-eval's own tasks; it does not take --{opt.replace('_', '-')}")
     tasks = [t.strip() for t in args.lm_eval.split(",") if t.strip()]
@@ -122,4 +126,7 @@ def register(sub) -> None:
     add_task_args(s, shared=False)
     add_eval_args(s)
     add_benchmark_args(s)
+    s.add_argument("--metrics", metavar="NAMES", help="registered metrics to add, comma-separated, e.g. "
+                   "mia_loss,mia_min_k,extraction_strength (the MIAs need a holdout: --holdout FILE); one whose data "
+                   "the task lacks is left out with a line saying why (docs/evaluation.md)")
     s.set_defaults(fn=cmd_eval)

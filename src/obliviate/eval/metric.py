@@ -9,6 +9,7 @@ module of :mod:`obliviate.eval` on its first look-up, so adding a metric is addi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,3 +156,16 @@ def unavailable(task: Task, names: Sequence[str], reference: bool = False) -> li
     for key, need in left_out(task, names, reference).items():
         groups.setdefault(need, []).append(key)
     return [f"{need.why(task)}; {', '.join(keys)} not reported" for need, keys in groups.items()]
+
+
+def asking_for(task: Task, names: Sequence[str]) -> Task:
+    """A copy of ``task`` that asks for the registered metrics ``names`` too (after those it asks for), each name
+    checked against :data:`METRICS` (an unknown one is one error line naming it), before any model is loaded."""
+    names = [str(n).strip() for n in names]
+    if not names or not all(names):
+        raise ConfigError(f"metrics: expected registered metric names, got {list(names)!r:.80}; known: "
+                          f"{', '.join(METRICS.names())}")
+    for n in names:
+        METRICS.lookup(n)
+    return dataclasses.replace(task, meta={**task.meta, "metrics": list(dict.fromkeys([*requested_metrics(task),
+                                                                                        *names]))})
