@@ -52,7 +52,7 @@ def test_the_contract_gives_the_defaults_methods_used_to_copy(tiny_model):
         assert OnlyLoss(_RetainCfg()).trainable(tiny_model) == ["*"] and OnlyLoss.trains == "all parameters"
         assert not OnlyLoss(_RetainCfg("nll")).needs_reference and OnlyLoss(_RetainCfg("kl")).needs_reference
     finally:
-        METHODS.pop("_only_loss", None)
+        METHODS.remove("_only_loss")
     checked = []
     for name in method_names():
         fields = {f.name: f for f in dataclasses.fields(METHODS[name].config_cls)}
@@ -130,4 +130,4 @@ def test_an_undeclared_reference_is_a_clear_error(tiny_model, tiny_tokenizer):
         with pytest.raises(ConfigError, match="'_sneaky_ref' uses the reference model .*needs_reference = True"):
             unlearn(tiny_model, tiny_tokenizer, pairs, [("Question: c?\nAnswer:", " d.")] * 2, cfg)
     finally:
-        METHODS.pop("_sneaky_ref", None)
+        METHODS.remove("_sneaky_ref")

@@ -45,7 +45,7 @@ def newcomer(tmp_path, monkeypatch):
     assert "hinge_ascent" not in METHODS  # nothing registers it before the file is on the path
     monkeypatch.setattr(obliviate.methods, "__path__", [*obliviate.methods.__path__, str(extra)])
     yield "hinge_ascent"
-    METHODS.pop("hinge_ascent", None)
+    METHODS.remove("hinge_ascent")
     sys.modules.pop("obliviate.methods.hinge_ascent", None)
 
 

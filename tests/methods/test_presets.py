@@ -140,7 +140,7 @@ def test_register_fills_missing_presets_and_checks_them():
         assert cls.presets == {"tiny": FALLBACK, "paper": {"lr": 1e-5, "steps": 125, "params": {}}}
         assert cls.paper == "nobody" and cls.kind == "train"
     finally:
-        METHODS.pop("_preset_probe")
+        METHODS.remove("_preset_probe")
     bad = [({"tiny": {"params": {"gamma": 1.0}}}, "'gamma' is not a field of _Cfg"),
            ({"huge": {}}, "unknown preset 'huge'"),
            ({"tiny": {"lr": 1e-3, "epochs": 2}}, "unknown key 'epochs'"),

@@ -54,7 +54,7 @@ def short_relearn(tmp_path):
     spec = importlib.util.spec_from_file_location("short_relearn_attack", path)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
     yield ATTACKS["short_relearn"]
-    dict.pop(ATTACKS, "short_relearn")
+    ATTACKS.remove("short_relearn")
 
 
 @pytest.mark.heavy(20)

@@ -47,7 +47,7 @@ def register_task(name: str, help: str, arguments: Callable[[], list[str]] | Non
     """Function decorator: ``fn(argument: str | None, **options) -> Task`` provides task ``name``."""
 
     def deco(fn):
-        known = dict.get(TASKS, name)  # the same function again (a module imported twice) keeps its entry
+        known = TASKS.registered(name)  # the same function again (a module imported twice) keeps its entry
         if known is None or known.fn is not fn:
             TASKS.add(name, Provider(name, fn, help, arguments, needs_argument))
         return fn

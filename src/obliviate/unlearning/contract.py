@@ -270,7 +270,7 @@ def register(name: str, *, paper: str = "", equation: str = "", trains: str = "a
     """
 
     def deco(cls):
-        if dict.get(METHODS, name, cls) is not cls:
+        if METHODS.registered(name) not in (None, cls):
             raise RuntimeError(f"method {name!r} registered twice")
         check_method_class(name, cls)
         cls.name = name
