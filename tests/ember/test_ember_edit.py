@@ -9,14 +9,13 @@ from obliviate.methods.ember.edit import (
     eligible_rows,
     eligible_tokens,
     ember_delta_rows,
-    harmonic_mean,
-    normalised_frac,
     restore_embeddings,
     select_delta,
     snapshot_embeddings,
     specificity,
 )
 from obliviate.errors import ConfigError, DataError
+from obliviate.eval.core import chance_corrected
 
 VOCAB, D = 64, 32
 
@@ -161,15 +160,13 @@ def test_empty_edit_is_a_no_op_on_weights():
 
 
 def test_metric_helpers_hand_values():
-    assert normalised_frac(0.55, 0.65) == pytest.approx(0.75)  # (0.30 / 0.40)
-    assert normalised_frac(0.20, 0.65) == 0.0  # below chance -> clipped
-    assert normalised_frac(0.70, 0.65) == 1.0  # above base -> clipped
-    assert normalised_frac(0.5, 0.25) == 0.0  # base at chance
+    assert chance_corrected(0.55, 0.65, 0.25) == pytest.approx(0.75)  # (0.30 / 0.40)
+    assert chance_corrected(0.20, 0.65, 0.25) == 0.0  # below chance -> clipped
+    assert chance_corrected(0.70, 0.65, 0.25) == 1.0  # above base -> clipped
+    assert chance_corrected(0.5, 0.25, 0.25) == 0.0  # base at chance
     assert efficacy(0.35, 0.65) == pytest.approx(0.75)  # 1 - 0.10 / 0.40
     # HM(0.75, 0.5) = 2 * 0.375 / 1.25 = 0.6
     assert specificity(0.55, 0.65, 0.45, 0.65) == pytest.approx(0.6)
-    assert harmonic_mean(1.0, 0.5, 0.25) == pytest.approx(3 / 7)  # 3 / (1 + 2 + 4)
-    assert harmonic_mean(1.0, 0.0) == 0.0
 
 
 def _row(delta, e, s, c, u):

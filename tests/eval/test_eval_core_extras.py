@@ -1,4 +1,4 @@
-"""eval.core: context-length truncation, answer probabilities (checked by hand), progress bars."""
+"""eval.core: context-length truncation, answer probabilities (checked by hand), progress bars, the harmonic mean."""
 
 import math
 import warnings
@@ -11,8 +11,8 @@ import transformers as T
 from obliviate.data import TokenDataset, qa_prompt
 from obliviate.errors import ModelError
 from obliviate.eval.core import (
-    fit_context, answer_probs, choice_logprobs, greedy_generate, mcq_accuracy, model_max_length, qa_accuracy,
-    token_loss_by_label,
+    fit_context, answer_probs, choice_logprobs, greedy_generate, harmonic_mean, mcq_accuracy, model_max_length,
+    qa_accuracy, token_loss_by_label,
 )
 from obliviate.models.builders import tiny_random
 
@@ -254,3 +254,15 @@ def test_byte_fallback_newlines_never_stop_generation():
     assert "\n" not in tok.decode([foo, nl, pieces.index("<0xE2>"), pieces.index("<0x82>"), foo])  # why
     table = core.stop_token_table(tok, "\n", len(tok) + 3)
     assert table.nonzero().flatten().tolist() == [pieces.index("a\n")]  # a piece holding a newline still stops
+
+
+def test_the_one_harmonic_mean_by_hand():
+    """The package's one harmonic mean (TOFU's model utility, UQ, EMBER's delta score, a metric's robustness)."""
+    assert harmonic_mean([1.0, 0.5, 0.25]) == pytest.approx(3 / 7)  # 3 / (1 + 2 + 4)
+    assert harmonic_mean((0.8, 0.6)) == pytest.approx(0.96 / 1.4) and harmonic_mean([0.7]) == pytest.approx(0.7)
+    assert harmonic_mean(iter([0.5, 0.5])) == pytest.approx(0.5)  # any iterable
+    assert harmonic_mean([1.0, 0.0]) == 0.0 and harmonic_mean([0.9, -0.2]) == 0.0  # one side lost sinks it
+    assert harmonic_mean([np.float32(0.5), 1]) == pytest.approx(2 / 3) and type(harmonic_mean([0.5])) is float
+    for bad in ([], [0.5, float("nan")], [float("inf"), 0.5]):
+        with pytest.raises(ValueError, match="a harmonic mean needs one or more finite numbers"):
+            harmonic_mean(bad)

@@ -13,7 +13,7 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval.memorization import memorization_metrics
 from obliviate.eval.mia import mia_metrics
 from obliviate.eval.tofu import (
-    TOFU_MIA_K, UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score, harmonic_mean,
+    TOFU_MIA_K, UTILITY_KEYS, answer_nll, answer_prob, forget_quality, forget_truth_ratio_score,
     model_truth_ratio, model_utility, normalised_choice_prob, report_notes, retain_utility, tofu_eval, tofu_metrics,
     truth_ratio, truth_ratio_score,
 )
@@ -67,8 +67,9 @@ def test_model_utility_hand():
     assert model_utility({**values, "forget_prob": 0.01}) == pytest.approx(9 / 13)  # extra keys ignored
     with pytest.raises(ConfigError, match="retain_prob"):
         model_utility({k: v for k, v in values.items() if k != "retain_prob"})
-    with pytest.raises(ValueError):
-        harmonic_mean([0.5, -0.1])
+    assert model_utility({**values, "retain_prob": -0.1}) == 0.0  # a term below zero sinks it, as a zero does
+    with pytest.raises(ValueError, match="finite numbers"):
+        model_utility({**values, "retain_prob": float("nan")})
 
 
 def test_retain_utility_is_the_retain_terms_only():

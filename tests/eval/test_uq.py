@@ -3,7 +3,7 @@
 import pytest
 
 from obliviate.errors import ObliviateError
-from obliviate.eval.uq import forget_drop, harmonic_mean, retain_degradation, unlearning_quality
+from obliviate.eval.uq import forget_drop, retain_degradation, unlearning_quality
 
 
 def test_uq_hand_computed():
@@ -22,8 +22,6 @@ def test_clipping_and_zero_cases():
     assert unlearning_quality(0.5, 0.0, 0.5, 0.0)["uq"] == 0.0  # retain wiped out: 1 - RD = 0
     assert unlearning_quality(0.5, 0.0, 0.5, 0.5)["uq"] == pytest.approx(100.0)
     assert retain_degradation(0.5, -1.0) == 1.0
-    assert harmonic_mean(0.5, 0.5) == pytest.approx(0.5)
-    assert harmonic_mean(0.0, 1.0) == 0.0
 
 
 def test_zero_base_scores_are_errors():

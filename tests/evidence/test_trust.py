@@ -1,6 +1,7 @@
 import pytest
 
-from obliviate.evidence.trust import (MIN_POOL, harmonic_mean, metric_keys, metric_trust, move, robustness,
+from obliviate.eval.core import harmonic_mean
+from obliviate.evidence.trust import (MIN_POOL, metric_keys, metric_trust, move, robustness,
                                      separation_auc, trust_markdown)
 
 

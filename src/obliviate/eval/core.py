@@ -1,4 +1,5 @@
-"""Scoring functions: generation, answer probabilities, MCQ log-likelihood, ROUGE, token losses, S-unlearning.
+"""Scoring functions: generation, answer probabilities, MCQ log-likelihood, ROUGE, token losses, S-unlearning,
+the harmonic mean of scores.
 
 All model evaluations run under ``torch.no_grad`` in eval mode, in batches, and
 accept any Hugging Face causal LM with its tokenizer (in memory). ``progress=True`` shows a
@@ -13,7 +14,7 @@ import math
 import re
 import warnings
 import weakref
-from typing import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -84,6 +85,18 @@ def chance_corrected(acc: float, base: float, chance: float) -> float:
     if denom <= 0:
         return 0.0
     return float(min(1.0, max(0.0, (acc - chance) / denom)))
+
+
+def harmonic_mean(values: Iterable[float]) -> float:
+    """``n / sum(1 / v)`` of scores that are each "how much is kept" (TOFU's model utility, UQ, EMBER's delta score,
+    a metric's robustness): 0 when any is 0 or below (one side lost sinks the mean). A ValueError naming the values
+    for none at all or a value that is not a finite number."""
+    v = [float(x) for x in values]
+    if not v or not all(math.isfinite(x) for x in v):
+        raise ValueError(f"a harmonic mean needs one or more finite numbers, got {v}")
+    if min(v) <= 0:
+        return 0.0
+    return len(v) / sum(1.0 / x for x in v)
 
 
 def s_unlearning(forget_base: float, forget_after: float, retain_base: float, retain_after: float,

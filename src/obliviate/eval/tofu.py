@@ -18,7 +18,8 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import answer_mean_nll, fit_context, greedy_generate, model_max_length, rouge_l_recall
+from obliviate.eval.core import (answer_mean_nll, fit_context, greedy_generate, harmonic_mean, model_max_length,
+                                 rouge_l_recall)
 from obliviate.eval.metric import unavailable
 from obliviate.eval.suite import task_metrics
 from obliviate.models.layers import evaluating
@@ -163,16 +164,6 @@ def normalised_choice_prob(correct_prob, wrong_probs):
     p = np.asarray(correct_prob, dtype=float)
     wrong_sum = np.array([np.sum(np.asarray(row, dtype=float)) for row in wrong_probs])
     return p / (p + wrong_sum)
-
-
-def harmonic_mean(values: Sequence[float]) -> float:
-    """n / sum(1/v); 0 if any value is 0. Values must be >= 0."""
-    v = np.asarray(values, dtype=float)
-    if v.size == 0 or np.any(v < 0) or not np.all(np.isfinite(v)):
-        raise ValueError(f"harmonic mean needs finite non-negative values, got {v.tolist()}")
-    if np.any(v == 0):
-        return 0.0
-    return float(v.size / np.sum(1.0 / v))
 
 
 def retain_utility(values: dict) -> float:

@@ -20,13 +20,7 @@ degradation, so UQ stays in [0, 100]. A retain score that improves gives RD = 0.
 from __future__ import annotations
 
 from obliviate.errors import ObliviateError
-
-
-def harmonic_mean(a: float, b: float) -> float:
-    """2ab / (a + b); 0 when either is 0 (or below)."""
-    if a <= 0 or b <= 0:
-        return 0.0
-    return 2.0 * a * b / (a + b)
+from obliviate.eval.core import harmonic_mean
 
 
 def forget_drop(forget_base: float, forget_after: float) -> float:
@@ -47,4 +41,4 @@ def unlearning_quality(forget_base: float, forget_after: float, retain_base: flo
     """{"fq", "rd", "uq"}: UQ = 100 * HM(FQ, 1 - RD), in [0, 100]."""
     fq = forget_drop(forget_base, forget_after)
     rd = retain_degradation(retain_base, retain_after)
-    return {"fq": fq, "rd": rd, "uq": 100.0 * harmonic_mean(fq, 1.0 - rd)}
+    return {"fq": fq, "rd": rd, "uq": 100.0 * harmonic_mean([fq, 1.0 - rd])}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from obliviate.eval.core import harmonic_mean
 from obliviate.evidence.controls import POSITIVE_CONTROLS
 from obliviate.evidence.verdict import reads as attack_reads
 from obliviate.runs.report import markdown_table
@@ -57,16 +58,6 @@ def separation_auc(with_: list[float], without: list[float]) -> float | None:
     return wins / (len(with_) * len(without))
 
 
-def harmonic_mean(values: list[float]) -> float | None:
-    """The harmonic mean of ``values`` (each in [0, 1]): 0 where one is 0, the value itself where there is one,
-    None where there is none."""
-    if not values:
-        return None
-    if min(values) <= 0:
-        return 0.0
-    return len(values) / sum(1 / v for v in values)
-
-
 def stability(move: float) -> float:
     """``1 - |move|``, at least 0: how far a read stayed put on a model without the knowledge (1: not at all moved)."""
     return max(0.0, 1.0 - abs(move))
@@ -85,7 +76,8 @@ def worst(moves: dict[str, float]) -> tuple[float, str] | tuple[None, None]:
 def robustness(robust_quantize: float | None, robust_relearn: float | None) -> float | None:
     """The harmonic mean of the stabilities measured (UDS's and OpenUnlearning's combination of quantization and
     relearning robustness); one alone where only one is measured; None where neither is."""
-    return harmonic_mean([v for v in (robust_quantize, robust_relearn) if v is not None])
+    measured = [v for v in (robust_quantize, robust_relearn) if v is not None]
+    return harmonic_mean(measured) if measured else None
 
 
 def metric_keys(metrics: dict) -> list[str]:

@@ -13,7 +13,7 @@ the :class:`EditRecord` says so, and :func:`restore_embeddings` re-ties.
 
 Delta is chosen on the grid {0.5, 1, 2, 5, 10, 50, 100, 200} as the value with the best
 harmonic mean of (efficacy, specificity, coherence) among those keeping utility >= 0.9
-of the base model's (:func:`select_delta`). Metrics (:func:`normalised_frac`):
+of the base model's (:func:`select_delta`). Metrics (:func:`~obliviate.eval.core.chance_corrected`):
 ``frac = clip((acc - 0.25) / (base - 0.25), 0, 1)``, efficacy = 1 - concept frac,
 specificity = HM(utility frac, similar-domain frac). The paper edits at most 0.14% of the
 vocabulary per concept; :attr:`EditRecord.vocab_fraction_edited` reports ours.
@@ -30,6 +30,7 @@ from torch import nn
 
 from obliviate.methods.ember.factorize import CODE_CONCEPT, check_codes
 from obliviate.errors import ConfigError, DataError, ModelError
+from obliviate.eval.core import chance_corrected, harmonic_mean
 from obliviate.models import layers
 
 DELTA_GRID = (0.5, 1, 2, 5, 10, 50, 100, 200)
@@ -251,33 +252,16 @@ def apply_ember(model: nn.Module, token_ids, directions: torch.Tensor, delta: fl
 # --------------------------------------------------------------------------- metrics and delta selection
 
 
-def harmonic_mean(*xs: float) -> float:
-    """Harmonic mean of non-negative numbers; 0 if any is 0 (or negative)."""
-    if not xs:
-        raise ConfigError("harmonic_mean of nothing")
-    if any(x <= 0 for x in xs):
-        return 0.0
-    return len(xs) / sum(1.0 / x for x in xs)
-
-
-def normalised_frac(acc: float, base: float, chance: float = 0.25) -> float:
-    """``clip((acc - chance) / (base - chance), 0, 1)``; 0 when the base is at or below chance."""
-    denom = base - chance
-    if denom <= 0:
-        return 0.0
-    return float(min(1.0, max(0.0, (acc - chance) / denom)))
-
-
 def efficacy(concept_acc: float, concept_base: float, chance: float = 0.25) -> float:
-    """``1 - normalised_frac(concept accuracy)``: 1 = concept at chance, 0 = untouched."""
-    return 1.0 - normalised_frac(concept_acc, concept_base, chance)
+    """``1 - chance_corrected(concept accuracy)``: 1 = concept at chance, 0 = untouched."""
+    return 1.0 - chance_corrected(concept_acc, concept_base, chance)
 
 
 def specificity(utility_acc: float, utility_base: float, similar_acc: float, similar_base: float,
                 chance: float = 0.25) -> float:
     """``HM(normalised utility frac, normalised similar-domain frac)``: 1 = nothing else lost."""
-    return harmonic_mean(normalised_frac(utility_acc, utility_base, chance),
-                         normalised_frac(similar_acc, similar_base, chance))
+    return harmonic_mean([chance_corrected(utility_acc, utility_base, chance),
+                          chance_corrected(similar_acc, similar_base, chance)])
 
 
 @dataclass
@@ -317,10 +301,10 @@ def select_delta(results: Sequence[dict], base_utility: float, grid: Sequence[fl
     ok = [r for r in on_grid if r["utility"] >= floor]
     if not ok:
         r = min(on_grid, key=lambda r: float(r["delta"]))
-        score = harmonic_mean(r["efficacy"], r["specificity"], r["coherence"])
+        score = harmonic_mean([r["efficacy"], r["specificity"], r["coherence"]])
         return DeltaChoice(float(r["delta"]), score, False, dict(r),
                            f"no delta kept utility >= {floor:.4g}; fell back to the smallest delta")
-    scored = [(harmonic_mean(r["efficacy"], r["specificity"], r["coherence"]), -float(r["delta"]), r) for r in ok]
+    scored = [(harmonic_mean([r["efficacy"], r["specificity"], r["coherence"]]), -float(r["delta"]), r) for r in ok]
     score, _, r = max(scored, key=lambda x: (x[0], x[1]))
     return DeltaChoice(float(r["delta"]), score, True, dict(r),
                        f"best HM among {len(ok)} deltas with utility >= {floor:.4g}")
