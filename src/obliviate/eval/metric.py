@@ -99,7 +99,10 @@ class MetricRun:
 
 @dataclass(frozen=True)
 class Metric:
+    """One registered metric: what :func:`register_metric` declared."""
+
     name: str
+    """What a task asks for (``task.meta["metrics"]``, ``eval --metrics``)."""
     key: str
     """The result key."""
     needs: tuple[Need, ...]
