@@ -2,12 +2,12 @@ import json
 
 import pytest
 
-from obliviate.attacks.attack import in_order
 from obliviate.attacks.cost import counting
-from obliviate.evidence.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.attacks.prompts import TYPES, attack_prompts
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
+from obliviate.evidence.attack_table import in_order
+from obliviate.evidence.harness import TaskAttackConfig, attack_names, run_task_attacks
 from obliviate.tasks.world import task_from_world
 
 NEW = ["quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "gcg", "leak_at_k",

@@ -140,11 +140,11 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_state
 
 
 @register_attack("ablate", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them with",
-                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)), order=7,
-                 reads=(AttackRead("forget_score", "ablate_forget_score", chance="forget_chance", rank=5,
+                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
+                 reads=(AttackRead("forget_score", "ablate_forget_score", chance="forget_chance",
                                    label="difference-of-means direction projected out at every layer"),
                         AttackRead("forget_score", "ablate_whitebox_forget_score", chance="forget_chance",
-                                   decides=False, name="ablate_whitebox", rank=6,
+                                   decides=False, name="ablate_whitebox",
                                    label="the direction unlearning moved along (needs the base model)")))
 def ablate_run(r: AttackRun, cfg: None) -> dict:
     """Direction ablation, and its white-box variant where the base model is given (its states computed once)."""

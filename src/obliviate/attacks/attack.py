@@ -5,6 +5,8 @@ An attack declares its name (the config key ``attacks.<name>`` and the prefix of
 dataclass, ``applies(task)``, ``run(r, cfg) -> dict`` of flat metrics and how the verdict reads it for calibration
 (:class:`AttackRead`: its before and after, on its own scale). :data:`ATTACKS` imports every module of
 :mod:`obliviate.attacks` on its first look-up, as the methods' registry does, so adding an attack is adding a file.
+Where it runs unless told, its place in the harness's order and its reads' rank in the verdict are no attack's own:
+one table holds them for every attack (:mod:`obliviate.evidence.attack_table`).
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ class AttackRead:
     """Further reads of the attack shown beside it under their own names (the logit lens's frame-forced read)."""
     name: str | None = None
     """The read's name in the calibration (``<name>_calibrated``, ...); default the attack's name."""
-    rank: int = 1000
-    """The verdict reads the attacks strongest first (ties of severity go to the earlier): lower is stronger."""
     flag: Callable[[dict], str | None] | None = None
     """``flag(metrics)``: a one-line warning where this read is inflated on a model (the disjoint attack's answer
     leakage), else None; a verdict this read decides names it (:func:`obliviate.evidence.verdict.verdict_line`)."""
@@ -88,12 +88,8 @@ class Attack:
     """Whether a task has the data the attack needs."""
     config: type | None = None
     """The attack's config dataclass (``attacks.<name>.<key>``); None: it has no settings."""
-    default: bool = False
-    """Whether it runs when the config does not say (``attacks.<name>=true`` / ``false``)."""
     reads: tuple[AttackRead, ...] = ()
     """How the verdict reads it; none: not calibrated (read against the negative control alone, or not at all)."""
-    order: int = 1000
-    """The harness runs the attacks in this order (ties: by name)."""
     check: Callable[[Any, Any], None] | None = None
     """``check(model, cfg)``: a bad setting fails before any attack runs (a probe layer the model lacks)."""
     needs: str = ""
@@ -102,21 +98,19 @@ class Attack:
 
 
 ATTACKS = Registry("attack", package="obliviate.attacks")
-"""``name -> Attack``, found by importing every module of :mod:`obliviate.attacks`; :func:`in_order` gives them in
-the harness's order."""
+"""``name -> Attack``, found by importing every module of :mod:`obliviate.attacks`;
+:func:`obliviate.evidence.attack_table.in_order` gives them in the harness's order."""
 
 
 def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, config: type | None = None,
-                    default: bool = False, reads: tuple[AttackRead, ...] | AttackRead = (), order: int = 1000,
-                    check: Callable[[Any, Any], None] | None = None):
+                    reads: tuple[AttackRead, ...] | AttackRead = (), check: Callable[[Any, Any], None] | None = None):
     """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module docstring);
     ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
     if not needs.strip():
         raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it is skipped")
     reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
     reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
-    return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, default, reads, order, check,
-                                                         needs))
+    return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, reads, check, needs))
 
 
 def read_counts(name: str, items: int, variants: int = 1) -> dict[str, int]:
@@ -129,8 +123,3 @@ def read_counts(name: str, items: int, variants: int = 1) -> dict[str, int]:
         raise ValueError(f"read {name!r}: items must be a whole number >= 0 and variants one >= 1, got {items!r} "
                          f"and {variants!r}")
     return {f"{name}_items": n, f"{name}_variants": v}
-
-
-def in_order() -> dict[str, Attack]:
-    """Every registered attack, in the order the harness runs them."""
-    return dict(sorted(ATTACKS.items(), key=lambda kv: (kv[1].order, kv[0])))

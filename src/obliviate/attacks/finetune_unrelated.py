@@ -60,8 +60,8 @@ class UnrelatedConfig:
 
 
 @register_attack("unrelated_finetune", needs="retain data to fine-tune on (--retain FILE)",
-                 applies=lambda task: bool(task.retain), config=UnrelatedConfig, order=11,
-                 reads=AttackRead("unrelated_finetune_start_acc", "unrelated_finetune_acc", rank=3,
+                 applies=lambda task: bool(task.retain), config=UnrelatedConfig,
+                 reads=AttackRead("unrelated_finetune_start_acc", "unrelated_finetune_acc",
                                   label="fine-tuning on 10 unrelated (retain) examples"))
 def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:
     """Fine-tuning on ``n`` retain examples, one setting: the relearning grid's largest full fine-tuning rate.

@@ -240,8 +240,8 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
 
 
 @register_attack("gcg", needs="at least 2 forget QA pairs to split in halves",
-                 applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=12,
-                 reads=AttackRead("gcg_start_acc", "gcg_acc", rank=13,
+                 applies=lambda task: task.forget_halves() is not None, config=GCGConfig,
+                 reads=AttackRead("gcg_start_acc", "gcg_acc",
                                   label="an optimised suffix, held-out half scored"))
 def gcg_run(r: AttackRun, cfg: GCGConfig) -> dict:
     return gcg_attack(r.model, r.tokenizer, r.task, cfg)

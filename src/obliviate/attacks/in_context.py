@@ -99,8 +99,8 @@ class InContextConfig:
 @register_attack("in_context", needs="at least 2 forget QA pairs to split in halves, and retain "
                                      "QA pairs for the few-shot examples",
                  applies=lambda task: task.forget_halves() is not None and bool(task.retain.qa),
-                 config=InContextConfig, order=9,
-                 reads=AttackRead("in_context_zero_shot_acc", "in_context_acc", rank=8,
+                 config=InContextConfig,
+                 reads=AttackRead("in_context_zero_shot_acc", "in_context_acc",
                                   label="the best of re-introduction and few-shot, against the question alone"))
 def in_context_run(r: AttackRun, cfg: InContextConfig) -> dict:
     return in_context_attack(r.model, r.tokenizer, r.task, cfg.k, seed=r.cfg.seed,

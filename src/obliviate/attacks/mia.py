@@ -35,7 +35,7 @@ def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
 
 
 @register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout FILE)",
-                 applies=lambda task: bool(task.holdout), config=MIAConfig, default=True, order=3)
+                 applies=lambda task: bool(task.holdout), config=MIAConfig)
 def mia_attack(r: AttackRun, cfg: MIAConfig) -> dict:
     """Membership inference: forget (members) against holdout (non-members); in the task's own setting where it
     declares one (``meta["mia"]``: MUSE's Min-40%, no eos, on its privleak samples), with ``attacks.mia.k`` as extra

@@ -23,8 +23,8 @@ def prefix_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None) ->
 
 
 @register_attack("gcg_prefix", needs="at least 2 forget QA pairs to split in halves",
-                 applies=lambda task: task.forget_halves() is not None, config=GCGConfig, order=16,
-                 reads=AttackRead("gcg_prefix_start_acc", "gcg_prefix_acc", rank=14,
+                 applies=lambda task: task.forget_halves() is not None, config=GCGConfig,
+                 reads=AttackRead("gcg_prefix_start_acc", "gcg_prefix_acc",
                                   label="an optimised prefix, held-out half scored"))
 def gcg_prefix_run(r: AttackRun, cfg: GCGConfig) -> dict:
     return prefix_attack(r.model, r.tokenizer, r.task, cfg)

@@ -259,7 +259,7 @@ def _choice_probe_items(task: Task) -> list:
 @register_attack("probe", needs="forget MCQs (at least 4, each with the same number of choices), or the world's "
                                 "probe statements",
                  applies=lambda task: bool(task.probe) or bool(_choice_probe_items(task)), config=ProbeConfig,
-                 default=True, order=4, check=check_probe_layers)
+                 check=check_probe_layers)
 def probe_attack(r: AttackRun, c: ProbeConfig) -> dict:
     """The value probe where the task has its items, else the correct-choice probe on the forget MCQs."""
     seed = r.cfg.seed

@@ -117,8 +117,8 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
 
 
 @register_attack("prompts", needs="forget QA pairs (a --forget file of questions and answers)",
-                 applies=has_forget_qa, order=10,
-                 reads=AttackRead("prompts_plain_acc", "prompts_best_acc", rank=10,
+                 applies=has_forget_qa,
+                 reads=AttackRead("prompts_plain_acc", "prompts_best_acc",
                                   label="the best adversarial prompt type, against the plain question"))
 def prompts_run(r: AttackRun, cfg: None) -> dict:
     return prompt_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)

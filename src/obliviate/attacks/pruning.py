@@ -155,9 +155,8 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
 
 
 @register_attack("prune", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them with",
-                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
-                 config=PruneConfig, order=15,
-                 reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance", rank=9,
+                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)), config=PruneConfig,
+                 reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance",
                                   label="the MLP neurons that differ most between forget and retain prompts zeroed, "
                                         "the best of the sweep"))
 def prune_run(r: AttackRun, cfg: PruneConfig) -> dict:

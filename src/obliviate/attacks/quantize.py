@@ -184,9 +184,8 @@ class QuantizeConfig:
 
 
 @register_attack("quantize", needs="a forget evaluation set (QA pairs or MCQs)",
-                 applies=lambda task: bool(task.evals_by_role("forget", variants=False)),
-                 config=QuantizeConfig, order=6,
-                 reads=AttackRead("forget_score", "quantize_forget_score", chance="forget_chance", rank=4,
+                 applies=lambda task: bool(task.evals_by_role("forget", variants=False)), config=QuantizeConfig,
+                 reads=AttackRead("forget_score", "quantize_forget_score", chance="forget_chance",
                                   label="the best quantized copy's forget score"))
 def quantize_run(r: AttackRun, cfg: QuantizeConfig) -> dict:
     """The task's scores on quantized copies (:func:`quantize_attack`): about one evaluation of the task per

@@ -436,8 +436,8 @@ def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
 
 
 @register_attack("relearn", needs="a related corpus: texts about the forget facts to fine-tune on (--relearn FILE)",
-                 applies=lambda task: bool(task.relearn), config=RelearnAttackConfig, default=True, order=1,
-                 reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc", rank=2,
+                 applies=lambda task: bool(task.relearn), config=RelearnAttackConfig,
+                 reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
                                   label="relearning on the related corpus"))
 def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
     """Relearning on the task's related corpus, at each setting of the corpus grid.

@@ -182,9 +182,8 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
 
 @register_attack("relearn_disjoint", needs="at least 3 forget QA pairs to split into the attacker's folds",
                  applies=lambda task: task.forget_folds() is not None, config=DisjointConfig,
-                 default=True, order=2,
                  reads=AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
-                                  rank=1, label="relearning on other forget facts, held-out facts scored",
+                                  label="relearning on other forget facts, held-out facts scored",
                                   flag=leakage_flag))
 def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
     """Relearning on some forget facts, scored on others the attacker never trained on, at each setting.

@@ -148,8 +148,8 @@ def soft_prompt_attack(model, tokenizer, task: Task, cfg: SoftPromptConfig | Non
 
 
 @register_attack("soft_prompt", needs="at least 3 forget QA pairs to split into the attacker's folds",
-                 applies=lambda task: task.forget_folds() is not None, config=SoftPromptConfig, order=14,
-                 reads=AttackRead("soft_prompt_start_acc", "soft_prompt_acc", rank=12,
+                 applies=lambda task: task.forget_folds() is not None, config=SoftPromptConfig,
+                 reads=AttackRead("soft_prompt_start_acc", "soft_prompt_acc",
                                   label="optimised embeddings before the question, held-out fold scored"))
 def soft_prompt_run(r: AttackRun, cfg: SoftPromptConfig) -> dict:
     return soft_prompt_attack(r.model, r.tokenizer, r.task, cfg)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from obliviate.evidence.harness import attack_names
-from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
+from obliviate.cli.compare import add_attacks_arg
 from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args, model_fingerprint,
                                   task_from_args)
+from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
                                         run_attack)
 from obliviate.runs.cost import cost_line
@@ -65,6 +65,5 @@ def register(sub) -> None:
                    f"controls and linked at --out/control; {UNTAUGHT} attacks it as it is; {NO_CONTROL} attacks none "
                    "(no verdict)")
     add_task_args(s)
-    s.add_argument("--attacks", metavar="NAMES", help="comma-separated attacks to run, or 'all' (default: relearn, "
-                   f"relearn_disjoint, mia, probe, format_shift); names: {', '.join(attack_names('all'))}")
+    add_attacks_arg(s, "attack")
     s.set_defaults(fn=cmd_attack)

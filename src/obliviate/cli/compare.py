@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from obliviate.evidence.harness import attack_names
-from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
 from obliviate.cli.inputs import check_out_dir, device_and_dtype, input_paths, load_model_args, task_from_args
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError
+from obliviate.evidence.attack_table import enabled_in
+from obliviate.evidence.harness import attack_names
+from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
 from obliviate.pipelines.compare.run import check_inputs, compare_settings, run_compare_dir
@@ -69,10 +70,15 @@ def print_table(metrics: dict, cols: list[str]) -> None:
         print(f"{name:{w}s} " + " ".join(f"{v:22.3f}" if isinstance(v, float) else f"{'-':>22s}" for v in vals))
 
 
-def add_attacks_arg(s, default: str) -> None:
-    """``--attacks a,b,...``: run exactly those attacks (or ``all``)."""
+def add_attacks_arg(s, run: str) -> None:
+    """``--attacks a,b,...``: run exactly those attacks (or ``all``); its help names the attacks ``run`` turns on
+    unless told (``attack``, ``demo`` or ``compare``: :func:`~obliviate.evidence.attack_table.enabled_in`)."""
+    names = attack_names("all")
+    on = enabled_in(run)
+    off = [n for n in names if n not in on]
+    default = ", ".join(on) if len(on) <= len(off) else "every attack but " + ", ".join(off)
     s.add_argument("--attacks", metavar="NAMES", help=f"comma-separated attacks to run, or 'all' (default: {default}); "
-                   f"names: {', '.join(attack_names('all'))}")
+                   f"names: {', '.join(names)}")
 
 
 def cmd_compare(args) -> None:
@@ -98,7 +104,7 @@ def register(sub) -> None:
     s.add_argument("--base-untrained", help="with --model: the model before it was taught the task, fine-tuned on the "
                    "retain data only into the oracle (default: the finetune input named by --model's model cards)")
     add_task_args(s)
-    add_attacks_arg(s, "every attack but gcg and gcg_prefix")
+    add_attacks_arg(s, "compare")
     s.add_argument("--methods", metavar="NAMES", help="comma-separated methods to compare (case-insensitive), or "
                    "'all' (default with --model: the four baselines graddiff, npo, simnpo, rmu; without: as the config "
                    "says, every method; the config form is methods=[npo,rmu])")

@@ -16,5 +16,5 @@ def cmd_demo(args) -> None:
 def register(sub) -> None:
     s = sub.add_parser("demo", help="the main job: world, base model, unlearning, attacks, report")
     add_common(s, example="runs.npo.train.steps=30")
-    add_attacks_arg(s, "relearning, mia, probe, format_shift and the cheap quantize, ablate, logit_lens, in_context")
+    add_attacks_arg(s, "demo")
     s.set_defaults(fn=cmd_demo)

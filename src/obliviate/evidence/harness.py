@@ -1,6 +1,7 @@
 """The one attack suite, for every task (the world included): :func:`run_task_attacks` runs every registered
-attack (:mod:`obliviate.attacks.attack`; one file each) that is on and has its data; :class:`TaskAttackConfig`
-holds each attack's config under its name and the settings they share (docs/evaluation.md).
+attack (:mod:`obliviate.attacks.attack`; one file each) that is on and has its data, in the order of
+:mod:`~obliviate.evidence.attack_table`; :class:`TaskAttackConfig` holds each attack's config under its name and the
+settings they share (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from obliviate.attacks.attack import ATTACKS, Attack, AttackRun, in_order
+from obliviate.attacks.attack import ATTACKS, Attack, AttackRun
 from obliviate.attacks.cost import counting
 from obliviate.attacks.relearn import check_grid
 from obliviate.attacks.scoring import forget_chance, forget_score_fn
 from obliviate.config import deep_merge, from_dict, from_fields, to_dict
 from obliviate.errors import ConfigError, DataError
+from obliviate.evidence.attack_table import in_order, on_by_default
 from obliviate.models.layers import count_passes
 from obliviate.runs.cost import stage_record
 from obliviate.tasks.base import Task
@@ -32,8 +34,8 @@ class TaskAttackConfig:
 
     In a config file or an override an attack's section is ``attacks.<name>``: ``attacks.probe.layers=[0]``;
     ``attacks.<name>=true`` / ``false`` turns it on or off (``enabled`` in its section does the same), and an attack
-    left unsaid keeps its default (the harness's four, the relearning attacks, MIA, the probe and the format shift,
-    are on; the newer ones off: docs/evaluation.md, "More attacks"). ``attacks.relearn`` (the related-corpus attack's
+    left unsaid keeps its default (:func:`~obliviate.evidence.attack_table.on_by_default`: the relearning attacks,
+    MIA, the probe and the format shift are on; the newer ones off). ``attacks.relearn`` (the related-corpus attack's
     section) is also the relearning attacker's training settings, which ``relearn_disjoint`` and
     ``unrelated_finetune`` share (steps, batch size, reads, ...)."""
 
@@ -51,7 +53,7 @@ class TaskAttackConfig:
     every attack on or off (``--attacks`` on the command line, ``attacks=`` in the Python API). None: each attack's
     own ``enabled``."""
     enabled: dict[str, bool] = field(default_factory=dict)
-    """``{name: on}`` of every registered attack (filled from each one's default)."""
+    """``{name: on}`` of every registered attack (filled from each one's default in the attack table)."""
     configs: dict[str, Any] = field(default_factory=dict)
     """``{name: config}`` of every registered attack that has settings (filled from each one's config class)."""
 
@@ -60,7 +62,7 @@ class TaskAttackConfig:
         bad = [n for n in [*self.enabled, *self.configs] if n not in attacks]
         if bad:
             raise ATTACKS.unknown(bad[0])
-        self.enabled = {n: bool(self.enabled.get(n, a.default)) for n, a in attacks.items()}
+        self.enabled = {n: bool(self.enabled.get(n, on_by_default(n))) for n in attacks}
         self.configs = {n: self.configs.get(n) or a.config() for n, a in attacks.items() if a.config is not None}
         if self.select is not None:
             chosen = set(attack_names(self.select))

@@ -13,10 +13,11 @@ import math
 from statistics import NormalDist
 
 from obliviate.attacks.attack import ATTACKS, AttackRead
-from obliviate.evidence.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.attacks.relearn import cost_text, ratio_text
 from obliviate.eval.mia import priv_leak
 from obliviate.eval.outcome import RETAIN_SHARE, outcome_keep, verdict_score
+from obliviate.evidence.attack_table import read_rank
+from obliviate.evidence.controls import MECHANISM, POSITIVE_CONTROLS
 from obliviate.runs.report import markdown_table
 
 MIN_POSITIVE_RECOVERY = 0.5
@@ -57,12 +58,12 @@ REFERENCES = ("base", "oracle", *POSITIVE_CONTROLS)
 
 def reads() -> dict[str, AttackRead]:
     """Every read the verdict can rest on, declared by the attacks (:class:`~obliviate.attacks.attack.AttackRead`),
-    strongest first (ties of severity go to the earlier: :attr:`~obliviate.attacks.attack.AttackRead.rank`).
+    strongest first (ties of severity go to the earlier: :func:`~obliviate.evidence.attack_table.read_rank`).
     The probe and membership inference declare none: they have no before and after and are read against the
     negative control alone (:func:`control_readout`; membership inference can veto *removed*,
     :func:`method_verdict`)."""
     found = [r for a in ATTACKS.values() for r in a.reads]
-    return {r.name: r for r in sorted(found, key=lambda r: (r.rank, r.name))}
+    return {r.name: r for r in sorted(found, key=lambda r: (read_rank(r.name), r.name))}
 
 
 SHOWN_NAMES = {"logit_lens_last_top1": "frame-forced read", "leak_at_k_1": "k=1", "leak_at_k_4": "k=4",

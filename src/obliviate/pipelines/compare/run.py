@@ -16,20 +16,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from obliviate.evidence.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
-                                      not_run_line, run_task_attacks, skipped_attacks)
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
-from obliviate.evidence.positive_controls import attack_items, build_positive_control, positive_controls
-from obliviate.evidence.retain_control import has_retain_data
-from obliviate.evidence.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError, ModelError
 from obliviate.eval.oracle import oracle_distance, oracle_reference
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task, score_against
+from obliviate.evidence.attack_table import enabled_in
+from obliviate.evidence.harness import (TaskAttackConfig, attack_names, check_attackable, enabled_attacks,
+                                        not_run_line, run_task_attacks, skipped_attacks)
+from obliviate.evidence.positive_controls import attack_items, build_positive_control, positive_controls
+from obliviate.evidence.retain_control import has_retain_data
 from obliviate.evidence.trust import metric_trust
+from obliviate.evidence.verdict import KNOWN_REMOVED, robustness_summary
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
-from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.layers import count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
@@ -46,6 +46,7 @@ from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, world_for
+from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
 from obliviate.utils import run_write_path, seed_everything
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class CompareConfig:
     """Per-method settings, the keys of ``obliviate unlearn``'s ``unlearn.*``: ``runs.npo.train.lr=5e-4``,
     ``runs.rmu.params.coef=10``, ``runs.npo.batch_size=8``."""
     attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
-    """Every attack but the optimised suffix and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
+    """The attack table's ``default``, ``demo`` and ``compare`` rows: every attack but the optimised suffix and prefix
+    (:func:`compare_attacks`; ``--attacks all`` adds them)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel: bool = True
@@ -111,21 +113,19 @@ PARALLEL_MAX_PARAMS = 100_000_000
 
 
 def compare_attacks() -> TaskAttackConfig:
-    """The attacks ``compare`` runs by default: the harness's (relearning, MIA, probe, format shift), the
-    attacks of issue #30 but the optimised suffix (GCG, the costly one: ``--attacks all``) and those of issue #45
-    but the universal prefix (GCG's cost): leak@k, the soft prompt and neuron pruning."""
-    on = ("quantize", "ablate", "logit_lens", "in_context", "prompts", "unrelated_finetune", "leak_at_k", "soft_prompt",
-          "prune")
-    return TaskAttackConfig(enabled=dict.fromkeys(on, True))
+    """The attacks ``compare`` runs unless told: the attack table's rows that run in ``compare``
+    (:func:`~obliviate.evidence.attack_table.enabled_in`), every attack but GCG's suffix and prefix."""
+    return TaskAttackConfig(enabled=dict.fromkeys(enabled_in("compare"), True))
 
 
 DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
-        "attacks": {"lr_grid": [3e-4], "relearn": {"lr_grid": [1e-3]}, "lora": False, "prompts": False,
-                    "unrelated_finetune": False, "leak_at_k": False, "soft_prompt": False, "prune": False}}
+        "attacks": {"lr_grid": [3e-4], "relearn": {"lr_grid": [1e-3]}, "lora": False,
+                    **{n: False for n in enabled_in("compare") if n not in enabled_in("demo")}}}
 """What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
-relearning attack (no LoRA), and of the newer attacks the cheap ones only (quantization, logit lens, direction
-ablation, in-context), which keeps the demo within minutes; ``compare`` tries the whole grid and every attack
-but GCG's suffix and prefix (docs/evaluation.md, "More attacks", gives each one's cost)."""
+relearning attack (no LoRA), and of the attacks only those of the attack table's ``default`` and ``demo`` rows (the
+cheap newer ones: quantization, direction ablation, logit lens, in-context), which keeps the demo within minutes;
+``compare`` tries the whole grid and every attack but GCG's suffix and prefix (docs/evaluation.md, "More attacks",
+gives each one's cost)."""
 
 
 BASELINES = DEMO["methods"]
