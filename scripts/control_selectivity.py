@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from obliviate.evidence.controls import small_norm_control, suppression_control
 from obliviate.attacks.quantize import quantized_copy
 from obliviate.eval.suite import evaluate_task
+from obliviate.evidence.controls import small_norm_control, suppression_control
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks.world import task_from_world
 from obliviate.train.pretrain import PretrainConfig, cached_pretrain

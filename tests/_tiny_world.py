@@ -1,5 +1,5 @@
-"""A small world, its tokenizer and a tiny Llama, the fixtures of tests/attacks and tests/evidence (each folder's
-conftest.py imports them)."""
+"""A small world, its tokenizer and a tiny Llama, the fixtures of tests/attacks and tests/evidence (each
+folder's conftest.py imports them)."""
 
 import dataclasses
 

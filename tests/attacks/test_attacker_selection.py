@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from obliviate.evidence.verdict import robustness_summary
 from obliviate.attacks.relearn import pick, selected_metrics
-from obliviate.attacks.relearn_disjoint import _cost, answer_leakage, leakage_metrics
 from obliviate.attacks.relearn import recovery_cost
+from obliviate.attacks.relearn_disjoint import _cost, answer_leakage, leakage_metrics
+from obliviate.evidence.verdict import robustness_summary
 from obliviate.tasks import load_task
 from obliviate.tasks.base import Data, Task
 from obliviate.tasks.files import build_file_task

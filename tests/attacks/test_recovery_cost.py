@@ -3,12 +3,12 @@ setting chosen on V and the cost read on B, the budget-limited flag and the rati
 
 import pytest
 
-from obliviate.evidence.verdict import _shown
 from obliviate.attacks.relearn import selected_metrics
-from obliviate.attacks.relearn_disjoint import _cost, add_learning_ratios
 from obliviate.attacks.relearn import (LOG_RATIO, RelearnConfig, cost_text, curve_auc, learning_ratio, log_steps,
                                        ratio_text, recovery_cost, relearn_attack)
+from obliviate.attacks.relearn_disjoint import _cost, add_learning_ratios
 from obliviate.errors import ConfigError
+from obliviate.evidence.verdict import _shown
 
 TOKENS = 157  # tokens per step, about the demo's
 

@@ -5,10 +5,10 @@ import pytest
 
 import obliviate.attacks.relearn as relearn
 import obliviate.attacks.relearn_disjoint as disjoint
-from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
+from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks
 from obliviate.tasks.world import task_from_world
 
 STABLE_KEYS = ["relearn_acc", "relearn_auc", "relearn_steps_to_base", "relearn_curve", "relearn_disjoint_acc",

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from obliviate.cli.main import main
+from obliviate.errors import DataError
 from obliviate.evidence.verdict import reads
 from obliviate.evidence.verdict_check import (BOUNDS, JUDGED, Bound, Scenario, bound_result, draw, draw_plan,
                                              interval, scenario_rates, simulate, synthetic_template,
                                              verdict_check)
-from obliviate.cli.main import main
-from obliviate.errors import DataError
 from obliviate.pipelines.verdict_check import comparison_items, load_template
 
 TRIALS = 200

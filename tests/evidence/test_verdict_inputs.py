@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from obliviate.evidence.verdict import method_verdict
 from obliviate.attacks.relearn import selected_metrics
 from obliviate.attacks.scoring import forget_items_fn
 from obliviate.eval import core
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import evaluate_task
+from obliviate.evidence.verdict import method_verdict
 from obliviate.tasks import Data, EvalSet, Task
 from obliviate.tasks.files import task_from_files
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from _userdata import save_tiny_model, write_user_files
-from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks
 from obliviate.config import from_dict
 from obliviate.eval.suite import evaluate_task
+from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks
 from obliviate.models.load import load_model, load_tokenizer
 from obliviate.tasks.files import task_from_files
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data

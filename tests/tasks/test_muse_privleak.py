@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from obliviate.attacks.attack import AttackRun
-from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.attacks.mia import MIAConfig, mia_attack
 from obliviate.eval.mia import mia_auc, min_k_plus_plus_score, min_k_score, token_logprob_stats
+from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.tasks import load_task
 
 

@@ -18,20 +18,20 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from obliviate.attacks.scoring import split_score_fn
 from obliviate.attacks.quantize import quantizable, rtn_quantize
+from obliviate.attacks.scoring import split_score_fn
 from obliviate.data import IDENTITY_PROMPT, collate, encode_data
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import RETAIN_SHARE
 from obliviate.eval.suite import evaluate_task
 from obliviate.losses import lm_loss
 from obliviate.methods import method_defaults, preset_name
-from obliviate.unlearning.engine import UnlearnConfig, unlearn
 from obliviate.models.layers import num_layers, param_names_for
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import IDK_ANSWERS, UNSCORED_NEIGHBOURS, Data, Task
 from obliviate.train.config import TrainConfig
 from obliviate.train.sampler import StepSampler
+from obliviate.unlearning.engine import UnlearnConfig, unlearn
 
 
 def suppression_qa(task: Task) -> list[tuple[str, str]]:

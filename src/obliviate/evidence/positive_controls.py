@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from obliviate.evidence.controls import small_norm_control, suppression_control, suppression_qa
 from obliviate.errors import DataError
+from obliviate.evidence.controls import small_norm_control, suppression_control, suppression_qa
 from obliviate.utils import seed_everything
 
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta
 
+from obliviate.errors import DataError
 from obliviate.evidence.controls import POSITIVE_CONTROLS
 from obliviate.evidence.verdict import (DEFAULT_ITEMS, REFERENCES, VERDICTS, base_reference, reads,
                                        robustness_summary)
-from obliviate.errors import DataError
 from obliviate.runs.report import markdown_table, plot_recovery_curves
 
 JUDGED = "judged"

@@ -27,21 +27,22 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from obliviate.evidence.harness import ATTACKS, TaskAttackConfig, announce_skipped, enabled_attacks, run_task_attacks
-from obliviate.errors import ConfigError, DataError
+from obliviate.attacks.attack import ATTACKS
 from obliviate.config import to_dict
+from obliviate.errors import ConfigError, DataError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import PRIMARY, evaluate_task, knows_forget_set
-from obliviate.unlearning.engine import check_unlearn_run, unlearn
+from obliviate.evidence.harness import TaskAttackConfig, announce_skipped, enabled_attacks, run_task_attacks
 from obliviate.models.load import load_model
-from obliviate.runs.parts import cached_part, kept_part
-from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves
 from obliviate.runs.card import write_model_card
 from obliviate.runs.cost import CostRecord, cost_line
+from obliviate.runs.parts import cached_part, kept_part
+from obliviate.runs.report import markdown_table, md_escape, plot_recovery_curves
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.tasks.base import Data, Task
 from obliviate.tasks.files import FieldsUnknown, task_from_files
 from obliviate.train.distributed import is_main_process, save_trained
+from obliviate.unlearning.engine import check_unlearn_run, unlearn
 from obliviate.utils import atomic_write_text, file_sha256, seed_everything
 
 CHEAP_ATTACKS = ("quantize", "logit_lens", "ablate", "in_context")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from obliviate.errors import DataError
 from obliviate.evidence.verdict import DEFAULT_ITEMS, reads
 from obliviate.evidence.verdict_check import plot_power, references, report_markdown, verdict_check
-from obliviate.errors import DataError
 from obliviate.runs.results import atomic_write_json, prepare_out_dir, write_results
 from obliviate.utils import atomic_write_text, note_input
 

@@ -8,11 +8,11 @@ import logging
 from pathlib import Path
 from typing import Callable
 
+from obliviate.errors import ConfigError
 from obliviate.evidence.harness import not_run_line
 from obliviate.evidence.positive_controls import NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, no_verdict_line
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE, retain_finetune_control
 from obliviate.evidence.verdict import verdict_line
-from obliviate.errors import ConfigError
 from obliviate.methods import preset_name
 from obliviate.runs.cache import ControlCache
 from obliviate.runs.card import untaught_model

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG, leakage_flag
-from obliviate.evidence.verdict import recovery, robustness_markdown
 from obliviate.eval.suite import PRIMARY, keep_score
 from obliviate.evidence.trust import trust_markdown
+from obliviate.evidence.verdict import recovery, robustness_markdown
 from obliviate.pipelines.compare.muse_runs import markdown as muse_markdown
 from obliviate.runs.report import (
     _plt,
