@@ -33,7 +33,7 @@ from obliviate.methods.ember.judge import judge_features
 from obliviate.errors import ConfigError, DataError
 from obliviate.unlearning.engine import method_run_config, method_runner as executor_runner
 from obliviate.eval import token_loss_by_label
-from obliviate.eval.suite import evaluate_set, evaluate_task
+from obliviate.eval.suite import evaluate_set, evaluate_task, text_loss
 from obliviate.losses import lm_loss
 from obliviate.methods import get_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
@@ -529,12 +529,6 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
 
 # ---------------------------------------------------------------- real EMBER data
 
-def text_loss(model, tok, texts: list[str], max_len: int) -> float:
-    """Mean next-token loss of ``model`` over every token of ``texts`` (each ``[bos] text [eos]``)."""
-
-    return group_losses(model, encode_documents(tok, [{"text": t} for t in texts], max_len, fields=("excl",)))["other"]
-
-
 def split_heldout(items: list, frac: float, seed: int) -> tuple[list, list]:
     """(train, held out) with ``ceil(frac * n)`` items held out, chosen by a seeded permutation."""
     import numpy as np
@@ -570,8 +564,8 @@ def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bo
     model, tok = train_concept_model(dc, c_train + n_train, seed, progress)
 
     def losses(m) -> dict:
-        return {"concept_loss": text_loss(m, tok, c_test, dc.max_len),
-                "neutral_loss": text_loss(m, tok, n_test, dc.max_len)}
+        return {"concept_loss": text_loss(m, tok, c_test, dc.max_len)["loss"],
+                "neutral_loss": text_loss(m, tok, n_test, dc.max_len)["loss"]}
 
     out: dict = {"n_train_sentences": len(c_train) + len(n_train), "vocab_size": len(tok), "base": losses(model)}
     base = out["base"]
@@ -608,7 +602,7 @@ def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bo
     for name, edited in (("relearn_ember", True), ("relearn_base", False)):
         if not edited:
             restore_embeddings(model, snap)
-        r = relearn_attack(model, tok, paragraphs, lambda m: text_loss(m, tok, c_test, dc.max_len), rc,
+        r = relearn_attack(model, tok, paragraphs, lambda m: text_loss(m, tok, c_test, dc.max_len)["loss"], rc,
                            keep_model=True)
         out[name] = losses(r["model"])
     out["n_relearn"] = len(paragraphs)
