@@ -28,18 +28,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from obliviate.evidence.harness import TaskAttackConfig, attack_names
 from obliviate.config import from_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
+from obliviate.evidence.harness import TaskAttackConfig, attack_names
 from obliviate.methods import preset_name
 from obliviate.models.load import load_model
 from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
 from obliviate.pipelines.compare.run import CompareConfig, methods_option, run_compare_dir
-from obliviate.pipelines.compare.run import check_inputs as check_compare_inputs
+from obliviate.pipelines.compare.run import check_compare_inputs
 from obliviate.pipelines.finetune import FinetuneRunConfig, run_finetune
-from obliviate.pipelines.unlearn import check_inputs, run_unlearn, unlearn_settings
+from obliviate.pipelines.unlearn import check_unlearn_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
 from obliviate.tasks import load_task as _load_spec
 from obliviate.tasks.files import task_from_files
@@ -154,7 +154,7 @@ def unlearn(model, tokenizer, task: Task, method: str = "npo", *, in_place: bool
     model_dir = getattr(model, "name_or_path", None) or None
     cfg = unlearn_settings(method, preset or preset_name(model), seed=seed, run=overrides, model_dir=model_dir,
                            prefix="")  # a bad keyword is named as given (params.alpah), before any evaluation
-    check_inputs(cfg, task, tokenizer)
+    check_unlearn_inputs(cfg, task, tokenizer)
     new, info = run_unlearn(model, tokenizer, task, cfg, out_dir, preset=preset or preset_name(model),
                             base_model=model_dir, fingerprint={"base": model_dir}, in_place=in_place, judge=judge,
                             progress=progress)  # a rerun of another named model into out_dir does not resume

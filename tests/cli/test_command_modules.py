@@ -22,10 +22,10 @@ RUN_PARTS = {"run_task_attacks", "evaluate_task", "retain_finetune_control", "bu
 """Names that are the run's to call, not the command line's."""
 
 ENTRY_POINTS = {
-    "attack.py": {"obliviate.pipelines.attack": {"CONTROLS", "UNTAUGHT", "attack_settings", "check_inputs",
+    "attack.py": {"obliviate.pipelines.attack": {"CONTROLS", "UNTAUGHT", "attack_settings", "check_attack_inputs",
                                                  "negative_control_input", "run_attack"}},
     "compare.py": {"obliviate.pipelines.compare.oracle": {"retain_control_input", "verdict_lines"},
-                   "obliviate.pipelines.compare.run": {"check_inputs", "compare_settings",
+                   "obliviate.pipelines.compare.run": {"check_compare_inputs", "compare_settings",
                                                        "run_compare_dir"}},
 }
 

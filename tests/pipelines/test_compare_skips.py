@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.errors import ConfigError
-from obliviate.models.builders import tiny_random
+from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.methods import method_names
-from obliviate.pipelines.compare.run import (BASELINES, CompareConfig, check_inputs, methods_option, plan_lines,
+from obliviate.models.builders import tiny_random
+from obliviate.pipelines.compare.run import (BASELINES, CompareConfig, check_compare_inputs, methods_option, plan_lines,
                                              run_compare, skip_reason)
 from obliviate.tasks import load_task
 from obliviate.tasks.base import Data, EvalSet, PreferredAnswers, Task
@@ -84,7 +84,7 @@ def test_the_plan_names_every_method_and_attack_that_will_not_run_before_any_mod
     task = _task()
     task.forget = Data(qa=FORGET + RETAIN[:1])  # 3 forget facts: the disjoint attack's folds
     with caplog.at_level(logging.INFO, logger="obliviate"):
-        check_inputs(cfg, task, model="given")  # no model is loaded: "given" names none
+        check_compare_inputs(cfg, task, model="given")  # no model is loaded: "given" names none
     lines = [r.getMessage() for r in caplog.records]
     plan = next(x for x in lines if x.startswith("compare: "))
     assert plan.startswith("compare: 1 method of 3 asked for (npo) and 1 attack (relearn_disjoint)")

@@ -11,8 +11,8 @@ from obliviate.cli.compare import add_attacks_arg
 from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args, model_fingerprint,
                                   task_from_args)
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_inputs, negative_control_input,
-                                        run_attack)
+from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_attack_inputs,
+                                        negative_control_input, run_attack)
 from obliviate.runs.cost import cost_line
 from obliviate.runs.results import input_fingerprint
 
@@ -26,7 +26,7 @@ def cmd_attack(args) -> None:
     check_out_dir(args.out, input_paths(args, args.base, untrained))
     cfg = attack_settings(args.seed, args.config, no_cache(args), attacks=args.attacks)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
-    kind = check_inputs(cfg, task, untrained, kind, control=args.control)
+    kind = check_attack_inputs(cfg, task, untrained, kind, control=args.control)
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
     fingerprint = {**model_fingerprint(args, "model"), "base": input_fingerprint(args.base)}
     res = run_attack(task, cfg, args.out, model=args.model, load=lambda p: load_model_args(args, path=p),

@@ -14,7 +14,7 @@ from obliviate.evidence.harness import attack_names
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
-from obliviate.pipelines.compare.run import check_inputs, compare_settings, run_compare_dir
+from obliviate.pipelines.compare.run import check_compare_inputs, compare_settings, run_compare_dir
 from obliviate.runs.cost import cost_lines
 
 
@@ -44,7 +44,7 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     if model and oracle:  # a given oracle shares the base model's vocabulary: checked on the tokenizers alone
         tokenizers = (load_tokenizer(getattr(args, "tokenizer", None) or model, of_model=True), load_tokenizer(oracle),
                       model, oracle)
-    untaught = check_inputs(cfg, task, model, untaught, control=control,
+    untaught = check_compare_inputs(cfg, task, model, untaught, control=control,
                             tokenizers=tokenizers)  # before --out is touched; then says the plan
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
                                      "adapter": None})  # the oracle's model: the base model's tokenizer

@@ -1,9 +1,9 @@
 """The one attack run, which ``obliviate attack`` (:mod:`obliviate.cli.attack`) and ``obliviate.attack``
 (:mod:`obliviate.api`) call: the settings (:func:`attack_settings`), the negative control
-(:func:`negative_control_input`), the checks that need no model (:func:`check_inputs`), then :func:`run_attack`: the
-attacks on the model, on the negative control and, for the verdict, on the base model and the positive controls built
-from it. What it has to say goes to the ``obliviate`` loggers (the command line shows them as its ``obliviate: ...``
-lines)."""
+(:func:`negative_control_input`), the checks that need no model (:func:`check_attack_inputs`), then
+:func:`run_attack`: the attacks on the model, on the negative control and, for the verdict, on the base model and the
+positive controls built from it. What it has to say goes to the ``obliviate`` loggers (the command line shows them as
+its ``obliviate: ...`` lines)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from obliviate.config import build_config, deep_merge
+from obliviate.errors import ConfigError
+from obliviate.eval.suite import evaluate_task
 from obliviate.evidence.harness import TaskAttackConfig, announce_skipped, attack_names, run_task_attacks
 from obliviate.evidence.positive_controls import (NO_NEGATIVE_CONTROL, UNTAUGHT_HINT, attack_items,
                                                  build_positive_control, no_verdict_line, positive_controls)
 from obliviate.evidence.retain_control import (NO_CONTROL, RETAIN_FINETUNE, fine_tune_config, has_retain_data,
                                              retain_finetune_control)
 from obliviate.evidence.verdict import control_readout, robustness_summary, verdict_line
-from obliviate.config import build_config, deep_merge
-from obliviate.errors import ConfigError
-from obliviate.eval.suite import evaluate_task
 from obliviate.methods import preset_name
 from obliviate.models.layers import count_passes
 from obliviate.runs.cache import control_cache, model_digest, settings_key, task_fingerprint, tokenizer_digest
@@ -117,7 +117,8 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
     return untrained, kind
 
 
-def check_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind: str, *, control: str | None = None) -> str:
+def check_attack_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind: str, *,
+                        control: str | None = None) -> str:
     """The checks that need no model, in order; returns the control kind, ``untaught`` where a default retain-only
     control has no retain data to fine-tune on (said in one line). ``control``: the kind asked for (None: the
     default)."""

@@ -33,7 +33,7 @@ class FinetuneRunConfig:
     eval: EvalOptions = field(default_factory=EvalOptions)
 
 
-def check_inputs(cfg: FinetuneRunConfig, task) -> None:
+def check_finetune_inputs(cfg: FinetuneRunConfig, task) -> None:
     """The check of a run's data that needs no model: the task has data for ``cfg.finetune.data`` (one line if not)."""
     training_data(task, cfg.finetune.data)
 

@@ -1,9 +1,9 @@
 """The one unlearn run, which ``obliviate unlearn`` (:mod:`obliviate.cli.unlearn`), ``obliviate tune`` and
 ``obliviate.unlearn`` (:mod:`obliviate.api`) call: the settings (:func:`unlearn_settings`), the checks that need no
-model (:func:`check_inputs`; with the loading, in order: :func:`prepare_run`), then :func:`run_unlearn`: evaluate
-before, unlearn, evaluate after, the outcome and, given a run directory, the model, its card and ``results.json``.
-What it has to say goes to the ``obliviate`` loggers (the command line shows them as its ``obliviate: ...``
-lines)."""
+model (:func:`check_unlearn_inputs`; with the loading, in order: :func:`prepare_run`), then :func:`run_unlearn`:
+evaluate before, unlearn, evaluate after, the outcome and, given a run directory, the model, its card and
+``results.json``. What it has to say goes to the ``obliviate`` loggers (the command line shows them as its
+``obliviate: ...`` lines)."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
     return cfg
 
 
-def check_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
+def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
     """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it only
     where a check needs it), in order; returns the validation split
     (:func:`~obliviate.pipelines.tune.run.validation_split`) when ``tuning``, else None."""
@@ -122,7 +122,7 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
                 overrides: list[str] | None = None, eval: dict | None = None, model_dir=None, tuning: bool = False):
     """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what costs
     more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task (``load_task(cfg)``),
-    its data with the tokenizer alone (``load_tokenizer()``, :func:`check_inputs`), then the model
+    its data with the tokenizer alone (``load_tokenizer()``, :func:`check_unlearn_inputs`), then the model
     (``load_model()``, returning ``(model, tokenizer)``), whose size picks the preset; the settings are built again
     for a larger one. ``obliviate unlearn`` and ``obliviate tune`` give the loaders of their arguments."""
 
@@ -132,7 +132,7 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
 
     cfg = settings("tiny")
     task = load_task(cfg)
-    split = check_inputs(cfg, task, tokenizer_fn=load_tokenizer, tuning=tuning)
+    split = check_unlearn_inputs(cfg, task, tokenizer_fn=load_tokenizer, tuning=tuning)
     model, tok = load_model()
     preset = preset_name(model)
     if preset != "tiny":
@@ -165,7 +165,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     """Unlearn ``task``'s forget data from ``model`` (a copy unless ``in_place``) with ``cfg``: evaluate before (with
     ``judge``), unlearn, evaluate after, the outcome. Given ``out``, the run directory: checkpoints in ``out/train``
     (a rerun with the same ``fingerprint``, config and task resumes them), the model in ``out/model`` with its card,
-    and ``results.json``. ``split`` (:func:`check_inputs` with ``tuning``): first choose the settings on its
+    and ``results.json``. ``split`` (:func:`check_unlearn_inputs` with ``tuning``): first choose the settings on its
     validation task (:func:`run_tuning`, needs ``out``), then train on all the data and report on the rest.
 
     Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, ``cost`` (each

@@ -670,7 +670,7 @@ def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:
                          "ids, so the oracle must share the base model's vocabulary")
 
 
-def check_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
+def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
                  control: str | None = None, tokenizers: tuple | None = None) -> str | None:
     """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the attacks' data,
     the tokenizers, the retain data of the oracle to build from ``untaught``), then the plan said (:func:`plan_lines`:
@@ -696,11 +696,11 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
                     untaught: str | None = None, load=None, load_control=None, control: str | None = None,
                     progress: bool = False) -> dict:
     """The comparison of ``obliviate compare`` and ``obliviate.compare`` in the run directory ``out``: with
-    ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by :func:`check_inputs`),
-    first the oracle built from it (``load_control(path) -> (model, tokenizer)``, default ``load``), then
-    :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own) against ``oracle``, then
-    ``results.json`` (with ``oracle_build``, what built the oracle, and ``cost``, building it included). Returns
-    :func:`run_compare`'s result."""
+    ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by
+    :func:`check_compare_inputs`), first the oracle built from it (``load_control(path) -> (model, tokenizer)``,
+    default ``load``), then :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own)
+    against ``oracle``, then ``results.json`` (with ``oracle_build``, what built the oracle, and ``cost``, building it
+    included). Returns :func:`run_compare`'s result."""
     cfg.attacks.relearn.progress = progress
     out = prepare_out_dir(out)
     cost, built, made = CostRecord(), None, None
