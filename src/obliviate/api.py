@@ -36,8 +36,7 @@ from obliviate.methods import preset_name
 from obliviate.models.load import load_model
 from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
-from obliviate.pipelines.compare.run import CompareConfig, methods_option, run_compare_dir
-from obliviate.pipelines.compare.run import check_compare_inputs
+from obliviate.pipelines.compare.run import check_compare_inputs, compare_settings, run_compare_dir
 from obliviate.pipelines.finetune import FinetuneRunConfig, run_finetune
 from obliviate.pipelines.unlearn import check_unlearn_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
@@ -217,11 +216,7 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     (:func:`obliviate.pipelines.compare.run.run_compare_dir`).
     Returns ``{"metrics", "curves", "configs", "timings", "robustness", ...}``."""
     _check_task("compare", task)
-    if attacks is not None:
-        config = {**config, "attacks": attacks if isinstance(attacks, dict) else {"select": attack_names(attacks)}}
-    names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
-                           on_a_model=True)
-    cfg = from_dict(CompareConfig, {**config, "seed": seed, "methods": names}, prefix="compare")
+    cfg = compare_settings(seed, methods=methods, on_a_model=True, attacks=attacks, given=config)  # as the command's
     given = getattr(model, "name_or_path", None)
     name = str(given) if given and Path(given).is_dir() else "<base>"  # a directory: its cards name the untaught model
     untaught = retain_control_input(name, oracle="<oracle>" if oracle is not None else None, control=control,

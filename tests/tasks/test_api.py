@@ -68,3 +68,69 @@ def test_bad_api_inputs_are_one_line_errors(user_files):
         obliviate.load_task("world", forget=user_files["forget"])
     with pytest.raises(ConfigError, match="forget files"):
         obliviate.load_task(retain=user_files["retain_qa"])
+
+
+class _Planned(Exception):
+    """Raised where the pipeline would start, once its settings are captured."""
+
+
+def _capture(monkeypatch, target: str, where: dict, index: int):
+    """Replace ``target`` (``module.function``) with a stand-in that keeps its ``index``-th argument (the settings)
+    and stops the run."""
+    def stop(*a, **kw):
+        where[target] = a[index]
+        raise _Planned
+
+    monkeypatch.setattr(target, stop)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_api_and_the_command_line_plan_the_same_comparison(user_models, user_files, tmp_path, monkeypatch, seed):
+    """``obliviate.compare`` and ``obliviate compare`` build one plan (compare_settings) from the same inputs: the seed
+    at every seed of the run (the attacks', the pretraining's and its world's), the methods, the attacks and runs.*."""
+    from obliviate.cli.main import main
+    from obliviate.config import to_dict
+
+    got: dict = {}
+    _capture(monkeypatch, "obliviate.api.run_compare_dir", got, 1)
+    _capture(monkeypatch, "obliviate.cli.compare.run_compare_dir", got, 1)
+    d = str(user_models["llama"])
+    forget, retain = str(user_files["forget"]), str(user_files["retain_qa"])
+    with pytest.raises(_Planned):
+        main(["compare", "--model", d, "--forget", forget, "--retain", retain, "--seed", str(seed), "--methods",
+              "NPO,rmu", "--attacks", "quantize,ablate", "--out", str(tmp_path / "cli"), "--no-progress",
+              "runs.npo.train.steps=2", "eval_batch_size=4"])
+    task = obliviate.load_task(forget=forget, retain=retain)
+    with pytest.raises(_Planned):
+        obliviate.compare(load_model(d), load_tokenizer(d), task, tmp_path / "api", seed=seed, methods=["NPO", "rmu"],
+                          attacks="quantize,ablate", runs={"npo": {"train": {"steps": 2}}}, eval_batch_size=4)
+    cli, api = (to_dict(got[f"obliviate.{m}.run_compare_dir"]) for m in ("cli.compare", "api"))
+    assert api == cli
+    assert (api["seed"], api["attacks"]["seed"], api["pretrain"]["seed"], api["pretrain"]["world"]["seed"]) == \
+        (seed,) * 4
+    assert api["methods"] == ["npo", "rmu"] and api["runs"] == {"npo": {"train": {"steps": 2}}}
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_api_and_the_command_line_plan_the_same_unlearning(user_models, user_files, tmp_path, monkeypatch, seed):
+    """``obliviate.unlearn`` and ``obliviate unlearn`` resolve the same settings (unlearn_settings) from the same
+    inputs, the seed included (the run's and the unlearning's)."""
+    from obliviate.cli.main import main
+    from obliviate.config import to_dict
+
+    got: dict = {}
+    _capture(monkeypatch, "obliviate.api.run_unlearn", got, 3)
+    _capture(monkeypatch, "obliviate.cli.unlearn.run_unlearn", got, 3)
+    d = str(user_models["llama"])
+    forget, retain = str(user_files["forget"]), str(user_files["retain_qa"])
+    with pytest.raises(_Planned):
+        main(["unlearn", "--model", d, "--forget", forget, "--retain", retain, "--seed", str(seed), "--method", "NPO",
+              "--out", str(tmp_path / "cli"), "--no-progress", "unlearn.train.steps=2", "unlearn.params.beta=0.2"])
+    task = obliviate.load_task(forget=forget, retain=retain)
+    with pytest.raises(_Planned):
+        obliviate.unlearn(load_model(d), load_tokenizer(d), task, "npo", seed=seed, train={"steps": 2},
+                          params={"beta": 0.2})
+    cli, api = (to_dict(got[f"obliviate.{m}.run_unlearn"]) for m in ("cli.unlearn", "api"))
+    assert api == cli
+    assert (api["seed"], api["unlearn"]["seed"], api["unlearn"]["method"]) == (seed, seed, "npo")
+    assert api["unlearn"]["train"]["steps"] == 2 and api["unlearn"]["params"]["beta"] == 0.2

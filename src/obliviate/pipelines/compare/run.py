@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -643,22 +644,27 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
 
 
 def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
-                     defaults: dict | None = None, methods: str | None = None, on_a_model: bool = False,
-                     attacks: str | None = None, tune: bool = False) -> CompareConfig:
-    """A comparison's settings, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every
-    seed of the run, ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the config
-    wins), the attacks ``attacks`` names (an unknown one fails in one line), then ``config_file`` and the dotted
-    ``overrides``."""
+                     defaults: dict | None = None, methods: str | Sequence[str] | None = None,
+                     on_a_model: bool = False, attacks: str | Sequence[str] | dict | None = None, tune: bool = False,
+                     given: dict | None = None) -> CompareConfig:
+    """A comparison's settings, the one function ``obliviate compare`` / ``demo`` and ``obliviate.compare`` build them
+    with, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every seed of the run,
+    ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the config wins), the attacks
+    ``attacks`` names (an unknown one fails in one line; a mapping: keys of the attacks' config), ``given`` (the API's
+    keywords, keys of :class:`CompareConfig`), then ``config_file`` and the dotted ``overrides``."""
     base = deep_merge(defaults or {}, {"seed": seed, "pretrain": {"seed": seed, "world": {"seed": seed}},
                                        "attacks": {"seed": seed}})
     if tune:
         base["tune"] = True
-    names = methods_option(methods, on_a_model=on_a_model)
+    names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
+                           on_a_model=on_a_model)
     if names is not None:  # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
         base["methods"] = names
-    if attacks:  # an unknown name fails here, in one line, before --out
+    if isinstance(attacks, dict):
+        base = deep_merge(base, {"attacks": attacks})
+    elif attacks:  # an unknown name fails here, in one line, before --out
         base = deep_merge(base, {"attacks": {"select": attack_names(attacks)}})
-    return build_config(CompareConfig, config_file, overrides, base=base)
+    return build_config(CompareConfig, config_file, overrides, base=deep_merge(base, given or {}))
 
 
 def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:
