@@ -11,7 +11,7 @@ import pytest
 from obliviate.cli.main import main
 from obliviate.runs.card import untaught_model
 
-from tests.tasks._userdata import save_tiny_model, write_user_files
+from tests.tasks._userdata import taught_user
 
 ATTACKS = ["--attacks", "relearn_disjoint,mia", "attacks.relearn.steps=2", "attacks.relearn.eval_every=1",
            "attacks.lr_grid=[1e-3]", "attacks.lora=false"]
@@ -21,15 +21,10 @@ CONTROLS = ["positive_control_args.max_steps=10", "small_norm_args.max_steps=10"
 @pytest.fixture(scope="module")
 def user(tmp_path_factory):
     """The user's files, the random-init model and the model ``obliviate finetune`` taught them."""
-    root = tmp_path_factory.mktemp("user")
-    paths = write_user_files(root / "data", n_forget=8, n_retain=8)
-    save_tiny_model(root / "random", "llama", paths["texts"], d_model=32)
-    files = ["--forget", str(paths["forget"]), "--retain", str(paths["retain_qa"]), "--no-progress"]
-    assert main(["finetune", "--model", str(root / "random"), *files, "--out", str(root / "ft"),
-                 "finetune.batch_size=4"]) == 0
-    assert _results(root / "ft")["metrics"]["finetuned"]["forget_score"] >= 0.5  # it knows the facts to unlearn
-    assert untaught_model(root / "ft" / "model") == str(root / "random")
-    return {"root": root, "files": files, "model": str(root / "ft" / "model")}
+    user = taught_user(tmp_path_factory.mktemp("user"))
+    assert _results(user["root"] / "ft")["metrics"]["finetuned"]["forget_score"] >= 0.5  # it knows the facts
+    assert untaught_model(user["base"]) == user["random"]
+    return {**user, "model": user["base"]}
 
 
 def _results(out) -> dict:

@@ -2,28 +2,20 @@ import copy
 
 import numpy as np
 import pytest
-import torch
 
 from obliviate.errors import DataError
 from obliviate.eval.oracle import oracle_distance, oracle_gap, oracle_reference, task_truth_ratios, truth_ratio_items
 from obliviate.eval.tofu import answer_nll, forget_quality
 from obliviate.tasks.base import Data, EvalSet, Task
 from obliviate.tasks.world import task_from_world
-from obliviate.world import WorldConfig, generate_world
+from obliviate.world import generate_world
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from _tiny_world import SMALL_WORLD, _one_thread  # noqa: F401  (the tiny world and one thread, as the attack tests)
 
 
 @pytest.fixture(scope="module")
 def world():
-    return generate_world(WorldConfig(seed=0, n_forget=4, n_holdout=2, n_retain=4, n_general=4, n_concept=3,
-                                      n_toxic=6))
+    return generate_world(SMALL_WORLD)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from obliviate.cli.main import main
 from obliviate.runs.card import read_model_card
 from obliviate.utils import cache_dir
 
-from tests.tasks._userdata import save_tiny_model, write_user_files
+from tests.tasks._userdata import taught_user
 
 ATTACKS = ["--attacks", "relearn_disjoint,mia", "attacks.relearn.steps=2", "attacks.relearn.eval_every=1",
            "attacks.lr_grid=[1e-3]", "attacks.lora=false"]
@@ -25,13 +25,7 @@ controls' build info holds wall seconds)."""
 @pytest.fixture(scope="module")
 def user(tmp_path_factory):
     """The user's files, the random-init model and the model ``obliviate finetune`` taught from it."""
-    root = tmp_path_factory.mktemp("user")
-    paths = write_user_files(root / "data", n_forget=8, n_retain=8)
-    save_tiny_model(root / "random", "llama", paths["texts"], d_model=32)
-    files = ["--forget", str(paths["forget"]), "--retain", str(paths["retain_qa"]), "--no-progress"]
-    assert main(["finetune", "--model", str(root / "random"), *files, "--out", str(root / "ft"),
-                 "finetune.batch_size=4", "finetune.epochs=8"]) == 0  # what it learns does not matter here
-    return {"root": root, "files": files, "base": str(root / "ft" / "model"), "random": str(root / "random")}
+    return taught_user(tmp_path_factory.mktemp("user"), "finetune.epochs=8")  # what it learns does not matter here
 
 
 def _results(out) -> dict:

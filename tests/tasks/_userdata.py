@@ -77,6 +77,20 @@ def save_tiny_model(directory, arch: str, texts: list[str], seed: int = 0, d_mod
     return directory
 
 
+def taught_user(root, *finetune_settings: str) -> dict:
+    """A user's QA files (8 forget, 8 retain pairs), a random-init Llama with its own tokenizer, and the model
+    ``obliviate finetune`` taught from it (``finetune_settings``: its config keys), all under ``root``:
+    ``{"root", "files" (the data options), "base" (the taught model), "random"}``."""
+    from obliviate.cli.main import main
+
+    paths = write_user_files(root / "data", n_forget=8, n_retain=8)
+    save_tiny_model(root / "random", "llama", paths["texts"], d_model=32)
+    files = ["--forget", str(paths["forget"]), "--retain", str(paths["retain_qa"]), "--no-progress"]
+    assert main(["finetune", "--model", str(root / "random"), *files, "--out", str(root / "ft"),
+                 "finetune.batch_size=4", *finetune_settings]) == 0
+    return {"root": root, "files": files, "base": str(root / "ft" / "model"), "random": str(root / "random")}
+
+
 # ------------------------------------------------------------------ provider layouts in miniature
 
 def write_jsonl(path, records):
