@@ -1,24 +1,8 @@
 """leak@k: greedy decoding hides answers that sampling finds.
 
-Reisizadeh et al. 2025 ("leak@k: Unlearning Does Not Make LLMs Forget Under Probabilistic Decoding",
-OptimAI-Lab/Leak-k) draw k completions of each forget question at temperature T with top-p and count a question
-as leaked when any of them holds the answer. Here each forget QA question (the forget sets' own, in the task's
-prompt format; at most ``max_items``) gets ``n`` completions (:func:`~obliviate.eval.core.sample_generate`:
-batched, left-padded, with the KV cache, seeded), each matched as the relearning attacks match a greedy answer
-(:func:`~obliviate.eval.answers.answer_matches`, prefix). With ``c`` of ``n`` completions holding the answer,
-leak@k is the unbiased estimator of pass@k (Chen et al. 2021, Codex; the leak@k paper's estimator too):
-
-    leak@k = mean over questions of  1 - C(n - c, k) / C(n, k),    k <= n,
-
-the probability that k completions drawn without replacement from the n include a leaking one; at k = n it is
-the share of questions with any leaking completion. ``leak_at_k_<k>`` for each k of ``ks``; ``leak_at_k_acc`` is
-leak@(largest k), the attack's *after*; ``leak_at_k_greedy_acc`` the greedy prefix match of the same questions,
-its *before*. Guessing is not leaking: the verdict reads leak@k against the oracle's (the oracle band,
-docs/evaluation.md, "More attacks"). The budget (questions x n completions, ``leak_at_k_budget``) and
-``leak_at_k_cost`` are part of the result, and the read's counts (:func:`~obliviate.attacks.attack.read_counts`):
-``leak_at_k_items`` the questions, ``leak_at_k_variants`` 1. The largest k is fixed before any sampling, and "any of
-k completions" is decided question by question, so leak@k is one mean of per-question values in [0, 1] (at k = n a
-hit or not), the oracle's the same statistic: no maximum over variant scores is taken on the questions.
+Reisizadeh et al. 2025 (OptimAI-Lab/Leak-k): ``n`` sampled completions per forget question, ``c`` of them holding
+the answer; ``leak@k = mean over questions of 1 - C(n - c, k) / C(n, k)``, the unbiased pass@k estimator (Chen et
+al. 2021). Its settings, reads and counts: docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Soft prompt: m continuous embeddings before the question, optimised to draw the answers out.
 
-Schwinn et al. 2024 ("Soft Prompt Threats: Attacking Safety Alignment and Unlearning in Open-Source LLMs through
-the Embedding Space") and Chen et al. 2025 attack unlearned models in the embedding space: m free vectors P
-(m, d) are put before the question's embeddings (inside the task's prompt format, where the universal prefix's
-tokens go: :func:`~obliviate.attacks.gcg.suffix_items` ``position="prefix"``) and trained by Adam to minimise the
-mean answer-token NLL of the forget facts of fold A (:meth:`~obliviate.tasks.base.Task.forget_folds`, the
-relearning attack's folds, groups whole), each step followed by the projection of every row onto the L2 ball
-
-    P_i <- P_i * min(1, r / ||P_i||),    r = norm_scale * median over the vocabulary of ||E_v||,
-
-(E the token embedding; ``soft_prompt_radius`` is r). P starts at the embeddings of m random tokens (seeded).
-It is scored on fold B, facts it was never trained on: ``soft_prompt_acc`` the fraction of B whose answer tokens
-are all greedy under teacher forcing with P (a token-level prefix match), ``soft_prompt_start_acc`` without it,
-the mean over the first ``folds`` folds. Such an attack can elicit what a model never saw (the fold's shared
-answer frame, a common value), so it counts only as far as it lifts a model above what it lifts the oracle: the
-verdict reads it against the oracle band like every attack. ``soft_prompt_items`` counts the B facts scored (each
-fold's at most ``max_items``, each fact in one fold's B; the plain mean of the folds' scores counts as
-:func:`~obliviate.eval.suite.effective_items` says), ``soft_prompt_variants`` 1 (P is trained on A, never chosen
-on B). The budget (``steps x m``, ``soft_prompt_budget``) and ``soft_prompt_cost`` are part of the result.
-docs/evaluation.md, "More attacks".
+Schwinn et al. 2024, Chen et al. 2025: P (m, d) trained by Adam on the forget facts of fold A to minimise the
+answers' NLL, each row projected onto the L2 ball ``P_i <- P_i * min(1, r / ||P_i||)`` after each step, scored on
+fold B. Its settings, reads and counts: docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""lm-evaluation-harness bridge (optional extra ``obliviate[lmeval]``).
+"""lm-evaluation-harness bridge (optional extra ``obliviate[lmeval]``): lm-eval's ``HFLM`` on an in-memory model, and
+zero-shot MCQ tasks (local files or lm-eval's own installed tasks) run by ``simple_evaluate`` for parity checks.
 
-- :func:`lmeval_model` wraps an in-memory Hugging Face model and its tokenizer as lm-eval's
-  ``HFLM`` (no reload from disk).
-- :func:`lmeval_mcq_choices` defines a zero-shot multiple-choice task on local files (a JSON
-  Lines file and a task YAML in a temporary directory, loaded with
-  ``TaskManager(include_path=...)``), runs it with ``simple_evaluate`` and returns the
-  option lm-eval chooses for each question. The task uses the MMLU prompt of
-  docs/evaluation.md (``{question}\\nA. ...\\nD. ...\\nAnswer:``) and the choices `` A``..`` D``,
-  so its choices can be compared with :func:`obliviate.eval.mcq_accuracy` (``style="letters"``).
-- :func:`lmeval_mmlu_choices` does the same for a local MMLU CSV file.
-- :func:`lmeval_installed_task_choices` runs one of lm-eval's *own installed* tasks (``wmdp_bio``,
-  ``mmlu_anatomy``, ...: its YAML's description, prompt, choices and target, included unchanged) on local
-  records in the dataset's own fields, overriding only where the data is read from; this is what
-  ``obliviate eval --benchmark`` must agree with (tests/eval/test_lmeval_parity.py).
-
-``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`.
-
-Tokenisation: lm-eval's own default (``add_bos_token=None``: the tokenizer's own special tokens, bos for
-Llama or Gemma, none for GPT-2 or Pythia), which is what obliviate follows too
-(:func:`obliviate.models.tokenizer.adds_bos`). obliviate's own tokenizers add nothing, but their models are
-trained with bos first, so obliviate prepends it and lm-eval does not: for identical inputs on such a model,
-use a tokenizer that adds bos when encoding.
+``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`. The prompts, the
+bos policy and the parity tests: docs/tofu.md, "Parity with lm-evaluation-harness".
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Exact memorization and extraction strength: how much of an answer the model predicts greedily.
 
-Both read one teacher-forced forward pass of each example (:func:`obliviate.eval.mia.token_logprob_stats`:
-``[bos] + prompt + answer + [eos]``, the answer and eos scored): at every scored position, whether the
-argmax of the next-token distribution given the *true* prefix is the true token. As OpenUnlearning's
-``tokenwise_vocab_logprobs`` does, the last scored token (the eos) is left out, so the ``n`` tokens compared
-are the answer's. Definitions (OpenUnlearning's ``src/evals/metrics/memorization.py`` at 2db47ec and
-``src/evals/metrics/utils.py`` at e305b27 and 5420d43, the versions read; docs/evaluation.md, "Memorization"):
-
-- **exact memorization** (Tirumala et al. 2022, "Memorization Without Overfitting", arXiv:2205.10770):
-  ``EM(x, y) = (1/n) sum_t 1[argmax_z p(z | x, y_<t) = y_t]``, the share of answer tokens predicted greedily;
-- **extraction strength** (Carlini et al. 2021, "Extracting Training Data from Large Language Models",
-  arXiv:2012.07805, the prefix-extraction view; OpenUnlearning's ``extraction_strength``):
-  ``ES(x, y) = 1 - k*/n`` with ``k*`` the smallest ``k`` in ``0..n-1`` such that the greedy predictions of
-  tokens ``k..n-1`` given the true prefix ``x, y_<k`` are all right, i.e. the shortest prefix of the answer
-  from which greedy decoding completes it. 1 = the question alone extracts the whole answer.
-
-Both are averaged over examples. Two edge cases follow OpenUnlearning's code, not a cleaner reading:
-when not even the last answer token is predicted, ``k*`` stays ``n - 1`` and ``ES = 1/n`` (not 0);
-an example with no answer token left counts as ``ES = 0`` and is left out of ``EM``.
+``EM(x, y) = (1/n) sum_t 1[argmax_z p(z | x, y_<t) = y_t]`` (Tirumala et al. 2022, arXiv:2205.10770);
+``ES(x, y) = 1 - k*/n``, ``k*`` the shortest answer prefix from which greedy decoding completes it (Carlini et al.
+2021, arXiv:2012.07805). As OpenUnlearning's code, edge cases included: docs/evaluation.md, "Memorization".
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """Evaluation of a model on a :class:`~obliviate.tasks.Task`: every evaluation set, then one score per role.
 
-Per set ``<name>``:
-
-- QA: ``<name>_em`` (greedy exact match, normalised), ``<name>_rouge_l`` (ROUGE-L recall) and
-  ``<name>_prob`` (the reference answer's per-token geometric-mean probability, TOFU's normalised
-  probability); where every item carries ``options`` (TOFU's real authors / world facts as a benchmark),
-  ``<name>_option_prob``, that probability normalised over the options: P(answer) / (P(answer) + sum P(wrong));
-- MCQ: ``<name>_acc`` (zero-shot log-likelihood accuracy) and ``<name>_chance`` (its chance level, 1/k); a
-  cloze set also ``<name>_acc_norm``, lm-eval's length-normalised accuracy (the raw sum favours short choices);
-- text: ``<name>_loss`` (mean token loss), ``<name>_ppl`` and ``<name>_tokens`` (how many were scored; a
-  continuation is scored in the model's whole context, its prompt cut from the left: :func:`text_loss`).
-
-A metric over zero items or tokens is never a number: it is left out, and ``absent`` (metric key -> one line)
-says why.
-
-Per role (forget, retain, neighbour, utility): ``<role>_score``, the mean over the role's QA and MCQ
-sets of their accuracy (exact match for QA), with ``<role>_chance`` and ``<role>_items`` (the item count the
-verdict's noise allowance reads: :func:`effective_items`); where the role holds a cloze MCQ set,
-``<role>_score_norm`` too, the same mean with each cloze set's ``acc_norm`` in place of its raw ``acc`` (what
-the outcome and the verdicts read: :func:`obliviate.eval.outcome.verdict_score`). Each score is named for what it
-reads: ``heldout_keep_score`` the held-out retain items alone (the retain role's variants: a retain file's held-out
-pairs, the world's held-out wordings of the retain facts), ``utility_score`` / ``neighbour_score`` their roles' sets,
-and ``untrained_keep_score`` all of what must be kept and no retain term trains on (those three pooled, set by set),
-which S-unlearning's R reads (:func:`score_against`, which compares a model's scores with the base model's).
-
-The registered metrics a task asks for by name (``task.meta["metrics"]``, :data:`~obliviate.eval.metric.METRICS`;
-TOFU: ``extraction_strength``, ``exact_memorization``) are added by :func:`task_metrics`; one whose data the task
-lacks is left out, and ``absent`` says why.
+Each key it writes (``<set>_em``, ``<set>_acc``, ``<set>_loss``, ``<role>_score``, ``heldout_keep_score``, ...) and
+why it is computed so: docs/evaluation.md, "Metrics". A metric over zero items or tokens is never a number: it is
+left out, and ``absent`` (metric key -> one line) says why; registered metrics come from :func:`task_metrics`.
 """
 
 from __future__ import annotations

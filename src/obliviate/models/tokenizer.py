@@ -1,25 +1,8 @@
 """Byte-level BPE tokenizers: train, save, and the pad-token policy (loading one:
 :func:`obliviate.models.load.load_tokenizer`).
 
-A trained tokenizer has these special tokens, with these ids, in this order::
-
-    <|pad|> 0   <|bos|> 1   <|eos|> 2   <|unk|> 3   <|hidden|> 4   <|refusal|> 5
-
-then the 256 byte symbols, then the learned merges. Nothing is added automatically:
-``tok("text")`` returns only the text's tokens, with no bos/eos (callers add them).
-Special-token strings that appear inside text (e.g. ``"<|eos|>"``) are matched as the
-special token, which is the ``transformers`` default.
-
-Offsets convention (``return_offsets_mapping=True``)
-----------------------------------------------------
-Offsets are *untrimmed*: each token's ``[start, end)`` is exactly the characters it
-encodes, so a token with a leading space covers the space (``" Paris"`` in
-``"in Paris"`` is ``(2, 8)``, not ``(3, 8)``). The offsets of a text's tokens therefore
-tile it: consecutive, no gaps, the first starts at 0 and the last ends at
-``len(text)``, and ``text[s:e]`` is the token's text. (A multi-byte character split
-across two tokens gives both tokens the same one-character range.) To find the tokens
-of a character span ``[a, b)``, test *overlap*, ``s < b and e > a``, not containment;
-:func:`tokens_in_char_span` does exactly that.
+Its special tokens and their ids, and the offsets convention (untrimmed offsets that tile the text; find a
+character span's tokens by overlap, :func:`tokens_in_char_span`): docs/world.md, "The tokenizer".
 """
 
 from __future__ import annotations

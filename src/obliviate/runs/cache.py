@@ -1,24 +1,11 @@
-"""The cache of the controls, shared by every run directory (issue #56, item 13): ``attack`` and ``compare`` build
-the same negative control, positive controls and attacks on the base model for every model judged against that
-base; this store keeps each one once, by content.
+"""The cache of the controls, shared by every run directory (issue #56): ``attack`` and ``compare`` build the same
+negative control, positive controls and attacks on the base model for every model judged against that base; this
+store keeps each one once, by content (the SHA-256 of what made it: :func:`model_digest`, :func:`task_fingerprint`,
+the settings, :func:`recipe`), under :func:`cache_root`.
 
-An entry is a folder ``<kind>-<digest>`` under :func:`cache_root` (``$OBLIVIATE_CACHE/controls``; without the
-variable ``$XDG_CACHE_HOME/obliviate`` or ``~/.cache/obliviate``, :func:`obliviate.utils.cache_dir`), named by the
-SHA-256 of its key: what made it, never where it came from. A key holds the weights of the models it reads
-(:func:`model_digest`: the tensors as loaded, so a dtype, an adapter or another file of the same name changes it,
-and a moved or touched file does not), the task's items (:func:`task_fingerprint`), every setting that changes the
-numbers, and the code that computes them (:func:`recipe`: the package's version and a hash of its source).
-
-Each entry holds ``entry.json`` (its key, its result and the SHA-256 of every other file in it, such as a control's
-``model/``) beside those files. It is built in a staging folder beside the entries and renamed into place whole, so
-no reader ever sees half of one; two runs that build the same entry at once both finish, and the second keeps the
-first's. A staging folder (``.<entry>.<host>.<pid>.<random>.tmp``) is held by its builder (``fcntl.flock`` on its
-``.owner`` file) while it builds: a later build removes only the staging folders whose builder is gone (killed), never
-one still building, however long it takes. Every read checks the entry's files against their hashes: a corrupt entry
-is said in one line and rebuilt. A result holds what was made, never where or how long: no path of the run that built
-it, no wall seconds (the run that reads it adds its own). Runs turn the cache off with ``--no-cache`` (config key
-``cache=false``); wall seconds are never part of a key. Clearing the cache is deleting its folder (``rm -rf
-~/.cache/obliviate/controls``, or wherever :func:`cache_root` is), best between runs.
+Entries are built in a staging folder and renamed into place whole; every read checks them against their hashes.
+What a key holds, the staging folders' locks, ``--no-cache`` and clearing it: docs/evaluation.md, "The cache of the
+controls".
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""One plain training loop.
+"""One plain training loop: ``train(model, loss_fn, batch_fn, ...)`` sums the named loss terms ``loss_fn`` returns,
+backpropagates, clips, steps AdamW and the schedule, logs every term, and checkpoints for an exact resume.
 
-``train`` takes a model, a ``loss_fn(model, batch, step) -> {name: tensor}``
-returning *named loss terms* (already scaled by their coefficients) and a
-``batch_fn(step) -> batch`` that is a pure function of the step number. The loop
-sums the terms, backpropagates, clips, steps AdamW and the schedule, logs every
-term separately to ``metrics.jsonl`` and a progress bar, and checkpoints.
-
-Exact resume: a checkpoint holds the model weights (safetensors), the optimizer
-and scheduler state, the RNG states and the step. Because the data order is a
-function of the step (see :class:`StepSampler`), a run killed at any point and
-resumed from its last checkpoint finishes bit-for-bit like an uninterrupted one. A checkpoint that does
-not load (truncated, corrupt) is skipped for the one before, with one line on stderr
-(:func:`obliviate.train.checkpoint.resume_checkpoint`).
-
-Several processes (``accelerate launch``, ``torchrun``): each process takes its rows
-of the global batch, gradients are averaged over processes, logged terms are the
-mean over processes and only rank 0 writes. Where the model lives (one process, data
-parallel, FSDP2, DeepSpeed ZeRO-3) is the backend's business
-(:mod:`obliviate.train.backend`); the loop never branches on it. Checkpoints:
-:mod:`obliviate.train.checkpoint`.
+The contract, exact resume and several processes: docs/architecture.md, "The training loop"; checkpoints:
+:mod:`obliviate.train.checkpoint`; where the model lives: :mod:`obliviate.train.backend`.
 """
 
 from __future__ import annotations
