@@ -55,6 +55,41 @@ def test_the_command_and_the_api_give_the_same_metrics_and_weights(taught, tmp_p
     assert any(not torch.equal(a[k], base[k]) for k in a)  # the run trained something
 
 
+@pytest.mark.parametrize("preset", ["tiny", "paper"])
+def test_unlearn_resolves_the_name_once_and_checks_the_config_once(taught, tmp_path, monkeypatch, preset):
+    """``obliviate unlearn --method NPO``: the name is resolved once, the config checked once (where its settings are
+    built), and the method built once more to run; ``paper``: the model's size picks the paper preset (the preset's
+    settings are then built again, and checked with them: their params are others)."""
+    import obliviate.pipelines.unlearn as pipeline
+    import obliviate.unlearning.engine as engine
+    from obliviate.unlearning import contract
+
+    calls: dict = {}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def count(*a, **kw):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(module, name, count)
+
+    counted(pipeline, "resolve_method")
+    counted(contract, "resolve_method")  # any other way in
+    counted(engine, "check_unlearn_config")
+    counted(pipeline, "check_unlearn_config")
+    if preset == "paper":
+        monkeypatch.setattr(pipeline, "preset_name", lambda model: "paper")
+    assert main(["unlearn", "--out", str(tmp_path / "out"), "--model", str(taught["dir"]), "--forget",
+                 str(taught["forget"]), "--retain", str(taught["retain"]), "--method", "NPO", "--no-progress",
+                 "unlearn.train.steps=2"]) == 0
+    assert calls["resolve_method"] == 1
+    assert calls["check_unlearn_config"] == (1 if preset == "tiny" else 2)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["config"]["unlearn"]["method"] == "npo" and results["preset"] == preset
+
+
 def test_the_settings_are_built_once_from_either_schema():
     by_flags = unlearn_settings("NPO", "tiny", seed=2, overrides=["unlearn.train.lr=5e-4", "unlearn.params.beta=0.2",
                                                                   "unlearn.lora=true"])

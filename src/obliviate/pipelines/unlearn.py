@@ -8,6 +8,7 @@ evaluate before, unlearn, evaluate after, the outcome and, given a run directory
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from obliviate.config import build_config, deep_merge, from_fields, to_dict
 from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
-from obliviate.methods import METHODS, preset_name, resolve_method
+from obliviate.methods import METHODS, build_method, preset_name, resolve_method
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_tuned_settings
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.cost import CostRecord, cost_line
@@ -77,8 +78,9 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
     ``run`` (the API's keywords: keys of :class:`UnlearnConfig`, as a comparison's ``runs.<name>``), then
     ``config_file``, then the dotted ``overrides`` (the command line); checked without a model (a bad key named under
     ``prefix``). The method and the seed are the run's own (``--method``, ``--seed``): ``unlearn.method`` or
-    ``unlearn.seed`` naming others is an error."""
-    method = resolve_method(method)
+    ``unlearn.seed`` naming others is an error. A registered name is taken as it is (:func:`prepare_run` resolves the
+    user's once)."""
+    method = method if method in METHODS else resolve_method(method)
     base: dict = {"seed": seed, "eval": dict(eval or {}),
                   "unlearn": method_settings(method, preset, seed, finetune_lr_factor(model_dir)[0])}
     if run:
@@ -125,6 +127,7 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
     its data with the tokenizer alone (``load_tokenizer()``, :func:`check_unlearn_inputs`), then the model
     (``load_model()``, returning ``(model, tokenizer)``), whose size picks the preset; the settings are built again
     for a larger one. ``obliviate unlearn`` and ``obliviate tune`` give the loaders of their arguments."""
+    method = resolve_method(method)  # once: every build below takes the registered name
 
     def settings(preset):
         return unlearn_settings(method, preset, seed=seed, config_file=config_file, overrides=overrides, eval=eval,
@@ -171,12 +174,14 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, ``cost`` (each
     stage's passes, tokens and seconds: :class:`~obliviate.runs.cost.CostRecord`; also in ``results.json`` and the
     card), and with ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints, the cost
-    line before the outcome)."""
+    line before the outcome). ``cfg`` is a plan :func:`unlearn_settings` checked: it is read here, not checked again
+    (the method is built once, and the checks that need the model run before ``out`` is made)."""
     method = cfg.unlearn.method
+    built = build_method(method, cfg.unlearn.params)
     why = finetune_lr_factor(base_model)[1]
-    if why and METHODS[method].kind != "edit":
+    if why and built.kind != "edit":
         log.info(why)
-    check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt)  # before out is made
+    check_unlearn_run(model, tok, task.forget, task.retain, cfg.unlearn, prompt=task.prompt, method=built)
     out = prepare_out_dir(out) if out is not None else None
     fingerprint = dict(fingerprint or {})
     info: dict = {}
@@ -188,7 +193,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
             tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
                                      log_line=tune_log)
         info["tune_line"] = line
-        cfg.unlearn = trial_config(cfg.unlearn, tuned["chosen"])
+        cfg = dataclasses.replace(cfg, unlearn=trial_config(cfg.unlearn, tuned["chosen"]))  # the caller's is kept
+        built = build_method(method, cfg.unlearn.params)  # the chosen params (each trial's were checked by its run)
         task = split[1]
         info["tune"] = {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")}
     resume = False
@@ -209,7 +215,7 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     target = model if in_place else copy.deepcopy(model)
     t = time.perf_counter()
     new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
-                           prompt=task.prompt, idk=task.idk, progress=progress, resume=resume)
+                           prompt=task.prompt, idk=task.idk, progress=progress, resume=resume, method=built)
     cost.add("unlearn", summary.get("passes"), time.perf_counter() - t)  # the method's, its reference's included
     info.update(method=method, settings=run_settings(cfg.unlearn),
                 **{k: v for k, v in summary.items() if k not in ("method", "method_obj")})

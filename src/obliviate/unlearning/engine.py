@@ -211,7 +211,7 @@ def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
 
 def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str | Path | None = None, *,
             prompt: PromptFormat | None = None, idk: list[str] | None = None, eval_fn=None, eval_every: int = 0,
-            progress: bool | None = None, resume: bool = True):
+            progress: bool | None = None, resume: bool = True, method: Method | None = None):
     """Unlearn ``forget`` while keeping ``retain``; returns ``(model, summary)``. The one executor.
 
     ``forget`` / ``retain``: a :class:`~obliviate.tasks.Data` (QA pairs and/or documents; pairs are
@@ -235,9 +235,11 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     (:func:`obliviate.train.distributed.check_method`).
 
     ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and
-    ``data`` (what was encoded: QA pairs, documents, windows, tokens cut).
+    ``data`` (what was encoded: QA pairs, documents, windows, tokens cut). ``method``: the method of ``cfg`` built
+    where ``cfg`` was checked (:func:`check_unlearn_config`'s, by a pipeline's plan), not checked again; None: ``cfg``
+    is checked here.
     """
-    method = check_unlearn_config(cfg)
+    method = method if method is not None else check_unlearn_config(cfg)
     forget, retain = as_data(forget), as_data(retain)
     check_overlap(forget, retain, cfg.allow_overlap, warn=True)
     if method.kind == "edit":
@@ -360,11 +362,12 @@ def check_unlearn_data(tokenizer, forget, retain, cfg: UnlearnConfig, *, prompt:
 
 
 def check_unlearn_run(model, tokenizer, forget, retain, cfg: UnlearnConfig, *,
-                      prompt: PromptFormat | None = None) -> None:
-    """What :func:`unlearn` would refuse before its first step, checked without training: the config, the
-    data (overlap; lengths at the model's context that leave nothing to train), the layers the method
-    trains and the LoRA rank. A command runs it after loading the model and before it prepares ``--out``."""
-    method = check_unlearn_config(cfg)
+                      prompt: PromptFormat | None = None, method: Method | None = None) -> None:
+    """What :func:`unlearn` would refuse before its first step, checked without training: the config (unless its
+    built ``method`` is given: checked already), the data (overlap; lengths at the model's context that leave nothing
+    to train), the layers the method trains and the LoRA rank. A command runs it after loading the model and before it
+    prepares ``--out``."""
+    method = method if method is not None else check_unlearn_config(cfg)
     method.check(model)  # the method's own checks against the model (e.g. an edit method's layers)
     if method.kind == "edit":
         check_overlap(forget, retain, cfg.allow_overlap)
