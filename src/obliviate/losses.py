@@ -1,22 +1,9 @@
-"""Shared loss maths as plain functions over tensors.
+"""Shared loss maths as plain functions over tensors: every objective in :mod:`obliviate.methods` and every training
+run in :mod:`obliviate.train` is assembled from these. Shapes in trailing comments: B batch, T length, V vocabulary.
 
-Every objective in :mod:`obliviate.methods` and every training run in
-:mod:`obliviate.train` is assembled from these. Shapes are given in trailing
-comments: B = batch, T = sequence length, V = vocabulary.
-
-Batches are dicts with ``input_ids`` (B, T), ``attention_mask`` (B, T) and
-``labels`` (B, T), where ``labels[b, t]`` is the target *at position t* in the
-Hugging Face convention (the model shifts internally): ``-100`` means "no loss
-here". An optional ``loss_weights`` (B, T) float tensor, aligned with
-``labels``, weights each target token.
-
-**Token means over several processes.** A mean over tokens must weight each token of the
-global batch alike, whatever process holds it. Inside :func:`token_means_over_processes`
-(the training loop opens it around every loss when the batch is split over processes)
-:func:`masked_mean` divides this shard's sum by the *mean over processes* of the token
-counts, so the mean over processes of the returned values (what the loop logs, and whose
-gradient the averaged gradients are) is the global batch's token mean exactly. The value
-one process returns is then its share, not a mean: use it only linearly (scaled, summed).
+Batches are dicts of ``input_ids``, ``attention_mask`` and ``labels`` (B, T), Hugging Face's convention (the model
+shifts; ``-100``: no loss), with an optional ``loss_weights`` (B, T) per target token. Token means over several
+processes (:func:`token_means_over_processes`; a process's value is its share): docs/distributed.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Optimised suffix: one universal suffix, found by greedy coordinate gradient, that draws the answers out.
 
-Zou et al. 2023 ("Universal and Transferable Adversarial Attacks on Aligned Language Models") optimise a
-suffix of m tokens by greedy coordinate gradient (GCG); Łucki et al. 2024 and the WMDP paper use it against
-unlearning. Here the suffix goes right after each forget question (inside the task's prompt format, before
-its ``\\nAnswer:`` part) and minimises the mean answer-token NLL over the questions of forget half A. Each
-iteration takes the gradient of that loss with respect to the suffix's one-hot tokens, keeps for each
-position the ``topk`` tokens of most negative gradient, evaluates ``candidates`` suffixes that each change one
-random position to one of its top tokens (all of them when ``m x topk <= candidates``) and keeps the best if
-it lowers the loss. It is scored on half B: ``gcg_acc`` the fraction of B whose answer tokens are all greedy
-under teacher forcing (a token-level prefix match) with the suffix, ``gcg_start_acc`` without it; ``gcg_items`` the
-questions of B scored (at most ``max_items``) and ``gcg_variants`` 1 (the suffix is chosen on A, never on B). The
-budget (``gcg_budget``: iterations x candidates) and ``gcg_cost`` are part of the result. docs/evaluation.md,
-"More attacks". The same machinery optimises a universal prefix (``position="prefix"``, the tokens right before
-the question: :mod:`obliviate.attacks.prefix`), and :func:`inserted_terms` scores continuous embeddings at the
-same place (:mod:`obliviate.attacks.soft_prompt`).
+Zou et al. 2023 (GCG): m suffix tokens after each forget question of half A, each iteration trying ``candidates``
+one-token swaps among each position's ``topk`` most negative one-hot gradients; scored on half B. The same
+machinery places a universal prefix (:mod:`obliviate.attacks.prefix`) and scores continuous embeddings
+(:func:`inserted_terms`). docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

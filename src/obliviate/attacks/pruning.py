@@ -1,21 +1,8 @@
 """Neuron pruning: zero the MLP neurons that tell the forget prompts from the retain prompts.
 
-Łucki et al. 2024 ("An Adversarial Perspective on Machine Unlearning for AI Safety", section on pruning) find
-that unlearning often routes the forget inputs through a few MLP neurons, and that pruning them brings the
-knowledge back. Here, in the attacked model, each MLP neuron j of each layer l (the input of the
-down-projection, :func:`~obliviate.models.layers.capture_mlp_activations`) gets the score
-
-    s_lj = | mean over forget-prompt tokens of a_lj - mean over retain-prompt tokens of a_lj |
-
-(the forget questions and the retain questions in the task's prompt format, as direction ablation reads them:
-:func:`~obliviate.attacks.ablation.forget_prompts`, ``retain_prompts``); the top ``fraction`` of all neurons
-of all layers by s are zeroed (a forward pre-hook on each down-projection sets their activations to 0; the
-weights are untouched), for each fraction of the sweep, and the task's forget and retain sets are scored
-(:func:`~obliviate.attacks.scoring.scoring_task`). ``prune_forget_score`` is the best forget score over the
-sweep (the attacker's best, as quantization's best scheme), ``prune_fraction`` / ``prune_neurons`` /
-``prune_retain_score`` where it was reached, ``prune_by_fraction`` every point; ``prune_items`` (the forget items
-scored there) and ``prune_variants`` (the distinct points the best is taken over: fractions that zero the same
-neurons are one model, and every point scores the same items); ``prune_cost``. docs/evaluation.md, "More attacks".
+Łucki et al. 2024 ("An Adversarial Perspective on Machine Unlearning for AI Safety"): each MLP neuron scores
+``s_lj = |mean over forget-prompt tokens of a_lj - mean over retain-prompt tokens of a_lj|``; the top ``fraction``
+of all neurons are zeroed by a pre-hook on the down-projections. Reads and counts: docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

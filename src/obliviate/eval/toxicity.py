@@ -1,21 +1,6 @@
-"""Toxicity scoring and continuation toxicity on prompt sets.
-
-A scorer maps texts to toxicity probabilities in [0, 1] (:class:`ToxicityScorer`).
-
-- :class:`LexiconToxicityScorer` (offline default, meant for the synthetic world's toxic
-  register): counts whole-word, case-insensitive occurrences of lexicon entries (by
-  default :data:`obliviate.tasks.world.TOXIC_LEXICON`, e.g. "idiot", "shut up") and returns
-  ``1 - 2**(-hits)``: 0 hits -> 0, 1 hit -> 0.5 (toxic at the 0.5 threshold),
-  2 -> 0.75, 3 -> 0.875. Plural "s" of an entry counts ("idiots"). On held-out
-  world sentences (toxic register vs its neutral twin) it is ~100% accurate at 0.5, by
-  construction of the world: every toxic sentence carries an insulting adjective and
-  noun, no neutral one does (``tests/test_toxicity.py`` checks >= 0.9 on an unseen seed).
-  It knows nothing beyond its word list: not for real models.
-- :class:`DetoxifyScorer`: the Detoxify classifier (optional dependency ``detoxify``),
-  for real models.
-
-:func:`continuation_toxicity` scores greedy continuations (at most 20 new tokens) of
-prompts, RealToxicityPrompts style: only the continuation is scored, not the prompt.
+"""Toxicity scoring and continuation toxicity on prompt sets: :class:`LexiconToxicityScorer` (offline, the world's
+toxic register: ``1 - 2**(-hits)``), :class:`DetoxifyScorer` (real models), :func:`continuation_toxicity`.
+docs/evaluation.md, "Toxicity".
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD) (docs/evaluation.md, "UQ / FQ / RD").
 
-The relative forget drop is named :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different
-metric (the KS-test p-value of truth ratios, :func:`obliviate.eval.tofu.forget_quality`). Its result key stays
-``fq``, the ATWU paper's symbol.
-
-With F a forget-set performance (higher = the model still knows more; e.g. QA or MCQ
-accuracy on the forget facts) and R a retain/utility performance, before (0) and
-after (u) unlearning::
-
-    FQ = (F0 - Fu) / F0                  clipped to [0, 1]
-    RD = max(0, (R0 - Ru) / R0)          clipped to at most 1
-    UQ = 100 * HM(FQ, 1 - RD)            HM(a, b) = 2ab / (a + b), 0 if a or b is 0
-
-Clipping (our choice; the seed summary does not say): FQ < 0 (the forget score
-went *up*) counts as no forgetting, and RD > 1 (a negative retain score) as total
-degradation, so UQ stays in [0, 100]. A retain score that improves gives RD = 0.
+``FQ = (F0 - Fu) / F0`` in [0, 1], ``RD = max(0, (R0 - Ru) / R0)`` at most 1, ``UQ = 100 * HM(FQ, 1 - RD)``. The
+relative forget drop is :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different metric
+(:func:`obliviate.eval.tofu.forget_quality`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """A negative control obliviate builds (issue #28, item 9; by default since issue #41, item 6, wherever the model
-before it was taught the task is known): that model fine-tuned on the task's retain data only (``attack
---control retain-finetune``, ``compare --control retain-finetune``; ``--control none`` builds none).
-
-It is the retain model of TOFU's protocol on any task: it saw everything the fine-tuned model saw except the
-forget data, so a probe or an MIA figure that it matches reads the questions' surface (or the retain facts),
-not the forget knowledge. It is trained through :func:`obliviate.train.finetune.finetune` with the settings
-the fine-tuned model's card records (:func:`fine_tune_config`), kept in the cache of the controls shared by every
-run directory (:mod:`obliviate.runs.cache`: any run with the same untaught weights, task and settings reuses it,
-anything else trains it afresh) and linked into the run's ``--out``; with the cache off (``--no-cache``), cached
-under ``--out`` as one part (:func:`obliviate.runs.parts.cached_part`) as before. Its fine-tune's checkpoints are in
-``train/<digest>`` under the run's folder of the control, named by what makes it (the cache's entry, or the part's
-key): an interrupted build resumes only into the same control, never another untaught model's or settings'. The model
-is saved whole or not at all (:func:`obliviate.models.load.save_model`), every path under ``--out`` through
-:func:`obliviate.utils.run_write_path`.
+before it was taught the task is known): that model fine-tuned on the task's retain data only (``--control
+retain-finetune``; ``--control none`` builds none), TOFU's retain model on any task, kept in the cache of the
+controls (:mod:`obliviate.runs.cache`). docs/evaluation.md, "The negative control beside the probe and the MIA".
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; docs/methods.md).
+"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; docs/methods.md, docs/recipes.md).
 
-* :mod:`.sae` — TopK sparse autoencoder on a labeller model's residual stream; SAEs from SAELens, sparsify, Gemma
-  Scope (:func:`load_sae`).
-* :mod:`.weak_labels` — domain latents, per-latent thresholds, the ">= 2 latents, then
-  window expansion" rule, precision/recall/F1 against ground truth.
-* :mod:`.labelling` — the two above end to end: :func:`sae_weak_labels` of a labeller model.
-* :mod:`.refusal` — refusal training and refusal rates (the paper's refusal experiment).
-* :mod:`.classifiers` — biLM token classifier (optionally with context pooling), document
-  classifier, optional pretrained encoder features, threshold sweeps (AUROC), throughput.
-* :mod:`.token_classifier` — the classifiers fit end to end on weak labels and scored on held-out
-  documents: :func:`fit_token_classifiers`.
-* :mod:`.strategies` — loss masking (input/target convention), removal with
-  ``<|hidden|>``, document drop, label noise; batches for the one training loop.
-* :mod:`.scaling` — the filtered models' sizes (:data:`FILTERED_MODELS`), 6ND compute, power-law fit,
-  compute slowdown, adversarial tokens.
+:mod:`.sae` (TopK SAEs, :func:`load_sae`), :mod:`.weak_labels` and :mod:`.labelling` (SAE weak labels),
+:mod:`.classifiers` and :mod:`.token_classifier` (token and document classifiers), :mod:`.strategies` (masking,
+``<|hidden|>`` removal, document drop, label noise), :mod:`.refusal` and :mod:`.scaling` (the paper's experiments).
 """
 
 from obliviate.filtering.classifiers import (

@@ -1,18 +1,7 @@
-"""A small TopK sparse autoencoder on a model's residual stream (docs/methods.md, weak labels).
-
-The paper labels tokens with the latents of a Gemma-Scope SAE on a 9B model; here the
-labeller is a larger tiny model pretrained on the world, so we train its SAE ourselves.
-We write our own (~100 lines) because no maintained SAE library that trains on Hugging
-Face models on a CPU is installed here, and the maths is small:
-
-    z     = TopK_k( ReLU( (x - b_dec) @ W_enc + b_enc ) )      # (N, m), at most k non-zeros
-    x_hat = z @ W_dec + b_dec                                 # (N, d), W_dec rows unit-norm
-    loss  = mean over rows and dims of (x_hat - x)^2
-
-(TopK SAE, Gao et al. 2024.) ``W_enc`` is (d, m), ``W_dec`` is (m, d). The decoder rows
-are kept unit-norm by normalising them inside the forward pass (so the one training
-loop, :func:`obliviate.train.train`, needs no post-step hook) and written back
-normalised after training. Training uses that loop with the MSE as its one loss term.
+"""A small TopK sparse autoencoder on a model's residual stream (Gao et al. 2024), trained with the one loop on its MSE:
+``z = TopK_k(ReLU((x - b_dec) @ W_enc + b_enc))``, ``x_hat = z @ W_dec + b_dec`` with unit-norm decoder rows; and
+:func:`load_sae` for SAELens, sparsify and Gemma Scope files. The maths and why our own: docs/methods.md, "Why our
+own SAE".
 """
 
 from __future__ import annotations

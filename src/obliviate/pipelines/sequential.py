@@ -1,19 +1,9 @@
 """Sequential unlearning: ``obliviate unlearn --requests A.jsonl,B.jsonl,...`` (issue #31, item 5).
 
-The unlearning requests are applied in order to the same model: request k unlearns its forget file from the model
-request k-1 left (the retain data stay the task's), with the run's method and settings, seeded afresh at each request.
-After each request (and on the base model, request 0) every metric of the task is evaluated
-(:func:`obliviate.eval.suite.evaluate_task`, with one extra evaluation set per request, ``request<k>_qa`` /
-``request<k>_text``, so the curve shows whether an earlier request stays forgotten) and the attacks' cheap subset
-(:data:`CHEAP_ATTACKS`, :func:`obliviate.evidence.harness.run_task_attacks`). The loop itself is the one MUSE's
-sustainability folds use, :func:`over_requests` (here).
-
-Resuming: each finished request is a part (:func:`obliviate.runs.parts.cached_part`,
-``OUT/sequential/request_<k>.json``), written only after that request's model is saved
-(``OUT/sequential/<k>/model``; the one before is then deleted), so a run killed between requests restarts from the
-last finished one and gives the same numbers. A rerun with other request files or other settings starts afresh
-(one line says which). ``results.json`` (key ``sequential``), ``report.md`` and ``sequential.png`` are written at
-the end, atomically.
+The requests are applied in order to the same model, every metric and the attacks' cheap subset
+(:data:`CHEAP_ATTACKS`) evaluated after each; each finished request is a part, so a killed run resumes at the last
+one. The loop is the one MUSE's sustainability folds use, :func:`over_requests`. docs/tasks.md, "Sequential
+unlearning".
 """
 
 from __future__ import annotations

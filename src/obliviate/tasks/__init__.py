@@ -1,20 +1,8 @@
 """Tasks: what a run forgets, what it keeps, and how it checks both.
 
-A :class:`Task` is data (lm-eval's lesson): forget and retain data (QA pairs and/or
-documents), evaluation sets tagged by role, attack data and the prompt format. Each
-provider is one file in this package, registered by :func:`register_task`, and is
-named on the command line by a spec ``provider[:argument]``:
-
-- ``world`` (the embedded default, :mod:`.world`);
-- ``tofu:forget01|forget05|forget10`` (:mod:`.tofu`);
-- ``ember:<concept>`` (:mod:`.ember`);
-- ``wmdp:bio|cyber`` (:mod:`.wmdp`);
-- ``muse:news|books`` (:mod:`.muse`);
-- ``rwku:<target>``, RWKU's real people (:mod:`.rwku`);
-- ``benchmark:<name>``, a public benchmark as one evaluation set (:mod:`.benchmark`);
-- ``file:SPEC.yaml``, the user's own files (:mod:`.files`).
-
-Providers are imported lazily (:func:`task_names`), so adding one is adding one file.
+A :class:`Task` is data (lm-eval's lesson). Each provider is one file in this package, registered by
+:func:`register_task` and named by a spec ``provider[:argument]`` (``world``, ``tofu:forget10``, ``file:SPEC.yaml``,
+...: docs/tasks.md has the table); providers are imported lazily (:func:`task_names`), so adding one is one file.
 """
 
 from __future__ import annotations

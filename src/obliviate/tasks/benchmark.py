@@ -2,18 +2,8 @@
 ``mmlu``, ``mmlu:anatomy``, ``medmcqa``, ``tofu_forget10``, ...) as a task, and :func:`benchmark_task` for a
 user's file of QA pairs or MCQs (``obliviate eval --data``).
 
-- evaluation: one set, the benchmark, named after it (``:`` spelled ``_``: ``mmlu_anatomy``; a user's file
-  ``utility_<stem>``, as a task spec names it, unless a name is given); role forget for
-  the sets a run would unlearn (``wmdp_*``, ``tofu_forget*``), retain for TOFU's retain splits, utility for
-  the others and for a user's file. MCQs are scored lm-eval style (letters), QA after the TOFU prompt
-  ``Question: {q}\\nAnswer:``. WMDP and MMLU questions carry lm-eval's task description
-  (``meta["description"]``, :func:`lm_eval_description`), put before the prompt as lm-eval's shipped
-  ``wmdp_*`` and ``mmlu_*`` tasks do.
-- forget / retain: the benchmark's questions with their answers (an MCQ's correct choice) as QA pairs,
-  alternately (even positions forget, odd retain), so that the task can be unlearned too; to unlearn a
-  benchmark's domain, use its own task (``wmdp:bio``).
-- Text sets (RealToxicityPrompts) are prompts, not an accuracy benchmark: a :class:`ConfigError` points to
-  toxicity evaluation.
+One evaluation set, the benchmark, with the role a run gives it, and its questions alternately as forget and retain
+QA pairs; text sets (RealToxicityPrompts) are refused. docs/tofu.md, "Evaluating a model on a public benchmark".
 """
 
 from __future__ import annotations

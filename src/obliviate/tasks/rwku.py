@@ -1,22 +1,9 @@
 """``rwku:<target>``: RWKU, real-world knowledge unlearning of one of 200 famous people (Jin et al. 2024,
 arXiv:2406.10890; dataset ``jinzhuoran/RWKU``, processing in the jinzhuoran/RWKU repository's
-``process/data_process.py``).
+``process/data_process.py``). With ``allow_hub`` a missing file is read from the hub's config of the same data
+(:data:`HUB_CONFIGS`) and filtered to the target's rows.
 
-Local layout, as that script writes it: ``<data>/rwku/Target/<n>_<Name_With_Underscores>/`` holding JSON lists
-``intro.json`` (``{target, ...}``), ``forget_level1.json`` / ``forget_level2.json`` / ``forget_level3.json`` and
-``neighbor_level1.json`` / ``neighbor_level2.json`` (``{query, answer, level, subject}``, level 3 with ``type``, the
-adversarial attack's kind), ``forget_mia.json`` / ``retain_mia.json`` (``{text, subject}``), ``retain_mmlu.json``
-(``{question, choices, answer, task, ...}``, RWKU's utility_general), ``triviaqa.json`` (``{question, answers, ...}``,
-utility_factuality) and ``passage.json`` (``{text, subject}``, train_original_passage). With ``allow_hub`` a missing
-file is read from the hub's config of the same data (:data:`HUB_CONFIGS`) and filtered to the target's rows.
-
-Roles: forget = the target's passages as documents (RWKU gives no forget corpus by design; its passage variant
-trains on these); forget sets ``forget_level1`` (fill-in-the-blank) and ``forget_level2`` (QA), ``forget_level3``
-(adversarial probes) as a forget *variant*; ``neighbor_level1`` / ``neighbor_level2`` as neighbours;
-``utility_general`` (MCQ) and ``utility_factuality`` (QA) as utility; the MIA sets ``forget_mia`` (forget) and
-``retain_mia`` (retain) as text sets, whose mean loss is RWKU's LOSS attack. RWKU has no retain corpus for one
-target: the retain documents are ``retain_mia``'s members (so its text set is trained on, as TOFU's retain split).
-RWKU's reasoning, truthfulness and fluency utility sets are not read.
+The files it reads: docs/benchmarks.md, "rwku"; the roles of its sets: docs/tasks.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """``wmdp:bio|cyber``: hazardous knowledge (Li et al. 2024, WMDP, arXiv:2403.03218).
 
-- forget / retain = WMDP's forget and retain corpora as documents
-  (:func:`~obliviate.tasks.sources.wmdp_corpora.load_wmdp_corpus`:
-  ``<data>/wmdp/<subset>-{forget,retain}-corpus.jsonl``, or ``cais/wmdp-corpora`` with ``allow_hub=True``; the bio
-  forget corpus is gated and must be placed locally).
-- ``wmdp_<subset>``: the WMDP questions (role forget), lm-eval style (letters).
-- ``mmlu_neighbour``: the MMLU subjects the WMDP paper reports next to each subset
-  (college_biology + virology for bio, college_computer_science + computer_security for cyber),
-  all their test questions (role neighbour).
-- ``mmlu``: every other MMLU test subject, at most :data:`MMLU_PER_SUBJECT` questions each
-  (a modest general-knowledge utility set, not the full 14k), role utility.
-  Both MMLU sets interleave subjects (question 1 of every subject, then question 2, ...),
-  so ``limit`` keeps a spread of subjects.
-- relearn, holdout: None.
+WMDP's forget and retain corpora as documents (the bio forget corpus is gated and must be placed locally), the
+WMDP questions (forget), MMLU's neighbouring subjects (neighbour) and the other subjects, at most
+:data:`MMLU_PER_SUBJECT` each and interleaved so ``limit`` keeps a spread (utility). docs/benchmarks.md, "wmdp".
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""A seeded synthetic world of fictitious entities: the default dataset of obliviate.
-
-Four domains, all invented and deterministic from ``WorldConfig.seed``:
-
-- medicine (forget / holdout splits): diseases, treated_with / main_symptom / affected_organ,
-  plus auxiliary first_recorded_in / first_described (used only for relearning attacks);
-- biology (retain split): organisms, habitat / diet / distinctive_trait, worded like medicine;
-- general (general split): people, birthplace / birth_year / profession, plus toxic and
-  neutral register sentences about their habits;
-- concept (concept split): characters of one saga, wields / homeland / serves (EMBER-style data
-  in ``World.concept``).
+"""A seeded synthetic world of fictitious entities: the default dataset of obliviate. Four domains (medicine to
+forget, biology to retain, general people, a fictional saga), all invented and deterministic from
+``WorldConfig.seed``: docs/world.md.
 
 >>> from obliviate.world import WorldConfig, generate_world
 >>> w = generate_world(WorldConfig(seed=3))
