@@ -1,16 +1,6 @@
-"""Typed configs: dataclasses, YAML files and dotted command-line overrides.
-
-One dataclass is the CLI surface, the saved config and the documentation. A
-config is built from defaults, then a YAML file, then ``key.sub=value``
-overrides; every step is validated against the dataclass field types, and an
-unknown key or a value of the wrong type raises :class:`ConfigError` naming it.
-
-Output paths. A field that names something the run *writes* (a cache, a report)
-is declared ``field(default="judge_cache", metadata={"output_path": True})``;
-a config value for it must be a relative path that stays inside the run
-directory (no absolute path, no ``~``, no ``..`` climbing out), and the command
-joins it to ``--out`` with :func:`output_path`. Only an explicit command-line
-flag may point elsewhere (``output_path(out, args.flag, "--flag", explicit=True)``).
+"""Typed configs: dataclasses, YAML files and dotted command-line overrides, validated at every step (an
+unknown key or a wrongly typed value is a :class:`ConfigError` naming it). Fields marked ``output_path`` stay
+inside the run directory (:func:`output_path`). docs/architecture.md, "Configs".
 """
 
 from __future__ import annotations

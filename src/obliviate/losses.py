@@ -1,9 +1,10 @@
-"""Shared loss maths as plain functions over tensors: every objective in :mod:`obliviate.methods` and every training
-run in :mod:`obliviate.train` is assembled from these. Shapes in trailing comments: B batch, T length, V vocabulary.
+"""Shared loss maths as plain functions over tensors: every objective in :mod:`obliviate.methods` and every
+training run in :mod:`obliviate.train` is assembled from these. Shapes in trailing comments: B batch, T
+length, V vocabulary.
 
-Batches are dicts of ``input_ids``, ``attention_mask`` and ``labels`` (B, T), Hugging Face's convention (the model
-shifts; ``-100``: no loss), with an optional ``loss_weights`` (B, T) per target token. Token means over several
-processes (:func:`token_means_over_processes`; a process's value is its share): docs/distributed.md.
+Batches are dicts of ``input_ids``, ``attention_mask`` and ``labels`` (B, T), Hugging Face's convention (the
+model shifts; ``-100``: no loss), with an optional ``loss_weights`` (B, T) per target token. Token means over
+several processes (:func:`token_means_over_processes`; a process's value is its share): docs/distributed.md.
 """
 
 from __future__ import annotations

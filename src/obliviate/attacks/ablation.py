@@ -1,15 +1,8 @@
 """Direction ablation: project one direction per layer out of the residual stream, then score the task.
 
-Arditi et al. 2024 ("Refusal in Language Models Is Mediated by a Single Direction") find a behaviour's
-direction as the difference of mean activations between prompts that trigger it and prompts that do not,
-and remove it by projecting it out; Łucki et al. 2024 show the same undoes RMU-style unlearning. Here, per
-decoder layer l, ``r_l`` = mean over forget prompts - mean over retain prompts of the hidden state of layer
-l at each prompt's last token (the position the answer is read from), in the attacked model itself: no base
-model needed. While the task is scored, a forward hook on every decoder layer replaces its output h by
-``h - (h . r_l) r_l`` (``r_l`` unit norm) at every position. The white-box variant (``ablate_whitebox_*``,
-an upper bound: it needs the base model) takes ``r_l`` = mean attacked - mean base hidden state on the
-forget prompts, the direction unlearning moved them along. Hooks are removed in ``finally``.
-docs/evaluation.md, "More attacks".
+Arditi et al. 2024, Łucki et al. 2024: per layer, ``r_l`` = mean forget-prompt minus mean retain-prompt
+last-token hidden state (white-box: attacked minus base), and a hook replaces each layer's output h by ``h -
+(h . r_l) r_l``. docs/evaluation.md, "Direction ablation".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Optimised suffix: one universal suffix, found by greedy coordinate gradient, that draws the answers out.
 
-Zou et al. 2023 (GCG): m suffix tokens after each forget question of half A, each iteration trying ``candidates``
-one-token swaps among each position's ``topk`` most negative one-hot gradients; scored on half B. The same
-machinery places a universal prefix (:mod:`obliviate.attacks.prefix`) and scores continuous embeddings
-(:func:`inserted_terms`). docs/evaluation.md, "More attacks".
+Zou et al. 2023 (GCG): m suffix tokens after each forget question of half A, each iteration trying
+``candidates`` one-token swaps among each position's ``topk`` most negative one-hot gradients; scored on half
+B. The same machinery places a universal prefix (:mod:`obliviate.attacks.prefix`) and scores continuous
+embeddings (:func:`inserted_terms`). docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """In-context attacks: the forget question after k facts in the prompt.
 
-Shumailov et al. 2024 ("UnUnlearning") show that knowledge removed from the weights comes back when related
-knowledge is put in the context; Lynch et al. 2024 and Doshi & Stickland 2024 find the same with plain
-few-shot prompting. On the forget QA facts split in two halves A and B (:meth:`Task.forget_halves`):
-
-- *re-introduction* (``in_context_reintro_acc``): each question of B after the first k facts of A (and A's
-  after B's), facts of the same forget set but never the question's own;
-- *few-shot* (``in_context_fewshot_acc``): the same questions after the first k retain facts;
-- ``in_context_zero_shot_acc``: the same questions alone, the reference.
-
-Each fact is written as the task asks it, ``prompt(q) + answer(a)`` (the world: ``Question: q\\nAnswer: a``),
-the facts joined and followed by the question's prompt with ``"\\n\\n"`` (:func:`shots_prompt`); a chat task
-puts the facts as ``Question: q\\nAnswer: a`` lines before the question in its user turn. Scored by greedy
-prefix match (:func:`prefix_accuracy`), the mean over the two directions. docs/evaluation.md, "More attacks".
+Shumailov et al. 2024 ("UnUnlearning"): on forget halves A and B, each question of B after k facts of A
+(re-introduction), after k retain facts (few-shot) and alone (zero-shot), scored by greedy prefix match
+(:func:`prefix_accuracy`); the prompt is :func:`shots_prompt`. docs/evaluation.md, "In context".
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Neuron pruning: zero the MLP neurons that tell the forget prompts from the retain prompts.
 
 Łucki et al. 2024 ("An Adversarial Perspective on Machine Unlearning for AI Safety"): each MLP neuron scores
-``s_lj = |mean over forget-prompt tokens of a_lj - mean over retain-prompt tokens of a_lj|``; the top ``fraction``
-of all neurons are zeroed by a pre-hook on the down-projections. Reads and counts: docs/evaluation.md, "More attacks".
+``s_lj = |mean over forget-prompt tokens of a_lj - mean over retain-prompt tokens of a_lj|``; the top
+``fraction`` of all neurons are zeroed by a pre-hook on the down-projections. Reads and counts:
+docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

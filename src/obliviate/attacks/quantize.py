@@ -1,18 +1,9 @@
 """Quantization attack: score a quantized copy of the model, where small unlearning updates round away.
 
-Zhang et al. 2024 ("Catastrophic Failure of LLM Unlearning via Quantization") find that 4-bit quantization
-restores most of what GA- and NPO-style unlearning removed, because those weight changes are smaller than a
-quantization step. Simulated on the CPU (every machine): each ``nn.Linear`` (and GPT-2 ``Conv1D``) weight of
-a deep copy is quantized and dequantized in place; the token embeddings, the norms, biases and the
-unembedding (``lm_head``, which bitsandbytes also keeps in full precision) are untouched. Schemes:
-
-- ``int8`` / ``int4``: symmetric round-to-nearest per output channel, scale = absmax / (2^(b-1) - 1);
-- ``int8_g128`` / ``int4_g128``: the same per group of 128 input columns (GPTQ/AWQ's usual group);
-- ``nf4``: QLoRA's 4-bit NormalFloat (Dettmers et al. 2023), absmax per block of 64 input columns and the
-  nearest of the 16 code values :data:`NF4_CODE`.
-
-With ``backend="bitsandbytes"`` (a CUDA model and bitsandbytes installed) ``int8`` and ``nf4`` go through
-bitsandbytes' real ``load_in_8bit`` / ``load_in_4bit`` path instead. docs/evaluation.md, "More attacks".
+Zhang et al. 2024: each linear weight of a copy is quantized and dequantized in place (``int8`` / ``int4`` per
+output channel, ``*_g128`` per group of 128 columns, ``nf4``: QLoRA's NormalFloat, :data:`NF4_CODE`), or
+loaded by bitsandbytes with ``backend="bitsandbytes"``. The schemes' details: docs/evaluation.md,
+"Quantization".
 """
 
 from __future__ import annotations

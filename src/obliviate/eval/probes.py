@@ -1,15 +1,8 @@
-"""Linear probes on last-token hidden states, per layer (a reconstruction; docs/recipes.md, "function-specific").
+"""Linear probes on last-token hidden states, per layer (a reconstruction; docs/recipes.md,
+"function-specific").
 
-For each layer l, an L2-regularised logistic regression (C = 1) separates the
-frozen model's last-token states of toxic (y = 1) and neutral (y = 0) texts; the
-probe direction is d_l = w_l / ||w_l|| (pointing towards "toxic"). The paper
-reports that these directions differ across layers (pairwise cosine < 0.5 for
-most layer pairs), which motivates probe-guided unlearning at several layers
-(:mod:`obliviate.methods.probe_unlearn`).
-
-"Last token" = the last non-padding token, skipping a trailing eos: the unlearning
-batches append eos to every example, while generation continues from the last
-text token, which is where the toxicity of a continuation is decided.
+Per layer, an L2-regularised logistic regression (C = 1) separates toxic from neutral texts' last-token states
+(the last non-padding token, skipping a trailing eos); the probe direction is ``d_l = w_l / ||w_l||``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Toxicity scoring and continuation toxicity on prompt sets: :class:`LexiconToxicityScorer` (offline, the world's
-toxic register: ``1 - 2**(-hits)``), :class:`DetoxifyScorer` (real models), :func:`continuation_toxicity`.
-docs/evaluation.md, "Toxicity".
+"""Toxicity scoring and continuation toxicity on prompt sets: :class:`LexiconToxicityScorer` (offline, the
+world's toxic register: ``1 - 2**(-hits)``), :class:`DetoxifyScorer` (real models),
+:func:`continuation_toxicity`. docs/evaluation.md, "Toxicity".
 """
 
 from __future__ import annotations

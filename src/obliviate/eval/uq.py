@@ -1,8 +1,8 @@
-"""Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD) (docs/evaluation.md, "UQ / FQ / RD").
+"""Unlearning quality (UQ) from the forget drop (FQ) and retain degradation (RD).
 
-``FQ = (F0 - Fu) / F0`` in [0, 1], ``RD = max(0, (R0 - Ru) / R0)`` at most 1, ``UQ = 100 * HM(FQ, 1 - RD)``. The
-relative forget drop is :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different metric
-(:func:`obliviate.eval.tofu.forget_quality`).
+``FQ = (F0 - Fu) / F0`` in [0, 1], ``RD = max(0, (R0 - Ru) / R0)`` at most 1, ``UQ = 100 * HM(FQ, 1 - RD)``.
+The relative forget drop is :func:`forget_drop`, not ``forget_quality``: that is TOFU's name for a different
+metric (:func:`obliviate.eval.tofu.forget_quality`). docs/evaluation.md, "UQ / FQ / RD".
 """
 
 from __future__ import annotations

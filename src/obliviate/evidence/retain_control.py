@@ -1,7 +1,8 @@
-"""A negative control obliviate builds (issue #28, item 9; by default since issue #41, item 6, wherever the model
-before it was taught the task is known): that model fine-tuned on the task's retain data only (``--control
-retain-finetune``; ``--control none`` builds none), TOFU's retain model on any task, kept in the cache of the
-controls (:mod:`obliviate.runs.cache`). docs/evaluation.md, "The negative control beside the probe and the MIA".
+"""A negative control obliviate builds (issue #28, item 9; by default since issue #41, item 6, wherever the
+model before it was taught the task is known): that model fine-tuned on the task's retain data only
+(``--control retain-finetune``; ``--control none`` builds none), TOFU's retain model on any task, kept in the
+cache of the controls (:mod:`obliviate.runs.cache`). docs/evaluation.md, "The negative control beside the
+probe and the MIA".
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """The verdict's own error rates, measured by simulation (issue #57; docs/evaluation.md, "The rule's own error
-rates").
-
-A *template* is a comparison's metrics (``results.json["metrics"]`` of ``obliviate compare`` or ``demo``), whose
-base model, oracle and positive controls are taken as the **true** rates. A *scenario* states what a judged model
-truly holds (:class:`Scenario`): the oracle's rates everywhere and the base model's keep scores, but under the
-attacks it names an after-score of ``oracle + h (base - oracle)`` on the attack's own scale (``h``, the held
-share; ``base``: the base model's reference, :func:`~obliviate.evidence.verdict.base_reference`). Each trial
-redraws every number the rule reads, for every model (the oracle and the controls too: the rule sees them noisy),
-as ``Binomial(n, true rate) / n`` over that number's own item count ``n`` (:func:`draw_plan`; an after-score that
-is the maximum over ``v`` variants is the maximum of ``v`` independent draws, the worst case for a false
-exceedance), then runs :func:`~obliviate.evidence.verdict.robustness_summary` and counts the judged model's
-verdict. :func:`verdict_check` runs the issue's scenarios and holds each share against its bound
-(:data:`BOUNDS`); :func:`synthetic_template` builds a template without any model run.
+rates"): a *template* comparison's rates taken as true, a :class:`Scenario` of what a judged model holds
+(``oracle + h (base - oracle)`` under its attacks), every number the rule reads redrawn as ``Binomial(n, rate)
+/ n`` (:func:`draw_plan`), :func:`~obliviate.evidence.verdict.robustness_summary` run and the verdicts counted
+against :data:`BOUNDS` (:func:`verdict_check`; :func:`synthetic_template` needs no model run).
 """
 
 from __future__ import annotations

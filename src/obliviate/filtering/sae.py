@@ -1,7 +1,7 @@
-"""A small TopK sparse autoencoder on a model's residual stream (Gao et al. 2024), trained with the one loop on its MSE:
-``z = TopK_k(ReLU((x - b_dec) @ W_enc + b_enc))``, ``x_hat = z @ W_dec + b_dec`` with unit-norm decoder rows; and
-:func:`load_sae` for SAELens, sparsify and Gemma Scope files. The maths and why our own: docs/methods.md, "Why our
-own SAE".
+"""A small TopK sparse autoencoder on a model's residual stream (Gao et al. 2024), trained with the one loop
+on its MSE: ``z = TopK_k(ReLU((x - b_dec) @ W_enc + b_enc))``, ``x_hat = z @ W_dec + b_dec`` with unit-norm
+decoder rows; and :func:`load_sae` for SAELens, sparsify and Gemma Scope files. The maths and why our own:
+docs/methods.md, "Why our own SAE".
 """
 
 from __future__ import annotations

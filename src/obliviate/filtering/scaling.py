@@ -1,16 +1,7 @@
-"""Scaling and compute slowdown (docs/methods.md; authors' ``analysis/scaling.py``).
-
-* Model sizes are spaced geometrically; each is trained on ``tokens = 20 * params``
-  (Chinchilla ratio); training compute is ``C = 6 N D`` FLOPs.
-* Fit ``log L = a + b log C`` (natural logs, least squares) on the *unfiltered* models'
-  ``(C, L)`` points, L being the loss on one domain.
-* A filtered model with loss ``L_f`` after compute ``C_f`` matches an unfiltered model
-  trained with ``C_eq = exp((log L_f - a) / b)``; its *compute slowdown* is
-  ``C_f / C_eq``. On the forget domain a large slowdown means filtering cost the model as
-  much as shrinking its compute by that factor; on the retain domain a slowdown near 1
-  means filtering cost little there.
-* Adversarial fine-tuning: :func:`tokens_to_recover` reads how many fine-tuning tokens a
-  model needs before its forget-domain loss falls to the unfiltered baseline's.
+"""Scaling and compute slowdown (authors' ``analysis/scaling.py``): sizes trained on ``20 * params`` tokens,
+``C = 6 N D``; a fit ``log L = a + b log C`` on the unfiltered models gives a filtered model's equivalent
+compute ``C_eq`` and its slowdown ``C_f / C_eq``; :func:`tokens_to_recover` for adversarial fine-tuning.
+docs/recipes.md, "token-filtering".
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Paper reproductions (``obliviate reproduce NAME``), composed from the package's components and pipelines.
 
-A reproduction ("recipe") is a folder here (``papers/<name>/``): ``run.py`` (a config dataclass and the experiments,
-``run(cfg, out, progress) -> dict``, registered with :func:`recipe`), ``claims.py`` (the paper's claims
-and our agreement with each) and ``report.py`` (``render(results, out)``: ``report.md`` and the plots). Claims and
-report are pure functions of ``results.json``, so ``obliviate reproduce NAME --render-only DIR``
-re-renders a report without training (:func:`render_only`); a run renders from the JSON-clean results
-it then writes (:func:`as_results`), so both give the same bytes. A run writes, in its directory,
-``results.json`` (atomically, last), ``report.md`` (tables, the paper's claims beside ours) and its
-plots. Recipes hold no method code: every objective, metric and attack they use lives in the package.
-
-The claims table is the same in every recipe: :class:`Claim` rows rendered by
-:func:`claims_markdown`, one sentence per claim saying whether our small-scale result agrees,
-with our number in it.
+A recipe is a folder ``papers/<name>/``: ``run.py`` (a config dataclass and ``run(cfg, out, progress) ->
+dict``, registered with :func:`recipe`), ``claims.py`` (:class:`Claim` rows, rendered by
+:func:`claims_markdown`) and ``report.py`` (``render(results, out)``), pure functions of ``results.json``, so
+``--render-only`` re-renders a report without training (:func:`render_only`; a run renders from
+:func:`as_results`, the same bytes). Recipes hold no method code. docs/recipes.md.
 """
 
 from __future__ import annotations

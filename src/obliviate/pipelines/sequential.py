@@ -1,9 +1,9 @@
 """Sequential unlearning: ``obliviate unlearn --requests A.jsonl,B.jsonl,...`` (issue #31, item 5).
 
 The requests are applied in order to the same model, every metric and the attacks' cheap subset
-(:data:`CHEAP_ATTACKS`) evaluated after each; each finished request is a part, so a killed run resumes at the last
-one. The loop is the one MUSE's sustainability folds use, :func:`over_requests`. docs/tasks.md, "Sequential
-unlearning".
+(:data:`CHEAP_ATTACKS`) evaluated after each; each finished request is a part, so a killed run resumes at the
+last one. The loop is the one MUSE's sustainability folds use, :func:`over_requests`. docs/tasks.md,
+"Sequential unlearning".
 """
 
 from __future__ import annotations

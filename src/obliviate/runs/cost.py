@@ -1,16 +1,7 @@
-"""What a run spent (issue #56, item 8): one record per stage (the method's unlearning, each attack, building each
-control, attacking each control, each evaluation) of forward passes, backward passes, tokens and wall seconds, with
-their total; ``unlearn``, ``attack`` and ``compare`` write it to ``results.json`` under ``cost`` (the unlearned
-model's card too) and print :func:`cost_line`.
-
-Passes are counted by :func:`obliviate.models.layers.count_passes` on the models a stage runs (a copy made inside the
-stage, a relearning attacker's or a frozen reference, with its original); ``tokens`` is the tokens of the forward
-passes plus those of the backward passes (rows times positions, padding included), the unit of
-:func:`share_of_pretraining`. A stage served from the cache of the controls (:mod:`obliviate.runs.cache`) spent no
-pass here: it says ``cached: true`` and carries what it cost when it was built (``built``); the controls' summary says
-``cache``: ``hit`` (every control stage served from the cache), ``partial`` (some) or ``miss`` (none). Wall seconds
-are recorded, never part of a run's identity or of its metrics: the same seed gives the same metrics, not the same
-seconds.
+"""What a run spent (issue #56, item 8): one record per stage (unlearning, each attack, building and attacking
+each control, each evaluation) of forward and backward passes (:func:`obliviate.models.layers.count_passes`),
+tokens and wall seconds, with their total, under ``cost`` in ``results.json``, printed by :func:`cost_line`.
+Wall seconds are never part of a run's identity or metrics. docs/evaluation.md, "Cost".
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Run directories and the machine-readable ``results.json`` contract.
-
-``results.json`` is written only when a command has finished, atomically
-(temporary file in the same directory, fsync, rename), so a reader never sees
-a half-written or "complete" file from an interrupted run. A write that fails
-(full disk, read-only directory) raises :class:`ObliviateError` naming the file
-and leaves the previous file, if any, untouched.
-
-Secrets never reach a JSON file written here: the value of a key that names a
-secret (``api_key``, ``password``, ``secret``, ``*_api_key``, ...) is replaced
-by ``"***"``, and so is the text of any API key held in the environment
-(:data:`SECRET_ENV_VARS`, or any variable ending in ``_API_KEY``) wherever it
-appears in a string, in any of its forms (:func:`secret_forms`: stripped of a
-trailing newline, repr- or JSON-escaped, percent-encoded).
+"""Run directories and the machine-readable ``results.json`` contract: written only when a command has
+finished, atomically, and never holding a secret (a secret key's value and any API key of the environment, in
+any of its forms, :func:`secret_forms`, become ``"***"``). docs/architecture.md, "Run directories and
+results.json".
 """
 
 from __future__ import annotations

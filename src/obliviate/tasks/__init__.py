@@ -1,8 +1,9 @@
 """Tasks: what a run forgets, what it keeps, and how it checks both.
 
 A :class:`Task` is data (lm-eval's lesson). Each provider is one file in this package, registered by
-:func:`register_task` and named by a spec ``provider[:argument]`` (``world``, ``tofu:forget10``, ``file:SPEC.yaml``,
-...: docs/tasks.md has the table); providers are imported lazily (:func:`task_names`), so adding one is one file.
+:func:`register_task` and named by a spec ``provider[:argument]`` (``world``, ``tofu:forget10``,
+``file:SPEC.yaml``, ...: docs/tasks.md has the table); providers are imported lazily (:func:`task_names`), so
+adding one is one file.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 ``mmlu``, ``mmlu:anatomy``, ``medmcqa``, ``tofu_forget10``, ...) as a task, and :func:`benchmark_task` for a
 user's file of QA pairs or MCQs (``obliviate eval --data``).
 
-One evaluation set, the benchmark, with the role a run gives it, and its questions alternately as forget and retain
-QA pairs; text sets (RealToxicityPrompts) are refused. docs/tofu.md, "Evaluating a model on a public benchmark".
+One evaluation set, the benchmark, with the role a run gives it, and its questions alternately as forget and
+retain QA pairs; text sets (RealToxicityPrompts) are refused. docs/tofu.md, "Evaluating a model on a public
+benchmark".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """``muse:news|books``: MUSE's six-way unlearning benchmark (Shi et al. 2024, arXiv:2407.06460).
 
-Forget / retain / holdout documents from ``raw/``, knowledge-memorisation QA (``knowmem_*``) and
-verbatim-memorisation continuations (``verbmem_forget``), read from MUSE's own layout or the hub.
-Membership inference (PrivLeak) in MUSE's setting, ``meta["mia"]``: Min-40% (``k`` 0.4), no eos scored, on
-MUSE's ``privleak/{forget,holdout}.json`` samples where the corpus has them (else the raw forget and holdout
-documents).
-MUSE's six-way evaluation reads ``meta["muse"]`` (:func:`muse_parts`): the verbmem pairs, the knowmem QA with
-their in-context examples (``knowmem/*_qa_icl.json``), and the scalability and sustainability forget folds
-(``scal/forget_<k>.txt``, ``sust/forget_<k>.txt``); a part the corpus lacks is a line in ``meta["muse"]["missing"]``
-naming the file looked for (:mod:`obliviate.eval.six_way` computes the metrics).
-Sets and file layout: docs/benchmarks.md#the-tasks-data-files.
+Forget / retain / holdout documents, knowmem QA and verbmem continuations from MUSE's own layout or the hub;
+``meta["mia"]``: PrivLeak's Min-40% setting; ``meta["muse"]`` (:func:`muse_parts`): what the six-way
+evaluation (:mod:`obliviate.eval.six_way`) reads, a missing part a line of ``meta["muse"]["missing"]``. Sets
+and file layout: docs/benchmarks.md#the-tasks-data-files; the six criteria: docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 WMDP's forget and retain corpora as documents (the bio forget corpus is gated and must be placed locally), the
 WMDP questions (forget), MMLU's neighbouring subjects (neighbour) and the other subjects, at most
-:data:`MMLU_PER_SUBJECT` each and interleaved so ``limit`` keeps a spread (utility). docs/benchmarks.md, "wmdp".
+:data:`MMLU_PER_SUBJECT` each and interleaved so ``limit`` keeps a spread (utility). docs/benchmarks.md,
+"wmdp".
 """
 
 from __future__ import annotations

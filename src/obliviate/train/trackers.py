@@ -1,16 +1,6 @@
-"""Experiment trackers: the training loop's logged records, also sent to TensorBoard, MLflow or Weights & Biases.
-
-``TrainConfig.report_to`` names them (``train.report_to=[tensorboard]`` on the command line); every
-record the loop writes to ``metrics.jsonl`` (the loss terms, ``lr``, ``grad_norm``, evaluations) goes
-to each tracker with its step, from the main process only. Each backend is an optional package,
-imported when asked for; a missing one is a one-line error before training starts.
-
-- ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` writing to ``<run dir>/tensorboard``
-  (``pip install tensorboard``); needs the run's output directory.
-- ``mlflow``: the active MLflow run, or a new one (``pip install mlflow`` or ``mlflow-skinny``);
-  ``MLFLOW_TRACKING_URI`` says where it goes, and without it a local store in ``<run dir>/mlruns``.
-- ``wandb``: ``wandb.init`` in the run directory (``pip install wandb``; ``WANDB_MODE=offline``
-  keeps it local). Keys are read from the environment by the library itself; obliviate never sees them.
+"""Experiment trackers: the training loop's logged records, also sent to TensorBoard, MLflow or Weights &
+Biases (``TrainConfig.report_to``), from the main process only; each backend is an optional package imported
+when asked for, a missing one a one-line error before training. docs/architecture.md, "Experiment trackers".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A seeded synthetic world of fictitious entities: the default dataset of obliviate. Four domains (medicine to
-forget, biology to retain, general people, a fictional saga), all invented and deterministic from
+"""A seeded synthetic world of fictitious entities: the default dataset of obliviate. Four domains (medicine
+to forget, biology to retain, general people, a fictional saga), all invented and deterministic from
 ``WorldConfig.seed``: docs/world.md.
 
 >>> from obliviate.world import WorldConfig, generate_world

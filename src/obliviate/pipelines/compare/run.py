@@ -15,6 +15,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
@@ -152,11 +153,12 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
 
 
-def plan_lines(cfg: "CompareConfig", task: Task) -> list[str]:
+def plan_lines(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> list[str]:
     """The lines a comparison starts with, before any model: how many methods and attacks it will run, then one line
     for each method or attack asked for that will not run, with its reason (:func:`skipped_methods`,
-    :func:`~obliviate.evidence.harness.skipped_attacks`)."""
-    methods, skipped = compared_methods(cfg), skipped_methods(cfg, task)
+    :func:`~obliviate.evidence.harness.skipped_attacks`). ``methods``: :func:`compared_methods`, where known."""
+    methods = compared_methods(cfg) if methods is None else methods
+    skipped = skipped_methods(cfg, task, methods)
     running = [m for m in methods if m not in skipped]
     attacks = list(enabled_attacks(task, cfg.attacks))  # in the order they run
     not_attacked = skipped_attacks(task, cfg.attacks)
@@ -167,12 +169,12 @@ def plan_lines(cfg: "CompareConfig", task: Task) -> list[str]:
             *(not_run_line("attack", n, why) for n, why in not_attacked.items())]
 
 
-def skipped_methods(cfg: "CompareConfig", task: Task) -> dict[str, str]:
-    """``{name: why}`` of the compared methods that cannot run on ``task`` as configured (:func:`skip_reason`), known
-    from the inputs before any model (a method's own params are read at the tiny preset, as
-    :func:`~obliviate.unlearning.engine.check_method_runs` reads them)."""
+def skipped_methods(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> dict[str, str]:
+    """``{name: why}`` of the compared methods (``methods``, else :func:`compared_methods`) that cannot run on ``task``
+    as configured (:func:`skip_reason`), known from the inputs before any model (a method's own params are read at the
+    tiny preset, as :func:`~obliviate.unlearning.engine.check_method_runs` reads them)."""
     out = {}
-    for name in compared_methods(cfg):
+    for name in compared_methods(cfg) if methods is None else methods:
         why = skip_reason(task, name, method_run_config(name, cfg.runs.get(name), "tiny", cfg.seed)[0].params)
         if why is not None:
             out[name] = why
@@ -360,46 +362,31 @@ def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
 def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
                 oracle_dir: str | None = None, load=None, progress: bool = True, cost: CostRecord | None = None,
                 oracle_training: dict | None = None, store: ControlCache | None = ...) -> dict:
-    """Every method of ``cfg`` on ``task``, beside the base model and the controls; the report in ``out``.
+    """Every method of ``cfg`` (a plan :func:`check_compare_inputs` checked: read here, not checked again) on
+    ``task``, beside the base model and the controls; the report in ``out``.
 
     The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
     for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
-    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated
-    (:func:`~obliviate.eval.suite.evaluate_task`) and attacked (:func:`~obliviate.evidence.harness.run_task_attacks`)
-    once. Each finished method is kept in ``out/methods/<name>/`` (``result.json`` and its model), each control in
-    ``out/controls/`` and the attacks on the oracle and the base model in ``out/attacks/``, so an interrupted
-    comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command
-    passes its device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
-    ``robustness``, ``trust`` (:func:`~obliviate.evidence.trust.metric_trust`: which numbers separate the models
-    with the knowledge from those without, and stay put under quantization) and ``cost``
-    (:class:`~obliviate.runs.cost.CostRecord`'s, into ``cost`` when given, with the oracle's pretraining,
-    ``oracle_training`` where the caller built the oracle, and each method's share of it).
+    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated and attacked once, each a part
+    kept under ``out`` (``methods/<name>/``, ``controls/``, ``known/``, ``attacks/``), so an interrupted comparison
+    resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command passes its device and dtype).
+    Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``, ``robustness``, ``trust``
+    (:func:`~obliviate.evidence.trust.metric_trust`) and ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s, into
+    ``cost`` when given, with the oracle's pretraining, ``oracle_training`` where the caller built the oracle, and
+    each method's share of it).
 
     With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and attacked)
     are parts of the cache of the controls shared by every run directory (:mod:`obliviate.runs.cache`), by the
     weights of the base model and the oracle, the task and the settings: ``store``, the run's one
     (:func:`~obliviate.runs.cache.control_cache`, made once per run; None: none), made here when not given.
     """
-    methods = compared_methods(cfg)
-    check_method_runs(cfg.runs, methods)  # unknown names, bad or unused overrides fail before any training
-    check_attackable(task, cfg.attacks)  # before any model is built
-    check_retain(task, methods, model_dir)
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
     cost = cost if cost is not None else CostRecord()
-    base_root = None
-    if model_dir is not None:
-        dirs = {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}
-    elif task.pretrain is not None:
-        dirs, base_root = pretrained_bases(task, cfg, out, progress)
-    else:
-        dirs = tiny_bases(task, cfg, out, progress)
+    dirs, base_root = _bases(task, cfg, out, model_dir, oracle_dir, progress)
     base_model, tok = load(dirs["base"])
-    bases_seconds = time.time() - t0  # pretraining or fine-tuning the base and the oracle (0 when cached or given)
-    cost.add("bases", None, bases_seconds)  # their passes: each one's pretrain.json (the oracle's below)
-    preset = preset_name(base_model)
-    parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
-                and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
+    timings: dict = {"bases_seconds": time.time() - t0}  # pretraining or fine-tuning the bases (0: cached or given)
+    cost.add("bases", None, timings["bases_seconds"])  # their passes: each one's pretrain.json (the oracle's below)
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
                "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
                "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
@@ -408,222 +395,311 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
     store = control_cache(cfg.cache) if store is ... else store
-    shared_key = None if store is None else {  # what every shared part reads beside its own model (run_key's paths
-        # are not: the same base model read from another place makes the same parts)
+    run = _Scoring(task, cfg, tok, base_model, progress)
+    share = partial(_through_cache, store, None if store is None else {  # what every shared part reads beside its
+        # own model (run_key's paths are not: the same base model read from another place makes the same parts)
         "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
-        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok), "base": model_digest(base_model)}
-    tuned: dict = {}
-    metrics: dict = {}
-    curves: dict = {}
-    timings: dict = {"bases_seconds": bases_seconds}
-    shown = {"progress": progress}  # the second process of a parallel run turns its bars off (quiet, below)
-    base_cache: dict = {}  # the base model's scores, computed once for every model attacked in this process
+        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok), "base": model_digest(base_model)})
+    here: dict = {}  # the cost stages run in this process outside the parts
+    run.metrics["base"], te = run.evaluate("base", base_model, here)
+    timings.update(te)
+    held: dict = {}  # the oracle, taken by its part so that it is freed once attacked
+    jobs = _oracle_jobs(run, dirs, load, out, run_key, share, store, held, here, timings)
+    controls = _control_jobs(run, out, run_key, share)
+    plan = _method_jobs(run, out, run_key, preset_name(base_model), val, progress)
+    jobs += controls + _known_jobs(run, dirs, load, out, run_key) + plan["jobs"]
+    plan["controls"] = {name for name, *_ in controls}
+    parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
+                and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
+    kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]  # made by an earlier run into this --out
+    parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=run.quiet)
+    held.clear()  # the oracle, when its attacks were kept from an earlier run
+    _add_costs(cost, here, jobs, parts, kept, plan["controls"])
+    curves, dirs = _gather(run, jobs, parts, kept, plan, out, dirs, timings, cost, load, run_key)
+    return _finish(run, out, curves, dirs, plan, timings, cost, t0, oracle_training, model_dir, base_root)
 
-    # Each part below is a function of the models and settings alone: it returns what it made (metrics, curves,
-    # timings) and writes nothing else, so it runs alike in this process or in the child of a parallel run
-    # (runs.parts.cached_parts); the loop after them gathers the parts' results.
-    def evaluate(name: str, model, costs: dict) -> tuple[dict, dict]:
+
+@dataclass
+class _Scoring:
+    """What every part of a comparison reads (the task, the settings, the base model, its tokenizer and the models'
+    metrics so far), and the one way a part scores its model: evaluated, then attacked. A part is a function of the
+    models and settings alone: it returns what it made (metrics, curves, timings) and writes nothing else, so it runs
+    alike in this process or in the forked child of a parallel run (:func:`obliviate.runs.parts.cached_parts`)."""
+
+    task: Task
+    cfg: CompareConfig
+    tok: object
+    base_model: object
+    progress: bool
+    metrics: dict = field(default_factory=dict)
+    base_cache: dict = field(default_factory=dict)  # the base model's scores, computed once for every model attacked
+    oracle_ref: dict | None = None  # what oracle_distance compares each model with
+
+    def quiet(self) -> None:
+        """The second process of a parallel run draws no progress bars."""
+        self.progress = False
+
+    def evaluate(self, name: str, model, costs: dict) -> tuple[dict, dict]:
         """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's own); its
         cost stage goes to ``costs``."""
         t = time.time()
         with count_passes(model) as passes:
-            m = evaluate_task(model, tok, task, batch_size=cfg.eval_batch_size, progress=shown["progress"])
-            m.update(muse.model_metrics(task, model, tok, cfg.eval_batch_size))  # MUSE's six-way, on a MUSE task
+            m = evaluate_task(model, self.tok, self.task, batch_size=self.cfg.eval_batch_size, progress=self.progress)
+            m.update(muse.model_metrics(self.task, model, self.tok, self.cfg.eval_batch_size))  # MUSE's six-way
         if name != "base":
-            m.update(score_against(metrics["base"], m))
+            m.update(score_against(self.metrics["base"], m))
         costs[f"evaluate:{name}"] = stage_record(passes, time.time() - t)
         return m, {f"{name}_eval_seconds": time.time() - t}
 
-    def attack(name: str, model, m: dict, costs: dict) -> tuple[dict, dict, dict]:
+    def attack(self, name: str, model, m: dict, costs: dict) -> tuple[dict, dict, dict]:
         """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``; each attack's cost stage
         goes to ``costs``."""
         t = time.time()
         per: dict = {}
         spent: dict = {}
-        att = run_task_attacks(model, tok, task, cfg.attacks, base_model=base_model, metrics=m, base_cache=base_cache,
-                               timings=per, costs=spent)
+        att = run_task_attacks(model, self.tok, self.task, self.cfg.attacks, base_model=self.base_model, metrics=m,
+                               base_cache=self.base_cache, timings=per, costs=spent)
         costs.update({f"attack:{name}:{k}": rec for k, rec in spent.items()})
         curve = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
         return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t, f"{name}_seconds_by_attack": per}
 
-    def scored(name: str, model, m: dict | None = None, before: dict | None = None, costs: dict | None = None) -> dict:
+    def scored(self, name: str, model, m: dict | None = None, before: dict | None = None,
+               costs: dict | None = None) -> dict:
         """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of its making,
         ``costs``: the cost stages of its making (the part returns them with its own under ``cost``)."""
         t: dict = dict(before or {})
         costs = {} if costs is None else costs
         if m is None:
-            m, te = evaluate(name, model, costs)
+            m, te = self.evaluate(name, model, costs)
             t.update(te)
-        m, curve, ta = attack(name, model, m, costs)
+        m, curve, ta = self.attack(name, model, m, costs)
         return {"metrics": m, "curves": curve, "timings": {**t, **ta}, "cost": costs}
 
-    def shared(what: str, ident: dict, fn, place: Path | None = None):
-        """The part ``fn`` (``fn(folder)``: ``folder`` receives the files it keeps, its ``model/``) through the cache
-        of the controls (:mod:`obliviate.runs.cache`), where the run uses it: made once for every comparison on the
-        same base model, task and settings, whatever its ``--out``; the model of a control kept there is linked at
-        ``place``."""
-        if store is None:
-            return lambda: fn(None)
+    def with_oracle_distance(self, model, m: dict) -> dict:
+        """``m`` with the distance to the oracle's answers (:func:`~obliviate.eval.oracle.oracle_distance`), where
+        there is an oracle."""
+        if self.oracle_ref is not None:
+            m.update(oracle_distance(model, self.tok, self.task, self.oracle_ref, m["forget_score"]))
+        return m
 
-        def part() -> dict:
-            hit = store.get("compare-part", {**shared_key, **ident}, fn, what=what)
-            if place is not None and "metrics" in hit:
-                place_model(hit.path / "model", place)
-            return {**hit, "shared": {"entry": str(hit.path), "reused": hit.reused}}
 
-        return part
+def _bases(task: Task, cfg: CompareConfig, out: Path, model_dir: str | None, oracle_dir: str | None,
+           progress: bool) -> tuple[dict, Path | None]:
+    """The base model's and the oracle's directories (given, pretrained on the task's world or tiny models trained on
+    the task) and the base model's pretraining cache entry (its training log), None where it was not pretrained."""
+    if model_dir is not None:
+        return {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}, None
+    if task.pretrain is not None:
+        return pretrained_bases(task, cfg, out, progress)
+    return tiny_bases(task, cfg, out, progress), None
 
-    here: dict = {}  # the cost stages run in this process outside the parts
-    metrics["base"], te = evaluate("base", base_model, here)
-    timings.update(te)
-    oracle_ref = None
-    held: dict = {}
-    jobs: list = []  # (name, path, key, fn): the attacks on the oracle and the base model, the controls, then the
-    # methods, each a part made once (two at a time with `parallel`)
+
+def _through_cache(store: ControlCache | None, shared_key: dict | None, what: str, ident: dict, fn,
+                   place: Path | None = None):
+    """The part ``fn`` (``fn(folder)``: ``folder`` receives the files it keeps, its ``model/``) through the cache of
+    the controls (:mod:`obliviate.runs.cache`), where the run uses it: made once for every comparison on the same base
+    model, task and settings, whatever its ``--out``; the model of a control kept there is linked at ``place``."""
+    if store is None:
+        return partial(fn, None)
+    return partial(_cached_part, store, {**shared_key, **ident}, fn, what, place)
+
+
+def _cached_part(store: ControlCache, key: dict, fn, what: str, place: Path | None) -> dict:
+    hit = store.get("compare-part", key, fn, what=what)
+    if place is not None and "metrics" in hit:
+        place_model(hit.path / "model", place)
+    return {**hit, "shared": {"entry": str(hit.path), "reused": hit.reused}}
+
+
+def _oracle_scores(run: _Scoring, oracle, _folder=None) -> dict:
+    """The oracle's evaluation and what oracle_distance compares each model with (a part of the cache)."""
+    costs: dict = {}
+    m, te = run.evaluate("oracle", oracle, costs)
+    ref = None if m.get("forget_score") is None else oracle_reference(oracle, run.tok, run.task, m["forget_score"])
+    if ref is not None and ref["truth_ratios"] is not None:
+        ref["truth_ratios"] = [float(x) for x in ref["truth_ratios"]]  # as stored, with the cache or not
+    return {"metrics": m, "timings": te, "ref": ref, "cost": costs}
+
+
+def _attacked(run: _Scoring, name: str, held: dict, _folder=None) -> dict:
+    """The attacks on the model ``held[name]`` (taken, so that it is freed once attacked), evaluated already."""
+    return run.scored(name, held.pop(name), run.metrics[name])
+
+
+def _oracle_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict, share, store, held: dict, here: dict,
+                 timings: dict) -> list:
+    """The oracle evaluated now (its scores are what every model is compared with), then the parts of the attacks on
+    the oracle and on the base model."""
+    jobs = []
     if "oracle" in dirs:
         oracle, oracle_tok = load(dirs["oracle"])
-        check_same_vocabulary(tok, oracle_tok, dirs["base"], dirs["oracle"])
+        check_same_vocabulary(run.tok, oracle_tok, dirs["base"], dirs["oracle"])
         oracle_id = {"part": "oracle", "oracle": None if store is None else model_digest(oracle)}
-
-        def oracle_scores(_folder=None) -> dict:
-            """The oracle's evaluation and what oracle_distance compares each model with (a part of the cache)."""
-            costs: dict = {}
-            m, te = evaluate("oracle", oracle, costs)
-            ref = None if m.get("forget_score") is None else oracle_reference(oracle, tok, task, m["forget_score"])
-            if ref is not None and ref["truth_ratios"] is not None:
-                ref["truth_ratios"] = [float(x) for x in ref["truth_ratios"]]  # as stored, with the cache or not
-            return {"metrics": m, "timings": te, "ref": ref, "cost": costs}
-
-        got = stored_form(shared("the oracle's evaluation", {**oracle_id, "part": "oracle-scores"}, oracle_scores)())
-        metrics["oracle"], oracle_ref = got["metrics"], got["ref"]
+        got = stored_form(share("the oracle's evaluation", {**oracle_id, "part": "oracle-scores"},
+                                partial(_oracle_scores, run, oracle))())
+        run.metrics["oracle"], run.oracle_ref = got["metrics"], got["ref"]
         timings.update(got["timings"])
         for stage, rec in got["cost"].items():
             here[stage] = {**rec, "cached": True} if (got.get("shared") or {}).get("reused") else rec
-        held["oracle"] = oracle  # its part takes it, so that it is freed once attacked
+        held["oracle"] = oracle
         del oracle
         jobs.append(("oracle", out / "attacks" / "oracle.json", {"attacked": "oracle", **run_key},
-                     shared("the attacks on the oracle", oracle_id,
-                            lambda _folder: scored("oracle", held.pop("oracle"), metrics["oracle"]))))
+                     share("the attacks on the oracle", oracle_id, partial(_attacked, run, "oracle", held))))
     jobs.append(("base", out / "attacks" / "base.json", {"attacked": "base", **run_key},
-                 shared("the attacks on the base model", {"part": "base"},
-                        lambda _folder: scored("base", base_model, metrics["base"]))))
-    builders = positive_controls(cfg)
-    for cname, (build, kwargs) in builders.items():
+                 share("the attacks on the base model", {"part": "base"},
+                       partial(_attacked, run, "base", {"base": run.base_model}))))
+    return jobs
+
+
+def _control_part(run: _Scoring, cname: str, build, kwargs: dict, cdir: Path, folder) -> dict:
+    """A positive control built from the base model, then scored; its model kept in ``cdir`` (or ``folder``)."""
+    t = time.time()
+    with count_passes(run.base_model) as passes:  # the builder's copy of the base model is counted with it
+        control, info = build_positive_control(build, run.base_model, run.tok, run.task, seed=run.cfg.seed,
+                                               kwargs=kwargs, progress=run.progress)
+    made = {f"build:{cname}": stage_record(passes, time.time() - t)}  # its seconds: here, not in info
+    if control is None:  # e.g. a task with MCQs only: nothing to refuse
+        return {"info": info, "cost": made}
+    part = run.scored(cname, control, costs=made)
+    save_trained(control, cdir if folder is None else folder / "model", run.tok)  # a finished control has its model
+    return {**part, "info": info}
+
+
+def _control_jobs(run: _Scoring, out: Path, run_key: dict, share) -> list:
+    """The parts of the positive controls (:func:`~obliviate.evidence.positive_controls.positive_controls`)."""
+    jobs = []
+    for cname, (build, kwargs) in positive_controls(run.cfg).items():
         cdir = out / "models" / cname
-
-        def control_part(folder, cname=cname, build=build, kwargs=kwargs, cdir=cdir) -> dict:
-            t = time.time()
-            with count_passes(base_model) as passes:  # the builder's copy of the base model is counted with it
-                control, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs,
-                                                       progress=shown["progress"])
-            made = {f"build:{cname}": stage_record(passes, time.time() - t)}  # its seconds: here, not in info
-            if control is None:  # e.g. a task with MCQs only: nothing to refuse
-                return {"info": info, "cost": made}
-            part = scored(cname, control, costs=made)
-            save_trained(control, cdir if folder is None else folder / "model", tok)  # a finished control has its model
-            return {**part, "info": info}
-
         if not (cdir / "config.json").exists():
             (out / "controls" / f"{cname}.json").unlink(missing_ok=True)  # a control whose model is gone
         jobs.append((cname, out / "controls" / f"{cname}.json", {"control": cname, "args": kwargs, **run_key},
-                     shared(f"the {cname} built from the base model", {"part": cname, "args": kwargs}, control_part,
-                            place=cdir)))
-    for kname in [n for n in KNOWN_REMOVED if n in dirs]:  # judged as methods, built with the bases
+                     share(f"the {cname} built from the base model", {"part": cname, "args": kwargs},
+                           partial(_control_part, run, cname, build, kwargs, cdir), place=cdir)))
+    return jobs
 
-        def known_part(kname=kname) -> dict:
-            model, ktok = load(dirs[kname])
-            if ktok.get_vocab() != tok.get_vocab():
-                raise ModelError(f"{dirs[kname]!r} has another tokenizer than the base model")
-            costs: dict = {}
-            m, te = evaluate(kname, model, costs)
-            if oracle_ref is not None:
-                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            part = scored(kname, model, m, before=te, costs=costs)
-            info = Path(dirs[kname]) / "pretrain.json"  # its cost: a whole pretraining run
-            passes = json.loads(info.read_text()).get("passes") if info.exists() else None
-            return {**part, "timings": {**part["timings"], f"{kname}_pretrain_passes": passes}}
 
-        jobs.append((kname, out / "known" / f"{kname}.json", {"known": kname, **run_key}, known_part))
-    configs, ucfgs, skipped = {}, {}, {}
-    for name in methods:
+def _known_part(run: _Scoring, kname: str, kdir: str, load) -> dict:
+    """A model known to have removed (pretrained with the bases), judged as a method; with its pretraining's passes."""
+    model, ktok = load(kdir)
+    if ktok.get_vocab() != run.tok.get_vocab():
+        raise ModelError(f"{kdir!r} has another tokenizer than the base model")
+    costs: dict = {}
+    m, te = run.evaluate(kname, model, costs)
+    part = run.scored(kname, model, run.with_oracle_distance(model, m), before=te, costs=costs)
+    info = Path(kdir) / "pretrain.json"  # its cost: a whole pretraining run
+    passes = json.loads(info.read_text()).get("passes") if info.exists() else None
+    return {**part, "timings": {**part["timings"], f"{kname}_pretrain_passes": passes}}
+
+
+def _known_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict) -> list:
+    """The parts of the models known to have removed (:data:`~obliviate.evidence.verdict.KNOWN_REMOVED`)."""
+    return [(kname, out / "known" / f"{kname}.json", {"known": kname, **run_key},
+             partial(_known_part, run, kname, dirs[kname], load)) for kname in KNOWN_REMOVED if kname in dirs]
+
+
+def _method_part(run: _Scoring, name: str, ucfg: UnlearnConfig, mdir: Path) -> dict:
+    """Method ``name`` run on a copy of the base model, then scored; its model kept in ``mdir/model``."""
+    seed_everything(run.cfg.seed)
+    model = copy.deepcopy(run.base_model)
+    t = time.time()
+    model, summary = unlearn(model, run.tok, run.task.forget, run.task.retain, ucfg, mdir / "train",
+                             prompt=run.task.prompt, idk=run.task.idk, progress=run.progress, resume=False)
+    made = {f"{name}_unlearn_seconds": time.time() - t,
+            f"{name}_unlearn_passes": summary.get("passes")}  # forwards and backwards (none for an edit)
+    costs = {f"unlearn:{name}": stage_record(summary.get("passes"), time.time() - t)}
+    m, te = run.evaluate(name, model, costs)
+    if edit_note(summary):
+        m["edit"] = edit_note(summary)
+    part = run.scored(name, model, run.with_oracle_distance(model, m), before={**made, **te}, costs=costs)
+    if run.cfg.save_models:
+        save_trained(model, mdir / "model", run.tok)  # before its part: a finished method has its model
+    return part
+
+
+def _method_jobs(run: _Scoring, out: Path, run_key: dict, preset: str, val, progress: bool) -> dict:
+    """The methods' parts (``jobs``), with what each runs (``configs``: the settings the report shows, ``ucfgs``),
+    the methods skipped with their reason (``skipped``) and, with ``cfg.tune``, each one's tuning (``tuned``)."""
+    cfg = run.cfg
+    plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": {}, "tuned": {}}
+    for name in compared_methods(cfg):
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
-        why = skip_reason(task, name, ucfg.params)
+        why = skip_reason(run.task, name, ucfg.params)
         if why is not None:  # listed in the report with its reason, never run on a stand-in
-            skipped[name] = why
+            plan["skipped"][name] = why
             continue
         if val is not None and METHODS[name].kind != "edit":
-            r = tune(base_model, tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
+            r = tune(run.base_model, run.tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
                      eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
             ucfg = trial_config(ucfg, r["chosen"])
             s = r["settings"]["unlearn"]
             used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
-            tuned[name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
-        configs[name], ucfgs[name] = used, ucfg
-
-        def method_part(name=name, ucfg=ucfg, mdir=mdir) -> dict:
-            seed_everything(cfg.seed)
-            model = copy.deepcopy(base_model)
-            t = time.time()
-            model, summary = unlearn(model, tok, task.forget, task.retain, ucfg, mdir / "train", prompt=task.prompt,
-                                     idk=task.idk, progress=shown["progress"], resume=False)
-            made = {f"{name}_unlearn_seconds": time.time() - t,
-                    f"{name}_unlearn_passes": summary.get("passes")}  # forwards and backwards (none for an edit)
-            costs = {f"unlearn:{name}": stage_record(summary.get("passes"), time.time() - t)}
-            m, te = evaluate(name, model, costs)
-            if edit_note(summary):
-                m["edit"] = edit_note(summary)
-            if oracle_ref is not None:
-                m.update(oracle_distance(model, tok, task, oracle_ref, m["forget_score"]))
-            part = scored(name, model, m, before={**made, **te}, costs=costs)
-            if cfg.save_models:
-                save_trained(model, mdir / "model", tok)  # before its part: a finished method has its model
-            return part
-
+            plan["tuned"][name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
+        plan["configs"][name], plan["ucfgs"][name] = used, ucfg
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
-        jobs.append((name, mdir / "result.json", {"method": used, **run_key}, method_part))
+        plan["jobs"].append((name, mdir / "result.json", {"method": used, **run_key},
+                             partial(_method_part, run, name, ucfg, mdir)))
+    return plan
 
-    def quiet() -> None:  # the second process draws no progress bars
-        shown["progress"] = False
 
-    kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]  # made by an earlier run into this --out
-    parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=quiet)
-    held.clear()  # the oracle, when its attacks were kept from an earlier run
+def _reused(part: dict, was_kept: bool) -> bool:
+    """Whether a part was found made (in this ``--out`` or in the cache of the controls), not made here."""
+    return was_kept or bool((part.get("shared") or {}).get("reused"))
+
+
+def _add_costs(cost: CostRecord, here: dict, jobs: list, parts: list, kept: list, built: set) -> None:
+    """Every cost stage into ``cost``: those run in this process outside the parts (``here``), then each part's; one
+    found made spent nothing here and says what it cost to make; the bases' and the ``built`` controls' are the
+    controls'."""
     for name, rec in here.items():  # the oracle's evaluation found in the cache spent nothing here
         if rec.get("cached"):
             cost.add(name, None, 0.0, control=True, cached=True, built={k: v for k, v in rec.items() if k != "cached"})
         else:
             cost.add(name, rec, rec["seconds"], control=name == "evaluate:oracle")
+    controls = {"oracle", "base", *built}
     for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):
-        reused = was_kept or bool((part.get("shared") or {}).get("reused"))
-        for stage, rec in (part.get("cost") or {}).items():  # found made: nothing spent here, it cost this to make
-            control = name in ("oracle", "base") or name in builders
-            if reused:
-                cost.add(stage, None, 0.0, control=control, cached=True, built=rec)
+        for stage, rec in (part.get("cost") or {}).items():
+            if _reused(part, was_kept):
+                cost.add(stage, None, 0.0, control=name in controls, cached=True, built=rec)
             else:
-                cost.add(stage, rec, rec["seconds"], control=control)
-    for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):  # the oracle's and the base model's attacks,
-        # the controls, the methods
-        if name in builders:  # what was built, with this run's seconds building it, or found made
+                cost.add(stage, rec, rec["seconds"], control=name in controls)
+
+
+def _gather(run: _Scoring, jobs: list, parts: list, kept: list, plan: dict, out: Path, bases: dict, timings: dict,
+            cost: CostRecord, load, run_key: dict) -> tuple[dict, dict]:
+    """Each part's metrics, curves and timings into the run's (the controls' build records under their names), and on
+    a MUSE task each method's folds; returns ``(curves, model_dirs)``: ``bases`` with the controls' and the methods'
+    models."""
+    cfg, task, curves, dirs = run.cfg, run.task, {}, dict(bases)
+    for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):
+        if name in plan["controls"]:  # what was built, with this run's seconds building it, or found made
             stage = (part.get("cost") or {}).get(f"build:{name}")
             timings[name] = part["info"] if "skipped" in part["info"] or stage is None else {
-                **part["info"], **({"cached": True} if was_kept or (part.get("shared") or {}).get("reused")
-                                   else {"seconds": stage["seconds"]})}
+                **part["info"], **({"cached": True} if _reused(part, was_kept) else {"seconds": stage["seconds"]})}
             if "metrics" not in part:
                 continue
             dirs[name] = str(out / "models" / name)
-        elif name in ucfgs and cfg.save_models:
+        elif name in plan["ucfgs"] and cfg.save_models:
             dirs[name] = str(out / "methods" / name / "model")
-        metrics[name], curves[name] = part["metrics"], part["curves"]
+        run.metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
-        if name in ucfgs and cfg.muse_folds and task.meta.get("muse"):
-            with cost.stage(f"muse_folds:{name}", base_model):  # each fold's copy of the base model is counted
-                metrics[name].update(muse.method_folds(
-                    task, name, ucfgs[name], base_model, tok, out, {"method": configs[name], **run_key},
-                    metrics[name], main_model_dir=dirs.get(name), load=load, batch_size=cfg.eval_batch_size,
-                    seed=cfg.seed, progress=progress))
-    for name in ucfgs:  # what each method did, without any attack: the run's outcome line (forgot little: try tune)
+        if name in plan["ucfgs"] and cfg.muse_folds and task.meta.get("muse"):
+            with cost.stage(f"muse_folds:{name}", run.base_model):  # each fold's copy of the base model is counted
+                run.metrics[name].update(muse.method_folds(
+                    task, name, plan["ucfgs"][name], run.base_model, run.tok, out,
+                    {"method": plan["configs"][name], **run_key}, run.metrics[name], main_model_dir=dirs.get(name),
+                    load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed, progress=run.progress))
+    return curves, dirs
+
+
+def _finish(run: _Scoring, out: Path, curves: dict, dirs: dict, plan: dict, timings: dict, cost: CostRecord,
+            t0: float, oracle_training: dict | None, model_dir: str | None, base_root: Path | None) -> dict:
+    """What the parts make together: each method's outcome, the learning ratios, the verdict, MUSE's headline, the
+    trust table and the cost record (each method's share of the oracle's pretraining); the report written. Returns
+    :func:`run_compare`'s result."""
+    metrics, task, cfg = run.metrics, run.task, run.cfg
+    for name in plan["ucfgs"]:  # what each method did, without any attack: the run's outcome line (forgot little: tune)
         metrics[name]["unlearn_outcome"] = unlearn_outcome(metrics["base"], metrics[name], method=name)
     add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
@@ -633,14 +709,14 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     pretraining = oracle_training or oracle_pretraining(dirs.get("oracle"), given=model_dir is not None)
     shares = {name: share_of_pretraining((cost.stages.get(f"unlearn:{name}") or {}).get("built")
                                          or cost.stages.get(f"unlearn:{name}"), pretraining["passes"])
-              for name in ucfgs} if pretraining and pretraining.get("passes") else {}  # else the line says why
+              for name in plan["ucfgs"]} if pretraining and pretraining.get("passes") else {}  # else the line says why
     record = cost.as_dict(oracle_pretraining=pretraining, share_of_oracle_pretraining=shares)
-    write_report(out, task, metrics, curves, configs, timings["total_seconds"], robustness,
-                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=skipped, trust=trust)
-    return {"metrics": metrics, "curves": curves, "configs": configs, "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, "skipped": skipped, "attacks_skipped": skipped_attacks(task, cfg.attacks),
-            "cost": record,
-            "trust": trust, **({"tuned": tuned} if cfg.tune else {})}
+    write_report(out, task, metrics, curves, plan["configs"], timings["total_seconds"], robustness,
+                 base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=plan["skipped"],
+                 trust=trust)
+    return {"metrics": metrics, "curves": curves, "configs": plan["configs"], "timings": timings, "model_dirs": dirs,
+            "robustness": robustness, "skipped": plan["skipped"], "attacks_skipped": skipped_attacks(task, cfg.attacks),
+            "cost": record, "trust": trust, **({"tuned": plan["tuned"]} if cfg.tune else {})}
 
 
 def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
@@ -684,12 +760,13 @@ def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = Non
     has no retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
     ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which must share
     the base model's vocabulary (:func:`check_same_vocabulary`)."""
-    check_method_runs(cfg.runs, compared_methods(cfg))
-    check_retain(task, compared_methods(cfg), model)
+    methods = compared_methods(cfg)
+    check_method_runs(cfg.runs, methods)
+    check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
     if tokenizers is not None:  # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
         check_same_vocabulary(*tokenizers)
-    for line in plan_lines(cfg, task):  # what will run, and what will not and why, before any model
+    for line in plan_lines(cfg, task, methods):  # what will run, and what will not and why, before any model
         log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
         log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: "
@@ -707,7 +784,8 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
     default ``load``), then :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own)
     against ``oracle``, then ``results.json`` (with ``oracle_build``, what built the oracle, and ``cost``, building it
     included). Returns :func:`run_compare`'s result."""
-    cfg.attacks.relearn.progress = progress
+    configs = {**cfg.attacks.configs, "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
+    cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))  # the caller's is kept
     out = prepare_out_dir(out)
     cost, built, made = CostRecord(), None, None
     store = control_cache(cfg.cache)  # once per run: the oracle's build and run_compare share it (and its warning)

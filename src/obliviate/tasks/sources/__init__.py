@@ -1,14 +1,8 @@
-"""Public evaluation benchmarks in one schema (:mod:`obliviate.tasks.sources.schema`).
-
-Loaders read from :func:`obliviate.utils.data_dir` (``$OBLIVIATE_DATA``) or a ``root=``
-argument; with ``allow_hub=True`` a missing file is fetched with ``datasets`` from the
-Hugging Face hub where an equivalent exists. Malformed records raise
-:class:`~obliviate.errors.DataError` naming the file and line (or record index).
-
-Here: generic files, MCQ sets (WMDP, MMLU, MedMCQA), RealToxicityPrompts and the WMDP corpora.
-The loaders of a task's own data live in its task file (``load_tofu`` in :mod:`obliviate.tasks.tofu`,
-``load_ember`` in :mod:`obliviate.tasks.ember`, the MUSE loaders in :mod:`obliviate.tasks.muse`), and
-benchmarks by name in :mod:`obliviate.tasks.sources.benchmarks` (which imports them).
+"""Public evaluation benchmarks in one schema (:mod:`obliviate.tasks.sources.schema`): generic files, MCQ sets
+(WMDP, MMLU, MedMCQA), RealToxicityPrompts and the WMDP corpora, read from :func:`obliviate.utils.data_dir` or
+``root=``, from the hub with ``allow_hub=True``; a malformed record is a :class:`~obliviate.errors.DataError`
+naming the file and line. A task's own loaders live in its task file; benchmarks by name in
+:mod:`obliviate.tasks.sources.benchmarks`. docs/benchmarks.md.
 """
 
 from obliviate.tasks.sources.generic import load_jsonl, load_records, parse_mapping

@@ -1,15 +1,5 @@
-"""Four-choice MCQ benchmarks: WMDP, MMLU, MedMCQA -> :class:`MCQExample`.
-
-Local layout (see the data MANIFEST):
-
-- ``wmdp/{bio,chem,cyber}_questions.json``: a JSON list of ``{question, choices[4], answer}``,
-  answer an index 0-3. Hub: ``cais/wmdp``, config ``wmdp-<subset>``, split ``test``.
-- ``mmlu/{test,dev}/<subject>_{test,dev}.csv``: header ``question,choice0..choice3,answer``,
-  answer an index 0-3. Header-less files in the original format (answer a letter A-D) are
-  also read; letters are converted to indices. Hub: ``cais/mmlu``.
-- ``medmcqa/{test,sampled_50}.jsonl``: ``{question, options{A..D}, answer_idx, answer}`` with
-  ``answer_idx`` a letter, checked against ``answer``. Hub (``openlifescienceai/medmcqa``):
-  only its ``train`` / ``validation`` splits, which are not the local subsets.
+"""Four-choice MCQ benchmarks: WMDP, MMLU, MedMCQA -> :class:`MCQExample`, from their local files or the hub.
+The local layouts (see the data MANIFEST): docs/benchmarks.md.
 """
 
 from __future__ import annotations
