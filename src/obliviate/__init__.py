@@ -1,7 +1,7 @@
 """obliviate: remove targeted knowledge and capabilities from language models, and prove that they are gone.
 
-The Python API (:mod:`obliviate.api`): ``load_task``, ``finetune``, ``unlearn``, ``evaluate``, ``attack``, ``compare``;
-``from obliviate import unlearn`` works, and loads torch only when first used.
+The Python API (:mod:`obliviate.api`): ``load_task``, ``finetune``, ``unlearn``, ``evaluate``, ``attack``,
+``compare``; ``from obliviate import unlearn`` works, and loads torch only when first used.
 """
 
 __version__ = "0.1.0"

@@ -201,8 +201,9 @@ def check_ranges(cfg: Any, *, positive: tuple[str, ...] = (), nonnegative: tuple
 
 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module doc);
-    a class with a ``from_config(data, prefix)`` classmethod builds itself (the attacks' ``{name: config}``)."""
+    """Build dataclass ``cls`` from ``data``, validating keys and types (and output paths, see the module
+    doc); a class with a ``from_config(data, prefix)`` classmethod builds itself (the attacks' ``{name:
+    config}``)."""
     hook = getattr(cls, "from_config", None)
     if hook is not None:
         return hook(data, prefix)
@@ -434,7 +435,8 @@ def _phrase(err: dict, schema: type[BaseModel]) -> str:
 
 
 def validate(schema: type[BaseModel], data: Any, where: str | Callable[[tuple], str]) -> Any:
-    """``schema.model_validate(data)``, or one ConfigError line: ``{where}: '{key}' {what is wrong}, got {value}``.
+    """``schema.model_validate(data)``, or one ConfigError line: ``{where}: '{key}' {what is wrong}, got
+    {value}``.
 
     ``where`` is a prefix, or a function of the error's location (a tuple of keys and indices) giving it."""
     try:

@@ -126,8 +126,9 @@ MAX_CHARS_PER_TOKEN = 64
 
 
 def text_batches(tokenizer, texts: Sequence[str], batch_size: int = 16, max_len: int = 128):
-    """Batches (``collate``) of ``texts`` encoded as the tokenizer encodes them (its special tokens), each cut to
-    ``max_len`` tokens, padded with :func:`~obliviate.models.tokenizer.pad_id`; empty encodings are dropped."""
+    """Batches (``collate``) of ``texts`` encoded as the tokenizer encodes them (its special tokens), each cut
+    to ``max_len`` tokens, padded with :func:`~obliviate.models.tokenizer.pad_id`; empty encodings are
+    dropped."""
     pad = pad_id(tokenizer)
     texts = list(texts)
     for s in range(0, len(texts), batch_size):
@@ -197,7 +198,8 @@ def pack_sequences(dataset: TokenDataset, row_len: int) -> TokenDataset:
 
 
 def as_data(data) -> Data:
-    """A :class:`~obliviate.tasks.Data` from a Data, or from a list of formatted ``(prompt, answer)`` pairs."""
+    """A :class:`~obliviate.tasks.Data` from a Data, or from a list of formatted ``(prompt, answer)``
+    pairs."""
     if isinstance(data, Data):
         return data
     return Data(qa=[(p, a) for p, a in data])
@@ -211,12 +213,12 @@ def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: in
                 doc_mode: str = "chunk") -> tuple[list[np.ndarray], list[np.ndarray], dict]:
     """Token ids and loss masks of ``data`` (a :class:`Data` or formatted pairs); returns (ids, masks, stats).
 
-    QA pairs: ``prompt + answer + eos``, loss on the answer and eos (:func:`encode_prompt_answer`); with a chat
-    format, the template's turns and its end of turn in place of eos (:meth:`PromptFormat.pairs`).
-    Documents: ``bos + text + eos``, loss on every token; a document longer than ``max_len``
-    tokens is split into consecutive windows (``doc_mode="chunk"``, nothing lost) or cut to its
-    first ``max_len`` tokens (``"cut"``). ``stats`` counts documents, windows and tokens cut, so a
-    run can say what it did to long documents.
+    QA pairs: ``prompt + answer + eos``, loss on the answer and eos (:func:`encode_prompt_answer`); with a
+    chat format, the template's turns and its end of turn in place of eos (:meth:`PromptFormat.pairs`).
+    Documents: ``bos + text + eos``, loss on every token; a document longer than ``max_len`` tokens is split
+    into consecutive windows (``doc_mode="chunk"``, nothing lost) or cut to its first ``max_len`` tokens
+    (``"cut"``). ``stats`` counts documents, windows and tokens cut, so a run can say what it did to long
+    documents.
     """
     if doc_mode not in ("chunk", "cut"):
         raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {doc_mode!r}")

@@ -21,7 +21,8 @@ _COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar("obliviate_
 
 @contextlib.contextmanager
 def command_line() -> Iterator[None]:
-    """Within it, :func:`setting` names the command line's options (the CLI's ``main`` runs each command in it)."""
+    """Within it, :func:`setting` names the command line's options (the CLI's ``main`` runs each command in
+    it)."""
     token = _COMMAND_LINE.set(True)
     try:
         yield
@@ -31,8 +32,8 @@ def command_line() -> Iterator[None]:
 
 def setting(api: str | None, cli: str | None) -> str | None:
     """How a message names a setting: ``cli`` (the command line's option, e.g. ``--allow-hub``) inside
-    :func:`command_line`, else ``api`` (the Python argument, e.g. ``allow_hub=True``); None where that side has no
-    such setting (the message then leaves it out)."""
+    :func:`command_line`, else ``api`` (the Python argument, e.g. ``allow_hub=True``); None where that side
+    has no such setting (the message then leaves it out)."""
     return cli if _COMMAND_LINE.get() else api
 
 

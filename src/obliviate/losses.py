@@ -32,21 +32,23 @@ def token_means_over_processes(mean_over_processes: Callable[[torch.Tensor], tor
 
 def at_least_float32(x: torch.Tensor) -> torch.Tensor:
     """``x`` in float32 where its dtype is narrower (float16, bfloat16, float8), else ``x`` itself: losses and
-    scores are computed in float32 at least, and a float64 model's in float64 (``.float()`` would round it down)."""
+    scores are computed in float32 at least, and a float64 model's in float64 (``.float()`` would round it
+    down)."""
     return x if x.is_floating_point() and torch.finfo(x.dtype).bits >= 32 else x.float()
 
 
 def ratio_of_sums(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """``total / count`` (count clamped at 1e-8); over processes, the count is the mean of every process's count."""
+    """``total / count`` (count clamped at 1e-8); over processes, the count is the mean of every process's
+    count."""
     if _COUNT_MEAN:
         count = _COUNT_MEAN[-1](count.detach().float().reshape(1)).reshape(()).to(count.dtype)
     return total / count.clamp(min=1e-8)
 
 
 def soft_cross_entropy(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """mean over the N rows of CE(target, softmax(logits)) = -sum_v q_v log p_v: ``target`` (N, V) a distribution per
-    row (held fixed by the caller), ``logits`` (N, V). A zero target entry contributes 0 even where log p is -inf.
-    The distillation term of UNDIAL and CE-U."""
+    """mean over the N rows of CE(target, softmax(logits)) = -sum_v q_v log p_v: ``target`` (N, V) a
+    distribution per row (held fixed by the caller), ``logits`` (N, V). A zero target entry contributes 0 even
+    where log p is -inf. The distillation term of UNDIAL and CE-U."""
     logp = F.log_softmax(at_least_float32(logits), -1)
     ce = -(target * logp.masked_fill(target == 0, 0.0)).sum(-1)  # (N,)
     return ratio_of_sums(ce.sum(), torch.tensor(float(len(ce)), device=ce.device))
@@ -104,9 +106,9 @@ def lm_loss_labelled(model, batch: dict) -> torch.Tensor:
 
 
 def lm_loss_grouped(model, batches: list[dict]) -> torch.Tensor:
-    """:func:`lm_loss_labelled` of one batch given as several (its rows grouped by length, each group cut to its
-    longest row): the summed NLL of every labelled token over their count, so the same loss as one padded batch,
-    with fewer padding positions computed."""
+    """:func:`lm_loss_labelled` of one batch given as several (its rows grouped by length, each group cut to
+    its longest row): the summed NLL of every labelled token over their count, so the same loss as one padded
+    batch, with fewer padding positions computed."""
     total, count = None, 0
     for batch in batches:
         logits, targets, _ = labelled_logits(model, batch)
@@ -119,9 +121,10 @@ def lm_loss_grouped(model, batches: list[dict]) -> torch.Tensor:
 def labelled_logits(model, batch: dict,
                     keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logits, targets, positions)``: the logits (N, V) at the N positions that predict a labelled token of
-    ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T) mask of
-    the positions, which reads the same rows of another model's (B, T, V) logits: ``other[positions]``. The
-    unembedding runs at those positions only (:func:`~obliviate.models.layers.logits_at`)."""
+    ``batch`` (or only those of the (B, T-1) target mask ``keep``), those target tokens (N,), and the (B, T)
+    mask of the positions, which reads the same rows of another model's (B, T, V) logits:
+    ``other[positions]``. The unembedding runs at those positions only
+    (:func:`~obliviate.models.layers.logits_at`)."""
     from obliviate.models.layers import logits_at  # here, not at the top: the import graph stays 13 levels deep
 
     targets = shift_targets(batch["labels"])  # (B, T-1): position t predicts labels[t+1]

@@ -1,9 +1,9 @@
 """One registry type for everything found by name: methods, tasks, recipes, attacks, metrics, benchmarks.
 
-A :class:`Registry` holds ``name -> entry``, filled by decorators at the definition site (lm-eval's lesson). With
-``package=``, the first look-up imports every public module of that package once, so adding an entry is adding one
-file. An unknown name is one :class:`~obliviate.errors.ConfigError` line naming it, the closest known name and all
-known names.
+A :class:`Registry` holds ``name -> entry``, filled by decorators at the definition site (lm-eval's lesson).
+With ``package=``, the first look-up imports every public module of that package once, so adding an entry is
+adding one file. An unknown name is one :class:`~obliviate.errors.ConfigError` line naming it, the closest
+known name and all known names.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from obliviate.errors import ConfigError
 
 
 class Registry(Mapping):
-    """``name -> entry``, read as a mapping (``REG[name]``, ``name in REG``, ``REG.items()``...), each look-up after
-    the package's modules are imported; ``kind`` names the entries in messages ("method", "task", ...)."""
+    """``name -> entry``, read as a mapping (``REG[name]``, ``name in REG``, ``REG.items()``...), each
+    look-up after the package's modules are imported; ``kind`` names the entries in messages ("method",
+    "task", ...)."""
 
     def __init__(self, kind: str, package: str | None = None, error: type[Exception] = ConfigError):
         self.kind = kind
@@ -49,8 +50,8 @@ class Registry(Mapping):
         return deco
 
     def registered(self, name: str) -> Any | None:
-        """The entry registered so far under ``name``, or None, without importing the package (for a decorator that
-        runs while the package is being imported)."""
+        """The entry registered so far under ``name``, or None, without importing the package (for a decorator
+        that runs while the package is being imported)."""
         return self._entries.get(name)
 
     def remove(self, name: str) -> Any | None:

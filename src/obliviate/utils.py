@@ -25,7 +25,8 @@ field named ``seed`` or ``*_seed`` is checked against it when a config is built 
 
 
 def check_seed(seed, name: str = "seed") -> int:
-    """``seed`` if it is an integer in ``[0, 2**32)``, else a one-line :class:`ConfigError` naming ``name``."""
+    """``seed`` if it is an integer in ``[0, 2**32)``, else a one-line :class:`ConfigError` naming
+    ``name``."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise ConfigError(f"{name} must be an integer in [0, 2**32), got {repr(seed)[:80]}")
     if not 0 <= seed < SEED_LIMIT:
@@ -50,8 +51,8 @@ def data_dir() -> Path:
 
 def cache_dir() -> Path:
     """The one cache of every run, shared whatever the working directory (pretrained base models, tokenizers,
-    the controls of ``attack`` and ``compare``): ``$OBLIVIATE_CACHE``, else ``$XDG_CACHE_HOME/obliviate``, else
-    ``~/.cache/obliviate``; always absolute."""
+    the controls of ``attack`` and ``compare``): ``$OBLIVIATE_CACHE``, else ``$XDG_CACHE_HOME/obliviate``,
+    else ``~/.cache/obliviate``; always absolute."""
     env = os.environ.get("OBLIVIATE_CACHE") or ""
     if env.strip():
         return Path(env).expanduser().absolute()
@@ -63,7 +64,8 @@ def cache_dir() -> Path:
 # ---------------------------------------------------------------- paths as a run records them, and its inputs
 
 def looks_like_path(s: str) -> bool:
-    """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``).
+    """True for strings that are plainly meant as a filesystem path (``./x``, ``/x``, ``~/x``, ``a/b/c``,
+    ``x/``).
 
     Narrower than "not a hub id": ``"not a hub id!"`` is neither (see obliviate.pipelines.tofu)."""
     return (
@@ -103,9 +105,9 @@ _RECORDERS: contextvars.ContextVar[tuple[dict, ...]] = contextvars.ContextVar("o
 
 
 def note_input(path: str | os.PathLike) -> None:
-    """Record that the data file ``path`` is being read (the readers of :mod:`obliviate.tasks` call it), with its
-    SHA-256, in every open :func:`recording_inputs` scope; nothing outside one. A file that cannot be read is left
-    to the reader's own error."""
+    """Record that the data file ``path`` is being read (the readers of :mod:`obliviate.tasks` call it), with
+    its SHA-256, in every open :func:`recording_inputs` scope; nothing outside one. A file that cannot be read
+    is left to the reader's own error."""
     scopes = _RECORDERS.get()
     if not scopes:
         return
@@ -122,8 +124,8 @@ def note_input(path: str | os.PathLike) -> None:
 
 @contextmanager
 def recording_inputs():
-    """``with recording_inputs() as seen:``: ``seen`` fills with ``{absolute path: SHA-256}`` of every data file
-    read inside (:func:`note_input`); scopes nest, each seeing the files read within it."""
+    """``with recording_inputs() as seen:``: ``seen`` fills with ``{absolute path: SHA-256}`` of every data
+    file read inside (:func:`note_input`); scopes nest, each seeing the files read within it."""
     seen: dict[str, str] = {}
     token = _RECORDERS.set((*_RECORDERS.get(), seen))
     try:
@@ -133,14 +135,15 @@ def recording_inputs():
 
 
 def recorded_inputs() -> dict[str, str]:
-    """``{absolute path: SHA-256}`` of the files read so far in the outermost open :func:`recording_inputs` scope
-    (the command line opens one per command), {} outside one."""
+    """``{absolute path: SHA-256}`` of the files read so far in the outermost open :func:`recording_inputs`
+    scope (the command line opens one per command), {} outside one."""
     scopes = _RECORDERS.get()
     return dict(scopes[0]) if scopes else {}
 
 
 def input_records(files: dict[str, str]) -> list[dict]:
-    """``[{"path", "sha256"}, ...]`` of ``{path: SHA-256}``, by path: how results.json and cards list inputs."""
+    """``[{"path", "sha256"}, ...]`` of ``{path: SHA-256}``, by path: how results.json and cards list
+    inputs."""
     return [{"path": p, "sha256": files[p]} for p in sorted(files)]
 
 
@@ -151,8 +154,8 @@ _RUN_DIRS: set[str] = set()
 
 
 def file_in_the_way(path: str | Path) -> Path | None:
-    """The first of ``path`` and its parents that exists but is not a directory (a file, a dangling link): what keeps
-    a directory from being made at ``path``; None where nothing does."""
+    """The first of ``path`` and its parents that exists but is not a directory (a file, a dangling link):
+    what keeps a directory from being made at ``path``; None where nothing does."""
     p = Path(path).expanduser()
     for q in (p, *p.parents):
         if q.is_symlink() or q.exists():
@@ -161,8 +164,8 @@ def file_in_the_way(path: str | Path) -> Path | None:
 
 
 def not_a_directory(path: str | Path, what: str) -> str | None:
-    """``"WHAT PATH is a file, not a directory"`` (or ``"WHAT PATH: PARENT is a file, not a directory"``) where
-    :func:`file_in_the_way` finds one, else None: the one wording of that error."""
+    """``"WHAT PATH is a file, not a directory"`` (or ``"WHAT PATH: PARENT is a file, not a directory"``)
+    where :func:`file_in_the_way` finds one, else None: the one wording of that error."""
     blocked = file_in_the_way(path)
     if blocked is None:
         return None
@@ -256,8 +259,9 @@ def replace_dir(staged: str | Path, final: str | Path) -> Path:
 
 
 def staging_dir(final: str | Path) -> Path:
-    """A new empty folder beside ``final`` (checked by :func:`run_write_path`) to write its files into, then
-    :func:`replace_dir` it: nothing is written into ``final`` itself, nor through a link or hard link there."""
+    """A new empty folder beside ``final`` (checked by :func:`run_write_path`) to write its files into,
+    then :func:`replace_dir` it: nothing is written into ``final`` itself, nor through a link or hard link
+    there."""
     final = run_write_path(final)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -274,10 +278,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is left.
+    """Write ``data`` to ``path`` atomically; on failure the old file (if any) is kept and no temporary is
+    left.
 
-    The file is replaced, never written through: a link or a hard link at ``path`` is not followed. Under a run
-    directory ``path`` is checked by :func:`run_write_path` first.
+    The file is replaced, never written through: a link or a hard link at ``path`` is not followed. Under a
+    run directory ``path`` is checked by :func:`run_write_path` first.
 
     An ``OSError`` (full disk, read-only or missing permissions) becomes an :class:`ObliviateError`
     naming the file: ``cannot write results.json in DIR: [Errno 28] No space left on device``.

@@ -1,5 +1,6 @@
-"""Attacks that test whether unlearned knowledge is really gone; :func:`obliviate.evidence.harness.run_task_attacks`
-runs every one the task has data for (docs/evaluation.md). None of them modifies the model passed in."""
+"""Attacks that test whether unlearned knowledge is really gone;
+:func:`obliviate.evidence.harness.run_task_attacks` runs every one the task has data for (docs/evaluation.md).
+None of them modifies the model passed in."""
 
 from __future__ import annotations
 

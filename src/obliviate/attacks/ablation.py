@@ -46,7 +46,8 @@ def unit(v: torch.Tensor) -> torch.Tensor:
 
 def mean_difference_directions(model, tokenizer, forget_prompts: Sequence[str], retain_prompts: Sequence[str],
                                batch_size: int = 32) -> dict[int, torch.Tensor]:
-    """``{l: unit(mean forget state - mean retain state)}`` per decoder layer (Arditi et al.'s difference of means)."""
+    """``{l: unit(mean forget state - mean retain state)}`` per decoder layer (Arditi et al.'s difference of
+    means)."""
     f = mean_last_states(model, tokenizer, forget_prompts, batch_size)
     r = mean_last_states(model, tokenizer, retain_prompts, batch_size)
     return {l: unit(f[l] - r[l]) for l in f}
@@ -60,7 +61,8 @@ def project_out(h: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def ablating(model, directions: dict[int, torch.Tensor]) -> Iterator[None]:
-    """Inside the block, decoder layer l's output has ``directions[l]`` (unit) projected out at every position."""
+    """Inside the block, decoder layer l's output has ``directions[l]`` (unit) projected out at every
+    position."""
     stack = decoder_layers(model)
     handles = []
 
@@ -88,7 +90,8 @@ def forget_prompts(task: Task, tokenizer=None) -> list[str]:
 
 
 def retain_prompts(task: Task, tokenizer=None) -> list[str]:
-    """Prompts of the retain-side questions: the task's retain QA pairs, else its retain/neighbour/utility sets."""
+    """Prompts of the retain-side questions: the task's retain QA pairs, else its retain/neighbour/utility
+    sets."""
     if task.retain.qa:
         return [task.prompt.prompt(q, tokenizer) for q, _ in task.retain.qa]
     sets = [es for role in ("retain", "neighbour", "utility") for es in task.evals_by_role(role, variants=False)
@@ -97,9 +100,9 @@ def retain_prompts(task: Task, tokenizer=None) -> list[str]:
 
 
 def _scores(prefix: str, m: dict) -> dict:
-    """The role scores of evaluation ``m`` as ``<prefix>_<role>_score`` and, where it has a forget score, the read's
-    counts (:func:`~obliviate.attacks.attack.read_counts`): the forget score's items, one variant (every layer's
-    direction is ablated at once: one score, no maximum)."""
+    """The role scores of evaluation ``m`` as ``<prefix>_<role>_score`` and, where it has a forget score, the
+    read's counts (:func:`~obliviate.attacks.attack.read_counts`): the forget score's items, one variant
+    (every layer's direction is ablated at once: one score, no maximum)."""
     out = {f"{prefix}_{k}": v for k, v in m.items() if k.endswith("_score")}
     if "forget_score" in m:
         out.update(read_counts(prefix, m["forget_items"]))
@@ -108,11 +111,11 @@ def _scores(prefix: str, m: dict) -> dict:
 
 def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_states: dict | None = None,
                     direction_task: Task | None = None, max_prompts: int = 200, batch_size: int = 32) -> dict:
-    """The task's role scores with the difference-of-means direction ablated (``ablate_<role>_score``) and, with
-    ``base_model`` (or ``base_states``, its :func:`mean_last_states` on the forget prompts, computed once by the
-    caller), with the white-box direction (``ablate_whitebox_<role>_score``); each read's ``_items`` /
-    ``_variants`` (:func:`_scores`); ``ablate_cost``.
-    ``direction_task``: the task whose prompts estimate the directions (default: ``task``, which is scored)."""
+    """The task's role scores with the difference-of-means direction ablated (``ablate_<role>_score``) and,
+    with ``base_model`` (or ``base_states``, its :func:`mean_last_states` on the forget prompts, computed once
+    by the caller), with the white-box direction (``ablate_whitebox_<role>_score``); each read's ``_items`` /
+    ``_variants`` (:func:`_scores`); ``ablate_cost``. ``direction_task``: the task whose prompts estimate the
+    directions (default: ``task``, which is scored)."""
     dt = direction_task or task
     fp, rp = forget_prompts(dt, tokenizer)[:max_prompts], retain_prompts(dt, tokenizer)[:max_prompts]
     if not fp or not rp:
@@ -140,7 +143,8 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_state
                                    decides=False, name="ablate_whitebox",
                                    label="the direction unlearning moved along (needs the base model)")))
 def ablate_run(r: AttackRun, cfg: None) -> dict:
-    """Direction ablation, and its white-box variant where the base model is given (its states computed once)."""
+    """Direction ablation, and its white-box variant where the base model is given (its states computed
+    once)."""
     base = None
     if r.base_model is not None:
         fp = forget_prompts(r.task, r.tokenizer)[:r.cfg.max_eval]

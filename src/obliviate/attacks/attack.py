@@ -1,12 +1,12 @@
-"""What an attack is: one file that registers itself with :func:`register_attack` (docs/evaluation.md, "Adding an
-attack").
+"""What an attack is: one file that registers itself with :func:`register_attack` (docs/evaluation.md, "Adding
+an attack").
 
 An attack declares its name (the config key ``attacks.<name>`` and the prefix of its metrics), its config
-dataclass, ``applies(task)``, ``run(r, cfg) -> dict`` of flat metrics and how the verdict reads it for calibration
-(:class:`AttackRead`: its before and after, on its own scale). :data:`ATTACKS` imports every module of
-:mod:`obliviate.attacks` on its first look-up, as the methods' registry does, so adding an attack is adding a file.
-Where it runs unless told, its place in the harness's order and its reads' rank in the verdict are no attack's own:
-one table holds them for every attack (:mod:`obliviate.evidence.attack_table`).
+dataclass, ``applies(task)``, ``run(r, cfg) -> dict`` of flat metrics and how the verdict reads it for
+calibration (:class:`AttackRead`: its before and after, on its own scale). :data:`ATTACKS` imports every
+module of :mod:`obliviate.attacks` on its first look-up, as the methods' registry does, so adding an attack is
+adding a file. Where it runs unless told, its place in the harness's order and its reads' rank in the verdict
+are no attack's own: one table holds them for every attack (:mod:`obliviate.evidence.attack_table`).
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from obliviate.tasks.base import Task
 
 @dataclass(frozen=True)
 class AttackRead:
-    """Where the verdict reads one attack in a model's metrics: its forget score without the attack (``start``)
-    and under it (``after``), on the attack's own scale; the base model's reference (``base``, a key of the base
-    model's metrics; default ``start``) and the chance level (``chance``, a key of the base model's metrics).
+    """Where the verdict reads one attack in a model's metrics: its forget score without the attack
+    (``start``) and under it (``after``), on the attack's own scale; the base model's reference (``base``, a
+    key of the base model's metrics; default ``start``) and the chance level (``chance``, a key of the base
+    model's metrics).
 
     Beside them the attack records, for each read it declares, two integers (:func:`read_counts`):
-    ``<name>_items``, how many items ``after`` is a mean over on that model (the binomial count of one item-level
-    draw: a mean of k group means over n_i items each counts ``k^2 / sum(1 / n_i)``,
-    :func:`~obliviate.eval.suite.effective_items`), and ``<name>_variants``, how many variant scores ``after`` is
-    the maximum of on those same items (1 when it is not a maximum; a choice made on a separate selection split
-    and read on held-out items is not one). The verdict's band reads that read's own item count and corrects a
-    maximum over its variants (Bonferroni); an attack that read nothing records neither."""
+    ``<name>_items``, how many items ``after`` is a mean over on that model (the binomial count of one
+    item-level draw: a mean of k group means over n_i items each counts ``k^2 / sum(1 / n_i)``,
+    :func:`~obliviate.eval.suite.effective_items`), and ``<name>_variants``, how many variant scores ``after``
+    is the maximum of on those same items (1 when it is not a maximum; a choice made on a separate selection
+    split and read on held-out items is not one). The verdict's band reads that read's own item count and
+    corrects a maximum over its variants (Bonferroni); an attack that read nothing records neither."""
 
     start: str
     after: str
@@ -52,9 +53,9 @@ class AttackRead:
 
 @dataclass
 class AttackRun:
-    """What every attack of one :func:`~obliviate.evidence.harness.run_task_attacks` call reads; ``cfg`` is the
-    whole :class:`~obliviate.evidence.harness.TaskAttackConfig` (its shared settings: ``max_eval``, ``seed``, the
-    relearning grid), the attack's own config is ``run``'s second argument."""
+    """What every attack of one :func:`~obliviate.evidence.harness.run_task_attacks` call reads; ``cfg`` is
+    the whole :class:`~obliviate.evidence.harness.TaskAttackConfig` (its shared settings: ``max_eval``,
+    ``seed``, the relearning grid), the attack's own config is ``run``'s second argument."""
 
     model: object
     tokenizer: object
@@ -104,8 +105,8 @@ ATTACKS = Registry("attack", package="obliviate.attacks")
 
 def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, config: type | None = None,
                     reads: tuple[AttackRead, ...] | AttackRead = (), check: Callable[[Any, Any], None] | None = None):
-    """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module docstring);
-    ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
+    """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module
+    docstring); ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
     if not needs.strip():
         raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it is skipped")
     reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
@@ -114,10 +115,10 @@ def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, c
 
 
 def read_counts(name: str, items: int, variants: int = 1) -> dict[str, int]:
-    """``{"<name>_items": items, "<name>_variants": variants}``, the counts every read of an attack records beside
-    its scores (:class:`AttackRead`): how many items its after-score is a mean over on this model, and how many
-    variant scores it is the maximum of (1: not a maximum). A one-line :class:`ValueError` for a negative item count
-    or fewer than one variant."""
+    """``{"<name>_items": items, "<name>_variants": variants}``, the counts every read of an attack records
+    beside its scores (:class:`AttackRead`): how many items its after-score is a mean over on this model, and
+    how many variant scores it is the maximum of (1: not a maximum). A one-line :class:`ValueError` for a
+    negative item count or fewer than one variant."""
     n, v = int(items), int(variants)
     if n != items or v != variants or n < 0 or v < 1:
         raise ValueError(f"read {name!r}: items must be a whole number >= 0 and variants one >= 1, got {items!r} "

@@ -34,8 +34,9 @@ def unrelated_examples(task: Task, n: int, tokenizer=None, seed: int = 0) -> lis
 
 def unrelated_finetune_attack(model, tokenizer, task: Task, score_fn, cfg: RelearnConfig | None = None, *,
                               n: int = 10, seed: int = 0, base_acc: float | None = None) -> dict:
-    """Fine-tune a copy on :func:`unrelated_examples`; ``unrelated_finetune_acc`` (the forget score ``score_fn`` at
-    the end), ``_start_acc``, ``_auc``, ``_curve``, ``_n`` and ``unrelated_finetune_cost``. ``model`` is untouched."""
+    """Fine-tune a copy on :func:`unrelated_examples`; ``unrelated_finetune_acc`` (the forget score
+    ``score_fn`` at the end), ``_start_acc``, ``_auc``, ``_curve``, ``_n`` and ``unrelated_finetune_cost``.
+    ``model`` is untouched."""
     cfg = cfg or RelearnConfig(steps=20, eval_every=5)
     data = unrelated_examples(task, n, tokenizer, seed)
     cost = Cost()
@@ -66,8 +67,8 @@ class UnrelatedConfig:
 def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:
     """Fine-tuning on ``n`` retain examples, one setting: the relearning grid's largest full fine-tuning rate.
     ``unrelated_finetune_items``: the forget items ``r.score_fn`` tracks (at most ``max_eval``:
-    :func:`~obliviate.attacks.scoring.forget_items_fn`); ``_variants`` 1 (read at the budget's last step, not the
-    best one)."""
+    :func:`~obliviate.attacks.scoring.forget_items_fn`); ``_variants`` 1 (read at the budget's last step, not
+    the best one)."""
     if r.score_fn is None:
         return {}
     rc = max((rc for _, rc in attack_grid(r.model, r.cfg) if not rc.lora), key=lambda rc: rc.lr)

@@ -1,11 +1,11 @@
 """Format-shift attack: the forget knowledge asked another way.
 
-Unlearning tuned on one format (the canonical forget QA pairs) often leaves the knowledge reachable in
-others. A task lists its other formats as *variant* forget evaluation sets (``EvalSet.variant``; the world:
-held-out wordings, whole-sentence and lettered MCQs, the cloze of the answer sentence). The attack is the
-best of them: ``format_shift_acc`` (the highest variant score above chance) and ``format_shift_set`` (which one),
-with ``format_shift_items`` (that set's items) and ``format_shift_variants`` (the sets it is the best of).
-Each variant's own score keeps its evaluation name (``forget_para_qa_em``, ``forget_mcq_acc``, ...).
+Unlearning tuned on one format (the canonical forget QA pairs) often leaves the knowledge reachable in others.
+A task lists its other formats as *variant* forget evaluation sets (``EvalSet.variant``; the world: held-out
+wordings, whole-sentence and lettered MCQs, the cloze of the answer sentence). The attack is the best of them:
+``format_shift_acc`` (the highest variant score above chance) and ``format_shift_set`` (which one), with
+``format_shift_items`` (that set's items) and ``format_shift_variants`` (the sets it is the best of). Each
+variant's own score keeps its evaluation name (``forget_para_qa_em``, ``forget_mcq_acc``, ...).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ def above_chance(score: float, chance: float | None) -> float:
 
 
 def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = None, batch_size: int = 32) -> dict:
-    """``{"format_shift_acc", "format_shift_set"}``: the best variant of ``model`` on ``task``, each variant's score
-    taken above its chance (:func:`above_chance`: a lettered MCQ at chance reads 0, not 0.25, so sets of different
-    chance compare); ``format_shift_items``, the best set's items (the mean it is), and ``format_shift_variants``,
-    the sets it is the maximum of (:func:`~obliviate.attacks.attack.read_counts`).
+    """``{"format_shift_acc", "format_shift_set"}``: the best variant of ``model`` on ``task``, each variant's
+    score taken above its chance (:func:`above_chance`: a lettered MCQ at chance reads 0, not 0.25, so sets of
+    different chance compare); ``format_shift_items``, the best set's items (the mean it is), and
+    ``format_shift_variants``, the sets it is the maximum of (:func:`~obliviate.attacks.attack.read_counts`).
 
     ``metrics``: the model's :func:`~obliviate.eval.suite.evaluate_task` result, whose variant scores are read
     instead of evaluated again (each one missing there is evaluated).

@@ -146,8 +146,8 @@ def suffix_gradient(model, items: Sequence[Item], suffix: torch.Tensor, pad: int
 
 def coordinate_candidates(grad: torch.Tensor, suffix: torch.Tensor, topk: int, n: int, gen: torch.Generator,
                           allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """(C, m) suffixes, each ``suffix`` with one position set to one of that position's ``topk`` tokens of most
-    negative gradient: every such pair when ``m x topk <= n``, else ``n`` drawn at random."""
+    """(C, m) suffixes, each ``suffix`` with one position set to one of that position's ``topk`` tokens of
+    most negative gradient: every such pair when ``m x topk <= n``, else ``n`` drawn at random."""
     g = grad.detach().float().cpu().clone()
     if allowed is not None:
         g[:, ~allowed.cpu()] = float("inf")
@@ -167,7 +167,8 @@ def coordinate_candidates(grad: torch.Tensor, suffix: torch.Tensor, topk: int, n
 
 def gcg_step(model, items: Sequence[Item], suffix: torch.Tensor, loss: float | None, cfg: GCGConfig,
              gen: torch.Generator, pad: int, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
-    """One GCG iteration: the best candidate suffix and its loss, or ``suffix`` and ``loss`` if none is lower."""
+    """One GCG iteration: the best candidate suffix and its loss, or ``suffix`` and ``loss`` if none is
+    lower."""
     grad, cur = suffix_gradient(model, items, suffix, pad)
     loss = cur if loss is None else loss
     cand = coordinate_candidates(grad, suffix, cfg.topk, cfg.candidates, gen, allowed)

@@ -59,10 +59,10 @@ def in_context_prompts(task: Task, k: int, tokenizer=None, seed: int = 0) -> dic
 
 def in_context_attack(model, tokenizer, task: Task, k: int = 4, *, seed: int = 0, max_items: int = 200,
                       batch_size: int = 32) -> dict:
-    """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_acc`` (the attacker's best of the two attacks,
-    what the verdict reads against ``_zero_shot_acc``), its counts (``in_context_items``: the questions scored, at
-    most ``max_items``; ``in_context_variants`` 2: the best of two attacks on the same questions), ``in_context_k``
-    and ``in_context_cost``."""
+    """``in_context_{reintro,fewshot,zero_shot}_acc``, ``in_context_acc`` (the attacker's best of the two
+    attacks, what the verdict reads against ``_zero_shot_acc``), its counts (``in_context_items``: the
+    questions scored, at most ``max_items``; ``in_context_variants`` 2: the best of two attacks on the same
+    questions), ``in_context_k`` and ``in_context_cost``."""
     prompts = in_context_prompts(task, k, tokenizer, seed)
     out: dict = {"in_context_k": k}
     n: dict[str, int] = {}

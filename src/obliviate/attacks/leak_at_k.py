@@ -1,8 +1,8 @@
 """leak@k: greedy decoding hides answers that sampling finds.
 
-Reisizadeh et al. 2025 (OptimAI-Lab/Leak-k): ``n`` sampled completions per forget question, ``c`` of them holding
-the answer; ``leak@k = mean over questions of 1 - C(n - c, k) / C(n, k)``, the unbiased pass@k estimator (Chen et
-al. 2021). Its settings, reads and counts: docs/evaluation.md, "More attacks".
+Reisizadeh et al. 2025 (OptimAI-Lab/Leak-k): ``n`` sampled completions per forget question, ``c`` of them
+holding the answer; ``leak@k = mean over questions of 1 - C(n - c, k) / C(n, k)``, the unbiased pass@k
+estimator (Chen et al. 2021). Its settings, reads and counts: docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Logit lens: read the answer off intermediate layers, where output-side unlearning may not reach.
 
-As Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?"), each decoder layer's hidden state at the
-prompt's last token goes through the final norm and the unembedding (:func:`lens_logits`), and each forget QA item
-is read at its answer's *first distinguishing token* (:func:`distinguishing_offsets`): ``logit_lens_top1`` /
-``_top10`` (head projection), ``logit_lens_delta_top10`` (probability delta), ``logit_lens_last_top1``,
-``logit_lens_by_layer`` and ``logit_lens_offset``. ``logit_lens_items`` counts the items ``logit_lens_top1`` is a
-mean over, with ``logit_lens_variants`` 1: "at some layer" is decided item by item (each item a hit or not), so
-the read is one mean of item-level hits, the oracle's the same statistic, not a maximum over layers of their means
-(:func:`~obliviate.attacks.attack.read_counts`). Definitions: docs/evaluation.md, "Logit lens".
+As Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?"), each decoder layer's hidden state at
+the prompt's last token goes through the final norm and the unembedding (:func:`lens_logits`), and each forget
+QA item is read at its answer's *first distinguishing token* (:func:`distinguishing_offsets`):
+``logit_lens_top1`` / ``_top10`` (head projection), ``logit_lens_delta_top10`` (probability delta),
+``logit_lens_last_top1``, ``logit_lens_by_layer`` and ``logit_lens_offset``. ``logit_lens_items`` counts the
+items ``logit_lens_top1`` is a mean over, with ``logit_lens_variants`` 1: "at some layer" is decided item by
+item (each item a hit or not), so the read is one mean of item-level hits, the oracle's the same statistic,
+not a maximum over layers of their means (:func:`~obliviate.attacks.attack.read_counts`). Definitions:
+docs/evaluation.md, "Logit lens".
 """
 
 from __future__ import annotations
@@ -84,8 +85,8 @@ def answer_targets(tokenizer, prompts: Sequence[str], answers: Sequence[str], ma
 
 def lens_hits(logits: torch.Tensor, targets: torch.Tensor, ks: Sequence[int] = (1, 10), delta_k: int = 10) -> dict:
     """Per item (B,) booleans from lens logits (L, B, V) and target tokens (B,): ``top<k>`` (at some layer),
-    ``last_top1``, ``delta_top<delta_k>`` (among the largest layer-to-layer probability rises) and ``by_layer``
-    (L, B) top-1 hits."""
+    ``last_top1``, ``delta_top<delta_k>`` (among the largest layer-to-layer probability rises) and
+    ``by_layer`` (L, B) top-1 hits."""
     L, B, V = logits.shape
     probs = logits.softmax(-1)
     rank = (logits > logits.gather(2, targets[None, :, None].expand(L, B, 1))).sum(-1)  # (L, B): tokens above t
@@ -103,7 +104,8 @@ def lens_hits(logits: torch.Tensor, targets: torch.Tensor, ks: Sequence[int] = (
 
 def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 10), delta_k: int = 10,
                       max_items: int = 200, batch_size: int = 32) -> dict:
-    """The logit-lens success rates on the task's forget QA items (module docstring) and ``logit_lens_cost``."""
+    """The logit-lens success rates on the task's forget QA items (module docstring) and
+    ``logit_lens_cost``."""
     items = [x for es in task.evals_by_role("forget", variants=False) if es.kind == "qa" for x in es.items][:max_items]
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items for the logit lens")

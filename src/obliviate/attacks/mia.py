@@ -1,6 +1,6 @@
 """Membership inference (the attack ``mia``): forget (members) against holdout (non-members), Min-K% and
-Min-K%++ (:func:`obliviate.eval.mia.mia_metrics`). It has no before and after: the verdict reads it against the
-negative control alone (:func:`obliviate.evidence.verdict.control_readout`)."""
+Min-K%++ (:func:`obliviate.eval.mia.mia_metrics`). It has no before and after: the verdict reads it against
+the negative control alone (:func:`obliviate.evidence.verdict.control_readout`)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
 @register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout FILE)",
                  applies=lambda task: bool(task.holdout), config=MIAConfig)
 def mia_attack(r: AttackRun, cfg: MIAConfig) -> dict:
-    """Membership inference: forget (members) against holdout (non-members); in the task's own setting where it
-    declares one (``meta["mia"]``: MUSE's Min-40%, no eos, on its privleak samples), with ``attacks.mia.k`` as extra
-    columns (``mia_auc_min_k_k20``, ...)."""
+    """Membership inference: forget (members) against holdout (non-members); in the task's own setting where
+    it declares one (``meta["mia"]``: MUSE's Min-40%, no eos, on its privleak samples), with ``attacks.mia.k``
+    as extra columns (``mia_auc_min_k_k20``, ...)."""
     setting = r.task.meta.get("mia")
     if setting:
         return mia_metrics(r.model, r.tokenizer, setting["members"], setting["nonmembers"], k=setting["k"],

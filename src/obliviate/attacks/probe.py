@@ -34,13 +34,14 @@ def probe_texts(mcqs: Sequence[dict], prompt_fn=None) -> list[str]:
 
 def last_token_hidden(model, tokenizer, texts: Sequence[str], layers: Sequence[int],
                       batch_size: int = 64) -> dict[int, np.ndarray]:
-    """``{l: (N, d_model)}`` float32 hidden states of layer ``l`` at the last token of each text (bos prepended,
-    nothing cut): :func:`obliviate.eval.probes.last_token_states`."""
+    """``{l: (N, d_model)}`` float32 hidden states of layer ``l`` at the last token of each text (bos
+    prepended, nothing cut): :func:`obliviate.eval.probes.last_token_states`."""
     return last_token_states(model, tokenizer, texts, layers, batch_size=batch_size, max_len=None)
 
 
 def split_indices(n: int, train_frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded split of ``range(n)`` into train (``round(train_frac * n)``, at least 1) and test (at least 1)."""
+    """Seeded split of ``range(n)`` into train (``round(train_frac * n)``, at least 1) and test (at least
+    1)."""
     if n < 2:
         raise DataError(f"a probe needs at least 2 MCQs (one to train, one to test), got {n}")
     if not 0 < train_frac < 1:
@@ -51,7 +52,8 @@ def split_indices(n: int, train_frac: float, seed: int) -> tuple[np.ndarray, np.
 
 
 def _fit_and_score(train_x, train_y, test_x, C: float, seed: int):
-    """A logistic regression on standardised features (L2 penalty ``1 / C``), fit and applied: ``(clf, scores)``."""
+    """A logistic regression on standardised features (L2 penalty ``1 / C``), fit and applied: ``(clf,
+    scores)``."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler

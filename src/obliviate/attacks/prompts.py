@@ -1,12 +1,12 @@
 """Adversarial prompts: the forget questions rewritten as RWKU's attack types, each scored on its own.
 
 RWKU (Jin et al. 2024) probes unlearning with adversarial questions of nine types, shipped as data per target
-with no templates; the wording here is ours, one template per type (prefix injection, role play, reverse query,
-synonym manipulation, background hint), applied to every forget QA item and scored by greedy prefix match:
-``prompts_<type>_acc``, ``prompts_best_acc`` / ``prompts_best_type`` against ``prompts_plain_acc``, with
-``prompts_items`` (the best type's questions, ``prompts_<type>_n``) and ``prompts_variants`` (the types scored, each
-on the same forget items, that it is the best of). The templates and what each leaves out: docs/evaluation.md,
-"Adversarial prompts".
+with no templates; the wording here is ours, one template per type (prefix injection, role play, reverse
+query, synonym manipulation, background hint), applied to every forget QA item and scored by greedy prefix
+match: ``prompts_<type>_acc``, ``prompts_best_acc`` / ``prompts_best_type`` against ``prompts_plain_acc``,
+with ``prompts_items`` (the best type's questions, ``prompts_<type>_n``) and ``prompts_variants`` (the types
+scored, each on the same forget items, that it is the best of). The templates and what each leaves out:
+docs/evaluation.md, "Adversarial prompts".
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def attack_prompts(task: Task, items: list, tokenizer=None) -> dict[str, list[tu
 
 
 def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_size: int = 32) -> dict:
-    """Each adversarial prompt type's greedy prefix-match accuracy on the forget QA items (module docstring)."""
+    """Each adversarial prompt type's greedy prefix-match accuracy on the forget QA items (module
+    docstring)."""
     items = [x for es in task.evals_by_role("forget", variants=False) if es.kind == "qa" for x in es.items][:max_items]
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items for the prompt attacks")

@@ -66,8 +66,8 @@ def neuron_scores(forget: dict[int, torch.Tensor], retain: dict[int, torch.Tenso
 
 
 def top_neurons(scores: dict[int, torch.Tensor], fraction: float) -> dict[int, torch.Tensor]:
-    """``{layer: neuron indices}`` of the top ``fraction`` of all neurons by score (at least one; ties: the lower
-    layer, then the lower index)."""
+    """``{layer: neuron indices}`` of the top ``fraction`` of all neurons by score (at least one; ties: the
+    lower layer, then the lower index)."""
     layers = sorted(scores)
     flat = torch.cat([scores[l] for l in layers])
     n = max(1, int(round(fraction * len(flat))))
@@ -83,9 +83,9 @@ def top_neurons(scores: dict[int, torch.Tensor], fraction: float) -> dict[int, t
 
 @contextlib.contextmanager
 def pruned(model, neurons: dict[int, torch.Tensor]) -> Iterator[None]:
-    """``model`` with the MLP activations of ``neurons`` (``{layer: indices}``) set to zero at the input of each
-    layer's down-projection, so that those neurons add nothing to the residual stream; the weights are not
-    touched, and the hooks go on exit."""
+    """``model`` with the MLP activations of ``neurons`` (``{layer: indices}``) set to zero at the input of
+    each layer's down-projection, so that those neurons add nothing to the residual stream; the weights are
+    not touched, and the hooks go on exit."""
     handles = []
 
     def hook(_mod, args, kwargs, idx):

@@ -97,7 +97,8 @@ def quantizable(model: nn.Module) -> list[tuple[str, nn.Module]]:
 @torch.no_grad()
 def quantized_copy(model: nn.Module, scheme: str) -> nn.Module:
     """A deep copy of ``model`` whose Linear weights are rounded by ``scheme`` (the module docstring); the
-    model itself is not modified. GPT-2's ``Conv1D`` stores (in, out): it is rounded per output channel too."""
+    model itself is not modified. GPT-2's ``Conv1D`` stores (in, out): it is rounded per output channel
+    too."""
     q = copy.deepcopy(model)
     mods = quantizable(q)
     if not mods:
@@ -135,11 +136,11 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
                     batch_size: int = 32) -> dict:
     """The task's metrics on each quantized copy: ``quantize_<scheme>_<key>`` for every number of
     :func:`~obliviate.eval.suite.evaluate_task` (the role scores, ``quantize_<scheme>_<role>_score``, and each
-    set's own metrics, which :mod:`obliviate.evidence.trust` reads); ``quantize_forget_score`` the highest forget score
-    over the schemes (the attacker's best) and ``quantize_scheme`` which, with its counts
+    set's own metrics, which :mod:`obliviate.evidence.trust` reads); ``quantize_forget_score`` the highest
+    forget score over the schemes (the attacker's best) and ``quantize_scheme`` which, with its counts
     (:func:`~obliviate.attacks.attack.read_counts`): ``quantize_items`` the best scheme's forget items,
-    ``quantize_variants`` the schemes it is the maximum of (each scheme scores the same items); ``quantize_cost``.
-    ``model`` is untouched."""
+    ``quantize_variants`` the schemes it is the maximum of (each scheme scores the same items);
+    ``quantize_cost``. ``model`` is untouched."""
     if backend not in ("simulate", "bitsandbytes"):
         raise ConfigError(f"quantize backend: must be 'simulate' or 'bitsandbytes', got {backend!r}")
     bad = [x for x in schemes if x not in SCHEMES] or ([] if schemes else ["(none)"])

@@ -76,9 +76,9 @@ LOG_RATIO = 1.6
 
 
 def log_steps(steps: int, ratio: float = LOG_RATIO) -> list[int]:
-    """Log-spaced reads of a budget of ``steps``: 0, then from step 1 each read about ``ratio`` times the last (at
-    least one step on), then the budget itself; a read within ``sqrt(ratio)`` of the budget is left to the budget's
-    (0, 1, 2, 3, 5, 8, 13, 21, 30 for 30 steps; 0, 1, 2, 3, 6 for 6)."""
+    """Log-spaced reads of a budget of ``steps``: 0, then from step 1 each read about ``ratio`` times the last
+    (at least one step on), then the budget itself; a read within ``sqrt(ratio)`` of the budget is left to the
+    budget's (0, 1, 2, 3, 5, 8, 13, 21, 30 for 30 steps; 0, 1, 2, 3, 6 for 6)."""
     if ratio <= 1:
         raise ValueError(f"ratio must be > 1, got {ratio}")
     out, s = [0], 1
@@ -115,16 +115,16 @@ the curve cannot show less) and ``above_budget`` (never reached: the cost is mor
 def recovery_cost(curves: Sequence[Sequence[Sequence[float]]], start: float | None, base: float | None,
                   n_params: int | None = None, *, higher_is_better: bool = True,
                   target: float | None = None) -> dict:
-    """The one recovery cost: tokens to win back half of what the model lost, ``start + 0.5 (base - start)`` (or
-    ``target`` where given), read from the cheapest of ``curves`` that reaches it (each ``[(tokens seen, score),
-    ...]`` from step 0, one per setting; the harness passes the one setting chosen on a validation part), and
-    ``6 N tokens`` FLOPs with ``n_params`` N.
+    """The one recovery cost: tokens to win back half of what the model lost, ``start + 0.5 (base - start)``
+    (or ``target`` where given), read from the cheapest of ``curves`` that reaches it (each ``[(tokens seen,
+    score), ...]`` from step 0, one per setting; the harness passes the one setting chosen on a validation
+    part), and ``6 N tokens`` FLOPs with ``n_params`` N.
 
     The score rises to the base (an accuracy) or, with ``higher_is_better=False``, falls to it (a loss).
-    ``recovery_cost_bound`` says how the cost is known (:data:`BOUNDS`): reached at the first read after step 0 is
-    ``at_most`` its tokens; never reached is ``above_budget``, with the budget's tokens (``recovery_budget_tokens``,
-    the longest curve's last read). Null with ``recovery_cost_reason`` when it does not apply: nothing to recover
-    (the base no better than the start) or either unknown."""
+    ``recovery_cost_bound`` says how the cost is known (:data:`BOUNDS`): reached at the first read after step
+    0 is ``at_most`` its tokens; never reached is ``above_budget``, with the budget's tokens
+    (``recovery_budget_tokens``, the longest curve's last read). Null with ``recovery_cost_reason`` when it
+    does not apply: nothing to recover (the base no better than the start) or either unknown."""
     budget = max((int(c[-1][0]) for c in curves if len(c)), default=None)
     out = {"recovery_cost_tokens": None, "recovery_cost_flops": None, "recovery_target": None,
            "recovery_cost_bound": None, "recovery_cost_reason": None, "recovery_budget_tokens": budget}
@@ -147,8 +147,8 @@ def recovery_cost(curves: Sequence[Sequence[Sequence[float]]], start: float | No
 
 
 def cost_text(tokens: float | None, bound: str | None) -> str:
-    """A recovery cost as the report shows it: ``≤ x`` (under the first read), ``> x`` (the budget: never reached),
-    the number, or ``n/a``."""
+    """A recovery cost as the report shows it: ``≤ x`` (under the first read), ``> x`` (the budget: never
+    reached), the number, or ``n/a``."""
     if tokens is None or bound is None:
         return "n/a"
     return {"at_most": f"≤ {tokens:.0f}", "above_budget": f"> {tokens:.0f}"}.get(bound, f"{tokens:.0f}")
@@ -158,12 +158,12 @@ RATIO_BOUNDS = ("exact", "at_least", "at_most")
 
 
 def learning_ratio(learn: dict, relearn: dict) -> dict:
-    """``recovery_cost_vs_learning``: the tokens the never-exposed model needs to learn the facts (``learn``) over
-    the tokens a model needs to relearn them (``relearn``), both ``{"tokens", "bound"}`` of :func:`recovery_cost`
-    read on the same data, settings and target. About 1: as if never seen; above 1: the knowledge comes back faster
-    than it could be learned. A bound on either side makes the ratio a bound (``recovery_cost_vs_learning_bound``
-    ``at_least`` / ``at_most``); bounds that pull opposite ways, or a model at the target before any training,
-    leave it null with ``recovery_cost_vs_learning_reason``."""
+    """``recovery_cost_vs_learning``: the tokens the never-exposed model needs to learn the facts (``learn``)
+    over the tokens a model needs to relearn them (``relearn``), both ``{"tokens", "bound"}`` of
+    :func:`recovery_cost` read on the same data, settings and target. About 1: as if never seen; above 1: the
+    knowledge comes back faster than it could be learned. A bound on either side makes the ratio a bound
+    (``recovery_cost_vs_learning_bound`` ``at_least`` / ``at_most``); bounds that pull opposite ways, or a
+    model at the target before any training, leave it null with ``recovery_cost_vs_learning_reason``."""
     out = {"recovery_cost_vs_learning": None, "recovery_cost_vs_learning_bound": None,
            "recovery_cost_vs_learning_reason": None}
     lt, lb, rt, rb = learn.get("tokens"), learn.get("bound"), relearn.get("tokens"), relearn.get("bound")
@@ -263,13 +263,13 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
     ``resume=False``) and returns exactly what an uninterrupted run returns (the curve before the
     checkpoint is read back from ``metrics.jsonl``).
 
-    ``train_data``: texts (LM loss on every token) or ``(prompt, answer)`` pairs (loss on
-    the answer tokens and eos only), e.g. ``(qa_prompt(q), " " + answer)``.
-    ``eval_fn(model) -> float``: the accuracy to track; or a dict of named scores, each recorded as its own curve
-    (``curves[name]``), the first named being the tracked one. ``model`` itself is never modified.
-    Returns ``curve``, ``auc``, ``initial_acc``, ``final_acc``, ``base_acc``, ``steps_to_base``,
-    ``tokens_to_base``, ``tokens_per_step`` (mean), ``tokens_at`` (tokens seen at each point of the curve),
-    ``curves``, ``loss`` (``[[step, train loss], ...]``) and, with ``keep_model``, the fine-tuned ``model``.
+    ``train_data``: texts (LM loss on every token) or ``(prompt, answer)`` pairs (loss on the answer tokens
+    and eos only), e.g. ``(qa_prompt(q), " " + answer)``. ``eval_fn(model) -> float``: the accuracy to track;
+    or a dict of named scores, each recorded as its own curve (``curves[name]``), the first named being the
+    tracked one. ``model`` itself is never modified. Returns ``curve``, ``auc``, ``initial_acc``,
+    ``final_acc``, ``base_acc``, ``steps_to_base``, ``tokens_to_base``, ``tokens_per_step`` (mean),
+    ``tokens_at`` (tokens seen at each point of the curve), ``curves``, ``loss`` (``[[step, train loss],
+    ...]``) and, with ``keep_model``, the fine-tuned ``model``.
     """
 
     cfg = cfg or RelearnConfig()
@@ -342,7 +342,8 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
 @dataclass
 class RelearnAttackConfig(RelearnConfig):
     """``attacks.relearn``: the relearning attacker's training settings (:class:`RelearnConfig`, which
-    ``relearn_disjoint`` and ``unrelated_finetune`` train with too) and the related-corpus attack's own grid."""
+    ``relearn_disjoint`` and ``unrelated_finetune`` train with too) and the related-corpus attack's own
+    grid."""
 
     lr_grid: list[float] | None = None
     """Learning rates of the related-corpus attack, where they differ from ``attacks.lr_grid`` (default: that)."""
@@ -363,7 +364,8 @@ LR_GRIDS = {"tiny": (1e-4, 3e-4, 1e-3), "paper": (1e-5, 3e-5, 1e-4)}
 
 def attack_grid(model, cfg, lrs: list[float] | None = None) -> list[tuple[str, RelearnConfig]]:
     """The attacker's settings: full fine-tuning at each learning rate of the grid, and LoRA (``cfg.lora``);
-    ``cfg``: the :class:`~obliviate.evidence.harness.TaskAttackConfig` (its ``relearn`` section is the training).
+    ``cfg``: the :class:`~obliviate.evidence.harness.TaskAttackConfig` (its ``relearn`` section is the
+    training).
 
     The grid (``lrs``, else ``cfg.lr_grid``) defaults by model size (:func:`obliviate.methods.preset_name`):
     1e-4, 3e-4, 1e-3 for tiny models, 1e-5, 3e-5, 1e-4 for larger ones; LoRA uses the largest rate.
@@ -386,9 +388,9 @@ def mean_curves(curves: list[list]) -> list[list]:
 
 
 def pick(runs: list[tuple[str, dict, list, list]]) -> tuple[str, int, float, float]:
-    """The attacker's choice among ``(tag, result, V curve, B curve)``: the setting and the step with the highest
-    score on the selection split V (ties: the earlier step, then the earlier setting of the grid); returns
-    ``(tag, step, V score, B score there)``."""
+    """The attacker's choice among ``(tag, result, V curve, B curve)``: the setting and the step with the
+    highest score on the selection split V (ties: the earlier step, then the earlier setting of the grid);
+    returns ``(tag, step, V score, B score there)``."""
     best = None
     for order, (tag, _, v, b) in enumerate(runs):
         for (step, sv), (_, sb) in zip(v, b):
@@ -401,13 +403,14 @@ def pick(runs: list[tuple[str, dict, list, list]]) -> tuple[str, int, float, flo
 def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]], base: float | None) -> dict:
     """What an attack reports from its folds, each a list of ``(tag, result, V curve, B curve)`` per setting.
 
-    ``<prefix>_acc``: B's score at the setting and step chosen on V (:func:`pick`), the mean over folds (unbiased:
-    B never entered the choice); ``<prefix>_acc_optimistic``: the best B score over every setting and step (chosen
-    on B itself, an upward-biased number); ``<prefix>_curve``: the mean of the chosen settings' B curves, which
-    ``_start_acc``, ``_final_acc``, ``_auc``, ``_steps_to_base`` and ``_tokens_to_base`` read;
-    ``<prefix>_setting`` / ``<prefix>_best_step``: each fold's choice; ``<prefix>_by_setting``: each setting's last
-    B score (mean over folds); ``<prefix>_budget_limited``: a fold chose the budget's last step while its V curve was
-    still rising at that read (more steps would have brought back more; ``_budget_limited_folds`` counts them)."""
+    ``<prefix>_acc``: B's score at the setting and step chosen on V (:func:`pick`), the mean over folds
+    (unbiased: B never entered the choice); ``<prefix>_acc_optimistic``: the best B score over every setting
+    and step (chosen on B itself, an upward-biased number); ``<prefix>_curve``: the mean of the chosen
+    settings' B curves, which ``_start_acc``, ``_final_acc``, ``_auc``, ``_steps_to_base`` and
+    ``_tokens_to_base`` read; ``<prefix>_setting`` / ``<prefix>_best_step``: each fold's choice;
+    ``<prefix>_by_setting``: each setting's last B score (mean over folds); ``<prefix>_budget_limited``: a
+    fold chose the budget's last step while its V curve was still rising at that read (more steps would have
+    brought back more; ``_budget_limited_folds`` counts them)."""
     picks = [pick(runs) for runs in folds]
     chosen = [next(run for run in runs if run[0] == tag) for runs, (tag, *_) in zip(folds, picks)]
     limited = [p[1] == run[2][-1][0] and len(run[2]) > 1 and run[2][-1][1] > run[2][-2][1]
@@ -444,15 +447,16 @@ def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
 
     The forget items it scores are cut into three seeded parts; each in turn is the selection split V (the
     setting and step are chosen on it) and the other two are B, where the score is read (``relearn_selection``
-    ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps of
-    every item, ``relearn_selection`` ``"optimistic"``.
+    ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps
+    of every item, ``relearn_selection`` ``"optimistic"``.
 
-    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_items`` the n distinct forget items scored
-    (at most ``max_eval``). ``relearn_acc`` is the mean over the three folds of B's score, and each item is in B in
-    two folds, so it is a mean over the n items with equal weights (within 1/n where 3 does not divide n); an item's
-    two scores are not independent draws, so it counts once, not twice. ``relearn_variants``: 1 with V (B never
-    enters the choice); without V, the distinct models ``relearn_acc`` is the best of on the same items, every
-    setting's reads after step 0 and the one untrained model they share at step 0."""
+    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_items`` the n distinct forget items
+    scored (at most ``max_eval``). ``relearn_acc`` is the mean over the three folds of B's score, and each
+    item is in B in two folds, so it is a mean over the n items with equal weights (within 1/n where 3 does
+    not divide n); an item's two scores are not independent draws, so it counts once, not twice.
+    ``relearn_variants``: 1 with V (B never enters the choice); without V, the distinct models ``relearn_acc``
+    is the best of on the same items, every setting's reads after step 0 and the one untrained model they
+    share at step 0."""
     found = forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)
     if found is None:
         return {}

@@ -1,6 +1,6 @@
 """Relearning on some forget facts, scored on others the attacker never trained on (the attack
-``relearn_disjoint``), with the leakage check between the two, the recovery cost and the cost of learning the facts
-from scratch (docs/evaluation.md, "Attacks")."""
+``relearn_disjoint``), with the leakage check between the two, the recovery cost and the cost of learning the
+facts from scratch (docs/evaluation.md, "Attacks")."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def _cost(folds: list[list[tuple[str, dict, list, list]]], v_bases: list[float |
           base: float | None, n: int) -> dict:
     """:func:`~obliviate.attacks.relearn.recovery_cost` with the attacker's setting chosen on V, read on B.
 
-    Each fold (a list of ``(tag, result, V curve, B curve)`` per setting) picks the setting that wins back half of
-    what V lost (towards ``v_bases``, the base model's V score of each fold) in the fewest tokens (none reaching
-    it: the highest area under the V curve; ties: the grid's order); the cost is read on the chosen settings' B
-    curves, the mean over folds, against ``start`` and ``base`` (B's). B never enters the choice
-    (``recovery_cost_chosen_on`` ``"V"``, ``recovery_cost_scored_on`` ``"B"``, ``recovery_cost_setting``: each
-    fold's choice)."""
+    Each fold (a list of ``(tag, result, V curve, B curve)`` per setting) picks the setting that wins back
+    half of what V lost (towards ``v_bases``, the base model's V score of each fold) in the fewest tokens
+    (none reaching it: the highest area under the V curve; ties: the grid's order); the cost is read on the
+    chosen settings' B curves, the mean over folds, against ``start`` and ``base`` (B's). B never enters the
+    choice (``recovery_cost_chosen_on`` ``"V"``, ``recovery_cost_scored_on`` ``"B"``,
+    ``recovery_cost_setting``: each fold's choice)."""
     chosen = []
     for i, runs in enumerate(folds):
         vb = None if v_bases is None else v_bases[i]
@@ -67,9 +67,10 @@ def _learning(r: "AttackRun", held: list, base: float | None, grid: list[tuple[s
               fold: int) -> dict:
     """Fine-tune on the facts ``held`` themselves and read the tokens until their score reaches half the base
     model's (``base``; the chance level of QA is 0): ``learning_cost_tokens`` (with ``_bound``, ``_reason``,
-    ``learning_target``, ``learning_budget_tokens``, ``learning_curve``). One setting, the same for every model:
-    the grid's largest full fine-tuning rate (``learning_setting``), read at log-spaced steps. On the oracle this
-    is learning the facts from scratch; :func:`add_learning_ratios` sets each model's cost against it."""
+    ``learning_target``, ``learning_budget_tokens``, ``learning_curve``). One setting, the same for every
+    model: the grid's largest full fine-tuning rate (``learning_setting``), read at log-spaced steps. On the
+    oracle this is learning the facts from scratch; :func:`add_learning_ratios` sets each model's cost against
+    it."""
     tag, rc = max(((t, c) for t, c in grid if not c.lora), key=lambda x: x[1].lr)
     fn = qa_score_fn(r.tokenizer, r.task, held)
     res = relearn_attack(r.model, r.tokenizer, r.task.prompt.pairs(list(held), r.tokenizer), fn, rc,
@@ -81,10 +82,10 @@ def _learning(r: "AttackRun", held: list, base: float | None, grid: list[tuple[s
 
 
 def add_learning_ratios(metrics: dict, reference: str = "oracle") -> None:
-    """Write ``recovery_cost_vs_learning`` (with ``_bound`` and ``_reason``) into every model of ``metrics`` that
-    has a learning cost: the ``reference`` model's (the oracle's: learning the facts from scratch) over its own
-    (relearning them; :func:`~obliviate.attacks.relearn.learning_ratio`). The oracle's is computed once, by its own
-    attack."""
+    """Write ``recovery_cost_vs_learning`` (with ``_bound`` and ``_reason``) into every model of ``metrics``
+    that has a learning cost: the ``reference`` model's (the oracle's: learning the facts from scratch) over
+    its own (relearning them; :func:`~obliviate.attacks.relearn.learning_ratio`). The oracle's is computed
+    once, by its own attack."""
     ref = metrics.get(reference)
     if ref is not None and "learning_cost_bound" not in ref:
         ref = None
@@ -107,9 +108,9 @@ def _words(text: str) -> set[str]:
 
 
 def answer_leakage(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], corpus: Sequence[str]) -> float | None:
-    """The share of rare words (:data:`RARE_ANSWERS`: in 2 to that many answers of ``corpus``) of each pair's test
-    answers that also occur in its training answers, pooled over ``pairs`` of ``(train answers, test answers)``;
-    None when the test answers hold no rare word."""
+    """The share of rare words (:data:`RARE_ANSWERS`: in 2 to that many answers of ``corpus``) of each pair's
+    test answers that also occur in its training answers, pooled over ``pairs`` of ``(train answers, test
+    answers)``; None when the test answers hold no rare word."""
     counts: dict[str, int] = {}
     for a in corpus:
         for w in _words(a):
@@ -152,12 +153,13 @@ def leakage_flag(m: dict) -> str | None:
 
 
 def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: str = "relearn_disjoint") -> dict:
-    """``<prefix>_leakage``: :func:`answer_leakage` of the attack's folds (train A, report B); and, where the task
-    has groups, ``<prefix>_leakage_between_groups``: the share a training set of A's size drawn at random from the
-    answers of the groups B does not touch would show on average (for each rare word of B, the chance that |A|
-    random such answers hold it). A split that keeps groups whole reads no higher (its A is such a draw, taken
-    group by group); one that cuts through groups reads higher, because facts about one entity share its rare
-    words (TOFU: names, titles, places), while its reference falls towards 0 (B touches every group)."""
+    """``<prefix>_leakage``: :func:`answer_leakage` of the attack's folds (train A, report B); and, where the
+    task has groups, ``<prefix>_leakage_between_groups``: the share a training set of A's size drawn at random
+    from the answers of the groups B does not touch would show on average (for each rare word of B, the chance
+    that |A| random such answers hold it). A split that keeps groups whole reads no higher (its A is such a
+    draw, taken group by group); one that cuts through groups reads higher, because facts about one entity
+    share its rare words (TOFU: names, titles, places), while its reference falls towards 0 (B touches every
+    group)."""
     qa, groups = task.forget_facts()
     corpus = [a for _, a in qa]
     out = {f"{prefix}_leakage": answer_leakage([([x[1] for x in a], [x[1] for x in b]) for a, _, b in folds], corpus),
@@ -188,16 +190,17 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
 def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
     """Relearning on some forget facts, scored on others the attacker never trained on, at each setting.
 
-    Three ways (:meth:`~obliviate.tasks.base.Task.forget_folds`, groups whole): train on A, choose the setting and
-    the step on V, report on B, rotated so that each part is B once (:func:`selected_metrics`). Also the
-    leakage check (:func:`leakage_metrics`), the recovery cost (:func:`_cost`; every curve read at log-spaced steps)
-    and, with ``learning``, the cost of fine-tuning on fold 0's B facts themselves (:func:`_learning`).
+    Three ways (:meth:`~obliviate.tasks.base.Task.forget_folds`, groups whole): train on A, choose the setting
+    and the step on V, report on B, rotated so that each part is B once (:func:`selected_metrics`). Also the
+    leakage check (:func:`leakage_metrics`), the recovery cost (:func:`_cost`; every curve read at log-spaced
+    steps) and, with ``learning``, the cost of fine-tuning on fold 0's B facts themselves (:func:`_learning`).
 
-    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_disjoint_items``, the B facts scored (each
-    fold's at most ``max_eval``, each fact in one fold's B) as one binomial count:
-    ``relearn_disjoint_acc`` is the plain mean of the folds' B scores, so a fact of a small fold weighs more, and
-    :func:`~obliviate.eval.suite.effective_items` gives the count (the total where the folds' B are alike); and
-    ``relearn_disjoint_variants`` 1 (the setting and step are chosen on V, B never enters the choice)."""
+    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_disjoint_items``, the B facts scored
+    (each fold's at most ``max_eval``, each fact in one fold's B) as one binomial count:
+    ``relearn_disjoint_acc`` is the plain mean of the folds' B scores, so a fact of a small fold weighs more,
+    and :func:`~obliviate.eval.suite.effective_items` gives the count (the total where the folds' B are
+    alike); and ``relearn_disjoint_variants`` 1 (the setting and step are chosen on V, B never enters the
+    choice)."""
     folds = r.task.forget_folds(r.cfg.seed)
     if folds is None:
         return {}

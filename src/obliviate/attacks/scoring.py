@@ -1,6 +1,6 @@
-"""What the attacks score: the forget items a relearning attack tracks (:func:`forget_items_fn`), questions in the
-task's prompt format (:func:`qa_score_fn`), and the task the attacks that rescore a whole task (quantization,
-direction ablation) evaluate (:func:`scoring_task`)."""
+"""What the attacks score: the forget items a relearning attack tracks (:func:`forget_items_fn`), questions in
+the task's prompt format (:func:`qa_score_fn`), and the task the attacks that rescore a whole task
+(quantization, direction ablation) evaluate (:func:`scoring_task`)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,16 @@ SCORED = ("forget", "retain")
 
 def scoring_task(task: Task) -> Task:
     """``task`` with only its forget and retain evaluation sets, variants aside, and no extra named metrics:
-    the sets ``forget_score`` and ``retain_score`` are the means of (:func:`~obliviate.eval.suite.evaluate_task`),
-    so both read as on the whole task, at a fraction of its cost (the world: 2 of its 9 sets)."""
+    the sets ``forget_score`` and ``retain_score`` are the means of
+    (:func:`~obliviate.eval.suite.evaluate_task`), so both read as on the whole task, at a fraction of its
+    cost (the world: 2 of its 9 sets)."""
     evals = [es for es in task.evals if es.role in SCORED and not es.variant]
     return dataclasses.replace(task, evals=evals, meta={**task.meta, "metrics": []})
 
 
 def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
-    """``fn(model)`` = greedy prefix match (1.0 / 0.0) of each of ``qa`` (question, answer) in the task's prompt
-    format, an array."""
+    """``fn(model)`` = greedy prefix match (1.0 / 0.0) of each of ``qa`` (question, answer) in the task's
+    prompt format, an array."""
     if not qa:
         raise DataError("no questions to score the relearning attack on")
     prompts = [task.prompt.prompt(q, tokenizer) for q, _ in qa]
@@ -44,7 +45,8 @@ def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size
 
 
 def qa_score_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size: int = 32) -> Callable:
-    """``fn(model)`` = greedy prefix-match accuracy on ``qa`` (question, answer) in the task's prompt format."""
+    """``fn(model)`` = greedy prefix-match accuracy on ``qa`` (question, answer) in the task's prompt
+    format."""
     items = qa_items_fn(tokenizer, task, qa, batch_size)
     return lambda model: float(np.mean(items(model)))
 
@@ -65,10 +67,10 @@ def split_score_fn(tokenizer, task: Task, splits: dict[str, Sequence[tuple[str, 
 
 
 def forget_items_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> tuple[Callable, int] | None:
-    """``(fn, n)``: ``fn(model)`` = the per-item score (1.0 / 0.0) of the ``n`` forget items a relearning attack
-    tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their variants), a cloze
-    MCQ read length-normalised (lm-eval's ``acc_norm``), as the verdict reads it: the raw sum favours short
-    choices."""
+    """``(fn, n)``: ``fn(model)`` = the per-item score (1.0 / 0.0) of the ``n`` forget items a relearning
+    attack tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their
+    variants), a cloze MCQ read length-normalised (lm-eval's ``acc_norm``), as the verdict reads it: the raw
+    sum favours short choices."""
     forget = task.evals_by_role("forget", variants=False)
     qa = [(x["question"], x["answer"]) for es in forget if es.kind == "qa" for x in es.items]
     if qa:

@@ -1,8 +1,8 @@
 """Soft prompt: m continuous embeddings before the question, optimised to draw the answers out.
 
 Schwinn et al. 2024, Chen et al. 2025: P (m, d) trained by Adam on the forget facts of fold A to minimise the
-answers' NLL, each row projected onto the L2 ball ``P_i <- P_i * min(1, r / ||P_i||)`` after each step, scored on
-fold B. Its settings, reads and counts: docs/evaluation.md, "More attacks".
+answers' NLL, each row projected onto the L2 ball ``P_i <- P_i * min(1, r / ||P_i||)`` after each step, scored
+on fold B. Its settings, reads and counts: docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def project(P: torch.Tensor, r: float) -> torch.Tensor:
 def optimise(model, items: Sequence[Item], P: torch.Tensor, r: float, steps: int, lr: float,
              pad: int) -> tuple[torch.Tensor, list[float], list[float]]:
     """Adam on ``P`` (m, d) for ``steps`` full-batch steps, each projected onto the ball (module docstring).
-    Returns P, the loss before each step and after the last (``steps + 1`` values), and the largest row norm after
-    each step. No gradient reaches the model's parameters."""
+    Returns P, the loss before each step and after the last (``steps + 1`` values), and the largest row norm
+    after each step. No gradient reaches the model's parameters."""
     P = project(P.detach().clone(), r).requires_grad_(True)
     opt = torch.optim.Adam([P], lr=lr)
     losses, norms = [], []
@@ -83,7 +83,8 @@ def optimise(model, items: Sequence[Item], P: torch.Tensor, r: float, steps: int
 
 @torch.no_grad()
 def hits(model, items: Sequence[Item], P: torch.Tensor, pad: int) -> torch.Tensor:
-    """(N,) whether each item's answer tokens are all greedy with ``P`` before the question (none: ``m = 0``)."""
+    """(N,) whether each item's answer tokens are all greedy with ``P`` before the question (none: ``m =
+    0``)."""
     with eval_mode(model):
         return inserted_terms(model, items, P, pad)[1]
 

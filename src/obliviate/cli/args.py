@@ -1,6 +1,6 @@
-"""The options the commands share, declared: ``--out``/``--seed``/``--config`` and overrides (:func:`add_common`),
-``--model``, ``--task`` and the file shorthand, the ``eval.*`` options, and the argparse types of their numbers.
-What the user gave is checked and read in :mod:`obliviate.cli.inputs`.
+"""The options the commands share, declared: ``--out``/``--seed``/``--config`` and overrides
+(:func:`add_common`), ``--model``, ``--task`` and the file shorthand, the ``eval.*`` options, and the argparse
+types of their numbers. What the user gave is checked and read in :mod:`obliviate.cli.inputs`.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def _shown(text: str) -> str:
 
 
 def count_arg(text: str) -> int:
-    """A count option (``--limit``, ``--batch-size``, ``--max-new-tokens``): an integer >= 1, checked by argparse."""
+    """A count option (``--limit``, ``--batch-size``, ``--max-new-tokens``): an integer >= 1, checked by
+    argparse."""
     try:
         value = int(text)
     except ValueError:  # not an integer, or more digits than int() converts
@@ -62,7 +63,8 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True, example: s
 
 
 def add_cache_arg(p: argparse.ArgumentParser) -> None:
-    """``--no-cache``: build the controls in this run instead of reusing them (:mod:`obliviate.runs.cache`)."""
+    """``--no-cache``: build the controls in this run instead of reusing them
+    (:mod:`obliviate.runs.cache`)."""
     p.add_argument("--no-cache", action="store_true", help="build the controls and attack them in this run, "
                    "neither reusing nor keeping them in the cache shared by every run directory "
                    "($OBLIVIATE_CACHE/controls, else $XDG_CACHE_HOME/obliviate/controls, else "
@@ -70,7 +72,8 @@ def add_cache_arg(p: argparse.ArgumentParser) -> None:
 
 
 def no_cache(args) -> list[str]:
-    """The overrides of ``args``, with ``cache=false`` last under ``--no-cache`` (so it wins over the config)."""
+    """The overrides of ``args``, with ``cache=false`` last under ``--no-cache`` (so it wins over the
+    config)."""
     given = list(getattr(args, "overrides", None) or [])
     return [*given, "cache=false"] if getattr(args, "no_cache", False) else given
 

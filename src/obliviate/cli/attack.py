@@ -1,5 +1,5 @@
-"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on any
-task."""
+"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on
+any task."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from obliviate.runs.results import input_fingerprint
 
 
 def cmd_attack(args) -> None:
-    """The run of :mod:`obliviate.pipelines.attack`, then what it found: the metrics, the probe and MIA against the
-    negative control, and last the verdict (or the line that says what gives one)."""
+    """The run of :mod:`obliviate.pipelines.attack`, then what it found: the metrics, the probe and MIA
+    against the negative control, and last the verdict (or the line that says what gives one)."""
     device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before anything is said or read
     untrained, kind = negative_control_input(args.model, base=args.base, base_untrained=args.base_untrained,
                                              oracle=args.oracle, control=args.control, allow_hub=args.allow_hub)

@@ -8,8 +8,8 @@ from obliviate.pipelines.compare.run import DEMO
 
 
 def cmd_demo(args) -> None:
-    """The main job: ``compare`` on the world with :data:`~obliviate.pipelines.compare.run.DEMO` (GradDiff, NPO,
-    SimNPO and RMU beside the base model and the controls, each attacked once, then the report)."""
+    """The main job: ``compare`` on the world with :data:`~obliviate.pipelines.compare.run.DEMO` (GradDiff,
+    NPO, SimNPO and RMU beside the base model and the controls, each attacked once, then the report)."""
     run_compare_command(args, DEMO)
 
 

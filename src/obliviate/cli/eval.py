@@ -32,8 +32,8 @@ def cmd_eval(args) -> None:
 
 
 def evaluate_and_write(args, cfg: EvalRunConfig, task) -> dict:
-    """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`), with the
-    registered metrics ``--metrics`` names too (checked before the model is loaded)."""
+    """The evaluation of ``eval``: ``--model`` on ``task`` (:func:`~obliviate.pipelines.evaluate.run_eval`),
+    with the registered metrics ``--metrics`` names too (checked before the model is loaded)."""
     if getattr(args, "metrics", None) is not None:
         task = asking_for(task, args.metrics.split(","))
     model, tok = load_model_args(args, trains=False)
@@ -45,7 +45,8 @@ def evaluate_and_write(args, cfg: EvalRunConfig, task) -> dict:
 
 
 def add_benchmark_args(p) -> None:
-    """Options that name a benchmark task for ``obliviate eval`` (``--benchmark NAME`` = ``--task benchmark:NAME``)."""
+    """Options that name a benchmark task for ``obliviate eval`` (``--benchmark NAME`` = ``--task
+    benchmark:NAME``)."""
     g = p.add_argument_group("benchmark evaluation (instead of the synthetic world)")
     g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10: "
                                        "the same as --task benchmark:NAME (with --data: the name to report the file "

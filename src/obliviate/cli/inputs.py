@@ -1,12 +1,12 @@
-"""What the user gave the command line, checked and read: :func:`check_inputs`, the validation boundary, runs in
-one pass before any command (:func:`obliviate.cli.main.main` calls it between parsing the arguments and running the
-command): every path by its kind, the overrides and ``--config``, the task spec through its schema and the files it
-lists, a local model directory's ``config.json`` before any weights are read, each failing as one
-:class:`~obliviate.errors.ObliviateError` line naming the input (docs/bad-input.md, "The validation boundary").
-Then a command checks its run directory against its inputs (:func:`check_out_dir`), reads its task
-(:func:`task_from_args`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run` gives
-``unlearn``'s and ``tune``'s loaders to :func:`~obliviate.pipelines.unlearn.prepare_run`. The options are declared
-in :mod:`obliviate.cli.args`.
+"""What the user gave the command line, checked and read: :func:`check_inputs`, the validation boundary, runs
+in one pass before any command (:func:`obliviate.cli.main.main` calls it between parsing the arguments and
+running the command): every path by its kind, the overrides and ``--config``, the task spec through its schema
+and the files it lists, a local model directory's ``config.json`` before any weights are read, each failing as
+one :class:`~obliviate.errors.ObliviateError` line naming the input (docs/bad-input.md, "The validation
+boundary"). Then a command checks its run directory against its inputs (:func:`check_out_dir`), reads its task
+(:func:`task_from_args`) and loads its model (:func:`load_model_args`), in that order; :func:`checked_run`
+gives ``unlearn``'s and ``tune``'s loaders to :func:`~obliviate.pipelines.unlearn.prepare_run`. The options
+are declared in :mod:`obliviate.cli.args`.
 """
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def check_file(path: str, what: str, missing: str | None = None) -> None:
 
 
 def check_dir(path: str, what: str) -> None:
-    """ConfigError unless a local ``path`` is a readable directory (a name that can only be a hub id passes)."""
+    """ConfigError unless a local ``path`` is a readable directory (a name that can only be a hub id
+    passes)."""
     if not is_local(str(path)):
         return
     p = Path(path).expanduser()
@@ -112,11 +113,12 @@ def eval_overrides(args) -> dict:
 
 
 def mapping_from_args(values: list[str] | None, files: dict[str, list[str]]) -> str | dict | None:
-    """The mapping ``--mapping`` (repeated) gives ``files`` (set -> paths as given): None without one, the string
-    when one mapping applies to every file, else ``{path: mapping}`` for every file that has one (its own, else its
-    set's, else the common one), as :func:`~obliviate.tasks.files.task_from_files` takes it. ``FILE=FIELDS`` is told
-    from ``FIELDS`` by the two ``=`` of its first pair; FILE is a path given (as typed or the same file), the name
-    of exactly one file given, or a set given. A FILE that names none of them is a ConfigError."""
+    """The mapping ``--mapping`` (repeated) gives ``files`` (set -> paths as given): None without one, the
+    string when one mapping applies to every file, else ``{path: mapping}`` for every file that has one (its
+    own, else its set's, else the common one), as :func:`~obliviate.tasks.files.task_from_files` takes it.
+    ``FILE=FIELDS`` is told from ``FIELDS`` by the two ``=`` of its first pair; FILE is a path given (as typed
+    or the same file), the name of exactly one file given, or a set given. A FILE that names none of them is a
+    ConfigError."""
     if not values:
         return None
     given = [(k, str(p)) for k, ps in files.items() for p in ps or []]
@@ -210,7 +212,8 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
 
 def input_paths(args, *extra: str | None) -> list[str]:
     """The inputs a command reads from disk, for :func:`check_out_dir`: ``--model`` and ``--tokenizer``, the
-    task's files (``--forget`` ... ``--relearn``, the spec of ``--task file:SPEC.yaml``), ``--data``, and ``extra``."""
+    task's files (``--forget`` ... ``--relearn``, the spec of ``--task file:SPEC.yaml``), ``--data``, and
+    ``extra``."""
     paths = [getattr(args, "model", None), getattr(args, "tokenizer", None), getattr(args, "adapter", None),
              getattr(args, "data", None), *extra]
     for flag in FILE_SETS:
@@ -295,9 +298,9 @@ def device_and_dtype(args, trains: bool = True) -> tuple[torch.device, torch.dty
 
 
 def tokenizer_args(args, path: str | None = None):
-    """The tokenizer of ``--tokenizer``, else of the model (``path`` or ``--model``), with ``--pad-policy``; the
-    model's path is checked first, so a mistyped ``--model`` is named as the model (not as a missing tokenizer
-    directory)."""
+    """The tokenizer of ``--tokenizer``, else of the model (``path`` or ``--model``), with ``--pad-policy``;
+    the model's path is checked first, so a mistyped ``--model`` is named as the model (not as a missing
+    tokenizer directory)."""
     path = path or args.model
     check_model_path(path)
     tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
@@ -306,8 +309,8 @@ def tokenizer_args(args, path: str | None = None):
 
 def load_model_args(args, path: str | None = None, trains: bool = True):
     """(model, tokenizer) of ``--model`` (or ``path``), on ``--device`` in ``--dtype``
-    (:func:`~obliviate.models.load.load_model_and_tokenizer`); ``--adapter`` attached to ``--model`` (said in one
-    line). ``trains``: see :func:`device_and_dtype`."""
+    (:func:`~obliviate.models.load.load_model_and_tokenizer`); ``--adapter`` attached to ``--model`` (said in
+    one line). ``trains``: see :func:`device_and_dtype`."""
     path = path or args.model
     device, dtype = device_and_dtype(args, trains)  # a bad device or dtype fails before the load
     adapter = getattr(args, "adapter", None) if path == args.model else None
@@ -319,8 +322,8 @@ def load_model_args(args, path: str | None = None, trains: bool = True):
 
 
 def checked_run(args, tuning: bool = False):
-    """``(cfg, task, model, tokenizer, preset, split)`` of ``unlearn`` and ``tune``: ``--out`` against the inputs,
-    then the pipeline's checks in order with the loaders of ``args``
+    """``(cfg, task, model, tokenizer, preset, split)`` of ``unlearn`` and ``tune``: ``--out`` against the
+    inputs, then the pipeline's checks in order with the loaders of ``args``
     (:func:`~obliviate.pipelines.unlearn.prepare_run`)."""
     check_out_dir(args.out, input_paths(args))
     return prepare_run(args.method, seed=args.seed, config_file=args.config, overrides=args.overrides,
@@ -330,15 +333,16 @@ def checked_run(args, tuning: bool = False):
 
 
 def model_fingerprint(args, key: str = "base") -> dict:
-    """What identifies a command's model inputs, for resuming into the same ``--out``: ``--model`` (under ``key``),
-    ``--tokenizer`` and, when given, ``--adapter`` (:func:`~obliviate.runs.results.input_fingerprint` of each)."""
+    """What identifies a command's model inputs, for resuming into the same ``--out``: ``--model`` (under
+    ``key``), ``--tokenizer`` and, when given, ``--adapter``
+    (:func:`~obliviate.runs.results.input_fingerprint` of each)."""
     return {key: input_fingerprint(args.model), "tokenizer": input_fingerprint(args.tokenizer),
             **({"adapter": input_fingerprint(args.adapter)} if args.adapter else {})}
 
 
 def fingerprint(args) -> dict:
-    """What identifies the inputs of an ``unlearn`` or ``tune`` run: the model's (:func:`model_fingerprint`) and
-    ``--pad-policy``."""
+    """What identifies the inputs of an ``unlearn`` or ``tune`` run: the model's (:func:`model_fingerprint`)
+    and ``--pad-policy``."""
     return {**model_fingerprint(args), "pad_policy": args.pad_policy}
 
 

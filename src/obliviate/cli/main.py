@@ -24,7 +24,8 @@ from obliviate.errors import InvalidResult, ObliviateError, command_line
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill PID``, a job scheduler's stop), raised where the process is, as Ctrl-C raises
-    ``KeyboardInterrupt``: the same clean-up (the run lock released, the last checkpoint kept to resume from)."""
+    ``KeyboardInterrupt``: the same clean-up (the run lock released, the last checkpoint kept to resume
+    from)."""
 
 
 def _on_sigterm(signum, frame):
@@ -41,7 +42,8 @@ def _stopped(e: KeyboardInterrupt, note: str = "") -> int:
 
 
 def _handle_sigterm():
-    """Raise :class:`Terminated` on SIGTERM from now on; the handler it replaces (None off the main thread)."""
+    """Raise :class:`Terminated` on SIGTERM from now on; the handler it replaces (None off the main
+    thread)."""
     try:
         return signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: signals are not ours to handle
@@ -66,8 +68,9 @@ COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (``obliviate eval: error: argument --limit: ...``, then where to find
-    its usage) and exit status 2, as every other bad input (the subcommands' parsers are of this class too)."""
+    """argparse whose errors are one line (``obliviate eval: error: argument --limit: ...``, then where to
+    find its usage) and exit status 2, as every other bad input (the subcommands' parsers are of this class
+    too)."""
 
     def error(self, message: str):
         message = " ".join(str(message).split())
@@ -133,8 +136,9 @@ TRAINING_COMMANDS = {"pretrain", "demo", "finetune", "unlearn", "compare", "atta
 
 
 def _quiet_deepspeed() -> None:
-    """With deepspeed installed, accelerate imports it whenever a model is unwrapped or saved, and deepspeed then
-    logs a warning that it picked the CPU; on a machine without CUDA, name the CPU for it (``DS_ACCELERATOR``)."""
+    """With deepspeed installed, accelerate imports it whenever a model is unwrapped or saved, and deepspeed
+    then logs a warning that it picked the CPU; on a machine without CUDA, name the CPU for it
+    (``DS_ACCELERATOR``)."""
     import importlib.util
 
     if "DS_ACCELERATOR" not in os.environ and importlib.util.find_spec("deepspeed") is not None:
@@ -145,9 +149,9 @@ def _quiet_deepspeed() -> None:
 
 
 class StderrLines(logging.Handler):
-    """The library's log records (loggers ``obliviate.*``; the Python API only logs) as the command line's lines
-    on stderr: ``obliviate: MSG``, ``obliviate: warning: MSG`` for a warning. It writes to the ``sys.stderr`` of the
-    moment (a test's captured stream too)."""
+    """The library's log records (loggers ``obliviate.*``; the Python API only logs) as the command line's
+    lines on stderr: ``obliviate: MSG``, ``obliviate: warning: MSG`` for a warning. It writes to the
+    ``sys.stderr`` of the moment (a test's captured stream too)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -159,8 +163,8 @@ class StderrLines(logging.Handler):
 
 @contextlib.contextmanager
 def log_to_stderr():
-    """Within it, the ``obliviate`` loggers' records down to INFO are shown on stderr (:class:`StderrLines`): what
-    one command says."""
+    """Within it, the ``obliviate`` loggers' records down to INFO are shown on stderr (:class:`StderrLines`):
+    what one command says."""
     logger, handler = logging.getLogger("obliviate"), StderrLines()
     level = logger.level
     logger.addHandler(handler)
@@ -178,11 +182,11 @@ LIBRARIES = r"(transformers|torch|accelerate|peft|huggingface_hub|tokenizers|saf
 
 @contextlib.contextmanager
 def quiet_libraries():
-    """Within it, the libraries' notices are not shown: their ``FutureWarning``s and ``DeprecationWarning``s (about
-    their APIs, which obliviate calls, not about the user's run), any other warning they raise, and the notices of
-    the ``transformers`` and ``huggingface_hub`` loggers (tokenizer length notices, generation settings, hub
-    retries) below ERROR. obliviate's own warnings (an input cut to the model's context, a chat template not
-    used) and log records still show: they concern the run."""
+    """Within it, the libraries' notices are not shown: their ``FutureWarning``s and ``DeprecationWarning``s
+    (about their APIs, which obliviate calls, not about the user's run), any other warning they raise, and the
+    notices of the ``transformers`` and ``huggingface_hub`` loggers (tokenizer length notices, generation
+    settings, hub retries) below ERROR. obliviate's own warnings (an input cut to the model's context, a chat
+    template not used) and log records still show: they concern the run."""
     from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
@@ -292,7 +296,8 @@ def _moved_note(args) -> str:
 
 
 def _hf_progress_bars(on: bool) -> bool:
-    """Turn the Hugging Face progress bars (weight loading and writing) on or off; say whether they were on."""
+    """Turn the Hugging Face progress bars (weight loading and writing) on or off; say whether they were
+    on."""
     from transformers.utils import logging as hf_logging
 
     was = hf_logging.is_progress_bar_enabled()

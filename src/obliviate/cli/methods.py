@@ -30,11 +30,11 @@ def cmd_methods(args) -> None:
 
 def reference_text(name: str) -> str:
     """What method ``name`` holds of the frozen model at its defaults
-    (:func:`obliviate.unlearning.reference.make_reference`):
-    ``none``; ``cached log-probs`` (per sequence or per token, computed once, no model); ``cached hidden states``
-    (the retain examples' frozen states at the layers it reads, computed once, no model); ``cached logits`` (at the
-    labelled positions, computed once, no model, unless larger than the copy); ``frozen prefix`` (the layers up to
-    the one it reads); ``frozen copy`` (the whole model)."""
+    (:func:`obliviate.unlearning.reference.make_reference`): ``none``; ``cached log-probs`` (per sequence or
+    per token, computed once, no model); ``cached hidden states`` (the retain examples' frozen states at the
+    layers it reads, computed once, no model); ``cached logits`` (at the labelled positions, computed once, no
+    model, unless larger than the copy); ``frozen prefix`` (the layers up to the one it reads); ``frozen
+    copy`` (the whole model)."""
     method = build_method(name)
     if METHODS[name].kind == "edit" or not method.needs_reference:
         return "none"
@@ -50,8 +50,8 @@ def reference_text(name: str) -> str:
 
 
 def retain_text(method) -> str:
-    """``  retain: nll|kl (kl: a live frozen reference)`` for a method whose config has the shared retain switch
-    (:func:`obliviate.unlearning.objectives.retain_term`), else ``""``."""
+    """`` retain: nll|kl (kl: a live frozen reference)`` for a method whose config has the shared retain
+    switch (:func:`obliviate.unlearning.objectives.retain_term`), else ``""``."""
     cfg = getattr(method, "config_cls", None)
     if "retain" not in getattr(cfg, "__dataclass_fields__", {}):
         return ""

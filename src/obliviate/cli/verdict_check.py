@@ -1,4 +1,5 @@
-"""``obliviate verdict-check``: the verdict's own error rates, simulated around a finished comparison's results."""
+"""``obliviate verdict-check``: the verdict's own error rates, simulated around a finished comparison's
+results."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Evaluation: the scoring functions of ``core.py`` are exported here; the one suite is :mod:`obliviate.eval.suite`."""
+"""Evaluation: the scoring functions of ``core.py`` are exported here; the one suite is
+:mod:`obliviate.eval.suite`."""
 
 from obliviate.eval.core import (
     chance_corrected,

@@ -13,7 +13,8 @@ from obliviate.eval.core import normalise_text, qa_accuracy
 
 
 def answer_token_budget(tokenizer, answers: Sequence[str], slack: int = 4, cap: int | None = None) -> int:
-    """Greedy-generation budget for exact match: the longest answer's token count plus ``slack`` (at most ``cap``).
+    """Greedy-generation budget for exact match: the longest answer's token count plus ``slack`` (at most
+    ``cap``).
 
     A generation that needs more tokens than the reference plus a stop token cannot match it,
     so this cuts generation time without changing exact-match results.
@@ -23,7 +24,8 @@ def answer_token_budget(tokenizer, answers: Sequence[str], slack: int = 4, cap: 
 
 
 def answer_matches(prediction: str, answer: str, match: str = "prefix") -> bool:
-    """``"exact"``: normalised equality; ``"prefix"``: the normalised prediction's first words are the answer's."""
+    """``"exact"``: normalised equality; ``"prefix"``: the normalised prediction's first words are the
+    answer's."""
     want, got = normalise_text(answer).split(), normalise_text(prediction).split()
     if match == "exact":
         return got == want

@@ -88,9 +88,9 @@ def chance_corrected(acc: float, base: float, chance: float) -> float:
 
 
 def harmonic_mean(values: Iterable[float]) -> float:
-    """``n / sum(1 / v)`` of scores that are each "how much is kept" (TOFU's model utility, UQ, EMBER's delta score,
-    a metric's robustness): 0 when any is 0 or below (one side lost sinks the mean). A ValueError naming the values
-    for none at all or a value that is not a finite number."""
+    """``n / sum(1 / v)`` of scores that are each "how much is kept" (TOFU's model utility, UQ, EMBER's delta
+    score, a metric's robustness): 0 when any is 0 or below (one side lost sinks the mean). A ValueError
+    naming the values for none at all or a value that is not a finite number."""
     v = [float(x) for x in values]
     if not v or not all(math.isfinite(x) for x in v):
         raise ValueError(f"a harmonic mean needs one or more finite numbers, got {v}")
@@ -120,9 +120,10 @@ def _device(model) -> torch.device:
 
 
 def _generation_kwargs(model) -> tuple[str, dict]:
-    """What a generation step passes that transformers' versions name or take differently: the name of the KV-cache
-    argument and output (``cache`` in transformers >= 5.2x, else ``past_key_values``), and ``{"logits_to_keep": 1}``
-    where the forward takes it (the unembedding then runs at the last position only, the one a step reads)."""
+    """What a generation step passes that transformers' versions name or take differently: the name of the
+    KV-cache argument and output (``cache`` in transformers >= 5.2x, else ``past_key_values``), and
+    ``{"logits_to_keep": 1}`` where the forward takes it (the unembedding then runs at the last position only,
+    the one a step reads)."""
     import inspect
 
     params = inspect.signature(unwrap(model).forward).parameters
@@ -131,7 +132,8 @@ def _generation_kwargs(model) -> tuple[str, dict]:
 
 
 def model_max_length(model) -> int | None:
-    """The most positions ``model`` takes: ``config.max_position_embeddings`` (or ``n_positions``), else None."""
+    """The most positions ``model`` takes: ``config.max_position_embeddings`` (or ``n_positions``), else
+    None."""
     config = getattr(unwrap(model), "config", None)
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
@@ -155,7 +157,8 @@ def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: 
 
 def fit_context(prefix: list[int], suffix: list[int], limit: int | None,
                 bos: int | None) -> tuple[list[int], list[int], bool]:
-    """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit`` tokens.
+    """Cut ``prefix`` from the left (keeping a leading bos) so that prefix + suffix has at most ``limit``
+    tokens.
 
     Returns (prefix, suffix, cut?). When even the suffix alone is too long, one prefix token stays
     (the bos, else the last) and the suffix keeps its first tokens.
@@ -219,9 +222,9 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
 
 
 def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> torch.Tensor:
-    """(B,) one token per row of ``logits`` (B, V): softmax at ``temperature``, kept to the smallest set of tokens
-    whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020; the most likely token always
-    stays), drawn with ``gen``."""
+    """(B,) one token per row of ``logits`` (B, V): softmax at ``temperature``, kept to the smallest set of
+    tokens whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020; the most likely token
+    always stays), drawn with ``gen``."""
     probs = torch.softmax(at_least_float32(logits) / temperature, -1)
     if top_p < 1.0:
         p, idx = probs.sort(-1, descending=True)
@@ -250,8 +253,8 @@ def sample_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens
 
 def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int, stop: str | None,
               progress: bool, pick, name: str) -> list[str]:
-    """The generation loop of :func:`greedy_generate` and :func:`sample_generate`: ``pick(logits (B, V))`` gives
-    each row's next token."""
+    """The generation loop of :func:`greedy_generate` and :func:`sample_generate`: ``pick(logits (B, V))``
+    gives each row's next token."""
     dev = _device(model)
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
     adds = adds_bos(tokenizer)
@@ -346,8 +349,8 @@ def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prom
 
 def answer_nll_sums(model, batch: dict, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's summed NLL over its labelled (answer) tokens and their count, both (B,) float64. The logits
-    are computed at the labelled positions only (:func:`~obliviate.models.layers.logits_at`). ``what`` names the
-    computation in the error if those logits are not finite."""
+    are computed at the labelled positions only (:func:`~obliviate.models.layers.logits_at`). ``what`` names
+    the computation in the error if those logits are not finite."""
     logits, targets, positions = labelled_logits(model, batch)  # (N, V), (N,), (B, T)
     check_logits(logits, None, what)
     nll = F.cross_entropy(at_least_float32(logits), targets, reduction="none").double()
@@ -481,13 +484,13 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
                  context_fn=None, progress: bool = False) -> dict:
     """Zero-shot MCQ accuracy by log-likelihood.
 
-    ``style="letters"``: the lm-eval format, scoring " A".." D" after the MCQ's ``description`` (lm-eval's task
-    description, default none) and :func:`mcq_prompt`. ``style="cloze"``: score each choice text as the
+    ``style="letters"``: the lm-eval format, scoring " A".." D" after the MCQ's ``description`` (lm-eval's
+    task description, default none) and :func:`mcq_prompt`. ``style="cloze"``: score each choice text as the
     continuation of ``context_fn(question)`` (default: the question itself); the sum of log-probabilities
     favours short choices, so ``accuracy_norm`` (``predictions_norm``) is also given, lm-eval's ``acc_norm``:
     the argmax of each choice's log-likelihood divided by its length in characters (``len(choice)``, as
-    lm-eval's ``process_results`` does). Each MCQ is a dict with ``question``, ``choices`` and ``answer_index``
-    (and optionally ``description``).
+    lm-eval's ``process_results`` does). Each MCQ is a dict with ``question``, ``choices`` and
+    ``answer_index`` (and optionally ``description``).
     """
     if not mcqs:
         return {"accuracy": float("nan"), "n": 0, "predictions": []}

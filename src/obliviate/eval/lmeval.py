@@ -1,8 +1,9 @@
-"""lm-evaluation-harness bridge (optional extra ``obliviate[lmeval]``): lm-eval's ``HFLM`` on an in-memory model, and
-zero-shot MCQ tasks (local files or lm-eval's own installed tasks) run by ``simple_evaluate`` for parity checks.
+"""lm-evaluation-harness bridge (optional extra ``obliviate[lmeval]``): lm-eval's ``HFLM`` on an in-memory
+model, and zero-shot MCQ tasks (local files or lm-eval's own installed tasks) run by ``simple_evaluate`` for
+parity checks.
 
-``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`. The prompts, the
-bos policy and the parity tests: docs/tofu.md, "Parity with lm-evaluation-harness".
+``import lm_eval`` happens inside the functions; without it they raise :class:`ObliviateError`. The prompts,
+the bos policy and the parity tests: docs/tofu.md, "Parity with lm-evaluation-harness".
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def require_lm_eval():
 
 
 def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool | None = None):
-    """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer`` (``add_bos_token``: lm-eval's default,
-    the tokenizer's own behaviour)."""
+    """lm-eval's ``HFLM`` around the in-memory ``model`` and ``tokenizer`` (``add_bos_token``: lm-eval's
+    default, the tokenizer's own behaviour)."""
     require_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
@@ -68,8 +69,8 @@ def _loglik(resp) -> float:
 
 
 def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16, installed_tasks: bool = True) -> list[int]:
-    """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``, ``answer_index``).
-    ``installed_tasks``: see :func:`_samples_local`."""
+    """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``,
+    ``answer_index``). ``installed_tasks``: see :func:`_samples_local`."""
     if not mcqs:
         raise DataError("no MCQs to evaluate")
     n_choices = {len(m["choices"]) for m in mcqs}
@@ -91,18 +92,18 @@ def installed_task_yaml(task: str) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _installed_task_paths() -> dict:
-    """Each installed task's YAML path, from lm-eval's index of its own tasks: built once per process (indexing
-    the few thousand installed YAMLs takes seconds, and they do not change while it runs)."""
+    """Each installed task's YAML path, from lm-eval's index of its own tasks: built once per process
+    (indexing the few thousand installed YAMLs takes seconds, and they do not change while it runs)."""
     from lm_eval.tasks import TaskManager
 
     return {name: getattr(entry, "yaml_path", None) for name, entry in TaskManager().task_index.items()}
 
 
 def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict], batch_size: int = 16) -> list[int]:
-    """The 0-based option lm-eval's installed task ``task`` picks for each of ``docs`` (records in the dataset's
-    own fields: ``question``, ``choices``, ``answer`` for WMDP and MMLU). A temporary YAML includes the task's
-    own file unchanged and overrides only the data (``dataset_path: json`` on a local file), so the prompt,
-    description and choices are lm-eval's."""
+    """The 0-based option lm-eval's installed task ``task`` picks for each of ``docs`` (records in the
+    dataset's own fields: ``question``, ``choices``, ``answer`` for WMDP and MMLU). A temporary YAML includes
+    the task's own file unchanged and overrides only the data (``dataset_path: json`` on a local file), so the
+    prompt, description and choices are lm-eval's."""
     yaml_path = installed_task_yaml(task)
     name = f"{task}_obliviate_local"
 
@@ -117,9 +118,10 @@ def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
 
 def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, until: str = "\n",
                     batch_size: int = 64, installed_tasks: bool = True) -> list[str]:
-    """lm-eval's greedy continuation of each prompt (a local ``generate_until`` task run by ``simple_evaluate``),
-    stopped at ``until`` or after ``max_new_tokens``: what :func:`obliviate.eval.core.greedy_generate` is timed
-    against. ``installed_tasks``: see :func:`_samples_local`."""
+    """lm-eval's greedy continuation of each prompt (a local ``generate_until`` task run by
+    ``simple_evaluate``), stopped at ``until`` or after ``max_new_tokens``: what
+    :func:`obliviate.eval.core.greedy_generate` is timed against. ``installed_tasks``: see
+    :func:`_samples_local`."""
     name = "obliviate_local_generate"
 
     def text(data_file: Path) -> str:
@@ -155,12 +157,13 @@ def _run_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_s
 
 def _samples_local(model, tokenizer, docs: list[dict], yaml_text, task: str, batch_size: int,
                    installed_tasks: bool = True) -> list[dict]:
-    """Write ``docs`` as JSON Lines and ``yaml_text(data_file)`` as task ``task`` in a temporary directory, run it
-    with ``simple_evaluate`` and return its samples in document order.
+    """Write ``docs`` as JSON Lines and ``yaml_text(data_file)`` as task ``task`` in a temporary directory,
+    run it with ``simple_evaluate`` and return its samples in document order.
 
-    ``installed_tasks``: the ``TaskManager`` also indexes lm-eval's few thousand installed task YAMLs, as it does
-    by default (about 5 s on a laptop core, paid on every call); False indexes only the local task, which is all a
-    self-contained YAML (or one that includes an installed YAML by its path) needs: the samples are the same."""
+    ``installed_tasks``: the ``TaskManager`` also indexes lm-eval's few thousand installed task YAMLs, as it
+    does by default (about 5 s on a laptop core, paid on every call); False indexes only the local task, which
+    is all a self-contained YAML (or one that includes an installed YAML by its path) needs: the samples are
+    the same."""
     require_lm_eval()
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager

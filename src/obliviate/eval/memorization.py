@@ -1,7 +1,7 @@
 """Exact memorization and extraction strength: how much of an answer the model predicts greedily.
 
-``EM(x, y) = (1/n) sum_t 1[argmax_z p(z | x, y_<t) = y_t]`` (Tirumala et al. 2022, arXiv:2205.10770);
-``ES(x, y) = 1 - k*/n``, ``k*`` the shortest answer prefix from which greedy decoding completes it (Carlini et al.
+``EM(x, y) = (1/n) sum_t 1[argmax_z p(z | x, y_<t) = y_t]`` (Tirumala et al. 2022, arXiv:2205.10770); ``ES(x,
+y) = 1 - k*/n``, ``k*`` the shortest answer prefix from which greedy decoding completes it (Carlini et al.
 2021, arXiv:2012.07805). As OpenUnlearning's code, edge cases included: docs/evaluation.md, "Memorization".
 """
 
@@ -17,8 +17,9 @@ from obliviate.eval.mia import split_examples, token_logprob_stats
 
 
 def greedy_matches(stats: dict) -> np.ndarray:
-    """Per answer token, whether the greedy prediction given the true prefix is the token (bool, length ``n``):
-    the scored tokens of ``stats`` (:func:`~obliviate.eval.mia.token_logprob_stats`) but the last one."""
+    """Per answer token, whether the greedy prediction given the true prefix is the token (bool, length
+    ``n``): the scored tokens of ``stats`` (:func:`~obliviate.eval.mia.token_logprob_stats`) but the last
+    one."""
     return (np.asarray(stats["greedy"]) == np.asarray(stats["token_ids"]))[:-1]
 
 
@@ -29,8 +30,9 @@ def exact_memorization_score(matches) -> float | None:
 
 
 def extraction_strength_score(matches) -> float:
-    """``1 - k*/n``, ``k*`` the first ``k`` in ``0..n-1`` with ``matches[k:]`` all true, else ``n - 1``
-    (so a last token predicted wrong gives ``1/n``, as OpenUnlearning's loop leaves ``k`` there); 0 for ``n = 0``."""
+    """``1 - k*/n``, ``k*`` the first ``k`` in ``0..n-1`` with ``matches[k:]`` all true, else ``n - 1`` (so
+    a last token predicted wrong gives ``1/n``, as OpenUnlearning's loop leaves ``k`` there); 0 for ``n =
+    0``."""
     m = np.asarray(matches, dtype=bool).ravel()
     n = m.size
     if n == 0:

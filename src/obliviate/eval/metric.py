@@ -2,9 +2,9 @@
 (docs/evaluation.md, "A metric is one file").
 
 A metric declares its name (what a task asks for, ``task.meta["metrics"]``), its result key, the data it reads
-(:class:`Need`) and a one-line help. :func:`obliviate.eval.suite.task_metrics` runs the metrics asked for whose data
-the task has and leaves the others out, one line each saying which data is missing. :data:`METRICS` imports every
-module of :mod:`obliviate.eval` on its first look-up, so adding a metric is adding a file.
+(:class:`Need`) and a one-line help. :func:`obliviate.eval.suite.task_metrics` runs the metrics asked for
+whose data the task has and leaves the others out, one line each saying which data is missing. :data:`METRICS`
+imports every module of :mod:`obliviate.eval` on its first look-up, so adding a metric is adding a file.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ REFERENCE = Need("reference", lambda task, reference: reference, lambda task: "n
 
 @dataclass
 class MetricRun:
-    """What every metric of one :func:`~obliviate.eval.suite.task_metrics` call reads. ``wanted``: the names of the
-    metrics this call computes, so that one pass serving several metrics computes all of them at once
+    """What every metric of one :func:`~obliviate.eval.suite.task_metrics` call reads. ``wanted``: the names
+    of the metrics this call computes, so that one pass serving several metrics computes all of them at once
     (:meth:`once`)."""
 
     model: Any
@@ -112,7 +112,8 @@ class Metric:
     budget, ...)."""
 
     def missing(self, task: Task, reference: bool = False) -> Need | None:
-        """The first of :attr:`needs` that ``task`` lacks (``reference``: whether a reference model is given)."""
+        """The first of :attr:`needs` that ``task`` lacks (``reference``: whether a reference model is
+        given)."""
         return next((n for n in self.needs if not n.has(task, reference)), None)
 
 
@@ -123,8 +124,8 @@ handlers by name (:mod:`obliviate.eval.memorization`, :mod:`obliviate.eval.mia`)
 
 
 def register_metric(name: str, *, needs: Sequence[Need], help: str, key: str | None = None) -> Callable:
-    """Decorator: register ``compute(run: MetricRun)`` as metric ``name`` (result key ``key``, default ``name``)
-    reading the data ``needs``; returns the function itself."""
+    """Decorator: register ``compute(run: MetricRun)`` as metric ``name`` (result key ``key``, default
+    ``name``) reading the data ``needs``; returns the function itself."""
     if not needs or not all(isinstance(n, Need) for n in needs):
         raise TypeError(f"metric {name!r}: needs must be Need objects (FORGET, HOLDOUT, ...), got {needs!r}")
 
@@ -136,7 +137,8 @@ def register_metric(name: str, *, needs: Sequence[Need], help: str, key: str | N
 
 
 def requested_metrics(task: Task) -> tuple[str, ...]:
-    """The metric names ``task.meta["metrics"]`` asks for (none by default), each checked against :data:`METRICS`."""
+    """The metric names ``task.meta["metrics"]`` asks for (none by default), each checked against
+    :data:`METRICS`."""
     names = task.meta.get("metrics") or ()
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ConfigError(f"task {task.name!r}: meta['metrics'] must be a list of metric names, got {names!r:.80}")
@@ -146,15 +148,16 @@ def requested_metrics(task: Task) -> tuple[str, ...]:
 
 
 def left_out(task: Task, names: Sequence[str], reference: bool = False) -> dict[str, Need]:
-    """``key -> the need it lacks`` for each of the metrics ``names`` whose data ``task`` lacks (``reference``:
-    whether a reference model is given), in the order asked."""
+    """``key -> the need it lacks`` for each of the metrics ``names`` whose data ``task`` lacks
+    (``reference``: whether a reference model is given), in the order asked."""
     metrics = [METRICS.lookup(n) for n in dict.fromkeys(names)]
     return {m.key: need for m in metrics if (need := m.missing(task, reference)) is not None}
 
 
 def unavailable(task: Task, names: Sequence[str], reference: bool = False) -> list[str]:
-    """One line per missing data of ``names`` that :func:`~obliviate.eval.suite.task_metrics` leaves out, saying what
-    is missing and which keys are not reported (``reference``: whether a reference model is given)."""
+    """One line per missing data of ``names`` that :func:`~obliviate.eval.suite.task_metrics` leaves out,
+    saying what is missing and which keys are not reported (``reference``: whether a reference model is
+    given)."""
     groups: dict[Need, list[str]] = {}
     for key, need in left_out(task, names, reference).items():
         groups.setdefault(need, []).append(key)
@@ -162,8 +165,9 @@ def unavailable(task: Task, names: Sequence[str], reference: bool = False) -> li
 
 
 def asking_for(task: Task, names: Sequence[str]) -> Task:
-    """A copy of ``task`` that asks for the registered metrics ``names`` too (after those it asks for), each name
-    checked against :data:`METRICS` (an unknown one is one error line naming it), before any model is loaded."""
+    """A copy of ``task`` that asks for the registered metrics ``names`` too (after those it asks for), each
+    name checked against :data:`METRICS` (an unknown one is one error line naming it), before any model is
+    loaded."""
     names = [str(n).strip() for n in names]
     if not names or not all(names):
         raise ConfigError(f"metrics: expected registered metric names, got {list(names)!r:.80}; known: "

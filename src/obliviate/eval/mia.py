@@ -71,7 +71,8 @@ def _encode(tokenizer, texts: Sequence[str], prefixes: Sequence[str | None], lim
 
 
 def _row_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """log p of ``targets`` under ``logits`` (n, V), and the mean and std of log p(z) for z ~ p, in float64."""
+    """log p of ``targets`` under ``logits`` (n, V), and the mean and std of log p(z) for z ~ p, in
+    float64."""
     step = max(1, _CHUNK_ELEMENTS // max(1, logits.shape[-1]))
     lp_out, mu_out, sd_out = [], [], []
     for s in range(0, logits.shape[0], step):
@@ -96,7 +97,8 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
 
     - ``token_ids``: the scored tokens ``x_t``;
     - ``token_logprobs``: ``l_t = log p(x_t | x_<t)``;
-    - ``mu``: ``mu_t = E_{z ~ p(.|x_<t)}[log p(z | x_<t)] = sum_z p(z|x_<t) log p(z|x_<t)`` (minus the entropy);
+    - ``mu``: ``mu_t = E_{z ~ p(.|x_<t)}[log p(z | x_<t)] = sum_z p(z|x_<t) log p(z|x_<t)`` (minus the
+      entropy);
     - ``sigma``: ``sigma_t = sqrt(E_{z ~ p(.|x_<t)}[(log p(z | x_<t) - mu_t)^2])``;
     - ``greedy``: ``argmax_z p(z | x_<t)``, the token greedy decoding predicts at each scored position given
       the true prefix (exact memorization and extraction strength, :mod:`obliviate.eval.memorization`)
@@ -233,9 +235,9 @@ def _check_p(p) -> float:
 def gradnorm_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
                     p: float = GRADNORM_P, max_len: int | None = None, *, add_eos: bool = True) -> np.ndarray:
     """GradNorm (the gradient-norm MIA as Duan et al. 2024, "Do Membership Inference Attacks Work on Large
-    Language Models?", arXiv:2402.17012, run it on LLMs; OpenUnlearning's ``mia_gradnorm``, ``GradNormAttack``):
-    per example, the loss ``L'(x) = -(1/(n-1)) sum_{t<n} l_t`` over the scored tokens but the last
-    (OpenUnlearning's ``tokenwise_logprobs`` leaves out the last labelled token, the eos where one is
+    Language Models?", arXiv:2402.17012, run it on LLMs; OpenUnlearning's ``mia_gradnorm``,
+    ``GradNormAttack``): per example, the loss ``L'(x) = -(1/(n-1)) sum_{t<n} l_t`` over the scored tokens but
+    the last (OpenUnlearning's ``tokenwise_logprobs`` leaves out the last labelled token, the eos where one is
     scored; an example with one scored token keeps it), back-propagated alone, and
 
         g(x) = (1/|P|) sum_{theta in P} ||grad_theta L'(x)||_p
@@ -388,9 +390,9 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
                 gradnorm: bool = False, p: float = GRADNORM_P, reference_model=None) -> dict:
     """MIA AUC of each score, forget vs holdout: ``mia_auc_loss``, ``mia_auc_zlib``, ``mia_auc_min_k``,
     ``mia_auc_min_k_plus_plus``; for each other fraction in ``extra_ks``, ``mia_auc_min_k_k<100 k>`` and
-    ``mia_auc_min_k_plus_plus_k<100 k>`` too (``_k20`` for 0.2), from the same forward pass. With ``gradnorm``,
-    ``mia_auc_gradnorm`` (:func:`gradnorm_scores`, norm ``p``); with a ``reference_model``, ``mia_auc_reference``
-    (:func:`reference_scores`): OpenUnlearning's six.
+    ``mia_auc_min_k_plus_plus_k<100 k>`` too (``_k20`` for 0.2), from the same forward pass. With
+    ``gradnorm``, ``mia_auc_gradnorm`` (:func:`gradnorm_scores`, norm ``p``); with a ``reference_model``,
+    ``mia_auc_reference`` (:func:`reference_scores`): OpenUnlearning's six.
 
     ``members`` are the forget examples, ``nonmembers`` the holdout ones; each a list of texts or of
     ``(prefix, continuation)`` pairs (only the continuation is scored). An AUC near 0.5 means the
@@ -429,8 +431,8 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
 # ------------------------------------------------------------------ the registered metrics (OpenUnlearning's six)
 
 def _mia(run: MetricRun) -> dict:
-    """:func:`mia_metrics` of the forget data against the holdout, once for every MIA the call computes (GradNorm
-    and the reference model's only where asked for)."""
+    """:func:`mia_metrics` of the forget data against the holdout, once for every MIA the call computes
+    (GradNorm and the reference model's only where asked for)."""
     return run.once("mia", lambda: mia_metrics(
         run.model, run.tokenizer, run.forget, run.holdout, k=run.k, batch_size=run.batch_size, add_eos=run.add_eos,
         gradnorm="mia_gradnorm" in run.wanted, p=run.p,

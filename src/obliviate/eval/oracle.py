@@ -1,11 +1,12 @@
 """Distance to the gold standard: an oracle model that never saw the forget data, on any task.
 
-- :func:`task_truth_ratios`: TOFU's truth ratio per forget question (:func:`obliviate.eval.tofu.model_truth_ratio`),
-  ``R = exp(L(paraphrased answer | q) - mean_j L(perturbed_j | q))``, on the task's forget QA items that carry
-  a paraphrased answer and perturbed answers (the world's and TOFU's do), in the task's prompt format;
-- :func:`oracle_distance`: ``forget_quality``, the KS-test p-value between the model's and the oracle's
-  truth ratios (:func:`obliviate.eval.tofu.forget_quality`; 1 = indistinguishable), and the signed and
-  absolute gap of the forget score to the oracle's.
+- :func:`task_truth_ratios`: TOFU's truth ratio per forget question
+  (:func:`obliviate.eval.tofu.model_truth_ratio`), ``R = exp(L(paraphrased answer | q) - mean_j L(perturbed_j
+  | q))``, on the task's forget QA items that carry a paraphrased answer and perturbed answers (the world's
+  and TOFU's do), in the task's prompt format;
+- :func:`oracle_distance`: ``forget_quality``, the KS-test p-value between the model's and the oracle's truth
+  ratios (:func:`obliviate.eval.tofu.forget_quality`; 1 = indistinguishable), and the signed and absolute gap
+  of the forget score to the oracle's.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def truth_ratio_items(task: Task) -> list:
 
 
 def task_truth_ratios(model, tokenizer, task: Task, batch_size: int = 64) -> np.ndarray:
-    """Truth ratio of each :func:`truth_ratio_items` item under ``model``: shape (N,). Small R: the model prefers
-    the truth."""
+    """Truth ratio of each :func:`truth_ratio_items` item under ``model``: shape (N,). Small R: the model
+    prefers the truth."""
     items = truth_ratio_items(task)
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items with paraphrased and perturbed answers")
@@ -38,7 +39,8 @@ def task_truth_ratios(model, tokenizer, task: Task, batch_size: int = 64) -> np.
 
 
 def oracle_gap(score_model: float, score_oracle: float) -> tuple[float, float]:
-    """``(model - oracle, |model - oracle|)``: > 0, the model still knows more than the oracle; < 0, it over-forgot."""
+    """``(model - oracle, |model - oracle|)``: > 0, the model still knows more than the oracle; < 0, it
+    over-forgot."""
     gap = float(score_model) - float(score_oracle)
     return gap, abs(gap)
 

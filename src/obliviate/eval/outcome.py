@@ -1,13 +1,15 @@
-"""Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned one's.
+"""Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned
+one's.
 
-``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the keep
-score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9), else
-``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run work?"). The
-held-out keep score (``untrained_keep_score``: what must be kept and no method trains on, the score S-unlearning's R
-reads) is shown beside the keep score, and said when its share falls below the threshold.
-``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which only attacks
-calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set counts by its
-length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short options.
+``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the
+keep score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9),
+else ``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run
+work?"). The held-out keep score (``untrained_keep_score``: what must be kept and no method trains on, the
+score S-unlearning's R reads) is shown beside the keep score, and said when its share falls below the
+threshold. ``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which
+only attacks calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set
+counts by its length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short
+options.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ _EPS = 1e-9
 
 
 def verdict_score(m: dict, role: str = "forget") -> float | None:
-    """The score of ``role`` an outcome or a verdict reads: ``<role>_score_norm`` where the evaluation wrote one (the
-    role holds a cloze MCQ set, counted length-normalised: :func:`obliviate.eval.suite.evaluate_task`), else
-    ``<role>_score``."""
+    """The score of ``role`` an outcome or a verdict reads: ``<role>_score_norm`` where the evaluation wrote
+    one (the role holds a cloze MCQ set, counted length-normalised:
+    :func:`obliviate.eval.suite.evaluate_task`), else ``<role>_score``."""
     norm = m.get(f"{role}_score_norm")
     return norm if norm is not None else m.get(f"{role}_score")
 
 
 def outcome_keep(m: dict) -> float | None:
-    """:func:`~obliviate.eval.suite.keep_score` (retain, else neighbour, else utility) through :func:`verdict_score`."""
+    """:func:`~obliviate.eval.suite.keep_score` (retain, else neighbour, else utility) through
+    :func:`verdict_score`."""
     for role in ("retain", "neighbour", "utility"):
         if m.get(f"{role}_score") is not None:
             return verdict_score(m, role)
@@ -43,7 +46,8 @@ def outcome_keep(m: dict) -> float | None:
 
 
 def forgot_share(base: dict, after: dict) -> float | None:
-    """``(F0 - F) / (F0 - chance)`` clipped to [0, 1]; 0 when the base is at chance; None without a forget score."""
+    """``(F0 - F) / (F0 - chance)`` clipped to [0, 1]; 0 when the base is at chance; None without a forget
+    score."""
     f0, f = verdict_score(base), verdict_score(after)
     if f0 is None or f is None:
         return None
@@ -93,7 +97,8 @@ CALIBRATED = ("whether the knowledge is gone or only suppressed is for `obliviat
 
 def outcome_line(v: dict, method: str | None = None) -> str:
     """The one line: the outcome, the numbers against their thresholds, and what to run next: unless ok,
-    ``obliviate tune``; where the forget score dropped enough, the attacks that tell removal from suppression."""
+    ``obliviate tune``; where the forget score dropped enough, the attacks that tell removal from
+    suppression."""
     numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} of "
                f"it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> {_num(v['keep_after'])} "
                f"(share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")

@@ -34,8 +34,9 @@ def last_token_states(model, tokenizer, texts: Sequence[str], layers: Sequence[i
                       max_len: int | None = 256) -> dict[int, np.ndarray]:
     """``{l: (N, d) float32 array}``: each text's last-token hidden state at decoder layer l.
 
-    Texts are encoded as bos + text (no eos; the first ``max_len`` tokens, all with None), right-padded;
-    the forward pass stops after the highest requested layer (:func:`obliviate.models.layers.states_over_batches`).
+    Texts are encoded as bos + text (no eos; the first ``max_len`` tokens, all with None), right-padded; the
+    forward pass stops after the highest requested layer
+    (:func:`obliviate.models.layers.states_over_batches`).
     """
     if not texts:
         raise DataError("no texts to compute hidden states of")

@@ -1,12 +1,12 @@
-"""MUSE's six-way evaluation (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language Models",
-arXiv:2407.06460), as muse_bench (swj0419/muse_bench, ``eval.py`` and ``metrics/``) computes it.
+"""MUSE's six-way evaluation (Shi et al. 2024, "MUSE: Machine Unlearning Six-Way Evaluation for Language
+Models", arXiv:2407.06460), as muse_bench (swj0419/muse_bench, ``eval.py`` and ``metrics/``) computes it.
 
-The first four criteria are registered metrics (:data:`MODEL_METRICS`), fractions (MUSE's tables print them x 100):
-``muse_verbmem_f`` (ROUGE-L F1 of greedy continuations of forget prompts), ``muse_knowmem_f`` /
-``muse_knowmem_r`` (ROUGE-L F1 of in-context QA answers on forget / retain questions) and ``muse_mia_auc`` (Min-40%,
-for the PrivLeak, :func:`muse_privleak`). Scalability and sustainability are the same metrics after growing or
-sequential forget sets, run by :func:`obliviate.pipelines.sequential.over_requests`. Prompts, budgets and cuts:
-docs/evaluation.md, "MUSE six-way evaluation".
+The first four criteria are registered metrics (:data:`MODEL_METRICS`), fractions (MUSE's tables print them x
+100): ``muse_verbmem_f`` (ROUGE-L F1 of greedy continuations of forget prompts), ``muse_knowmem_f`` /
+``muse_knowmem_r`` (ROUGE-L F1 of in-context QA answers on forget / retain questions) and ``muse_mia_auc``
+(Min-40%, for the PrivLeak, :func:`muse_privleak`). Scalability and sustainability are the same metrics after
+growing or sequential forget sets, run by :func:`obliviate.pipelines.sequential.over_requests`. Prompts,
+budgets and cuts: docs/evaluation.md, "MUSE six-way evaluation".
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def rouge_words(text: str) -> list[str]:
 
 def rouge_l_f1(prediction: str, reference: str) -> float:
     """ROUGE-L F1 = 2 P R / (P + R) with P = LCS / |prediction|, R = LCS / |reference| on :func:`rouge_words`
-    (rouge-score's ``RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction).fmeasure``, MUSE's
-    ``rougeL``); 0 when either side has no word or they share none."""
+    (rouge-score's ``RougeScorer(["rougeL"], use_stemmer=False).score(reference, prediction).fmeasure``,
+    MUSE's ``rougeL``); 0 when either side has no word or they share none."""
     pred, ref = rouge_words(prediction), rouge_words(reference)
     lcs = lcs_length(pred, ref)
     if not lcs:
@@ -60,7 +60,8 @@ def rouge_l_f1(prediction: str, reference: str) -> float:
 # ------------------------------------------------------------------ prompts and budgets
 
 def knowmem_prompt(question: str, icl: Sequence[dict]) -> str:
-    """muse_bench's few-shot prompt: each in-context pair as ``Question: q\\nAnswer: a\\n\\n``, then the question."""
+    """muse_bench's few-shot prompt: each in-context pair as ``Question: q\\nAnswer: a\\n\\n``, then the
+    question."""
     shots = "".join(f"Question: {x['question']}\nAnswer: {x['answer']}\n\n" for x in icl)
     return shots + f"Question: {question}\nAnswer: "
 
@@ -79,8 +80,8 @@ def budget(model, wanted: int) -> int:
 
 
 def reference_prefix(tokenizer, gt: str, n: int) -> str:
-    """``gt`` cut to its first ``n`` token ids as muse_bench cuts it: ``tokenizer(gt)`` with Llama's special tokens
-    (a bos, counting as one of the ``n``, where the model's sequences start with one:
+    """``gt`` cut to its first ``n`` token ids as muse_bench cuts it: ``tokenizer(gt)`` with Llama's special
+    tokens (a bos, counting as one of the ``n``, where the model's sequences start with one:
     :func:`~obliviate.models.tokenizer.bos_prefix`), decoded without special tokens."""
     ids = (bos_prefix(tokenizer) + list(tokenizer(gt, add_special_tokens=False)["input_ids"]))[:n]
     return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
@@ -90,8 +91,8 @@ def reference_prefix(tokenizer, gt: str, n: int) -> str:
 
 def verbmem(model, tokenizer, records: Sequence[dict], max_new_tokens: int = VERBMEM_MAX_NEW_TOKENS,
             batch_size: int = 16) -> dict:
-    """VerbMem (criterion 1): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the ``{prompt, gt}``
-    records."""
+    """VerbMem (criterion 1): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the ``{prompt,
+    gt}`` records."""
     if not records:
         raise DataError("MUSE VerbMem: no verbmem records")
     n = budget(model, max_new_tokens)
@@ -103,8 +104,8 @@ def verbmem(model, tokenizer, records: Sequence[dict], max_new_tokens: int = VER
 
 def knowmem(model, tokenizer, qa: Sequence[dict], icl: Sequence[dict], max_new_tokens: int = KNOWMEM_MAX_NEW_TOKENS,
             batch_size: int = 16) -> dict:
-    """KnowMem (criteria 2 and 3): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the QA pairs,
-    each asked after the in-context examples ``icl``."""
+    """KnowMem (criteria 2 and 3): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the QA
+    pairs, each asked after the in-context examples ``icl``."""
     if not qa:
         raise DataError("MUSE KnowMem: no questions")
     n = budget(model, max_new_tokens)
@@ -134,7 +135,8 @@ def muse_privleak(auc_model: float | None, auc_retrain: float | None) -> float |
 # ------------------------------------------------------------------ the registered metrics (per model)
 
 def _parts(task: Task) -> dict:
-    """The task's MUSE parts (``meta["muse"]``: :func:`obliviate.tasks.muse.muse_parts`), empty on another task."""
+    """The task's MUSE parts (``meta["muse"]``: :func:`obliviate.tasks.muse.muse_parts`), empty on another
+    task."""
     muse = task.meta.get("muse")
     return muse if isinstance(muse, dict) else {}
 

@@ -1,8 +1,9 @@
 """Evaluation of a model on a :class:`~obliviate.tasks.Task`: every evaluation set, then one score per role.
 
-Each key it writes (``<set>_em``, ``<set>_acc``, ``<set>_loss``, ``<role>_score``, ``heldout_keep_score``, ...) and
-why it is computed so: docs/evaluation.md, "Metrics". A metric over zero items or tokens is never a number: it is
-left out, and ``absent`` (metric key -> one line) says why; registered metrics come from :func:`task_metrics`.
+Each key it writes (``<set>_em``, ``<set>_acc``, ``<set>_loss``, ``<role>_score``, ``heldout_keep_score``,
+...) and why it is computed so: docs/evaluation.md, "Metrics". A metric over zero items or tokens is never a
+number: it is left out, and ``absent`` (metric key -> one line) says why; registered metrics come from
+:func:`task_metrics`.
 """
 
 from __future__ import annotations
@@ -89,11 +90,11 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
     ``max_len`` tokens, at most the model's context), or, where ``prompts[i]`` is given, only the continuation
     ``texts[i]`` (and its eos) after its prompt.
 
-    A continuation is scored in the model's whole context (:func:`~obliviate.eval.core.model_max_length`), not in
-    ``max_len``: a prompt that does not fit with its continuation is cut from the left (keeping bos), so the
-    continuation is always scored (MUSE's verbmem prompts are ~1,400 tokens); only a continuation longer than the
-    context alone keeps its first tokens. Returns ``{"loss", "ppl", "tokens", "prompts_cut"}``; with no token to
-    score, ``{"tokens": 0, "absent": reason}`` and no loss (never a loss of 0 over nothing)."""
+    A continuation is scored in the model's whole context (:func:`~obliviate.eval.core.model_max_length`), not
+    in ``max_len``: a prompt that does not fit with its continuation is cut from the left (keeping bos), so
+    the continuation is always scored (MUSE's verbmem prompts are ~1,400 tokens); only a continuation longer
+    than the context alone keeps its first tokens. Returns ``{"loss", "ppl", "tokens", "prompts_cut"}``; with
+    no token to score, ``{"tokens": 0, "absent": reason}`` and no loss (never a loss of 0 over nothing)."""
     if not texts:
         return {"tokens": 0, "absent": f"{NO_TOKENS}: no texts"}
     limit = model_max_length(model)
@@ -134,9 +135,9 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
 
 
 def effective_items(sizes: list[int]) -> int:
-    """The item count of a mean of ``len(sizes)`` set accuracies over ``sizes`` items each, as one binomial sees it:
-    ``k^2 / sum(1 / n_i)`` (the count whose binomial variance the mean has at a common rate), rounded down; a
-    single set's own size."""
+    """The item count of a mean of ``len(sizes)`` set accuracies over ``sizes`` items each, as one binomial
+    sees it: ``k^2 / sum(1 / n_i)`` (the count whose binomial variance the mean has at a common rate), rounded
+    down; a single set's own size."""
     sizes = [n for n in sizes if n > 0]
     return 0 if not sizes else int(len(sizes) ** 2 / sum(1 / n for n in sizes) + 1e-9)
 
@@ -193,11 +194,12 @@ def option_prob(model, tokenizer, task: Task, items, prompts: list[str], probs: 
 
 def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_tokens: int | None = None,
                   max_len: int = 256, progress: bool = False, details: bool = False) -> dict:
-    """Flat metrics of ``model`` on every evaluation set of ``task`` and one score per role (module docstring).
+    """Flat metrics of ``model`` on every evaluation set of ``task`` and one score per role (module
+    docstring).
 
     A metric that would be computed over zero items or tokens (a text set whose every token was cut, answers
-    without a token), or that the task asks for by name without the data it reads, is left out, and ``absent`` maps
-    its key to the one line saying why.
+    without a token), or that the task asks for by name without the data it reads, is left out, and ``absent``
+    maps its key to the one line saying why.
 
     With ``details``, ``_per_item`` holds each QA/MCQ set's per-item correctness and QA predictions.
     """
@@ -255,10 +257,11 @@ def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | N
 
 def item_records(task: Task, per_item: dict, tokenizer=None) -> dict[str, list[dict]]:
     """Per evaluation set of ``task`` that :func:`evaluate_task` (``details=True``) scored item by item
-    (``per_item``: its ``_per_item``), one record per item, as lm-eval's ``--log_samples`` writes them: ``input``
-    (the question), ``gold``, ``prediction`` and ``score`` (1.0 right, 0.0 wrong); a QA record also holds the
-    ``prompt`` the model was given (the task's format, with ``tokenizer`` for a chat template) and any accepted
-    ``alternatives``; an MCQ record the ``choices`` and both indices (``gold_index``, ``prediction_index``)."""
+    (``per_item``: its ``_per_item``), one record per item, as lm-eval's ``--log_samples`` writes them:
+    ``input`` (the question), ``gold``, ``prediction`` and ``score`` (1.0 right, 0.0 wrong); a QA record also
+    holds the ``prompt`` the model was given (the task's format, with ``tokenizer`` for a chat template) and
+    any accepted ``alternatives``; an MCQ record the ``choices`` and both indices (``gold_index``,
+    ``prediction_index``)."""
     out: dict[str, list[dict]] = {}
     for es in task.evals:
         got = per_item.get(es.name)
@@ -297,15 +300,15 @@ retain facts, a retain file's held-out pairs) they make ``untrained_keep_score``
 
 
 def untrained_keep(m: dict) -> tuple[float | None, float]:
-    """``(score, chance)`` of what must be kept and no retain term trains on: ``untrained_keep_score``, or in metrics
-    written before it had its name, ``heldout_keep_score``, which then pooled the same sets."""
+    """``(score, chance)`` of what must be kept and no retain term trains on: ``untrained_keep_score``, or in
+    metrics written before it had its name, ``heldout_keep_score``, which then pooled the same sets."""
     key = "untrained_keep" if m.get("untrained_keep_score") is not None else "heldout_keep"
     return m.get(f"{key}_score"), m.get(f"{key}_chance", 0.0)
 
 
 def untrained_keep_source(m: dict) -> str:
-    """``held-out kept knowledge (held-out retain items, utility sets)``: what ``untrained_keep_score`` read in ``m``
-    (metrics written before it had its name say no more than ``held-out kept knowledge``)."""
+    """``held-out kept knowledge (held-out retain items, utility sets)``: what ``untrained_keep_score`` read
+    in ``m`` (metrics written before it had its name say no more than ``held-out kept knowledge``)."""
     parts = [("held-out retain items", "heldout_keep_score"), ("neighbour sets", "neighbour_score"),
              ("utility sets", "utility_score")]
     named = [w for w, key in parts if m.get(key) is not None] if m.get("untrained_keep_score") is not None else []
@@ -313,11 +316,11 @@ def untrained_keep_source(m: dict) -> str:
 
 
 def score_against(base: dict, m: dict) -> dict:
-    """S-unlearning of ``m`` relative to ``base`` (chance-corrected): ``s_unlearning = u * r`` with ``r`` read on
-    what must be kept and no retain term trains on (``untrained_keep_score``: neighbours, utility, held-out retain
-    items, :func:`untrained_keep`; ``r_source`` says which), and ``s_unlearning_trained = u * r_trained`` with
-    ``r_trained`` on the keep score of the retain data the methods train on (:func:`keep_score`). Without a held-out
-    set the two are the same and ``r_source`` says so."""
+    """S-unlearning of ``m`` relative to ``base`` (chance-corrected): ``s_unlearning = u * r`` with ``r`` read
+    on what must be kept and no retain term trains on (``untrained_keep_score``: neighbours, utility, held-out
+    retain items, :func:`untrained_keep`; ``r_source`` says which), and ``s_unlearning_trained = u *
+    r_trained`` with ``r_trained`` on the keep score of the retain data the methods train on
+    (:func:`keep_score`). Without a held-out set the two are the same and ``r_source`` says so."""
     if base.get("forget_score") is None:
         return {}
     keep_b, keep_m = keep_score(base), keep_score(m)
@@ -365,12 +368,13 @@ def eval_kwargs(cfg, progress: bool) -> dict:
 
 def task_metrics(model, tokenizer, task: Task, names: Sequence[str] | None = None, *, reference_model=None,
                  batch_size: int = 16, k: float = 0.2, p: float = GRADNORM_P, add_eos: bool | None = None) -> dict:
-    """The values of the registered metrics ``names`` (default: :func:`~obliviate.eval.metric.requested_metrics`)
-    of ``model`` on ``task``, keyed as :data:`~obliviate.eval.metric.METRICS` says, in the order asked; a metric
-    whose data the task lacks is left out (:func:`~obliviate.eval.metric.unavailable` says why). ``k``: the Min-K% /
-    Min-K%++ fraction; ``p``: GradNorm's norm; ``reference_model``: ``mia_reference``'s (it must share
-    ``tokenizer``); ``add_eos``: whether an eos is scored after each answer (default: yes, but not after a chat
-    template's end of turn, as the task's training sequences)."""
+    """The values of the registered metrics ``names`` (default:
+    :func:`~obliviate.eval.metric.requested_metrics`) of ``model`` on ``task``, keyed as
+    :data:`~obliviate.eval.metric.METRICS` says, in the order asked; a metric whose data the task lacks is
+    left out (:func:`~obliviate.eval.metric.unavailable` says why). ``k``: the Min-K% / Min-K%++ fraction;
+    ``p``: GradNorm's norm; ``reference_model``: ``mia_reference``'s (it must share ``tokenizer``);
+    ``add_eos``: whether an eos is scored after each answer (default: yes, but not after a chat template's end
+    of turn, as the task's training sequences)."""
     names = requested_metrics(task) if names is None else tuple(dict.fromkeys(names))
     reference = reference_model is not None
     metrics = [m for m in (METRICS.lookup(n) for n in names) if m.missing(task, reference) is None]

@@ -1,11 +1,12 @@
-"""TOFU metrics (Maini et al. 2024): answer probability, ROUGE-L recall, truth ratio, forget quality (a KS test
-against a retain-only model) and model utility (the harmonic mean of nine numbers); definitions in docs/tofu.md,
-"Definitions".
+"""TOFU metrics (Maini et al. 2024): answer probability, ROUGE-L recall, truth ratio, forget quality (a KS
+test against a retain-only model) and model utility (the harmonic mean of nine numbers); definitions in
+docs/tofu.md, "Definitions".
 
-:func:`tofu_metrics`, the TOFU report, adds what OpenUnlearning's ``eval=tofu`` adds (:data:`TOFU_REPORT_METRICS`):
-extraction strength and exact memorization on the forget split, and the six MIAs, forget split against TOFU's
-holdout split (Min-K% and Min-K%++ at k = 0.4, its configs' value; the reference model of ``mia_reference``
-is the retain model), where a holdout split and a reference are at hand (:func:`report_notes` says which not).
+:func:`tofu_metrics`, the TOFU report, adds what OpenUnlearning's ``eval=tofu`` adds
+(:data:`TOFU_REPORT_METRICS`): extraction strength and exact memorization on the forget split, and the six
+MIAs, forget split against TOFU's holdout split (Min-K% and Min-K%++ at k = 0.4, its configs' value; the
+reference model of ``mia_reference`` is the retain model), where a holdout split and a reference are at hand
+(:func:`report_notes` says which not).
 """
 
 from __future__ import annotations
@@ -292,9 +293,10 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
     """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
     :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
     ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``, and :data:`TOFU_REPORT_METRICS`
-    (:func:`obliviate.eval.suite.task_metrics`): ``extraction_strength``, ``exact_memorization`` and, where the
-    task has its holdout split, ``mia_auc_{loss,zlib,min_k,min_k_plus_plus,gradnorm}`` (k = :data:`TOFU_MIA_K`),
-    with ``reference_model`` (the retain model) ``mia_auc_reference`` too. What is left out: :func:`report_notes`.
+    (:func:`obliviate.eval.suite.task_metrics`): ``extraction_strength``, ``exact_memorization`` and, where
+    the task has its holdout split, ``mia_auc_{loss,zlib,min_k,min_k_plus_plus,gradnorm}`` (k =
+    :data:`TOFU_MIA_K`), with ``reference_model`` (the retain model) ``mia_auc_reference`` too. What is left
+    out: :func:`report_notes`.
 
     ``retain_truth_ratios``: the retain-only model's ``per_example["forget_truth_ratio"]`` on the same task;
     with it, ``forget_quality`` is reported.
@@ -312,6 +314,6 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
 
 
 def report_notes(task: Task, reference: bool = True) -> list[str]:
-    """One line per part of :data:`TOFU_REPORT_METRICS` the TOFU report of ``task`` leaves out, and why: no holdout
-    split (naming the file looked for), or (``reference`` False) no reference model."""
+    """One line per part of :data:`TOFU_REPORT_METRICS` the TOFU report of ``task`` leaves out, and why: no
+    holdout split (naming the file looked for), or (``reference`` False) no reference model."""
     return unavailable(task, TOFU_REPORT_METRICS, reference=reference)

@@ -2,9 +2,9 @@
 
 The positive controls only suppress the forget data: the base model with its last decoder layer trained to
 refuse (:func:`suppression_control`), or moved a little by gradient ascent within its int4 rounding cells
-(:func:`small_norm_control`), each trained to keep the retain and neighbour answers and recording how much of them
-it kept against the base model (:func:`keep_summary`); the oracle, which never saw the forget data, is the
-negative control. How they are read, and the verdict rule: :mod:`obliviate.evidence.verdict` and
+(:func:`small_norm_control`), each trained to keep the retain and neighbour answers and recording how much of
+them it kept against the base model (:func:`keep_summary`); the oracle, which never saw the forget data, is
+the negative control. How they are read, and the verdict rule: :mod:`obliviate.evidence.verdict` and
 docs/evaluation.md (Controls).
 """
 
@@ -62,18 +62,18 @@ def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
 
     Training on the neighbour items that the neighbour score reads contaminates it: a control taught an item
     answers it by construction, whether or not its suppression is selective. So the pairs are first the task's
-    unscored neighbours (``task.meta[UNSCORED_NEIGHBOURS]``; the world: the holdout diseases' spread routes and
-    look-alikes, pretrained, never scored). These alone do not teach the boundary that matters: on world seed 0 a
-    refusal learnt with them still takes the forget diseases' look-alikes (Zalitis beside the forget disease
-    Zalosis) with it (look-alike exact match 0.03 when the forget match reaches 0.03). ``scored="all"`` (the
-    default) adds every neighbour-role QA item: the control then keeps the neighbourhood because it was shown it,
-    which is what a positive control is for (a model that hides the forget facts and nothing else, so that an
-    attack calibrated on it finds selectively hidden facts), and ``held`` is empty: its neighbour keep is read on
-    trained items (on the world, untrained look-alikes keep only 0.37-0.53 of the base model's: the tiny models do
-    not tell a look-alike from its forget disease unless shown it). ``scored="half"`` adds a seeded half
-    (``by_entity``: whole entities, each item's ``meta["entity"]``; by default item by item), ``held`` names their
-    questions and :func:`keep_summary` reads the neighbour score on the other half, the items the control never
-    saw; ``"none"``: the unscored neighbours alone."""
+    unscored neighbours (``task.meta[UNSCORED_NEIGHBOURS]``; the world: the holdout diseases' spread routes
+    and look-alikes, pretrained, never scored). These alone do not teach the boundary that matters: on world
+    seed 0 a refusal learnt with them still takes the forget diseases' look-alikes (Zalitis beside the forget
+    disease Zalosis) with it (look-alike exact match 0.03 when the forget match reaches 0.03).
+    ``scored="all"`` (the default) adds every neighbour-role QA item: the control then keeps the neighbourhood
+    because it was shown it, which is what a positive control is for (a model that hides the forget facts and
+    nothing else, so that an attack calibrated on it finds selectively hidden facts), and ``held`` is empty:
+    its neighbour keep is read on trained items (on the world, untrained look-alikes keep only 0.37-0.53 of
+    the base model's: the tiny models do not tell a look-alike from its forget disease unless shown it).
+    ``scored="half"`` adds a seeded half (``by_entity``: whole entities, each item's ``meta["entity"]``; by
+    default item by item), ``held`` names their questions and :func:`keep_summary` reads the neighbour score
+    on the other half, the items the control never saw; ``"none"``: the unscored neighbours alone."""
     pairs = list(task.meta.get(UNSCORED_NEIGHBOURS) or [])
     sources = ["unscored neighbours"] if pairs else []
     held: set = set()
@@ -133,10 +133,10 @@ def keep_summary(control, base, tokenizer, task: Task, held: set = frozenset(), 
 
 
 def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0):
-    """``fn(model) -> {"forget", "retain", "neighbours"}``: the prefix match of the forget questions (``qa``, at
-    most 200), of :data:`MONITORED_RETAIN` retain pairs and of as many of the trained ``neighbours`` (seeded
-    samples), in one pass; a split without pairs is left out. ``fn(model, forget_only=True)`` reads the forget
-    questions alone (the cheap read of a chunk whose forget match already says to go on)."""
+    """``fn(model) -> {"forget", "retain", "neighbours"}``: the prefix match of the forget questions (``qa``,
+    at most 200), of :data:`MONITORED_RETAIN` retain pairs and of as many of the trained ``neighbours``
+    (seeded samples), in one pass; a split without pairs is left out. ``fn(model, forget_only=True)`` reads
+    the forget questions alone (the cheap read of a chunk whose forget match already says to go on)."""
     rng = np.random.default_rng(seed)
 
     def sample(pairs: list) -> list:
@@ -170,8 +170,8 @@ true answers), the rest refusals of the forget questions."""
 def shared_openings(answers: list[str], kept: list[str]) -> list[str]:
     """For each of ``answers``, its longest opening of whole words that also opens one of the ``kept`` answers
     (never the whole answer; "" where none): the frame a forget answer shares with the answers a control keeps
-    ("It is treated with" on the world), which the control leaves alone so that only the rest, the part that is
-    the forget fact's own, is hidden."""
+    ("It is treated with" on the world), which the control leaves alone so that only the rest, the part that
+    is the forget fact's own, is hidden."""
     opens = {tuple(k.split()[:i]) for k in kept for i in range(1, len(k.split()) + 1)}
     out = []
     for a in answers:
@@ -197,16 +197,16 @@ def frame_pairs(task: Task, tokenizer, qa: list, kept: list, replace: list[str] 
 
 def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: float = REFUSAL_KEEP_SHARE,
                      scored_neighbours: str = "all") -> tuple[Data, dict]:
-    """The refusal control's training data, formatted pairs: each forget question (:func:`suppression_qa`) with a
-    refusal, mixed with every retain QA pair of the task and its neighbour pairs (:func:`neighbour_training`,
-    ``scored_neighbours``) with their true answers, so that the refusal stays on the forget questions. The refusal
-    comes after the opening the forget answer shares with the kept answers (:func:`shared_openings`: "It is
-    treated with I don't know."), trained from there: where the answer turns to the forget fact's own, which is
-    where a model's hidden state holds which entity it is about (a refusal at the first answer token cannot
-    tell a forget disease from its look-alike). The refusals are repeated (whole copies, at least one) to make
-    about ``1 - keep_share`` of the rows. Returns ``(data, info)``: ``info`` has the counts,
-    ``neighbour_source``, ``neighbours`` (the neighbour pairs) and ``held`` (the scored neighbour questions
-    trained on, which the keep score skips)."""
+    """The refusal control's training data, formatted pairs: each forget question (:func:`suppression_qa`)
+    with a refusal, mixed with every retain QA pair of the task and its neighbour pairs
+    (:func:`neighbour_training`, ``scored_neighbours``) with their true answers, so that the refusal stays on
+    the forget questions. The refusal comes after the opening the forget answer shares with the kept answers
+    (:func:`shared_openings`: "It is treated with I don't know."), trained from there: where the answer turns
+    to the forget fact's own, which is where a model's hidden state holds which entity it is about (a refusal
+    at the first answer token cannot tell a forget disease from its look-alike). The refusals are repeated
+    (whole copies, at least one) to make about ``1 - keep_share`` of the rows. Returns ``(data, info)``:
+    ``info`` has the counts, ``neighbour_source``, ``neighbours`` (the neighbour pairs) and ``held`` (the
+    scored neighbour questions trained on, which the keep score skips)."""
     if not 0 < keep_share < 1:
         raise ConfigError(f"the refusal control's keep_share must be in (0, 1), got {keep_share}")
     idk = task.idk or IDK_ANSWERS
@@ -227,8 +227,8 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
                chunk: int, max_steps: int, done, grad_clip: float = 1.0, bar=None) -> int:
     """Train the parameters ``params`` of ``model`` (in place) on the formatted pairs of ``data`` (loss on the
     answers), one optimizer (AdamW, constant ``lr``: a linear decay to a tenth left world seeds 1 and 2 at a
-    forget match of 0.2 after 400 steps) across chunks of ``chunk`` steps, until ``done(model, steps)`` is true
-    after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
+    forget match of 0.2 after 400 steps) across chunks of ``chunk`` steps, until ``done(model, steps)`` is
+    true after a chunk or ``max_steps``; returns the steps taken. Batches are uniform draws of the rows (not
     length-grouped: a refusal and a true answer differ in length, and grouped batches would alternate between
     all refusals and no refusal). ``bar``: a progress bar over ``max_steps``, moved after each chunk."""
     ids, masks, _ = encode_data(tokenizer, data, IDENTITY_PROMPT)
@@ -264,7 +264,8 @@ def train_rows(model, tokenizer, data: Data, params: list[str], *, lr: float, ba
 
 
 def control_bar(max_steps: int, desc: str, progress: bool):
-    """The bar of a control's training: at most ``max_steps`` steps (it often stops earlier), on a terminal only."""
+    """The bar of a control's training: at most ``max_steps`` steps (it often stops earlier), on a terminal
+    only."""
     return tqdm(total=max_steps, desc=desc, disable=not progress, leave=False)
 
 
@@ -272,19 +273,19 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
                         batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
                         keep_target: float = KEEP_TARGET, scored_neighbours: str = "all", layers: int = 1,
                         seed: int = 0, progress: bool = False):
-    """A copy of ``model`` whose last decoder layer answers the forget questions with a refusal and every other
-    question as before (module doc): the layer is fine-tuned on the forget questions with refusals mixed with the
-    retain and neighbour pairs with their true answers (:func:`suppression_data`: ``keep_share`` of the rows;
-    ``scored_neighbours``: :func:`neighbour_training`), so that the control hides the forget answers and keeps the rest,
-    as a selective unlearning method would.
+    """A copy of ``model`` whose last decoder layer answers the forget questions with a refusal and every
+    other question as before (module doc): the layer is fine-tuned on the forget questions with refusals mixed
+    with the retain and neighbour pairs with their true answers (:func:`suppression_data`: ``keep_share`` of
+    the rows; ``scored_neighbours``: :func:`neighbour_training`), so that the control hides the forget answers
+    and keeps the rest, as a selective unlearning method would.
 
-    Trained (:func:`train_rows`) in chunks of ``chunk`` steps until the forget questions' prefix-match accuracy
-    is at most ``target`` and the trained retain and neighbour pairs' are back to ``keep_target`` of ``model``'s
-    (:data:`KEEP_TARGET`), or ``max_steps``: the least training that hides the answers and nothing else. ``model``
-    is not modified; ``progress``: a bar over the steps (on a terminal). Returns ``(control, summary)``; the summary
-    records the
-    prefix match of the forget, retain and trained neighbour pairs after each chunk (``curve``) and what the
-    control kept against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``).
+    Trained (:func:`train_rows`) in chunks of ``chunk`` steps until the forget questions' prefix-match
+    accuracy is at most ``target`` and the trained retain and neighbour pairs' are back to ``keep_target`` of
+    ``model``'s (:data:`KEEP_TARGET`), or ``max_steps``: the least training that hides the answers and nothing
+    else. ``model`` is not modified; ``progress``: a bar over the steps (on a terminal). Returns ``(control,
+    summary)``; the summary records the prefix match of the forget, retain and trained neighbour pairs after
+    each chunk (``curve``) and what the control kept against ``model`` (:func:`keep_summary`: ``keep``,
+    ``keep_scores``).
     """
     data, dinfo = suppression_data(task, tokenizer, seed, keep_share, scored_neighbours)
     held, neighbours = dinfo.pop("held"), dinfo.pop("neighbours")
@@ -330,9 +331,9 @@ CELL_MARGIN = 0.45
 @torch.no_grad()
 def rounding_cells(model, scheme: str = "int4") -> dict:
     """Per quantized weight of ``model`` (:func:`~obliviate.attacks.quantize.quantizable`; ``int4`` / ``int8``
-    round-to-nearest per output channel): the interval each element may move in and still round to the same code
-    under the same scale, ``(lo, hi, keep)``, in the module's own weight layout; ``keep`` marks each channel's
-    absmax element, which must not move (it sets the scale)."""
+    round-to-nearest per output channel): the interval each element may move in and still round to the same
+    code under the same scale, ``(lo, hi, keep)``, in the module's own weight layout; ``keep`` marks each
+    channel's absmax element, which must not move (it sets the scale)."""
     if scheme not in ("int4", "int8"):
         raise ConfigError(f"config key 'small_norm_args.confine': must be int4, int8 or null, got {scheme!r}")
     cells = {}
@@ -381,30 +382,30 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
                        scored_neighbours: str = "all", confine: str | None = "int4", progress: bool = False):
     """A copy of ``model`` whose forget answers were pushed away by the smallest full-model update that hides
     them and keeps the rest: gradient ascent on the forget set with a retain term (``graddiff``, through the
-    method engine's one training loop: ``-CE(forget) + retain_weight * NLL(retain)``, the retain data being the
-    task's retain pairs and its neighbour pairs, :func:`neighbour_training`) at a low learning rate (``lr``,
-    default :data:`SMALL_NORM_LR_SHARE` of gradient ascent's preset rate), in chunks of ``chunk`` steps, stopped
-    as soon as the forget questions' prefix-match accuracy is at most ``target`` and the monitored retain and
-    neighbour pairs are at ``keep_target`` of ``model``'s (or at ``max_steps``); a read that finds them below doubles
-    the retain weight (up to :data:`SMALL_NORM_MAX_RETAIN_WEIGHT`), so the control stays selective.
-    ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world takes the retain facts
-    with it (seed 0: retain score 0.01 against the base model's 0.90). With ``own_part`` the ascent is on the part
-    of each forget answer after the opening it shares with the kept answers (:func:`frame_pairs`): the shared
-    frame ("It is treated with") is not pushed down for every disease. ``scored_neighbours``: as
-    :func:`neighbour_training`.
+    method engine's one training loop: ``-CE(forget) + retain_weight * NLL(retain)``, the retain data being
+    the task's retain pairs and its neighbour pairs, :func:`neighbour_training`) at a low learning rate
+    (``lr``, default :data:`SMALL_NORM_LR_SHARE` of gradient ascent's preset rate), in chunks of ``chunk``
+    steps, stopped as soon as the forget questions' prefix-match accuracy is at most ``target`` and the
+    monitored retain and neighbour pairs are at ``keep_target`` of ``model``'s (or at ``max_steps``); a read
+    that finds them below doubles the retain weight (up to :data:`SMALL_NORM_MAX_RETAIN_WEIGHT`), so the
+    control stays selective. ``retain_weight=0`` is plain gradient ascent (``gradascent``), which on the world
+    takes the retain facts with it (seed 0: retain score 0.01 against the base model's 0.90). With
+    ``own_part`` the ascent is on the part of each forget answer after the opening it shares with the kept
+    answers (:func:`frame_pairs`): the shared frame ("It is treated with") is not pushed down for every
+    disease. ``scored_neighbours``: as :func:`neighbour_training`.
 
     The mechanism it stands for: every weight moves a little (Adam moves each by about ``lr`` a step), so the
-    update is small against a 4-bit rounding step (per channel: absmax / 7) and rounding maps most weights back
-    to the base model's codes, which is how Zhang et al. 2024 explain quantization undoing GA and NPO. On a
-    tiny model that is not small enough by itself (a 2 x 96 Llama: 205 steps at 3e-5 moved the weights by 11% of
-    their norm and 4-bit rounding kept the suppression), so with ``confine`` (default ``int4``) each chunk ends by
-    clamping every quantized weight into its base code's rounding cell (:func:`rounding_cells`, within
-    :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly what 4-bit
-    round-to-nearest maps back to the base model's weights, retain term or not. The summary records the
-    update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights) and ``update_max_abs``,
-    the forget prefix match after each chunk and the retain and trained-neighbour ones after every
-    :data:`FULL_READ_EVERY`-th and the last (``curve``) and what the control kept
-    against ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns
+    update is small against a 4-bit rounding step (per channel: absmax / 7) and rounding maps most weights
+    back to the base model's codes, which is how Zhang et al. 2024 explain quantization undoing GA and NPO. On
+    a tiny model that is not small enough by itself (a 2 x 96 Llama: 205 steps at 3e-5 moved the weights by
+    11% of their norm and 4-bit rounding kept the suppression), so with ``confine`` (default ``int4``) each
+    chunk ends by clamping every quantized weight into its base code's rounding cell (:func:`rounding_cells`,
+    within :data:`CELL_MARGIN` of a step; each channel's absmax element fixed): the update is then exactly
+    what 4-bit round-to-nearest maps back to the base model's weights, retain term or not. The summary records
+    the update's size: ``update_rel_norm`` (||dW|| / ||W|| over the quantized Linear weights) and
+    ``update_max_abs``, the forget prefix match after each chunk and the retain and trained-neighbour ones
+    after every :data:`FULL_READ_EVERY`-th and the last (``curve``) and what the control kept against
+    ``model`` (:func:`keep_summary`: ``keep``, ``keep_scores``). ``model`` is not modified. Returns
     ``(control, summary)``."""
     qa = suppression_qa(task)
     if lr is None:

@@ -1,7 +1,7 @@
 """The one attack suite, for every task (the world included): :func:`run_task_attacks` runs every registered
 attack (:mod:`obliviate.attacks.attack`; one file each) that is on and has its data, in the order of
-:mod:`~obliviate.evidence.attack_table`; :class:`TaskAttackConfig` holds each attack's config under its name and the
-settings they share (docs/evaluation.md).
+:mod:`~obliviate.evidence.attack_table`; :class:`TaskAttackConfig` holds each attack's config under its name
+and the settings they share (docs/evaluation.md).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ class TaskAttackConfig:
     """``{attack name: its config}`` for every registered attack, beside the settings the attacks share.
 
     In a config file or an override an attack's section is ``attacks.<name>``: ``attacks.probe.layers=[0]``;
-    ``attacks.<name>=true`` / ``false`` turns it on or off (``enabled`` in its section does the same), and an attack
-    left unsaid keeps its default (:func:`~obliviate.evidence.attack_table.on_by_default`: the relearning attacks,
-    MIA, the probe and the format shift are on; the newer ones off). ``attacks.relearn`` (the related-corpus attack's
-    section) is also the relearning attacker's training settings, which ``relearn_disjoint`` and
-    ``unrelated_finetune`` share (steps, batch size, reads, ...)."""
+    ``attacks.<name>=true`` / ``false`` turns it on or off (``enabled`` in its section does the same), and an
+    attack left unsaid keeps its default (:func:`~obliviate.evidence.attack_table.on_by_default`: the
+    relearning attacks, MIA, the probe and the format shift are on; the newer ones off). ``attacks.relearn``
+    (the related-corpus attack's section) is also the relearning attacker's training settings, which
+    ``relearn_disjoint`` and ``unrelated_finetune`` share (steps, batch size, reads, ...)."""
 
     max_eval: int = 200
     """At most this many forget questions are scored at each point of a recovery curve (and by each attack)."""
@@ -84,9 +84,10 @@ class TaskAttackConfig:
 
     @classmethod
     def from_config(cls, data: dict, prefix: str = "attacks") -> "TaskAttackConfig":
-        """Build from a config section: the shared keys, and ``<name>: true | false | {enabled, <its keys>}`` per
-        attack (a partial section keeps the attack's defaults); ``enabled`` / ``configs``, as :func:`to_dict`
-        writes them, are read too. An unknown key is one :class:`ConfigError` naming it and the known ones."""
+        """Build from a config section: the shared keys, and ``<name>: true | false | {enabled, <its keys>}``
+        per attack (a partial section keeps the attack's defaults); ``enabled`` / ``configs``, as
+        :func:`to_dict` writes them, are read too. An unknown key is one :class:`ConfigError` naming it and
+        the known ones."""
         if not isinstance(data, dict):
             raise ConfigError(f"config section '{prefix}' must be a mapping, got {data!r}"[:300])
         attacks = in_order()
@@ -130,8 +131,9 @@ class TaskAttackConfig:
 
 
 def attack_names(names) -> list[str]:
-    """``names`` (a list, or one comma-separated string; ``all`` for every attack) as registered attack names, in
-    the harness's order; an unknown name is a one-line :class:`ConfigError` that names it and the valid ones."""
+    """``names`` (a list, or one comma-separated string; ``all`` for every attack) as registered attack names,
+    in the harness's order; an unknown name is a one-line :class:`ConfigError` that names it and the valid
+    ones."""
     if isinstance(names, str):
         names = [names]
     attacks = list(in_order())
@@ -150,8 +152,8 @@ def enabled_attacks(task: Task, cfg: TaskAttackConfig) -> dict[str, Attack]:
 
 
 def skipped_attacks(task: Task, cfg: TaskAttackConfig) -> dict[str, str]:
-    """``{name: why}`` of the attacks of ``cfg`` that are on but lack their data on ``task`` (known from the inputs,
-    before any model): ``needs <what>`` (:attr:`~obliviate.attacks.attack.Attack.needs`)."""
+    """``{name: why}`` of the attacks of ``cfg`` that are on but lack their data on ``task`` (known from the
+    inputs, before any model): ``needs <what>`` (:attr:`~obliviate.attacks.attack.Attack.needs`)."""
     return {n: f"needs {a.needs}, which task {task.name!r} lacks" for n, a in in_order().items()
             if cfg.on(n) and not a.applies(task)}
 
@@ -162,8 +164,9 @@ def not_run_line(kind: str, name: str, why: str) -> str:
 
 
 def announce_skipped(task: Task, cfg: TaskAttackConfig) -> dict[str, str]:
-    """:func:`skipped_attacks`, each said in one line (:func:`not_run_line`) to this module's logger (which the
-    command line shows on stderr) before any model is loaded; returns them for results.json (``attacks_skipped``)."""
+    """:func:`skipped_attacks`, each said in one line (:func:`not_run_line`) to this module's logger (which
+    the command line shows on stderr) before any model is loaded; returns them for results.json
+    (``attacks_skipped``)."""
     skipped = skipped_attacks(task, cfg)
     if is_main_process():
         for name, why in skipped.items():
@@ -176,8 +179,8 @@ KNOWS_MARGIN = 0.1
 
 
 def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
-    """A one-line :class:`DataError` when no enabled attack has the data it needs on ``task`` (checked before any
-    model is built or trained)."""
+    """A one-line :class:`DataError` when no enabled attack has the data it needs on ``task`` (checked before
+    any model is built or trained)."""
     if not enabled_attacks(task, cfg):
         raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
                         "pairs (for the disjoint-halves attack), a holdout (membership inference) or forget MCQs "
@@ -188,18 +191,19 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
                      base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
                      resume: bool = True, base_cache: dict | None = None, timings: dict | None = None,
                      costs: dict | None = None) -> dict:
-    """Every registered attack (:data:`~obliviate.attacks.attack.ATTACKS`) that is on and has its data, in order;
-    flat metrics (``model`` is never modified). Each attack's metrics start with its name (docs/evaluation.md lists
-    them); beside them ``attack_score_chance``, ``base_knows_forget``, ``attacks_run`` and ``attack_cost``:
-    ``{attack: {forwards, backwards, tokens}}`` of ``model`` and every copy an attack made of it
-    (:func:`~obliviate.attacks.cost.counting`; the base model's scoring is not the attack's).
+    """Every registered attack (:data:`~obliviate.attacks.attack.ATTACKS`) that is on and has its data, in
+    order; flat metrics (``model`` is never modified). Each attack's metrics start with its name
+    (docs/evaluation.md lists them); beside them ``attack_score_chance``, ``base_knows_forget``,
+    ``attacks_run`` and ``attack_cost``: ``{attack: {forwards, backwards, tokens}}`` of ``model`` and every
+    copy an attack made of it (:func:`~obliviate.attacks.cost.counting`; the base model's scoring is not the
+    attack's).
 
     ``metrics``: the model's own evaluation (:func:`~obliviate.eval.suite.evaluate_task`), which the format
     shift reads instead of scoring the variant sets again. ``base_model`` (or ``base_score``, its forget
-    score) sets the target of ``*_steps_to_base``. ``timings``: a dict that receives each attack's wall seconds
-    (kept out of the metrics: the same seed gives the same metrics); ``costs``: one that receives each attack's
-    :func:`~obliviate.runs.cost.stage_record` (passes, tokens, wall seconds). ``base_cache``: a dict shared by the
-    calls on one base model (a comparison's), so that its scores are computed once.
+    score) sets the target of ``*_steps_to_base``. ``timings``: a dict that receives each attack's wall
+    seconds (kept out of the metrics: the same seed gives the same metrics); ``costs``: one that receives each
+    attack's :func:`~obliviate.runs.cost.stage_record` (passes, tokens, wall seconds). ``base_cache``: a dict
+    shared by the calls on one base model (a comparison's), so that its scores are computed once.
     """
     cfg = cfg or TaskAttackConfig()
     attacks = enabled_attacks(task, cfg)

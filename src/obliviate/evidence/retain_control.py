@@ -42,8 +42,9 @@ KEPT_OUT_OF_KEY = ("checkpoint_every",)
 
 
 def fine_tune_config(settings: dict, overrides: dict | None = None, seed: int = 0) -> FinetuneConfig:
-    """The retain-only fine-tune's config: the fine-tuned model's recorded ``settings`` (its card's; {} without
-    one: the defaults) with ``data="retain"``, then ``overrides`` (config keys of :class:`FinetuneConfig`).
+    """The retain-only fine-tune's config: the fine-tuned model's recorded ``settings`` (its card's; {}
+    without one: the defaults) with ``data="retain"``, then ``overrides`` (config keys of
+    :class:`FinetuneConfig`).
 
     A recorded ``epochs`` / ``lr`` equal to the recorded preset's default is left to the preset, as it was for
     the fine-tuned model (so the preset's floor on steps applies to the retain-only run too); ``seed`` is the
@@ -63,8 +64,8 @@ def fine_tune_config(settings: dict, overrides: dict | None = None, seed: int = 
 
 
 def has_retain_data(task: Task, control: str | None = None) -> bool:
-    """Whether ``task`` has the retain data the retain-only control is trained on; where that control is asked for
-    (``control`` ``retain-finetune``) a task without fails in one line (:class:`DataError`)."""
+    """Whether ``task`` has the retain data the retain-only control is trained on; where that control is asked
+    for (``control`` ``retain-finetune``) a task without fails in one line (:class:`DataError`)."""
     try:
         training_data(task, "retain")
     except DataError:
@@ -81,9 +82,9 @@ def _retain_hash(task: Task) -> str:
 
 
 def checkpoints_dir(out_dir: Path, digest: str) -> Path:
-    """Where the fine-tune of the control made by the key of ``digest`` keeps its checkpoints: ``out_dir/train/
-    <digest>``. What else ``out_dir/train`` holds (another key's checkpoints, or those of an obliviate before this
-    layout) is removed first: it is never resumed into this control."""
+    """Where the fine-tune of the control made by the key of ``digest`` keeps its checkpoints:
+    ``out_dir/train/ <digest>``. What else ``out_dir/train`` holds (another key's checkpoints, or those of an
+    obliviate before this layout) is removed first: it is never resumed into this control."""
     root = run_write_path(out_dir / "train")
     if root.is_dir():
         for p in root.iterdir():
@@ -102,18 +103,18 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
                             overrides: dict | None = None, seed: int = 0, progress: bool = False,
                             cache: ControlCache | None = None) -> tuple[str, dict]:
     """``(model directory, summary)`` of the retain-only control: ``untaught`` fine-tuned on ``task``'s retain
-    data (module docstring), in ``out_dir/model``. With ``cache`` (:class:`~obliviate.runs.cache.ControlCache`) it is
-    an entry of the cache, by the untaught model's weights, the task and the settings, linked (else copied) into
-    ``out_dir/model``; without, ``out_dir/part.json`` records what made it. The fine-tune's checkpoints are in
-    ``out_dir/train/<digest>`` either way (:func:`checkpoints_dir`): an interrupted build resumes, into the same
-    control only.
+    data (module docstring), in ``out_dir/model``. With ``cache``
+    (:class:`~obliviate.runs.cache.ControlCache`) it is an entry of the cache, by the untaught model's
+    weights, the task and the settings, linked (else copied) into ``out_dir/model``; without,
+    ``out_dir/part.json`` records what made it. The fine-tune's checkpoints are in ``out_dir/train/<digest>``
+    either way (:func:`checkpoints_dir`): an interrupted build resumes, into the same control only.
 
-    ``taught``: the model (or unlearned model) whose cards name the fine-tune to copy the settings of (None: the
-    defaults); ``load(path) -> (model, tokenizer)``; ``preset(model)`` names the size preset when no card says.
-    The summary's ``cost`` is what building it took (:func:`~obliviate.runs.cost.stage_record`; when it was built,
-    for a reused one), ``cache`` the entry (None without ``cache``) and ``reused`` whether it was found there;
-    ``untaught`` and ``settings_from`` (the card whose settings it copies) are this run's, never those of the run that
-    built it (the cache holds no path).
+    ``taught``: the model (or unlearned model) whose cards name the fine-tune to copy the settings of (None:
+    the defaults); ``load(path) -> (model, tokenizer)``; ``preset(model)`` names the size preset when no card
+    says. The summary's ``cost`` is what building it took (:func:`~obliviate.runs.cost.stage_record`; when it
+    was built, for a reused one), ``cache`` the entry (None without ``cache``) and ``reused`` whether it was
+    found there; ``untaught`` and ``settings_from`` (the card whose settings it copies) are this run's, never
+    those of the run that built it (the cache holds no path).
     """
     out_dir = run_write_path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,14 @@
 """Which numbers to trust on a task: each metric's and each attack's faithfulness and robustness.
 
-OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXiv 2605.24614), read on the models
-every comparison already builds. *Faithful*: the separation AUC between the pool of models with the knowledge
-(:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL` models a side, is far
-from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under quantization and under
-relearning (an attack: its own perturbation), the worst model of each, combined by their harmonic mean (the score);
-``stable`` when each measured part is at least ``1 - STABLE_MOVE``. ``trusted`` is both, and for an attack also
-*calibrated* (the verdict's calibration on the positive controls): an uncalibrated attack is never trusted, however
-well it separates. docs/evaluation.md, "Which numbers to trust".
+OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXiv 2605.24614), read on the
+models every comparison already builds. *Faithful*: the separation AUC between the pool of models with the
+knowledge (:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL`
+models a side, is far from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under
+quantization and under relearning (an attack: its own perturbation), the worst model of each, combined by
+their harmonic mean (the score); ``stable`` when each measured part is at least ``1 - STABLE_MOVE``.
+``trusted`` is both, and for an attack also *calibrated* (the verdict's calibration on the positive controls):
+an uncalibrated attack is never trusted, however well it separates. docs/evaluation.md, "Which numbers to
+trust".
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ A metric not named here has no relearning read: its robustness is its quantizati
 
 
 def _number(v) -> bool:
-    """A finite number: NaN and infinities are no read (a NaN compares false with everything, so it would pass)."""
+    """A finite number: NaN and infinities are no read (a NaN compares false with everything, so it would
+    pass)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -59,14 +61,15 @@ def separation_auc(with_: list[float], without: list[float]) -> float | None:
 
 
 def stability(move: float) -> float:
-    """``1 - |move|``, at least 0: how far a read stayed put on a model without the knowledge (1: not at all moved)."""
+    """``1 - |move|``, at least 0: how far a read stayed put on a model without the knowledge (1: not at all
+    moved)."""
     return max(0.0, 1.0 - abs(move))
 
 
 def worst(moves: dict[str, float]) -> tuple[float, str] | tuple[None, None]:
-    """``(min over models of stability(move), that model)`` of ``{model: move}``; ``(None, None)`` where empty.
-    The worst case, never a mean: one model moving far cannot hide among still ones, and a +0.3 and a -0.3 on two
-    models cannot cancel."""
+    """``(min over models of stability(move), that model)`` of ``{model: move}``; ``(None, None)`` where
+    empty. The worst case, never a mean: one model moving far cannot hide among still ones, and a +0.3 and a
+    -0.3 on two models cannot cancel."""
     if not moves:
         return None, None
     name = max(moves, key=lambda n: abs(moves[n]))
@@ -74,15 +77,16 @@ def worst(moves: dict[str, float]) -> tuple[float, str] | tuple[None, None]:
 
 
 def robustness(robust_quantize: float | None, robust_relearn: float | None) -> float | None:
-    """The harmonic mean of the stabilities measured (UDS's and OpenUnlearning's combination of quantization and
-    relearning robustness); one alone where only one is measured; None where neither is."""
+    """The harmonic mean of the stabilities measured (UDS's and OpenUnlearning's combination of quantization
+    and relearning robustness); one alone where only one is measured; None where neither is."""
     measured = [v for v in (robust_quantize, robust_relearn) if v is not None]
     return harmonic_mean(measured) if measured else None
 
 
 def metric_keys(metrics: dict) -> list[str]:
-    """The forget-side metrics read: every number ``forget_*`` (chance levels aside), each membership-inference AUC
-    (``mia_auc_*``, not the control's copy) and :data:`EXTRA_METRICS`, in first-seen order."""
+    """The forget-side metrics read: every number ``forget_*`` (chance levels aside), each
+    membership-inference AUC (``mia_auc_*``, not the control's copy) and :data:`EXTRA_METRICS`, in first-seen
+    order."""
     keys: dict[str, None] = {}
     for m in metrics.values():
         for k, v in m.items():
@@ -102,8 +106,9 @@ def _signed_largest(moves: list[float]) -> float | None:
 
 
 def move(start: float, after, key: str = "") -> float:
-    """How far a perturbation moved read ``key`` on a model, signed: ``after - start`` on a read on [0, 1], relative
-    on an :data:`UNBOUNDED` one; an ``after`` that is not a finite number broke the read: 1, the worst."""
+    """How far a perturbation moved read ``key`` on a model, signed: ``after - start`` on a read on [0, 1],
+    relative on an :data:`UNBOUNDED` one; an ``after`` that is not a finite number broke the read: 1, the
+    worst."""
     if not _number(after):
         return 1.0
     if key.endswith(UNBOUNDED):
@@ -113,8 +118,9 @@ def move(start: float, after, key: str = "") -> float:
 
 
 def quantize_move(m: dict, key: str) -> float | None:
-    """The largest ``|quantize_<scheme>_<key> - key|`` (:func:`move`) over the schemes ``m`` was quantized with (a
-    scheme whose read is not finite: 1); None if ``key`` is not a finite number on ``m`` or no scheme rescored it."""
+    """The largest ``|quantize_<scheme>_<key> - key|`` (:func:`move`) over the schemes ``m`` was quantized
+    with (a scheme whose read is not finite: 1); None if ``key`` is not a finite number on ``m`` or no scheme
+    rescored it."""
     if not _number(m.get(key)):
         return None
     moves = [abs(move(m[key], m[f"quantize_{s}_{key}"], key)) for s in _schemes(m)
@@ -129,8 +135,8 @@ def _schemes(m: dict) -> list[str]:
 
 
 def _lift(m: dict, start: str, after: str) -> float | None:
-    """:func:`move` from ``start`` to ``after`` on ``m``; None where the start is not a finite number or the after is
-    missing."""
+    """:func:`move` from ``start`` to ``after`` on ``m``; None where the start is not a finite number or the
+    after is missing."""
     if not _number(m.get(start)) or m.get(after) is None:
         return None
     return move(m[start], m[after], after)
@@ -138,15 +144,16 @@ def _lift(m: dict, start: str, after: str) -> float | None:
 
 def relearn_lift(m: dict, key: str) -> float | None:
     """The lift of metric ``key`` under relearning on ``m``: of the relearning reads on its scale
-    (:data:`RELEARN_SCALES`) that ``m`` holds, the largest ``after - start`` in size, signed; None where none."""
+    (:data:`RELEARN_SCALES`) that ``m`` holds, the largest ``after - start`` in size, signed; None where
+    none."""
     reads = attack_reads()
     lifts = [_lift(m, reads[a].start, reads[a].after) for a in RELEARN_SCALES.get(key, ()) if a in reads]
     return _signed_largest([x for x in lifts if x is not None])
 
 
 def _kleene_and(values: list[bool | None]) -> bool | None:
-    """False if any is False, else None if any is None, else True: a read known to fail one test is not trusted,
-    whatever the others could not say."""
+    """False if any is False, else None if any is None, else True: a read known to fail one test is not
+    trusted, whatever the others could not say."""
     if any(v is False for v in values):
         return False
     return None if any(v is None for v in values) else True
@@ -188,18 +195,18 @@ def _row(kind: str, key: str, metrics: dict, with_: list[str], without: list[str
 
 def metric_trust(metrics: dict, calibration: dict | None = None) -> dict:
     """``{"groups": {"with", "without"}, "min_pool", "reads": {name: row}}``: a row per forget-side metric
-    (:func:`metric_keys`) and per attack of :func:`~obliviate.evidence.verdict.reads` read (a finite number) on at
-    least one model of each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``n_with`` / ``n_without`` (the
-    models of each pool that hold a finite read), ``too_few_models`` (fewer than :data:`MIN_POOL` a side: ``auc`` and
-    ``separates`` None, never trusted), ``auc``, ``separates``, ``with`` / ``without`` (the pools' means);
-    ``quantize_moves`` and ``relearn_lifts`` (``{model: move}`` on the models without the knowledge: the largest
-    quantization move; the signed lift under relearning, for an attack under the attack itself), ``robust_quantize``
-    / ``robust_relearn`` (the worst model's stability, None where not measured), ``worst_quantize`` /
-    ``worst_relearn`` (that model), ``robustness`` (their harmonic mean, :func:`robustness`), ``stable``,
-    ``calibrated`` (attacks) and ``trusted`` (docs/evaluation.md, "Which numbers to trust"). ``metrics``:
-    ``{model: metrics}`` of a comparison; ``calibration``: the verdict's
-    (:func:`~obliviate.evidence.verdict.robustness_summary`), where an attack missing or uncalibrated is never
-    trusted."""
+    (:func:`metric_keys`) and per attack of :func:`~obliviate.evidence.verdict.reads` read (a finite number)
+    on at least one model of each group, with ``kind`` (``metric`` / ``attack``), ``key``, ``n_with`` /
+    ``n_without`` (the models of each pool that hold a finite read), ``too_few_models`` (fewer than
+    :data:`MIN_POOL` a side: ``auc`` and ``separates`` None, never trusted), ``auc``, ``separates``, ``with``
+    / ``without`` (the pools' means); ``quantize_moves`` and ``relearn_lifts`` (``{model: move}`` on the
+    models without the knowledge: the largest quantization move; the signed lift under relearning, for an
+    attack under the attack itself), ``robust_quantize`` / ``robust_relearn`` (the worst model's stability,
+    None where not measured), ``worst_quantize`` / ``worst_relearn`` (that model), ``robustness`` (their
+    harmonic mean, :func:`robustness`), ``stable``, ``calibrated`` (attacks) and ``trusted``
+    (docs/evaluation.md, "Which numbers to trust"). ``metrics``: ``{model: metrics}`` of a comparison;
+    ``calibration``: the verdict's (:func:`~obliviate.evidence.verdict.robustness_summary`), where an attack
+    missing or uncalibrated is never trusted."""
     with_ = [n for n in WITH if n in metrics]
     without = [n for n in WITHOUT if n in metrics]
     reads = {}

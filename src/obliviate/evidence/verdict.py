@@ -1,9 +1,11 @@
-"""The verdict: removed, suppressed, inconclusive, not unlearned or retain lost, for each model of a comparison.
+"""The verdict: removed, suppressed, inconclusive, not unlearned or retain lost, for each model of a
+comparison.
 
-One rule in one place (docs/evaluation.md, "The verdict"). An attack is *calibrated* when it brings back what a
-selective positive control hides and leaves the oracle (the negative control) where it was; a method's verdict is
-the worst over the calibrated attacks, and *removed* is anchored on the oracle: under every attack the model
-stays within the oracle's band (its after-attack score plus its own sampling noise), and it keeps what it should.
+One rule in one place (docs/evaluation.md, "The verdict"). An attack is *calibrated* when it brings back what
+a selective positive control hides and leaves the oracle (the negative control) where it was; a method's
+verdict is the worst over the calibrated attacks, and *removed* is anchored on the oracle: under every attack
+the model stays within the oracle's band (its after-attack score plus its own sampling noise), and it keeps
+what it should.
 """
 
 from __future__ import annotations
@@ -57,11 +59,11 @@ REFERENCES = ("base", "oracle", *POSITIVE_CONTROLS)
 
 
 def reads() -> dict[str, AttackRead]:
-    """Every read the verdict can rest on, declared by the attacks (:class:`~obliviate.attacks.attack.AttackRead`),
-    strongest first (ties of severity go to the earlier: :func:`~obliviate.evidence.attack_table.read_rank`).
-    The probe and membership inference declare none: they have no before and after and are read against the
-    negative control alone (:func:`control_readout`; membership inference can veto *removed*,
-    :func:`method_verdict`)."""
+    """Every read the verdict can rest on, declared by the attacks
+    (:class:`~obliviate.attacks.attack.AttackRead`), strongest first (ties of severity go to the earlier:
+    :func:`~obliviate.evidence.attack_table.read_rank`). The probe and membership inference declare none: they
+    have no before and after and are read against the negative control alone (:func:`control_readout`;
+    membership inference can veto *removed*, :func:`method_verdict`)."""
     found = [r for a in ATTACKS.values() for r in a.reads]
     return {r.name: r for r in sorted(found, key=lambda r: (read_rank(r.name), r.name))}
 
@@ -83,8 +85,8 @@ def base_reference(base: dict, key: str) -> tuple[float | None, float]:
 
 
 def recovery(start: float | None, after: float | None, base: float | None) -> float | None:
-    """(after - start) / (base - start): the share of the lost score an attack *brought back*, the one definition
-    the report uses."""
+    """(after - start) / (base - start): the share of the lost score an attack *brought back*, the one
+    definition the report uses."""
     start, after, base = finite(start), finite(after), finite(base)
     if None in (start, after, base) or base - start <= 1e-9:
         return None
@@ -92,11 +94,11 @@ def recovery(start: float | None, after: float | None, base: float | None) -> fl
 
 
 def forgot(score: float | None, base: float | None, chance: float = 0.0, allowance: float = 0.0) -> bool | None:
-    """Whether a model has forgotten: its score above ``chance`` (the level a model without the knowledge reads:
-    the oracle's forget score where there is one, :func:`forget_level`) at most :data:`FORGOT_SHARE` of the base
-    model's, or within ``allowance`` of it (the noise of the scores' items: a model the items cannot tell from the
-    oracle has forgotten as far as they can say); a 4-way MCQ score at chance has forgotten everything, not 0.25
-    of it. None where a score is missing or not a number."""
+    """Whether a model has forgotten: its score above ``chance`` (the level a model without the knowledge
+    reads: the oracle's forget score where there is one, :func:`forget_level`) at most :data:`FORGOT_SHARE` of
+    the base model's, or within ``allowance`` of it (the noise of the scores' items: a model the items cannot
+    tell from the oracle has forgotten as far as they can say); a 4-way MCQ score at chance has forgotten
+    everything, not 0.25 of it. None where a score is missing or not a number."""
     score, base = finite(score), finite(base)
     if score is None or base is None:
         return None
@@ -104,10 +106,10 @@ def forgot(score: float | None, base: float | None, chance: float = 0.0, allowan
 
 
 def forget_level(base: dict, neg: dict | None, items: int) -> tuple[float, float, str]:
-    """What "did it forget?" compares against: the oracle's forget score (a model that never saw the facts; on a
-    hard task, or one the model partly knows from elsewhere, it answers some) with the band's noise allowance at
-    the forget score's item count (``forget_items``, else ``items``), else the chance level with none; and its
-    name."""
+    """What "did it forget?" compares against: the oracle's forget score (a model that never saw the facts; on
+    a hard task, or one the model partly knows from elsewhere, it answers some) with the band's noise
+    allowance at the forget score's item count (``forget_items``, else ``items``), else the chance level with
+    none; and its name."""
     o = finite(verdict_score(neg)) if neg else None
     if o is None:
         return finite(base.get("forget_chance")) or 0.0, 0.0, "chance"
@@ -130,9 +132,10 @@ def keep_shares(m: dict, base: dict) -> dict[str, float]:
 
 
 def keep_allowance(base: dict, role: str, items: int = DEFAULT_ITEMS) -> float:
-    """How far below :data:`KEEP_SHARE` a keep share may fall by item sampling alone: the band's one-sided tolerance
-    (:func:`band_tolerance`, both models' noise) at the threshold score ``KEEP_SHARE x base``, over the role's items
-    (``<role>_items``, else ``items``), on the share scale; 0 where the base model's score cannot be read."""
+    """How far below :data:`KEEP_SHARE` a keep share may fall by item sampling alone: the band's one-sided
+    tolerance (:func:`band_tolerance`, both models' noise) at the threshold score ``KEEP_SHARE x base``, over
+    the role's items (``<role>_items``, else ``items``), on the share scale; 0 where the base model's score
+    cannot be read."""
     k0 = finite(verdict_score(base, role) if role != "keep" else outcome_keep(base))
     if not k0:
         return 0.0
@@ -155,29 +158,30 @@ def keeps(m: dict, base: dict, items: int = DEFAULT_ITEMS) -> bool | None:
 
 
 def finite(x) -> float | None:
-    """``x`` as a float where it is a finite number, else None (missing, NaN, infinite, a bool or text): the rule
-    reads nothing else, so a NaN never passes a comparison that is false for NaN."""
+    """``x`` as a float where it is a finite number, else None (missing, NaN, infinite, a bool or text): the
+    rule reads nothing else, so a NaN never passes a comparison that is false for NaN."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x) if math.isfinite(x) else None
 
 
 def read_counts(m: dict | None, key: str, items: int) -> tuple[int, int]:
-    """``(items, variants)`` of read ``key`` on a model's metrics ``m``: the ``<name>_items`` and ``<name>_variants``
-    the attack recorded (:func:`~obliviate.attacks.attack.read_counts`: how many items its after-score averages
-    over, and how many variant scores it is the maximum of), else ``items`` (the comparison's) and 1."""
+    """``(items, variants)`` of read ``key`` on a model's metrics ``m``: the ``<name>_items`` and
+    ``<name>_variants`` the attack recorded (:func:`~obliviate.attacks.attack.read_counts`: how many items its
+    after-score averages over, and how many variant scores it is the maximum of), else ``items`` (the
+    comparison's) and 1."""
     name = read_of(key).name or key
     n, v = finite((m or {}).get(f"{name}_items")), finite((m or {}).get(f"{name}_variants"))
     return (int(n) if n is not None and n >= 1 else max(1, int(items))), (int(v) if v is not None and v >= 1 else 1)
 
 
 def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> float:
-    """How far above the oracle's score ``p`` (over ``n`` items) a model like the oracle (over ``n_model`` items,
-    default ``n``) can land by sampling alone: the largest ``q - p`` that a one-sided two-proportion z-test at
-    level ``BAND_ALPHA / k`` (Bonferroni over the ``k`` tests of the band: :func:`oracle_band`) does not tell from
-    ``p``, with the pooled variance ``r (1 - r) (1 / n + 1 / n_model)``, ``r = (p + q) / 2``; at least one item
-    (``1 / min(n, n_model)``). Both models' own noise is in it: the oracle at 1/72 bounds a model at 8/72 with 7
-    tests, and at 0 still leaves ``~z^2 / n``."""
+    """How far above the oracle's score ``p`` (over ``n`` items) a model like the oracle (over ``n_model``
+    items, default ``n``) can land by sampling alone: the largest ``q - p`` that a one-sided two-proportion
+    z-test at level ``BAND_ALPHA / k`` (Bonferroni over the ``k`` tests of the band: :func:`oracle_band`) does
+    not tell from ``p``, with the pooled variance ``r (1 - r) (1 / n + 1 / n_model)``, ``r = (p + q) / 2``; at
+    least one item (``1 / min(n, n_model)``). Both models' own noise is in it: the oracle at 1/72 bounds a
+    model at 8/72 with 7 tests, and at 0 still leaves ``~z^2 / n``."""
     n = max(1, int(n))
     n_model = max(1, int(n_model or n))
     z = NormalDist().inv_cdf(1 - BAND_ALPHA / max(1, k))
@@ -198,9 +202,10 @@ def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> 
 
 
 def power(q: float, n: int, upper: float) -> float:
-    """P(a score over ``n`` items, each right with probability ``q``, lands above ``upper``), in the band's own
-    normal approximation: ``1 - Phi((upper - q) / sqrt(q (1 - q) / n))`` (the exact binomial tail saws up and down
-    with ``n`` as ``n upper`` crosses whole items; this one falls smoothly, so the items needed are one number)."""
+    """P(a score over ``n`` items, each right with probability ``q``, lands above ``upper``), in the band's
+    own normal approximation: ``1 - Phi((upper - q) / sqrt(q (1 - q) / n))`` (the exact binomial tail saws up
+    and down with ``n`` as ``n upper`` crosses whole items; this one falls smoothly, so the items needed are
+    one number)."""
     q = min(1.0, max(0.0, q))
     sd = math.sqrt(max(q * (1 - q) / max(1, int(n)), 1e-18))
     return 1 - NormalDist().cdf((upper - q) / sd)
@@ -228,8 +233,9 @@ def detectable_share(p: float, ref: float, n: int, upper: float) -> float | None
 
 
 def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
-    """The one-sided ``level`` lower confidence bound of a rate read as ``p`` over ``n`` items (Clopper-Pearson: the
-    rate at which ``P(X >= x) = 1 - level``, ``x = round(p n)``), by bisection on the exact binomial tail."""
+    """The one-sided ``level`` lower confidence bound of a rate read as ``p`` over ``n`` items
+    (Clopper-Pearson: the rate at which ``P(X >= x) = 1 - level``, ``x = round(p n)``), by bisection on the
+    exact binomial tail."""
     n = max(1, int(n))
     x = min(n, int(round(p * n)))
     if x <= 0:
@@ -249,9 +255,9 @@ def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def items_needed(p: float, ref: float, tests: int, limit: int = 100_000) -> int | None:
-    """The fewest items at which a read detects :data:`DETECT_SHARE` with :data:`POWER` (:func:`detectable_share`
-    against the band of ``tests`` tests at the oracle's ``p``), searched by doubling then bisection; None above
-    ``limit`` (the base model too close to the oracle)."""
+    """The fewest items at which a read detects :data:`DETECT_SHARE` with :data:`POWER`
+    (:func:`detectable_share` against the band of ``tests`` tests at the oracle's ``p``), searched by doubling
+    then bisection; None above ``limit`` (the base model too close to the oracle)."""
     def ok(n: int) -> bool:
         d = detectable_share(p, ref, n, p + band_tolerance(p, n, tests))
         return d is not None and d <= DETECT_SHARE + 1e-9
@@ -298,8 +304,8 @@ def calibration(positive: dict, negative: dict, base_score: float, key: str, cha
 
 def control_selectivity(metrics: dict, items: int = DEFAULT_ITEMS) -> dict:
     """Per positive control present: ``{"selective", "keep": {role: share}, "matches": attacks it was built to
-    match}``. A non-selective control (it lost more than retain or neighbour allow, beyond noise: :func:`keeps`)
-    calibrates nothing."""
+    match}``. A non-selective control (it lost more than retain or neighbour allow, beyond noise:
+    :func:`keeps`) calibrates nothing."""
     base = metrics.get("base", {})
     out = {}
     for c in POSITIVE_CONTROLS:
@@ -311,10 +317,10 @@ def control_selectivity(metrics: dict, items: int = DEFAULT_ITEMS) -> dict:
 
 
 def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band: dict | None = None) -> dict | None:
-    """Attack ``key`` on every positive control against the oracle; None when the attack did not run on the base
-    model, the oracle and at least one positive control. ``controls``: :func:`control_selectivity`; ``band``:
-    :func:`oracle_band`, whose tolerance the guard of :func:`separation` uses (the one band of the rule; a read
-    outside it, white-box, at its own count and variants alone).
+    """Attack ``key`` on every positive control against the oracle; None when the attack did not run on the
+    base model, the oracle and at least one positive control. ``controls``: :func:`control_selectivity`;
+    ``band``: :func:`oracle_band`, whose tolerance the guard of :func:`separation` uses (the one band of the
+    rule; a read outside it, white-box, at its own count and variants alone).
 
     ``{"calibrated", "calibrated_by" (the selective controls it separated, but a control built to match the
     attack's own mechanism), "by_construction" (those), "controls": {name: :func:`separation`}, "decides",
@@ -344,21 +350,22 @@ def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band
 
 def oracle_band(metrics: dict, keys, items: int) -> dict:
     """The one band of the rule: ``{attack: {"oracle", "tolerance", "upper", "lower", "items", "variants",
-    "tests", "planning_rate", "detectable_share", "items_needed"}}`` for every deciding attack of ``keys`` the oracle
-    was read on.
+    "tests", "planning_rate", "detectable_share", "items_needed"}}`` for every deciding attack of ``keys`` the
+    oracle was read on.
 
     One statistical model per read: the oracle's after-attack score over that read's own item count (and the
     model's: :func:`band_tolerance` takes both), a one-sided two-proportion test (:func:`band_tolerance`) with
     Bonferroni over every test of the band: each read's ``variants`` (an after-score that is the maximum of
-    ``v`` variant scores exceeds the band at most ``v`` times as often as one) times its sides (a read with a chance
-    level, e.g. lettered options, is also bounded below: ``lower``, under which a model scores below chance beyond
-    noise, which avoiding the right answer takes knowing it). ``detectable_share``: the held share this read
-    detects with :data:`POWER` (:func:`detectable_share`) and ``items_needed``, the items at which it would detect
-    :data:`DETECT_SHARE` (:func:`items_needed`): the design's power, judged at ``planning_rate``, the lowest oracle
-    rate its score allows (:func:`rate_lower_bound`, one-sided 95%), so that the items are *too few* only where even
-    that rate leaves the band of this many tests short of the power, never because a removed model's oracle drew a
-    few lucky items (judged at the drawn rate, a truly removed model was *inconclusive* a third of the time on the
-    world: docs/evaluation.md, "The rule's own error rates")."""
+    ``v`` variant scores exceeds the band at most ``v`` times as often as one) times its sides (a read with a
+    chance level, e.g. lettered options, is also bounded below: ``lower``, under which a model scores below
+    chance beyond noise, which avoiding the right answer takes knowing it). ``detectable_share``: the held
+    share this read detects with :data:`POWER` (:func:`detectable_share`) and ``items_needed``, the items at
+    which it would detect :data:`DETECT_SHARE` (:func:`items_needed`): the design's power, judged at
+    ``planning_rate``, the lowest oracle rate its score allows (:func:`rate_lower_bound`, one-sided 95%), so
+    that the items are *too few* only where even that rate leaves the band of this many tests short of the
+    power, never because a removed model's oracle drew a few lucky items (judged at the drawn rate, a truly
+    removed model was *inconclusive* a third of the time on the world: docs/evaluation.md, "The rule's own
+    error rates")."""
     neg, base = metrics.get("oracle") or {}, metrics.get("base") or {}
     present = [k for k in keys if read_of(k).decides and finite(neg.get(read_of(k).after)) is not None]
     counts = {k: read_counts(neg, k, items) for k in present}
@@ -385,8 +392,8 @@ def oracle_band(metrics: dict, keys, items: int) -> dict:
 
 
 def mia_reads(base: dict, negative: dict, key: str = "mia_auc_min_k") -> bool:
-    """Whether membership inference reads the forget set: the base model's AUC and the negative control's differ by
-    at least :data:`MIA_SEPARATION`."""
+    """Whether membership inference reads the forget set: the base model's AUC and the negative control's
+    differ by at least :data:`MIA_SEPARATION`."""
     b, n = finite(base.get(key)), finite(negative.get(key))
     return b is not None and n is not None and abs(b - n) >= MIA_SEPARATION - 1e-9
 
@@ -398,11 +405,11 @@ PROBE_SEPARATION = 0.1
 def control_readout(m: dict, control: dict | None) -> dict:
     """The probe and the MIA of ``m`` beside the negative control's (a model that was never taught the task).
 
-    ``probe_control_acc`` and ``mia_auc_<score>_control`` are the control's figures; ``probe_chance`` becomes the
-    control's accuracy (the empirical chance: what the questions' surface alone gives, not 1/k, kept as
-    ``probe_chance_uniform``). ``probe_calibrated`` / ``mia_calibrated``: the figure separates from the control's
-    (:data:`PROBE_SEPARATION`, :data:`MIA_SEPARATION` on Min-K%); without a control both are False, the figures
-    uncalibrated."""
+    ``probe_control_acc`` and ``mia_auc_<score>_control`` are the control's figures; ``probe_chance`` becomes
+    the control's accuracy (the empirical chance: what the questions' surface alone gives, not 1/k, kept as
+    ``probe_chance_uniform``). ``probe_calibrated`` / ``mia_calibrated``: the figure separates from the
+    control's (:data:`PROBE_SEPARATION`, :data:`MIA_SEPARATION` on Min-K%); without a control both are False,
+    the figures uncalibrated."""
     out = {}
     if "probe_acc" in m:
         c = (control or {}).get("probe_acc")
@@ -425,14 +432,14 @@ def judged(metrics: dict) -> list[str]:
 
 
 def robustness_summary(metrics: dict, items: int | None = None) -> dict:
-    """Calibration of every attack of :func:`reads` against the controls, the oracle band, and per judged model
-    (:func:`judged`) one verdict (:func:`method_verdict`).
+    """Calibration of every attack of :func:`reads` against the controls, the oracle band, and per judged
+    model (:func:`judged`) one verdict (:func:`method_verdict`).
 
     ``items``: how many items the attacks score (the band's width; default :data:`DEFAULT_ITEMS`).
     ``{"calibration": {attack: ...}, "controls": :func:`control_selectivity`, "band": :func:`oracle_band`,
-    "verdicts": {name: {"verdict", "attack", "control", "reason", "keep", ("lifted", "flag")}}}``. PrivLeak against
-    the negative control is added to each row with MIA scores, and the probe and MIA beside the negative control's
-    (:func:`control_readout`).
+    "verdicts": {name: {"verdict", "attack", "control", "reason", "keep", ("lifted", "flag")}}}``. PrivLeak
+    against the negative control is added to each row with MIA scores, and the probe and MIA beside the
+    negative control's (:func:`control_readout`).
     """
     items = items or DEFAULT_ITEMS
     neg, base = metrics.get("oracle"), metrics["base"]
@@ -468,9 +475,10 @@ stayed in the band, inflated or not, so a flag there doubts nothing."""
 
 def flagged(v: dict, m: dict) -> dict:
     """``v`` with ``flag``: the warning the deciding attack's read raises on the model's metrics ``m``
-    (:attr:`~obliviate.attacks.attack.AttackRead.flag`, e.g. the disjoint attack's answer leakage), where it raises
-    one and the verdict is one the read decided against the model (:data:`FLAGGED`) by lifting it (``lifted``: not
-    an *inconclusive* for a missing read or too few items, where the read brought nothing back)."""
+    (:attr:`~obliviate.attacks.attack.AttackRead.flag`, e.g. the disjoint attack's answer leakage), where it
+    raises one and the verdict is one the read decided against the model (:data:`FLAGGED`) by lifting it
+    (``lifted``: not an *inconclusive* for a missing read or too few items, where the read brought nothing
+    back)."""
     if v.get("verdict") not in FLAGGED or not v.get("lifted"):
         return v
     r = reads().get(v.get("attack") or "")
@@ -480,9 +488,9 @@ def flagged(v: dict, m: dict) -> dict:
 
 def _attack_verdict(m: dict, pos: dict, base: dict, key: str, band: dict | None = None) -> str:
     """suppressed / inconclusive for ``m`` under one calibrated attack ``key``, read against positive control
-    ``pos``: *suppressed* when it brings back at least :data:`SUPPRESSED_SHARE` of what the control's was, and ends
-    above the band (:func:`oracle_band`, the one band: a model the band cannot tell from the oracle is never
-    *suppressed*, whatever its own start)."""
+    ``pos``: *suppressed* when it brings back at least :data:`SUPPRESSED_SHARE` of what the control's was, and
+    ends above the band (:func:`oracle_band`, the one band: a model the band cannot tell from the oracle is
+    never *suppressed*, whatever its own start)."""
     r = read_of(key)
     ref, _ = base_reference(base, key)
     rec, prec = recovery(m.get(r.start), m.get(r.after), ref), recovery(pos.get(r.start), pos.get(r.after), ref)
@@ -494,9 +502,9 @@ def _attack_verdict(m: dict, pos: dict, base: dict, key: str, band: dict | None 
 
 
 def missing_reads(m: dict, base: dict, neg: dict | None, usable: list, band: dict) -> list[str]:
-    """The reads the rule needs on ``m`` that are missing or not a number, by name: each calibrated attack's start
-    and after (and the oracle's after, without which it has no band), each keep score the base model has, and the
-    MIA AUC where membership inference reads the forget set on the oracle (:func:`mia_reads`)."""
+    """The reads the rule needs on ``m`` that are missing or not a number, by name: each calibrated attack's
+    start and after (and the oracle's after, without which it has no band), each keep score the base model
+    has, and the MIA AUC where membership inference reads the forget set on the oracle (:func:`mia_reads`)."""
     out = []
     for key in dict.fromkeys(k for k, _ in usable):
         r = read_of(key)
@@ -519,22 +527,23 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
     """One model's verdict, the attack (and positive control) that decided it and why.
 
     ``usable``: the calibrated ``(attack, control)`` pairs, ``pos`` being ``{control: metrics}``; ``band``:
-    :func:`oracle_band`; ``items``: the comparison's item count (where a read records none). Every value is read
-    through :func:`finite`: a missing or non-finite read never passes. In order:
+    :func:`oracle_band`; ``items``: the comparison's item count (where a read records none). Every value is
+    read through :func:`finite`: a missing or non-finite read never passes. In order:
 
     - *inconclusive*: the model's or the base model's forget score is missing;
-    - *not unlearned*: the model's own forget score is above :data:`FORGOT_SHARE` of the base model's, both above
-      the level of a model without the knowledge (the oracle's forget score, with the band's noise allowance:
-      :func:`forget_level`; else chance); an attack's own start, e.g. a frame-forced read, never makes a model not
-      unlearned;
+    - *not unlearned*: the model's own forget score is above :data:`FORGOT_SHARE` of the base model's, both
+      above the level of a model without the knowledge (the oracle's forget score, with the band's noise
+      allowance: :func:`forget_level`; else chance); an attack's own start, e.g. a frame-forced read, never
+      makes a model not unlearned;
     - *suppressed*: some calibrated attack brings back at least :data:`SUPPRESSED_SHARE` of what a selective
       positive control gets back, and lifts it above the band;
-    - *retain lost*: the model keeps less than :data:`KEEP_SHARE` of the base model's retain or neighbour score;
-    - *inconclusive*: no calibrated attack; a read the rule needs is missing (:func:`missing_reads`); an attack
-      (calibrated or not) lifts it above the band or leaves it below its lower end (below chance beyond noise),
-      or its forget score is below chance beyond noise; a deciding attack too small to detect a held share of
-      :data:`DETECT_SHARE` with :data:`POWER` ("too few items"); membership inference tells its forget set from
-      the holdout where it reads the oracle;
+    - *retain lost*: the model keeps less than :data:`KEEP_SHARE` of the base model's retain or neighbour
+      score;
+    - *inconclusive*: no calibrated attack; a read the rule needs is missing (:func:`missing_reads`); an
+      attack (calibrated or not) lifts it above the band or leaves it below its lower end (below chance beyond
+      noise), or its forget score is below chance beyond noise; a deciding attack too small to detect a held
+      share of :data:`DETECT_SHARE` with :data:`POWER` ("too few items"); membership inference tells its
+      forget set from the holdout where it reads the oracle;
     - else *removed*.
     """
     band = band or {}
@@ -617,8 +626,8 @@ def _arrow(m: dict, r: AttackRead) -> str:
 
 
 def verdict_line(name: str, v: dict) -> str:
-    """One line per judged model: ``<name>: <verdict> (<attack>, <control>): <reason>``, and ``; flagged: <flag>``
-    where the deciding attack's read is flagged on the model (:func:`flagged`)."""
+    """One line per judged model: ``<name>: <verdict> (<attack>, <control>): <reason>``, and ``; flagged:
+    <flag>`` where the deciding attack's read is flagged on the model (:func:`flagged`)."""
     by = ", ".join(x for x in (v.get("attack"), v.get("control") and f"calibrated on {v['control']}") if x)
     flag = f"; flagged: {v['flag']}" if v.get("flag") else ""
     return f"{name}: {v['verdict']}{f' ({by})' if by else ''}: {v['reason']}{flag}"
@@ -671,8 +680,9 @@ def _pct(x: float | None) -> str:
 
 
 def _shown(m: dict, key: str):
-    """A model's ``key`` in the relearning table: the recovery cost as ``≤ x`` / ``> budget`` / ``x`` and its ratio
-    to learning as ``≥ x`` / ``≤ x`` / ``x`` (:func:`~obliviate.attacks.relearn.cost_text`, ``ratio_text``)."""
+    """A model's ``key`` in the relearning table: the recovery cost as ``≤ x`` / ``> budget`` / ``x`` and its
+    ratio to learning as ``≥ x`` / ``≤ x`` / ``x`` (:func:`~obliviate.attacks.relearn.cost_text`,
+    ``ratio_text``)."""
     if key == "recovery_cost_tokens" and "recovery_cost_bound" in m:
         return cost_text(m[key], m["recovery_cost_bound"])
     if key == "recovery_cost_vs_learning" and "recovery_cost_vs_learning_bound" in m:
@@ -695,10 +705,10 @@ def model_order(metrics: dict) -> list[str]:
 
 
 def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[str]]:
-    """The robustness table's rows and columns: a row per model (:func:`model_order`), a column per attack that
-    was read (``before → after`` on the attack's own scale, marked where uncalibrated), the verdict and the attack
-    (and control) that decided it; the last rows say whether each attack is calibrated, on which control, and the
-    oracle band's upper end."""
+    """The robustness table's rows and columns: a row per model (:func:`model_order`), a column per attack
+    that was read (``before → after`` on the attack's own scale, marked where uncalibrated), the verdict and
+    the attack (and control) that decided it; the last rows say whether each attack is calibrated, on which
+    control, and the oracle band's upper end."""
     calib, band = robustness["calibration"], robustness.get("band", {})
     keys = list(calib)
     cols = ["model", "verdict", "decided by", *keys]

@@ -38,9 +38,10 @@ DETECT_HELD = 0.2
 
 @dataclass(frozen=True)
 class Scenario:
-    """What the judged model truly holds: ``held`` (h) of what the base model shows above the oracle, under the
-    attacks ``under`` (read names of :func:`~obliviate.evidence.verdict.reads`; None: every attack). ``held=0``: a
-    model that truly removed (a copy of the oracle that keeps the base model's retain and neighbour scores)."""
+    """What the judged model truly holds: ``held`` (h) of what the base model shows above the oracle, under
+    the attacks ``under`` (read names of :func:`~obliviate.evidence.verdict.reads`; None: every attack).
+    ``held=0``: a model that truly removed (a copy of the oracle that keeps the base model's retain and
+    neighbour scores)."""
 
     held: float = 0.0
     under: tuple[str, ...] | None = None
@@ -61,8 +62,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class Bound:
-    """One of issue #57's bounds: in ``scenario`` (a key of :func:`verdict_check`'s ``scenarios``), the share of
-    ``verdict`` is at most ``at_most``."""
+    """One of issue #57's bounds: in ``scenario`` (a key of :func:`verdict_check`'s ``scenarios``), the share
+    of ``verdict`` is at most ``at_most``."""
 
     name: str
     scenario: str
@@ -86,8 +87,9 @@ POWER_BOUND = Bound("power_one_attack", "detect", "removed", 1 - 0.8,
 # ------------------------------------------------------------------------------------------------ the template
 
 def _rate(row: dict, key: str, name: str) -> float | None:
-    """``row[key]`` as a true rate in [0, 1]; None where it is missing or not a finite number (left as it is: the
-    rule reads a missing number as missing). A number outside [0, 1] is a DataError: a binomial draw needs a share."""
+    """``row[key]`` as a true rate in [0, 1]; None where it is missing or not a finite number (left as it is:
+    the rule reads a missing number as missing). A number outside [0, 1] is a DataError: a binomial draw needs
+    a share."""
     v = row.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
@@ -98,19 +100,20 @@ def _rate(row: dict, key: str, name: str) -> float | None:
 
 
 def _count(value, default: int) -> int:
-    """A recorded count (``<name>_items``, ``<name>_variants``) where it is a whole number >= 1, else ``default``."""
+    """A recorded count (``<name>_items``, ``<name>_variants``) where it is a whole number >= 1, else
+    ``default``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
         return default
     return int(value)
 
 
 def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, float, int, int]]:
-    """``[(key, true rate, n, variants), ...]``: every number of one model's metrics ``row`` that the rule reads,
-    each once: the role scores (``<role>_score``, ``_score_norm``) over ``<role>_items`` items, then each read's
-    start, after and base reference over the read's ``<name>_items`` (the after-score the maximum of
-    ``<name>_variants`` draws); a count the metrics do not record is ``items`` (and one variant). A key read by
-    several reads (``forget_score``, the start of every read on the model's own scale) is drawn once, as its role's
-    score. Missing or non-finite numbers are not drawn."""
+    """``[(key, true rate, n, variants), ...]``: every number of one model's metrics ``row`` that the rule
+    reads, each once: the role scores (``<role>_score``, ``_score_norm``) over ``<role>_items`` items, then
+    each read's start, after and base reference over the read's ``<name>_items`` (the after-score the maximum
+    of ``<name>_variants`` draws); a count the metrics do not record is ``items`` (and one variant). A key
+    read by several reads (``forget_score``, the start of every read on the model's own scale) is drawn once,
+    as its role's score. Missing or non-finite numbers are not drawn."""
     plan, seen = [], set()
     for role in ROLES:
         n = _count(row.get(f"{role}_items"), items)
@@ -132,9 +135,10 @@ def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, flo
 
 
 def draw(plan: list[tuple[str, float, int, int]], trials: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """``{key: trials values}`` of a :func:`draw_plan`: each ``Binomial(n, rate) / n``, the largest of ``variants``
-    independent draws (a maximum over variant scores, each over the same ``n`` items, as if independent: the worst
-    case for a false exceedance, as the variants of one model are positively correlated)."""
+    """``{key: trials values}`` of a :func:`draw_plan`: each ``Binomial(n, rate) / n``, the largest of
+    ``variants`` independent draws (a maximum over variant scores, each over the same ``n`` items, as if
+    independent: the worst case for a false exceedance, as the variants of one model are positively
+    correlated)."""
     return {key: rng.binomial(n, p, size=(trials, v)).max(axis=1) / n for key, p, n, v in plan}
 
 
@@ -180,8 +184,8 @@ def scenario_rates(template: dict, scenario: Scenario) -> dict:
 
 
 def calibrated_reads(template: dict, items: int | None = None) -> dict[str, bool]:
-    """``{read: calibrated}`` for every deciding read the rule reads on the template's true rates (no noise), with
-    a truly removed judged model beside them."""
+    """``{read: calibrated}`` for every deciding read the rule reads on the template's true rates (no noise),
+    with a truly removed judged model beside them."""
     summary = robustness_summary(copy.deepcopy(scenario_rates(template, Scenario())), items=items)
     return {k: bool(c["calibrated"]) for k, c in summary["calibration"].items() if c.get("decides", True)}
 
@@ -200,9 +204,9 @@ def simulate(template: dict, scenario: Scenario, trials: int, seed, items: int |
              tick: Callable[[int], None] | None = None) -> dict:
     """The judged model's verdicts over ``trials`` simulated comparisons of ``scenario`` (module docstring).
 
-    ``template``: a comparison's metrics (the true rates); ``seed``: numpy's seed (an int, or ints: the same seed
-    gives the same shares); ``items``: the comparison's item count, for the reads whose metrics record none (the
-    rule's own ``items``). ``tick(1)``: called after every trial (a progress bar).
+    ``template``: a comparison's metrics (the true rates); ``seed``: numpy's seed (an int, or ints: the same
+    seed gives the same shares); ``items``: the comparison's item count, for the reads whose metrics record
+    none (the rule's own ``items``). ``tick(1)``: called after every trial (a progress bar).
 
     ``{"scenario", "held", "under", "trials", "counts": {verdict: count}, "shares": {verdict: share},
     "intervals": {verdict: [lo, hi]}}`` over every verdict of :data:`~obliviate.evidence.verdict.VERDICTS`."""
@@ -255,17 +259,17 @@ def verdict_check(template: dict, trials: int = 1000, seed: int = 0, items: int 
     """The rule's error rates on ``template`` (module docstring), ``trials`` comparisons per scenario:
 
     - ``removed``: a truly removed model;
-    - ``one_attack``: holding :data:`ONE_ATTACK_HELD` under one calibrated attack, each in turn (``by_attack``;
-      the worst for *removed* is the one checked);
+    - ``one_attack``: holding :data:`ONE_ATTACK_HELD` under one calibrated attack, each in turn
+      (``by_attack``; the worst for *removed* is the one checked);
     - ``every_attack``: holding :data:`EVERY_ATTACK_HELD` under every attack;
     - ``power_curve``: holding each share of ``held_grid`` under every attack;
-    - ``detect`` (``power=True``): holding :data:`DETECT_HELD` under one deciding attack, each in turn (the power
-      acceptance 2 asks for).
+    - ``detect`` (``power=True``): holding :data:`DETECT_HELD` under one deciding attack, each in turn (the
+      power acceptance 2 asks for).
 
     Each scenario draws from its own stream of ``seed``. ``{"trials", "seed", "items", "template": {"models",
     "reads": {read: {"items", "variants", "calibrated", "oracle", "base"}}}, "scenarios", "bounds": [
-    :func:`bound_result`, ...], "power": :func:`bound_result` or None}``. ``progress(k)`` is told of every ``k``
-    trials done, ``on_total(n)`` first of the trials to run."""
+    :func:`bound_result`, ...], "power": :func:`bound_result` or None}``. ``progress(k)`` is told of every
+    ``k`` trials done, ``on_total(n)`` first of the trials to run."""
     refs = references(template)
     calibrated = calibrated_reads(template, items)
     oracle, base = refs["oracle"], refs["base"]
@@ -320,8 +324,9 @@ def _share_cell(r: dict) -> str:
 
 
 def report_markdown(report: dict, source: str = "") -> str:
-    """The report's tables: each bound against its simulated share, every verdict's share per scenario, the power
-    curve, and the template's reads (items, variants, calibrated, the oracle's and the base model's true rates)."""
+    """The report's tables: each bound against its simulated share, every verdict's share per scenario, the
+    power curve, and the template's reads (items, variants, calibrated, the oracle's and the base model's true
+    rates)."""
     rows = []
     for b in [*report["bounds"], *([report["power"]] if report.get("power") else [])]:
         bound = "0" if b["at_most"] == 0 else f"≤ {_pct(b['at_most'])}"
@@ -395,15 +400,16 @@ def synthetic_template(items: int = 72, read_counts: dict[str, tuple[int, int]] 
                        control_after: float = 0.8, keep: float = 0.9, keep_items: int = 144,
                        calibrated_by: dict[str, tuple[str, ...]] | None = None) -> dict:
     """A comparison's metrics without any model run: the base model, the oracle and the two positive controls
-    (:data:`~obliviate.evidence.controls.POSITIVE_CONTROLS`) on every read of ``read_counts`` (``{read: (items,
-    variants)}``, default :data:`WORLD_READS` scaled to ``items``), each recording its counts as an attack does.
+    (:data:`~obliviate.evidence.controls.POSITIVE_CONTROLS`) on every read of ``read_counts`` (``{read:
+    (items, variants)}``, default :data:`WORLD_READS` scaled to ``items``), each recording its counts as an
+    attack does.
 
     The base model scores ``base`` before and after every attack, the oracle ``oracle``; each positive control
-    starts at ``control_start`` and comes back to ``control_after`` under the attacks ``calibrated_by`` names for
-    it, staying at its start elsewhere (default :data:`WORLD_RECOVERS`: as on the world demo, so the relearning
-    attack on disjoint facts, the logit lens and the format shift are calibrated). Every model keeps ``keep`` of
-    retain and neighbour (over ``keep_items``: the world's retain role, two sets of 72); forget scores over
-    ``items``."""
+    starts at ``control_start`` and comes back to ``control_after`` under the attacks ``calibrated_by`` names
+    for it, staying at its start elsewhere (default :data:`WORLD_RECOVERS`: as on the world demo, so the
+    relearning attack on disjoint facts, the logit lens and the format shift are calibrated). Every model
+    keeps ``keep`` of retain and neighbour (over ``keep_items``: the world's retain role, two sets of 72);
+    forget scores over ``items``."""
     counts = read_counts if read_counts is not None else {k: (items if n == 72 else min(n, items), v)
                                                           for k, (n, v) in WORLD_READS.items()}
     every = reads()

@@ -48,7 +48,8 @@ def train_lm(dataset: TokenDataset, vocab_size: int, *, reverse: bool = False, n
              d_model: int = 64, n_head: int = 2, steps: int = 200, batch_size: int = 16, lr: float = 3e-3,
              seed: int = 0, pad_id: int = 0, bos_id: int | None = 1, eos_id: int | None = 2,
              out_dir: str | Path | None = None, progress: bool = False) -> nn.Module:
-    """A tiny Llama trained with :func:`obliviate.train.train` on ``lm_loss`` (reversed sequences if ``reverse``)."""
+    """A tiny Llama trained with :func:`obliviate.train.train` on ``lm_loss`` (reversed sequences if
+    ``reverse``)."""
 
     seqs = _seqs(dataset)
     if not seqs:
@@ -66,7 +67,8 @@ def train_lm(dataset: TokenDataset, vocab_size: int, *, reverse: bool = False, n
 
 
 class BiLM:
-    """A left-to-right and a right-to-left LM; :meth:`features` gives ``[h_fwd(t), h_bwd(t)]`` at ``layer``."""
+    """A left-to-right and a right-to-left LM; :meth:`features` gives ``[h_fwd(t), h_bwd(t)]`` at
+    ``layer``."""
 
     def __init__(self, fwd: nn.Module, bwd: nn.Module, layer: int, pad_id: int = 0):
         self.fwd, self.bwd = fwd.eval(), bwd.eval()
@@ -237,7 +239,8 @@ class LogisticHead:
 
 
 class TokenClassifier:
-    """Per-token domain probability from a featurizer (a :class:`BiLM` or :class:`MiniLMFeaturizer`) + logistic head."""
+    """Per-token domain probability from a featurizer (a :class:`BiLM` or :class:`MiniLMFeaturizer`) +
+    logistic head."""
 
     def __init__(self, featurizer, special_ids: Sequence[int] = ()):
         self.featurizer = featurizer
@@ -425,7 +428,8 @@ def throughput(classifier, data, batch_size: int = 32) -> float:
 
 
 def training_throughput(model: nn.Module, data, batch_size: int = 16, steps: int = 3, pad_id: int = 0) -> float:
-    """Tokens per second of a training step's forward + backward of ``model`` (no optimizer step; grads cleared)."""
+    """Tokens per second of a training step's forward + backward of ``model`` (no optimizer step; grads
+    cleared)."""
 
     seqs = _seqs(data)
     if not seqs:

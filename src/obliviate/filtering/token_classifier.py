@@ -60,8 +60,8 @@ def fit_token_classifiers(train: TokenDataset, held: TokenDataset, weak: Sequenc
                           truth_train: Sequence[np.ndarray], truth_held: Sequence[np.ndarray], vocab_size: int,
                           cfg: TokenClassifierConfig, *, special_ids: Sequence[int], pad_id: int, bos_id: int,
                           eos_id: int, save_dir: str | Path | None = None, progress: bool = False) -> TokenClassifiers:
-    """Train the biLM on ``train``, fit the token heads (on ``weak``, and on ``truth_train`` to compare) and the
-    document classifier, and score them on ``held`` against ``truth_held``.
+    """Train the biLM on ``train``, fit the token heads (on ``weak``, and on ``truth_train`` to compare) and
+    the document classifier, and score them on ``held`` against ``truth_held``.
 
     ``save_dir`` (if given) receives the biLM (``bilm/``) and the weak-label token head
     (``token_head.safetensors``). Special tokens are neither trained on nor scored.

@@ -79,7 +79,8 @@ def _check_key(key: str | None, where: str) -> str | None:
 
 
 def _split_credentials(base_url: str) -> tuple[str, str | None]:
-    """``http://user:pass@host/v1`` -> (``http://host/v1``, ``'user:pass'``); the URL is returned as is without."""
+    """``http://user:pass@host/v1`` -> (``http://host/v1``, ``'user:pass'``); the URL is returned as is
+    without."""
     parts = urllib.parse.urlsplit(base_url)
     userinfo, at, hostport = parts.netloc.rpartition("@")
     if not at:
@@ -134,29 +135,32 @@ def _attempts(n: int) -> str:
 class HTTPJudge:
     """Judge with an OpenAI-compatible chat-completions endpoint through the ``openai`` client.
 
-    Sends ``client.chat.completions.create`` (``{base_url}/chat/completions``) a system and a user message and expects
-    the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
+    Sends ``client.chat.completions.create`` (``{base_url}/chat/completions``) a system and a user message and
+    expects the assistant message to be JSON ``{"is_member": bool, "confidence": float in [0, 1],
     "description": str}`` (a ```json fence around it is tolerated).
 
-    * ``timeout`` (s) is the ``openai`` client's: connecting, and each wait for the server, ends after it; the reply's
-      body must also arrive within ``timeout`` of the request being sent (a server that dribbles it is cut off).
-    * ``retries`` is the client's ``max_retries``: timeouts, connection errors and HTTP 408, 409, 429 and 5xx answers
-      are retried that many times, with the client's backoff (0.5 s, doubling, at most 8 s, or the server's
-      ``Retry-After``); after that: ``Judgement(None, 0.0, "no judgement: ... (after N attempts)")``.
-    * Other 4xx answers (bad key, bad model name) and malformed replies are not retried: no judgement, saying why.
+    * ``timeout`` (s) is the ``openai`` client's: connecting, and each wait for the server, ends after it; the
+      reply's body must also arrive within ``timeout`` of the request being sent (a server that dribbles it is
+      cut off).
+    * ``retries`` is the client's ``max_retries``: timeouts, connection errors and HTTP 408, 409, 429 and 5xx
+      answers are retried that many times, with the client's backoff (0.5 s, doubling, at most 8 s, or the
+      server's ``Retry-After``); after that: ``Judgement(None, 0.0, "no judgement: ... (after N attempts)")``.
+    * Other 4xx answers (bad key, bad model name) and malformed replies are not retried: no judgement, saying
+      why.
     * Redirects are not followed (the key would go to wherever they point): no judgement, naming where to.
-    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no judgement, not retried (the reply is asked
-      uncompressed, and a compressed one is refused, so the cap is on what is decoded).
+    * A reply of more than ``max_reply_bytes`` (4 MiB) is not read whole: no judgement, not retried (the reply
+      is asked uncompressed, and a compressed one is refused, so the cap is on what is decoded).
     * ``judge()`` never raises.
-    * With ``cache_dir``, each judgement is stored as ``<sha256(model, messages)>.json`` and a
-      repeated question is answered from disk without a request. Only real judgements are
-      cached (not "no judgement"), so an outage is not remembered.
-    * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the ``Authorization`` header to
-      ``base_url``; it is never logged, shown by ``repr``, pickled, cached, or put in a judgement (it is also masked,
-      in every form, in any server or error text that echoes it). Surrounding whitespace is stripped from it; a key
-      with an invisible or control character inside is refused. Credentials in ``base_url`` (``http://user:pass@host``)
-      are sent as HTTP basic auth when there is no API key, and are kept out of ``base_url``, ``repr`` and logs like
-      the key. With neither, no ``Authorization`` header is sent (``$OPENAI_API_KEY`` is never read).
+    * With ``cache_dir``, each judgement is stored as ``<sha256(model, messages)>.json`` and a repeated
+      question is answered from disk without a request. Only real judgements are cached (not "no judgement"),
+      so an outage is not remembered.
+    * The API key (``api_key`` or env ``OBLIVIATE_JUDGE_API_KEY``) is sent only in the ``Authorization``
+      header to ``base_url``; it is never logged, shown by ``repr``, pickled, cached, or put in a judgement
+      (it is also masked, in every form, in any server or error text that echoes it). Surrounding whitespace
+      is stripped from it; a key with an invisible or control character inside is refused. Credentials in
+      ``base_url`` (``http://user:pass@host``) are sent as HTTP basic auth when there is no API key, and are
+      kept out of ``base_url``, ``repr`` and logs like the key. With neither, no ``Authorization`` header is
+      sent (``$OPENAI_API_KEY`` is never read).
 
     ``concept`` (keyword-only, required) names the target concept in the prompt.
     """
@@ -256,8 +260,8 @@ class HTTPJudge:
         return text
 
     def _auth(self, openai) -> dict:
-        """The request's ``Authorization`` header in place of the client's: none with the key (the client's own
-        ``Bearer`` is right), ``base_url``'s credentials as basic auth, else none at all."""
+        """The request's ``Authorization`` header in place of the client's: none with the key (the client's
+        own ``Bearer`` is right), ``base_url``'s credentials as basic auth, else none at all."""
         if self._api_key:
             return {}
         if self._userinfo:
@@ -343,7 +347,8 @@ class HTTPJudge:
         return Judgement(member, float(conf), desc or "(the judge gave no description)", desc)
 
     def _ask(self, messages: list[dict]) -> Judgement:
-        """The judgement of one question, or a no-judgement saying why (the ``openai`` client's retries done)."""
+        """The judgement of one question, or a no-judgement saying why (the ``openai`` client's retries
+        done)."""
         import openai
 
         def no(why: str) -> Judgement:

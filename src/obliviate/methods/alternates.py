@@ -1,10 +1,11 @@
-"""AltPO's data step: alternate answers to the forget questions, sampled from the model itself, cached on disk.
+"""AltPO's data step: alternate answers to the forget questions, sampled from the model itself, cached on
+disk.
 
 For each forget QA pair the model (before unlearning) answers its own prompt by seeded sampling at
 ``temperature``; the first of ``tries`` samples that is not the forget answer (compared lower-cased, without
 surrounding space and final punctuation) is the alternate, else the last sample. The answers are cached under
-``$OBLIVIATE_CACHE/alternates/`` by a SHA-256 of the model's weights, the tokenizer's vocabulary, the prompts, the
-forget answers and the settings, so a second run (a resumed one, another method setting) reads them back
+``$OBLIVIATE_CACHE/alternates/`` by a SHA-256 of the model's weights, the tokenizer's vocabulary, the prompts,
+the forget answers and the settings, so a second run (a resumed one, another method setting) reads them back
 instead of generating (Mekala et al. 2024 generate them once, as a dataset, before unlearning).
 """
 
@@ -37,7 +38,8 @@ def _digest(model, tokenizer, prompts: list[str], answers: list[str], settings: 
 @evaluating
 def sample_answer(model, tokenizer, prompt: str, generator: torch.Generator, temperature: float,
                   max_new_tokens: int) -> str:
-    """One answer to ``prompt`` sampled token by token from softmax(logits / temperature), cut at eos or a newline."""
+    """One answer to ``prompt`` sampled token by token from softmax(logits / temperature), cut at eos or a
+    newline."""
     dev = next(model.parameters()).device
     ids = bos_prefix(tokenizer, prompt) + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     new: list[int] = []
@@ -56,8 +58,9 @@ def sample_answer(model, tokenizer, prompt: str, generator: torch.Generator, tem
 def alternate_answers(model, tokenizer, prompts: list[str], answers: list[str], *, seed: int = 0,
                       temperature: float = 1.0, tries: int = 5, max_new_tokens: int = 32, cache: bool = True
                       ) -> list[str]:
-    """An alternate answer for each ``prompts[i]`` (the text the answer follows) unlike ``answers[i]``, by seeded
-    sampling from ``model`` (see the module docstring), read from the cache where it was made before."""
+    """An alternate answer for each ``prompts[i]`` (the text the answer follows) unlike ``answers[i]``, by
+    seeded sampling from ``model`` (see the module docstring), read from the cache where it was made
+    before."""
     settings = {"seed": seed, "temperature": temperature, "tries": tries, "max_new_tokens": max_new_tokens}
     path = cache_dir() / "alternates" / f"{_digest(model, tokenizer, prompts, answers, settings)}.json"
     if cache and path.is_file():

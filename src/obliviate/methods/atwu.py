@@ -11,8 +11,8 @@ minimise::
     w:      lam * mean_t l_t + tau * mean_t H_b(z_t) + mu * (mean_t z_t - rho)^2
     theta:  lam * mean_t l_t + alpha * L_retain,      l_t = -z_t * sg(p_t)^(e(z_t)) * CE_t
 
-with e(z) = beta(1 - z) by default. ``atwu_ga``, ``atwu_npo``, ``atwu_simnpo`` and ``atwu_idkdpo`` use the same scorer
-and w-step and replace log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss.
+with e(z) = beta(1 - z) by default. ``atwu_ga``, ``atwu_npo``, ``atwu_simnpo`` and ``atwu_idkdpo`` use the
+same scorer and w-step and replace log pi(y|x) by sum_t z_t log p(y_t|.) in their forget loss.
 
 Details: docs/methods.md, "atwu" under "Method details".
 """

@@ -1,4 +1,5 @@
-"""GradAscent (or, with alpha > 0, GradDiff) with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`):
+"""GradAscent (or, with alpha > 0, GradDiff) with ATWU's learned token weights (a reconstruction; see
+:mod:`.atwu`):
 
     L_forget = -gamma * sum_t z_t CE_t / sum_t z_t
 """

@@ -1,8 +1,8 @@
-"""IdkDPO with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`): the loser (the forget answer) has
-log pi = sum_t z_t log p(y_t|.) on policy and reference; the winner (a refusal) is unweighted.
+"""IdkDPO with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`): the loser (the forget
+answer) has log pi = sum_t z_t log p(y_t|.) on policy and reference; the winner (a refusal) is unweighted.
 
-Reference: the forget answers' per-token log p_ref(y_t) and the refusals' log pi_ref, computed once before training,
-so no frozen copy is held; a KL retain term keeps a live whole copy.
+Reference: the forget answers' per-token log p_ref(y_t) and the refusals' log pi_ref, computed once before
+training, so no frozen copy is held; a KL retain term keeps a live whole copy.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""NPO with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`): log pi = sum_t z_t log p(y_t|.) on the
-policy and, with the same z, on the reference:
+"""NPO with ATWU's learned token weights (a reconstruction; see :mod:`.atwu`): log pi = sum_t z_t log p(y_t|.)
+on the policy and, with the same z, on the reference:
 
     L_forget = -(2/beta) mean log sigmoid(-beta (log pi - log pi_ref))
 
-Reference: the forget answers' per-token log p_ref(y_t), computed once before training (z changes every step, the
-token log-probabilities do not), so no frozen copy is held; a KL retain term keeps a live whole copy.
+Reference: the forget answers' per-token log p_ref(y_t), computed once before training (z changes every step,
+the token log-probabilities do not), so no frozen copy is held; a KL retain term keeps a live whole copy.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def after_first_answer_tokens(labels: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def ceu_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """mean_t CE(softmax(sg(z_t) with z_t[y_t] = -inf), softmax(z_t)) over the N rows: logits (N, V), targets (N,)."""
+    """mean_t CE(softmax(sg(z_t) with z_t[y_t] = -inf), softmax(z_t)) over the N rows: logits (N, V), targets
+    (N,)."""
     z = at_least_float32(logits)
     masked = z.detach().clone()
     masked[torch.arange(len(targets), device=targets.device), targets] = float("-inf")

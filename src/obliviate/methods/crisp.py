@@ -1,4 +1,5 @@
-"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; read in the paper and its code).
+"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; read in the paper and its
+code).
 
 The MLP partner of EMBER::
 
@@ -8,8 +9,8 @@ The MLP partner of EMBER::
     L_reg     = mean over benign tokens and dims of (h_l(theta) - h_l(frozen))^2       (at each SAE layer)
     L_coh     = the same MSE at the last decoder layer, on coherence prompts
 
-Target text is the forget batch, benign text the retain batch, ``pre_j`` the SAE's ReLU pre-activation, and the
-features j those that fire on at least ``min_ratio`` times as many target tokens as benign ones
+Target text is the forget batch, benign text the retain batch, ``pre_j`` the SAE's ReLU pre-activation, and
+the features j those that fire on at least ``min_ratio`` times as many target tokens as benign ones
 (:func:`rank_features`). The paper uses pretrained JumpReLU SAEs; here the small TopK SAE of
 :mod:`obliviate.filtering.sae` is trained on the frozen model's residual stream at each layer (no SAE library
 that trains on a CPU is installed) — a reconstruction at tiny scale.
@@ -61,7 +62,8 @@ def feature_scores(target_counts: torch.Tensor, benign_counts: torch.Tensor) -> 
 
 def rank_features(target_counts: torch.Tensor, benign_counts: torch.Tensor, min_ratio: float = MIN_RATIO,
                   top_k: int | None = 10) -> list[int]:
-    """Features with ``t > 0`` and ``t / b >= min_ratio``, by score ``t - b`` (highest first), at most ``top_k``."""
+    """Features with ``t > 0`` and ``t / b >= min_ratio``, by score ``t - b`` (highest first), at most
+    ``top_k``."""
     if top_k is not None and top_k < 1:
         raise ConfigError(f"CRISP: top_k={top_k!r} must be >= 1")
     score, ratio = feature_scores(target_counts, benign_counts)
@@ -72,7 +74,8 @@ def rank_features(target_counts: torch.Tensor, benign_counts: torch.Tensor, min_
 
 def select_sae_features(sae, target_acts: torch.Tensor, benign_acts: torch.Tensor, min_ratio: float = MIN_RATIO,
                         top_k: int | None = 10) -> tuple[list[int], dict]:
-    """Encode target and benign activations (N, d) with ``sae`` and rank its features; returns (features, info)."""
+    """Encode target and benign activations (N, d) with ``sae`` and rank its features; returns (features,
+    info)."""
     zt, zb = sae.encode_all(target_acts), sae.encode_all(benign_acts)
     t, b = firing_counts(zt), firing_counts(zb)
     feats = rank_features(t, b, min_ratio, top_k)
@@ -81,7 +84,8 @@ def select_sae_features(sae, target_acts: torch.Tensor, benign_acts: torch.Tenso
 
 
 def train_layer_sae(acts: torch.Tensor, n_latents: int, k: int, steps: int, lr: float = 1e-3, seed: int = 0):
-    """A :class:`~obliviate.filtering.sae.TopKSAE` trained on ``acts`` (N, d) with the one training loop; frozen."""
+    """A :class:`~obliviate.filtering.sae.TopKSAE` trained on ``acts`` (N, d) with the one training loop;
+    frozen."""
 
     sae, info = train_sae(acts, n_latents, k, steps=steps, lr=lr, seed=seed, batch_size=min(256, len(acts)))
     for p in sae.parameters():
@@ -111,7 +115,8 @@ def fit_layer_saes(target: dict[int, torch.Tensor], benign: dict[int, torch.Tens
 # ------------------------------------------------------------------ loss terms
 
 def unlearn_term(sae, h: torch.Tensor, mask: torch.Tensor | None, features: Sequence[int]) -> torch.Tensor:
-    """L_unlearn at one layer: mean over valid tokens and ``features`` of ReLU(pre-activation); h (B, T, d)."""
+    """L_unlearn at one layer: mean over valid tokens and ``features`` of ReLU(pre-activation); h (B, T,
+    d)."""
     if len(features) == 0:
         return h.sum() * 0.0  # keeps the graph; no feature, nothing to push
     idx = torch.as_tensor(list(features), dtype=torch.long, device=h.device)
@@ -127,7 +132,8 @@ def reg_term(h: torch.Tensor, h_ref: torch.Tensor, mask: torch.Tensor | None) ->
 
 def crisp_terms(l_unlearn: torch.Tensor, l_reg: torch.Tensor, l_coh: torch.Tensor, beta: float = BETA,
                 gamma: float = GAMMA) -> dict[str, torch.Tensor]:
-    """Weighted terms ``{unlearn: (1-beta) Lu, reg: beta Lr, coh: beta gamma Lc}`` (they sum to the CRISP loss)."""
+    """Weighted terms ``{unlearn: (1-beta) Lu, reg: beta Lr, coh: beta gamma Lc}`` (they sum to the CRISP
+    loss)."""
     return {"unlearn": (1.0 - beta) * l_unlearn, "reg": beta * l_reg, "coh": beta * gamma * l_coh}
 
 
@@ -228,7 +234,8 @@ class CRISP(Method):
 
     def fit(self, model, tokenizer, target_texts: list[str] | None = None, benign_texts: list[str] | None = None,
             coherence_prompts: list[str] | None = None) -> dict[int, dict]:
-        """Fit SAEs and features on the (still frozen) model from texts (default: the config's); see module doc."""
+        """Fit SAEs and features on the (still frozen) model from texts (default: the config's); see module
+        doc."""
         target = list(target_texts if target_texts is not None else self.cfg.target_texts)
         benign = list(benign_texts if benign_texts is not None else self.cfg.benign_texts)
         coherence = list(coherence_prompts if coherence_prompts is not None else self.cfg.coherence_prompts)

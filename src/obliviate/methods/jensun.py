@@ -1,11 +1,12 @@
-"""JensUn: unlearning with the Jensen-Shannon divergence (Singh et al. 2025, "Unlearning That Lasts: Utility-Preserving,
-Robust, and almost Irreversible Forgetting in LLMs"; code: github.com/nmndeep/JensUn-Unlearning).
+"""JensUn: unlearning with the Jensen-Shannon divergence (Singh et al. 2025, "Unlearning That Lasts:
+Utility-Preserving, Robust, and almost Irreversible Forgetting in LLMs"; code:
+github.com/nmndeep/JensUn-Unlearning).
 
     L = lambda_F * mean_t JSD(p_theta(. | x_f, r_<t) || e_{r_t})   on the forget questions x_f answered with a refusal r
       + lambda_R * mean_t JSD(p_theta(. | x_r, y_<t) || p_theta0(. | x_r, y_<t))   on the retain answers
 
-with JSD(p || q) = 1/2 KL(p || m) + 1/2 KL(q || m), m = (p + q) / 2, in nats (bounded by log 2), and e_r the one-hot
-distribution on the refusal's next token.
+with JSD(p || q) = 1/2 KL(p || m) + 1/2 KL(q || m), m = (p + q) / 2, in nats (bounded by log 2), and e_r the
+one-hot distribution on the refusal's next token.
 
 Details: docs/methods.md, "jensun" under "Method details".
 """

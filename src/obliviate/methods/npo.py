@@ -7,8 +7,8 @@ with log pi the sum of answer-token log-probabilities; total
 gamma = alpha = 1 (docs/methods.md).
 
 log pi_ref depends only on the fixed forget sequences, so it is computed once before training
-(:func:`obliviate.unlearning.reference.reference_logprobs`) and no reference copy is held; with ``retain="kl"``
-the retain term needs the reference's whole distributions, and a live frozen copy is kept.
+(:func:`obliviate.unlearning.reference.reference_logprobs`) and no reference copy is held; with
+``retain="kl"`` the retain term needs the reference's whole distributions, and a live frozen copy is kept.
 
 Presets: tiny lr 3e-4, 50 steps (world seed 0, docs/results.md); paper lr 1e-5, 125 steps
 (TOFU: 10 epochs of forget10 at batch 32), beta = 0.1.
@@ -46,7 +46,8 @@ class NPO(Method):
                "run's lr over its preset's; steps fixed (tune searches them)")
 
     def cached_reference_keys(self) -> tuple[str, ...]:
-        """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain term)."""
+        """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain
+        term)."""
         return () if self.cfg.retain == "kl" else ("forget",)
 
     def loss(self, model, batch, ref) -> dict:

@@ -1,5 +1,5 @@
-"""``probe_unlearn_single``: the single-layer ablation of ``probe_unlearn`` (:mod:`.probe_unlearn`; a reconstruction of
-Atil, Gupta, Passonneau 2026): the same probe loss at one layer, by default n_layers // 2.
+"""``probe_unlearn_single``: the single-layer ablation of ``probe_unlearn`` (:mod:`.probe_unlearn`; a
+reconstruction of Atil, Gupta, Passonneau 2026): the same probe loss at one layer, by default n_layers // 2.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""RepNoise: Representation Noising (Rosati et al. 2024, NeurIPS, "Representation Noising: A Defence Mechanism Against
-Harmful Finetuning", arXiv:2405.14577; code: github.com/domenicrosati/representation-noising).
+"""RepNoise: Representation Noising (Rosati et al. 2024, NeurIPS, "Representation Noising: A Defence Mechanism
+Against Harmful Finetuning", arXiv:2405.14577; code: github.com/domenicrosati/representation-noising).
 
     L = L_retain(theta) - alpha * L_forget(theta) + beta * sum_l MMD^2(h_l(x_f), z_l),   z_l ~ N(0, I)
 
-L_retain / L_forget = mean NLL of the retain / forget answers (``ascent="log"``: log(1 + the forget NLL), as the
-authors' code bounds it), h_l(x_f) = the output of decoder layer l on the forget sequences, and MMD^2 the biased
-estimate with a Gaussian multi-kernel.
+L_retain / L_forget = mean NLL of the retain / forget answers (``ascent="log"``: log(1 + the forget NLL), as
+the authors' code bounds it), h_l(x_f) = the output of decoder layer l on the forget sequences, and MMD^2 the
+biased estimate with a Gaussian multi-kernel.
 
 Details: docs/methods.md, "repnoise" under "Method details".
 """
@@ -27,7 +27,8 @@ KERNELS, KERNEL_MUL = 5, 2.0
 
 
 def mmd_gaussian(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Biased MMD^2 between the rows of ``x`` and ``y`` (n, D) with the multi-bandwidth Gaussian kernel above."""
+    """Biased MMD^2 between the rows of ``x`` and ``y`` (n, D) with the multi-bandwidth Gaussian kernel
+    above."""
     total = at_least_float32(torch.cat([x, y]))
     sq = (total * total).sum(1)
     d2 = (sq[:, None] + sq[None, :] - 2 * total @ total.T).clamp(min=0)  # no sqrt: a finite gradient at distance 0
@@ -39,7 +40,8 @@ def mmd_gaussian(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def noise_like(states: dict[int, torch.Tensor], seed: int) -> dict[int, torch.Tensor]:
-    """N(0, I) samples shaped as each layer's states, drawn in layer order from a generator seeded with ``seed``."""
+    """N(0, I) samples shaped as each layer's states, drawn in layer order from a generator seeded with
+    ``seed``."""
     g = torch.Generator().manual_seed(seed)
     return {l: torch.randn(h.shape, generator=g, dtype=torch.float32).to(h.device) for l, h in sorted(states.items())}
 

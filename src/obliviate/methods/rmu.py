@@ -1,4 +1,5 @@
-"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP); Adaptive RMU is :mod:`.adaptive_rmu`.
+"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP); Adaptive RMU is
+:mod:`.adaptive_rmu`.
 
 At decoder layer l:
 
@@ -94,8 +95,8 @@ def mean_token_norm(h: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def hidden_norm(ref, batch: dict, layer: int, mask: torch.Tensor | None) -> float:
-    """The frozen model's mean token norm of layer ``layer``'s output on ``batch``: what the RMU family's steering
-    coefficient is measured against (RMU's ``coef_norm``, Adaptive RMU's ``beta``)."""
+    """The frozen model's mean token norm of layer ``layer``'s output on ``batch``: what the RMU family's
+    steering coefficient is measured against (RMU's ``coef_norm``, Adaptive RMU's ``beta``)."""
     with torch.no_grad():
         return float(mean_token_norm(ref.hidden(batch, layer), mask))
 

@@ -1,6 +1,6 @@
-"""SAM unlearning: sharpness-aware minimisation of the forget loss (Fan et al. 2025, ICML, "Towards LLM Unlearning
-Resilient to Relearning Attacks: A Sharpness-Aware Minimization Perspective and Beyond", arXiv:2502.05374; code:
-github.com/OPTML-Group/Unlearn-Smooth, whose public copy holds only its README).
+"""SAM unlearning: sharpness-aware minimisation of the forget loss (Fan et al. 2025, ICML, "Towards LLM
+Unlearning Resilient to Relearning Attacks: A Sharpness-Aware Minimization Perspective and Beyond",
+arXiv:2502.05374; code: github.com/OPTML-Group/Unlearn-Smooth, whose public copy holds only its README).
 
     min_theta  max_{||delta|| <= rho}  gamma * l_f(theta + delta)  +  alpha * l_r(theta)
 
@@ -38,8 +38,9 @@ PAPER = ("Fan et al. 2025, Towards LLM Unlearning Resilient to Relearning Attack
 
 
 def sam_forget_term(loss_fn, model, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(term, loss at theta + delta*)``: ``term`` has the value of ``loss_fn(model)`` at the SAM-perturbed weights
-    theta + rho g/||g|| (g its gradient at theta) and that value's gradient, to be applied at theta."""
+    """``(term, loss at theta + delta*)``: ``term`` has the value of ``loss_fn(model)`` at the
+    SAM-perturbed weights theta + rho g/||g|| (g its gradient at theta) and that value's gradient, to be
+    applied at theta."""
     params = trained_params(model)
     g = torch.autograd.grad(loss_fn(model), params, allow_unused=True)
     g = [torch.zeros_like(p) if x is None else x for p, x in zip(params, g)]

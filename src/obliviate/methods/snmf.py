@@ -90,8 +90,8 @@ def snmf_update_F(A: torch.Tensor, G: torch.Tensor, m: int, ridge: float = 1e-6)
 
 def snmf_factorize(A: torch.Tensor, K: int, sparsity: float = 0.01, n_iter: int = 200, seed: int = 42,
                    ridge: float = 1e-6, eps: float = SNMF_EPS) -> SNMFResult:
-    """Semi-NMF ``A (d, n) ~ F (d, K) G^T`` with sparse F and G >= 0 (docs/methods.md, "snmf"); deterministic per
-    seed."""
+    """Semi-NMF ``A (d, n) ~ F (d, K) G^T`` with sparse F and G >= 0 (docs/methods.md, "snmf"); deterministic
+    per seed."""
     if not isinstance(A, torch.Tensor) or A.dim() != 2:
         raise DataError(f"SNMF: A must be a 2-D tensor (d_mlp x n), got {getattr(A, 'shape', type(A))}")
     d, n = A.shape
@@ -207,7 +207,8 @@ def snmf_support(f: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def edit_mlp_feature(model: nn.Module, layer: int, f: torch.Tensor, delta: float, edit_up: bool = True) -> list[int]:
-    """Project feature ``f`` out of layer ``layer``'s MLP with strength delta (module docstring); returns S."""
+    """Project feature ``f`` out of layer ``layer``'s MLP with strength delta (module docstring); returns
+    S."""
 
     if not math.isfinite(float(delta)):
         raise ConfigError(f"SNMF: delta={delta!r} must be a finite number")

@@ -2,15 +2,16 @@
 arXiv:2408.00761, ICLR 2025; code: github.com/rishub-tamirisa/tamper-resistance, ``tar_training_loop`` in
 modules/training.py, 0392cbb).
 
-First-order meta-learning against simulated fine-tuning attacks. Each outer step, for each of ``attacks`` sampled
-adversaries a (learning rate lr_a from ``attack_lrs``, data: the forget batch with probability ``forget_attack_share``,
-else the retain batch, i.e. a benign fine-tune):
+First-order meta-learning against simulated fine-tuning attacks. Each outer step, for each of ``attacks``
+sampled adversaries a (learning rate lr_a from ``attack_lrs``, data: the forget batch with probability
+``forget_attack_share``, else the retain batch, i.e. a benign fine-tune):
 
     theta_a,0 = theta;  theta_a,k = AdamW step at lr_a on NLL(attack data; theta_a,k-1),  k = 1..K
     g_TR = lambda_TR / (attacks * K) * sum_a sum_k grad L_TR(x_f; theta_a,k)        (evaluated at the adapted weights)
     update direction = g_TR + alpha * grad L_retain(x_r; theta)                      (applied at theta)
 
-with L_TR = -mean_t H(p_theta(. | x_f, y_<t)) over the forget answer positions (the adapted model's negative entropy).
+with L_TR = -mean_t H(p_theta(. | x_f, y_<t)) over the forget answer positions (the adapted model's negative
+entropy).
 
 Details: docs/methods.md, "tar" under "Method details".
 """
@@ -83,7 +84,8 @@ class TAR(Method):
                "fine-tuning run's lr over its preset's; steps fixed")
 
     def sample_attacks(self, step: int) -> list[tuple[float, str]]:
-        """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed + step."""
+        """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed +
+        step."""
         rng = random.Random(self.cfg.seed + step)
         return [(rng.choice(self.cfg.attack_lrs), "forget" if rng.random() < self.cfg.forget_attack_share else "retain")
                 for _ in range(self.cfg.attacks)]

@@ -1,9 +1,9 @@
-"""UNDO: Unlearn-Noise-Distill-on-Outputs (Lee et al. 2025, "Distillation Robustifies Unlearning", NeurIPS 2025,
-arXiv:2506.06278; code: github.com/AddieFoote/distillation-robustify-unlearning).
+"""UNDO: Unlearn-Noise-Distill-on-Outputs (Lee et al. 2025, "Distillation Robustifies Unlearning", NeurIPS
+2025, arXiv:2506.06278; code: github.com/AddieFoote/distillation-robustify-unlearning).
 
-One run in three stages, over the run's ``steps``: **unlearn** with a base method (GradDiff by default, or NPO) for
-the first ``round((1 - distill_frac) * steps)`` steps; **noise** once, at the switch: the unlearned model becomes
-the frozen teacher, and the student starts from
+One run in three stages, over the run's ``steps``: **unlearn** with a base method (GradDiff by default, or
+NPO) for the first ``round((1 - distill_frac) * steps)`` steps; **noise** once, at the switch: the unlearned
+model becomes the frozen teacher, and the student starts from
 
     theta_s = (1 - alpha) * theta_u + alpha * beta * eps,     eps Xavier-uniform for matrices, 0 for vectors
 
@@ -30,7 +30,8 @@ from obliviate.unlearning.objectives import (forward_logits, mean_labelled_nll, 
 
 
 def perturb(params: list[torch.Tensor], alpha: float, beta: float, seed: int) -> None:
-    """theta <- (1 - alpha) theta + alpha beta eps, in place: eps Xavier-uniform for matrices, 0 for vectors."""
+    """theta <- (1 - alpha) theta + alpha beta eps, in place: eps Xavier-uniform for matrices, 0 for
+    vectors."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in params:

@@ -1,7 +1,8 @@
 """Models and tokenizers: building, loading/saving, and model-agnostic access to their parts.
 
 - :mod:`.tokenizer`: byte-level BPE tokenizers (train/save, pad policy, offsets convention).
-- :mod:`.builders`: tiny Llama models we pretrain (``SIZES``), tiny random models of other architectures for tests.
+- :mod:`.builders`: tiny Llama models we pretrain (``SIZES``), tiny random models of other architectures for
+  tests.
 - :mod:`.load`: load/save causal LMs (safetensors only) and load their tokenizers; local paths vs hub ids.
 - :mod:`.layers`: decoder layers, MLP projections, embeddings, hidden-state capture, truncated forward.
 """

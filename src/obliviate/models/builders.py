@@ -34,7 +34,8 @@ ARCHS = ("llama", "gpt2", "gemma2", "qwen2", "mistral", "gptneox")
 
 
 def default_d_ff(d_model: int) -> int:
-    """Llama's MLP width for a gated MLP: 8/3 of ``d_model`` (same params as a 4x plain MLP), rounded up to 16."""
+    """Llama's MLP width for a gated MLP: 8/3 of ``d_model`` (same params as a 4x plain MLP), rounded up to
+    16."""
     return 16 * math.ceil(8 * d_model / 3 / 16)
 
 
@@ -128,7 +129,8 @@ class TinyModelConfig:
 
     @classmethod
     def of_size(cls, size: str, **fields) -> "TinyModelConfig":
-        """A named size of :data:`SIZES` (``"tiny"``) or ``"<layers>x<width>"`` (:func:`parse_size`), and ``fields``."""
+        """A named size of :data:`SIZES` (``"tiny"``) or ``"<layers>x<width>"`` (:func:`parse_size`), and
+        ``fields``."""
         if size in SIZES:
             return cls(**{**SIZES[size], **fields})
         n_layer, d_model, n_head = parse_size(size)

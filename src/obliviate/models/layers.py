@@ -226,7 +226,8 @@ def param_names_for(model: nn.Module, what: str, layers: Sequence[int]) -> list[
 
 
 def param_names_matching(model: nn.Module, patterns: str | Sequence[str]) -> list[str]:
-    """Parameter names of ``model`` matching any of the ``fnmatch`` ``patterns``; ConfigError if none match."""
+    """Parameter names of ``model`` matching any of the ``fnmatch`` ``patterns``; ConfigError if none
+    match."""
     if isinstance(patterns, str):
         patterns = [patterns]
     names = [n for n, _ in model.named_parameters() if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
@@ -249,7 +250,8 @@ def output_embeddings(model: nn.Module) -> nn.Module | None:
 
 
 def embeddings_tied(model: nn.Module) -> bool:
-    """True if the input embedding and ``lm_head`` share one weight tensor (checked by storage, not config)."""
+    """True if the input embedding and ``lm_head`` share one weight tensor (checked by storage, not
+    config)."""
     out = output_embeddings(model)
     if out is None:
         return False
@@ -261,12 +263,12 @@ def logits_at(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.T
               positions: torch.Tensor) -> torch.Tensor:
     """Logits only at the (B, T) boolean ``positions``: (N, V), N = positions.sum().
 
-    Runs the decoder body and applies the unembedding to the selected final hidden states
-    only, which saves the ``lm_head`` cost of every unselected position (for a tiny model with
-    a 4k vocabulary that is a third of the step). Models whose logits are not a plain linear
-    map of the last hidden state (Gemma-2's final soft-capping, no ``lm_head``, or not a transformers model) fall back
-    to the full forward, so the result is always equal to ``model(...).logits[positions]``; so does a
-    model sharded by FSDP2, whose root (embeddings, head) is gathered only by the whole model's forward.
+    Runs the decoder body and applies the unembedding to the selected final hidden states only, which saves
+    the ``lm_head`` cost of every unselected position (for a tiny model with a 4k vocabulary that is a third
+    of the step). Models whose logits are not a plain linear map of the last hidden state (Gemma-2's final
+    soft-capping, no ``lm_head``, or not a transformers model) fall back to the full forward, so the result is
+    always equal to ``model(...).logits[positions]``; so does a model sharded by FSDP2, whose root
+    (embeddings, head) is gathered only by the whole model's forward.
     """
     m = unwrap(model)
     head = m.get_output_embeddings() if hasattr(m, "get_output_embeddings") else None
@@ -292,10 +294,11 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
     """Count the passes through ``models`` inside the block: ``{"forwards", "backwards", "forward_tokens",
     "backward_tokens"}`` (tokens: the rows times positions of each pass, padding included).
 
-    A forward is a call that enters a model's first decoder layer (a truncated forward, as RMU's to its layer, counts
-    as one); a backward is a forward through whose decoder layers a gradient flowed back (counted once per forward,
-    however many layers it reached). The same module given twice is counted once; a copy made inside the block (a
-    distillation teacher) is counted with its original. Hooks are removed on exit (a copy's go quiet)."""
+    A forward is a call that enters a model's first decoder layer (a truncated forward, as RMU's to its layer,
+    counts as one); a backward is a forward through whose decoder layers a gradient flowed back (counted once
+    per forward, however many layers it reached). The same module given twice is counted once; a copy made
+    inside the block (a distillation teacher) is counted with its original. Hooks are removed on exit (a
+    copy's go quiet)."""
     counts = {"forwards": 0, "backwards": 0, "forward_tokens": 0, "backward_tokens": 0}
     handles, seen, reached = [], set(), set()
     current = {"pass": 0, "tokens": 0, "on": True}
@@ -363,7 +366,8 @@ def capture_hidden(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int
 
 @contextlib.contextmanager
 def capture_mlp_activations(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
-    """Like :func:`capture_hidden`, for MLP activations: ``{l: input of the down-projection (B, T, d_ff)}``."""
+    """Like :func:`capture_hidden`, for MLP activations: ``{l: input of the down-projection (B, T,
+    d_ff)}``."""
     layers = _check_layers(model, layers)
     captured: dict[int, torch.Tensor] = {}
     handles = []
@@ -390,7 +394,8 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def evaluating(fn):
-    """Decorator: ``fn(model, ...)`` runs with ``model`` (its first argument) in eval mode (:func:`eval_mode`)."""
+    """Decorator: ``fn(model, ...)`` runs with ``model`` (its first argument) in eval mode
+    (:func:`eval_mode`)."""
     @functools.wraps(fn)
     def run(model, *args, **kwargs):
         with eval_mode(model):
@@ -453,7 +458,8 @@ def states_over_batches(model: nn.Module, batches, layers: Sequence[int], *, at:
 
 
 class _Dropped(nn.Module):
-    """What stands in a :func:`prefix_copy` for a decoder layer above its last one, and for the output head."""
+    """What stands in a :func:`prefix_copy` for a decoder layer above its last one, and for the output
+    head."""
 
     def __init__(self, last: int):
         super().__init__()
@@ -466,9 +472,10 @@ class _Dropped(nn.Module):
 
 def prefix_copy(model: nn.Module, last: int) -> nn.Module:
     """A frozen deep copy of ``model`` (eval mode, no gradients) that holds the embeddings and decoder layers
-    ``0..last`` only: the layers above and the output head are left out, each a placeholder that refuses to run.
-    It gives :func:`hidden_states_at` of layers up to ``last`` exactly as ``model`` does, in ``(last + 1) / L``
-    of the decoder layers' memory (a method that reads only a layer's frozen hidden states, as RMU does)."""
+    ``0..last`` only: the layers above and the output head are left out, each a placeholder that refuses to
+    run. It gives :func:`hidden_states_at` of layers up to ``last`` exactly as ``model`` does, in ``(last + 1)
+    / L`` of the decoder layers' memory (a method that reads only a layer's frozen hidden states, as RMU
+    does)."""
     check_layer(model, last)
     stand_in = _Dropped(last)
     memo: dict = {id(m): stand_in for m in list(decoder_layers(model))[last + 1:]}
@@ -490,7 +497,8 @@ def hidden_states_at(
     stop_after: int | None = None,
     **forward_kwargs,
 ) -> dict[int, torch.Tensor]:
-    """Hidden states ``{l: (B, T, d_model)}`` of ``layers``, running the model only up to layer ``stop_after``.
+    """Hidden states ``{l: (B, T, d_model)}`` of ``layers``, running the model only up to layer
+    ``stop_after``.
 
     ``stop_after`` defaults to ``max(layers)``; layers after it, the final norm and the
     ``lm_head`` are never computed (a forward hook on layer ``stop_after`` ends the pass).

@@ -1,11 +1,11 @@
-"""Load and save causal LMs and their tokenizers, and the checks of a model directory before any weight is read.
-Weights are read and written as safetensors only; pickled checkpoints (``pytorch_model.bin``) are refused, never
-unpickled.
+"""Load and save causal LMs and their tokenizers, and the checks of a model directory before any weight is
+read. Weights are read and written as safetensors only; pickled checkpoints (``pytorch_model.bin``) are
+refused, never unpickled.
 
 A name is looked up on the hub only when it could be a hub id (``"gpt2"``, ``"org/name"``: one slash at most,
-letters, digits, ``-``, ``_``, ``.``) and nothing of that name is on disk. Anything else (``./runs/x``, ``/abs``,
-``~/m``, ``runs/a/b``, ``my model``) is a local path, and a missing one fails at once as a missing local directory
-instead of as a failed download (:func:`is_local`)."""
+letters, digits, ``-``, ``_``, ``.``) and nothing of that name is on disk. Anything else (``./runs/x``,
+``/abs``, ``~/m``, ``runs/a/b``, ``my model``) is a local path, and a missing one fails at once as a missing
+local directory instead of as a failed download (:func:`is_local`)."""
 
 from __future__ import annotations
 
@@ -218,17 +218,18 @@ def _non_finite_key(obj, prefix: str = "") -> str | None:
 
 
 def check_model_path(name_or_path: str | os.PathLike) -> None:
-    """The checks :func:`load_model` makes of a local model directory (it exists, holds a valid config.json and
-    safetensors weights), without loading it: run before the model's own tokenizer is read from it, so that a
-    mistyped model path is named as the model's, not as a missing tokenizer directory. A hub id passes."""
+    """The checks :func:`load_model` makes of a local model directory (it exists, holds a valid config.json
+    and safetensors weights), without loading it: run before the model's own tokenizer is read from it, so
+    that a mistyped model path is named as the model's, not as a missing tokenizer directory. A hub id
+    passes."""
     if is_local(str(name_or_path)):
         check_model_dir(name_or_path)
 
 
 def check_model_dir(path: str | os.PathLike) -> Path:
     """A local model directory checked without reading its weights: it exists and is a directory, its
-    ``config.json`` parses and holds finite numbers, positive sizes and special-token ids inside its vocabulary
-    (:func:`bad_config_field`), and it holds safetensors weights; else one ModelError line."""
+    ``config.json`` parses and holds finite numbers, positive sizes and special-token ids inside its
+    vocabulary (:func:`bad_config_field`), and it holds safetensors weights; else one ModelError line."""
     return _check_model_dir(Path(path))
 
 
@@ -264,13 +265,14 @@ def _check_model_dir(path: Path) -> Path:
 
 
 def save_model(model, directory: str | os.PathLike, tokenizer=None) -> Path:
-    """Save ``model`` (config + safetensors weights), and ``tokenizer`` if given, as ``directory``; returns it.
+    """Save ``model`` (config + safetensors weights), and ``tokenizer`` if given, as ``directory``; returns
+    it.
 
     The files are written into a new folder beside ``directory`` that then replaces it as a whole
-    (:func:`obliviate.utils.staging_dir`, :func:`~obliviate.utils.replace_dir`): an interrupted save leaves the
-    earlier ``directory`` as it was, no old file survives among the new ones, and nothing is written
-    through a link (a ``directory`` that is a symbolic link under a run directory, e.g. to the input model,
-    is refused before anything is written).
+    (:func:`obliviate.utils.staging_dir`, :func:`~obliviate.utils.replace_dir`): an interrupted save leaves
+    the earlier ``directory`` as it was, no old file survives among the new ones, and nothing is written
+    through a link (a ``directory`` that is a symbolic link under a run directory, e.g. to the input model, is
+    refused before anything is written).
 
     A peft model saves only its adapter; merge it first (``merge_and_unload()``) to save full weights.
     """
@@ -299,8 +301,8 @@ def load_model_and_tokenizer(
     adapter: str | os.PathLike | None = None,
 ):
     """``(model, tokenizer)`` from one directory (or hub id); the tokenizer may live elsewhere; ``adapter`` as
-    :func:`load_model` takes it. The model's path is checked before its tokenizer is read, so a mistyped path is
-    named as the model's.
+    :func:`load_model` takes it. The model's path is checked before its tokenizer is read, so a mistyped path
+    is named as the model's.
 
     Applies :func:`ensure_pad_token` with ``pad_policy`` and copies the pad id into
     ``model.config.pad_token_id`` when the config has none. Raises ModelError if the
@@ -418,14 +420,15 @@ def _stat_errno(path: str) -> int | None:
 
 
 def is_local(s: str) -> bool:
-    """Whether ``s`` names something on disk or can only be a path (see the module doc); False means: a hub id."""
+    """Whether ``s`` names something on disk or can only be a path (see the module doc); False means: a hub
+    id."""
     return os.path.lexists(s) or not could_be_hub_id(s) or _stat_errno(s) not in (None, errno.ENOENT)
 
 
 def hub_model_missing(name: str, allow_hub: bool = False) -> str | None:
-    """Why the hub model ``name`` cannot be had, for ``f"... {name!r} is ... and {reason}"``, else None: it is in
-    the local hub cache (its ``config.json``; no network), or with ``allow_hub`` the hub holds it (one request;
-    ``HF_HUB_OFFLINE=1`` asks nothing)."""
+    """Why the hub model ``name`` cannot be had, for ``f"... {name!r} is ... and {reason}"``, else None: it is
+    in the local hub cache (its ``config.json``; no network), or with ``allow_hub`` the hub holds it (one
+    request; ``HF_HUB_OFFLINE=1`` asks nothing)."""
     import huggingface_hub
 
     try:
@@ -462,8 +465,9 @@ def one_line(e: BaseException) -> str:
 
 
 def is_config_field_error(e: BaseException) -> bool:
-    """Whether ``e`` is transformers' check of a config.json field (huggingface_hub's ``StrictDataclassError``,
-    e.g. a string ``hidden_size``), which loading a model *or its tokenizer* may raise."""
+    """Whether ``e`` is transformers' check of a config.json field (huggingface_hub's
+    ``StrictDataclassError``, e.g. a string ``hidden_size``), which loading a model *or its tokenizer* may
+    raise."""
     return any(c.__name__ == "StrictDataclassError" for c in type(e).__mro__)
 
 

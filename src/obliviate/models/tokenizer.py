@@ -126,11 +126,12 @@ def pad_id(tok) -> int:
 
 
 def adds_bos(tok) -> bool:
-    """Whether sequences for ``tok``'s models start with its bos token: True when the tokenizer adds bos itself
-    when encoding (Llama, Gemma, Mistral: ``tok(x)`` starts with bos where ``tok(x, add_special_tokens=False)``
-    does not) and for obliviate's own tokenizers (:func:`train_tokenizer`, which add nothing but whose models
-    are always trained with bos first); False for tokenizers that add none (GPT-2, Pythia, Qwen), as
-    lm-evaluation-harness and the models' own training do (docs/evaluation.md, "Tokenisation")."""
+    """Whether sequences for ``tok``'s models start with its bos token: True when the tokenizer adds bos
+    itself when encoding (Llama, Gemma, Mistral: ``tok(x)`` starts with bos where ``tok(x,
+    add_special_tokens=False)`` does not) and for obliviate's own tokenizers (:func:`train_tokenizer`, which
+    add nothing but whose models are always trained with bos first); False for tokenizers that add none
+    (GPT-2, Pythia, Qwen), as lm-evaluation-harness and the models' own training do (docs/evaluation.md,
+    "Tokenisation")."""
     bos = tok.bos_token_id
     if bos is None:
         return False
@@ -142,9 +143,9 @@ def adds_bos(tok) -> bool:
 
 
 def bos_prefix(tok, text: str | None = None, *, adds: bool | None = None) -> list[int]:
-    """The ids to put before ``text``'s tokens: ``[bos]`` where :func:`adds_bos` (or ``adds``, computed once by a
-    caller encoding many texts), else ``[]``; ``[]`` also when ``text`` already starts with the bos token's string
-    (a chat template that writes it), so bos is never doubled."""
+    """The ids to put before ``text``'s tokens: ``[bos]`` where :func:`adds_bos` (or ``adds``, computed once
+    by a caller encoding many texts), else ``[]``; ``[]`` also when ``text`` already starts with the bos
+    token's string (a chat template that writes it), so bos is never doubled."""
     if text is not None and tok.bos_token and text.startswith(tok.bos_token):
         return []
     return [tok.bos_token_id] if (adds_bos(tok) if adds is None else adds) else []

@@ -40,8 +40,8 @@ imports every module of :mod:`obliviate.papers`; a recipe folder's ``__init__`` 
 
 
 def recipe(name: str, config_cls: type, description: str, render: Callable):
-    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass; ``render(results, out)``
-    writes the report and plots from ``results.json`` alone (``--render-only``)."""
+    """Register ``run(cfg, out, progress)`` as recipe ``name`` with its config dataclass; ``render(results,
+    out)`` writes the report and plots from ``results.json`` alone (``--render-only``)."""
 
     def deco(fn):
         RECIPES.add(name, Recipe(config_cls, fn, description, render))
@@ -51,14 +51,15 @@ def recipe(name: str, config_cls: type, description: str, render: Callable):
 
 
 def as_results(cfg, **parts) -> dict:
-    """What ``results.json`` will hold (config as a dict, and ``parts``), JSON-cleaned as it is written, so that a
-    report rendered from it during the run is the one ``--render-only`` renders from the file."""
+    """What ``results.json`` will hold (config as a dict, and ``parts``), JSON-cleaned as it is written, so
+    that a report rendered from it during the run is the one ``--render-only`` renders from the file."""
     payload = {"seed": cfg.seed, "config": dataclasses.asdict(cfg), **parts}
     return json.loads(json.dumps(_clean(payload), sort_keys=True))  # as atomic_write_json writes it
 
 
 def render_only(name: str, out) -> None:
-    """Re-render recipe ``name``'s ``report.md`` (and plots) in ``out`` from ``out/results.json``, training nothing."""
+    """Re-render recipe ``name``'s ``report.md`` (and plots) in ``out`` from ``out/results.json``, training
+    nothing."""
     get_recipe(name)
     path = Path(out) / "results.json"
     if not path.is_file():
@@ -116,7 +117,8 @@ class Claim:
     """One sentence saying whether, and why, our result agrees."""
 
     def agreement(self) -> str:
-        """``agrees``, ``disagrees`` or ``not testable here`` (a claim's word; "verdict" is the attacks' rule alone)."""
+        """``agrees``, ``disagrees`` or ``not testable here`` (a claim's word; "verdict" is the attacks' rule
+        alone)."""
         return {True: "agrees", False: "disagrees", None: "not testable here"}[self.agrees]
 
 

@@ -1,9 +1,9 @@
 """The one attack run, which ``obliviate attack`` (:mod:`obliviate.cli.attack`) and ``obliviate.attack``
 (:mod:`obliviate.api`) call: the settings (:func:`attack_settings`), the negative control
 (:func:`negative_control_input`), the checks that need no model (:func:`check_attack_inputs`), then
-:func:`run_attack`: the attacks on the model, on the negative control and, for the verdict, on the base model and the
-positive controls built from it. What it has to say goes to the ``obliviate`` loggers (the command line shows them as
-its ``obliviate: ...`` lines)."""
+:func:`run_attack`: the attacks on the model, on the negative control and, for the verdict, on the base model
+and the positive controls built from it. What it has to say goes to the ``obliviate`` loggers (the command
+line shows them as its ``obliviate: ...`` lines)."""
 
 from __future__ import annotations
 
@@ -77,9 +77,9 @@ class AttackRunConfig:
 
 def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None,
                     attacks: str | None = None, base: dict | None = None) -> AttackRunConfig:
-    """The run's settings, each key once: the dataclass defaults, ``base`` (the API's keywords), ``seed`` at every
-    seed of the run, the attacks named by ``attacks`` (``"relearn,probe"``, ``"all"``; an unknown name fails in one
-    line), then ``config_file`` and the dotted ``overrides``."""
+    """The run's settings, each key once: the dataclass defaults, ``base`` (the API's keywords), ``seed`` at
+    every seed of the run, the attacks named by ``attacks`` (``"relearn,probe"``, ``"all"``; an unknown name
+    fails in one line), then ``config_file`` and the dotted ``overrides``."""
     given = deep_merge(base or {}, {"seed": seed, "attacks": {"seed": seed, "relearn": {"seed": seed}}})
     if attacks:
         given = deep_merge(given, {"attacks": {"select": attack_names(attacks)}})
@@ -89,13 +89,13 @@ def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None
 def negative_control_input(model: str | None, *, base: str | None = None, base_untrained: str | None = None,
                            oracle: str | None = None, control: str | None = None,
                            allow_hub: bool = False) -> tuple[str | None, str]:
-    """``(the model the negative control is made from, control kind)``. ``oracle`` (``--oracle DIR``) is the control
-    itself (kind ``oracle``). Otherwise the model before it was taught the task is ``base_untrained``, else the
-    finetune input named by the model cards of ``base`` or ``model``, checked there (a card naming a model that
-    cannot be found fails in one line naming the card, before anything is loaded or written:
-    :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``); without ``control`` the negative
-    control is that model fine-tuned on the retain data (``retain-finetune``) where it is known, else there is none;
-    ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
+    """``(the model the negative control is made from, control kind)``. ``oracle`` (``--oracle DIR``) is the
+    control itself (kind ``oracle``). Otherwise the model before it was taught the task is ``base_untrained``,
+    else the finetune input named by the model cards of ``base`` or ``model``, checked there (a card naming a
+    model that cannot be found fails in one line naming the card, before anything is loaded or written:
+    :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``); without ``control`` the
+    negative control is that model fine-tuned on the retain data (``retain-finetune``) where it is known, else
+    there is none; ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
     if oracle:
         if control or base_untrained:
             raise ConfigError("--oracle is the negative control: give it without --control and --base-untrained")
@@ -119,9 +119,9 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
 
 def check_attack_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind: str, *,
                         control: str | None = None) -> str:
-    """The checks that need no model, in order; returns the control kind, ``untaught`` where a default retain-only
-    control has no retain data to fine-tune on (said in one line). ``control``: the kind asked for (None: the
-    default)."""
+    """The checks that need no model, in order; returns the control kind, ``untaught`` where a default
+    retain-only control has no retain data to fine-tune on (said in one line). ``control``: the kind asked for
+    (None: the default)."""
     if kind == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
         fine_tune_config({}, cfg.control_finetune)
         if not has_retain_data(task, control):
@@ -151,16 +151,17 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                base: str | None = None, untrained: str | None = None, kind: str = NO_CONTROL,
                load_control: Callable[[str], tuple] | None = None, control: str | None = None,
                fingerprint: dict | None = None, progress: bool = False) -> dict:
-    """The attacks of ``cfg`` on ``model``, on the negative control (``untrained`` as ``kind`` says: fine-tuned on the
-    retain data, as it is, or the oracle itself) and, with ``base`` and a negative control, on ``base`` and the
-    positive controls built from it, with the verdict. Models are named (a directory, a hub id, or any name ``load``
-    knows) and loaded one at a time: ``load(name) -> (model, tokenizer)`` for ``model`` and ``base``,
-    ``load_control`` (default ``load``) for the negative control. ``control``: the kind asked for (None: the
-    default). Given ``out``, the run directory: relearning checkpoints (a rerun with the same ``fingerprint`` of the
-    inputs, config and data resumes them), the relearning plot and ``results.json``.
+    """The attacks of ``cfg`` on ``model``, on the negative control (``untrained`` as ``kind`` says:
+    fine-tuned on the retain data, as it is, or the oracle itself) and, with ``base`` and a negative control,
+    on ``base`` and the positive controls built from it, with the verdict. Models are named (a directory, a
+    hub id, or any name ``load`` knows) and loaded one at a time: ``load(name) -> (model, tokenizer)`` for
+    ``model`` and ``base``, ``load_control`` (default ``load``) for the negative control. ``control``: the
+    kind asked for (None: the default). Given ``out``, the run directory: relearning checkpoints (a rerun with
+    the same ``fingerprint`` of the inputs, config and data resumes them), the relearning plot and
+    ``results.json``.
 
-    Returns ``metrics`` (the model's, with the negative control's readout), ``negative_control`` (its metrics or
-    None), ``verdict`` (None without one), ``no_verdict`` (the line that says what gives one, or None),
+    Returns ``metrics`` (the model's, with the negative control's readout), ``negative_control`` (its metrics
+    or None), ``verdict`` (None without one), ``no_verdict`` (the line that says what gives one, or None),
     ``negative_control_dir`` and, with a verdict, ``reference_metrics`` and ``positive_controls``."""
     if kind == RETAIN_FINETUNE and out is None:
         raise ConfigError(f"the {RETAIN_FINETUNE} control is trained and cached in a run directory: give out")
@@ -188,8 +189,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         "base": None if base_model is None else model_digest(base_model)}
 
     def attacked(m, who: str, relearn_dir: str) -> tuple[dict, dict]:
-        """(metrics, cost stages) of ``m``: evaluated (with a verdict) and attacked, from the run's seed, so that
-        its numbers do not depend on what ran before (a control found in the cache, or built here)."""
+        """(metrics, cost stages) of ``m``: evaluated (with a verdict) and attacked, from the run's seed, so
+        that its numbers do not depend on what ran before (a control found in the cache, or built here)."""
         seed_everything(cfg.seed)
         stages: dict = {}
         ev = None
@@ -209,10 +210,10 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
 
     def control_metrics(who: str, relearn_dir: str, identity: dict | None, get_model: Callable[[], tuple],
                         ) -> tuple[dict | None, dict]:
-        """(metrics, info) of a control (or the base model) attacked as the model is: ``get_model() -> (model or
-        None, info)`` makes it (None: it cannot be made on this task, ``info`` says why); with the cache, both are
-        read from the entry of ``identity`` (the control's own) where it holds them. The metrics are JSON-clean either
-        way, so a run with the cache and one without read the same numbers."""
+        """(metrics, info) of a control (or the base model) attacked as the model is: ``get_model() -> (model
+        or None, info)`` makes it (None: it cannot be made on this task, ``info`` says why); with the cache,
+        both are read from the entry of ``identity`` (the control's own) where it holds them. The metrics are
+        JSON-clean either way, so a run with the cache and one without read the same numbers."""
         spent: dict = {}  # stage -> whether it ran here (False: its own entry was found in the cache)
 
         def make(_folder=None) -> dict:
@@ -246,8 +247,9 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         return made["metrics"], info
 
     def positive_control(cname: str, build: Callable, kwargs: dict) -> Callable[[], tuple]:
-        """``get_model`` of :func:`control_metrics` for the positive control ``cname``: built from the base model or,
-        with the cache, read from its entry (by the base model's weights, the builder and its settings)."""
+        """``get_model`` of :func:`control_metrics` for the positive control ``cname``: built from the base
+        model or, with the cache, read from its entry (by the base model's weights, the builder and its
+        settings)."""
         stage = f"build:{cname}"
 
         def made_here(folder=None) -> dict:

@@ -37,8 +37,8 @@ def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None
     """Every metric of ``task`` on ``model`` into the run directory ``out``: ``results.json`` holds
     ``metrics.model`` and the task's summary, ``predictions.json`` each QA/MCQ set's records, one per item
     (:func:`~obliviate.eval.suite.item_records`: input, gold, prediction, score); what was left out
-    (:func:`not_computed_lines`) goes to the ``obliviate`` logger, a line each. Returns the metrics and the lines to
-    print."""
+    (:func:`not_computed_lines`) goes to the ``obliviate`` logger, a line each. Returns the metrics and the
+    lines to print."""
     out = prepare_out_dir(out)
     metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
                             progress=progress, details=True)
@@ -52,8 +52,8 @@ def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None
 
 def run_lmeval(model, tok, tasks: list[str], out, *, seed: int = 0, include: str | None = None,
                limit: int | None = None, config: dict | None = None) -> dict:
-    """lm-eval's numbers for ``model`` on ``tasks`` (``include``: a directory of the user's task YAMLs), in the run
-    directory ``out``'s ``results.json`` under ``metrics.lm_eval`` with ``config``; returns them."""
+    """lm-eval's numbers for ``model`` on ``tasks`` (``include``: a directory of the user's task YAMLs), in
+    the run directory ``out``'s ``results.json`` under ``metrics.lm_eval`` with ``config``; returns them."""
     out = prepare_out_dir(out)
     res = run_lmeval_tasks(model, tok, tasks, include_path=include, limit=limit)
     write_results(out, seed=seed, config=config or {}, metrics={"lm_eval": res})

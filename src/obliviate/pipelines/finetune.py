@@ -1,7 +1,8 @@
-"""The one fine-tuning run, which ``obliviate finetune`` (:mod:`obliviate.cli.finetune`) and ``obliviate.finetune``
-(:mod:`obliviate.api`) call: teach a model a task's forget and retain data (TOFU's first step, on any model) with
-:func:`~obliviate.train.finetune.finetune`; given a run directory, resume its checkpoints, evaluate the taught model,
-and write the model with its card, the loss curve and ``results.json``."""
+"""The one fine-tuning run, which ``obliviate finetune`` (:mod:`obliviate.cli.finetune`) and
+``obliviate.finetune`` (:mod:`obliviate.api`) call: teach a model a task's forget and retain data (TOFU's
+first step, on any model) with :func:`~obliviate.train.finetune.finetune`; given a run directory, resume its
+checkpoints, evaluate the taught model, and write the model with its card, the loss curve and
+``results.json``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FinetuneRunConfig:
-    """The settings of one fine-tuning run (``obliviate finetune``'s config file and ``key=value`` overrides)."""
+    """The settings of one fine-tuning run (``obliviate finetune``'s config file and ``key=value``
+    overrides)."""
 
     seed: int = 0
     world: dict = field(default_factory=dict)
@@ -34,21 +36,22 @@ class FinetuneRunConfig:
 
 
 def check_finetune_inputs(cfg: FinetuneRunConfig, task) -> None:
-    """The check of a run's data that needs no model: the task has data for ``cfg.finetune.data`` (one line if not)."""
+    """The check of a run's data that needs no model: the task has data for ``cfg.finetune.data`` (one line if
+    not)."""
     training_data(task, cfg.finetune.data)
 
 
 def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_model: str | None = None,
                  fingerprint: dict | None = None, in_place: bool = True,
                  progress: bool = False) -> tuple[object, dict]:
-    """Teach ``model`` (a copy unless ``in_place``) ``task``'s training data (``cfg.finetune.data``) with ``cfg``.
-    Given ``out``, the run directory: checkpoints in ``out/train`` (a rerun with the same config, task, data and
-    ``fingerprint`` resumes them; one line says why another does not), then the taught model is evaluated, and
-    ``out/model`` with its card, ``loss.png`` and ``results.json`` are written (rank 0).
+    """Teach ``model`` (a copy unless ``in_place``) ``task``'s training data (``cfg.finetune.data``) with
+    ``cfg``. Given ``out``, the run directory: checkpoints in ``out/train`` (a rerun with the same config,
+    task, data and ``fingerprint`` resumes them; one line says why another does not), then the taught model is
+    evaluated, and ``out/model`` with its card, ``loss.png`` and ``results.json`` are written (rank 0).
 
-    Returns ``(model, info)``: the training summary (``finetune``: the settings used, ``data``, ``history``), its
-    ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s; also in results.json and the card), and with ``out`` also
-    ``metrics`` and ``lines`` (what the command prints, the cost line last)."""
+    Returns ``(model, info)``: the training summary (``finetune``: the settings used, ``data``, ``history``),
+    its ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s; also in results.json and the card), and with
+    ``out`` also ``metrics`` and ``lines`` (what the command prints, the cost line last)."""
     data = training_data(task, cfg.finetune.data)  # no data for the choice: one line, before anything is written
     out = prepare_out_dir(out) if out is not None else None
     resume = False

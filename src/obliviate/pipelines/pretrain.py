@@ -1,5 +1,5 @@
-"""The pretraining run of ``obliviate pretrain`` (:mod:`obliviate.cli.pretrain`): a tiny model pretrained on the
-world (:func:`~obliviate.train.pretrain.pretrain`, resumable), evaluated on it, with its loss curve and
+"""The pretraining run of ``obliviate pretrain`` (:mod:`obliviate.cli.pretrain`): a tiny model pretrained on
+the world (:func:`~obliviate.train.pretrain.pretrain`, resumable), evaluated on it, with its loss curve and
 ``results.json``."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ log = logging.getLogger(__name__)
 
 
 def run_pretrain(cfg: PretrainConfig, out, *, restart: bool = False, progress: bool = False) -> tuple[dict, list[str]]:
-    """Pretrain with ``cfg`` in the run directory ``out``: a rerun resumes its checkpoints unless they belong to
-    another config (said in one line) or ``restart``; then the model is evaluated on its world, and rank 0 writes
-    ``loss.png`` and ``results.json``. Returns the metrics and the lines to print (none on other ranks)."""
+    """Pretrain with ``cfg`` in the run directory ``out``: a rerun resumes its checkpoints unless they belong
+    to another config (said in one line) or ``restart``; then the model is evaluated on its world, and rank 0
+    writes ``loss.png`` and ``results.json``. Returns the metrics and the lines to print (none on other
+    ranks)."""
     out = prepare_out_dir(out)
     same = same_run(out, {"command": "pretrain", "config": cfg})
     if not same and not restart:

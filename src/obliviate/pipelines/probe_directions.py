@@ -1,6 +1,7 @@
-"""The run of ``obliviate probe-directions`` (:mod:`obliviate.cli.probe_directions`): a logistic probe of toxic vs
-neutral world sentences at each chosen decoder layer (:func:`~obliviate.eval.probes.probe_directions`), and the
-pairwise cosines of their directions (the multi-layer toxicity paper: most pairs below 0.5)."""
+"""The run of ``obliviate probe-directions`` (:mod:`obliviate.cli.probe_directions`): a logistic probe of
+toxic vs neutral world sentences at each chosen decoder layer
+(:func:`~obliviate.eval.probes.probe_directions`), and the pairwise cosines of their directions (the
+multi-layer toxicity paper: most pairs below 0.5)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ def format_matrix(layers: list[int], m) -> str:
 
 def run_probe_directions(model, tok, cfg: WorldConfig, layers: list[int] | None = None, *, C: float = 1.0,
                          seed: int = 0, out=None, config: dict | None = None) -> tuple[dict, list[str]]:
-    """The probes of ``model`` at ``layers`` (default: early, middle and late; each checked against the model before
-    ``out`` is touched) on the world of ``cfg``; given ``out``, ``results.json`` with ``config``. Returns the
-    metrics (layers, cosine matrix, held-out and training accuracy per layer) and the lines to print."""
+    """The probes of ``model`` at ``layers`` (default: early, middle and late; each checked against the model
+    before ``out`` is touched) on the world of ``cfg``; given ``out``, ``results.json`` with ``config``.
+    Returns the metrics (layers, cosine matrix, held-out and training accuracy per layer) and the lines to
+    print."""
     layers = sorted({check_layer(model, l) for l in (layers or default_probe_layers(num_layers(model)))})
     out = prepare_out_dir(out) if out else None  # every check passed: now the run directory is touched
     texts, y = toxic_probe_data(generate_world(cfg))

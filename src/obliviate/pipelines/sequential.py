@@ -51,15 +51,15 @@ the direction ablated, the logit lens's top-1 share of answer tokens, the best i
 def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_fn: Callable, *,
                   sequential: bool, copy_fn: Callable | None = None, done: dict | None = None) -> list[dict]:
     """Scalability (``sequential=False``: each fold unlearned from ``model`` afresh) or sustainability
-    (``sequential=True``: fold k unlearned from the model after fold k-1, MUSE's ``sust``): the metrics after each
-    fold, ``[{"fold": k, "forget_docs": n, **evaluate_fn(model_k)}]``.
+    (``sequential=True``: fold k unlearned from the model after fold k-1, MUSE's ``sust``): the metrics after
+    each fold, ``[{"fold": k, "forget_docs": n, **evaluate_fn(model_k)}]``.
 
-    The seam to a run: ``unlearn_fn(model, docs, fold) -> model`` does the unlearning (the caller's method, its
-    data and its checkpoints), ``evaluate_fn(model, fold) -> dict`` the metrics; ``copy_fn(model)`` gives the
-    fresh copy each scalability fold starts from (``copy.deepcopy`` by default). ``done`` maps a fold to
+    The seam to a run: ``unlearn_fn(model, docs, fold) -> model`` does the unlearning (the caller's method,
+    its data and its checkpoints), ``evaluate_fn(model, fold) -> dict`` the metrics; ``copy_fn(model)`` gives
+    the fresh copy each scalability fold starts from (``copy.deepcopy`` by default). ``done`` maps a fold to
     ``(model, metrics)`` already made (a resumed run, or fold 1 = the method's own run), used as they are; its
-    model may be None where no later fold starts from it (:func:`finished_requests` makes it after a kill). Also the
-    loop of ``obliviate unlearn --requests``.
+    model may be None where no later fold starts from it (:func:`finished_requests` makes it after a kill).
+    Also the loop of ``obliviate unlearn --requests``.
     """
     copy_fn = copy_fn or copy.deepcopy
     done = done or {}
@@ -81,10 +81,11 @@ def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_f
 
 def finished_requests(folds: Sequence[dict], kept_fn: Callable, has_model_fn: Callable, load_fn: Callable, *,
                       done: dict | None = None) -> dict:
-    """The ``done`` of a sequential :func:`over_requests` run resumed after a kill: ``done`` (what the caller has
-    already) and the longest run of the next requests whose result ``kept_fn(k)`` still has (a dict, else None),
-    cut back to the last one whose model was saved (``has_model_fn(k)``); that one's model is ``load_fn(k)``, so the
-    next request starts from it. Shared by MUSE's sustainability folds and ``obliviate unlearn --requests``."""
+    """The ``done`` of a sequential :func:`over_requests` run resumed after a kill: ``done`` (what the caller
+    has already) and the longest run of the next requests whose result ``kept_fn(k)`` still has (a dict, else
+    None), cut back to the last one whose model was saved (``has_model_fn(k)``); that one's model is
+    ``load_fn(k)``, so the next request starts from it. Shared by MUSE's sustainability folds and ``obliviate
+    unlearn --requests``."""
     done = dict(done or {})
     kept = []
     for f in folds:
@@ -119,9 +120,9 @@ class Request:
 
 
 def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
-    """The request files of ``--requests A,B,...`` in order; one-line errors for an empty entry, a missing file, a
-    file named twice (or two files of the same bytes) and a ``--forget`` that is not the requests' files (with
-    ``--requests`` the forget data are the requests; ``--forget`` may only repeat them)."""
+    """The request files of ``--requests A,B,...`` in order; one-line errors for an empty entry, a missing
+    file, a file named twice (or two files of the same bytes) and a ``--forget`` that is not the requests'
+    files (with ``--requests`` the forget data are the requests; ``--forget`` may only repeat them)."""
     names = [s.strip() for s in str(spec).split(",")]
     if not any(names):
         raise ConfigError("--requests: no request file named (give A.jsonl,B.jsonl,...)")
@@ -153,9 +154,10 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
 
 def read_requests(paths: list[Path], *, mapping=None, template=None, chat: bool = False,
                   limit: int | None = None) -> list[Request]:
-    """Each request file read as a forget file of a user's task (:func:`~obliviate.tasks.files.task_from_files`;
-    ``mapping``: one for every file, or ``{str(path): mapping}``),
-    its evaluation sets renamed ``request<k>_<kind>`` with role ``extra``; an empty file is one line naming it."""
+    """Each request file read as a forget file of a user's task
+    (:func:`~obliviate.tasks.files.task_from_files`; ``mapping``: one for every file, or ``{str(path):
+    mapping}``), its evaluation sets renamed ``request<k>_<kind>`` with role ``extra``; an empty file is one
+    line naming it."""
     out = []
     for k, p in enumerate(paths, start=1):
         try:
@@ -172,8 +174,9 @@ def read_requests(paths: list[Path], *, mapping=None, template=None, chat: bool 
 
 
 def with_requests(task: Task, requests: list[Request]) -> Task:
-    """``task`` with the requests' evaluation sets added (and, where the task's forget data are not the requests'
-    own, their union as its forget data: the task's other evaluation sets and its retain data stay)."""
+    """``task`` with the requests' evaluation sets added (and, where the task's forget data are not the
+    requests' own, their union as its forget data: the task's other evaluation sets and its retain data
+    stay)."""
     union = Data(qa=[x for r in requests for x in r.data.qa], docs=[x for r in requests for x in r.data.docs])
     same = task.forget.qa == union.qa and task.forget.docs == union.docs
     return dataclasses.replace(task, evals=[*task.evals, *[es for r in requests for es in r.evals]],
@@ -191,8 +194,8 @@ def request_fingerprint(requests: list[Request]) -> list[dict]:
 
 
 def start(root: Path, fingerprint: dict) -> str | None:
-    """Keep ``root``'s parts when they were made by a run of the same ``fingerprint`` (``{"requests", ...}``), else
-    delete them; the one line that says why a run starts afresh (None when it resumes or is new)."""
+    """Keep ``root``'s parts when they were made by a run of the same ``fingerprint`` (``{"requests", ...}``),
+    else delete them; the one line that says why a run starts afresh (None when it resumes or is new)."""
     path = root / "run.json"
     fp = json.loads(json.dumps(fingerprint, default=str))
     why = None
@@ -217,12 +220,12 @@ def start(root: Path, fingerprint: dict) -> str | None:
 def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, out: Path, *, fingerprint: dict,
                  seed: int = 0, eval_kw: dict | None = None, progress: bool = False, log=None,
                  cost: CostRecord | None = None) -> dict:
-    """The requests in order on ``model`` (in place), every metric after each; the parts under ``out/sequential``.
-    ``cost``: where each stage's passes, tokens and seconds go (``evaluate:before``, ``unlearn:request<k>``,
-    ``evaluate:request<k>``; a part a resumed run finds made spends nothing).
+    """The requests in order on ``model`` (in place), every metric after each; the parts under
+    ``out/sequential``. ``cost``: where each stage's passes, tokens and seconds go (``evaluate:before``,
+    ``unlearn:request<k>``, ``evaluate:request<k>``; a part a resumed run finds made spends nothing).
 
-    Returns ``{"model", "before", "rows"}``: the model after the last request, the base model's metrics (request
-    0) and one row of metrics per request (``{"request", "file", "forget_items", **metrics}``)."""
+    Returns ``{"model", "before", "rows"}``: the model after the last request, the base model's metrics
+    (request 0) and one row of metrics per request (``{"request", "file", "forget_items", **metrics}``)."""
     log = log or (lambda line: print(line, file=sys.stderr))
     cost = cost if cost is not None else CostRecord()
     eval_kw = dict(eval_kw or {})
@@ -295,8 +298,8 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
 
 
 def request_score_key(r: Request) -> str | None:
-    """The metric of request ``r``'s own evaluation set drawn in the curve (exact match of its QA pairs, else the
-    loss of its texts)."""
+    """The metric of request ``r``'s own evaluation set drawn in the curve (exact match of its QA pairs, else
+    the loss of its texts)."""
     for es in r.evals:
         return f"{es.name}_{PRIMARY.get(es.kind, 'loss')}"
     return None
@@ -317,7 +320,8 @@ def curve(before: dict, requests: list[Request], rows: list[dict]) -> list[dict]
 
 
 def write_report(out: Path, method: str, task: Task, requests: list[Request], points: list[dict]) -> Path:
-    """``out/report.md``: the curve as a table and a plot (``out/sequential.png``: metric vs request index)."""
+    """``out/report.md``: the curve as a table and a plot (``out/sequential.png``: metric vs request
+    index)."""
     cols = [c for c in points[0] if c not in ("request", "file")]
     png = plot_recovery_curves({c: [[p["request"], p[c]] for p in points if isinstance(p.get(c), float)]
                                 for c in cols if not c.endswith("_loss")}, out / "sequential.png",
@@ -341,9 +345,9 @@ def write_report(out: Path, method: str, task: Task, requests: list[Request], po
 def finish(out: Path, res: dict, requests: list[Request], task: Task, method: str, cfg, tokenizer, *,
            base_model: str, preset: str, cost: CostRecord | None = None) -> list[str]:
     """The last request's model saved in ``out/model`` with its card, ``results.json`` (the curve under
-    ``sequential``, ``metrics`` = the base model and the model after the last request, ``cost``: ``cost``'s record,
-    as ``unlearn`` writes it), ``report.md``; the lines the command prints (empty on ranks other than 0), the cost
-    line before the outcome."""
+    ``sequential``, ``metrics`` = the base model and the model after the last request, ``cost``: ``cost``'s
+    record, as ``unlearn`` writes it), ``report.md``; the lines the command prints (empty on ranks other than
+    0), the cost line before the outcome."""
     before, after = res["before"], res["rows"][-1]
     outcome = unlearn_outcome(before, after, method=method)
     save_trained(res["model"], out / "model", tokenizer)

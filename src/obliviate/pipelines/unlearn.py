@@ -1,9 +1,9 @@
 """The one unlearn run, which ``obliviate unlearn`` (:mod:`obliviate.cli.unlearn`), ``obliviate tune`` and
-``obliviate.unlearn`` (:mod:`obliviate.api`) call: the settings (:func:`unlearn_settings`), the checks that need no
-model (:func:`check_unlearn_inputs`; with the loading, in order: :func:`prepare_run`), then :func:`run_unlearn`:
-evaluate before, unlearn, evaluate after, the outcome and, given a run directory, the model, its card and
-``results.json``. What it has to say goes to the ``obliviate`` loggers (the command line shows them as its
-``obliviate: ...`` lines)."""
+``obliviate.unlearn`` (:mod:`obliviate.api`) call: the settings (:func:`unlearn_settings`), the checks that
+need no model (:func:`check_unlearn_inputs`; with the loading, in order: :func:`prepare_run`), then
+:func:`run_unlearn`: evaluate before, unlearn, evaluate after, the outcome and, given a run directory, the
+model, its card and ``results.json``. What it has to say goes to the ``obliviate`` loggers (the command line
+shows them as its ``obliviate: ...`` lines)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class UnlearnRunConfig:
-    """The settings of one unlearn run: the config file and ``key=value`` overrides of ``obliviate unlearn`` / ``tune``
-    (``unlearn.train.lr=1e-4``), which the API's keywords set too (``train={"lr": 1e-4}``: the same keys)."""
+    """The settings of one unlearn run: the config file and ``key=value`` overrides of ``obliviate unlearn`` /
+    ``tune`` (``unlearn.train.lr=1e-4``), which the API's keywords set too (``train={"lr": 1e-4}``: the same
+    keys)."""
 
     seed: int = 0
     world: dict = field(default_factory=dict)
@@ -47,13 +48,14 @@ class UnlearnRunConfig:
 
 
 def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
-    """(factor, why): the fine-tuning run's learning rate over its size preset's, when ``model_dir`` was taught by
-    ``obliviate finetune`` (its model card's settings say ``lr`` and ``preset``, :func:`~obliviate.runs.card.
-    card_settings`); else ``(1.0, None)``.
+    """(factor, why): the fine-tuning run's learning rate over its size preset's, when ``model_dir`` was
+    taught by ``obliviate finetune`` (its model card's settings say ``lr`` and ``preset``,
+    :func:`~obliviate.runs.card. card_settings`); else ``(1.0, None)``.
 
-    A method's preset lr is a fixed fraction of the fine-tuning preset's (tiny: 3e-3, e.g. NPO's 3e-4 a tenth of
-    it; paper: 1e-5): the step size at which this model learned the facts. A model taught at another lr gets the
-    method's lr times this factor, so the fraction holds; at the preset's own lr the factor is 1 and nothing moves."""
+    A method's preset lr is a fixed fraction of the fine-tuning preset's (tiny: 3e-3, e.g. NPO's 3e-4 a tenth
+    of it; paper: 1e-5): the step size at which this model learned the facts. A model taught at another lr
+    gets the method's lr times this factor, so the fraction holds; at the preset's own lr the factor is 1 and
+    nothing moves."""
     if not model_dir or not Path(model_dir).is_dir():
         return 1.0, None
     meta = read_model_card(model_dir)
@@ -73,13 +75,13 @@ def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
 def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=None, overrides: list[str] | None = None,
                      run: dict | None = None, eval: dict | None = None, model_dir=None,
                      prefix: str = "unlearn") -> UnlearnRunConfig:
-    """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key once:
-    dataclass defaults, then the method's ``preset`` (its lr times :func:`finetune_lr_factor` of ``model_dir``), then
-    ``run`` (the API's keywords: keys of :class:`UnlearnConfig`, as a comparison's ``runs.<name>``), then
-    ``config_file``, then the dotted ``overrides`` (the command line); checked without a model (a bad key named under
-    ``prefix``). The method and the seed are the run's own (``--method``, ``--seed``): ``unlearn.method`` or
-    ``unlearn.seed`` naming others is an error. A registered name is taken as it is (:func:`prepare_run` resolves the
-    user's once)."""
+    """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key
+    once: dataclass defaults, then the method's ``preset`` (its lr times :func:`finetune_lr_factor` of
+    ``model_dir``), then ``run`` (the API's keywords: keys of :class:`UnlearnConfig`, as a comparison's
+    ``runs.<name>``), then ``config_file``, then the dotted ``overrides`` (the command line); checked without
+    a model (a bad key named under ``prefix``). The method and the seed are the run's own (``--method``,
+    ``--seed``): ``unlearn.method`` or ``unlearn.seed`` naming others is an error. A registered name is taken
+    as it is (:func:`prepare_run` resolves the user's once)."""
     method = method if method in METHODS else resolve_method(method)
     base: dict = {"seed": seed, "eval": dict(eval or {}),
                   "unlearn": method_settings(method, preset, seed, finetune_lr_factor(model_dir)[0])}
@@ -102,8 +104,8 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
 
 
 def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
-    """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it only
-    where a check needs it), in order; returns the validation split
+    """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it
+    only where a check needs it), in order; returns the validation split
     (:func:`~obliviate.pipelines.tune.run.validation_split`) when ``tuning``, else None."""
     ucfg = cfg.unlearn
     edit = METHODS[ucfg.method].kind == "edit"
@@ -122,11 +124,12 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
 
 def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int = 0, config_file=None,
                 overrides: list[str] | None = None, eval: dict | None = None, model_dir=None, tuning: bool = False):
-    """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what costs
-    more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task (``load_task(cfg)``),
-    its data with the tokenizer alone (``load_tokenizer()``, :func:`check_unlearn_inputs`), then the model
-    (``load_model()``, returning ``(model, tokenizer)``), whose size picks the preset; the settings are built again
-    for a larger one. ``obliviate unlearn`` and ``obliviate tune`` give the loaders of their arguments."""
+    """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what
+    costs more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task
+    (``load_task(cfg)``), its data with the tokenizer alone (``load_tokenizer()``,
+    :func:`check_unlearn_inputs`), then the model (``load_model()``, returning ``(model, tokenizer)``), whose
+    size picks the preset; the settings are built again for a larger one. ``obliviate unlearn`` and
+    ``obliviate tune`` give the loaders of their arguments."""
     method = resolve_method(method)  # once: every build below takes the registered name
 
     def settings(preset):
@@ -145,8 +148,9 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
 
 def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict, progress: bool = False,
                log_line=None) -> tuple[dict, str]:
-    """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``), the chosen
-    settings written to ``out/tuned.yaml``; returns the result and the line that says the choice."""
+    """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``),
+    the chosen settings written to ``out/tuned.yaml``; returns the result and the line that says the
+    choice."""
     result = tune(model, tok, split[0], cfg.unlearn, cfg.tune, out / "tune", progress=progress,
                   eval_kw={k: v for k, v in eval_kwargs(cfg, False).items() if k != "progress"},
                   fingerprint={**fingerprint, "task": split[0].summary(), "seed": cfg.seed},
@@ -165,17 +169,19 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
 def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: str, base_model: str | None = None,
                 fingerprint: dict | None = None, split=None, tune_log=None, in_place: bool = True,
                 judge: bool = True, progress: bool = False) -> tuple[object, dict]:
-    """Unlearn ``task``'s forget data from ``model`` (a copy unless ``in_place``) with ``cfg``: evaluate before (with
-    ``judge``), unlearn, evaluate after, the outcome. Given ``out``, the run directory: checkpoints in ``out/train``
-    (a rerun with the same ``fingerprint``, config and task resumes them), the model in ``out/model`` with its card,
-    and ``results.json``. ``split`` (:func:`check_unlearn_inputs` with ``tuning``): first choose the settings on its
-    validation task (:func:`run_tuning`, needs ``out``), then train on all the data and report on the rest.
+    """Unlearn ``task``'s forget data from ``model`` (a copy unless ``in_place``) with ``cfg``: evaluate
+    before (with ``judge``), unlearn, evaluate after, the outcome. Given ``out``, the run directory:
+    checkpoints in ``out/train`` (a rerun with the same ``fingerprint``, config and task resumes them), the
+    model in ``out/model`` with its card, and ``results.json``. ``split`` (:func:`check_unlearn_inputs` with
+    ``tuning``): first choose the settings on its validation task (:func:`run_tuning`, needs ``out``), then
+    train on all the data and report on the rest.
 
-    Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, ``cost`` (each
-    stage's passes, tokens and seconds: :class:`~obliviate.runs.cost.CostRecord`; also in ``results.json`` and the
-    card), and with ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines`` (what the command prints, the cost
-    line before the outcome). ``cfg`` is a plan :func:`unlearn_settings` checked: it is read here, not checked again
-    (the method is built once, and the checks that need the model run before ``out`` is made)."""
+    Returns ``(model, info)``: ``method``, ``settings`` (:func:`run_settings`), the training summary, ``cost``
+    (each stage's passes, tokens and seconds: :class:`~obliviate.runs.cost.CostRecord`; also in
+    ``results.json`` and the card), and with ``judge`` ``before`` / ``after`` / ``outcome`` and ``lines``
+    (what the command prints, the cost line before the outcome). ``cfg`` is a plan :func:`unlearn_settings`
+    checked: it is read here, not checked again (the method is built once, and the checks that need the model
+    run before ``out`` is made)."""
     method = cfg.unlearn.method
     built = build_method(method, cfg.unlearn.params)
     why = finetune_lr_factor(base_model)[1]
@@ -254,8 +260,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
 
 def run_tune(model, tok, cfg: UnlearnRunConfig, split, out, *, preset: str, fingerprint: dict,
              progress: bool = False, tune_log=None) -> tuple[dict, list[str]]:
-    """``obliviate tune``: the grid alone (:func:`run_tuning`) in the run directory ``out``, with ``results.json``;
-    returns the result and the lines to print."""
+    """``obliviate tune``: the grid alone (:func:`run_tuning`) in the run directory ``out``, with
+    ``results.json``; returns the result and the lines to print."""
     check_unlearn_run(model, tok, split[0].forget, split[0].retain, cfg.unlearn, prompt=split[0].prompt)
     out = prepare_out_dir(out)
     result, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,

@@ -43,8 +43,8 @@ def _whole(x) -> int | None:
 
 def comparison_items(data: dict, metrics: dict) -> int | None:
     """The item count the comparison's rule read for reads that record none: the base model's forget items
-    (``forget_items``) up to the attacks' ``max_eval``, else the oracle band's ``items`` as an older results.json
-    wrote it (one count for every attack), else None."""
+    (``forget_items``) up to the attacks' ``max_eval``, else the oracle band's ``items`` as an older
+    results.json wrote it (one count for every attack), else None."""
     config = data.get("config")
     attacks = config.get("attacks") if isinstance(config, dict) else None
     cap = _whole(attacks.get("max_eval")) if isinstance(attacks, dict) else None
@@ -59,10 +59,11 @@ def comparison_items(data: dict, metrics: dict) -> int | None:
 
 
 def load_template(path: str, items: int | None = None) -> Template:
-    """The comparison in results file ``path`` (``obliviate compare`` / ``demo``: ``metrics`` holds the base
-    model, the oracle and the positive controls; ``obliviate attack --base``: ``reference_metrics`` and the
-    negative control), checked as the simulation reads it; ``items`` overrides :func:`comparison_items`. Every
-    fault is one DataError naming the file: missing, unreadable, not JSON, an unfinished run, no comparison."""
+    """The comparison in results file ``path`` (``obliviate compare`` / ``demo``: ``metrics`` holds the
+    base model, the oracle and the positive controls; ``obliviate attack --base``: ``reference_metrics``
+    and the negative control), checked as the simulation reads it; ``items`` overrides
+    :func:`comparison_items`. Every fault is one DataError naming the file: missing, unreadable, not JSON,
+    an unfinished run, no comparison."""
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "results.json"
@@ -108,8 +109,9 @@ def load_template(path: str, items: int | None = None) -> Template:
 
 def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int = 0,
                       progress: bool = False) -> tuple[dict, str]:
-    """Simulate the rule's error rates on ``template`` (:func:`~obliviate.evidence.verdict_check.verdict_check`),
-    write :data:`FILES` and ``results.json`` in ``out``; returns the report and its Markdown."""
+    """Simulate the rule's error rates on ``template``
+    (:func:`~obliviate.evidence.verdict_check.verdict_check`), write :data:`FILES` and ``results.json`` in
+    ``out``; returns the report and its Markdown."""
     oracle = template.metrics["oracle"]
     unrecorded = [r.name for r in reads().values()
                   if oracle.get(r.after) is not None and f"{r.name}_items" not in oracle]

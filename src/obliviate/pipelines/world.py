@@ -1,5 +1,5 @@
-"""The run of ``obliviate world`` (:mod:`obliviate.cli.world`): generate the synthetic world and save it, with its
-sizes and fingerprint in ``results.json``."""
+"""The run of ``obliviate world`` (:mod:`obliviate.cli.world`): generate the synthetic world and save it, with
+its sizes and fingerprint in ``results.json``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ SPLITS = ("forget", "holdout", "retain", "general", "concept")
 
 
 def write_world(cfg: WorldConfig, out) -> tuple[dict, list[str]]:
-    """The world of ``cfg`` written to ``out/world``; returns its sizes (facts per split, documents, characters,
-    relearning paragraphs, fingerprint) and the line to print."""
+    """The world of ``cfg`` written to ``out/world``; returns its sizes (facts per split, documents,
+    characters, relearning paragraphs, fingerprint) and the line to print."""
     out = prepare_out_dir(out)
     world = generate_world(cfg)
     for name in (WORLD_FILE, DOCUMENTS_FILE):

@@ -1,11 +1,11 @@
-"""The cache of the controls, shared by every run directory (issue #56): ``attack`` and ``compare`` build the same
-negative control, positive controls and attacks on the base model for every model judged against that base; this
-store keeps each one once, by content (the SHA-256 of what made it: :func:`model_digest`, :func:`task_fingerprint`,
-the settings, :func:`recipe`), under :func:`cache_root`.
+"""The cache of the controls, shared by every run directory (issue #56): ``attack`` and ``compare`` build the
+same negative control, positive controls and attacks on the base model for every model judged against that
+base; this store keeps each one once, by content (the SHA-256 of what made it: :func:`model_digest`,
+:func:`task_fingerprint`, the settings, :func:`recipe`), under :func:`cache_root`.
 
-Entries are built in a staging folder and renamed into place whole; every read checks them against their hashes.
-What a key holds, the staging folders' locks, ``--no-cache`` and clearing it: docs/evaluation.md, "The cache of the
-controls".
+Entries are built in a staging folder and renamed into place whole; every read checks them against their
+hashes. What a key holds, the staging folders' locks, ``--no-cache`` and clearing it: docs/evaluation.md, "The
+cache of the controls".
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def recipe() -> dict:
 
 
 def _plain(obj):
-    """``obj`` as JSON-able data for a key: dataclasses as dicts, tuples as lists, anything else by its text."""
+    """``obj`` as JSON-able data for a key: dataclasses as dicts, tuples as lists, anything else by its
+    text."""
     if is_dataclass(obj) and not isinstance(obj, type):
         return _plain(to_dict(obj))
     if isinstance(obj, dict):
@@ -98,16 +99,16 @@ def _plain(obj):
 
 
 def settings_key(obj) -> dict:
-    """A config (a dataclass or a dict) as part of a key: JSON-able, without the keys that change only what a run
-    shows (:func:`~obliviate.runs.results.without_display`: the progress bars and their labels)."""
+    """A config (a dataclass or a dict) as part of a key: JSON-able, without the keys that change only what a
+    run shows (:func:`~obliviate.runs.results.without_display`: the progress bars and their labels)."""
     return without_display(_plain(obj))
 
 
 def task_fingerprint(task) -> str:
     """A SHA-256 of everything of ``task`` that a control or an attack reads: its items
-    (:func:`obliviate.runs.results.task_digest`), the evaluation sets' settings, the prompt format, the halves and
-    groups, the probe's data, the preferred answers, the oracle's data, the pretraining world and ``meta`` but its
-    :data:`LOCATION_META`."""
+    (:func:`obliviate.runs.results.task_digest`), the evaluation sets' settings, the prompt format, the halves
+    and groups, the probe's data, the preferred answers, the oracle's data, the pretraining world and ``meta``
+    but its :data:`LOCATION_META`."""
     h = hashlib.sha256(task_digest(task).encode())
     rest = {"name": task.name, "prompt": task.prompt,
             "evals": [{f.name: getattr(es, f.name) for f in fields(es) if f.name != "items"} for es in task.evals],
@@ -130,9 +131,9 @@ def _config_dict(model) -> dict:
 
 
 def model_digest(model) -> str:
-    """A SHA-256 of ``model`` as loaded: its config (but its path and library version) and every tensor of its state
-    dict (name, dtype, shape, bytes) and the device type it runs on. The same weights read from another file, path
-    or time give the same digest; another dtype or a merged adapter gives another."""
+    """A SHA-256 of ``model`` as loaded: its config (but its path and library version) and every tensor of its
+    state dict (name, dtype, shape, bytes) and the device type it runs on. The same weights read from another
+    file, path or time give the same digest; another dtype or a merged adapter gives another."""
     h = hashlib.sha256(json.dumps(_plain(_config_dict(model)), sort_keys=True).encode())
     device = None
     for name, t in sorted(model.state_dict().items()):
@@ -158,7 +159,8 @@ def tokenizer_digest(tokenizer) -> str:
 
 @functools.lru_cache(maxsize=1)
 def library_versions() -> dict:
-    """``{name: version or None}`` of :data:`LIBRARIES` (torch's as it says itself, its local build tag included)."""
+    """``{name: version or None}`` of :data:`LIBRARIES` (torch's as it says itself, its local build tag
+    included)."""
     out = {}
     for name in LIBRARIES:
         try:
@@ -169,9 +171,9 @@ def library_versions() -> dict:
 
 
 def runtime() -> dict:
-    """What else changes a float's last bits: the versions of :data:`LIBRARIES`, the threads torch runs on now (a
-    comparison makes its parts on one thread each, a plain run on all) and, where this process runs on CUDA, the GPU's
-    name and CUDA's version (another GPU runs other kernels)."""
+    """What else changes a float's last bits: the versions of :data:`LIBRARIES`, the threads torch runs on now
+    (a comparison makes its parts on one thread each, a plain run on all) and, where this process runs on
+    CUDA, the GPU's name and CUDA's version (another GPU runs other kernels)."""
     out = {**library_versions(), "threads": torch.get_num_threads()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # never initialised here (a forked child cannot)
         out["cuda"] = {"device": torch.cuda.get_device_name(), "version": torch.version.cuda}
@@ -222,8 +224,9 @@ def _alive(pid: int) -> bool:
 
 
 def _owner_gone(folder: Path) -> bool:
-    """Whether the run that made the staging folder ``folder`` is gone: its owner file is no longer locked (else, on a
-    file system without locks, its pid runs no more on this host); never this process's own folders."""
+    """Whether the run that made the staging folder ``folder`` is gone: its owner file is no longer locked
+    (else, on a file system without locks, its pid runs no more on this host); never this process's own
+    folders."""
     m = STAGING.match(folder.name)
     here = socket.gethostname()
     if m is not None and m["host"] == here and int(m["pid"]) == os.getpid():
@@ -249,7 +252,8 @@ class Hit(dict):
 
 
 class ControlCache:
-    """Entries under ``root`` (default :func:`cache_root`), module docstring. :meth:`get` finds or builds one."""
+    """Entries under ``root`` (default :func:`cache_root`), module docstring. :meth:`get` finds or builds
+    one."""
 
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root) if root is not None else cache_root()
@@ -259,8 +263,8 @@ class ControlCache:
         return self.root / f"{kind}-{key_digest(kind, key)[:32]}"
 
     def _read(self, path: Path, kind: str, key: dict) -> tuple[dict | None, str | None]:
-        """``(result, None)`` for a sound entry at ``path``; ``(None, why)`` for a corrupt one; ``(None, None)``
-        where there is none."""
+        """``(result, None)`` for a sound entry at ``path``; ``(None, why)`` for a corrupt one; ``(None,
+        None)`` where there is none."""
         if not path.exists():
             return None, None
         try:
@@ -289,8 +293,8 @@ class ControlCache:
         shutil.rmtree(aside, ignore_errors=True)
 
     def _sweep(self) -> None:
-        """Remove the staging folders of runs killed while building (:func:`_owner_gone`); a build still running,
-        however long, keeps its own."""
+        """Remove the staging folders of runs killed while building (:func:`_owner_gone`); a build still
+        running, however long, keeps its own."""
         for p in [*self.root.glob(".*.tmp"), *self.root.glob(".*.new")]:
             try:  # a .new one: killed in the instant between making it and taking it
                 if p.is_dir() and (_owner_gone(p) if p.suffix == ".tmp"
@@ -300,9 +304,9 @@ class ControlCache:
                 continue
 
     def _stage(self, name: str) -> tuple[Path, object]:
-        """A new staging folder for the entry ``name``, with its :data:`OWNER` file held locked by the open file
-        returned (kept open until the build ends). Made as ``.new`` and renamed ``.tmp`` once held, so a sweep never
-        sees a staging folder whose builder has not taken it yet."""
+        """A new staging folder for the entry ``name``, with its :data:`OWNER` file held locked by the open
+        file returned (kept open until the build ends). Made as ``.new`` and renamed ``.tmp`` once held, so a
+        sweep never sees a staging folder whose builder has not taken it yet."""
         new = Path(tempfile.mkdtemp(prefix=f".{name}.{socket.gethostname()}.{os.getpid()}.", suffix=".new",
                                     dir=self.root))
         owner = open(new / OWNER, "w")
@@ -321,9 +325,9 @@ class ControlCache:
         return staged, owner
 
     def get(self, kind: str, key: dict, build: Callable[[Path], dict], *, what: str) -> Hit:
-        """The entry of ``kind`` made with ``key``: read (its files checked), else ``build(folder)`` (which writes
-        its files into ``folder`` and returns the result, a JSON-able dict) staged and renamed into place. ``what``
-        names the entry in the lines said: reusing it, or finding it corrupt."""
+        """The entry of ``kind`` made with ``key``: read (its files checked), else ``build(folder)`` (which
+        writes its files into ``folder`` and returns the result, a JSON-able dict) staged and renamed into
+        place. ``what`` names the entry in the lines said: reusing it, or finding it corrupt."""
         path = self.path(kind, key)
         result, corrupt = self._read(path, kind, key)
         if result is not None:
@@ -363,10 +367,10 @@ class ControlCache:
 
 
 def place_model(src: Path, dst: str | Path) -> Path:
-    """Put the model folder ``src`` of an entry at ``dst`` (a run's): each file hard-linked where the file system
-    allows (no second copy on disk; a file changed there is found by the entry's next read), else copied, into a
-    folder that replaces ``dst`` whole (:func:`obliviate.utils.replace_dir`). Left as it is where ``dst`` already
-    holds ``src``'s files."""
+    """Put the model folder ``src`` of an entry at ``dst`` (a run's): each file hard-linked where the file
+    system allows (no second copy on disk; a file changed there is found by the entry's next read), else
+    copied, into a folder that replaces ``dst`` whole (:func:`obliviate.utils.replace_dir`). Left as it is
+    where ``dst`` already holds ``src``'s files."""
     src, dst = Path(src), Path(dst)
     names = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
     if dst.is_dir() and sorted(p.relative_to(dst) for p in dst.rglob("*") if p.is_file()) == names and all(
@@ -386,8 +390,9 @@ def place_model(src: Path, dst: str | Path) -> Path:
 
 
 def control_cache(enabled: bool = True) -> ControlCache | None:
-    """The cache a run uses: :class:`ControlCache` at :func:`cache_root`, or None where ``enabled`` is false (``cache=
-    false``, ``--no-cache``) or the run spans several processes (each would race to build its own)."""
+    """The cache a run uses: :class:`ControlCache` at :func:`cache_root`, or None where ``enabled`` is
+    false (``cache= false``, ``--no-cache``) or the run spans several processes (each would race to build
+    its own)."""
     if not enabled:
         return None
     if world_size() > 1:

@@ -2,8 +2,8 @@
 
 Every path a card records is absolute (:func:`obliviate.utils.recorded_path`): the model it started from
 (``base_model``) and the data files it was made from (``obliviate.inputs``, each with its SHA-256), so a later
-command run from any directory finds them. A card written before that may hold a path relative to the directory
-its command ran in: it is read relative to the card's own directory, else to the working directory
+command run from any directory finds them. A card written before that may hold a path relative to the
+directory its command ran in: it is read relative to the card's own directory, else to the working directory
 (:func:`card_base_model`)."""
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task, met
     table of the scalar metrics and the data files the run read, each with its SHA-256
     (:func:`~obliviate.runs.results.run_inputs` of ``task``, a :class:`~obliviate.tasks.Task` or its name, and
     ``inputs``; also ``obliviate.inputs`` in the metadata) and, given the run's ``cost``
-    (:class:`~obliviate.runs.cost.CostRecord`'s), what making the model spent (``obliviate.cost`` in the metadata: its
-    total and wall seconds). ``method`` ``finetune``: the card of a model taught the task (``obliviate finetune``),
-    which says so; any other: a model unlearned with that method.
+    (:class:`~obliviate.runs.cost.CostRecord`'s), what making the model spent (``obliviate.cost`` in the
+    metadata: its total and wall seconds). ``method`` ``finetune``: the card of a model taught the task
+    (``obliviate finetune``), which says so; any other: a model unlearned with that method.
 
-    ``base_model`` is recorded absolute where it is a local path (:func:`~obliviate.utils.recorded_path`; a hub
-    id as it is). The names (task, method, base model, metric, file) are data, often from a user's spec: the
-    Markdown shows them escaped (:func:`~obliviate.runs.report.md_escape`), never as HTML, links or images; the
-    YAML metadata holds them as YAML strings."""
+    ``base_model`` is recorded absolute where it is a local path (:func:`~obliviate.utils.recorded_path`; a
+    hub id as it is). The names (task, method, base model, metric, file) are data, often from a user's spec:
+    the Markdown shows them escaped (:func:`~obliviate.runs.report.md_escape`), never as HTML, links or
+    images; the YAML metadata holds them as YAML strings."""
     directory = Path(directory)
     name = getattr(task, "name", task)
     files = run_inputs(task if hasattr(task, "meta") else None, inputs)
@@ -76,7 +76,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task, met
 
 
 def read_model_card(directory: str | Path) -> dict:
-    """The YAML metadata of ``directory/README.md`` as :func:`write_model_card` writes it ({} when there is none)."""
+    """The YAML metadata of ``directory/README.md`` as :func:`write_model_card` writes it ({} when there is
+    none)."""
     path = Path(directory) / "README.md"
     try:
         text = path.read_text()
@@ -92,11 +93,11 @@ def read_model_card(directory: str | Path) -> dict:
 
 
 def card_base_model(directory: str | Path) -> str | None:
-    """The model ``directory``'s card names as ``base_model``, as this process can open it: an absolute path as it
-    is; a relative one (a card written before paths were recorded absolute holds the path as its command was given
-    it) resolved against the card's directory where it is there, else against the working directory where it is
-    there; anything else as written (a hub id, or a local path that is gone: :func:`check_card_base` says which).
-    None when the card names none."""
+    """The model ``directory``'s card names as ``base_model``, as this process can open it: an absolute path
+    as it is; a relative one (a card written before paths were recorded absolute holds the path as its command
+    was given it) resolved against the card's directory where it is there, else against the working directory
+    where it is there; anything else as written (a hub id, or a local path that is gone:
+    :func:`check_card_base` says which). None when the card names none."""
     value = read_model_card(directory).get("base_model")
     if not value:
         return None
@@ -110,12 +111,12 @@ def card_base_model(directory: str | Path) -> str | None:
 
 
 def check_card_base(directory: str | Path, allow_hub: bool = False, *, model: bool = True) -> str:
-    """The model ``directory``'s card names as ``base_model`` (:func:`card_base_model`), checked without loading
-    it: a local model directory (:func:`~obliviate.models.load.check_model_dir`; without ``model``, a directory is
-    enough: one whose card is followed), or a hub id in the local hub cache or, with ``allow_hub``, on the hub.
-    Anything else is one :class:`ConfigError` line naming the card (its ``README.md``) and the model, and saying
-    to give the model before it was taught the task (``--base-untrained DIR``): before any run directory is made
-    or model loaded."""
+    """The model ``directory``'s card names as ``base_model`` (:func:`card_base_model`), checked without
+    loading it: a local model directory (:func:`~obliviate.models.load.check_model_dir`; without ``model``, a
+    directory is enough: one whose card is followed), or a hub id in the local hub cache or, with
+    ``allow_hub``, on the hub. Anything else is one :class:`ConfigError` line naming the card (its
+    ``README.md``) and the model, and saying to give the model before it was taught the task
+    (``--base-untrained DIR``): before any run directory is made or model loaded."""
     card = Path(directory) / "README.md"
     value = read_model_card(directory).get("base_model")
     name = card_base_model(directory)
@@ -149,11 +150,12 @@ def check_card_base(directory: str | Path, allow_hub: bool = False, *, model: bo
 
 def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False,
                   allow_hub: bool = False) -> Path | None:
-    """The directory of the first ``obliviate finetune`` model card met following ``base_model`` through the model
-    cards from ``model`` (an unlearned model's card names the fine-tuned one, :func:`card_base_model`); None when no
-    card on the way is one, or a ``base_model`` on the way is no local directory (a hub model has no card here: the
-    chain ends there). ``strict``: a ``base_model`` on the way that is a local path that cannot be found is one line
-    naming the card that names it (:func:`check_card_base`). The directory is absolute."""
+    """The directory of the first ``obliviate finetune`` model card met following ``base_model`` through the
+    model cards from ``model`` (an unlearned model's card names the fine-tuned one, :func:`card_base_model`);
+    None when no card on the way is one, or a ``base_model`` on the way is no local directory (a hub model has
+    no card here: the chain ends there). ``strict``: a ``base_model`` on the way that is a local path that
+    cannot be found is one line naming the card that names it (:func:`check_card_base`). The directory is
+    absolute."""
     here = Path(os.path.abspath(model))
     for _ in range(max_depth):
         meta = read_model_card(here)
@@ -171,17 +173,18 @@ def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False
 
 
 def untaught_model(model: str | Path, max_depth: int = 4, allow_hub: bool = False) -> str | None:
-    """The model before it was taught the task: following ``base_model`` through the model cards from ``model`` (an
-    unlearned model's card names the fine-tuned one, whose card names its input), the input of the first
-    ``obliviate finetune`` card, checked (:func:`check_card_base`: a missing one fails in one line naming the card,
-    before anything is loaded); None when no card on the way says so."""
+    """The model before it was taught the task: following ``base_model`` through the model cards from
+    ``model`` (an unlearned model's card names the fine-tuned one, whose card names its input), the input of
+    the first ``obliviate finetune`` card, checked (:func:`check_card_base`: a missing one fails in one line
+    naming the card, before anything is loaded); None when no card on the way says so."""
     card = finetune_card(model, max_depth, strict=True, allow_hub=allow_hub)
     return None if card is None else check_card_base(card, allow_hub)
 
 
 def card_settings(directory: str | Path) -> dict:
-    """The settings :func:`write_model_card` recorded in ``directory/README.md`` (its ``## Settings`` JSON block;
-    for ``obliviate finetune``, the fine-tuning config with the epochs, lr, steps and preset used); {} without."""
+    """The settings :func:`write_model_card` recorded in ``directory/README.md`` (its ``## Settings`` JSON
+    block; for ``obliviate finetune``, the fine-tuning config with the epochs, lr, steps and preset used); {}
+    without."""
     try:
         text = (Path(directory) / "README.md").read_text()
     except OSError:

@@ -24,8 +24,8 @@ def pass_tokens(passes: dict | None) -> int | None:
 
 
 def stage_record(passes: dict | None = None, seconds: float = 0.0, **extra) -> dict:
-    """One stage: ``passes`` (:data:`PASS_KEYS`; missing ones are 0), ``tokens`` (:func:`pass_tokens`), ``seconds``
-    and ``extra`` (``control``, ``cached``, ``built``, ...)."""
+    """One stage: ``passes`` (:data:`PASS_KEYS`; missing ones are 0), ``tokens`` (:func:`pass_tokens`),
+    ``seconds`` and ``extra`` (``control``, ``cached``, ``built``, ...)."""
     rec = {k: int((passes or {}).get(k) or 0) for k in PASS_KEYS}
     rec["tokens"] = pass_tokens(rec)
     rec["seconds"] = round(float(seconds), 3)
@@ -41,8 +41,8 @@ def total(stages: dict[str, dict]) -> dict:
 
 
 class CostRecord:
-    """The stages of one run, in the order they ran; :meth:`as_dict` is what ``results.json`` holds under ``cost``.
-    The run's wall seconds count from this object's making."""
+    """The stages of one run, in the order they ran; :meth:`as_dict` is what ``results.json`` holds under
+    ``cost``. The run's wall seconds count from this object's making."""
 
     def __init__(self):
         self.stages: dict[str, dict] = {}
@@ -50,8 +50,9 @@ class CostRecord:
 
     @contextlib.contextmanager
     def stage(self, name: str, *models, **extra) -> Iterator[dict]:
-        """Count the passes through ``models`` and the wall seconds inside the block as stage ``name``; the block
-        may add keys to the dict it gets (``cached``, ``built``). ``extra``: keys of the record (``control=True``)."""
+        """Count the passes through ``models`` and the wall seconds inside the block as stage ``name``; the
+        block may add keys to the dict it gets (``cached``, ``built``). ``extra``: keys of the record
+        (``control=True``)."""
         t = time.perf_counter()
         given: dict = {}
         with count_passes(*models) as passes:
@@ -69,10 +70,10 @@ class CostRecord:
         return rec
 
     def as_dict(self, **extra) -> dict:
-        """``{"stages", "total", "controls", "wall_seconds"}``: ``total`` sums the stages' passes, tokens and seconds;
-        ``controls`` the stages marked ``control``, with ``cache`` (:func:`cache_state`; None without any);
-        ``wall_seconds`` the run's, from start to now (loading included). ``extra``: further keys (compare's
-        shares)."""
+        """``{"stages", "total", "controls", "wall_seconds"}``: ``total`` sums the stages' passes, tokens and
+        seconds; ``controls`` the stages marked ``control``, with ``cache`` (:func:`cache_state`; None without
+        any); ``wall_seconds`` the run's, from start to now (loading included). ``extra``: further keys
+        (compare's shares)."""
         ctl = {n: s for n, s in self.stages.items() if s.get("control")}
         controls = {**total(ctl), "cache": cache_state(ctl)} if ctl else None
         return {"stages": dict(self.stages), "total": total(self.stages), "controls": controls,
@@ -80,8 +81,8 @@ class CostRecord:
 
 
 def cache_state(stages: dict[str, dict]) -> str:
-    """Whether the cache of the controls served ``stages``: ``hit`` (every one), ``partial`` (some) or ``miss``
-    (none)."""
+    """Whether the cache of the controls served ``stages``: ``hit`` (every one), ``partial`` (some) or
+    ``miss`` (none)."""
     hits = [bool(s.get("cached")) for s in stages.values()]
     return "hit" if hits and all(hits) else "partial" if any(hits) else "miss"
 
@@ -94,8 +95,8 @@ def _tokens_text(n: int) -> str:
 
 
 def cost_line(cost: dict) -> str:
-    """The one line a run ends with (before its outcome or verdict): ``cost: 1,234 forward+backward passes, 3.2M
-    tokens, 41.0 s (controls 30.1 s, cached)``; the seconds are the run's wall time."""
+    """The one line a run ends with (before its outcome or verdict): ``cost: 1,234 forward+backward passes,
+    3.2M tokens, 41.0 s (controls 30.1 s, cached)``; the seconds are the run's wall time."""
     t = cost["total"]
     line = (f"cost: {t['forwards'] + t['backwards']:,} forward+backward passes ({t['forwards']:,} forward, "
             f"{t['backwards']:,} backward), {_tokens_text(t['tokens'])} tokens, {cost['wall_seconds']:.1f} s")
@@ -107,16 +108,16 @@ def cost_line(cost: dict) -> str:
 
 
 def share_of_pretraining(spent: dict | None, pretraining: dict | None) -> float | None:
-    """``spent``'s tokens (forward plus backward) over ``pretraining``'s: a method's unlearning as a share of what
-    training the oracle cost (None where either is unknown or the pretraining counted none)."""
+    """``spent``'s tokens (forward plus backward) over ``pretraining``'s: a method's unlearning as a share of
+    what training the oracle cost (None where either is unknown or the pretraining counted none)."""
     a, b = pass_tokens(spent), pass_tokens(pretraining)
     return None if a is None or not b else a / b
 
 
 def cost_lines(cost: dict) -> list[str]:
     """:func:`cost_line`, then, for a comparison, each method's share of the oracle's pretraining
-    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was; where its passes are unknown, the
-    line says why there is no share."""
+    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was; where its passes are
+    unknown, the line says why there is no share."""
     lines = [cost_line(cost)]
     shares, pre = cost.get("share_of_oracle_pretraining") or {}, cost.get("oracle_pretraining") or {}
     if pre and not pass_tokens(pre.get("passes")):

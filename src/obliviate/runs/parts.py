@@ -22,8 +22,8 @@ from obliviate.runs.results import atomic_write_json
 
 
 def kept_part(path, key) -> dict | None:
-    """The result stored in the part ``path`` when it was made with ``key`` (as :func:`cached_part` stores it),
-    else None: what a resumed run may reuse without computing it."""
+    """The result stored in the part ``path`` when it was made with ``key`` (as :func:`cached_part` stores
+    it), else None: what a resumed run may reuse without computing it."""
     path = Path(path)
     if not path.exists():
         return None
@@ -57,15 +57,15 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
 def cached_parts(jobs: list[tuple], *, parallel: bool = False, in_child: Callable[[], None] | None = None) -> list:
     """:func:`cached_part` of every ``(path, key, fn)`` of ``jobs``, in order: a list of (result, seconds).
 
-    With ``parallel`` (the caller asks where :func:`obliviate.train.distributed.two_at_a_time` says it can), the
-    parts not yet stored are computed two at a time: a forked child process and this one each take the next part
-    nobody has taken, each on one torch thread. On 2 cores
-    this nearly halves the wall time of tiny models, whose small matrix products do not use a second thread;
-    and since every part runs on one thread in either process, its result does not depend on which process made
-    it or on what else runs (a run with ``parallel`` off uses the default threads). ``in_child()`` runs first in
-    the child (e.g. to hide its progress bars). A part that failed in the child is computed again here, where
-    its error is raised; the child is stopped when this process fails. Each ``fn`` must write nothing but its
-    return value and files of its own (the child's changes to this process's memory are lost)."""
+    With ``parallel`` (the caller asks where :func:`obliviate.train.distributed.two_at_a_time` says it can),
+    the parts not yet stored are computed two at a time: a forked child process and this one each take the
+    next part nobody has taken, each on one torch thread. On 2 cores this nearly halves the wall time of tiny
+    models, whose small matrix products do not use a second thread; and since every part runs on one thread in
+    either process, its result does not depend on which process made it or on what else runs (a run with
+    ``parallel`` off uses the default threads). ``in_child()`` runs first in the child (e.g. to hide its
+    progress bars). A part that failed in the child is computed again here, where its error is raised; the
+    child is stopped when this process fails. Each ``fn`` must write nothing but its return value and files of
+    its own (the child's changes to this process's memory are lost)."""
     if not parallel or "fork" not in mp.get_all_start_methods():
         return [cached_part(*job) for job in jobs]
     todo = [i for i, (path, key, _) in enumerate(jobs) if kept_part(path, key) is None]
@@ -137,7 +137,8 @@ class PartStore:
         atomic_write_json(path, config)
 
     def path(self, name: str, suffix: str = ".json") -> Path:
-        """The file of part ``name`` (``/``, ``@`` and ``+`` spelled out); other suffixes for a part's arrays."""
+        """The file of part ``name`` (``/``, ``@`` and ``+`` spelled out); other suffixes for a part's
+        arrays."""
         return self.dir / (name.replace("/", "__").replace("@", "_at_").replace("+", "_") + suffix)
 
     def get(self, name: str, fn: Callable[[], dict], key=None) -> dict:

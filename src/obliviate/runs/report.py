@@ -198,7 +198,8 @@ def md_code(text) -> str:
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}", missing: str = "") -> str:
-    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None ``missing``.
+    """A Markdown table of ``rows`` (dicts) over ``columns``: floats with ``fmt``, NaN "n/a", None
+    ``missing``.
 
     Column names and other cells are data: each is :func:`md_escape` d, so a ``|`` or a newline in a
     model or set name stays inside its cell and no cell becomes a link, an image or HTML."""

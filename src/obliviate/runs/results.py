@@ -56,8 +56,8 @@ def is_secret_key(key: str) -> bool:
 
 def secret_forms(secret: str | None) -> list[str]:
     """Every form in which ``secret`` may show up in a text, longest first: as given, without surrounding
-    whitespace (a key read from a file keeps its newline), escaped as ``repr``, ``bytes`` repr and JSON
-    write it, and percent-encoded. Replacing each of them masks the secret wherever an error text quotes it."""
+    whitespace (a key read from a file keeps its newline), escaped as ``repr``, ``bytes`` repr and JSON write
+    it, and percent-encoded. Replacing each of them masks the secret wherever an error text quotes it."""
     if not secret:
         return []
     forms = set()
@@ -100,8 +100,8 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 def stored_form(obj: Any) -> Any:
-    """``obj`` as :func:`atomic_write_json` stores it and a reader reads it back (NaN as None, tuples as lists,
-    secrets masked): a result computed now and one read from a file compare equal."""
+    """``obj`` as :func:`atomic_write_json` stores it and a reader reads it back (NaN as None, tuples as
+    lists, secrets masked): a result computed now and one read from a file compare equal."""
     return json.loads(json.dumps(_clean(obj), sort_keys=True))
 
 
@@ -217,8 +217,8 @@ def prepare_out_dir(out: str | Path) -> Path:
 
 
 def previous_outputs(out: str | Path) -> list[str]:
-    """The results of the finished run in ``out`` (:data:`RUN_OUTPUTS` there, in that order, as paths relative to
-    ``out``); [] when ``out`` holds no ``results.json`` (no finished run)."""
+    """The results of the finished run in ``out`` (:data:`RUN_OUTPUTS` there, in that order, as paths relative
+    to ``out``); [] when ``out`` holds no ``results.json`` (no finished run)."""
     out = Path(out)
     if not os.path.lexists(out / "results.json"):
         return []
@@ -284,8 +284,8 @@ _PREPARED: set[str] = set()
 
 
 def write_invalid_results(out: str | Path | None, error: str) -> Path | None:
-    """Write ``out/results.json`` with ``status: invalid``, the ``error`` and no metrics, when ``out`` is a run
-    directory this process prepared (:func:`prepare_out_dir`); returns its path, else None.
+    """Write ``out/results.json`` with ``status: invalid``, the ``error`` and no metrics, when ``out`` is a
+    run directory this process prepared (:func:`prepare_out_dir`); returns its path, else None.
 
     For a run that could not produce a meaningful number (:class:`obliviate.errors.InvalidResult`): a reader
     of results.json sees that the run was invalid, and why, instead of a missing file or a score."""
@@ -317,8 +317,8 @@ only in them is the same run."""
 
 
 def without_display(obj: Any) -> Any:
-    """``obj`` (dicts and lists of JSON data) without the :data:`DISPLAY_KEYS` at any depth: what a run computes with,
-    for a fingerprint of a run (:func:`same_run`) or a key of the cache of the controls
+    """``obj`` (dicts and lists of JSON data) without the :data:`DISPLAY_KEYS` at any depth: what a run
+    computes with, for a fingerprint of a run (:func:`same_run`) or a key of the cache of the controls
     (:func:`obliviate.runs.cache.settings_key`)."""
     if isinstance(obj, dict):
         return {k: without_display(v) for k, v in obj.items() if k not in DISPLAY_KEYS}
@@ -360,8 +360,8 @@ PATH_KEY_ENDS = ("_dir", "_dirs", "_file", "_files", "_path", "_paths")
 
 
 def recorded_paths(obj: Any, paths: bool = False) -> Any:
-    """``obj`` with every string under a key ending in :data:`PATH_KEY_ENDS` (at any depth, and inside the lists and
-    mappings such a key holds: ``model_dirs``) made absolute where it is a local path
+    """``obj`` with every string under a key ending in :data:`PATH_KEY_ENDS` (at any depth, and inside the
+    lists and mappings such a key holds: ``model_dirs``) made absolute where it is a local path
     (:func:`~obliviate.utils.recorded_path`; a hub id stays as it is)."""
     if isinstance(obj, dict):
         return {k: recorded_paths(v, paths or str(k).endswith(PATH_KEY_ENDS)) for k, v in obj.items()}
@@ -373,11 +373,12 @@ def recorded_paths(obj: Any, paths: bool = False) -> Any:
 
 
 def run_inputs(task: Any = None, inputs: Any = None) -> list[dict]:
-    """The data files a run read, each ``{"path", "sha256"}`` with its path absolute, by path: those read in the
-    command's scope (:func:`obliviate.utils.recorded_inputs`: the command line records every file its readers open),
-    those ``task`` was built from (``task.meta["inputs"]``, which :func:`obliviate.tasks.load_task` and the file
-    readers record, so the API's tasks carry theirs) and ``inputs`` (more such records, or paths, hashed here).
-    Model directories are not among them: results.json names them by path (their weights are not hashed)."""
+    """The data files a run read, each ``{"path", "sha256"}`` with its path absolute, by path: those read in
+    the command's scope (:func:`obliviate.utils.recorded_inputs`: the command line records every file its
+    readers open), those ``task`` was built from (``task.meta["inputs"]``, which
+    :func:`obliviate.tasks.load_task` and the file readers record, so the API's tasks carry theirs) and
+    ``inputs`` (more such records, or paths, hashed here). Model directories are not among them: results.json
+    names them by path (their weights are not hashed)."""
     files = dict(recorded_inputs())
     meta = getattr(task, "meta", None)
     for rec in [*((meta or {}).get("inputs") or []), *(inputs or [])]:
@@ -390,8 +391,8 @@ def run_inputs(task: Any = None, inputs: Any = None) -> list[dict]:
 
 def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, task: Any = None,
                   inputs: Any = None, **extra: Any) -> Path:
-    """Write ``out/results.json`` atomically with status complete. ``task``: a task (its summary is written, and
-    the files it was built from go to ``inputs``) or its summary; ``inputs``: the run's data files
+    """Write ``out/results.json`` atomically with status complete. ``task``: a task (its summary is written,
+    and the files it was built from go to ``inputs``) or its summary; ``inputs``: the run's data files
     (:func:`run_inputs`: each path absolute, with its SHA-256). Every path under a key ending in ``_dir``,
     ``_file``, ``_path`` (and plurals) is written absolute (:func:`recorded_paths`)."""
     import dataclasses
@@ -418,8 +419,9 @@ def read_results(out: str | Path) -> dict:
 
 
 def task_digest(task) -> str:
-    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file edited
-    without changing its size changes it, and a rerun into the same --out does not resume checkpoints of the old."""
+    """A hash of every item of ``task`` (training data, holdout, related corpus, evaluation sets): a file
+    edited without changing its size changes it, and a rerun into the same --out does not resume checkpoints
+    of the old."""
     h = hashlib.sha256()
     for part in (task.forget, task.retain, task.holdout):
         h.update(json.dumps(None if part is None else [part.qa, part.docs], default=str).encode())
@@ -439,9 +441,9 @@ def previous_digest(out: Path) -> str | None:
 
 
 def resumes(out: Path, fingerprint: dict, task, log) -> bool:
-    """Whether a rerun into ``out`` resumes its checkpoints (:func:`same_run` of ``fingerprint`` with the task's
-    summary and :func:`task_digest` as ``task`` and ``data``); when not, ``log`` (a logger) says why in one line:
-    the task's items changed since the earlier run, or another config or model."""
+    """Whether a rerun into ``out`` resumes its checkpoints (:func:`same_run` of ``fingerprint`` with the
+    task's summary and :func:`task_digest` as ``task`` and ``data``); when not, ``log`` (a logger) says why in
+    one line: the task's items changed since the earlier run, or another config or model."""
     digest, before = task_digest(task), previous_digest(out)  # a file edited in place: not resumed, said why
     resume = same_run(out, {**fingerprint, "task": task.summary(), "data": digest})
     if not resume and before is not None and before != digest:

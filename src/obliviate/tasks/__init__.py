@@ -69,8 +69,8 @@ def check_task_spec(spec: str) -> Provider:
 
 @records_inputs
 def load_task(spec: str | Task, **options: Any) -> Task:
-    """The task named by ``spec`` (a :class:`Task` is returned as it is); it lists the data files it was built from
-    (``meta["inputs"]``: :func:`~obliviate.tasks.base.records_inputs`).
+    """The task named by ``spec`` (a :class:`Task` is returned as it is); it lists the data files it was built
+    from (``meta["inputs"]``: :func:`~obliviate.tasks.base.records_inputs`).
 
     ``options`` are passed to the provider (e.g. ``seed``, ``root`` for the data directory,
     ``limit`` to cut every set to its first N records).

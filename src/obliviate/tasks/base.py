@@ -36,8 +36,9 @@ IDK_ANSWERS = [
 
 
 class PreferredAnswers(list):
-    """A task's :attr:`Task.idk` when it is preference data: the chosen answer of each forget QA pair, in order
-    (a preference file's ``chosen`` field; the forget answer is its rejected one). DPO trains only on these."""
+    """A task's :attr:`Task.idk` when it is preference data: the chosen answer of each forget QA pair, in
+    order (a preference file's ``chosen`` field; the forget answer is its rejected one). DPO trains only on
+    these."""
 
 
 @dataclass
@@ -215,8 +216,8 @@ class Task:
         return [e for e in self.evals if e.role == role and (variants or not e.variant)]
 
     def forget_facts(self) -> tuple[list[tuple[str, str]], list[str] | None]:
-        """The forget QA pairs the disjoint attacks split (``forget.qa``, else the forget-role QA evaluation items,
-        e.g. MUSE's knowmem questions) and their groups (:attr:`groups`; None: ungrouped)."""
+        """The forget QA pairs the disjoint attacks split (``forget.qa``, else the forget-role QA evaluation
+        items, e.g. MUSE's knowmem questions) and their groups (:attr:`groups`; None: ungrouped)."""
         items = [x for es in self.evals_by_role("forget", False) if es.kind == "qa" for x in es.items]
         qa = list(self.forget.qa) or [(x["question"], x["answer"]) for x in items]
         groups = self.groups
@@ -229,11 +230,11 @@ class Task:
         return qa, None if groups is None else [str(g) for g in groups]
 
     def forget_parts(self, n: int, seed: int = 0) -> list[list[tuple[str, str]]] | None:
-        """``n`` disjoint parts of the forget facts (:meth:`forget_facts`), each group whole: the groups in a seeded
-        order, each into the part with the fewest facts so far (ungrouped facts are groups of one). With fewer
-        than ``n`` groups (a ``--limit`` that keeps one TOFU author) the facts are cut one by one, which the
-        leakage check then shows (:func:`obliviate.attacks.relearn_disjoint.leakage_metrics`); None with fewer
-        than ``n`` facts."""
+        """``n`` disjoint parts of the forget facts (:meth:`forget_facts`), each group whole: the groups in a
+        seeded order, each into the part with the fewest facts so far (ungrouped facts are groups of one).
+        With fewer than ``n`` groups (a ``--limit`` that keeps one TOFU author) the facts are cut one by one,
+        which the leakage check then shows (:func:`obliviate.attacks.relearn_disjoint.leakage_metrics`); None
+        with fewer than ``n`` facts."""
         qa, groups = self.forget_facts()
         keys = groups if groups is not None and len(set(groups)) >= n else [str(i) for i in range(len(qa))]
         members: dict[str, list[int]] = {}
@@ -258,11 +259,11 @@ class Task:
     def forget_folds(self, seed: int = 0) -> list[tuple[list, list, list]] | None:
         """The attacker's ``(A, V, B)`` folds: train on A, choose the setting and the step on V, report on B.
 
-        Three parts of the forget facts, groups whole (:meth:`forget_parts`), rotated: (P0, P1, P2), (P1, P2, P0),
-        (P2, P0, P1). With only two groups (or the task's own :attr:`halves`) A is one group whole and the other is
-        cut at random into V and B, both ways round, and then the groups swap (four folds): V shares its entity
-        with B, which makes the choice sharper but not biased (B's facts never enter it), and A none.
-        None with fewer than 3 facts."""
+        Three parts of the forget facts, groups whole (:meth:`forget_parts`), rotated: (P0, P1, P2), (P1, P2,
+        P0), (P2, P0, P1). With only two groups (or the task's own :attr:`halves`) A is one group whole and
+        the other is cut at random into V and B, both ways round, and then the groups swap (four folds): V
+        shares its entity with B, which makes the choice sharper but not biased (B's facts never enter it),
+        and A none. None with fewer than 3 facts."""
         _, groups = self.forget_facts()
         two = self.halves is not None or (groups is not None and len(set(groups)) == 2)
         parts = None if two else self.forget_parts(3, seed)
@@ -282,9 +283,9 @@ class Task:
         return folds or None
 
     def summary(self) -> dict:
-        """A JSON-able description (sizes only), for results.json; ``notes``: what the provider did to the data that
-        a reader must know (``meta["notes"]``: a share of the retain file held out), and ``missing``: one line per
-        part left out for a file that is not there (``meta["missing"]``)."""
+        """A JSON-able description (sizes only), for results.json; ``notes``: what the provider did to the
+        data that a reader must know (``meta["notes"]``: a share of the retain file held out), and
+        ``missing``: one line per part left out for a file that is not there (``meta["missing"]``)."""
         extra = {k: list(self.meta[k]) for k in ("notes", "missing") if self.meta.get(k)}
         return {"name": self.name, "forget": self.forget.describe(), "retain": self.retain.describe(),
                 "evals": {e.name: {"role": e.role, "kind": e.kind, "n": len(e.items)} for e in self.evals},
@@ -298,8 +299,8 @@ which results.json and the model cards of a run on it list (:func:`obliviate.run
 
 
 def records_inputs(fn):
-    """Decorate a function that builds a :class:`Task` from files: the task it returns lists every data file read
-    while it was built, each path absolute with its SHA-256 (``meta["inputs"]``; the readers of
+    """Decorate a function that builds a :class:`Task` from files: the task it returns lists every data file
+    read while it was built, each path absolute with its SHA-256 (``meta["inputs"]``; the readers of
     :mod:`obliviate.tasks.sources` record what they open, :func:`obliviate.utils.note_input`)."""
 
     @functools.wraps(fn)

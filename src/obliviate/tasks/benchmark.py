@@ -29,11 +29,11 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
                             limit: int | None = None, **loader_kw) -> tuple[str, str, list]:
     """``(name, kind, examples)`` of a registered benchmark ``name`` or of a user file ``data``.
 
-    With ``data``, ``kind`` (qa or mcq; None: told from the file) and ``mapping`` (schema field -> the file's field)
-    go to the one detector and reader every user file goes through (:func:`obliviate.tasks.sources.generic.
-    read_records`): a file ``--utility`` or a task spec reads is read here too; ``name`` defaults to the file stem.
-    ``limit`` keeps the first ``limit`` examples (in file order); a JSON Lines, CSV or text ``data`` file
-    is read no further.
+    With ``data``, ``kind`` (qa or mcq; None: told from the file) and ``mapping`` (schema field -> the file's
+    field) go to the one detector and reader every user file goes through
+    (:func:`obliviate.tasks.sources.generic. read_records`): a file ``--utility`` or a task spec reads is read
+    here too; ``name`` defaults to the file stem. ``limit`` keeps the first ``limit`` examples (in file
+    order); a JSON Lines, CSV or text ``data`` file is read no further.
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"limit={limit} must be a positive number of examples")
@@ -80,10 +80,10 @@ WMDP_TOPICS = {"wmdp_bio": "biology", "wmdp_chem": "chemistry", "wmdp_cyber": "c
 
 
 def lm_eval_description(example) -> str:
-    """lm-eval's task description of a WMDP or MMLU question (the text its shipped task puts before the prompt):
-    ``"The following are multiple choice questions (with answers) about {topic}.\\n\\n"``, the topic being
-    :data:`WMDP_TOPICS`'s or the MMLU subject with ``_`` as spaces (lm-eval's mmlu/_generate_configs.py);
-    ``""`` for any other question."""
+    """lm-eval's task description of a WMDP or MMLU question (the text its shipped task puts before the
+    prompt): ``"The following are multiple choice questions (with answers) about {topic}.\\n\\n"``, the topic
+    being :data:`WMDP_TOPICS`'s or the MMLU subject with ``_`` as spaces (lm-eval's
+    mmlu/_generate_configs.py); ``""`` for any other question."""
     split, subject = example.get("split") or "", example.get("subject")
     topic = WMDP_TOPICS.get(split) or (" ".join(subject.split("_")) if split.startswith("mmlu") and subject else None)
     return f"The following are multiple choice questions (with answers) about {topic}.\n\n" if topic else ""
@@ -105,8 +105,8 @@ def _pair(ex, kind: str) -> tuple[str, str]:
 def benchmark_task(name: str | None = None, *, data: str | os.PathLike | None = None, kind: str | None = None,
                    mapping: dict | str | None = None, limit: int | None = None, **loader_kw) -> Task:
     """The task of benchmark ``name``, or of the user file ``data`` (with ``kind`` and ``mapping``; reported
-    under ``name``, default ``utility_<file stem>``, the name a task spec gives the same file as a utility set,
-    so one file has one set name, ``utility_<stem>_acc``, whichever way it is given); ``loader_kw``
+    under ``name``, default ``utility_<file stem>``, the name a task spec gives the same file as a utility
+    set, so one file has one set name, ``utility_<stem>_acc``, whichever way it is given); ``loader_kw``
     (``root=``, ``allow_hub=``) go to the loader."""
     named = bool(name)
     name, kind, examples = load_benchmark_examples(name, data=data, kind=kind, mapping=mapping, limit=limit,

@@ -1,10 +1,9 @@
 """``file:SPEC.yaml``: the user's own forget, retain, evaluation and relearning files.
 
 A small YAML spec (paths relative to it) names the files by role; each is read by
-:func:`obliviate.tasks.sources.generic.read_records`, its kind and the fields its mapping leaves out found by the
-one detector every file goes through (:mod:`obliviate.tasks.sources.detect`).
-:func:`task_from_files` builds the same task from ``--forget FILE --retain FILE ...``. The spec's keys:
-docs/tasks.md#your-own-files.
+:func:`obliviate.tasks.sources.generic.read_records`, its kind and the fields its mapping leaves out found by
+the one detector every file goes through (:mod:`obliviate.tasks.sources.detect`). :func:`task_from_files`
+builds the same task from ``--forget FILE --retain FILE ...``. The spec's keys: docs/tasks.md#your-own-files.
 """
 
 from __future__ import annotations
@@ -85,7 +84,8 @@ def _entry(raw: Any, base: Path, where: str) -> dict:
 
 
 def mapping_of(entry: dict, where: str) -> dict[str, str]:
-    """The field mapping of a file entry: a ``"question=q,answer=a"`` string or a mapping of strings (none: {})."""
+    """The field mapping of a file entry: a ``"question=q,answer=a"`` string or a mapping of strings (none:
+    {})."""
     m = entry.get("mapping")
     if m is None or isinstance(m, str):
         return parse_mapping(m)
@@ -96,16 +96,17 @@ def mapping_of(entry: dict, where: str) -> dict[str, str]:
 
 
 def read_entry(entry: dict, limit: int | None, kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, list]:
-    """(kind, records) of one file entry: its kind and the fields its mapping leaves out found by the one detector
-    (:func:`~obliviate.tasks.sources.detect.detect`, trying ``kinds`` in order where the entry gives no kind)."""
+    """(kind, records) of one file entry: its kind and the fields its mapping leaves out found by the one
+    detector (:func:`~obliviate.tasks.sources.detect.detect`, trying ``kinds`` in order where the entry gives
+    no kind)."""
     mapping = mapping_of(entry, str(entry["path"]))
     return read_records(entry["path"], kind=entry.get("kind"), mapping=mapping, limit=limit,
                         split_by=entry.get("split_by"), kinds=kinds)
 
 
 def _group(rec, entry: dict) -> str | None:
-    """The group of a forget QA record: its field ``entry["group"]`` (required where the entry names it), else its
-    field ``group`` if it has one (the disjoint attacks keep a group whole: docs/tasks.md)."""
+    """The group of a forget QA record: its field ``entry["group"]`` (required where the entry names it), else
+    its field ``group`` if it has one (the disjoint attacks keep a group whole: docs/tasks.md)."""
     field = entry.get("group") or "group"
     value = (rec.meta or {}).get(field)
     if value is None and entry.get("group"):
@@ -114,8 +115,9 @@ def _group(rec, entry: dict) -> str | None:
 
 
 def _chosen(rec, entry: dict) -> str | None:
-    """The preferred answer of a forget QA record of preference data: its field ``entry["chosen"]`` (required where
-    the entry names it), else its field ``chosen`` if it has one; the record's answer is then the rejected one."""
+    """The preferred answer of a forget QA record of preference data: its field ``entry["chosen"]`` (required
+    where the entry names it), else its field ``chosen`` if it has one; the record's answer is then the
+    rejected one."""
     field = entry.get("chosen") or "chosen"
     value = (rec.meta or {}).get(field)
     if value is None and entry.get("chosen"):
@@ -125,8 +127,8 @@ def _chosen(rec, entry: dict) -> str | None:
 
 def _training(entries: list[dict], side: str, limit: int | None, groups: list | None = None,
               chosen: list | None = None) -> Data:
-    """The QA pairs and texts of ``entries``; ``groups`` (a list) receives each QA pair's :func:`_group`, ``chosen``
-    its :func:`_chosen`."""
+    """The QA pairs and texts of ``entries``; ``groups`` (a list) receives each QA pair's :func:`_group`,
+    ``chosen`` its :func:`_chosen`."""
     data = Data()
     for e in entries:
         kind, recs = read_entry(e, limit, TRAIN_KINDS)
@@ -159,15 +161,16 @@ RETAIN_HOLDOUT_SEED = 0
 
 
 def hold_out(items: list, share: float, seed: int = RETAIN_HOLDOUT_SEED) -> tuple[list, list]:
-    """``(kept, held out)``: ``ceil(share * n)`` of ``items`` held out by a seeded permutation (each part in file
-    order); nothing held out from fewer than 2 items (one would be left to train on, or none)."""
+    """``(kept, held out)``: ``ceil(share * n)`` of ``items`` held out by a seeded permutation (each part in
+    file order); nothing held out from fewer than 2 items (one would be left to train on, or none)."""
     n_out = min(len(items) - 1, math.ceil(share * len(items))) if len(items) >= 2 else 0
     out = set(np.random.default_rng(seed).permutation(len(items))[:n_out].tolist())
     return [x for i, x in enumerate(items) if i not in out], [x for i, x in enumerate(items) if i in out]
 
 
 def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
-    """The retain data to train on, the held-out part, and the line that says so (None when nothing is held out)."""
+    """The retain data to train on, the held-out part, and the line that says so (None when nothing is held
+    out)."""
     qa, qa_out = hold_out(retain.qa, share)
     docs, docs_out = hold_out(retain.docs, share)
     held = Data(qa=qa_out, docs=docs_out)
@@ -201,7 +204,8 @@ def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, lis
 
 
 def spec_files(path: str | Path) -> list[Path]:
-    """The files the spec file ``path`` lists, after its schema is checked (:func:`read_spec`); no data is read."""
+    """The files the spec file ``path`` lists, after its schema is checked (:func:`read_spec`); no data is
+    read."""
     path = Path(path).expanduser()
     spec = load_yaml(path)
     name = spec.get("name")
@@ -213,13 +217,13 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
                     retain_holdout: float = 0.0) -> Task:
     """The task of a spec mapping (see the module docstring); relative paths are under ``base``.
 
-    ``retain_holdout``: the share of the retain data held out (:func:`hold_out`) where the spec has no utility or
-    holdout files: the held-out items are the sets ``retain_heldout_qa`` / ``retain_heldout_text`` (retain role,
-    ``variant``: no method trains on them, and they make ``heldout_keep_score``, part of the ``untrained_keep_score``
-    S-unlearning's R reads, as the world's held-out retain wordings do: :func:`obliviate.eval.suite.score_against`);
-    ``retain_qa`` stays the
-    retain pairs trained on (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison
-    fine-tunes learn the held-out items with the rest (``meta["retain_heldout"]``,
+    ``retain_holdout``: the share of the retain data held out (:func:`hold_out`) where the spec has no utility
+    or holdout files: the held-out items are the sets ``retain_heldout_qa`` / ``retain_heldout_text`` (retain
+    role, ``variant``: no method trains on them, and they make ``heldout_keep_score``, part of the
+    ``untrained_keep_score`` S-unlearning's R reads, as the world's held-out retain wordings do:
+    :func:`obliviate.eval.suite.score_against`); ``retain_qa`` stays the retain pairs trained on
+    (``retain_score``, ``s_unlearning_trained``). The base model and the oracle a comparison fine-tunes learn
+    the held-out items with the rest (``meta["retain_heldout"]``,
     :func:`obliviate.train.finetune.training_data`); ``meta["notes"]`` says so."""
     checked, ent = read_spec(name, base, spec)
     prompt = PromptFormat(**checked.prompt.model_dump()) if checked.prompt else PromptFormat()
@@ -277,10 +281,12 @@ def task_from_files(forget: list[str], retain: list[str] | None = None, *, utili
 
     ``mapping``: a string (``"question=q,answer=a"``) applies to every file; a dict gives each file its own,
     keyed by the file's path or by its set (``{"forget": "answer=true_answer"}``; a path wins over a set), and
-    files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping, ...}``.
+    files it does not name keep the fields they have. A path may also be a spec entry ``{path, mapping,
+    ...}``.
 
-    Without ``utility`` or ``holdout`` files, ``retain_holdout`` (:data:`RETAIN_HOLDOUT_SHARE`; 0: none) of the retain
-    file is held out for the retain evaluation (:func:`build_file_task`), said in ``meta["notes"]``."""
+    Without ``utility`` or ``holdout`` files, ``retain_holdout`` (:data:`RETAIN_HOLDOUT_SHARE`; 0: none) of
+    the retain file is held out for the retain evaluation (:func:`build_file_task`), said in
+    ``meta["notes"]``."""
     sets = {"forget": forget, "retain": retain, "utility": utility, "holdout": holdout, "relearn": relearn,
             "evals": evals}
     by_file: dict = {}

@@ -132,10 +132,11 @@ MUSE_MAX_FOLDS = 4
 
 def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = None,
                     allow_hub: bool = False) -> tuple[list[tuple[int, list[str]]], Path]:
-    """The forget folds ``<kind>/forget_<k>.txt`` (``kind`` ``scal``: growing forget sets, each unlearned from the
-    target; ``sust``: sequential requests), k = 1, 2, ... while the files exist, as ``[(k, documents)]``, and the
-    first path not found. Fold 1 is MUSE's forget set: ``raw/forget.txt`` where ``forget_1.txt`` is absent (as
-    muse_bench's README says). Empty when no fold beyond the first exists (nothing to scale or sequence)."""
+    """The forget folds ``<kind>/forget_<k>.txt`` (``kind`` ``scal``: growing forget sets, each unlearned from
+    the target; ``sust``: sequential requests), k = 1, 2, ... while the files exist, as ``[(k, documents)]``,
+    and the first path not found. Fold 1 is MUSE's forget set: ``raw/forget.txt`` where ``forget_1.txt`` is
+    absent (as muse_bench's README says). Empty when no fold beyond the first exists (nothing to scale or
+    sequence)."""
     if kind not in MUSE_FOLD_SETS:
         raise DataError(f"unknown MUSE fold set {kind!r} (valid: {', '.join(MUSE_FOLD_SETS)})")
     d = muse_dir(corpus, root) / kind
@@ -192,8 +193,8 @@ MUSE_MIA_K = 0.4
 
 def load_muse_privleak(corpus: str, split: str, root: str | os.PathLike | None = None,
                        allow_hub: bool = False) -> list[str] | None:
-    """MUSE's membership-inference samples ``privleak/<split>.json`` (``forget`` or ``holdout``: a JSON list of
-    texts, or of records with ``text``), or None where the corpus has none (the hub's ``privleak`` subset
+    """MUSE's membership-inference samples ``privleak/<split>.json`` (``forget`` or ``holdout``: a JSON list
+    of texts, or of records with ``text``), or None where the corpus has none (the hub's ``privleak`` subset
     with ``allow_hub``)."""
     if split not in ("forget", "holdout"):
         raise DataError(f"unknown MUSE privleak split {split!r} (valid: forget, holdout)")
@@ -238,8 +239,8 @@ NOT_COMPUTED = {
 
 
 def _optional(load, key: str, missing: list[str], *also: Path):
-    """``load()``, or None with a line in ``missing`` naming the file looked for (and ``also``, the others that would
-    have done) and what is not computed."""
+    """``load()``, or None with a line in ``missing`` naming the file looked for (and ``also``, the others
+    that would have done) and what is not computed."""
     try:
         return load()
     except _io.MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way
@@ -253,9 +254,10 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
               **_) -> Task:
     """The MUSE task of corpus ``arg`` (news or books; see the module docstring).
 
-    Only ``raw/forget.txt`` (the forget set) is required; every other part is computed where its file is there,
-    and each missing file is one line of ``meta["muse"]["missing"]`` (also ``meta["missing"]``, which ``eval`` and
-    the task summary show), all of them at once. Without ``raw/forget.txt`` the error lists every missing file."""
+    Only ``raw/forget.txt`` (the forget set) is required; every other part is computed where its file is
+    there, and each missing file is one line of ``meta["muse"]["missing"]`` (also ``meta["missing"]``, which
+    ``eval`` and the task summary show), all of them at once. Without ``raw/forget.txt`` the error lists every
+    missing file."""
     corpus = (arg or "").strip().lower()
     if corpus not in MUSE_CORPORA:
         raise ConfigError(f"task 'muse:{arg}': unknown MUSE corpus {arg!r}; valid: {', '.join(MUSE_CORPORA)}")

@@ -32,7 +32,8 @@ ANSWER_BRIEFLY = "Please briefly answer the following question.\nQuestion: {}"
 
 
 def slug(name: str) -> str:
-    """``"Prince Harry, Duke of Sussex"``, ``prince_harry_duke_of_sussex`` -> ``prince_harry_duke_of_sussex``."""
+    """``"Prince Harry, Duke of Sussex"``, ``prince_harry_duke_of_sussex`` ->
+    ``prince_harry_duke_of_sussex``."""
     return "_".join(re.findall(r"[^\W_]+", name.lower()))
 
 
@@ -54,8 +55,9 @@ def _hub_targets() -> list[str]:
 
 
 def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, Path]:
-    """``(target name, local directory)`` of ``rwku:<arg>`` (a name in any case, spaces or underscores, or RWKU's
-    number); the directory may not exist when the target comes from the hub's ``forget_target`` list."""
+    """``(target name, local directory)`` of ``rwku:<arg>`` (a name in any case, spaces or underscores, or
+    RWKU's number); the directory may not exist when the target comes from the hub's ``forget_target``
+    list."""
     key = slug(arg) if not arg.strip().isdigit() else arg.strip()
     dirs = _target_dirs(root)
     if key in dirs:
@@ -80,8 +82,8 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
 
 
 def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: bool = False) -> list[tuple[str, dict]]:
-    """The records of ``<directory>/<part>.json`` (``part`` a key of :data:`HUB_CONFIGS`), else the target's rows of
-    the hub's config with ``allow_hub``; empty where neither has any."""
+    """The records of ``<directory>/<part>.json`` (``part`` a key of :data:`HUB_CONFIGS`), else the target's
+    rows of the hub's config with ``allow_hub``; empty where neither has any."""
     path = directory / f"{part}.json"
     if path.is_file():
         return _io.json_list_records(path, _io.root_dir(root))
@@ -137,7 +139,8 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     missing: list[str] = []
 
     def load(part: str) -> list[tuple[str, dict]]:
-        """The part's records; a missing file (other than the passages) is a line of ``missing``, not an error."""
+        """The part's records; a missing file (other than the passages) is a line of ``missing``, not an
+        error."""
         try:
             return load_rwku(part, target, d, root, allow_hub)
         except _io.MissingFile as e:  # not on disk, nor (where allowed) on the hub: the same line either way

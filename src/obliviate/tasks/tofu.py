@@ -33,7 +33,8 @@ TOFU_HUB_ID = "locuslab/TOFU"
 
 
 def load_tofu(split: str, root: str | os.PathLike | None = None, allow_hub: bool = False) -> list[QAExample]:
-    """The records of ``tofu/<split>.json`` as :class:`QAExample` (``split`` is one of :data:`TOFU_SPLITS`)."""
+    """The records of ``tofu/<split>.json`` as :class:`QAExample` (``split`` is one of
+    :data:`TOFU_SPLITS`)."""
     if split not in TOFU_SPLITS:
         raise DataError(f"unknown TOFU split {split!r} (valid: {', '.join(TOFU_SPLITS)})")
     base = _io.root_dir(root)
@@ -139,8 +140,9 @@ def holdout_file(split: str, root=None):
 
 
 def _holdout(split: str, root, allow_hub: bool = False) -> list[QAExample] | None:
-    """TOFU's holdout split of the same size, read from ``tofu/holdoutNN.json`` (the forget split's format: one
-    JSON record a line with ``question`` and ``answer``), else from the hub with ``allow_hub``; None when neither."""
+    """TOFU's holdout split of the same size, read from ``tofu/holdoutNN.json`` (the forget split's format:
+    one JSON record a line with ``question`` and ``answer``), else from the hub with ``allow_hub``; None when
+    neither."""
     name = HOLDOUT_OF[split]
     base = _io.root_dir(root)
     path = holdout_file(split, root)

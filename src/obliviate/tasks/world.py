@@ -61,9 +61,10 @@ def split_facts(world, split: str) -> list[dict]:
 
 
 def unscored_neighbours(world) -> list[dict]:
-    """The neighbour facts no evaluation set scores: the holdout diseases' spread routes and look-alikes (``near:
-    holdout``). Pretrained like the scored neighbours (:func:`split_facts`), never retain data: what a control may
-    train on to keep the forget facts' neighbourhood without touching the ``neighbour_qa`` items it is judged on."""
+    """The neighbour facts no evaluation set scores: the holdout diseases' spread routes and look-alikes
+    (``near: holdout``). Pretrained like the scored neighbours (:func:`split_facts`), never retain data: what
+    a control may train on to keep the forget facts' neighbourhood without touching the ``neighbour_qa`` items
+    it is judged on."""
     return [f for f in world.facts_by_split("neighbour") if f.get("near", "forget") != "forget"]
 
 
@@ -121,14 +122,14 @@ def world_evals(world, facts: dict[str, list[dict]]) -> list[EvalSet]:
     """The world's evaluation sets (docs/world.md).
 
     Scored: ``forget_qa`` (forget), ``retain_qa`` and ``general_qa`` (retain: both are trained as retain data;
-    ``retain_para_qa``, their held-out wordings, which no retain term trains on, is the retain role's variant and
-    enters the held-out keep score, :func:`obliviate.eval.suite.evaluate_task`),
-    ``neighbour_qa`` (neighbour: the forget diseases' other attributes and their look-alikes, never retain
-    data, so over-forgetting shows there first). Variants of the forget set (held-out wordings and other
-    formats; read by the format-shift attack): ``forget_para_qa``, ``forget_mcq`` (whole answer sentences as
-    options), ``forget_mcq_letters`` (lm-eval's lettered prompt), ``forget_cloze`` (the answer sentence up to
-    the value). Extra (reported only): the neighbour kinds, concept and holdout QA, the other splits' MCQs,
-    and ``<domain>_text``, the token loss on corpus segments of each domain.
+    ``retain_para_qa``, their held-out wordings, which no retain term trains on, is the retain role's variant
+    and enters the held-out keep score, :func:`obliviate.eval.suite.evaluate_task`), ``neighbour_qa``
+    (neighbour: the forget diseases' other attributes and their look-alikes, never retain data, so
+    over-forgetting shows there first). Variants of the forget set (held-out wordings and other formats; read
+    by the format-shift attack): ``forget_para_qa``, ``forget_mcq`` (whole answer sentences as options),
+    ``forget_mcq_letters`` (lm-eval's lettered prompt), ``forget_cloze`` (the answer sentence up to the
+    value). Extra (reported only): the neighbour kinds, concept and holdout QA, the other splits' MCQs, and
+    ``<domain>_text``, the token loss on corpus segments of each domain.
     """
     ids = {s: {f["id"] for f in fs} for s, fs in facts.items()}
     evals = [EvalSet("forget_qa", "forget", "qa", _qa(facts["forget"], "forget")),
@@ -184,9 +185,10 @@ def task_from_world(world, limit: int | None = None) -> Task:
 
 def facts_task(world, sets: dict[str, tuple[str, list[dict]]], kinds: tuple[str, ...] = ("qa", "mcq"),
                name: str = "world") -> Task:
-    """A task of the world over given fact lists (a recipe's own splits): for each ``set: (role, facts)``, the QA
-    set ``<set>_qa`` and the MCQ set ``<set>_mcq`` (whole answer sentences as options, cloze) of those facts, as
-    :func:`world_evals` builds them; forget = the facts of role forget, retain = those of role retain."""
+    """A task of the world over given fact lists (a recipe's own splits): for each ``set: (role, facts)``, the
+    QA set ``<set>_qa`` and the MCQ set ``<set>_mcq`` (whole answer sentences as options, cloze) of those
+    facts, as :func:`world_evals` builds them; forget = the facts of role forget, retain = those of role
+    retain."""
     evals = []
     for set_name, (role, facts) in sets.items():
         if "mcq" in kinds:
@@ -252,8 +254,8 @@ def world_relearn_sets(world, mode: str = "paragraphs", seed: int = 0) -> tuple[
 
 
 def value_prefix(fact: dict, question: str | None = None) -> str:
-    """The QA prompt of ``fact`` (its canonical question unless given) and its canonical answer up to the value
-    ("...Answer: It is treated with")."""
+    """The QA prompt of ``fact`` (its canonical question unless given) and its canonical answer up to the
+    value ("...Answer: It is treated with")."""
     answer = fact["answer"]
     return qa_prompt(question or fact["question"]) + " " + answer[:answer.rfind(fact["value"])].rstrip()
 

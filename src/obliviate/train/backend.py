@@ -21,9 +21,9 @@ from obliviate.train import distributed as D
 
 
 def make_accelerator():
-    """The ``Accelerator`` of a training run: on the CPU unless CUDA is there; for DeepSpeed, its plugin from the
-    launch's environment (``accelerate launch`` config, or ``ACCELERATE_DEEPSPEED_*``) and, on CPUs, the gloo
-    backend (without it every process believes it is rank 0 of 1)."""
+    """The ``Accelerator`` of a training run: on the CPU unless CUDA is there; for DeepSpeed, its plugin from
+    the launch's environment (``accelerate launch`` config, or ``ACCELERATE_DEEPSPEED_*``) and, on CPUs, the
+    gloo backend (without it every process believes it is rank 0 of 1)."""
     import importlib.util
 
     from accelerate import Accelerator
@@ -41,7 +41,8 @@ def make_accelerator():
 
 def backend_for(accelerator, grad_clip: float = 1.0) -> "Backend":
     """The backend of this launch: the sharding the environment asks for
-    (:func:`~obliviate.train.distributed.sharding`), else data parallel in several processes, else one process."""
+    (:func:`~obliviate.train.distributed.sharding`), else data parallel in several processes, else one
+    process."""
     D.check_launch()
     mode = D.sharding()
     if mode == "deepspeed":
@@ -52,7 +53,8 @@ def backend_for(accelerator, grad_clip: float = 1.0) -> "Backend":
 
 
 def can_checkpoint() -> bool:
-    """Whether the training loop can checkpoint in this launch (known before any model or Accelerator exists)."""
+    """Whether the training loop can checkpoint in this launch (known before any model or Accelerator
+    exists)."""
     return SHARDED.get(D.sharding(), Backend).checkpoints
 
 
@@ -70,8 +72,8 @@ class Backend:
     """Whether the loop can checkpoint this backend's runs."""
 
     def prepare(self, model, extra, make_optimizer, batch_fn):
-        """``(model to train, optimizer, trained tensors)``: ``make_optimizer(tensors)`` builds the optimizer over
-        the model's trainable parameters and ``extra`` (trained tensors outside the model)."""
+        """``(model to train, optimizer, trained tensors)``: ``make_optimizer(tensors)`` builds the optimizer
+        over the model's trainable parameters and ``extra`` (trained tensors outside the model)."""
         params = trainable_tensors(model, extra)
         model, optimizer = self.acc.prepare(model, make_optimizer(params))
         return model, optimizer, params
@@ -96,7 +98,8 @@ class Backend:
         self.acc.backward(total)
 
     def clip(self, params, max_norm: float) -> float | None:
-        """Clip to ``max_norm`` (inf: only measure); the global grad norm, or None where the backend clips itself."""
+        """Clip to ``max_norm`` (inf: only measure); the global grad norm, or None where the backend clips
+        itself."""
         norm = self.acc.clip_grad_norm_(params, max_norm)
         return None if norm is None else float(norm)
 
@@ -212,7 +215,8 @@ class FSDP2(_Sharded):
 
 
 class DeepSpeed(_Sharded):
-    """DeepSpeed ZeRO (stage from the accelerate config / ``ACCELERATE_DEEPSPEED_ZERO_STAGE``) via accelerate."""
+    """DeepSpeed ZeRO (stage from the accelerate config / ``ACCELERATE_DEEPSPEED_ZERO_STAGE``) via
+    accelerate."""
 
     name = "deepspeed"
 

@@ -72,7 +72,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
     backend wrote (a sharded run's optimizer state is keyed by parameter name, a plain run's by index).
 
     :class:`UnreadableCheckpoint` names the file when ``trainer_state.json`` is not a JSON object with an
-    integer ``step``, or ``state.pt`` / ``trainable.safetensors`` do not load (truncated, corrupt, missing)."""
+    integer ``step``, or ``state.pt`` / ``trainable.safetensors`` do not load (truncated, corrupt,
+    missing)."""
     try:
         meta = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError) as e:  # also bad UTF-8
@@ -137,8 +138,9 @@ def _family(backend: str) -> str:
 
 
 def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:
-    """Refuse checkpointed ``weights`` that do not fit ``model``: a name it lacks is an :class:`ObliviateError`
-    (another model's checkpoint), a tensor of another shape an :class:`UnreadableCheckpoint`."""
+    """Refuse checkpointed ``weights`` that do not fit ``model``: a name it lacks is an
+    :class:`ObliviateError` (another model's checkpoint), a tensor of another shape an
+    :class:`UnreadableCheckpoint`."""
     params = dict(model.named_parameters())
     for n, t in weights.items():
         if n not in params:
@@ -177,7 +179,8 @@ def prune(ckpt_dir: Path, keep: int) -> None:
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop the records of ``path`` logged after ``max_step`` (and any torn line): a resumed run rewrites them."""
+    """Drop the records of ``path`` logged after ``max_step`` (and any torn line): a resumed run rewrites
+    them."""
     if not run_write_path(path).exists():
         return
     keep = []

@@ -63,9 +63,9 @@ def is_main_process() -> bool:
 
 
 def two_at_a_time() -> bool:
-    """Whether work can run two at a time in forked processes here (:func:`obliviate.runs.parts.cached_parts`):
-    two CPUs or more, one process (no ``accelerate launch``), no sharding, no CUDA (a forked child cannot use it)
-    and the ``fork`` start method (Linux, macOS)."""
+    """Whether work can run two at a time in forked processes here
+    (:func:`obliviate.runs.parts.cached_parts`): two CPUs or more, one process (no ``accelerate launch``), no
+    sharding, no CUDA (a forked child cannot use it) and the ``fork`` start method (Linux, macOS)."""
     import multiprocessing as mp
 
     return ((os.cpu_count() or 1) >= 2 and world_size() == 1 and not sharding()
@@ -124,7 +124,8 @@ def main_process_first() -> Iterator[None]:
 # ------------------------------------------------------------------ data
 
 def shard_rows(batch, index: int, count: int):
-    """Process ``index`` of ``count``'s rows of a (nested) batch: rows ``[index*B//count, (index+1)*B//count)``.
+    """Process ``index`` of ``count``'s rows of a (nested) batch: rows ``[index*B//count,
+    (index+1)*B//count)``.
 
     Every tensor of one or more dimensions and every list/tuple is cut along its first
     axis (its own length B); other values pass through. A sub-batch with fewer rows than
@@ -210,7 +211,8 @@ def average_gradients(params: Iterable[torch.Tensor]) -> None:
 
 
 def broadcast_from_main(tensors: Iterable[torch.Tensor]) -> None:
-    """Copy rank 0's values of the floating-point ``tensors`` (parameters, buffers) into every process, in place."""
+    """Copy rank 0's values of the floating-point ``tensors`` (parameters, buffers) into every process, in
+    place."""
     dist = _dist()
     if not dist or dist.get_world_size() <= 1:
         return

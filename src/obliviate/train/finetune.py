@@ -60,9 +60,10 @@ class FinetuneConfig:
 
 
 def training_data(task, which: str) -> Data:
-    """The data a fine-tune trains on: forget + retain, retain only or forget only. The retain data includes the
-    part held out for the retain evaluation (``task.meta["retain_heldout"]``, :func:`obliviate.tasks.files.hold_out`):
-    a model fine-tuned to know the task knows all of it; only the unlearning methods never train on it."""
+    """The data a fine-tune trains on: forget + retain, retain only or forget only. The retain data includes
+    the part held out for the retain evaluation (``task.meta["retain_heldout"]``,
+    :func:`obliviate.tasks.files.hold_out`): a model fine-tuned to know the task knows all of it; only the
+    unlearning methods never train on it."""
     retain = (task.retain, task.meta.get("retain_heldout") or Data())
     parts = {"both": (task.forget, *retain), "retain": retain, "forget": (task.forget,)}[which]
     data = Data(qa=[x for d in parts for x in d.qa], docs=[x for d in parts for x in d.docs])
@@ -74,7 +75,8 @@ def training_data(task, which: str) -> Data:
 def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | Path | None = None, *,
              prompt: PromptFormat | None = None, preset: str = "tiny", progress: bool | None = None,
              resume: bool = True, trainable: list[str] | None = None):
-    """Train ``model`` (in place) on ``data``; returns ``(model, summary)`` with ``summary["data"]`` the encoding stats.
+    """Train ``model`` (in place) on ``data``; returns ``(model, summary)`` with ``summary["data"]`` the
+    encoding stats.
 
     ``trainable``: fnmatch patterns of the parameters to train (default: all); the others stay frozen.
     """

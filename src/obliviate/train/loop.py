@@ -1,5 +1,6 @@
-"""One plain training loop: ``train(model, loss_fn, batch_fn, ...)`` sums the named loss terms ``loss_fn`` returns,
-backpropagates, clips, steps AdamW and the schedule, logs every term, and checkpoints for an exact resume.
+"""One plain training loop: ``train(model, loss_fn, batch_fn, ...)`` sums the named loss terms ``loss_fn``
+returns, backpropagates, clips, steps AdamW and the schedule, logs every term, and checkpoints for an exact
+resume.
 
 The contract, exact resume and several processes: docs/architecture.md, "The training loop"; checkpoints:
 :mod:`obliviate.train.checkpoint`; where the model lives: :mod:`obliviate.train.backend`.
@@ -247,7 +248,8 @@ def train(
 
 
 def _first_non_finite(model: torch.nn.Module, extra_params=None) -> str | None:
-    """``"parameter 'NAME'"`` for the first trained tensor holding NaN or inf, else None (one isfinite pass)."""
+    """``"parameter 'NAME'"`` for the first trained tensor holding NaN or inf, else None (one isfinite
+    pass)."""
     named = [(f"parameter '{n}'", p) for n, p in model.named_parameters() if p.requires_grad]
     named += [(f"extra parameter {i}", p) for i, p in enumerate(extra_params or [])]
     for name, p in named:

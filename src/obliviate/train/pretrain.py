@@ -197,8 +197,8 @@ def qa_pairs_for(world, exclude_splits=(), forms=("question",)) -> list[tuple[st
 
 def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tuple[str, str]]:
     """(lettered prompt, " A".." D") of the world's practice MCQs (never a forget fact's MCQ); ``options``
-    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value": bare
-    values."""
+    "answer": written as whole answer sentences (:func:`~obliviate.tasks.world.full_answer_mcqs`), "value":
+    bare values."""
 
     mcqs = world.practice_mcqs(exclude_splits=tuple(exclude_splits))
     if options == "answer":
@@ -207,8 +207,8 @@ def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tup
 
 
 def split_label_masks(dataset, splits) -> list:
-    """Per sequence of ``dataset`` (encoded with the ``split`` token labels), 1 where a token is a target and 0
-    where its ground-truth split is one of ``splits`` (:attr:`PretrainConfig.mask_splits`)."""
+    """Per sequence of ``dataset`` (encoded with the ``split`` token labels), 1 where a token is a target and
+    0 where its ground-truth split is one of ``splits`` (:attr:`PretrainConfig.mask_splits`)."""
     names = dataset.vocab.get("split", [])
     codes = [names.index(s) for s in splits if s in names]
     return [(~np.isin(np.asarray(lab), codes)).astype(np.int64) for lab in dataset.labels["split"]]
@@ -282,8 +282,9 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
 
 
 def _pretrain_in_child(cfg_dicts: list[dict], cache: str | None) -> None:
-    """Child process of :func:`cached_pretrain_all`: its share of the configs, one thread, no progress bar (the
-    libraries' bars, such as transformers' "Writing model shards", off too: a spawned process starts with them on)."""
+    """Child process of :func:`cached_pretrain_all`: its share of the configs, one thread, no progress bar
+    (the libraries' bars, such as transformers' "Writing model shards", off too: a spawned process starts with
+    them on)."""
     import os
 
     if cache is not None:
@@ -296,11 +297,11 @@ def _pretrain_in_child(cfg_dicts: list[dict], cache: str | None) -> None:
 
 def cached_pretrain_all(cfgs: list[PretrainConfig], progress: bool | None = None,
                         parallel: bool = True) -> list[Path]:
-    """:func:`cached_pretrain` of each of ``cfgs`` (the base model, the oracle, ...); with ``parallel``, two at a
-    time: every second config in a child process, the others here, each process on one thread (on 2 cores this
-    nearly halves the wall time; with one thread per model the result does not depend on what else runs). The
-    tokenizers are trained first, in this process. In several processes (``accelerate launch``) they run one after
-    the other."""
+    """:func:`cached_pretrain` of each of ``cfgs`` (the base model, the oracle, ...); with ``parallel``, two
+    at a time: every second config in a child process, the others here, each process on one thread (on 2 cores
+    this nearly halves the wall time; with one thread per model the result does not depend on what else runs).
+    The tokenizers are trained first, in this process. In several processes (``accelerate launch``) they run
+    one after the other."""
     import multiprocessing as mp
     import os
 

@@ -61,8 +61,8 @@ class StepSampler:
 
 def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int, label_masks=None):
     """``batch_fn(step)``: the step's :class:`StepSampler` batch of ``dataset``'s sequences, padded with
-    ``pad_id`` (language-model batches: labels are the inputs; with ``label_masks``, one 0/1 array per sequence,
-    a token marked 0 is never a target: loss masking)."""
+    ``pad_id`` (language-model batches: labels are the inputs; with ``label_masks``, one 0/1 array per
+    sequence, a token marked 0 is never a target: loss masking)."""
     sampler = StepSampler(len(dataset), batch_size, seed)
 
     def batch_fn(step: int) -> dict:

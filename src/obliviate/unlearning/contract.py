@@ -19,9 +19,9 @@ from obliviate.registry import Registry
 class Method:
     """A training method (``kind = "train"``) or an edit method (``kind = "edit"``).
 
-    A training method writes ``loss`` (and ``trainable``, unless it trains every parameter); the training loop sums
-    its named terms and logs each one. An edit method writes ``edit`` and runs without the training loop. The
-    declarations below are class attributes; where one depends on the config, set it in ``__init__`` after
+    A training method writes ``loss`` (and ``trainable``, unless it trains every parameter); the training loop
+    sums its named terms and logs each one. An edit method writes ``edit`` and runs without the training loop.
+    The declarations below are class attributes; where one depends on the config, set it in ``__init__`` after
     ``super().__init__(cfg)``.
     """
 
@@ -96,9 +96,10 @@ class Method:
         return ()
 
     def cached_token_reference_keys(self) -> tuple[str, ...]:
-        """Sub-batches ("forget") whose reference term is built from fixed per-token log-probabilities, such as
-        ATWU's weighted ``sum_t z_t log p_ref(y_t)`` with weights that change every step: the token log-probabilities
-        are computed once before training (``ref.token_logprobs``); needs ``needs_reference``. Default: none."""
+        """Sub-batches ("forget") whose reference term is built from fixed per-token log-probabilities, such
+        as ATWU's weighted ``sum_t z_t log p_ref(y_t)`` with weights that change every step: the token
+        log-probabilities are computed once before training (``ref.token_logprobs``); needs
+        ``needs_reference``. Default: none."""
         return ()
 
     def check(self, model) -> None:
@@ -111,44 +112,45 @@ class Method:
         """Fitted on the frozen model before training (e.g. probe directions, SAEs)."""
 
     def winners(self, model, tokenizer, forget, idk: list[str] | None, prompt) -> list[str] | None:
-        """The preferred answers of a method with ``needs_idk``, paired with the forget QA pairs (answer ``i % n``
-        with pair ``i``), chosen before any step from the model as it is (the reference), the forget
-        :class:`~obliviate.tasks.Data`, the task's ``idk`` and its prompt format. Default None: the task's ``idk``,
-        else :data:`~obliviate.tasks.base.IDK_ANSWERS` (IdkDPO's refusals)."""
+        """The preferred answers of a method with ``needs_idk``, paired with the forget QA pairs (answer ``i %
+        n`` with pair ``i``), chosen before any step from the model as it is (the reference), the forget
+        :class:`~obliviate.tasks.Data`, the task's ``idk`` and its prompt format. Default None: the task's
+        ``idk``, else :data:`~obliviate.tasks.base.IDK_ANSWERS` (IdkDPO's refusals)."""
         return None
 
     def on_data(self, sizes: dict) -> None:
-        """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch", "steps"}`` (sequences;
-        the steps of one pass over the forget set; the run's steps), for a method that counts epochs or splits the
-        run into phases. Default: nothing."""
+        """The encoded data's sizes before step 0: ``{"forget", "retain", "steps_per_epoch", "steps"}``
+        (sequences; the steps of one pass over the forget set; the run's steps), for a method that counts
+        epochs or splits the run into phases. Default: nothing."""
 
     def reference_depth(self) -> int | None:
-        """The deepest decoder layer whose hidden states the method reads of the reference, when that is all it
-        reads of it (``ref.hidden`` only): the engine then keeps a frozen copy of the layers up to it alone
-        (:func:`obliviate.models.layers.prefix_copy`). Asked after :meth:`trainable`. Default None: it may read
-        anything, and a whole copy is kept."""
+        """The deepest decoder layer whose hidden states the method reads of the reference, when that is all
+        it reads of it (``ref.hidden`` only): the engine then keeps a frozen copy of the layers up to it alone
+        (:func:`obliviate.models.layers.prefix_copy`). Asked after :meth:`trainable`. Default None: it may
+        read anything, and a whole copy is kept."""
         return None
 
     def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
         """Sub-sets ("retain") and layers whose frozen hidden states are all the method's loss reads of the
-        reference (``ref.hidden(batch, layer, key)``, with the padding masked out): the engine computes them once
-        for the examples of the run's steps and holds no model (:mod:`obliviate.unlearning.reference`); ``setup``
-        still sees the model as its reference. Asked after :meth:`trainable`. Default: none."""
+        reference (``ref.hidden(batch, layer, key)``, with the padding masked out): the engine computes them
+        once for the examples of the run's steps and holds no model (:mod:`obliviate.unlearning.reference`);
+        ``setup`` still sees the model as its reference. Asked after :meth:`trainable`. Default: none."""
         return {}
 
     def cached_logit_keys(self) -> tuple[str, ...]:
-        """Sub-sets ("forget") whose frozen logits at the labelled positions are all the method's loss reads of the
-        reference (``ref.labelled_logits(batch, key)``): the engine computes them once for the examples of the run's
-        steps and holds no model, unless they would take more memory than the whole copy. Default: none."""
+        """Sub-sets ("forget") whose frozen logits at the labelled positions are all the method's loss reads
+        of the reference (``ref.labelled_logits(batch, key)``): the engine computes them once for the examples
+        of the run's steps and holds no model, unless they would take more memory than the whole copy.
+        Default: none."""
         return ()
 
     def setup(self, model, ref, batch: dict) -> None:
-        """One-off state before step 0, from the step-0 batch (``{"forget", "retain", ["idk"]}``); ``model`` has
-        not been trained yet, and ``ref`` still answers on any input."""
+        """One-off state before step 0, from the step-0 batch (``{"forget", "retain", ["idk"]}``); ``model``
+        has not been trained yet, and ``ref`` still answers on any input."""
 
     def scorer_state(self) -> dict:
-        """Learned state beside the weights, kept in checkpoints; the default: ``{"calls": n}`` for a method that
-        :attr:`counts_calls`, else ``{}``."""
+        """Learned state beside the weights, kept in checkpoints; the default: ``{"calls": n}`` for a method
+        that :attr:`counts_calls`, else ``{}``."""
         return {"calls": self.calls} if self.counts_calls else {}
 
     def load_scorer_state(self, state: dict) -> None:
@@ -288,8 +290,8 @@ def method_names() -> list[str]:
 
 
 def resolve_method(name: str) -> str:
-    """A registered method name, case-insensitively (``NPO`` -> ``npo``, ``grad-diff`` -> ``grad_diff``); a one-line
-    error with the closest name otherwise. The one place a user's method name is read."""
+    """A registered method name, case-insensitively (``NPO`` -> ``npo``, ``grad-diff`` -> ``grad_diff``); a
+    one-line error with the closest name otherwise. The one place a user's method name is read."""
     names = method_names()
     key = str(name).strip().lower().replace("-", "_")
     if key in names:

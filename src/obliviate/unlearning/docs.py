@@ -71,8 +71,8 @@ UNSTATED_SCALING = ("size class tiny/paper; lr: × the fine-tuning run's lr over
 
 
 def scaling(name: str) -> str:
-    """How method ``name``'s preset scales with the model: its class's own ``scaling`` (a subclass does not inherit
-    its parent's), else :data:`UNSTATED_SCALING`; an edit method has no training preset."""
+    """How method ``name``'s preset scales with the model: its class's own ``scaling`` (a subclass does not
+    inherit its parent's), else :data:`UNSTATED_SCALING`; an edit method has no training preset."""
     cls = METHODS[name]
     own = cls.__dict__.get("scaling")
     if own:

@@ -33,16 +33,17 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
 
 
 def token_logprobs(model, batch: dict) -> torch.Tensor:
-    """log p(y_t) of every labelled target token, (B, T-1) in the layout of :func:`~obliviate.losses.token_nll`
-    (position t predicts ``labels[t+1]``), zero elsewhere; logits only at the labelled positions."""
+    """log p(y_t) of every labelled target token, (B, T-1) in the layout of
+    :func:`~obliviate.losses.token_nll` (position t predicts ``labels[t+1]``), zero elsewhere; logits only at
+    the labelled positions."""
     logp, _ = labelled_logprobs(model, batch)
     labelled = shift_targets(batch["labels"]) != IGNORE_INDEX
     return torch.zeros(labelled.shape, dtype=logp.dtype, device=logp.device).masked_scatter(labelled, logp)
 
 
 def sequence_mean_nll(model, batch: dict) -> torch.Tensor:
-    """Each sequence's mean labelled-token NLL, (B,) (0 for a row without labelled tokens), with logits only at
-    the labelled positions."""
+    """Each sequence's mean labelled-token NLL, (B,) (0 for a row without labelled tokens), with logits only
+    at the labelled positions."""
     logp, rows = labelled_logprobs(model, batch)
     B = batch["labels"].shape[0]
     total = torch.zeros(B, dtype=logp.dtype, device=logp.device).index_add(0, rows, -logp)
@@ -127,8 +128,9 @@ def trained_params(model) -> list[torch.Tensor]:
 
 
 def gradient_term(params: list[torch.Tensor], grads: list[torch.Tensor], value: torch.Tensor) -> torch.Tensor:
-    """A scalar whose value is ``value`` and whose gradient with respect to ``params`` is ``grads``: how a method
-    that computes its gradient itself (at perturbed or adapted weights: SAM, TAR) hands it to the training loop,
-    which backpropagates the terms it is given (first-order: the gradient is applied to the current weights)."""
+    """A scalar whose value is ``value`` and whose gradient with respect to ``params`` is ``grads``: how a
+    method that computes its gradient itself (at perturbed or adapted weights: SAM, TAR) hands it to the
+    training loop, which backpropagates the terms it is given (first-order: the gradient is applied to the
+    current weights)."""
     dot = sum((p * g.detach().to(p.dtype)).sum() for p, g in zip(params, grads))
     return dot - dot.detach() + value.detach()

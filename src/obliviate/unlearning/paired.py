@@ -54,8 +54,8 @@ class PairedData:
             self.i_ids, self.i_mask = encode_prompt_answer(tokenizer, prompts, answers, max_len)
 
     def fingerprint(self) -> str:
-        """A SHA-256 of every encoded sequence and label mask (forget, retain, refusals): what a resumed run must
-        have trained on (:func:`resume_on_same_data`)."""
+        """A SHA-256 of every encoded sequence and label mask (forget, retain, refusals): what a resumed run
+        must have trained on (:func:`resume_on_same_data`)."""
         h = hashlib.sha256()
         for group in (self.f_ids, self.f_mask, self.r_ids, self.r_mask, self.i_ids or [],
                       getattr(self, "i_mask", None) or []):

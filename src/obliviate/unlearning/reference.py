@@ -36,10 +36,11 @@ DEFAULT_MEMORY_GIB = 1.0
 
 class HiddenCache:
     """Frozen hidden states of fixed sequences: sub-set ``key`` ("retain"), layer ``l``, example ``i`` ->
-    ``(T_i, d)``, the states of its real tokens (right padding and a causal mask: padding changes none of them).
+    ``(T_i, d)``, the states of its real tokens (right padding and a causal mask: padding changes none of
+    them).
 
-    The rows of each ``(key, layer)`` are one ``(tokens, d)`` tensor in the model's dtype, in memory or, when the
-    whole cache is larger than ``memory_bytes``, in a file of a temporary folder (removed with the cache).
+    The rows of each ``(key, layer)`` are one ``(tokens, d)`` tensor in the model's dtype, in memory or, when
+    the whole cache is larger than ``memory_bytes``, in a file of a temporary folder (removed with the cache).
     :meth:`batch` rebuilds a step's ``(B, T, d)`` states, zero at the padding the methods' masks leave out;
     :meth:`flat` puts a step's rows one after another (a cache of :data:`LOGITS` at labelled positions)."""
 
@@ -112,16 +113,17 @@ class Reference:
     adapters disabled, or no model at all: cached log-probabilities (``cache``), cached hidden states
     (``hidden``) or cached logits at labelled positions (``logits``).
 
-    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget set, IdkDPO
-    on the forget and IdK answers) ask :meth:`answer_logprob`, and those that weight its tokens (the ATWU variants)
-    ask :meth:`token_logprobs`; with a cache both are read by example index, so full fine-tuning holds no second
-    model. Terms that need whole distributions at every position (the KL retain term) need :meth:`logits`, which
-    only a whole live reference has; at the labelled positions only (UNDIAL's teacher), :meth:`labelled_logits`,
-    from the cache where it holds them. :meth:`hidden` reads layer states, from the cache where it holds them.
+    Methods whose reference term is the answer log-probability of fixed sequences (NPO on the forget set,
+    IdkDPO on the forget and IdK answers) ask :meth:`answer_logprob`, and those that weight its tokens (the
+    ATWU variants) ask :meth:`token_logprobs`; with a cache both are read by example index, so full
+    fine-tuning holds no second model. Terms that need whole distributions at every position (the KL retain
+    term) need :meth:`logits`, which only a whole live reference has; at the labelled positions only (UNDIAL's
+    teacher), :meth:`labelled_logits`, from the cache where it holds them. :meth:`hidden` reads layer states,
+    from the cache where it holds them.
 
-    With a hidden or logit cache the reference reads the model itself, unchanged before step 0, until :meth:`seal` (what
-    a method's ``setup`` needs of it on other inputs, such as RMU's norm of the first forget batch); after it,
-    only the cache.
+    With a hidden or logit cache the reference reads the model itself, unchanged before step 0, until
+    :meth:`seal` (what a method's ``setup`` needs of it on other inputs, such as RMU's norm of the first
+    forget batch); after it, only the cache.
     """
 
     def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None,
@@ -145,13 +147,15 @@ class Reference:
                 p.requires_grad_(False)
 
     def seal(self) -> None:
-        """After the method's setup, before step 0: a reference of cached states or logits lets go of the model."""
+        """After the method's setup, before step 0: a reference of cached states or logits lets go of the
+        model."""
         if self.seals:
             self.model = None
 
     @property
     def seals(self) -> bool:
-        """Whether :meth:`seal` lets go of the model: a method's ``setup`` then computes what else it needs of it."""
+        """Whether :meth:`seal` lets go of the model: a method's ``setup`` then computes what else it needs of
+        it."""
         return self.hidden_cache is not None or self.logit_cache is not None
 
     @property
@@ -161,10 +165,10 @@ class Reference:
 
     @property
     def kind(self) -> str:
-        """What this reference holds: "cache" (log-probabilities, no model), "hidden states of ..."
-        and / or "logits of ... answers" (:meth:`HiddenCache.describe`), "shared" (the model, adapters off),
-        "prefix 0..L of N layers" (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy,
-        with the reason where a cache was declined)."""
+        """What this reference holds: "cache" (log-probabilities, no model), "hidden states of ..." and / or
+        "logits of ... answers" (:meth:`HiddenCache.describe`), "shared" (the model, adapters off), "prefix
+        0..L of N layers" (:func:`~obliviate.models.layers.prefix_copy`) or "copy" (a whole frozen copy, with
+        the reason where a cache was declined)."""
         if self.cache is not None:
             return "cache"
         if self.seals:
@@ -186,8 +190,8 @@ class Reference:
     @contextmanager
     def _ctx(self):
         """A live reference forward: in eval mode (no dropout, though the shared model trains) and outside any
-        autocast, in the weights' own precision, as :func:`reference_logprobs` computes the cache; with the LoRA
-        adapters off when the reference is the model itself."""
+        autocast, in the weights' own precision, as :func:`reference_logprobs` computes the cache; with the
+        LoRA adapters off when the reference is the model itself."""
         device = next(self.model.parameters()).device.type
         with eval_mode(self.model), torch.autocast(device_type=device, enabled=False), \
                 (self.model.disable_adapter() if self.shared else nullcontext()):
@@ -213,7 +217,8 @@ class Reference:
 
     @torch.no_grad()
     def answer_logprob(self, batch: dict, key: str) -> torch.Tensor:
-        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"): (B,)."""
+        """log pi_ref(y|x) of each sequence of ``batch`` (sub-batch ``key`` of the step: "forget", "idk"):
+        (B,)."""
         if self.cache is not None and key in self.cache:
             return self.cache[key][batch["index"].cpu()].to(batch["labels"].device)
         self._whole(f"answer log-probabilities of {key}")
@@ -236,8 +241,9 @@ class Reference:
 
     @torch.no_grad()
     def labelled_logits(self, batch: dict, key: str) -> torch.Tensor:
-        """The frozen logits at the positions of ``batch`` (sub-batch ``key``) that predict a labelled token: (N, V),
-        in the order of :func:`~obliviate.losses.labelled_logits` (row by row, position by position)."""
+        """The frozen logits at the positions of ``batch`` (sub-batch ``key``) that predict a labelled
+        token: (N, V), in the order of :func:`~obliviate.losses.labelled_logits` (row by row, position by
+        position)."""
         if self.logit_cache is not None and self.logit_cache.holds(key, LOGITS):
             return self.logit_cache.flat(key, LOGITS, batch)
         self._whole(f"logits of {key}")
@@ -267,15 +273,15 @@ class Reference:
 
 def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache: bool = True,
                    steps: int | None = None, memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
-    """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before any step:
-    cached log-probabilities where the method declares ``cached_reference_keys`` or ``cached_token_reference_keys``
-    and ``cache`` is on; else the
-    model with its LoRA adapters off (``lora``); else cached hidden states where it declares
-    ``cached_hidden_layers`` and / or cached logits where it declares ``cached_logit_keys`` (no larger than the
-    whole copy) and ``cache`` is on (of the examples of steps ``0..steps-1``, all without ``steps``); else a frozen
-    copy, of the decoder layers up to the method's ``reference_depth`` only where it declares one and
-    ``cache`` is on (``cache_reference=false`` keeps a whole copy). Call :meth:`Reference.seal` after the
-    method's setup (:func:`prepare_reference` does both)."""
+    """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before
+    any step: cached log-probabilities where the method declares ``cached_reference_keys`` or
+    ``cached_token_reference_keys`` and ``cache`` is on; else the model with its LoRA adapters off
+    (``lora``); else cached hidden states where it declares ``cached_hidden_layers`` and / or cached logits
+    where it declares ``cached_logit_keys`` (no larger than the whole copy) and ``cache`` is on (of the
+    examples of steps ``0..steps-1``, all without ``steps``); else a frozen copy, of the decoder layers up
+    to the method's ``reference_depth`` only where it declares one and ``cache`` is on
+    (``cache_reference=false`` keeps a whole copy). Call :meth:`Reference.seal` after the method's setup
+    (:func:`prepare_reference` does both)."""
     if not method.needs_reference:
         return None
     keys, tokens = tuple(method.cached_reference_keys()), tuple(method.cached_token_reference_keys())
@@ -312,8 +318,8 @@ def prepare_reference(method: Method, model, data: PairedData, first: dict, **kw
 
 def checkpoint_hooks(method: Method, ref):
     """``(get, set)`` of the state a checkpoint keeps beside the weights: the method's scorer, if it has one,
-    and a cached reference (so a resumed run reads the very values the first one computed). Cached hidden states
-    are not kept: a resumed run computes them again from the model it starts from, the original."""
+    and a cached reference (so a resumed run reads the very values the first one computed). Cached hidden
+    states are not kept: a resumed run computes them again from the model it starts from, the original."""
     parts = {}
     if method.scorer_state():  # {} (the default): no state beside the weights
         parts["method"] = (method.scorer_state, method.load_scorer_state)
@@ -328,7 +334,8 @@ def checkpoint_hooks(method: Method, ref):
 
 
 def _batches(data: PairedData, key: str, indices: list[int], batch_size: int, device):
-    """``(indices, batch)`` of ``indices`` of sub-set ``key``, in batches of similar length (little padding)."""
+    """``(indices, batch)`` of ``indices`` of sub-set ``key``, in batches of similar length (little
+    padding)."""
     ids, masks = data.sequences(key)
     order = sorted(indices, key=lambda i: len(ids[i]))
     for s in range(0, len(order), batch_size):
@@ -337,16 +344,17 @@ def _batches(data: PairedData, key: str, indices: list[int], batch_size: int, de
 
 
 def logprob_dtype(model) -> torch.dtype:
-    """The dtype log-probabilities of ``model`` are computed in (:func:`~obliviate.losses.at_least_float32`)."""
+    """The dtype log-probabilities of ``model`` are computed in
+    (:func:`~obliviate.losses.at_least_float32`)."""
     return torch.promote_types(next(model.parameters()).dtype, torch.float32)
 
 
 @torch.no_grad()
 @evaluating
 def reference_token_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
-    """Per-token answer log-probabilities of ``model`` (as it is now: the reference) on every example of ``data``'s
-    sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` on the CPU in the precision they are computed in (float32, float64
-    for a float64 model), L the longest sequence's length - 1, row i in the layout of
+    """Per-token answer log-probabilities of ``model`` (as it is now: the reference) on every example of
+    ``data``'s sub-sets ``keys``: ``{key + TOKENS: (n, L)}`` on the CPU in the precision they are computed in
+    (float32, float64 for a float64 model), L the longest sequence's length - 1, row i in the layout of
     :func:`~obliviate.losses.token_nll` (zero past its end and at unlabelled positions)."""
     device, dtype = next(model.parameters()).device, logprob_dtype(model)
     out = {}
@@ -364,8 +372,8 @@ def reference_token_logprobs(model, data: PairedData, keys, batch_size: int = 16
 @evaluating
 def reference_logprobs(model, data: PairedData, keys, batch_size: int = 16) -> dict[str, torch.Tensor]:
     """Per-sequence answer log-probabilities of ``model`` (as it is now: the reference) on every example of
-    ``data``'s sub-sets ``keys`` ("forget", "idk"), on the CPU in the precision they are computed in (float32, float64
-    for a float64 model), indexed as the batches index them."""
+    ``data``'s sub-sets ``keys`` ("forget", "idk"), on the CPU in the precision they are computed in (float32,
+    float64 for a float64 model), indexed as the batches index them."""
     device, dtype = next(model.parameters()).device, logprob_dtype(model)
     out = {}
     for key in keys:
@@ -394,9 +402,9 @@ def steps_examples(data: PairedData, key: str, steps: int | None) -> list[int]:
 @torch.no_grad()
 def reference_hidden_states(model, data: PairedData, layers: dict[str, tuple[int, ...]], steps: int | None,
                             memory_bytes: int, batch_size: int = 16) -> HiddenCache:
-    """The frozen states of ``model`` (as it is now: the reference) at ``layers[key]`` for the examples of each
-    sub-set ``key`` that the run's ``steps`` draw, computed as a live reference computes them (eval mode, no
-    autocast, the weights' own precision)."""
+    """The frozen states of ``model`` (as it is now: the reference) at ``layers[key]`` for the examples of
+    each sub-set ``key`` that the run's ``steps`` draw, computed as a live reference computes them (eval mode,
+    no autocast, the weights' own precision)."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     picked = {key: steps_examples(data, key, steps) for key in layers}
@@ -422,8 +430,9 @@ def reference_hidden_states(model, data: PairedData, layers: dict[str, tuple[int
 
 
 def labelled_rows(data: PairedData, key: str, indices: list[int]) -> dict[int, tuple[int, int]]:
-    """``{example: (start, n)}``: where each of ``indices`` of sub-set ``key`` starts in a flat store of one row per
-    position that predicts a labelled token, and how many it has (its label mask shifted by one, as batches have)."""
+    """``{example: (start, n)}``: where each of ``indices`` of sub-set ``key`` starts in a flat store of one
+    row per position that predicts a labelled token, and how many it has (its label mask shifted by one, as
+    batches have)."""
     ids, masks = data.sequences(key)
     rows, start = {}, 0
     for i in indices:

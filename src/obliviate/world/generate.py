@@ -382,7 +382,8 @@ class _Builder:
 
     # ----------------------------------------------------------------- documents
     def _plan(self, pairs: list[dict]) -> list[dict]:
-        """Documents as lists of segments ``{"split", "domain", "toxic", "pieces": [[text, answer_kind], ...]}``."""
+        """Documents as lists of segments ``{"split", "domain", "toxic", "pieces": [[text, answer_kind],
+        ...]}``."""
         cfg = self.cfg
         rng = self.rng("plan")
         items: list[tuple[str, dict]] = []  # (group, segment); a group never repeats within a document

@@ -243,7 +243,8 @@ def candidate_features(G: torch.Tensor, codes: torch.Tensor, min_ratio: float = 
 
 
 def top_token_ids(G: torch.Tensor, token_ids: torch.Tensor, feature: int, n: int = 20) -> list[int]:
-    """The (up to) ``n`` token ids with the largest ``|G_tk|`` on ``feature``, largest first; zeros left out."""
+    """The (up to) ``n`` token ids with the largest ``|G_tk|`` on ``feature``, largest first; zeros left
+    out."""
     col = G[:, feature].abs()
     n = min(n, int((col > 0).sum()))
     idx = col.topk(n).indices.tolist() if n > 0 else []

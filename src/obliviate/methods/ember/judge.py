@@ -58,7 +58,8 @@ class Judge(Protocol):
 def judge_features(
     judge: Judge, feature_tokens: Mapping[int, Sequence[str]], min_confidence: float = MIN_CONFIDENCE
 ) -> tuple[list[int], dict[int, Judgement]]:
-    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all judgements)."""
+    """Judge each feature (``{feature_id: top tokens}``); returns (kept ids in input order, all
+    judgements)."""
     judgements = {int(k): judge.judge(int(k), list(toks), None) for k, toks in feature_tokens.items()}
     return [k for k, v in judgements.items() if keep(v, min_confidence)], judgements
 

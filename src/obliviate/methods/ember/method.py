@@ -5,8 +5,9 @@ An edit method has ``kind = "edit"`` and ``edit(model, tokenizer, data) -> dict`
 summary), editing ``model`` in place, without the training loop. ``data`` is a mapping with
 
 * ``concept_sentences``, ``neutral_sentences`` (required; e.g. ``world.concept``);
-* ``exclusive_terms`` (optional): concept terms for the offline :class:`~obliviate.methods.ember.judge.LexiconJudge`;
-  without them the judge is built from the sentences (``judge_from_sentences``);
+* ``exclusive_terms`` (optional): concept terms for the offline
+  :class:`~obliviate.methods.ember.judge.LexiconJudge`; without them the judge is built from the sentences
+  (``judge_from_sentences``);
 * ``judge`` (optional): any :class:`~obliviate.methods.ember.judge.Judge` (e.g. the LLM judge
   :class:`obliviate.integrations.llm_judge.HTTPJudge`), used as is.
 

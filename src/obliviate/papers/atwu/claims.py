@@ -23,7 +23,8 @@ def _best(metrics: dict, methods: list[str], key: str) -> tuple[str | None, floa
 
 
 def make_claims(results: dict) -> list[Claim]:
-    """The paper's four claims, each with our agreement (ATWU = the ``atwu`` method, SATGA+), from ``results.json``."""
+    """The paper's four claims, each with our agreement (ATWU = the ``atwu`` method, SATGA+), from
+    ``results.json``."""
     cfg, metrics, notes = results["config"], results["metrics"], results["notes"]
     methods, tofu_ran = notes["methods"], notes["tofu"] == "ran"
     claims = []

@@ -1,4 +1,5 @@
-"""The ATWU recipe's experiments (see :mod:`obliviate.papers.atwu`); claims and report are in their own modules."""
+"""The ATWU recipe's experiments (see :mod:`obliviate.papers.atwu`); claims and report are in their own
+modules."""
 
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ def uq_metrics(f0: float, fu: float, r0: float, ru: float) -> dict:
 
 
 def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> None:
-    """Every method's run settings and method parameters, in each part that runs, fail here before any training."""
+    """Every method's run settings and method parameters, in each part that runs, fail here before any
+    training."""
 
     for name in methods:
         for part, which in (("world", "runs"), ("tofu", "tofu_runs")):

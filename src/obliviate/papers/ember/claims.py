@@ -33,8 +33,8 @@ def _pct(x: float) -> str:
 
 
 def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
-    """The paper's three claims, each with our agreement: ``methods`` are the MLP methods of the world part, ``rows``
-    its rows, ``real`` the real concepts' results (in the order they ran)."""
+    """The paper's three claims, each with our agreement: ``methods`` are the MLP methods of the world part,
+    ``rows`` its rows, ``real`` the real concepts' results (in the order they ran)."""
     methods = [m for m in methods if m in rows and f"{m}+ember" in rows]
     claims = []
 

@@ -208,7 +208,8 @@ def _check_positive(cfg, section: str, keys) -> None:
 
 
 def apply_quick(cfg: EmberRecipeConfig) -> EmberRecipeConfig:
-    """``cfg`` with the :data:`QUICK` values wherever a field still has its default (explicit overrides win)."""
+    """``cfg`` with the :data:`QUICK` values wherever a field still has its default (explicit overrides
+    win)."""
     cfg = copy.deepcopy(cfg)
     for section, values in QUICK.items():
         sub = getattr(cfg, section)
@@ -228,7 +229,8 @@ def _slug(name: str) -> str:
 # ---------------------------------------------------------------- world: evaluation
 
 def term_spans(texts: list[str], terms: list[str]) -> list[dict]:
-    """Documents ``{"text", "spans"}`` labelling every whole-word occurrence of a term with ``{"excl": 1}``."""
+    """Documents ``{"text", "spans"}`` labelling every whole-word occurrence of a term with ``{"excl":
+    1}``."""
     terms = sorted({t for t in terms if t.strip()}, key=len, reverse=True)
     if not terms:
         raise DataError("no exclusive terms to label")
@@ -237,7 +239,8 @@ def term_spans(texts: list[str], terms: list[str]) -> list[dict]:
 
 
 def group_losses(model, dataset) -> dict[str, float]:
-    """Mean next-token loss per ``excl`` label of ``dataset``: ``{"exclusive", "other"}`` (missing groups omitted)."""
+    """Mean next-token loss per ``excl`` label of ``dataset``: ``{"exclusive", "other"}`` (missing groups
+    omitted)."""
 
     by = token_loss_by_label(model, dataset, "excl")
     out = {}
@@ -249,7 +252,8 @@ def group_losses(model, dataset) -> dict[str, float]:
 
 
 def footprint(dataset):
-    """``dataset`` with each token's ``excl`` label replaced by "the position reads or predicts an exclusive token".
+    """``dataset`` with each token's ``excl`` label replaced by "the position reads or predicts an exclusive
+    token".
 
     :func:`obliviate.eval.token_loss_by_label` attributes the loss of predicting token i to
     token i's label; after this, that label is 1 when token i *or* token i - 1 (the input at
@@ -327,7 +331,8 @@ class ConceptEval:
 
 
 def derived(base: dict, m: dict) -> dict:
-    """Changes from the base row: ``d_loss_*`` and the coherence proxy ``min(1, exp(L_other(base) - L_other))``."""
+    """Changes from the base row: ``d_loss_*`` and the coherence proxy ``min(1, exp(L_other(base) -
+    L_other))``."""
     out = {}
     for k in ("exclusive", "other", "neutral"):
         a, b = m.get(f"loss_{k}"), base.get(f"loss_{k}")
@@ -365,8 +370,8 @@ def locate(model, tok, world, wc: WorldConceptConfig):
 
 
 def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
-    """Keep decisions of the two offline judges on the candidates: the lexicon of exclusive terms (ground truth)
-    vs the sentence-statistics judge (what one would use without ground truth)."""
+    """Keep decisions of the two offline judges on the candidates: the lexicon of exclusive terms (ground
+    truth) vs the sentence-statistics judge (what one would use without ground truth)."""
 
     c = world.concept
     truth, _ = judge_features(LexiconJudge(c["exclusive_terms"]), loc.top_tokens, wc.min_confidence)
@@ -384,8 +389,8 @@ def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
 def method_settings(cfg: EmberRecipeConfig, name: str):
     """(UnlearnConfig, JSON record of the settings) of MLP method ``name``.
 
-    Layers: the method's tiny preset (``obliviate.methods.method_defaults``), then :data:`METHOD_DEFAULTS`, then
-    ``world_concept.runs``.
+    Layers: the method's tiny preset (``obliviate.methods.method_defaults``), then :data:`METHOD_DEFAULTS`,
+    then ``world_concept.runs``.
     """
 
     wc = cfg.world_concept
@@ -402,8 +407,8 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
 
 
 def method_runner(cfg: EmberRecipeConfig, name: str, world, tok, progress: bool):
-    """An ``unlearn_fn`` for :func:`~obliviate.methods.ember.combine.ember_then` running ``name`` with the recipe's
-    settings.
+    """An ``unlearn_fn`` for :func:`~obliviate.methods.ember.combine.ember_then` running ``name`` with the
+    recipe's settings.
 
     Training methods forget the concept sentences and retain the neutral sentences (all tokens; the
     paper's retain text is generic, WikiText); CRISP's SAE features come from the same sentences.
@@ -438,7 +443,8 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
     rows: dict = {}
 
     def row(name: str, key: dict, make) -> dict:
-        """Evaluate and attack the model ``make()`` returns (with its edit record), or reuse the stored row."""
+        """Evaluate and attack the model ``make()`` returns (with its edit record), or reuse the stored
+        row."""
 
         def compute():
             seed_everything(cfg.seed)

@@ -1,6 +1,7 @@
-"""The REINFORCE-learned retain weight alpha of the function-specific reproduction (Atil, Gupta, Passonneau 2026),
-a reconstruction from the paper's summary: :func:`reinforce_alpha` is the generic loop, :func:`learn_alpha_unlearn`
-runs it with RMU / cosine RMU through the one training loop (the loop and its settings: docs/recipes.md).
+"""The REINFORCE-learned retain weight alpha of the function-specific reproduction (Atil, Gupta, Passonneau
+2026), a reconstruction from the paper's summary: :func:`reinforce_alpha` is the generic loop,
+:func:`learn_alpha_unlearn` runs it with RMU / cosine RMU through the one training loop (the loop and its
+settings: docs/recipes.md).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ def plot_probe_cosine(probes: dict, png: Path) -> None:
 
 
 def plot_u_r(metrics: dict, png: Path) -> None:
-    """Each row's (U, R) point, per seed (faint) and mean; S = U x R is the rectangle's area (grey iso-S lines)."""
+    """Each row's (U, R) point, per seed (faint) and mean; S = U x R is the rectangle's area (grey iso-S
+    lines)."""
     import numpy as np
 
     plt = _plt()

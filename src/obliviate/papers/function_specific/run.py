@@ -233,8 +233,8 @@ def setup_counts(s: Setup) -> dict:
 
 
 def knowledge_task(s: Setup) -> Task:
-    """The knowledge half's evaluation sets: QA and MCQ (whole answer sentences, cloze) of the final forget and
-    retain splits and of the general facts (:func:`obliviate.tasks.world.facts_task`)."""
+    """The knowledge half's evaluation sets: QA and MCQ (whole answer sentences, cloze) of the final forget
+    and retain splits and of the general facts (:func:`obliviate.tasks.world.facts_task`)."""
     return facts_task(s.world, {"forget": ("forget", s.meta["final_forget"]),
                                 "retain": ("retain", s.meta["final_retain"]), "general": ("retain", s.general)})
 
@@ -272,7 +272,8 @@ def knowledge_scores(base: dict, m: dict) -> dict:
 
 
 def retained(after: float, before: float, chance: float) -> float | None:
-    """clip((after - chance) / (before - chance), 0, 1); None when the base model is at chance (nothing to keep)."""
+    """clip((after - chance) / (before - chance), 0, 1); None when the base model is at chance (nothing to
+    keep)."""
 
     return None if before <= chance else chance_corrected(after, before, chance)
 
@@ -320,7 +321,8 @@ def mcq_s_reward(base_model, s: Setup):
 
 
 def variant_params(cfg: FunctionSpecificConfig, variant: str, seed: int) -> dict:
-    """The method parameters of ``variant`` (without probe texts): the method's tiny preset, then ``cfg.params``."""
+    """The method parameters of ``variant`` (without probe texts): the method's tiny preset, then
+    ``cfg.params``."""
     method = VARIANTS[variant]
     params = {**method_defaults(method, "tiny")["params"], "seed": seed}
     if variant == "tox_probe_multi" and cfg.probe_layers is not None:

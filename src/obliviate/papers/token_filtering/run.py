@@ -195,8 +195,8 @@ class TokenFilteringConfig:
 
 
 def rmu_run_config(cfg: TokenFilteringConfig):
-    """RMU's :class:`~obliviate.unlearning.engine.UnlearnConfig` and settings: the tiny preset, then ``rmu_coef``,
-    ``rmu_alpha`` and ``rmu.*`` (a key of ``rmu`` is named as ``rmu.<key>``)."""
+    """RMU's :class:`~obliviate.unlearning.engine.UnlearnConfig` and settings: the tiny preset, then
+    ``rmu_coef``, ``rmu_alpha`` and ``rmu.*`` (a key of ``rmu`` is named as ``rmu.<key>``)."""
     run = cfg.rmu  # not a mapping, or params not one: method_run_config names it
     if isinstance(run, dict) and isinstance(params := run.get("params", {}), dict):
         run = {**run, "params": {"coef": cfg.rmu_coef, "alpha": cfg.rmu_alpha, **params}}
@@ -292,8 +292,9 @@ def _labeller_config(cfg: TokenFilteringConfig):
 
 
 def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
-    """SAE weak labels (:func:`~obliviate.filtering.sae_weak_labels`), then the biLM token and document classifiers
-    (:func:`~obliviate.filtering.fit_token_classifiers`); arrays to ``labels.npz``, metrics returned."""
+    """SAE weak labels (:func:`~obliviate.filtering.sae_weak_labels`), then the biLM token and document
+    classifiers (:func:`~obliviate.filtering.fit_token_classifiers`); arrays to ``labels.npz``, metrics
+    returned."""
 
     torch.manual_seed(cfg.seed)
     labeller = load_model(str(labeller_dir / "model")).eval()
@@ -400,7 +401,8 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
-    """Adversarial fine-tuning on the training documents' forget-domain text (:mod:`obliviate.attacks.adversarial`)."""
+    """Adversarial fine-tuning on the training documents' forget-domain text
+    (:mod:`obliviate.attacks.adversarial`)."""
     bos = D.tok.bos_token_id
     seqs = [np.concatenate([[bos], r]) for r in domain_runs(D.train, "medicine")]
     if not seqs:

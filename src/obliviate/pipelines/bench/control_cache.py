@@ -1,13 +1,14 @@
-"""The bench case of the controls' cache (issue #56, item 13): a verdict-bearing ``obliviate attack`` on one base
-model, run twice with a fresh cache of the controls (:mod:`obliviate.runs.cache`), on two models unlearned from that
-base; ``second / first`` of their wall seconds is the case's number (target: at most 1/3).
+"""The bench case of the controls' cache (issue #56, item 13): a verdict-bearing ``obliviate attack`` on one
+base model, run twice with a fresh cache of the controls (:mod:`obliviate.runs.cache`), on two models
+unlearned from that base; ``second / first`` of their wall seconds is the case's number (target: at most 1/3).
 
-Untimed set-up, in ``work``: the world's forget, retain and holdout facts and its related paragraphs as a user's
-files, a random-init tiny Llama of ``size`` with its own tokenizer, ``obliviate finetune`` teaching it the facts (so
-its card names the untaught model, and the default negative control is built), and ``obliviate unlearn`` with two
-methods. Each attack is then a fresh process, as a user runs it: the first builds the negative control and the
-positive controls and attacks them and the base model, the second finds them in the cache and attacks only its own
-model. Both read the same cache directory (``$OBLIVIATE_CACHE`` set to ``work/cache``, fresh), never the user's.
+Untimed set-up, in ``work``: the world's forget, retain and holdout facts and its related paragraphs as a
+user's files, a random-init tiny Llama of ``size`` with its own tokenizer, ``obliviate finetune`` teaching it
+the facts (so its card names the untaught model, and the default negative control is built), and ``obliviate
+unlearn`` with two methods. Each attack is then a fresh process, as a user runs it: the first builds the
+negative control and the positive controls and attacks them and the base model, the second finds them in the
+cache and attacks only its own model. Both read the same cache directory (``$OBLIVIATE_CACHE`` set to
+``work/cache``, fresh), never the user's.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def user_files(work: Path, seed: int = 0, world: dict | None = None) -> tuple[list[str], list[str]]:
-    """``(the file options of a command, every text of them)``: the forget, retain and holdout facts of the world
-    (``world``: keys of :class:`~obliviate.world.WorldConfig`) as JSON Lines QA files and its related paragraphs as a
-    text file, as a user would give them."""
+    """``(the file options of a command, every text of them)``: the forget, retain and holdout facts of the
+    world (``world``: keys of :class:`~obliviate.world.WorldConfig`) as JSON Lines QA files and its related
+    paragraphs as a text file, as a user would give them."""
     world = generate_world(WorldConfig(**{**(world or {}), "seed": seed}))
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
@@ -60,8 +61,8 @@ def _child_cpu() -> float:
 
 
 def _run(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
-    """``(wall seconds, CPU seconds)`` of ``obliviate ARGV`` in a fresh process (its output in ``log``); a failure
-    is an :class:`InvalidResult` naming the log."""
+    """``(wall seconds, CPU seconds)`` of ``obliviate ARGV`` in a fresh process (its output in ``log``); a
+    failure is an :class:`InvalidResult` naming the log."""
     t, cpu = time.perf_counter(), _child_cpu()
     with open(log, "w") as f:
         code = subprocess.run([sys.executable, "-c", CLI, *argv], stdout=f, stderr=subprocess.STDOUT,
@@ -76,11 +77,11 @@ def measure_control_cache(work: str | Path, *, size: str = "4x128", seed: int = 
                           methods: tuple = ("npo", "graddiff"), unlearn_steps: int = 20, extra: list[str] | None = None,
                           world: dict | None = None, progress: bool = False) -> dict:
     """The case (module docstring) in the folder ``work`` (emptied first): each attack's process CPU seconds
-    (``first_seconds``, ``second_seconds``: what a neighbouring job cannot inflate, as the step times' clock; the
-    processes run one torch thread, so on an idle machine it is their wall time) and their ``ratio``, whether it
-    ``meets_target`` (:data:`TARGET`), the wall seconds beside (``first_wall_seconds``, ``wall_ratio``), the model's
-    size, each attack's verdict and its controls' cost (built, or found in the cache). ``extra``: settings given to
-    both attacks; ``world``: the world's size (:func:`user_files`)."""
+    (``first_seconds``, ``second_seconds``: what a neighbouring job cannot inflate, as the step times' clock;
+    the processes run one torch thread, so on an idle machine it is their wall time) and their ``ratio``,
+    whether it ``meets_target`` (:data:`TARGET`), the wall seconds beside (``first_wall_seconds``,
+    ``wall_ratio``), the model's size, each attack's verdict and its controls' cost (built, or found in the
+    cache). ``extra``: settings given to both attacks; ``world``: the world's size (:func:`user_files`)."""
     work = Path(work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -183,8 +183,8 @@ def measure(model, loss_fn, ref=None, repeats: int = 5, warmup: int = 2) -> dict
 
 
 def _world_model(cfg: BenchConfig, size: str | None = None):
-    """The world, a fresh model of ``size`` (default ``cfg.size``) and the tokenizer trained for it on the world's
-    documents."""
+    """The world, a fresh model of ``size`` (default ``cfg.size``) and the tokenizer trained for it on the
+    world's documents."""
     world = generate_world(WorldConfig(seed=cfg.seed))
     model, tok = build_tiny_model([d["text"] for d in world.documents()], TinyModelConfig.of_size(size or cfg.size),
                                   seed=cfg.seed)
@@ -198,9 +198,10 @@ def _world_batch(cfg: BenchConfig, size: str | None = None):
 
 
 def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False, cache: bool = True):
-    """Method ``name`` set up on ``model`` for single steps on ``batch`` (a step of ``data``), as the executor sets
-    it up: its parameters selected, LoRA adapters if ``lora``, its reference (``cache=False``: a whole live copy)
-    and ``setup``. Returns ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with ``lora``)."""
+    """Method ``name`` set up on ``model`` for single steps on ``batch`` (a step of ``data``), as the executor
+    sets it up: its parameters selected, LoRA adapters if ``lora``, its reference (``cache=False``: a whole
+    live copy) and ``setup``. Returns ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with
+    ``lora``)."""
     method = build_method(name)
     patterns = method.trainable(model)
     select_trainable(model, patterns)
@@ -212,8 +213,8 @@ def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: boo
 
 
 def peak_matmul_flops(n: int = 1024, device=None, dtype=torch.float32, repeats: int = 5) -> dict:
-    """The machine's peak in the run's dtype and threads: FLOP/s of an ``n x n`` by ``n x n`` matmul
-    (``2 n^3`` FLOPs), median of ``repeats`` (process CPU time on the CPU, synchronised wall clock on a GPU)."""
+    """The machine's peak in the run's dtype and threads: FLOP/s of an ``n x n`` by ``n x n`` matmul (``2
+    n^3`` FLOPs), median of ``repeats`` (process CPU time on the CPU, synchronised wall clock on a GPU)."""
     device = torch.device(device or "cpu")
     gen = torch.Generator(device="cpu").manual_seed(0)
     a, b = (torch.randn(n, n, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
@@ -292,13 +293,13 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
 
 
 def count_products(models, step) -> dict:
-    """Multiply-accumulates of one call of ``step`` in the linear layers of ``models`` (the trained model and a
-    live reference copy, if any), each ``rows x in x out``: ``forward``; ``backward``, the products the backward
-    pass computes: the weight gradient where the weight is trained and the input gradient where the input
-    needs one (so a frozen layer's backward costs one product, a trained one two, a layer before the first
-    trained one nothing). The output projection counts only the rows it is applied to (logits at labelled
-    positions), a truncated forward only the layers it runs; attention's own products are left out (short
-    sequences)."""
+    """Multiply-accumulates of one call of ``step`` in the linear layers of ``models`` (the trained model and
+    a live reference copy, if any), each ``rows x in x out``: ``forward``; ``backward``, the products the
+    backward pass computes: the weight gradient where the weight is trained and the input gradient where the
+    input needs one (so a frozen layer's backward costs one product, a trained one two, a layer before the
+    first trained one nothing). The output projection counts only the rows it is applied to (logits at
+    labelled positions), a truncated forward only the layers it runs; attention's own products are left out
+    (short sequences)."""
     counts = {"forward": 0, "backward": 0}
     handles = []
 
@@ -335,8 +336,9 @@ def count_products(models, step) -> dict:
 
 
 def flop_bound(passes: dict, plain: dict) -> float:
-    """The step's cost in plain fine-tuning steps, counting the products it computes (:func:`count_products`).
-    For plain fine-tuning the backward computes two products per forward one: forward = 1/3, backward = 2/3."""
+    """The step's cost in plain fine-tuning steps, counting the products it computes
+    (:func:`count_products`). For plain fine-tuning the backward computes two products per forward one:
+    forward = 1/3, backward = 2/3."""
     return (passes["forward"] + passes["backward"]) / (plain["forward"] + plain["backward"])
 
 
@@ -385,8 +387,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
 
 def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: list[str], lora_methods: list[str],
                   dev, peak: dict, min_rounds: int, max_rounds: int, progress: bool) -> dict:
-    """Step-time ratios, FLOP bounds, MFU against ``peak`` and memory of ``names`` (and ``lora_methods`` with LoRA)
-    at model ``size`` (``tok``, ``data``: :func:`_world_batch` at that size), each method beside a plain
+    """Step-time ratios, FLOP bounds, MFU against ``peak`` and memory of ``names`` (and ``lora_methods`` with
+    LoRA) at model ``size`` (``tok``, ``data``: :func:`_world_batch` at that size), each method beside a plain
     fine-tuning step on the same model size and batch."""
     batch = {k: {kk: vv.to(dev) for kk, vv in v.items()} for k, v in data(0).items()}
 
@@ -448,8 +450,9 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
 
 def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, seed: int = 0) -> dict:
     """Activation memory of an answer log-probability with full B x T x V logits vs logits only at the
-    labelled positions (:func:`obliviate.unlearning.objectives.sequence_logprob`), on a small-hidden model with a
-    ``vocab``-token vocabulary (Llama 3's 128k by default) and ``batch`` (token ids folded into the vocabulary).
+    labelled positions (:func:`obliviate.unlearning.objectives.sequence_logprob`), on a small-hidden model
+    with a ``vocab``-token vocabulary (Llama 3's 128k by default) and ``batch`` (token ids folded into the
+    vocabulary).
 
     Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of
     positions that carry a label (the ratio should come out near it: the logits dominate)."""
@@ -473,13 +476,13 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
 
 def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
     """Evaluation throughput on the tiny world model's tokenizer and a fresh tiny model, beside lm-eval's
-    ``simple_evaluate`` on the same questions, model and prompts, interleaved round by round, process CPU time: QA
-    greedy generation (batched, with the KV cache; :func:`greedy_generate` against a local ``generate_until`` task
-    with the same stop and token budget) and lettered MCQ scoring (against a local ``multiple_choice`` task).
-    lm-eval is timed twice: with its task set-up as a user gets it by default (``lm_eval_*``: the ``TaskManager``
-    indexes its installed tasks on every call) and with only the local task indexed (``lm_eval_*_local``: its
-    evaluation alone); both must give the same outputs. lm-eval is a dev dependency; without it the comparisons are
-    left out."""
+    ``simple_evaluate`` on the same questions, model and prompts, interleaved round by round, process CPU
+    time: QA greedy generation (batched, with the KV cache; :func:`greedy_generate` against a local
+    ``generate_until`` task with the same stop and token budget) and lettered MCQ scoring (against a local
+    ``multiple_choice`` task). lm-eval is timed twice: with its task set-up as a user gets it by default
+    (``lm_eval_*``: the ``TaskManager`` indexes its installed tasks on every call) and with only the local
+    task indexed (``lm_eval_*_local``: its evaluation alone); both must give the same outputs. lm-eval is a
+    dev dependency; without it the comparisons are left out."""
     world, model, tok = _world_model(cfg)
     model.eval()
     mcqs = full_answer_mcqs(world, world.mcqs(split="forget"))
@@ -628,7 +631,8 @@ def bench_table(metrics: dict) -> str:
 
 
 def roofline_text(metrics: dict) -> str:
-    """The machine's peak, each size's MFU range and the methods that still hold a frozen copy, as Markdown."""
+    """The machine's peak, each size's MFU range and the methods that still hold a frozen copy, as
+    Markdown."""
     p = metrics.get("peak")
     if not p:
         return ""
@@ -656,8 +660,8 @@ def roofline_text(metrics: dict) -> str:
 
 
 def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
-    """``(head, table)`` of ``bench.md``: the machine and settings, then the roofline, the step-time table (and at
-    the mid size), the filtering table and the controls' cache case."""
+    """``(head, table)`` of ``bench.md``: the machine and settings, then the roofline, the step-time table
+    (and at the mid size), the filtering table and the controls' cache case."""
     table = roofline_text(metrics) + ("\n" + bench_table(metrics) if cfg.steps else "")
     if "mid" in metrics:
         table += f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n"
@@ -678,8 +682,8 @@ def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
 
 
 def run_bench_dir(cfg: BenchConfig, out, progress: bool = True) -> tuple[dict, str]:
-    """``obliviate bench``: :func:`run_bench` into the run directory ``out`` (``bench.md`` and ``results.json``);
-    returns the metrics and the tables."""
+    """``obliviate bench``: :func:`run_bench` into the run directory ``out`` (``bench.md`` and
+    ``results.json``); returns the metrics and the tables."""
     out = prepare_out_dir(out)
     metrics = run_bench(cfg, progress=progress, work=out / "control_cache")
     head, table = bench_report(cfg, metrics)

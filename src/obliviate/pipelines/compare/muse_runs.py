@@ -1,11 +1,11 @@
 """MUSE's six-way evaluation inside ``obliviate compare --task muse:news|books`` (issue #31, item 4).
 
 Every model compare evaluates gets the per-model MUSE metrics (:func:`model_metrics`: VerbMem, KnowMem on the
-forget and retain QA with MUSE's few-shot prompts, the Min-40% AUC); after the run, PrivLeak against the oracle
-(:func:`finish`), and for each method the scalability folds (``scal/``: each unlearned from the base model) and the
-sustainability requests (``sust/``: one after another on the same model), all metrics after each
-(:func:`method_folds`, resumable at a fold boundary). :func:`markdown` is the report's MUSE section, in MUSE's
-table layout. The metrics themselves are :mod:`obliviate.eval.six_way`'s.
+forget and retain QA with MUSE's few-shot prompts, the Min-40% AUC); after the run, PrivLeak against the
+oracle (:func:`finish`), and for each method the scalability folds (``scal/``: each unlearned from the base
+model) and the sustainability requests (``sust/``: one after another on the same model), all metrics after
+each (:func:`method_folds`, resumable at a fold boundary). :func:`markdown` is the report's MUSE section, in
+MUSE's table layout. The metrics themselves are :mod:`obliviate.eval.six_way`'s.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
     scalability folds and sustainability requests, MUSE's metrics after each
     (:func:`obliviate.pipelines.sequential.over_requests`).
 
-    Fold 1 is the method's own run on the forget set (``main``: its metrics; ``main_model_dir``: its saved model,
-    which the second request starts from, else request 1 is run again). Each fold's metrics are a part under
-    ``out/muse/<kind>/<name>/`` keyed by ``key``, the folds so far and the method; each request's model is kept there
-    too, so a rerun after a kill resumes at the last finished request."""
+    Fold 1 is the method's own run on the forget set (``main``: its metrics; ``main_model_dir``: its saved
+    model, which the second request starts from, else request 1 is run again). Each fold's metrics are a part
+    under ``out/muse/<kind>/<name>/`` keyed by ``key``, the folds so far and the method; each request's model
+    is kept there too, so a rerun after a kill resumes at the last finished request."""
     muse = task.meta.get("muse") or {}
     res: dict = {}
     for kind in FOLD_KINDS:

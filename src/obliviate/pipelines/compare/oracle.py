@@ -1,6 +1,6 @@
 """The negative control of a comparison on a user's model: which model to build the oracle from
-(:func:`retain_control_input`), building it (:func:`build_oracle`: the model before it was taught the task, fine-tuned
-on the retain data only), and the line of a comparison without one (:func:`missing_oracle`)."""
+(:func:`retain_control_input`), building it (:func:`build_oracle`: the model before it was taught the task,
+fine-tuned on the retain data only), and the line of a comparison without one (:func:`missing_oracle`)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ log = logging.getLogger(__name__)
 def retain_control_input(model: str | None, *, oracle: str | None = None, control: str | None = None,
                          base_untrained: str | None = None, allow_hub: bool = False) -> str | None:
     """The model compare fine-tunes on the retain data only to build the oracle (the negative control) beside
-    ``model``: ``base_untrained``, else the finetune input named by ``model``'s cards, checked there (one that cannot
-    be found fails in one line naming the card, before anything is loaded or written:
+    ``model``: ``base_untrained``, else the finetune input named by ``model``'s cards, checked there (one that
+    cannot be found fails in one line naming the card, before anything is loaded or written:
     :func:`~obliviate.runs.card.untaught_model`; a hub id with ``allow_hub``). By default it is built whenever
-    that model is known and no ``oracle`` is given; ``control`` ``retain-finetune`` requires it (one line without),
-    ``none`` builds none. None when there is none to build. A path is returned absolute (:func:`recorded_path`), as
-    results.json records it."""
+    that model is known and no ``oracle`` is given; ``control`` ``retain-finetune`` requires it (one line
+    without), ``none`` builds none. None when there is none to build. A path is returned absolute
+    (:func:`recorded_path`), as results.json records it."""
     if control == NO_CONTROL:
         if base_untrained:
             raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
@@ -59,10 +59,11 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
 def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *, seed: int = 0,
                  control: str | None = None, progress: bool = False,
                  cache: ControlCache | None = None) -> tuple[str, dict]:
-    """``(the oracle's directory, what building it took)``: ``untaught`` fine-tuned on ``task``'s retain data only, with
-    the settings ``model``'s cards record (:func:`~obliviate.evidence.retain_control.retain_finetune_control`), kept in
-    ``cache`` (the cache of the controls; None: as a part of ``out``) and at ``out/models/oracle_retain``; ``load(path)
-    -> (model, tokenizer)``. The summary holds its ``cost`` (when it was built) and whether it was ``reused``."""
+    """``(the oracle's directory, what building it took)``: ``untaught`` fine-tuned on ``task``'s retain data
+    only, with the settings ``model``'s cards record
+    (:func:`~obliviate.evidence.retain_control.retain_finetune_control`), kept in ``cache`` (the cache of the
+    controls; None: as a part of ``out``) and at ``out/models/oracle_retain``; ``load(path) -> (model,
+    tokenizer)``. The summary holds its ``cost`` (when it was built) and whether it was ``reused``."""
     log.info(f"oracle: {untaught} fine-tuned on the retain data only (at {out / 'models' / 'oracle_retain'})"
              + ("" if control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"))
     return retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load, preset=preset_name,
@@ -81,8 +82,9 @@ def missing_oracle(model: str | None, control: str | None = None) -> str:
 
 def verdict_lines(res: dict, model: str | None, control: str | None = None) -> list[str]:
     """What a comparison ends with: one verdict line per method (``verdict: <method>: <verdict> (<attack>,
-    calibrated on <control>): <reason>``), or without a negative control one line saying what to add; before them
-    one line per method asked for that did not run, with its reason (``method 'dpo' not run: needs ...``)."""
+    calibrated on <control>): <reason>``), or without a negative control one line saying what to add; before
+    them one line per method asked for that did not run, with its reason (``method 'dpo' not run: needs
+    ...``)."""
     skipped = [not_run_line("method", name, why) for name, why in (res.get("skipped") or {}).items()]
     if "oracle" not in res["metrics"]:
         return [*skipped, missing_oracle(model, control)]

@@ -67,8 +67,9 @@ def plot_log(log: Path, png: Path) -> None:
 
 
 def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
-    """The report's section of what was not computed: each metric over zero items or tokens (``absent``), once for
-    every model it is absent on; the task's missing files are the MUSE section's (or, elsewhere, listed here)."""
+    """The report's section of what was not computed: each metric over zero items or tokens (``absent``), once
+    for every model it is absent on; the task's missing files are the MUSE section's (or, elsewhere, listed
+    here)."""
     by_line: dict[str, list[str]] = {}
     for name, m in metrics.items():
         for line in (m.get("absent") or {}).values():
@@ -80,17 +81,17 @@ def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
 
 
 def leakage_note(m: dict) -> str:
-    """The flag beside a disjoint recovery whose folds leak (:func:`~obliviate.attacks.relearn_disjoint.leakage_flag`),
-    in bold, else an empty string."""
+    """The flag beside a disjoint recovery whose folds leak
+    (:func:`~obliviate.attacks.relearn_disjoint.leakage_flag`), in bold, else an empty string."""
     flag = leakage_flag(m)
     return "" if flag is None else f" **{flag[0].upper()}{flag[1:]}.**"
 
 
 def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
     """One sentence per model on relearning on the other forget facts (held-out thirds scored), with the share
-    *brought back* (:func:`~obliviate.evidence.verdict.recovery`: of what the model lost against the base model),
-    marked where the attack is uncalibrated; the oracle's last, as the band a model that never saw the facts
-    stays in."""
+    *brought back* (:func:`~obliviate.evidence.verdict.recovery`: of what the model lost against the base
+    model), marked where the attack is uncalibrated; the oracle's last, as the band a model that never saw the
+    facts stays in."""
     base_d = metrics["base"].get("relearn_disjoint_base_acc")
     calib = ((robustness or {}).get("calibration") or {}).get("relearn_disjoint")
     mark = "" if calib is not None and calib["calibrated"] else " (uncalibrated)"
@@ -116,8 +117,8 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
 
 def method_lines(metrics: dict, skipped: dict | None = None) -> list[str]:
     """One line per method of the comparison: its run's outcome without any attack (the line of
-    :func:`~obliviate.eval.outcome.unlearn_outcome`: "forgot little: try `obliviate tune`" where it did nothing
-    measurable), what an edit method edited, and each skipped method with its reason."""
+    :func:`~obliviate.eval.outcome.unlearn_outcome`: "forgot little: try `obliviate tune`" where it did
+    nothing measurable), what an edit method edited, and each skipped method with its reason."""
     lines = []
     for name, m in metrics.items():
         v = m.get("unlearn_outcome")
@@ -215,11 +216,11 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
 
 
 def robustness_over_seeds(results: dict) -> list[str]:
-    """Markdown of several comparisons' robustness (``{label: results.json as a dict}``, e.g. one per world seed):
-    per judged model and run, the verdict and the attack (and control) that decided it; per positive control and
-    run, what it keeps of the base model's retain and neighbour scores; per attack and run, whether it
-    was calibrated and on which positive control; and each attack's cost on each model (forwards, backward passes
-    and tokens, the mean over the models and runs; wall seconds from the runs' timings)."""
+    """Markdown of several comparisons' robustness (``{label: results.json as a dict}``, e.g. one per world
+    seed): per judged model and run, the verdict and the attack (and control) that decided it; per positive
+    control and run, what it keeps of the base model's retain and neighbour scores; per attack and run,
+    whether it was calibrated and on which positive control; and each attack's cost on each model (forwards,
+    backward passes and tokens, the mean over the models and runs; wall seconds from the runs' timings)."""
     labels = list(results)
     methods = list(dict.fromkeys(n for r in results.values() for n in r["robustness"]["verdicts"]))
     attacks = list(dict.fromkeys(k for r in results.values() for k in r["robustness"]["calibration"]))

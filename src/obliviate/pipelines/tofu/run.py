@@ -54,8 +54,8 @@ def eval_splits(forget: str = "forget10") -> dict[str, str]:
 
 
 def required_files(forget: str = "forget10", given: bool = False) -> tuple[str, ...]:
-    """Every TOFU file the protocol reads (without ``.json``): the ``tofu:<forget>`` task's and, for tiny models
-    (not ``given``), the tokenizer's text, ``full`` among it."""
+    """Every TOFU file the protocol reads (without ``.json``): the ``tofu:<forget>`` task's and, for tiny
+    models (not ``given``), the tokenizer's text, ``full`` among it."""
     qa = (forget, FORGET_SPLITS[forget]) if given else ("full", FORGET_SPLITS[forget], forget)
     rest = TASK_MCQ_SPLITS if given else TOKENIZER_SPLITS
     return tuple(dict.fromkeys(qa + tuple(eval_splits(forget).values()) + rest))
@@ -121,7 +121,8 @@ class TofuConfig:
 # ------------------------------------------------------------------ data
 
 def check_tofu_data(root=None, files=REQUIRED_FILES) -> Path:
-    """The ``tofu/`` directory, or a :class:`DataError` naming which of ``files`` (:func:`required_files`) it lacks."""
+    """The ``tofu/`` directory, or a :class:`DataError` naming which of ``files`` (:func:`required_files`) it
+    lacks."""
     d = root_dir(root) / "tofu"
     missing = [f"{s}.json" for s in files if not (d / f"{s}.json").is_file()]
     if missing:
@@ -131,15 +132,16 @@ def check_tofu_data(root=None, files=REQUIRED_FILES) -> Path:
 
 
 def protocol_task(cfg: TofuConfig) -> Task:
-    """The ``tofu:<forget>`` task the protocol unlearns and evaluates, every set cut to ``cfg.limit`` records."""
+    """The ``tofu:<forget>`` task the protocol unlearns and evaluates, every set cut to ``cfg.limit``
+    records."""
     return load_task(f"tofu:{cfg.forget}", root=cfg.data, limit=cfg.limit, seed=cfg.seed)
 
 
 def base_train_pairs(task: Task, which: str, limit: int | None) -> list[tuple[str, str]]:
-    """Fine-tuning pairs (prompt, answer) of the ``"full"`` model or the retain-only one (``which`` = the task's
-    retain split). ``full`` is TOFU's retain split followed by its forget split (its file in that order);
-    with ``limit`` it is ``forget[:limit] + retain[:limit]``, so that the forget examples the base model is
-    evaluated on are in its training data (tests)."""
+    """Fine-tuning pairs (prompt, answer) of the ``"full"`` model or the retain-only one (``which`` = the
+    task's retain split). ``full`` is TOFU's retain split followed by its forget split (its file in that
+    order); with ``limit`` it is ``forget[:limit] + retain[:limit]``, so that the forget examples the base
+    model is evaluated on are in its training data (tests)."""
     if which == task.meta["retain_split"]:
         return task.prompt.pairs(task.retain.qa)
     if which != "full":
@@ -149,8 +151,8 @@ def base_train_pairs(task: Task, which: str, limit: int | None) -> list[tuple[st
 
 
 def tokenizer_texts(root, limit: int | None) -> list[str]:
-    """All TOFU QA text (:data:`TOKENIZER_SPLITS`, each cut to ``limit`` records): questions in the prompt format
-    with their answers, paraphrases, perturbed answers and options."""
+    """All TOFU QA text (:data:`TOKENIZER_SPLITS`, each cut to ``limit`` records): questions in the prompt
+    format with their answers, paraphrases, perturbed answers and options."""
     texts = []
     for split in TOKENIZER_SPLITS:
         for ex in load_tofu(split, root=root)[:limit]:
@@ -171,7 +173,8 @@ def _digest(texts) -> str:
 # ------------------------------------------------------------------ cached pieces
 
 def tofu_tokenizer(texts: list[str], vocab_size: int):
-    """Train (or load from the cache) the tokenizer on ``texts`` (:func:`tokenizer_texts`); returns (tokenizer, key)."""
+    """Train (or load from the cache) the tokenizer on ``texts`` (:func:`tokenizer_texts`); returns
+    (tokenizer, key)."""
     key = f"{_digest(texts)}-{vocab_size}"
     path = cache_dir() / "tofu" / "tokenizers" / key
     with D.main_process_first():  # several processes: rank 0 trains and caches it, the others load it
@@ -194,7 +197,8 @@ def finetune_key(cfg: TofuConfig, which: str, tokenizer_key: str, pairs) -> dict
 
 def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, pairs,
                     progress: bool | None = None) -> tuple[Path, bool]:
-    """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``, trained now).
+    """Fine-tune a tiny model from scratch on ``pairs`` once per config; returns (dir holding ``model/``,
+    trained now).
 
     The directory is a model cache entry like pretraining's (resumable checkpoints, ``DONE`` when
     finished); under ``accelerate launch`` each process trains on its rows of each global batch and
@@ -243,15 +247,16 @@ def evaluate(model, tokenizer, task: Task, cfg: TofuConfig, reference_model=None
 
 
 def needs_reference(task: Task) -> bool:
-    """Whether the report computes ``mia_auc_reference`` (it needs TOFU's holdout split), so that the retain model
-    is loaded as the reference."""
+    """Whether the report computes ``mia_auc_reference`` (it needs TOFU's holdout split), so that the retain
+    model is loaded as the reference."""
     return bool(task.holdout)
 
 
 def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, reference_root: Path | None = None) -> dict:
-    """:func:`evaluate` of the cached model in ``root/model`` (``reference_root/model``: the reference model, where
-    the task has a holdout split), a part stored next to it (:func:`obliviate.runs.parts.cached_part`, keyed by the
-    evaluation sets, the holdout, the reference, the report's metrics and the generation length)."""
+    """:func:`evaluate` of the cached model in ``root/model`` (``reference_root/model``: the reference
+    model, where the task has a holdout split), a part stored next to it
+    (:func:`obliviate.runs.parts.cached_part`, keyed by the evaluation sets, the holdout, the reference,
+    the report's metrics and the generation length)."""
     perturbed = task.meta["perturbed"]
     reference_root = reference_root if needs_reference(task) else None
     key = {"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in perturbed[k]) for k in TOFU_SETS},
@@ -268,8 +273,8 @@ def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, referenc
 
 
 def unlearn_config(cfg: TofuConfig):
-    """The :class:`~obliviate.unlearning.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset (the
-    TOFU models trained here are tiny), then ``cfg.unlearn``
+    """The :class:`~obliviate.unlearning.engine.UnlearnConfig` of ``cfg.method``: the method's "tiny" preset
+    (the TOFU models trained here are tiny), then ``cfg.unlearn``
     (:func:`~obliviate.unlearning.engine.method_run_config`)."""
     return method_run_config(cfg.method, cfg.unlearn, "tiny", cfg.seed, prefix="unlearn")[0]
 
@@ -363,15 +368,17 @@ class TofuBases:
 
     @property
     def notes(self) -> list[str]:
-        """What the report leaves out, one line each (:func:`obliviate.eval.tofu.report_notes`): no holdout split
-        (the file looked for), and that the retain model, the reference of ``mia_reference``, has none itself."""
+        """What the report leaves out, one line each (:func:`obliviate.eval.tofu.report_notes`): no holdout
+        split (the file looked for), and that the retain model, the reference of ``mia_reference``, has none
+        itself."""
         lines = report_notes(self.task)
         if not lines:
             lines.append("mia_auc_reference: the retain model is the reference model, so it has no reference score")
         return lines
 
     def reference(self):
-        """The reference model of ``mia_reference`` (the retain model), or None where the task has no holdout."""
+        """The reference model of ``mia_reference`` (the retain model), or None where the task has no
+        holdout."""
         return self.load("retain_model", device=D.process_device()) if needs_reference(self.task) else None
 
     @property
@@ -389,7 +396,8 @@ class TofuBases:
         return model
 
     def add_evaluations(self, evals: dict) -> TofuBases:
-        """Store both models' :func:`evaluate` results (the base model's with forget quality); returns self."""
+        """Store both models' :func:`evaluate` results (the base model's with forget quality); returns
+        self."""
         for name, res in evals.items():
             self.per_example[name] = res.pop("per_example")
             self.metrics[name] = res
@@ -399,7 +407,8 @@ class TofuBases:
 
 
 def prepare_bases(cfg: TofuConfig, progress: bool | None = None) -> TofuBases:
-    """Steps 1-3 of the protocol: data, tokenizer, both fine-tuned tiny models and their evaluations (all cached)."""
+    """Steps 1-3 of the protocol: data, tokenizer, both fine-tuned tiny models and their evaluations (all
+    cached)."""
     task = protocol_task(cfg)
     t = time.time()
     tok, tok_key = tofu_tokenizer(tokenizer_texts(cfg.data, cfg.limit), cfg.model.vocab_size)
@@ -465,8 +474,8 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
 
 def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
              given: GivenModels | None = None) -> dict:
-    """Run the protocol for ``cfg.method`` on tiny models trained here or, with ``given``, on two given models;
-    write the run directory ``out`` (prepared here, after the checks): ``results.json``,
+    """Run the protocol for ``cfg.method`` on tiny models trained here or, with ``given``, on two given
+    models; write the run directory ``out`` (prepared here, after the checks): ``results.json``,
     ``per_example.json`` and the unlearned model in ``model/``.
 
     Returns ``{"metrics", "per_example", "timings"}``.

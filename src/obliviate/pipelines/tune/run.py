@@ -1,12 +1,13 @@
 """Choose a method's settings for one model and task: a budgeted grid under a retain constraint.
 
-The grid scales the method's run by factors of its lr, its steps and its own weight (:data:`TUNED_PARAM`), nearest
-first, at most ``budget`` trials plus up to ``extend`` past the grid's edge (:func:`outward`). Each trial trains a
-copy on all the forget and retain data, as the final run will, and is scored on the validation items only
-(:func:`validation_split`); the choice is the largest share of the forget score removed among the trials that keep
-``retain_share`` of the base model's keep score. Each trial is a part of the run's
-:class:`~obliviate.runs.parts.PartStore` (``tune/parts``), so a rerun after a kill redoes only the missing ones.
-Why trials train on all the data, and the rest of the rule: docs/methods.md, "Tuning a method for your model".
+The grid scales the method's run by factors of its lr, its steps and its own weight (:data:`TUNED_PARAM`),
+nearest first, at most ``budget`` trials plus up to ``extend`` past the grid's edge (:func:`outward`). Each
+trial trains a copy on all the forget and retain data, as the final run will, and is scored on the validation
+items only (:func:`validation_split`); the choice is the largest share of the forget score removed among the
+trials that keep ``retain_share`` of the base model's keep score. Each trial is a part of the run's
+:class:`~obliviate.runs.parts.PartStore` (``tune/parts``), so a rerun after a kill redoes only the missing
+ones. Why trials train on all the data, and the rest of the rule: docs/methods.md, "Tuning a method for your
+model".
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ def _pick(n: int, fraction: float, rng) -> set[int]:
 
 
 def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[Task, Task]:
-    """(validation task, reported task), both with the whole task's training data (module docstring). The validation
-    task is scored on the evaluation items of ``fraction`` of the forget and of the retain pairs (an evaluation set
-    whose questions are not training pairs, e.g. MUSE's knowmem, is cut by itself); text sets and variants are left
-    out of it. The reported task is scored only on the other items."""
+    """(validation task, reported task), both with the whole task's training data (module docstring). The
+    validation task is scored on the evaluation items of ``fraction`` of the forget and of the retain pairs
+    (an evaluation set whose questions are not training pairs, e.g. MUSE's knowmem, is cut by itself); text
+    sets and variants are left out of it. The reported task is scored only on the other items."""
     rng = np.random.default_rng(seed)
     val_q: set[str] = set()
     parts = {}
@@ -142,11 +143,12 @@ def grid(run: UnlearnConfig, cfg: TuneConfig) -> list[dict]:
 
 def outward(trials: list[dict], run: UnlearnConfig, cfg: TuneConfig) -> dict | None:
     """The next trial past the grid's edge, or None. It starts from the largest update that kept retain (the
-    feasible trial of the largest lr x steps factors) and pushes its lr out by the grid's largest lr factor where
-    it has the largest lr tried, and its steps likewise (an axis whose factors are none above 1, e.g.
-    ``steps_scale=[1]``, is held fixed). A model whose retain score every such trial kept but whose forget score
-    they barely moved needs a larger update than the grid around the preset holds (scripts/tune_architectures.py:
-    RMU on GPT-NeoX and Gemma-2 chose the grid's corner, lr x3 and steps x2, and still forgot little)."""
+    feasible trial of the largest lr x steps factors) and pushes its lr out by the grid's largest lr factor
+    where it has the largest lr tried, and its steps likewise (an axis whose factors are none above 1, e.g.
+    ``steps_scale=[1]``, is held fixed). A model whose retain score every such trial kept but whose forget
+    score they barely moved needs a larger update than the grid around the preset holds
+    (scripts/tune_architectures.py: RMU on GPT-NeoX and Gemma-2 chose the grid's corner, lr x3 and steps x2,
+    and still forgot little)."""
     feasible = [t for t in trials if t["retained"] is None or t["retained"] >= cfg.retain_share - 1e-9]
     if not feasible:
         return None
@@ -162,8 +164,8 @@ def outward(trials: list[dict], run: UnlearnConfig, cfg: TuneConfig) -> dict | N
 
 
 def trial_config(run: UnlearnConfig, trial: dict) -> UnlearnConfig:
-    """``run`` with a trial's lr, steps and method setting: also the final run at the chosen trial (a trial trains
-    on all the data, as the final run does)."""
+    """``run`` with a trial's lr, steps and method setting: also the final run at the chosen trial (a trial
+    trains on all the data, as the final run does)."""
     params = dict(run.params)
     if trial["param"] is not None:
         params[trial["param"]] = trial["value"]
@@ -173,7 +175,8 @@ def trial_config(run: UnlearnConfig, trial: dict) -> UnlearnConfig:
 
 def choose(trials: list[dict], retain_share: float) -> tuple[dict, bool]:
     """The best trial: the largest ``forgot`` among those with ``retained >= retain_share`` (ties: the larger
-    ``retained``, then the earlier trial); with none feasible, the one that kept most. Returns (trial, feasible)."""
+    ``retained``, then the earlier trial); with none feasible, the one that kept most. Returns (trial,
+    feasible)."""
     feasible = [t for t in trials if t["retained"] is None or t["retained"] >= retain_share - 1e-9]
     if feasible:
         return max(feasible, key=lambda t: (t["forgot"] or 0.0, t["retained"] or 0.0, -t["index"])), True
@@ -239,14 +242,16 @@ def _scalars(m: dict) -> dict:
 
 
 def settings_of(run: UnlearnConfig, trial: dict) -> dict:
-    """The chosen run as ``unlearn --config`` reads it: ``{"unlearn": {method, params, batch_size, train}}``."""
+    """The chosen run as ``unlearn --config`` reads it: ``{"unlearn": {method, params, batch_size,
+    train}}``."""
     c = trial_config(run, trial)
     return {"unlearn": {"method": c.method, "params": dict(c.params), "batch_size": c.batch_size,
                         "train": {"lr": c.train.lr, "steps": c.train.steps}}}
 
 
 def write_tuned_settings(path: str | Path, result: dict) -> Path:
-    """The chosen settings as a YAML file for ``obliviate unlearn --config`` (a comment says where they came from)."""
+    """The chosen settings as a YAML file for ``obliviate unlearn --config`` (a comment says where they came
+    from)."""
     c = result["chosen"]
     head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, chosen on the "
             f"validation split: forget removed {_fmt(c['forgot'])}, keep share {_fmt(c['retained'])}"
@@ -256,8 +261,8 @@ def write_tuned_settings(path: str | Path, result: dict) -> Path:
 
 
 def write_tune_report(out_dir: Path, result: dict) -> Path:
-    """``report.md``: the trials' table and ``search.png`` (forget removed per trial, the best feasible so far as a
-    curve, and forget removed against keep share with the constraint)."""
+    """``report.md``: the trials' table and ``search.png`` (forget removed per trial, the best feasible so far
+    as a curve, and forget removed against keep share with the constraint)."""
     trials, rs = result["trials"], result["retain_share"]
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))

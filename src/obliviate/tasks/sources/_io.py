@@ -1,10 +1,10 @@
 """Strict readers shared by the loaders.
 
-Every problem raises :class:`DataError` whose message starts with *where* it is:
-``"tofu/forget10.json line 17: missing field 'answer'"`` for JSON Lines and CSV,
-``"wmdp/bio_questions.json record 3: ..."`` for a JSON list; every line, record and row number is 1-based.
-A file that is not there raises :class:`MissingFile` (on disk, or where the hub was allowed, on the hub too), so
-that a provider treats both absences alike where the file is optional.
+Every problem raises :class:`DataError` whose message starts with *where* it is: ``"tofu/forget10.json line
+17: missing field 'answer'"`` for JSON Lines and CSV, ``"wmdp/bio_questions.json record 3: ..."`` for a JSON
+list; every line, record and row number is 1-based. A file that is not there raises :class:`MissingFile` (on
+disk, or where the hub was allowed, on the hub too), so that a provider treats both absences alike where the
+file is optional.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def display(path: Path, root: Path | None = None) -> str:
 
 
 class MissingFile(DataError):
-    """A data file that is not there: not on disk, nor on the hub where the hub was allowed (``hub``: the hub's
-    one-line reason, else None). ``path`` names the file looked for. A provider that can do without the file
-    catches it, whichever of the two it was: ``--allow-hub`` never makes an optional file required."""
+    """A data file that is not there: not on disk, nor on the hub where the hub was allowed (``hub``: the
+    hub's one-line reason, else None). ``path`` names the file looked for. A provider that can do without the
+    file catches it, whichever of the two it was: ``--allow-hub`` never makes an optional file required."""
 
     def __init__(self, message: str, path: Path | str, hub: str | None = None):
         super().__init__(message)
@@ -55,8 +55,8 @@ class MissingFile(DataError):
 def data_hint(hub: str | None = None) -> str:
     """How to give a missing benchmark file, as the user gives settings (:func:`obliviate.errors.setting`):
     ``set $OBLIVIATE_DATA to the data directory, pass root=..., or allow_hub=True to read HUB`` from Python,
-    ``set $OBLIVIATE_DATA to the data directory, or --allow-hub to read HUB`` on the command line; ``hub`` names the
-    hub release (None: the benchmark has none, and the hint leaves the hub out)."""
+    ``set $OBLIVIATE_DATA to the data directory, or --allow-hub to read HUB`` on the command line; ``hub``
+    names the hub release (None: the benchmark has none, and the hint leaves the hub out)."""
     ways = ["set $OBLIVIATE_DATA to the data directory"]
     root = setting("pass root=...", None)  # the command line reads the data directory from $OBLIVIATE_DATA only
     ways += [root] if root else []
@@ -65,7 +65,8 @@ def data_hint(hub: str | None = None) -> str:
 
 
 def missing_file(path: Path, what: str, hub: str | None = None) -> MissingFile:
-    """The error of a missing file (:class:`MissingFile`), with :func:`data_hint` (``hub``: the release to read)."""
+    """The error of a missing file (:class:`MissingFile`), with :func:`data_hint` (``hub``: the release to
+    read)."""
     return MissingFile(f"{what}: file not found: {path} ({data_hint(hub)})", path)
 
 
@@ -98,8 +99,8 @@ def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
 
 
 def _split_cr(raw: bytes) -> list[bytes]:
-    """One ``\\n``-terminated chunk of a file as its lines, each ending in ``\\n``: ``\\r\\n`` and lone ``\\r``
-    become ``\\n`` (a ``\\r`` byte is never part of a UTF-8 multi-byte character)."""
+    """One ``\\n``-terminated chunk of a file as its lines, each ending in ``\\n``: ``\\r\\n`` and lone
+    ``\\r`` become ``\\n`` (a ``\\r`` byte is never part of a UTF-8 multi-byte character)."""
     if b"\r" not in raw:
         return [raw]
     body = raw.replace(b"\r\n", b"\n")
@@ -216,8 +217,8 @@ def read_json(path: Path, name: str) -> Any:
 
 
 def json_list_records(path: Path, base: Path | None = None) -> list[tuple[str, dict]]:
-    """``(where, record)`` of each object of a file holding one JSON list of records (``where``: ``"<name> record
-    <i>"``, 1-based as lines are, ``name`` relative to ``base``)."""
+    """``(where, record)`` of each object of a file holding one JSON list of records (``where``: ``"<name>
+    record <i>"``, 1-based as lines are, ``name`` relative to ``base``)."""
     name = display(path, base)
     data = read_json(path, name)
     if not isinstance(data, list):

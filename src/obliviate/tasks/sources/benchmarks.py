@@ -44,8 +44,8 @@ def benchmark_kind(name: str) -> str:
 
 
 def get_benchmark(name: str, **kw) -> list:
-    """Load the benchmark called ``name``; ``kw`` goes to its loader (``root=``, ``allow_hub=``, ``split=`` for
-    MMLU)."""
+    """Load the benchmark called ``name``; ``kw`` goes to its loader (``root=``, ``allow_hub=``, ``split=``
+    for MMLU)."""
     if name.startswith("mmlu:"):
         subject = name.split(":", 1)[1]
         if not subject:

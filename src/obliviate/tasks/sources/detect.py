@@ -1,7 +1,8 @@
-"""The one detector of a user's file: the kind of its records (QA pairs, MCQs, texts) and the fields holding each
-schema field, told from its first record. Every way a file is given goes through it (``eval --data``, ``--forget`` /
-``--retain`` / ``--utility`` / ..., a task spec's entries, :func:`~obliviate.tasks.sources.generic.load_records`), so
-a file one of them reads, the others read too. Its rules: docs/benchmarks.md#your-own-files.
+"""The one detector of a user's file: the kind of its records (QA pairs, MCQs, texts) and the fields holding
+each schema field, told from its first record. Every way a file is given goes through it (``eval --data``,
+``--forget`` / ``--retain`` / ``--utility`` / ..., a task spec's entries,
+:func:`~obliviate.tasks.sources.generic.load_records`), so a file one of them reads, the others read too. Its
+rules: docs/benchmarks.md#your-own-files.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ _TAGGED = re.compile(r"^(?P<prefix>[A-Za-z]*?)[ _-]?(?P<tag>\d+|[A-Ja-j])$")
 
 
 def choice_group(rec: dict, used: set[str] = frozenset()) -> list[str] | None:
-    """The fields of ``rec`` that hold one choice each, in order: a shared name (:data:`GROUP_PREFIXES`) followed by
-    consecutive tags from 0 or 1 (``choice0``..``choice3``, ``option1``..``option4``) or from A (``A``..``D``,
-    ``opa``..``opd``), every value a string; the longest such group (None without one, or with two as long)."""
+    """The fields of ``rec`` that hold one choice each, in order: a shared name (:data:`GROUP_PREFIXES`)
+    followed by consecutive tags from 0 or 1 (``choice0``..``choice3``, ``option1``..``option4``) or from A
+    (``A``..``D``, ``opa``..``opd``), every value a string; the longest such group (None without one, or with
+    two as long)."""
     groups: dict[tuple[str, str], list[tuple[Any, str]]] = {}
     for key, value in rec.items():
         m = _TAGGED.match(str(key))
@@ -67,8 +69,9 @@ def choice_group(rec: dict, used: set[str] = frozenset()) -> list[str] | None:
 
 
 def choice_texts(value: Any, strings: bool) -> tuple[list[str], list[str] | None] | None:
-    """``(choices, labels)`` of one field's value if it holds MCQ choices (a list of strings; an object keyed A, B,
-    ...; ARC's ``{text: [...], label: [...]}``; in CSV a JSON array), else None; ``labels`` only for ARC's shape."""
+    """``(choices, labels)`` of one field's value if it holds MCQ choices (a list of strings; an object keyed
+    A, B, ...; ARC's ``{text: [...], label: [...]}``; in CSV a JSON array), else None; ``labels`` only for
+    ARC's shape."""
     if strings and isinstance(value, str) and value.lstrip().startswith("["):
         try:
             value = json.loads(value)
@@ -90,8 +93,8 @@ def choice_texts(value: Any, strings: bool) -> tuple[list[str], list[str] | None
 
 
 def points_at_a_choice(value: Any, choices: list[str], labels: list[str] | None) -> bool:
-    """Whether ``value`` can name one of ``choices``: an index (0- or 1-based), a letter, a label, or one choice's
-    text."""
+    """Whether ``value`` can name one of ``choices``: an index (0- or 1-based), a letter, a label, or one
+    choice's text."""
     n = len(choices)
     if isinstance(value, bool):
         return False
@@ -122,7 +125,8 @@ def _only(rec: dict, used: set[str], fits) -> str | None:
 
 
 def _choices_of(rec: dict, spec: str, strings: bool) -> tuple[list[str], list[str] | None] | None:
-    """The choices (and labels) a mapping's ``choices=spec`` gives in ``rec`` (``a+b+c``: one field each, or lists)."""
+    """The choices (and labels) a mapping's ``choices=spec`` gives in ``rec`` (``a+b+c``: one field each, or
+    lists)."""
     keys = spec.split("+")
     if len(keys) == 1:
         return choice_texts(rec.get(keys[0]), strings)
@@ -144,22 +148,23 @@ the reader's own check then names what is wrong with it (``field 'question' is e
 
 def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
           explicit: bool) -> tuple[dict[str, str], list[str]]:
-    """``mapping`` with every schema field of ``kind`` it leaves out found in ``rec``, and the fields not found.
-    ``explicit``: the kind was given, so a field no name fits may be the one field of its shape (``_only``); a kind
-    being guessed goes by names alone."""
+    """``mapping`` with every schema field of ``kind`` it leaves out found in ``rec``, and the fields not
+    found. ``explicit``: the kind was given, so a field no name fits may be the one field of its shape
+    (``_only``); a kind being guessed goes by names alone."""
     out = dict(mapping)
     used = {part for spec in out.values() for part in str(spec).split("+")}
     syn = SYNONYMS[kind]
     missing = []
 
     def own(field: str, names: tuple[str, ...] = ()) -> str | None:
-        """The field under its schema name (or one of ``names``, the reader's defaults) with a value of its type."""
+        """The field under its schema name (or one of ``names``, the reader's defaults) with a value of its
+        type."""
         return next((n for n in (field, *names) if n in rec and n not in used and isinstance(rec[n], OWN_NAME_TYPES[
             field]) and not isinstance(rec[n], bool)), None)
 
     def put(field: str, key: str | None) -> None:
-        """Map ``field`` to ``key``; a field found under a schema name stays unmapped (the reader's defaults apply:
-        ``answer_index`` else ``answer`` per record)."""
+        """Map ``field`` to ``key``; a field found under a schema name stays unmapped (the reader's defaults
+        apply: ``answer_index`` else ``answer`` per record)."""
         if key is None:
             missing.append(field)
             return
@@ -199,9 +204,10 @@ def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
 
 def detect(rec: dict, kind: str | None, mapping: dict[str, str], *, strings: bool, name: str, where: str,
            kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, dict[str, str]]:
-    """``(kind, mapping)`` of a file whose first record is ``rec`` (at ``where``, in the file called ``name``):
-    ``kind`` as given, else the first of ``kinds`` (narrowed by the fields the mapping names) whose every field the
-    record holds; ``mapping`` the one given, completed. ``strings``: the file's values are strings (CSV)."""
+    """``(kind, mapping)`` of a file whose first record is ``rec`` (at ``where``, in the file called
+    ``name``): ``kind`` as given, else the first of ``kinds`` (narrowed by the fields the mapping names) whose
+    every field the record holds; ``mapping`` the one given, completed. ``strings``: the file's values are
+    strings (CSV)."""
     order = [kind] if kind else _kinds_for(mapping, kinds)
     first_missing: list[str] = []
     for k in order:
@@ -213,9 +219,9 @@ def detect(rec: dict, kind: str | None, mapping: dict[str, str], *, strings: boo
 
 
 def _a_pair_not_an_mcq(rec: dict, qa: dict[str, str], mapping: dict[str, str], strings: bool) -> bool:
-    """Whether a record read as a QA pair (training data try QA pairs first) is one: not an MCQ, or an MCQ whose
-    answer field holds its correct choice's text (the question and its answer). An MCQ whose answer is a letter or
-    an index is no QA pair ("B" would be the answer learnt)."""
+    """Whether a record read as a QA pair (training data try QA pairs first) is one: not an MCQ, or an MCQ
+    whose answer field holds its correct choice's text (the question and its answer). An MCQ whose answer is a
+    letter or an index is no QA pair ("B" would be the answer learnt)."""
     mcq, missing = _fill("mcq", rec, mapping, strings, explicit=False)
     if missing:
         return True
@@ -237,8 +243,8 @@ def _kinds_for(mapping: dict[str, str], kinds: tuple[str, ...]) -> list[str]:
 
 
 class FieldsUnknown(DataError):
-    """A file whose kind or fields :func:`detect` cannot tell: one line naming the file's record (``where``), the
-    fields seen and the mapping that would name them (:meth:`hint`)."""
+    """A file whose kind or fields :func:`detect` cannot tell: one line naming the file's record (``where``),
+    the fields seen and the mapping that would name them (:meth:`hint`)."""
 
     def __init__(self, name: str, where: str, keys: list[str], kind: str | None = None, needed: list[str] = ()):
         self.name, self.where, self.keys, self.kind, self.needed = name, where, keys, kind, list(needed)
@@ -251,8 +257,8 @@ class FieldsUnknown(DataError):
         return "question=FIELD,answer=FIELD (MCQs: question=FIELD,choices=FIELD,answer_index=FIELD; texts: text=FIELD)"
 
     def hint(self, how: str) -> str:
-        """The message, the mapping given in the syntax of ``how``: ``"cli"`` (``--mapping FILE=...``), ``"spec"`` (a
-        task spec entry's ``mapping:``) or ``"api"`` (``mapping="..."``)."""
+        """The message, the mapping given in the syntax of ``how``: ``"cli"`` (``--mapping FILE=...``),
+        ``"spec"`` (a task spec entry's ``mapping:``) or ``"api"`` (``mapping="..."``)."""
         if how not in ("cli", "spec", "api"):
             raise ValueError(f"how={how!r}: expected 'cli', 'spec' or 'api'")
         keys = [k if len(k) <= 40 else k[:37] + "..." for k in self.keys[:12]]

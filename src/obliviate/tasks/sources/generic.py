@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def parse_mapping(spec: str | None) -> dict[str, str]:
-    """``"question=prompt,answer=target"`` -> ``{"question": "prompt", "answer": "target"}`` ("" or None -> {})."""
+    """``"question=prompt,answer=target"`` -> ``{"question": "prompt", "answer": "target"}`` ("" or None ->
+    {})."""
     if not spec or not spec.strip():
         return {}
     out: dict[str, str] = {}
@@ -62,13 +63,14 @@ def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
                  split_by: str | None = None) -> list[QAExample] | list[MCQExample] | list[TextExample]:
     """Read ``path`` (.jsonl, .json, .csv, .tsv or .txt; see the module docstring) as ``kind`` examples.
 
-    ``kind``: qa, mcq or text; None: told from the first record (:func:`~obliviate.tasks.sources.detect.detect`, which
-    also finds the fields the mapping leaves out). ``mapping``: a dict or a :func:`parse_mapping` string. ``split``
-    defaults to the file stem. ``limit``: stop after that many records (JSON Lines, CSV and text files are then read
-    no further, but for an MCQ file's answers and choices, read to its end to tell whether its indices count from 0 or
-    1: the same file gives the same answers with any limit). ``split_by``: ``"line"`` (default) or ``"blank"`` for
-    .txt files; it may also be given in the mapping as ``split_by=blank``, as may ``index_base=0|1`` (MCQ answers
-    given as indices: 0- or 1-based; default: told from the whole file, :func:`index_base`).
+    ``kind``: qa, mcq or text; None: told from the first record
+    (:func:`~obliviate.tasks.sources.detect.detect`, which also finds the fields the mapping leaves out).
+    ``mapping``: a dict or a :func:`parse_mapping` string. ``split`` defaults to the file stem. ``limit``:
+    stop after that many records (JSON Lines, CSV and text files are then read no further, but for an MCQ
+    file's answers and choices, read to its end to tell whether its indices count from 0 or 1: the same file
+    gives the same answers with any limit). ``split_by``: ``"line"`` (default) or ``"blank"`` for .txt files;
+    it may also be given in the mapping as ``split_by=blank``, as may ``index_base=0|1`` (MCQ answers given as
+    indices: 0- or 1-based; default: told from the whole file, :func:`index_base`).
     """
     return read_records(path, kind, mapping, split, limit, split_by)[1]
 
@@ -76,8 +78,8 @@ def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
 def read_records(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
                  split: str | None = None, limit: int | None = None, split_by: str | None = None, *,
                  kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, list]:
-    """``(kind, examples)`` of :func:`load_records`; ``kinds``: the kinds to try, in order, when ``kind`` is None
-    (:data:`~obliviate.tasks.sources.detect.EVAL_KINDS`, or ``TRAIN_KINDS`` for training data)."""
+    """``(kind, examples)`` of :func:`load_records`; ``kinds``: the kinds to try, in order, when ``kind`` is
+    None (:data:`~obliviate.tasks.sources.detect.EVAL_KINDS`, or ``TRAIN_KINDS`` for training data)."""
     if kind is not None and kind not in FIELDS:
         raise ConfigError(f"unknown example kind {kind!r} (valid: {', '.join(FIELDS)})")
     mapping = parse_mapping(mapping) if isinstance(mapping, str) or mapping is None else dict(mapping)
@@ -140,11 +142,12 @@ def _index_base_arg(value: str | None) -> int | None:
 
 
 def index_base(rows: Iterable[tuple[str, dict]], src: dict[str, list[str]], strings: bool, name: str) -> int:
-    """Whether a file's MCQ answer indices count from 0 or 1, told from all its records (``rows``: past a limit, only
-    their answer and choice fields are looked at; a record that cannot be read there ends the look, as it would end
-    a read of the whole file): 1 where no answer index is 0 and one equals its record's number of choices (which only
-    a 1-based index can), else 0; either way said on the log where the file has answer indices but no 0 among them.
-    A letter, a label or a choice's text is not an index and says nothing here."""
+    """Whether a file's MCQ answer indices count from 0 or 1, told from all its records (``rows``: past a
+    limit, only their answer and choice fields are looked at; a record that cannot be read there ends the
+    look, as it would end a read of the whole file): 1 where no answer index is 0 and one equals its record's
+    number of choices (which only a 1-based index can), else 0; either way said on the log where the file has
+    answer indices but no 0 among them. A letter, a label or a choice's text is not an index and says nothing
+    here."""
     fields = [keys[0] for keys in (src.get("answer_index"), src.get("answer")) if keys and len(keys) == 1]
     top = None
     indices = False
@@ -409,10 +412,11 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
 
 
 def shuffled_choices(choices: list[str], answer: int, key: str, seed: int = OPTION_SEED) -> tuple[list[str], int]:
-    """``choices`` in a seeded order and the correct choice's new index. An MCQ whose choices concatenate several
-    fields (the right answer's, then the wrong ones') would otherwise have its answer at the same letter every
-    time, and the score would measure a preference for that letter. The order depends on ``seed`` and ``key``
-    (the question: the same question always gets the same order, whatever the file's record order)."""
+    """``choices`` in a seeded order and the correct choice's new index. An MCQ whose choices concatenate
+    several fields (the right answer's, then the wrong ones') would otherwise have its answer at the same
+    letter every time, and the score would measure a preference for that letter. The order depends on ``seed``
+    and ``key`` (the question: the same question always gets the same order, whatever the file's record
+    order)."""
     import numpy as np
 
     perm = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))]).permutation(len(choices))
@@ -467,7 +471,8 @@ def _json_cell(cell: str, key: str, where: str, required: bool) -> Any:
 
 def _choices(got: dict[str, Any], where: str,
              strings: bool) -> tuple[list[str], dict[str, tuple[int, int]], list[str] | None]:
-    """The choices of a record, each part's span in them, and their labels (ARC's ``{text, label}`` shape only)."""
+    """The choices of a record, each part's span in them, and their labels (ARC's ``{text, label}`` shape
+    only)."""
     labels = None
     if len(got) == 1:
         (key, value), = got.items()
@@ -500,8 +505,9 @@ def _choices(got: dict[str, Any], where: str,
 
 def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int, int]], where: str,
             strings: bool, text: bool, labels: list[str] | None = None, base: int = 0) -> int:
-    """The 0-based correct choice. ``text``: the field holds the correct choice's text (``answer``). A string is the
-    text of one choice, else one label (``labels``), else a letter, else an index; an index counts from ``base``."""
+    """The 0-based correct choice. ``text``: the field holds the correct choice's text (``answer``). A string
+    is the text of one choice, else one label (``labels``), else a letter, else an index; an index counts from
+    ``base``."""
     (key, value), = got.items()
     if text and key in spans and spans[key][1] - spans[key][0] == 1:
         return spans[key][0]  # answer=true_answer with choices=true_answer+false_answer: its position
