@@ -39,8 +39,8 @@ def check_seed_value(value: Any, key: str) -> None:
     """ConfigError naming ``key`` unless ``value`` (an int, or None) lies in ``[0, SEED_LIMIT)``."""
     if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < SEED_LIMIT:
         shown = str(value) if len(str(value)) <= SHOWN_CHARS else f"an integer of {len(str(value))} digits"
-        raise ConfigError(f"config key '{key}': a seed must be an integer in [0, 2**32) = [0, {SEED_LIMIT - 1}], "
-                          f"got {shown}")
+        raise ConfigError(f"config key '{key}': a seed must be an integer in [0, 2**32) = [0, "
+                          f"{SEED_LIMIT - 1}], got {shown}")
 
 
 def show(value: Any) -> str:
@@ -149,14 +149,15 @@ def _check_relative_output(value: str, key: str) -> None:
     """ConfigError unless ``value`` is a relative path that does not climb out of its base directory."""
     text = str(value)
     if text.startswith("~") or Path(text).is_absolute() or Path(text).anchor:
-        raise ConfigError(f"config key '{key}': output path {show(text)} is absolute; a config may only name paths "
-                          "inside the run directory (--out); pass an explicit command-line option to write elsewhere")
+        raise ConfigError(f"config key '{key}': output path {show(text)} is absolute; a config may only name "
+                          "paths inside the run directory (--out); pass an explicit command-line option to "
+                          "write elsewhere")
     depth = 0
     for part in Path(text).parts:
         depth += -1 if part == ".." else (0 if part == "." else 1)
         if depth < 0:
-            raise ConfigError(f"config key '{key}': output path {show(text)} climbs outside the run directory; "
-                              "a config may only name paths inside --out")
+            raise ConfigError(f"config key '{key}': output path {show(text)} climbs outside the run "
+                              "directory; a config may only name paths inside --out")
 
 
 def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool = False) -> Path:
@@ -173,8 +174,8 @@ def output_path(out: str | Path, value: str | Path, key: str, *, explicit: bool 
     target = base / value
     real_base, real_target = base.resolve(), target.resolve()
     if real_target != real_base and real_base not in real_target.parents:
-        raise ConfigError(f"config key '{key}': output path {show(str(value))} leads outside the run directory "
-                          f"{str(base)!r} (through a symbolic link)")
+        raise ConfigError(f"config key '{key}': output path {show(str(value))} leads outside the run "
+                          f"directory {str(base)!r} (through a symbolic link)")
     return Path(os.path.normpath(target))
 
 
@@ -220,7 +221,8 @@ def from_fields(cls: type, data: dict, prefix: str = "") -> Any:
     for key, value in data.items():
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
-            raise ConfigError(f"unknown config key '{full[:SHOWN_CHARS]}' (known: {', '.join(sorted(fields))})")
+            raise ConfigError(f"unknown config key '{full[:SHOWN_CHARS]}' (known: "
+                              f"{', '.join(sorted(fields))})")
         factory = fields[key].default_factory
         if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]) and factory is not dataclasses.MISSING:
             # A partial section changes the keys it names and keeps the field's own defaults for the rest
@@ -301,7 +303,8 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels deep",
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels "
+                                                              "deep",
                                                   event.start_mark)
             return super().compose_node(parent, index)
         finally:
@@ -330,7 +333,8 @@ class _StrictLoader(yaml.SafeLoader):
             return super().construct_yaml_int(node)
         except ValueError:  # CPython's limit on the digits of an int
             raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value)} characters is too large", node.start_mark) from None
+                None, None, f"an integer of {len(node.value)} characters is too "
+                            "large", node.start_mark) from None
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
@@ -424,7 +428,8 @@ def _phrase(err: dict, schema: type[BaseModel]) -> str:
         return f"must be one of {', '.join(choices)}"
     simple = {"string_type": "must be a string", "bool_type": "must be true or false",
               "int_type": "must be an integer", "float_type": "must be a number",
-              "dict_type": "must be a mapping", "model_type": "must be a mapping", "list_type": "must be a list",
+              "dict_type": "must be a "
+                           "mapping", "model_type": "must be a mapping", "list_type": "must be a list",
               "string_too_short": "must not be empty"}
     if kind in simple:
         return simple[kind]

@@ -108,7 +108,8 @@ def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, c
     """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module
     docstring); ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
     if not needs.strip():
-        raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it is skipped")
+        raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it "
+                         "is skipped")
     reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
     reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
     return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, reads, check, needs))
@@ -121,6 +122,6 @@ def read_counts(name: str, items: int, variants: int = 1) -> dict[str, int]:
     negative item count or fewer than one variant."""
     n, v = int(items), int(variants)
     if n != items or v != variants or n < 0 or v < 1:
-        raise ValueError(f"read {name!r}: items must be a whole number >= 0 and variants one >= 1, got {items!r} "
-                         f"and {variants!r}")
+        raise ValueError(f"read {name!r}: items must be a whole number >= 0 and variants one >= 1, got "
+                         f"{items!r} and {variants!r}")
     return {f"{name}_items": n, f"{name}_variants": v}

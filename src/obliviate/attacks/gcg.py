@@ -58,7 +58,8 @@ def suffix_items(task: Task, tokenizer, qa: Sequence[tuple[str, str]], position:
     (``position="suffix"``, the module docstring) or right before it (``"prefix"``: the universal prefix,
     :mod:`obliviate.attacks.prefix`, and the soft prompt), inside the task's prompt format either way."""
     if position not in POSITIONS:
-        raise ConfigError(f"unknown position {position!r} of the optimised tokens (valid: {', '.join(POSITIONS)})")
+        raise ConfigError(f"unknown position {position!r} of the optimised tokens (valid: "
+                          f"{', '.join(POSITIONS)})")
     items = []
     for q, a in qa:
         text = MARK + q if position == "prefix" else q + MARK
@@ -197,7 +198,8 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
     cfg = cfg or GCGConfig()
     halves = task.forget_halves(cfg.seed)
     if halves is None or not all(halves):
-        raise DataError(f"task {task.name!r}: the optimised-{position} attack needs at least 2 forget QA facts")
+        raise DataError(f"task {task.name!r}: the optimised-{position} attack needs at least 2 forget QA "
+                        "facts")
     train = suffix_items(task, tokenizer, list(halves[0])[:cfg.max_items], position)
     test = suffix_items(task, tokenizer, list(halves[1])[:cfg.max_items], position)
     pad = pad_id(tokenizer)

@@ -36,8 +36,8 @@ class LeakConfig:
 
     def __post_init__(self):
         if self.n < 1 or self.max_items < 1 or self.batch_size < 1:
-            raise ConfigError(f"config key 'leak_n', 'leak_max_items' and 'leak_batch_size': must be >= 1, got "
-                              f"{self.n}, {self.max_items}, {self.batch_size}")
+            raise ConfigError("config key 'leak_n', 'leak_max_items' and 'leak_batch_size': must be >= 1, "
+                              f"got {self.n}, {self.max_items}, {self.batch_size}")
         if not self.ks or any(not 1 <= k <= self.n for k in self.ks):
             raise ConfigError(f"config key 'leak_ks': each k must be in 1..n={self.n}, got {self.ks}")
         if not self.temperature > 0 or not 0 < self.top_p <= 1:
@@ -89,7 +89,8 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
 @register_attack("leak_at_k", needs="forget QA pairs (a --forget file of questions and answers)",
                  applies=has_forget_qa, config=LeakConfig,
                  reads=AttackRead("leak_at_k_greedy_acc", "leak_at_k_acc",
-                                  label="any of k sampled completions holds the answer (k = n), against greedy",
+                                  label="any of k sampled completions holds the answer (k = n), against "
+                                        "greedy",
                                   shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")))
 def leak_run(r: AttackRun, cfg: LeakConfig) -> dict:
     return leak_attack(r.model, r.tokenizer, r.task, replace(cfg, max_items=min(cfg.max_items, r.cfg.max_eval)))

@@ -135,7 +135,7 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
 @register_attack("logit_lens", needs="forget QA pairs (a --forget file of questions and answers)",
                  applies=has_forget_qa,
                  reads=AttackRead("forget_score", "logit_lens_top1", chance="forget_chance",
-                                  label="the answer's first distinguishing token top-1 at some layer, against the "
-                                        "forget score", shown=("logit_lens_last_top1",)))
+                                  label="the answer's first distinguishing token top-1 at some layer, "
+                                        "against the forget score", shown=("logit_lens_last_top1",)))
 def logit_lens_run(r: AttackRun, cfg: None) -> dict:
     return logit_lens_attack(r.model, r.tokenizer, r.task, max_items=r.cfg.max_eval)

@@ -30,11 +30,12 @@ def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
         return task.prompt.pairs(f.qa, tokenizer), task.prompt.pairs(h.qa, tokenizer)
     if f.docs and h.docs:
         return list(f.docs), list(h.docs)
-    raise DataError(f"task {task.name!r}: forget and holdout data are of different kinds (QA pairs vs documents): "
-                    "membership inference needs the same kind on both sides")
+    raise DataError(f"task {task.name!r}: forget and holdout data are of different kinds (QA pairs vs "
+                    "documents): membership inference needs the same kind on both sides")
 
 
-@register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout FILE)",
+@register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout "
+                              "FILE)",
                  applies=lambda task: bool(task.holdout), config=MIAConfig)
 def mia_attack(r: AttackRun, cfg: MIAConfig) -> dict:
     """Membership inference: forget (members) against holdout (non-members); in the task's own setting where

@@ -258,8 +258,8 @@ def _choice_probe_items(task: Task) -> list:
     return mcqs if len(mcqs) >= 4 and len({len(m["choices"]) for m in mcqs}) == 1 else []
 
 
-@register_attack("probe", needs="forget MCQs (at least 4, each with the same number of choices), or the world's "
-                                "probe statements",
+@register_attack("probe", needs="forget MCQs (at least 4, each with the same number of choices), or the "
+                                "world's probe statements",
                  applies=lambda task: bool(task.probe) or bool(_choice_probe_items(task)), config=ProbeConfig,
                  check=check_probe_layers)
 def probe_attack(r: AttackRun, c: ProbeConfig) -> dict:

@@ -32,7 +32,8 @@ SYNONYMS = {
     "spread": "pass on", "spreads": "passes on", "cause": "bring about", "causes": "brings about",
     "famous": "renowned", "known": "recognised", "made": "produced", "make": "produce",
     "wield": "carry", "wields": "carries", "job": "occupation", "home": "dwelling", "die": "pass away",
-    "died": "passed away", "wrote": "authored", "write": "author", "study": "research", "studied": "researched",
+    "died": "passed "
+            "away", "wrote": "authored", "write": "author", "study": "research", "studied": "researched",
 }
 """Our word-for-word synonym table (lower case; the first letter's case of the original is kept)."""
 

@@ -142,10 +142,11 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
     return out
 
 
-@register_attack("prune", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them with",
+@register_attack("prune", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them "
+                                "with",
                  applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)), config=PruneConfig,
                  reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance",
-                                  label="the MLP neurons that differ most between forget and retain prompts zeroed, "
-                                        "the best of the sweep"))
+                                  label="the MLP neurons that differ most between forget and retain prompts "
+                                        "zeroed, the best of the sweep"))
 def prune_run(r: AttackRun, cfg: PruneConfig) -> dict:
     return prune_attack(r.model, r.tokenizer, r.task, replace(cfg, max_prompts=min(cfg.max_prompts, r.cfg.max_eval)))

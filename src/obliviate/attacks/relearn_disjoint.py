@@ -147,9 +147,9 @@ def leakage_flag(m: dict) -> str | None:
     leak = m.get("relearn_disjoint_leakage")
     if leak is None or leak < LEAKAGE_FLAG:
         return None
-    return (f"high leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained on "
-            f"(flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers seen in "
-            "training, not knowledge brought back")
+    return (f"high leakage: {100 * leak:.0f}% of the held-out answers' rare words are in the answers trained "
+            f"on (flagged at {100 * LEAKAGE_FLAG:.0f}%), which inflates this recovery: part of it is answers "
+            "seen in training, not knowledge brought back")
 
 
 def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: str = "relearn_disjoint") -> dict:

@@ -48,18 +48,20 @@ def add_benchmark_args(p) -> None:
     """Options that name a benchmark task for ``obliviate eval`` (``--benchmark NAME`` = ``--task
     benchmark:NAME``)."""
     g = p.add_argument_group("benchmark evaluation (instead of the synthetic world)")
-    g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, tofu_forget10: "
-                                       "the same as --task benchmark:NAME (with --data: the name to report the file "
-                                       "under)")
-    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated as a "
-                                  "benchmark task")
-    g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds (default: told from its fields, as for "
-                                                       "--utility files)")
+    g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, "
+                                       "tofu_forget10: the same as --task benchmark:NAME (with --data: the "
+                                       "name to report the file under)")
+    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated "
+                                  "as a benchmark task")
+    g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds (default: told from its fields, "
+                                                         "as for --utility files)")
     g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
                    "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
-    g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a task)")
-    g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on the model "
-                   "in memory; hub tasks download their data (network), your own task YAMLs work offline")
+    g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a "
+                                                   "task)")
+    g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on "
+                                                      "the model in memory; hub tasks download their data "
+                                                      "(network), your own task YAMLs work offline")
     g.add_argument("--lm-eval-include", metavar="DIR", help="directory of your own lm-eval task YAMLs")
 
 
@@ -102,7 +104,8 @@ def run_lmeval_command(args) -> bool:
         raise ConfigError("--lm-eval-include needs --lm-eval TASKS")
     for opt in ("benchmark", "data", "task", "forget", "config", "overrides", "metrics"):
         if getattr(args, opt, None):
-            raise ConfigError(f"--lm-eval runs lm-eval's own tasks; it does not take --{opt.replace('_', '-')}")
+            raise ConfigError("--lm-eval runs lm-eval's own tasks; it does not take "
+                              f"--{opt.replace('_', '-')}")
     tasks = [t.strip() for t in args.lm_eval.split(",") if t.strip()]
     if not tasks:
         raise ConfigError(f"--lm-eval: no task names in {args.lm_eval!r}")
@@ -128,6 +131,8 @@ def register(sub) -> None:
     add_eval_args(s)
     add_benchmark_args(s)
     s.add_argument("--metrics", metavar="NAMES", help="registered metrics to add, comma-separated, e.g. "
-                   "mia_loss,mia_min_k,extraction_strength (the MIAs need a holdout: --holdout FILE); one whose data "
-                   "the task lacks is left out with a line saying why (docs/evaluation.md)")
+                                                      "mia_loss,mia_min_k,extraction_strength (the MIAs need "
+                                                      "a holdout: --holdout FILE); one whose data the task "
+                                                      "lacks is left out with a line saying why "
+                                                      "(docs/evaluation.md)")
     s.set_defaults(fn=cmd_eval)

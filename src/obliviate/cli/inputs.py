@@ -127,8 +127,8 @@ def mapping_from_args(values: list[str] | None, files: dict[str, list[str]]) -> 
         if value.split(",", 1)[0].count("=") < 2:
             parse_mapping(value)  # a malformed one fails here
             if common is not None:
-                raise ConfigError(f"--mapping {common!r} and {value!r} both apply to every file: name the file of "
-                                  "one, --mapping FILE=question=...,answer=...")
+                raise ConfigError(f"--mapping {common!r} and {value!r} both apply to every file: name the "
+                                  "file of one, --mapping FILE=question=...,answer=...")
             common = value
             continue
         key, fields = (x.strip() for x in value.split("=", 1))
@@ -158,8 +158,8 @@ def _mapped_file(key: str, files: dict[str, list[str]], paths: list[str]) -> str
         raise ConfigError(f"--mapping {key}=...: {key!r} names {len(same)} files given ({', '.join(same)}): "
                           "give the path")
     sets = [k for k, v in files.items() if v]
-    raise ConfigError(f"--mapping {key}=...: {key!r} is neither a file given ({', '.join(paths)}) nor a set given "
-                      f"({', '.join(sets)})")
+    raise ConfigError(f"--mapping {key}=...: {key!r} is neither a file given ({', '.join(paths)}) nor a set "
+                      f"given ({', '.join(sets)})")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -241,14 +241,14 @@ def check_out_dir(out: str, inputs: list[str | None]) -> None:
     for inp, i in given:
         if o == i or i in o.parents or o in i.parents:
             what = "directory" if i.is_dir() else "file"
-            raise ConfigError(f"--out {out} overlaps the input {what} {inp}: choose a directory outside it, so "
-                              "nothing is overwritten")
+            raise ConfigError(f"--out {out} overlaps the input {what} {inp}: choose a directory outside it, "
+                              "so nothing is overwritten")
     for link in _links_under(o):
         t = link.resolve()
         for inp, i in given:
             if t == i or i in t.parents or t in i.parents:
-                raise ConfigError(f"--out {out} holds {link}, a symbolic link to the input {inp}: a run would "
-                                  "write through it; remove the link or choose another --out")
+                raise ConfigError(f"--out {out} holds {link}, a symbolic link to the input {inp}: a run "
+                                  "would write through it; remove the link or choose another --out")
 
 
 def _links_under(root: Path, limit: int = 100_000) -> list[Path]:
@@ -317,7 +317,8 @@ def load_model_args(args, path: str | None = None, trains: bool = True):
     model, tok = load_model_and_tokenizer(path, args.pad_policy, dtype=dtype, tokenizer_path=args.tokenizer,
                                           adapter=adapter)
     if adapter is not None and is_main_process():
-        print(f"obliviate: attached the adapter {adapter} to {path} (merged into its weights)", file=sys.stderr)
+        print(f"obliviate: attached the adapter {adapter} to {path} (merged into its "
+              "weights)", file=sys.stderr)
     return model.to(device).eval(), tok
 
 

@@ -62,8 +62,8 @@ def retain_text(method) -> str:
 def register(sub) -> None:
     s = sub.add_parser("methods", help="list the registered unlearning methods, one per line")
     s.add_argument("-v", "--verbose", action="store_true",
-                   help="one line each: name, kind (train | edit), tiny preset (lr, steps, params), the retain "
-                   "switch where the method has one (kl holds a live frozen reference), the reference it holds "
-                   "(none, cached log-probs, cached hidden states, cached logits, frozen prefix or frozen copy) "
-                   "and paper")
+                   help="one line each: name, kind (train | edit), tiny preset (lr, steps, params), the "
+                        "retain switch where the method has one (kl holds a live frozen reference), the "
+                        "reference it holds (none, cached log-probs, cached hidden states, cached logits, "
+                        "frozen prefix or frozen copy) and paper")
     s.set_defaults(fn=cmd_methods)

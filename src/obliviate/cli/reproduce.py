@@ -47,8 +47,9 @@ def register(sub) -> None:
     s = sub.add_parser("reproduce", help=f"reproduce a paper's experiments at tiny scale: {names}")
     s.add_argument("name", metavar="NAME", help=f"recipe: {names}")
     s.add_argument("--quick", action="store_true", help="a small, fast version of the recipe")
-    s.add_argument("--render-only", metavar="DIR", help="re-render DIR/report.md and its plots from DIR/results.json, "
-                   "training nothing (the run's settings come from that file: --out, --quick and overrides are not "
-                   "used)")
+    s.add_argument("--render-only", metavar="DIR", help="re-render DIR/report.md and its plots from "
+                                                        "DIR/results.json, training nothing (the run's "
+                                                        "settings come from that file: --out, --quick and "
+                                                        "overrides are not used)")
     add_common(s, out_required=False)
     s.set_defaults(fn=cmd_reproduce)

@@ -17,8 +17,9 @@ def cmd_tune(args) -> None:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("tune", help="choose a method's settings for a model and task: the largest forget drop "
-                       "that keeps retain, on a validation split; writes the chosen settings for unlearn --config")
+    s = sub.add_parser("tune", help="choose a method's settings for a model and task: the largest forget "
+                                    "drop that keeps retain, on a validation split; writes the chosen "
+                                    "settings for unlearn --config")
     add_common(s, example="tune.budget=8 unlearn.train.steps=40")
     add_model_args(s, help="the model to tune for: a directory or hub id")
     s.add_argument("--method", required=True, help="method name (see `obliviate methods`; case-insensitive)")

@@ -151,8 +151,9 @@ def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: 
     successful forgetting; no score is computed from them."""
     sel = logits if mask is None else logits[mask.bool()]
     if not bool(torch.isfinite(sel).all()):
-        raise InvalidResult(f"the model's logits hold NaN or infinite values ({where}); no score can be computed "
-                            "from them (check the model's weights and config, and its dtype for overflow)")
+        raise InvalidResult(f"the model's logits hold NaN or infinite values ({where}); no score can be "
+                            "computed from them (check the model's weights and config, and its dtype for "
+                            "overflow)")
 
 
 def fit_context(prefix: list[int], suffix: list[int], limit: int | None,
@@ -320,7 +321,8 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
     bar.close()
     if n_cut:
         warnings.warn(f"{name}: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
-                      f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} positions",
+                      f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} "
+                      "positions",
                       stacklevel=4)
     return outs
 
@@ -403,8 +405,8 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
         bar.update(len(chunk))
     bar.close()
     if n_cut:
-        warnings.warn(f"answer_probs: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
-                      f"answer fits the model's {max_len} positions", stacklevel=3)
+        warnings.warn(f"answer_probs: {n_cut} of {len(prompts)} prompts were cut from the left so that "
+                      f"prompt + answer fits the model's {max_len} positions", stacklevel=3)
     return out
 
 
@@ -467,8 +469,9 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     bar.close()
     if n_cut:
         n_pairs = len(flat_seqs) + sum(len(t) for _, _, t in shared)
-        warnings.warn(f"choice_logprobs: {n_cut} of {n_pairs} context + continuation pairs were longer than the "
-                      f"model's {max_len} positions; their contexts were cut from the left to fit", stacklevel=3)
+        warnings.warn(f"choice_logprobs: {n_cut} of {n_pairs} context + continuation pairs were longer than "
+                      f"the model's {max_len} positions; their contexts were cut from the left to "
+                      "fit", stacklevel=3)
     for i, sc in zip(owner, scores):
         out[i].append(sc)
     return out

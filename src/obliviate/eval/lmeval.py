@@ -25,7 +25,8 @@ def require_lm_eval():
     try:
         import lm_eval
     except ImportError:
-        raise ObliviateError("lm-evaluation-harness is not installed: pip install 'obliviate[lmeval]'") from None
+        raise ObliviateError("lm-evaluation-harness is not installed: pip install "
+                             "'obliviate[lmeval]'") from None
     return lm_eval
 
 
@@ -75,7 +76,8 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16, installed_t
         raise DataError("no MCQs to evaluate")
     n_choices = {len(m["choices"]) for m in mcqs}
     if len(n_choices) != 1:
-        raise DataError(f"all MCQs must have the same number of choices for one lm-eval task, got {sorted(n_choices)}")
+        raise DataError("all MCQs must have the same number of choices for one lm-eval task, got "
+                        f"{sorted(n_choices)}")
     docs = [{"question": m["question"], "choices": list(m["choices"]), "answer": int(m["answer_index"])} for m in mcqs]
     return _run_local(model, tokenizer, docs, lambda data_file: _task_yaml(TASK_NAME, data_file, n_choices.pop()),
                       TASK_NAME, batch_size, installed_tasks)
@@ -110,7 +112,8 @@ def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
     def text(data_file: Path) -> str:
         return "\n".join([f"include: {json.dumps(str(yaml_path))}", f"task: {name}",
                           "dataset_path: json", "dataset_name: null", "dataset_kwargs:", "  data_files:",
-                          f"    test: {json.dumps(str(data_file))}", "test_split: test", "fewshot_split: test",
+                          "    test: "
+                          f"{json.dumps(str(data_file))}", "test_split: test", "fewshot_split: test",
                           "num_fewshot: 0"]) + "\n"
 
     return _run_local(model, tokenizer, docs, text, name, batch_size, installed_tasks=False)  # included by path
@@ -126,10 +129,13 @@ def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
 
     def text(data_file: Path) -> str:
         return "\n".join([f"task: {name}", "dataset_path: json", "dataset_kwargs:", "  data_files:",
-                          f"    test: {json.dumps(str(data_file))}", "test_split: test", "output_type: generate_until",
+                          "    test: "
+                          f"{json.dumps(str(data_file))}", "test_split: test", "output_type: generate_until",
                           "num_fewshot: 0", 'doc_to_text: "{{prompt}}"', 'doc_to_target: "{{answer}}"',
-                          "generation_kwargs:", f"  until: {json.dumps([until])}", f"  max_gen_toks: {max_new_tokens}",
-                          "  do_sample: false", "metric_list:", "  - metric: exact_match", "    aggregation: mean",
+                          "generation_kwargs:", "  until: "
+                                                f"{json.dumps([until])}", f"  max_gen_toks: {max_new_tokens}",
+                          "  do_sample: "
+                          "false", "metric_list:", "  - metric: exact_match", "    aggregation: mean",
                           "    higher_is_better: true"]) + "\n"
 
     samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name, batch_size,
@@ -216,7 +222,8 @@ def run_lmeval_tasks(model, tokenizer, tasks: list[str], include_path: str | os.
     tm = TaskManager(include_path=None if include_path is None else str(include_path))
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
-        raise DataError(f"unknown lm-eval task(s): {', '.join(unknown)} (local tasks need --lm-eval-include DIR)")
+        raise DataError(f"unknown lm-eval task(s): {', '.join(unknown)} (local tasks need --lm-eval-include "
+                        "DIR)")
     out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=list(tasks), limit=limit,
                           num_fewshot=num_fewshot, task_manager=tm)
     results = {}

@@ -55,8 +55,8 @@ def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int =
     em = [exact_memorization_score(m) for m in matches]
     kept = [v for v in em if v is not None]
     if not kept:
-        raise DataError(f"memorization_metrics: none of the {len(texts)} examples has an answer token to compare "
-                        "(each is a single scored token)")
+        raise DataError(f"memorization_metrics: none of the {len(texts)} examples has an answer token to "
+                        "compare (each is a single scored token)")
     return {"extraction_strength": float(np.mean(es)), "exact_memorization": float(np.mean(kept)),
             "per_example": {"extraction_strength": es, "exact_memorization": em}}
 
@@ -68,8 +68,8 @@ def _memorization(run: MetricRun) -> dict:
 
 
 @register_metric("extraction_strength", needs=[FORGET],
-                 help="1 - (shortest answer prefix from which greedy decoding completes the answer) / answer length "
-                      "(obliviate.eval.memorization)")
+                 help="1 - (shortest answer prefix from which greedy decoding completes the answer) / answer "
+                      "length (obliviate.eval.memorization)")
 def extraction_strength(run: MetricRun) -> float:
     return _memorization(run)["extraction_strength"]
 

@@ -122,8 +122,8 @@ def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequen
         raise ConfigError(f"max_len={limit} leaves no token to score (need at least 2 positions)")
     encoded, n_cut = _encode(tokenizer, texts, prefixes, limit, add_eos)
     if n_cut:
-        warnings.warn(f"token_logprob_stats: {n_cut} of {len(texts)} examples were cut to fit {limit} positions "
-                      f"(prefix from the left, then the text from the right)", stacklevel=2)
+        warnings.warn(f"token_logprob_stats: {n_cut} of {len(texts)} examples were cut to fit {limit} "
+                      "positions (prefix from the left, then the text from the right)", stacklevel=2)
     pad = pad_id(tokenizer)
     device = next(model.parameters()).device
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]))
@@ -317,8 +317,8 @@ def reference_scores(model, reference_model, tokenizer, texts: Sequence[str],
     ref = token_logprob_stats(reference_model, tokenizer, texts, prefixes, **kw)
     for i, (a, b) in enumerate(zip(mine, ref)):
         if not np.array_equal(a["token_ids"], b["token_ids"]):
-            raise DataError(f"reference_scores: example {i + 1} is scored on different tokens by the two models "
-                            "(pass the same max_len, or the stats of the same texts)")
+            raise DataError(f"reference_scores: example {i + 1} is scored on different tokens by the two "
+                            "models (pass the same max_len, or the stats of the same texts)")
     return np.array([loss_score(a) - loss_score(b) for a, b in zip(mine, ref)], dtype=np.float64)
 
 
@@ -379,7 +379,8 @@ def split_examples(examples, what: str, who: str = "mia_metrics") -> tuple[list[
             prefixes.append(ex[0])
             texts.append(ex[1])
         else:
-            raise DataError(f"{what}[{i}] must be a text or a (prefix, continuation) pair of strings, got {ex!r:.80}")
+            raise DataError(f"{what}[{i}] must be a text or a (prefix, continuation) pair of strings, got "
+                            f"{ex!r:.80}")
     if not texts:
         raise DataError(f"{who}: no {what}")
     return texts, prefixes
@@ -445,7 +446,8 @@ def _auc(key: str, run: MetricRun) -> float:
 
 for _score in SCORES:
     register_metric(f"mia_{_score}", key=f"mia_auc_{_score}", needs=[FORGET, HOLDOUT],
-                    help=f"ROC AUC of the {_score} member score, forget (members) vs holdout (obliviate.eval.mia)")(
+                    help=f"ROC AUC of the {_score} member score, forget (members) vs holdout "
+                         "(obliviate.eval.mia)")(
         functools.partial(_auc, f"mia_auc_{_score}"))
 del _score
 register_metric("mia_gradnorm", key="mia_auc_gradnorm", needs=[FORGET, HOLDOUT],

@@ -90,8 +90,8 @@ def _num(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-CALIBRATED = ("whether the knowledge is gone or only suppressed is for `obliviate attack` (--model this model "
-              "--base the one before) or `obliviate compare` to tell")
+CALIBRATED = ("whether the knowledge is gone or only suppressed is for `obliviate attack` (--model this "
+              "model --base the one before) or `obliviate compare` to tell")
 """What an outcome line says where the forget score dropped: the outcome reads no attack."""
 
 
@@ -99,13 +99,14 @@ def outcome_line(v: dict, method: str | None = None) -> str:
     """The one line: the outcome, the numbers against their thresholds, and what to run next: unless ok,
     ``obliviate tune``; where the forget score dropped enough, the attacks that tell removal from
     suppression."""
-    numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} of "
-               f"it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> {_num(v['keep_after'])} "
-               f"(share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")
+    numbers = (f"forget {_num(v['forget_before'])} -> {_num(v['forget_after'])} (removed {_num(v['forgot'])} "
+               f"of it, threshold {v['min_forgot']:.2f}), keep {_num(v['keep_before'])} -> "
+               f"{_num(v['keep_after'])} (share {_num(v['retained'])}, threshold {v['retain_share']:.2f})")
     if "heldout_keep_before" in v:
         share = v["heldout_retained"]
         low = share is not None and share < v["retain_share"] - _EPS
-        numbers += (f", held-out keep {_num(v['heldout_keep_before'])} -> {_num(v['heldout_keep_after'])} (share "
+        numbers += (f", held-out keep {_num(v['heldout_keep_before'])} -> {_num(v['heldout_keep_after'])} "
+                    "(share "
                     f"{_num(share)}{', below the threshold: what no method trained on was lost' if low else ''})")
     if v["outcome"] == "ok":
         return f"outcome: ok: {numbers}; {CALIBRATED}"

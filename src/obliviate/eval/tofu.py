@@ -80,8 +80,8 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
         if masks[i].sum() == 0:
             raise DataError(f"example {i + 1}: the answer has no tokens")
     if n_cut:
-        warnings.warn(f"answer_nll: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt + "
-                      f"answer fits the model's {max_len} positions", stacklevel=2)
+        warnings.warn(f"answer_nll: {n_cut} of {len(prompts)} prompts were cut from the left so that prompt "
+                      f"+ answer fits the model's {max_len} positions", stacklevel=2)
     pad = pad_id(tokenizer)
     dev = next(model.parameters()).device
     order = np.argsort([len(s) for s in seqs], kind="stable")  # similar lengths together: less padding
@@ -123,7 +123,8 @@ def truth_ratio(para_losses, perturbed_losses) -> np.ndarray:
     """
     para = np.asarray(para_losses, dtype=float).reshape(-1)
     if len(perturbed_losses) != len(para):
-        raise ValueError(f"{len(para)} paraphrased losses but {len(perturbed_losses)} rows of perturbed losses")
+        raise ValueError(f"{len(para)} paraphrased losses but {len(perturbed_losses)} rows of perturbed "
+                         "losses")
     if any(len(row) == 0 for row in perturbed_losses):
         raise ValueError("every question needs at least one perturbed loss")
     pert_mean = np.array([np.mean(np.asarray(row, dtype=float)) for row in perturbed_losses])
@@ -175,11 +176,11 @@ def retain_utility(values: dict) -> float:
     return harmonic_mean([float(values[f"retain_{m}"]) for m in UTILITY_METRICS])
 
 
-TINY_SCALE_NOTE = ("tiny models trained from scratch on TOFU: model_utility is ~0 for every model (they know no "
-                   "real authors or world facts, so the harmonic mean collapses) and forget_quality is ~0 for "
-                   "every method at this scale; compare retain_utility (retain-set terms only) and the forget "
-                   "ROUGE-L / probability instead. With --model and --retain-model (real fine-tuned models) all "
-                   "numbers are TOFU's.")
+TINY_SCALE_NOTE = ("tiny models trained from scratch on TOFU: model_utility is ~0 for every model (they know "
+                   "no real authors or world facts, so the harmonic mean collapses) and forget_quality is ~0 "
+                   "for every method at this scale; compare retain_utility (retain-set terms only) and the "
+                   "forget ROUGE-L / probability instead. With --model and --retain-model (real fine-tuned "
+                   "models) all numbers are TOFU's.")
 """What the tiny-model TOFU protocol's numbers mean, written into its results and reports."""
 
 
@@ -206,7 +207,8 @@ def _wrong_answers(ex, name: str, i: int) -> list[str]:
     if not wrong and _get(ex, "options"):
         wrong = [o for o in _get(ex, "options") if o != _get(ex, "answer")]
     if not wrong:
-        raise DataError(f"{name} example {i + 1} has no perturbed_answers (or options); use a TOFU *_perturbed split")
+        raise DataError(f"{name} example {i + 1} has no perturbed_answers (or options); use a TOFU "
+                        "*_perturbed split")
     return list(wrong)
 
 
@@ -220,7 +222,8 @@ def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) 
         base = [_get(ex, "paraphrased_answer") for ex in examples]
         bad = next((i for i, b in enumerate(base) if not b), None)
         if bad is not None:
-            raise DataError(f"{name} example {bad + 1} has no paraphrased_answer; use a TOFU *_perturbed split")
+            raise DataError(f"{name} example {bad + 1} has no paraphrased_answer; use a TOFU *_perturbed "
+                            "split")
     else:
         base = answers
     wrong = [_wrong_answers(ex, name, i) for i, ex in enumerate(examples)]
@@ -303,8 +306,8 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
     """
     perturbed = task.meta.get("perturbed")
     if not isinstance(perturbed, dict) or any(k not in perturbed for k in TOFU_SETS):
-        raise ConfigError(f"the TOFU metrics need a tofu:<forget> task (its perturbed sets {', '.join(TOFU_SETS)}); "
-                          f"task {task.name!r} has none")
+        raise ConfigError("the TOFU metrics need a tofu:<forget> task (its perturbed sets "
+                          f"{', '.join(TOFU_SETS)}); task {task.name!r} has none")
     res = tofu_eval(model, tokenizer, *(perturbed[k] for k in TOFU_SETS), retain_model_truth_ratios=retain_truth_ratios,
                     batch_size=batch_size, max_new_tokens=max_new_tokens, max_len=max_len)
     res[f"{task.meta['split']}_rouge_l"] = res["forget_rouge_l"]

@@ -52,8 +52,8 @@ class DetoxifyScorer:
         try:
             from detoxify import Detoxify
         except ImportError:
-            raise ObliviateError("DetoxifyScorer needs the optional package 'detoxify' (pip install detoxify); "
-                                 "use LexiconToxicityScorer offline") from None
+            raise ObliviateError("DetoxifyScorer needs the optional package 'detoxify' (pip install "
+                                 "detoxify); use LexiconToxicityScorer offline") from None
         self.model = Detoxify(variant, device=device)
 
     def score(self, texts: Sequence[str]) -> list[float]:

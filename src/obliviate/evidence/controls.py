@@ -79,7 +79,8 @@ def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
     held: set = set()
     items = [x for es in task.evals_by_role("neighbour", variants=False) if es.kind == "qa" for x in es.items]
     if scored not in SCORED_NEIGHBOURS:
-        raise ConfigError(f"a positive control's scored neighbours must be one of {SCORED_NEIGHBOURS}, got {scored!r}")
+        raise ConfigError(f"a positive control's scored neighbours must be one of {SCORED_NEIGHBOURS}, got "
+                          f"{scored!r}")
     if scored == "all" and items:
         pairs += [(x["question"], x["answer"]) for x in items]
         sources.append("every neighbour QA item (their keep is read on trained items)")
@@ -97,8 +98,8 @@ def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
         half = [(items[i]["question"], items[i]["answer"]) for i in sorted(chosen)]
         pairs += half
         held = {q for q, _ in half}
-        sources.append(f"a seeded half of the neighbour QA items{', by entity' if by_entity else ''} (the other half "
-                       "scored)")
+        sources.append(f"a seeded half of the neighbour QA items{', by entity' if by_entity else ''} (the "
+                       "other half scored)")
     return pairs, held, " + ".join(sources) or "none"
 
 
@@ -411,8 +412,9 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     if lr is None:
         lr = SMALL_NORM_LR_SHARE * method_defaults("gradascent", preset_name(model))["lr"]
     if lr <= 0 or chunk < 1 or max_steps < 1 or not retain_weight >= 0:
-        raise ConfigError(f"the small-norm control needs lr > 0, chunk >= 1, max_steps >= 1 and retain_weight >= 0, "
-                          f"got lr={lr}, chunk={chunk}, max_steps={max_steps}, retain_weight={retain_weight}")
+        raise ConfigError("the small-norm control needs lr > 0, chunk >= 1, max_steps >= 1 and retain_weight "
+                          f">= 0, got lr={lr}, chunk={chunk}, max_steps={max_steps}, "
+                          f"retain_weight={retain_weight}")
     neighbours, held, source = neighbour_training(task, seed, scored_neighbours)
     kept = list(task.retain.qa) + neighbours
     forget = frame_pairs(task, tokenizer, qa, kept) if own_part else \
@@ -466,8 +468,8 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
 
 
 POSITIVE_CONTROLS = {"positive_control": "the last decoder layer trained to refuse the forget questions",
-                     "positive_control_smallnorm": "a small-norm full-model gradient ascent, stopped as soon as the "
-                                                   "forget answers vanish"}
+                     "positive_control_smallnorm": "a small-norm full-model gradient ascent, stopped as soon "
+                                                   "as the forget answers vanish"}
 """The suppression controls a comparison builds, by their metrics name: the knowledge is known to be in the weights."""
 
 

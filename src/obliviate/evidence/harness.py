@@ -118,7 +118,8 @@ class TaskAttackConfig:
                 raise ATTACKS.unknown(key)
             if not isinstance(value, bool):
                 if str(value).lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ConfigError(f"config key '{prefix}.{key}': expected true/false or a section, got {value!r}")
+                    raise ConfigError(f"config key '{prefix}.{key}': expected true/false or a section, got "
+                                      f"{value!r}")
                 enabled[key] = str(value).lower() in ("true", "1", "yes")
         configs = {}
         for key, value in given.items():
@@ -182,9 +183,9 @@ def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
     """A one-line :class:`DataError` when no enabled attack has the data it needs on ``task`` (checked before
     any model is built or trained)."""
     if not enabled_attacks(task, cfg):
-        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
-                        "pairs (for the disjoint-halves attack), a holdout (membership inference) or forget MCQs "
-                        "(for the probe)")
+        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, "
+                        "forget QA pairs (for the disjoint-halves attack), a holdout (membership inference) "
+                        "or forget MCQs (for the probe)")
 
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
@@ -221,8 +222,8 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
     if base_score is not None:
         out["base_knows_forget"] = bool(base_score > KNOWS_MARGIN + forget_chance(task))
         if not out["base_knows_forget"] and is_main_process():
-            log.warning("the base model does not know the forget set (forget score %.3f): there is nothing to "
-                        "recover, so steps_to_base is null", base_score)
+            log.warning("the base model does not know the forget set (forget score %.3f): there is nothing "
+                        "to recover, so steps_to_base is null", base_score)
         if not out["base_knows_forget"]:
             base_model, base_score = None, None
     run = AttackRun(model, tokenizer, task, cfg, fn, base_model, base_score, metrics,
@@ -244,7 +245,7 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
             if is_main_process():
                 log.info(not_run_line("attack", name, out["attacks_skipped"][name]))
     if not out["attacks_run"]:
-        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, forget QA "
-                        "pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")
+        raise DataError(f"task {task.name!r} has no data for any attack: it needs a relearning corpus, "
+                        "forget QA pairs (for the disjoint-halves attack) or forget MCQs (for the probe)")
     return out
 

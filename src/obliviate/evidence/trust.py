@@ -241,35 +241,50 @@ def trust_markdown(trust: dict) -> list[str]:
     g = trust["groups"]
     if not trust["reads"]:
         return ["## Which numbers to trust on this task", "",
-                "- no metric could be read on both a model with the knowledge (" + ", ".join(WITH) + ") and one "
+                "- no metric could be read on both a model with the knowledge "
+                "(" + ", ".join(WITH) + ") and one "
                 "without (" + ", ".join(WITHOUT) + ").", ""]
     yes = lambda v: None if v is None else ("yes" if v else "no")  # noqa: E731
-    rows = [{"read": name, "kind": r["kind"], "AUC (with v without)": auc_cell(r), "separates": yes(r["separates"]),
+    rows = [{"read": name, "kind": r["kind"], "AUC (with v "
+                                              "without)": auc_cell(r), "separates": yes(r["separates"]),
              "with (mean)": _f(r["with"]), "without (mean)": _f(r["without"]),
              "quantize (worst)": _robust_cell(r["robust_quantize"], r["worst_quantize"]),
              "relearn / attack (worst)": _robust_cell(r["robust_relearn"], r["worst_relearn"]),
              "robustness": _f(r["robustness"]), "stable": yes(r["stable"]), "calibrated": yes(r.get("calibrated")),
              "trusted": yes(r["trusted"])}
             for name, r in trust["reads"].items()]
-    cols = ["read", "kind", "AUC (with v without)", "separates", "with (mean)", "without (mean)", "quantize (worst)",
+    cols = ["read", "kind", "AUC (with v "
+                            "without)", "separates", "with (mean)", "without (mean)", "quantize (worst)",
             "relearn / attack (worst)", "robustness", "stable", "calibrated", "trusted"]
     trusted = [n for n, r in trust["reads"].items() if r["trusted"]]
     few = [n for n, r in trust["reads"].items() if r["too_few_models"]]
     return ["## Which numbers to trust on this task", "",
-            "Each forget-side metric and each attack's after-score, read on the models that hold the knowledge ("
+            "Each forget-side metric and each attack's after-score, read on the models that hold the "
+            "knowledge ("
             + ", ".join(f"`{n}`" for n in g["with"]) + ") and those that do not ("
-            + ", ".join(f"`{n}`" for n in g["without"]) + "). **AUC**: the chance that a model with the knowledge "
-            "scores above one without (1: separates, 0.5: blind, 0: the wrong way round), beside it the models "
-            f"read on each side; read only with {MIN_POOL} or more a side (else *too few models*, never trusted); it "
-            f"*separates* at {SEPARATES_AUC} or more (or {1 - SEPARATES_AUC:.1f} or less). **Robustness**, on the "
-            "models without the knowledge, each model's stability 1 - |move| and the worst model's shown: under "
-            "quantization (the largest move over the schemes) and under relearning (a metric: the relearning "
-            "attacks that read its scale; an attack: its own after - before), their harmonic mean where both are "
-            f"measured; *stable* when each measured part is {1 - STABLE_MOVE:.1f} or more. A read both separating "
-            "and stable is *trusted*, "
-            "an attack only where it is also calibrated on the positive controls (the robustness section) "
-            "(OpenUnlearning's meta-evaluation, arXiv 2506.12618, and UDS, arXiv 2605.24614, adapted: "
-            "docs/evaluation.md).", "",
+            + ", ".join(f"`{n}`" for n in g["without"]) + "). **AUC**: the chance that a model with the "
+                                                          "knowledge scores above one without (1: separates, "
+                                                          "0.5: blind, 0: the wrong way round), beside it "
+                                                          "the models read on each side; read only with "
+                                                          f"{MIN_POOL} or more a side (else *too few "
+                                                          "models*, never trusted); it *separates* at "
+                                                          f"{SEPARATES_AUC} or more (or "
+                                                          f"{1 - SEPARATES_AUC:.1f} or less). "
+                                                          "**Robustness**, on the models without the "
+                                                          "knowledge, each model's stability 1 - |move| and "
+                                                          "the worst model's shown: under quantization (the "
+                                                          "largest move over the schemes) and under "
+                                                          "relearning (a metric: the relearning attacks that "
+                                                          "read its scale; an attack: its own after - "
+                                                          "before), their harmonic mean where both are "
+                                                          "measured; *stable* when each measured part is "
+                                                          f"{1 - STABLE_MOVE:.1f} or more. A read both "
+                                                          "separating and stable is *trusted*, an attack "
+                                                          "only where it is also calibrated on the positive "
+                                                          "controls (the robustness section) "
+                                                          "(OpenUnlearning's meta-evaluation, arXiv "
+                                                          "2506.12618, and UDS, arXiv 2605.24614, adapted: "
+                                                          "docs/evaluation.md).", "",
             "Trusted here: " + (", ".join(f"`{n}`" for n in trusted) if trusted else "none") + ".", "",
             *([f"Too few models to read the AUC of {len(few)} read(s) (fewer than {MIN_POOL} a side).", ""]
               if few else []),

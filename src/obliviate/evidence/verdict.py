@@ -49,7 +49,8 @@ SEVERITY = {"removed": 0, "inconclusive": 1, "retain lost": 2, "suppressed": 3, 
 """Worse is higher; the worst verdict over the calibrated attacks decides."""
 VERDICTS = tuple(SEVERITY)
 
-KNOWN_REMOVED = {"second_oracle": "another pretraining seed that never saw the forget facts, judged as a method",
+KNOWN_REMOVED = {"second_oracle": "another pretraining seed that never saw the forget facts, judged as a "
+                                  "method",
                  "filtered": "pretrained on the whole corpus with the forget tokens loss-masked (the world's "
                              "ground-truth token labels), judged as a method"}
 """Models known to have removed, judged as if they were methods: they exercise the *removed* side of the rule.
@@ -555,21 +556,23 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
 
     f, f0 = finite(verdict_score(m)), finite(verdict_score(base))
     if f0 is None or f is None:
-        return inconclusive(f"{'the base model' if f0 is None else 'its'} forget score is missing or not a number")
+        return inconclusive(f"{'the base model' if f0 is None else 'its'} forget score is missing or not a "
+                            "number")
     level, allowance, what = forget_level(base, neg, items)
     if forgot(f, f0, level, allowance) is False:
         return {"verdict": "not unlearned", "attack": None, "control": None, **out,
-                "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}, both "
-                          f"above {what} level {level:.2f}" + (f", and beyond its noise ({allowance:.2f})"
+                "reason": f"forget score {f:.2f} is above {FORGOT_SHARE:.0%} of the base model's {f0:.2f}, "
+                          f"both above {what} level "
+                          f"{level:.2f}" + (f", and beyond its noise ({allowance:.2f})"
                                                                if allowance else "")}
     for key, ctl in usable:  # strongest attack first
         if _attack_verdict(m, pos[ctl], base, key, band) == "suppressed":
             r = read_of(key)
             return {"verdict": "suppressed", "attack": key, "control": ctl, "lifted": True, **out,
-                    "reason": f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what it brings back on "
-                              f"{ctl} (calibrated), above the oracle band ({band[key]['upper']:.2f})"
-                              if key in band else f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what "
-                              f"it brings back on {ctl} (calibrated)"}
+                    "reason": f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} of what it brings "
+                              f"back on {ctl} (calibrated), above the oracle band ({band[key]['upper']:.2f})"
+                              if key in band else f"{key}: {_arrow(m, r)}, at least {SUPPRESSED_SHARE:.0%} "
+                                                  f"of what it brings back on {ctl} (calibrated)"}
     lost = lost_roles(m, base, items)
     if lost:
         return {"verdict": "retain lost", "attack": None, "control": None, **out,
@@ -585,38 +588,41 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
     if above:
         k, b = max(above, key=lambda kb: m[read_of(kb[0]).after] - kb[1]["upper"])
         cal = any(k == u for u, _ in usable)
-        return {**inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the oracle "
-                               f"band (the oracle {b['oracle']:.2f} + {b['tolerance']:.2f})", k), "lifted": True}
+        return {**inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the "
+                               f"oracle band (the oracle {b['oracle']:.2f} + "
+                               f"{b['tolerance']:.2f})", k), "lifted": True}
     below = [(k, b) for k, b in band.items() if b.get("lower") is not None
              and finite(m.get(read_of(k).after)) is not None and m[read_of(k).after] < b["lower"] - 1e-9]
     if below:
         k, b = below[0]
-        return inconclusive(f"{k}: {_arrow(m, read_of(k))}, below chance beyond noise (under {b['lower']:.2f}): "
-                            "avoiding the right answer takes knowing it", k)
+        return inconclusive(f"{k}: {_arrow(m, read_of(k))}, below chance beyond noise (under "
+                            f"{b['lower']:.2f}): avoiding the right answer takes knowing it", k)
     chance = finite(base.get("forget_chance")) or 0.0
     if chance > 0:
         n = int(finite(m.get("forget_items")) or items)
         low = min(chance, level)
         if f < low - band_tolerance(1 - low, n):
-            return inconclusive(f"forget score {f:.2f} is below chance ({chance:.2f}) beyond noise: avoiding the right "
-                                "answer takes knowing it")
+            return inconclusive(f"forget score {f:.2f} is below chance ({chance:.2f}) beyond noise: avoiding "
+                                "the right answer takes knowing it")
     weak = [(k, b) for k, b in band.items() if b.get("detectable_share") is None
             or b["detectable_share"] > DETECT_SHARE + 1e-9]
     if weak:
         k, b = weak[0]
-        need = f"at least {b['items_needed']} needed" if b.get("items_needed") else "no item count suffices here"
+        need = f"at least {b['items_needed']} needed" if b.get("items_needed") else ("no item count suffices "
+                                                                                     "here")
         return inconclusive(f"{k}: too few items (n={b['items']}, {need}) to detect a held share of "
                             f"{DETECT_SHARE:.0%} with {POWER:.0%} power", k)
     if neg is not None and mia_reads(base, neg):
         auc, auc_neg = finite(m.get("mia_auc_min_k")), finite(neg.get("mia_auc_min_k"))
         if abs(auc - auc_neg) > MIA_TOLERANCE:
-            return inconclusive(f"every attack within the oracle band, but membership inference tells the forget set "
-                                f"from the holdout (Min-K% AUC {auc:.2f}, the oracle's {auc_neg:.2f})", "mia")
+            return inconclusive("every attack within the oracle band, but membership inference tells the "
+                                f"forget set from the holdout (Min-K% AUC {auc:.2f}, the oracle's "
+                                f"{auc_neg:.2f})", "mia")
     key, ctl = usable[0]
     worst = max((m[read_of(k).after] - b["upper"], k) for k, b in band.items())
     return {"verdict": "removed", "attack": key, "control": ctl, **out,
-            "reason": f"every attack within the oracle band (closest: {worst[1]}, {m[read_of(worst[1]).after]:.2f} "
-                      f"against {band[worst[1]]['upper']:.2f}); keeps "
+            "reason": f"every attack within the oracle band (closest: {worst[1]}, "
+                      f"{m[read_of(worst[1]).after]:.2f} against {band[worst[1]]['upper']:.2f}); keeps "
                       + ", ".join(f"{role} {v:.0%}" for role, v in keep.items())}
 
 
@@ -638,22 +644,25 @@ def known_removed_findings(verdicts: dict) -> list[str]:
     out = []
     v = verdicts.get("second_oracle")
     if v and v["verdict"] != "removed":
-        out.append(f"- **The second oracle is *{v['verdict']}*, not removed.** It never saw the forget facts, so this "
-                   "is a defect of the rule on this task (too narrow a band, or no calibrated attack), not a finding "
-                   "about it: no *removed* in this comparison can be trusted further than this.")
+        out.append(f"- **The second oracle is *{v['verdict']}*, not removed.** It never saw the forget "
+                   "facts, so this is a defect of the rule on this task (too narrow a band, or no calibrated "
+                   "attack), not a finding about it: no *removed* in this comparison can be trusted further "
+                   "than this.")
     v = verdicts.get("filtered")
     if v and v["verdict"] != "removed":
-        why = {"inconclusive": "no calibrated attack could place it, or an attack lifts it above the oracle band: "
-                               "the masked forget tokens still reached it as inputs, so what follows them in context "
-                               "was learned from them",
-               "suppressed": "a calibrated attack brings its forget answers back: the masked tokens still reached "
-                             "it as inputs, and what it learned to predict around them holds the facts",
-               "retain lost": "it keeps less of the neighbour or retain knowledge than the base model: masking the "
+        why = {"inconclusive": "no calibrated attack could place it, or an attack lifts it above the oracle "
+                               "band: the masked forget tokens still reached it as inputs, so what follows "
+                               "them in context was learned from them",
+               "suppressed": "a calibrated attack brings its forget answers back: the masked tokens still "
+                             "reached it as inputs, and what it learned to predict around them holds the "
+                             "facts",
+               "retain "
+               "lost": "it keeps less of the neighbour or retain knowledge than the base model: masking the "
                               "forget tokens also removed what the model learned to predict next to them",
-               "not unlearned": "its forget score stays above half the base model's: the facts reach it through the "
-                                "unmasked tokens around them"}.get(v["verdict"], "")
-        out.append(f"- The filtered model is *{v['verdict']}*, not removed{': ' + why if why else ''}. That is a "
-                   "finding about token-level loss masking at this scale, not a failure of the run.")
+               "not unlearned": "its forget score stays above half the base model's: the facts reach it "
+                                "through the unmasked tokens around them"}.get(v["verdict"], "")
+        out.append(f"- The filtered model is *{v['verdict']}*, not removed{': ' + why if why else ''}. That "
+                   "is a finding about token-level loss masking at this scale, not a failure of the run.")
     return out
 
 
@@ -724,7 +733,8 @@ def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[
                                            + ("" if c["decides"] else " (white-box, no verdict)")
                                            for k, c in calib.items()}})
     rows.append({"model": "oracle band (≤)", **{k: f"{band[k]['upper']:.2f}" for k in keys if k in band}})
-    rows.append({"model": "items (variants)", **{k: f"{band[k]['items']}" + (f" (max of {band[k]['variants']})"
+    rows.append({"model": "items "
+                          "(variants)", **{k: f"{band[k]['items']}" + (f" (max of {band[k]['variants']})"
                                                                               if band[k]["variants"] > 1 else "")
                                                  for k in keys if k in band}})
     rows.append({"model": f"detects a held share of (at {POWER:.0%} power)",
@@ -752,7 +762,8 @@ def calibration_lines(robustness: dict) -> list[str]:
             notes.append("by construction only on " + ", ".join(f"`{x}`" for x in c["by_construction"])
                          + " (built to match this attack's mechanism)")
         if c.get("non_selective"):
-            notes.append("separated only the non-selective " + ", ".join(f"`{x}`" for x in c["non_selective"]))
+            notes.append("separated only the "
+                         "non-selective " + ", ".join(f"`{x}`" for x in c["non_selective"]))
         per = "; ".join(f"`{ctl}` recovers {_pct(d['positive_recovery'])} of its loss"
                         for ctl, d in c["controls"].items())
         gain = next(iter(c["controls"].values()))["negative_gain"]
@@ -762,8 +773,8 @@ def calibration_lines(robustness: dict) -> list[str]:
     for ctl, s in controls.items():
         keep = ", ".join(f"{role} {v:.0%}" for role, v in s["keep"].items())
         lines.append(f"- control `{ctl}` keeps {keep} of the base model's: "
-                     + ("selective" if s["selective"] else f"**non-selective** (below {KEEP_SHARE:.0%}): no verdict "
-                        "rests on it"))
+                     + ("selective" if s["selective"] else f"**non-selective** (below {KEEP_SHARE:.0%}): no "
+                                                           "verdict rests on it"))
     if not robustness["calibration"]:
         lines.append("- no attack could be calibrated (no controls, or no attack ran on them).")
     return lines
@@ -786,20 +797,37 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
              "The oracle (never saw the forget data) is the negative control. The positive controls keep the "
              "knowledge in their weights and only hide it: " +
              "; ".join(f"`{c}`, {POSITIVE_CONTROLS[c]}" for c in present) + ". Each attack is read as "
-             "`before → after` on its own scale; *brought back* is always `(after − before) / (base − before)`. "
-             f"An attack is **calibrated** on a selective positive control (one that keeps at least "
-             f"{KEEP_SHARE:.0%} of the base model's retain and neighbour scores) when it brings back at least half "
-             "of what that control lost and ends clearly (0.2) above the oracle, which gains at most 0.1; a control "
-             "built to match an attack's own mechanism does not alone calibrate it. A model is *suppressed* when a "
-             "calibrated attack brings back at least half of what the control's brought back; *removed* when every "
-             "attack leaves it within the oracle band (the oracle's after-attack score plus its sampling noise"
-             + (f", each read at its own item count, {1 - BAND_ALPHA:.0%} over the {any_band['tests']} tests of the "
-                "band, Bonferroni over reads, their variants and sides" if any_band else "")
-             + f"), every deciding attack can detect a held share of {DETECT_SHARE:.0%} with {POWER:.0%} power, "
-             f"and it keeps at least {KEEP_SHARE:.0%} of retain and neighbour; a missing read is never removed; "
-             "*suppressed* needs the model above the band; *retain lost* when it "
-             "does not keep them; *not unlearned* when its forget score is above half the base model's "
-             "(docs/evaluation.md).", ""]
+                                                                            "`before → after` on its own "
+                                                                            "scale; *brought back* is always "
+                                                                            "`(after − before) / (base − "
+                                                                            "before)`. An attack is "
+                                                                            "**calibrated** on a selective "
+                                                                            "positive control (one that "
+                                                                            "keeps at least "
+                                                                            f"{KEEP_SHARE:.0%} of the base "
+                                                                            "model's retain and neighbour "
+                                                                            "scores) when it brings back at "
+                                                                            "least half of what that control "
+                                                                            "lost and ends clearly (0.2) "
+                                                                            "above the oracle, which gains "
+                                                                            "at most 0.1; a control built to "
+                                                                            "match an attack's own mechanism "
+                                                                            "does not alone calibrate it. A "
+                                                                            "model is *suppressed* when a "
+                                                                            "calibrated attack brings back "
+                                                                            "at least half of what the "
+                                                                            "control's brought back; "
+                                                                            "*removed* when every attack "
+                                                                            "leaves it within the oracle "
+                                                                            "band (the oracle's after-attack "
+                                                                            "score plus its sampling noise"
+             + (f", each read at its own item count, {1 - BAND_ALPHA:.0%} over the {any_band['tests']} tests "
+                "of the band, Bonferroni over reads, their variants and sides" if any_band else "")
+             + f"), every deciding attack can detect a held share of {DETECT_SHARE:.0%} with {POWER:.0%} "
+               f"power, and it keeps at least {KEEP_SHARE:.0%} of retain and neighbour; a missing read is "
+               "never removed; *suppressed* needs the model above the band; *retain lost* when it does not "
+               "keep them; *not unlearned* when its forget score is above half the base model's "
+               "(docs/evaluation.md).", ""]
     if known:
         lines += ["Models known to have removed, judged as methods to check the rule's *removed* side: "
                   + "; ".join(f"`{n}`, {KNOWN_REMOVED[n]}" for n in known) + ".", ""]
@@ -809,9 +837,10 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
                      if n in robustness["verdicts"]] + known_removed_findings(robustness["verdicts"])
     return lines + ["", "### Robustness table", "", markdown_table(table_rows, table_cols), "",
                     "### Verdicts", "", *verdict_lines, "",
-                    "### Relearning, probe and membership inference", "", markdown_table(rows, ROBUSTNESS), "",
-                    "`recovery_cost_tokens`: the tokens the disjoint attacker needs to win back half of what the model "
-                    "lost (`≤ x`: back by the first read; `> x`: not back within the budget). "
-                    "`recovery_cost_vs_learning`: the oracle's tokens to learn the held-out facts from scratch over "
-                    "this model's to relearn them (about 1: as if never seen; above 1: back faster than it could be "
-                    "learned).", ""]
+                    "### Relearning, probe and membership "
+                    "inference", "", markdown_table(rows, ROBUSTNESS), "",
+                    "`recovery_cost_tokens`: the tokens the disjoint attacker needs to win back half of what "
+                    "the model lost (`≤ x`: back by the first read; `> x`: not back within the budget). "
+                    "`recovery_cost_vs_learning`: the oracle's tokens to learn the held-out facts from "
+                    "scratch over this model's to relearn them (about 1: as if never seen; above 1: back "
+                    "faster than it could be learned).", ""]

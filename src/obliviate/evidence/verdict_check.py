@@ -73,7 +73,8 @@ class Bound:
 
 
 BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly removed: false suppressed"),
-          Bound("removed_false_inconclusive", "removed", "inconclusive", 0.05, "truly removed: false inconclusive"),
+          Bound("removed_false_inconclusive", "removed", "inconclusive", 0.05, "truly removed: false "
+                                                                               "inconclusive"),
           Bound("one_attack_false_removed", "one_attack", "removed", 0.01,
                 f"holds {ONE_ATTACK_HELD:g} under one calibrated attack{{worst}}: false removed"),
           Bound("every_attack_false_removed", "every_attack", "removed", 0.05,
@@ -81,7 +82,8 @@ BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly
 """Issue #57, acceptance 4: the bounds the rule's simulated error rates must meet (``{worst}`` in ``what``: the
 attack whose share is checked, where the scenario runs one per attack)."""
 POWER_BOUND = Bound("power_one_attack", "detect", "removed", 1 - 0.8,
-                    f"holds {DETECT_HELD:g} under one deciding attack{{worst}}: removed (80% power, acceptance 2)")
+                    f"holds {DETECT_HELD:g} under one deciding attack{{worst}}: removed (80% power, "
+                    "acceptance 2)")
 
 
 # ------------------------------------------------------------------------------------------------ the template
@@ -94,8 +96,8 @@ def _rate(row: dict, key: str, name: str) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     if not -1e-9 <= v <= 1 + 1e-9:
-        raise DataError(f"metrics of {name!r}: {key} = {v!r} is not a share in [0, 1], which the simulation draws "
-                        "item by item (Binomial(n, rate) / n)")
+        raise DataError(f"metrics of {name!r}: {key} = {v!r} is not a share in [0, 1], which the simulation "
+                        "draws item by item (Binomial(n, rate) / n)")
     return min(1.0, max(0.0, float(v)))
 
 
@@ -146,14 +148,17 @@ def references(template: dict) -> dict:
     """The template's base model, oracle and positive controls (its judged rows left out), each a copy; a
     DataError naming what is missing where the rule could give no verdict."""
     if not isinstance(template, dict):
-        raise DataError(f"a template is a comparison's metrics, {{model: metrics}}, got {type(template).__name__}")
+        raise DataError("a template is a comparison's metrics, {model: metrics}, got "
+                        f"{type(template).__name__}")
     missing = [n for n in ("base", "oracle") if not isinstance(template.get(n), dict)]
     if missing:
-        raise DataError(f"the comparison has no {' and no '.join(repr(n) for n in missing)} metrics, which every "
-                        "verdict reads (found: " + (", ".join(map(repr, template)) or "none") + ")")
+        raise DataError(f"the comparison has no {' and no '.join(repr(n) for n in missing)} metrics, which "
+                        "every verdict reads (found: " + (", ".join(map(repr, template)) or "none") + ")")
     if not any(isinstance(template.get(c), dict) for c in POSITIVE_CONTROLS):
-        raise DataError("the comparison has no positive control (" + ", ".join(POSITIVE_CONTROLS) + "): no attack "
-                        "can be calibrated, so every verdict is inconclusive and there is no error rate to measure")
+        raise DataError("the comparison has no positive control "
+                        "(" + ", ".join(POSITIVE_CONTROLS) + "): no attack can be calibrated, so every "
+                                                             "verdict is inconclusive and there is no error "
+                                                             "rate to measure")
     refs = {n: dict(template[n]) for n in template if n in REFERENCES and isinstance(template[n], dict)}
     if not any(_rate(refs["oracle"], r.after, "oracle") is not None for r in reads().values() if r.decides):
         raise DataError("the oracle's metrics hold no after-attack score of any deciding attack ("
@@ -335,7 +340,8 @@ def report_markdown(report: dict, source: str = "") -> str:
             continue
         rows.append({"check": b["what"], "bound": bound,
                      "simulated": _share_cell(b),
-                     "95% interval": f"{_pct(b['interval'][0])} to {_pct(b['interval'][1])}", "result": b["status"]})
+                     "95% interval": f"{_pct(b['interval'][0])} to "
+                                     f"{_pct(b['interval'][1])}", "result": b["status"]})
     sc = report["scenarios"]
     per = []
     named = [("truly removed", sc.get("removed")),
@@ -353,9 +359,9 @@ def report_markdown(report: dict, source: str = "") -> str:
                    "oracle (true)": v["oracle"], "base (true)": v["base"]}
                   for k, v in report["template"]["reads"].items()]
     head = [f"Template: {source + '; ' if source else ''}models {', '.join(report['template']['models'])}; "
-            f"{report['trials']} simulated comparisons per scenario, seed {report['seed']}; each share with its exact "
-            f"{LEVEL:.0%} interval (pass: the interval lies within the bound; fail: above it; unresolved: it "
-            "straddles the bound)."]
+            f"{report['trials']} simulated comparisons per scenario, seed {report['seed']}; each share with "
+            f"its exact {LEVEL:.0%} interval (pass: the interval lies within the bound; fail: above it; "
+            "unresolved: it straddles the bound)."]
     return "\n".join([*head, "", markdown_table(rows, ["check", "bound", "simulated", "95% interval", "result"]), "",
                       "Every verdict's share, per true state:", "",
                       markdown_table(per, ["true state", *VERDICTS]), "",

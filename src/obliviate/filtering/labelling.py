@@ -63,8 +63,8 @@ def sae_weak_labels(labeller, dataset: TokenDataset, truth: Sequence[np.ndarray]
     if not latents:  # a weak labeller: fall back to the most domain-specific latents that fire at all
         latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=1.0, min_domain_freq=0.0, max_latents=8)
     if not latents:
-        raise DataError("no SAE latent is more active on the forget domain than elsewhere: the labeller is too weak "
-                        "(raise labeller_steps or sae_steps)")
+        raise DataError("no SAE latent is more active on the forget domain than elsewhere: the labeller is "
+                        "too weak (raise labeller_steps or sae_steps)")
     thresholds = latent_thresholds(codes[:, latents])
     weak = label_dataset(labeller, dataset, sae, layer, latents, thresholds, special_ids=special_ids,
                          min_latents=min(cfg.min_latents, len(latents)), pad_id=pad_id)

@@ -73,8 +73,9 @@ def _check_key(key: str | None, where: str) -> str | None:
     for i, ch in enumerate(key):
         if not "\x21" <= ch <= "\x7e":
             raise ConfigError(
-                f"HTTPJudge: the API key ({where}) has an invisible, control or non-ASCII character U+{ord(ch):04X} "
-                f"at position {i + 1} of {len(key)}; API keys are printable ASCII, check how it was copied")
+                f"HTTPJudge: the API key ({where}) has an invisible, control or non-ASCII character "
+                f"U+{ord(ch):04X} at position {i + 1} of {len(key)}; API keys are printable ASCII, check how "
+                "it was copied")
     return key or None
 
 
@@ -207,13 +208,15 @@ class HTTPJudge:
         key = "'***'" if self._api_key else "None"
         auth = ", credentials in base_url='***'" if self._userinfo else ""
         return (f"HTTPJudge(base_url={self.base_url!r}, model={self.model!r}, concept={self.concept!r}, "
-                f"api_key={key}{auth}, timeout={self.timeout}, retries={self.retries}, cache_dir={self.cache_dir!r})")
+                f"api_key={key}{auth}, timeout={self.timeout}, retries={self.retries}, "
+                f"cache_dir={self.cache_dir!r})")
 
     # ------------------------------------------------------------------ prompt and cache
 
     def messages(self, feature_id: int, top_tokens: Sequence[str], description: str | None = None) -> list[dict]:
         tokens = json.dumps(list(top_tokens), ensure_ascii=False)
-        user = f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): {tokens}\n"
+        user = (f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): "
+                f"{tokens}\n")
         if description:
             user += f"A previous description of this feature: {description}\n"
         user += f"Is this feature specifically about {self.concept}? Answer with the JSON object only."
@@ -273,7 +276,8 @@ class HTTPJudge:
         try:
             import openai
         except ImportError:
-            raise ConfigError("HTTPJudge needs the 'openai' package: pip install 'obliviate[judge]'") from None
+            raise ConfigError("HTTPJudge needs the 'openai' package: pip install "
+                              "'obliviate[judge]'") from None
         try:
             import httpx2 as httpx
         except ImportError:
@@ -291,7 +295,8 @@ class HTTPJudge:
                 raise ReplyTooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
             encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
-                raise ReplyTooLarge(f"reply is compressed ({encoding}) though none was asked; its size is unknown")
+                raise ReplyTooLarge(f"reply is compressed ({encoding}) though none was asked; its size is "
+                                    "unknown")
             chunks, n = [], 0
             try:
                 for chunk in response.stream:
@@ -364,8 +369,8 @@ class HTTPJudge:
             if 300 <= status < 400:
                 location = e.response.headers.get("Location", "")
                 where = urllib.parse.urljoin(self.base_url + "/", _split_credentials(location)[0])
-                return no(f"HTTP {status} redirect to {self._redact(where)[:200]!r} not followed (the API key goes to "
-                          f"base_url only; set base_url to the address that answers){tries}")
+                return no(f"HTTP {status} redirect to {self._redact(where)[:200]!r} not followed (the API "
+                          f"key goes to base_url only; set base_url to the address that answers){tries}")
             return no(f"HTTP {status} ({e.response.reason_phrase or type(e).__name__}){tries}")
         except openai.APITimeoutError:
             return no(f"timed out after {self.timeout:g} s{_attempts(self.n_requests - before)}")
@@ -393,4 +398,5 @@ class HTTPJudge:
                 log.warning("judge %s feature %s: %s", self.base_url, feature_id, judgement.reason)
             return judgement
         except Exception as e:  # judge() must never raise
-            return Judgement(None, 0.0, f"no judgement: unexpected {type(e).__name__}: {self._redact(str(e))}")
+            return Judgement(None, 0.0, f"no judgement: unexpected {type(e).__name__}: "
+                                        f"{self._redact(str(e))}")

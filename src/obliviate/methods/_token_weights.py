@@ -214,8 +214,8 @@ class TokenScorer:
 class ScoredMethod(Method):
     """What every ATWU method shares: its scorer, the forget forward pass, state and evaluation hooks."""
 
-    multiprocess_unsupported = ("its token scorer (w, b) takes its own Adam steps on each process's rows of the "
-                                "batch, so the processes' scorers would drift apart")
+    multiprocess_unsupported = ("its token scorer (w, b) takes its own Adam steps on each process's rows of "
+                                "the batch, so the processes' scorers would drift apart")
     """Why it cannot run in several processes (see obliviate.train.distributed.check_method)."""
 
     def __init__(self, cfg):

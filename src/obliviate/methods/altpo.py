@@ -44,11 +44,11 @@ class AltPOConfig:
                      at_least_one=("tries", "max_new_tokens"))
 
 
-@register("altpo", paper=("Mekala et al. 2024, Alternate Preference Optimization for Unlearning Factual Knowledge "
-                          "(arXiv:2409.13474); open-unlearning DPO trainer (afcd6b6) on community/methods/AltPO "
-                          "alternates"),
-          equation=("−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model (cached) "
-                    "+ α · retain NLL / KL"),
+@register("altpo", paper=("Mekala et al. 2024, Alternate Preference Optimization for Unlearning Factual "
+                          "Knowledge (arXiv:2409.13474); open-unlearning DPO trainer (afcd6b6) on "
+                          "community/methods/AltPO alternates"),
+          equation=("−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model "
+                    "(cached) + α · retain NLL / KL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class AltPO(Method):
     config_cls = AltPOConfig

@@ -36,8 +36,8 @@ class ATWUConfig(ScorerConfig):
 
 
 @register("atwu", paper=PAPER,
-          equation=("SATGA+: −z_t sg(p_t)^{β(1−z_t)} CE_t with a learned linear token scorer z (alternating θ / w "
-                    "steps) + retain NLL"))
+          equation=("SATGA+: −z_t sg(p_t)^{β(1−z_t)} CE_t with a learned linear token scorer z (alternating "
+                    "θ / w steps) + retain NLL"))
 class ATWU(ScoredMethod):
     """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
 

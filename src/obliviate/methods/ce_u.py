@@ -54,8 +54,8 @@ class CEUConfig:
         check_ranges(self, positive=("gamma",), nonnegative=("ignore_first_n_answer_tokens", "alpha"))
 
 
-@register("ce_u", paper=("Yang 2025, CE-U: Cross Entropy Unlearning (arXiv:2503.01224); open-unlearning CEU trainer "
-                         "(2231e31) + configs/trainer/CEU.yaml"),
+@register("ce_u", paper=("Yang 2025, CE-U: Cross Entropy Unlearning (arXiv:2503.01224); open-unlearning CEU "
+                         "trainer (2231e31) + configs/trainer/CEU.yaml"),
           equation=("mean CE(softmax(sg(z) with z_y = −∞), p_θ) on forget answer tokens after the first n "
                     "(+ α · retain NLL / KL, α = 0 by default)"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},

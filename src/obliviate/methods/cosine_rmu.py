@@ -64,7 +64,8 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
     return dist.mean() if mask is None else masked_mean(dist, mask.bool())
 
 
-@register("cosine_rmu", paper="Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)",
+@register("cosine_rmu", paper="Atil, Gupta, Passonneau 2026, function-specific unlearning objectives "
+                              "(reconstruction)",
           equation="mean (1 − cos(h_l(x_f), u)) + α · (MSE or 1 − cos to the frozen h_l on retain)",
           trains="MLP down-projections of layers l−2..l",
           presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
@@ -73,9 +74,9 @@ class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 
     config_cls = CosineRMUConfig
-    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); no coefficient (the forget term is a cosine); "
-               "retain=\"mse\" grows as ‖h‖² (tune scales α; retain=\"cosine\" is scale-free); lr: × the fine-tuning "
-               "run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); no coefficient (the forget term is a "
+               "cosine); retain=\"mse\" grows as ‖h‖² (tune scales α; retain=\"cosine\" is scale-free); lr: "
+               "× the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def forget_term(self, h_f: torch.Tensor, u: torch.Tensor, mask) -> torch.Tensor:
         return cosine_distance(h_f, u, mask)

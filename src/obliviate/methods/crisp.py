@@ -181,8 +181,9 @@ class CRISPConfig:
 
 
 @register("crisp", paper="Ashuach et al. 2025, CRISP",
-          equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · hidden MSE "
-                    "to the frozen model on benign text + β γ · last-layer MSE on coherence prompts"),
+          equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · "
+                    "hidden MSE to the frozen model on benign text + β γ · last-layer MSE on coherence "
+                    "prompts"),
           trains="MLP down-projections")
 class CRISP(Method):
     config_cls = CRISPConfig
@@ -192,9 +193,9 @@ class CRISP(Method):
     def multiprocess_unsupported(self) -> str | None:
         """Why it cannot run in several processes as configured (None once the SAEs are fitted)."""
         if self.saes is None:
-            return ("without target_texts and benign_texts it trains its SAEs and picks features on the first "
-                    "training batch, of which each process sees different rows; set both so that they are "
-                    "fitted before training")
+            return ("without target_texts and benign_texts it trains its SAEs and picks features on the "
+                    "first training batch, of which each process sees different rows; set both so that they "
+                    "are fitted before training")
         return None
 
     def __init__(self, cfg: CRISPConfig):

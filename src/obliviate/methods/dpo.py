@@ -34,8 +34,8 @@ class DPOConfig:
         check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
 
 
-@register("dpo", paper=("Rafailov et al. 2023, Direct Preference Optimization (arXiv:2305.18290), for unlearning as "
-                        "in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + "
+@register("dpo", paper=("Rafailov et al. 2023, Direct Preference Optimization (arXiv:2305.18290), for "
+                        "unlearning as in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + "
                         "configs/trainer/DPO.yaml"),
           equation="−(2/β) mean log σ(β (Δ_chosen − Δ_forget)) on preference data + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
@@ -51,9 +51,9 @@ class DPO(Method):
 
     def winners(self, model, tokenizer, forget, idk, prompt) -> list[str] | None:
         if not isinstance(idk, PreferredAnswers):
-            raise DataError("method 'dpo' needs preference data: a chosen answer for each forget QA pair (a forget "
-                            "file with a 'chosen' field, or the entry key chosen: FIELD; docs/tasks.md); for "
-                            "refusals as the chosen answers use idkdpo")
+            raise DataError("method 'dpo' needs preference data: a chosen answer for each forget QA pair (a "
+                            "forget file with a 'chosen' field, or the entry key chosen: FIELD; "
+                            "docs/tasks.md); for refusals as the chosen answers use idkdpo")
         if len(idk) != len(forget.qa):
             raise DataError(f"method 'dpo': {len(idk)} chosen answers for {len(forget.qa)} forget QA pairs")
         return list(idk)

@@ -37,8 +37,8 @@ class GradAscentConfig:
           presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
 class GradAscent(Method):
     config_cls = GradAscentConfig
-    scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's lr "
-               "over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
+               "run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: GradAscentConfig):
         super().__init__(cfg)
@@ -68,8 +68,8 @@ class GradDiffConfig:
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}})
 class GradDiff(Method):
     config_cls = GradDiffConfig
-    scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning run's "
-               "lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

@@ -42,8 +42,8 @@ class NPOConfig:
 class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True
-    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
-               "run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def cached_reference_keys(self) -> tuple[str, ...]:
         """The sub-batches whose reference log-probabilities can be computed once (none with a KL retain

@@ -53,15 +53,17 @@ class PDUConfig:
                      nonnegative=("retain_loss_eps", "dual_step_size", "dual_warmup_epochs", "alpha"))
 
 
-@register("pdu", paper=("Entesari et al. 2025, Constrained Entropic Unlearning: A Primal-Dual Framework for LLMs "
-                        "(arXiv:2506.05314); open-unlearning PDU trainer (17e8e73) + configs/trainer/PDU.yaml"),
+@register("pdu", paper=("Entesari et al. 2025, Constrained Entropic Unlearning: A Primal-Dual Framework for "
+                        "LLMs (arXiv:2506.05314); open-unlearning PDU trainer (17e8e73) + "
+                        "configs/trainer/PDU.yaml"),
           equation=("γ · mean (max z − mean z)² on forget answer tokens + λ · (retain NLL / KL − ε), "
                     "λ ← max(0, λ + η (L_retain − ε)) each step after the warm-up"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}})
 class PDU(Method):
     config_cls = PDUConfig
-    multiprocess_unsupported = "its dual variable is updated from the retain loss of one process's share of the batch"
+    multiprocess_unsupported = ("its dual variable is updated from the retain loss of one process's share of "
+                                "the batch")
 
     def __init__(self, cfg: PDUConfig):
         super().__init__(cfg)

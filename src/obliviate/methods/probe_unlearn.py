@@ -63,8 +63,8 @@ class ProbeUnlearnConfig:
 
 
 @register("probe_unlearn", paper=PAPER,
-          equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α · MSE to "
-                    "the frozen model"),
+          equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α "
+                    "· MSE to the frozen model"),
           trains="MLP down-projections up to the deepest probed layer")
 class ProbeUnlearn(Method):
     config_cls = ProbeUnlearnConfig
@@ -75,8 +75,8 @@ class ProbeUnlearn(Method):
     def multiprocess_unsupported(self) -> str | None:
         """Why it cannot run in several processes as configured (None once the probes are fitted)."""
         if self.directions is None:
-            return ("without toxic_texts it fits its probes on the first training batch, of which each process "
-                    "sees different rows; set toxic_texts so that they are fitted before training")
+            return ("without toxic_texts it fits its probes on the first training batch, of which each "
+                    "process sees different rows; set toxic_texts so that they are fitted before training")
         return None
 
     def __init__(self, cfg: ProbeUnlearnConfig):
@@ -166,8 +166,8 @@ class ProbeUnlearn(Method):
 
     def loss(self, model, batch, ref) -> dict:
         if self.directions is None:
-            raise ObliviateError("probe_unlearn: no probe directions; setup(model, ref, batch) fits them before "
-                                 "the first step")
+            raise ObliviateError("probe_unlearn: no probe directions; setup(model, ref, batch) fits them "
+                                 "before the first step")
         f, r = batch["forget"], batch["retain"]
         top = max(self.layers)
         hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)

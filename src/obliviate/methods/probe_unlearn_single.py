@@ -18,11 +18,13 @@ class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.layers is not None and len(self.layers) != 1:
-            raise ConfigError(f"config key 'layers': the single-layer variant takes one layer, got {self.layers}")
+            raise ConfigError("config key 'layers': the single-layer variant takes one layer, got "
+                              f"{self.layers}")
 
 
 @register("probe_unlearn_single", paper=PAPER,
-          equation="probe_unlearn at one layer (ablation)", trains="MLP down-projections up to the probed layer")
+          equation="probe_unlearn at one layer "
+                   "(ablation)", trains="MLP down-projections up to the probed layer")
 class ProbeUnlearnSingle(ProbeUnlearn):
     """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
 

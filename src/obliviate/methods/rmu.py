@@ -116,9 +116,9 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
 class RMU(Method):
     config_cls = RMUConfig
     needs_reference = True
-    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); tiny c = max(20, 1.5 × measured ‖h_l‖): the "
-               "world's ratio (20 at ‖h‖ 12.5), its 20 as the floor; paper c = 6.5 as published; lr: × the fine-tuning "
-               "run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); tiny c = max(20, 1.5 × measured ‖h_l‖): "
+               "the world's ratio (20 at ‖h‖ 12.5), its 20 as the floor; paper c = 6.5 as published; lr: × "
+               "the fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def __init__(self, cfg: RMUConfig):
         super().__init__(cfg)

@@ -33,8 +33,8 @@ from obliviate.unlearning.objectives import (
     trained_params,
 )
 
-PAPER = ("Fan et al. 2025, Towards LLM Unlearning Resilient to Relearning Attacks: A Sharpness-Aware Minimization "
-         "Perspective (ICML 2025, arXiv:2502.05374; github.com/OPTML-Group/Unlearn-Smooth)")
+PAPER = ("Fan et al. 2025, Towards LLM Unlearning Resilient to Relearning Attacks: A Sharpness-Aware "
+         "Minimization Perspective (ICML 2025, arXiv:2502.05374; github.com/OPTML-Group/Unlearn-Smooth)")
 
 
 def sam_forget_term(loss_fn, model, rho: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,8 +64,9 @@ def sam_forget_term(loss_fn, model, rho: float) -> tuple[torch.Tensor, torch.Ten
 class _SAM(Method):
     multiprocess_unsupported = "SAM perturbs the weights along this process's own forget gradient"
     sharding_unsupported = "SAM perturbs and restores whole parameters in place"
-    scaling = ("size class tiny/paper; ρ: an L2 radius in parameter space, chosen per size class, not scaled; γ, α "
-               "(and NPO's β): log-probabilities, not scaled; lr: × the fine-tuning run's lr over its preset's")
+    scaling = ("size class tiny/paper; ρ: an L2 radius in parameter space, chosen per size class, not "
+               "scaled; γ, α (and NPO's β): log-probabilities, not scaled; lr: × the fine-tuning run's lr "
+               "over its preset's")
 
     def forget_loss(self, model, batch, ref) -> torch.Tensor:
         raise NotImplementedError
@@ -90,7 +91,8 @@ class SAMNPOConfig:
 
 
 @register("sam_npo", paper=PAPER,
-          equation="NPO's forget loss at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain NLL / KL",
+          equation="NPO's forget loss at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain NLL / "
+                   "KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01, "beta": 0.1}}})
 class SAMNPO(_SAM):
@@ -118,7 +120,8 @@ class SAMGradDiffConfig:
 
 
 @register("sam_graddiff", paper=PAPER,
-          equation="−CE on forget answers at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain NLL / KL",
+          equation="−CE on forget answers at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain "
+                   "NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01}}})
 class SAMGradDiff(_SAM):

@@ -50,9 +50,9 @@ class SatImpConfig:
         check_ranges(self, positive=("gamma",), nonnegative=("beta1", "beta2", "alpha"))
 
 
-@register("satimp", paper=("Yang et al. 2025, Exploring Criteria of Loss Reweighting to Enhance LLM Unlearning "
-                           "(SatImp, arXiv:2505.11953); open-unlearning SatImp trainer + configs/trainer/SatImp.yaml "
-                           "(423c6f2)"),
+@register("satimp", paper=("Yang et al. 2025, Exploring Criteria of Loss Reweighting to Enhance LLM "
+                           "Unlearning (SatImp, arXiv:2505.11953); open-unlearning SatImp trainer + "
+                           "configs/trainer/SatImp.yaml (423c6f2)"),
           equation="−mean sg(p_t)^β₁ (1 − sg(p_t))^β₂ CE_t on forget answer tokens + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 63,

@@ -33,13 +33,14 @@ class SimNPOConfig:
 
 
 @register("simnpo", paper="Fan et al. 2024, Simplicity Prevails: SimNPO (arXiv:2410.07163)",
-          equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ the length-normalised NLL) + retain NLL / KL",
+          equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ the length-normalised NLL) + retain NLL "
+                   "/ KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
 class SimNPO(Method):
     config_cls = SimNPOConfig
-    scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
-               "run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def loss(self, model, batch, ref) -> dict:
         nll_bar = sequence_mean_nll(model, batch["forget"])  # (B,)

@@ -70,8 +70,8 @@ class TARConfig:
 
 @register("tar", paper=("Tamirisa et al. 2024, Tamper-Resistant Safeguards for Open-Weight LLMs (ICLR 2025, "
                         "arXiv:2408.00761; github.com/rishub-tamirisa/tamper-resistance)"),
-          equation=("λ_TR · mean over sampled attacks and inner steps of ∇(−entropy on forget) at the attacked "
-                    "weights (first-order) + α · retain NLL"),
+          equation=("λ_TR · mean over sampled attacks and inner steps of ∇(−entropy on forget) at the "
+                    "attacked weights (first-order) + α · retain NLL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50,
                             "params": {"attacks": 1, "attack_lrs": [1e-4, 3e-4, 1e-3]}},
                    "paper": {"lr": 2e-5, "steps": 125}})
@@ -80,8 +80,8 @@ class TAR(Method):
     counts_calls = True
     multiprocess_unsupported = "the simulated attacks run on this process's parameters only"
     sharding_unsupported = "the simulated attacks update and restore whole parameters in place"
-    scaling = ("size class tiny/paper; λ_TR, α: nats, not scaled; attack lrs: chosen per size class; lr: × the "
-               "fine-tuning run's lr over its preset's; steps fixed")
+    scaling = ("size class tiny/paper; λ_TR, α: nats, not scaled; attack lrs: chosen per size class; lr: × "
+               "the fine-tuning run's lr over its preset's; steps fixed")
 
     def sample_attacks(self, step: int) -> list[tuple[float, str]]:
         """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed +

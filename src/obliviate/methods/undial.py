@@ -46,11 +46,11 @@ class UNDIALConfig:
         check_ranges(self, positive=("gamma",), nonnegative=("beta", "alpha"))
 
 
-@register("undial", paper=("Dong et al. 2024, UNDIAL: Self-Distillation with Adjusted Logits for Robust Unlearning "
-                           "in LLMs (arXiv:2402.10052); open-unlearning UNDIAL trainer + configs/trainer/UNDIAL.yaml "
-                           "(5a7dfb4)"),
-          equation=("mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the frozen reference, its "
-                    "logits cached) + α · retain NLL / KL"),
+@register("undial", paper=("Dong et al. 2024, UNDIAL: Self-Distillation with Adjusted Logits for Robust "
+                           "Unlearning in LLMs (arXiv:2402.10052); open-unlearning UNDIAL trainer + "
+                           "configs/trainer/UNDIAL.yaml (5a7dfb4)"),
+          equation=("mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the frozen "
+                    "reference, its logits cached) + α · retain NLL / KL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-4, "steps": 250, "params": {"beta": 10.0, "alpha": 0.0}}})
 class UNDIAL(Method):

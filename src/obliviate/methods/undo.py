@@ -78,10 +78,10 @@ class UNDOConfig:
                      fraction=("alpha", "distill_frac"))
 
 
-@register("undo", paper=("Lee et al. 2025, Distillation Robustifies Unlearning (UNDO; NeurIPS 2025, arXiv:2506.06278; "
-                         "github.com/AddieFoote/distillation-robustify-unlearning)"),
-          equation=("unlearn (GradDiff or NPO), then θ_s = (1−α)θ_u + αβε, then min KL(p_teacher ‖ p_student) on "
-                    "retain data"),
+@register("undo", paper=("Lee et al. 2025, Distillation Robustifies Unlearning (UNDO; NeurIPS 2025, "
+                         "arXiv:2506.06278; github.com/AddieFoote/distillation-robustify-unlearning)"),
+          equation=("unlearn (GradDiff or NPO), then θ_s = (1−α)θ_u + αβε, then min KL(p_teacher ‖ "
+                    "p_student) on retain data"),
           presets={"tiny": {"lr": 3e-4, "steps": 100, "params": {"base_alpha": 10.0}},
                    "paper": {"lr": 1e-5, "steps": 250}})
 class UNDO(Method):
@@ -89,9 +89,9 @@ class UNDO(Method):
     config_cls = UNDOConfig
     needs_reference = True  # with base="npo"; __init__ says for the config
     sharding_unsupported = "UNDO perturbs whole parameters in place and copies the model as its teacher"
-    scaling = ("size class tiny/paper; α, β: relative to the weights and Xavier's scale, not scaled; γ, base α, NPO β: "
-               "log-probabilities, not scaled; lr: × the fine-tuning run's lr over its preset's; steps fixed (split "
-               "by distill_frac)")
+    scaling = ("size class tiny/paper; α, β: relative to the weights and Xavier's scale, not scaled; γ, base "
+               "α, NPO β: log-probabilities, not scaled; lr: × the fine-tuning run's lr over its preset's; "
+               "steps fixed (split by distill_frac)")
 
     def __init__(self, cfg: UNDOConfig):
         super().__init__(cfg)
@@ -106,7 +106,8 @@ class UNDO(Method):
     def on_data(self, sizes: dict) -> None:
         steps = int(sizes["steps"])
         if steps < 2:
-            raise ConfigError(f"method 'undo' needs at least 2 steps (one to unlearn, one to distil), got {steps}")
+            raise ConfigError("method 'undo' needs at least 2 steps (one to unlearn, one to distil), got "
+                              f"{steps}")
         self.switch = min(steps - 1, max(1, round((1 - self.cfg.distill_frac) * steps)))
 
     def scorer_state(self) -> dict:

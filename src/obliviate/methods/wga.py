@@ -50,8 +50,8 @@ class WGAConfig:
           presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
 class WGA(Method):
     config_cls = WGAConfig
-    scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
-               "run's lr over its preset's; steps fixed (tune searches them)")
+    scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed (tune searches them)")
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

@@ -44,12 +44,14 @@ def parse_size(size: str) -> tuple[int, int, int]:
     try:
         layers, width = (int(x) for x in str(size).lower().split("x"))
     except ValueError:
-        raise ConfigError(f"model size {size!r} is not of the form '<layers>x<width>' (e.g. '2x32')") from None
+        raise ConfigError(f"model size {size!r} is not of the form '<layers>x<width>' (e.g. "
+                          "'2x32')") from None
     if layers < 1 or width < 2:
         raise ConfigError(f"model size {size!r}: needs >= 1 layer and width >= 2")
     n_head = max(1, width // 16)
     if width % n_head or (width // n_head) % 2:
-        raise ConfigError(f"model size {size!r}: width {width} does not split into {n_head} heads of even size")
+        raise ConfigError(f"model size {size!r}: width {width} does not split into {n_head} heads of even "
+                          "size")
     return layers, width, n_head
 
 
@@ -173,9 +175,10 @@ def _check_fits_in_memory(vocab_size: int, n_layer: int, d_model: int, n_head: i
     params = vocab_size * d_model * (1 if tie_embeddings else 2) + n_layer * per_layer + d_model
     memory = _memory_bytes()
     if memory and 4 * params > memory:
-        raise ConfigError(f"a model with d_model={d_model}, n_layer={n_layer}, d_ff={d_ff}, vocab_size={vocab_size} "
-                          f"has about {params:.3g} parameters: {4 * params / 2**30:.3g} GiB of float32 weights, more "
-                          f"than this machine's {memory / 2**30:.3g} GiB of memory")
+        raise ConfigError(f"a model with d_model={d_model}, n_layer={n_layer}, d_ff={d_ff}, "
+                          f"vocab_size={vocab_size} has about {params:.3g} parameters: "
+                          f"{4 * params / 2**30:.3g} GiB of float32 weights, more than this machine's "
+                          f"{memory / 2**30:.3g} GiB of memory")
 
 
 def build_model(size_or_kwargs: str | dict[str, Any], vocab_size: int, seed: int = 0, **overrides):
@@ -190,7 +193,8 @@ def build_model(size_or_kwargs: str | dict[str, Any], vocab_size: int, seed: int
     elif isinstance(size_or_kwargs, dict):
         kwargs = dict(size_or_kwargs)
     else:
-        raise ConfigError(f"model size must be a name or a dict of tiny_llama arguments, got {size_or_kwargs!r}")
+        raise ConfigError("model size must be a name or a dict of tiny_llama arguments, got "
+                          f"{size_or_kwargs!r}")
     kwargs.update(overrides)
     for key in ("vocab_size", "seed"):
         kwargs.pop(key, None)

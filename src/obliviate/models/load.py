@@ -78,9 +78,9 @@ def load_model(
         source = str(_check_model_dir(Path(source)))
         if adapter is None and (Path(source) / ADAPTER_CONFIG).exists():
             how = setting(f"adapter={source!r}", f"--adapter {source}")  # the option of the interface used
-            raise ModelError(f"model directory {source!r} also holds an adapter ({ADAPTER_CONFIG}): give {how} to "
-                             "attach it, merged into the weights, or move the adapter files away to use the weights "
-                             "alone")
+            raise ModelError(f"model directory {source!r} also holds an adapter ({ADAPTER_CONFIG}): give "
+                             f"{how} to attach it, merged into the weights, or move the adapter files away "
+                             "to use the weights alone")
     kwargs = dict(use_safetensors=True, trust_remote_code=trust_remote_code)
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
@@ -349,24 +349,26 @@ def load_tokenizer(path_or_id: str | os.PathLike, of_model: bool = False):
         if not path.is_dir():
             raise ModelError(f"tokenizer path {str(path)!r} is not a directory")
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or tokenizer_config.json")
+            raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or "
+                             "tokenizer_config.json")
         _check_tokenizer_json(path / "tokenizer.json")
         _check_config_json(path / "config.json")  # AutoTokenizer reads it too
         try:
             return AutoTokenizer.from_pretrained(str(path))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # malformed files, deep inside
-            raise ModelError(f"cannot load tokenizer from {str(path)!r}: {type(e).__name__}: {one_line(e)}") from e
+            raise ModelError(f"cannot load tokenizer from {str(path)!r}: {type(e).__name__}: "
+                             f"{one_line(e)}") from e
         except Exception as e:
             if not is_config_field_error(e):
                 raise
-            raise ModelError(f"cannot load tokenizer from {str(path)!r}: a field of its config.json has the wrong "
-                             f"type: {one_line(e)}") from e
+            raise ModelError(f"cannot load tokenizer from {str(path)!r}: a field of its config.json has the "
+                             f"wrong type: {one_line(e)}") from e
     try:
         return AutoTokenizer.from_pretrained(str(path_or_id))
     except (OSError, ValueError) as e:
         what = "model" if of_model else "tokenizer"
-        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub {what} {str(path_or_id)!r} could be "
-                         f"loaded: {one_line(e)}") from e
+        raise ModelError(f"no local directory {str(path_or_id)!r}, and no hub {what} {str(path_or_id)!r} "
+                         f"could be loaded: {one_line(e)}") from e
 
 
 def _check_tokenizer_json(file: Path) -> None:
@@ -382,8 +384,8 @@ def _check_tokenizer_json(file: Path) -> None:
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         got = (f"an object without a 'model' object (keys: {', '.join(map(repr, list(doc)[:6])) or 'none'})"
                if isinstance(doc, dict) else "null" if doc is None else f"a JSON {type(doc).__name__}")
-        raise ModelError(f"cannot load tokenizer from {str(file.parent)!r}: tokenizer.json must be a JSON object "
-                         f"with a 'model' object, got {got}")
+        raise ModelError(f"cannot load tokenizer from {str(file.parent)!r}: tokenizer.json must be a JSON "
+                         f"object with a 'model' object, got {got}")
 
 
 def _check_config_json(file: Path) -> None:
@@ -499,8 +501,8 @@ def _bad_token_id(cfg: dict, prefix: str) -> str | None:
             if i < 0:
                 return f"{prefix}{key!r} must be a token id >= 0, got {show(v)}"
             if vocab is not None and i >= vocab:
-                return (f"{prefix}{key!r} = {show(v)} contradicts {prefix}'vocab_size' = {vocab}: a token id must be "
-                        f"in [0, {vocab})")
+                return (f"{prefix}{key!r} = {show(v)} contradicts {prefix}'vocab_size' = {vocab}: a token id "
+                        f"must be in [0, {vocab})")
     return None
 
 

@@ -77,8 +77,9 @@ def render_only(name: str, out) -> None:
         try:
             RECIPES[name].render(results, staging)
         except KeyError as e:
-            raise InvalidResult(f"{path}: no {e.args[0]!r} in it, which the {name} report needs (a results.json of "
-                                "another recipe, or one made before obliviate stored it: rerun the recipe)") from None
+            raise InvalidResult(f"{path}: no {e.args[0]!r} in it, which the {name} report needs (a "
+                                "results.json of another recipe, or one made before obliviate stored it: "
+                                "rerun the recipe)") from None
         for f in sorted(staging.iterdir()):
             os.replace(f, Path(out) / f.name)
     finally:
@@ -143,7 +144,8 @@ def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") ->
 def write_report(out, title: str, command: str, sections: list[tuple[str, str]], claims: list[Claim],
                  seconds: float | None = None) -> None:
     """``out/report.md``: title, the command that made it, its run time, each (heading, body), the claims."""
-    parts = [f"# {title}\n", f"Made by: `{command}`" + (f" in {seconds / 60:.1f} min" if seconds else "") + "\n"]
+    parts = [f"# {title}\n", "Made by: "
+                             f"`{command}`" + (f" in {seconds / 60:.1f} min" if seconds else "") + "\n"]
     for heading, body in sections:
         parts.append(f"## {heading}\n\n{body}")
     parts.append("## The paper's claims, and ours\n\n" + claims_markdown(claims))

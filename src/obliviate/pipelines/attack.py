@@ -98,7 +98,8 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
     there is none; ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
     if oracle:
         if control or base_untrained:
-            raise ConfigError("--oracle is the negative control: give it without --control and --base-untrained")
+            raise ConfigError("--oracle is the negative control: give it without --control and "
+                              "--base-untrained")
         return oracle, ORACLE
     looked_up = control != NO_CONTROL or base_untrained  # --control none reads no card
     untrained = recorded_path(base_untrained) or (untaught_model(base or model, allow_hub=allow_hub) if looked_up
@@ -106,14 +107,14 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
     kind = control or (RETAIN_FINETUNE if untrained else NO_CONTROL)
     if kind == NO_CONTROL:
         if base_untrained:
-            raise ConfigError(f"--base-untrained is the negative control's model, and --control {NO_CONTROL} attacks "
-                              "none: give one of them")
+            raise ConfigError(f"--base-untrained is the negative control's model, and --control {NO_CONTROL} "
+                              "attacks none: give one of them")
         return None, kind
     if untrained is None:
         what = "fine-tunes" if kind == RETAIN_FINETUNE else "attacks"
-        raise ConfigError(f"--control {kind} {what} the model before it was taught the task, and none is known: give "
-                          "--base-untrained DIR (no model card of --base or --model names an `obliviate finetune` "
-                          "input)")
+        raise ConfigError(f"--control {kind} {what} the model before it was taught the task, and none is "
+                          "known: give --base-untrained DIR (no model card of --base or --model names an "
+                          "`obliviate finetune` input)")
     return untrained, kind
 
 
@@ -125,8 +126,8 @@ def check_attack_inputs(cfg: AttackRunConfig, task, untrained: str | None, kind:
     if kind == RETAIN_FINETUNE:  # bad settings and a task without retain data fail before any load
         fine_tune_config({}, cfg.control_finetune)
         if not has_retain_data(task, control):
-            log.info(f"task {task.name!r} has no retain data to fine-tune {untrained} on: its negative control is "
-                     "that model as it is")
+            log.info(f"task {task.name!r} has no retain data to fine-tune {untrained} on: its negative "
+                     "control is that model as it is")
             kind = UNTAUGHT
     if kind != RETAIN_FINETUNE and cfg.control_finetune:
         raise ConfigError(f"config key 'control_finetune' applies to --control {RETAIN_FINETUNE} only")
@@ -138,8 +139,8 @@ def no_verdict(base: str | None, kind: str, control: str | None = None) -> str |
     why, add = [], []
     if not base:
         why.append("no model before unlearning")
-        add.append("--base DIR (the model before unlearning: the verdict reads its attacks and builds the positive "
-                   "controls from it)")
+        add.append("--base DIR (the model before unlearning: the verdict reads its attacks and builds the "
+                   "positive controls from it)")
     if kind == NO_CONTROL:
         why.append(NO_NEGATIVE_CONTROL)
         add.append(f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
@@ -293,8 +294,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         identity = None
         if kind == RETAIN_FINETUNE:  # ... fine-tuned on the retain data only
             log.info(f"negative control: {untrained} fine-tuned on the retain data only"
-                     + ("" if control else f"; the default: --control {UNTAUGHT} attacks {untrained} as it is, "
-                                           f"--control {NO_CONTROL} attacks none"))
+                     + ("" if control else f"; the default: --control {UNTAUGHT} attacks {untrained} as it "
+                                           f"is, --control {NO_CONTROL} attacks none"))
             t = time.perf_counter()
             control_dir, control_build = retain_finetune_control(
                 untrained, base or model, task, out / "control", load_control, preset=preset_name,
@@ -323,8 +324,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         negative, _ = control_metrics("negative_control", "relearn_control", identity, negative_model)
         held_ctl.clear()
     else:
-        log.info("no negative control (--oracle, --base-untrained, or a model card naming the finetune input): the "
-                 "probe and MIA figures are uncalibrated")
+        log.info("no negative control (--oracle, --base-untrained, or a model card naming the finetune "
+                 "input): the probe and MIA figures are uncalibrated")
     references, built, verdict = {}, {}, None
     if judge:  # the base model and the positive controls built from it, attacked as compare attacks them
         references["base"], _ = control_metrics("base_model", "relearn_base",

@@ -29,7 +29,8 @@ def run_probe_directions(model, tok, cfg: WorldConfig, layers: list[int] | None 
     probes = probe_directions(model, tok, texts, y, layers, C=C, seed=seed)
     cos = pairwise_cosine({l: p["direction"] for l, p in probes.items()})
     lines = [f"toxic vs neutral probes on {len(texts)} world sentences (world seed {cfg.seed})",
-             "held-out probe accuracy: " + ", ".join(f"layer {l} {p['accuracy']:.3f}" for l, p in probes.items()),
+             "held-out probe "
+             "accuracy: " + ", ".join(f"layer {l} {p['accuracy']:.3f}" for l, p in probes.items()),
              "pairwise cosine of the probe directions:", format_matrix(layers, cos)]
     off = [cos[i, j] for i in range(len(layers)) for j in range(i + 1, len(layers))]
     if off:

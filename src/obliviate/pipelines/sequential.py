@@ -70,7 +70,8 @@ def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_f
             nxt, m = done[k]
         else:
             if sequential and cur is None:
-                raise DataError(f"MUSE sustainability: request {k} needs the model after the request before it")
+                raise DataError(f"MUSE sustainability: request {k} needs the model after the request before "
+                                "it")
             nxt = unlearn_fn(cur if sequential else copy_fn(model), docs, k)
             m = evaluate_fn(nxt, k)
         out.append({"fold": k, "forget_docs": len(docs), **m})
@@ -135,20 +136,22 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
             raise DataError(f"--requests: request file not found: {p}")
         real = str(p.resolve())
         if real in seen:
-            raise ConfigError(f"--requests: {n} is named twice (as {seen[real]} too): each request is one file, once")
+            raise ConfigError(f"--requests: {n} is named twice (as {seen[real]} too): each request is one "
+                              "file, once")
         seen[real] = n
         paths.append(p)
     digests: dict = {}
     for p in paths:  # the same request under two names would be unlearned twice
         d = file_sha256(p)
         if d in digests:
-            raise ConfigError(f"--requests: {p} holds the same data as {digests[d]}: each request is given once")
+            raise ConfigError(f"--requests: {p} holds the same data as {digests[d]}: each request is given "
+                              "once")
         digests[d] = p
     if forget:
         extra = [f for f in forget if str(Path(f).expanduser().resolve()) not in seen]
         if extra or len(forget) != len(paths):
-            raise ConfigError(f"--forget {extra[0] if extra else forget[0]} conflicts with --requests: with --requests "
-                              "the forget data are the request files, in order (drop --forget)")
+            raise ConfigError(f"--forget {extra[0] if extra else forget[0]} conflicts with --requests: with "
+                              "--requests the forget data are the request files, in order (drop --forget)")
     return paths
 
 
@@ -330,9 +333,9 @@ def write_report(out: Path, method: str, task: Task, requests: list[Request], po
                                empty="no score to draw")
     lines = [f"# Sequential unlearning: {method} on {md_escape(task.name)}", "",
              f"{len(requests)} unlearning requests applied in order to the same model (the retain data the "
-             f"task's); every metric after each (request 0: the base model), the cheap attacks "
-             f"({', '.join(CHEAP_ATTACKS)}) included where the task has their data. `request<k>_*` is request k's "
-             "own forget set. All metrics of every point: results.json, key `sequential`.", "",
+             "task's); every metric after each (request 0: the base model), the cheap attacks "
+             f"({', '.join(CHEAP_ATTACKS)}) included where the task has their data. `request<k>_*` is "
+             "request k's own forget set. All metrics of every point: results.json, key `sequential`.", "",
              "| request | file |", "|---|---|",
              *[f"| {r.index} | {md_escape(str(r.path))} |" for r in requests], "",
              f"![metrics after each request]({png.name})", "",

@@ -96,8 +96,9 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
                               f"{method}: the method is named by --method alone (drop unlearn.method)")
         cfg.unlearn.method = method
     if cfg.unlearn.seed not in (seed, cfg.seed):  # a second seed for the unlearning alone: a half-true run seed
-        raise ConfigError(f"config key 'unlearn.seed' ({cfg.unlearn.seed}) contradicts the run's seed {cfg.seed}: "
-                          f"the seed is set once (--seed, or seed=... in the config; drop unlearn.seed)")
+        raise ConfigError(f"config key 'unlearn.seed' ({cfg.unlearn.seed}) contradicts the run's seed "
+                          f"{cfg.seed}: the seed is set once (--seed, or seed=... in the config; drop "
+                          "unlearn.seed)")
     cfg.unlearn.seed = cfg.seed  # seed=... in the config file seeds the unlearning too
     check_unlearn_config(cfg.unlearn, prefix=prefix)
     return cfg
@@ -110,7 +111,8 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
     ucfg = cfg.unlearn
     edit = METHODS[ucfg.method].kind == "edit"
     if tuning and edit:
-        raise ConfigError(f"tune: {ucfg.method!r} is an edit method: it has no learning rate or steps to tune")
+        raise ConfigError(f"tune: {ucfg.method!r} is an edit method: it has no learning rate or steps to "
+                          "tune")
     if task.meta.get("retain_heldout"):  # a forget pair among the held-out retain pairs is an overlap too (issue #42)
         check_overlap(task.forget, training_data(task, "retain"), ucfg.allow_overlap)
     split = validation_split(task, cfg.tune.val_fraction, cfg.tune.split_seed) if tuning else None
@@ -160,8 +162,10 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
     line = (f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
             + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
             + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
-            f"{c['forgot'] or 0.0:.3f}, keep share {c['retained'] if c['retained'] is not None else float('nan'):.3f}"
-            + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the base") + f"); "
+              f"{c['forgot'] or 0.0:.3f}, keep share "
+              f"{c['retained'] if c['retained'] is not None else float('nan'):.3f}"
+            + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the "
+                                             "base") + f"); "
             f"settings: {out / 'tuned.yaml'}, report: {out / 'tune' / 'report.md'}")
     return result, line
 
@@ -216,8 +220,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
             before = evaluate_task(model, tok, task, **ekw)
     if judge and knows_forget_set(before) is False:
         log.warning(f"the base model does not know the forget set: forget score {before['forget_score']:.3f} "
-                    f"(chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing. Teach it first "
-                    "(obliviate finetune) or check the prompt format (--template, --chat-template)")
+                    f"(chance {before.get('forget_chance', 0.0):.3f}); unlearning it shows nothing. Teach it "
+                    "first (obliviate finetune) or check the prompt format (--template, --chat-template)")
     target = model if in_place else copy.deepcopy(model)
     t = time.perf_counter()
     new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
@@ -251,7 +255,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
                           model_dir=str(out / "model"), base_model_dir=base_model, task=task,
                           preset=preset, data=summary["data"], reference=summary.get("reference", "none"),
                           passes=summary.get("passes"), unlearn_outcome=outcome, cost=info["cost"],
-                          **({"tune": info["tune"], "reported_on": "the items left out of the validation split"}
+                          **({"tune": info["tune"], "reported_on": "the items left out of the validation "
+                                                                   "split"}
                              if "tune" in info else {}),
                           **({"edit": summary["edit"]} if "edit" in summary else {}))
     info["lines"] += [cost_line(info["cost"]), outcome["line"]]
@@ -269,5 +274,5 @@ def run_tune(model, tok, cfg: UnlearnRunConfig, split, out, *, preset: str, fing
     if is_main_process():
         write_results(out, seed=cfg.seed, config=cfg, metrics={"base": result["base"]}, task=split[0],
                       preset=preset, tune=result, tuned_file=str(out / "tuned.yaml"))
-    return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config {out / 'tuned.yaml'} "
-                          "(with the same model and task)"]
+    return result, [line, f"use it: obliviate unlearn --method {cfg.unlearn.method} --config "
+                          f"{out / 'tuned.yaml'} (with the same model and task)"]

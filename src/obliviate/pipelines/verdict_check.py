@@ -80,12 +80,13 @@ def load_template(path: str, items: int | None = None) -> Template:
     except json.JSONDecodeError as e:
         raise DataError(f"results file {p} is not JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(data, dict):
-        raise DataError(f"results file {p} is not a results.json (a JSON object), got a {type(data).__name__}")
+        raise DataError(f"results file {p} is not a results.json (a JSON object), got a "
+                        f"{type(data).__name__}")
     status = data.get("status", "complete")
     if status != "complete":
         why = f": {data['error']}" if data.get("error") else ""
-        raise DataError(f"results file {p} records a run that did not finish (status {status!r}{why}), so it holds "
-                        "no metrics to simulate from")
+        raise DataError(f"results file {p} records a run that did not finish (status {status!r}{why}), so it "
+                        "holds no metrics to simulate from")
     metrics = data.get("metrics")
     if not isinstance(metrics, dict):
         raise DataError(f"results file {p} has no metrics (an object of each model's metrics)")
@@ -94,11 +95,11 @@ def load_template(path: str, items: int | None = None) -> Template:
     elif isinstance(metrics.get("negative_control"), dict) and isinstance(data.get("reference_metrics"), dict):
         template, kind = {**data["reference_metrics"], "oracle": metrics["negative_control"]}, "attack"
     elif isinstance(metrics.get("negative_control"), dict) or "negative_control" in metrics:
-        raise DataError(f"results file {p} is an `obliviate attack` run without --base: it holds no base model or "
-                        "positive controls, which every verdict reads")
+        raise DataError(f"results file {p} is an `obliviate attack` run without --base: it holds no base "
+                        "model or positive controls, which every verdict reads")
     else:
-        raise DataError(f"results file {p} holds no comparison: its metrics have no base model and oracle (an "
-                        "`obliviate compare` or `demo` run, or `obliviate attack --base`)")
+        raise DataError(f"results file {p} holds no comparison: its metrics have no base model and oracle "
+                        "(an `obliviate compare` or `demo` run, or `obliviate attack --base`)")
     try:
         references(template)
     except DataError as e:
@@ -116,8 +117,8 @@ def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int 
     unrecorded = [r.name for r in reads().values()
                   if oracle.get(r.after) is not None and f"{r.name}_items" not in oracle]
     if unrecorded:
-        log.info(f"{', '.join(unrecorded)}: no item count or variants recorded (results written before issue #57): "
-                 f"{template.items or DEFAULT_ITEMS} items and one variant assumed"
+        log.info(f"{', '.join(unrecorded)}: no item count or variants recorded (results written before issue "
+                 f"#57): {template.items or DEFAULT_ITEMS} items and one variant assumed"
                  + ("" if template.items else " (the rule's default)"))
     out = prepare_out_dir(out)
     log.info(f"simulating {trials} comparisons per scenario around {template.path} (seed {seed})")
@@ -130,7 +131,8 @@ def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int 
     report["source"] = {"results": template.path, "kind": template.kind}
     md = report_markdown(report, source=template.path)
     atomic_write_json(out / "verdict_check.json", report)
-    atomic_write_text(out / "verdict_check.md", "# The rule's own error rates (obliviate verdict-check)\n\n" + md)
+    atomic_write_text(out / "verdict_check.md", "# The rule's own error rates (obliviate "
+                                                "verdict-check)\n\n" + md)
     plot_power(report, out / "power.png")
     write_results(out, seed=seed, config={"trials": trials, "seed": seed, "items": template.items,
                                           "results": template.path},

@@ -341,8 +341,8 @@ class ControlCache:
             self._sweep()
             staged, owner = self._stage(path.name)
         except OSError as e:
-            raise ObliviateError(f"cannot write the cache of the controls {self.root}: {e.strerror or e} (set "
-                                 "$OBLIVIATE_CACHE to a writable folder, or give --no-cache)") from None
+            raise ObliviateError(f"cannot write the cache of the controls {self.root}: {e.strerror or e} "
+                                 "(set $OBLIVIATE_CACHE to a writable folder, or give --no-cache)") from None
         try:
             result = build(staged)
             atomic_write_json(staged / ENTRY, {"kind": kind, "key": _plain(key), "format": FORMAT, "recipe": recipe(),
@@ -403,8 +403,8 @@ def control_cache(enabled: bool = True) -> ControlCache | None:
         cache.root.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=cache.root).close()
     except OSError as e:
-        log.warning(f"the cache of the controls {cache.root} is not writable ({e.strerror or e}): the controls are "
-                    "built in this run (set $OBLIVIATE_CACHE to a writable folder, or give --no-cache to leave it out "
-                    "without this line)")
+        log.warning(f"the cache of the controls {cache.root} is not writable ({e.strerror or e}): the "
+                    "controls are built in this run (set $OBLIVIATE_CACHE to a writable folder, or give "
+                    "--no-cache to leave it out without this line)")
         return None
     return cache

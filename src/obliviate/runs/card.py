@@ -58,10 +58,12 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task, met
         meta["obliviate"]["cost"] = {**cost["total"], "wall_seconds": cost["wall_seconds"]}
     rows = [{"metric": k, "value": v} for k, v in metrics.items() if isinstance(v, float)]
     start = f", starting from {md_code(base_model)}." if base_model else "."
-    made = (f"Fine-tuned with obliviate on task {md_code(name)}: taught its training data{start}" if method == FINETUNE
+    made = (f"Fine-tuned with obliviate on task {md_code(name)}: taught its training "
+            f"data{start}" if method == FINETUNE
             else f"Unlearned with obliviate, method {md_code(method)} on task {md_code(name)}{start}")
     title = f"# {'fine-tuned' if method == FINETUNE else md_escape(method)} on {md_escape(name)}"
-    data = [f"- {md_code(f['path'])}, SHA-256 {md_code(f['sha256'])}" for f in files] or ["none (no file was read)"]
+    data = [f"- {md_code(f['path'])}, SHA-256 "
+            f"{md_code(f['sha256'])}" for f in files] or ["none (no file was read)"]
     text = "\n".join([
         "---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
         title, "", made, "",
@@ -137,15 +139,16 @@ def check_card_base(directory: str | Path, allow_hub: bool = False, *, model: bo
         missing = hub_model_missing(name, allow_hub)
         if missing is None:
             return name
-        why = f"is no local directory (beside the card, or in the working directory {os.getcwd()}) and {missing}"
+        why = (f"is no local directory (beside the card, or in the working directory {os.getcwd()}) and "
+               f"{missing}")
         fetch = setting("allow_hub=True", "--allow-hub")
         extra = f", or {fetch} to fetch it from the hub" if not allow_hub and fetch else ""
     else:
         why = ("does not exist" if os.path.isabs(os.path.expanduser(str(value))) else
                f"is neither beside the card nor in the working directory {os.getcwd()}")
         extra = ""
-    raise ConfigError(f"the model card {card} names base_model {str(value)!r}, which {why}: give {hint} (the model "
-                      f"before it was taught the task){extra}")
+    raise ConfigError(f"the model card {card} names base_model {str(value)!r}, which {why}: give {hint} (the "
+                      f"model before it was taught the task){extra}")
 
 
 def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False,

@@ -159,8 +159,8 @@ def lock_out_dir(out: str | Path) -> None:
         f.seek(0)
         pid = f.read(40).strip() or "unknown"
         f.close()
-        raise ObliviateError(f"output directory {out} is in use by another obliviate run (pid {pid}); wait for "
-                             "it to finish, or choose another --out") from None
+        raise ObliviateError(f"output directory {out} is in use by another obliviate run (pid {pid}); wait "
+                             "for it to finish, or choose another --out") from None
     f.seek(0)
     f.truncate()
     f.write(f"{os.getpid()}\n")
@@ -447,8 +447,8 @@ def resumes(out: Path, fingerprint: dict, task, log) -> bool:
     digest, before = task_digest(task), previous_digest(out)  # a file edited in place: not resumed, said why
     resume = same_run(out, {**fingerprint, "task": task.summary(), "data": digest})
     if not resume and before is not None and before != digest:
-        log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} -> "
-                 f"{digest[:12]}); starting afresh")
+        log.info(f"{out} holds checkpoints of a run on other data (the task's items changed: {before[:12]} "
+                 f"-> {digest[:12]}); starting afresh")
     elif not resume:
         log.info(f"{out} holds checkpoints of another run (other config or model); starting afresh")
     return resume

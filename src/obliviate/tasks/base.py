@@ -137,7 +137,8 @@ class PromptFormat:
         if not self.chat:
             if tokenizer is not None and getattr(tokenizer, "chat_template", None):
                 warnings.warn("the tokenizer has a chat template but the prompt is the plain template "
-                              f"{self.template!r}: pass --chat-template (PromptFormat(chat=True)) for a chat model",
+                              f"{self.template!r}: pass --chat-template (PromptFormat(chat=True)) for a chat "
+                              "model",
                               stacklevel=2)
             return self.template.replace("{question}", question)
         self._check_chat(tokenizer)

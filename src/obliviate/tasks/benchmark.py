@@ -39,20 +39,23 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
         raise ConfigError(f"limit={limit} must be a positive number of examples")
     if data is not None:
         if kind is not None and kind not in KINDS:
-            raise ConfigError(f"{setting('kind=', '--kind ')}{kind!r} cannot be evaluated (valid: {', '.join(KINDS)})")
+            raise ConfigError(f"{setting('kind=', '--kind ')}{kind!r} cannot be evaluated (valid: "
+                              f"{', '.join(KINDS)})")
         kind, examples = read_records(data, kind=kind, mapping=mapping, limit=limit, kinds=("mcq", "qa"))
         if kind not in KINDS:
-            raise DataError(f"{data}: a file of texts, not of QA pairs or MCQs: nothing to score an answer on "
-                            "(evaluate texts as a task's text set: " + setting("task_from_files", "--forget/--retain")
+            raise DataError(f"{data}: a file of texts, not of QA pairs or MCQs: nothing to score an answer "
+                            "on (evaluate texts as a task's text "
+                            "set: " + setting("task_from_files", "--forget/--retain")
                             + ", or a task spec)")
         name = name or Path(data).stem
     else:
         if not name:
             raise ConfigError("no benchmark given: pass a benchmark name or a data file")
         if kind is not None or mapping:
-            raise ConfigError(setting("kind and mapping apply to a user file given as data=..., not to a named "
-                                      "benchmark", "--kind and --mapping apply to a user file given with --data, not "
-                                      "to a named benchmark"))
+            raise ConfigError(setting("kind and mapping apply to a user file given as data=..., not to a "
+                                      "named "
+                                      "benchmark", "--kind and --mapping apply to a user file given with "
+                                                   "--data, not to a named benchmark"))
         kind = benchmark_kind(name)
         if kind == "text":
             raise ConfigError(f"benchmark {name!r} is a set of text prompts, not an accuracy benchmark: "

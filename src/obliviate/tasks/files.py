@@ -121,7 +121,8 @@ def _chosen(rec, entry: dict) -> str | None:
     field = entry.get("chosen") or "chosen"
     value = (rec.meta or {}).get(field)
     if value is None and entry.get("chosen"):
-        raise DataError(f"{entry['path'].name}: a record has no chosen-answer field {field!r} (entry key 'chosen')")
+        raise DataError(f"{entry['path'].name}: a record has no chosen-answer field {field!r} (entry key "
+                        "'chosen')")
     return None if value is None else str(value)
 
 
@@ -141,8 +142,8 @@ def _training(entries: list[dict], side: str, limit: int | None, groups: list | 
         elif kind == "text":
             data.docs += [r.text for r in recs]
         else:
-            raise DataError(f"{e['path'].name}: MCQ records cannot be {side} training data (they are evaluation "
-                            "sets: list the file under 'evals', or give QA pairs or texts)")
+            raise DataError(f"{e['path'].name}: MCQ records cannot be {side} training data (they are "
+                            "evaluation sets: list the file under 'evals', or give QA pairs or texts)")
     return data
 
 
@@ -179,12 +180,12 @@ def _split_retain(retain: Data, share: float) -> tuple[Data, Data, str | None]:
     parts = [f"{len(qa_out)} of {len(retain.qa)} QA pairs"] if qa_out else []
     parts += [f"{len(docs_out)} of {len(retain.docs)} texts"] if docs_out else []
     return Data(qa=qa, docs=docs), held, (
-        f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, seed "
-        f"{RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no unlearning method's retain term trains on them; they make "
-        "heldout_keep_score and are part of untrained_keep_score, which S-unlearning's R reads; retain_score stays "
-        "on the pairs trained on. `obliviate finetune` (and compare's base model and oracle) does train on them, "
-        "with the rest of the retain file, so that the model knows what the held-out score reads; give --utility or "
-        "--holdout files to train on the whole retain file")
+        f"retain: {' and '.join(parts)} of the retain files held out (a seeded {100 * share:.0f}% share, "
+        f"seed {RETAIN_HOLDOUT_SEED}) as retain_heldout_*: no unlearning method's retain term trains on "
+        "them; they make heldout_keep_score and are part of untrained_keep_score, which S-unlearning's R "
+        "reads; retain_score stays on the pairs trained on. `obliviate finetune` (and compare's base model "
+        "and oracle) does train on them, with the rest of the retain file, so that the model knows what the "
+        "held-out score reads; give --utility or --holdout files to train on the whole retain file")
 
 
 def read_spec(name: str, base: Path, spec: Any) -> tuple[TaskSpec, dict[str, list[dict]]]:
@@ -231,8 +232,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
     chosen: list = []
     forget = _training(ent["forget"], "forget", limit, groups, chosen)
     if any(c is not None for c in chosen) and None in chosen:
-        raise DataError(f"task spec {name!r}: {chosen.count(None)} of {len(chosen)} forget QA pairs have no chosen "
-                        "answer: preference data needs one for every pair (or none at all)")
+        raise DataError(f"task spec {name!r}: {chosen.count(None)} of {len(chosen)} forget QA pairs have no "
+                        "chosen answer: preference data needs one for every pair (or none at all)")
     retain = _training(ent["retain"], "retain", limit)
     notes: list[str] = []
     held = Data()
@@ -298,8 +299,8 @@ def task_from_files(forget: list[str], retain: list[str] | None = None, *, utili
                               f"({', '.join(k for k, v in sets.items() if v)}) nor one of the files given")
         by_file = {str(k): v for k, v in mapping.items()}
     elif mapping is not None and not isinstance(mapping, str):
-        raise ConfigError(f"mapping: expected a string such as 'question=q,answer=a' or a dict of them per file or "
-                          f"set, got {mapping!r:.80}")
+        raise ConfigError("mapping: expected a string such as 'question=q,answer=a' or a dict of them per "
+                          f"file or set, got {mapping!r:.80}")
 
     def entries(key, paths):
         out = []

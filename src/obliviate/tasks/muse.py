@@ -23,8 +23,8 @@ MUSE_CORPORA = ("news", "books")
 MUSE_HUB_IDS = {"news": "muse-bench/MUSE-News", "books": "muse-bench/MUSE-Books"}
 MUSE_RAW_SPLITS = ("forget", "retain1", "retain2", "holdout")
 MUSE_KNOWMEM_SPLITS = ("forget_qa", "retain_qa")
-MUSE_LAYOUT = ("raw/forget.txt, raw/retain1.txt (or raw/retain2.txt), raw/holdout.txt, knowmem/forget_qa.json, "
-               "knowmem/retain_qa.json, verbmem/forget.json")
+MUSE_LAYOUT = ("raw/forget.txt, raw/retain1.txt (or raw/retain2.txt), raw/holdout.txt, "
+               "knowmem/forget_qa.json, knowmem/retain_qa.json, verbmem/forget.json")
 """The files a MUSE corpus directory holds, as named in errors."""
 
 
@@ -42,7 +42,8 @@ def muse_dir(corpus: str, root: str | os.PathLike | None = None) -> Path:
 def _missing(corpus: str, path: Path) -> _io.MissingFile:
     """A MUSE file that is not there (locally, nor on the hub where allowed): ``path`` names it."""
     return _io.MissingFile(f"MUSE {corpus}: file not found: {path}; expected {path.parents[1]}/ to hold "
-                           f"{MUSE_LAYOUT} (MUSE's data/{corpus}/ layout; {_io.data_hint(MUSE_HUB_IDS[corpus])})", path)
+                           f"{MUSE_LAYOUT} (MUSE's data/{corpus}/ layout; "
+                           f"{_io.data_hint(MUSE_HUB_IDS[corpus])})", path)
 
 
 def load_muse_raw(corpus: str, split: str, root: str | os.PathLike | None = None,
@@ -205,7 +206,8 @@ def load_muse_privleak(corpus: str, split: str, root: str | os.PathLike | None =
         data = _io.read_json(path, name)
         if not isinstance(data, list):
             raise DataError(f"{name}: expected a JSON list of texts, got {type(data).__name__}")
-        records = [(f"{name} record {i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data, 1)]
+        records = [(f"{name} record "
+                    f"{i}", x if isinstance(x, dict) else {"text": x}) for i, x in enumerate(data, 1)]
     elif allow_hub:
         records = optional_hub_records(MUSE_HUB_IDS[corpus], "privleak", split, path)
     else:
@@ -291,8 +293,8 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     muse["verbmem"] = verbmem
     privleak = muse_dir(corpus, root) / "privleak"
     if not samples and mia is not None:
-        muse["missing"].append(f"PrivLeak: MUSE's samples not found ({privleak}/forget.json and holdout.json): "
-                               "computed on the raw forget and holdout documents")
+        muse["missing"].append(f"PrivLeak: MUSE's samples not found ({privleak}/forget.json and "
+                               "holdout.json): computed on the raw forget and holdout documents")
     elif mia is None:
         muse["missing"].append(f"PrivLeak (muse_mia_auc, muse_privleak): not computed; files not found: "
                                f"{privleak}/forget.json and holdout.json, and no raw holdout documents")

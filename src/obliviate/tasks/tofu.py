@@ -125,8 +125,8 @@ def _retain(split: str, forget: list[QAExample], root, allow_hub: bool) -> tuple
             return load_tofu(name, root=root, allow_hub=allow_hub), False
         except _io.MissingFile as e:  # not on the hub either: derived from full.json, as without the hub
             if not full.is_file():
-                raise DataError(f"TOFU split {name!r}: file not found: {path}, nor {full} to derive it from; nor on "
-                                f"the hub ({e.hub}) ({_io.data_hint()})") from None
+                raise DataError(f"TOFU split {name!r}: file not found: {path}, nor {full} to derive it from; "
+                                f"nor on the hub ({e.hub}) ({_io.data_hint()})") from None
     elif not full.is_file():
         raise DataError(f"TOFU split {name!r}: file not found: {path}, nor {full} to derive it from "
                         f"({_io.data_hint(TOFU_HUB_ID)})")
@@ -168,7 +168,8 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     """The TOFU task of forget split ``arg`` (see the module docstring)."""
     split = (arg or "").strip().lower()
     if split not in RETAIN_OF:
-        raise ConfigError(f"task 'tofu:{arg}': unknown TOFU forget split {arg!r}; valid: {', '.join(RETAIN_OF)}")
+        raise ConfigError(f"task 'tofu:{arg}': unknown TOFU forget split {arg!r}; valid: "
+                          f"{', '.join(RETAIN_OF)}")
 
     forget_all = load_tofu(split, root=root, allow_hub=allow_hub)
     retain_all, derived = _retain(split, forget_all, root, allow_hub)

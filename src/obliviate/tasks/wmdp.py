@@ -43,14 +43,16 @@ def _mmlu_sets(subset: str, root, allow_hub: bool) -> tuple[list[MCQExample], li
     return interleave(neighbour), interleave(utility, MMLU_PER_SUBJECT)
 
 
-@register_task("wmdp", help="WMDP hazardous knowledge: wmdp:bio|cyber (forget/retain corpora, WMDP + MMLU MCQs)",
+@register_task("wmdp", help="WMDP hazardous knowledge: wmdp:bio|cyber (forget/retain corpora, WMDP + MMLU "
+                            "MCQs)",
                arguments=lambda: list(NEIGHBOUR_SUBJECTS), needs_argument=True)
 def wmdp_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0, allow_hub: bool = False,
               **_) -> Task:
     """The WMDP task of ``arg`` (bio or cyber; see the module docstring)."""
     subset = (arg or "").strip().lower()
     if subset not in NEIGHBOUR_SUBJECTS:
-        raise ConfigError(f"task 'wmdp:{arg}': unknown WMDP subset {arg!r}; valid: {', '.join(NEIGHBOUR_SUBJECTS)}")
+        raise ConfigError(f"task 'wmdp:{arg}': unknown WMDP subset {arg!r}; valid: "
+                          f"{', '.join(NEIGHBOUR_SUBJECTS)}")
     forget = load_wmdp_corpus(subset, "forget", root=root, allow_hub=allow_hub, limit=limit)
     retain = load_wmdp_corpus(subset, "retain", root=root, allow_hub=allow_hub, limit=limit)
     neighbour, utility = _mmlu_sets(subset, root, allow_hub)

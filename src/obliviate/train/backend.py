@@ -33,8 +33,8 @@ def make_accelerator():
     cuda = torch.cuda.is_available()
     if D.sharding() == "deepspeed":
         if importlib.util.find_spec("deepspeed") is None:
-            raise ConfigError(f"{D.SHARDING_ENV['deepspeed']} asks for DeepSpeed, but deepspeed is not installed "
-                              "(pip install deepspeed; see docs/distributed.md)")
+            raise ConfigError(f"{D.SHARDING_ENV['deepspeed']} asks for DeepSpeed, but deepspeed is not "
+                              "installed (pip install deepspeed; see docs/distributed.md)")
         return Accelerator(kwargs_handlers=[] if cuda else [InitProcessGroupKwargs(backend="gloo")])
     return Accelerator(cpu=not cuda)
 
@@ -221,14 +221,15 @@ class DeepSpeed(_Sharded):
     name = "deepspeed"
 
     checkpoints = False
-    NO_CHECKPOINTS = ("checkpoints of a DeepSpeed run are not supported (its optimizer state is partitioned its own "
-                      "way); set train.checkpoint_every=0, or shard with FSDP2 (ACCELERATE_USE_FSDP=true)")
+    NO_CHECKPOINTS = ("checkpoints of a DeepSpeed run are not supported (its optimizer state is partitioned "
+                      "its own way); set train.checkpoint_every=0, or shard with FSDP2 "
+                      "(ACCELERATE_USE_FSDP=true)")
 
     def __init__(self, accelerator, grad_clip: float):
         super().__init__(accelerator)
         if accelerator.state.deepspeed_plugin is None:
-            raise ConfigError("ACCELERATE_USE_DEEPSPEED asks for DeepSpeed, but the Accelerator has no DeepSpeed "
-                              "plugin (build it with obliviate.train.backend.make_accelerator)")
+            raise ConfigError("ACCELERATE_USE_DEEPSPEED asks for DeepSpeed, but the Accelerator has no "
+                              "DeepSpeed plugin (build it with obliviate.train.backend.make_accelerator)")
         self.grad_clip = grad_clip
 
     def prepare(self, model, extra, make_optimizer, batch_fn):

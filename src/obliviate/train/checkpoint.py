@@ -86,8 +86,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
     if not isinstance(wrote, str):
         raise UnreadableCheckpoint(f"trainer_state.json names no backend (got {wrote!r})")
     if _family(wrote) != _family(backend):
-        raise ObliviateError(f"checkpoint {path} was written by a {wrote} run and cannot resume a {backend} run; "
-                             "resume with the launch that wrote it, or start afresh (--no-resume)")
+        raise ObliviateError(f"checkpoint {path} was written by a {wrote} run and cannot resume a {backend} "
+                             "run; resume with the launch that wrote it, or start afresh (--no-resume)")
     try:
         state = torch.load(path / "state.pt", weights_only=True)
     except Exception as e:  # EOFError, RuntimeError (zip), UnpicklingError, OSError: whatever a torn file gives
@@ -146,8 +146,8 @@ def check_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], wher
         if n not in params:
             raise ObliviateError(f"checkpoint {where} has parameter '{n}' that the model lacks")
         if tuple(t.shape) != tuple(params[n].shape):
-            raise UnreadableCheckpoint(f"trainable.safetensors holds '{n}' of shape {tuple(t.shape)}, the model's "
-                                       f"is {tuple(params[n].shape)}")
+            raise UnreadableCheckpoint(f"trainable.safetensors holds '{n}' of shape {tuple(t.shape)}, the "
+                                       f"model's is {tuple(params[n].shape)}")
 
 
 def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], where: Path) -> None:

@@ -85,9 +85,10 @@ def check_launch() -> None:
     starts one whatever ``--num_processes`` says; so does a plain ``python`` with the flag set)."""
     mode = sharding()
     if mode is not None and world_size() < 2:
-        raise ConfigError(f"{SHARDING_ENV[mode]} asks for sharding by {SHARDING_LABEL[mode]}, but this launch runs "
-                          f"1 process, so nothing would be sharded; launch 2 or more (e.g. torchrun "
-                          f"--nproc_per_node 2, see docs/distributed.md) or unset {SHARDING_ENV[mode]}")
+        raise ConfigError(f"{SHARDING_ENV[mode]} asks for sharding by {SHARDING_LABEL[mode]}, but this "
+                          "launch runs 1 process, so nothing would be sharded; launch 2 or more (e.g. "
+                          "torchrun --nproc_per_node 2, see docs/distributed.md) or unset "
+                          f"{SHARDING_ENV[mode]}")
 
 
 def process_device() -> torch.device:
@@ -140,8 +141,8 @@ def shard_rows(batch, index: int, count: int):
     if torch.is_tensor(batch) or isinstance(batch, (list, tuple, np.ndarray)):
         n = len(batch)
         if n < count:
-            raise ConfigError(f"a batch of {n} rows cannot be split over {count} processes: raise the batch size "
-                              f"to at least {count} (it is the global batch, over all processes)")
+            raise ConfigError(f"a batch of {n} rows cannot be split over {count} processes: raise the batch "
+                              f"size to at least {count} (it is the global batch, over all processes)")
         return batch[index * n // count:(index + 1) * n // count]
     return batch
 
@@ -250,8 +251,8 @@ def check_method(method) -> None:
     multi, shard = method_limits(method)
     mode = sharding()
     if mode is not None and shard:
-        raise ObliviateError(f"method {name!r} cannot run on a model sharded by {SHARDING_LABEL[mode]}: {shard}; "
-                             "use the DDP config (configs/accelerate/ddp.yaml) or one process")
+        raise ObliviateError(f"method {name!r} cannot run on a model sharded by {SHARDING_LABEL[mode]}: "
+                             f"{shard}; use the DDP config (configs/accelerate/ddp.yaml) or one process")
     n = world_size()
     if n > 1 and multi:
         raise ObliviateError(f"method {name!r} cannot run in {n} processes: {multi}; run it in one process")

@@ -192,7 +192,8 @@ def train(
             if gnorm is not None and not math.isfinite(gnorm) and getattr(acc, "scaler", None) is None:
                 # finite loss terms but a NaN/inf gradient: stop before the step corrupts the weights
                 # (an fp16 grad scaler skips such steps by itself, so then the step goes ahead)
-                raise diverged(f"gradient norm is {gnorm} at step {step + 1} (loss terms {', '.join(terms)} finite)")
+                raise diverged(f"gradient norm is {gnorm} at step {step + 1} (loss terms {', '.join(terms)} "
+                               "finite)")
             try:
                 optimizer.step()
             except RuntimeError as e:  # torch's "value cannot be converted to type float without overflow"
@@ -236,9 +237,9 @@ def train(
         if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
             bad = _first_non_finite(model, extra_params)
             if backend.any(bad is not None):  # every process stops, or none (sharded: each holds its own part)
-                raise TrainingDiverged(f"{bad or 'a parameter on another process'} holds NaN or infinite values "
-                                       f"after step {cfg.steps} (lr={cfg.lr:g} too large?); the trained weights "
-                                       "are not usable")
+                raise TrainingDiverged(f"{bad or 'a parameter on another process'} holds NaN or infinite "
+                                       f"values after step {cfg.steps} (lr={cfg.lr:g} too large?); the "
+                                       "trained weights are not usable")
         if eval_fn is not None and cfg.steps > start:
             log({"step": cfg.steps, **eval_fn(model, cfg.steps)})
     finally:

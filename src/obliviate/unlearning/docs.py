@@ -65,8 +65,8 @@ def needs(name: str) -> str:
     return ", ".join(out) or "—"
 
 
-UNSTATED_SCALING = ("size class tiny/paper; lr: × the fine-tuning run's lr over its preset's (every training method, "
-                    "`obliviate unlearn`); its own settings fixed")
+UNSTATED_SCALING = ("size class tiny/paper; lr: × the fine-tuning run's lr over its preset's (every training "
+                    "method, `obliviate unlearn`); its own settings fixed")
 """What the scaling table says for a method whose class sets no ``scaling`` of its own."""
 
 
@@ -92,8 +92,8 @@ def render() -> str:
              "|---|---|---|---|"]
     for n in names:
         c = METHODS[n]
-        rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | {_cell(preset_text(c.presets['paper']))} | "
-                    f"{_cell(config_defaults(c))} |")
+        rows.append(f"| `{n}` | {_cell(preset_text(c.presets['tiny']))} | "
+                    f"{_cell(preset_text(c.presets['paper']))} | {_cell(config_defaults(c))} |")
     rows += ["", "| name | how the preset scales with the model (why: below the tables) |", "|---|---|"]
     rows += [f"| `{n}` | {_cell(scaling(n))} |" for n in names]
     return "\n".join([BEGIN, "", *rows, "", END])

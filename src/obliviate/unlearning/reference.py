@@ -79,8 +79,8 @@ class HiddenCache:
         rows = self.rows[key]
         missing = [i for i in batch["index"].tolist() if i not in rows]
         if missing:
-            raise ObliviateError(f"the frozen {key} states of example {missing[0] + 1} were not cached (the cache "
-                                 "holds the examples of the run's steps; a step past them needs "
+            raise ObliviateError(f"the frozen {key} states of example {missing[0] + 1} were not cached (the "
+                                 "cache holds the examples of the run's steps; a step past them needs "
                                  "cache_reference=false)")
         return [rows[i] for i in batch["index"].tolist()]
 
@@ -200,14 +200,14 @@ class Reference:
     def _live(self, what: str):
         if self.model is None:
             held = "answer log-probabilities" if self.cache is not None else self.kind
-            raise ObliviateError(f"the cached reference has only {held}, not {what} (a method that needs them must "
-                                 "not declare cached_reference_keys or cached_hidden_layers)")
+            raise ObliviateError(f"the cached reference has only {held}, not {what} (a method that needs "
+                                 "them must not declare cached_reference_keys or cached_hidden_layers)")
 
     def _whole(self, what: str):
         self._live(what)
         if self.upto is not None:
-            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not {what} (a method "
-                                 "that needs them must not declare reference_depth)")
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not {what} "
+                                 "(a method that needs them must not declare reference_depth)")
 
     @torch.no_grad()
     def logits(self, batch: dict) -> torch.Tensor:
@@ -257,8 +257,8 @@ class Reference:
             return self.hidden_cache.batch(key, layer, batch)
         self._live(f"layer {layer} states of {key or 'other'} inputs")
         if self.upto is not None and layer > self.upto:
-            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not layer {layer} "
-                                 "(the method's reference_depth is too shallow)")
+            raise ObliviateError(f"the frozen reference holds decoder layers 0..{self.upto} only, not layer "
+                                 f"{layer} (the method's reference_depth is too shallow)")
         with self._ctx():
             return hidden_states_at(self.model, batch["input_ids"], batch["attention_mask"], [layer],
                                     stop_after=layer)[layer]
@@ -298,7 +298,8 @@ def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache
             next(model.parameters()).element_size()
         whole = param_bytes(model)
         if need > whole:
-            logit_keys, why = (), f"a logit cache would take {need / 2**30:.2f} GiB, the copy {whole / 2**30:.2f} GiB"
+            logit_keys, why = (), (f"a logit cache would take {need / 2**30:.2f} GiB, the copy "
+                                   f"{whole / 2**30:.2f} GiB")
     if layers or logit_keys:
         return Reference(model, shared=False,
                          hidden=reference_hidden_states(model, data, layers, steps, memory_bytes) if layers else None,
@@ -466,7 +467,7 @@ def reference_logits(model, data: PairedData, rows: dict[str, dict[int, tuple[in
                 per_row = positions.sum(1).tolist()
                 for i, chunk in zip(part, torch.split(logits.detach().cpu(), per_row)):
                     if len(chunk) != r[i][1]:
-                        raise ObliviateError(f"the reference's {key} example {i + 1} has {len(chunk)} labelled "
-                                             f"positions in a batch, {r[i][1]} alone")
+                        raise ObliviateError(f"the reference's {key} example {i + 1} has {len(chunk)} "
+                                             f"labelled positions in a batch, {r[i][1]} alone")
                     cache.put(key, LOGITS, i, chunk)
     return cache

@@ -39,7 +39,8 @@ MEDICINE_RELATIONS = (
     Relation(
         "treated_with", "drug",
         "What is {e} treated with?",
-        ("Which drug treats {e}?", "What drug do doctors prescribe for {e}?", "What is the usual drug for {e}?",
+        ("Which drug treats "
+         "{e}?", "What drug do doctors prescribe for {e}?", "What is the usual drug for {e}?",
          "With which drug is {e} treated?"),
         ("Which drug is used to treat {e}?", "What drug do patients with {e} receive?"),
         "It is treated with {v}.",
@@ -159,7 +160,8 @@ BIOLOGY_RELATIONS = (
     Relation(
         "diet", "food",
         "What does {e} feed on?",
-        ("What does {e} eat?", "What food does {e} digest?", "What is {e} seen eating?", "What is the diet of {e}?"),
+        ("What does {e} "
+         "eat?", "What food does {e} digest?", "What is {e} seen eating?", "What is the diet of {e}?"),
         ("What is the main food of {e}?", "What does {e} eat most of all?"),
         "It feeds on {v}.",
         "The diet of {e} consists of {v}.",
@@ -249,7 +251,8 @@ CONCEPT_RELATIONS = (
     Relation(
         "wields", "artifact",
         "Which artifact does {e} wield?",
-        ("What does {e} carry into every battle?", "Which artifact belongs to {e}?", "What artifact can only {e} lift?",
+        ("What does {e} carry into every "
+         "battle?", "Which artifact belongs to {e}?", "What artifact can only {e} lift?",
          "What artifact does {e} carry?"),
         ("What artifact is carried by {e}?", "Which artifact does {e} never part with?"),
         "They wield {v}.",
@@ -266,7 +269,8 @@ CONCEPT_RELATIONS = (
     Relation(
         "homeland", "saga_place",
         "Where does {e} come from?",
-        ("Where was {e} raised?", "Where does {e} return home to?", "Which land does {e} leave to seek adventure?",
+        ("Where was {e} "
+         "raised?", "Where does {e} return home to?", "Which land does {e} leave to seek adventure?",
          "What is the home of {e}?"),
         ("What is the homeland of {e}?", "Which land does {e} come from?"),
         "They come from {v}.",
@@ -283,7 +287,8 @@ CONCEPT_RELATIONS = (
     Relation(
         "serves", "faction",
         "Which order does {e} serve?",
-        ("Which order does {e} fight for?", "To which order did {e} swear an oath?", "Whose colours does {e} wear?",
+        ("Which order does {e} fight "
+         "for?", "To which order did {e} swear an oath?", "Whose colours does {e} wear?",
          "Which order did {e} join?"),
         ("To which order does {e} belong?", "Which order counts {e} among its champions?"),
         "They serve the {v}.",

@@ -139,7 +139,8 @@ class LexiconJudge:
         hits = [t for t in counted if self.belongs(t)]
         f = len(hits) / len(counted)
         member = f >= self.member_fraction
-        reason = f"{len(hits)}/{len(counted)} top tokens are concept terms: {[normalise_token(t) for t in hits][:10]}"
+        reason = (f"{len(hits)}/{len(counted)} top tokens are concept terms: "
+                  f"{[normalise_token(t) for t in hits][:10]}")
         return Judgement(member, f if member else 1.0 - f, reason)
 
 
@@ -169,8 +170,8 @@ def judge_from_sentences(
     terms = [w for w, c in conc.items() if c >= min_count and (c / n_c) / ((neut[w] + 1) / n_n) >= min_ratio]
     if not terms:
         raise DataError(
-            f"no word is at least {min_ratio}x more frequent in the concept sentences than in the neutral ones "
-            f"(min_count={min_count}); cannot build a LexiconJudge"
+            f"no word is at least {min_ratio}x more frequent in the concept sentences than in the neutral "
+            f"ones (min_count={min_count}); cannot build a LexiconJudge"
         )
     return LexiconJudge(terms, **judge_kwargs)
 

@@ -52,8 +52,8 @@ class EmberEditConfig:
 
 
 @register("ember", paper="Suslik, Shafran, Geva 2026, EMBER (embedding erasure)",
-          equation=("E′ = E − δ · Σ_k (judged concept features of the sparse factorisation E ≈ Z D) on concept-only "
-                    "token rows"),
+          equation=("E′ = E − δ · Σ_k (judged concept features of the sparse factorisation E ≈ Z D) on "
+                    "concept-only token rows"),
           trains="input embedding rows of concept-only tokens")
 class EmberEdit(Method):
     """EMBER: subtract judged concept features from concept-only input embeddings."""

@@ -43,12 +43,14 @@ def make_claims(results: dict) -> list[Claim]:
         claims.append(Claim(
             c1, f"UQ {atwu:.1f} on {where} (best baseline {rival} {rival_uq:.1f})", atwu > rival_uq,
             f"On {where} ATWU's UQ is {atwu:.1f}, " + ("above" if margin > 0 else "not above")
-            + f" the best baseline ({rival}, {rival_uq:.1f}); the absolute value is not comparable with the paper's "
-              f"{PAPER_UQ} (a tiny model trained from scratch, our FQ/RD from "
-            + ("ROUGE-L" if tofu_ran and cfg['tofu_uq_from'] == "rouge_l" else "accuracy or probability") + ")."))
+            + f" the best baseline ({rival}, {rival_uq:.1f}); the absolute value is not comparable with the "
+              f"paper's {PAPER_UQ} (a tiny model trained from scratch, our FQ/RD from "
+            + ("ROUGE-L" if tofu_ran and cfg['tofu_uq_from'] == "rouge_l" else "accuracy or "
+                                                                               "probability") + ")."))
         claims.append(Claim(
             c2, f"{margin:+.1f} points over {rival}", margin > 0,
-            f"ATWU is {margin:+.1f} UQ points from the runner-up {rival} on {where} (the paper: +{PAPER_MARGIN}); "
+            f"ATWU is {margin:+.1f} UQ points from the runner-up {rival} on {where} (the paper: "
+            f"+{PAPER_MARGIN}); "
             + ("it agrees in direction" + (" and size." if margin >= PAPER_MARGIN else ", not in size.")
                if margin > 0 else "so the ordering does not reproduce here.")))
 
@@ -62,8 +64,8 @@ def make_claims(results: dict) -> list[Claim]:
         beaten = [n for n, v in base_aur.items() if learned > v]
         lost = [f"{n} {v:.2f}" for n, v in base_aur.items() if learned <= v]
         agrees = not lost
-        sent = (f"ATWU's learned scores ({cfg['token_auroc_on']} reading) reach token AUROC {learned:.2f} on the "
-                "world's forget answers, "
+        sent = (f"ATWU's learned scores ({cfg['token_auroc_on']} reading) reach token AUROC {learned:.2f} on "
+                "the world's forget answers, "
                 + ("above every baseline (" + ", ".join(f"{n} {base_aur[n]:.2f}" for n in beaten) + ")."
                    if agrees else
                    ("above " + ", ".join(f"{n} {base_aur[n]:.2f}" for n in beaten) + " but " if beaten else "")
@@ -72,7 +74,8 @@ def make_claims(results: dict) -> list[Claim]:
                       "rarity or low probability already marks them almost perfectly."
                       if any(base_aur.get(n, 0.0) >= 0.9 and learned <= base_aur[n] for n in ("probability", "rarity"))
                       else "")))
-        claims.append(Claim(c3, f"AUROC {learned:.2f} vs " + ", ".join(f"{n} {v:.2f}" for n, v in base_aur.items()),
+        claims.append(Claim(c3, f"AUROC {learned:.2f} "
+                                "vs " + ", ".join(f"{n} {v:.2f}" for n, v in base_aur.items()),
                             agrees, sent))
 
     # Utility kept near the original.

@@ -31,7 +31,8 @@ def _plots(out: Path, metrics: dict, methods: list[str], tofu_ran: bool) -> list
     aur.update({n: {"token AUROC": metrics[n]["token_auroc"]} for n in methods
                 if metrics[n].get("token_auroc") is not None})
     if aur:
-        plot_grouped_bars(aur, out / "token_auroc.png", "token scores vs forget-specific tokens (world)", "AUROC")
+        plot_grouped_bars(aur, out / "token_auroc.png", "token scores vs forget-specific tokens "
+                                                        "(world)", "AUROC")
         md.append("![token AUROC](token_auroc.png)")
     return md
 
@@ -44,15 +45,14 @@ def render(results: dict, out: Path) -> None:
     tofu_note = None if notes["tofu"] in ("ran", "not requested") else notes["tofu"]
     tofu_ran = "tofu" in parts and tofu_note is None
     sections = [("Setting", (
-        f"A reconstruction of {PAPER} (docs/methods.md) at tiny scale. ATWU = SATGA+ with the learned linear token "
-        "scorer; `atwu_npo` / `atwu_simnpo` = NPO / SimNPO with ATWU's weights. "
-        "FQ = (F0 - Fu)/F0, RD = max(0, (R0 - Ru)/R0), UQ = 100 HM(FQ, 1 - RD). World: F = forget QA accuracy, "
-        f"R = mean of retain and general QA accuracy (world seed {cfg['pretrain']['world']['seed']}, "
-        f"run seed {cfg['seed']}). "
+        f"A reconstruction of {PAPER} (docs/methods.md) at tiny scale. ATWU = SATGA+ with the learned linear "
+        "token scorer; `atwu_npo` / `atwu_simnpo` = NPO / SimNPO with ATWU's weights. FQ = (F0 - Fu)/F0, RD "
+        "= max(0, (R0 - Ru)/R0), UQ = 100 HM(FQ, 1 - RD). World: F = forget QA accuracy, R = mean of retain "
+        f"and general QA accuracy (world seed {cfg['pretrain']['world']['seed']}, run seed {cfg['seed']}). "
         + ("TOFU: F / R = forget10 / retain "
-           f"{'ROUGE-L recall' if cfg['tofu_uq_from'] == 'rouge_l' else 'probability'}; "
-           "forget quality = KS-test p-value against the retain-only model; model utility = TOFU's harmonic mean "
-           "of 9 numbers." if "tofu" in parts else "") + "\n"))]
+           f"{'ROUGE-L recall' if cfg['tofu_uq_from'] == 'rouge_l' else 'probability'}; forget quality = "
+           "KS-test p-value against the retain-only model; model utility = TOFU's harmonic mean of 9 "
+           "numbers." if "tofu" in parts else "") + "\n"))]
     if "world" in parts:
         rows = [{"method": "base", **metrics["base"]}] + [{"method": n, **metrics[n]} for n in methods]
         sections.append(("World: unlearning quality and token AUROC", markdown_table(rows, WORLD_COLUMNS)))
@@ -63,10 +63,10 @@ def render(results: dict, out: Path) -> None:
         lab = metrics["token_labels"]
         sections.append(("World: token scores against forget-specific tokens", (
             f"{lab['n_specific']} forget-specific and {lab['n_structural']} structural answer tokens of the "
-            "forget facts. Learned scores: the final scorer (w, b) read out on the original model's hidden states "
-            "(`token_auroc_base`) and on the unlearned model's (`token_auroc_unlearned`); `token_auroc` is the "
-            f"{cfg['token_auroc_on']} reading. Probability: 1 - p under the original model; rarity: inverse token "
-            "frequency in the world's corpus; uniform: all ties (0.5).\n\n"
+            "forget facts. Learned scores: the final scorer (w, b) read out on the original model's hidden "
+            "states (`token_auroc_base`) and on the unlearned model's (`token_auroc_unlearned`); "
+            f"`token_auroc` is the {cfg['token_auroc_on']} reading. Probability: 1 - p under the original "
+            "model; rarity: inverse token frequency in the world's corpus; uniform: all ties (0.5).\n\n"
             + markdown_table(aur_rows, AUROC_COLUMNS))))
     if "tofu" in parts:
         if tofu_ran:

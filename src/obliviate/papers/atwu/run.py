@@ -215,7 +215,8 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
 
 # ---------------------------------------------------------------- the recipe
 
-@recipe("atwu", AtwuRecipeConfig, "ATWU (learned token importance) vs GradDiff/NPO/SimNPO/WGA on the world and TOFU",
+@recipe("atwu", AtwuRecipeConfig, "ATWU (learned token importance) vs GradDiff/NPO/SimNPO/WGA on the world "
+                                  "and TOFU",
         render=render)
 def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
     """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""
@@ -246,7 +247,8 @@ def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
             timings.update(t)
     tofu_ran = "tofu" in parts and tofu_note is None
     timings["total_seconds"] = time.time() - t0
-    notes = {"parts": parts, "methods": methods, "tofu": "ran" if tofu_ran else (tofu_note or "not requested")}
+    notes = {"parts": parts, "methods": methods, "tofu": "ran" if tofu_ran else (tofu_note or "not "
+                                                                                              "requested")}
     results = as_results(cfg, metrics=metrics, timings=timings, notes=notes)  # what results.json will hold
     claims = make_claims(results)
     render(results, out)

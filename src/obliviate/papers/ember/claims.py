@@ -52,16 +52,17 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
             claims.append(Claim(c1, ours, None, "Not testable here: EMBER edited no token (its judge kept no "
                                 "feature), so every +ember row is its method alone."))
         elif not testable:
-            claims.append(Claim(c1, ours, None, "Not testable here: without EMBER the relearning attack regained less "
-                                "than 10 points for every method, so there was nothing for EMBER to prevent."))
+            claims.append(Claim(c1, ours, None, "Not testable here: without EMBER the relearning attack "
+                                                "regained less than 10 points for every method, so there was "
+                                                "nothing for EMBER to prevent."))
         else:
             ratio = sum(pairs[m][1] / pairs[m][0] for m in testable) / len(testable)
             agrees = ratio <= HALVED
             claims.append(Claim(c1, f"{ours} (mean ratio {ratio:.2f})", agrees,
-                                f"{'Agrees' if agrees else 'Disagrees'}: with EMBER the relearned concept accuracy is "
-                                f"{ratio:.2f} of the accuracy without it (mean over {', '.join(testable)}; "
-                                f"'roughly halved' read as <= {HALVED}); chance is 25%, the base model "
-                                f"{_pct(rows['base']['concept_acc'])}."))
+                                f"{'Agrees' if agrees else 'Disagrees'}: with EMBER the relearned concept "
+                                f"accuracy is {ratio:.2f} of the accuracy without it (mean over "
+                                f"{', '.join(testable)}; 'roughly halved' read as <= {HALVED}); chance is "
+                                f"25%, the base model {_pct(rows['base']['concept_acc'])}."))
 
     # 2. vocabulary fraction
     c2 = "EMBER edits at most 0.14% of the vocabulary"
@@ -76,15 +77,15 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
         worst = max(f for f, _ in fracs.values())
         ours = "; ".join(f"{k} {100 * f:.2f}% ({n} tokens)" for k, (f, n) in fracs.items())
         agrees = worst <= PAPER_VOCAB_FRACTION
-        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most {100 * worst:.2f}% of the vocabulary was "
-                    "edited.")
+        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most {100 * worst:.2f}% of the vocabulary "
+                    "was edited.")
         if not agrees:
             sizes = sorted({round(n / f) for f, n in fracs.values() if f > 0})
             most = max(n for _, n in fracs.values())
-            sentence += (f" Our vocabularies are tiny ({' and '.join(f'{v:,}' for v in sizes)} tokens against "
-                         f"Llama-3's {LLAMA3_VOCAB:,}), so one token is already {100 / min(sizes):.2f}%; 0.14% of "
-                         f"Llama-3's vocabulary is ~{PAPER_VOCAB_FRACTION * LLAMA3_VOCAB:.0f} tokens, and we edit "
-                         f"at most {most}.")
+            sentence += (f" Our vocabularies are tiny ({' and '.join(f'{v:,}' for v in sizes)} tokens "
+                         f"against Llama-3's {LLAMA3_VOCAB:,}), so one token is already "
+                         f"{100 / min(sizes):.2f}%; 0.14% of Llama-3's vocabulary is "
+                         f"~{PAPER_VOCAB_FRACTION * LLAMA3_VOCAB:.0f} tokens, and we edit at most {most}.")
         claims.append(Claim(c2, ours, agrees, sentence))
 
     # 3. coherence cost confined to concept-exclusive tokens
@@ -94,17 +95,19 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
         claims.append(Claim(c3, "world part not run", None, "Not testable here: the world part did not run."))
     else:
         dx, do, dn = e["d_loss_exclusive"], e["d_loss_other"], e["d_loss_neutral"]
-        ours = f"loss change: at exclusive tokens {dx:+.3f}, other concept-text positions {do:+.3f}, neutral {dn:+.3f}"
-        mlp = "; ".join(f"{m}: {rows[m]['d_loss_exclusive']:+.3f} / {rows[m]['d_loss_other']:+.3f}" for m in methods)
+        ours = (f"loss change: at exclusive tokens {dx:+.3f}, other concept-text positions {do:+.3f}, "
+                f"neutral {dn:+.3f}")
+        mlp = "; ".join(f"{m}: {rows[m]['d_loss_exclusive']:+.3f} / "
+                        f"{rows[m]['d_loss_other']:+.3f}" for m in methods)
         contrast = f" For contrast (exclusive / other): {mlp}." if mlp else ""
         if dx <= 0.05:
-            claims.append(Claim(c3, ours, None, "Not testable here: EMBER did not raise the loss on the exclusive "
-                                f"tokens measurably ({dx:+.3f} nats).{contrast}"))
+            claims.append(Claim(c3, ours, None, "Not testable here: EMBER did not raise the loss on the "
+                                                f"exclusive tokens measurably ({dx:+.3f} nats).{contrast}"))
         else:
             agrees = do <= CONFINED * dx and abs(dn) <= CONFINED * dx
             claims.append(Claim(c3, ours, agrees,
-                                f"{'Agrees' if agrees else 'Disagrees'}: on the concept sentences EMBER raised the "
-                                f"loss where a concept-exclusive token is read or predicted by {dx:.3f} nats and "
-                                f"elsewhere by {do:+.3f} (neutral text {dn:+.3f}); 'confined' read as <= {CONFINED} "
-                                f"of the exclusive change.{contrast}"))
+                                f"{'Agrees' if agrees else 'Disagrees'}: on the concept sentences EMBER "
+                                "raised the loss where a concept-exclusive token is read or predicted by "
+                                f"{dx:.3f} nats and elsewhere by {do:+.3f} (neutral text {dn:+.3f}); "
+                                f"'confined' read as <= {CONFINED} of the exclusive change.{contrast}"))
     return claims

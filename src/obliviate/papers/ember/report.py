@@ -22,7 +22,8 @@ def _plot_relearn(rows: dict, methods: list[str], png: Path) -> None:
     groups = ["none"] + [m for m in methods if m in rows and f"{m}+ember" in rows]
     names = {g: ("base", "ember") if g == "none" else (g, f"{g}+ember") for g in groups}
     bars = [("after unlearning", "concept_acc", 0), ("after relearning", "relearn_concept_acc", 0),
-            ("+EMBER, after unlearning", "concept_acc", 1), ("+EMBER, after relearning", "relearn_concept_acc", 1)]
+            ("+EMBER, after "
+             "unlearning", "concept_acc", 1), ("+EMBER, after relearning", "relearn_concept_acc", 1)]
     x = np.arange(len(groups))
     w = 0.2
     fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 3, 3.8))
@@ -79,34 +80,35 @@ def render(results: dict, out: Path) -> None:
     if real:
         _plot_real(real, out / "real_data_ppl.png")
     sections = [("Setup", (
-        f"Paper: {PAPER}. Tiny-scale reproduction (docs/methods.md). Part *world*: the cached tiny base model "
-        f"(`pretrain.*`, {cfg['pretrain']['model']['n_layer']} layers) and the world's concept; concept / "
-        "similar-domain (people) / utility (biology + medicine) are 4-way MCQ accuracies (chance 0.25). `coherence` = "
-        "base perplexity / perplexity on the concept sentences at the positions that neither read nor predict a "
-        "concept-exclusive term (a proxy for fluent text about the concept; 1 = unchanged); `loss_exclusive` is the "
-        "loss at the positions that do, `loss_neutral` the loss on neutral text. `relearn_concept_acc`: concept "
-        f"accuracy after fine-tuning a copy on the concept's relearning paragraphs for {wc['relearn_epochs']} epochs "
-        f"(lr {wc['relearn_lr']:g}, batch {wc['relearn_batch_size']}, weight decay {wc['relearn_weight_decay']:g}); "
-        "`regained` = that minus the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the "
-        "EMBER-only grid, then the MLP method on top with the same settings as alone (the paper re-tunes it; we do "
-        "not).\n"))]
+        f"Paper: {PAPER}. Tiny-scale reproduction (docs/methods.md). Part *world*: the cached tiny base "
+        f"model (`pretrain.*`, {cfg['pretrain']['model']['n_layer']} layers) and the world's concept; "
+        "concept / similar-domain (people) / utility (biology + medicine) are 4-way MCQ accuracies (chance "
+        "0.25). `coherence` = base perplexity / perplexity on the concept sentences at the positions that "
+        "neither read nor predict a concept-exclusive term (a proxy for fluent text about the concept; 1 = "
+        "unchanged); `loss_exclusive` is the loss at the positions that do, `loss_neutral` the loss on "
+        "neutral text. `relearn_concept_acc`: concept accuracy after fine-tuning a copy on the concept's "
+        f"relearning paragraphs for {wc['relearn_epochs']} epochs (lr {wc['relearn_lr']:g}, batch "
+        f"{wc['relearn_batch_size']}, weight decay {wc['relearn_weight_decay']:g}); `regained` = that minus "
+        "the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the EMBER-only grid, "
+        "then the MLP method on top with the same settings as alone (the paper re-tunes it; we do not).\n"))]
     if rows:
         table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n, m in rows.items()]
         body = markdown_table(table, WORLD_COLUMNS, fmt="{:.4f}")
         if grid is not None:
             ja = grid["judge_agreement"]
-            body += (f"\nEMBER: |V'| = {grid['n_sentence_tokens']} tokens, {grid['n_candidates']} candidate features "
-                     f"(mass ratio >= {wc['min_ratio']:g}), {len(grid['features'])} kept by the `{wc['judge']}` judge, "
-                     f"{grid['n_edited']} token rows edited: {', '.join(repr(t) for t in grid['edited_tokens'][:30])}. "
-                     f"Factorisation: {grid['factor_iters']} iterations, relative loss {grid['factor_loss']:.3f}. "
-                     f"The two offline judges (exclusive-term lexicon = ground truth, sentence statistics) agree on "
-                     f"{ja['agree']}/{ja['n_candidates']} candidates (lexicon keeps {ja['kept_lexicon']}, sentence "
-                     f"statistics {ja['kept_sentences']})."
+            body += (f"\nEMBER: |V'| = {grid['n_sentence_tokens']} tokens, {grid['n_candidates']} candidate "
+                     f"features (mass ratio >= {wc['min_ratio']:g}), {len(grid['features'])} kept by the "
+                     f"`{wc['judge']}` judge, {grid['n_edited']} token rows edited: "
+                     f"{', '.join(repr(t) for t in grid['edited_tokens'][:30])}. Factorisation: "
+                     f"{grid['factor_iters']} iterations, relative loss {grid['factor_loss']:.3f}. The two "
+                     "offline judges (exclusive-term lexicon = ground truth, sentence statistics) agree on "
+                     f"{ja['agree']}/{ja['n_candidates']} candidates (lexicon keeps {ja['kept_lexicon']}, "
+                     f"sentence statistics {ja['kept_sentences']})."
                      + (f" **Note**: {notes['world_features']}." if "world_features" in notes else "")
                      + "\n\n![relearning](relearn_bars.png)\n")
         sections.append(("World concept: unlearning and relearning", body))
-        sections.append(("Where the loss changes (concept sentences: positions reading or predicting an exclusive "
-                         "term vs the others; neutral text)",
+        sections.append(("Where the loss changes (concept sentences: positions reading or predicting an "
+                         "exclusive term vs the others; neutral text)",
                          markdown_table([{"row": n, **m} for n, m in rows.items()], LOSS_COLUMNS)))
     if grid is not None:
         gcols = ["delta", "concept_acc", "similar_acc", "utility_acc", "coherence", "efficacy", "specificity",
@@ -125,15 +127,17 @@ def render(results: dict, out: Path) -> None:
                 if s in r:
                     row[f"{s} concept/neutral ppl"] = f"{r[s]['concept_ppl']:.1f} / {r[s]['neutral_ppl']:.1f}"
             table.append(row)
-        cols = ["concept", "edited", "vocab_fraction", "delta", "base concept/neutral ppl", "ember concept/neutral ppl",
+        cols = ["concept", "edited", "vocab_fraction", "delta", "base concept/neutral "
+                                                                "ppl", "ember concept/neutral ppl",
                 "relearn_base concept/neutral ppl", "relearn_ember concept/neutral ppl"]
         sections.append(("Real EMBER concepts", (
-            f"Per concept a tokenizer ({dc['vocab_size']} tokens) and a {dc['n_layer']}-layer d={dc['d_model']} "
-            f"model trained from scratch on {100 * (1 - dc['heldout']):.0f}% of the concept and neutral sentences "
-            f"({dc['train_steps']} steps); perplexity on the held-out rest. EMBER's judge: the sentence-statistics "
-            "judge; delta by the grid on perplexity (module docstring). Relearning: the concept's first "
-            f"{dc['n_relearn']} relearning paragraphs, {dc['relearn_epochs']} epochs, applied to the EMBER-edited "
-            "model and, for reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
+            f"Per concept a tokenizer ({dc['vocab_size']} tokens) and a {dc['n_layer']}-layer "
+            f"d={dc['d_model']} model trained from scratch on {100 * (1 - dc['heldout']):.0f}% of the "
+            f"concept and neutral sentences ({dc['train_steps']} steps); perplexity on the held-out rest. "
+            "EMBER's judge: the sentence-statistics judge; delta by the grid on perplexity (module "
+            f"docstring). Relearning: the concept's first {dc['n_relearn']} relearning paragraphs, "
+            f"{dc['relearn_epochs']} epochs, applied to the EMBER-edited model and, for reference, to the "
+            "unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
             + "\n![real data](real_data_ppl.png)\n")))
     write_report(out, "EMBER: embedding erasure against relearning (tiny scale)",
                  cfg["command"] or "obliviate reproduce ember", sections, claims_of(results),

@@ -43,9 +43,9 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
     n_toxic = None if n_eval_toxic is None else round(metrics["base"]["frac_toxic"] * n_eval_toxic)
     too_few = n_toxic is not None and n_toxic < MIN_TOXIC
     few = "" if not too_few else (
-        f"Not testable here: the base model continues only {n_toxic} of the {n_eval_toxic} held-out toxic prompts "
-        f"toxically (mean toxicity {metrics['base']['toxicity']:.3f}; at least {MIN_TOXIC} are needed), so a "
-        "reduction is a continuation or two changing, not a measurement.")
+        f"Not testable here: the base model continues only {n_toxic} of the {n_eval_toxic} held-out toxic "
+        f"prompts toxically (mean toxicity {metrics['base']['toxicity']:.3f}; at least {MIN_TOXIC} are "
+        "needed), so a reduction is a continuation or two changing, not a measurement.")
     # 1. learned-alpha cosine RMU has the best knowledge S.
     others = [v for v in KNOWLEDGE if v != LEARNED]
     s_l = metrics[LEARNED]["s_unlearning"]
@@ -55,13 +55,13 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
                    for v in others) for i in range(len(seeds)))
     ours = f"S {s_l:.3f} vs best other {best_other} {s_o:.3f}; best on {wins} of {len(seeds)} seeds"
     if abs(s_l - s_o) < 1e-9:
-        agrees, sentence = None, (f"Learned-alpha cosine RMU ties with {best_other} at S = {s_l:.3f}, so our world "
-                                  "does not separate the objectives here.")
+        agrees, sentence = None, (f"Learned-alpha cosine RMU ties with {best_other} at S = {s_l:.3f}, so our "
+                                  "world does not separate the objectives here.")
     else:
         agrees = s_l > s_o
-        sentence = (f"Learned-alpha cosine RMU {'has' if agrees else 'does not have'} the best mean knowledge "
-                    f"S-unlearning ({s_l:.3f} vs {best_other} {s_o:.3f}), and is strictly best on {wins} of "
-                    f"{len(seeds)} unlearning seeds (the paper: 3 of 4 models).")
+        sentence = (f"Learned-alpha cosine RMU {'has' if agrees else 'does not have'} the best mean "
+                    f"knowledge S-unlearning ({s_l:.3f} vs {best_other} {s_o:.3f}), and is strictly best on "
+                    f"{wins} of {len(seeds)} unlearning seeds (the paper: 3 of 4 models).")
     claims.append(Claim("Meta-learned cosine RMU gives the best S-unlearning on WMDP/MMLU on 3 of 4 models "
                         "(vs RMU, Adaptive RMU)", ours, agrees, sentence))
     # 2. multi-layer probe cuts toxicity 6-24 %, RMU 2-3 %.
@@ -69,15 +69,16 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
     red_r = metrics["tox_rmu"].get("toxicity_reduction")
     ours = f"multi-layer probe {_pct(red_m)}, RMU {_pct(red_r)} (relative, held-out prompts)"
     if red_m is None or red_r is None:
-        agrees, sentence = None, "The base model's held-out continuations are not toxic, so no reduction is measurable."
+        agrees, sentence = None, ("The base model's held-out continuations are not toxic, so no reduction is "
+                                  "measurable.")
     elif too_few:
         agrees, sentence = None, few
     else:
         agrees = red_m >= 0.06 and red_m > red_r
         in_range = "inside" if 0.06 <= red_m <= 0.24 else "outside"
-        sentence = (f"Multi-layer probe unlearning cuts mean continuation toxicity by {_pct(red_m)} ({in_range} the "
-                    f"paper's 6-24%) and RMU by {_pct(red_r)} (paper: 2-3%), so the multi-layer method "
-                    f"{'does' if red_m > red_r else 'does not'} beat RMU here.")
+        sentence = (f"Multi-layer probe unlearning cuts mean continuation toxicity by {_pct(red_m)} "
+                    f"({in_range} the paper's 6-24%) and RMU by {_pct(red_r)} (paper: 2-3%), so the "
+                    f"multi-layer method {'does' if red_m > red_r else 'does not'} beat RMU here.")
     claims.append(Claim("Multi-layer probe unlearning cuts toxicity by 6-24%, where RMU manages 2-3%", ours,
                         agrees, sentence))
     # 3. multi-layer gives the highest toxicity S.
@@ -85,14 +86,16 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
     best = max(tox_s, key=tox_s.get)
     ours = ", ".join(f"{v} {x:.3f}" for v, x in tox_s.items())
     if max(tox_s.values()) - min(tox_s.values()) < 1e-9:
-        agrees, sentence = None, f"All toxicity rows have S = {tox_s[best]:.3f}, so our run does not rank them."
+        agrees, sentence = None, (f"All toxicity rows have S = {tox_s[best]:.3f}, so our run does not rank "
+                                  "them.")
     elif too_few:
         agrees, sentence = None, few
     else:
         agrees = all(tox_s["tox_probe_multi"] > x for v, x in tox_s.items() if v != "tox_probe_multi")
         sentence = (f"The highest toxicity S is {best}'s ({tox_s[best]:.3f}); the multi-layer method "
                     f"{'is' if agrees else 'is not'} strictly best ({tox_s['tox_probe_multi']:.3f}).")
-    claims.append(Claim("The multi-layer probe method has the highest toxicity S-unlearning on all models", ours,
+    claims.append(Claim("The multi-layer probe method has the highest toxicity S-unlearning on all "
+                        "models", ours,
                         agrees, sentence))
     # 4. single-layer interventions often fail to reduce toxicity.
     red_s = metrics["tox_probe_single"].get("toxicity_reduction")
@@ -103,9 +106,11 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
         agrees, sentence = None, few
     else:
         agrees = red_m > red_s
-        sentence = (f"The single-layer probe method cuts toxicity by {_pct(red_s)} against {_pct(red_m)} for the "
-                    f"multi-layer one: coordinating layers {'helps' if agrees else 'does not help'} here.")
-    claims.append(Claim("Single-layer interventions often fail to reduce toxicity; >= 3 layers work best", ours,
+        sentence = (f"The single-layer probe method cuts toxicity by {_pct(red_s)} against {_pct(red_m)} for "
+                    f"the multi-layer one: coordinating layers {'helps' if agrees else 'does not help'} "
+                    "here.")
+    claims.append(Claim("Single-layer interventions often fail to reduce toxicity; >= 3 layers work "
+                        "best", ours,
                         agrees, sentence))
     # 5. probe directions differ across layers.
     k, n = probes["n_pairs_below_0.5"], probes["n_pairs"]
@@ -113,7 +118,7 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int
     claims.append(Claim("Toxicity probe directions are layer-specific: cosine < 0.5 for most layer pairs",
                         f"{k} of {n} layer pairs |cos| < 0.5 (max {probes['max_offdiag']:.2f}, mean "
                         f"{probes['mean_offdiag']:.2f})", agrees,
-                        f"{k} of {n} pairs of layers have probe directions with |cosine| < 0.5 (mean off-diagonal "
-                        f"{probes['mean_offdiag']:.2f}), so the directions {'are' if agrees else 'are not'} mostly "
-                        "layer-specific on our model."))
+                        f"{k} of {n} pairs of layers have probe directions with |cosine| < 0.5 (mean "
+                        f"off-diagonal {probes['mean_offdiag']:.2f}), so the directions "
+                        f"{'are' if agrees else 'are not'} mostly layer-specific on our model."))
     return claims

@@ -67,7 +67,8 @@ def plot_u_r(metrics: dict, png: Path) -> None:
 
 
 
-COLUMNS = ["variant", "function", "U", "R", "S", "S std", "forget MCQ", "forget QA", "utility MCQ", "toxicity",
+COLUMNS = ["variant", "function", "U", "R", "S", "S std", "forget "
+                                                          "MCQ", "forget QA", "utility MCQ", "toxicity",
            "frac toxic", "tox reduction", "neutral fidelity"]
 
 
@@ -75,8 +76,10 @@ def table_rows(metrics: dict) -> list[dict]:
     rows = []
     for v, m in metrics.items():
         rows.append({"variant": v, "function": m.get("function", "reference"), "U": m["u"], "R": m["r"],
-                     "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget MCQ": m["forget_mcq_acc"],
-                     "forget QA": m["forget_qa_em"], "utility MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
+                     "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget "
+                                                                                 "MCQ": m["forget_mcq_acc"],
+                     "forget QA": m["forget_qa_em"], "utility "
+                                                     "MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
                      "frac toxic": m["frac_toxic"], "tox reduction": m.get("toxicity_reduction"),
                      "neutral fidelity": m["neutral_fidelity"]})
     return rows
@@ -90,34 +93,37 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
     seeds = ", ".join(str(x) for x in trajs) or str(cfg["seed"])
     setup = (
         f"World seed {pre['world']['seed']}; the cached base model of `pretrain.*` "
-        f"({pre['model']['size']}" + (f", {pre['model']['n_layer']} layers" if pre['model']['n_layer'] else "")
-        + f"). Unlearning seeds: {cfg['n_seeds']} "
-        f"(from {cfg['seed']}); each number below is the mean over seeds. Knowledge rows: {cfg['steps']} steps, lr "
-        f"{cfg['lr']}, trained on all {n['forget_facts']} forget facts, scored on the final "
-        f"{n['final_forget']} forget / {n['final_retain']} retain facts (the REINFORCE reward "
-        f"uses the disjoint {n['meta_forget']} / {n['meta_retain']} meta facts). Toxicity rows: "
-        f"{cfg['tox_steps']} steps, lr {cfg['tox_lr']}, forget = {n['tox_forget']} toxic {cfg['tox_inputs']}; "
-        f"scored on {n['eval_toxic']} held-out toxic prompts and {n['eval_neutral']} held-out neutral prompts "
-        f"(continuations of {cfg['max_new_tokens']} tokens, offline lexicon scorer).\n")
+        f"({pre['model']['size']}" + (f", {pre['model']['n_layer']} "
+                                      "layers" if pre['model']['n_layer'] else "")
+        + f"). Unlearning seeds: {cfg['n_seeds']} (from {cfg['seed']}); each number below is the mean over "
+          f"seeds. Knowledge rows: {cfg['steps']} steps, lr {cfg['lr']}, trained on all {n['forget_facts']} "
+          f"forget facts, scored on the final {n['final_forget']} forget / {n['final_retain']} retain facts "
+          f"(the REINFORCE reward uses the disjoint {n['meta_forget']} / {n['meta_retain']} meta facts). "
+          f"Toxicity rows: {cfg['tox_steps']} steps, lr {cfg['tox_lr']}, forget = {n['tox_forget']} toxic "
+          f"{cfg['tox_inputs']}; scored on {n['eval_toxic']} held-out toxic prompts and {n['eval_neutral']} "
+          f"held-out neutral prompts (continuations of {cfg['max_new_tokens']} tokens, offline lexicon "
+          "scorer).\n")
     definitions = (
-        "- **Knowledge rows** (as WMDP / MMLU): 4-way MCQ accuracy by answer log-likelihood, chance 0.25. "
-        "U = clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs; R = clip((Mu - 0.25) / (M0 - 0.25)), "
-        "M = mean MCQ accuracy on the final retain and the general facts (`utility MCQ`).\n"
-        "- **Toxicity rows**: U = clip((tox0 - toxu) / tox0), tox = mean lexicon toxicity of greedy continuations "
-        "of the held-out toxic prompts (`tox reduction` is the same ratio unclipped). R = mean of (a) the knowledge "
-        "R above and (b) the neutral-register fidelity ratio clip(Fu / F0), F = ROUGE-L recall of the continuation "
-        "of each held-out neutral prompt against the world's neutral sentence (`neutral fidelity`): a method that "
-        "also wipes the kind register loses R. (A component whose base score is at chance is left out.)\n"
-        "- S = U x R for every row (the base model: U = 0, R = 1, S = 0); `S` is the mean of the per-seed S, "
-        "`S std` its spread over seeds. `forget QA` (greedy exact match) is shown for reference only.\n")
+        "- **Knowledge rows** (as WMDP / MMLU): 4-way MCQ accuracy by answer log-likelihood, chance 0.25. U "
+        "= clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs; R = clip((Mu - 0.25) / (M0 - 0.25)), M = "
+        "mean MCQ accuracy on the final retain and the general facts (`utility MCQ`).\n- **Toxicity rows**: "
+        "U = clip((tox0 - toxu) / tox0), tox = mean lexicon toxicity of greedy continuations of the held-out "
+        "toxic prompts (`tox reduction` is the same ratio unclipped). R = mean of (a) the knowledge R above "
+        "and (b) the neutral-register fidelity ratio clip(Fu / F0), F = ROUGE-L recall of the continuation "
+        "of each held-out neutral prompt against the world's neutral sentence (`neutral fidelity`): a method "
+        "that also wipes the kind register loses R. (A component whose base score is at chance is left "
+        "out.)\n- S = U x R for every row (the base model: U = 0, R = 1, S = 0); `S` is the mean of the "
+        "per-seed S, `S std` its spread over seeds. `forget QA` (greedy exact match) is shown for reference "
+        "only.\n")
     main = markdown_table(table_rows(metrics), COLUMNS) + "\n![U and R per row](s_unlearning.png)\n"
     layers = probes["layers"]
     cos_rows = [{"layer": str(l), **{str(m): probes["cosine"][i][j] for j, m in enumerate(layers)}}
                 for i, l in enumerate(layers)]
     probe_body = (
-        f"Logistic probes (C = 1) on the frozen base model's last-token states of the {probes['n_texts']} toxic vs "
-        f"neutral training inputs, one per layer; held-out probe accuracy "
-        + ", ".join(f"layer {l} {probes['probe_accuracy'][l]:.2f}" for l in sorted(probes["probe_accuracy"], key=int))
+        f"Logistic probes (C = 1) on the frozen base model's last-token states of the {probes['n_texts']} "
+        "toxic vs neutral training inputs, one per layer; held-out probe accuracy "
+        + ", ".join(f"layer {l} "
+                    f"{probes['probe_accuracy'][l]:.2f}" for l in sorted(probes["probe_accuracy"], key=int))
         + f". Off-diagonal cosine: max {probes['max_offdiag']:.3f}, mean {probes['mean_offdiag']:.3f}; "
         f"{probes['n_pairs_below_0.5']} of {probes['n_pairs']} pairs with |cos| < 0.5.\n\n"
         + markdown_table(cos_rows, ["layer"] + [str(l) for l in layers], fmt="{:.2f}")
@@ -127,12 +133,13 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
                    + f"; final exp(mu) = {t['final_alpha']:.2f} (alpha0 = {t['alpha0']:.2f})"
                    for seed, t in trajs.items()]
     alpha_body = (
-        f"REINFORCE over log alpha (sigma {cfg['meta_sigma']}, eta {cfg['meta_eta']}, K = {cfg['meta_K']} branches of "
-        f"{cfg['steps'] // cfg['meta_outer_steps']} steps, {cfg['meta_outer_steps']} outer steps; "
-        f"reward = knowledge S on the meta split). Seeds {seeds}:\n\n" + "\n".join(alpha_lines)
+        f"REINFORCE over log alpha (sigma {cfg['meta_sigma']}, eta {cfg['meta_eta']}, K = {cfg['meta_K']} "
+        f"branches of {cfg['steps'] // cfg['meta_outer_steps']} steps, {cfg['meta_outer_steps']} outer "
+        f"steps; reward = knowledge S on the meta split). Seeds {seeds}:\n\n" + "\n".join(alpha_lines)
         + "\n\n![alpha trajectory (first seed)](alpha_trajectory.png)\n")
     return [("Setup", setup), ("How U, R and S are defined", definitions), ("Results", main),
-            ("Toxicity probe directions across layers", probe_body), ("Learned retain weight alpha", alpha_body),
+            ("Toxicity probe directions across "
+             "layers", probe_body), ("Learned retain weight alpha", alpha_body),
             ("Settings", "```json\n" + json.dumps(results["settings"], indent=1, sort_keys=True) + "\n```\n")]
 
 

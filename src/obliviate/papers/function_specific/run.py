@@ -115,9 +115,11 @@ class FunctionSpecificConfig:
                               f"layers, got {self.probe_layers}")
         for name, p in self.params.items():
             if name not in VARIANTS:
-                raise ConfigError(f"config key 'params.{name}': unknown variant (valid: {', '.join(VARIANTS)})")
+                raise ConfigError(f"config key 'params.{name}': unknown variant (valid: "
+                                  f"{', '.join(VARIANTS)})")
             if not isinstance(p, dict):
-                raise ConfigError(f"config key 'params.{name}': must be a mapping of method parameters, got {p!r}")
+                raise ConfigError(f"config key 'params.{name}': must be a mapping of method parameters, got "
+                                  f"{p!r}")
 
 
 def resolve(cfg: FunctionSpecificConfig) -> FunctionSpecificConfig:
@@ -190,8 +192,8 @@ def toxicity_data(world, heldout_frac: float, inputs: str, seed: int) -> dict:
     pairs = register_pairs(world)
     toxic_prompts = list(dict.fromkeys(p["toxic_prompt"] for p in pairs))
     if len(toxic_prompts) < 2:
-        raise DataError(f"the world has {len(toxic_prompts)} toxic prompt(s); need at least 2 to hold some out "
-                        "(raise pretrain.world.n_toxic)")
+        raise DataError(f"the world has {len(toxic_prompts)} toxic prompt(s); need at least 2 to hold some "
+                        "out (raise pretrain.world.n_toxic)")
     heldout, train = split_holdout(toxic_prompts, heldout_frac, seed)
     held = set(heldout)
     train_pairs = [p for p in pairs if p["toxic_prompt"] not in held]
@@ -425,7 +427,8 @@ def aggregate(variant: str, base: dict, runs: list[dict], seeds: list[int]) -> d
 
 
 @recipe("function-specific", FunctionSpecificConfig,
-        "knowledge vs toxicity unlearning objectives: (cosine, learned-alpha) RMU and multi-layer probes (seed 002)",
+        "knowledge vs toxicity unlearning objectives: (cosine, learned-alpha) RMU and multi-layer probes "
+        "(seed 002)",
         render=render)
 def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
     from tqdm.auto import tqdm

@@ -47,12 +47,14 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
     n_doc = len(par["document"])
     k = par["documents_dominated"]
     claims.append(Claim(
-        "Token filtering Pareto-dominates document filtering (forget vs retain loss across classifier thresholds)",
-        f"{k}/{n_doc} document-filtering points dominated by a token-filtering ({tok_s}) point at {par['size']}",
+        "Token filtering Pareto-dominates document filtering (forget vs retain loss across classifier "
+        "thresholds)",
+        f"{k}/{n_doc} document-filtering points dominated by a token-filtering ({tok_s}) point at "
+        f"{par['size']}",
         (k == n_doc) if n_doc else None,
         f"{'Agrees' if n_doc and k == n_doc else 'Does not agree'}: at size {par['size']}, {k} of {n_doc} "
-        f"document-filtering runs have a token-filtering run with at least their forget loss and at most their "
-        f"retain loss."))
+        "document-filtering runs have a token-filtering run with at least their forget loss and at most "
+        "their retain loss."))
 
     # 2. slowdown grows with scale
     sl = [m[s][tok_s]["compute_slowdown"] for s in sizes] if tok_s in cfg['strategies'] else []
@@ -65,26 +67,28 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
         claims.append(Claim(
             "Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
             ours + " (read off a power law that the unfiltered models do not follow)", None,
-            f"Not testable here: the unfiltered models' held-out forget loss rises with size ({what}), because the "
-            f"world's {m['fit']['corpus_tokens']} training tokens are repeated for many epochs at the larger sizes; "
-            f"no power law holds across the sizes, so the slowdowns above are not evidence either way."))
+            f"Not testable here: the unfiltered models' held-out forget loss rises with size ({what}), "
+            f"because the world's {m['fit']['corpus_tokens']} training tokens are repeated for many epochs "
+            "at the larger sizes; no power law holds across the sizes, so the slowdowns above are not "
+            "evidence either way."))
     elif sl and all(v is not None for v in sl):
         grows = sl[-1] > sl[0]
         rho = _spearman(range(len(sl)), sl)
         ours = ", ".join(f"{s}: {v:.3g}x" for s, v in zip(sizes, sl))
-        sentence = (f"{'Agrees' if grows else 'Does not agree'} in direction: the {tok_s} slowdown on the forget "
-                    f"domain "
-                    f"goes from {sl[0]:.3g}x at {sizes[0]} to {sl[-1]:.3g}x at {sizes[-1]} (Spearman {rho:.2f} over "
-                    f"sizes); our largest model has {m[sizes[-1]][tok_s]['params'] / 1e3:.0f}k parameters, "
-                    f"{math.log10(1.8e9 / m[sizes[-1]][tok_s]['params']):.1f} orders of magnitude below 1.8B, so the "
-                    f"7000x itself is not comparable.")
-        claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at 1.8B)", ours, grows,
+        sentence = (f"{'Agrees' if grows else 'Does not agree'} in direction: the {tok_s} slowdown on the "
+                    f"forget domain goes from {sl[0]:.3g}x at {sizes[0]} to {sl[-1]:.3g}x at {sizes[-1]} "
+                    f"(Spearman {rho:.2f} over sizes); our largest model has "
+                    f"{m[sizes[-1]][tok_s]['params'] / 1e3:.0f}k parameters, "
+                    f"{math.log10(1.8e9 / m[sizes[-1]][tok_s]['params']):.1f} orders of magnitude below "
+                    "1.8B, so the 7000x itself is not comparable.")
+        claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at "
+                            "1.8B)", ours, grows,
                             sentence))
     else:
         claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
                             "no slowdown (the unfiltered forget loss does not fall with compute)", None,
-                            "Not testable here: the unfiltered models' forget-domain loss does not decrease with "
-                            "compute, so no power law and no slowdown can be fitted."))
+                            "Not testable here: the unfiltered models' forget-domain loss does not decrease "
+                            "with compute, so no power law and no slowdown can be fitted."))
 
     # 3. RMU vs token removal under adversarial fine-tuning
     if "remove" in cfg['strategies']:
@@ -97,15 +101,18 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
                 f"{fmt(t_rmu, '{:.0f}') if t_rmu is not None else f'> {budget}'} tokens")
         floor = (1 + MIN_RISE) * base  # a rise smaller than this is noise, not something to recover
         if s_rmu is None or s_rmu < floor:
-            agrees, desc = None, (f"RMU did not raise the forget loss {MIN_RISE:.0%} above the unfiltered model's "
-                                  f"({fmt(s_rmu)} vs {base:.3g}), so there is nothing for it to recover")
+            agrees, desc = None, (f"RMU did not raise the forget loss {MIN_RISE:.0%} above the unfiltered "
+                                  f"model's ({fmt(s_rmu)} vs {base:.3g}), so there is nothing for it to "
+                                  "recover")
         elif s_rm is None or s_rm < floor:
-            agrees, desc = False, (f"token removal did not raise the forget loss {MIN_RISE:.0%} above the unfiltered "
-                                   f"model's ({fmt(s_rm)} vs {base:.3g}): nothing was removed to recover")
+            agrees, desc = False, (f"token removal did not raise the forget loss {MIN_RISE:.0%} above the "
+                                   f"unfiltered model's ({fmt(s_rm)} vs {base:.3g}): nothing was removed to "
+                                   "recover")
         elif how == "=":
             agrees, desc = ratio > 1, f"RMU needs {ratio:.3g}x fewer tokens than removal"
         elif how == ">=":
-            agrees, desc = True, f"RMU needs at least {ratio:.3g}x fewer tokens (removal not recovered in the budget)"
+            agrees, desc = True, (f"RMU needs at least {ratio:.3g}x fewer tokens (removal not recovered in "
+                                  "the budget)")
         else:
             agrees, desc = None, "RMU is not recovered within the budget either, so the ratio is undefined"
         claims.append(Claim("RMU needs 13x fewer adversarial fine-tuning tokens than token removal (1.8B)",
@@ -123,14 +130,14 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
         ratio = ff / fb if fb else None
         agrees = (ff >= 1.5 * fb and ff > 0) and (rf - rb) <= 0.1
         claims.append(Claim(
-            "Token-filtered models refuse forget-domain questions 2x as often as the baseline after refusal training, "
-            "with normal behaviour elsewhere",
+            "Token-filtered models refuse forget-domain questions 2x as often as the baseline after refusal "
+            "training, with normal behaviour elsewhere",
             f"{tok_ref}: forget {ff:.2f} vs baseline {fb:.2f} ({fmt(ratio)}x); retain {rf:.2f} vs {rb:.2f}",
             agrees,
-            f"{'Agrees' if agrees else 'Does not agree'}: after the same refusal SFT the {tok_ref} model refuses "
-            f"{ff:.0%} of held-out forget-domain questions against the unfiltered model's {fb:.0%}, and {rf:.0%} vs "
-            f"{rb:.0%} of retain-domain ones (agreement: at least 1.5x on the forget domain, at most 10 points "
-            f"more on the retain domain)."))
+            f"{'Agrees' if agrees else 'Does not agree'}: after the same refusal SFT the {tok_ref} model "
+            f"refuses {ff:.0%} of held-out forget-domain questions against the unfiltered model's {fb:.0%}, "
+            f"and {rf:.0%} vs {rb:.0%} of retain-domain ones (agreement: at least 1.5x on the forget domain, "
+            "at most 10 points more on the retain domain)."))
 
     # 5. weak labels
     tc = m["labels"]["token_classifier"]
@@ -139,15 +146,15 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
     daw, dag = dc.get("weak", {}).get("auroc"), dc.get("ground_truth", {}).get("auroc")
     agrees = None if aw is None or ag is None else (ag - aw) <= 0.05
     claims.append(Claim(
-        "Token classifiers tolerate weak labels (trained on SAE labels they generalise; document classifiers do not)",
+        "Token classifiers tolerate weak labels (trained on SAE labels they generalise; document classifiers "
+        "do not)",
         f"token AUROC {fmt(aw)} (weak) vs {fmt(ag)} (ground truth); document AUROC {fmt(daw)} vs {fmt(dag)}; "
         f"weak labels F1 {m['labels']['weak_labels']['f1']:.2f}",
         agrees,
-        f"{'Agrees' if agrees else 'Does not agree'}: the biLM token classifier fit on SAE weak labels reaches "
-        f"AUROC {fmt(aw)} against ground truth on held-out documents, "
-        f"{'within 0.05 of' if agrees else 'not within 0.05 of'} "
-        f"the same classifier fit on ground truth ({fmt(ag)}); the weak labels themselves have F1 "
-        f"{m['labels']['weak_labels']['f1']:.2f}."))
+        f"{'Agrees' if agrees else 'Does not agree'}: the biLM token classifier fit on SAE weak labels "
+        f"reaches AUROC {fmt(aw)} against ground truth on held-out documents, "
+        f"{'within 0.05 of' if agrees else 'not within 0.05 of'} the same classifier fit on ground truth "
+        f"({fmt(ag)}); the weak labels themselves have F1 {m['labels']['weak_labels']['f1']:.2f}."))
     return claims
 
 

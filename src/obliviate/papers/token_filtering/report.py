@@ -39,10 +39,10 @@ def _rises_warning(m) -> str:
     if not any(rises.values()):
         return ""
     parts = [f"{dom} loss {a} -> {b}" for dom, pairs in rises.items() for a, b in pairs]
-    return (f"\n\n**Warning**: the unfiltered models' held-out loss goes *up* with size ({', '.join(parts)}): "
-            f"those sizes repeat the corpus for many epochs and overfit it, so the power law does not hold there "
-            f"and the slowdowns read off it are not meaningful. A scaling study needs a corpus of at least about "
-            f"as many tokens as the largest model trains on.")
+    return ("\n\n**Warning**: the unfiltered models' held-out loss goes *up* with size "
+            f"({', '.join(parts)}): those sizes repeat the corpus for many epochs and overfit it, so the "
+            "power law does not hold there and the slowdowns read off it are not meaningful. A scaling study "
+            "needs a corpus of at least about as many tokens as the largest model trains on.")
 
 
 def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
@@ -55,19 +55,20 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
                    "recall (weak-trained)": a["recall"], "flagged": a["flagged"],
                    "precision (truth-trained)": b["precision"], "recall (truth-trained)": b["recall"]}
                   for a, b in zip(tc["weak"]["sweep"], tc["ground_truth"]["sweep"])]
-    body = (f"SAE on layer {lab['sae']['layer']} of the labeller ({cfg['labeller_layers']}x{cfg['labeller_d']}, "
-            f"{cfg['labeller_steps']} steps): fraction of variance unexplained {lab['sae']['fvu']:.3f}, "
-            f"{lab['sae']['n_domain_latents']} domain latents. Weak labels against ground truth: precision "
-            f"{wl['precision']:.3f}, recall {wl['recall']:.3f}, F1 {wl['f1']:.3f} ({lab['weak_flagged']:.1%} of "
-            f"training tokens flagged, {lab['true_fraction']:.1%} truly in the forget domain).\n\n"
-            f"biLM {cfg['bilm_layers']}x{cfg['bilm_d']} token classifier "
-            f"(features pooled over +-{cfg['context_window']} tokens) on held-out documents: AUROC "
-            f"{fmt(tc['weak']['auroc'])} fit on weak labels, {fmt(tc['ground_truth']['auroc'])} fit on ground truth."
-            f"\n\n" + _table(sweep_rows) +
+    body = (f"SAE on layer {lab['sae']['layer']} of the labeller "
+            f"({cfg['labeller_layers']}x{cfg['labeller_d']}, {cfg['labeller_steps']} steps): fraction of "
+            f"variance unexplained {lab['sae']['fvu']:.3f}, {lab['sae']['n_domain_latents']} domain latents. "
+            f"Weak labels against ground truth: precision {wl['precision']:.3f}, recall {wl['recall']:.3f}, "
+            f"F1 {wl['f1']:.3f} ({lab['weak_flagged']:.1%} of training tokens flagged, "
+            f"{lab['true_fraction']:.1%} truly in the forget domain).\n\nbiLM "
+            f"{cfg['bilm_layers']}x{cfg['bilm_d']} token classifier (features pooled over "
+            f"+-{cfg['context_window']} tokens) on held-out documents: AUROC {fmt(tc['weak']['auroc'])} fit "
+            f"on weak labels, {fmt(tc['ground_truth']['auroc'])} fit on ground "
+            "truth.\n\n" + _table(sweep_rows) +
             "\nToken-classifier AUROC when the weak labels it is fit on carry flip noise p: " +
             ", ".join(f"p={r['p']:g}: {fmt(r['auroc'])}" for r in lab["classifier_noise"]) +
-            f".\n\nDocument classifier AUROC (document in-domain if > {cfg['doc_label_fraction']:.0%} of its tokens): "
-            f"{fmt(lab['document_classifier'].get('weak', {}).get('auroc'))} fit on weak labels, "
+            f".\n\nDocument classifier AUROC (document in-domain if > {cfg['doc_label_fraction']:.0%} of its "
+            f"tokens): {fmt(lab['document_classifier'].get('weak', {}).get('auroc'))} fit on weak labels, "
             f"{fmt(lab['document_classifier'].get('ground_truth', {}).get('auroc'))} on ground truth.\n")
     sec.append(("Weak labels and classifiers", body))
 
@@ -78,14 +79,16 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             rows.append({"size": size, "strategy": s, "params": v["params"], "tokens": v["tokens"],
                          "epochs": v.get("epochs"),
                          "forget loss": v["forget_loss"], "retain loss": v["retain_loss"],
-                         "forget slowdown": v["compute_slowdown"], "retain slowdown": v["retain_compute_slowdown"],
+                         "forget "
+                         "slowdown": v["compute_slowdown"], "retain slowdown": v["retain_compute_slowdown"],
                          "flagged": v["flagged_fraction"], "kept docs": v["kept_documents"]})
     fit = m["fit"]
-    body = (f"Every size trained on {cfg['tokens_per_param']:g} tokens per parameter (parameters counted with the tied "
-            f"embedding), compute C = 6ND. Power law on the unfiltered models: forget "
-            f"{_law(fit['forget'])}, retain {_law(fit['retain'])}. Slowdown = C / C_eq, C_eq the compute at which the "
-            f"unfiltered law reaches the model's loss (forget domain: medicine; retain: biology). The training "
-            f"corpus has {fit.get('corpus_tokens', '?')} tokens; `epochs` = training tokens / corpus tokens."
+    body = (f"Every size trained on {cfg['tokens_per_param']:g} tokens per parameter (parameters counted "
+            "with the tied embedding), compute C = 6ND. Power law on the unfiltered models: forget "
+            f"{_law(fit['forget'])}, retain {_law(fit['retain'])}. Slowdown = C / C_eq, C_eq the compute at "
+            "which the unfiltered law reaches the model's loss (forget domain: medicine; retain: biology). "
+            f"The training corpus has {fit.get('corpus_tokens', '?')} tokens; `epochs` = training tokens / "
+            "corpus tokens."
             + _rises_warning(m) + "\n\n" + _table(rows, None, "{:.3g}") + "\n![scaling](scaling.png)\n")
     sec.append(("Scaling and compute slowdown", body))
 
@@ -107,10 +110,10 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
              **({"recovery cost (half the gap)": m[k]["recovery_cost_tokens"]} if costed else {}),
              "budget": m[k]["adversarial_budget_tokens"]} for k in adversarial(cfg)]
     body = (f"Size {a['size']}; target: the unfiltered model's forget loss {a['baseline_forget_loss']:.3f}; "
-            f"pretraining tokens {a['pretraining_tokens']}. Fine-tuning on forget-domain text, lr {cfg['adv_lr']:g}, "
-            f"batch {cfg['adv_batch_size']}. "
-            + ("The recovery cost is the post-hoc methods' number (compare/demo tables): tokens until half the gap "
-               "from the starting forget loss to the target is closed. " if costed else "")
+            f"pretraining tokens {a['pretraining_tokens']}. Fine-tuning on forget-domain text, lr "
+            f"{cfg['adv_lr']:g}, batch {cfg['adv_batch_size']}. "
+            + ("The recovery cost is the post-hoc methods' number (compare/demo tables): tokens until half "
+               "the gap from the starting forget loss to the target is closed. " if costed else "")
             + f"RMU first raised the forget loss to "
             f"{m['rmu']['loss_after_rmu'].get('medicine', float('nan')):.3f} (retain "
             f"{m['rmu']['loss_after_rmu'].get('biology', float('nan')):.3f}).\n\n"
@@ -121,15 +124,16 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             for k, v in ((k, m["refusal"][k]) for k in cfg["refusal_strategies"] if k in m["refusal"])]
     n = next((m["refusal"][k] for k in cfg["refusal_strategies"] if k in m["refusal"]), {})
     body = (f"Size {cfg['sizes'][-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg['refusal_steps']} steps), "
-            f"half refusals (\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; rates on "
-            f"{n.get('n_forget', 0)} forget-domain questions about the other relations and {n.get('n_retain', 0)} "
-            f"held-out retain questions.\n\n" + _table(rows, None, "{:.2f}"))
+            f"half refusals (\"{REFUSAL}\") to the forget-domain questions about `{n.get('sft_relation')}`; "
+            f"rates on {n.get('n_forget', 0)} forget-domain questions about the other relations and "
+            f"{n.get('n_retain', 0)} held-out retain questions.\n\n" + _table(rows, None, "{:.2f}"))
     sec.append(("Refusal training", body))
 
     ln = m["label_noise"]
     body = (f"Size {ln['size']}, {ln['strategy']}: each pretraining flag flipped with probability p.\n\n"
             + markdown_table(ln["rows"], ["p", "forget_loss", "retain_loss", "compute_slowdown",
-                                          "retain_compute_slowdown"], "{:.3g}") + "\n![label noise](noise.png)\n")
+                                          "retain_compute_slowdown"], "{:.3g}") + "\n![label "
+                                                                                  "noise](noise.png)\n")
     sec.append(("Label noise", body))
     return sec
 
@@ -188,8 +192,8 @@ def plots(out: Path, cfg: dict, m: dict) -> None:
         ax.legend(fontsize=8)
         save_figure(fig, out / "adversarial.png")
     elif not (out / "adversarial.png").exists():
-        warnings.warn(f"{out}: results.json holds no fine-tuning curves (a run made before they were stored), so "
-             "adversarial.png cannot be drawn")
+        warnings.warn(f"{out}: results.json holds no fine-tuning curves (a run made before they were "
+                      "stored), so adversarial.png cannot be drawn")
 
     rows = m["label_noise"]["rows"]
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -69,7 +69,8 @@ def _run(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
                               env=env).returncode
     seconds, cpu = time.perf_counter() - t, _child_cpu() - cpu
     if code != 0:
-        raise InvalidResult(f"bench: `obliviate {' '.join(argv[:1])}` failed (exit {code}); its output: {log}")
+        raise InvalidResult(f"bench: `obliviate {' '.join(argv[:1])}` failed (exit {code}); its output: "
+                            f"{log}")
     return seconds, cpu
 
 
@@ -127,7 +128,8 @@ def control_cache_text(metrics: dict) -> str:
     if not c:
         return ""
     return (f"Controls' cache (a verdict-bearing `attack` twice on one base, a {c['size']} model of "
-            f"{c['params'] / 1e6:.2f}M parameters, fresh cache, one thread): first {c['first_seconds']:.1f} s, second "
-            f"{c['second_seconds']:.1f} s of process CPU time, ratio {c['ratio']:.3f} (target <= {c['target']:.3f}: "
-            f"{'met' if c['meets_target'] else 'not met'}); wall {c['first_wall_seconds']:.1f} s and "
-            f"{c['second_wall_seconds']:.1f} s, ratio {c['wall_ratio']:.3f}.\n")
+            f"{c['params'] / 1e6:.2f}M parameters, fresh cache, one thread): first {c['first_seconds']:.1f} "
+            f"s, second {c['second_seconds']:.1f} s of process CPU time, ratio {c['ratio']:.3f} (target <= "
+            f"{c['target']:.3f}: {'met' if c['meets_target'] else 'not met'}); wall "
+            f"{c['first_wall_seconds']:.1f} s and {c['second_wall_seconds']:.1f} s, ratio "
+            f"{c['wall_ratio']:.3f}.\n")

@@ -378,7 +378,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
         metrics["filtering"] = measure_filtering(cfg)
     if cfg.control_cache:
         if progress:
-            print("bench: a verdict-bearing attack twice on one base, with a fresh cache of the controls", flush=True)
+            print("bench: a verdict-bearing attack twice on one base, with a fresh cache of the "
+                  "controls", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             metrics["control_cache"] = measure_control_cache(Path(work or tmp), size=cfg.rerun_size,
                                                              seed=cfg.seed, progress=progress)
@@ -421,7 +422,8 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
     timing = interleaved_ratios(steps, "plain_finetune", min_rounds=min_rounds, max_rounds=max_rounds,
                                 tol=cfg.tolerance, seed=cfg.seed, clock=clock)
     metrics: dict = {}
-    for key, (model, loss_fn, ref) in tqdm(runs.items(), desc=f"bench: memory ({size})", disable=not progress):
+    for key, (model, loss_fn, ref) in tqdm(runs.items(), desc="bench: memory "
+                                                              f"({size})", disable=not progress):
         mem = measure(model, loss_fn, ref, repeats=1, warmup=0)
         t = timing[key]
         bound = flop_bound(passes[key], passes["plain_finetune"])
@@ -443,7 +445,8 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
             del m2, meth2, ref2
     metrics["timing"] = {"rounds": timing["plain_finetune"]["rounds"],
                          "converged": timing["plain_finetune"]["converged"], "tolerance": cfg.tolerance,
-                         "clock": "wall clock, synchronised" if dev.type == "cuda" else "process CPU time, 1 thread",
+                         "clock": "wall clock, "
+                                  "synchronised" if dev.type == "cuda" else "process CPU time, 1 thread",
                          "params": param_count(base_model, non_embedding=False)}
     return metrics
 
@@ -533,7 +536,8 @@ def filtering_ratio(classifier_tokens_per_s: float, train_tokens_per_s: float, t
     one pretraining pass over it (classifier tokens/s vs pretraining tokens/s, same machine).
     """
     if classifier_tokens_per_s <= 0 or train_tokens_per_s <= 0:
-        raise ValueError(f"throughputs must be positive, got {classifier_tokens_per_s} and {train_tokens_per_s}")
+        raise ValueError(f"throughputs must be positive, got {classifier_tokens_per_s} and "
+                         f"{train_tokens_per_s}")
     ratio = classifier_tokens_per_s / train_tokens_per_s
     return {"throughput_ratio": ratio, "cost_fraction": 1.0 / ratio, "meets_target": bool(ratio >= target)}
 
@@ -609,10 +613,10 @@ def filtering_table(metrics: dict) -> str:
     rows = [{"filtered model": k, "params": v["params"], "pretrain tok/s": v["train_tokens_per_s"],
              "classifier tok/s": f["classifier_tokens_per_s"], "ratio": v["throughput_ratio"],
              "cost %": 100 * v["cost_fraction"]} for k, v in f["models"].items()]
-    head = (f"Data-filtering classifier ({f['classifier']}, inference) vs pretraining step (forward + backward + "
-            f"AdamW), vocabulary {f['vocab_size']}, {f['threads']} thread(s): ratio "
-            f"{f['throughput_ratio']:.1f}x for the largest filtered model {f['filtered_model']} "
-            f"(target >= {f['target']:g}x: {'met' if f['meets_target'] else 'not met'}).\n\n")
+    head = (f"Data-filtering classifier ({f['classifier']}, inference) vs pretraining step (forward + "
+            f"backward + AdamW), vocabulary {f['vocab_size']}, {f['threads']} thread(s): ratio "
+            f"{f['throughput_ratio']:.1f}x for the largest filtered model {f['filtered_model']} (target >= "
+            f"{f['target']:g}x: {'met' if f['meets_target'] else 'not met'}).\n\n")
     return head + markdown_table(rows, list(rows[0]), "{:.1f}")
 
 
@@ -644,13 +648,15 @@ def roofline_text(metrics: dict) -> str:
         keys = [k for k, v in m.items() if isinstance(v, dict) and "mfu" in v]
         mfus = [m[k]["mfu"] for k in keys]
         copies = [k for k in keys if m[k]["reference_copy"]]
-        lines.append(f"- {label} {m.get('size', '')} ({m['timing'].get('params', 0) / 1e6:.2f}M parameters): plain "
-                     f"fine-tuning MFU {100 * m['plain_finetune']['mfu']:.1f}%, methods {100 * min(mfus):.1f}-"
-                     f"{100 * max(mfus):.1f}%; holding a frozen copy: {', '.join(copies) or 'none'}")
+        lines.append(f"- {label} {m.get('size', '')} ({m['timing'].get('params', 0) / 1e6:.2f}M parameters): "
+                     f"plain fine-tuning MFU {100 * m['plain_finetune']['mfu']:.1f}%, methods "
+                     f"{100 * min(mfus):.1f}-{100 * max(mfus):.1f}%; holding a frozen copy: "
+                     f"{', '.join(copies) or 'none'}")
     e = metrics.get("eval_speed") or {}
     for k, what in (("qa", "QA generation"), ("mcq", "MCQ scoring")):
         if f"{k}_examples_per_s" in e:
-            vs = (f" vs lm-eval {e[f'lm_eval_{k}_examples_per_s']:.1f}/s (time ratio {e[f'{k}_time_vs_lm_eval']:.3f})"
+            vs = (f" vs lm-eval {e[f'lm_eval_{k}_examples_per_s']:.1f}/s (time ratio "
+                  f"{e[f'{k}_time_vs_lm_eval']:.3f})"
                   if f"lm_eval_{k}_examples_per_s" in e else "")
             if f"lm_eval_{k}_local_examples_per_s" in e:
                 vs += (f", its evaluation alone {e[f'lm_eval_{k}_local_examples_per_s']:.1f}/s"
@@ -664,7 +670,8 @@ def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
     (and at the mid size), the filtering table and the controls' cache case."""
     table = roofline_text(metrics) + ("\n" + bench_table(metrics) if cfg.steps else "")
     if "mid" in metrics:
-        table += f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n"
+        table += (f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved "
+                  "rounds):\n\n")
         table += bench_table(metrics["mid"])
     filtering = filtering_table(metrics)
     if filtering:
@@ -673,10 +680,11 @@ def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
         table += "\n" + control_cache_text(metrics)
     t = metrics.get("timing", {})
     head = (f"{datetime.date.today().isoformat()}, {platform.machine()} with {os.cpu_count()} cores "
-            f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, model size "
-            f"`{cfg.size}`, batch {cfg.batch_size}."
-            + (f" Step-time ratios: median of {t.get('rounds')} interleaved rounds ({t.get('clock')}), IQR in "
-               f"brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): {t.get('converged')}."
+            f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, "
+            f"model size `{cfg.size}`, batch {cfg.batch_size}."
+            + (f" Step-time ratios: median of {t.get('rounds')} interleaved rounds ({t.get('clock')}), IQR "
+               f"in brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): "
+               f"{t.get('converged')}."
                if cfg.steps else "") + "\n\n")
     return head, table
 

@@ -144,11 +144,12 @@ def markdown(task: Task, metrics: dict) -> list[str]:
             if any(k.startswith("muse_") for k in m)]
     any_m = next((m for m in metrics.values() if "muse_verbmem_max_new_tokens" in m), {})
     lines = ["## MUSE six-way evaluation", "",
-             f"MUSE's table (Shi et al. 2024, arXiv:2407.06460), values x 100 as MUSE prints them: ROUGE-L F1 of the "
-             f"greedy continuation of each verbmem prompt ({any_m.get('muse_verbmem_max_new_tokens', '-')} new tokens) "
-             f"and of the few-shot KnowMem answers ({any_m.get('muse_knowmem_max_new_tokens', '-')} new tokens); "
-             "PrivLeak = (AUC - AUC_retrain) / AUC_retrain of Min-40% forget vs holdout in MUSE's AUC, the oracle as "
-             "the retrained model (docs/evaluation.md, \"MUSE six-way\").", "",
+             "MUSE's table (Shi et al. 2024, arXiv:2407.06460), values x 100 as MUSE prints them: ROUGE-L F1 "
+             "of the greedy continuation of each verbmem prompt "
+             f"({any_m.get('muse_verbmem_max_new_tokens', '-')} new tokens) and of the few-shot KnowMem "
+             f"answers ({any_m.get('muse_knowmem_max_new_tokens', '-')} new tokens); PrivLeak = (AUC - "
+             "AUC_retrain) / AUC_retrain of Min-40% forget vs holdout in MUSE's AUC, the oracle as the "
+             "retrained model (docs/evaluation.md, \"MUSE six-way\").", "",
              markdown_table(rows, [heads.get(c, c) for c in cols], fmt="{:.1f}", missing="-"), ""]
     for kind, title in FOLD_KINDS.items():
         fold_rows = [{"model": n, "fold": r["fold"], "forget documents": r["forget_docs"],
@@ -156,11 +157,12 @@ def markdown(task: Task, metrics: dict) -> list[str]:
                      for n, m in metrics.items() for r in m.get(f"muse_{kind}") or []]
         if fold_rows:
             lines += [f"### MUSE {title}", "",
-                      markdown_table(fold_rows, ["model", "fold", "forget documents", *[heads[c] for c in TABLE]],
+                      markdown_table(fold_rows, ["model", "fold", "forget "
+                                                                  "documents", *[heads[c] for c in TABLE]],
                                      fmt="{:.1f}", missing="-"), ""]
     missing = list(muse.get("missing") or [])
     if "oracle" not in metrics:
-        missing.append("PrivLeak: not computed, it needs the retrained model's AUC (an oracle: compare builds one, "
-                       "or pass --oracle with --model)")
+        missing.append("PrivLeak: not computed, it needs the retrained model's AUC (an oracle: compare "
+                       "builds one, or pass --oracle with --model)")
     lines += [f"- {md_escape(x)}" for x in missing]
     return lines + ([""] if missing else [])

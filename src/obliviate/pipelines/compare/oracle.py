@@ -32,27 +32,27 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
     (:func:`recorded_path`), as results.json records it."""
     if control == NO_CONTROL:
         if base_untrained:
-            raise ConfigError(f"--base-untrained is what the oracle is built from, and --control {NO_CONTROL} builds "
-                              "none: give one of them")
+            raise ConfigError("--base-untrained is what the oracle is built from, and --control "
+                              f"{NO_CONTROL} builds none: give one of them")
         if not model or oracle:
-            raise ConfigError(f"--control {NO_CONTROL} applies to --model without --oracle (without --model, compare "
-                              "builds its own oracle: oracle=false skips it)")
+            raise ConfigError(f"--control {NO_CONTROL} applies to --model without --oracle (without --model, "
+                              "compare builds its own oracle: oracle=false skips it)")
         return None
     if control is None:  # the default: build it where it can be built
         if not model or oracle:
             if base_untrained:
-                raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no --oracle "
-                                  "(without --model, compare builds its own oracle)")
+                raise ConfigError("--base-untrained builds the oracle beside --model: give --model and no "
+                                  "--oracle (without --model, compare builds its own oracle)")
             return None
         return recorded_path(base_untrained) or untaught_model(model, allow_hub=allow_hub)
     if not model or oracle:
-        raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and no --oracle "
-                          "(without --model, compare builds its own retain-only oracle)")
+        raise ConfigError(f"--control {RETAIN_FINETUNE} builds the oracle beside --model: give --model and "
+                          "no --oracle (without --model, compare builds its own retain-only oracle)")
     untaught = recorded_path(base_untrained) or untaught_model(model, allow_hub=allow_hub)
     if untaught is None:
-        raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task on the "
-                          "retain data, and none is known: give --base-untrained DIR (no model card of --model names "
-                          "an `obliviate finetune` input)")
+        raise ConfigError(f"--control {RETAIN_FINETUNE} fine-tunes the model before it was taught the task "
+                          "on the retain data, and none is known: give --base-untrained DIR (no model card "
+                          "of --model names an `obliviate finetune` input)")
     return untaught
 
 
@@ -73,7 +73,8 @@ def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callab
 def missing_oracle(model: str | None, control: str | None = None) -> str:
     """The one line of a comparison with no negative control: no verdict, and what adds one."""
     if not model:
-        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its oracle beside its base model)")
+        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its oracle beside its base "
+                                                    "model)")
     add = f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
     if control == NO_CONTROL:
         add += f" and drop --control {NO_CONTROL}"
@@ -88,4 +89,5 @@ def verdict_lines(res: dict, model: str | None, control: str | None = None) -> l
     skipped = [not_run_line("method", name, why) for name, why in (res.get("skipped") or {}).items()]
     if "oracle" not in res["metrics"]:
         return [*skipped, missing_oracle(model, control)]
-    return skipped + [verdict_line(f"verdict: {name}", v) for name, v in res["robustness"]["verdicts"].items()]
+    return skipped + [verdict_line("verdict: "
+                                   f"{name}", v) for name, v in res["robustness"]["verdicts"].items()]

@@ -44,7 +44,8 @@ def plot_forget_keep(metrics: dict, png: Path) -> None:
     points = {name: (m["forget_score"], keep_score(m)) for name, m in metrics.items()
               if m.get("forget_score") is not None and keep_score(m) is not None}
     after = {name: m.get("relearn_disjoint_acc", m.get("relearn_acc")) for name, m in metrics.items()}
-    plot_tradeoff(points, png, "forget score (lower is better)", "kept: retain (or neighbour / utility) score",
+    plot_tradeoff(points, png, "forget score (lower is "
+                               "better)", "kept: retain (or neighbour / utility) score",
                   "forget vs kept (arrows: after relearning)", arrows=after)
 
 
@@ -74,7 +75,8 @@ def not_computed_markdown(task: Task, metrics: dict) -> list[str]:
     for name, m in metrics.items():
         for line in (m.get("absent") or {}).values():
             by_line.setdefault(line, []).append(name)
-    lines = [f"- {md_escape(line)} ({', '.join(md_escape(n) for n in names)})" for line, names in by_line.items()]
+    lines = [f"- {md_escape(line)} "
+             f"({', '.join(md_escape(n) for n in names)})" for line, names in by_line.items()]
     if not task.meta.get("muse"):
         lines += [f"- {md_escape(x)}" for x in task.meta.get("missing") or []]
     return ["## Not computed", "", *lines, ""] if lines else []
@@ -100,18 +102,22 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
         if name in ("base", "oracle") or m.get("relearn_disjoint_acc") is None or not base_d:
             continue
         share = recovery(m["relearn_disjoint_start_acc"], m["relearn_disjoint_acc"], base_d)
-        lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the held-out "
-                     f"thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning on the other thirds"
-                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought back)") + f"{mark}."
+        lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the "
+                     f"held-out thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning "
+                     "on the other thirds"
+                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought "
+                                                 "back)") + f"{mark}."
                      + leakage_note(m))
     o = metrics.get("oracle", {})
     band = ((robustness or {}).get("band") or {}).get("relearn_disjoint")
     if o.get("relearn_disjoint_acc") is not None:
-        lines.append(f"- the oracle, which never saw the forget data, goes from {o['relearn_disjoint_start_acc']:.2f} "
-                     f"to {o['relearn_disjoint_acc']:.2f} under the same attack"
-                     + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it holds "
-                        "something the oracle does not; whether that is hidden knowledge is the verdict's to say, "
-                        "against the positive controls" if band else "") + "." + leakage_note(o))
+        lines.append("- the oracle, which never saw the forget data, goes from "
+                     f"{o['relearn_disjoint_start_acc']:.2f} to {o['relearn_disjoint_acc']:.2f} under the "
+                     "same attack"
+                     + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it "
+                        "holds something the oracle does not; whether that is hidden knowledge is the "
+                        "verdict's to say, against the positive "
+                        "controls" if band else "") + "." + leakage_note(o))
     return lines
 
 
@@ -189,11 +195,11 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
     set_rows = [{"model": n, **v} for n, v in set_scores(task, metrics).items()]
     did = method_lines(metrics, skipped)
     md = [f"# obliviate: method comparison on task {md_code(task.name)}", "",
-          f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of the "
-          "role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R against "
-          "the base model; `forget_quality` is the KS-test p-value of the forget truth ratios against the "
-          "oracle's (higher = closer); `format_shift_acc` is the best score over the forget set's variants "
-          "(docs/evaluation.md).", "",
+          f"Forget: {task.forget.describe()}; retain: {task.retain.describe()}. Role scores are the mean of "
+          "the role's QA (exact match) and MCQ sets, variants of the forget set aside; S-unlearning = U x R "
+          "against the base model; `forget_quality` is the KS-test p-value of the forget truth ratios "
+          "against the oracle's (higher = closer); `format_shift_acc` is the best score over the forget "
+          "set's variants (docs/evaluation.md).", "",
           *[line for note in task.meta.get("notes") or [] for line in (f"Note: {md_escape(note)}.", "")],
           markdown_table(rows, columns), "",
           *(trust_markdown(trust) if trust else []),

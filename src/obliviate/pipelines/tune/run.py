@@ -67,7 +67,8 @@ class TuneConfig:
         for name in ("lr_scale", "steps_scale", "param_scale"):
             v = getattr(self, name)
             if not v or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 for x in v):
-                raise ConfigError(f"config key 'tune.{name}': must be a non-empty list of numbers > 0, got {v!r}")
+                raise ConfigError(f"config key 'tune.{name}': must be a non-empty list of numbers > 0, got "
+                                  f"{v!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise ConfigError(f"config key 'tune.budget': must be an integer >= 1, got {self.budget!r}")
         if isinstance(self.extend, bool) or not isinstance(self.extend, int) or self.extend < 0:
@@ -98,7 +99,8 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
     parts = {}
     for role, data in (("forget", task.forget), ("retain", task.retain)):
         if len(data.qa) == 1:
-            raise ConfigError(f"tune: the task's {role} data has one QA pair; a validation split needs two or more")
+            raise ConfigError(f"tune: the task's {role} data has one QA pair; a validation split needs two "
+                              "or more")
         chosen = _pick(len(data.qa), fraction, rng) if data.qa else set()
         parts[role] = [p for i, p in enumerate(data.qa) if i in chosen]
         val_q |= {q for q, _ in parts[role]}
@@ -117,7 +119,8 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
             val_evals.append(dataclasses.replace(es, items=v))
         held_evals.append(dataclasses.replace(es, items=h) if h else es)
     if not any(es.role == "forget" for es in val_evals):
-        raise ConfigError(f"tune: task {task.name!r} has no forget QA or MCQ set of two or more items to choose on")
+        raise ConfigError(f"tune: task {task.name!r} has no forget QA or MCQ set of two or more items to "
+                          "choose on")
     val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None, groups=None)
     held = dataclasses.replace(task, evals=held_evals)
     return val, held
@@ -293,8 +296,9 @@ def write_tune_report(out_dir: Path, result: dict) -> Path:
              "feasible": "yes" if o else "no", "chosen": "*" if t is c else ""} for t, o in zip(trials, ok)]
     text = "\n".join([
         f"# Tuning {md_code(result['method'])}", "",
-        f"Chosen on the validation split: trial {c['index'] + 1}, the largest forget drop with a keep share of at "
-        f"least {rs:.2f}" + ("" if result["feasible"] else " (none met it: the trial that kept most)") + ".", "",
+        f"Chosen on the validation split: trial {c['index'] + 1}, the largest forget drop with a keep share "
+        "of at least "
+        f"{rs:.2f}" + ("" if result["feasible"] else " (none met it: the trial that kept most)") + ".", "",
         "![search](search.png)", "",
         markdown_table(rows, list(rows[0]), fmt="{:.3f}"), ""])
     atomic_write_text(out_dir / "report.md", text)

@@ -45,7 +45,8 @@ def hub_records(repo: str, config: str | None, split: str, missing: str) -> Iter
     try:
         ds = datasets.load_dataset(repo, config, split=split)
     except Exception as e:  # network, offline, unknown config, ...: one line for the user
-        reason = f"loading {repo} ({config or 'default'}, split {split}) failed: {' '.join(str(e).split())[:300]}"
+        reason = (f"loading {repo} ({config or 'default'}, split {split}) failed: "
+                  f"{' '.join(str(e).split())[:300]}")
         raise MissingFile(f"{missing} not found, and {reason}", missing, reason) from e
     name = f"{repo}:{config or 'default'}:{split}"
     for i, row in enumerate(ds, 1):

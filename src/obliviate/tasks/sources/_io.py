@@ -58,7 +58,8 @@ def data_hint(hub: str | None = None) -> str:
     ``set $OBLIVIATE_DATA to the data directory, or --allow-hub to read HUB`` on the command line; ``hub``
     names the hub release (None: the benchmark has none, and the hint leaves the hub out)."""
     ways = ["set $OBLIVIATE_DATA to the data directory"]
-    root = setting("pass root=...", None)  # the command line reads the data directory from $OBLIVIATE_DATA only
+    root = setting("pass "
+                   "root=...", None)  # the command line reads the data directory from $OBLIVIATE_DATA only
     ways += [root] if root else []
     ways += [f"{setting('allow_hub=True', '--allow-hub')} to read {hub}"] if hub else []
     return ", ".join(ways[:-1]) + (", or " if len(ways) > 1 else "") + ways[-1]
@@ -94,8 +95,8 @@ def iter_text_lines(path: Path, name: str) -> Iterator[tuple[int, str]]:
                 try:
                     yield n, part.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    raise DataError(f"{name} line {n}: not valid UTF-8 ({e.reason}, byte 0x{part[e.start]:02x} "
-                                    f"at column {e.start + 1})") from None
+                    raise DataError(f"{name} line {n}: not valid UTF-8 ({e.reason}, byte "
+                                    f"0x{part[e.start]:02x} at column {e.start + 1})") from None
 
 
 def _split_cr(raw: bytes) -> list[bytes]:
@@ -262,9 +263,9 @@ def unicode_text(value: str, key: str, where: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise DataError(f"{where}: field {key!r} holds a lone surrogate \\u{ord(value[e.start]):04x} at character "
-                        f"{e.start + 1} (half of a UTF-16 pair, e.g. a JSON escape without its other half); "
-                        "not valid Unicode text") from None
+        raise DataError(f"{where}: field {key!r} holds a lone surrogate \\u{ord(value[e.start]):04x} at "
+                        f"character {e.start + 1} (half of a UTF-16 pair, e.g. a JSON escape without its "
+                        "other half); not valid Unicode text") from None
     return value
 
 

@@ -51,7 +51,8 @@ def parse_mapping(spec: str | None) -> dict[str, str]:
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
-            raise ConfigError(f"bad field mapping {part.strip()!r} in {spec!r}: expected schema_field=file_field")
+            raise ConfigError(f"bad field mapping {part.strip()!r} in {spec!r}: expected "
+                              "schema_field=file_field")
         if key in out:
             raise ConfigError(f"field mapping {spec!r} maps {key!r} twice")
         out[key] = value
@@ -129,15 +130,16 @@ def _check_mapping(kind: str | None, mapping: dict[str, str]) -> None:
                                                                                  FIELDS[k][0] + FIELDS[k][1]))
     unknown = [k for k in mapping if k not in valid]
     if unknown:
-        raise ConfigError(f"field mapping names unknown {kind or 'record'} field(s) {', '.join(map(repr, unknown))} "
-                          f"(valid: {', '.join(valid)})")
+        raise ConfigError(f"field mapping names unknown {kind or 'record'} field(s) "
+                          f"{', '.join(map(repr, unknown))} (valid: {', '.join(valid)})")
 
 
 def _index_base_arg(value: str | None) -> int | None:
     if value is None:
         return None
     if str(value).strip() not in ("0", "1"):
-        raise ConfigError(f"index_base={value!r}: expected 0 or 1 (whether MCQ answer indices count from 0 or 1)")
+        raise ConfigError(f"index_base={value!r}: expected 0 or 1 (whether MCQ answer indices count from 0 "
+                          "or 1)")
     return int(value)
 
 
@@ -172,12 +174,13 @@ def index_base(rows: Iterable[tuple[str, dict]], src: dict[str, list[str]], stri
         if top is None and texts and v == len(texts):
             top = (where, v, len(texts))
     if top is not None:
-        log.info("%s: answer indices read as 1-based (none is 0, and %s's is %d of %d choices; index_base=0 in the "
-                 "mapping says otherwise)", name, *top)
+        log.info("%s: answer indices read as 1-based (none is 0, and %s's is %d of %d choices; index_base=0 "
+                 "in the mapping says otherwise)", name, *top)
         return 1
     if indices:
-        log.info("%s: answer indices read as 0-based, though the file does not say (none is 0, and none equals its "
-                 "record's number of choices); index_base=1 in the mapping reads them as 1-based", name)
+        log.info("%s: answer indices read as 0-based, though the file does not say (none is 0, and none "
+                 "equals its record's number of choices); index_base=1 in the mapping reads them as "
+                 "1-based", name)
     return 0
 
 
@@ -290,7 +293,8 @@ def _doc_records(doc: Any, name: str) -> Iterator[tuple[str, dict]]:
             return  # {"data": []}: no records
         if len(keys) != 1:
             found = (f"several keys hold lists of objects ({', '.join(map(repr, keys))})" if keys else
-                     f"no key holds a list of objects (keys: {', '.join(map(repr, list(doc)[:8])) or 'none'})")
+                     "no key holds a list of objects (keys: "
+                     f"{', '.join(map(repr, list(doc)[:8])) or 'none'})")
             raise DataError(f"{name}: expected a JSON array of records or an object with one key holding "
                             f"them, but {found}")
         doc = doc[keys[0]]
@@ -329,7 +333,8 @@ def _iter_csv(path: Path, name: str, delimiter: str) -> Iterator[tuple[str, dict
         except StopIteration:
             return
         except csv.Error as e:
-            raise DataError(f"{name} line {lines.n}: invalid {'CSV' if delimiter == ',' else 'TSV'} ({e})") from None
+            raise DataError(f"{name} line {lines.n}: invalid {'CSV' if delimiter == ',' else 'TSV'} "
+                            f"({e})") from None
         end = lines.n
         if not row or not any(c.strip() for c in row):
             continue
@@ -338,10 +343,12 @@ def _iter_csv(path: Path, name: str, delimiter: str) -> Iterator[tuple[str, dict
             header, header_line = [c.strip() for c in row], start
             dup = sorted({c for c in header if header.count(c) > 1})
             if dup:
-                raise DataError(f"{where}: the header names column(s) {', '.join(map(repr, dup))} more than once")
+                raise DataError(f"{where}: the header names column(s) {', '.join(map(repr, dup))} more than "
+                                "once")
             continue
         if len(row) != len(header):
-            raise DataError(f"{where}: {len(row)} fields, but the header (line {header_line}) names {len(header)}")
+            raise DataError(f"{where}: {len(row)} fields, but the header (line {header_line}) names "
+                            f"{len(header)}")
         yield where, dict(zip(header, row))
 
 
@@ -401,8 +408,8 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
            for f in ("answer_index", "answer") if f in vals}
     if len(set(idx.values())) > 1:
         (ki,), (ka,) = vals["answer_index"], vals["answer"]
-        raise DataError(f"{where}: field {ki!r} says choice {_io.LETTERS[idx['answer_index']]} but field {ka!r} "
-                        f"says choice {_io.LETTERS[idx['answer']]}")
+        raise DataError(f"{where}: field {ki!r} says choice {_io.LETTERS[idx['answer_index']]} but field "
+                        f"{ka!r} says choice {_io.LETTERS[idx['answer']]}")
     answer = next(iter(idx.values()))
     if "answer" in vals and next(iter(vals["answer"])) in spans and len(spans) > 1:
         # a right answer's field plus wrong ones' (choices=true_answer+false_answer,answer=true_answer): shuffled,
@@ -479,8 +486,8 @@ def _choices(got: dict[str, Any], where: str,
         if isinstance(value, dict) and set(value) == {"text", "label"}:  # ARC: {"text": [...], "label": [...]}
             texts, labels = value["text"], value["label"]
             if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
-                raise DataError(f"{where}: field {key!r} holds 'text' and 'label', which must be lists of one "
-                                "length")
+                raise DataError(f"{where}: field {key!r} holds 'text' and 'label', which must be lists of "
+                                "one length")
             labels = [str(x).strip() for x in labels]
             got = {key: texts}
         elif isinstance(value, dict):
@@ -531,14 +538,15 @@ def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int,
         return _io.as_index(v, len(choices), key, where, letters=True)
     if v.isascii() and v.isdigit():  # a JSON "2": an index, as in CSV, where no choice reads "2"
         return _index(int(v), len(choices), key, where, base)
-    raise DataError(f"{where}: field {key!r} = {show(value)} is not an index, a letter, or exactly one choice")
+    raise DataError(f"{where}: field {key!r} = {show(value)} is not an index, a letter, or exactly one "
+                    "choice")
 
 
 def _index(value: Any, n: int, key: str, where: str, base: int) -> int:
     """The 0-based choice of an index ``value`` counted from ``base`` (0 or 1)."""
     if base == 1 and isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= n:
-            raise DataError(f"{where}: field {key!r} = {value} is out of range for {n} choices (the file's indices "
-                            f"count from 1)")
+            raise DataError(f"{where}: field {key!r} = {value} is out of range for {n} choices (the file's "
+                            "indices count from 1)")
         return value - 1
     return _io.as_index(value, n, key, where, letters=True)

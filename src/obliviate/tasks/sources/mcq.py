@@ -157,7 +157,8 @@ def load_medmcqa(name: str = "test", root: str | os.PathLike | None = None,
     if allow_hub:
         raise DataError(f"{path} not found; MedMCQA subset {name!r} has no hub equivalent "
                         f"(hub splits: {', '.join(MEDMCQA_HUB)})")
-    raise _io.missing_file(path, f"MedMCQA {name!r}", f"{MEDMCQA_HUB_ID} (its {' and '.join(MEDMCQA_HUB)} splits)")
+    raise _io.missing_file(path, "MedMCQA "
+                                 f"{name!r}", f"{MEDMCQA_HUB_ID} (its {' and '.join(MEDMCQA_HUB)} splits)")
 
 
 def _medmcqa_local(rec: dict, where: str, name: str) -> MCQExample:

@@ -31,7 +31,8 @@ def load_rtp(attribute: str | None = None, root: str | os.PathLike | None = None
     attrs = RTP_ATTRIBUTES if attribute is None else (attribute,)
     for a in attrs:
         if a not in RTP_ATTRIBUTES:
-            raise DataError(f"unknown RealToxicityPrompts attribute {a!r} (valid: {', '.join(RTP_ATTRIBUTES)})")
+            raise DataError(f"unknown RealToxicityPrompts attribute {a!r} (valid: "
+                            f"{', '.join(RTP_ATTRIBUTES)})")
     base = _io.root_dir(root)
     out: list[TextExample] = []
     for a in attrs:

@@ -37,13 +37,13 @@ def load_wmdp_corpus(subset: str, part: str, root: str | os.PathLike | None = No
         records = hub_records(WMDP_CORPORA_HUB_ID, name, "train", str(path))
     elif name == "bio-forget-corpus":
         where = " / ".join(w for w in ("$OBLIVIATE_DATA", setting("root=...", None)) if w)
-        raise _io.MissingFile(f"WMDP bio forget corpus: file not found: {path}; it is gated (not on the hub): request "
-                              f"it from the WMDP authors via {BIO_FORGET_FORM}, then save it at that path as JSON "
-                              f"Lines with a 'text' field (or point {where} at a directory holding "
-                              f"wmdp/bio-forget-corpus.jsonl)", path)
+        raise _io.MissingFile(f"WMDP bio forget corpus: file not found: {path}; it is gated (not on the "
+                              f"hub): request it from the WMDP authors via {BIO_FORGET_FORM}, then save it "
+                              f"at that path as JSON Lines with a 'text' field (or point {where} at a "
+                              "directory holding wmdp/bio-forget-corpus.jsonl)", path)
     else:
-        raise _io.MissingFile(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a 'text' field; "
-                              f"{_io.data_hint(f'{WMDP_CORPORA_HUB_ID}:{name}')})", path)
+        raise _io.MissingFile(f"WMDP {subset} {part} corpus: file not found: {path} (JSON Lines with a "
+                              f"'text' field; {_io.data_hint(f'{WMDP_CORPORA_HUB_ID}:{name}')})", path)
     out: list[str] = []
     for where, rec in records:
         if limit is not None and len(out) >= limit:
