@@ -224,7 +224,8 @@ def from_fields(cls: type, data: dict, prefix: str = "") -> Any:
             raise ConfigError(f"unknown config key '{full[:SHOWN_CHARS]}' (known: "
                               f"{', '.join(sorted(fields))})")
         factory = fields[key].default_factory
-        if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]) and factory is not dataclasses.MISSING:
+        if isinstance(value,
+                      dict) and dataclasses.is_dataclass(hints[key]) and factory is not dataclasses.MISSING:
             # A partial section changes the keys it names and keeps the field's own defaults for the rest
             # (``unlearn.train.steps=10`` must not reset the unlearning lr and schedule to TrainConfig's).
             value = deep_merge(to_dict(factory()), value)

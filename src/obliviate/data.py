@@ -51,7 +51,8 @@ def _char_labels(text: str, spans: list, fields: list[str]) -> dict[str, list]:
     return per_char
 
 
-def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields: list[str]) -> dict[str, list]:
+def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields: list[str]) -> dict[str,
+                                                                                                    list]:
     """Label of each token = label of the first non-space char in its offset range."""
     per_char = _char_labels(text, spans, fields)
     out = {f: [] for f in fields}
@@ -66,7 +67,8 @@ def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields:
 
 
 def encode_documents(tokenizer, documents: list[dict], max_len: int = 256,
-                     fields: tuple[str, ...] = ("domain", "concept", "toxic", "answer", "split")) -> TokenDataset:
+                     fields: tuple[str, ...] = ("domain", "concept", "toxic", "answer",
+                                                "split")) -> TokenDataset:
     """Tokenise labelled documents: ``[bos] + tokens + [eos]`` (bos where the tokenizer's models take one,
     :func:`~obliviate.models.tokenizer.adds_bos`), split into ``max_len`` chunks."""
     if not documents:
@@ -163,7 +165,8 @@ def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_
     eos = tokenizer.eos_token_id if add_eos else None
     adds = adds_bos(tokenizer)
     for p, a in zip(prompts, answers):
-        p, a = clip_chars(p, max_len, "start"), clip_chars(a, max_len, "start")  # the first max_len tokens stay
+        # the first max_len tokens stay
+        p, a = clip_chars(p, max_len, "start"), clip_chars(a, max_len, "start")
         p_ids = bos_prefix(tokenizer, p, adds=adds) + tokenizer(p, add_special_tokens=False)["input_ids"]
         a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
         seq = (p_ids + a_ids)[:max_len]
@@ -193,7 +196,8 @@ def pack_sequences(dataset: TokenDataset, row_len: int) -> TokenDataset:
             rows.append([i])
             fill.append(n)
     ids = [np.concatenate([dataset.input_ids[i] for i in row]) for row in rows]
-    labels = {f: [np.concatenate([arrs[i] for i in row]) for row in rows] for f, arrs in dataset.labels.items()}
+    labels = {f: [np.concatenate([arrs[i] for i in row]) for row in rows] for f,
+              arrs in dataset.labels.items()}
     return TokenDataset(ids, labels, dict(dataset.vocab))
 
 
@@ -229,7 +233,8 @@ def encode_data(tokenizer, data, prompt: PromptFormat | None = None, max_len: in
     if data.qa:
         pairs = fmt.pairs(data.qa, tokenizer)
         seqs, masks = encode_prompt_answer(tokenizer, [clip_chars(p, max_len, "start") for p, _ in pairs],
-                                           [clip_chars(a, max_len, "start") for _, a in pairs], max_len=10 ** 9,
+                                           [clip_chars(a, max_len, "start") for _, a in pairs],
+                                           max_len=10 ** 9,
                                            add_eos=not fmt.chat)
         for i, s in enumerate(seqs):
             if len(s) > max_len:

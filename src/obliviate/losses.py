@@ -74,7 +74,8 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     return nll, mask
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of ``values`` over positions where ``mask`` (optionally times ``weights``).
 
     The denominator is the (weighted) count of unmasked positions, so masked
@@ -125,7 +126,8 @@ def labelled_logits(model, batch: dict,
     mask of the positions, which reads the same rows of another model's (B, T, V) logits:
     ``other[positions]``. The unembedding runs at those positions only
     (:func:`~obliviate.models.layers.logits_at`)."""
-    from obliviate.models.layers import logits_at  # here, not at the top: the import graph stays 13 levels deep
+    # here, not at the top: the import graph stays 13 levels deep
+    from obliviate.models.layers import logits_at
 
     targets = shift_targets(batch["labels"])  # (B, T-1): position t predicts labels[t+1]
     labelled = targets != IGNORE_INDEX if keep is None else keep & (targets != IGNORE_INDEX)
@@ -143,7 +145,8 @@ def kl_to_reference(logits: torch.Tensor, ref_logits: torch.Tensor, labels: torc
     return masked_mean(kl, mask)
 
 
-def hidden_mse(h: torch.Tensor, target: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+def hidden_mse(h: torch.Tensor, target: torch.Tensor,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean squared error over (valid tokens x hidden dim); padding masked if a mask is given."""
     sq = (at_least_float32(h) - at_least_float32(target)).pow(2).mean(-1)  # (B, T)
     if attention_mask is None:

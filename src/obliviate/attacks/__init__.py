@@ -9,6 +9,7 @@ from obliviate.attacks.probe import fit_choice_probe, linear_probe_attack, value
 from obliviate.attacks.relearn import RelearnConfig, curve_auc, relearn_attack, steps_to_reach
 
 __all__ = [
-    "RelearnConfig", "curve_auc", "fit_choice_probe", "format_shift_attack", "linear_probe_attack", "relearn_attack",
+    "RelearnConfig", "curve_auc", "fit_choice_probe", "format_shift_attack", "linear_probe_attack",
+    "relearn_attack",
     "steps_to_reach", "value_probe_attack",
 ]

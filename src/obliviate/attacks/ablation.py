@@ -30,11 +30,13 @@ def prompt_batches(tokenizer, prompts: Sequence[str], batch_size: int = 32, max_
     return [collate(seqs[i:i + batch_size], pad) for i in range(0, len(seqs), batch_size)]
 
 
-def mean_last_states(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int, torch.Tensor]:
+def mean_last_states(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int,
+                                                                                             torch.Tensor]:
     """``{l: mean hidden state (d,)}`` of every decoder layer at the prompts' last tokens (float32, CPU)."""
     if not prompts:
         raise DataError("direction ablation: no prompts to estimate a direction from")
-    states = states_over_batches(model, prompt_batches(tokenizer, prompts, batch_size), range(num_layers(model)),
+    states = states_over_batches(model, prompt_batches(tokenizer, prompts, batch_size),
+                                 range(num_layers(model)),
                                  at="last")
     return {l: h.mean(0) for l, h in states.items()}
 
@@ -94,7 +96,8 @@ def retain_prompts(task: Task, tokenizer=None) -> list[str]:
     sets."""
     if task.retain.qa:
         return [task.prompt.prompt(q, tokenizer) for q, _ in task.retain.qa]
-    sets = [es for role in ("retain", "neighbour", "utility") for es in task.evals_by_role(role, variants=False)
+    sets = [es for role in ("retain", "neighbour", "utility") for es in task.evals_by_role(role,
+                                                                                           variants=False)
             if es.kind in ("qa", "mcq")]
     return [task.prompt.prompt(x["question"], tokenizer) for es in sets for x in es.items]
 
@@ -130,7 +133,8 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_state
         if base_states is not None:
             mine = mean_last_states(model, tokenizer, fp, batch_size)
             with ablating(model, {l: unit(mine[l] - base_states[l]) for l in mine}):
-                out.update(_scores("ablate_whitebox", evaluate_task(model, tokenizer, task, batch_size=batch_size)))
+                out.update(_scores("ablate_whitebox",
+                                   evaluate_task(model, tokenizer, task, batch_size=batch_size)))
     out["ablate_cost"] = cost.as_dict()
     return out
 
@@ -150,5 +154,6 @@ def ablate_run(r: AttackRun, cfg: None) -> dict:
     if r.base_model is not None:
         fp = forget_prompts(r.task, r.tokenizer)[:r.cfg.max_eval]
         base = r.on_base(("ablate_states", r.cfg.max_eval), lambda b: mean_last_states(b, r.tokenizer, fp))
-    return ablation_attack(r.model, r.tokenizer, scoring_task(r.task), base_states=base, max_prompts=r.cfg.max_eval,
+    return ablation_attack(r.model, r.tokenizer, scoring_task(r.task), base_states=base,
+                           max_prompts=r.cfg.max_eval,
                            direction_task=r.task)

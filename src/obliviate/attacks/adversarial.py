@@ -19,7 +19,8 @@ from obliviate.losses import lm_loss
 from obliviate.train import StepSampler, TrainConfig, train
 
 
-def loss_recovery_curve(model, seqs: Sequence[np.ndarray], held_loss: Callable[[object], float], *, steps: int,
+def loss_recovery_curve(model, seqs: Sequence[np.ndarray], held_loss: Callable[[object], float], *,
+                        steps: int,
                         lr: float, batch_size: int, eval_every: int, pad_id: int, seed: int = 0,
                         progress: bool = False, desc: str = "adversarial") -> dict:
     """Fine-tune ``model`` in place on ``seqs`` (token-id arrays) for ``steps`` steps; ``held_loss(model)``

@@ -104,7 +104,8 @@ ATTACKS = Registry("attack", package="obliviate.attacks")
 
 
 def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, config: type | None = None,
-                    reads: tuple[AttackRead, ...] | AttackRead = (), check: Callable[[Any, Any], None] | None = None):
+                    reads: tuple[AttackRead, ...] | AttackRead = (),
+                    check: Callable[[Any, Any], None] | None = None):
     """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module
     docstring); ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
     if not needs.strip():

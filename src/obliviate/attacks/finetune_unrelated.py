@@ -74,5 +74,6 @@ def unrelated_finetune_run(r: AttackRun, cfg: UnrelatedConfig) -> dict:
     rc = max((rc for _, rc in attack_grid(r.model, r.cfg) if not rc.lora), key=lambda rc: rc.lr)
     rc = replace(rc, steps=cfg.steps, eval_every=max(1, cfg.steps // 4), batch_size=min(rc.batch_size, cfg.n))
     return {**unrelated_finetune_attack(r.model, r.tokenizer, r.task, r.score_fn, rc, n=cfg.n,
-                                        seed=r.cfg.seed, base_acc=r.base_score), "unrelated_finetune_lr": rc.lr,
+                                        seed=r.cfg.seed, base_acc=r.base_score),
+                                        "unrelated_finetune_lr": rc.lr,
             **read_counts("unrelated_finetune", forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)[1])}

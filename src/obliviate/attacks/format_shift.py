@@ -27,7 +27,8 @@ def above_chance(score: float, chance: float | None) -> float:
     return float(min(1.0, max(0.0, (score - c) / (1.0 - c)))) if c < 1 else 0.0
 
 
-def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = None, batch_size: int = 32) -> dict:
+def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = None,
+                        batch_size: int = 32) -> dict:
     """``{"format_shift_acc", "format_shift_set"}``: the best variant of ``model`` on ``task``, each variant's
     score taken above its chance (:func:`above_chance`: a lettered MCQ at chance reads 0, not 0.25, so sets of
     different chance compare); ``format_shift_items``, the best set's items (the mean it is), and
@@ -45,7 +46,8 @@ def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = Non
         if metrics is not None and metrics.get(key) is not None:
             scores[es.name] = metrics[key]
         else:
-            scores[es.name] = evaluate_set(model, tokenizer, task, es, batch_size=batch_size)[PRIMARY[es.kind]]
+            scores[es.name] = evaluate_set(model, tokenizer, task, es,
+                                           batch_size=batch_size)[PRIMARY[es.kind]]
     above = {es.name: above_chance(scores[es.name], es.chance) for es in sets}
     best = max(above, key=lambda n: above[n])
     size = {es.name: len(es.items) for es in sets}

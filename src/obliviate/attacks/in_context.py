@@ -32,9 +32,11 @@ def shots_prompt(task: Task, shots: Sequence[tuple[str, str]], question: str, to
     return SEP.join([*facts, task.prompt.prompt(question, tokenizer)])
 
 
-def prefix_accuracy(model, tokenizer, prompts: Sequence[str], answers: Sequence[str], batch_size: int = 32) -> float:
+def prefix_accuracy(model, tokenizer, prompts: Sequence[str], answers: Sequence[str],
+                    batch_size: int = 32) -> float:
     """Fraction of prompts whose greedy continuation starts with the words of its answer."""
-    preds = greedy_generate(model, tokenizer, list(prompts), answer_budget(tokenizer, list(answers)), batch_size)
+    preds = greedy_generate(model, tokenizer, list(prompts), answer_budget(tokenizer, list(answers)),
+                            batch_size)
     return float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(preds, answers)]))
 
 

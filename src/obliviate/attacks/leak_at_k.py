@@ -54,14 +54,16 @@ def leak_at_k(c: int, n: int, k: int) -> float:
 
 def forget_qa(task: Task) -> list[tuple[str, str]]:
     """The forget sets' own QA items (variants aside), as (question, answer)."""
-    return [(x["question"], x["answer"]) for es in task.evals_by_role("forget", variants=False) if es.kind == "qa"
+    return [(x["question"], x["answer"]) for es in task.evals_by_role("forget",
+                                                                      variants=False) if es.kind == "qa"
             for x in es.items]
 
 
 def leak_counts(model, tokenizer, prompts: list[str], answers: list[str], cfg: LeakConfig) -> np.ndarray:
     """(questions,) how many of the ``cfg.n`` sampled completions of each prompt hold its answer."""
     texts = sample_generate(model, tokenizer, prompts, cfg.n, answer_budget(tokenizer, answers),
-                            temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed, batch_size=cfg.batch_size)
+                            temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed,
+                            batch_size=cfg.batch_size)
     return np.asarray([sum(answer_matches(t, a, "prefix") for t in ts) for ts, a in zip(texts, answers)])
 
 
@@ -77,9 +79,11 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
     with counting(model, cost=cost):
         greedy = greedy_generate(model, tokenizer, prompts, answer_budget(tokenizer, answers), cfg.batch_size)
         counts = leak_counts(model, tokenizer, prompts, answers, cfg)
-    out = {f"leak_at_k_{k}": float(np.mean([leak_at_k(int(c), cfg.n, k) for c in counts])) for k in sorted(cfg.ks)}
+    out = {f"leak_at_k_{k}": float(np.mean([leak_at_k(int(c), cfg.n,
+                                                      k) for c in counts])) for k in sorted(cfg.ks)}
     return {**out, "leak_at_k_acc": out[f"leak_at_k_{max(cfg.ks)}"],
-            "leak_at_k_greedy_acc": float(np.mean([answer_matches(p, a, "prefix") for p, a in zip(greedy, answers)])),
+            "leak_at_k_greedy_acc": float(np.mean([answer_matches(p, a, "prefix") for p,
+                                                   a in zip(greedy, answers)])),
             "leak_at_k_sample_rate": float(counts.mean() / cfg.n),
             "leak_at_k_budget": {**asdict(cfg), "items": len(qa), "completions": len(qa) * cfg.n},
             **read_counts("leak_at_k", len(qa)),
@@ -93,4 +97,5 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
                                         "greedy",
                                   shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")))
 def leak_run(r: AttackRun, cfg: LeakConfig) -> dict:
-    return leak_attack(r.model, r.tokenizer, r.task, replace(cfg, max_items=min(cfg.max_items, r.cfg.max_eval)))
+    return leak_attack(r.model, r.tokenizer, r.task,
+                       replace(cfg, max_items=min(cfg.max_items, r.cfg.max_eval)))

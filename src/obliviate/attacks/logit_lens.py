@@ -25,7 +25,8 @@ from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import DataError, ModelError
 from obliviate.eval.suite import qa_item_prompt
 from obliviate.losses import at_least_float32
-from obliviate.models.layers import (capture_hidden, eval_mode, final_norm, gather_last, last_token_index, num_layers,
+from obliviate.models.layers import (capture_hidden, eval_mode, final_norm, gather_last, last_token_index,
+                                     num_layers,
                                      output_embeddings)
 from obliviate.models.tokenizer import pad_id
 from obliviate.tasks.base import Task
@@ -83,13 +84,15 @@ def answer_targets(tokenizer, prompts: Sequence[str], answers: Sequence[str], ma
             [span[o] for span, o in zip(spans, offsets)], offsets)
 
 
-def lens_hits(logits: torch.Tensor, targets: torch.Tensor, ks: Sequence[int] = (1, 10), delta_k: int = 10) -> dict:
+def lens_hits(logits: torch.Tensor, targets: torch.Tensor, ks: Sequence[int] = (1, 10),
+              delta_k: int = 10) -> dict:
     """Per item (B,) booleans from lens logits (L, B, V) and target tokens (B,): ``top<k>`` (at some layer),
     ``last_top1``, ``delta_top<delta_k>`` (among the largest layer-to-layer probability rises) and
     ``by_layer`` (L, B) top-1 hits."""
     L, B, V = logits.shape
     probs = logits.softmax(-1)
-    rank = (logits > logits.gather(2, targets[None, :, None].expand(L, B, 1))).sum(-1)  # (L, B): tokens above t
+    # (L, B): tokens above t
+    rank = (logits > logits.gather(2, targets[None, :, None].expand(L, B, 1))).sum(-1)
     out = {f"top{k}": (rank < k).any(0) for k in ks}
     out["last_top1"] = rank[-1] == 0
     out["by_layer"] = rank == 0
@@ -106,7 +109,8 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
                       max_items: int = 200, batch_size: int = 32) -> dict:
     """The logit-lens success rates on the task's forget QA items (module docstring) and
     ``logit_lens_cost``."""
-    items = [x for es in task.evals_by_role("forget", variants=False) if es.kind == "qa" for x in es.items][:max_items]
+    items = [x for es in task.evals_by_role("forget",
+                                            variants=False) if es.kind == "qa" for x in es.items][:max_items]
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items for the logit lens")
     seqs, first, offsets = answer_targets(tokenizer, [qa_item_prompt(task, x, tokenizer) for x in items],
@@ -119,7 +123,8 @@ def logit_lens_attack(model, tokenizer, task: Task, *, ks: Sequence[int] = (1, 1
         for i in range(0, len(seqs), batch_size):
             b = collate(seqs[i:i + batch_size], pad)
             lg = lens_logits(model, b["input_ids"].to(dev), b["attention_mask"].to(dev))
-            for k, v in lens_hits(lg, torch.tensor(first[i:i + batch_size], device=lg.device), ks, delta_k).items():
+            for k, v in lens_hits(lg, torch.tensor(first[i:i + batch_size], device=lg.device), ks,
+                                  delta_k).items():
                 hits.setdefault(k, []).append(v.cpu())
     cat = {k: torch.cat(v, dim=-1).float() for k, v in hits.items()}
     by_layer = cat.pop("by_layer").mean(-1)

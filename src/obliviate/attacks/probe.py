@@ -249,7 +249,8 @@ def probe_mcqs(task: Task) -> list:
 
 
 def _probe_metrics(probe: dict) -> dict:
-    return {"probe_acc": probe["best_acc"], "probe_best_layer": probe["best_layer"], "probe_chance": probe["chance"],
+    return {"probe_acc": probe["best_acc"], "probe_best_layer": probe["best_layer"],
+            "probe_chance": probe["chance"],
             "probe_per_layer": {str(l): a for l, a in probe["per_layer"].items()}}
 
 
@@ -272,5 +273,6 @@ def probe_attack(r: AttackRun, c: ProbeConfig) -> dict:
         items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"]}
                  for m in _choice_probe_items(r.task)]
         probe = linear_probe_attack(r.model, r.tokenizer, items, layers=c.layers, train_frac=c.train_frac,
-                                    seed=seed, C=c.C, prompt_fn=lambda q: r.task.prompt.prompt(q, r.tokenizer))
+                                    seed=seed, C=c.C,
+                                    prompt_fn=lambda q: r.task.prompt.prompt(q, r.tokenizer))
     return _probe_metrics(probe)

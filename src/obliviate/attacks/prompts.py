@@ -95,7 +95,8 @@ def attack_prompts(task: Task, items: list, tokenizer=None) -> dict[str, list[tu
 def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_size: int = 32) -> dict:
     """Each adversarial prompt type's greedy prefix-match accuracy on the forget QA items (module
     docstring)."""
-    items = [x for es in task.evals_by_role("forget", variants=False) if es.kind == "qa" for x in es.items][:max_items]
+    items = [x for es in task.evals_by_role("forget",
+                                            variants=False) if es.kind == "qa" for x in es.items][:max_items]
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items for the prompt attacks")
     out: dict = {}
@@ -107,7 +108,8 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
                 out[f"prompts_{t}_acc"] = prefix_accuracy(model, tokenizer, [p for p, _ in pairs],
                                                           [a for _, a in pairs], batch_size)
     out["prompts_plain_acc"] = prefix_accuracy(model, tokenizer, [task.prompt.prompt(x["question"], tokenizer)
-                                                                  for x in items], [x["answer"] for x in items],
+                                                                  for x in items],
+                                                                  [x["answer"] for x in items],
                                                batch_size)
     out["prompts_synonym_changed"] = sum(synonym_rewrite(x["question"]) != x["question"] for x in items) / len(items)
     scored = {t: out[f"prompts_{t}_acc"] for t in TYPES if f"prompts_{t}_acc" in out}

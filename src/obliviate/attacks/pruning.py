@@ -41,7 +41,8 @@ class PruneConfig:
 
 
 @torch.no_grad()
-def mean_activations(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int, torch.Tensor]:
+def mean_activations(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int,
+                                                                                             torch.Tensor]:
     """``{layer: (d_ff,)}`` the mean MLP activation over every non-padding token of ``prompts`` (running sums:
     no token's activations are kept)."""
     layers = list(range(num_layers(model)))
@@ -60,7 +61,8 @@ def mean_activations(model, tokenizer, prompts: Sequence[str], batch_size: int =
     return {l: s / count for l, s in sums.items()}
 
 
-def neuron_scores(forget: dict[int, torch.Tensor], retain: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+def neuron_scores(forget: dict[int, torch.Tensor], retain: dict[int, torch.Tensor]) -> dict[int,
+                                                                                            torch.Tensor]:
     """``{layer: |forget mean - retain mean|}`` per neuron (module docstring)."""
     return {l: (forget[l] - retain[l]).abs() for l in forget}
 
@@ -133,7 +135,8 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
                                                            or point["forget_score"] > best[1]["forget_score"]):
                 best = (f, point, m["forget_items"])
     if best is not None:
-        # top_neurons is nested: fractions that zero as many neurons zero the same ones, one model and one score
+        # top_neurons is nested: fractions that zero as many neurons zero the same ones, one model and one
+        # score
         points = {p["neurons"] for p in out["prune_by_fraction"].values() if p.get("forget_score") is not None}
         out.update(prune_forget_score=best[1]["forget_score"], prune_retain_score=best[1].get("retain_score"),
                    prune_fraction=best[0], prune_neurons=best[1]["neurons"],
@@ -144,9 +147,11 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
 
 @register_attack("prune", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them "
                                 "with",
-                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)), config=PruneConfig,
+                 applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
+                 config=PruneConfig,
                  reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance",
                                   label="the MLP neurons that differ most between forget and retain prompts "
                                         "zeroed, the best of the sweep"))
 def prune_run(r: AttackRun, cfg: PruneConfig) -> dict:
-    return prune_attack(r.model, r.tokenizer, r.task, replace(cfg, max_prompts=min(cfg.max_prompts, r.cfg.max_eval)))
+    return prune_attack(r.model, r.tokenizer, r.task,
+                        replace(cfg, max_prompts=min(cfg.max_prompts, r.cfg.max_eval)))

@@ -126,10 +126,12 @@ def bnb_quantized(model: nn.Module, scheme: str) -> nn.Module:
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     qc = (BitsAndBytesConfig(load_in_8bit=True) if scheme == "int8" else
-          BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32))
+          BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                             bnb_4bit_compute_dtype=torch.float32))
     with tempfile.TemporaryDirectory() as d:
         unwrap(model).save_pretrained(d)
-        return AutoModelForCausalLM.from_pretrained(d, quantization_config=qc, device_map={"": dev.index or 0}).eval()
+        return AutoModelForCausalLM.from_pretrained(d, quantization_config=qc,
+                                                    device_map={"": dev.index or 0}).eval()
 
 
 def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, backend: str = "simulate",
@@ -155,7 +157,8 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
         with counting(q, cost=cost):
             m = evaluate_task(q, tokenizer, task, batch_size=batch_size)
         del q
-        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items()  # every number (the metric trust's reads)
+        # every number (the metric trust's reads)
+        out.update({f"quantize_{scheme}_{k}": v for k, v in m.items()
                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
         f = m.get("forget_score")
         if f is not None and (best is None or f > out["quantize_forget_score"]):
@@ -177,7 +180,8 @@ class QuantizeConfig:
 
 
 @register_attack("quantize", needs="a forget evaluation set (QA pairs or MCQs)",
-                 applies=lambda task: bool(task.evals_by_role("forget", variants=False)), config=QuantizeConfig,
+                 applies=lambda task: bool(task.evals_by_role("forget", variants=False)),
+                 config=QuantizeConfig,
                  reads=AttackRead("forget_score", "quantize_forget_score", chance="forget_chance",
                                   label="the best quantized copy's forget score"))
 def quantize_run(r: AttackRun, cfg: QuantizeConfig) -> dict:

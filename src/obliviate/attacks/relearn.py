@@ -197,7 +197,8 @@ def ratio_text(ratio: float | None, bound: str | None) -> str:
     """``≥ x`` / ``≤ x`` / ``x`` (two decimals below 10), or ``n/a``."""
     if ratio is None or bound is None:
         return "n/a"
-    return {"at_least": "≥ ", "at_most": "≤ "}.get(bound, "") + (f"{ratio:.2f}" if ratio < 10 else f"{ratio:.0f}")
+    return {"at_least": "≥ ", "at_most": "≤ "}.get(bound,
+                                                   "") + (f"{ratio:.2f}" if ratio < 10 else f"{ratio:.0f}")
 
 
 def steps_to_reach(curve: Sequence[Sequence[float]], target: float | None) -> int | None:
@@ -318,7 +319,8 @@ def relearn_attack(model, tokenizer, train_data: Sequence, eval_fn: Callable[[to
     curve = [[int(r["step"]), float(r["attack_acc"])] for r in history if "attack_acc" in r]
     names = [k[len("attack_"):] for k in next((r for r in history if "attack_acc" in r), {}) if
              k.startswith("attack_") and k != "attack_acc"]
-    curves = {n: [[int(r["step"]), float(r[f"attack_{n}"])] for r in history if f"attack_{n}" in r] for n in names}
+    curves = {n: [[int(r["step"]),
+                   float(r[f"attack_{n}"])] for r in history if f"attack_{n}" in r] for n in names}
     losses = [[int(r["step"]), float(r["loss"])] for r in history if "loss" in r]
     reached = steps_to_reach(curve, base_acc)
     out = {
@@ -405,7 +407,8 @@ def pick(runs: list[tuple[str, dict, list, list]]) -> tuple[str, int, float, flo
     return best[1:]
 
 
-def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]], base: float | None) -> dict:
+def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]],
+                     base: float | None) -> dict:
     """What an attack reports from its folds, each a list of ``(tag, result, V curve, B curve)`` per setting.
 
     ``<prefix>_acc``: B's score at the setting and step chosen on V (:func:`pick`), the mean over folds
@@ -425,8 +428,10 @@ def selected_metrics(prefix: str, folds: list[list[tuple[str, dict, list, list]]
     steps = steps_to_reach(curve, base)
     tags = [run[0] for run in folds[0]]
     return {f"{prefix}_acc": float(np.mean([p[3] for p in picks])),
-            f"{prefix}_acc_optimistic": float(np.mean([max(sb for *_, b in runs for _, sb in b) for runs in folds])),
-            f"{prefix}_final_acc": curve[-1][1], f"{prefix}_start_acc": curve[0][1], f"{prefix}_auc": curve_auc(curve),
+            f"{prefix}_acc_optimistic": float(np.mean([max(sb for *_, b in runs for _,
+                                                           sb in b) for runs in folds])),
+            f"{prefix}_final_acc": curve[-1][1], f"{prefix}_start_acc": curve[0][1],
+            f"{prefix}_auc": curve_auc(curve),
             f"{prefix}_steps_to_base": steps, f"{prefix}_tokens_to_base": None if steps is None
             else int(steps * tokens_per_step), f"{prefix}_base_acc": base, f"{prefix}_curve": curve,
             f"{prefix}_tokens_per_step": tokens_per_step,
@@ -475,7 +480,8 @@ def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
         return {"all": float(np.mean(c)), **{f"p{i}": float(np.mean(c[p])) for i, p in enumerate(parts)}}
 
     tried = [(tag, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), fn, rc, base_acc=r.base_score,
-                                  out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}", resume=r.resume))
+                                  out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}",
+                                  resume=r.resume))
              for tag, rc in attack_grid(r.model, r.cfg, cfg.lr_grid)]
     if parts:
         folds = [[(tag, res, res["curves"][f"p{i}"], _part_curve(res, [j for j in range(3) if j != i], sizes))

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from obliviate.attacks.attack import AttackRead, AttackRun, read_counts, register_attack
-from obliviate.attacks.relearn import (RelearnConfig, attack_grid, curve_auc, learning_ratio, mean_curves, n_params,
+from obliviate.attacks.relearn import (RelearnConfig, attack_grid, curve_auc, learning_ratio, mean_curves,
+                                       n_params,
                                       recovery_cost, relearn_attack, selected_metrics)
 from obliviate.attacks.scoring import qa_score_fn, split_score_fn
 from obliviate.eval.suite import effective_items
@@ -47,7 +48,8 @@ def _cost(folds: list[list[tuple[str, dict, list, list]]], v_bases: list[float |
         def key(item, vb=vb):
             order, (_, res, v, _) = item
             c = recovery_cost([_token_curve(res, v)], v[0][1], vb)
-            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact", "at_most") else float("inf")
+            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact",
+                                                                          "at_most") else float("inf")
             return t, -curve_auc(v), order
 
         chosen.append(min(enumerate(runs), key=key)[1])
@@ -76,7 +78,8 @@ def _learning(r: "AttackRun", held: list, base: float | None, grid: list[tuple[s
     res = relearn_attack(r.model, r.tokenizer, r.task.prompt.pairs(list(held), r.tokenizer), fn, rc,
                          out_dir=None if r.run_dir is None else r.run_dir / "learning", resume=r.resume)
     start = res["curve"][0][1]
-    c = recovery_cost([_token_curve(res, res["curve"])], start, base, target=None if base is None else 0.5 * base)
+    c = recovery_cost([_token_curve(res, res["curve"])], start, base,
+                      target=None if base is None else 0.5 * base)
     return {**{LEARNING_KEYS[k]: c[k] for k in LEARNING_KEYS}, "learning_curve": res["curve"],
             "learning_start_acc": start, "learning_setting": tag, "learning_fold": fold}
 
@@ -94,7 +97,8 @@ def add_learning_ratios(metrics: dict, reference: str = "oracle") -> None:
                                   "reason": ref.get("learning_cost_reason")})
     for m in metrics.values():
         if "learning_cost_bound" in m:
-            m.update(learning_ratio(learn, {"tokens": m["learning_cost_tokens"], "bound": m["learning_cost_bound"],
+            m.update(learning_ratio(learn,
+                                    {"tokens": m["learning_cost_tokens"], "bound": m["learning_cost_bound"],
                                             "reason": m.get("learning_cost_reason")}))
 
 
@@ -107,7 +111,8 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def answer_leakage(pairs: Sequence[tuple[Sequence[str], Sequence[str]]], corpus: Sequence[str]) -> float | None:
+def answer_leakage(pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
+                   corpus: Sequence[str]) -> float | None:
     """The share of rare words (:data:`RARE_ANSWERS`: in 2 to that many answers of ``corpus``) of each pair's
     test answers that also occur in its training answers, pooled over ``pairs`` of ``(train answers, test
     answers)``; None when the test answers hold no rare word."""
@@ -152,7 +157,8 @@ def leakage_flag(m: dict) -> str | None:
             "seen in training, not knowledge brought back")
 
 
-def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: str = "relearn_disjoint") -> dict:
+def leakage_metrics(task: Task, folds: list[tuple[list, list, list]],
+                    prefix: str = "relearn_disjoint") -> dict:
     """``<prefix>_leakage``: :func:`answer_leakage` of the attack's folds (train A, report B); and, where the
     task has groups, ``<prefix>_leakage_between_groups``: the share a training set of A's size drawn at random
     from the answers of the groups B does not touch would show on average (for each rare word of B, the chance
@@ -162,7 +168,8 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
     group)."""
     qa, groups = task.forget_facts()
     corpus = [a for _, a in qa]
-    out = {f"{prefix}_leakage": answer_leakage([([x[1] for x in a], [x[1] for x in b]) for a, _, b in folds], corpus),
+    out = {f"{prefix}_leakage": answer_leakage([([x[1] for x in a], [x[1] for x in b]) for a, _, b in folds],
+                                               corpus),
            f"{prefix}_leakage_between_groups": None}
     if groups is None or len(set(groups)) < 2:
         return out
@@ -184,7 +191,8 @@ def leakage_metrics(task: Task, folds: list[tuple[list, list, list]], prefix: st
 
 @register_attack("relearn_disjoint", needs="at least 3 forget QA pairs to split into the attacker's folds",
                  applies=lambda task: task.forget_folds() is not None, config=DisjointConfig,
-                 reads=AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc", "relearn_disjoint_base_acc",
+                 reads=AttackRead("relearn_disjoint_start_acc", "relearn_disjoint_acc",
+                                  "relearn_disjoint_base_acc",
                                   label="relearning on other forget facts, held-out facts scored",
                                   flag=leakage_flag))
 def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:

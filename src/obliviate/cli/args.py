@@ -51,7 +51,8 @@ def positive_float_arg(text: str) -> float:
     return value
 
 
-def add_common(p: argparse.ArgumentParser, out_required: bool = True, example: str = "train.steps=100") -> None:
+def add_common(p: argparse.ArgumentParser, out_required: bool = True,
+               example: str = "train.steps=100") -> None:
     p.add_argument("--out", required=out_required, help="run directory (results.json is written here last)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of the run and, unless overridden, of the "
                    "world: an integer in [0, 2**32)")

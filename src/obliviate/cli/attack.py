@@ -8,7 +8,8 @@ import json
 
 from obliviate.cli.args import add_cache_arg, add_common, add_model_args, add_task_args, no_cache
 from obliviate.cli.compare import add_attacks_arg
-from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args, model_fingerprint,
+from obliviate.cli.inputs import (check_out_dir, device_and_dtype, input_paths, load_model_args,
+                                  model_fingerprint,
                                   task_from_args)
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.pipelines.attack import (CONTROLS, UNTAUGHT, attack_settings, check_attack_inputs,
@@ -20,14 +21,17 @@ from obliviate.runs.results import input_fingerprint
 def cmd_attack(args) -> None:
     """The run of :mod:`obliviate.pipelines.attack`, then what it found: the metrics, the probe and MIA
     against the negative control, and last the verdict (or the line that says what gives one)."""
-    device_and_dtype(args)  # --device cuda without CUDA, float16 training on the CPU: before anything is said or read
+    # --device cuda without CUDA, float16 training on the CPU: before anything is said or read
+    device_and_dtype(args)
     untrained, kind = negative_control_input(args.model, base=args.base, base_untrained=args.base_untrained,
-                                             oracle=args.oracle, control=args.control, allow_hub=args.allow_hub)
+                                             oracle=args.oracle, control=args.control,
+                                             allow_hub=args.allow_hub)
     check_out_dir(args.out, input_paths(args, args.base, untrained))
     cfg = attack_settings(args.seed, args.config, no_cache(args), attacks=args.attacks)
     task = task_from_args(args, seed=cfg.seed, world=cfg.world)
     kind = check_attack_inputs(cfg, task, untrained, kind, control=args.control)
-    ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model, "adapter": None})
+    ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or args.model,
+                                     "adapter": None})
     fingerprint = {**model_fingerprint(args, "model"), "base": input_fingerprint(args.base)}
     res = run_attack(task, cfg, args.out, model=args.model, load=lambda p: load_model_args(args, path=p),
                      base=args.base, untrained=untrained, kind=kind, control=args.control,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from obliviate.cli.args import (MAPPING_HELP, add_common, add_eval_args, add_model_args, add_task_args,
                                 count_arg)
-from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, load_model_args, mapping_from_args,
+from obliviate.cli.inputs import (check_out_dir, eval_overrides, input_paths, load_model_args,
+                                  mapping_from_args,
                                   task_from_args)
 from obliviate.config import build_config
 from obliviate.errors import ConfigError
@@ -27,7 +28,8 @@ def cmd_eval(args) -> None:
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
     overrides = [o if o.split("=", 1)[0].split(".", 1)[0] in ("seed", "world", "eval") else f"world.{o}"
                  for o in args.overrides or []]  # `eval ... n_forget=3` meant the world's keys
-    cfg = build_config(EvalRunConfig, args.config, overrides, base={"seed": args.seed, "eval": eval_overrides(args)})
+    cfg = build_config(EvalRunConfig, args.config, overrides,
+                       base={"seed": args.seed, "eval": eval_overrides(args)})
     evaluate_and_write(args, cfg, task_from_args(args, seed=cfg.seed, world=cfg.world))
 
 
@@ -55,7 +57,8 @@ def add_benchmark_args(p) -> None:
                                   "as a benchmark task")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds (default: told from its fields, "
                                                          "as for --utility files)")
-    g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help="schema_field=file_field pairs for "
+    g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS",
+                   help="schema_field=file_field pairs for "
                    "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
     g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a "
                                                    "task)")
@@ -116,7 +119,8 @@ def run_lmeval_command(args) -> bool:
     model, tok = load_model_args(args, trains=False)  # on --device, in --dtype, with --adapter
     config = {"lm_eval": tasks, "include": recorded_path(args.lm_eval_include), "limit": args.limit,
               "model": recorded_path(args.model), "tokenizer": recorded_path(args.tokenizer or args.model)}
-    res = run_lmeval(model, tok, tasks, args.out, seed=args.seed, include=args.lm_eval_include, limit=args.limit,
+    res = run_lmeval(model, tok, tasks, args.out, seed=args.seed, include=args.lm_eval_include,
+                     limit=args.limit,
                      config=config)
     print(json.dumps(res, indent=1))
     return True

@@ -195,7 +195,8 @@ def task_from_args(args, *, seed: int = 0, world: dict | None = None) -> Task:
     if spec == "files":
         try:
             task = task_from_files(args.forget, args.retain, utility=args.utility, holdout=args.holdout,
-                                   relearn=args.relearn, mapping=mapping_from_args(args.mapping, task_files(args)),
+                                   relearn=args.relearn,
+                                   mapping=mapping_from_args(args.mapping, task_files(args)),
                                    template=args.template, chat=args.chat_template, limit=limit)
         except FieldsUnknown as e:  # the hint in the command line's syntax
             raise DataError(e.hint("cli")) from None
@@ -303,7 +304,8 @@ def tokenizer_args(args, path: str | None = None):
     tokenizer directory)."""
     path = path or args.model
     check_model_path(path)
-    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
+    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path,
+                                                                                               of_model=True)
     return ensure_pad_token(tok, policy=args.pad_policy)
 
 

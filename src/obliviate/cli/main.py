@@ -51,8 +51,10 @@ def _handle_sigterm():
 
 
 _previous_sigterm = _handle_sigterm()
-try:  # importing the commands loads torch and transformers (seconds): Ctrl-C or SIGTERM meanwhile is one line too
-    from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain, probe_directions,
+# importing the commands loads torch and transformers (seconds): Ctrl-C or SIGTERM meanwhile is one line too
+try:
+    from obliviate.cli import (attack, bench, compare, demo, eval, finetune, methods, pretrain,
+                               probe_directions,
                                reproduce, tasks, tofu, tune, unlearn, verdict_check, world)
     from obliviate.cli.inputs import check_inputs
 except KeyboardInterrupt as _e:
@@ -62,7 +64,8 @@ finally:
         signal.signal(signal.SIGTERM, _previous_sigterm)
 
 
-COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack, verdict_check,
+COMMANDS = [world, pretrain, eval, demo, finetune, methods, tasks, unlearn, tune, compare, attack,
+            verdict_check,
             probe_directions, tofu, reproduce, bench]
 """The command modules, each with ``register(subparsers)``, in the order ``obliviate --help`` shows them."""
 
@@ -245,7 +248,8 @@ def _main(argv: list[str] | None) -> int:
     quiet_hf = getattr(args, "no_progress", False) and _hf_progress_bars(False)
     try:
         if getattr(args, "log_with", None):
-            from obliviate.train.trackers import set_default_trackers  # obliviate.train loads torch: not for --help
+            # obliviate.train loads torch: not for --help
+            from obliviate.train.trackers import set_default_trackers
 
             set_default_trackers([t.strip() for t in args.log_with.split(",") if t.strip()])
         _quiet_deepspeed()
@@ -256,8 +260,10 @@ def _main(argv: list[str] | None) -> int:
         from obliviate.utils import recording_inputs  # (loads torch: not for --help)
 
         with recording_inputs():  # every data file the command reads, with its SHA-256: its results and cards
-            check_inputs(args)  # the one validation boundary: every value the user gave, before the command runs
-            with log_to_stderr(), quiet_libraries():  # what obliviate logs is the command's to say; the libraries' not
+            # the one validation boundary: every value the user gave, before the command runs
+            check_inputs(args)
+            # what obliviate logs is the command's to say; the libraries' not
+            with log_to_stderr(), quiet_libraries():
                 args.fn(args)
     except KeyboardInterrupt as e:
         return _stopped(e, _moved_note(args))
@@ -269,7 +275,8 @@ def _main(argv: list[str] | None) -> int:
             write_invalid_results(getattr(args, "out", None), msg)
         print(f"obliviate: error: {msg}{_moved_note(args)}", file=sys.stderr)
         return 2
-    except Exception as e:  # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)
+    # a full disk or an unwritable directory met mid-run (checkpoints, model files, logs)
+    except Exception as e:
         msg = disk_error(e)
         if msg is None:
             raise

@@ -21,7 +21,8 @@ def cmd_methods(args) -> None:
         for name in names:
             print(name)
         return
-    rows = [(n, METHODS[n].kind, METHODS[n].paper or "-", preset_text(METHODS[n].presets["tiny"], METHODS[n].kind),
+    rows = [(n, METHODS[n].kind, METHODS[n].paper or "-",
+             preset_text(METHODS[n].presets["tiny"], METHODS[n].kind),
              retain_text(METHODS[n]), reference_text(n)) for n in names]
     w = max(len(n) for n in names)
     for name, kind, paper, tiny, retain, ref in rows:
@@ -38,7 +39,8 @@ def reference_text(name: str) -> str:
     method = build_method(name)
     if METHODS[name].kind == "edit" or not method.needs_reference:
         return "none"
-    if _overrides(type(method), "cached_reference_keys") or _overrides(type(method), "cached_token_reference_keys"):
+    if _overrides(type(method), "cached_reference_keys") or _overrides(type(method),
+                                                                       "cached_token_reference_keys"):
         return "cached log-probs"
     if _overrides(type(method), "cached_hidden_layers"):
         return "cached hidden states"

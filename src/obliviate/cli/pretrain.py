@@ -11,7 +11,8 @@ from obliviate.train.pretrain import PretrainConfig
 
 def cmd_pretrain(args) -> None:
     check_out_dir(args.out, [])
-    cfg = build_config(PretrainConfig, args.config, args.overrides, base=seeded(args.seed, ["seed", "world.seed"]))
+    cfg = build_config(PretrainConfig, args.config, args.overrides,
+                       base=seeded(args.seed, ["seed", "world.seed"]))
     _, lines = run_pretrain(cfg, args.out, restart=args.restart, progress=not args.no_progress)
     for line in lines:
         print(line)

@@ -31,7 +31,8 @@ def cmd_tofu(args) -> None:
             raise ConfigError(f"config key '{flag}' ({getattr(cfg, flag)!r}) contradicts --{flag} "
                               f"{getattr(args, flag)}: give it once")
     check_run(cfg, args.out, given)  # before the output directory is touched
-    check_out_dir(args.out, input_paths(args, args.retain_model))  # (the TOFU checks name a given model first)
+    # (the TOFU checks name a given model first)
+    check_out_dir(args.out, input_paths(args, args.retain_model))
     res = run_tofu(cfg, args.out, progress=not args.no_progress, given=given)
     m, rouge = res["metrics"], f"{cfg.forget}_rouge_l"
     print(f"base {cfg.forget} ROUGE-L {m['base'][rouge]:.3f} (retain-only model "

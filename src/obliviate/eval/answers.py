@@ -19,7 +19,8 @@ def answer_token_budget(tokenizer, answers: Sequence[str], slack: int = 4, cap: 
     A generation that needs more tokens than the reference plus a stop token cannot match it,
     so this cuts generation time without changing exact-match results.
     """
-    longest = max((len(tokenizer(" " + a, add_special_tokens=False)["input_ids"]) for a in answers), default=0)
+    longest = max((len(tokenizer(" " + a, add_special_tokens=False)["input_ids"]) for a in answers),
+                  default=0)
     return longest + slack if cap is None else min(cap, longest + slack)
 
 

@@ -222,7 +222,8 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
                      lambda logits: logits.argmax(-1), "greedy_generate")
 
 
-def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> torch.Tensor:
+def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float,
+                 gen: torch.Generator) -> torch.Tensor:
     """(B,) one token per row of ``logits`` (B, V): softmax at ``temperature``, kept to the smallest set of
     tokens whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al. 2020; the most likely token
     always stays), drawn with ``gen``."""
@@ -247,8 +248,10 @@ def sample_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens
         raise ValueError(f"sample_generate: needs n >= 1, temperature > 0 and 0 < top_p <= 1 "
                          f"(got {n}, {temperature}, {top_p})")
     gen = torch.Generator(device=_device(model)).manual_seed(seed)
-    flat = _generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new_tokens, batch_size, stop,
-                     progress, lambda logits: top_p_sample(logits, temperature, top_p, gen), "sample_generate")
+    flat = _generate(model, tokenizer, [p for p in prompts for _ in range(n)], max_new_tokens, batch_size,
+                     stop,
+                     progress, lambda logits: top_p_sample(logits, temperature, top_p, gen),
+                     "sample_generate")
     return [flat[i * n:(i + 1) * n] for i in range(len(prompts))]
 
 
@@ -291,7 +294,8 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cur_ids, cur_pos = ids, pos
         for _ in range(max_new_tokens):
-            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True, **{cache_kw: past},
+            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True,
+                        **{cache_kw: past},
                         **last_kw)
             past = getattr(out, cache_kw, None)
             check_logits(out.logits[:, -1], where="generation")
@@ -328,7 +332,8 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
 
 
 def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prompt_fn=None,
-                max_new_tokens: int = 24, batch_size: int = 64, progress: bool = False, answer_fn=None) -> dict:
+                max_new_tokens: int = 24, batch_size: int = 64, progress: bool = False,
+                answer_fn=None) -> dict:
     """Greedy exact match (normalised), mean ROUGE-L recall, and the mean answer probability.
 
     ``answer_prob`` is the mean over questions of :func:`answer_probs` of ``answer_fn(answer)``
@@ -345,7 +350,8 @@ def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prom
     em = [float(normalise_text(p) == normalise_text(a)) for p, a in zip(preds, answers)]
     rl = [rouge_l_recall(p, a) for p, a in zip(preds, answers)]
     probs = answer_probs(model, tokenizer, prompts, [answer_fn(a) for a in answers], batch_size, progress)
-    return {"exact_match": float(np.mean(em)), "rouge_l": float(np.mean(rl)), "answer_prob": float(np.mean(probs)),
+    return {"exact_match": float(np.mean(em)), "rouge_l": float(np.mean(rl)),
+            "answer_prob": float(np.mean(probs)),
             "n": len(questions), "predictions": preds, "correct": em, "answer_probs": probs}
 
 
@@ -412,7 +418,8 @@ def answer_probs(model, tokenizer, prompts: list[str], answers: list[str], batch
 
 @torch.no_grad()
 @evaluating
-def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[list[str]], batch_size: int = 64,
+def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[list[str]],
+                    batch_size: int = 64,
                     normalise: bool = False, progress: bool = False) -> list[list[float]]:
     """Sum (or mean, if ``normalise``) log p(continuation | context) for each option.
 
@@ -430,8 +437,10 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     n_cut = 0
     for i, (ctx, conts) in enumerate(zip(contexts, continuations)):
         clipped = clip_chars(ctx, max_len)
-        c_ids = bos_prefix(tokenizer, clipped, adds=adds) + tokenizer(clipped, add_special_tokens=False)["input_ids"]
-        x_all = [tokenizer(clip_chars(cont, max_len, "start"), add_special_tokens=False)["input_ids"] for cont in conts]
+        c_ids = bos_prefix(tokenizer, clipped, adds=adds) + tokenizer(clipped,
+                                                                      add_special_tokens=False)["input_ids"]
+        x_all = [tokenizer(clip_chars(cont, max_len, "start"),
+                           add_special_tokens=False)["input_ids"] for cont in conts]
         if conts and all(len(x) == 1 for x in x_all) and len(c_ids) + 1 <= max_len and len(c_ids) > 0:
             # every option is one token after the same context (lettered MCQs): one forward for all of them,
             # the options read off the last position, as lm-evaluation-harness groups such requests
@@ -521,7 +530,8 @@ def mcq_accuracy(model, tokenizer, mcqs: list[dict], style: str = "letters", bat
 
 @torch.no_grad()
 @evaluating
-def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int = 32, progress: bool = False) -> dict:
+def token_loss_by_label(model, dataset, field: str = "domain", batch_size: int = 32,
+                        progress: bool = False) -> dict:
     """Mean next-token loss and perplexity per label value of ``field``.
 
     Each target token is attributed to its own label (the token being predicted).

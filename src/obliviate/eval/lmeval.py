@@ -41,7 +41,8 @@ def lmeval_model(model, tokenizer, batch_size: int = 16, add_bos_token: bool | N
 
 def _task_yaml(task: str, data_file: Path, n_choices: int) -> str:
     letters = "ABCDEFGHIJ"[:n_choices]
-    text = "{{question.strip()}}\n" + "".join(f"{c}. {{{{choices[{i}]}}}}\n" for i, c in enumerate(letters)) + "Answer:"
+    text = "{{question.strip()}}\n" + "".join(f"{c}. {{{{choices[{i}]}}}}\n" for i,
+                                              c in enumerate(letters)) + "Answer:"
     lines = [
         f"task: {task}",
         "dataset_path: json",
@@ -69,7 +70,8 @@ def _loglik(resp) -> float:
     return float(resp[0]) if isinstance(resp, (list, tuple)) else float(resp)
 
 
-def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16, installed_tasks: bool = True) -> list[int]:
+def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16,
+                       installed_tasks: bool = True) -> list[int]:
     """The 0-based option lm-eval's log-likelihood picks for each MCQ (``question``, ``choices``,
     ``answer_index``). ``installed_tasks``: see :func:`_samples_local`."""
     if not mcqs:
@@ -78,8 +80,10 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16, installed_t
     if len(n_choices) != 1:
         raise DataError("all MCQs must have the same number of choices for one lm-eval task, got "
                         f"{sorted(n_choices)}")
-    docs = [{"question": m["question"], "choices": list(m["choices"]), "answer": int(m["answer_index"])} for m in mcqs]
-    return _run_local(model, tokenizer, docs, lambda data_file: _task_yaml(TASK_NAME, data_file, n_choices.pop()),
+    docs = [{"question": m["question"], "choices": list(m["choices"]),
+             "answer": int(m["answer_index"])} for m in mcqs]
+    return _run_local(model, tokenizer, docs,
+                      lambda data_file: _task_yaml(TASK_NAME, data_file, n_choices.pop()),
                       TASK_NAME, batch_size, installed_tasks)
 
 
@@ -101,7 +105,8 @@ def _installed_task_paths() -> dict:
     return {name: getattr(entry, "yaml_path", None) for name, entry in TaskManager().task_index.items()}
 
 
-def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict], batch_size: int = 16) -> list[int]:
+def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
+                                  batch_size: int = 16) -> list[int]:
     """The 0-based option lm-eval's installed task ``task`` picks for each of ``docs`` (records in the
     dataset's own fields: ``question``, ``choices``, ``answer`` for WMDP and MMLU). A temporary YAML includes
     the task's own file unchanged and overrides only the data (``dataset_path: json`` on a local file), so the
@@ -116,7 +121,8 @@ def lmeval_installed_task_choices(model, tokenizer, task: str, docs: list[dict],
                           f"{json.dumps(str(data_file))}", "test_split: test", "fewshot_split: test",
                           "num_fewshot: 0"]) + "\n"
 
-    return _run_local(model, tokenizer, docs, text, name, batch_size, installed_tasks=False)  # included by path
+    # included by path
+    return _run_local(model, tokenizer, docs, text, name, batch_size, installed_tasks=False)
 
 
 def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, until: str = "\n",
@@ -138,7 +144,8 @@ def lmeval_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
                           "false", "metric_list:", "  - metric: exact_match", "    aggregation: mean",
                           "    higher_is_better: true"]) + "\n"
 
-    samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name, batch_size,
+    samples = _samples_local(model, tokenizer, [{"prompt": p, "answer": ""} for p in prompts], text, name,
+                             batch_size,
                              installed_tasks)
     outs = []
     for s in samples:

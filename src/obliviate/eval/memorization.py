@@ -41,7 +41,8 @@ def extraction_strength_score(matches) -> float:
     return 1.0 - k / n
 
 
-def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int = 16, max_len: int | None = None,
+def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int = 16,
+                         max_len: int | None = None,
                          *, add_eos: bool = True) -> dict:
     """``{"extraction_strength", "exact_memorization", "per_example": {...}}`` of ``model`` on ``examples``
     (texts, or ``(prompt, answer)`` pairs: only the answer is scored), the means over examples of
@@ -64,7 +65,8 @@ def memorization_metrics(model, tokenizer, examples: Sequence, batch_size: int =
 def _memorization(run: MetricRun) -> dict:
     """:func:`memorization_metrics` on the forget data, once for both metrics."""
     return run.once("memorization", lambda: memorization_metrics(run.model, run.tokenizer, run.forget,
-                                                                 batch_size=run.batch_size, add_eos=run.add_eos))
+                                                                 batch_size=run.batch_size,
+                                                                 add_eos=run.add_eos))
 
 
 @register_metric("extraction_strength", needs=[FORGET],

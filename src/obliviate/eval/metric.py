@@ -175,5 +175,6 @@ def asking_for(task: Task, names: Sequence[str]) -> Task:
                           f"{', '.join(METRICS.names())}")
     for n in names:
         METRICS.lookup(n)
-    return dataclasses.replace(task, meta={**task.meta, "metrics": list(dict.fromkeys([*requested_metrics(task),
+    return dataclasses.replace(task,
+                               meta={**task.meta, "metrics": list(dict.fromkeys([*requested_metrics(task),
                                                                                         *names]))})

@@ -79,7 +79,8 @@ def _row_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray,
         lp = torch.log_softmax(logits[s:s + step].double(), dim=-1)  # (m, V)
         p = lp.exp()
         mu = (p * lp).sum(-1)
-        var = (p * (lp - mu[:, None]).square()).sum(-1)  # E[(log p - mu)^2]: never negative, unlike E[lp^2] - mu^2
+        # E[(log p - mu)^2]: never negative, unlike E[lp^2] - mu^2
+        var = (p * (lp - mu[:, None]).square()).sum(-1)
         lp_out.append(lp.gather(-1, targets[s:s + step, None]).squeeze(-1))
         mu_out.append(mu)
         sd_out.append(var.sqrt())
@@ -89,7 +90,8 @@ def _row_stats(logits: torch.Tensor, targets: torch.Tensor) -> tuple[np.ndarray,
 @torch.no_grad()
 @evaluating
 def token_logprob_stats(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
-                        batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> list[dict]:
+                        batch_size: int = 16, max_len: int | None = None, *,
+                        add_eos: bool = True) -> list[dict]:
     """Per example, the scored tokens' log-probabilities and the mean / std of the next-token log-probability.
 
     Returns, for each text (in order), a dict of float64 / int64 arrays of length ``n`` (the scored
@@ -212,8 +214,10 @@ def _scores_of(stats: list[dict], texts: list[str], k: float) -> dict[str, np.nd
     }
 
 
-def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None, k: float = 0.2,
-               batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> dict[str, np.ndarray]:
+def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
+               k: float = 0.2,
+               batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> dict[str,
+                                                                                                  np.ndarray]:
     """The four member scores of each text (higher = more likely a member): ``{name: (N,) float64}`` for
     ``name`` in :data:`SCORES` (``loss``: :func:`loss_score`, ``zlib``: :func:`zlib_score`, ``min_k``:
     :func:`min_k_score`, ``min_k_plus_plus``: :func:`min_k_plus_plus_score`), from one
@@ -298,7 +302,8 @@ def _common_limit(*models) -> int | None:
 
 
 def reference_scores(model, reference_model, tokenizer, texts: Sequence[str],
-                     prefixes: Sequence[str | None] | None = None, batch_size: int = 16, max_len: int | None = None,
+                     prefixes: Sequence[str | None] | None = None, batch_size: int = 16,
+                     max_len: int | None = None,
                      *, add_eos: bool = True, stats: list[dict] | None = None) -> np.ndarray:
     """Reference-model MIA (Carlini et al. 2021, arXiv:2012.07805, the reference-model comparison; the
     difficulty calibration of Watson et al. 2022; OpenUnlearning's ``mia_reference``, ``ReferenceAttack``):
@@ -429,13 +434,15 @@ def mia_metrics(model, tokenizer, members, nonmembers, k: float = 0.2, batch_siz
     return out
 
 
-# ------------------------------------------------------------------ the registered metrics (OpenUnlearning's six)
+# ------------------------------------------------------------------ the registered metrics (OpenUnlearning's
+# six)
 
 def _mia(run: MetricRun) -> dict:
     """:func:`mia_metrics` of the forget data against the holdout, once for every MIA the call computes
     (GradNorm and the reference model's only where asked for)."""
     return run.once("mia", lambda: mia_metrics(
-        run.model, run.tokenizer, run.forget, run.holdout, k=run.k, batch_size=run.batch_size, add_eos=run.add_eos,
+        run.model, run.tokenizer, run.forget, run.holdout, k=run.k, batch_size=run.batch_size,
+        add_eos=run.add_eos,
         gradnorm="mia_gradnorm" in run.wanted, p=run.p,
         reference_model=run.reference_model if "mia_reference" in run.wanted else None))
 

@@ -34,7 +34,8 @@ def task_truth_ratios(model, tokenizer, task: Task, batch_size: int = 64) -> np.
     if not items:
         raise DataError(f"task {task.name!r} has no forget QA items with paraphrased and perturbed answers")
     return model_truth_ratio(model, tokenizer, [x["question"] for x in items],
-                             [x["paraphrased_answer"] for x in items], [x["perturbed_answers"] for x in items],
+                             [x["paraphrased_answer"] for x in items],
+                             [x["perturbed_answers"] for x in items],
                              batch_size=batch_size, prompt_fn=lambda q: task.prompt.prompt(q, tokenizer))
 
 
@@ -55,7 +56,8 @@ def oracle_distance(model, tokenizer, task: Task, oracle: dict, forget_score: fl
     gap, abs_gap = oracle_gap(forget_score, oracle["forget_score"])
     out = {"forget_score_gap": gap, "abs_forget_score_gap": abs_gap, "forget_quality": None}
     if oracle.get("truth_ratios") is not None:
-        out["forget_quality"] = forget_quality(task_truth_ratios(model, tokenizer, task), oracle["truth_ratios"])
+        out["forget_quality"] = forget_quality(task_truth_ratios(model, tokenizer, task),
+                                               oracle["truth_ratios"])
     return out
 
 

@@ -80,8 +80,10 @@ def unlearn_outcome(base: dict, after: dict, *, retain_share: float = RETAIN_SHA
          "keep_after": outcome_keep(after), "retain_share": retain_share, "min_forgot": min_forgot,
          "length_normalised": base.get("forget_score_norm") is not None}
     h0, h = untrained_keep(base)[0], untrained_keep(after)[0]
-    if h0 is not None and h is not None:  # what S-unlearning's R reads: shown beside the keep, never hidden by it
-        v.update(heldout_keep_before=h0, heldout_keep_after=h, heldout_retained=float(h / h0) if h0 > 0 else None)
+    # what S-unlearning's R reads: shown beside the keep, never hidden by it
+    if h0 is not None and h is not None:
+        v.update(heldout_keep_before=h0, heldout_keep_after=h,
+                 heldout_retained=float(h / h0) if h0 > 0 else None)
     v["line"] = outcome_line(v, method)
     return v
 

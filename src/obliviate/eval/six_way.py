@@ -96,20 +96,23 @@ def verbmem(model, tokenizer, records: Sequence[dict], max_new_tokens: int = VER
     if not records:
         raise DataError("MUSE VerbMem: no verbmem records")
     n = budget(model, max_new_tokens)
-    outs = greedy_generate(model, tokenizer, [r["prompt"] for r in records], max_new_tokens=n, batch_size=batch_size,
+    outs = greedy_generate(model, tokenizer, [r["prompt"] for r in records], max_new_tokens=n,
+                           batch_size=batch_size,
                            stop=None)
     scores = [rouge_l_f1(o, reference_prefix(tokenizer, r["gt"], n)) for o, r in zip(outs, records)]
     return {"rouge_l_f1": float(np.mean(scores)), "max_new_tokens": n, "outputs": outs, "scores": scores}
 
 
-def knowmem(model, tokenizer, qa: Sequence[dict], icl: Sequence[dict], max_new_tokens: int = KNOWMEM_MAX_NEW_TOKENS,
+def knowmem(model, tokenizer, qa: Sequence[dict], icl: Sequence[dict],
+            max_new_tokens: int = KNOWMEM_MAX_NEW_TOKENS,
             batch_size: int = 16) -> dict:
     """KnowMem (criteria 2 and 3): ``{"rouge_l_f1", "max_new_tokens", "outputs", "scores"}`` over the QA
     pairs, each asked after the in-context examples ``icl``."""
     if not qa:
         raise DataError("MUSE KnowMem: no questions")
     n = budget(model, max_new_tokens)
-    outs = greedy_generate(model, tokenizer, [knowmem_prompt(x["question"], icl) for x in qa], max_new_tokens=n,
+    outs = greedy_generate(model, tokenizer, [knowmem_prompt(x["question"], icl) for x in qa],
+                           max_new_tokens=n,
                            batch_size=batch_size, stop=None)
     outs = [cut_answer(o) for o in outs]
     scores = [rouge_l_f1(o, x["answer"]) for o, x in zip(outs, qa)]
@@ -166,7 +169,8 @@ def _verbmem(run: MetricRun) -> dict:
 
 def _knowmem(part: str, key: str, run: MetricRun) -> dict:
     muse = _parts(run.task)
-    r = knowmem(run.model, run.tokenizer, muse[part], muse[f"{part}_icl"], KNOWMEM_MAX_NEW_TOKENS, run.batch_size)
+    r = knowmem(run.model, run.tokenizer, muse[part], muse[f"{part}_icl"], KNOWMEM_MAX_NEW_TOKENS,
+                run.batch_size)
     return {key: r["rouge_l_f1"], "muse_knowmem_max_new_tokens": r["max_new_tokens"]}
 
 

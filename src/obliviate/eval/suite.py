@@ -122,7 +122,8 @@ def text_loss(model, tokenizer, texts: list[str], max_len: int = 256, batch_size
     for i in range(0, len(seqs), batch_size):
         idx = order[i:i + batch_size]
         batch = collate([seqs[j] for j in idx], pad, label_mask=[masks[j] for j in idx])
-        logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev)).logits
+        logits = model(input_ids=batch["input_ids"].to(dev),
+                       attention_mask=batch["attention_mask"].to(dev)).logits
         check_logits(logits, batch["attention_mask"].to(dev), "token loss")
         nll, mask = token_nll(logits, batch["labels"].to(dev))
         total += float(nll[mask].double().sum())
@@ -142,7 +143,8 @@ def effective_items(sizes: list[int]) -> int:
     return 0 if not sizes else int(len(sizes) ** 2 / sum(1 / n for n in sizes) + 1e-9)
 
 
-def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int = 32, max_new_tokens: int | None = None,
+def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int = 32,
+                 max_new_tokens: int | None = None,
                  max_len: int = 256, progress: bool = False) -> dict:
     """The metrics of one evaluation set, keyed without the set's name (``em``, ``acc``, ``loss``...)."""
     if es.kind == "qa":
@@ -159,7 +161,8 @@ def evaluate_set(model, tokenizer, task: Task, es: EvalSet, *, batch_size: int =
         else:
             absent["prob"] = f"{NO_TOKENS}: none of the {len(answers)} answers has a token"
         if all(_options(x) for x in es.items) and probs:
-            out["option_prob"] = option_prob(model, tokenizer, task, es.items, prompts, r["answer_probs"], batch_size)
+            out["option_prob"] = option_prob(model, tokenizer, task, es.items, prompts, r["answer_probs"],
+                                             batch_size)
         return {**out, "_absent": absent, "_correct": correct, "_predictions": r["predictions"]}
     if es.kind == "mcq":
         items = [{"question": m["question"], "choices": list(m["choices"]), "answer_index": m["answer_index"],
@@ -189,7 +192,8 @@ def option_prob(model, tokenizer, task: Task, items, prompts: list[str], probs: 
     flat = answer_probs(model, tokenizer, [p for p, w in zip(prompts, wrong) for _ in w],
                         [task.prompt.answer(o) for w in wrong for o in w], batch_size)
     sizes = np.cumsum([len(w) for w in wrong])[:-1]
-    return float(np.mean([p / (p + float(np.sum(w))) for p, w in zip(probs, np.split(np.asarray(flat), sizes))]))
+    return float(np.mean([p / (p + float(np.sum(w))) for p,
+                          w in zip(probs, np.split(np.asarray(flat), sizes))]))
 
 
 def evaluate_task(model, tokenizer, task: Task, *, batch_size: int = 32, max_new_tokens: int | None = None,
@@ -252,7 +256,8 @@ def evaluate_benchmark(model, tokenizer, name: str | None = None, limit: int | N
     """:func:`evaluate_task` (with ``details``) on the task of benchmark ``name`` or of the user file ``data``
     (:func:`obliviate.tasks.benchmark.benchmark_task`; ``loader_kw``: ``root=``, ``allow_hub=``)."""
     task = benchmark_task(name, data=data, kind=kind, mapping=mapping, limit=limit, **loader_kw)
-    return evaluate_task(model, tokenizer, task, batch_size=batch_size, max_new_tokens=max_new_tokens, details=True)
+    return evaluate_task(model, tokenizer, task, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                         details=True)
 
 
 def item_records(task: Task, per_item: dict, tokenizer=None) -> dict[str, list[dict]]:
@@ -270,7 +275,8 @@ def item_records(task: Task, per_item: dict, tokenizer=None) -> dict[str, list[d
         recs = []
         for k, (x, score, pred) in enumerate(zip(es.items, got["correct"], got.get("predictions") or [])):
             if es.kind == "qa":
-                rec = {"input": x["question"], "prompt": qa_item_prompt(task, x, tokenizer), "gold": x["answer"],
+                rec = {"input": x["question"], "prompt": qa_item_prompt(task, x, tokenizer),
+                       "gold": x["answer"],
                        "prediction": pred, "score": float(score)}
                 alternatives = _meta(x).get("alternatives")
                 if alternatives:
@@ -278,7 +284,8 @@ def item_records(task: Task, per_item: dict, tokenizer=None) -> dict[str, list[d
             else:
                 choices, gold = list(x["choices"]), x["answer_index"]
                 rec = {"input": x["question"], "choices": choices, "gold": choices[gold], "gold_index": gold,
-                       "prediction": choices[pred] if 0 <= pred < len(choices) else None, "prediction_index": pred,
+                       "prediction": choices[pred] if 0 <= pred < len(choices) else None,
+                       "prediction_index": pred,
                        "score": float(score)}
             recs.append({"item": k, **rec})
         out[es.name] = recs
@@ -311,7 +318,8 @@ def untrained_keep_source(m: dict) -> str:
     in ``m`` (metrics written before it had its name say no more than ``held-out kept knowledge``)."""
     parts = [("held-out retain items", "heldout_keep_score"), ("neighbour sets", "neighbour_score"),
              ("utility sets", "utility_score")]
-    named = [w for w, key in parts if m.get(key) is not None] if m.get("untrained_keep_score") is not None else []
+    named = [w for w,
+             key in parts if m.get(key) is not None] if m.get("untrained_keep_score") is not None else []
     return "held-out kept knowledge" + (f" ({', '.join(named)})" if named else "")
 
 
@@ -364,11 +372,13 @@ class EvalOptions:
 
 def eval_kwargs(cfg, progress: bool) -> dict:
     """The keyword arguments of :func:`obliviate.eval.suite.evaluate_task` set by ``cfg.eval``."""
-    return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens, "progress": progress}
+    return {"batch_size": cfg.eval.batch_size, "max_new_tokens": cfg.eval.max_new_tokens,
+            "progress": progress}
 
 
 def task_metrics(model, tokenizer, task: Task, names: Sequence[str] | None = None, *, reference_model=None,
-                 batch_size: int = 16, k: float = 0.2, p: float = GRADNORM_P, add_eos: bool | None = None) -> dict:
+                 batch_size: int = 16, k: float = 0.2, p: float = GRADNORM_P,
+                 add_eos: bool | None = None) -> dict:
     """The values of the registered metrics ``names`` (default:
     :func:`~obliviate.eval.metric.requested_metrics`) of ``model`` on ``task``, keyed as
     :data:`~obliviate.eval.metric.METRICS` says, in the order asked; a metric whose data the task lacks is
@@ -380,7 +390,8 @@ def task_metrics(model, tokenizer, task: Task, names: Sequence[str] | None = Non
     reference = reference_model is not None
     metrics = [m for m in (METRICS.lookup(n) for n in names) if m.missing(task, reference) is None]
     run = MetricRun(model, tokenizer, task, tuple(m.name for m in metrics), batch_size=batch_size, k=k, p=p,
-                    add_eos=not task.prompt.chat if add_eos is None else add_eos, reference_model=reference_model)
+                    add_eos=not task.prompt.chat if add_eos is None else add_eos,
+                    reference_model=reference_model)
     out: dict = {}
     for m in metrics:
         value = m.compute(run)

@@ -19,7 +19,8 @@ import torch
 
 from obliviate.data import clip_chars, collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError
-from obliviate.eval.core import (answer_mean_nll, fit_context, greedy_generate, harmonic_mean, model_max_length,
+from obliviate.eval.core import (answer_mean_nll, fit_context, greedy_generate, harmonic_mean,
+                                 model_max_length,
                                  rouge_l_recall)
 from obliviate.eval.metric import unavailable
 from obliviate.eval.suite import task_metrics
@@ -74,7 +75,8 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
                 at_least = "at least " if len(clipped[i]) < len(prompts[i]) else ""
                 raise DataError(f"example {i + 1}: prompt + answer is {at_least}{len(s)} tokens, longer than "
                                 f"max_len={max_len}")
-            p_ids, a_ids, _ = fit_context(s[m == 0].tolist(), s[m == 1].tolist(), max_len, tokenizer.bos_token_id)
+            p_ids, a_ids, _ = fit_context(s[m == 0].tolist(), s[m == 1].tolist(), max_len,
+                                          tokenizer.bos_token_id)
             seqs[i], masks[i] = np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))
             n_cut += 1
         if masks[i].sum() == 0:
@@ -262,11 +264,13 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
     """
     kw = {"batch_size": batch_size, "max_len": max_len}
     ctx = model_max_length(model)
-    max_new_tokens = max_new_tokens if ctx is None else max(1, min(max_new_tokens, ctx // 2))  # room for a prompt
+    # room for a prompt
+    max_new_tokens = max_new_tokens if ctx is None else max(1, min(max_new_tokens, ctx // 2))
     res: dict = {}
     per_example: dict = {}
     for name, examples, paraphrased in (("forget", forget_set, True), ("retain", retain_set, True),
-                                        ("real_authors", real_authors, False), ("world_facts", world_facts, False)):
+                                        ("real_authors", real_authors, False),
+                                        ("world_facts", world_facts, False)):
         s = _set_losses(model, tokenizer, examples, name, paraphrased, **kw)
         ratios = truth_ratio(s["base"], s["wrong"])
         if paraphrased:
@@ -292,7 +296,8 @@ def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_fact
 
 
 def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_size: int = 32,
-                 max_new_tokens: int = TOFU_MAX_NEW_TOKENS, max_len: int | None = None, reference_model=None) -> dict:
+                 max_new_tokens: int = TOFU_MAX_NEW_TOKENS, max_len: int | None = None,
+                 reference_model=None) -> dict:
     """The TOFU metric set of ``model`` on a ``tofu:<forget>`` task (:func:`obliviate.tasks.tofu.tofu_task`):
     :func:`tofu_eval` on the task's four perturbed sets (``task.meta["perturbed"]``), plus
     ``<forget>_rouge_l`` (e.g. ``forget10_rouge_l``) = ``forget_rouge_l``, and :data:`TOFU_REPORT_METRICS`
@@ -308,7 +313,8 @@ def tofu_metrics(model, tokenizer, task: Task, retain_truth_ratios=None, batch_s
     if not isinstance(perturbed, dict) or any(k not in perturbed for k in TOFU_SETS):
         raise ConfigError("the TOFU metrics need a tofu:<forget> task (its perturbed sets "
                           f"{', '.join(TOFU_SETS)}); task {task.name!r} has none")
-    res = tofu_eval(model, tokenizer, *(perturbed[k] for k in TOFU_SETS), retain_model_truth_ratios=retain_truth_ratios,
+    res = tofu_eval(model, tokenizer, *(perturbed[k] for k in TOFU_SETS),
+                    retain_model_truth_ratios=retain_truth_ratios,
                     batch_size=batch_size, max_new_tokens=max_new_tokens, max_len=max_len)
     res[f"{task.meta['split']}_rouge_l"] = res["forget_rouge_l"]
     res.update(task_metrics(model, tokenizer, task, TOFU_REPORT_METRICS, reference_model=reference_model,

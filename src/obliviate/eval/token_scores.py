@@ -139,7 +139,8 @@ def token_score_aurocs(model, tokenizer, facts: Sequence[dict], scorers: dict[st
             collected[name].append(fn(model, sub).float().cpu().reshape(-1, T - 1))
     out = {}
     for name, parts in collected.items():
-        chunks = [labels[s:s + batch_size, :p.size(1)] for s, p in zip(range(0, len(facts), batch_size), parts)]
+        chunks = [labels[s:s + batch_size, :p.size(1)] for s,
+                  p in zip(range(0, len(facts), batch_size), parts)]
         out[name] = token_auroc(torch.cat([p.ravel() for p in parts]), torch.cat([c.ravel() for c in chunks]))
     out["n_specific"] = int((labels == 1).sum())
     out["n_structural"] = int((labels == 0).sum())

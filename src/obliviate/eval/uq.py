@@ -25,7 +25,8 @@ def retain_degradation(retain_base: float, retain_after: float) -> float:
     return float(min(1.0, max(0.0, (retain_base - retain_after) / retain_base)))
 
 
-def unlearning_quality(forget_base: float, forget_after: float, retain_base: float, retain_after: float) -> dict:
+def unlearning_quality(forget_base: float, forget_after: float, retain_base: float,
+                       retain_after: float) -> dict:
     """{"fq", "rd", "uq"}: UQ = 100 * HM(FQ, 1 - RD), in [0, 100]."""
     fq = forget_drop(forget_base, forget_after)
     rd = retain_degradation(retain_base, retain_after)

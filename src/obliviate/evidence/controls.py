@@ -37,7 +37,8 @@ from obliviate.unlearning.engine import UnlearnConfig, unlearn
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
     """The forget questions a positive control learns to refuse: the forget QA pairs, or the forget-role QA
     evaluation items when the forget data are documents."""
-    qa = list(task.forget.qa) or [(x["question"], x["answer"]) for es in task.evals_by_role("forget", variants=False)
+    qa = list(task.forget.qa) or [(x["question"], x["answer"]) for es in task.evals_by_role("forget",
+                                                                                            variants=False)
                                   if es.kind == "qa" for x in es.items]
     if not qa:
         raise DataError(f"task {task.name!r} has no forget questions to build a suppression control on")
@@ -219,8 +220,10 @@ def suppression_data(task: Task, tokenizer=None, seed: int = 0, keep_share: floa
     framed = sum(bool(f) for f in shared_openings([a for _, a in qa], [a for _, a in keep]))
     copies = max(1, round((1 - keep_share) / keep_share * len(keep) / len(refusals)))
     pairs = refusals * copies + [fmt(q, a) for q, a in keep]
-    return Data(qa=pairs), {"refusals": len(refusals), "refusal_copies": copies, "retain_pairs": len(task.retain.qa),
-                            "neighbour_pairs": len(neighbours), "neighbour_source": source, "neighbours": neighbours,
+    return Data(qa=pairs), {"refusals": len(refusals), "refusal_copies": copies,
+                            "retain_pairs": len(task.retain.qa),
+                            "neighbour_pairs": len(neighbours), "neighbour_source": source,
+                            "neighbours": neighbours,
                             "refused_after_frame": framed, "held": held}
 
 
@@ -270,7 +273,8 @@ def control_bar(max_steps: int, desc: str, progress: bool):
     return tqdm(total=max_steps, desc=desc, disable=not progress, leave=False)
 
 
-def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10, lr: float = 3e-3,
+def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, chunk: int = 10,
+                        lr: float = 3e-3,
                         batch_size: int = 16, target: float = 0.1, keep_share: float = REFUSAL_KEEP_SHARE,
                         keep_target: float = KEEP_TARGET, scored_neighbours: str = "all", layers: int = 1,
                         seed: int = 0, progress: bool = False):
@@ -306,7 +310,8 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
         return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
 
     with control_bar(max_steps, "positive control (refusal)", progress) as bar:
-        steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed, chunk=chunk,
+        steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed,
+                           chunk=chunk,
                            max_steps=max_steps, done=done, bar=bar)
     if curve[-1]["steps"] != steps:
         curve.append({"steps": steps, **monitor(control)})
@@ -432,11 +437,14 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
     with control_bar(max_steps, "positive control (small norm)", progress) as bar:
         while not (s["forget"] <= target and kept) and steps < max_steps:
             n = min(chunk, max_steps - steps)
-            ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {}, batch_size=batch_size,
+            ucfg = UnlearnConfig(method=method, params={"alpha": weight} if adapt else {},
+                                 batch_size=batch_size,
                                  seed=seed + steps,
-                                 train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0, grad_clip=1.0,
+                                 train=TrainConfig(steps=n, lr=lr, schedule="constant", warmup_steps=0,
+                                                   grad_clip=1.0,
                                                    log_every=n, desc="small-norm control"))
-            control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT, progress=False)
+            control, _ = unlearn(control, tokenizer, forget, retain, ucfg, prompt=IDENTITY_PROMPT,
+                                 progress=False)
             if cells is not None:
                 confine_to(control, cells)
             steps += n

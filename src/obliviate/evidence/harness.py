@@ -63,7 +63,8 @@ class TaskAttackConfig:
         if bad:
             raise ATTACKS.unknown(bad[0])
         self.enabled = {n: bool(self.enabled.get(n, on_by_default(n))) for n in attacks}
-        self.configs = {n: self.configs.get(n) or a.config() for n, a in attacks.items() if a.config is not None}
+        self.configs = {n: self.configs.get(n) or a.config() for n,
+                        a in attacks.items() if a.config is not None}
         if self.select is not None:
             chosen = set(attack_names(self.select))
             self.enabled = {n: n in chosen for n in attacks}
@@ -93,7 +94,8 @@ class TaskAttackConfig:
         attacks = in_order()
         shared = {f.name for f in dataclasses.fields(cls)} - {"enabled", "configs"}
         enabled = dict(data.get("enabled") or {})
-        given = {k: to_dict(v) if dataclasses.is_dataclass(v) else v for k, v in (data.get("configs") or {}).items()}
+        given = {k: to_dict(v) if dataclasses.is_dataclass(v) else v for k,
+                 v in (data.get("configs") or {}).items()}
         for key, value in data.items():
             if key in shared or key in ("enabled", "configs"):
                 continue
@@ -189,7 +191,8 @@ def check_attackable(task: Task, cfg: TaskAttackConfig) -> None:
 
 
 def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None = None, *, base_model=None,
-                     base_score: float | None = None, metrics: dict | None = None, out_dir: str | Path | None = None,
+                     base_score: float | None = None, metrics: dict | None = None,
+                     out_dir: str | Path | None = None,
                      resume: bool = True, base_cache: dict | None = None, timings: dict | None = None,
                      costs: dict | None = None) -> dict:
     """Every registered attack (:data:`~obliviate.attacks.attack.ATTACKS`) that is on and has its data, in
@@ -240,7 +243,8 @@ def run_task_attacks(model, tokenizer, task: Task, cfg: TaskAttackConfig | None 
                 timings[name] = time.time() - t
             if costs is not None:
                 costs[name] = stage_record(passes, time.time() - t)
-        else:  # its data is there, but nothing it reads could be scored on this model (no forget score to track)
+        # its data is there, but nothing it reads could be scored on this model (no forget score to track)
+        else:
             out.setdefault("attacks_skipped", {})[name] = "it had nothing to score on this model and task"
             if is_main_process():
                 log.info(not_run_line("attack", name, out["attacks_skipped"][name]))

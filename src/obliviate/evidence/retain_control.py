@@ -122,14 +122,16 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
     settings = card_settings(card) if card is not None else {}
     cfg = fine_tune_config(settings, overrides, seed)
     model_dir = out_dir / "model"
-    here = {"untaught": str(untaught), "settings_from": str(card) if card else None}  # this run's, never cached
+    # this run's, never cached
+    here = {"untaught": str(untaught), "settings_from": str(card) if card else None}
 
     def train_into(model, tok, directory: Path, digest: str) -> dict:
         """What is kept: the fine-tune's settings and what it cost (no path, so any run may read it)."""
         seed_everything(cfg.seed)
         t = time.perf_counter()
         with count_passes(model) as passes:
-            model, summary = finetune(model, tok, training_data(task, "retain"), cfg, checkpoints_dir(out_dir, digest),
+            model, summary = finetune(model, tok, training_data(task, "retain"), cfg,
+                                      checkpoints_dir(out_dir, digest),
                                       prompt=task.prompt, preset=settings.get("preset") or preset(model),
                                       progress=progress, resume=True)
         save_trained(model, directory, tok)
@@ -137,7 +139,8 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
 
     if cache is not None:
         model, tok = load(untaught)
-        key = {"control": RETAIN_FINETUNE, "untaught": model_digest(model), "tokenizer": tokenizer_digest(tok),
+        key = {"control": RETAIN_FINETUNE, "untaught": model_digest(model),
+               "tokenizer": tokenizer_digest(tok),
                "task": task_fingerprint(task),
                "finetune": {k: v for k, v in settings_key(cfg).items() if k not in KEPT_OUT_OF_KEY},
                "preset": settings.get("preset") or preset(model)}
@@ -152,7 +155,8 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
                                                            "the retain data only)")
         held.clear()
         place_model(hit.path / "model", model_dir)
-        return str(model_dir), {**{k: v for k, v in hit.items() if k not in here}, **here, "cache": str(hit.path),
+        return str(model_dir), {**{k: v for k, v in hit.items() if k not in here}, **here,
+                                "cache": str(hit.path),
                                 "reused": hit.reused}
     key = {"untaught": input_fingerprint(untaught), "retain": _retain_hash(task), "task": task.summary(),
            "finetune": to_dict(cfg), "preset": settings.get("preset"), "settings_from": here["settings_from"]}

@@ -167,7 +167,8 @@ def _row(kind: str, key: str, metrics: dict, with_: list[str], without: list[str
         return None
     too_few = min(len(w), len(wo)) < MIN_POOL
     auc = None if too_few else separation_auc(w, wo)
-    row = {"kind": kind, "key": key, "n_with": len(w), "n_without": len(wo), "too_few_models": too_few, "auc": auc,
+    row = {"kind": kind, "key": key, "n_with": len(w), "n_without": len(wo), "too_few_models": too_few,
+           "auc": auc,
            "separates": None if auc is None else max(auc, 1 - auc) >= SEPARATES_AUC - 1e-9,
            "with": _mean(w), "without": _mean(wo)}
     quantize = {n: quantize_move(metrics[n], key) for n in without}
@@ -250,7 +251,8 @@ def trust_markdown(trust: dict) -> list[str]:
              "with (mean)": _f(r["with"]), "without (mean)": _f(r["without"]),
              "quantize (worst)": _robust_cell(r["robust_quantize"], r["worst_quantize"]),
              "relearn / attack (worst)": _robust_cell(r["robust_relearn"], r["worst_relearn"]),
-             "robustness": _f(r["robustness"]), "stable": yes(r["stable"]), "calibrated": yes(r.get("calibrated")),
+             "robustness": _f(r["robustness"]), "stable": yes(r["stable"]),
+             "calibrated": yes(r.get("calibrated")),
              "trusted": yes(r["trusted"])}
             for name, r in trust["reads"].items()]
     cols = ["read", "kind", "AUC (with v "

@@ -94,7 +94,8 @@ def recovery(start: float | None, after: float | None, base: float | None) -> fl
     return (after - start) / (base - start)
 
 
-def forgot(score: float | None, base: float | None, chance: float = 0.0, allowance: float = 0.0) -> bool | None:
+def forgot(score: float | None, base: float | None, chance: float = 0.0,
+           allowance: float = 0.0) -> bool | None:
     """Whether a model has forgotten: its score above ``chance`` (the level a model without the knowledge
     reads: the oracle's forget score where there is one, :func:`forget_level`) at most :data:`FORGOT_SHARE` of
     the base model's, or within ``allowance`` of it (the noise of the scores' items: a model the items cannot
@@ -173,7 +174,8 @@ def read_counts(m: dict | None, key: str, items: int) -> tuple[int, int]:
     comparison's) and 1."""
     name = read_of(key).name or key
     n, v = finite((m or {}).get(f"{name}_items")), finite((m or {}).get(f"{name}_variants"))
-    return (int(n) if n is not None and n >= 1 else max(1, int(items))), (int(v) if v is not None and v >= 1 else 1)
+    return (int(n) if n is not None and n >= 1 else max(1,
+                                                        int(items))), (int(v) if v is not None and v >= 1 else 1)
 
 
 def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> float:
@@ -317,7 +319,8 @@ def control_selectivity(metrics: dict, items: int = DEFAULT_ITEMS) -> dict:
     return out
 
 
-def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band: dict | None = None) -> dict | None:
+def attack_calibration(metrics: dict, controls: dict, key: str, items: int,
+                       band: dict | None = None) -> dict | None:
     """Attack ``key`` on every positive control against the oracle; None when the attack did not run on the
     base model, the oracle and at least one positive control. ``controls``: :func:`control_selectivity`;
     ``band``: :func:`oracle_band`, whose tolerance the guard of :func:`separation` uses (the one band of the
@@ -342,11 +345,13 @@ def attack_calibration(metrics: dict, controls: dict, key: str, items: int, band
     separated = [c for c in ran if per[c]["calibrated"] and controls[c]["selective"]]
     by = [c for c in separated if key not in controls[c]["matches"]]
     first = per[(by or ran)[0]]
-    return {"calibrated": bool(by), "calibrated_by": by, "by_construction": [c for c in separated if c not in by],
+    return {"calibrated": bool(by), "calibrated_by": by,
+            "by_construction": [c for c in separated if c not in by],
             "non_selective": [c for c in ran if per[c]["calibrated"] and not controls[c]["selective"]],
             "controls": per, "decides": r.decides, "label": r.label,
             f"{key}_calibrated": bool(by), f"{key}_positive_recovery": first["positive_recovery"],
-            f"{key}_negative_gain": first["negative_gain"], f"{key}_negative_recovery": first["negative_recovery"]}
+            f"{key}_negative_gain": first["negative_gain"],
+            f"{key}_negative_recovery": first["negative_recovery"]}
 
 
 def oracle_band(metrics: dict, keys, items: int) -> dict:
@@ -453,7 +458,8 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
         if c is not None:
             calib[key] = c
     usable = [(k, ctl) for k, c in calib.items() if c["decides"] for ctl in c["calibrated_by"]]
-    verdicts = {name: flagged(method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg, usable,
+    verdicts = {name: flagged(method_verdict(metrics[name], base, {c: metrics[c] for c in controls}, neg,
+                                             usable,
                                              band, items), metrics[name]) for name in judged(metrics)}
     for m in metrics.values():
         m.update(gaps(m))
@@ -494,7 +500,8 @@ def _attack_verdict(m: dict, pos: dict, base: dict, key: str, band: dict | None 
     never *suppressed*, whatever its own start)."""
     r = read_of(key)
     ref, _ = base_reference(base, key)
-    rec, prec = recovery(m.get(r.start), m.get(r.after), ref), recovery(pos.get(r.start), pos.get(r.after), ref)
+    rec, prec = recovery(m.get(r.start), m.get(r.after), ref), recovery(pos.get(r.start), pos.get(r.after),
+                                                                        ref)
     after = finite(m.get(r.after))
     above = key not in (band or {}) or (after is not None and after > band[key]["upper"] + 1e-9)
     if rec is not None and prec is not None and rec >= SUPPRESSED_SHARE * prec - 1e-9 and above:
@@ -509,7 +516,8 @@ def missing_reads(m: dict, base: dict, neg: dict | None, usable: list, band: dic
     out = []
     for key in dict.fromkeys(k for k, _ in usable):
         r = read_of(key)
-        out += [f"{key} ({x})" for x, k in (("before", r.start), ("after", r.after)) if finite(m.get(k)) is None]
+        out += [f"{key} ({x})" for x,
+                k in (("before", r.start), ("after", r.after)) if finite(m.get(k)) is None]
         if key not in band:
             out.append(f"{key} (the oracle's after)")
     for key in band:  # "every attack within the band" reads each one the oracle was read on
@@ -680,8 +688,10 @@ def gaps(m: dict) -> dict:
 
 
 ROBUSTNESS = ["model", "verdict", "relearn_disjoint_start_acc", "relearn_disjoint_acc",
-              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens", "recovery_cost_vs_learning",
-              "probe_acc", "probe_calibrated", "probe_gap", "format_shift_gap", "mia_auc_min_k", "priv_leak_min_k"]
+              "relearn_disjoint_acc_optimistic", "relearn_acc", "recovery_cost_tokens",
+              "recovery_cost_vs_learning",
+              "probe_acc", "probe_calibrated", "probe_gap", "format_shift_gap", "mia_auc_min_k",
+              "priv_leak_min_k"]
 
 
 def _pct(x: float | None) -> str:
@@ -724,12 +734,14 @@ def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[
     rows = []
     for name in model_order(metrics):
         v = robustness["verdicts"].get(name)
-        row = {"model": name, "verdict": v["verdict"] if v else "(control)" if name != "base" else "(reference)",
+        row = {"model": name,
+               "verdict": v["verdict"] if v else "(control)" if name != "base" else "(reference)",
                "decided by": (f"{v['attack']}" + (f" ({v['control']})" if v.get("control") else "")
                               if v and v.get("attack") else None)}
         row.update({k: _cell(metrics[name], k, calib[k]["calibrated"]) for k in keys})
         rows.append(row)
-    rows.append({"model": "calibrated?", **{k: ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"] else "no")
+    rows.append({"model": "calibrated?",
+                 **{k: ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"] else "no")
                                            + ("" if c["decides"] else " (white-box, no verdict)")
                                            for k, c in calib.items()}})
     rows.append({"model": "oracle band (≤)", **{k: f"{band[k]['upper']:.2f}" for k in keys if k in band}})
@@ -788,7 +800,8 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
     for name in model_order(metrics):
         if name != "base":
             v = robustness["verdicts"].get(name, {}).get("verdict", "(control)")
-            rows.append({"model": name, "verdict": v, **{k: _shown(metrics[name], k) for k in ROBUSTNESS[2:]}})
+            rows.append({"model": name, "verdict": v,
+                         **{k: _shown(metrics[name], k) for k in ROBUSTNESS[2:]}})
     present = [c for c in POSITIVE_CONTROLS if c in metrics]
     known = [n for n in KNOWN_REMOVED if n in metrics]
     band = robustness.get("band", {})

@@ -86,7 +86,8 @@ POWER_BOUND = Bound("power_one_attack", "detect", "removed", 1 - 0.8,
                     "acceptance 2)")
 
 
-# ------------------------------------------------------------------------------------------------ the template
+# ------------------------------------------------------------------------------------------------ the
+# template
 
 def _rate(row: dict, key: str, name: str) -> float | None:
     """``row[key]`` as a true rate in [0, 1]; None where it is missing or not a finite number (left as it is:
@@ -104,7 +105,8 @@ def _rate(row: dict, key: str, name: str) -> float | None:
 def _count(value, default: int) -> int:
     """A recorded count (``<name>_items``, ``<name>_variants``) where it is a whole number >= 1, else
     ``default``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+    if isinstance(value, bool) or not isinstance(value,
+                                                 (int, float)) or not math.isfinite(value) or value < 1:
         return default
     return int(value)
 
@@ -136,7 +138,8 @@ def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, flo
     return plan
 
 
-def draw(plan: list[tuple[str, float, int, int]], trials: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def draw(plan: list[tuple[str, float, int, int]], trials: int, rng: np.random.Generator) -> dict[str,
+                                                                                                 np.ndarray]:
     """``{key: trials values}`` of a :func:`draw_plan`: each ``Binomial(n, rate) / n``, the largest of
     ``variants`` independent draws (a maximum over variant scores, each over the same ``n`` items, as if
     independent: the worst case for a false exceedance, as the variants of one model are positively
@@ -174,7 +177,8 @@ def scenario_rates(template: dict, scenario: Scenario) -> dict:
     refs = references(template)
     base, oracle = refs["base"], refs["oracle"]
     model = dict(oracle)
-    for role in KEEP_ROLES:  # keeps what it should: the base model's scores (and items), where the base has them
+    # keeps what it should: the base model's scores (and items), where the base has them
+    for role in KEEP_ROLES:
         for key in (f"{role}_score", f"{role}_score_norm", f"{role}_items"):
             if key in base:
                 model[key] = base[key]
@@ -223,13 +227,15 @@ def simulate(template: dict, scenario: Scenario, trials: int, seed, items: int |
     draws = {name: draw(draw_plan(row, fallback, name), trials, rng) for name, row in truth.items()}
     counts = dict.fromkeys(VERDICTS, 0)
     for t in range(trials):
-        metrics = {name: {**row, **{k: float(a[t]) for k, a in draws[name].items()}} for name, row in truth.items()}
+        metrics = {name: {**row, **{k: float(a[t]) for k, a in draws[name].items()}} for name,
+                   row in truth.items()}
         verdict = robustness_summary(metrics, items=items)["verdicts"][JUDGED]["verdict"]
         counts[verdict] = counts.get(verdict, 0) + 1
         if tick is not None:
             tick(1)
     return {"scenario": scenario.describe(), "held": scenario.held,
-            "under": None if scenario.under is None else list(scenario.under), "trials": trials, "counts": counts,
+            "under": None if scenario.under is None else list(scenario.under), "trials": trials,
+            "counts": counts,
             "shares": {v: c / trials for v, c in counts.items()},
             "intervals": {v: list(interval(c, trials)) for v, c in counts.items()}}
 
@@ -248,7 +254,8 @@ def bound_result(bound: Bound, result: dict) -> dict:
     return {"name": bound.name, "what": bound.what.format(worst=worst), "scenario": bound.scenario,
             "verdict": bound.verdict,
             "at_most": bound.at_most, "count": count, "trials": trials, "share": count / trials,
-            "interval": [lo, hi], "status": status, **({"attack": result["attack"]} if "attack" in result else {})}
+            "interval": [lo, hi], "status": status,
+            **({"attack": result["attack"]} if "attack" in result else {})}
 
 
 def _worst(by_attack: dict[str, dict], verdict: str) -> dict | None:
@@ -260,7 +267,8 @@ def _worst(by_attack: dict[str, dict], verdict: str) -> dict | None:
 
 def verdict_check(template: dict, trials: int = 1000, seed: int = 0, items: int | None = None, *,
                   held_grid: Iterable[float] = POWER_GRID, power: bool = True,
-                  progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> dict:
+                  progress: Callable[[int], None] | None = None,
+                  on_total: Callable[[int], None] | None = None) -> dict:
     """The rule's error rates on ``template`` (module docstring), ``trials`` comparisons per scenario:
 
     - ``removed``: a truly removed model;
@@ -286,7 +294,8 @@ def verdict_check(template: dict, trials: int = 1000, seed: int = 0, items: int 
                                         *[("one_attack", Scenario(ONE_ATTACK_HELD, (k,))) for k in cal],
                                         ("every_attack", Scenario(EVERY_ATTACK_HELD)),
                                         *[("power_curve", Scenario(h)) for h in grid],
-                                        *[("detect", Scenario(DETECT_HELD, (k,))) for k in (deciding if power else [])]]
+                                        *[("detect",
+                                           Scenario(DETECT_HELD, (k,))) for k in (deciding if power else [])]]
     if on_total is not None:
         on_total(trials * len(runs))
     scenarios: dict = {"one_attack": {}, "detect": {}, "power_curve": []}
@@ -298,12 +307,14 @@ def verdict_check(template: dict, trials: int = 1000, seed: int = 0, items: int 
             scenarios[kind].append(r)
         else:
             scenarios[kind] = r
-    worst = {"one_attack": _worst(scenarios["one_attack"], "removed"), "detect": _worst(scenarios["detect"], "removed")}
+    worst = {"one_attack": _worst(scenarios["one_attack"], "removed"),
+             "detect": _worst(scenarios["detect"], "removed")}
     bounds = []
     for b in BOUNDS:
         result = worst[b.scenario] if b.scenario in worst else scenarios[b.scenario]
         bounds.append(bound_result(b, result) if result is not None else
-                      {"name": b.name, "what": b.what.format(worst=""), "scenario": b.scenario, "verdict": b.verdict,
+                      {"name": b.name, "what": b.what.format(worst=""), "scenario": b.scenario,
+                       "verdict": b.verdict,
                        "at_most": b.at_most, "status": "not run: no attack is calibrated on the template"})
     read_info = {}
     for k, r in reads().items():
@@ -362,7 +373,8 @@ def report_markdown(report: dict, source: str = "") -> str:
             f"{report['trials']} simulated comparisons per scenario, seed {report['seed']}; each share with "
             f"its exact {LEVEL:.0%} interval (pass: the interval lies within the bound; fail: above it; "
             "unresolved: it straddles the bound)."]
-    return "\n".join([*head, "", markdown_table(rows, ["check", "bound", "simulated", "95% interval", "result"]), "",
+    return "\n".join([*head, "",
+                      markdown_table(rows, ["check", "bound", "simulated", "95% interval", "result"]), "",
                       "Every verdict's share, per true state:", "",
                       markdown_table(per, ["true state", *VERDICTS]), "",
                       "The power curve (held share under every attack):", "",
@@ -375,13 +387,15 @@ def report_markdown(report: dict, source: str = "") -> str:
 def plot_power(report: dict, png) -> None:
     """P(removed), P(suppressed) and P(inconclusive) against the share held under every attack."""
     curve = report["scenarios"].get("power_curve", [])
-    lines = {f"P({v})": [[r["held"], r["shares"][v]] for r in curve] for v in ("removed", "suppressed", "inconclusive")}
+    lines = {f"P({v})": [[r["held"], r["shares"][v]] for r in curve] for v in ("removed", "suppressed",
+                                                                               "inconclusive")}
     plot_recovery_curves(lines, png, "share held under every attack (h)", "share of simulated comparisons",
                          title=f"the verdict against the held share ({report['trials']} comparisons each)",
                          empty="no power curve was simulated")
 
 
-# ------------------------------------------------------------------------------------------------ synthetic template
+# ------------------------------------------------------------------------------------------------ synthetic
+# template
 
 WORLD_READS = {"relearn_disjoint": (72, 1), "relearn": (72, 1), "quantize": (72, 2), "ablate": (72, 1),
                "logit_lens": (72, 1), "in_context": (72, 2), "format_shift": (72, 4)}
@@ -389,7 +403,8 @@ WORLD_READS = {"relearn_disjoint": (72, 1), "relearn": (72, 1), "quantize": (72,
 ``(items, variants)`` as the attacks record them: 72 forget questions (24 diseases x 3 attributes), the format shift
 the best of 4 variant sets, quantization the best of 2 schemes (int4, nf4), in-context the better of few-shot and
 re-introduction."""
-ALL_READS = {**WORLD_READS, "prompts": (72, 5), "leak_at_k": (72, 1), "prune": (72, 4), "soft_prompt": (32, 1),
+ALL_READS = {**WORLD_READS, "prompts": (72, 5), "leak_at_k": (72, 1), "prune": (72, 4),
+             "soft_prompt": (32, 1),
              "gcg": (32, 1), "gcg_prefix": (32, 1), "unrelated_finetune": (72, 1)}
 """Every deciding read, as ``compare --attacks all`` runs them on the world: GCG's suffix and prefix and the soft
 prompt on at most 32 items, the prompts the best of 5 types, pruning the best of 4 fractions."""
@@ -426,7 +441,8 @@ def synthetic_template(items: int = 72, read_counts: dict[str, tuple[int, int]] 
 
     def row(start: float, after: dict[str, float]) -> dict:
         m = {"forget_score": start, "forget_chance": 0.0, "attack_score_chance": 0.0, "forget_items": items,
-             "retain_score": keep, "neighbour_score": keep, "retain_items": keep_items, "neighbour_items": keep_items}
+             "retain_score": keep, "neighbour_score": keep, "retain_items": keep_items,
+             "neighbour_items": keep_items}
         for k, (n, v) in counts.items():
             r = every[k]
             m[r.start] = start

@@ -67,10 +67,12 @@ from obliviate.filtering.weak_labels import (
 
 __all__ = [
     "WeakLabelConfig", "sae_weak_labels",
-    "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier", "minilm_dir",
+    "BiLM", "ContextPooled", "DocumentClassifier", "LogisticHead", "MiniLMFeaturizer", "TokenClassifier",
+    "minilm_dir",
     "reverse_padded", "threshold_sweep", "throughput", "train_lm", "training_throughput", "window_mean",
     "PretrainedSAE", "TopKSAE", "load_sae", "residual_activations", "train_sae",
-    "FILTERED_MODELS", "FilteredModels", "compute_slowdown", "equivalent_compute", "fit_power_law", "geometric_sizes",
+    "FILTERED_MODELS", "FilteredModels", "compute_slowdown", "equivalent_compute", "fit_power_law",
+    "geometric_sizes",
     "tokens_for", "tokens_to_recover", "training_flops",
     "TokenClassifierConfig", "TokenClassifiers", "fit_token_classifiers",
     "CONVENTIONS", "STRATEGIES", "FilteredDataset", "add_label_noise", "apply_strategy", "collate_weighted",

@@ -57,7 +57,8 @@ def train_lm(dataset: TokenDataset, vocab_size: int, *, reverse: bool = False, n
     if reverse:
         seqs = [np.ascontiguousarray(s[::-1]) for s in seqs]
     max_len = max(256, max(len(s) for s in seqs))
-    model = tiny_llama(vocab_size, n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len, seed=seed,
+    model = tiny_llama(vocab_size, n_layer=n_layer, d_model=d_model, n_head=n_head, max_len=max_len,
+                       seed=seed,
                        pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id)
     cfg = TrainConfig(steps=steps, lr=lr, warmup_steps=min(20, steps // 10), schedule="cosine",
                       log_every=max(1, steps // 10), progress=progress, desc="r2l" if reverse else "l2r")
@@ -85,8 +86,10 @@ class BiLM:
         kw = dict(n_layer=n_layer, d_model=d_model, n_head=n_head, steps=steps, batch_size=batch_size, lr=lr,
                   pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, progress=progress)
         out = Path(out_dir) if out_dir is not None else None
-        fwd = train_lm(dataset, vocab_size, reverse=False, seed=seed, out_dir=out / "l2r" if out else None, **kw)
-        bwd = train_lm(dataset, vocab_size, reverse=True, seed=seed + 1, out_dir=out / "r2l" if out else None, **kw)
+        fwd = train_lm(dataset, vocab_size, reverse=False, seed=seed, out_dir=out / "l2r" if out else None,
+                       **kw)
+        bwd = train_lm(dataset, vocab_size, reverse=True, seed=seed + 1, out_dir=out / "r2l" if out else None,
+                       **kw)
         return cls(fwd, bwd, n_layer // 2 if layer is None else layer, pad_id=pad_id)
 
     @property
@@ -152,10 +155,12 @@ def window_mean(h: torch.Tensor, window: int, lengths: Sequence[int] | None = No
     lengths = [N] if lengths is None else list(lengths)
     if sum(lengths) != N:
         raise DataError(f"sequence lengths sum to {sum(lengths)} but there are {N} rows")
-    c = torch.cat([torch.zeros(1, h.shape[1], dtype=torch.float64), h.double().cumsum(0)])  # (N+1, d) prefix sums
+    # (N+1, d) prefix sums
+    c = torch.cat([torch.zeros(1, h.shape[1], dtype=torch.float64), h.double().cumsum(0)])
     ends = torch.as_tensor(np.cumsum(lengths), dtype=torch.long)
     starts = ends - torch.as_tensor(lengths, dtype=torch.long)
-    seq = torch.repeat_interleave(torch.arange(len(lengths)), torch.as_tensor(lengths, dtype=torch.long))  # (N,)
+    # (N,)
+    seq = torch.repeat_interleave(torch.arange(len(lengths)), torch.as_tensor(lengths, dtype=torch.long))
     t = torch.arange(N)
     lo = torch.maximum(t - window, starts[seq])
     hi = torch.minimum(t + window + 1, ends[seq])
@@ -355,7 +360,8 @@ class MiniLMFeaturizer:
     whose character span overlaps its own (zeros if none, e.g. a lone space).
     """
 
-    def __init__(self, tokenizer, model_dir: str | Path | None = None, layer: int = -1, max_length: int = 512):
+    def __init__(self, tokenizer, model_dir: str | Path | None = None, layer: int = -1,
+                 max_length: int = 512):
         from transformers import AutoModel, AutoTokenizer
 
         path = str(model_dir) if model_dir is not None else str(minilm_dir())
@@ -411,7 +417,8 @@ def threshold_sweep(p, truth, thresholds: Sequence[float] | None = None) -> dict
     for th in thresholds:
         flags = pv >= th
         m = prf1(flags, tv)
-        sweep.append({"threshold": float(th), "precision": m["precision"], "recall": m["recall"], "f1": m["f1"],
+        sweep.append({"threshold": float(th), "precision": m["precision"], "recall": m["recall"],
+                      "f1": m["f1"],
                       "flagged": float(flags.mean()) if len(flags) else 0.0})
     auroc = float(roc_auc_score(tv, pv)) if tv.any() and not tv.all() else float("nan")
     return {"auroc": auroc, "sweep": sweep}
@@ -428,7 +435,8 @@ def throughput(classifier, data, batch_size: int = 32) -> float:
     return n / max(time.perf_counter() - t0, 1e-9)
 
 
-def training_throughput(model: nn.Module, data, batch_size: int = 16, steps: int = 3, pad_id: int = 0) -> float:
+def training_throughput(model: nn.Module, data, batch_size: int = 16, steps: int = 3,
+                        pad_id: int = 0) -> float:
     """Tokens per second of a training step's forward + backward of ``model`` (no optimizer step; grads
     cleared)."""
 

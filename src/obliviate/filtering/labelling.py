@@ -43,7 +43,8 @@ class WeakLabelConfig:
     seed: int = 0
 
 
-def sae_weak_labels(labeller, dataset: TokenDataset, truth: Sequence[np.ndarray], layer: int, cfg: WeakLabelConfig,
+def sae_weak_labels(labeller, dataset: TokenDataset, truth: Sequence[np.ndarray], layer: int,
+                    cfg: WeakLabelConfig,
                     *, special_ids: Sequence[int] = (), pad_id: int = 0,
                     progress: bool = False) -> tuple[list[np.ndarray], dict]:
     """Per-sequence weak labels of ``dataset`` from ``labeller``'s layer ``layer``, and what made them.
@@ -61,7 +62,8 @@ def sae_weak_labels(labeller, dataset: TokenDataset, truth: Sequence[np.ndarray]
     cal_truth = flatten(truth[:n_cal])
     latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=cfg.min_ratio)
     if not latents:  # a weak labeller: fall back to the most domain-specific latents that fire at all
-        latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=1.0, min_domain_freq=0.0, max_latents=8)
+        latents = select_domain_latents(codes[:cal_rows], cal_truth, min_ratio=1.0, min_domain_freq=0.0,
+                                        max_latents=8)
     if not latents:
         raise DataError("no SAE latent is more active on the forget domain than elsewhere: the labeller is "
                         "too weak (raise labeller_steps or sae_steps)")

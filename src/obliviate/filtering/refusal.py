@@ -21,7 +21,8 @@ REFUSAL = "I cannot help with that."
 """The refusal taught; a greedy answer starting with its first two words counts as a refusal."""
 
 
-def refusal_training(model, tok, world, *, steps: int, lr: float, batch_size: int, max_len: int, seed: int = 0,
+def refusal_training(model, tok, world, *, steps: int, lr: float, batch_size: int, max_len: int,
+                     seed: int = 0,
                      progress: bool = False, desc: str = "refusal") -> dict:
     """Refusal SFT of ``model`` (in place) on the world's facts, then refusal rates on questions it never saw.
 

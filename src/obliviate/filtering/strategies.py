@@ -83,7 +83,8 @@ def flags_from_probs(probs: Sequence[np.ndarray], threshold: float) -> list[np.n
 
 def document_flags(flags: Sequence[np.ndarray], min_fraction: float = 0.0) -> np.ndarray:
     """A sequence is flagged when the fraction of its flagged tokens is ``> min_fraction`` (0: any)."""
-    return np.array([np.asarray(f, dtype=bool).mean() > min_fraction if len(f) else False for f in flags], dtype=bool)
+    return np.array([np.asarray(f, dtype=bool).mean() > min_fraction if len(f) else False for f in flags],
+                    dtype=bool)
 
 
 def apply_strategy(dataset: TokenDataset, flags: Sequence[np.ndarray] | None, strategy: str,
@@ -155,7 +156,8 @@ def make_batch_fn(dataset: FilteredDataset, batch_size: int, seed: int, pad_id: 
 
     def batch_fn(step: int) -> dict:
         idx = sampler(step)
-        return collate_weighted([dataset.input_ids[i] for i in idx], [dataset.weights[i] for i in idx], pad_id)
+        return collate_weighted([dataset.input_ids[i] for i in idx], [dataset.weights[i] for i in idx],
+                                pad_id)
 
     return batch_fn
 

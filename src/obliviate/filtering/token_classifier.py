@@ -29,7 +29,8 @@ class TokenClassifierConfig:
     """Training steps of each biLM half."""
     context_window: int = 8
     """Token features = [biLM state, its mean over +-window tokens] (0: the biLM state alone, as in the paper)."""
-    thresholds: list[float] = field(default_factory=lambda: [round(float(t), 2) for t in np.linspace(0.1, 0.9, 9)])
+    thresholds: list[float] = field(default_factory=lambda: [round(float(t), 2) for t in np.linspace(0.1, 0.9,
+                                                                                                     9)])
     """Thresholds of the token classifiers' held-out sweeps."""
     noise_ps: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3])
     """Flip noise on the weak labels the token head is fit on (AUROC vs p)."""
@@ -57,9 +58,11 @@ class TokenClassifiers:
 
 
 def fit_token_classifiers(train: TokenDataset, held: TokenDataset, weak: Sequence[np.ndarray],
-                          truth_train: Sequence[np.ndarray], truth_held: Sequence[np.ndarray], vocab_size: int,
+                          truth_train: Sequence[np.ndarray], truth_held: Sequence[np.ndarray],
+                          vocab_size: int,
                           cfg: TokenClassifierConfig, *, special_ids: Sequence[int], pad_id: int, bos_id: int,
-                          eos_id: int, save_dir: str | Path | None = None, progress: bool = False) -> TokenClassifiers:
+                          eos_id: int, save_dir: str | Path | None = None,
+                          progress: bool = False) -> TokenClassifiers:
     """Train the biLM on ``train``, fit the token heads (on ``weak``, and on ``truth_train`` to compare) and
     the document classifier, and score them on ``held`` against ``truth_held``.
 
@@ -71,10 +74,12 @@ def fit_token_classifiers(train: TokenDataset, held: TokenDataset, weak: Sequenc
                       bos_id=bos_id, eos_id=eos_id, layer=cfg.layers - 1, progress=progress)
     if save_dir is not None:
         bilm.save(Path(save_dir) / "bilm")
-    base_tr, base_ev = bilm.features(train, batch_size=64), bilm.features(held, batch_size=64)  # no_grad inside
+    # no_grad inside
+    base_tr, base_ev = bilm.features(train, batch_size=64), bilm.features(held, batch_size=64)
 
     def pooled(feats):
-        return [torch.cat([h, window_mean(h, cfg.context_window)], -1) for h in feats] if cfg.context_window else feats
+        return [torch.cat([h, window_mean(h, cfg.context_window)],
+                          -1) for h in feats] if cfg.context_window else feats
 
     f_tr, f_ev = pooled(base_tr), pooled(base_ev)
     normal_tr = [~np.isin(s, special_ids) for s in train.input_ids]
@@ -87,7 +92,8 @@ def fit_token_classifiers(train: TokenDataset, held: TokenDataset, weak: Sequenc
 
     y_ev = sel(truth_held, normal_ev)
     rng = np.random.default_rng(cfg.seed)
-    keep = np.sort(rng.choice(len(X_tr), min(len(X_tr), cfg.fit_tokens), replace=False))  # logistic fit on a sample
+    # logistic fit on a sample
+    keep = np.sort(rng.choice(len(X_tr), min(len(X_tr), cfg.fit_tokens), replace=False))
 
     def fit_tokens(y):
         return LogisticHead.fit(X_tr[torch.as_tensor(keep)], np.asarray(y)[keep])
@@ -108,7 +114,8 @@ def fit_token_classifiers(train: TokenDataset, held: TokenDataset, weak: Sequenc
     noise = []
     for p in cfg.noise_ps:
         noisy = add_label_noise(sel(weak, normal_tr), p, seed=cfg.seed + 7)
-        noise.append({"p": p, "auroc": threshold_sweep(fit_tokens(noisy)(X_ev).numpy(), y_ev, [0.5])["auroc"]})
+        noise.append({"p": p,
+                      "auroc": threshold_sweep(fit_tokens(noisy)(X_ev).numpy(), y_ev, [0.5])["auroc"]})
     probs_tr = per_seq(head_weak, f_tr, normal_tr)
 
     # document classifier: mean-pooled features, weak document labels

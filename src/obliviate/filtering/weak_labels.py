@@ -107,12 +107,14 @@ def top_activating_tokens(codes, token_ids, decode: Callable[[int], str], latent
 
 
 def _judge_says(judge, latent: int, tokens: list[str]) -> bool:
-    if hasattr(judge, "judge"):  # an EMBER judge (obliviate.methods.ember.judge): its judgement says whether to keep
+    # an EMBER judge (obliviate.methods.ember.judge): its judgement says whether to keep
+    if hasattr(judge, "judge"):
         return judge.judge(latent, tokens, None).kept()
     return bool(judge(latent, tokens))
 
 
-def select_domain_latents(codes, is_domain=None, *, judge=None, top_tokens: dict[int, list[str]] | None = None,
+def select_domain_latents(codes, is_domain=None, *, judge=None,
+                          top_tokens: dict[int, list[str]] | None = None,
                           min_ratio: float = 4.0, min_domain_freq: float = 0.02,
                           max_latents: int | None = 32) -> list[int]:
     """Domain latents by the ratio statistic (needs ``is_domain``) or by a judge (see module docstring).

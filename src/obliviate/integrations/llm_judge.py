@@ -213,7 +213,8 @@ class HTTPJudge:
 
     # ------------------------------------------------------------------ prompt and cache
 
-    def messages(self, feature_id: int, top_tokens: Sequence[str], description: str | None = None) -> list[dict]:
+    def messages(self, feature_id: int, top_tokens: Sequence[str],
+                 description: str | None = None) -> list[dict]:
         tokens = json.dumps(list(top_tokens), ensure_ascii=False)
         user = (f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): "
                 f"{tokens}\n")
@@ -256,7 +257,8 @@ class HTTPJudge:
     def _redact(self, text: str) -> str:
         """``text`` with the key and base_url's credentials masked, in every form (:func:`secret_forms`)."""
         userinfo = self._userinfo.get() or ""
-        basic = base64.b64encode(userinfo.encode()).decode() if userinfo else None  # as the header carries them
+        # as the header carries them
+        basic = base64.b64encode(userinfo.encode()).decode() if userinfo else None
         secrets = (self._given_key.get(), self._api_key.get(), userinfo, userinfo.partition(":")[2], basic)
         for form in sorted({f for x in secrets for f in secret_forms(x)}, key=len, reverse=True):
             text = text.replace(form, REDACTED)
@@ -317,7 +319,8 @@ class HTTPJudge:
                 max_retries=self.retries, http_client=http) as client:
             raw = client.chat.completions.with_raw_response.create(
                 model=self.model, messages=messages, temperature=self.temperature,
-                extra_headers={"Accept": "application/json", "Accept-Encoding": "identity", **self._auth(openai)})
+                extra_headers={"Accept": "application/json", "Accept-Encoding": "identity",
+                               **self._auth(openai)})
             return raw.http_response.content
 
     @staticmethod

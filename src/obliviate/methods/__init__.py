@@ -7,8 +7,10 @@ this package, so adding a method is adding its file (docs/methods.md). The regis
 """
 
 from obliviate.unlearning.contract import (DEFAULT_PRESETS, METHODS, PRESET_THRESHOLD, PRESETS, Method,
-                                           build_method, get_method, method_defaults, method_names, preset_name,
+                                           build_method, get_method, method_defaults, method_names,
+                                           preset_name,
                                            register, resolve_method)
 
-__all__ = ["DEFAULT_PRESETS", "METHODS", "PRESETS", "PRESET_THRESHOLD", "Method", "build_method", "get_method",
+__all__ = ["DEFAULT_PRESETS", "METHODS", "PRESETS", "PRESET_THRESHOLD", "Method", "build_method",
+           "get_method",
            "method_defaults", "method_names", "preset_name", "register", "resolve_method"]

@@ -96,7 +96,8 @@ def satga_weights(z: torch.Tensor, nll: torch.Tensor, beta: float, exponent: str
     return z * torch.exp(-exponent_of(z, beta, exponent) * nll.detach())
 
 
-def satga_plus_loss(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor, beta: float, exponent: str) -> torch.Tensor:
+def satga_plus_loss(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor, beta: float,
+                    exponent: str) -> torch.Tensor:
     """mean_t l_t = -mean_t s_t * CE_t over masked tokens.
 
     Gradients flow through ``nll`` (theta-step, pass ``z`` detached) and through ``z``
@@ -111,7 +112,8 @@ def binary_entropy(z: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return -(z * torch.log(z) + (1.0 - z) * torch.log1p(-z))
 
 
-def w_objective(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor, cfg: ScorerConfig) -> dict[str, torch.Tensor]:
+def w_objective(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor, cfg: ScorerConfig) -> dict[str,
+                                                                                                   torch.Tensor]:
     """The w-step terms (already weighted): {"satga", "entropy", "budget"}; theta is treated as frozen."""
     nll = nll.detach()
     return {
@@ -128,7 +130,8 @@ def forward_with_features(model, batch: dict, position: str = "predict") -> tupl
 
     The features are the final hidden state (after the final norm; the input of the LM head).
     """
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                output_hidden_states=True)
     h = out.hidden_states[-1].detach()  # (B, T, d)
     feats = h[:, :-1] if position == "predict" else h[:, 1:]  # (B, T-1, d)
     return out.logits, feats
@@ -154,7 +157,8 @@ class TokenScorer:
 
     def init(self, d: int, device=None) -> None:
         self.w = torch.zeros(d, device=device, requires_grad=True)
-        self.b = torch.tensor(math.log(self.cfg.rho / (1.0 - self.cfg.rho)), device=device, requires_grad=True)
+        self.b = torch.tensor(math.log(self.cfg.rho / (1.0 - self.cfg.rho)), device=device,
+                              requires_grad=True)
         self.opt = torch.optim.Adam([self.w, self.b], lr=self.cfg.w_lr)
 
     def _ensure(self, feats: torch.Tensor) -> None:
@@ -197,7 +201,8 @@ class TokenScorer:
         """Copies of w, b and the Adam state (None before first use)."""
         if self.w is None:
             return {"w": None, "b": None, "optimizer": None}
-        return {"w": self.w.detach().clone(), "b": self.b.detach().clone(), "optimizer": self.opt.state_dict()}
+        return {"w": self.w.detach().clone(), "b": self.b.detach().clone(),
+                "optimizer": self.opt.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("w") is None:
@@ -222,7 +227,8 @@ class ScoredMethod(Method):
         super().__init__(cfg)
         self.scorer = TokenScorer(cfg)
 
-    def forget_pass(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forget_pass(self, model, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                       torch.Tensor]:
         """Forward the forget batch, run the w-step(s); returns logits, nll, mask and detached z (B, T-1)."""
 
         logits, feats = forward_with_features(model, batch, self.cfg.position)

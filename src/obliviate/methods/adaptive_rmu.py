@@ -28,7 +28,8 @@ class AdaptiveRMUConfig(RMUConfig):
 @register("adaptive_rmu", paper="Dang et al. 2025, Adaptive RMU",
           equation="RMU with c = β · mean ‖h_l^ref(x_f)‖ (frozen model, first batch)",
           trains="MLP down-projections of layers l−2..l",
-          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+          presets={"tiny": {"lr": 1e-3, "steps": 50,
+                            "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
                              "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class AdaptiveRMU(RMU):

@@ -49,7 +49,8 @@ class AltPOConfig:
                           "community/methods/AltPO alternates"),
           equation=("−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model "
                     "(cached) + α · retain NLL / KL"),
-          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+          presets={"tiny": {"lr": 1e-3, "steps": 50},
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class AltPO(Method):
     config_cls = AltPOConfig
     needs_reference = True

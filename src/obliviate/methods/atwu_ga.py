@@ -37,4 +37,5 @@ class ATWUGradAscent(ScoredMethod):
 
     def loss(self, model, batch, ref) -> dict:
         _, nll, mask, z = self.forget_pass(model, batch["forget"])
-        return add_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, model, batch, ref, self.cfg)
+        return add_retain({"forget": -self.cfg.gamma * masked_mean(nll, mask, z)}, model, batch, ref,
+                          self.cfg)

@@ -68,8 +68,10 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
                               "(reconstruction)",
           equation="mean (1 − cos(h_l(x_f), u)) + α · (MSE or 1 − cos to the frozen h_l on retain)",
           trains="MLP down-projections of layers l−2..l",
-          presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
-                   "paper": {"lr": 5e-5, "steps": 150, "params": {"alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
+          presets={"tiny": {"lr": 1e-3, "steps": 50,
+                            "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
+                   "paper": {"lr": 5e-5, "steps": 150,
+                             "params": {"alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
 class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 

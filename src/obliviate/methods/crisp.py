@@ -51,7 +51,8 @@ def firing_counts(codes: torch.Tensor) -> torch.Tensor:
     return (codes > 0).sum(0)
 
 
-def feature_scores(target_counts: torch.Tensor, benign_counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def feature_scores(target_counts: torch.Tensor, benign_counts: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                      torch.Tensor]:
     """``(score = t - b, ratio = t / b)`` per feature; ratio is inf where b = 0 < t and 0 where t = 0."""
     t, b = target_counts.double(), benign_counts.double()
     if t.shape != b.shape:
@@ -72,7 +73,8 @@ def rank_features(target_counts: torch.Tensor, benign_counts: torch.Tensor, min_
     return order if top_k is None else order[:top_k]
 
 
-def select_sae_features(sae, target_acts: torch.Tensor, benign_acts: torch.Tensor, min_ratio: float = MIN_RATIO,
+def select_sae_features(sae, target_acts: torch.Tensor, benign_acts: torch.Tensor,
+                        min_ratio: float = MIN_RATIO,
                         top_k: int | None = 10) -> tuple[list[int], dict]:
     """Encode target and benign activations (N, d) with ``sae`` and rank its features; returns (features,
     info)."""
@@ -94,7 +96,8 @@ def train_layer_sae(acts: torch.Tensor, n_latents: int, k: int, steps: int, lr: 
 
 
 def fit_layer_saes(target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor], layers: Sequence[int],
-                   n_latents: int | None, k: int, steps: int, lr: float, seed: int, min_ratio: float = MIN_RATIO,
+                   n_latents: int | None, k: int, steps: int, lr: float, seed: int,
+                   min_ratio: float = MIN_RATIO,
                    top_k: int | None = None) -> tuple[dict, dict, dict]:
     """One SAE per layer on target + benign activations ``{l: (N, d)}`` (``n_latents`` None: 4 d), then its
     features (:func:`select_sae_features`): ``(saes, features, info)``, each keyed by layer."""
@@ -217,7 +220,8 @@ class CRISP(Method):
         return self.layers
 
     def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
-        # L_reg reads the retain examples at the SAE layers; L_coh reads them at the last layer unless coherence
+        # L_reg reads the retain examples at the SAE layers; L_coh reads them at the last layer unless
+        # coherence
         # prompts are given (their states are cached in setup); both mask the padding
         last = () if self.coherence is not None else (self.last,)
         return {"retain": (*self.layers, *last)}  # make_reference sorts them and drops repeats
@@ -226,14 +230,18 @@ class CRISP(Method):
         return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))
 
     # ------------------------------------------------------------------ SAE and features
-    def fit_activations(self, target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor]) -> dict[int, dict]:
+    def fit_activations(self, target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor]) -> dict[int,
+                                                                                                        dict]:
         """Train one SAE per layer on target + benign activations ``{l: (N, d)}``, then pick features."""
         c = self.cfg
-        self.saes, self.features, self.info = fit_layer_saes(target, benign, self.layers, c.n_latents, c.sae_k,
-                                                             c.sae_steps, c.sae_lr, c.seed, c.min_ratio, c.top_k)
+        self.saes, self.features, self.info = fit_layer_saes(target, benign, self.layers, c.n_latents,
+                                                             c.sae_k,
+                                                             c.sae_steps, c.sae_lr, c.seed, c.min_ratio,
+                                                             c.top_k)
         return self.info
 
-    def fit(self, model, tokenizer, target_texts: list[str] | None = None, benign_texts: list[str] | None = None,
+    def fit(self, model, tokenizer, target_texts: list[str] | None = None,
+            benign_texts: list[str] | None = None,
             coherence_prompts: list[str] | None = None) -> dict[int, dict]:
         """Fit SAEs and features on the (still frozen) model from texts (default: the config's); see module
         doc."""
@@ -254,20 +262,23 @@ class CRISP(Method):
 
     def _fit_from_batch(self, batch: dict, ref) -> None:
         f, r = batch["forget"], batch["retain"]
-        self.fit_activations(*({l: ref.hidden(b, l)[b["attention_mask"].bool()].float().cpu() for l in self.layers}
+        self.fit_activations(*({l: ref.hidden(b,
+                                              l)[b["attention_mask"].bool()].float().cpu() for l in self.layers}
                                for b in (f, r)))
 
     # ------------------------------------------------------------------ training
     def setup(self, model, ref, batch: dict) -> None:
         if self.layers is None:
             self.resolve_layers(model)
-        if self.saes is None:  # no texts were configured: fit on the step-0 batch while ref answers on any input
+        # no texts were configured: fit on the step-0 batch while ref answers on any input
+        if self.saes is None:
             self._fit_from_batch(batch, ref)
         if self.coherence is not None and ref.seals:  # after seal() ref has only the retain states
             ids, mask = self.coherence["input_ids"], self.coherence["attention_mask"]
             device, n = batch["forget"]["input_ids"].device, self.cfg.coherence_batch
             self.coherence_ref = torch.cat([ref.hidden({"input_ids": ids[s:s + n].to(device),
-                                                        "attention_mask": mask[s:s + n].to(device)}, self.last).cpu()
+                                                        "attention_mask": mask[s:s + n].to(device)},
+                                                        self.last).cpu()
                                             for s in range(0, ids.size(0), n)])
 
     def _coherence_batch(self, device) -> tuple[dict, list[int]]:
@@ -296,8 +307,10 @@ class CRISP(Method):
             c, c_ref = r, ref.hidden(r, last, "retain")
         else:
             c, idx = self._coherence_batch(device)
-            c_ref = (self.coherence_ref[idx, :c["input_ids"].size(1)].to(device) if self.coherence_ref is not None
+            c_ref = (self.coherence_ref[idx,
+                                        :c["input_ids"].size(1)].to(device) if self.coherence_ref is not None
                      else ref.hidden(c, last))
         h_c = hidden_states_at(model, c["input_ids"], c["attention_mask"], [last])[last]
         coh = reg_term(h_c, c_ref, c["attention_mask"])
-        return crisp_terms(torch.stack(unlearn).mean(), torch.stack(reg).mean(), coh, self.cfg.beta, self.cfg.gamma)
+        return crisp_terms(torch.stack(unlearn).mean(), torch.stack(reg).mean(), coh, self.cfg.beta,
+                           self.cfg.gamma)

@@ -38,7 +38,8 @@ class DPOConfig:
                         "unlearning as in TOFU (Maini et al. 2024); open-unlearning DPO trainer (afcd6b6) + "
                         "configs/trainer/DPO.yaml"),
           equation="−(2/β) mean log σ(β (Δ_chosen − Δ_forget)) on preference data + α · retain NLL / KL",
-          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+          presets={"tiny": {"lr": 1e-3, "steps": 50},
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class DPO(Method):
     config_cls = DPOConfig
     needs_reference = True

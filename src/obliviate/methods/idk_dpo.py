@@ -38,7 +38,8 @@ class IdkDPOConfig:
 @register("idkdpo", paper="Maini et al. 2024, TOFU (arXiv:2401.06121)",
           equation=("DPO with a refusal preferred to the forget answer: −(2/β) mean log σ(β (Δ_refusal − "
                     "Δ_answer)) + retain NLL / KL"),
-          presets={"tiny": {"lr": 3e-4, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+          presets={"tiny": {"lr": 3e-4, "steps": 50},
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
 class IdkDPO(Method):
     config_cls = IdkDPOConfig
     scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the "

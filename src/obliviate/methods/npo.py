@@ -32,7 +32,8 @@ class NPOConfig:
     retain: Literal["nll", "kl"] = "nll"
 
     def __post_init__(self):
-        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))  # -(2/beta): beta = 0 divides by 0
+        # -(2/beta): beta = 0 divides by 0
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
 
 
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",

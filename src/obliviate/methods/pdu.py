@@ -59,7 +59,8 @@ class PDUConfig:
           equation=("γ · mean (max z − mean z)² on forget answer tokens + λ · (retain NLL / KL − ε), "
                     "λ ← max(0, λ + η (L_retain − ε)) each step after the warm-up"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}})
+                   "paper": {"lr": 1e-5, "steps": 125,
+                             "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}})
 class PDU(Method):
     config_cls = PDUConfig
     multiprocess_unsupported = ("its dual variable is updated from the retain loss of one process's share of "
@@ -80,7 +81,8 @@ class PDU(Method):
         retain = retain_term(model, batch["retain"], ref, self.cfg.retain)
         if self.eps is None:
             self.eps = float(retain.detach())
-        terms = {"forget": self.cfg.gamma * margin_flattening_loss(logits), "retain": self.lam * (retain - self.eps)}
+        terms = {"forget": self.cfg.gamma * margin_flattening_loss(logits),
+                 "retain": self.lam * (retain - self.eps)}
         if self.step >= self.warmup_steps:  # descend on theta with this lambda, then ascend on lambda
             self.lam = max(0.0, self.lam + self.cfg.dual_step_size * (float(retain.detach()) - self.eps))
         self.step += 1

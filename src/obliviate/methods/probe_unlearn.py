@@ -173,5 +173,6 @@ class ProbeUnlearn(Method):
         hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)
         forget = probe_forget_loss(hs, self.directions, self._last(f))
         h_r = hidden_at(model, r, top)
-        retain = hidden_mse(h_r, ref.hidden(r, top, "retain"), self._mask(r))  # masked MSE to the frozen states
+        # masked MSE to the frozen states
+        retain = hidden_mse(h_r, ref.hidden(r, top, "retain"), self._mask(r))
         return {"forget": forget, "retain": self.cfg.alpha * retain}

@@ -31,7 +31,8 @@ def mmd_gaussian(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     above."""
     total = at_least_float32(torch.cat([x, y]))
     sq = (total * total).sum(1)
-    d2 = (sq[:, None] + sq[None, :] - 2 * total @ total.T).clamp(min=0)  # no sqrt: a finite gradient at distance 0
+    # no sqrt: a finite gradient at distance 0
+    d2 = (sq[:, None] + sq[None, :] - 2 * total @ total.T).clamp(min=0)
     n = total.shape[0]
     s = d2.detach().sum() / (n * n - n) / KERNEL_MUL ** (KERNELS // 2)
     k = sum(torch.exp(-d2 / (s * KERNEL_MUL ** i)) for i in range(KERNELS))
@@ -43,7 +44,8 @@ def noise_like(states: dict[int, torch.Tensor], seed: int) -> dict[int, torch.Te
     """N(0, I) samples shaped as each layer's states, drawn in layer order from a generator seeded with
     ``seed``."""
     g = torch.Generator().manual_seed(seed)
-    return {l: torch.randn(h.shape, generator=g, dtype=torch.float32).to(h.device) for l, h in sorted(states.items())}
+    return {l: torch.randn(h.shape, generator=g, dtype=torch.float32).to(h.device) for l,
+            h in sorted(states.items())}
 
 
 @dataclass

@@ -102,7 +102,8 @@ def hidden_norm(ref, batch: dict, layer: int, mask: torch.Tensor | None) -> floa
 
 
 def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
-    return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer], stop_after=layer)[layer]
+    return hidden_states_at(model, batch["input_ids"], batch["attention_mask"], [layer],
+                            stop_after=layer)[layer]
 
 
 @register("rmu", paper="Li et al. 2024, WMDP (arXiv:2403.03218)",
@@ -134,7 +135,8 @@ class RMU(Method):
         return self.layer  # the frozen h_l of the retain term and of the coefficient's norm: layers 0..l
 
     def cached_hidden_layers(self) -> dict[str, tuple[int, ...]]:
-        # the loss reads the frozen h_l of the retain examples only (the norm is read in setup); unmasked padding
+        # the loss reads the frozen h_l of the retain examples only (the norm is read in setup); unmasked
+        # padding
         # would read the states at padded positions, which depend on the batch: then a frozen prefix
         return {"retain": (self.layer,)} if self.cfg.mask_padding else {}
 
@@ -142,7 +144,8 @@ class RMU(Method):
         self.layer = resolve_layer(model, self.cfg.layer, self.cfg.layer_frac)
         f = batch["forget"]
         if getattr(self.cfg, "coef_norm", 0.0):  # the steering target must not be small beside h_l itself
-            self.coef = max(self.cfg.coef, self.cfg.coef_norm * hidden_norm(ref, f, self.layer, self._mask(f)))
+            self.coef = max(self.cfg.coef,
+                            self.cfg.coef_norm * hidden_norm(ref, f, self.layer, self._mask(f)))
 
     def control(self, topic: int, d: int, device) -> torch.Tensor:
         if topic not in self._u:

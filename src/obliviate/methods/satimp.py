@@ -66,4 +66,5 @@ class SatImp(Method):
 
     def loss(self, model, batch, ref) -> dict:
         logp, _ = labelled_logprobs(model, batch["forget"])
-        return forget_and_retain(satimp_loss(logp, self.cfg.beta1, self.cfg.beta2), model, batch, ref, self.cfg)
+        return forget_and_retain(satimp_loss(logp, self.cfg.beta1, self.cfg.beta2), model, batch, ref,
+                                 self.cfg)

@@ -29,14 +29,16 @@ class SimNPOConfig:
     retain: Literal["nll", "kl"] = "nll"
 
     def __post_init__(self):
-        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))  # -(2/beta): beta = 0 divides by 0
+        # -(2/beta): beta = 0 divides by 0
+        check_ranges(self, positive=("beta", "gamma"), nonnegative=("alpha",))
 
 
 @register("simnpo", paper="Fan et al. 2024, Simplicity Prevails: SimNPO (arXiv:2410.07163)",
           equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ the length-normalised NLL) + retain NLL "
                    "/ KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
+                   "paper": {"lr": 1e-5, "steps": 125,
+                             "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
 class SimNPO(Method):
     config_cls = SimNPOConfig
     scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the "
@@ -44,4 +46,5 @@ class SimNPO(Method):
 
     def loss(self, model, batch, ref) -> dict:
         nll_bar = sequence_mean_nll(model, batch["forget"])  # (B,)
-        return forget_and_retain(simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta), model, batch, ref, self.cfg)
+        return forget_and_retain(simnpo_loss(nll_bar, self.cfg.beta, self.cfg.delta), model, batch, ref,
+                                 self.cfg)

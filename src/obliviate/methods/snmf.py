@@ -176,8 +176,10 @@ class SNMFLocation:
         }
 
 
-def snmf_locate(model: nn.Module, tokenizer, concept_sentences: Sequence[str], neutral_sentences: Sequence[str],
-                layers: Sequence[int], K: int = 32, *, sparsity: float = 0.01, n_iter: int = 200, seed: int = 42,
+def snmf_locate(model: nn.Module, tokenizer, concept_sentences: Sequence[str],
+                neutral_sentences: Sequence[str],
+                layers: Sequence[int], K: int = 32, *, sparsity: float = 0.01, n_iter: int = 200,
+                seed: int = 42,
                 min_ratio: float = 2.0, max_features: int | None = 3) -> SNMFLocation:
     """Factorise the MLP activations of concept + neutral tokens at each layer and keep concept features."""
 
@@ -206,7 +208,8 @@ def snmf_support(f: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def edit_mlp_feature(model: nn.Module, layer: int, f: torch.Tensor, delta: float, edit_up: bool = True) -> list[int]:
+def edit_mlp_feature(model: nn.Module, layer: int, f: torch.Tensor, delta: float,
+                     edit_up: bool = True) -> list[int]:
     """Project feature ``f`` out of layer ``layer``'s MLP with strength delta (module docstring); returns
     S."""
 
@@ -266,7 +269,8 @@ class SNMFEditRecord:
         return sum(len(v) for v in self.supports.values())
 
 
-def apply_snmf(model: nn.Module, location: SNMFLocation, delta: float, edit_up: bool = True) -> SNMFEditRecord:
+def apply_snmf(model: nn.Module, location: SNMFLocation, delta: float,
+               edit_up: bool = True) -> SNMFEditRecord:
     """Edit every kept feature of ``location`` out of the model, in place."""
     supports = {l: [edit_mlp_feature(model, l, f, delta, edit_up) for f in s.feature_vectors()]
                 for l, s in location.layers.items()}

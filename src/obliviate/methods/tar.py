@@ -87,7 +87,8 @@ class TAR(Method):
         """The step's attacks: ``(lr, "forget" | "retain")`` each, from a generator seeded with seed +
         step."""
         rng = random.Random(self.cfg.seed + step)
-        return [(rng.choice(self.cfg.attack_lrs), "forget" if rng.random() < self.cfg.forget_attack_share else "retain")
+        return [(rng.choice(self.cfg.attack_lrs),
+                 "forget" if rng.random() < self.cfg.forget_attack_share else "retain")
                 for _ in range(self.cfg.attacks)]
 
     def loss(self, model, batch, ref) -> dict:

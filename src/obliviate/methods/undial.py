@@ -25,7 +25,8 @@ from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 
 
-def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor, beta: float) -> torch.Tensor:
+def undial_loss(logits: torch.Tensor, ref_logits: torch.Tensor, targets: torch.Tensor,
+                beta: float) -> torch.Tensor:
     """mean_t CE(softmax(z_ref_t - beta e_{y_t}), softmax(z_t)) over the N rows: logits and ref_logits (N, V),
     targets (N,)."""
     adjusted = at_least_float32(ref_logits.detach()).clone()
@@ -64,4 +65,5 @@ class UNDIAL(Method):
         f = batch["forget"]
         logits, targets, _ = labelled_logits(model, f)
         teacher = ref.labelled_logits(f, "forget")  # (N, V): the same rows
-        return forget_and_retain(undial_loss(logits, teacher, targets, self.cfg.beta), model, batch, ref, self.cfg)
+        return forget_and_retain(undial_loss(logits, teacher, targets, self.cfg.beta), model, batch, ref,
+                                 self.cfg)

@@ -128,7 +128,8 @@ class UNDO(Method):
             self.teacher = copy.deepcopy(model).eval()
             for p in self.teacher.parameters():
                 p.requires_grad_(False)
-            if self._teacher_state is not None:  # a resumed run: the teacher of the first run, already noised student
+            # a resumed run: the teacher of the first run, already noised student
+            if self._teacher_state is not None:
                 self.teacher.load_state_dict(self._teacher_state)
                 self._teacher_state = None
             else:

@@ -47,7 +47,8 @@ class WGAConfig:
 
 @register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",
           equation="−mean sg(p_t)^β (1 − sg(p_t))^β₂ CE_t on forget tokens + retain NLL / KL",
-          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
+          presets={"tiny": {"lr": 1e-3, "steps": 50},
+                   "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
 class WGA(Method):
     config_cls = WGAConfig
     scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the "
@@ -56,4 +57,5 @@ class WGA(Method):
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]
         nll, mask = token_nll(forward_logits(model, f), f["labels"])
-        return forget_and_retain(wga_forget_loss(nll, mask, self.cfg.beta, self.cfg.beta2), model, batch, ref, self.cfg)
+        return forget_and_retain(wga_forget_loss(nll, mask, self.cfg.beta, self.cfg.beta2), model, batch, ref,
+                                 self.cfg)

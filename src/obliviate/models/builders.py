@@ -78,7 +78,8 @@ def tiny_llama(
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    for name, v in (("vocab_size", vocab_size), ("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head),
+    for name, v in (("vocab_size", vocab_size), ("n_layer", n_layer), ("d_model", d_model),
+                    ("n_head", n_head),
                     ("max_len", max_len)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ConfigError(f"{name}={v!r} must be a positive integer")
@@ -89,7 +90,8 @@ def tiny_llama(
         raise ConfigError(f"n_head={n_head} is not a multiple of n_kv_head={n_kv_head}")
     _check_fits_in_memory(vocab_size, n_layer, d_model, n_head, n_kv_head,
                           default_d_ff(d_model) if d_ff is None else d_ff, tie_embeddings)
-    for name, tid in (("pad_token_id", pad_token_id), ("bos_token_id", bos_token_id), ("eos_token_id", eos_token_id)):
+    for name, tid in (("pad_token_id", pad_token_id), ("bos_token_id", bos_token_id),
+                      ("eos_token_id", eos_token_id)):
         if tid is not None and not 0 <= tid < vocab_size:
             raise ConfigError(f"{name}={tid} is outside the vocabulary (size {vocab_size})")
     config = LlamaConfig(
@@ -227,7 +229,8 @@ def param_count(model: torch.nn.Module, non_embedding: bool = True) -> int:
 
 
 def tiny_random(arch: str, vocab_size: int = 128, seed: int = 0, tie_embeddings: bool | None = None, *,
-                d_model: int = 32, n_layer: int = 3, n_head: int = 4, d_ff: int | None = None, max_len: int = 128,
+                d_model: int = 32, n_layer: int = 3, n_head: int = 4, d_ff: int | None = None,
+                max_len: int = 128,
                 pad_token_id: int = 0, bos_token_id: int = 1, eos_token_id: int = 2):
     """A tiny randomly initialised causal LM of architecture ``arch`` (see :data:`ARCHS`), for tests.
 

@@ -309,7 +309,8 @@ def load_model_and_tokenizer(
     tokenizer has ids the model's embedding cannot hold.
     """
     check_model_path(path)
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path, of_model=True)
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path,
+                                                                                           of_model=True)
     tok = ensure_pad_token(tok, pad_policy)
     model = load_model(path, dtype=dtype, device=device, adapter=adapter)
     check_vocab(model, tok, path, tokenizer_path)
@@ -355,7 +356,8 @@ def load_tokenizer(path_or_id: str | os.PathLike, of_model: bool = False):
         _check_config_json(path / "config.json")  # AutoTokenizer reads it too
         try:
             return AutoTokenizer.from_pretrained(str(path))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # malformed files, deep inside
+        # malformed files, deep inside
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelError(f"cannot load tokenizer from {str(path)!r}: {type(e).__name__}: "
                              f"{one_line(e)}") from e
         except Exception as e:

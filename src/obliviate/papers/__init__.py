@@ -133,7 +133,8 @@ def claims_markdown(claims: list[Claim]) -> str:
 
 
 def claims_json(claims: list[Claim]) -> list[dict]:
-    return [{"claim": c.claim, "ours": c.ours, "agreement": c.agreement(), "sentence": c.sentence} for c in claims]
+    return [{"claim": c.claim, "ours": c.ours, "agreement": c.agreement(),
+             "sentence": c.sentence} for c in claims]
 
 
 def markdown_table(rows: list[dict], columns: list[str], fmt: str = "{:.3f}") -> str:

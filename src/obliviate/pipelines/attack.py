@@ -102,7 +102,8 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
                               "--base-untrained")
         return oracle, ORACLE
     looked_up = control != NO_CONTROL or base_untrained  # --control none reads no card
-    untrained = recorded_path(base_untrained) or (untaught_model(base or model, allow_hub=allow_hub) if looked_up
+    untrained = recorded_path(base_untrained) or (untaught_model(base or model,
+                                                                 allow_hub=allow_hub) if looked_up
                                                   else None)
     kind = control or (RETAIN_FINETUNE if untrained else NO_CONTROL)
     if kind == NO_CONTROL:
@@ -176,16 +177,20 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     if out is not None:
         out = prepare_out_dir(out)
         # A rerun into the same out resumes the relearning checkpoints, unless they belong to another run.
-        resume = resumes(out, {"command": "attack", "config": dataclasses.replace(cfg, cache=True),  # either way
+        # either way
+        resume = resumes(out, {"command": "attack", "config": dataclasses.replace(cfg, cache=True),
                                **(fingerprint or {}), "control": kind,
                                "untrained": input_fingerprint(untrained)}, task, log)
     seed_everything(cfg.seed)
     base_model = load(base)[0] if base else None
-    judge = missing is None  # a verdict: every model is evaluated (its forget score before the attacks) and attacked
+    # a verdict: every model is evaluated (its forget score before the attacks) and attacked
+    judge = missing is None
     scores: dict = {}  # the base model's scores, computed once for every model attacked
-    store = control_cache(cfg.cache) if untrained else None  # no control: nothing to keep (nor weights to hash)
+    # no control: nothing to keep (nor weights to hash)
+    store = control_cache(cfg.cache) if untrained else None
     key = None if store is None else {  # what every control's attacks read beside the control itself
-        "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed, "judge": judge,
+        "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
+        "judge": judge,
         "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),
         "base": None if base_model is None else model_digest(base_model)}
 
@@ -204,7 +209,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
             log.info(f"attacking the {who.replace('_', ' ')}")
         per: dict = {}
         att = run_task_attacks(m, tok, task, cfg.attacks, base_model=base_model, metrics=ev,
-                               out_dir=None if out is None else out / relearn_dir, resume=resume, base_cache=scores,
+                               out_dir=None if out is None else out / relearn_dir, resume=resume,
+                               base_cache=scores,
                                costs=per)
         stages.update({f"attack:{who}:{name}": rec for name, rec in per.items()})
         return {**(ev or {}), **att}, stages
@@ -234,15 +240,18 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                              what=f"the attacks on the {who.replace('_', ' ')}")
             reused = made.reused
         for name, rec in made["cost"].items():
-            if reused or not spent.get(name, True):  # found in the cache: nothing spent here, it cost this to build
+            # found in the cache: nothing spent here, it cost this to build
+            if reused or not spent.get(name, True):
                 cost.add(name, None, 0.0, control=True, cached=True, built=rec)
             else:
                 cost.add(name, rec, rec["seconds"], control=True)
         if reused:
-            cost.add(f"cache:{who}", None, time.perf_counter() - t, control=True, cached=True, entry=str(made.path))
+            cost.add(f"cache:{who}", None, time.perf_counter() - t, control=True, cached=True,
+                     entry=str(made.path))
         info = dict(made["info"])  # as stored: what was built, never when or how long
         stage = next((s for s in made["cost"] if s.startswith("build:")), None)
-        if stage is not None and "skipped" not in info:  # a control built here (in this many seconds) or found made
+        # a control built here (in this many seconds) or found made
+        if stage is not None and "skipped" not in info:
             info.update({"cached": True} if reused or not spent.get(stage, True)
                         else {"seconds": made["cost"][stage]["seconds"]})
         return made["metrics"], info
@@ -255,7 +264,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
 
         def made_here(folder=None) -> dict:
             t = time.perf_counter()
-            with count_passes(base_model) as passes:  # the builder's copy of the base model is counted with it
+            # the builder's copy of the base model is counted with it
+            with count_passes(base_model) as passes:
                 ctl, info = build_positive_control(build, base_model, tok, task, seed=cfg.seed, kwargs=kwargs,
                                                    progress=progress)
             if ctl is not None and folder is not None:
@@ -287,7 +297,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     metrics, stages = attacked(loaded, "model", "relearn")
     for name, rec in stages.items():
         cost.add(name, rec, rec["seconds"])
-    seconds = sum(rec["seconds"] for rec in stages.values())  # wall time is not a metric: same seed, same metrics
+    # wall time is not a metric: same seed, same metrics
+    seconds = sum(rec["seconds"] for rec in stages.values())
     del loaded
     negative, control_dir, control_build = None, untrained, None
     if untrained:  # the negative control: the same attacks on the model before it was taught the task
@@ -314,7 +325,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
                      + ("--oracle" if kind == ORACLE else "the model before it was taught the task") + ")")
             ctl_model = load_control(control_dir)[0]
             identity = None if store is None else {"weights": model_digest(ctl_model)}
-        held_ctl = {"model": ctl_model}  # loaded already (its weights are its identity), else loaded when attacked
+        # loaded already (its weights are its identity), else loaded when attacked
+        held_ctl = {"model": ctl_model}
         del ctl_model
 
         def negative_model() -> tuple:
@@ -334,7 +346,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         for cname, (build, kwargs) in positive_controls(cfg).items():
             log.info(f"positive control: {cname} built from {base}")
             identity = None if store is None else {"built": store.path("positive-control",
-                                                                      positive_key(cname, build, kwargs)).name}
+                                                                      positive_key(cname, build,
+                                                                                   kwargs)).name}
             m, built[cname] = control_metrics(cname, f"relearn_{cname}", identity,
                                               positive_control(cname, build, kwargs))
             if m is not None:
@@ -346,12 +359,14 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
     base_model = None  # freed: every attack that reads it has run
     metrics.update(control_readout(metrics, negative))
     record = cost.as_dict()
-    if skipped or metrics.get("attacks_skipped"):  # asked for, not run: the data it needs is missing, or it read none
+    # asked for, not run: the data it needs is missing, or it read none
+    if skipped or metrics.get("attacks_skipped"):
         metrics["attacks_skipped"] = {**skipped, **metrics.get("attacks_skipped", {})}
     if out is not None:
         plot_relearn_curves(metrics, out / "relearn_curve.png")
         write_results(out, seed=cfg.seed, config=cfg, metrics={**{k: v for k, v in metrics.items()
-                                                                   if k != "attacks_skipped"},  # (its own key below)
+                                                                   # (its own key below)
+                                                                   if k != "attacks_skipped"},
                                                                 "negative_control": negative},
                       model_dir=str(model), base_model_dir=base, negative_control_dir=control_dir,
                       negative_control_kind=None if negative is None else kind,

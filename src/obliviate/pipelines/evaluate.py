@@ -40,7 +40,8 @@ def run_eval(model, tok, task, cfg: EvalRunConfig, out, *, model_dir: str | None
     (:func:`not_computed_lines`) goes to the ``obliviate`` logger, a line each. Returns the metrics and the
     lines to print."""
     out = prepare_out_dir(out)
-    metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size, max_new_tokens=cfg.eval.max_new_tokens,
+    metrics = evaluate_task(model, tok, task, batch_size=cfg.eval.batch_size,
+                            max_new_tokens=cfg.eval.max_new_tokens,
                             progress=progress, details=True)
     atomic_write_json(out / "predictions.json", item_records(task, metrics.pop("_per_item"), tok))
     write_results(out, seed=cfg.seed, config=cfg, metrics={"model": metrics}, model_dir=model_dir, task=task)

@@ -52,7 +52,8 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     Returns ``(model, info)``: the training summary (``finetune``: the settings used, ``data``, ``history``),
     its ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s; also in results.json and the card), and with
     ``out`` also ``metrics`` and ``lines`` (what the command prints, the cost line last)."""
-    data = training_data(task, cfg.finetune.data)  # no data for the choice: one line, before anything is written
+    # no data for the choice: one line, before anything is written
+    data = training_data(task, cfg.finetune.data)
     out = prepare_out_dir(out) if out is not None else None
     resume = False
     if out is not None:
@@ -77,7 +78,8 @@ def run_finetune(model, tok, task, cfg: FinetuneRunConfig, out=None, *, base_mod
     write_model_card(out / "model", base_model=base_model, task=task, method="finetune",
                      settings=summary["finetune"], metrics=metrics, cost=info["cost"])
     plot_loss_curve(out / "train" / "metrics.jsonl", out / "loss.png", f"fine-tuning on {task.name}")
-    write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics}, model_dir=str(out / "model"),
+    write_results(out, seed=cfg.seed, config=cfg, metrics={"finetuned": metrics},
+                  model_dir=str(out / "model"),
                   base_model_dir=None if base_model is None else str(base_model), task=task,
                   finetune=summary["finetune"], data=summary["data"], cost=info["cost"])
     scores = {k: round(v, 4) for k, v in metrics.items() if k.endswith("_score")}

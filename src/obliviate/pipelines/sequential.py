@@ -46,7 +46,8 @@ ATTACK_KEYS = ("quantize_forget_score", "ablate_forget_score", "logit_lens_top1"
 the direction ablated, the logit lens's top-1 share of answer tokens, the best in-context prompting's accuracy."""
 
 
-# ------------------------------------------------------------------ the loop over requests (MUSE's scal/sust too)
+# ------------------------------------------------------------------ the loop over requests (MUSE's scal/sust
+# too)
 
 def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_fn: Callable, *,
                   sequential: bool, copy_fn: Callable | None = None, done: dict | None = None) -> list[dict]:
@@ -164,7 +165,8 @@ def read_requests(paths: list[Path], *, mapping=None, template=None, chat: bool 
     out = []
     for k, p in enumerate(paths, start=1):
         try:
-            t = task_from_files([str(p)], mapping=mapping.get(str(p)) if isinstance(mapping, dict) else mapping,
+            t = task_from_files([str(p)],
+                                mapping=mapping.get(str(p)) if isinstance(mapping, dict) else mapping,
                                 template=template, chat=chat, limit=limit, name=f"request{k}")
         except FieldsUnknown:
             raise  # it names the file, and the caller says how to name its fields
@@ -266,15 +268,18 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
         r = requests[k - 1]
         seed_everything(seed)
         t = time.perf_counter()
-        m, summary = unlearn(m, tokenizer, r.data, task.retain, ucfg, root / str(k) / "train", prompt=task.prompt,
+        m, summary = unlearn(m, tokenizer, r.data, task.retain, ucfg, root / str(k) / "train",
+                             prompt=task.prompt,
                              idk=r.idk or task.idk, progress=progress, resume=True)
-        cost.add(f"unlearn:request{k}", summary.get("passes"), time.perf_counter() - t)  # the method's own count
+        # the method's own count
+        cost.add(f"unlearn:request{k}", summary.get("passes"), time.perf_counter() - t)
         state["model"] = m
         return m
 
     def evaluate_fn(m, k):
         def make():
-            save_trained(m, root / str(k) / "model", tokenizer)  # the next request starts from it, also after a kill
+            # the next request starts from it, also after a kill
+            save_trained(m, root / str(k) / "model", tokenizer)
             return metrics_of(m, base_score)
 
         with cost.stage(f"evaluate:request{k}", m):
@@ -296,7 +301,8 @@ def run_requests(model, tokenizer, task: Task, requests: list[Request], ucfg, ou
         row["request"] = row.pop("fold")
         row["forget_items"] = row.pop("forget_docs")
         row["file"] = r.name
-    last = state.get("model", done.get(len(requests), (None,))[0])  # run now, or kept on disk (a finished run)
+    # run now, or kept on disk (a finished run)
+    last = state.get("model", done.get(len(requests), (None,))[0])
     return {"model": last, "before": before, "rows": rows}
 
 
@@ -339,7 +345,8 @@ def write_report(out: Path, method: str, task: Task, requests: list[Request], po
              "| request | file |", "|---|---|",
              *[f"| {r.index} | {md_escape(str(r.path))} |" for r in requests], "",
              f"![metrics after each request]({png.name})", "",
-             markdown_table([{"request": p["request"], "file": p["file"], **{c: p[c] for c in cols}} for p in points],
+             markdown_table([{"request": p["request"], "file": p["file"],
+                              **{c: p[c] for c in cols}} for p in points],
                             ["request", "file", *cols], missing="-"), ""]
     atomic_write_text(out / "report.md", "\n".join(lines))
     return out / "report.md"
@@ -373,7 +380,8 @@ def finish(out: Path, res: dict, requests: list[Request], task: Task, method: st
 
 
 def run_sequential(model, tokenizer, task: Task, requests: list[Request], cfg, out, *, fingerprint: dict,
-                   preset: str, base_model: str, eval_kw: dict | None = None, progress: bool = False) -> list[str]:
+                   preset: str, base_model: str, eval_kw: dict | None = None,
+                   progress: bool = False) -> list[str]:
     """``obliviate unlearn --requests``: every check against the model before ``out`` is made, then
     :func:`run_requests` and :func:`finish`; the lines the command prints, with its cost (as ``unlearn``'s:
     :mod:`obliviate.runs.cost`)."""
@@ -385,5 +393,6 @@ def run_sequential(model, tokenizer, task: Task, requests: list[Request], cfg, o
     fp = {"command": "unlearn --requests", "config": to_dict(cfg), "task": task.summary(), **fingerprint}
     res = run_requests(model, tokenizer, task, requests, cfg.unlearn, out, fingerprint=fp, seed=cfg.seed,
                        eval_kw=eval_kw, progress=progress, cost=cost)
-    return finish(out, res, requests, task, cfg.unlearn.method, cfg, tokenizer, base_model=base_model, preset=preset,
+    return finish(out, res, requests, task, cfg.unlearn.method, cfg, tokenizer, base_model=base_model,
+                  preset=preset,
                   cost=cost)

@@ -26,7 +26,8 @@ from obliviate.runs.results import prepare_out_dir, same_run, write_results
 from obliviate.train.distributed import is_main_process, save_trained
 from obliviate.train.finetune import PRESETS as FINETUNE_PRESETS, training_data
 from obliviate.unlearning.engine import (UnlearnConfig, check_overlap, check_run_keys, check_unlearn_config,
-                                         check_unlearn_data, check_unlearn_run, method_settings, run_settings, unlearn)
+                                         check_unlearn_data, check_unlearn_run, method_settings, run_settings,
+                                         unlearn)
 from obliviate.utils import seed_everything
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
         return 1.0, None
     settings = card_settings(model_dir)
     lr, preset = settings.get("lr"), settings.get("preset")
-    if preset not in FINETUNE_PRESETS or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+    if preset not in FINETUNE_PRESETS or isinstance(lr, bool) or not isinstance(lr,
+                                                                                (int, float)) or not lr > 0:
         return 1.0, None
     factor = float(lr) / FINETUNE_PRESETS[preset]["lr"]
     if abs(factor - 1.0) < 1e-9:
@@ -72,7 +74,8 @@ def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
                     f"the {preset} fine-tuning preset's is {FINETUNE_PRESETS[preset]['lr']:g}")
 
 
-def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=None, overrides: list[str] | None = None,
+def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=None,
+                     overrides: list[str] | None = None,
                      run: dict | None = None, eval: dict | None = None, model_dir=None,
                      prefix: str = "unlearn") -> UnlearnRunConfig:
     """The settings of a run of ``method`` (any case: :func:`~obliviate.methods.resolve_method`), each key
@@ -95,7 +98,8 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
             raise ConfigError(f"config key 'unlearn.method' ({cfg.unlearn.method!r}) contradicts --method "
                               f"{method}: the method is named by --method alone (drop unlearn.method)")
         cfg.unlearn.method = method
-    if cfg.unlearn.seed not in (seed, cfg.seed):  # a second seed for the unlearning alone: a half-true run seed
+    # a second seed for the unlearning alone: a half-true run seed
+    if cfg.unlearn.seed not in (seed, cfg.seed):
         raise ConfigError(f"config key 'unlearn.seed' ({cfg.unlearn.seed}) contradicts the run's seed "
                           f"{cfg.seed}: the seed is set once (--seed, or seed=... in the config; drop "
                           "unlearn.seed)")
@@ -104,7 +108,8 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
     return cfg
 
 
-def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None, tuning: bool = False):
+def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokenizer_fn=None,
+                         tuning: bool = False):
     """The checks of a run's data that need no model (with ``tokenizer``, or ``tokenizer_fn()`` loading it
     only where a check needs it), in order; returns the validation split
     (:func:`~obliviate.pipelines.tune.run.validation_split`) when ``tuning``, else None."""
@@ -113,7 +118,8 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
     if tuning and edit:
         raise ConfigError(f"tune: {ucfg.method!r} is an edit method: it has no learning rate or steps to "
                           "tune")
-    if task.meta.get("retain_heldout"):  # a forget pair among the held-out retain pairs is an overlap too (issue #42)
+    # a forget pair among the held-out retain pairs is an overlap too (issue #42)
+    if task.meta.get("retain_heldout"):
         check_overlap(task.forget, training_data(task, "retain"), ucfg.allow_overlap)
     split = validation_split(task, cfg.tune.val_fraction, cfg.tune.split_seed) if tuning else None
     if edit:
@@ -125,7 +131,8 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
 
 
 def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int = 0, config_file=None,
-                overrides: list[str] | None = None, eval: dict | None = None, model_dir=None, tuning: bool = False):
+                overrides: list[str] | None = None, eval: dict | None = None, model_dir=None,
+                tuning: bool = False):
     """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what
     costs more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task
     (``load_task(cfg)``), its data with the tokenizer alone (``load_tokenizer()``,
@@ -135,7 +142,8 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
     method = resolve_method(method)  # once: every build below takes the registered name
 
     def settings(preset):
-        return unlearn_settings(method, preset, seed=seed, config_file=config_file, overrides=overrides, eval=eval,
+        return unlearn_settings(method, preset, seed=seed, config_file=config_file, overrides=overrides,
+                                eval=eval,
                                 model_dir=model_dir)
 
     cfg = settings("tiny")
@@ -148,7 +156,8 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
     return cfg, task, model, tok, preset, split
 
 
-def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict, progress: bool = False,
+def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerprint: dict,
+               progress: bool = False,
                log_line=None) -> tuple[dict, str]:
     """The grid on the validation task (:func:`~obliviate.pipelines.tune.run.tune`, parts in ``out/tune``),
     the chosen settings written to ``out/tuned.yaml``; returns the result and the line that says the
@@ -170,7 +179,8 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
     return result, line
 
 
-def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: str, base_model: str | None = None,
+def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: str,
+                base_model: str | None = None,
                 fingerprint: dict | None = None, split=None, tune_log=None, in_place: bool = True,
                 judge: bool = True, progress: bool = False) -> tuple[object, dict]:
     """Unlearn ``task``'s forget data from ``model`` (a copy unless ``in_place``) with ``cfg``: evaluate
@@ -196,15 +206,18 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     fingerprint = dict(fingerprint or {})
     info: dict = {}
     cost = CostRecord()  # each stage's passes, tokens and seconds (runs.cost)
-    if split is not None:  # settings chosen on the validation items; trained on all the data, reported on the others
+    # settings chosen on the validation items; trained on all the data, reported on the others
+    if split is not None:
         if out is None:
             raise ConfigError("tuning writes its trials and chosen settings in a run directory: give out")
         with cost.stage("tune", model):  # every trial's copy of the model is counted with it
             tuned, line = run_tuning(model, tok, cfg, split, out, fingerprint=fingerprint, progress=progress,
                                      log_line=tune_log)
         info["tune_line"] = line
-        cfg = dataclasses.replace(cfg, unlearn=trial_config(cfg.unlearn, tuned["chosen"]))  # the caller's is kept
-        built = build_method(method, cfg.unlearn.params)  # the chosen params (each trial's were checked by its run)
+        # the caller's is kept
+        cfg = dataclasses.replace(cfg, unlearn=trial_config(cfg.unlearn, tuned["chosen"]))
+        # the chosen params (each trial's were checked by its run)
+        built = build_method(method, cfg.unlearn.params)
         task = split[1]
         info["tune"] = {k: tuned[k] for k in ("chosen", "feasible", "settings", "trials", "retain_share")}
     resume = False
@@ -226,7 +239,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
     t = time.perf_counter()
     new, summary = unlearn(target, tok, task.forget, task.retain, cfg.unlearn, out / "train" if out else None,
                            prompt=task.prompt, idk=task.idk, progress=progress, resume=resume, method=built)
-    cost.add("unlearn", summary.get("passes"), time.perf_counter() - t)  # the method's, its reference's included
+    # the method's, its reference's included
+    cost.add("unlearn", summary.get("passes"), time.perf_counter() - t)
     info.update(method=method, settings=run_settings(cfg.unlearn),
                 **{k: v for k, v in summary.items() if k not in ("method", "method_obj")})
     if not judge:

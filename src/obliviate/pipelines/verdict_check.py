@@ -53,7 +53,8 @@ def comparison_items(data: dict, metrics: dict) -> int | None:
         return min(n, cap) if cap else n
     robustness = data.get("robustness")
     band = robustness.get("band") if isinstance(robustness, dict) else None
-    counts = [_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band, dict) else []
+    counts = [_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band,
+                                                                                                  dict) else []
     counts = [c for c in counts if c is not None]
     return max(counts) if counts else None
 
@@ -92,7 +93,8 @@ def load_template(path: str, items: int | None = None) -> Template:
         raise DataError(f"results file {p} has no metrics (an object of each model's metrics)")
     if "oracle" in metrics and "base" in metrics:
         template, kind = metrics, "comparison"
-    elif isinstance(metrics.get("negative_control"), dict) and isinstance(data.get("reference_metrics"), dict):
+    elif isinstance(metrics.get("negative_control"), dict) and isinstance(data.get("reference_metrics"),
+                                                                          dict):
         template, kind = {**data["reference_metrics"], "oracle": metrics["negative_control"]}, "attack"
     elif isinstance(metrics.get("negative_control"), dict) or "negative_control" in metrics:
         raise DataError(f"results file {p} is an `obliviate attack` run without --base: it holds no base "
@@ -127,7 +129,8 @@ def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int 
             bar.total = n
             bar.refresh()
 
-        report = verdict_check(template.metrics, trials, seed, template.items, progress=bar.update, on_total=total)
+        report = verdict_check(template.metrics, trials, seed, template.items, progress=bar.update,
+                               on_total=total)
     report["source"] = {"results": template.path, "kind": template.kind}
     md = report_markdown(report, source=template.path)
     atomic_write_json(out / "verdict_check.json", report)

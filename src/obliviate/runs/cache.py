@@ -111,7 +111,8 @@ def task_fingerprint(task) -> str:
     but its :data:`LOCATION_META`."""
     h = hashlib.sha256(task_digest(task).encode())
     rest = {"name": task.name, "prompt": task.prompt,
-            "evals": [{f.name: getattr(es, f.name) for f in fields(es) if f.name != "items"} for es in task.evals],
+            "evals": [{f.name: getattr(es,
+                                       f.name) for f in fields(es) if f.name != "items"} for es in task.evals],
             "halves": task.halves, "groups": task.groups, "probe": task.probe,
             "idk": None if task.idk is None else [type(task.idk).__name__, list(task.idk)],
             "oracle_data": None if task.oracle_data is None else [task.oracle_data.qa, task.oracle_data.docs],
@@ -125,7 +126,8 @@ def _config_dict(model) -> dict:
     if cfg is None or not hasattr(cfg, "to_dict"):
         return {}
     d = cfg.to_dict()
-    keep = {k: v for k, v in d.items() if not k.startswith("_") and k not in ("name_or_path", "transformers_version")}
+    keep = {k: v for k,
+            v in d.items() if not k.startswith("_") and k not in ("name_or_path", "transformers_version")}
     keep["attn_implementation"] = getattr(cfg, "_attn_implementation", None)
     return keep
 
@@ -152,8 +154,10 @@ def tokenizer_digest(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     parts = {"class": type(tokenizer).__name__,
              "tokenizer": backend.to_str() if backend is not None else sorted(tokenizer.get_vocab().items()),
-             "special": getattr(tokenizer, "special_tokens_map", None), "pad": getattr(tokenizer, "pad_token_id", None),
-             "side": getattr(tokenizer, "padding_side", None), "chat": getattr(tokenizer, "chat_template", None)}
+             "special": getattr(tokenizer, "special_tokens_map", None),
+             "pad": getattr(tokenizer, "pad_token_id", None),
+             "side": getattr(tokenizer, "padding_side", None),
+             "chat": getattr(tokenizer, "chat_template", None)}
     return hashlib.sha256(json.dumps(_plain(parts), sort_keys=True).encode()).hexdigest()
 
 
@@ -175,7 +179,8 @@ def runtime() -> dict:
     (a comparison makes its parts on one thread each, a plain run on all) and, where this process runs on
     CUDA, the GPU's name and CUDA's version (another GPU runs other kernels)."""
     out = {**library_versions(), "threads": torch.get_num_threads()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # never initialised here (a forked child cannot)
+    # never initialised here (a forked child cannot)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = {"device": torch.cuda.get_device_name(), "version": torch.version.cuda}
     return out
 
@@ -183,7 +188,8 @@ def runtime() -> dict:
 def key_digest(kind: str, key: dict) -> str:
     """The SHA-256 naming the entry of ``kind`` made with ``key`` (with :data:`FORMAT`, :func:`recipe` and
     :func:`runtime`)."""
-    blob = json.dumps({"format": FORMAT, "kind": kind, "recipe": recipe(), "runtime": runtime(), "key": _plain(key)},
+    blob = json.dumps({"format": FORMAT, "kind": kind, "recipe": recipe(), "runtime": runtime(),
+                       "key": _plain(key)},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -271,7 +277,8 @@ class ControlCache:
             saved = json.loads((path / ENTRY).read_text())
         except (OSError, ValueError) as e:
             return None, f"its {ENTRY} cannot be read ({type(e).__name__})"
-        if not isinstance(saved, dict) or saved.get("kind") != kind or saved.get("key") != stored_form(_plain(key)):
+        if not isinstance(saved,
+                          dict) or saved.get("kind") != kind or saved.get("key") != stored_form(_plain(key)):
             return None, f"its {ENTRY} holds another key"
         for rel, digest in (saved.get("files") or {}).items():
             f = path / rel
@@ -345,7 +352,8 @@ class ControlCache:
                                  "(set $OBLIVIATE_CACHE to a writable folder, or give --no-cache)") from None
         try:
             result = build(staged)
-            atomic_write_json(staged / ENTRY, {"kind": kind, "key": _plain(key), "format": FORMAT, "recipe": recipe(),
+            atomic_write_json(staged / ENTRY,
+                              {"kind": kind, "key": _plain(key), "format": FORMAT, "recipe": recipe(),
                                                "result": result, "files": _files(staged)})
             try:
                 os.rename(staged, path)
@@ -359,7 +367,8 @@ class ControlCache:
                 os.rename(staged, path)
             with contextlib.suppress(OSError):
                 (path / OWNER).unlink()
-            return Hit(stored_form(result), path, False)  # the hashes just written are trusted; a later read checks
+            # the hashes just written are trusted; a later read checks
+            return Hit(stored_form(result), path, False)
         finally:
             if staged.exists():
                 self._discard(staged)

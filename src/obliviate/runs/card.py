@@ -47,7 +47,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task, met
     name = getattr(task, "name", task)
     files = run_inputs(task if hasattr(task, "meta") else None, inputs)
     base_model = recorded_path(base_model) if base_model else None
-    meta = {"library_name": "transformers", "tags": ["unlearning", "obliviate", method], "obliviate": {"task": name,
+    meta = {"library_name": "transformers", "tags": ["unlearning", "obliviate", method],
+            "obliviate": {"task": name,
             "method": method}}
     if base_model:
         meta["base_model"] = base_model
@@ -167,7 +168,8 @@ def finetune_card(model: str | Path, max_depth: int = 4, *, strict: bool = False
         if (meta.get("obliviate") or {}).get("method") == FINETUNE:
             return here
         nxt = card_base_model(here)
-        if not os.path.isdir(nxt):  # a hub model (no card here) ends the chain; a path that is gone is said, if strict
+        # a hub model (no card here) ends the chain; a path that is gone is said, if strict
+        if not os.path.isdir(nxt):
             if strict and (looks_like_path(nxt) or not could_be_hub_id(nxt)):
                 check_card_base(here, allow_hub, model=False)
             return None

@@ -42,7 +42,8 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     key = json.loads(json.dumps(key))
     if path.exists():
         saved = json.loads(path.read_text())
-        if "result" not in saved and key is None:  # a part stored before parts carried a key: the result itself
+        # a part stored before parts carried a key: the result itself
+        if "result" not in saved and key is None:
             saved = {"key": None, "result": {k: v for k, v in saved.items() if k != "seconds"},
                      "seconds": saved.get("seconds")}
         if saved.get("key") == key and "result" in saved:
@@ -54,7 +55,8 @@ def cached_part(path, key, fn: Callable[[], dict]) -> tuple[dict, float]:
     return saved["result"], saved["seconds"]
 
 
-def cached_parts(jobs: list[tuple], *, parallel: bool = False, in_child: Callable[[], None] | None = None) -> list:
+def cached_parts(jobs: list[tuple], *, parallel: bool = False,
+                 in_child: Callable[[], None] | None = None) -> list:
     """:func:`cached_part` of every ``(path, key, fn)`` of ``jobs``, in order: a list of (result, seconds).
 
     With ``parallel`` (the caller asks where :func:`obliviate.train.distributed.two_at_a_time` says it can),
@@ -151,7 +153,8 @@ class PartStore:
                  in_child: Callable[[], None] | None = None) -> dict[str, dict]:
         """:meth:`get` of every ``{name: fn}``, two at a time with ``parallel`` (:func:`cached_parts`)."""
         names = list(parts)
-        done = cached_parts([(self.path(n), None, parts[n]) for n in names], parallel=parallel, in_child=in_child)
+        done = cached_parts([(self.path(n), None, parts[n]) for n in names], parallel=parallel,
+                            in_child=in_child)
         for n, (_, seconds) in zip(names, done):
             self.timings[n] = seconds
         return {n: r for n, (r, _) in zip(names, done)}

@@ -165,11 +165,13 @@ RELEARN_CURVES = {"relearn": "related corpus", "relearn_disjoint": "disjoint hal
 def plot_relearn_curves(metrics: dict, png: str | Path) -> Path | None:
     """The forget score during each relearning attack of ``metrics`` (``relearn_curve``,
     ``relearn_disjoint_curve``), the base model's as a level; None (nothing drawn) without a curve."""
-    curves = {name: metrics[f"{key}_curve"] for key, name in RELEARN_CURVES.items() if f"{key}_curve" in metrics}
+    curves = {name: metrics[f"{key}_curve"] for key,
+              name in RELEARN_CURVES.items() if f"{key}_curve" in metrics}
     if not curves:
         return None
     return plot_recovery_curves(curves, png, "fine-tuning step", "forget score", title="relearning attack",
-                                base_line=metrics.get("relearn_base_acc", metrics.get("relearn_disjoint_base_acc")))
+                                base_line=metrics.get("relearn_base_acc",
+                                                      metrics.get("relearn_disjoint_base_acc")))
 
 
 _MD_SPECIAL = re.compile(r"[\\`*\[\]<>|!#&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from obliviate.errors import ObliviateError
-from obliviate.utils import (add_run_dir, atomic_write_text, file_sha256, input_records, not_a_directory, open_run_file,
+from obliviate.utils import (add_run_dir, atomic_write_text, file_sha256, input_records, not_a_directory,
+                             open_run_file,
                              recorded_inputs, recorded_path, replace_dir, run_write_path, staging_dir)
 
 try:
@@ -42,7 +43,8 @@ def versions() -> dict:
 SECRET_ENV_VARS = ("OBLIVIATE_JUDGE_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 """Environment variables whose values are masked in every JSON file written here."""
 
-_SECRET_KEYS = {"api_key", "apikey", "password", "passwd", "secret", "access_token", "auth_token", "authorization",
+_SECRET_KEYS = {"api_key", "apikey", "password", "passwd", "secret", "access_token", "auth_token",
+                "authorization",
                 "bearer_token", "hf_token"}
 _SECRET_SUFFIXES = ("_api_key", "_apikey", "_password", "_secret", "_access_token", "_auth_token")
 REDACTED = "***"
@@ -70,7 +72,8 @@ def secret_forms(secret: str | None) -> list[str]:
 def _env_secrets() -> list[str]:
     names = set(SECRET_ENV_VARS) | {k for k in os.environ if k.upper().endswith("_API_KEY")}
     values = {os.environ.get(n, "") for n in names}
-    forms = {f for v in values if len(v.strip()) >= 8 for f in secret_forms(v)}  # short values would mask too much
+    # short values would mask too much
+    forms = {f for v in values if len(v.strip()) >= 8 for f in secret_forms(v)}
     return sorted((f for f in forms if len(f) >= 8), key=len, reverse=True)
 
 
@@ -173,7 +176,8 @@ def lock_out_dir(out: str | Path) -> None:
 PREVIOUS = "previous"
 """The folder of a run directory where a re-run moves the previous run's results (:data:`RUN_OUTPUTS`)."""
 RUN_OUTPUTS = ("results.json", "model", "predictions.json", "per_example.json", "pretrain.json", "report.md",
-               "report.html", "plots", "bench.md", "tuned.yaml", "world", "*.png", "tune/report.md", "tune/search.png")
+               "report.html", "plots", "bench.md", "tuned.yaml", "world", "*.png", "tune/report.md",
+               "tune/search.png")
 """What a finished run leaves in its run directory as its results, by name (``*.png``: every plot at the top), which a
 re-run moves to ``previous/`` whole: ``results.json`` (every command), the model with its card (``finetune``,
 ``unlearn``, ``pretrain``, ``tofu``), ``eval``'s ``predictions.json``, TOFU's ``per_example.json``, ``pretrain``'s
@@ -295,7 +299,8 @@ def write_invalid_results(out: str | Path | None, error: str) -> Path | None:
 
     path = Path(out) / "results.json"
     if is_main_process():
-        atomic_write_json(path, {"status": "invalid", "error": error, "metrics": None, "versions": versions()})
+        atomic_write_json(path,
+                          {"status": "invalid", "error": error, "metrics": None, "versions": versions()})
     return path
 
 
@@ -308,7 +313,8 @@ def input_fingerprint(path: str | Path | None) -> Any:
     if not p.is_dir():
         return str(path)
     files = sorted(f for f in p.iterdir() if f.is_file() and f.name != LOCK_NAME)  # the lock changes per run
-    return {"path": str(p.resolve()), "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
+    return {"path": str(p.resolve()),
+            "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
 
 
 DISPLAY_KEYS = ("progress", "desc")
@@ -399,7 +405,8 @@ def write_results(out: str | Path, *, seed: int, config: Any, metrics: dict, tas
 
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
-    payload = {"status": "complete", "seed": seed, "config": config, "versions": versions(), "metrics": metrics}
+    payload = {"status": "complete", "seed": seed, "config": config, "versions": versions(),
+               "metrics": metrics}
     if task is not None:
         payload["task"] = task.summary() if hasattr(task, "summary") else task
     payload["inputs"] = run_inputs(task, inputs)

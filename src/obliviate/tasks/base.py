@@ -142,7 +142,8 @@ class PromptFormat:
                               stacklevel=2)
             return self.template.replace("{question}", question)
         self._check_chat(tokenizer)
-        return tokenizer.apply_chat_template(self._messages(question), tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(self._messages(question), tokenize=False,
+                                             add_generation_prompt=True)
 
     def answer(self, answer: str) -> str:
         """The answer as it follows the prompt: after ``answer_prefix``, or as given with a chat template (the
@@ -223,7 +224,8 @@ class Task:
         qa = list(self.forget.qa) or [(x["question"], x["answer"]) for x in items]
         groups = self.groups
         if groups is None and not self.forget.qa and items:
-            metas = [(x.get("meta") if isinstance(x, dict) else getattr(x, "meta", None)) or {} for x in items]
+            metas = [(x.get("meta") if isinstance(x, dict) else getattr(x, "meta",
+                                                                        None)) or {} for x in items]
             key = next((k for k in ("group", "entity") if all(m.get(k) is not None for m in metas)), None)
             groups = [str(m[key]) for m in metas] if key else None
         if groups is not None and len(groups) != len(qa):
@@ -290,7 +292,8 @@ class Task:
         extra = {k: list(self.meta[k]) for k in ("notes", "missing") if self.meta.get(k)}
         return {"name": self.name, "forget": self.forget.describe(), "retain": self.retain.describe(),
                 "evals": {e.name: {"role": e.role, "kind": e.kind, "n": len(e.items)} for e in self.evals},
-                "relearn": len(self.relearn or []), "holdout": self.holdout.describe() if self.holdout else None,
+                "relearn": len(self.relearn or []),
+                "holdout": self.holdout.describe() if self.holdout else None,
                 "prompt": {"template": self.prompt.template, "chat": self.prompt.chat}, **extra}
 
 
@@ -310,7 +313,8 @@ def records_inputs(fn):
             task = fn(*args, **kwargs)
         if isinstance(task, Task) and seen:
             files = {r["path"]: r["sha256"] for r in task.meta.get(INPUTS) or []}
-            task.meta = {**task.meta, INPUTS: input_records({**files, **seen})}  # a new dict: copies keep theirs
+            # a new dict: copies keep theirs
+            task.meta = {**task.meta, INPUTS: input_records({**files, **seen})}
         return task
 
     return build

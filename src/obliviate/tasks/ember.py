@@ -136,7 +136,8 @@ def load_ember(concept: str | list[str] | None = None, root: str | os.PathLike |
     rp = _as_dict(raw["relearn_paragraphs.json"], n)
     for c in concepts:
         where = f"{n} [{c!r}]"
-        out.relearn_paragraphs[c] = _io.req_str_list(_as_dict(_need(rp, c, n), where), "RelearnParagraphs", where)
+        out.relearn_paragraphs[c] = _io.req_str_list(_as_dict(_need(rp, c, n), where), "RelearnParagraphs",
+                                                     where)
     n = name["coherency_prompts.json"]
     cp = _as_dict(raw["coherency_prompts.json"], n)
     for c in concepts:
@@ -153,7 +154,8 @@ def _mc(rec, where: str, concept: str, split: str, seed: int | None, i: int) -> 
     if seed is not None:
         rng = random.Random(f"{seed}:{concept}:{split}:{i}")
         rng.shuffle(options)
-    return MCQExample(question=_io.req_str(rec, "q", where), choices=options, answer_index=options.index(correct),
+    return MCQExample(question=_io.req_str(rec, "q", where), choices=options,
+                      answer_index=options.index(correct),
                       split=split, subject=concept)
 
 
@@ -215,7 +217,8 @@ def split_train_eval(items: list, seed: int, salt: int) -> tuple[list, list]:
 
 @register_task("ember", help="EMBER concept erasure: ember:<concept>, e.g. ember:harry_potter",
                arguments=lambda: list(EMBER_SLUGS), needs_argument=True)
-def ember_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0, allow_hub: bool = False,
+def ember_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0,
+               allow_hub: bool = False,
                **_) -> Task:
     """The EMBER task of concept ``arg`` (see the module docstring); the data is local only."""
     have_file = (_io.root_dir(root) / "ember" / "mc_questions.json").is_file()
@@ -231,7 +234,8 @@ def ember_task(arg: str | None, *, root=None, limit: int | None = None, seed: in
         EvalSet("simdom_mcq", "neighbour", "mcq", cut(data.mc[concept]["SimdomQA_test"], limit)),
         EvalSet("forget_qa", "forget", "qa", cut(data.open_questions[concept]["QA_test"], limit)),
         EvalSet("forget_text", "forget", "text",
-                [TextExample(s, "ember_concept_heldout", {"concept": concept}) for s in cut(forget_eval, limit)]),
+                [TextExample(s, "ember_concept_heldout", {"concept": concept}) for s in cut(forget_eval,
+                                                                                            limit)]),
         EvalSet("retain_text", "retain", "text",
                 [TextExample(s, "ember_neutral_heldout") for s in cut(retain_eval, limit)]),
     ]

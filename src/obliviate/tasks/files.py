@@ -246,10 +246,12 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
                                     ("retain_heldout", held, True)):
             role = "retain" if variant else side
             if data.qa:
-                evals.append(EvalSet(f"{side}_qa", role, "qa", [{"question": q, "answer": a} for q, a in data.qa],
+                evals.append(EvalSet(f"{side}_qa", role, "qa",
+                                     [{"question": q, "answer": a} for q, a in data.qa],
                                      variant=variant))
             if data.docs:
-                evals.append(EvalSet(f"{side}_text", role, "text", [{"text": t} for t in data.docs], variant=variant))
+                evals.append(EvalSet(f"{side}_text", role, "text", [{"text": t} for t in data.docs],
+                                     variant=variant))
     for key in ("evals", "utility", "neighbour"):
         for e in ent[key]:
             role = e.get("role") or ("forget" if key == "evals" else key)
@@ -265,7 +267,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
         if kind == "mcq":
             raise DataError(f"{e['path'].name}: a relearning corpus holds texts or QA pairs, not MCQs")
         relearn += [r.text if kind == "text" else f"{r.question} {r.answer}" for r in recs]
-    return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None, holdout=holdout,
+    return Task(name=name, forget=forget, retain=retain, evals=evals, relearn=relearn or None,
+                holdout=holdout,
                 prompt=prompt, groups=groups if groups and None not in groups else None,
                 idk=PreferredAnswers(chosen) if chosen and None not in chosen else None,
                 meta={"files": {k: [str(e["path"]) for e in v] for k, v in ent.items() if v},
@@ -274,7 +277,8 @@ def build_file_task(name: str, base: Path, spec: dict, limit: int | None = None,
 
 @records_inputs
 def task_from_files(forget: list[str], retain: list[str] | None = None, *, utility: list[str] | None = None,
-                    holdout: list[str] | None = None, relearn: list[str] | None = None, evals: list[str] | None = None,
+                    holdout: list[str] | None = None, relearn: list[str] | None = None,
+                    evals: list[str] | None = None,
                     mapping: str | dict | None = None, template: str | None = None, chat: bool = False,
                     limit: int | None = None, name: str = "files",
                     retain_holdout: float = RETAIN_HOLDOUT_SHARE) -> Task:
@@ -328,6 +332,7 @@ def file_task(arg: str | None, *, limit: int | None = None, **_) -> Task:
     spec = load_yaml(path)
     name = spec.get("name")
     try:
-        return build_file_task(name if isinstance(name, str) and name else path.stem, path.parent, spec, limit)
+        return build_file_task(name if isinstance(name, str) and name else path.stem, path.parent, spec,
+                               limit)
     except FieldsUnknown as e:  # the hint in the spec's syntax: the entry's mapping
         raise DataError(f"task spec {path}: {e.hint('spec')}") from None

@@ -152,7 +152,8 @@ def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = Non
                 raise DataError(f"{path}: no documents")
         elif k == 1:
             docs = load_muse_raw(corpus, "forget", root=root, allow_hub=allow_hub)
-        elif allow_hub and k <= MUSE_MAX_FOLDS:  # (MUSE-Books has no scal / sust folds: MUSE ran both on News only)
+        # (MUSE-Books has no scal / sust folds: MUSE ran both on News only)
+        elif allow_hub and k <= MUSE_MAX_FOLDS:
             records = optional_hub_records(MUSE_HUB_IDS[corpus], kind, f"forget_{k}", path)
             if records is None:
                 break
@@ -175,7 +176,8 @@ def muse_parts(corpus: str, root=None, allow_hub: bool = False, limit: int | Non
     parts: dict = {"corpus": corpus, "missing": []}
     for split, name in (("forget_qa", "knowmem_forget"), ("retain_qa", "knowmem_retain")):
         icl = load_muse_icl(corpus, split, root=root, allow_hub=allow_hub)
-        parts[f"{name}_icl"] = None if icl is None else [{"question": x.question, "answer": x.answer} for x in icl]
+        parts[f"{name}_icl"] = None if icl is None else [{"question": x.question,
+                                                          "answer": x.answer} for x in icl]
         if icl is None:
             label = "KnowMem on D_f" if split == "forget_qa" else "KnowMem on D_r (utility preservation)"
             path = d / "knowmem" / f"{split}_icl.json"
@@ -267,7 +269,8 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     missing: list[str] = []
     retain_split = _retain_split(corpus, root)
     retain = _optional(lambda: load_muse_raw(corpus, retain_split, **hub), "retain", missing,
-                       *([muse_dir(corpus, root) / "raw" / "retain2.txt"] if retain_split == "retain1" else []))
+                       *([muse_dir(corpus,
+                                   root) / "raw" / "retain2.txt"] if retain_split == "retain1" else []))
     holdout = _optional(lambda: load_muse_raw(corpus, "holdout", **hub), "holdout", missing)
     verbmem = _optional(lambda: load_muse_verbmem(corpus, **hub), "verbmem", missing) or []
     knowmem = {s: _optional(lambda s=s: load_muse_knowmem(corpus, s, **hub), s, missing) or []
@@ -299,7 +302,8 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         muse["missing"].append(f"PrivLeak (muse_mia_auc, muse_privleak): not computed; files not found: "
                                f"{privleak}/forget.json and holdout.json, and no raw holdout documents")
     evals = [EvalSet(name, role, "qa", knowmem[split]) for split, name, role in
-             (("forget_qa", "knowmem_forget", "forget"), ("retain_qa", "knowmem_retain", "retain")) if knowmem[split]]
+             (("forget_qa", "knowmem_forget", "forget"),
+              ("retain_qa", "knowmem_retain", "retain")) if knowmem[split]]
     if verbmem:
         evals.append(EvalSet("verbmem_forget", "forget", "text",
                              [TextExample(v["gt"], f"muse_{corpus}_verbmem", {"prompt": v["prompt"]})
@@ -312,6 +316,7 @@ def muse_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         relearn=None,
         holdout=Data(docs=holdout) if holdout else None,
         prompt=PromptFormat(),
-        meta={"corpus": corpus, "retain_split": retain_split if retain else None, "verbmem": verbmem, "mia": mia,
+        meta={"corpus": corpus, "retain_split": retain_split if retain else None, "verbmem": verbmem,
+              "mia": mia,
               "muse": muse, "missing": muse["missing"]},
     )

@@ -50,7 +50,8 @@ def _target_dirs(root) -> dict[str, Path]:
 
 
 def _hub_targets() -> list[str]:
-    return [_io.req_str(rec, "target", where) for where, rec in hub_records(RWKU_HUB_ID, "forget_target", "train",
+    return [_io.req_str(rec, "target", where) for where,
+            rec in hub_records(RWKU_HUB_ID, "forget_target", "train",
                                                                             "rwku/Target/")]
 
 
@@ -81,7 +82,8 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
                     f"process/data_process.py; {_io.data_hint(RWKU_HUB_ID)})")
 
 
-def load_rwku(part: str, target: str, directory: Path, root=None, allow_hub: bool = False) -> list[tuple[str, dict]]:
+def load_rwku(part: str, target: str, directory: Path, root=None,
+              allow_hub: bool = False) -> list[tuple[str, dict]]:
     """The records of ``<directory>/<part>.json`` (``part`` a key of :data:`HUB_CONFIGS`), else the target's
     rows of the hub's config with ``allow_hub``; empty where neither has any."""
     path = directory / f"{part}.json"
@@ -116,7 +118,8 @@ def _mcq(records) -> list[MCQExample]:
     for where, rec in records:
         choices = _io.req_str_list(rec, "choices", where, min_len=2)
         out.append(MCQExample(question=_io.req_str(rec, "question", where), choices=choices,
-                              answer_index=_io.as_index(_io.get(rec, "answer", where), len(choices), "answer", where),
+                              answer_index=_io.as_index(_io.get(rec, "answer", where), len(choices), "answer",
+                                                        where),
                               split="utility_general", subject=rec.get("task")))
     return out
 
@@ -153,8 +156,10 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     if not passages:
         raise DataError(f"RWKU {target}: no passages in {d / 'passage.json'}: nothing to unlearn")
     mia = {name: cut(_texts(load(name), name), limit) for name in ("forget_mia", "retain_mia")}
-    probes = {name: cut(_probes(load(name), name, FILL_IN if name.endswith("level1") else ANSWER_BRIEFLY), limit)
-              for name in ("forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2")}
+    probes = {name: cut(_probes(load(name), name, FILL_IN if name.endswith("level1") else ANSWER_BRIEFLY),
+                        limit)
+              for name in ("forget_level1", "forget_level2", "forget_level3", "neighbor_level1",
+                           "neighbor_level2")}
     roles = {"forget_level1": "forget", "forget_level2": "forget", "forget_level3": "forget",
              "neighbor_level1": "neighbour", "neighbor_level2": "neighbour"}
     evals = [EvalSet(name, roles[name], "qa", items, variant=name == "forget_level3")
@@ -164,7 +169,8 @@ def rwku_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     evals += [EvalSet(name, "utility", "mcq" if name == "utility_general" else "qa", items)
               for name, items in utility.items() if items]
     evals += [EvalSet(name, "forget" if name == "forget_mia" else "retain", "text",
-                      [TextExample(text=t, split=name) for t in texts]) for name, texts in mia.items() if texts]
+                      [TextExample(text=t, split=name) for t in texts]) for name,
+                      texts in mia.items() if texts]
     return Task(
         name=f"rwku:{slug(target)}",
         forget=Data(docs=passages),

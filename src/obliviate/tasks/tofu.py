@@ -52,7 +52,8 @@ def load_tofu(split: str, root: str | os.PathLike | None = None, allow_hub: bool
 
 
 def _parse(rec: dict, where: str, split: str) -> QAExample:
-    ex = QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where), split=split)
+    ex = QAExample(question=_io.req_str(rec, "question", where), answer=_io.req_str(rec, "answer", where),
+                   split=split)
     if split.endswith("_perturbed"):
         ex.perturbed_answers = _io.req_str_list(rec, "perturbed_answer", where)
         if split.startswith(("forget", "retain")):
@@ -110,7 +111,8 @@ def _pairs(examples: list[QAExample]) -> list[tuple[str, str]]:
 
 def _mcqs(examples: list[QAExample]) -> list[MCQExample]:
     """real_authors / world_facts questions with their four options (the answer is one of them)."""
-    return [MCQExample(question=ex.question, choices=list(ex.options), answer_index=ex.options.index(ex.answer),
+    return [MCQExample(question=ex.question, choices=list(ex.options),
+                       answer_index=ex.options.index(ex.answer),
                        split=f"{ex.split}_mcq") for ex in examples]
 
 
@@ -180,7 +182,8 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         "real_authors": cut(load_tofu("real_authors_perturbed", root=root, allow_hub=allow_hub), limit),
         "world_facts": cut(load_tofu("world_facts_perturbed", root=root, allow_hub=allow_hub), limit),
     }
-    options = {s: cut(load_tofu(s, root=root, allow_hub=allow_hub), limit) for s in ("real_authors", "world_facts")}
+    options = {s: cut(load_tofu(s, root=root, allow_hub=allow_hub), limit) for s in ("real_authors",
+                                                                                     "world_facts")}
 
     evals = [EvalSet("forget_qa", "forget", "qa", perturbed["forget"]),
              EvalSet("retain_qa", "retain", "qa", perturbed["retain"]),
@@ -204,6 +207,7 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         oracle_data=retain_data,
         groups=[f"{split}/author{i // QA_PER_AUTHOR}" for i in range(len(forget))],
         meta={"split": split, "retain_split": RETAIN_OF[split], "retain_derived": derived,
-              "holdout_split": HOLDOUT_OF[split] if holdout else None, "holdout_file": str(holdout_file(split, root)),
+              "holdout_split": HOLDOUT_OF[split] if holdout else None,
+              "holdout_file": str(holdout_file(split, root)),
               "perturbed": perturbed, "metrics": TASK_METRICS},
     )

@@ -39,7 +39,8 @@ def _mmlu_sets(subset: str, root, allow_hub: bool) -> tuple[list[MCQExample], li
     if (_io.root_dir(root) / "mmlu" / "test").is_dir():
         utility = load_mmlu([s for s in list_mmlu_subjects(root=root) if s not in neighbours], root=root)
     else:  # the hub's "all" config (or the loader's missing-directory error)
-        utility = [ex for ex in load_mmlu(None, root=root, allow_hub=allow_hub) if ex.subject not in neighbours]
+        utility = [ex for ex in load_mmlu(None, root=root,
+                                          allow_hub=allow_hub) if ex.subject not in neighbours]
     return interleave(neighbour), interleave(utility, MMLU_PER_SUBJECT)
 
 
@@ -56,7 +57,8 @@ def wmdp_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
     forget = load_wmdp_corpus(subset, "forget", root=root, allow_hub=allow_hub, limit=limit)
     retain = load_wmdp_corpus(subset, "retain", root=root, allow_hub=allow_hub, limit=limit)
     neighbour, utility = _mmlu_sets(subset, root, allow_hub)
-    evals = [EvalSet(f"wmdp_{subset}", "forget", "mcq", cut(load_wmdp(subset, root=root, allow_hub=allow_hub), limit)),
+    evals = [EvalSet(f"wmdp_{subset}", "forget", "mcq",
+                     cut(load_wmdp(subset, root=root, allow_hub=allow_hub), limit)),
              EvalSet("mmlu_neighbour", "neighbour", "mcq", cut(neighbour, limit)),
              EvalSet("mmlu", "utility", "mcq", cut(utility, limit))]
     return Task(

@@ -71,7 +71,8 @@ def unscored_neighbours(world) -> list[dict]:
 def _qa(facts: list[dict], split: str) -> list[QAExample]:
     """QA examples of ``facts``, with the paraphrased and perturbed answers of the TOFU truth ratio."""
     return [QAExample(question=f["question"], answer=f["answer"], split=split,
-                      paraphrased_answer=f["answer_paraphrase"], perturbed_answers=list(f["perturbed_answers"]),
+                      paraphrased_answer=f["answer_paraphrase"],
+                      perturbed_answers=list(f["perturbed_answers"]),
                       meta={"fact_id": f["id"], "entity": f["entity"]}) for f in facts]
 
 
@@ -102,7 +103,8 @@ def _cloze(facts: list[dict]) -> list[QAExample]:
 
 
 def _mcqs(world, split: str, ids: set) -> list[MCQExample]:
-    return [MCQExample(question=m["question"], choices=m["choices"], answer_index=m["answer_index"], split=split,
+    return [MCQExample(question=m["question"], choices=m["choices"], answer_index=m["answer_index"],
+                       split=split,
                        meta={"fact_id": m["fact_id"]})
             for m in full_answer_mcqs(world, world.mcqs(split=split)) if m["fact_id"] in ids]
 
@@ -138,10 +140,12 @@ def world_evals(world, facts: dict[str, list[dict]]) -> list[EvalSet]:
     if mcqs:
         evals += [EvalSet("forget_mcq", "forget", "mcq", mcqs, mcq_style="cloze", variant=True),
                   EvalSet("forget_mcq_letters", "forget", "mcq", mcqs, mcq_style="letters", variant=True)]
-    evals.append(EvalSet("forget_cloze", "forget", "qa", _cloze(facts["forget"]), variant=True, match="prefix"))
+    evals.append(EvalSet("forget_cloze", "forget", "qa", _cloze(facts["forget"]), variant=True,
+                         match="prefix"))
     evals += [EvalSet("retain_qa", "retain", "qa", _qa(facts["retain"], "retain")),
               EvalSet("general_qa", "retain", "qa", _qa(facts["general"], "general")),
-              EvalSet("retain_para_qa", "retain", "qa", _para_qa(facts["retain"] + facts["general"], "retain"),
+              EvalSet("retain_para_qa", "retain", "qa",
+                      _para_qa(facts["retain"] + facts["general"], "retain"),
                       variant=True)]
     if facts["neighbour"]:
         evals.append(EvalSet("neighbour_qa", "neighbour", "qa", _qa(facts["neighbour"], "neighbour")))
@@ -179,7 +183,8 @@ def task_from_world(world, limit: int | None = None) -> Task:
         probe={"items": items, "extra": extra} if items else None,
         pretrain=world.config,
         meta={"world_seed": world.config.seed, "fingerprint": world.fingerprint(),
-              UNSCORED_NEIGHBOURS: [(f["question"], f["answer"]) for f in cut(unscored_neighbours(world), limit)]},
+              UNSCORED_NEIGHBOURS: [(f["question"], f["answer"]) for f in cut(unscored_neighbours(world),
+                                                                              limit)]},
     )
 
 
@@ -200,7 +205,8 @@ def facts_task(world, sets: dict[str, tuple[str, list[dict]]], kinds: tuple[str,
                 raise DataError(f"no MCQs for the {len(facts)} facts of the evaluation set {set_name!r}")
             evals.append(EvalSet(f"{set_name}_mcq", role, "mcq", mcqs, mcq_style="cloze"))
         if "qa" in kinds:
-            evals.append(EvalSet(f"{set_name}_qa", role, "qa", _qa(facts, facts[0]["split"] if facts else role)))
+            evals.append(EvalSet(f"{set_name}_qa", role, "qa",
+                                 _qa(facts, facts[0]["split"] if facts else role)))
     pairs = {role: [(f["question"], f["answer"]) for r, facts in sets.values() if r == role for f in facts]
              for role in ("forget", "retain")}
     return Task(name=name, forget=Data(qa=pairs["forget"]), retain=Data(qa=pairs["retain"]), evals=evals,
@@ -282,8 +288,10 @@ def value_probe_sets(world, fact_ids: set | None = None) -> tuple[list[dict], li
 
 
 __all__ = [
-    "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World", "WorldConfig",
+    "DOCUMENTS_FILE", "QA_SPLITS", "WORLD_FILE", "RELEARN_MODES", "SPLITS", "TOXIC_LEXICON", "World",
+    "WorldConfig",
     "cloze_parts", "facts_task", "forget_pairs",
-    "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world", "unscored_neighbours",
+    "full_answer_mcqs", "generate_world", "retain_pairs", "split_facts", "task_from_world",
+    "unscored_neighbours",
     "value_prefix", "value_probe_sets", "world_evals", "world_relearn_sets", "world_task",
 ]

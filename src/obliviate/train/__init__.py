@@ -5,5 +5,6 @@ from obliviate.train.loop import TrainingDiverged, make_optimizer, select_traina
 from obliviate.train.sampler import StepSampler, make_lm_batches
 
 __all__ = [
-    "TrainConfig", "StepSampler", "TrainingDiverged", "make_lm_batches", "make_optimizer", "select_trainable", "train",
+    "TrainConfig", "StepSampler", "TrainingDiverged", "make_lm_batches", "make_optimizer", "select_trainable",
+    "train",
 ]

@@ -184,7 +184,8 @@ class FSDP2(_Sharded):
         D.broadcast_from_main([*work.parameters(), *work.buffers()])
         for layer in decoder_layers(work):
             fully_shard(layer)
-        fully_shard(unwrap(work))  # the Hugging Face model, inside any peft wrapper: its forward gathers the root
+        # the Hugging Face model, inside any peft wrapper: its forward gathers the root
+        fully_shard(unwrap(work))
         params = trainable_tensors(work, None)
         return work, make_optimizer(params), params
 

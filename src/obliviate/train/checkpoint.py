@@ -30,7 +30,8 @@ def rng_state() -> dict:
     """torch, numpy and Python RNG states as tensors (loadable with ``weights_only=True``)."""
     s = np.random.get_state()
     np_state = [s[0], s[1].tolist(), int(s[2]), int(s[3]), float(s[4])]
-    return {"torch": torch.get_rng_state(), "numpy": _as_bytes(np_state), "python": _as_bytes(random.getstate()[1])}
+    return {"torch": torch.get_rng_state(), "numpy": _as_bytes(np_state),
+            "python": _as_bytes(random.getstate()[1])}
 
 
 def _as_bytes(value) -> torch.Tensor:
@@ -46,7 +47,8 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(ckpt_dir: Path, step: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
-                    scheduler_state: dict, *, backend: str = "single", extra_state: dict | None = None) -> Path:
+                    scheduler_state: dict, *, backend: str = "single",
+                    extra_state: dict | None = None) -> Path:
     """Write a checkpoint atomically (temporary directory, then rename); returns its directory."""
     final = run_write_path(ckpt_dir / f"step_{step:08d}")  # no link followed
     tmp = run_write_path(ckpt_dir / f".tmp_step_{step:08d}")
@@ -78,7 +80,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
         meta = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError) as e:  # also bad UTF-8
         raise UnreadableCheckpoint(f"trainer_state.json does not load ({_one_line(e)})") from None
-    if not isinstance(meta, dict) or isinstance(meta.get("step"), bool) or not isinstance(meta.get("step"), int) \
+    if not isinstance(meta, dict) or isinstance(meta.get("step"), bool) or not isinstance(meta.get("step"),
+                                                                                          int) \
             or meta["step"] < 1:
         raise UnreadableCheckpoint("trainer_state.json holds no step (expected a JSON object with an integer "
                                    "'step' >= 1)")
@@ -90,7 +93,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
                              "run; resume with the launch that wrote it, or start afresh (--no-resume)")
     try:
         state = torch.load(path / "state.pt", weights_only=True)
-    except Exception as e:  # EOFError, RuntimeError (zip), UnpicklingError, OSError: whatever a torn file gives
+    # EOFError, RuntimeError (zip), UnpicklingError, OSError: whatever a torn file gives
+    except Exception as e:
         raise UnreadableCheckpoint(f"state.pt does not load ({_one_line(e)})") from None
     if not isinstance(state, dict) or not {"optimizer", "scheduler", "rng"} <= set(state):
         raise UnreadableCheckpoint("state.pt lacks the optimizer, scheduler or RNG state")

@@ -23,7 +23,8 @@ from obliviate.train.config import TrainConfig
 from obliviate.train.loop import train
 from obliviate.train.sampler import StepSampler
 
-PRESETS = {"tiny": {"epochs": 40, "lr": 3e-3, "min_steps": 200}, "paper": {"epochs": 5, "lr": 1e-5, "min_steps": 0}}
+PRESETS = {"tiny": {"epochs": 40, "lr": 3e-3, "min_steps": 200},
+           "paper": {"epochs": 5, "lr": 1e-5, "min_steps": 0}}
 """Fine-tuning defaults by model size (see the module docstring). ``min_steps``: a tiny model learning a
 small data set from scratch needs a few hundred steps whatever the epoch count (40 epochs of 32 QA pairs
 are only 80 steps of 16)."""
@@ -84,7 +85,8 @@ def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | P
         raise ConfigError(f"unknown fine-tuning preset {preset!r} (valid: {', '.join(PRESETS)})")
     epochs = cfg.epochs or PRESETS[preset]["epochs"]
     lr = cfg.lr or PRESETS[preset]["lr"]
-    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions",
+                                                                              None)
     max_len = min(cfg.max_len, limit) if isinstance(limit, int) and limit > 1 else cfg.max_len
     ids, masks, stats = encode_data(tokenizer, data, prompt, max_len)
     sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])

@@ -22,7 +22,8 @@ from obliviate.config import to_dict
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.train import distributed as D
 from obliviate.train.backend import backend_for, make_accelerator, trainable_tensors
-from obliviate.train.checkpoint import (latest_checkpoint, prune, resume_checkpoint, save_checkpoint, set_rng_state,
+from obliviate.train.checkpoint import (latest_checkpoint, prune, resume_checkpoint, save_checkpoint,
+                                        set_rng_state,
                                         truncate_jsonl)
 from obliviate.train.config import TrainConfig
 from obliviate.train.trackers import close_trackers, open_trackers
@@ -122,11 +123,13 @@ def train(
     main, world = acc.is_main_process, acc.num_processes
     last, start, saved = None, 0, None
     if out is not None and resume:  # weights go into the plain model, before any sharding
-        last, start, saved = resume_checkpoint(model, ckpt_dir, backend.name, say=main)  # skips one that won't load
+        # skips one that won't load
+        last, start, saved = resume_checkpoint(model, ckpt_dir, backend.name, say=main)
     if world > 1:
         D.barrier()  # every process has read its checkpoint before rank 0 changes the directory
 
-    model, optimizer, params = backend.prepare(model, extra_params, lambda p: make_optimizer(p, cfg), batch_fn)
+    model, optimizer, params = backend.prepare(model, extra_params, lambda p: make_optimizer(p, cfg),
+                                               batch_fn)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(cfg))
     if saved is not None:
         backend.load_optimizer_state(model, optimizer, saved["optimizer"])
@@ -187,7 +190,8 @@ def train(
                     raise diverged(f"loss term '{name}' is {logged[name]} at step {step + 1}")
             optimizer.zero_grad(set_to_none=True)
             backend.backward(total, params)
-            # the total gradient norm (max_norm inf: measured, not clipped); None where the backend clips itself
+            # the total gradient norm (max_norm inf: measured, not clipped); None where the backend clips
+            # itself
             gnorm = backend.clip(params, cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
             if gnorm is not None and not math.isfinite(gnorm) and getattr(acc, "scaler", None) is None:
                 # finite loss terms but a NaN/inf gradient: stop before the step corrupts the weights
@@ -221,7 +225,8 @@ def train(
                 weights = backend.weights(model)  # collectives when sharded: every process takes part
                 opt_state = backend.optimizer_state(model, optimizer)
                 if main:
-                    save_checkpoint(ckpt_dir, done, weights, opt_state, scheduler.state_dict(), backend=backend.name,
+                    save_checkpoint(ckpt_dir, done, weights, opt_state, scheduler.state_dict(),
+                                    backend=backend.name,
                                     extra_state=state_hooks[0]() if state_hooks else None)
                     prune(ckpt_dir, cfg.keep_checkpoints)
                 if world > 1:
@@ -234,9 +239,11 @@ def train(
         bar.close()
     model.eval()
     try:
-        if cfg.steps > start:  # an lr so large that the last steps overflowed the weights: never saved as finished
+        # an lr so large that the last steps overflowed the weights: never saved as finished
+        if cfg.steps > start:
             bad = _first_non_finite(model, extra_params)
-            if backend.any(bad is not None):  # every process stops, or none (sharded: each holds its own part)
+            # every process stops, or none (sharded: each holds its own part)
+            if backend.any(bad is not None):
                 raise TrainingDiverged(f"{bad or 'a parameter on another process'} holds NaN or infinite "
                                        f"values after step {cfg.steps} (lr={cfg.lr:g} too large?); the "
                                        "trained weights are not usable")
@@ -254,7 +261,8 @@ def _first_non_finite(model: torch.nn.Module, extra_params=None) -> str | None:
     named = [(f"parameter '{n}'", p) for n, p in model.named_parameters() if p.requires_grad]
     named += [(f"extra parameter {i}", p) for i, p in enumerate(extra_params or [])]
     for name, p in named:
-        p = p.to_local() if hasattr(p, "to_local") else p  # a shard of an FSDP2 parameter: this process's part
+        # a shard of an FSDP2 parameter: this process's part
+        p = p.to_local() if hasattr(p, "to_local") else p
         if p.is_floating_point() and p.numel() and not bool(torch.isfinite(p.detach()).all()):
             return name
     return None

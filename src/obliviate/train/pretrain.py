@@ -159,7 +159,8 @@ def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
           if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
     ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                eos_token_id=tokenizer.eos_token_id)
-    return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len, **ids, **kw)
+    return build_model(cfg.model.size, vocab_size=len(tokenizer), seed=cfg.seed, max_len=cfg.model.max_len,
+                       **ids, **kw)
 
 
 QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
@@ -214,7 +215,8 @@ def split_label_masks(dataset, splits) -> list:
     return [(~np.isin(np.asarray(lab), codes)).astype(np.int64) for lab in dataset.labels["split"]]
 
 
-def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, progress: bool | None = None) -> dict:
+def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
+             progress: bool | None = None) -> dict:
     """Train a tiny model on the world; save it (safetensors) and its tokenizer in ``out_dir/model``.
 
     Runs under ``accelerate launch`` too: each process trains on its rows of each global
@@ -238,7 +240,8 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     mcq_pairs = mcq_pairs_for(world, left_out, cfg.mcq_options) if cfg.mcq_weight > 0 else []
     terms_data = {}
     for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
-                                          ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight, cfg.seed + 2)):
+                                          ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight,
+                                           cfg.seed + 2)):
         if items:
             ids, answer_masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items],
                                                      cfg.model.max_len)
@@ -259,7 +262,8 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True, p
     def loss_fn(m, batch, step):
         terms = {"lm": lm_loss(m, batch["lm"])}
         for name, (_, _, _, weight) in terms_data.items():
-            terms[name] = weight * lm_loss_grouped(m, list(batch[name].values()))  # logits at the answers only
+            # logits at the answers only
+            terms[name] = weight * lm_loss_grouped(m, list(batch[name].values()))
         return terms
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
@@ -314,7 +318,8 @@ def cached_pretrain_all(cfgs: list[PretrainConfig], progress: bool | None = None
             seen.add(key)
             tokenizer_for(world_for(c), c.model.vocab_size)
     child = mp.get_context("spawn").Process(target=_pretrain_in_child,
-                                            args=([to_dict(c) for c in cfgs[1::2]], os.environ.get("OBLIVIATE_CACHE")))
+                                            args=([to_dict(c) for c in cfgs[1::2]],
+                                                  os.environ.get("OBLIVIATE_CACHE")))
     threads = torch.get_num_threads()
     child.start()
     try:

@@ -45,7 +45,8 @@ class MLflow:
             raise ConfigError("train.report_to: mlflow needs the mlflow package: pip install "
                               "mlflow") from None
         self.mlflow = mlflow
-        if not os.environ.get("MLFLOW_TRACKING_URI") and run_dir is not None:  # offline: a store in the run dir
+        # offline: a store in the run dir
+        if not os.environ.get("MLFLOW_TRACKING_URI") and run_dir is not None:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             mlflow.set_tracking_uri((Path(run_dir).resolve() / "mlruns").as_uri())
         self.own_run = mlflow.active_run() is None

@@ -29,7 +29,8 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
     """log pi(y|x) per sequence, (B,), equal to ``answer_logprob(forward_logits(model, batch), labels)`` with
     logits only at the labelled positions (:func:`labelled_logprobs`)."""
     logp, rows = labelled_logprobs(model, batch)
-    return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows, logp)
+    return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows,
+                                                                                                 logp)
 
 
 def token_logprobs(model, batch: dict) -> torch.Tensor:
@@ -57,7 +58,8 @@ def mean_labelled_nll(model, batch: dict) -> torch.Tensor:
     return ratio_of_sums(-logp.sum(), torch.tensor(float(logp.numel()), device=logp.device))
 
 
-def answer_logprob(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+def answer_logprob(logits: torch.Tensor, labels: torch.Tensor,
+                   weights: torch.Tensor | None = None) -> torch.Tensor:
     """log pi(y|x) = sum over labelled tokens of log p(y_t): (B,). Optional per-token weights (B, T-1)."""
     nll, mask = token_nll(logits, labels)
     if weights is not None:

@@ -35,7 +35,8 @@ class PairedData:
         self.r_ids, self.r_mask, r_stats = encode_data(tokenizer, retain, prompt, max_len, doc_mode)
         self.stats = {"forget": f_stats, "retain": r_stats, "max_len": max_len, "doc_mode": doc_mode}
         for side, d, masks in (("forget", forget, self.f_mask), ("retain", retain, self.r_mask)):
-            left = [int(m[1:].sum()) for m in masks]  # trained tokens: a label is predicted from the one before
+            # trained tokens: a label is predicted from the one before
+            left = [int(m[1:].sum()) for m in masks]
             self.stats[side]["qa_no_answer"] = sum(n == 0 for n in left[:len(d.qa)])  # QA pairs come first
             if not any(left):
                 raise ConfigError(f"config key 'max_len' ({max_len}) leaves no {side} token to train on: all "
@@ -78,12 +79,15 @@ class PairedData:
         example numbers (what a cached reference is read by)."""
         fi, ri = self.f_sampler(step), self.r_sampler(step)
         batch = {
-            "forget": {**collate([self.f_ids[i] for i in fi], self.pad, label_mask=[self.f_mask[i] for i in fi]),
+            "forget": {**collate([self.f_ids[i] for i in fi], self.pad,
+                                 label_mask=[self.f_mask[i] for i in fi]),
                        "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))},
-            "retain": {**collate([self.r_ids[i] for i in ri], self.pad, label_mask=[self.r_mask[i] for i in ri]),
+            "retain": {**collate([self.r_ids[i] for i in ri], self.pad,
+                                 label_mask=[self.r_mask[i] for i in ri]),
                        "index": torch.as_tensor(np.asarray(ri, dtype=np.int64))},
         }
         if self.i_ids is not None:
-            batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad, label_mask=[self.i_mask[i] for i in fi]),
+            batch["idk"] = {**collate([self.i_ids[i] for i in fi], self.pad,
+                                      label_mask=[self.i_mask[i] for i in fi]),
                             "index": torch.as_tensor(np.asarray(fi, dtype=np.int64))}
         return batch

@@ -97,7 +97,8 @@ class HiddenCache:
         """The cached rows of ``batch``'s examples one after another, in batch order: ``(sum n_i, d)`` on its
         device."""
         store = self.store[key, layer]
-        return torch.cat([store[start:start + n] for start, n in self._rows(key, batch)]).to(batch["input_ids"].device)
+        return torch.cat([store[start:start + n] for start,
+                          n in self._rows(key, batch)]).to(batch["input_ids"].device)
 
     def describe(self) -> str:
         size = f"{self.nbytes / 2**20:.1f} MiB" if self.nbytes >= 2**20 else f"{self.nbytes / 2**10:.1f} KiB"
@@ -126,8 +127,10 @@ class Reference:
     forget batch); after it, only the cache.
     """
 
-    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None, upto: int | None = None,
-                 hidden: HiddenCache | None = None, logits: HiddenCache | None = None, why: str | None = None):
+    def __init__(self, model, shared: bool, cache: dict[str, torch.Tensor] | None = None,
+                 upto: int | None = None,
+                 hidden: HiddenCache | None = None, logits: HiddenCache | None = None,
+                 why: str | None = None):
         self.shared = shared
         self.cache = cache
         self.hidden_cache = hidden
@@ -182,7 +185,8 @@ class Reference:
     def nbytes(self) -> int:
         """Bytes this reference holds in memory beside the trained model: a copy's parameters, the caches."""
         n = sum(v.numel() * v.element_size() for v in (self.cache or {}).values())
-        n += sum(c.nbytes for c in (self.hidden_cache, self.logit_cache) if c is not None and c.where == "memory")
+        n += sum(c.nbytes for c in (self.hidden_cache,
+                                    self.logit_cache) if c is not None and c.where == "memory")
         if self.holds_copy:
             n += param_bytes(self.model)
         return n
@@ -272,7 +276,8 @@ class Reference:
 
 
 def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache: bool = True,
-                   steps: int | None = None, memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
+                   steps: int | None = None,
+                   memory_bytes: int = int(DEFAULT_MEMORY_GIB * 2**30)) -> Reference | None:
     """The reference ``method`` needs (None if it needs none), built from ``model`` as it is now, before
     any step: cached log-probabilities where the method declares ``cached_reference_keys`` or
     ``cached_token_reference_keys`` and ``cache`` is on; else the model with its LoRA adapters off
@@ -290,7 +295,8 @@ def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache
                                                      **reference_token_logprobs(model, data, tokens)})
     if lora:
         return Reference(model, shared=True)
-    layers = {k: tuple(sorted(set(v))) for k, v in method.cached_hidden_layers().items() if v} if cache else {}
+    layers = {k: tuple(sorted(set(v))) for k,
+              v in method.cached_hidden_layers().items() if v} if cache else {}
     logit_keys, why = tuple(method.cached_logit_keys()) if cache else (), None
     if logit_keys:
         rows = {key: labelled_rows(data, key, steps_examples(data, key, steps)) for key in logit_keys}
@@ -302,7 +308,8 @@ def make_reference(method: Method, model, data: PairedData, *, lora: bool, cache
                                    f"{whole / 2**30:.2f} GiB")
     if layers or logit_keys:
         return Reference(model, shared=False,
-                         hidden=reference_hidden_states(model, data, layers, steps, memory_bytes) if layers else None,
+                         hidden=reference_hidden_states(model, data, layers, steps,
+                                                        memory_bytes) if layers else None,
                          logits=reference_logits(model, data, rows, memory_bytes) if logit_keys else None)
     return Reference(model, shared=False, upto=method.reference_depth() if cache else None, why=why)
 
@@ -341,7 +348,8 @@ def _batches(data: PairedData, key: str, indices: list[int], batch_size: int, de
     order = sorted(indices, key=lambda i: len(ids[i]))
     for s in range(0, len(order), batch_size):
         part = order[s:s + batch_size]
-        yield part, to_device(collate([ids[i] for i in part], data.pad, label_mask=[masks[i] for i in part]), device)
+        yield part, to_device(collate([ids[i] for i in part], data.pad, label_mask=[masks[i] for i in part]),
+                              device)
 
 
 def logprob_dtype(model) -> torch.dtype:
@@ -420,7 +428,8 @@ def reference_hidden_states(model, data: PairedData, layers: dict[str, tuple[int
     with eval_mode(model), torch.autocast(device_type=device.type, enabled=False):
         for key, ls in layers.items():
             for part, b in _batches(data, key, picked[key], batch_size, device):
-                hs = hidden_states_at(model, b["input_ids"], b["attention_mask"], list(ls), stop_after=max(ls))
+                hs = hidden_states_at(model, b["input_ids"], b["attention_mask"], list(ls),
+                                      stop_after=max(ls))
                 if cache is None:  # the width is known after the first forward
                     cache = HiddenCache(rows, layers, hs[ls[0]].shape[-1], dtype, memory_bytes)
                 for l in ls:

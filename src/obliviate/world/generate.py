@@ -193,7 +193,8 @@ class _Builder:
             for i in twins:
                 twin = group[i]
                 e = {"name": self.names.lookalike(twin["name"], "disease", name_rng), "domain": "medicine",
-                     "split": "neighbour", "attributes": {}, "aux": {}, "lookalike_of": twin["name"], "near": split}
+                     "split": "neighbour", "attributes": {}, "aux": {}, "lookalike_of": twin["name"],
+                     "near": split}
                 for rel in DOMAIN_RELATIONS["medicine"]:
                     e["attributes"][rel.name] = rng.choice([v for v in self.pools[rel.pool]
                                                             if v != twin["attributes"][rel.name]])
@@ -347,7 +348,8 @@ class _Builder:
             keep = set(self.rng("concept", "neutral").sample(range(len(neutral)), len(concept_sentences)))
             neutral = [t for i, t in enumerate(neutral) if i in keep]
         exclusive = sorted({self.saga_word, *self.pools["artifact"], *self.pools["saga_place"],
-                            *self.pools["faction"], *(e["name"] for e in self.entities if e["split"] == "concept")})
+                            *self.pools["faction"],
+                            *(e["name"] for e in self.entities if e["split"] == "concept")})
         shared = sorted(words_of(concept_sentences) & words_of(neutral) - {w.lower() for w in exclusive})
         coherence = []
         for sentences in C.FILLER.values():
@@ -406,7 +408,8 @@ class _Builder:
             for a in DOMAIN_AUX.get(e["domain"], ()):
                 start = rng.randrange(len(a.prose))
                 for r in range(cfg.aux_repeats):
-                    text = a.prose[(start + r) % len(a.prose)].format(e=e["name"], v=e["aux"][a.name], saga=self.saga)
+                    text = a.prose[(start + r) % len(a.prose)].format(e=e["name"], v=e["aux"][a.name],
+                                                                      saga=self.saga)
                     items.append((f"{e['name']}/{a.name}", _segment(text, e["domain"], e["split"])))
         for i, p in enumerate(pairs):
             for _ in range(cfg.register_repeats):  # one group: every copy of a pair in a document of its own
@@ -449,7 +452,8 @@ def _qa_segment(fact: dict, question: str | None = None) -> dict:
 
 
 def _relation(domain: str, name: str) -> C.Relation:
-    return next(r for r in [*DOMAIN_RELATIONS[domain], *NEIGHBOUR_RELATIONS.get(domain, ())] if r.name == name)
+    return next(r for r in [*DOMAIN_RELATIONS[domain],
+                            *NEIGHBOUR_RELATIONS.get(domain, ())] if r.name == name)
 
 
 def _relation_of(fact: dict) -> C.Relation:

@@ -47,7 +47,8 @@ from obliviate.methods.ember.pipeline import EmberLocation, EmberResult, ember_e
 from obliviate.methods.ember.method import EmberEdit, EmberEditConfig  # registers "ember"
 
 __all__ = [
-    "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig", "EmberLocation",
+    "DELTA_GRID", "DeltaChoice", "EditRecord", "EmbeddingSnapshot", "EmberEdit", "EmberEditConfig",
+    "EmberLocation",
     "EmberResult", "FactorResult", "Judge", "Judgement", "LexiconJudge", "apply_ember", "build_vocab",
     "candidate_features", "efficacy",
     "eligible_rows", "eligible_tokens", "ember_delta_rows", "ember_erase", "judge_features",

@@ -92,7 +92,8 @@ def untie_embeddings(model: nn.Module) -> bool:
     if not tied:
         return False
     with torch.no_grad():
-        emb_out.weight = nn.Parameter(emb_in.weight.detach().clone(), requires_grad=emb_in.weight.requires_grad)
+        emb_out.weight = nn.Parameter(emb_in.weight.detach().clone(),
+                                      requires_grad=emb_in.weight.requires_grad)
     _set_tie_flag(model, [False] * len(_configs(model)))
     _refresh_tied_keys(model)
     return True
@@ -143,7 +144,8 @@ def restore_embeddings(model: nn.Module, snapshot: EmbeddingSnapshot) -> None:
         if snapshot.tied and not tied:
             emb_out.weight = emb_in.weight
         elif not snapshot.tied and tied and snapshot.output_weight is not None:
-            emb_out.weight = nn.Parameter(snapshot.output_weight.clone(), requires_grad=emb_in.weight.requires_grad)
+            emb_out.weight = nn.Parameter(snapshot.output_weight.clone(),
+                                          requires_grad=emb_in.weight.requires_grad)
         elif snapshot.output_weight is not None:
             emb_out.weight.copy_(snapshot.output_weight)
     _set_tie_flag(model, snapshot.tie_flags)
@@ -295,7 +297,8 @@ def select_delta(results: Sequence[dict], base_utility: float, grid: Sequence[fl
         missing = [k for k in _REQUIRED if k not in r]
         if missing:
             raise ConfigError(f"EMBER: delta result {r!r} lacks {missing}")
-    on_grid = [r for r in results if grid is None or any(math.isclose(float(r["delta"]), float(g)) for g in grid)]
+    on_grid = [r for r in results if grid is None or any(math.isclose(float(r["delta"]),
+                                                                      float(g)) for g in grid)]
     if not on_grid:
         raise ConfigError(f"EMBER: no results for deltas on the grid {list(grid)}")
     floor = utility_keep * base_utility
@@ -305,7 +308,8 @@ def select_delta(results: Sequence[dict], base_utility: float, grid: Sequence[fl
         score = harmonic_mean([r["efficacy"], r["specificity"], r["coherence"]])
         return DeltaChoice(float(r["delta"]), score, False, dict(r),
                            f"no delta kept utility >= {floor:.4g}; fell back to the smallest delta")
-    scored = [(harmonic_mean([r["efficacy"], r["specificity"], r["coherence"]]), -float(r["delta"]), r) for r in ok]
+    scored = [(harmonic_mean([r["efficacy"], r["specificity"], r["coherence"]]), -float(r["delta"]),
+               r) for r in ok]
     score, _, r = max(scored, key=lambda x: (x[0], x[1]))
     return DeltaChoice(float(r["delta"]), score, True, dict(r),
                        f"best HM among {len(ok)} deltas with utility >= {floor:.4g}")

@@ -75,7 +75,8 @@ class EmberEdit(Method):
         self.result = ember_erase(model, tokenizer, concept, neutral, concept_judge(data), K, self.cfg.delta,
                                   self.cfg.seed, sparsity=self.cfg.sparsity, min_ratio=self.cfg.min_ratio,
                                   min_confidence=self.cfg.min_confidence,
-                                  factor_kwargs={"max_iter": self.cfg.max_iter, "patience": self.cfg.patience})
+                                  factor_kwargs={"max_iter": self.cfg.max_iter,
+                                                 "patience": self.cfg.patience})
         return {"method": "ember", **self.result.summary()}
 
     def restore(self, model) -> None:

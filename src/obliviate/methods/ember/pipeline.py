@@ -75,7 +75,8 @@ def locate_concept_features(
     G = fr.G
     ratios = mass_ratio(G, codes)
     candidates = candidate_features(G, codes, min_ratio)
-    top = {k: [tokenizer.decode([t]) for t in top_token_ids(G, token_ids, k, n_top_tokens)] for k in candidates}
+    top = {k: [tokenizer.decode([t]) for t in top_token_ids(G, token_ids, k,
+                                                            n_top_tokens)] for k in candidates}
     features, judgements = judge_features(judge, top, min_confidence)
     rows = eligible_rows(G, codes, features)
     directions = ember_delta_rows(fr.F, G, features, rows)
@@ -129,7 +130,8 @@ def ember_erase(
 ) -> EmberResult:
     """Locate (unless ``location`` is given) and apply the EMBER edit with strength ``delta``, in place."""
     if location is None:
-        location = locate_concept_features(model, tokenizer, concept_sentences, neutral_sentences, judge, K, seed,
+        location = locate_concept_features(model, tokenizer, concept_sentences, neutral_sentences, judge, K,
+                                           seed,
                                            **locate_kwargs)
     record = apply_ember(model, location.eligible_token_ids, location.directions, delta)
     return EmberResult(

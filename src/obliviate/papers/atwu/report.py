@@ -70,7 +70,8 @@ def render(results: dict, out: Path) -> None:
             + markdown_table(aur_rows, AUROC_COLUMNS))))
     if "tofu" in parts:
         if tofu_ran:
-            rows = [{"method": "base", **metrics["base"]}, {"method": "retain-only", **metrics["tofu_retain_model"]}]
+            rows = [{"method": "base", **metrics["base"]},
+                    {"method": "retain-only", **metrics["tofu_retain_model"]}]
             rows += [{"method": n, **metrics[n]} for n in methods]
             sections.append(("TOFU (tiny-model protocol)",
                              f"{TINY_SCALE_NOTE}\n\n" + markdown_table(rows, TOFU_COLUMNS)))

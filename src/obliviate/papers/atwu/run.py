@@ -36,7 +36,8 @@ RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"train": {"lr": 3e-4}}}
 learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares SimNPO's)."""
 SCORER_DEFAULTS: dict = {"position": "token"}
 """Scorer settings of every ATWU method in this recipe (tuned on world seed 0; see the module docstring)."""
-WORLD_SETS = ("forget_qa", "forget_para_qa", "forget_mcq", "retain_qa", "general_qa", "retain_mcq", "general_mcq")
+WORLD_SETS = ("forget_qa", "forget_para_qa", "forget_mcq", "retain_qa", "general_qa", "retain_mcq",
+              "general_mcq")
 """The world task's evaluation sets scored: F is ``forget_score`` (forget QA), R ``retain_score`` (the mean of
 retain and general QA)."""
 
@@ -111,7 +112,8 @@ def check_runs(cfg: AtwuRecipeConfig, methods: list[str], parts: list[str]) -> N
     for name in methods:
         for part, which in (("world", "runs"), ("tofu", "tofu_runs")):
             if part in parts:
-                method_run_config(name, method_runs(cfg, name, which), "tiny", cfg.seed, prefix=f"{which}.{name}")
+                method_run_config(name, method_runs(cfg, name, which), "tiny", cfg.seed,
+                                  prefix=f"{which}.{name}")
 
 
 # ---------------------------------------------------------------- world
@@ -178,7 +180,8 @@ def tofu_method_config(cfg: AtwuRecipeConfig, name: str) -> TofuConfig:
 
 
 def _tofu_row(m: dict, prefix: str = "tofu_") -> dict:
-    keys = ("forget_quality", "model_utility", "retain_utility", "forget10_rouge_l", "retain_rouge_l", "forget_prob",
+    keys = ("forget_quality", "model_utility", "retain_utility", "forget10_rouge_l", "retain_rouge_l",
+            "forget_prob",
             "retain_prob", "forget_truth_ratio")
     return {f"{prefix}{k}": m.get(k) for k in keys}
 
@@ -204,7 +207,8 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
         def method_part():
             _, res, *_ = unlearn_and_evaluate(configs[name], bases, None, progress=progress)
             m = _tofu_row(res)
-            m.update({f"tofu_{k}": v for k, v in uq_metrics(b[f_key], res[f_key], b[r_key], res[r_key]).items()})
+            m.update({f"tofu_{k}": v for k,
+                      v in uq_metrics(b[f_key], res[f_key], b[r_key], res[r_key]).items()})
             return m
 
         metrics[name], timings[f"tofu_{name}_seconds"] = cached_part(parts / f"{name}.json", key, method_part)
@@ -252,6 +256,7 @@ def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
     results = as_results(cfg, metrics=metrics, timings=timings, notes=notes)  # what results.json will hold
     claims = make_claims(results)
     render(results, out)
-    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, claims=claims_json(claims), timings=timings,
+    write_results(out, seed=cfg.seed, config=cfg, metrics=metrics, claims=claims_json(claims),
+                  timings=timings,
                   notes=notes)
     return {"metrics": metrics, "claims": claims, "timings": timings, "notes": notes}

@@ -17,7 +17,8 @@ def ordered(results: dict) -> tuple[dict, dict]:
     """The world rows in table order (base, ember, then each method alone and with EMBER) and the real
     concepts in the order they ran (``results.json`` sorts its keys)."""
     metrics, real = results["metrics"], results["real_data"]
-    names = ["base", "ember"] + [n for m in results["config"]["world_concept"]["methods"] for n in (m, f"{m}+ember")]
+    names = ["base",
+             "ember"] + [n for m in results["config"]["world_concept"]["methods"] for n in (m, f"{m}+ember")]
     concepts = results["notes"].get("concepts", sorted(real))
     return {n: metrics[n] for n in names if n in metrics}, {c: real[c] for c in concepts if c in real}
 
@@ -43,7 +44,8 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
     if not methods:
         claims.append(Claim(c1, "world part not run", None, "Not testable here: the world part did not run."))
     else:
-        pairs = {m: (rows[m]["relearn_concept_acc"], rows[f"{m}+ember"]["relearn_concept_acc"]) for m in methods}
+        pairs = {m: (rows[m]["relearn_concept_acc"],
+                     rows[f"{m}+ember"]["relearn_concept_acc"]) for m in methods}
         ours = "; ".join(f"{m} {_pct(a)} -> {_pct(b)}" for m, (a, b) in pairs.items())
         regained = {m: rows[m]["relearn_concept_acc"] - rows[m]["concept_acc"] for m in methods}
         edited = [m for m in methods if rows[f"{m}+ember"].get("n_tokens_edited", 0) > 0]

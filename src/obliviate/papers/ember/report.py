@@ -9,7 +9,8 @@ from obliviate.papers import markdown_table, write_report
 from obliviate.papers.ember.claims import PAPER, claims_of, ordered
 from obliviate.runs.report import _plt, plot_grouped_bars, save_figure
 
-WORLD_COLUMNS = ["row", "concept_acc", "similar_acc", "utility_acc", "coherence", "relearn_concept_acc", "regained",
+WORLD_COLUMNS = ["row", "concept_acc", "similar_acc", "utility_acc", "coherence", "relearn_concept_acc",
+                 "regained",
                  "vocab_fraction_edited", "n_tokens_edited"]
 LOSS_COLUMNS = ["row", "loss_exclusive", "loss_other", "loss_neutral", "d_loss_exclusive", "d_loss_other",
                 "d_loss_neutral"]
@@ -92,7 +93,8 @@ def render(results: dict, out: Path) -> None:
         "the accuracy before the attack. `+ember` rows: EMBER with the delta chosen on the EMBER-only grid, "
         "then the MLP method on top with the same settings as alone (the paper re-tunes it; we do not).\n"))]
     if rows:
-        table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n, m in rows.items()]
+        table = [{"row": n, **m, "regained": m["relearn_concept_acc"] - m["concept_acc"]} for n,
+                 m in rows.items()]
         body = markdown_table(table, WORLD_COLUMNS, fmt="{:.4f}")
         if grid is not None:
             ja = grid["judge_agreement"]
@@ -121,7 +123,8 @@ def render(results: dict, out: Path) -> None:
     elif real:
         table = []
         for c, r in real.items():
-            row = {"concept": c, "edited": r.get("n_tokens_edited"), "vocab_fraction": r.get("vocab_fraction_edited"),
+            row = {"concept": c, "edited": r.get("n_tokens_edited"),
+                   "vocab_fraction": r.get("vocab_fraction_edited"),
                    "delta": r.get("delta")}
             for s in ("base", "ember", "relearn_base", "relearn_ember"):
                 if s in r:

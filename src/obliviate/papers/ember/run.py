@@ -163,9 +163,11 @@ class EmberDataConfig:
     relearn_lr: float = 1e-3
 
     def __post_init__(self):
-        _check_positive(self, "ember_data", ("n_concepts", "vocab_size", "n_layer", "d_model", "n_head", "max_len",
+        _check_positive(self, "ember_data",
+                        ("n_concepts", "vocab_size", "n_layer", "d_model", "n_head", "max_len",
                                              "train_steps", "batch_size", "K", "judge_top", "factor_max_iter",
-                                             "factor_patience", "n_relearn", "relearn_epochs", "relearn_batch_size"))
+                                             "factor_patience", "n_relearn", "relearn_epochs",
+                                             "relearn_batch_size"))
         if not 0 < self.heldout < 1:
             raise ConfigError(f"config key 'ember_data.heldout': must be in (0, 1), got {self.heldout}")
         if not self.deltas:
@@ -222,7 +224,8 @@ def apply_quick(cfg: EmberRecipeConfig) -> EmberRecipeConfig:
     return cfg
 
 
-# ---------------------------------------------------------------- stored pieces (obliviate.runs.parts.cached_part)
+# ---------------------------------------------------------------- stored pieces
+# (obliviate.runs.parts.cached_part)
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "concept"
@@ -237,7 +240,8 @@ def term_spans(texts: list[str], terms: list[str]) -> list[dict]:
     if not terms:
         raise DataError("no exclusive terms to label")
     pattern = re.compile(r"(?<!\w)(?:" + "|".join(re.escape(t) for t in terms) + r")(?!\w)")
-    return [{"text": t, "spans": [[m.start(), m.end(), {"excl": 1}] for m in pattern.finditer(t)]} for t in texts]
+    return [{"text": t,
+             "spans": [[m.start(), m.end(), {"excl": 1}] for m in pattern.finditer(t)]} for t in texts]
 
 
 def group_losses(model, dataset) -> dict[str, float]:
@@ -287,7 +291,8 @@ def concept_task(world) -> Task:
             raise DataError(f"the world has no {split} MCQs (check pretrain.world sizes)")
     return facts_task(world, {"concept": ("forget", world.facts_by_split("concept")),
                               "similar": ("neighbour", world.facts_by_split("general")),
-                              "utility": ("retain", world.facts_by_split("retain") + world.facts_by_split("forget"))},
+                              "utility": ("retain",
+                                          world.facts_by_split("retain") + world.facts_by_split("forget"))},
                       kinds=("mcq",), name="world:concept")
 
 
@@ -306,7 +311,8 @@ class ConceptEval:
                                                                              c["exclusive_terms"]),
                                                        max_len, fields=("excl",)))
         neutral = list(c["coherence_prompts"]) + list(c["neutral_sentences"])
-        self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len, fields=("excl",))
+        self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len,
+                                             fields=("excl",))
 
     def acc(self, model, which: str) -> float:
         es = next(es for es in self.task.evals if es.name == f"{which}_mcq")
@@ -347,7 +353,8 @@ def grid_scores(base: dict, m: dict) -> dict:
     """Efficacy, specificity, coherence and utility of one delta (inputs of :func:`select_delta`)."""
 
     return {"efficacy": efficacy(m["concept_acc"], base["concept_acc"]),
-            "specificity": specificity(m["utility_acc"], base["utility_acc"], m["similar_acc"], base["similar_acc"]),
+            "specificity": specificity(m["utility_acc"], base["utility_acc"], m["similar_acc"],
+                                       base["similar_acc"]),
             "coherence": derived(base, m)["coherence"], "utility": m["utility_acc"]}
 
 
@@ -365,10 +372,12 @@ def locate(model, tok, world, wc: WorldConceptConfig):
 
     c = world.concept
     n = int(build_vocab(tok, c["concept_sentences"], c["neutral_sentences"])[0].numel())
-    return locate_concept_features(model, tok, c["concept_sentences"], c["neutral_sentences"], world_judge(world, wc),
+    return locate_concept_features(model, tok, c["concept_sentences"], c["neutral_sentences"],
+                                   world_judge(world, wc),
                                    min(wc.K, n), seed=42, sparsity=wc.sparsity, min_ratio=wc.min_ratio,
                                    min_confidence=wc.min_confidence, n_top_tokens=wc.judge_top,
-                                   factor_kwargs={"max_iter": wc.factor_max_iter, "patience": wc.factor_patience})
+                                   factor_kwargs={"max_iter": wc.factor_max_iter,
+                                                  "patience": wc.factor_patience})
 
 
 def judge_agreement(world, loc, wc: WorldConceptConfig) -> dict:
@@ -464,7 +473,8 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
     base = rows["base"]
 
     # EMBER's delta grid on the base model (the location does not depend on delta).
-    ember_key = {**pre, "ember": {k: getattr(wc, k) for k in ("K", "sparsity", "min_ratio", "judge", "judge_top",
+    ember_key = {**pre,
+                 "ember": {k: getattr(wc, k) for k in ("K", "sparsity", "min_ratio", "judge", "judge_top",
                                                               "min_confidence", "factor_max_iter",
                                                               "factor_patience")}}
     grid_key = {**ember_key, "deltas": list(wc.deltas)}
@@ -484,7 +494,8 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
             res = ember_erase(model, tok, None, None, None, None, d, location=loc)
             m = ev(model)
             restore_embeddings(model, snap)
-            results.append({"delta": float(d), **m, **grid_scores(base, m), "n_tokens_edited": res.record.n_edited,
+            results.append({"delta": float(d), **m, **grid_scores(base, m),
+                            "n_tokens_edited": res.record.n_edited,
                             "vocab_fraction_edited": res.vocab_fraction_edited})
         choice = select_delta(results, base["utility_acc"], grid=None)
         return {
@@ -505,7 +516,8 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
     def ember_alone():
         model = fresh()
         res = ember_erase(model, tok, None, None, None, None, delta, location=location())
-        return model, {"vocab_fraction_edited": res.vocab_fraction_edited, "n_tokens_edited": res.record.n_edited,
+        return model, {"vocab_fraction_edited": res.vocab_fraction_edited,
+                       "n_tokens_edited": res.record.n_edited,
                        "delta": delta}
 
     rows["ember"] = row("ember", ember_key, ember_alone)
@@ -520,7 +532,8 @@ def run_world(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, 
 
         def combined(name=name):
             run = method_runner(cfg, name, world, tok, progress)
-            comb = ember_then(f"{name}+ember", fresh(), tok, None, None, None, delta, run, location=location())
+            comb = ember_then(f"{name}+ember", fresh(), tok, None, None, None, delta, run,
+                              location=location())
             return comb.model, {"vocab_fraction_edited": comb.ember.vocab_fraction_edited,
                                 "n_tokens_edited": comb.ember.record.n_edited, "delta": delta}
 
@@ -553,11 +566,14 @@ def train_concept_model(dc: EmberDataConfig, texts: list[str], seed: int, progre
     shape = TinyModelConfig(n_layer=dc.n_layer, d_model=dc.d_model, n_head=dc.n_head, max_len=dc.max_len,
                             vocab_size=dc.vocab_size)
     model, tok = build_tiny_model(texts, shape, seed)
-    ds = pack_sequences(encode_documents(tok, [{"text": t} for t in texts], dc.max_len, fields=("excl",)), dc.max_len)
+    ds = pack_sequences(encode_documents(tok, [{"text": t} for t in texts], dc.max_len, fields=("excl",)),
+                        dc.max_len)
     seed_everything(seed)
-    tc = TrainConfig(steps=dc.train_steps, lr=dc.lr, warmup_steps=min(20, dc.train_steps // 10), schedule="cosine",
+    tc = TrainConfig(steps=dc.train_steps, lr=dc.lr, warmup_steps=min(20, dc.train_steps // 10),
+                     schedule="cosine",
                      log_every=max(1, dc.train_steps // 10), progress=progress, desc="concept model")
-    train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, make_lm_batches(ds, dc.batch_size, seed, tok.pad_token_id),
+    train(model, lambda m, b, s: {"lm": lm_loss(m, b)},
+          make_lm_batches(ds, dc.batch_size, seed, tok.pad_token_id),
           tc, None)
     model.eval()
     return model, tok
@@ -575,7 +591,8 @@ def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bo
         return {"concept_loss": text_loss(m, tok, c_test, dc.max_len)["loss"],
                 "neutral_loss": text_loss(m, tok, n_test, dc.max_len)["loss"]}
 
-    out: dict = {"n_train_sentences": len(c_train) + len(n_train), "vocab_size": len(tok), "base": losses(model)}
+    out: dict = {"n_train_sentences": len(c_train) + len(n_train), "vocab_size": len(tok),
+                 "base": losses(model)}
     base = out["base"]
     try:
         judge = judge_from_sentences(c_train, n_train)
@@ -584,9 +601,11 @@ def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bo
         return _finish_concept(out, t0)
     n_vocab = int(build_vocab(tok, c_train, n_train)[0].numel())
     loc = locate_concept_features(model, tok, c_train, n_train, judge, min(dc.K, n_vocab), seed=42,
-                                  sparsity=dc.sparsity, min_ratio=dc.min_ratio, min_confidence=dc.min_confidence,
+                                  sparsity=dc.sparsity, min_ratio=dc.min_ratio,
+                                  min_confidence=dc.min_confidence,
                                   n_top_tokens=dc.judge_top,
-                                  factor_kwargs={"max_iter": dc.factor_max_iter, "patience": dc.factor_patience})
+                                  factor_kwargs={"max_iter": dc.factor_max_iter,
+                                                 "patience": dc.factor_patience})
     snap = snapshot_embeddings(model)
     grid = []
     for d in dc.deltas:
@@ -599,18 +618,22 @@ def run_concept(dc: EmberDataConfig, data, concept: str, seed: int, progress: bo
                      "utility": spec})
     choice = select_delta(grid, 1.0, grid=None)
     res = ember_erase(model, tok, None, None, None, None, choice.delta, location=loc)
-    out.update({"n_sentence_tokens": n_vocab, "n_candidates": len(loc.candidates), "features": list(loc.features),
+    out.update({"n_sentence_tokens": n_vocab, "n_candidates": len(loc.candidates),
+                "features": list(loc.features),
                 "edited_tokens": [tok.decode([t]) for t in res.eligible_token_ids],
                 "n_tokens_edited": res.record.n_edited, "vocab_fraction_edited": res.vocab_fraction_edited,
-                "delta": choice.delta, "delta_qualified": choice.qualified, "grid": grid, "ember": losses(model)})
+                "delta": choice.delta, "delta_qualified": choice.qualified, "grid": grid,
+                "ember": losses(model)})
     paragraphs = list(data.relearn_paragraphs[concept])[: dc.n_relearn]
     per_epoch = math.ceil(len(paragraphs) / dc.relearn_batch_size)
-    rc = RelearnConfig(steps=dc.relearn_epochs * per_epoch, lr=dc.relearn_lr, batch_size=dc.relearn_batch_size,
+    rc = RelearnConfig(steps=dc.relearn_epochs * per_epoch, lr=dc.relearn_lr,
+                       batch_size=dc.relearn_batch_size,
                        eval_every=per_epoch, max_len=dc.max_len, seed=seed)
     for name, edited in (("relearn_ember", True), ("relearn_base", False)):
         if not edited:
             restore_embeddings(model, snap)
-        r = relearn_attack(model, tok, paragraphs, lambda m: text_loss(m, tok, c_test, dc.max_len)["loss"], rc,
+        r = relearn_attack(model, tok, paragraphs, lambda m: text_loss(m, tok, c_test, dc.max_len)["loss"],
+                           rc,
                            keep_model=True)
         out[name] = losses(r["model"])
     out["n_relearn"] = len(paragraphs)
@@ -675,8 +698,10 @@ def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
     results = as_results(cfg, **parts)  # what results.json will hold
     claims = claims_of(results)
     render(results, out)
-    data = dataclasses.replace(cfg.ember_data, data=recorded_path(cfg.ember_data.data))  # absolute, as every path
-    write_results(out, seed=cfg.seed, config=dataclasses.replace(cfg, ember_data=data), claims=claims_json(claims),
+    # absolute, as every path
+    data = dataclasses.replace(cfg.ember_data, data=recorded_path(cfg.ember_data.data))
+    write_results(out, seed=cfg.seed, config=dataclasses.replace(cfg, ember_data=data),
+                  claims=claims_json(claims),
                   **parts)
     return {"metrics": rows, "claims": claims, "timings": timings, "notes": notes, "delta_grid": grid,
             "real_data": real}

@@ -33,7 +33,8 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
-def make_claims(metrics: dict, probes: dict, seeds: list[int], n_eval_toxic: int | None = None) -> list[Claim]:
+def make_claims(metrics: dict, probes: dict, seeds: list[int],
+                n_eval_toxic: int | None = None) -> list[Claim]:
     """The paper's claims next to ours; every agreement is computed from the measured numbers.
 
     ``n_eval_toxic``: how many held-out toxic prompts the toxicity scores are over; when given and the base

@@ -71,7 +71,8 @@ def reinforce_alpha(state: Any, branch_fn: Callable[[Any, float], tuple[Any, flo
         mu_next = reinforce_update(mu, log_alphas, rewards, sigma, eta)
         rec = {"step": t, "mu": mu, "log_alphas": [float(x) for x in log_alphas],
                "alphas": [float(math.exp(x)) for x in log_alphas], "rewards": rewards, "chosen": best,
-               "chosen_alpha": float(math.exp(log_alphas[best])), "chosen_reward": rewards[best], "mu_next": mu_next}
+               "chosen_alpha": float(math.exp(log_alphas[best])), "chosen_reward": rewards[best],
+               "mu_next": mu_next}
         steps.append(rec)
         if callback is not None:
             callback(rec)
@@ -139,7 +140,8 @@ def qa_s_reward(base_model, tokenizer, meta_forget: list[dict], meta_retain: lis
 
 
 def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[str, str]],
-                        retain: list[tuple[str, str]], meta_eval_fn: Callable[[Any], float], outer_steps: int = 5,
+                        retain: list[tuple[str, str]], meta_eval_fn: Callable[[Any], float],
+                        outer_steps: int = 5,
                         K: int = 4, M: int = 10, *, sigma: float = 0.5, eta: float = 0.05,
                         alpha0: float | None = None, params: dict | None = None, train=None,
                         batch_size: int = 16, seed: int = 0, out_dir: str | Path | None = None):
@@ -176,7 +178,8 @@ def learn_alpha_unlearn(model, tokenizer, method_name: str, forget: list[tuple[s
         patterns = method.trainable(m)
         method.setup(m, ref, to_device(data(start), device))
         cfg = TrainConfig(**{**to_dict(tcfg), "steps": M, "trainable": patterns, "progress": False})
-        train_loop(m, lambda mm, b, s: method.loss(mm, to_device(b, device), ref), lambda s: data(start + s), cfg)
+        train_loop(m, lambda mm, b, s: method.loss(mm, to_device(b, device), ref), lambda s: data(start + s),
+                   cfg)
         for p in m.parameters():
             p.requires_grad_(True)
         m.eval()

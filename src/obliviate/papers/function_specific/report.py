@@ -54,7 +54,8 @@ def plot_u_r(metrics: dict, png: Path) -> None:
         rows = {v: m for v, m in metrics.items() if m.get("function") == function}
         for i, (v, m) in enumerate(rows.items()):
             c = f"C{i}"
-            ax.scatter([p["u"] for p in m["per_seed"]], [p["r"] for p in m["per_seed"]], color=c, alpha=0.3, s=18)
+            ax.scatter([p["u"] for p in m["per_seed"]], [p["r"] for p in m["per_seed"]], color=c, alpha=0.3,
+                       s=18)
             ax.scatter([m["u"]], [m["r"]], color=c, s=60, label=f"{v} (S {m['s_unlearning']:.2f})")
         ax.set_xlim(-0.03, 1.03)
         ax.set_ylim(-0.03, 1.05)

@@ -218,8 +218,10 @@ def make_setup(cfg: FunctionSpecificConfig, progress: bool) -> Setup:
     world = world_for(cfg.pretrain)
     base_dir = cached_pretrain(cfg.pretrain, progress=progress) / "model"
     tok = load_tokenizer(str(base_dir))
-    return Setup(world=world, tok=tok, base_dir=base_dir, k_forget=forget_pairs(world), k_retain=retain_pairs(world),
-                 meta=world_meta_splits(world, cfg.meta_frac, cfg.seed), general=world.facts_by_split("general"),
+    return Setup(world=world, tok=tok, base_dir=base_dir, k_forget=forget_pairs(world),
+                 k_retain=retain_pairs(world),
+                 meta=world_meta_splits(world, cfg.meta_frac, cfg.seed),
+                 general=world.facts_by_split("general"),
                  **toxicity_data(world, cfg.tox_heldout_frac, cfg.tox_inputs, cfg.seed))
 
 
@@ -238,7 +240,8 @@ def knowledge_task(s: Setup) -> Task:
     """The knowledge half's evaluation sets: QA and MCQ (whole answer sentences, cloze) of the final forget
     and retain splits and of the general facts (:func:`obliviate.tasks.world.facts_task`)."""
     return facts_task(s.world, {"forget": ("forget", s.meta["final_forget"]),
-                                "retain": ("retain", s.meta["final_retain"]), "general": ("retain", s.general)})
+                                "retain": ("retain", s.meta["final_retain"]),
+                                "general": ("retain", s.general)})
 
 
 KNOWLEDGE_KEYS = ("forget_mcq_acc", "retain_mcq_acc", "general_mcq_acc", "forget_qa_em", "retain_qa_em",
@@ -268,7 +271,8 @@ def evaluate(model, s: Setup, max_new_tokens: int) -> dict:
 def knowledge_scores(base: dict, m: dict) -> dict:
     """U, R, S of a knowledge row: MCQ accuracy on the final forget split vs the utility MCQs, chance 0.25."""
 
-    s = s_unlearning(base["forget_mcq_acc"], m["forget_mcq_acc"], base["knowledge_utility"], m["knowledge_utility"],
+    s = s_unlearning(base["forget_mcq_acc"], m["forget_mcq_acc"], base["knowledge_utility"],
+                     m["knowledge_utility"],
                      chance=MCQ_CHANCE)
     return {"u": s["u"], "r": s["r"], "s_unlearning": s["s"]}
 
@@ -347,8 +351,10 @@ def run_variant(cfg: FunctionSpecificConfig, s: Setup, variant: str, seed: int, 
         p = dict(params)
         alpha0 = float(p.pop("alpha", 10.0))
         tcfg = TrainConfig(steps=M, lr=cfg.lr, schedule="constant", log_every=max(1, M), progress=False)
-        model, traj = learn_alpha_unlearn(model, s.tok, method, s.k_forget, s.k_retain, mcq_s_reward(base_model, s),
-                                          outer_steps=cfg.meta_outer_steps, K=cfg.meta_K, M=M, sigma=cfg.meta_sigma,
+        model, traj = learn_alpha_unlearn(model, s.tok, method, s.k_forget, s.k_retain,
+                                          mcq_s_reward(base_model, s),
+                                          outer_steps=cfg.meta_outer_steps, K=cfg.meta_K, M=M,
+                                          sigma=cfg.meta_sigma,
                                           eta=cfg.meta_eta, alpha0=alpha0, params=p, train=tcfg,
                                           batch_size=cfg.batch_size, seed=seed)
         extra = {"alpha_trajectory": traj, "final_alpha": traj["final_alpha"],
@@ -362,7 +368,8 @@ def run_variant(cfg: FunctionSpecificConfig, s: Setup, variant: str, seed: int, 
                            schedule="constant", log_every=5, progress=False, desc=f"{variant} s{seed}")
         ucfg = UnlearnConfig(method=method, params=p, train=tcfg, batch_size=cfg.batch_size, seed=seed)
         forget, retain = (s.tox_forget, s.tox_retain) if tox else (s.k_forget, s.k_retain)
-        model, summary = unlearn(model, s.tok, forget, retain, ucfg, out_dir / "train", progress=False, resume=False)
+        model, summary = unlearn(model, s.tok, forget, retain, ucfg, out_dir / "train", progress=False,
+                                 resume=False)
         info = getattr(summary["method_obj"], "probe_info", None)
         if info:
             extra["probe_accuracy"] = {str(l): v["accuracy"] for l, v in info.items()}
@@ -382,7 +389,8 @@ def probe_analysis(cfg: FunctionSpecificConfig, s: Setup) -> dict:
     probes = probe_directions(model, s.tok, texts, y, layers, seed=cfg.seed)
     cos = pairwise_cosine({l: p["direction"] for l, p in probes.items()})
     off = [float(cos[i, j]) for i in range(len(layers)) for j in range(i + 1, len(layers))]
-    return {"layers": layers, "cosine": cos.tolist(), "max_offdiag": max(off), "mean_offdiag": sum(off) / len(off),
+    return {"layers": layers, "cosine": cos.tolist(), "max_offdiag": max(off),
+            "mean_offdiag": sum(off) / len(off),
             "n_pairs": len(off), "n_pairs_below_0.5": sum(abs(c) < 0.5 for c in off),
             "probe_accuracy": {str(l): p["accuracy"] for l, p in probes.items()}, "n_texts": len(texts)}
 
@@ -416,7 +424,8 @@ def aggregate(variant: str, base: dict, runs: list[dict], seeds: list[int]) -> d
     ss = [r["s_unlearning"] for r in per_seed]
     out["s_unlearning_std"] = math.sqrt(sum((x - out["s_unlearning"]) ** 2 for x in ss) / len(ss))
     out.update(function="toxicity" if variant in TOXICITY else "knowledge", method=VARIANTS[variant],
-               n_seeds=len(seeds), per_seed=[{k: r.get(k) for k in ("seed", "u", "r", "s_unlearning", "final_alpha")
+               n_seeds=len(seeds),
+               per_seed=[{k: r.get(k) for k in ("seed", "u", "r", "s_unlearning", "final_alpha")
                                               if k in r} for r in per_seed])
     if "probe_accuracy" in runs[0]:
         out["probe_accuracy"] = runs[0]["probe_accuracy"]
@@ -448,7 +457,8 @@ def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
         parts / "base.json", {"part": "base", **data_key},
         lambda: evaluate(load_model(str(s.base_dir)).eval(), s, cfg.max_new_tokens))
     probes, timings["probe_directions_seconds"] = cached_part(
-        parts / "probe_directions.json", {"part": "probe_directions", "layers": cfg.analysis_layers, **data_key},
+        parts / "probe_directions.json",
+        {"part": "probe_directions", "layers": cfg.analysis_layers, **data_key},
         lambda: probe_analysis(cfg, s))
     metrics: dict = {"base": {**base, "u": 0.0, "r": 1.0, "s_unlearning": 0.0, "function": "reference"}}
     settings: dict = {}

@@ -102,7 +102,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
     sec.append(("Pareto: token vs document filtering", body))
 
     a = m["adversarial"]
-    costed = all("recovery_cost_tokens" in m[k] for k in adversarial(cfg))  # runs before it was recorded lack it
+    # runs before it was recorded lack it
+    costed = all("recovery_cost_tokens" in m[k] for k in adversarial(cfg))
     rows = [{"model": k, "start forget loss": m[k]["start_forget_loss"],
              "tokens to recover": m[k]["adversarial_tokens"],
              "% of pretraining": None if m[k]["adversarial_tokens"] is None
@@ -120,7 +121,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             + _table(rows, None, "{:.3g}") + "\n![adversarial](adversarial.png)\n")
     sec.append(("Adversarial fine-tuning", body))
 
-    rows = [{"model": k, "forget refusal": v["forget"], "retain refusal": v["retain"], "general refusal": v["general"]}
+    rows = [{"model": k, "forget refusal": v["forget"], "retain refusal": v["retain"],
+             "general refusal": v["general"]}
             for k, v in ((k, m["refusal"][k]) for k in cfg["refusal_strategies"] if k in m["refusal"])]
     n = next((m["refusal"][k] for k in cfg["refusal_strategies"] if k in m["refusal"]), {})
     body = (f"Size {cfg['sizes'][-1]}; SFT on {n.get('n_sft', 0)} examples ({cfg['refusal_steps']} steps), "

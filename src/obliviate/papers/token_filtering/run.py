@@ -168,13 +168,15 @@ class TokenFilteringConfig:
     refusal_batch_size: int = 16
 
     def __post_init__(self):
-        for key in ("eval_fraction", "calibration_fraction", "threshold", "doc_threshold", "doc_label_fraction"):
+        for key in ("eval_fraction", "calibration_fraction", "threshold", "doc_threshold",
+                    "doc_label_fraction"):
             v = getattr(self, key)
             if not 0.0 < v < 1.0:
                 raise ConfigError(f"config key '{key}': must be in (0, 1), got {v}")
         if self.context_window < 0:
             raise ConfigError(f"config key 'context_window': must be >= 0, got {self.context_window}")
-        for key in ("vocab_size", "row_len", "batch_size", "adv_batch_size", "refusal_batch_size", "bilm_layers",
+        for key in ("vocab_size", "row_len", "batch_size", "adv_batch_size", "refusal_batch_size",
+                    "bilm_layers",
                     "bilm_d", "min_latents"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
@@ -308,16 +310,19 @@ def _labels(cfg, D, labeller_dir: Path, out: Path, progress: bool) -> dict:
     wcfg = WeakLabelConfig(latents=cfg.sae_latents, k=cfg.sae_k, steps=cfg.sae_steps,
                            calibration_fraction=cfg.calibration_fraction, min_ratio=cfg.min_ratio,
                            min_latents=cfg.min_latents, seed=cfg.seed)
-    weak, weak_info = sae_weak_labels(labeller, train, truth_tr, layer, wcfg, special_ids=D.special, pad_id=D.pad,
+    weak, weak_info = sae_weak_labels(labeller, train, truth_tr, layer, wcfg, special_ids=D.special,
+                                      pad_id=D.pad,
                                       progress=progress)
     del labeller
 
     # the biLM token classifier and the document-classifier baseline, fit on the weak labels
     ccfg = TokenClassifierConfig(layers=cfg.bilm_layers, d_model=cfg.bilm_d, steps=cfg.bilm_steps,
                                  context_window=cfg.context_window, thresholds=_sweep_thresholds(cfg),
-                                 noise_ps=list(cfg.classifier_noise_ps), doc_label_fraction=cfg.doc_label_fraction,
+                                 noise_ps=list(cfg.classifier_noise_ps),
+                                 doc_label_fraction=cfg.doc_label_fraction,
                                  doc_threshold=cfg.doc_threshold, seed=cfg.seed)
-    clf = fit_token_classifiers(train, held, weak, truth_tr, truth_ev, len(D.tok), ccfg, special_ids=D.special,
+    clf = fit_token_classifiers(train, held, weak, truth_tr, truth_ev, len(D.tok), ccfg,
+                                special_ids=D.special,
                                 pad_id=D.pad, bos_id=D.tok.bos_token_id, eos_id=D.tok.eos_token_id,
                                 save_dir=out / "models", progress=progress)
     probs_tr, doc_probs_tr = clf.probs, clf.doc_probs
@@ -379,7 +384,8 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     if doc_flags is not None and np.asarray(doc_flags).all():  # nothing left to train on: the untrained model
         save_model(model, str(out / "models" / name))
         return {"size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N,
-                "tokens": target, "steps": 0, "flops": training_flops(N, target), "loss": _eval_losses(model, D.eval),
+                "tokens": target, "steps": 0, "flops": training_flops(N, target),
+                "loss": _eval_losses(model, D.eval),
                 "flagged_fraction": 0.0, "kept_documents": 0.0, "trained_token_fraction": 0.0,
                 "note": "every document dropped: the model is its initialisation (compute counted as "
                         "planned)"}
@@ -389,7 +395,8 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     steps = max(1, math.ceil(target / (cfg.batch_size * mean_row)))
     batch_fn, sampler = _lm_batches(packed, cfg, cfg.seed, D.pad)
     tokens = sum(sampler.step_tokens([len(s) for s in packed.input_ids], steps))
-    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine", min_lr_ratio=0.1,
+    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine",
+                     min_lr_ratio=0.1,
                      grad_clip=1.0, log_every=max(1, steps // 20), checkpoint_every=max(50, steps // 10),
                      progress=progress, desc=name)
     run_dir = out / "runs" / name
@@ -398,9 +405,11 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     save_model(model, str(out / "models" / name))
     flagged = float(np.mean(np.concatenate(flags))) if flags is not None else 0.0
     return {"size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N,
-            "tokens": tokens, "steps": steps, "flops": training_flops(N, tokens), "loss": _eval_losses(model, D.eval),
+            "tokens": tokens, "steps": steps, "flops": training_flops(N, tokens),
+            "loss": _eval_losses(model, D.eval),
             "flagged_fraction": flagged, "kept_documents": float(len(fds) / len(D.train)),
-            "trained_token_fraction": fds.n_trained_tokens() / max(1, sum(len(s) - 1 for s in D.train.input_ids))}
+            "trained_token_fraction": fds.n_trained_tokens() / max(1,
+                                                                   sum(len(s) - 1 for s in D.train.input_ids))}
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
@@ -410,7 +419,8 @@ def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict
     seqs = [np.concatenate([[bos], r]) for r in domain_runs(D.train, "medicine")]
     if not seqs:
         raise DataError("the training documents hold no forget-domain text to fine-tune on")
-    return loss_recovery_curve(model, seqs, lambda m: _eval_losses(m, D.eval)["medicine"], steps=cfg.adv_steps,
+    return loss_recovery_curve(model, seqs, lambda m: _eval_losses(m, D.eval)["medicine"],
+                               steps=cfg.adv_steps,
                                lr=cfg.adv_lr, batch_size=cfg.adv_batch_size, eval_every=cfg.adv_eval_every,
                                pad_id=D.pad, seed=cfg.seed + 3, progress=progress, desc=name)
 
@@ -451,7 +461,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     rc = resolve(cfg)
     seed_everything(rc.seed)
 
-    parts = PartStore(out / "parts", {k: v for k, v in to_dict(rc).items() if k not in ("command", "parallel")})
+    parts = PartStore(out / "parts",
+                      {k: v for k, v in to_dict(rc).items() if k not in ("command", "parallel")})
     D = _data(rc)
 
     def labels_job():  # the labeller comes from the pretraining cache (trained there once)
@@ -487,7 +498,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     main = {size: {"none": runs[_run_name(size, "none", 0)]} for size in rc.sizes}
     for size in rc.sizes:
         for s in rc.strategies:
-            main[size][s] = runs[_run_name(size, s, rc.doc_threshold if s == "drop_document" else rc.threshold)]
+            main[size][s] = runs[_run_name(size, s,
+                                           rc.doc_threshold if s == "drop_document" else rc.threshold)]
     fit_f, slow_f = slowdowns(main, rc.sizes, "medicine")
     fit_r, slow_r = slowdowns(main, rc.sizes, "biology")
     corpus_tokens = D.train.n_tokens()
@@ -505,7 +517,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         todo[f"adversarial/{s}"] = job
 
     def rmu_job():
-        model, info = _rmu(rc, D, load_model(str(out / "models" / _run_name(big, "none", 0))), shown["progress"])
+        model, info = _rmu(rc, D, load_model(str(out / "models" / _run_name(big, "none", 0))),
+                           shown["progress"])
         after = _eval_losses(model, D.eval)
         res = _finetune_curve(rc, D, model, "adversarial/rmu", out, shown["progress"])
         return {**res, "rmu": info, "loss_after_rmu": after}
@@ -516,7 +529,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     for k, v in adv.items():
         v["tokens_to_recover"] = tokens_to_recover([tuple(p) for p in v["curve"]], baseline)
         # the one recovery cost (obliviate.attacks.relearn.recovery_cost), in loss: tokens until the fine-tune
-        # closes half the gap between its starting forget loss and the baseline's (null when nothing was lost, and
+        # closes half the gap between its starting forget loss and the baseline's (null when nothing was lost,
+        # and
         # here also when the budget ran out first: the claims read null as "not recovered within the budget")
         start = v["curve"][0][1] if v["curve"] else None
         cost = recovery_cost([v["curve"]], start, baseline, higher_is_better=False)
@@ -538,13 +552,17 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         metrics[size] = {}
         for s, r in main[size].items():
             metrics[size][s] = {"params": r["params"], "tokens": r["tokens"], "flops": r["flops"],
-                                "forget_loss": r["loss"].get("medicine"), "retain_loss": r["loss"].get("biology"),
+                                "forget_loss": r["loss"].get("medicine"),
+                                "retain_loss": r["loss"].get("biology"),
                                 "general_loss": r["loss"].get("general"),
-                                "compute_slowdown": slow_f[size][s], "retain_compute_slowdown": slow_r[size][s],
-                                "flagged_fraction": r["flagged_fraction"], "kept_documents": r["kept_documents"],
+                                "compute_slowdown": slow_f[size][s],
+                                "retain_compute_slowdown": slow_r[size][s],
+                                "flagged_fraction": r["flagged_fraction"],
+                                "kept_documents": r["kept_documents"],
                                 "epochs": r["tokens"] / corpus_tokens}
     for k, v in adv.items():
-        metrics[k] = {"adversarial_tokens": v["tokens_to_recover"], "recovered": v["tokens_to_recover"] is not None,
+        metrics[k] = {"adversarial_tokens": v["tokens_to_recover"],
+                      "recovered": v["tokens_to_recover"] is not None,
                       "adversarial_budget_tokens": v["budget_tokens"],
                       "adversarial_tokens_fraction_of_pretraining":
                           None if v["tokens_to_recover"] is None else v["tokens_to_recover"] / pre_tokens,
@@ -566,7 +584,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
             r = runs[_run_name(rc.pareto_size, strat, t)]
             pareto[key].append({"threshold": t, "forget_loss": r["loss"]["medicine"],
                                 "retain_loss": r["loss"]["biology"],
-                                "flagged_fraction": r["flagged_fraction"], "kept_documents": r["kept_documents"]})
+                                "flagged_fraction": r["flagged_fraction"],
+                                "kept_documents": r["kept_documents"]})
     tok_pts = [(p["forget_loss"], p["retain_loss"]) for p in pareto["token"]]
     pareto["documents_dominated"] = sum(dominated((p["forget_loss"], p["retain_loss"]), tok_pts)
                                         for p in pareto["document"])
@@ -577,7 +596,8 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
         noise_rows.append({"p": p, "forget_loss": r["loss"]["medicine"], "retain_loss": r["loss"]["biology"],
                            "compute_slowdown": _slow_one(fit_f, r["loss"]["medicine"], r["flops"]),
                            "retain_compute_slowdown": _slow_one(fit_r, r["loss"]["biology"], r["flops"])})
-    metrics["label_noise"] = {"size": rc.pareto_size, "strategy": rc.pareto_token_strategy, "rows": noise_rows}
+    metrics["label_noise"] = {"size": rc.pareto_size, "strategy": rc.pareto_token_strategy,
+                              "rows": noise_rows}
     metrics["refusal"] = refusal
 
     seconds = time.time() - t0

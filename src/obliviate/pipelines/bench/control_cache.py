@@ -75,7 +75,8 @@ def _run(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
 
 
 def measure_control_cache(work: str | Path, *, size: str = "4x128", seed: int = 0,
-                          methods: tuple = ("npo", "graddiff"), unlearn_steps: int = 20, extra: list[str] | None = None,
+                          methods: tuple = ("npo", "graddiff"), unlearn_steps: int = 20,
+                          extra: list[str] | None = None,
                           world: dict | None = None, progress: bool = False) -> dict:
     """The case (module docstring) in the folder ``work`` (emptied first): each attack's process CPU seconds
     (``first_seconds``, ``second_seconds``: what a neighbouring job cannot inflate, as the step times' clock;
@@ -115,7 +116,8 @@ def measure_control_cache(work: str | Path, *, size: str = "4x128", seed: int = 
                             f"({runs['second']['controls']['cache']}); see {work / 'attack-second.log'}")
     first, second = runs["first"], runs["second"]
     ratio = second["seconds"] / first["seconds"]
-    return {"size": size, "params": param_count(model, non_embedding=False), "methods": list(methods), "threads": 1,
+    return {"size": size, "params": param_count(model, non_embedding=False), "methods": list(methods),
+            "threads": 1,
             "first_seconds": first["seconds"], "second_seconds": second["seconds"], "ratio": ratio,
             "first_wall_seconds": first["wall_seconds"], "second_wall_seconds": second["wall_seconds"],
             "wall_ratio": second["wall_seconds"] / first["wall_seconds"], "target": TARGET,

@@ -186,18 +186,21 @@ def _world_model(cfg: BenchConfig, size: str | None = None):
     """The world, a fresh model of ``size`` (default ``cfg.size``) and the tokenizer trained for it on the
     world's documents."""
     world = generate_world(WorldConfig(seed=cfg.seed))
-    model, tok = build_tiny_model([d["text"] for d in world.documents()], TinyModelConfig.of_size(size or cfg.size),
+    model, tok = build_tiny_model([d["text"] for d in world.documents()],
+                                  TinyModelConfig.of_size(size or cfg.size),
                                   seed=cfg.seed)
     return world, model, tok
 
 
 def _world_batch(cfg: BenchConfig, size: str | None = None):
     world, _, tok = _world_model(cfg, size)
-    data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed, idk=IDK_ANSWERS)
+    data = PairedData(tok, forget_pairs(world), retain_pairs(world), cfg.batch_size, cfg.seed,
+                      idk=IDK_ANSWERS)
     return tok, data
 
 
-def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False, cache: bool = True):
+def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: bool = False,
+                   cache: bool = True):
     """Method ``name`` set up on ``model`` for single steps on ``batch`` (a step of ``data``), as the executor
     sets it up: its parameters selected, LoRA adapters if ``lora``, its reference (``cache=False``: a whole
     live copy) and ``setup``. Returns ``(model, method, ref)`` (``model`` is the LoRA-wrapped one with
@@ -208,7 +211,8 @@ def prepare_method(name: str, model, data: PairedData, batch: dict, *, lora: boo
     if lora:
         model = wrap_lora(model, patterns)
         select_trainable(model, ["*lora_*"])
-    ref = prepare_reference(method, model, data, batch, lora=lora, cache=cache, steps=1)  # the bench repeats step 0
+    # the bench repeats step 0
+    ref = prepare_reference(method, model, data, batch, lora=lora, cache=cache, steps=1)
     return model, method, ref
 
 
@@ -231,7 +235,8 @@ def peak_matmul_flops(n: int = 1024, device=None, dtype=torch.float32, repeats: 
         if cuda:
             torch.cuda.synchronize()
         times.append(clock() - t)
-    return {"flops_per_s": 2 * n**3 / statistics.median(times), "n": n, "dtype": str(dtype).replace("torch.", ""),
+    return {"flops_per_s": 2 * n**3 / statistics.median(times), "n": n,
+            "dtype": str(dtype).replace("torch.", ""),
             "threads": torch.get_num_threads()}
 
 
@@ -241,7 +246,8 @@ def _quartiles(xs: list[float]) -> tuple[float, float, float]:
 
 
 def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, min_rounds: int = 7,
-                       max_rounds: int = 60, tol: float = 0.05, seed: int = 0, wall=time.perf_counter) -> dict:
+                       max_rounds: int = 60, tol: float = 0.05, seed: int = 0,
+                       wall=time.perf_counter) -> dict:
     """Time ratios of ``steps`` (name -> callable running one step) to ``steps[baseline]``, interleaved.
 
     Each round calls every step once in a shuffled order (seeded) and records each one's time over the
@@ -283,11 +289,13 @@ def interleaved_ratios(steps: dict, baseline: str, *, clock=time.process_time, m
         if rounds >= min_rounds and spread_ok():
             break
     converged = spread_ok()
-    out = {baseline: {"ratio": 1.0, "q1": 1.0, "q3": 1.0, "wall_ratio": 1.0, "rounds": rounds, "converged": converged,
+    out = {baseline: {"ratio": 1.0, "q1": 1.0, "q3": 1.0, "wall_ratio": 1.0, "rounds": rounds,
+                      "converged": converged,
                       "seconds": statistics.median(seconds[baseline])}}
     for n, xs in ratios.items():
         q1, med, q3 = _quartiles(xs)
-        out[n] = {"ratio": med, "q1": q1, "q3": q3, "wall_ratio": statistics.median(walls[n]), "rounds": rounds,
+        out[n] = {"ratio": med, "q1": q1, "q3": q3, "wall_ratio": statistics.median(walls[n]),
+                  "rounds": rounds,
                   "converged": converged, "seconds": statistics.median(seconds[n])}
     return out
 
@@ -314,7 +322,8 @@ def count_products(models, step) -> dict:
         if g is None:
             return
         rows = int(g.numel() // g.shape[-1])
-        counts["backward"] += macs(module, rows) * (int(module.weight.requires_grad) + int(grad_input[0] is not None))
+        counts["backward"] += macs(module,
+                                   rows) * (int(module.weight.requires_grad) + int(grad_input[0] is not None))
 
     seen = set()
     for m in models:
@@ -326,7 +335,8 @@ def count_products(models, step) -> dict:
                 handles.append(mod.register_forward_hook(fwd))
                 handles.append(mod.register_full_backward_hook(bwd))
     try:
-        with warnings.catch_warnings():  # a frozen lower layer's hook fires on its output's gradient: as intended
+        # a frozen lower layer's hook fires on its output's gradient: as intended
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             step()
     finally:
@@ -353,12 +363,14 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
     try:
         peak = peak_matmul_flops(cfg.peak_gemm_n, dev)
         tok, data = _world_batch(cfg)
-        metrics = {} if not cfg.steps else _time_methods(cfg, cfg.size, tok, data, names, cfg.lora_methods, dev, peak,
+        metrics = {} if not cfg.steps else _time_methods(cfg, cfg.size, tok, data, names, cfg.lora_methods,
+                                                         dev, peak,
                                                          cfg.min_rounds, cfg.max_rounds, progress)
         if cfg.mid_size and cfg.steps:
             if progress:
                 print(f"bench: the same at size {cfg.mid_size}", flush=True)
-            mid = _time_methods(cfg, cfg.mid_size, *_world_batch(cfg, cfg.mid_size), cfg.mid_methods or names, [],
+            mid = _time_methods(cfg, cfg.mid_size, *_world_batch(cfg, cfg.mid_size), cfg.mid_methods or names,
+                                [],
                                 dev, peak, cfg.mid_rounds, cfg.mid_rounds, progress)
             metrics["mid"] = {"size": cfg.mid_size, **mid}
     finally:
@@ -386,7 +398,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
     return metrics
 
 
-def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: list[str], lora_methods: list[str],
+def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: list[str],
+                  lora_methods: list[str],
                   dev, peak: dict, min_rounds: int, max_rounds: int, progress: bool) -> dict:
     """Step-time ratios, FLOP bounds, MFU against ``peak`` and memory of ``names`` (and ``lora_methods`` with
     LoRA) at model ``size`` (``tok``, ``data``: :func:`_world_batch` at that size), each method beside a plain
@@ -402,7 +415,9 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
     runs = {"plain_finetune": (base_model, lambda: {"lm": lm_loss(base_model, batch["forget"])}, None)}
     for name, lora in tqdm(jobs, desc=f"bench: set-up ({size})", disable=not progress):
         model, method, ref = prepare_method(name, fresh(), data, batch, lora=lora)
-        runs[f"{name}+lora" if lora else name] = (model, (lambda m=model, meth=method, r=ref: meth.loss(m, batch, r)),
+        runs[f"{name}+lora" if lora else name] = (model,
+                                                  (lambda m=model, meth=method,
+                                                   r=ref: meth.loss(m, batch, r)),
                                                   ref)
     steps = {}
     for key, (model, loss_fn, ref) in runs.items():
@@ -428,10 +443,14 @@ def _time_methods(cfg: BenchConfig, size: str, tok, data: PairedData, names: lis
         t = timing[key]
         bound = flop_bound(passes[key], passes["plain_finetune"])
         flops = 2 * (passes[key]["forward"] + passes[key]["backward"]) / t["seconds"]
-        metrics[key] = {"step_time_ratio": t["ratio"], "step_time_ratio_q1": t["q1"], "step_time_ratio_q3": t["q3"],
-                        "wall_time_ratio": t["wall_ratio"], "flop_bound": bound, "ratio_to_bound": t["ratio"] / bound,
-                        "step_seconds": t["seconds"], "flops_per_s": flops, "mfu": flops / peak["flops_per_s"],
-                        "peak_bytes": mem["peak_bytes"], "reference_copy": bool(ref is not None and ref.holds_copy),
+        metrics[key] = {"step_time_ratio": t["ratio"], "step_time_ratio_q1": t["q1"],
+                        "step_time_ratio_q3": t["q3"],
+                        "wall_time_ratio": t["wall_ratio"], "flop_bound": bound,
+                        "ratio_to_bound": t["ratio"] / bound,
+                        "step_seconds": t["seconds"], "flops_per_s": flops,
+                        "mfu": flops / peak["flops_per_s"],
+                        "peak_bytes": mem["peak_bytes"],
+                        "reference_copy": bool(ref is not None and ref.holds_copy),
                         "reference": "none" if ref is None else ref.kind, "products": passes[key]}
         if key != "plain_finetune":
             metrics[key]["peak_mem_ratio"] = mem["peak_bytes"] / metrics["plain_finetune"]["peak_bytes"]
@@ -459,7 +478,8 @@ def measure_logit_memory(batch: dict, vocab: int = 128_256, d_model: int = 64, s
 
     Returns the bytes autograd saves for the backward pass in each case, their ratio, and the share of
     positions that carry a label (the ratio should come out near it: the logits dominate)."""
-    model, _ = build_tiny_model(None, TinyModelConfig(n_layer=1, d_model=d_model, n_head=2, vocab_size=vocab), seed)
+    model, _ = build_tiny_model(None, TinyModelConfig(n_layer=1, d_model=d_model, n_head=2, vocab_size=vocab),
+                                seed)
     model.train()
     b = {k: v.cpu() for k, v in batch.items()}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -501,7 +521,8 @@ def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
     if have_lm_eval:
         steps.update(lm_eval_qa=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS),
                      lm_eval_mcq=lambda: lmeval_mcq_choices(model, tok, mcqs),
-                     lm_eval_qa_local=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS, installed_tasks=False),
+                     lm_eval_qa_local=lambda: lmeval_generate(model, tok, prompts, QA_TOKENS,
+                                                              installed_tasks=False),
                      lm_eval_mcq_local=lambda: lmeval_mcq_choices(model, tok, mcqs, installed_tasks=False))
     times: dict[str, list[float]] = {k: [] for k in steps}
     outputs: dict = {}
@@ -521,7 +542,8 @@ def measure_eval_speed(cfg: "BenchConfig", rounds: int = 3) -> dict:
             theirs = f"lm_eval_{k}{suffix}"
             if theirs in times:
                 out[f"{theirs}_examples_per_s"] = n[k] / statistics.median(times[theirs])
-                out[f"{k}_time_vs_lm_eval{suffix}"] = statistics.median(a / b for a, b in zip(times[k], times[theirs]))
+                out[f"{k}_time_vs_lm_eval{suffix}"] = statistics.median(a / b for a,
+                                                                        b in zip(times[k], times[theirs]))
     return out
 
 
@@ -570,14 +592,16 @@ def measure_filtering(cfg: BenchConfig) -> dict:
     seqs = sorted(docs.input_ids, key=len)  # length-bucketed batches: little padding
     n_tokens = int(sum(len(s) for s in seqs))
 
-    halves = [build_tiny_model(tok, TinyModelConfig.of_size(f"{n_layer}x{d}", max_len=fm.row_len), seed=cfg.seed + i)[0]
+    halves = [build_tiny_model(tok, TinyModelConfig.of_size(f"{n_layer}x{d}", max_len=fm.row_len),
+                               seed=cfg.seed + i)[0]
               for i in range(2)]
     bilm = BiLM(halves[0], halves[1], layer=n_layer - 1, pad_id=tok.pad_token_id)
     window = clf_cfg.context_window if cfg.classifier_window is None else cfg.classifier_window
     feat = ContextPooled(bilm, window) if window else bilm
     clf = TokenClassifier(feat, special_ids=[tok.pad_token_id, tok.bos_token_id, tok.eos_token_id])
     gen = torch.Generator().manual_seed(cfg.seed)
-    clf.head = LogisticHead(torch.zeros(feat.dim), torch.ones(feat.dim), torch.randn(feat.dim, generator=gen), 0.0)
+    clf.head = LogisticHead(torch.zeros(feat.dim), torch.ones(feat.dim), torch.randn(feat.dim, generator=gen),
+                            0.0)
 
     def classify():
         with torch.inference_mode():
@@ -596,7 +620,8 @@ def measure_filtering(cfg: BenchConfig) -> dict:
         model.train()
         r = measure(model, lambda m=model: {"lm": lm_loss(m, batch)}, None, cfg.repeats, cfg.warmup)
         train_tps = step_tokens / r["step_seconds"]
-        out["models"][size] = {"params": param_count(model, non_embedding=False), "train_tokens_per_s": train_tps,
+        out["models"][size] = {"params": param_count(model, non_embedding=False),
+                               "train_tokens_per_s": train_tps,
                                **filtering_ratio(clf_tps, train_tps, cfg.filter_target)}
     largest = out["models"][sizes[-1]]
     out.update({"filtered_model": sizes[-1], "throughput_ratio": largest["throughput_ratio"],
@@ -629,8 +654,11 @@ def bench_table(metrics: dict) -> str:
         r["MFU_%"] = 100 * r["mfu"] if "mfu" in r else None
         r["GFLOP/s"] = r["flops_per_s"] / 1e9 if "flops_per_s" in r else None
         r["IQR"] = f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}" if "step_time_ratio_q1" in r else None
-    return markdown_table(rows, ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound", "ratio_to_bound",
-                                 "GFLOP/s", "MFU_%", "peak_mem_ratio", "peak_MiB", "whole_copy_MiB", "reference_copy",
+    return markdown_table(rows,
+                          ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound",
+                           "ratio_to_bound",
+                                 "GFLOP/s", "MFU_%", "peak_mem_ratio", "peak_MiB", "whole_copy_MiB",
+                                 "reference_copy",
                                  "reference"], "{:.2f}")
 
 

@@ -71,7 +71,8 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
 
         def run_fold(model, docs, k, root=root):
             seed_everything(seed)
-            model, _ = unlearn(model, tokenizer, Data(docs=list(docs)), task.retain, ucfg, root / str(k) / "train",
+            model, _ = unlearn(model, tokenizer, Data(docs=list(docs)), task.retain, ucfg,
+                               root / str(k) / "train",
                                prompt=task.prompt, idk=task.idk, progress=progress, resume=False)
             return model
 
@@ -89,13 +90,16 @@ def method_folds(task: Task, name: str, ucfg, base_model, tokenizer, out: Path, 
             fold1 = _loaded(main_model_dir, load) if sequential else None
             if not sequential or fold1 is not None:
                 done[1] = (fold1, _muse_only(main))
-        if sequential:  # a resumed run: the requests whose part and model are kept, the next starts from the last
-            done = finished_requests(folds, lambda k, r=root, pk=part_key: kept_part(r / f"fold_{k}.json", pk(k)),
+        # a resumed run: the requests whose part and model are kept, the next starts from the last
+        if sequential:
+            done = finished_requests(folds, lambda k, r=root,
+                                     pk=part_key: kept_part(r / f"fold_{k}.json", pk(k)),
                                      lambda k, r=root: (r / str(k) / "model" / "config.json").exists(),
                                      lambda k, r=root: _loaded(str(r / str(k) / "model"), load), done=done)
         else:  # each scalability fold stands alone: a kept one is not unlearned again
             for f in folds:
-                saved = None if f["fold"] in done else kept_part(root / f"fold_{f['fold']}.json", part_key(f["fold"]))
+                saved = None if f["fold"] in done else kept_part(root / f"fold_{f['fold']}.json",
+                                                                 part_key(f["fold"]))
                 if saved is not None:
                     done[f["fold"]] = (None, saved)
         res[f"muse_{kind}"] = over_requests(base_model, folds, run_fold, evaluate, sequential=sequential,

@@ -56,7 +56,8 @@ def retain_control_input(model: str | None, *, oracle: str | None = None, contro
     return untaught
 
 
-def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *, seed: int = 0,
+def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callable[[str], tuple], *,
+                 seed: int = 0,
                  control: str | None = None, progress: bool = False,
                  cache: ControlCache | None = None) -> tuple[str, dict]:
     """``(the oracle's directory, what building it took)``: ``untaught`` fine-tuned on ``task``'s retain data
@@ -66,7 +67,8 @@ def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callab
     tokenizer)``. The summary holds its ``cost`` (when it was built) and whether it was ``reused``."""
     log.info(f"oracle: {untaught} fine-tuned on the retain data only (at {out / 'models' / 'oracle_retain'})"
              + ("" if control else f"; the default: --oracle DIR gives one, --control {NO_CONTROL} none"))
-    return retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load, preset=preset_name,
+    return retain_finetune_control(untaught, model, task, out / "models" / "oracle_retain", load,
+                                   preset=preset_name,
                                    seed=seed, progress=progress, cache=cache)
 
 

@@ -166,7 +166,8 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
 
     present = [c for c in COLUMNS if c == "model" or any(m.get(c) is not None for m in metrics.values())]
     cols = present[:1] + (["verdict"] if verdicts else []) + [header(c) for c in present[1:]]
-    rows = [{"model": n, **({"verdict": verdicts[n]["verdict"] if n in verdicts else None} if verdicts else {}),
+    rows = [{"model": n,
+             **({"verdict": verdicts[n]["verdict"] if n in verdicts else None} if verdicts else {}),
              **{header(k): m.get(k) for k in present[1:]}} for n, m in metrics.items()]
     return cols, rows
 
@@ -260,7 +261,8 @@ def robustness_over_seeds(results: dict) -> list[str]:
             secs = (r.get("timings") or {}).get(f"{name}_seconds_by_attack") or {}
             for key, c in (m.get("attack_cost") or {}).items():
                 costs.setdefault(key, []).append({**c, "seconds": secs.get(key)})
-    cost_rows = [{"attack": k, **{f: sum(c[f] for c in cs) / len(cs) for f in ("forwards", "backwards", "tokens")},
+    cost_rows = [{"attack": k,
+                  **{f: sum(c[f] for c in cs) / len(cs) for f in ("forwards", "backwards", "tokens")},
                   "seconds": (sum(c["seconds"] for c in cs if c["seconds"] is not None) /
                               max(1, sum(c["seconds"] is not None for c in cs)))}
                  for k, cs in costs.items()]
@@ -269,4 +271,5 @@ def robustness_over_seeds(results: dict) -> list[str]:
             markdown_table(controls, ["control", *labels]), "",
             "## Calibration of each attack", "", markdown_table(calib, ["attack", *labels]), "",
             "## Cost of each attack per model (mean over models and runs)", "",
-            markdown_table(cost_rows, ["attack", "forwards", "backwards", "tokens", "seconds"], fmt="{:.0f}"), ""]
+            markdown_table(cost_rows, ["attack", "forwards", "backwards", "tokens", "seconds"], fmt="{:.0f}"),
+            ""]

@@ -18,7 +18,8 @@ from pathlib import Path
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import collate, encode_prompt_answer
 from obliviate.errors import ConfigError, DataError, ModelError
-from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_K, TOFU_REPORT_METRICS, TOFU_SETS,
+from obliviate.eval.tofu import (TINY_SCALE_NOTE, TOFU_MAX_NEW_TOKENS, TOFU_MIA_K, TOFU_REPORT_METRICS,
+                                 TOFU_SETS,
                                  forget_quality, report_notes, tofu_metrics)
 from obliviate.losses import lm_loss_labelled
 from obliviate.unlearning.engine import method_run_config, unlearn
@@ -41,7 +42,8 @@ EVAL_SPLITS = {"forget": "forget10_perturbed", "retain": "retain_perturbed",
                "real_authors": "real_authors_perturbed", "world_facts": "world_facts_perturbed"}
 """The files of the four sets the TOFU metrics read for ``forget10`` (:func:`eval_splits` for any forget split;
 the task's ``meta["perturbed"]``)."""
-TOKENIZER_SPLITS = ("full", "forget01_perturbed", "forget05_perturbed", "forget10_perturbed", "retain_perturbed",
+TOKENIZER_SPLITS = ("full", "forget01_perturbed", "forget05_perturbed", "forget10_perturbed",
+                    "retain_perturbed",
                     "real_authors", "real_authors_perturbed", "world_facts", "world_facts_perturbed")
 """The TOFU files whose text the tiny models' tokenizer is trained on."""
 TASK_MCQ_SPLITS = ("real_authors", "world_facts")
@@ -214,7 +216,8 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
         (root / "config.json").write_text(json.dumps(key, indent=2, sort_keys=True))
     seed_everything(cfg.seed)
     model, _ = build_tiny_model(tokenizer, cfg.model, seed=cfg.seed)
-    ids, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs], cfg.model.max_len)
+    ids, masks = encode_prompt_answer(tokenizer, [p for p, _ in pairs], [a for _, a in pairs],
+                                      cfg.model.max_len)
     sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])
     steps = cfg.epochs * sampler.per_epoch
     pad = tokenizer.pad_token_id
@@ -226,7 +229,8 @@ def cached_finetune(cfg: TofuConfig, which: str, tokenizer, tokenizer_key: str, 
     tcfg = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(cfg.warmup_steps, steps // 10),
                        schedule="cosine", min_lr_ratio=0.1, weight_decay=cfg.weight_decay, grad_clip=1.0,
                        log_every=max(1, min(50, steps // 20)),
-                       checkpoint_every=cfg.checkpoint_every if can_checkpoint() else 0,  # none under DeepSpeed
+                       # none under DeepSpeed
+                       checkpoint_every=cfg.checkpoint_every if can_checkpoint() else 0,
                        desc=f"tofu {which}", **({"progress": progress} if progress is not None else {}))
     train(model, lambda mdl, b, s: {"qa": lm_loss_labelled(mdl, b)}, batch_fn, tcfg, root, resume=True)
     model.eval()
@@ -242,7 +246,8 @@ def evaluate(model, tokenizer, task: Task, cfg: TofuConfig, reference_model=None
     """The TOFU metric set of ``model`` on the protocol's task (:func:`obliviate.eval.tofu.tofu_metrics`, no
     forget quality), with ``cfg``'s batch size and generation length; ``reference_model`` (the retain model)
     is ``mia_reference``'s."""
-    return tofu_metrics(model, tokenizer, task, batch_size=cfg.eval_batch_size, max_new_tokens=cfg.max_new_tokens,
+    return tofu_metrics(model, tokenizer, task, batch_size=cfg.eval_batch_size,
+                        max_new_tokens=cfg.max_new_tokens,
                         reference_model=reference_model)
 
 
@@ -252,14 +257,16 @@ def needs_reference(task: Task) -> bool:
     return bool(task.holdout)
 
 
-def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig, reference_root: Path | None = None) -> dict:
+def cached_evaluate(root: Path, tokenizer, task: Task, cfg: TofuConfig,
+                    reference_root: Path | None = None) -> dict:
     """:func:`evaluate` of the cached model in ``root/model`` (``reference_root/model``: the reference
     model, where the task has a holdout split), a part stored next to it
     (:func:`obliviate.runs.parts.cached_part`, keyed by the evaluation sets, the holdout, the reference,
     the report's metrics and the generation length)."""
     perturbed = task.meta["perturbed"]
     reference_root = reference_root if needs_reference(task) else None
-    key = {"eval": {k: _digest(json.dumps(ex.to_dict(), sort_keys=True) for ex in perturbed[k]) for k in TOFU_SETS},
+    key = {"eval": {k: _digest(json.dumps(ex.to_dict(),
+                                          sort_keys=True) for ex in perturbed[k]) for k in TOFU_SETS},
            "max_new_tokens": cfg.max_new_tokens, "metrics": list(TOFU_REPORT_METRICS), "mia_k": TOFU_MIA_K,
            "holdout": _digest(p + a for p, a in task.holdout.qa) if task.holdout else None,
            "reference": str(reference_root) if reference_root else None}
@@ -442,7 +449,8 @@ def given_bases(cfg: TofuConfig, given: GivenModels) -> TofuBases:
     for name in roots:
         t = time.time()
         ref = bases.reference() if name == "base" else None
-        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, task, cfg, reference_model=ref)
+        evals[name] = evaluate(bases.load(name, device=D.process_device()), tok, task, cfg,
+                               reference_model=ref)
         del ref
         bases.timings[f"{name}_eval_s"] = time.time() - t
     return bases.add_evaluations(evals)
@@ -463,7 +471,8 @@ def unlearn_and_evaluate(cfg: TofuConfig, bases: TofuBases, out_dir: str | Path 
     model = bases.load("base")
     task = bases.task
     model, summary = unlearn(model, bases.tokenizer, task.prompt.pairs(task.forget.qa),
-                             task.prompt.pairs(task.retain.qa), ucfg, out_dir, progress=progress, resume=False)
+                             task.prompt.pairs(task.retain.qa), ucfg, out_dir, progress=progress,
+                             resume=False)
     timings["unlearn_s"] = time.time() - t
     t = time.time()
     res = evaluate(model, bases.tokenizer, task, cfg, reference_model=bases.reference())
@@ -495,10 +504,13 @@ def run_tofu(cfg: TofuConfig, out: str | Path, progress: bool | None = None,
     if D.is_main_process():
         atomic_write_json(out / "per_example.json", per_example)
     paths = ("model", "retain_model", "tokenizer")  # recorded absolute, as every path in results.json
-    write_results(out, seed=cfg.seed, config={**to_dict(cfg), "data": recorded_path(cfg.data)}, metrics=metrics,
-                  timings=timings, unlearn_config=to_dict(ucfg), base_dirs={k: str(v) for k, v in bases.roots.items()},
+    write_results(out, seed=cfg.seed, config={**to_dict(cfg), "data": recorded_path(cfg.data)},
+                  metrics=metrics,
+                  timings=timings, unlearn_config=to_dict(ucfg),
+                  base_dirs={k: str(v) for k, v in bases.roots.items()},
                   model_dir=str(out / "model"), notes=bases.notes, task=bases.task,
-                  **({"given_models": {k: recorded_path(v) if k in paths else v for k, v in to_dict(given).items()}}
+                  **({"given_models": {k: recorded_path(v) if k in paths else v for k,
+                                       v in to_dict(given).items()}}
                      if given else {"scale_note": TINY_SCALE_NOTE}))
     return {"metrics": metrics, "per_example": per_example, "timings": timings, "notes": bases.notes}
 

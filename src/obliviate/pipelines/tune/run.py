@@ -121,7 +121,8 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
     if not any(es.role == "forget" for es in val_evals):
         raise ConfigError(f"tune: task {task.name!r} has no forget QA or MCQ set of two or more items to "
                           "choose on")
-    val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None, groups=None)
+    val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None,
+                              groups=None)
     held = dataclasses.replace(task, evals=held_evals)
     return val, held
 
@@ -209,7 +210,8 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
             if trial_fn is not None:
                 return _scalars(trial_fn(t))
             seed_everything(run.seed)
-            new, _ = unlearn(copy.deepcopy(model), tokenizer, val.forget, val.retain, trial_config(run, t), None,
+            new, _ = unlearn(copy.deepcopy(model), tokenizer, val.forget, val.retain, trial_config(run, t),
+                             None,
                              prompt=val.prompt, idk=val.idk, progress=progress)
             return _scalars(evaluate_task(new, tokenizer, val, progress=progress, **ekw))
         i = len(trials)
@@ -281,7 +283,8 @@ def write_tune_report(out_dir: Path, result: dict) -> Path:
     a.set_xlabel("trial")
     a.set_ylabel("forget removed (validation)")
     a.legend(fontsize=7)
-    b.scatter([t["retained"] or 0.0 for t in trials], ys, c=["tab:green" if o else "tab:red" for o in ok], s=25)
+    b.scatter([t["retained"] or 0.0 for t in trials], ys, c=["tab:green" if o else "tab:red" for o in ok],
+              s=25)
     b.axvline(rs, color="grey", linestyle="--")
     c = result["chosen"]
     b.scatter([c["retained"] or 0.0], [c["forgot"] or 0.0], marker="*", s=160, color="black", label="chosen")

@@ -11,6 +11,7 @@ from obliviate.tasks.sources.rtp import RTP_ATTRIBUTES, load_rtp
 from obliviate.tasks.sources.schema import MCQExample, QAExample, TextExample
 
 __all__ = [
-    "MCQExample", "QAExample", "RTP_ATTRIBUTES", "TextExample", "WMDP_SUBSETS", "list_mmlu_subjects", "load_jsonl",
+    "MCQExample", "QAExample", "RTP_ATTRIBUTES", "TextExample", "WMDP_SUBSETS", "list_mmlu_subjects",
+    "load_jsonl",
     "load_medmcqa", "load_mmlu", "load_records", "load_rtp", "load_wmdp", "parse_mapping",
 ]

@@ -15,14 +15,18 @@ from obliviate.errors import DataError, setting
 from obliviate.tasks.sources._io import LETTERS
 
 SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem", "instruction", "problem", "goal",
+    "mcq": {"question": ("question", "prompt", "q", "query", "input", "stem", "instruction", "problem",
+                         "goal",
                          "sentence", "ctx"),
-            "choices": ("choices", "options", "candidates", "answers", "endings", "alternatives", "choice", "option"),
+            "choices": ("choices", "options", "candidates", "answers", "endings", "alternatives", "choice",
+                        "option"),
             "answer_index": ("answer_index", "answer_idx", "label", "gold", "correct", "target", "answer",
-                             "answerKey", "answer_key", "cop", "correct_answer", "correct_option", "correct_choice",
+                             "answerKey", "answer_key", "cop", "correct_answer", "correct_option",
+                             "correct_choice",
                              "key")},
     "qa": {"question": ("question", "prompt", "q", "query", "input", "instruction", "problem"),
-           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference", "solution",
+           "answer": ("answer", "response", "completion", "output", "target", "a", "gt", "reference",
+                      "solution",
                       "ground_truth", "rejected")},
     "text": {"text": ("text", "content", "document", "body", "passage", "paragraph", "sentence", "abstract",
                       "article", "story")},
@@ -53,7 +57,8 @@ def choice_group(rec: dict, used: set[str] = frozenset()) -> list[str] | None:
             continue
         tag = m["tag"]
         kind = "digit" if tag.isdigit() else ("upper" if tag.isupper() else "lower")
-        groups.setdefault((m["prefix"], kind), []).append((int(tag) if tag.isdigit() else ord(tag.upper()), key))
+        groups.setdefault((m["prefix"], kind),
+                          []).append((int(tag) if tag.isdigit() else ord(tag.upper()), key))
     found = []
     for (_, kind), members in groups.items():
         members.sort()
@@ -78,7 +83,8 @@ def choice_texts(value: Any, strings: bool) -> tuple[list[str], list[str] | None
         except (ValueError, RecursionError):
             return None
     if isinstance(value, dict):
-        if set(value) == {"text", "label"} and isinstance(value["text"], list) and isinstance(value["label"], list):
+        if set(value) == {"text", "label"} and isinstance(value["text"], list) and isinstance(value["label"],
+                                                                                              list):
             texts, labels = value["text"], value["label"]
             if len(texts) == len(labels) and all(isinstance(x, str) for x in texts + labels):
                 return (texts, [str(x) for x in labels]) if len(texts) >= 2 else None
@@ -159,7 +165,8 @@ def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
     def own(field: str, names: tuple[str, ...] = ()) -> str | None:
         """The field under its schema name (or one of ``names``, the reader's defaults) with a value of its
         type."""
-        return next((n for n in (field, *names) if n in rec and n not in used and isinstance(rec[n], OWN_NAME_TYPES[
+        return next((n for n in (field, *names) if n in rec and n not in used and isinstance(rec[n],
+                                                                                             OWN_NAME_TYPES[
             field]) and not isinstance(rec[n], bool)), None)
 
     def put(field: str, key: str | None) -> None:
@@ -194,7 +201,8 @@ def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
         if own("answer_index", ("answer",)):
             put("answer_index", own("answer_index", ("answer",)))
         elif got is None:  # no choices to check an answer against: a field named as one is taken on trust
-            if not _named(rec, syn["answer_index"], used, lambda v: v is not None and not isinstance(v, bool)):
+            if not _named(rec, syn["answer_index"], used,
+                          lambda v: v is not None and not isinstance(v, bool)):
                 missing.append("answer_index")
         else:
             fits = lambda v: points_at_a_choice(v, *got)  # noqa: E731
@@ -246,7 +254,8 @@ class FieldsUnknown(DataError):
     """A file whose kind or fields :func:`detect` cannot tell: one line naming the file's record (``where``),
     the fields seen and the mapping that would name them (:meth:`hint`)."""
 
-    def __init__(self, name: str, where: str, keys: list[str], kind: str | None = None, needed: list[str] = ()):
+    def __init__(self, name: str, where: str, keys: list[str], kind: str | None = None,
+                 needed: list[str] = ()):
         self.name, self.where, self.keys, self.kind, self.needed = name, where, keys, kind, list(needed)
         super().__init__(self.hint(setting("api", "cli")))
 

@@ -29,7 +29,8 @@ OPTION_SEED = 0
 
 FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # kind: (required, optional)
-    "qa": (("question", "answer"), ("paraphrased_question", "paraphrased_answer", "perturbed_answers", "options")),
+    "qa": (("question", "answer"),
+           ("paraphrased_question", "paraphrased_answer", "perturbed_answers", "options")),
     "mcq": (("question", "choices"), ("answer_index", "answer", "subject")),
     "text": (("text",), ()),
 }
@@ -59,7 +60,8 @@ def parse_mapping(spec: str | None) -> dict[str, str]:
     return out
 
 
-def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
+def load_records(path: str | os.PathLike, kind: str | None = None,
+                 mapping: dict[str, str] | str | None = None,
                  split: str | None = None, limit: int | None = None,
                  split_by: str | None = None) -> list[QAExample] | list[MCQExample] | list[TextExample]:
     """Read ``path`` (.jsonl, .json, .csv, .tsv or .txt; see the module docstring) as ``kind`` examples.
@@ -76,7 +78,8 @@ def load_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
     return read_records(path, kind, mapping, split, limit, split_by)[1]
 
 
-def read_records(path: str | os.PathLike, kind: str | None = None, mapping: dict[str, str] | str | None = None,
+def read_records(path: str | os.PathLike, kind: str | None = None,
+                 mapping: dict[str, str] | str | None = None,
                  split: str | None = None, limit: int | None = None, split_by: str | None = None, *,
                  kinds: tuple[str, ...] = EVAL_KINDS) -> tuple[str, list]:
     """``(kind, examples)`` of :func:`load_records`; ``kinds``: the kinds to try, in order, when ``kind`` is
@@ -110,7 +113,8 @@ def read_records(path: str | os.PathLike, kind: str | None = None, mapping: dict
     if first is None:
         raise DataError(f"{path.name}: no records")
     if fmt != "txt":  # the one detector: the kind, and the fields the mapping leaves out
-        kind, mapping = detect(first[1], kind, mapping, strings=strings, name=path.name, where=first[0], kinds=kinds)
+        kind, mapping = detect(first[1], kind, mapping, strings=strings, name=path.name, where=first[0],
+                               kinds=kinds)
         _check_mapping(kind, mapping)
     required, optional = FIELDS[kind]
     src = {f: _keys(f, mapping.get(f, f)) for f in required + optional}
@@ -221,7 +225,8 @@ def _keys(field: str, spec: str) -> list[str]:
 
 # ------------------------------------------------------------------ readers: (where, record)
 
-def _iter_records(path: Path, name: str, fmt: str, text_key: str, split_by: str) -> Iterator[tuple[str, dict]]:
+def _iter_records(path: Path, name: str, fmt: str, text_key: str,
+                  split_by: str) -> Iterator[tuple[str, dict]]:
     if fmt == "jsonl":
         return _iter_jsonl(path, name)
     if fmt == "json":
@@ -287,7 +292,8 @@ def _is_object(line: str) -> bool:
 def _doc_records(doc: Any, name: str) -> Iterator[tuple[str, dict]]:
     """Records of a JSON array, or of the one list-of-objects value of a JSON object."""
     if isinstance(doc, dict):
-        keys = [k for k, v in doc.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
+        keys = [k for k,
+                v in doc.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)]
         lists = [k for k, v in doc.items() if isinstance(v, list)]
         if not keys and len(lists) == 1 and not doc[lists[0]]:
             return  # {"data": []}: no records
@@ -396,12 +402,15 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
     if kind == "text":
         return TextExample(s["text"], split, meta)
     if kind == "qa":
-        if "options" in vals and len(vals["options"]) == 1:  # options keyed A, B, ... (MedQA's), as an MCQ's choices
+        # options keyed A, B, ... (MedQA's), as an MCQ's choices
+        if "options" in vals and len(vals["options"]) == 1:
             (key, value), = vals["options"].items()
             got = choice_texts(value, strings) if isinstance(value, dict) else None
             vals["options"] = {key: got[0]} if got else vals["options"]
-        lists = {f: _str_list(vals[f], where, strings)[0] for f in ("perturbed_answers", "options") if f in vals}
-        return QAExample(s["question"], s["answer"], split, s.get("paraphrased_question"), s.get("paraphrased_answer"),
+        lists = {f: _str_list(vals[f], where, strings)[0] for f in ("perturbed_answers",
+                                                                    "options") if f in vals}
+        return QAExample(s["question"], s["answer"], split, s.get("paraphrased_question"),
+                         s.get("paraphrased_answer"),
                          lists.get("perturbed_answers"), lists.get("options"), meta)
     choices, spans, labels = _choices(vals["choices"], where, strings)
     idx = {f: _answer(vals[f], choices, spans, where, strings, text=f == "answer", labels=labels, base=base)
@@ -412,13 +421,15 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
                         f"{ka!r} says choice {_io.LETTERS[idx['answer']]}")
     answer = next(iter(idx.values()))
     if "answer" in vals and next(iter(vals["answer"])) in spans and len(spans) > 1:
-        # a right answer's field plus wrong ones' (choices=true_answer+false_answer,answer=true_answer): shuffled,
+        # a right answer's field plus wrong ones' (choices=true_answer+false_answer,answer=true_answer):
+        # shuffled,
         # or the answer would sit at the same letter every time
         choices, answer = shuffled_choices(choices, answer, s["question"])
     return MCQExample(s["question"], choices, answer, split, s.get("subject"), meta)
 
 
-def shuffled_choices(choices: list[str], answer: int, key: str, seed: int = OPTION_SEED) -> tuple[list[str], int]:
+def shuffled_choices(choices: list[str], answer: int, key: str, seed: int = OPTION_SEED) -> tuple[list[str],
+                                                                                                  int]:
     """``choices`` in a seeded order and the correct choice's new index. An MCQ whose choices concatenate
     several fields (the right answer's, then the wrong ones') would otherwise have its answer at the same
     letter every time, and the score would measure a preference for that letter. The order depends on ``seed``
@@ -483,7 +494,8 @@ def _choices(got: dict[str, Any], where: str,
     labels = None
     if len(got) == 1:
         (key, value), = got.items()
-        if isinstance(value, dict) and set(value) == {"text", "label"}:  # ARC: {"text": [...], "label": [...]}
+        # ARC: {"text": [...], "label": [...]}
+        if isinstance(value, dict) and set(value) == {"text", "label"}:
             texts, labels = value["text"], value["label"]
             if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
                 raise DataError(f"{where}: field {key!r} holds 'text' and 'label', which must be lists of "

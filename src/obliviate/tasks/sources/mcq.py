@@ -23,7 +23,8 @@ WMDP_HUB_ID, MMLU_HUB_ID, MEDMCQA_HUB_ID = "cais/wmdp", "cais/mmlu", "openlifesc
 
 # ------------------------------------------------------------------ WMDP
 
-def load_wmdp(subset: str, root: str | os.PathLike | None = None, allow_hub: bool = False) -> list[MCQExample]:
+def load_wmdp(subset: str, root: str | os.PathLike | None = None,
+              allow_hub: bool = False) -> list[MCQExample]:
     """WMDP questions of ``subset`` (bio, chem or cyber); ``split`` = ``"wmdp_<subset>"``."""
     if subset not in WMDP_SUBSETS:
         raise DataError(f"unknown WMDP subset {subset!r} (valid: {', '.join(WMDP_SUBSETS)})")
@@ -65,7 +66,8 @@ def list_mmlu_subjects(split: str = "test", root: str | os.PathLike | None = Non
     return sorted(p.name[: -len(suffix)] for p in d.iterdir() if p.name.endswith(suffix))
 
 
-def load_mmlu(subject: str | list[str] | None = None, split: str = "test", root: str | os.PathLike | None = None,
+def load_mmlu(subject: str | list[str] | None = None, split: str = "test",
+              root: str | os.PathLike | None = None,
               allow_hub: bool = False) -> list[MCQExample]:
     """MMLU questions of one subject, a list of subjects, or all (``None``); ``split`` is test or dev."""
     if split not in MMLU_SPLITS:
@@ -150,7 +152,8 @@ def load_medmcqa(name: str = "test", root: str | os.PathLike | None = None,
     base = _io.root_dir(root)
     path = base / "medmcqa" / f"{name}.jsonl"
     if path.is_file():
-        return [_medmcqa_local(rec, where, name) for where, rec in _io.iter_jsonl(path, _io.display(path, base))]
+        return [_medmcqa_local(rec, where, name) for where,
+                rec in _io.iter_jsonl(path, _io.display(path, base))]
     if allow_hub and name in MEDMCQA_HUB:
         return [_medmcqa_hub(rec, where, name) for where, rec in
                 hub_records(MEDMCQA_HUB_ID, None, name, str(path))]

@@ -15,7 +15,8 @@ from obliviate.tasks.sources._hub import hub_records
 from obliviate.tasks.sources.schema import TextExample
 from obliviate.errors import DataError
 
-RTP_ATTRIBUTES = ("flirtation", "identity_attack", "insult", "profanity", "severe_toxicity", "sexually_explicit",
+RTP_ATTRIBUTES = ("flirtation", "identity_attack", "insult", "profanity", "severe_toxicity",
+                  "sexually_explicit",
                   "threat")
 RTP_HUB_ID = "allenai/real-toxicity-prompts"
 
