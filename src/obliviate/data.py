@@ -124,7 +124,8 @@ def collate(seqs: list[np.ndarray], pad_id: int, extra: dict[str, list[np.ndarra
 
 
 MAX_CHARS_PER_TOKEN = 64
-"""No token of a text tokenizer covers more characters than this (GPT-2's longest run about 30, Llama's 16)."""
+"""No token of a text tokenizer covers more characters than this (GPT-2's longest run about 30, Llama's
+16)."""
 
 
 def text_batches(tokenizer, texts: Sequence[str], batch_size: int = 16, max_len: int = 128):

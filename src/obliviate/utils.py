@@ -20,8 +20,9 @@ from obliviate.errors import ConfigError, ObliviateError
 
 SEED_LIMIT = 2**32
 """Seeds are integers in ``[0, SEED_LIMIT)``: what ``np.random.seed`` takes (``torch.manual_seed`` takes
-``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend. Every integer config
-field named ``seed`` or ``*_seed`` is checked against it when a config is built (:func:`obliviate.config.from_dict`)."""
+``[-2**63, 2**64)`` and ``np.random.default_rng`` any integer >= 0), the same on every backend. Every integer
+config field named ``seed`` or ``*_seed`` is checked against it when a config is built
+(:func:`obliviate.config.from_dict`)."""
 
 
 def check_seed(seed, name: str = "seed") -> int:
@@ -101,7 +102,8 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 _RECORDERS: contextvars.ContextVar[tuple[dict, ...]] = contextvars.ContextVar("obliviate_input_recorders",
                                                                               default=())
-"""The open :func:`recording_inputs` scopes, innermost last: absolute path -> SHA-256 of each file read in them."""
+"""The open :func:`recording_inputs` scopes, innermost last: absolute path -> SHA-256 of each file read in
+them."""
 
 
 def note_input(path: str | os.PathLike) -> None:

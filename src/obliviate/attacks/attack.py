@@ -40,15 +40,18 @@ class AttackRead:
     base: str | None = None
     chance: str = "attack_score_chance"
     decides: bool = True
-    """False: calibrated and shown, but no verdict rests on it (a white-box attack that needs the base model)."""
+    """False: calibrated and shown, but no verdict rests on it (a white-box attack that needs the base
+    model)."""
     label: str = ""
     shown: tuple[str, ...] = ()
-    """Further reads of the attack shown beside it under their own names (the logit lens's frame-forced read)."""
+    """Further reads of the attack shown beside it under their own names (the logit lens's frame-forced
+    read)."""
     name: str | None = None
     """The read's name in the calibration (``<name>_calibrated``, ...); default the attack's name."""
     flag: Callable[[dict], str | None] | None = None
-    """``flag(metrics)``: a one-line warning where this read is inflated on a model (the disjoint attack's answer
-    leakage), else None; a verdict this read decides names it (:func:`obliviate.evidence.verdict.verdict_line`)."""
+    """``flag(metrics)``: a one-line warning where this read is inflated on a model (the disjoint attack's
+    answer leakage), else None; a verdict this read decides names it
+    (:func:`obliviate.evidence.verdict.verdict_line`)."""
 
 
 @dataclass
@@ -90,12 +93,14 @@ class Attack:
     config: type | None = None
     """The attack's config dataclass (``attacks.<name>.<key>``); None: it has no settings."""
     reads: tuple[AttackRead, ...] = ()
-    """How the verdict reads it; none: not calibrated (read against the negative control alone, or not at all)."""
+    """How the verdict reads it; none: not calibrated (read against the negative control alone, or not at
+    all)."""
     check: Callable[[Any, Any], None] | None = None
     """``check(model, cfg)``: a bad setting fails before any attack runs (a probe layer the model lacks)."""
     needs: str = ""
-    """The data ``applies`` looks for, in words a user can act on (``a holdout set: --holdout FILE ...``): the line
-    that says why an attack that is on did not run (:func:`obliviate.evidence.harness.skipped_attacks`)."""
+    """The data ``applies`` looks for, in words a user can act on (``a holdout set: --holdout FILE ...``):
+    the line that says why an attack that is on did not run
+    (:func:`obliviate.evidence.harness.skipped_attacks`)."""
 
 
 ATTACKS = Registry("attack", package="obliviate.attacks")

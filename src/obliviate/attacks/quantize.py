@@ -176,7 +176,8 @@ class QuantizeConfig:
     schemes: list[str] = field(default_factory=lambda: ["int4", "nf4"])
     """Of ``int8``, ``int4``, ``int8_g128``, ``int4_g128``, ``nf4``."""
     backend: str = "simulate"
-    """``simulate`` (every machine) or ``bitsandbytes`` (its real 8-bit / 4-bit load, a CUDA model: int8, nf4)."""
+    """``simulate`` (every machine) or ``bitsandbytes`` (its real 8-bit / 4-bit load, a CUDA model: int8,
+    nf4)."""
 
 
 @register_attack("quantize", needs="a forget evaluation set (QA pairs or MCQs)",

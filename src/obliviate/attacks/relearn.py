@@ -38,8 +38,8 @@ class RelearnConfig:
     """Evaluate every N steps (plus step 0 and the last step), with ``reads="every"``."""
     reads: str = "every"
     """When the curve is read: ``every`` (step 0, every ``eval_every`` steps and the last) or ``log``
-    (:func:`log_steps`: 0, 1, 2, 3, 5, 8, 13, 21, 30 for 30 steps), which the recovery cost reads: a curve read every
-    5 steps cannot tell a model that comes back in one step from one that needs five."""
+    (:func:`log_steps`: 0, 1, 2, 3, 5, 8, 13, 21, 30 for 30 steps), which the recovery cost reads: a curve
+    read every 5 steps cannot tell a model that comes back in one step from one that needs five."""
     lora: bool = False
     """Fine-tune LoRA adapters on every linear layer instead of all weights (merged at the end)."""
     lora_r: int = 8
@@ -106,10 +106,11 @@ def curve_auc(curve: Sequence[Sequence[float]]) -> float:
 
 
 BOUNDS = ("exact", "at_most", "above_budget")
-"""How a recovery cost is known: ``exact`` (at the first read that reaches the target; reads are log-spaced, so it is
-within one read's step), ``at_most`` (reached by the first read after step 0: the cost is at most that read's tokens,
-the curve cannot show less) and ``above_budget`` (never reached: the cost is more than the budget's tokens, which
-``recovery_cost_tokens`` then holds). A null cost (no bound) is *not applicable*, with its reason."""
+"""How a recovery cost is known: ``exact`` (at the first read that reaches the target; reads are log-spaced,
+so it is within one read's step), ``at_most`` (reached by the first read after step 0: the cost is at most
+that read's tokens, the curve cannot show less) and ``above_budget`` (never reached: the cost is more than the
+budget's tokens, which ``recovery_cost_tokens`` then holds). A null cost (no bound) is *not applicable*, with
+its reason."""
 
 
 def recovery_cost(curves: Sequence[Sequence[Sequence[float]]], start: float | None, base: float | None,
@@ -353,7 +354,8 @@ class RelearnAttackConfig(RelearnConfig):
     grid."""
 
     lr_grid: list[float] | None = None
-    """Learning rates of the related-corpus attack, where they differ from ``attacks.lr_grid`` (default: that)."""
+    """Learning rates of the related-corpus attack, where they differ from ``attacks.lr_grid`` (default:
+    that)."""
 
     def __post_init__(self):
         super().__post_init__()

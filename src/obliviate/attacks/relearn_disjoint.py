@@ -22,8 +22,8 @@ from obliviate.tasks.base import Task
 @dataclass
 class DisjointConfig:
     learning: bool = True
-    """Also fine-tune on one held-out part's own facts and read the tokens to reach half the base model's score
-    there (``learning_*``): on the oracle that is learning them from scratch, the scale of
+    """Also fine-tune on one held-out part's own facts and read the tokens to reach half the base model's
+    score there (``learning_*``): on the oracle that is learning them from scratch, the scale of
     ``recovery_cost_vs_learning`` (:func:`add_learning_ratios`)."""
 
 def _token_curve(res: dict, curve: list) -> list:
@@ -103,8 +103,9 @@ def add_learning_ratios(metrics: dict, reference: str = "oracle") -> None:
 
 
 RARE_ANSWERS = 2
-"""A word is rare when at most this many forget answers hold it (the leakage check: names, titles, places); a word
-that only one answer holds can be in no other and says nothing, so the check reads words of 2 to this many."""
+"""A word is rare when at most this many forget answers hold it (the leakage check: names, titles, places); a
+word that only one answer holds can be in no other and says nothing, so the check reads words of 2 to this
+many."""
 
 
 def _words(text: str) -> set[str]:
@@ -141,10 +142,10 @@ def _seen_by_chance(m: int, n: int, k: int) -> float:
 LEAKAGE_FLAG = 0.4
 """``relearn_disjoint_leakage`` at or above which the disjoint recovery is flagged as inflated. A rare answer
 word (in 2 answers) of a reported fact has its other answer in the training third about a third of the time by
-chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4 and
-above, clearly more of the reported answers are in the answers the attacker trains on than a split by chance
-gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back (issue
-#42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
+chance alone (TOFU forget05/10 with authors kept whole: 0.32, the same as its random-draw reference); at 0.4
+and above, clearly more of the reported answers are in the answers the attacker trains on than a split by
+chance gives, so relearning can score them by repeating trained answers, not by bringing hidden knowledge back
+(issue #42's Harry Potter trivia: 0.5, answers such as "Norbert" repeated across entities)."""
 
 
 def leakage_flag(m: dict) -> str | None:

@@ -16,7 +16,8 @@ from obliviate.eval.suite import answer_budget
 from obliviate.tasks.base import Task
 
 SCORED = ("forget", "retain")
-"""The roles an attack rescores: the forget score it reads, the retain score beside it (what the attack broke)."""
+"""The roles an attack rescores: the forget score it reads, the retain score beside it (what the attack
+broke)."""
 
 
 def scoring_task(task: Task) -> Task:

@@ -122,7 +122,8 @@ MAPPING_HELP = ("field mapping of those files: question=prompt,answer=target for
 """``--mapping``'s help (the file shorthand's and ``eval --data``'s)."""
 
 FILE_SETS = ("forget", "retain", "utility", "holdout", "relearn")
-"""The shorthand's sets of files, in the order of their options (each given once or more: ``--forget A --forget B``)."""
+"""The shorthand's sets of files, in the order of their options (each given once or more: ``--forget A
+--forget B``)."""
 
 
 ALLOW_HUB_HELP = ("read a benchmark file the data directory lacks from the Hugging Face hub with `datasets` "

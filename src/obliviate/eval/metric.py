@@ -55,7 +55,8 @@ FORGET = Need("forget", lambda task, reference: bool(task.forget.qa or task.forg
               lambda task: f"no forget data in task {task.name!r}")
 """The forget data (:func:`forget_examples`: QA pairs in the task's format, else documents)."""
 HOLDOUT = Need("holdout", lambda task, reference: holdout_examples(task) is not None, _no_holdout)
-"""A holdout of the forget data's kind (:func:`holdout_examples`): the non-members of a membership inference."""
+"""A holdout of the forget data's kind (:func:`holdout_examples`): the non-members of a membership
+inference."""
 REFERENCE = Need("reference", lambda task, reference: reference, lambda task: "no reference model given")
 """A reference model (``task_metrics(reference_model=...)``), sharing the model's tokenizer."""
 

@@ -29,17 +29,19 @@ from obliviate.models.tokenizer import bos_prefix, pad_id
 SCORES = ("loss", "zlib", "min_k", "min_k_plus_plus")
 """The member scores :func:`mia_scores` returns, in order."""
 ALL_SCORES = SCORES + ("gradnorm", "reference")
-"""OpenUnlearning's six MIAs (``mia_loss``, ``mia_zlib``, ``mia_min_k``, ``mia_min_k_plus_plus``, ``mia_gradnorm``,
-``mia_reference``): :data:`SCORES`, :func:`gradnorm_scores` and :func:`reference_scores`."""
+"""OpenUnlearning's six MIAs (``mia_loss``, ``mia_zlib``, ``mia_min_k``, ``mia_min_k_plus_plus``,
+``mia_gradnorm``, ``mia_reference``): :data:`SCORES`, :func:`gradnorm_scores` and :func:`reference_scores`."""
 GRADNORM_P = 2
 """The gradient norm of OpenUnlearning's ``mia_gradnorm`` (its ``p``; 1, 2 and inf are accepted, as there)."""
 
 _VAR_FLOOR = 1e-6
-"""Min-K%++ divides by sigma_t = sqrt(max(var_t, 1e-6)), as OpenUnlearning clamps the variance (``clamp(min=1e-6)``):
-a very confident position (a near one-hot distribution) gets a bounded z rather than a huge one."""
+"""Min-K%++ divides by sigma_t = sqrt(max(var_t, 1e-6)), as OpenUnlearning clamps the variance
+(``clamp(min=1e-6)``): a very confident position (a near one-hot distribution) gets a bounded z rather than a
+huge one."""
 
 _CHUNK_ELEMENTS = 1 << 24
-"""Positions x vocabulary entries handled at once in float64 (128 MB), to bound memory on large vocabularies."""
+"""Positions x vocabulary entries handled at once in float64 (128 MB), to bound memory on large
+vocabularies."""
 
 
 # ------------------------------------------------------------------ token statistics

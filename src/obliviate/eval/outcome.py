@@ -25,7 +25,8 @@ MIN_FORGOT = 0.5
 OUTCOMES = ("ok", "forgot little", "retain lost")
 
 _EPS = 1e-9
-"""Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to rounding."""
+"""Shares are compared with this slack, so that a share exactly at its threshold (0.3 / 0.6) is not lost to
+rounding."""
 
 
 def verdict_score(m: dict, role: str = "forget") -> float | None:

@@ -33,8 +33,8 @@ KNOWMEM_STOPS = ("\n\n", "\nQuestion", "Question:")
 MUSE_MIA_K = 0.4
 """PrivLeak's score: ``forget_holdout_Min-40%``."""
 TABLE = ("muse_verbmem_f", "muse_knowmem_f", "muse_privleak", "muse_knowmem_r")
-"""MUSE's table, in its column order: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near 0),
-KnowMem on D_r (higher)."""
+"""MUSE's table, in its column order: VerbMem on D_f (lower is better), KnowMem on D_f (lower), PrivLeak (near
+0), KnowMem on D_r (higher)."""
 
 
 # ------------------------------------------------------------------ ROUGE-L F1 as muse_bench scores it
@@ -157,7 +157,8 @@ KNOWMEM_FORGET_DATA = _knowmem_need("knowmem_forget", "forget")
 KNOWMEM_RETAIN_DATA = _knowmem_need("knowmem_retain", "retain")
 MIA_DATA = Need("muse_mia", lambda task, reference: bool(_parts(task)) and bool(task.meta.get("mia")),
                 lambda task: f"no MUSE membership-inference samples in task {task.name!r}")
-"""MUSE's MIA setting (``meta["mia"]`` of a MUSE task: its PrivLeak samples, else its raw forget and holdout)."""
+"""MUSE's MIA setting (``meta["mia"]`` of a MUSE task: its PrivLeak samples, else its raw forget and
+holdout)."""
 
 
 @register_metric("muse_verbmem_f", needs=[VERBMEM_DATA],
@@ -190,5 +191,6 @@ def _mia_auc(run: MetricRun) -> float:
 
 
 MODEL_METRICS = ("muse_verbmem_f", "muse_knowmem_f", "muse_knowmem_r", "muse_mia_auc")
-"""The registered metrics every model gets on a MUSE task (:func:`obliviate.eval.suite.task_metrics`); PrivLeak
-is computed across models, from a model's and the oracle's ``muse_mia_auc`` (:func:`muse_privleak`)."""
+"""The registered metrics every model gets on a MUSE task (:func:`obliviate.eval.suite.task_metrics`);
+PrivLeak is computed across models, from a model's and the oracle's ``muse_mia_auc``
+(:func:`muse_privleak`)."""

@@ -301,9 +301,9 @@ def keep_score(m: dict) -> float | None:
 
 
 HELDOUT_KEEP_ROLES = ("neighbour", "utility")
-"""Roles whose sets no retain term trains on; with the retain role's variants (held-out retain items: wordings of the
-retain facts, a retain file's held-out pairs) they make ``untrained_keep_score``, the mean of their primary scores
-(length-normalised where cloze); the variants alone make ``heldout_keep_score``."""
+"""Roles whose sets no retain term trains on; with the retain role's variants (held-out retain items: wordings
+of the retain facts, a retain file's held-out pairs) they make ``untrained_keep_score``, the mean of their
+primary scores (length-normalised where cloze); the variants alone make ``heldout_keep_score``."""
 
 
 def untrained_keep(m: dict) -> tuple[float | None, float]:

@@ -34,15 +34,17 @@ UTILITY_METRICS = ("prob", "rouge_l", "truth_ratio")
 UTILITY_KEYS = tuple(f"{s}_{m}" for s in UTILITY_SETS for m in UTILITY_METRICS)
 """The 9 components of model utility, as named in :func:`tofu_eval`'s result."""
 TOFU_SETS = ("forget", "retain", "real_authors", "world_facts")
-"""The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s order."""
+"""The four perturbed sets of a ``tofu:<forget>`` task (its ``meta["perturbed"]``), in :func:`tofu_eval`'s
+order."""
 TOFU_REPORT_METRICS = ("extraction_strength", "exact_memorization", "mia_loss", "mia_zlib", "mia_min_k",
                        "mia_min_k_plus_plus", "mia_gradnorm", "mia_reference")
 """The registered metrics (:data:`obliviate.eval.metric.METRICS`) the TOFU report adds, OpenUnlearning's
 ``eval=tofu`` metrics beyond TOFU's own: extraction strength, exact memorization and its six MIAs
-(``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a reference model path, which
-the protocol has: the retain model)."""
+(``configs/eval/tofu.yaml``; its ``mia_reference`` is commented out there for want of a reference model path,
+which the protocol has: the retain model)."""
 TOFU_MIA_K = 0.4
-"""k of Min-K% and Min-K%++ in the TOFU report: OpenUnlearning's ``mia_min_k.yaml`` and ``mia_min_k_plus_plus.yaml``."""
+"""k of Min-K% and Min-K%++ in the TOFU report: OpenUnlearning's ``mia_min_k.yaml`` and
+``mia_min_k_plus_plus.yaml``."""
 
 
 # ------------------------------------------------------------------ model-level scores
@@ -241,9 +243,9 @@ def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) 
 
 
 TOFU_MAX_NEW_TOKENS = 200
-"""Greedy tokens per answer for ROUGE-L, as TOFU's and OpenUnlearning's generation settings (``max_new_tokens``
-200): a smaller budget cuts the longest answers and lowers their ROUGE-L. A model with fewer than 400 positions
-generates at most half its context, so that a prompt still fits."""
+"""Greedy tokens per answer for ROUGE-L, as TOFU's and OpenUnlearning's generation settings
+(``max_new_tokens`` 200): a smaller budget cuts the longest answers and lowers their ROUGE-L. A model with
+fewer than 400 positions generates at most half its context, so that a prompt still fits."""
 
 
 def tofu_eval(model, tokenizer, forget_set, retain_set, real_authors, world_facts,

@@ -159,14 +159,14 @@ def monitor_fn(tokenizer, task: Task, qa: list, neighbours: list, seed: int = 0)
 
 KEEP_TARGET = RETAIN_SHARE
 """The refusal control trains on until its retain and trained-neighbour prefix match are back to this share of
-the base model's (as well as the forget match at its target): a mixed refusal first takes in the neighbours and
-only then learns where the forget questions end. (0.95 kept world seed 2 training past a forget match of 0.07
-with its 64 monitored neighbours at 0.92, to the 600-step limit.)"""
+the base model's (as well as the forget match at its target): a mixed refusal first takes in the neighbours
+and only then learns where the forget questions end. (0.95 kept world seed 2 training past a forget match of
+0.07 with its 64 monitored neighbours at 0.92, to the 600-step limit.)"""
 
 
 REFUSAL_KEEP_SHARE = 0.5
-"""The share of the refusal control's training rows that are kept answers (retain and neighbour pairs, with their
-true answers), the rest refusals of the forget questions."""
+"""The share of the refusal control's training rows that are kept answers (retain and neighbour pairs, with
+their true answers), the rest refusals of the forget questions."""
 
 
 def shared_openings(answers: list[str], kept: list[str]) -> list[str]:
@@ -325,9 +325,9 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
 
 
 SMALL_NORM_LR_SHARE = 1 / 3
-"""The small-norm control's learning rate: this share of gradient ascent's preset rate for the model's size (1e-4 on
-the world's tiny models: a tenth took 350 steps on world seed 0 where a third takes 160, with the same keep; the
-int4 confinement, not the rate, keeps the update small)."""
+"""The small-norm control's learning rate: this share of gradient ascent's preset rate for the model's size
+(1e-4 on the world's tiny models: a tenth took 350 steps on world seed 0 where a third takes 160, with the
+same keep; the int4 confinement, not the rate, keeps the update small)."""
 
 
 CELL_MARGIN = 0.45
@@ -367,18 +367,18 @@ def confine_to(model, cells: dict) -> None:
 
 
 FULL_READ_EVERY = 5
-"""The small-norm control reads its retain and neighbour pairs every this many chunks and at its last (the forget
-questions after every chunk: they decide when it stops)."""
+"""The small-norm control reads its retain and neighbour pairs every this many chunks and at its last (the
+forget questions after every chunk: they decide when it stops)."""
 
 
 SMALL_NORM_MAX_RETAIN_WEIGHT = 160.0
-"""The small-norm control doubles its retain weight after a read that finds the kept pairs below the keep target,
-up to this (four doublings of :data:`SMALL_NORM_RETAIN_WEIGHT`)."""
+"""The small-norm control doubles its retain weight after a read that finds the kept pairs below the keep
+target, up to this (four doublings of :data:`SMALL_NORM_RETAIN_WEIGHT`)."""
 
 
 SMALL_NORM_RETAIN_WEIGHT = 10.0
-"""The weight of the small-norm control's retain term (GradDiff's ``alpha``: NLL on the retain and neighbour pairs;
-GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighbours, 10 kept 0.53."""
+"""The weight of the small-norm control's retain term (GradDiff's ``alpha``: NLL on the retain and neighbour
+pairs; GradDiff's own tiny preset). On world seed 0, 1 kept 0.33 of the held-out neighbours, 10 kept 0.53."""
 
 
 def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None, chunk: int = 10,
@@ -478,10 +478,11 @@ def small_norm_control(model, tokenizer, task: Task, *, lr: float | None = None,
 POSITIVE_CONTROLS = {"positive_control": "the last decoder layer trained to refuse the forget questions",
                      "positive_control_smallnorm": "a small-norm full-model gradient ascent, stopped as soon "
                                                    "as the forget answers vanish"}
-"""The suppression controls a comparison builds, by their metrics name: the knowledge is known to be in the weights."""
+"""The suppression controls a comparison builds, by their metrics name: the knowledge is known to be in the
+weights."""
 
 
 MECHANISM = {"positive_control_smallnorm": ("quantize",)}
-"""Attacks whose own mechanism a control was built to match (the small-norm control is confined to the very int4
-cells that 4-bit rounding maps back): such a control calibrates that attack by construction, so it does not
-alone calibrate it (:mod:`obliviate.evidence.verdict`)."""
+"""Attacks whose own mechanism a control was built to match (the small-norm control is confined to the very
+int4 cells that 4-bit rounding maps back): such a control calibrates that attack by construction, so it does
+not alone calibrate it (:mod:`obliviate.evidence.verdict`)."""

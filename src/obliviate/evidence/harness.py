@@ -40,22 +40,25 @@ class TaskAttackConfig:
     ``relearn_disjoint`` and ``unrelated_finetune`` share (steps, batch size, reads, ...)."""
 
     max_eval: int = 200
-    """At most this many forget questions are scored at each point of a recovery curve (and by each attack)."""
+    """At most this many forget questions are scored at each point of a recovery curve (and by each
+    attack)."""
     seed: int = 0
     lr_grid: list[float] | None = None
     """Learning rates the relearning attacker tries (chosen, with the step, on a selection split:
     :mod:`obliviate.attacks.relearn_disjoint`); default by model size, see
-    :func:`~obliviate.attacks.relearn.attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys apply."""
+    :func:`~obliviate.attacks.relearn.attack_grid`. They replace ``relearn.lr``; the other ``relearn`` keys
+    apply."""
     lora: bool = True
     """Also attack with LoRA adapters (at the grid's largest learning rate)."""
     select: list[str] | None = None
-    """Run exactly these attacks, by name (:data:`~obliviate.attacks.attack.ATTACKS`), or ``["all"]``; it turns
-    every attack on or off (``--attacks`` on the command line, ``attacks=`` in the Python API). None: each attack's
-    own ``enabled``."""
+    """Run exactly these attacks, by name (:data:`~obliviate.attacks.attack.ATTACKS`), or ``["all"]``; it
+    turns every attack on or off (``--attacks`` on the command line, ``attacks=`` in the Python API). None:
+    each attack's own ``enabled``."""
     enabled: dict[str, bool] = field(default_factory=dict)
     """``{name: on}`` of every registered attack (filled from each one's default in the attack table)."""
     configs: dict[str, Any] = field(default_factory=dict)
-    """``{name: config}`` of every registered attack that has settings (filled from each one's config class)."""
+    """``{name: config}`` of every registered attack that has settings (filled from each one's config
+    class)."""
 
     def __post_init__(self):
         attacks = in_order()

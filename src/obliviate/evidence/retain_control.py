@@ -33,7 +33,8 @@ RETAIN_FINETUNE = "retain-finetune"
 """The name of this control on the command line (``--control retain-finetune``)."""
 
 NO_CONTROL = "none"
-"""``--control none``: no negative control is built (the default builds one wherever the untaught model is known)."""
+"""``--control none``: no negative control is built (the default builds one wherever the untaught model is
+known)."""
 
 _FIELDS = {f.name for f in dataclasses.fields(FinetuneConfig)}
 

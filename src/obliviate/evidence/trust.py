@@ -25,25 +25,28 @@ WITH = ("base", *POSITIVE_CONTROLS)
 WITHOUT = ("oracle", "second_oracle", "filtered")
 """The models that do not (never saw the facts, or saw their tokens loss-masked)."""
 MIN_POOL = 3
-"""The fewest models a side for a separation AUC: with fewer, a read is "too few models", never trusted (1 v 1 has
-one pair, an AUC of 0, 0.5 or 1 by the luck of one draw)."""
+"""The fewest models a side for a separation AUC: with fewer, a read is "too few models", never trusted (1 v 1
+has one pair, an AUC of 0, 0.5 or 1 by the luck of one draw)."""
 SEPARATES_AUC = 0.8
 """A read separates when its AUC is at least this (or at most 1 minus this: the other way round)."""
 STABLE_MOVE = 0.1
-"""A read is stable when each stability it has (quantization, relearning) is at least ``1 - STABLE_MOVE``: no model
-without the knowledge moves more than this under either; :func:`robustness`, their harmonic mean, is the score."""
+"""A read is stable when each stability it has (quantization, relearning) is at least ``1 - STABLE_MOVE``: no
+model without the knowledge moves more than this under either; :func:`robustness`, their harmonic mean, is the
+score."""
 EXTRA_METRICS = ("probe_acc",)
 """Reads beside the ``forget_*`` metrics and the membership-inference AUCs."""
 NOT_METRICS = ("_chance", "_items", "_tokens", "_prompts_cut")
-"""Endings of ``forget_*`` numbers that are no metric: chance levels and counts (items, tokens, prompts cut)."""
+"""Endings of ``forget_*`` numbers that are no metric: chance levels and counts (items, tokens, prompts
+cut)."""
 UNBOUNDED = ("_loss", "_ppl")
 """Endings of reads not on [0, 1] (a text set's loss and perplexity): their move is relative,
 ``(after - before) / (|before| + |after|)`` (UDS's form, defined there: such a read is far from 0), since an
 absolute move in nats or perplexity has no common threshold."""
 RELEARN_SCALES = {"forget_score": ("relearn", "relearn_disjoint")}
-"""The relearning attacks that read a metric on its own scale (:func:`~obliviate.evidence.verdict.reads` names): the
-forget score the relearning attacks track (``relearn``: the forget items; ``relearn_disjoint``: the held-out ones).
-A metric not named here has no relearning read: its robustness is its quantization stability alone."""
+"""The relearning attacks that read a metric on its own scale (:func:`~obliviate.evidence.verdict.reads`
+names): the forget score the relearning attacks track (``relearn``: the forget items; ``relearn_disjoint``:
+the held-out ones). A metric not named here has no relearning read: its robustness is its quantization
+stability alone."""
 
 
 def _number(v) -> bool:

@@ -31,20 +31,23 @@ SEPARATION = 0.2
 FORGOT_SHARE = 0.5
 """A model forgot when its forget score is at most this share of the base model's (above chance)."""
 KEEP_SHARE = RETAIN_SHARE
-"""A model keeps what it should when its retain and neighbour scores are at least this share of the base model's;
-a positive control that does not is *non-selective*, and a model that does not is *retain lost*, never removed."""
+"""A model keeps what it should when its retain and neighbour scores are at least this share of the base
+model's; a positive control that does not is *non-selective*, and a model that does not is *retain lost*,
+never removed."""
 SUPPRESSED_SHARE = 0.5
 """*suppressed*: a recovery at least this share of the positive control's."""
 BAND_ALPHA = 0.05
-"""The oracle band's error rate: a model that is in truth like the oracle falls outside the band of some attack
-with at most about this probability by item sampling, over all the attacks compared (Bonferroni: each attack at
-``BAND_ALPHA / k``, :func:`band_tolerance`)."""
+"""The oracle band's error rate: a model that is in truth like the oracle falls outside the band of some
+attack with at most about this probability by item sampling, over all the attacks compared (Bonferroni: each
+attack at ``BAND_ALPHA / k``, :func:`band_tolerance`)."""
 DEFAULT_ITEMS = 50
 """The items an attack scores when a comparison does not say (the band's width follows it)."""
 MIA_SEPARATION = 0.2
-"""Membership inference reads the forget set when the base model's AUC and the negative control's differ by this."""
+"""Membership inference reads the forget set when the base model's AUC and the negative control's differ by
+this."""
 MIA_TOLERANCE = 0.1
-"""*removed* also needs an MIA AUC within this of the negative control's, where membership inference reads it."""
+"""*removed* also needs an MIA AUC within this of the negative control's, where membership inference reads
+it."""
 SEVERITY = {"removed": 0, "inconclusive": 1, "retain lost": 2, "suppressed": 3, "not unlearned": 4}
 """Worse is higher; the worst verdict over the calibrated attacks decides."""
 VERDICTS = tuple(SEVERITY)
@@ -215,10 +218,11 @@ def power(q: float, n: int, upper: float) -> float:
 
 
 POWER = 0.8
-"""*removed* needs every deciding attack to detect a model holding :data:`DETECT_SHARE` with at least this power."""
+"""*removed* needs every deciding attack to detect a model holding :data:`DETECT_SHARE` with at least this
+power."""
 DETECT_SHARE = 0.2
-"""The held share (of what the base model shows above the oracle, on the attack's own scale) every deciding attack
-must be able to detect (:data:`POWER`) before a model within the band is called *removed*."""
+"""The held share (of what the base model shows above the oracle, on the attack's own scale) every deciding
+attack must be able to detect (:data:`POWER`) before a model within the band is called *removed*."""
 
 
 def detectable_share(p: float, ref: float, n: int, upper: float) -> float | None:
@@ -405,7 +409,8 @@ def mia_reads(base: dict, negative: dict, key: str = "mia_auc_min_k") -> bool:
 
 
 PROBE_SEPARATION = 0.1
-"""A probe reads the forget knowledge only when its accuracy and the negative control's differ by at least this."""
+"""A probe reads the forget knowledge only when its accuracy and the negative control's differ by at least
+this."""
 
 
 def control_readout(m: dict, control: dict | None) -> dict:
@@ -476,8 +481,8 @@ def robustness_summary(metrics: dict, items: int | None = None) -> dict:
 
 FLAGGED = ("suppressed", "inconclusive")
 """The verdicts an attack's read decides against the model (it brought something back, or lifted it above the
-oracle band): the ones a flag on that read (an inflated recovery) can put in doubt. A *removed* verdict's reads all
-stayed in the band, inflated or not, so a flag there doubts nothing."""
+oracle band): the ones a flag on that read (an inflated recovery) can put in doubt. A *removed* verdict's
+reads all stayed in the band, inflated or not, so a flag there doubts nothing."""
 
 
 def flagged(v: dict, m: dict) -> dict:

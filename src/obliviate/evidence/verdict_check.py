@@ -24,7 +24,8 @@ from obliviate.runs.report import markdown_table, plot_recovery_curves
 JUDGED = "judged"
 """The judged model's row in a simulated comparison (the template's own judged rows are left out)."""
 ROLES = ("forget", "retain", "neighbour", "utility")
-"""The role scores the rule reads (``<role>_score``, ``<role>_score_norm``), each over ``<role>_items`` items."""
+"""The role scores the rule reads (``<role>_score``, ``<role>_score_norm``), each over ``<role>_items``
+items."""
 KEEP_ROLES = ROLES[1:]
 LEVEL = 0.95
 """The level of each simulated share's interval (Clopper-Pearson, exact)."""
@@ -79,8 +80,8 @@ BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly
                 f"holds {ONE_ATTACK_HELD:g} under one calibrated attack{{worst}}: false removed"),
           Bound("every_attack_false_removed", "every_attack", "removed", 0.05,
                 f"holds {EVERY_ATTACK_HELD:g} under every attack: false removed"))
-"""Issue #57, acceptance 4: the bounds the rule's simulated error rates must meet (``{worst}`` in ``what``: the
-attack whose share is checked, where the scenario runs one per attack)."""
+"""Issue #57, acceptance 4: the bounds the rule's simulated error rates must meet (``{worst}`` in ``what``:
+the attack whose share is checked, where the scenario runs one per attack)."""
 POWER_BOUND = Bound("power_one_attack", "detect", "removed", 1 - 0.8,
                     f"holds {DETECT_HELD:g} under one deciding attack{{worst}}: removed (80% power, "
                     "acceptance 2)")
@@ -399,21 +400,21 @@ def plot_power(report: dict, png) -> None:
 
 WORLD_READS = {"relearn_disjoint": (72, 1), "relearn": (72, 1), "quantize": (72, 2), "ablate": (72, 1),
                "logit_lens": (72, 1), "in_context": (72, 2), "format_shift": (72, 4)}
-"""The world demo's deciding reads (``obliviate demo``'s attacks; the white-box ablation is shown, never decides) with
-``(items, variants)`` as the attacks record them: 72 forget questions (24 diseases x 3 attributes), the format shift
-the best of 4 variant sets, quantization the best of 2 schemes (int4, nf4), in-context the better of few-shot and
-re-introduction."""
+"""The world demo's deciding reads (``obliviate demo``'s attacks; the white-box ablation is shown, never
+decides) with ``(items, variants)`` as the attacks record them: 72 forget questions (24 diseases x 3
+attributes), the format shift the best of 4 variant sets, quantization the best of 2 schemes (int4, nf4),
+in-context the better of few-shot and re-introduction."""
 ALL_READS = {**WORLD_READS, "prompts": (72, 5), "leak_at_k": (72, 1), "prune": (72, 4),
              "soft_prompt": (32, 1),
              "gcg": (32, 1), "gcg_prefix": (32, 1), "unrelated_finetune": (72, 1)}
-"""Every deciding read, as ``compare --attacks all`` runs them on the world: GCG's suffix and prefix and the soft
-prompt on at most 32 items, the prompts the best of 5 types, pruning the best of 4 fractions."""
+"""Every deciding read, as ``compare --attacks all`` runs them on the world: GCG's suffix and prefix and the
+soft prompt on at most 32 items, the prompts the best of 5 types, pruning the best of 4 fractions."""
 
 WORLD_RECOVERS = {"positive_control": ("relearn_disjoint", "logit_lens", "format_shift"),
                   "positive_control_smallnorm": ("relearn_disjoint", "quantize")}
-"""The attacks under which each positive control's knowledge comes back on the world demo (seed 0): the small-norm
-control's under quantization is by construction (:data:`~obliviate.evidence.controls.MECHANISM`), so three reads are
-calibrated: ``relearn_disjoint``, ``logit_lens``, ``format_shift``."""
+"""The attacks under which each positive control's knowledge comes back on the world demo (seed 0): the
+small-norm control's under quantization is by construction (:data:`~obliviate.evidence.controls.MECHANISM`),
+so three reads are calibrated: ``relearn_disjoint``, ``logit_lens``, ``format_shift``."""
 
 
 def synthetic_template(items: int = 72, read_counts: dict[str, tuple[int, int]] | None = None, *,

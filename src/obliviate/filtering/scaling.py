@@ -24,7 +24,8 @@ class FilteredModels:
     against."""
 
     sizes: tuple[str, ...] = ("1x16", "2x32", "3x48", "4x64", "4x96")
-    """Sizes ``"<layers>x<width>"`` (:func:`~obliviate.models.builders.parse_size`) of the full scaling runs."""
+    """Sizes ``"<layers>x<width>"`` (:func:`~obliviate.models.builders.parse_size`) of the full scaling
+    runs."""
     quick_sizes: tuple[str, ...] = ("1x16", "2x24", "2x32", "3x40")
     """... and of the quick ones."""
     vocab_size: int = 512

@@ -28,7 +28,8 @@ class TokenClassifierConfig:
     steps: int = 400
     """Training steps of each biLM half."""
     context_window: int = 8
-    """Token features = [biLM state, its mean over +-window tokens] (0: the biLM state alone, as in the paper)."""
+    """Token features = [biLM state, its mean over +-window tokens] (0: the biLM state alone, as in the
+    paper)."""
     thresholds: list[float] = field(default_factory=lambda: [round(float(t), 2) for t in np.linspace(0.1, 0.9,
                                                                                                      9)])
     """Thresholds of the token classifiers' held-out sweeps."""

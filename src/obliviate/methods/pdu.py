@@ -37,7 +37,8 @@ def margin_flattening_loss(logits: torch.Tensor) -> torch.Tensor:
 @dataclass
 class PDUConfig:
     retain_loss_eps: float | None = None
-    """The constraint's bound on the retain loss; None: the retain loss of the first step (before any update)."""
+    """The constraint's bound on the retain loss; None: the retain loss of the first step (before any
+    update)."""
     dual_step_size: float = 1.0
     """Step of the dual ascent on lambda (0: a fixed weight, open-unlearning's primal_dual=false)."""
     dual_warmup_epochs: int = 5

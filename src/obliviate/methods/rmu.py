@@ -34,8 +34,9 @@ TINY_PRESET_LAYER_FRAC = 0.5
 """The tiny presets' layer fraction: n_layers // 2, the layer those presets were tuned with."""
 
 TINY_COEF_NORM = 1.5
-"""The tiny preset's c is at least this many times the measured hidden-state norm: the world's tuned ratio (c = 20 at a
-mean norm of 12.5 on world seed 0's base model, layer 2: 1.6), rounded down so that the world keeps c = 20."""
+"""The tiny preset's c is at least this many times the measured hidden-state norm: the world's tuned ratio (c
+= 20 at a mean norm of 12.5 on world seed 0's base model, layer 2: 1.6), rounded down so that the world keeps
+c = 20."""
 
 
 @dataclass

@@ -35,8 +35,9 @@ class Recipe(NamedTuple):
 
 
 RECIPES = Registry("recipe", package="obliviate.papers")
-"""Recipe name -> :class:`Recipe`, filled by :func:`recipe` when a recipe folder is imported (the first look-up
-imports every module of :mod:`obliviate.papers`; a recipe folder's ``__init__`` imports its ``run.py``)."""
+"""Recipe name -> :class:`Recipe`, filled by :func:`recipe` when a recipe folder is imported (the first
+look-up imports every module of :mod:`obliviate.papers`; a recipe folder's ``__init__`` imports its
+``run.py``)."""
 
 
 def recipe(name: str, config_cls: type, description: str, render: Callable):

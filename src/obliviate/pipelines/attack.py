@@ -41,8 +41,8 @@ ORACLE = "oracle"
 """``negative_control_kind`` of a control given as ``--oracle DIR``."""
 
 CONTROLS = (RETAIN_FINETUNE, UNTAUGHT, NO_CONTROL)
-"""``--control``: the negative control built (the default, where the untaught model is known), attacked as it is,
-or none."""
+"""``--control``: the negative control built (the default, where the untaught model is known), attacked as it
+is, or none."""
 
 
 @dataclass
@@ -54,14 +54,15 @@ class AttackRunConfig:
     """Keys of the world's config for ``--task world`` (the world seed is ``--seed``)."""
     attacks: TaskAttackConfig = field(default_factory=TaskAttackConfig)
     control_finetune: dict = field(default_factory=dict)
-    """With ``--control retain-finetune`` (the default where the untaught model is known): keys of the retain-only
-    fine-tune's config (:class:`~obliviate.train.finetune.FinetuneConfig`) over the settings the fine-tuned model's
-    card records (``control_finetune.epochs=20``)."""
+    """With ``--control retain-finetune`` (the default where the untaught model is known): keys of the
+    retain-only fine-tune's config (:class:`~obliviate.train.finetune.FinetuneConfig`) over the settings the
+    fine-tuned model's card records (``control_finetune.epochs=20``)."""
     positive_control: bool = True
-    """With ``--base`` and a negative control: build the positive control from ``--base`` and attack it, for the
-    verdict (:func:`obliviate.evidence.controls.suppression_control`; as ``compare``'s)."""
+    """With ``--base`` and a negative control: build the positive control from ``--base`` and attack it, for
+    the verdict (:func:`obliviate.evidence.controls.suppression_control`; as ``compare``'s)."""
     positive_control_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``, ``lr``)."""
+    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``,
+    ``lr``)."""
     small_norm_control: bool = True
     """With ``positive_control``, also the small-norm suppression control
     (:func:`obliviate.evidence.controls.small_norm_control`), which calibrates quantization."""
@@ -70,9 +71,10 @@ class AttackRunConfig:
     eval_batch_size: int = 32
     """Batch size of the evaluations the verdict reads (each model's forget score before the attacks)."""
     cache: bool = True
-    """Keep the controls (the negative control's model, the positive controls' models) and the attacks on them and
-    on the base model in the cache shared by every run directory (:mod:`obliviate.runs.cache`), and reuse them: a
-    second attack on the same base attacks only the new model. ``--no-cache`` (``cache=false``) builds them here."""
+    """Keep the controls (the negative control's model, the positive controls' models) and the attacks on them
+    and on the base model in the cache shared by every run directory (:mod:`obliviate.runs.cache`), and reuse
+    them: a second attack on the same base attacks only the new model. ``--no-cache`` (``cache=false``) builds
+    them here."""
 
 
 def attack_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None,

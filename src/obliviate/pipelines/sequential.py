@@ -36,14 +36,16 @@ from obliviate.unlearning.engine import check_unlearn_run, unlearn
 from obliviate.utils import atomic_write_text, file_sha256, seed_everything
 
 CHEAP_ATTACKS = ("quantize", "logit_lens", "ablate", "in_context")
-"""The attacks run after each request: those that cost about one evaluation of the task each (no relearning)."""
+"""The attacks run after each request: those that cost about one evaluation of the task each (no
+relearning)."""
 
 CURVE_KEYS = ("forget_score", "retain_score", "utility_score")
 """The task's role scores, drawn in the curve beside each request's own score."""
 
 ATTACK_KEYS = ("quantize_forget_score", "ablate_forget_score", "logit_lens_top1", "in_context_acc")
-"""Each cheap attack's headline in the curve: the forget score of the quantized model (the worst scheme) and with
-the direction ablated, the logit lens's top-1 share of answer tokens, the best in-context prompting's accuracy."""
+"""Each cheap attack's headline in the curve: the forget score of the quantized model (the worst scheme) and
+with the direction ablated, the logit lens's top-1 share of answer tokens, the best in-context prompting's
+accuracy."""
 
 
 # ------------------------------------------------------------------ the loop over requests (MUSE's scal/sust

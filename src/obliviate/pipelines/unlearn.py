@@ -41,11 +41,13 @@ class UnlearnRunConfig:
 
     seed: int = 0
     world: dict = field(default_factory=dict)
-    """Keys of the world's config (``world.n_forget=20``) for ``--task world``; the world seed is ``--seed``."""
+    """Keys of the world's config (``world.n_forget=20``) for ``--task world``; the world seed is
+    ``--seed``."""
     unlearn: UnlearnConfig = field(default_factory=UnlearnConfig)
     eval: EvalOptions = field(default_factory=EvalOptions)
     tune: TuneConfig = field(default_factory=TuneConfig)
-    """``obliviate tune`` and ``unlearn --tune``: the grid, the budget, the constraint and the validation split."""
+    """``obliviate tune`` and ``unlearn --tune``: the grid, the budget, the constraint and the validation
+    split."""
 
 
 def finetune_lr_factor(model_dir) -> tuple[float, str | None]:

@@ -46,19 +46,20 @@ FORMAT = 1
 """The layout of an entry; part of every key, so a new layout never reads an old one."""
 ENTRY = "entry.json"
 OWNER = ".owner"
-"""The file of a staging folder its builder holds locked (``fcntl.flock``) while it builds; not one of the entry's
-files (removed once the entry is in place)."""
+"""The file of a staging folder its builder holds locked (``fcntl.flock``) while it builds; not one of the
+entry's files (removed once the entry is in place)."""
 STAGING = re.compile(r"^\.(?P<entry>[^.]+)\.(?P<host>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
 """A staging folder's name: the entry it builds, then the host and process building it."""
 STALE_STAGING_SECONDS = 2 * 24 * 3600
-"""A staging folder without an owner file (left by an obliviate before the owner file) this old, or a folder of the
-instant before it gets its owner (``.new``), is left by a run killed while building: removed by the next build."""
+"""A staging folder without an owner file (left by an obliviate before the owner file) this old, or a folder
+of the instant before it gets its owner (``.new``), is left by a run killed while building: removed by the
+next build."""
 LIBRARIES = ("torch", "transformers", "tokenizers", "peft")
-"""The libraries whose versions are part of every key (:func:`runtime`; None where one is not installed): a new
-release may compute another float's last bits, or tokenize a text otherwise."""
+"""The libraries whose versions are part of every key (:func:`runtime`; None where one is not installed): a
+new release may compute another float's last bits, or tokenize a text otherwise."""
 LOCATION_META = ("files", "directory", "data", "notes", "missing", "inputs")
-"""Keys of ``Task.meta`` that say where the task's data came from (paths, and lines naming them; ``inputs``: the
-files read, with their hashes, :data:`obliviate.tasks.base.INPUTS`), not what it is: left out of
+"""Keys of ``Task.meta`` that say where the task's data came from (paths, and lines naming them; ``inputs``:
+the files read, with their hashes, :data:`obliviate.tasks.base.INPUTS`), not what it is: left out of
 :func:`task_fingerprint`, so the same data read from another place finds the same entries."""
 
 

@@ -22,8 +22,8 @@ from obliviate.runs.results import atomic_write_text, run_inputs
 from obliviate.utils import looks_like_path, recorded_path
 
 FINETUNE = "finetune"
-"""The ``obliviate.method`` of a card ``obliviate finetune`` writes: the model it names as ``base_model`` is the
-model before it was taught the task (:func:`untaught_model`)."""
+"""The ``obliviate.method`` of a card ``obliviate finetune`` writes: the model it names as ``base_model`` is
+the model before it was taught the task (:func:`untaught_model`)."""
 
 
 def write_model_card(directory: str | Path, *, base_model: str | None, task, method: str, settings: dict,

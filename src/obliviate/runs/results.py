@@ -178,16 +178,17 @@ PREVIOUS = "previous"
 RUN_OUTPUTS = ("results.json", "model", "predictions.json", "per_example.json", "pretrain.json", "report.md",
                "report.html", "plots", "bench.md", "tuned.yaml", "world", "*.png", "tune/report.md",
                "tune/search.png")
-"""What a finished run leaves in its run directory as its results, by name (``*.png``: every plot at the top), which a
-re-run moves to ``previous/`` whole: ``results.json`` (every command), the model with its card (``finetune``,
-``unlearn``, ``pretrain``, ``tofu``), ``eval``'s ``predictions.json``, TOFU's ``per_example.json``, ``pretrain``'s
-``pretrain.json``, the reports (``compare``, ``unlearn --requests``, the recipes; ``bench.md``), ``tuned.yaml`` and
-the tuning report inside ``tune/``, the world (``world``, ``compare``) and the plots (``loss.png``,
-``relearn_curve.png``, ...). Everything else a run writes is what a re-run resumes from, and stays: the training
-checkpoints (``train/``, ``checkpoints/``, ``metrics.jsonl``), the finished parts and cached models (``parts/``,
-``models/``, ``methods/``, ``controls/``, ``control/``, ``attacks/``, ``known/``, ``sequential/``, ``tune/``'s
-trials, the relearning runs ``relearn*/``, ``unlearn/``, ``runs/``, ``muse/``), ``run.json`` (what the checkpoints
-were made with) and the lock; so does anything a run did not write."""
+"""What a finished run leaves in its run directory as its results, by name (``*.png``: every plot at the top),
+which a re-run moves to ``previous/`` whole: ``results.json`` (every command), the model with its card
+(``finetune``, ``unlearn``, ``pretrain``, ``tofu``), ``eval``'s ``predictions.json``, TOFU's
+``per_example.json``, ``pretrain``'s ``pretrain.json``, the reports (``compare``, ``unlearn --requests``, the
+recipes; ``bench.md``), ``tuned.yaml`` and the tuning report inside ``tune/``, the world (``world``,
+``compare``) and the plots (``loss.png``, ``relearn_curve.png``, ...). Everything else a run writes is what a
+re-run resumes from, and stays: the training checkpoints (``train/``, ``checkpoints/``, ``metrics.jsonl``),
+the finished parts and cached models (``parts/``, ``models/``, ``methods/``, ``controls/``, ``control/``,
+``attacks/``, ``known/``, ``sequential/``, ``tune/``'s trials, the relearning runs ``relearn*/``,
+``unlearn/``, ``runs/``, ``muse/``), ``run.json`` (what the checkpoints were made with) and the lock; so does
+anything a run did not write."""
 
 
 def prepare_out_dir(out: str | Path) -> Path:
@@ -318,8 +319,8 @@ def input_fingerprint(path: str | Path | None) -> Any:
 
 
 DISPLAY_KEYS = ("progress", "desc")
-"""Config keys that change what a run shows, not what it computes (the bars, and a bar's label): a run that differs
-only in them is the same run."""
+"""Config keys that change what a run shows, not what it computes (the bars, and a bar's label): a run that
+differs only in them is the same run."""
 
 
 def without_display(obj: Any) -> Any:

@@ -186,10 +186,11 @@ class Task:
     """Disjoint halves of the forget facts, for relearning on one and testing on the other
     (default: a seeded split of ``forget.qa`` that keeps each group whole, see :meth:`forget_halves`)."""
     groups: list[str] | None = None
-    """The entity of each forget QA pair (of ``forget.qa``, else of the forget-role QA items): TOFU's author, the
-    world's disease, a file's ``group`` field. The disjoint attacks never split a group, so that no held-out fact
-    can be read off a trained one about the same entity (default: every item's ``meta["group"]`` or
-    ``meta["entity"]`` where the forget QA come from evaluation items that all carry one; else ungrouped)."""
+    """The entity of each forget QA pair (of ``forget.qa``, else of the forget-role QA items): TOFU's
+    author, the world's disease, a file's ``group`` field. The disjoint attacks never split a group, so
+    that no held-out fact can be read off a trained one about the same entity (default: every item's
+    ``meta["group"]`` or ``meta["entity"]`` where the forget QA come from evaluation items that all carry
+    one; else ungrouped)."""
     holdout: Data | None = None
     """Data never trained on (membership inference, the oracle's forget stand-in)."""
     prompt: PromptFormat = field(default_factory=PromptFormat)
@@ -298,8 +299,9 @@ class Task:
 
 
 INPUTS = "inputs"
-"""``Task.meta`` key: the data files the task was built from, ``[{"path", "sha256"}, ...]`` (:func:`records_inputs`),
-which results.json and the model cards of a run on it list (:func:`obliviate.runs.results.run_inputs`)."""
+"""``Task.meta`` key: the data files the task was built from, ``[{"path", "sha256"}, ...]``
+(:func:`records_inputs`), which results.json and the model cards of a run on it list
+(:func:`obliviate.runs.results.run_inputs`)."""
 
 
 def records_inputs(fn):

@@ -154,9 +154,9 @@ def _as_list(value: Any, key: str) -> list:
 
 
 RETAIN_HOLDOUT_SHARE = 0.2
-"""The share of the retain file's QA pairs (and texts) :func:`task_from_files` holds out for the retain evaluation
-when nothing else measures what must be kept (no ``--utility`` or ``--holdout`` files): a retain score read only on
-the pairs the methods train on reads 1.000 whatever they did to the rest (issue #42)."""
+"""The share of the retain file's QA pairs (and texts) :func:`task_from_files` holds out for the retain
+evaluation when nothing else measures what must be kept (no ``--utility`` or ``--holdout`` files): a retain
+score read only on the pairs the methods train on reads 1.000 whatever they did to the rest (issue #42)."""
 RETAIN_HOLDOUT_SEED = 0
 """The seed of that split: the same files give the same held-out items in every run."""
 

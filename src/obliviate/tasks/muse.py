@@ -128,7 +128,8 @@ def load_muse_icl(corpus: str, split: str, root: str | os.PathLike | None = None
 
 MUSE_FOLD_SETS = ("scal", "sust")
 MUSE_MAX_FOLDS = 4
-"""MUSE ships four folds in ``scal/`` and in ``sust/`` (``forget_1`` .. ``forget_4``); fold 1 is the forget set."""
+"""MUSE ships four folds in ``scal/`` and in ``sust/`` (``forget_1`` .. ``forget_4``); fold 1 is the forget
+set."""
 
 
 def load_muse_folds(corpus: str, kind: str, root: str | os.PathLike | None = None,
@@ -239,7 +240,8 @@ NOT_COMPUTED = {
     "forget_qa": "KnowMem on D_f (knowmem_forget, muse_knowmem_f): not computed",
     "retain_qa": "KnowMem on D_r (knowmem_retain, muse_knowmem_r): not computed",
 }
-"""What each optional MUSE file's absence leaves out (the line in ``meta["muse"]["missing"]`` names the file too)."""
+"""What each optional MUSE file's absence leaves out (the line in ``meta["muse"]["missing"]`` names the file
+too)."""
 
 
 def _optional(load, key: str, missing: list[str], *also: Path):

@@ -24,7 +24,8 @@ HUB_CONFIGS = {"intro": ("forget_target", "train"), "forget_level1": ("forget_le
                "forget_mia": ("mia_forget", "test"), "retain_mia": ("mia_retain", "test"),
                "retain_mmlu": ("utility_general", "test"), "triviaqa": ("utility_factuality", "test"),
                "passage": ("train_original_passage", "train")}
-"""Local file (without ``.json``) -> the hub's (config, split) of the same rows, as ``data_process.py`` maps them."""
+"""Local file (without ``.json``) -> the hub's (config, split) of the same rows, as ``data_process.py`` maps
+them."""
 
 FILL_IN = "Please complete the blank in the following question.\nQuestion: {}"
 ANSWER_BRIEFLY = "Please briefly answer the following question.\nQuestion: {}"

@@ -100,9 +100,9 @@ HOLDOUT_OF = {"forget01": "holdout01", "forget05": "holdout05", "forget10": "hol
 ``full``, OpenUnlearning's MIA non-members)."""
 
 TASK_METRICS = ("extraction_strength", "exact_memorization")
-"""What every evaluation of a ``tofu:`` task adds (:data:`obliviate.eval.metric.METRICS` names), as OpenUnlearning's
-``eval=tofu`` reports them on the forget split. Its MIAs (forget vs holdout) are in the TOFU report
-(:func:`obliviate.eval.tofu.tofu_metrics`) and the attack suite's ``mia``."""
+"""What every evaluation of a ``tofu:`` task adds (:data:`obliviate.eval.metric.METRICS` names), as
+OpenUnlearning's ``eval=tofu`` reports them on the forget split. Its MIAs (forget vs holdout) are in the TOFU
+report (:func:`obliviate.eval.tofu.tofu_metrics`) and the attack suite's ``mia``."""
 
 
 def _pairs(examples: list[QAExample]) -> list[tuple[str, str]]:

@@ -83,10 +83,11 @@ class PretrainConfig:
     """Weight of the answer-only QA term (0: documents only)."""
     qa_batch_size: int = 64
     qa_length_groups: int = 3
-    """Each QA batch runs as this many forwards of rows of like length (sorted, each group cut to its longest row):
-    the same loss, a sum over every answer token of the batch over their count (:func:`~obliviate.losses.
-    lm_loss_grouped`), with less padding computed (the world's QA rows: 65% of the positions are real tokens in one
-    padded batch of 64, 86% in 3 groups). One group in several processes, whose sharded forwards must match."""
+    """Each QA batch runs as this many forwards of rows of like length (sorted, each group cut to its longest
+    row): the same loss, a sum over every answer token of the batch over their count
+    (:func:`~obliviate.losses. lm_loss_grouped`), with less padding computed (the world's QA rows: 65% of the
+    positions are real tokens in one padded batch of 64, 86% in 3 groups). One group in several processes,
+    whose sharded forwards must match."""
     qa_forms: list[str] = field(default_factory=lambda: list(QA_FORMS))
     """Surface forms of each fact in the QA term (:data:`QA_FORMS`): ``question`` (canonical),
     ``train_questions`` (the relation's trained paraphrases), ``statements`` (statement completions)."""
@@ -99,9 +100,10 @@ class PretrainConfig:
     exclude_splits: list[str] = field(default_factory=list)
     """World splits left out of the corpus (``["forget"]`` trains the oracle)."""
     mask_splits: list[str] = field(default_factory=list)
-    """World splits whose tokens stay in the corpus as inputs but are never a target (loss masking by the world's
-    ground-truth ``split`` token labels, the token-filtering paper's masking with perfect labels); their facts
-    leave the QA term (an answer is all masked tokens). ``["forget"]`` trains the filtered model."""
+    """World splits whose tokens stay in the corpus as inputs but are never a target (loss masking by the
+    world's ground-truth ``split`` token labels, the token-filtering paper's masking with perfect labels);
+    their facts leave the QA term (an answer is all masked tokens). ``["forget"]`` trains the filtered
+    model."""
     pack: bool = True
     """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
 

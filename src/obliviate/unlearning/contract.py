@@ -30,22 +30,22 @@ class Method:
     config_cls: ClassVar[type]
     """The config dataclass (defaults documented there)."""
     needs_reference: bool = False
-    """It reads a frozen reference ``ref``; without it ``ref`` is a :class:`NoReference`, whose every
-    use is a one-line error naming the method. Default: False, and True where the config's ``retain`` is
-    ``"kl"`` (a KL to the frozen model: :meth:`__init__` sets it); a method whose forget term reads the reference
-    declares it True."""
+    """It reads a frozen reference ``ref``; without it ``ref`` is a :class:`NoReference`, whose every use is a
+    one-line error naming the method. Default: False, and True where the config's ``retain`` is ``"kl"`` (a KL
+    to the frozen model: :meth:`__init__` sets it); a method whose forget term reads the reference declares it
+    True."""
     needs_idk: bool = False
-    """Its batches carry ``idk``: the forget questions with preferred answers (refusals, unless :meth:`winners`
-    chooses others)."""
+    """Its batches carry ``idk``: the forget questions with preferred answers (refusals, unless
+    :meth:`winners` chooses others)."""
     preferred: ClassVar[str] = "refusal answers"
     """What its preferred answers are, for the methods table (where ``needs_idk``)."""
     needs_preference_data: ClassVar[bool] = False
-    """It runs only on a task whose ``idk`` is preference data (:class:`~obliviate.tasks.base.PreferredAnswers`):
-    a comparison leaves it out elsewhere."""
+    """It runs only on a task whose ``idk`` is preference data
+    (:class:`~obliviate.tasks.base.PreferredAnswers`): a comparison leaves it out elsewhere."""
     compare_needs: ClassVar[dict[str, str]] = {}
-    """Config keys that must be set (non-empty) for a comparison to run it, each with what it is: without them the
-    method would run on a stand-in (``probe_unlearn`` would fit its probes on one training batch), so ``compare``
-    lists it as skipped, with the reason, rather than run it so."""
+    """Config keys that must be set (non-empty) for a comparison to run it, each with what it is: without them
+    the method would run on a stand-in (``probe_unlearn`` would fit its probes on one training batch), so
+    ``compare`` lists it as skipped, with the reason, rather than run it so."""
     multiprocess_unsupported: str | None = None
     """Why it cannot run in several processes (None: it can; :func:`obliviate.train.distributed.check_method`,
     docs/distributed.md)."""

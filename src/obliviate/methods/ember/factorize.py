@@ -80,7 +80,8 @@ class FactorResult:
     G: torch.Tensor
     """(n, K) signed coefficients, ``ceil(sparsity * n)`` non-zeros per column."""
     loss_history: list[float]
-    """After each iteration of the successful attempt, the loss of the kept (best-so-far) iterate; never increases."""
+    """After each iteration of the successful attempt, the loss of the kept (best-so-far) iterate; never
+    increases."""
     best_iter: int
     """0-based iteration of the kept iterate."""
     n_iter: int

@@ -33,7 +33,8 @@ QUICK_METHODS = ["atwu", "graddiff", "npo", "atwu_npo"]
 PARTS = ("world", "tofu")
 RUN_DEFAULTS: dict[str, dict] = {"atwu_npo": {"train": {"lr": 3e-4}}}
 """Recipe defaults under the user's ``runs`` / ``tofu_runs``: a weighted objective gets its base objective's
-learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares SimNPO's)."""
+learning rate (its tiny preset, ``obliviate.methods.method_defaults``; ``atwu_simnpo`` already shares
+SimNPO's)."""
 SCORER_DEFAULTS: dict = {"position": "token"}
 """Scorer settings of every ATWU method in this recipe (tuned on world seed 0; see the module docstring)."""
 WORLD_SETS = ("forget_qa", "forget_para_qa", "forget_mcq", "retain_qa", "general_qa", "retain_mcq",
@@ -57,16 +58,16 @@ class AtwuRecipeConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """The world and its cached base model (as in ``obliviate demo``)."""
     runs: dict = field(default_factory=dict)
-    """World unlearning settings per method (as ``obliviate compare``'s ``runs``): ``runs.atwu.train.lr=5e-4``,
-    ``runs.atwu.params.w_lr=1e-2``."""
+    """World unlearning settings per method (as ``obliviate compare``'s ``runs``):
+    ``runs.atwu.train.lr=5e-4``, ``runs.atwu.params.w_lr=1e-2``."""
     tofu: TofuConfig = field(default_factory=TofuConfig)
     """The TOFU protocol's data, models and evaluation (keep the defaults to reuse ``obliviate tofu``'s cached
     base models); ``tofu.method`` and ``tofu.unlearn`` are unused (see ``tofu_runs``)."""
     tofu_runs: dict = field(default_factory=dict)
     """TOFU unlearning settings per method: ``tofu_runs.atwu.train.steps=100``."""
     token_auroc_on: Literal["base", "unlearned"] = "base"
-    """Whose hidden states the learned scorer (final w, b) reads for ``token_auroc``: the original model's (the
-    labels and the probability baseline refer to it) or the unlearned model's; the other is reported as
+    """Whose hidden states the learned scorer (final w, b) reads for ``token_auroc``: the original model's
+    (the labels and the probability baseline refer to it) or the unlearned model's; the other is reported as
     ``token_auroc_<other>``."""
     tofu_uq_from: Literal["rouge_l", "prob"] = "rouge_l"
     """F and R of TOFU's FQ/RD/UQ: forget10 / retain ROUGE-L recall of greedy answers, or TOFU probability."""

@@ -8,9 +8,11 @@ PAPER = "Suslik, Shafran, Geva 2026, Don't Forget Your Embeddings (seeds 000/003
 PAPER_VOCAB_FRACTION = 0.0014
 LLAMA3_VOCAB = 128256
 HALVED = 0.65
-"""Claim 1 agrees when relearned accuracy with EMBER is at most this share of the one without (mean over methods)."""
+"""Claim 1 agrees when relearned accuracy with EMBER is at most this share of the one without (mean over
+methods)."""
 CONFINED = 0.25
-"""Claim 3 agrees when the loss change off the exclusive tokens is at most this share of the change on them."""
+"""Claim 3 agrees when the loss change off the exclusive tokens is at most this share of the change on
+them."""
 
 
 def ordered(results: dict) -> tuple[dict, dict]:

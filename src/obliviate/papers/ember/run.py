@@ -78,9 +78,11 @@ class WorldConceptConfig:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     """MLP methods, each run alone and with EMBER."""
     runs: dict = field(default_factory=dict)
-    """Per-method settings (as ``obliviate compare``'s): ``runs.rmu.train.steps=30``, ``runs.snmf.params.delta=2``."""
+    """Per-method settings (as ``obliviate compare``'s): ``runs.rmu.train.steps=30``,
+    ``runs.snmf.params.delta=2``."""
     method_steps: int | None = None
-    """Training steps of every training method unless ``runs.<m>.train.steps`` is set (None: their defaults)."""
+    """Training steps of every training method unless ``runs.<m>.train.steps`` is set (None: their
+    defaults)."""
     K: int = 100
     """Embedding features (the paper's value for a 2B model); capped at |V'|."""
     sparsity: float = 0.02
@@ -134,7 +136,8 @@ class EmberDataConfig:
     heldout: float = 0.2
     """Share of the concept and neutral sentences held out for perplexity."""
     vocab_size: int = 2048
-    """BPE vocabulary trained per concept (smaller ones split most words into pieces the judge cannot read)."""
+    """BPE vocabulary trained per concept (smaller ones split most words into pieces the judge cannot
+    read)."""
     n_layer: int = 2
     d_model: int = 64
     n_head: int = 4

@@ -72,9 +72,9 @@ class FunctionSpecificConfig:
     tox_lr: float = 1e-3
     batch_size: int = 16
     params: dict = field(default_factory=dict)
-    """Method parameters per variant, on top of the method's tiny preset (``obliviate.methods.method_defaults``):
-    ``params.rmu.coef=10``, ``params.tox_probe_multi.alpha=30``; ``params.cosine_rmu_learned_alpha.alpha``
-    is the REINFORCE starting point alpha0."""
+    """Method parameters per variant, on top of the method's tiny preset
+    (``obliviate.methods.method_defaults``): ``params.rmu.coef=10``, ``params.tox_probe_multi.alpha=30``;
+    ``params.cosine_rmu_learned_alpha.alpha`` is the REINFORCE starting point alpha0."""
     meta_frac: float = 0.25
     """Share of the forget and retain facts held out for the REINFORCE reward (never in the table)."""
     meta_outer_steps: int = 5

@@ -114,9 +114,9 @@ class TokenFilteringConfig:
     bilm_d: int = TokenClassifierConfig.d_model
     bilm_steps: int | None = None
     context_window: int = TokenClassifierConfig.context_window
-    """Token features = [biLM state, its mean over +-window tokens] (:class:`~obliviate.filtering.ContextPooled`;
-    0: the biLM state alone, as in the paper). With window 8 the ground-truth-fit classifier's AUROC
-    on the world goes from about 0.65 to 0.93."""
+    """Token features = [biLM state, its mean over +-window tokens]
+    (:class:`~obliviate.filtering.ContextPooled`; 0: the biLM state alone, as in the paper). With window 8 the
+    ground-truth-fit classifier's AUROC on the world goes from about 0.65 to 0.93."""
     threshold: float = 0.5
     """Token-classifier threshold of the main runs."""
     doc_label_fraction: float = TokenClassifierConfig.doc_label_fraction
@@ -158,7 +158,8 @@ class TokenFilteringConfig:
     """RMU steering coefficient (the tiny preset's value; on these models it raises the forget loss)."""
     rmu_alpha: float = 100.0
     """RMU retain weight (the tiny preset has 10, which on these smaller models wrecks the retain domain too:
-    at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 -> 1.7)."""
+    at 3x40, alpha 10 took the retain loss from 1.0 to 2.3, alpha 100 to 1.1 while the forget loss went 1.0 ->
+    1.7)."""
     rmu: dict = field(default_factory=dict)
     """Other settings of RMU's run, as ``obliviate unlearn``'s ``unlearn.*`` (``rmu.train.steps=80``,
     ``rmu.train.lr=5e-4``)."""

@@ -45,8 +45,8 @@ from obliviate.train.pretrain import tokenizer_for
 
 
 STEP_CONFIG = TrainConfig(lr=1e-6, beta1=0.9, beta2=0.999, weight_decay=0.01, progress=False, report_to=[])
-"""The optimizer of the timed steps (:func:`obliviate.train.make_optimizer`): AdamW with torch's default betas and
-weight decay and a learning rate small enough that the timed steps barely move the model."""
+"""The optimizer of the timed steps (:func:`obliviate.train.make_optimizer`): AdamW with torch's default betas
+and weight decay and a learning rate small enough that the timed steps barely move the model."""
 
 
 @dataclass
@@ -57,8 +57,8 @@ class BenchConfig:
     lora_methods: list[str] = field(default_factory=lambda: ["npo", "rmu"])
     size: str = "tiny"
     mid_size: str | None = "8x512"
-    """A second, larger model size (``"<layers>x<width>"``) timed the same way, to show how the step's share of the
-    machine's peak (MFU) and the memory per method move with size; None: only ``size``."""
+    """A second, larger model size (``"<layers>x<width>"``) timed the same way, to show how the step's share
+    of the machine's peak (MFU) and the memory per method move with size; None: only ``size``."""
     mid_methods: list[str] | None = None
     """Methods timed at ``mid_size`` (default: the same as at ``size``)."""
     mid_rounds: int = 5
@@ -82,7 +82,8 @@ class BenchConfig:
     filtering: bool = True
     """Also time the data-filtering token classifier against pretraining (``metrics.filtering``)."""
     filtered_sizes: list[str] | None = None
-    """Sizes (``"<layers>x<width>"``) of the filtered models; None: the token-filtering recipe's full sizes."""
+    """Sizes (``"<layers>x<width>"``) of the filtered models; None: the token-filtering recipe's full
+    sizes."""
     classifier_layers: int | None = None
     """biLM depth; None: the token-filtering recipe's default."""
     classifier_d: int | None = None
@@ -94,12 +95,13 @@ class BenchConfig:
     filter_target: float = 20.0
     """The throughput ratio the paper asks for (filtering under 1/20 = 5% of pretraining compute)."""
     steps: bool = True
-    """Time each method's step against plain fine-tuning (the methods table, at ``size`` and ``mid_size``); false:
-    only the parts below that are on (``steps=false eval_speed=false filtering=false logit_memory=false``: the
-    controls' cache alone)."""
+    """Time each method's step against plain fine-tuning (the methods table, at ``size`` and ``mid_size``);
+    false: only the parts below that are on (``steps=false eval_speed=false filtering=false
+    logit_memory=false``: the controls' cache alone)."""
     control_cache: bool = True
     """Also time a verdict-bearing ``obliviate attack`` twice on one base with a fresh cache of the controls
-    (``metrics.control_cache``: :func:`~obliviate.pipelines.bench.control_cache.measure_control_cache`, issue #56)."""
+    (``metrics.control_cache``: :func:`~obliviate.pipelines.bench.control_cache.measure_control_cache`, issue
+    #56)."""
     rerun_size: str = "4x128"
     """The model size of that case (``"<layers>x<width>"``; 4x128 is about 1M parameters)."""
 

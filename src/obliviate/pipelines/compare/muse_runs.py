@@ -28,7 +28,8 @@ from obliviate.utils import seed_everything
 FOLD_KINDS = {"scal": "scalability: each forget fold unlearned from the base model",
               "sust": "sustainability: the requests one after another on the same model"}
 HEADLINE = "muse_knowmem_r"
-"""What MUSE plots for scalability and sustainability: utility preservation (KnowMem on D_r) after each fold."""
+"""What MUSE plots for scalability and sustainability: utility preservation (KnowMem on D_r) after each
+fold."""
 
 
 def model_metrics(task: Task, model, tokenizer, batch_size: int = 16) -> dict:

@@ -37,11 +37,12 @@ from obliviate.train.backend import can_checkpoint
 from obliviate.utils import cache_dir, looks_like_path, recorded_path, seed_everything
 
 FORGET_SPLITS = RETAIN_OF
-"""The forget splits the protocol unlearns (``forget``), each with TOFU's retain split (together: ``full``)."""
+"""The forget splits the protocol unlearns (``forget``), each with TOFU's retain split (together:
+``full``)."""
 EVAL_SPLITS = {"forget": "forget10_perturbed", "retain": "retain_perturbed",
                "real_authors": "real_authors_perturbed", "world_facts": "world_facts_perturbed"}
-"""The files of the four sets the TOFU metrics read for ``forget10`` (:func:`eval_splits` for any forget split;
-the task's ``meta["perturbed"]``)."""
+"""The files of the four sets the TOFU metrics read for ``forget10`` (:func:`eval_splits` for any forget
+split; the task's ``meta["perturbed"]``)."""
 TOKENIZER_SPLITS = ("full", "forget01_perturbed", "forget05_perturbed", "forget10_perturbed",
                     "retain_perturbed",
                     "real_authors", "real_authors_perturbed", "world_facts", "world_facts_perturbed")
@@ -79,7 +80,8 @@ class TofuConfig:
     method: str = "graddiff"
     """Unlearning method (``obliviate methods``)."""
     forget: str = "forget10"
-    """The forget split unlearned: ``forget01``, ``forget05`` or ``forget10`` (retain split: :data:`FORGET_SPLITS`)."""
+    """The forget split unlearned: ``forget01``, ``forget05`` or ``forget10`` (retain split:
+    :data:`FORGET_SPLITS`)."""
     model: TinyModelConfig = field(default_factory=tofu_model_config)
     """The tiny models' shape and vocabulary (:func:`tofu_model_config`)."""
     epochs: int = 20
@@ -94,8 +96,8 @@ class TofuConfig:
     limit: int | None = None
     """Use only the first N records of each TOFU split (tests)."""
     unlearn: dict = field(default_factory=dict)
-    """The unlearning run's settings, as ``obliviate unlearn``'s: ``unlearn.train.lr``, ``unlearn.train.steps``,
-    ``unlearn.batch_size``, ``unlearn.params.beta``."""
+    """The unlearning run's settings, as ``obliviate unlearn``'s: ``unlearn.train.lr``,
+    ``unlearn.train.steps``, ``unlearn.batch_size``, ``unlearn.params.beta``."""
     eval_batch_size: int = 32
     max_new_tokens: int = TOFU_MAX_NEW_TOKENS
     """Greedy tokens generated per answer for ROUGE-L: 200, TOFU's and OpenUnlearning's budget (was 128)."""
@@ -295,7 +297,8 @@ class GivenModels:
     model: str
     """The model fine-tuned on TOFU ``full`` (a local directory or a hub id): evaluated, then unlearned."""
     retain_model: str
-    """The same base model fine-tuned on the retain split only (TOFU's retain model): forget quality's reference."""
+    """The same base model fine-tuned on the retain split only (TOFU's retain model): forget quality's
+    reference."""
     tokenizer: str | None = None
     """Tokenizer directory or hub id (default: ``model``'s); it must fit both models."""
     pad_policy: str = "error"

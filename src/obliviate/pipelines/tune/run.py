@@ -54,9 +54,9 @@ class TuneConfig:
     budget: int = 12
     """Most trials (the grid's nearest to the run as given, in log scale)."""
     extend: int = 4
-    """Most extra trials past the grid's edge (:func:`outward`): taken one at a time while the best feasible trial
-    removed less than :data:`~obliviate.eval.outcome.MIN_FORGOT` of the forget score and sits on the grid's largest
-    lr or steps (0: the grid only)."""
+    """Most extra trials past the grid's edge (:func:`outward`): taken one at a time while the best feasible
+    trial removed less than :data:`~obliviate.eval.outcome.MIN_FORGOT` of the forget score and sits on the
+    grid's largest lr or steps (0: the grid only)."""
     retain_share: float = RETAIN_SHARE
     """The constraint: a trial must keep this share of the base model's keep score on the validation items."""
     val_fraction: float = 0.5

@@ -34,14 +34,16 @@ SYNONYMS: dict[str, dict[str, tuple[str, ...]]] = {
 """Per kind, the field names each schema field is looked for under, in order (the first that fits wins)."""
 
 EVAL_KINDS = ("mcq", "qa", "text")
-"""The order kinds are tried in for an evaluation file (an MCQ's question and answer would also read as a QA pair)."""
+"""The order kinds are tried in for an evaluation file (an MCQ's question and answer would also read as a QA
+pair)."""
 TRAIN_KINDS = ("qa", "text", "mcq")
-"""The order for training data (forget, retain, holdout, relearn): QA pairs or texts first; MCQs last, so that an
-MCQ file gets the error that says MCQs are evaluation sets."""
+"""The order for training data (forget, retain, holdout, relearn): QA pairs or texts first; MCQs last, so that
+an MCQ file gets the error that says MCQs are evaluation sets."""
 
 GROUP_PREFIXES = ("", "op", "opt", "option", "options", "choice", "choices", "answer", "ans", "ending", "sol",
                   "candidate", "alternative", "alt")
-"""The names a group of choice fields may share before its tags (``option1``, ``opa``, ``choice_0``, ``A``)."""
+"""The names a group of choice fields may share before its tags (``option1``, ``opa``, ``choice_0``,
+``A``)."""
 _TAGGED = re.compile(r"^(?P<prefix>[A-Za-z]*?)[ _-]?(?P<tag>\d+|[A-Ja-j])$")
 
 
@@ -148,8 +150,8 @@ def _choices_of(rec: dict, spec: str, strings: bool) -> tuple[list[str], list[st
 
 OWN_NAME_TYPES = {"question": str, "answer": str, "text": str, "choices": (list, dict, str),
                   "answer_index": (int, str, list)}
-"""A schema field found under its own name counts as found when its value has this type, even empty or out of range:
-the reader's own check then names what is wrong with it (``field 'question' is empty``)."""
+"""A schema field found under its own name counts as found when its value has this type, even empty or out of
+range: the reader's own check then names what is wrong with it (``field 'question' is empty``)."""
 
 
 def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
