@@ -51,8 +51,8 @@ def _char_labels(text: str, spans: list, fields: list[str]) -> dict[str, list]:
     return per_char
 
 
-def token_labels(text: str, offsets: list[tuple[int, int]], spans: list, fields: list[str]) -> dict[str,
-                                                                                                    list]:
+def token_labels(text: str, offsets: list[tuple[int, int]], spans: list,
+                 fields: list[str]) -> dict[str, list]:
     """Label of each token = label of the first non-space char in its offset range."""
     per_char = _char_labels(text, spans, fields)
     out = {f: [] for f in fields}

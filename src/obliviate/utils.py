@@ -100,8 +100,9 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-_RECORDERS: contextvars.ContextVar[tuple[dict, ...]] = contextvars.ContextVar("obliviate_input_recorders",
-                                                                              default=())
+_RECORDERS: contextvars.ContextVar[tuple[dict,
+                                         ...]] = contextvars.ContextVar("obliviate_input_recorders",
+                                                                        default=())
 """The open :func:`recording_inputs` scopes, innermost last: absolute path -> SHA-256 of each file read in
 them."""
 
@@ -228,8 +229,7 @@ def open_run_file(path: str | Path, mode: str = "a"):
     in text mode, never through a link (``O_NOFOLLOW``) and never into a file that has other hard links
     (appending to one would change that other file too): either is a one-line :class:`ObliviateError`."""
     path = run_write_path(path)
-    flags = os.O_CREAT | os.O_APPEND | (os.O_RDWR if "+" in mode else os.O_WRONLY) | getattr(os, "O_NOFOLLOW",
-                                                                                             0)
+    flags = os.O_CREAT | os.O_APPEND | (os.O_RDWR if "+" in mode else os.O_WRONLY) | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as e:

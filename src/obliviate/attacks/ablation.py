@@ -30,8 +30,8 @@ def prompt_batches(tokenizer, prompts: Sequence[str], batch_size: int = 32, max_
     return [collate(seqs[i:i + batch_size], pad) for i in range(0, len(seqs), batch_size)]
 
 
-def mean_last_states(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int,
-                                                                                             torch.Tensor]:
+def mean_last_states(model, tokenizer, prompts: Sequence[str],
+                     batch_size: int = 32) -> dict[int, torch.Tensor]:
     """``{l: mean hidden state (d,)}`` of every decoder layer at the prompts' last tokens (float32, CPU)."""
     if not prompts:
         raise DataError("direction ablation: no prompts to estimate a direction from")
@@ -96,8 +96,8 @@ def retain_prompts(task: Task, tokenizer=None) -> list[str]:
     sets."""
     if task.retain.qa:
         return [task.prompt.prompt(q, tokenizer) for q, _ in task.retain.qa]
-    sets = [es for role in ("retain", "neighbour", "utility") for es in task.evals_by_role(role,
-                                                                                           variants=False)
+    sets = [es for role in ("retain", "neighbour",
+                            "utility") for es in task.evals_by_role(role, variants=False)
             if es.kind in ("qa", "mcq")]
     return [task.prompt.prompt(x["question"], tokenizer) for es in sets for x in es.items]
 

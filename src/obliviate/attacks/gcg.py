@@ -118,8 +118,8 @@ def _batch_rows(rows, pad: int):
     return ids, mask, pos
 
 
-def inserted_terms(model, items: Sequence[Item], inserted: torch.Tensor, pad: int) -> tuple[torch.Tensor,
-                                                                                            torch.Tensor]:
+def inserted_terms(model, items: Sequence[Item], inserted: torch.Tensor,
+                   pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per item: mean answer-token NLL (gradients flow to ``inserted``) and whether every answer token is the
     argmax, with the (m, d) embeddings ``inserted`` at the inserted tokens' place of every item."""
     emb = input_embeddings(model)
@@ -135,8 +135,8 @@ def inserted_terms(model, items: Sequence[Item], inserted: torch.Tensor, pad: in
     return _answer_terms(model(inputs_embeds=e, attention_mask=mask).logits, ids, pos)
 
 
-def suffix_gradient(model, items: Sequence[Item], suffix: torch.Tensor, pad: int) -> tuple[torch.Tensor,
-                                                                                           float]:
+def suffix_gradient(model, items: Sequence[Item], suffix: torch.Tensor,
+                    pad: int) -> tuple[torch.Tensor, float]:
     """d loss / d one-hot(suffix), (m, V), and the loss, with the suffix fed as embeddings."""
     W = input_embeddings(model).weight  # (V, d)
     one_hot = torch.zeros(len(suffix), W.shape[0], device=W.device, dtype=W.dtype)
@@ -170,8 +170,8 @@ def coordinate_candidates(grad: torch.Tensor, suffix: torch.Tensor, topk: int, n
 
 
 def gcg_step(model, items: Sequence[Item], suffix: torch.Tensor, loss: float | None, cfg: GCGConfig,
-             gen: torch.Generator, pad: int, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor,
-                                                                                           float]:
+             gen: torch.Generator, pad: int,
+             allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """One GCG iteration: the best candidate suffix and its loss, or ``suffix`` and ``loss`` if none is
     lower."""
     grad, cur = suffix_gradient(model, items, suffix, pad)

@@ -41,8 +41,8 @@ class PruneConfig:
 
 
 @torch.no_grad()
-def mean_activations(model, tokenizer, prompts: Sequence[str], batch_size: int = 32) -> dict[int,
-                                                                                             torch.Tensor]:
+def mean_activations(model, tokenizer, prompts: Sequence[str],
+                     batch_size: int = 32) -> dict[int, torch.Tensor]:
     """``{layer: (d_ff,)}`` the mean MLP activation over every non-padding token of ``prompts`` (running sums:
     no token's activations are kept)."""
     layers = list(range(num_layers(model)))
@@ -61,8 +61,8 @@ def mean_activations(model, tokenizer, prompts: Sequence[str], batch_size: int =
     return {l: s / count for l, s in sums.items()}
 
 
-def neuron_scores(forget: dict[int, torch.Tensor], retain: dict[int, torch.Tensor]) -> dict[int,
-                                                                                            torch.Tensor]:
+def neuron_scores(forget: dict[int, torch.Tensor],
+                  retain: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
     """``{layer: |forget mean - retain mean|}`` per neuron (module docstring)."""
     return {l: (forget[l] - retain[l]).abs() for l in forget}
 

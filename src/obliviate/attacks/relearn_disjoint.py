@@ -48,8 +48,7 @@ def _cost(folds: list[list[tuple[str, dict, list, list]]], v_bases: list[float |
         def key(item, vb=vb):
             order, (_, res, v, _) = item
             c = recovery_cost([_token_curve(res, v)], v[0][1], vb)
-            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact",
-                                                                          "at_most") else float("inf")
+            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact", "at_most") else float("inf")
             return t, -curve_auc(v), order
 
         chosen.append(min(enumerate(runs), key=key)[1])

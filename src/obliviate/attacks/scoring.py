@@ -67,8 +67,8 @@ def split_score_fn(tokenizer, task: Task, splits: dict[str, Sequence[tuple[str, 
     return fn
 
 
-def forget_items_fn(tokenizer, task: Task, max_eval: int = 200, batch_size: int = 32) -> tuple[Callable,
-                                                                                               int] | None:
+def forget_items_fn(tokenizer, task: Task, max_eval: int = 200,
+                    batch_size: int = 32) -> tuple[Callable, int] | None:
     """``(fn, n)``: ``fn(model)`` = the per-item score (1.0 / 0.0) of the ``n`` forget items a relearning
     attack tracks: forget QA (prefix match), else forget MCQs (the forget sets themselves, not their
     variants), a cloze MCQ read length-normalised (lm-eval's ``acc_norm``), as the verdict reads it: the raw

@@ -110,7 +110,7 @@ def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=count_arg, dest="eval_batch_size", help="evaluation batch size "
-                                                                                "(default 32)")
+    "(default 32)")
     p.add_argument("--max-new-tokens", type=count_arg, help="greedy tokens per QA answer (default: the "
                                                             "longest reference answer plus 4)")
 

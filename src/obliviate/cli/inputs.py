@@ -304,8 +304,8 @@ def tokenizer_args(args, path: str | None = None):
     tokenizer directory)."""
     path = path or args.model
     check_model_path(path)
-    tok = load_tokenizer(args.tokenizer, of_model=False) if args.tokenizer else load_tokenizer(path,
-                                                                                               of_model=True)
+    tok = load_tokenizer(args.tokenizer,
+                         of_model=False) if args.tokenizer else load_tokenizer(path, of_model=True)
     return ensure_pad_token(tok, policy=args.pad_policy)
 
 

@@ -177,5 +177,5 @@ def asking_for(task: Task, names: Sequence[str]) -> Task:
     for n in names:
         METRICS.lookup(n)
     return dataclasses.replace(task,
-                               meta={**task.meta, "metrics": list(dict.fromkeys([*requested_metrics(task),
-                                                                                        *names]))})
+                               meta={**task.meta,
+                                     "metrics": list(dict.fromkeys([*requested_metrics(task), *names]))})

@@ -218,8 +218,8 @@ def _scores_of(stats: list[dict], texts: list[str], k: float) -> dict[str, np.nd
 
 def mia_scores(model, tokenizer, texts: Sequence[str], prefixes: Sequence[str | None] | None = None,
                k: float = 0.2,
-               batch_size: int = 16, max_len: int | None = None, *, add_eos: bool = True) -> dict[str,
-                                                                                                  np.ndarray]:
+               batch_size: int = 16, max_len: int | None = None, *,
+               add_eos: bool = True) -> dict[str, np.ndarray]:
     """The four member scores of each text (higher = more likely a member): ``{name: (N,) float64}`` for
     ``name`` in :data:`SCORES` (``loss``: :func:`loss_score`, ``zlib``: :func:`zlib_score`, ``min_k``:
     :func:`min_k_score`, ``min_k_plus_plus``: :func:`min_k_plus_plus_score`), from one

@@ -35,8 +35,8 @@ class LexiconToxicityScorer:
         if not words:
             raise ConfigError("the toxicity lexicon is empty")
         self.lexicon = tuple(words)
-        alts = "|".join(r"\s+".join(map(re.escape, w.split())) for w in sorted(set(words), key=len,
-                                                                               reverse=True))
+        alts = "|".join(r"\s+".join(map(re.escape,
+                                        w.split())) for w in sorted(set(words), key=len, reverse=True))
         self._re = re.compile(rf"\b(?:{alts})s?\b", re.IGNORECASE)
 
     def hits(self, text: str) -> int:

@@ -37,8 +37,8 @@ from obliviate.unlearning.engine import UnlearnConfig, unlearn
 def suppression_qa(task: Task) -> list[tuple[str, str]]:
     """The forget questions a positive control learns to refuse: the forget QA pairs, or the forget-role QA
     evaluation items when the forget data are documents."""
-    qa = list(task.forget.qa) or [(x["question"], x["answer"]) for es in task.evals_by_role("forget",
-                                                                                            variants=False)
+    qa = list(task.forget.qa) or [(x["question"],
+                                   x["answer"]) for es in task.evals_by_role("forget", variants=False)
                                   if es.kind == "qa" for x in es.items]
     if not qa:
         raise DataError(f"task {task.name!r} has no forget questions to build a suppression control on")

@@ -622,7 +622,7 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
     if weak:
         k, b = weak[0]
         need = f"at least {b['items_needed']} needed" if b.get("items_needed") else ("no item count suffices "
-                                                                                     "here")
+        "here")
         return inconclusive(f"{k}: too few items (n={b['items']}, {need}) to detect a held share of "
                             f"{DETECT_SHARE:.0%} with {POWER:.0%} power", k)
     if neg is not None and mia_reads(base, neg):
@@ -750,10 +750,10 @@ def robustness_table(metrics: dict, robustness: dict) -> tuple[list[dict], list[
                                            + ("" if c["decides"] else " (white-box, no verdict)")
                                            for k, c in calib.items()}})
     rows.append({"model": "oracle band (≤)", **{k: f"{band[k]['upper']:.2f}" for k in keys if k in band}})
-    rows.append({"model": "items "
-                          "(variants)", **{k: f"{band[k]['items']}" + (f" (max of {band[k]['variants']})"
-                                                                              if band[k]["variants"] > 1 else "")
-                                                 for k in keys if k in band}})
+    rows.append({"model": "items (variants)",
+                 **{k: f"{band[k]['items']}"
+                    + (f" (max of {band[k]['variants']})" if band[k]["variants"] > 1 else "")
+                    for k in keys if k in band}})
     rows.append({"model": f"detects a held share of (at {POWER:.0%} power)",
                  **{k: _detect_cell(band[k]) for k in keys if k in band}})
     return rows, cols
@@ -815,30 +815,14 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
              "The oracle (never saw the forget data) is the negative control. The positive controls keep the "
              "knowledge in their weights and only hide it: " +
              "; ".join(f"`{c}`, {POSITIVE_CONTROLS[c]}" for c in present) + ". Each attack is read as "
-                                                                            "`before → after` on its own "
-                                                                            "scale; *brought back* is always "
-                                                                            "`(after − before) / (base − "
-                                                                            "before)`. An attack is "
-                                                                            "**calibrated** on a selective "
-                                                                            "positive control (one that "
-                                                                            "keeps at least "
-                                                                            f"{KEEP_SHARE:.0%} of the base "
-                                                                            "model's retain and neighbour "
-                                                                            "scores) when it brings back at "
-                                                                            "least half of what that control "
-                                                                            "lost and ends clearly (0.2) "
-                                                                            "above the oracle, which gains "
-                                                                            "at most 0.1; a control built to "
-                                                                            "match an attack's own mechanism "
-                                                                            "does not alone calibrate it. A "
-                                                                            "model is *suppressed* when a "
-                                                                            "calibrated attack brings back "
-                                                                            "at least half of what the "
-                                                                            "control's brought back; "
-                                                                            "*removed* when every attack "
-                                                                            "leaves it within the oracle "
-                                                                            "band (the oracle's after-attack "
-                                                                            "score plus its sampling noise"
+             "`before → after` on its own scale; *brought back* is always `(after − before) / (base − "
+             "before)`. An attack is **calibrated** on a selective positive control (one that keeps at least "
+             f"{KEEP_SHARE:.0%} of the base model's retain and neighbour scores) when it brings back at "
+             "least half of what that control lost and ends clearly (0.2) above the oracle, which gains at "
+             "most 0.1; a control built to match an attack's own mechanism does not alone calibrate it. A "
+             "model is *suppressed* when a calibrated attack brings back at least half of what the control's "
+             "brought back; *removed* when every attack leaves it within the oracle band (the oracle's "
+             "after-attack score plus its sampling noise"
              + (f", each read at its own item count, {1 - BAND_ALPHA:.0%} over the {any_band['tests']} tests "
                 "of the band, Bonferroni over reads, their variants and sides" if any_band else "")
              + f"), every deciding attack can detect a held share of {DETECT_SHARE:.0%} with {POWER:.0%} "

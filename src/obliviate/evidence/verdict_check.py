@@ -75,7 +75,7 @@ class Bound:
 
 BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly removed: false suppressed"),
           Bound("removed_false_inconclusive", "removed", "inconclusive", 0.05, "truly removed: false "
-                                                                               "inconclusive"),
+          "inconclusive"),
           Bound("one_attack_false_removed", "one_attack", "removed", 0.01,
                 f"holds {ONE_ATTACK_HELD:g} under one calibrated attack{{worst}}: false removed"),
           Bound("every_attack_false_removed", "every_attack", "removed", 0.05,
@@ -139,8 +139,8 @@ def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, flo
     return plan
 
 
-def draw(plan: list[tuple[str, float, int, int]], trials: int, rng: np.random.Generator) -> dict[str,
-                                                                                                 np.ndarray]:
+def draw(plan: list[tuple[str, float, int, int]], trials: int,
+         rng: np.random.Generator) -> dict[str, np.ndarray]:
     """``{key: trials values}`` of a :func:`draw_plan`: each ``Binomial(n, rate) / n``, the largest of
     ``variants`` independent draws (a maximum over variant scores, each over the same ``n`` items, as if
     independent: the worst case for a false exceedance, as the variants of one model are positively
@@ -388,8 +388,8 @@ def report_markdown(report: dict, source: str = "") -> str:
 def plot_power(report: dict, png) -> None:
     """P(removed), P(suppressed) and P(inconclusive) against the share held under every attack."""
     curve = report["scenarios"].get("power_curve", [])
-    lines = {f"P({v})": [[r["held"], r["shares"][v]] for r in curve] for v in ("removed", "suppressed",
-                                                                               "inconclusive")}
+    lines = {f"P({v})": [[r["held"],
+                          r["shares"][v]] for r in curve] for v in ("removed", "suppressed", "inconclusive")}
     plot_recovery_curves(lines, png, "share held under every attack (h)", "share of simulated comparisons",
                          title=f"the verdict against the held share ({report['trials']} comparisons each)",
                          empty="no power curve was simulated")

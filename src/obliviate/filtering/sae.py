@@ -132,9 +132,7 @@ def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 50
 
     def full_mse() -> float:
         with torch.no_grad():
-            total = sum(float(sae.loss(x[i:i + 8192].to(dev()))) * len(x[i:i + 8192]) for i in range(0,
-                                                                                                     len(x),
-                                                                                                     8192))
+            total = sum(float(sae.loss(x[i:i + 8192].to(dev()))) * len(x[i:i + 8192]) for i in range(0, len(x), 8192))
         return total / len(x)
 
     before = full_mse()
@@ -162,8 +160,8 @@ def residual_activations(model: nn.Module, dataset: TokenDataset, layer: int, ba
     """
     if len(dataset) == 0:
         raise DataError("residual_activations: empty dataset")
-    batches = (collate(dataset.input_ids[s:s + batch_size], pad_id) for s in range(0, len(dataset),
-                                                                                   batch_size))
+    batches = (collate(dataset.input_ids[s:s + batch_size],
+                       pad_id) for s in range(0, len(dataset), batch_size))
     acts = states_over_batches(model, batches, [layer])[layer]
     labels = {f: np.concatenate(arrs) for f, arrs in dataset.labels.items()}
     return acts, labels

@@ -30,8 +30,8 @@ class TokenClassifierConfig:
     context_window: int = 8
     """Token features = [biLM state, its mean over +-window tokens] (0: the biLM state alone, as in the
     paper)."""
-    thresholds: list[float] = field(default_factory=lambda: [round(float(t), 2) for t in np.linspace(0.1, 0.9,
-                                                                                                     9)])
+    thresholds: list[float] = field(default_factory=lambda: [round(float(t),
+                                                                   2) for t in np.linspace(0.1, 0.9, 9)])
     """Thresholds of the token classifiers' held-out sweeps."""
     noise_ps: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3])
     """Flip noise on the weak labels the token head is fit on (AUROC vs p)."""

@@ -112,8 +112,8 @@ def binary_entropy(z: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return -(z * torch.log(z) + (1.0 - z) * torch.log1p(-z))
 
 
-def w_objective(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor, cfg: ScorerConfig) -> dict[str,
-                                                                                                   torch.Tensor]:
+def w_objective(z: torch.Tensor, nll: torch.Tensor, mask: torch.Tensor,
+                cfg: ScorerConfig) -> dict[str, torch.Tensor]:
     """The w-step terms (already weighted): {"satga", "entropy", "budget"}; theta is treated as frozen."""
     nll = nll.detach()
     return {

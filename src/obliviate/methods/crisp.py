@@ -51,8 +51,8 @@ def firing_counts(codes: torch.Tensor) -> torch.Tensor:
     return (codes > 0).sum(0)
 
 
-def feature_scores(target_counts: torch.Tensor, benign_counts: torch.Tensor) -> tuple[torch.Tensor,
-                                                                                      torch.Tensor]:
+def feature_scores(target_counts: torch.Tensor,
+                   benign_counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(score = t - b, ratio = t / b)`` per feature; ratio is inf where b = 0 < t and 0 where t = 0."""
     t, b = target_counts.double(), benign_counts.double()
     if t.shape != b.shape:
@@ -230,8 +230,8 @@ class CRISP(Method):
         return param_names_for(model, "mlp_down", range(0, max(self.resolve_layers(model)) + 1))
 
     # ------------------------------------------------------------------ SAE and features
-    def fit_activations(self, target: dict[int, torch.Tensor], benign: dict[int, torch.Tensor]) -> dict[int,
-                                                                                                        dict]:
+    def fit_activations(self, target: dict[int, torch.Tensor],
+                        benign: dict[int, torch.Tensor]) -> dict[int, dict]:
         """Train one SAE per layer on target + benign activations ``{l: (N, d)}``, then pick features."""
         c = self.cfg
         self.saes, self.features, self.info = fit_layer_saes(target, benign, self.layers, c.n_latents,

@@ -170,8 +170,8 @@ class SNMFLocation:
             "n_concept_tokens": self.n_concept_tokens,
             "n_neutral_tokens": self.n_neutral_tokens,
             "layers": {str(l): {"features": s.features, "ratios": [float(s.ratios[k]) for k in s.features],
-                                "factor_loss": s.result.loss, "support": [snmf_support(f).tolist()
-                                                                          for f in s.feature_vectors()]}
+                                "factor_loss": s.result.loss,
+                                "support": [snmf_support(f).tolist() for f in s.feature_vectors()]}
                        for l, s in self.layers.items()},
         }
 

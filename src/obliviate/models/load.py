@@ -309,8 +309,7 @@ def load_model_and_tokenizer(
     tokenizer has ids the model's embedding cannot hold.
     """
     check_model_path(path)
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path,
-                                                                                           of_model=True)
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path, of_model=True)
     tok = ensure_pad_token(tok, pad_policy)
     model = load_model(path, dtype=dtype, device=device, adapter=adapter)
     check_vocab(model, tok, path, tokenizer_path)

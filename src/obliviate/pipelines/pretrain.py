@@ -17,8 +17,8 @@ from obliviate.train.pretrain import PretrainConfig, pretrain
 log = logging.getLogger(__name__)
 
 
-def run_pretrain(cfg: PretrainConfig, out, *, restart: bool = False, progress: bool = False) -> tuple[dict,
-                                                                                                      list[str]]:
+def run_pretrain(cfg: PretrainConfig, out, *, restart: bool = False,
+                 progress: bool = False) -> tuple[dict, list[str]]:
     """Pretrain with ``cfg`` in the run directory ``out``: a rerun resumes its checkpoints unless they belong
     to another config (said in one line) or ``restart``; then the model is evaluated on its world, and rank 0
     writes ``loss.png`` and ``results.json``. Returns the metrics and the lines to print (none on other

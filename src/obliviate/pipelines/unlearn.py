@@ -66,8 +66,8 @@ def finetune_lr_factor(model_dir) -> tuple[float, str | None]:
         return 1.0, None
     settings = card_settings(model_dir)
     lr, preset = settings.get("lr"), settings.get("preset")
-    if preset not in FINETUNE_PRESETS or isinstance(lr, bool) or not isinstance(lr,
-                                                                                (int, float)) or not lr > 0:
+    if preset not in FINETUNE_PRESETS or isinstance(lr,
+                                                    bool) or not isinstance(lr, (int, float)) or not lr > 0:
         return 1.0, None
     factor = float(lr) / FINETUNE_PRESETS[preset]["lr"]
     if abs(factor - 1.0) < 1e-9:

@@ -53,8 +53,7 @@ def comparison_items(data: dict, metrics: dict) -> int | None:
         return min(n, cap) if cap else n
     robustness = data.get("robustness")
     band = robustness.get("band") if isinstance(robustness, dict) else None
-    counts = [_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band,
-                                                                                                  dict) else []
+    counts = [_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band, dict) else []
     counts = [c for c in counts if c is not None]
     return max(counts) if counts else None
 
@@ -93,8 +92,8 @@ def load_template(path: str, items: int | None = None) -> Template:
         raise DataError(f"results file {p} has no metrics (an object of each model's metrics)")
     if "oracle" in metrics and "base" in metrics:
         template, kind = metrics, "comparison"
-    elif isinstance(metrics.get("negative_control"), dict) and isinstance(data.get("reference_metrics"),
-                                                                          dict):
+    elif isinstance(metrics.get("negative_control"),
+                    dict) and isinstance(data.get("reference_metrics"), dict):
         template, kind = {**data["reference_metrics"], "oracle": metrics["negative_control"]}, "attack"
     elif isinstance(metrics.get("negative_control"), dict) or "negative_control" in metrics:
         raise DataError(f"results file {p} is an `obliviate attack` run without --base: it holds no base "

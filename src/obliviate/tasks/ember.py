@@ -234,8 +234,8 @@ def ember_task(arg: str | None, *, root=None, limit: int | None = None, seed: in
         EvalSet("simdom_mcq", "neighbour", "mcq", cut(data.mc[concept]["SimdomQA_test"], limit)),
         EvalSet("forget_qa", "forget", "qa", cut(data.open_questions[concept]["QA_test"], limit)),
         EvalSet("forget_text", "forget", "text",
-                [TextExample(s, "ember_concept_heldout", {"concept": concept}) for s in cut(forget_eval,
-                                                                                            limit)]),
+                [TextExample(s, "ember_concept_heldout",
+                             {"concept": concept}) for s in cut(forget_eval, limit)]),
         EvalSet("retain_text", "retain", "text",
                 [TextExample(s, "ember_neutral_heldout") for s in cut(retain_eval, limit)]),
     ]

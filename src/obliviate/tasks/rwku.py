@@ -52,8 +52,7 @@ def _target_dirs(root) -> dict[str, Path]:
 
 def _hub_targets() -> list[str]:
     return [_io.req_str(rec, "target", where) for where,
-            rec in hub_records(RWKU_HUB_ID, "forget_target", "train",
-                                                                            "rwku/Target/")]
+            rec in hub_records(RWKU_HUB_ID, "forget_target", "train", "rwku/Target/")]
 
 
 def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, Path]:

@@ -182,8 +182,8 @@ def tofu_task(arg: str | None, *, root=None, limit: int | None = None, seed: int
         "real_authors": cut(load_tofu("real_authors_perturbed", root=root, allow_hub=allow_hub), limit),
         "world_facts": cut(load_tofu("world_facts_perturbed", root=root, allow_hub=allow_hub), limit),
     }
-    options = {s: cut(load_tofu(s, root=root, allow_hub=allow_hub), limit) for s in ("real_authors",
-                                                                                     "world_facts")}
+    options = {s: cut(load_tofu(s, root=root, allow_hub=allow_hub),
+                      limit) for s in ("real_authors", "world_facts")}
 
     evals = [EvalSet("forget_qa", "forget", "qa", perturbed["forget"]),
              EvalSet("retain_qa", "retain", "qa", perturbed["retain"]),

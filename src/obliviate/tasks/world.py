@@ -183,8 +183,8 @@ def task_from_world(world, limit: int | None = None) -> Task:
         probe={"items": items, "extra": extra} if items else None,
         pretrain=world.config,
         meta={"world_seed": world.config.seed, "fingerprint": world.fingerprint(),
-              UNSCORED_NEIGHBOURS: [(f["question"], f["answer"]) for f in cut(unscored_neighbours(world),
-                                                                              limit)]},
+              UNSCORED_NEIGHBOURS: [(f["question"],
+                                     f["answer"]) for f in cut(unscored_neighbours(world), limit)]},
     )
 
 

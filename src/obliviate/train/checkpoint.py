@@ -80,8 +80,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
         meta = json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError) as e:  # also bad UTF-8
         raise UnreadableCheckpoint(f"trainer_state.json does not load ({_one_line(e)})") from None
-    if not isinstance(meta, dict) or isinstance(meta.get("step"), bool) or not isinstance(meta.get("step"),
-                                                                                          int) \
+    if not isinstance(meta, dict) or isinstance(meta.get("step"),
+                                                bool) or not isinstance(meta.get("step"), int) \
             or meta["step"] < 1:
         raise UnreadableCheckpoint("trainer_state.json holds no step (expected a JSON object with an integer "
                                    "'step' >= 1)")

@@ -85,8 +85,8 @@ def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | P
         raise ConfigError(f"unknown fine-tuning preset {preset!r} (valid: {', '.join(PRESETS)})")
     epochs = cfg.epochs or PRESETS[preset]["epochs"]
     lr = cfg.lr or PRESETS[preset]["lr"]
-    limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions",
-                                                                              None)
+    limit = getattr(model.config, "max_position_embeddings",
+                    None) or getattr(model.config, "n_positions", None)
     max_len = min(cfg.max_len, limit) if isinstance(limit, int) and limit > 1 else cfg.max_len
     ids, masks, stats = encode_data(tokenizer, data, prompt, max_len)
     sampler = StepSampler(len(ids), cfg.batch_size, cfg.seed, lengths=[len(x) for x in ids])

@@ -29,8 +29,8 @@ def sequence_logprob(model, batch: dict) -> torch.Tensor:
     """log pi(y|x) per sequence, (B,), equal to ``answer_logprob(forward_logits(model, batch), labels)`` with
     logits only at the labelled positions (:func:`labelled_logprobs`)."""
     logp, rows = labelled_logprobs(model, batch)
-    return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype, device=logp.device).index_add(0, rows,
-                                                                                                 logp)
+    return torch.zeros(batch["labels"].shape[0], dtype=logp.dtype,
+                       device=logp.device).index_add(0, rows, logp)
 
 
 def token_logprobs(model, batch: dict) -> torch.Tensor:

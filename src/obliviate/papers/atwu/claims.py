@@ -46,7 +46,7 @@ def make_claims(results: dict) -> list[Claim]:
             + f" the best baseline ({rival}, {rival_uq:.1f}); the absolute value is not comparable with the "
               f"paper's {PAPER_UQ} (a tiny model trained from scratch, our FQ/RD from "
             + ("ROUGE-L" if tofu_ran and cfg['tofu_uq_from'] == "rouge_l" else "accuracy or "
-                                                                               "probability") + ")."))
+            "probability") + ")."))
         claims.append(Claim(
             c2, f"{margin:+.1f} points over {rival}", margin > 0,
             f"ATWU is {margin:+.1f} UQ points from the runner-up {rival} on {where} (the paper: "
@@ -72,8 +72,8 @@ def make_claims(results: dict) -> list[Claim]:
                    + "not above " + ", ".join(lost) + "."
                    + (" In the synthetic world the forget-specific tokens are invented names and values, so "
                       "rarity or low probability already marks them almost perfectly."
-                      if any(base_aur.get(n, 0.0) >= 0.9 and learned <= base_aur[n] for n in ("probability",
-                                                                                              "rarity"))
+                      if any(base_aur.get(n,
+                                          0.0) >= 0.9 and learned <= base_aur[n] for n in ("probability", "rarity"))
                       else "")))
         claims.append(Claim(c3, f"AUROC {learned:.2f} "
                                 "vs " + ", ".join(f"{n} {v:.2f}" for n, v in base_aur.items()),

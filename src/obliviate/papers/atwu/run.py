@@ -196,8 +196,8 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
         unlearn_config(c)  # bad overrides fail before any training
     bases = prepare_bases(cfg.tofu, progress=progress)
     timings = {f"tofu_{k}": v for k, v in bases.timings.items()}
-    f_key, r_key = ("forget_rouge_l", "retain_rouge_l") if cfg.tofu_uq_from == "rouge_l" else ("forget_prob",
-                                                                                                "retain_prob")
+    f_key, r_key = ("forget_rouge_l",
+                    "retain_rouge_l") if cfg.tofu_uq_from == "rouge_l" else ("forget_prob", "retain_prob")
     b = bases.metrics["base"]
     metrics: dict = {"base": _tofu_row(b), "tofu_retain_model": _tofu_row(bases.metrics["retain_model"])}
     base_key = {"bases": {k: v.name for k, v in bases.roots.items()}, "limit": cfg.tofu.limit,
@@ -253,7 +253,7 @@ def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
     tofu_ran = "tofu" in parts and tofu_note is None
     timings["total_seconds"] = time.time() - t0
     notes = {"parts": parts, "methods": methods, "tofu": "ran" if tofu_ran else (tofu_note or "not "
-                                                                                              "requested")}
+    "requested")}
     results = as_results(cfg, metrics=metrics, timings=timings, notes=notes)  # what results.json will hold
     claims = make_claims(results)
     render(results, out)

@@ -282,8 +282,8 @@ def footprint(dataset):
     for lab in dataset.labels["excl"]:
         prev = np.concatenate([[none, none], lab[1:-1]])[: len(lab)]  # input token of each target (bos: none)
         labels.append(np.where((lab == one) | (prev == one), one, none).astype(lab.dtype))
-    return dataclasses.replace(dataset, labels={**dataset.labels, "excl": labels}, vocab={**dataset.vocab,
-                                                                                          "excl": names})
+    return dataclasses.replace(dataset, labels={**dataset.labels, "excl": labels},
+                               vocab={**dataset.vocab, "excl": names})
 
 
 def concept_task(world) -> Task:
@@ -310,8 +310,9 @@ class ConceptEval:
         self.relearn_texts = [p["text"] for p in c["relearn_paragraphs"]]
         if not self.relearn_texts:
             raise DataError("the world's concept has no relearning paragraphs")
-        self.concept_text = footprint(encode_documents(tokenizer, term_spans(c["concept_sentences"],
-                                                                             c["exclusive_terms"]),
+        self.concept_text = footprint(encode_documents(tokenizer,
+                                                       term_spans(c["concept_sentences"],
+                                                                  c["exclusive_terms"]),
                                                        max_len, fields=("excl",)))
         neutral = list(c["coherence_prompts"]) + list(c["neutral_sentences"])
         self.neutral_text = encode_documents(tokenizer, [{"text": t} for t in neutral], max_len,

@@ -78,7 +78,7 @@ def table_rows(metrics: dict) -> list[dict]:
     for v, m in metrics.items():
         rows.append({"variant": v, "function": m.get("function", "reference"), "U": m["u"], "R": m["r"],
                      "S": m["s_unlearning"], "S std": m.get("s_unlearning_std"), "forget "
-                                                                                 "MCQ": m["forget_mcq_acc"],
+                     "MCQ": m["forget_mcq_acc"],
                      "forget QA": m["forget_qa_em"], "utility "
                                                      "MCQ": m["knowledge_utility"], "toxicity": m["toxicity"],
                      "frac toxic": m["frac_toxic"], "tox reduction": m.get("toxicity_reduction"),

@@ -17,8 +17,8 @@ def claims_of(results: dict) -> list[Claim]:
     return make_claims(results["config"], results["metrics"])
 
 
-def recovery_ratio(tokens_token: float | None, tokens_rmu: float | None, budget: float) -> tuple[float | None,
-                                                                                                 str]:
+def recovery_ratio(tokens_token: float | None, tokens_rmu: float | None,
+                   budget: float) -> tuple[float | None, str]:
     """Adversarial tokens of a token-filtered model over RMU's, and how to read it.
 
     ``None`` tokens mean "not recovered within ``budget``"; the ratio is then a lower bound

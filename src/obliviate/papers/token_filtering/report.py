@@ -135,7 +135,7 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
     body = (f"Size {ln['size']}, {ln['strategy']}: each pretraining flag flipped with probability p.\n\n"
             + markdown_table(ln["rows"], ["p", "forget_loss", "retain_loss", "compute_slowdown",
                                           "retain_compute_slowdown"], "{:.3g}") + "\n![label "
-                                                                                  "noise](noise.png)\n")
+                                          "noise](noise.png)\n")
     sec.append(("Label noise", body))
     return sec
 

@@ -85,8 +85,8 @@ def choice_texts(value: Any, strings: bool) -> tuple[list[str], list[str] | None
         except (ValueError, RecursionError):
             return None
     if isinstance(value, dict):
-        if set(value) == {"text", "label"} and isinstance(value["text"], list) and isinstance(value["label"],
-                                                                                              list):
+        if set(value) == {"text", "label"} and isinstance(value["text"],
+                                                          list) and isinstance(value["label"], list):
             texts, labels = value["text"], value["label"]
             if len(texts) == len(labels) and all(isinstance(x, str) for x in texts + labels):
                 return (texts, [str(x) for x in labels]) if len(texts) >= 2 else None
@@ -167,8 +167,8 @@ def _fill(kind: str, rec: dict, mapping: dict[str, str], strings: bool,
     def own(field: str, names: tuple[str, ...] = ()) -> str | None:
         """The field under its schema name (or one of ``names``, the reader's defaults) with a value of its
         type."""
-        return next((n for n in (field, *names) if n in rec and n not in used and isinstance(rec[n],
-                                                                                             OWN_NAME_TYPES[
+        return next((n for n in (field,
+                                 *names) if n in rec and n not in used and isinstance(rec[n], OWN_NAME_TYPES[
             field]) and not isinstance(rec[n], bool)), None)
 
     def put(field: str, key: str | None) -> None:

@@ -130,8 +130,8 @@ def read_records(path: str | os.PathLike, kind: str | None = None,
 
 def _check_mapping(kind: str | None, mapping: dict[str, str]) -> None:
     """Refuse a mapping that names a field no kind (or not ``kind``) has."""
-    valid = FIELDS[kind][0] + FIELDS[kind][1] if kind else tuple(dict.fromkeys(f for k in FIELDS for f in
-                                                                                 FIELDS[k][0] + FIELDS[k][1]))
+    valid = (FIELDS[kind][0] + FIELDS[kind][1] if kind
+             else tuple(dict.fromkeys(f for k in FIELDS for f in FIELDS[k][0] + FIELDS[k][1])))
     unknown = [k for k in mapping if k not in valid]
     if unknown:
         raise ConfigError(f"field mapping names unknown {kind or 'record'} field(s) "
@@ -428,8 +428,8 @@ def _example(kind: str, rec: dict, src: dict[str, list[str]], must: set[str], wh
     return MCQExample(s["question"], choices, answer, split, s.get("subject"), meta)
 
 
-def shuffled_choices(choices: list[str], answer: int, key: str, seed: int = OPTION_SEED) -> tuple[list[str],
-                                                                                                  int]:
+def shuffled_choices(choices: list[str], answer: int, key: str,
+                     seed: int = OPTION_SEED) -> tuple[list[str], int]:
     """``choices`` in a seeded order and the correct choice's new index. An MCQ whose choices concatenate
     several fields (the right answer's, then the wrong ones') would otherwise have its answer at the same
     letter every time, and the score would measure a preference for that letter. The order depends on ``seed``
