@@ -150,8 +150,8 @@ def _check_relative_output(value: str, key: str) -> None:
     text = str(value)
     if text.startswith("~") or Path(text).is_absolute() or Path(text).anchor:
         raise ConfigError(f"config key '{key}': output path {show(text)} is absolute; a config may only name "
-                          "paths inside the run directory (--out); pass an explicit command-line option to "
-                          "write elsewhere")
+                          "paths inside the run directory (--out); pass an "
+                          "explicit command-line option to write elsewhere")
     depth = 0
     for part in Path(text).parts:
         depth += -1 if part == ".." else (0 if part == "." else 1)
@@ -299,13 +299,13 @@ class _StrictLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(
-                None, None, f"uses the alias *{event.anchor[:SHOWN_CHARS]}; YAML aliases are not supported "
-                "(write the value out)", event.start_mark)
+                None, None, f"uses the alias *{event.anchor[:SHOWN_CHARS]}; YAML aliases "
+                            "are not supported (write the value out)", event.start_mark)
         self._depth += 1
         try:
             if self._depth > MAX_YAML_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_YAML_DEPTH} levels "
-                                                              "deep",
+                raise yaml.composer.ComposerError(None, None, "nested more than "
+                                                              f"{MAX_YAML_DEPTH} levels deep",
                                                   event.start_mark)
             return super().compose_node(parent, index)
         finally:
@@ -334,8 +334,8 @@ class _StrictLoader(yaml.SafeLoader):
             return super().construct_yaml_int(node)
         except ValueError:  # CPython's limit on the digits of an int
             raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value)} characters is too "
-                            "large", node.start_mark) from None
+                None, None, f"an integer of {len(node.value)} characters "
+                            "is too large", node.start_mark) from None
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
@@ -366,8 +366,8 @@ def load_yaml(path: str | Path) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        raise DataError(f"config file {path} line {line}: not valid UTF-8 ({e.reason}, byte "
-                        f"0x{raw[e.start]:02x})") from None
+        raise DataError(f"config file {path} line {line}: not valid UTF-8 "
+                        f"({e.reason}, byte 0x{raw[e.start]:02x})") from None
     try:
         data = parse_yaml(text)
     except yaml.YAMLError as e:

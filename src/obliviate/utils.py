@@ -172,8 +172,8 @@ def not_a_directory(path: str | Path, what: str) -> str | None:
     blocked = file_in_the_way(path)
     if blocked is None:
         return None
-    return (f"{what} {path}{'' if blocked == Path(path).expanduser() else f': {blocked}'} is a file, not a "
-            "directory")
+    return (f"{what} {path}{'' if blocked == Path(path).expanduser() else f': {blocked}'} "
+            "is a file, not a directory")
 
 
 def add_run_dir(out: str | Path) -> None:
@@ -234,15 +234,15 @@ def open_run_file(path: str | Path, mode: str = "a"):
         fd = os.open(path, flags, 0o666)
     except OSError as e:
         if os.path.islink(path):
-            raise ObliviateError(f"refusing to write {path}: it is a symbolic link (to "
-                                 f"{os.readlink(path)})") from None
+            raise ObliviateError(f"refusing to write {path}: it is a symbolic "
+                                 f"link (to {os.readlink(path)})") from None
         raise ObliviateError(f"cannot write {path.name} in {path.parent}: {_os_reason(e)}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
         os.close(fd)
         what = "has other hard links" if stat.S_ISREG(st.st_mode) else "is not a regular file"
-        raise ObliviateError(f"refusing to write {path}: it {what}; a run writes only its own files: remove "
-                             "it")
+        raise ObliviateError(f"refusing to write {path}: it {what}; a "
+                             "run writes only its own files: remove it")
     return os.fdopen(fd, mode)
 
 

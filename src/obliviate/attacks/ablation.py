@@ -139,8 +139,8 @@ def ablation_attack(model, tokenizer, task: Task, base_model=None, *, base_state
     return out
 
 
-@register_attack("ablate", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them "
-                                 "with",
+@register_attack("ablate", needs="forget questions (QA pairs or MCQs) and "
+                                 "retain questions to contrast them with",
                  applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
                  reads=(AttackRead("forget_score", "ablate_forget_score", chance="forget_chance",
                                    label="difference-of-means direction projected out at every layer"),

@@ -114,8 +114,8 @@ def register_attack(name: str, *, applies: Callable[[Task], bool], needs: str, c
     """Decorator: ``run(r: AttackRun, cfg) -> dict`` of flat metrics becomes attack ``name`` (module
     docstring); ``needs`` says in words what ``applies`` looks for (:attr:`Attack.needs`)."""
     if not needs.strip():
-        raise ValueError(f"attack {name!r}: say what data it needs (needs=...), which a user reads when it "
-                         "is skipped")
+        raise ValueError(f"attack {name!r}: say what data it needs "
+                         "(needs=...), which a user reads when it is skipped")
     reads = (reads,) if isinstance(reads, AttackRead) else tuple(reads)
     reads = tuple(r if r.name else AttackRead(**{**r.__dict__, "name": name}) for r in reads)
     return ATTACKS.register(name, wrap=lambda fn: Attack(name, fn, applies, config, reads, check, needs))

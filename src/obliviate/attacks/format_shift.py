@@ -56,8 +56,8 @@ def format_shift_attack(model, tokenizer, task: Task, metrics: dict | None = Non
 
 
 @register_attack("format_shift", needs="variants of the forget set (the same facts asked another way, as the "
-                                       "world's other wordings or RWKU's level 3 are; a task of QA files has "
-                                       "none)",
+                                       "world's other wordings or RWKU's level "
+                                       "3 are; a task of QA files has none)",
                  applies=lambda task: bool(variant_sets(task)),
                  reads=AttackRead("forget_score", "format_shift_acc", chance="forget_chance",
                                   label="the best variant of the forget set, above its chance"))

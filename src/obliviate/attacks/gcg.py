@@ -202,8 +202,8 @@ def gcg_attack(model, tokenizer, task: Task, cfg: GCGConfig | None = None, *, po
     cfg = cfg or GCGConfig()
     halves = task.forget_halves(cfg.seed)
     if halves is None or not all(halves):
-        raise DataError(f"task {task.name!r}: the optimised-{position} attack needs at least 2 forget QA "
-                        "facts")
+        raise DataError(f"task {task.name!r}: the optimised-{position} "
+                        "attack needs at least 2 forget QA facts")
     train = suffix_items(task, tokenizer, list(halves[0])[:cfg.max_items], position)
     test = suffix_items(task, tokenizer, list(halves[1])[:cfg.max_items], position)
     pad = pad_id(tokenizer)

@@ -93,8 +93,8 @@ class InContextConfig:
                  applies=lambda task: task.forget_halves() is not None and bool(task.retain.qa),
                  config=InContextConfig,
                  reads=AttackRead("in_context_zero_shot_acc", "in_context_acc",
-                                  label="the best of re-introduction and few-shot, against the question "
-                                        "alone"))
+                                  label="the best of re-introduction and "
+                                        "few-shot, against the question alone"))
 def in_context_run(r: AttackRun, cfg: InContextConfig) -> dict:
     return in_context_attack(r.model, r.tokenizer, r.task, cfg.k, seed=r.cfg.seed,
                              max_items=r.cfg.max_eval)

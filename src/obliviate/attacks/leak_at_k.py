@@ -93,8 +93,8 @@ def leak_attack(model, tokenizer, task: Task, cfg: LeakConfig | None = None) -> 
 @register_attack("leak_at_k", needs="forget QA pairs (a --forget file of questions and answers)",
                  applies=has_forget_qa, config=LeakConfig,
                  reads=AttackRead("leak_at_k_greedy_acc", "leak_at_k_acc",
-                                  label="any of k sampled completions holds the answer (k = n), against "
-                                        "greedy",
+                                  label="any of k sampled completions holds "
+                                        "the answer (k = n), against greedy",
                                   shown=("leak_at_k_1", "leak_at_k_4", "leak_at_k_16")))
 def leak_run(r: AttackRun, cfg: LeakConfig) -> dict:
     return leak_attack(r.model, r.tokenizer, r.task,

@@ -34,8 +34,8 @@ def mia_examples(task: Task, tokenizer) -> tuple[list, list]:
                     "documents): membership inference needs the same kind on both sides")
 
 
-@register_attack("mia", needs="a holdout set: texts like the forget data that the model never saw (--holdout "
-                              "FILE)",
+@register_attack("mia", needs="a holdout set: texts like the forget data "
+                              "that the model never saw (--holdout FILE)",
                  applies=lambda task: bool(task.holdout), config=MIAConfig)
 def mia_attack(r: AttackRun, cfg: MIAConfig) -> dict:
     """Membership inference: forget (members) against holdout (non-members); in the task's own setting where

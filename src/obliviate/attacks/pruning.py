@@ -145,8 +145,8 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
     return out
 
 
-@register_attack("prune", needs="forget questions (QA pairs or MCQs) and retain questions to contrast them "
-                                "with",
+@register_attack("prune", needs="forget questions (QA pairs or MCQs) and "
+                                "retain questions to contrast them with",
                  applies=lambda task: bool(forget_prompts(task)) and bool(retain_prompts(task)),
                  config=PruneConfig,
                  reads=AttackRead("forget_score", "prune_forget_score", chance="forget_chance",

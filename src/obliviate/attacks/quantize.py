@@ -147,8 +147,8 @@ def quantize_attack(model, tokenizer, task: Task, schemes=DEFAULT_SCHEMES, *, ba
         raise ConfigError(f"quantize backend: must be 'simulate' or 'bitsandbytes', got {backend!r}")
     bad = [x for x in schemes if x not in SCHEMES] or ([] if schemes else ["(none)"])
     if bad:
-        raise ConfigError(f"config key 'quantize_schemes': unknown scheme {bad[0]!r} (valid: "
-                          f"{', '.join(SCHEMES)})")
+        raise ConfigError("config key 'quantize_schemes': unknown scheme "
+                          f"{bad[0]!r} (valid: {', '.join(SCHEMES)})")
     out: dict = {}
     cost = Cost()
     best = None

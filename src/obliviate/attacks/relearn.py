@@ -133,8 +133,8 @@ def recovery_cost(curves: Sequence[Sequence[Sequence[float]]], start: float | No
     if start is None or base is None:
         return {**out, "recovery_cost_reason": "no base score to recover towards"}
     if sign * (base - start) <= 1e-9:
-        return {**out, "recovery_cost_reason": "nothing to recover: the model lost nothing against the base "
-                                               "model"}
+        return {**out, "recovery_cost_reason": "nothing to recover: the model lost "
+                                               "nothing against the base model"}
     if budget is None:
         return {**out, "recovery_cost_reason": "no relearning curve"}
     target = start + 0.5 * (base - start) if target is None else target
@@ -176,11 +176,11 @@ def learning_ratio(learn: dict, relearn: dict) -> dict:
         return {**out, "recovery_cost_vs_learning_reason": "no relearning cost "
                                                            f"({relearn.get('reason') or 'not run'})"}
     if rt <= 0:
-        return {**out, "recovery_cost_vs_learning_reason": "at the target before any training: nothing to "
-                                                           "relearn"}
+        return {**out, "recovery_cost_vs_learning_reason": "at the target before any "
+                                                           "training: nothing to relearn"}
     if lt <= 0:
-        return {**out, "recovery_cost_vs_learning_reason": "the never-exposed model is at the target "
-                                                           "untrained"}
+        return {**out, "recovery_cost_vs_learning_reason": "the never-exposed model "
+                                                           "is at the target untrained"}
     # the true cost against the one shown: +1 above it (never reached), -1 at most it, 0 the cost itself
     dl = {"exact": 0, "at_most": -1, "above_budget": 1}[lb]
     dr = -{"exact": 0, "at_most": -1, "above_budget": 1}[rb]  # the relearning cost divides
@@ -450,8 +450,8 @@ def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
     return [[pts[0][0], sum(sizes[i] * p[1] for i, p in zip(parts, pts)) / total] for pts in zip(*c)]
 
 
-@register_attack("relearn", needs="a related corpus: texts about the forget facts to fine-tune on (--relearn "
-                                  "FILE)",
+@register_attack("relearn", needs="a related corpus: texts about the forget "
+                                  "facts to fine-tune on (--relearn FILE)",
                  applies=lambda task: bool(task.relearn), config=RelearnAttackConfig,
                  reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
                                   label="relearning on the related corpus"))

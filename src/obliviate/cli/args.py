@@ -19,8 +19,8 @@ def seed_arg(text: str) -> int:
     except ValueError:  # not an integer, or more digits than int() converts
         value = None
     if value is None or not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**32) = [0, {2**32 - 1}], got "
-                                         f"{_shown(text)}")
+        raise argparse.ArgumentTypeError("expected an integer in [0, 2**32) = "
+                                         f"[0, {2**32 - 1}], got {_shown(text)}")
     return value
 
 
@@ -58,12 +58,12 @@ def add_common(p: argparse.ArgumentParser, out_required: bool = True,
                    "world: an integer in [0, 2**32)")
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars (they are shown only when "
-                                                              "stderr is a terminal: a log file or a pipe "
-                                                              "gets none)")
+                                                              "stderr is a terminal: a log "
+                                                              "file or a pipe gets none)")
     p.add_argument("--log-with", metavar="TRACKERS", help="also log every training loop to these experiment "
                    "trackers (comma-separated): tensorboard, mlflow, wandb")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. "
-                                                                     f"{example}")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, "
+                                                                     f"e.g. {example}")
 
 
 def add_cache_arg(p: argparse.ArgumentParser) -> None:
@@ -109,16 +109,16 @@ def add_model_args(p: argparse.ArgumentParser, *, flag: str = "--model", aliases
 
 
 def add_eval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch-size", type=count_arg, dest="eval_batch_size", help="evaluation batch size "
-    "(default 32)")
+    p.add_argument("--batch-size", type=count_arg, dest="eval_batch_size", help="evaluation "
+    "batch size (default 32)")
     p.add_argument("--max-new-tokens", type=count_arg, help="greedy tokens per QA answer (default: the "
                                                             "longest reference answer plus 4)")
 
 
 MAPPING_HELP = ("field mapping of those files: question=prompt,answer=target for every file, or "
                 "FILE=question=prompt,answer=target for one file (FILE: its path or name, or a set: forget, "
-                "retain, utility, holdout, relearn); repeatable, a file's own mapping wins over its set's "
-                "and the common one")
+                "retain, utility, holdout, relearn); repeatable, a file's "
+                "own mapping wins over its set's and the common one")
 """``--mapping``'s help (the file shorthand's and ``eval --data``'s)."""
 
 FILE_SETS = ("forget", "retain", "utility", "holdout", "relearn")
@@ -144,16 +144,16 @@ def add_task_args(p: argparse.ArgumentParser, shared: bool = True) -> None:
     g.add_argument("--retain", action="append", metavar="FILE", help="your retain file(s)")
     g.add_argument("--utility", action="append", metavar="FILE", help="evaluation file(s) of general ability")
     g.add_argument("--holdout", action="append", metavar="FILE", help="data never trained on")
-    g.add_argument("--relearn", action="append", metavar="FILE", help="related texts for the relearning "
-                                                                      "attack")
+    g.add_argument("--relearn", action="append", metavar="FILE", help="related texts for "
+                                                                      "the relearning attack")
     if shared:
         g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS", help=MAPPING_HELP)
-    g.add_argument("--template", help="prompt template with {question} (default 'Question: "
-                                      "{question}\\nAnswer:')")
+    g.add_argument("--template", help="prompt template with {question} (default "
+                                      "'Question: {question}\\nAnswer:')")
     g.add_argument("--chat-template", action="store_true", help="prompt with the tokenizer's chat template")
     if shared:
-        g.add_argument("--limit", type=count_arg, help="use only the first N records of every set (quick "
-                                                       "checks)")
+        g.add_argument("--limit", type=count_arg, help="use only the first N records "
+                                                       "of every set (quick checks)")
     g.add_argument("--allow-hub", action="store_true", help=ALLOW_HUB_HELP)
 
 

@@ -44,8 +44,8 @@ def cmd_attack(args) -> None:
         if key in metrics:
             ctl = metrics.get(f"{key[:-4]}_control_acc" if key == "probe_acc" else f"{key}_control")
             state = "calibrated" if metrics[f"{key.split('_')[0]}_calibrated"] else "uncalibrated"
-            print(f"{name} {metrics[key]:.3f}, negative control {'n/a' if ctl is None else f'{ctl:.3f}'}: "
-                  f"{state}")
+            print(f"{name} {metrics[key]:.3f}, negative control "
+                  f"{'n/a' if ctl is None else f'{ctl:.3f}'}: {state}")
     print(cost_line(res["cost"]))
     print(res["no_verdict"] or res["verdict"]["line"])  # the last line: the verdict, or what gives one
 
@@ -58,23 +58,23 @@ def register(sub) -> None:
     add_model_args(s, help="the model to attack (e.g. an unlearned one): a directory or hub id")
     s.add_argument("--base", help="the model before unlearning: its forget score is the target of "
                                   "steps_to_base, and with a negative control the positive controls are "
-                                  "built from it for the verdict (without it, steps_to_base is null and "
-                                  "there is no verdict)")
+                                  "built from it for the verdict (without it, "
+                                  "steps_to_base is null and there is no verdict)")
     s.add_argument("--base-untrained", help="the model before it was taught the task, from which the "
                                             "negative control is made (default: the finetune input named by "
                                             "the model cards of --base or --model); without one there is no "
                                             "verdict and the probe and MIA figures are labelled uncalibrated")
     s.add_argument("--oracle", help="a model that never saw the forget data, attacked as it is as the "
-                                    "negative control (instead of one made from the model before it was "
-                                    "taught the task)")
+                                    "negative control (instead of one made from "
+                                    "the model before it was taught the task)")
     s.add_argument("--control", choices=CONTROLS, help=f"the negative control: {RETAIN_FINETUNE} (the "
                                                        "default wherever the model before it was taught the "
                                                        "task is known) fine-tunes that model on the task's "
                                                        "retain data only, with the settings the fine-tuned "
                                                        "model's card records, kept in the cache of the "
                                                        f"controls and linked at --out/control; {UNTAUGHT} "
-                                                       f"attacks it as it is; {NO_CONTROL} attacks none (no "
-                                                       "verdict)")
+                                                       f"attacks it as it is; {NO_CONTROL} "
+                                                       "attacks none (no verdict)")
     add_task_args(s)
     add_attacks_arg(s, "attack")
     s.set_defaults(fn=cmd_attack)

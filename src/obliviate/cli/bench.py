@@ -16,7 +16,7 @@ def cmd_bench(args) -> None:
 
 def register(sub) -> None:
     s = sub.add_parser("bench", help="time and memory of one unlearning step per method vs plain "
-                                     "fine-tuning, and the data-filtering classifier's throughput vs "
-                                     "pretraining's")
+                                     "fine-tuning, and the data-filtering "
+                                     "classifier's throughput vs pretraining's")
     add_common(s)
     s.set_defaults(fn=cmd_bench)

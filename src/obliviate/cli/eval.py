@@ -53,15 +53,15 @@ def add_benchmark_args(p) -> None:
     g.add_argument("--benchmark", help="benchmark name, e.g. wmdp_bio, mmlu, mmlu:anatomy, medmcqa, "
                                        "tofu_forget10: the same as --task benchmark:NAME (with --data: the "
                                        "name to report the file under)")
-    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, .json, .csv, .tsv), evaluated "
-                                  "as a benchmark task")
+    g.add_argument("--data", help="your own file of QA pairs or MCQs (.jsonl, "
+                                  ".json, .csv, .tsv), evaluated as a benchmark task")
     g.add_argument("--kind", choices=["qa", "mcq"], help="what --data holds (default: told from its fields, "
                                                          "as for --utility files)")
     g.add_argument("--mapping", action="append", metavar="[FILE=]FIELDS",
                    help="schema_field=file_field pairs for "
                    "--data, e.g. question=prompt,answer=target; for --forget/--retain files: " + MAPPING_HELP)
-    g.add_argument("--limit", type=count_arg, help="evaluate only the first N examples (of every set of a "
-                                                   "task)")
+    g.add_argument("--limit", type=count_arg, help="evaluate only the first N "
+                                                   "examples (of every set of a task)")
     g.add_argument("--lm-eval", metavar="TASKS", help="run lm-evaluation-harness tasks (comma-separated) on "
                                                       "the model in memory; hub tasks download their data "
                                                       "(network), your own task YAMLs work offline")
@@ -83,14 +83,14 @@ def run_benchmark_eval(args) -> bool:
         raise ConfigError("give either --benchmark/--data or --task/--forget, not both")
     world = [o for o in args.overrides or [] if o.split("=", 1)[0].split(".", 1)[0] not in ("seed", "eval")]
     if world:
-        raise ConfigError(f"key=value overrides ({' '.join(world)}) configure the world evaluation, "
-                          "not --benchmark/--data")
+        raise ConfigError(f"key=value overrides ({' '.join(world)}) configure "
+                          "the world evaluation, not --benchmark/--data")
     check_out_dir(args.out, input_paths(args))  # --data too: never written over
     cfg = build_config(EvalRunConfig, args.config, args.overrides,
                        base={"seed": args.seed, "eval": eval_overrides(args)})
     if cfg.world:
-        raise ConfigError(f"--config {args.config} sets world keys, which configure the world evaluation, "
-                          "not --benchmark/--data")
+        raise ConfigError(f"--config {args.config} sets world keys, which "
+                          "configure the world evaluation, not --benchmark/--data")
     # A bad name, file or mapping fails here, before the model is loaded.
     mapping = mapping_from_args(args.mapping, {"data": [data]} if data else {})
     hub = {"allow_hub": True} if getattr(args, "allow_hub", False) and not data else {}
@@ -127,8 +127,8 @@ def run_lmeval_command(args) -> bool:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("eval", help="evaluate a model on a task (default: the world), or on a benchmark with "
-                       "--benchmark / --data")
+    s = sub.add_parser("eval", help="evaluate a model on a task (default: the world), "
+                                    "or on a benchmark with --benchmark / --data")
     add_common(s)
     add_model_args(s)
     add_task_args(s, shared=False)
@@ -137,6 +137,6 @@ def register(sub) -> None:
     s.add_argument("--metrics", metavar="NAMES", help="registered metrics to add, comma-separated, e.g. "
                                                       "mia_loss,mia_min_k,extraction_strength (the MIAs need "
                                                       "a holdout: --holdout FILE); one whose data the task "
-                                                      "lacks is left out with a line saying why "
-                                                      "(docs/evaluation.md)")
+                                                      "lacks is left out with a line "
+                                                      "saying why (docs/evaluation.md)")
     s.set_defaults(fn=cmd_eval)

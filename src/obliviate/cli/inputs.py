@@ -155,8 +155,8 @@ def _mapped_file(key: str, files: dict[str, list[str]], paths: list[str]) -> str
     if len(same) == 1:
         return same[0]
     if len(same) > 1:
-        raise ConfigError(f"--mapping {key}=...: {key!r} names {len(same)} files given ({', '.join(same)}): "
-                          "give the path")
+        raise ConfigError(f"--mapping {key}=...: {key!r} names {len(same)} "
+                          f"files given ({', '.join(same)}): give the path")
     sets = [k for k, v in files.items() if v]
     raise ConfigError(f"--mapping {key}=...: {key!r} is neither a file given ({', '.join(paths)}) nor a set "
                       f"given ({', '.join(sets)})")
@@ -278,8 +278,8 @@ def pick_device(name: str | None) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: no CUDA device is available here")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                          f"numbered from 0")
+        raise ConfigError(f"--device {name}: this machine has "
+                          f"{torch.cuda.device_count()} CUDA device(s), numbered from 0")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"--device {name}: no MPS (Apple GPU) device is available here")
     return dev
@@ -319,8 +319,8 @@ def load_model_args(args, path: str | None = None, trains: bool = True):
     model, tok = load_model_and_tokenizer(path, args.pad_policy, dtype=dtype, tokenizer_path=args.tokenizer,
                                           adapter=adapter)
     if adapter is not None and is_main_process():
-        print(f"obliviate: attached the adapter {adapter} to {path} (merged into its "
-              "weights)", file=sys.stderr)
+        print(f"obliviate: attached the adapter {adapter} to "
+              f"{path} (merged into its weights)", file=sys.stderr)
     return model.to(device).eval(), tok
 
 

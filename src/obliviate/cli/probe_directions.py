@@ -43,8 +43,8 @@ def register(sub) -> None:
     s.add_argument("--model", required=True, help="model directory (or hub id)")
     s.add_argument("--tokenizer", help="tokenizer directory, if not the model's")
     s.add_argument("--layers", help="comma-separated decoder layers, e.g. 0,2,3 (default: early/middle/late)")
-    s.add_argument("--C", type=positive_float_arg, default=1.0, help="inverse L2 strength of the logistic "
-                                                                     "probes")
+    s.add_argument("--C", type=positive_float_arg, default=1.0, help="inverse L2 strength "
+                                                                     "of the logistic probes")
     s.add_argument("--pad-policy", choices=["error", "eos"], default="error",
                    help="what to do when the tokenizer has no pad token")
     s.set_defaults(fn=cmd_probe_directions)

@@ -54,16 +54,16 @@ def register(sub) -> None:
                                     "quality, model utility, extraction strength, exact memorization and, "
                                     "with TOFU's holdout split, six MIAs")
     add_common(s, example="unlearn.train.lr=1e-4 unlearn.train.steps=50")
-    s.add_argument("--method", help="unlearning method (see `obliviate methods`); default: the config's "
-                                    "(graddiff)")
+    s.add_argument("--method", help="unlearning method (see `obliviate "
+                                    "methods`); default: the config's (graddiff)")
     s.add_argument("--forget", help="forget split: forget01, forget05 or forget10 (default; retain split "
                                     "retain99, retain95, retain90)")
     g = s.add_argument_group("given models (instead of training tiny ones)")
-    g.add_argument("--model", help="model fine-tuned on TOFU full (directory or hub id): evaluated and "
-                                   "unlearned")
+    g.add_argument("--model", help="model fine-tuned on TOFU full (directory "
+                                   "or hub id): evaluated and unlearned")
     g.add_argument("--retain-model", help="the same base fine-tuned on the retain split only (directory or "
                                           "hub id); required with --model")
     g.add_argument("--tokenizer", help="tokenizer directory or hub id, if not the model's")
-    g.add_argument("--pad-policy", choices=["error", "eos"], help="what to do when the tokenizer has no pad "
-                                                                  "token (default: error)")
+    g.add_argument("--pad-policy", choices=["error", "eos"], help="what to do when the tokenizer "
+                                                                  "has no pad token (default: error)")
     s.set_defaults(fn=cmd_tofu)

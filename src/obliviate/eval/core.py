@@ -152,8 +152,8 @@ def check_logits(logits: torch.Tensor, mask: torch.Tensor | None = None, where: 
     sel = logits if mask is None else logits[mask.bool()]
     if not bool(torch.isfinite(sel).all()):
         raise InvalidResult(f"the model's logits hold NaN or infinite values ({where}); no score can be "
-                            "computed from them (check the model's weights and config, and its dtype for "
-                            "overflow)")
+                            "computed from them (check the model's weights "
+                            "and config, and its dtype for overflow)")
 
 
 def fit_context(prefix: list[int], suffix: list[int], limit: int | None,
@@ -266,8 +266,8 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
     max_len = model_max_length(model)
     limit = None if max_len is None else max_len - max_new_tokens
     if limit is not None and limit < 1:
-        raise ModelError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's "
-                         f"{max_len} positions")
+        raise ModelError(f"max_new_tokens={max_new_tokens} leaves no room "
+                         f"for a prompt in the model's {max_len} positions")
     n_cut = 0
     outs: list[str] = []
     stops = None
@@ -325,8 +325,8 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
     bar.close()
     if n_cut:
         warnings.warn(f"{name}: {n_cut} of {len(prompts)} prompts were cut from the left to {limit} tokens "
-                      f"so that prompt + max_new_tokens={max_new_tokens} fits the model's {max_len} "
-                      "positions",
+                      f"so that prompt + max_new_tokens={max_new_tokens} "
+                      f"fits the model's {max_len} positions",
                       stacklevel=4)
     return outs
 
@@ -479,8 +479,8 @@ def choice_logprobs(model, tokenizer, contexts: list[str], continuations: list[l
     if n_cut:
         n_pairs = len(flat_seqs) + sum(len(t) for _, _, t in shared)
         warnings.warn(f"choice_logprobs: {n_cut} of {n_pairs} context + continuation pairs were longer than "
-                      f"the model's {max_len} positions; their contexts were cut from the left to "
-                      "fit", stacklevel=3)
+                      f"the model's {max_len} positions; their contexts "
+                      "were cut from the left to fit", stacklevel=3)
     for i, sc in zip(owner, scores):
         out[i].append(sc)
     return out

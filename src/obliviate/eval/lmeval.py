@@ -25,8 +25,8 @@ def require_lm_eval():
     try:
         import lm_eval
     except ImportError:
-        raise ObliviateError("lm-evaluation-harness is not installed: pip install "
-                             "'obliviate[lmeval]'") from None
+        raise ObliviateError("lm-evaluation-harness is not installed: "
+                             "pip install 'obliviate[lmeval]'") from None
     return lm_eval
 
 
@@ -78,8 +78,8 @@ def lmeval_mcq_choices(model, tokenizer, mcqs, batch_size: int = 16,
         raise DataError("no MCQs to evaluate")
     n_choices = {len(m["choices"]) for m in mcqs}
     if len(n_choices) != 1:
-        raise DataError("all MCQs must have the same number of choices for one lm-eval task, got "
-                        f"{sorted(n_choices)}")
+        raise DataError("all MCQs must have the same number of choices "
+                        f"for one lm-eval task, got {sorted(n_choices)}")
     docs = [{"question": m["question"], "choices": list(m["choices"]),
              "answer": int(m["answer_index"])} for m in mcqs]
     return _run_local(model, tokenizer, docs,
@@ -229,8 +229,8 @@ def run_lmeval_tasks(model, tokenizer, tasks: list[str], include_path: str | os.
     tm = TaskManager(include_path=None if include_path is None else str(include_path))
     unknown = [t for t in tasks if t not in tm.all_tasks]
     if unknown:
-        raise DataError(f"unknown lm-eval task(s): {', '.join(unknown)} (local tasks need --lm-eval-include "
-                        "DIR)")
+        raise DataError(f"unknown lm-eval task(s): {', '.join(unknown)} "
+                        "(local tasks need --lm-eval-include DIR)")
     out = simple_evaluate(model=lmeval_model(model, tokenizer, batch_size), tasks=list(tasks), limit=limit,
                           num_fewshot=num_fewshot, task_manager=tm)
     results = {}

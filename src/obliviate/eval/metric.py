@@ -142,8 +142,8 @@ def requested_metrics(task: Task) -> tuple[str, ...]:
     :data:`METRICS`."""
     names = task.meta.get("metrics") or ()
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ConfigError(f"task {task.name!r}: meta['metrics'] must be a list of metric names, got "
-                          f"{names!r:.80}")
+        raise ConfigError(f"task {task.name!r}: meta['metrics'] must be "
+                          f"a list of metric names, got {names!r:.80}")
     for n in names:
         METRICS.lookup(n)
     return tuple(dict.fromkeys(names))

@@ -386,8 +386,8 @@ def split_examples(examples, what: str, who: str = "mia_metrics") -> tuple[list[
             prefixes.append(ex[0])
             texts.append(ex[1])
         else:
-            raise DataError(f"{what}[{i}] must be a text or a (prefix, continuation) pair of strings, got "
-                            f"{ex!r:.80}")
+            raise DataError(f"{what}[{i}] must be a text or a (prefix, "
+                            f"continuation) pair of strings, got {ex!r:.80}")
     if not texts:
         raise DataError(f"{who}: no {what}")
     return texts, prefixes
@@ -455,8 +455,8 @@ def _auc(key: str, run: MetricRun) -> float:
 
 for _score in SCORES:
     register_metric(f"mia_{_score}", key=f"mia_auc_{_score}", needs=[FORGET, HOLDOUT],
-                    help=f"ROC AUC of the {_score} member score, forget (members) vs holdout "
-                         "(obliviate.eval.mia)")(
+                    help=f"ROC AUC of the {_score} member score, forget "
+                         "(members) vs holdout (obliviate.eval.mia)")(
         functools.partial(_auc, f"mia_auc_{_score}"))
 del _score
 register_metric("mia_gradnorm", key="mia_auc_gradnorm", needs=[FORGET, HOLDOUT],

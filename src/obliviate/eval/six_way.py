@@ -147,8 +147,8 @@ def _parts(task: Task) -> dict:
 def _knowmem_need(part: str, label: str) -> Need:
     return Need(f"muse_{part}", lambda task, reference: bool(_parts(task).get(part))
                 and _parts(task).get(f"{part}_icl") is not None,
-                lambda task: f"no MUSE {label} questions with their in-context examples in task "
-                             f"{task.name!r}")
+                lambda task: f"no MUSE {label} questions with their "
+                             f"in-context examples in task {task.name!r}")
 
 
 VERBMEM_DATA = Need("muse_verbmem", lambda task, reference: bool(_parts(task).get("verbmem")),
@@ -184,8 +184,8 @@ register_metric("muse_knowmem_r", needs=[KNOWMEM_RETAIN_DATA],
 
 
 @register_metric("muse_mia_auc", needs=[MIA_DATA],
-                 help="Min-40% AUC of MUSE's forget vs holdout samples, which PrivLeak compares with the "
-                      "oracle's")
+                 help="Min-40% AUC of MUSE's forget vs holdout samples, "
+                      "which PrivLeak compares with the oracle's")
 def _mia_auc(run: MetricRun) -> float:
     return muse_mia_auc(run.model, run.tokenizer, run.task.meta["mia"], run.batch_size)
 

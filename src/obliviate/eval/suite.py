@@ -345,8 +345,8 @@ def score_against(base: dict, m: dict) -> dict:
                             retain_chance=chance_b)
         return {**out, "r": held["r"], "s_unlearning": held["s"],
                 "r_source": untrained_keep_source(base)}
-    return {**out, "r": trained["r"], "s_unlearning": trained["s"], "r_source": f"{role or 'no'} role "
-    "(trained on)"}
+    return {**out, "r": trained["r"], "s_unlearning": trained["s"], "r_source": f"{role or 'no'} "
+    "role (trained on)"}
 
 
 def knows_forget_set(m: dict, margin: float = 0.1) -> bool | None:

@@ -75,8 +75,8 @@ def answer_nll(model, tokenizer, questions: Sequence[str], answers: Sequence[str
         if len(s) > max_len or len(clipped[i]) < len(prompts[i]):
             if not cut:
                 at_least = "at least " if len(clipped[i]) < len(prompts[i]) else ""
-                raise DataError(f"example {i + 1}: prompt + answer is {at_least}{len(s)} tokens, longer than "
-                                f"max_len={max_len}")
+                raise DataError(f"example {i + 1}: prompt + answer is {at_least}{len(s)} "
+                                f"tokens, longer than max_len={max_len}")
             p_ids, a_ids, _ = fit_context(s[m == 0].tolist(), s[m == 1].tolist(), max_len,
                                           tokenizer.bos_token_id)
             seqs[i], masks[i] = np.asarray(p_ids + a_ids), np.asarray([0] * len(p_ids) + [1] * len(a_ids))
@@ -127,8 +127,8 @@ def truth_ratio(para_losses, perturbed_losses) -> np.ndarray:
     """
     para = np.asarray(para_losses, dtype=float).reshape(-1)
     if len(perturbed_losses) != len(para):
-        raise ValueError(f"{len(para)} paraphrased losses but {len(perturbed_losses)} rows of perturbed "
-                         "losses")
+        raise ValueError(f"{len(para)} paraphrased losses but "
+                         f"{len(perturbed_losses)} rows of perturbed losses")
     if any(len(row) == 0 for row in perturbed_losses):
         raise ValueError("every question needs at least one perturbed loss")
     pert_mean = np.array([np.mean(np.asarray(row, dtype=float)) for row in perturbed_losses])
@@ -211,8 +211,8 @@ def _wrong_answers(ex, name: str, i: int) -> list[str]:
     if not wrong and _get(ex, "options"):
         wrong = [o for o in _get(ex, "options") if o != _get(ex, "answer")]
     if not wrong:
-        raise DataError(f"{name} example {i + 1} has no perturbed_answers (or options); use a TOFU "
-                        "*_perturbed split")
+        raise DataError(f"{name} example {i + 1} has no perturbed_answers "
+                        "(or options); use a TOFU *_perturbed split")
     return list(wrong)
 
 
@@ -226,8 +226,8 @@ def _set_losses(model, tokenizer, examples, name: str, paraphrased: bool, **kw) 
         base = [_get(ex, "paraphrased_answer") for ex in examples]
         bad = next((i for i, b in enumerate(base) if not b), None)
         if bad is not None:
-            raise DataError(f"{name} example {bad + 1} has no paraphrased_answer; use a TOFU *_perturbed "
-                            "split")
+            raise DataError(f"{name} example {bad + 1} has no "
+                            "paraphrased_answer; use a TOFU *_perturbed split")
     else:
         base = answers
     wrong = [_wrong_answers(ex, name, i) for i, ex in enumerate(examples)]

@@ -80,8 +80,8 @@ def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
     held: set = set()
     items = [x for es in task.evals_by_role("neighbour", variants=False) if es.kind == "qa" for x in es.items]
     if scored not in SCORED_NEIGHBOURS:
-        raise ConfigError(f"a positive control's scored neighbours must be one of {SCORED_NEIGHBOURS}, got "
-                          f"{scored!r}")
+        raise ConfigError("a positive control's scored neighbours must "
+                          f"be one of {SCORED_NEIGHBOURS}, got {scored!r}")
     if scored == "all" and items:
         pairs += [(x["question"], x["answer"]) for x in items]
         sources.append("every neighbour QA item (their keep is read on trained items)")
@@ -99,8 +99,8 @@ def neighbour_training(task: Task, seed: int = 0, scored: str = "all",
         half = [(items[i]["question"], items[i]["answer"]) for i in sorted(chosen)]
         pairs += half
         held = {q for q, _ in half}
-        sources.append(f"a seeded half of the neighbour QA items{', by entity' if by_entity else ''} (the "
-                       "other half scored)")
+        sources.append("a seeded half of the neighbour QA "
+                       f"items{', by entity' if by_entity else ''} (the other half scored)")
     return pairs, held, " + ".join(sources) or "none"
 
 

@@ -123,8 +123,8 @@ class TaskAttackConfig:
                 raise ATTACKS.unknown(key)
             if not isinstance(value, bool):
                 if str(value).lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ConfigError(f"config key '{prefix}.{key}': expected true/false or a section, got "
-                                      f"{value!r}")
+                    raise ConfigError(f"config key '{prefix}.{key}': expected "
+                                      f"true/false or a section, got {value!r}")
                 enabled[key] = str(value).lower() in ("true", "1", "yes")
         configs = {}
         for key, value in given.items():

@@ -63,8 +63,8 @@ NO_NEGATIVE_CONTROL = "no negative control (a model that never saw the forget da
 """Why there is no verdict without an oracle."""
 
 UNTAUGHT_HINT = ("--base-untrained DIR (the model before it was taught the task, which obliviate fine-tunes "
-                 "on the retain data only; read from the model cards when `obliviate finetune` made the "
-                 "model)")
+                 "on the retain data only; read from the model "
+                 "cards when `obliviate finetune` made the model)")
 """What builds the negative control by default."""
 
 

@@ -152,8 +152,8 @@ def retain_finetune_control(untaught: str, taught: str | None, task: Task, out_d
         def build(staged: Path) -> dict:
             return train_into(held.pop("model"), tok, staged / "model", entry.name)
 
-        hit = cache.get("retain-control", key, build, what=f"the negative control ({untaught} fine-tuned on "
-                                                           "the retain data only)")
+        hit = cache.get("retain-control", key, build, what=f"the negative control ({untaught} "
+                                                           "fine-tuned on the retain data only)")
         held.clear()
         place_model(hit.path / "model", model_dir)
         return str(model_dir), {**{k: v for k, v in hit.items() if k not in here}, **here,

@@ -245,9 +245,8 @@ def trust_markdown(trust: dict) -> list[str]:
     g = trust["groups"]
     if not trust["reads"]:
         return ["## Which numbers to trust on this task", "",
-                "- no metric could be read on both a model with the knowledge "
-                "(" + ", ".join(WITH) + ") and one "
-                "without (" + ", ".join(WITHOUT) + ").", ""]
+                "- no metric could be read on both a model with "
+                "the knowledge (" + ", ".join(WITH) + ") and one without (" + ", ".join(WITHOUT) + ").", ""]
     yes = lambda v: None if v is None else ("yes" if v else "no")  # noqa: E731
     rows = [{"read": name, "kind": r["kind"], "AUC (with v "
                                               "without)": auc_cell(r), "separates": yes(r["separates"]),
@@ -264,8 +263,8 @@ def trust_markdown(trust: dict) -> list[str]:
     trusted = [n for n, r in trust["reads"].items() if r["trusted"]]
     few = [n for n, r in trust["reads"].items() if r["too_few_models"]]
     return ["## Which numbers to trust on this task", "",
-            "Each forget-side metric and each attack's after-score, read on the models that hold the "
-            "knowledge ("
+            "Each forget-side metric and each attack's after-score, "
+            "read on the models that hold the knowledge ("
             + ", ".join(f"`{n}`" for n in g["with"]) + ") and those that do not ("
             + ", ".join(f"`{n}`" for n in g["without"]) + "). **AUC**: the chance that a model with the "
                                                           "knowledge scores above one without (1: separates, "
@@ -288,8 +287,8 @@ def trust_markdown(trust: dict) -> list[str]:
                                                           "only where it is also calibrated on the positive "
                                                           "controls (the robustness section) "
                                                           "(OpenUnlearning's meta-evaluation, arXiv "
-                                                          "2506.12618, and UDS, arXiv 2605.24614, adapted: "
-                                                          "docs/evaluation.md).", "",
+                                                          "2506.12618, and UDS, arXiv 2605.24614, "
+                                                          "adapted: docs/evaluation.md).", "",
             "Trusted here: " + (", ".join(f"`{n}`" for n in trusted) if trusted else "none") + ".", "",
             *([f"Too few models to read the AUC of {len(few)} read(s) (fewer than {MIN_POOL} a side).", ""]
               if few else []),

@@ -52,8 +52,8 @@ SEVERITY = {"removed": 0, "inconclusive": 1, "retain lost": 2, "suppressed": 3, 
 """Worse is higher; the worst verdict over the calibrated attacks decides."""
 VERDICTS = tuple(SEVERITY)
 
-KNOWN_REMOVED = {"second_oracle": "another pretraining seed that never saw the forget facts, judged as a "
-                                  "method",
+KNOWN_REMOVED = {"second_oracle": "another pretraining seed that never saw "
+                                  "the forget facts, judged as a method",
                  "filtered": "pretrained on the whole corpus with the forget tokens loss-masked (the world's "
                              "ground-truth token labels), judged as a method"}
 """Models known to have removed, judged as if they were methods: they exercise the *removed* side of the rule.
@@ -569,8 +569,8 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
 
     f, f0 = finite(verdict_score(m)), finite(verdict_score(base))
     if f0 is None or f is None:
-        return inconclusive(f"{'the base model' if f0 is None else 'its'} forget score is missing or not a "
-                            "number")
+        return inconclusive(f"{'the base model' if f0 is None else 'its'} "
+                            "forget score is missing or not a number")
     level, allowance, what = forget_level(base, neg, items)
     if forgot(f, f0, level, allowance) is False:
         return {"verdict": "not unlearned", "attack": None, "control": None, **out,
@@ -602,8 +602,8 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
         k, b = max(above, key=lambda kb: m[read_of(kb[0]).after] - kb[1]["upper"])
         cal = any(k == u for u, _ in usable)
         return {**inconclusive(f"{k}{'' if cal else ' (uncalibrated)'}: {_arrow(m, read_of(k))}, above the "
-                               f"oracle band (the oracle {b['oracle']:.2f} + "
-                               f"{b['tolerance']:.2f})", k), "lifted": True}
+                               f"oracle band (the oracle {b['oracle']:.2f} "
+                               f"+ {b['tolerance']:.2f})", k), "lifted": True}
     below = [(k, b) for k, b in band.items() if b.get("lower") is not None
              and finite(m.get(read_of(k).after)) is not None and m[read_of(k).after] < b["lower"] - 1e-9]
     if below:
@@ -621,16 +621,16 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
             or b["detectable_share"] > DETECT_SHARE + 1e-9]
     if weak:
         k, b = weak[0]
-        need = f"at least {b['items_needed']} needed" if b.get("items_needed") else ("no item count suffices "
-        "here")
+        need = (f"at least {b['items_needed']} needed" if b.get("items_needed")
+                else "no item count suffices here")
         return inconclusive(f"{k}: too few items (n={b['items']}, {need}) to detect a held share of "
                             f"{DETECT_SHARE:.0%} with {POWER:.0%} power", k)
     if neg is not None and mia_reads(base, neg):
         auc, auc_neg = finite(m.get("mia_auc_min_k")), finite(neg.get("mia_auc_min_k"))
         if abs(auc - auc_neg) > MIA_TOLERANCE:
             return inconclusive("every attack within the oracle band, but membership inference tells the "
-                                f"forget set from the holdout (Min-K% AUC {auc:.2f}, the oracle's "
-                                f"{auc_neg:.2f})", "mia")
+                                "forget set from the holdout (Min-K% AUC "
+                                f"{auc:.2f}, the oracle's {auc_neg:.2f})", "mia")
     key, ctl = usable[0]
     worst = max((m[read_of(k).after] - b["upper"], k) for k, b in band.items())
     return {"verdict": "removed", "attack": key, "control": ctl, **out,
@@ -659,16 +659,16 @@ def known_removed_findings(verdicts: dict) -> list[str]:
     if v and v["verdict"] != "removed":
         out.append(f"- **The second oracle is *{v['verdict']}*, not removed.** It never saw the forget "
                    "facts, so this is a defect of the rule on this task (too narrow a band, or no calibrated "
-                   "attack), not a finding about it: no *removed* in this comparison can be trusted further "
-                   "than this.")
+                   "attack), not a finding about it: no *removed* in "
+                   "this comparison can be trusted further than this.")
     v = verdicts.get("filtered")
     if v and v["verdict"] != "removed":
         why = {"inconclusive": "no calibrated attack could place it, or an attack lifts it above the oracle "
                                "band: the masked forget tokens still reached it as inputs, so what follows "
                                "them in context was learned from them",
                "suppressed": "a calibrated attack brings its forget answers back: the masked tokens still "
-                             "reached it as inputs, and what it learned to predict around them holds the "
-                             "facts",
+                             "reached it as inputs, and what it learned "
+                             "to predict around them holds the facts",
                "retain "
                "lost": "it keeps less of the neighbour or retain knowledge than the base model: masking the "
                               "forget tokens also removed what the model learned to predict next to them",
@@ -790,8 +790,8 @@ def calibration_lines(robustness: dict) -> list[str]:
     for ctl, s in controls.items():
         keep = ", ".join(f"{role} {v:.0%}" for role, v in s["keep"].items())
         lines.append(f"- control `{ctl}` keeps {keep} of the base model's: "
-                     + ("selective" if s["selective"] else f"**non-selective** (below {KEEP_SHARE:.0%}): no "
-                                                           "verdict rests on it"))
+                     + ("selective" if s["selective"] else "**non-selective** (below "
+                                                           f"{KEEP_SHARE:.0%}): no verdict rests on it"))
     if not robustness["calibration"]:
         lines.append("- no attack could be calibrated (no controls, or no attack ran on them).")
     return lines
@@ -828,8 +828,8 @@ def robustness_markdown(metrics: dict, robustness: dict) -> list[str]:
              + f"), every deciding attack can detect a held share of {DETECT_SHARE:.0%} with {POWER:.0%} "
                f"power, and it keeps at least {KEEP_SHARE:.0%} of retain and neighbour; a missing read is "
                "never removed; *suppressed* needs the model above the band; *retain lost* when it does not "
-               "keep them; *not unlearned* when its forget score is above half the base model's "
-               "(docs/evaluation.md).", ""]
+               "keep them; *not unlearned* when its forget score is "
+               "above half the base model's (docs/evaluation.md).", ""]
     if known:
         lines += ["Models known to have removed, judged as methods to check the rule's *removed* side: "
                   + "; ".join(f"`{n}`, {KNOWN_REMOVED[n]}" for n in known) + ".", ""]

@@ -74,8 +74,8 @@ class Bound:
 
 
 BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly removed: false suppressed"),
-          Bound("removed_false_inconclusive", "removed", "inconclusive", 0.05, "truly removed: false "
-          "inconclusive"),
+          Bound("removed_false_inconclusive", "removed", "inconclusive", 0.05, "truly "
+          "removed: false inconclusive"),
           Bound("one_attack_false_removed", "one_attack", "removed", 0.01,
                 f"holds {ONE_ATTACK_HELD:g} under one calibrated attack{{worst}}: false removed"),
           Bound("every_attack_false_removed", "every_attack", "removed", 0.05,
@@ -83,8 +83,8 @@ BOUNDS = (Bound("removed_false_suppressed", "removed", "suppressed", 0.0, "truly
 """Issue #57, acceptance 4: the bounds the rule's simulated error rates must meet (``{worst}`` in ``what``:
 the attack whose share is checked, where the scenario runs one per attack)."""
 POWER_BOUND = Bound("power_one_attack", "detect", "removed", 1 - 0.8,
-                    f"holds {DETECT_HELD:g} under one deciding attack{{worst}}: removed (80% power, "
-                    "acceptance 2)")
+                    f"holds {DETECT_HELD:g} under one deciding "
+                    "attack{worst}: removed (80% power, acceptance 2)")
 
 
 # ------------------------------------------------------------------------------------------------ the
@@ -161,8 +161,8 @@ def references(template: dict) -> dict:
     if not any(isinstance(template.get(c), dict) for c in POSITIVE_CONTROLS):
         raise DataError("the comparison has no positive control "
                         "(" + ", ".join(POSITIVE_CONTROLS) + "): no attack can be calibrated, so every "
-                                                             "verdict is inconclusive and there is no error "
-                                                             "rate to measure")
+                                                             "verdict is inconclusive and "
+                                                             "there is no error rate to measure")
     refs = {n: dict(template[n]) for n in template if n in REFERENCES and isinstance(template[n], dict)}
     if not any(_rate(refs["oracle"], r.after, "oracle") is not None for r in reads().values() if r.decides):
         raise DataError("the oracle's metrics hold no after-attack score of any deciding attack ("

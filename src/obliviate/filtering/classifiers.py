@@ -213,8 +213,8 @@ class LogisticHead:
         if len(X) != len(y):
             raise DataError(f"{len(X)} feature rows but {len(y)} labels")
         if y.all() or not y.any():
-            raise DataError("the classifier's training labels are all one class (need positives and "
-                            "negatives)")
+            raise DataError("the classifier's training labels are all "
+                            "one class (need positives and negatives)")
         mean, std = X.mean(0), X.std(0).clamp(min=1e-6)
         Z = ((X - mean) / std).numpy()
         lr = LogisticRegression(C=C, class_weight=class_weight, max_iter=max_iter)

@@ -118,8 +118,8 @@ def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 50
 
     x = torch.as_tensor(activations).float()
     if x.ndim != 2 or len(x) == 0:
-        raise DataError("SAE training needs a non-empty (N, d) activation matrix, got shape "
-                        f"{tuple(x.shape)}")
+        raise DataError("SAE training needs a non-empty (N, d) "
+                        f"activation matrix, got shape {tuple(x.shape)}")
     sae = TopKSAE(x.shape[1], n_latents, k, seed=seed)
     with torch.no_grad():
         sae.b_dec.copy_(x.mean(0))
@@ -284,8 +284,8 @@ def load_sae(path: str | Path):
         kwargs = cfg.get("activation_fn_kwargs") or {}
         activation = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}.get(arch)
         if activation is None:
-            raise DataError(f"{path}: SAELens architecture {arch!r} is not supported (standard, topk, "
-                            "jumprelu)")
+            raise DataError(f"{path}: SAELens architecture {arch!r} is "
+                            "not supported (standard, topk, jumprelu)")
         if arch == "standard" and cfg.get("activation_fn_str", cfg.get("activation_fn", "relu")) == "topk":
             activation = "topk"
         missing = {"W_enc", "b_enc", "W_dec", "b_dec"} - set(t)
@@ -319,5 +319,5 @@ def load_sae(path: str | Path):
                              threshold=t["threshold"], subtract_b_dec=False, layer=_layer_from(str(path)),
                              source="Gemma Scope")
     raise DataError(f"{path}: no SAE found (expected obliviate's .safetensors file, SAELens cfg.json + "
-                    "sae_weights.safetensors, sparsify cfg.json + sae.safetensors, or Gemma Scope "
-                    "params.npz)")
+                    "sae_weights.safetensors, sparsify cfg.json + "
+                    "sae.safetensors, or Gemma Scope params.npz)")

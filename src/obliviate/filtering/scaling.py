@@ -55,8 +55,8 @@ def tokens_for(params: float, ratio: float = CHINCHILLA_RATIO) -> int:
 def geometric_sizes(smallest: float, largest: float, n: int) -> list[int]:
     """``n`` integers spaced geometrically from ``smallest`` to ``largest`` (inclusive)."""
     if n < 1 or smallest <= 0 or largest < smallest:
-        raise ConfigError(f"geometric_sizes needs n >= 1 and 0 < smallest <= largest, got {smallest}, "
-                          f"{largest}, {n}")
+        raise ConfigError("geometric_sizes needs n >= 1 and 0 < smallest "
+                          f"<= largest, got {smallest}, {largest}, {n}")
     if n == 1:
         return [int(round(smallest))]
     return [int(round(v)) for v in np.geomspace(smallest, largest, n)]

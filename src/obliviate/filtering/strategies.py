@@ -44,8 +44,8 @@ def _check_flags(dataset: TokenDataset, flags: Sequence[np.ndarray]) -> list[np.
     for i, (ids, f) in enumerate(zip(dataset.input_ids, flags)):
         f = np.asarray(f).astype(bool)
         if f.shape != (len(ids),):
-            raise DataError(f"flags of sequence {i + 1} have shape {f.shape}, the sequence has {len(ids)} "
-                            "tokens")
+            raise DataError(f"flags of sequence {i + 1} have shape "
+                            f"{f.shape}, the sequence has {len(ids)} tokens")
         out.append(f)
     return out
 

@@ -74,8 +74,8 @@ def _check_key(key: str | None, where: str) -> str | None:
         if not "\x21" <= ch <= "\x7e":
             raise ConfigError(
                 f"HTTPJudge: the API key ({where}) has an invisible, control or non-ASCII character "
-                f"U+{ord(ch):04X} at position {i + 1} of {len(key)}; API keys are printable ASCII, check how "
-                "it was copied")
+                f"U+{ord(ch):04X} at position {i + 1} of {len(key)}; "
+                "API keys are printable ASCII, check how it was copied")
     return key or None
 
 
@@ -216,8 +216,8 @@ class HTTPJudge:
     def messages(self, feature_id: int, top_tokens: Sequence[str],
                  description: str | None = None) -> list[dict]:
         tokens = json.dumps(list(top_tokens), ensure_ascii=False)
-        user = (f"Target concept: {self.concept}\nTop tokens of feature {feature_id} (strongest first): "
-                f"{tokens}\n")
+        user = (f"Target concept: {self.concept}\nTop tokens of "
+                f"feature {feature_id} (strongest first): {tokens}\n")
         if description:
             user += f"A previous description of this feature: {description}\n"
         user += f"Is this feature specifically about {self.concept}? Answer with the JSON object only."
@@ -278,8 +278,8 @@ class HTTPJudge:
         try:
             import openai
         except ImportError:
-            raise ConfigError("HTTPJudge needs the 'openai' package: pip install "
-                              "'obliviate[judge]'") from None
+            raise ConfigError("HTTPJudge needs the 'openai' package: "
+                              "pip install 'obliviate[judge]'") from None
         try:
             import httpx2 as httpx
         except ImportError:
@@ -297,8 +297,8 @@ class HTTPJudge:
                 raise ReplyTooLarge(f"reply of {int(size)} bytes is larger than {self.max_reply_bytes}")
             encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
-                raise ReplyTooLarge(f"reply is compressed ({encoding}) though none was asked; its size is "
-                                    "unknown")
+                raise ReplyTooLarge(f"reply is compressed ({encoding}) though "
+                                    "none was asked; its size is unknown")
             chunks, n = [], 0
             try:
                 for chunk in response.stream:

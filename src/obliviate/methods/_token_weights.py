@@ -63,8 +63,8 @@ class ScorerConfig:
 
     def __post_init__(self):
         if self.exponent not in EXPONENT_MAPS:
-            raise ConfigError(f"config key 'exponent': must be one of {', '.join(EXPONENT_MAPS)}, "
-                              f"got {self.exponent!r}")
+            raise ConfigError("config key 'exponent': must be one of "
+                              f"{', '.join(EXPONENT_MAPS)}, got {self.exponent!r}")
         if not 0.0 < self.rho < 1.0:
             raise ConfigError(f"config key 'rho': must be in (0, 1), got {self.rho}")
         if self.w_steps < 0:

@@ -64,8 +64,8 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
     return dist.mean() if mask is None else masked_mean(dist, mask.bool())
 
 
-@register("cosine_rmu", paper="Atil, Gupta, Passonneau 2026, function-specific unlearning objectives "
-                              "(reconstruction)",
+@register("cosine_rmu", paper="Atil, Gupta, Passonneau 2026, function-specific "
+                              "unlearning objectives (reconstruction)",
           equation="mean (1 − cos(h_l(x_f), u)) + α · (MSE or 1 − cos to the frozen h_l on retain)",
           trains="MLP down-projections of layers l−2..l",
           presets={"tiny": {"lr": 1e-3, "steps": 50,

@@ -185,8 +185,8 @@ class CRISPConfig:
 
 @register("crisp", paper="Ashuach et al. 2025, CRISP",
           equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · "
-                    "hidden MSE to the frozen model on benign text + β γ · last-layer MSE on coherence "
-                    "prompts"),
+                    "hidden MSE to the frozen model on benign text "
+                    "+ β γ · last-layer MSE on coherence prompts"),
           trains="MLP down-projections")
 class CRISP(Method):
     config_cls = CRISPConfig

@@ -64,8 +64,8 @@ class PDUConfig:
                              "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}})
 class PDU(Method):
     config_cls = PDUConfig
-    multiprocess_unsupported = ("its dual variable is updated from the retain loss of one process's share of "
-                                "the batch")
+    multiprocess_unsupported = ("its dual variable is updated from the retain "
+                                "loss of one process's share of the batch")
 
     def __init__(self, cfg: PDUConfig):
         super().__init__(cfg)

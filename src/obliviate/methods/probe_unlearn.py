@@ -149,8 +149,8 @@ class ProbeUnlearn(Method):
     def setup(self, model, ref, batch: dict) -> None:
         self.resolve_layers(model)
         if self.directions is None and self.cfg.toxic_texts:
-            raise ConfigError("probe_unlearn: 'toxic_texts' are set but fit(model, tokenizer) was not called "
-                              "before training")
+            raise ConfigError("probe_unlearn: 'toxic_texts' are set but fit(model, "
+                              "tokenizer) was not called before training")
         if self.eos_id is None:
             eos = getattr(getattr(unwrap(model), "config", None), "eos_token_id", None)
             self.eos_id = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
@@ -166,8 +166,8 @@ class ProbeUnlearn(Method):
 
     def loss(self, model, batch, ref) -> dict:
         if self.directions is None:
-            raise ObliviateError("probe_unlearn: no probe directions; setup(model, ref, batch) fits them "
-                                 "before the first step")
+            raise ObliviateError("probe_unlearn: no probe directions; setup(model, "
+                                 "ref, batch) fits them before the first step")
         f, r = batch["forget"], batch["retain"]
         top = max(self.layers)
         hs = hidden_states_at(model, f["input_ids"], f["attention_mask"], self.layers, stop_after=top)

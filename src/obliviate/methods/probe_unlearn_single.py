@@ -18,8 +18,8 @@ class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.layers is not None and len(self.layers) != 1:
-            raise ConfigError("config key 'layers': the single-layer variant takes one layer, got "
-                              f"{self.layers}")
+            raise ConfigError("config key 'layers': the single-layer "
+                              f"variant takes one layer, got {self.layers}")
 
 
 @register("probe_unlearn_single", paper=PAPER,

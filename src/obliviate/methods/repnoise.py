@@ -72,8 +72,8 @@ class RepNoise(Method):
     config_cls = RepNoiseConfig
     counts_calls = True
     scaling = ("size class tiny/paper; α: log-probabilities, not scaled; β: MMD² is bounded (kernel values "
-               "in [0, 5]) whatever the width, not scaled; lr: × the fine-tuning run's lr over its preset's; "
-               "steps fixed")
+               "in [0, 5]) whatever the width, not scaled; lr: × the "
+               "fine-tuning run's lr over its preset's; steps fixed")
 
     def loss(self, model, batch, ref) -> dict:
         f = batch["forget"]

@@ -65,8 +65,8 @@ class _SAM(Method):
     multiprocess_unsupported = "SAM perturbs the weights along this process's own forget gradient"
     sharding_unsupported = "SAM perturbs and restores whole parameters in place"
     scaling = ("size class tiny/paper; ρ: an L2 radius in parameter space, chosen per size class, not "
-               "scaled; γ, α (and NPO's β): log-probabilities, not scaled; lr: × the fine-tuning run's lr "
-               "over its preset's")
+               "scaled; γ, α (and NPO's β): log-probabilities, not "
+               "scaled; lr: × the fine-tuning run's lr over its preset's")
 
     def forget_loss(self, model, batch, ref) -> torch.Tensor:
         raise NotImplementedError
@@ -91,8 +91,8 @@ class SAMNPOConfig:
 
 
 @register("sam_npo", paper=PAPER,
-          equation="NPO's forget loss at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain NLL / "
-                   "KL",
+          equation="NPO's forget loss at θ + ρ g/‖g‖ (g its gradient "
+                   "at θ), applied at θ + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01, "beta": 0.1}}})
 class SAMNPO(_SAM):
@@ -120,8 +120,8 @@ class SAMGradDiffConfig:
 
 
 @register("sam_graddiff", paper=PAPER,
-          equation="−CE on forget answers at θ + ρ g/‖g‖ (g its gradient at θ), applied at θ + α · retain "
-                   "NLL / KL",
+          equation="−CE on forget answers at θ + ρ g/‖g‖ (g its "
+                   "gradient at θ), applied at θ + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
                    "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01}}})
 class SAMGradDiff(_SAM):

@@ -34,8 +34,8 @@ class SimNPOConfig:
 
 
 @register("simnpo", paper="Fan et al. 2024, Simplicity Prevails: SimNPO (arXiv:2410.07163)",
-          equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ the length-normalised NLL) + retain NLL "
-                   "/ KL",
+          equation="−(2/β) mean log σ(β (NLL̄ − δ)) on forget (NLL̄ "
+                   "the length-normalised NLL) + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125,
                              "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})

@@ -106,8 +106,8 @@ class UNDO(Method):
     def on_data(self, sizes: dict) -> None:
         steps = int(sizes["steps"])
         if steps < 2:
-            raise ConfigError("method 'undo' needs at least 2 steps (one to unlearn, one to distil), got "
-                              f"{steps}")
+            raise ConfigError("method 'undo' needs at least 2 steps (one "
+                              f"to unlearn, one to distil), got {steps}")
         self.switch = min(steps - 1, max(1, round((1 - self.cfg.distill_frac) * steps)))
 
     def scorer_state(self) -> dict:

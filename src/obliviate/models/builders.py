@@ -44,14 +44,14 @@ def parse_size(size: str) -> tuple[int, int, int]:
     try:
         layers, width = (int(x) for x in str(size).lower().split("x"))
     except ValueError:
-        raise ConfigError(f"model size {size!r} is not of the form '<layers>x<width>' (e.g. "
-                          "'2x32')") from None
+        raise ConfigError(f"model size {size!r} is not of the form "
+                          "'<layers>x<width>' (e.g. '2x32')") from None
     if layers < 1 or width < 2:
         raise ConfigError(f"model size {size!r}: needs >= 1 layer and width >= 2")
     n_head = max(1, width // 16)
     if width % n_head or (width // n_head) % 2:
-        raise ConfigError(f"model size {size!r}: width {width} does not split into {n_head} heads of even "
-                          "size")
+        raise ConfigError(f"model size {size!r}: width {width} does "
+                          f"not split into {n_head} heads of even size")
     return layers, width, n_head
 
 
@@ -195,8 +195,8 @@ def build_model(size_or_kwargs: str | dict[str, Any], vocab_size: int, seed: int
     elif isinstance(size_or_kwargs, dict):
         kwargs = dict(size_or_kwargs)
     else:
-        raise ConfigError("model size must be a name or a dict of tiny_llama arguments, got "
-                          f"{size_or_kwargs!r}")
+        raise ConfigError("model size must be a name or a dict of "
+                          f"tiny_llama arguments, got {size_or_kwargs!r}")
     kwargs.update(overrides)
     for key in ("vocab_size", "seed"):
         kwargs.pop(key, None)

@@ -467,8 +467,8 @@ class _Dropped(nn.Module):
 
     def forward(self, *args, **kwargs):
         raise ModelError(f"this frozen copy holds decoder layers 0..{self.last} only: read hidden states up "
-                         f"to layer {self.last} (hidden_states_at with stop_after <= {self.last}), not its "
-                         "logits")
+                         f"to layer {self.last} (hidden_states_at with "
+                         f"stop_after <= {self.last}), not its logits")
 
 
 def prefix_copy(model: nn.Module, last: int) -> nn.Module:

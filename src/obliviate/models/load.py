@@ -102,14 +102,14 @@ def load_model(
         # TypeError: transformers' config validation (StrictDataclassFieldValidationError) of a field left
         # unchecked above; ZeroDivisionError: e.g. zero attention heads of a model type not listed there
         if not local:
-            raise ModelError(f"no local directory {source!r}, and no hub model {source!r} could be loaded: "
-                             f"{one_line(e)}") from e
+            raise ModelError(f"no local directory {source!r}, and no hub model "
+                             f"{source!r} could be loaded: {one_line(e)}") from e
         raise ModelError(f"cannot load model {source!r}: {one_line(e)}") from e
     except Exception as e:  # huggingface_hub's StrictDataclassError: transformers' check of a config field
         if not is_config_field_error(e):
             raise
-        raise ModelError(f"cannot load model {source!r}: a field of its config.json has the wrong type: "
-                         f"{one_line(e)}") from e
+        raise ModelError(f"cannot load model {source!r}: a field of its "
+                         f"config.json has the wrong type: {one_line(e)}") from e
     _check_loaded_keys(info, source)
     model.name_or_path = model.config._name_or_path = source
     if adapter is not None:
@@ -187,8 +187,8 @@ def attach_adapter(model, adapter: str | os.PathLike):
         parts = ([f"lacks {_named(result.missing_keys)}"] if result.missing_keys else []) + \
                 ([f"holds {_named(result.unexpected_keys)} the model has no place for"]
                  if result.unexpected_keys else [])
-        raise ModelError(f"cannot attach adapter {str(path)!r}: it does not fit the model: its weights file "
-                         f"{' and '.join(parts)}")
+        raise ModelError(f"cannot attach adapter {str(path)!r}: it does not fit "
+                         f"the model: its weights file {' and '.join(parts)}")
     return peft_model.merge_and_unload()
 
 
@@ -201,8 +201,8 @@ def check_finite(model, name) -> None:
     tensors = [*model.named_parameters(), *model.named_buffers()]
     for tensor_name, t in tensors:
         if t.is_floating_point() and t.numel() and t.device.type != "meta" and not bool(torch.isfinite(t).all()):
-            raise ModelError(f"model {str(name)!r} has non-finite weights: {tensor_name!r} holds NaN or "
-                             "infinite values")
+            raise ModelError(f"model {str(name)!r} has non-finite weights: "
+                             f"{tensor_name!r} holds NaN or infinite values")
 
 
 def _non_finite_key(obj, prefix: str = "") -> str | None:
@@ -349,16 +349,16 @@ def load_tokenizer(path_or_id: str | os.PathLike, of_model: bool = False):
         if not path.is_dir():
             raise ModelError(f"tokenizer path {str(path)!r} is not a directory")
         if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            raise ModelError(f"tokenizer directory {str(path)!r} has no tokenizer.json or "
-                             "tokenizer_config.json")
+            raise ModelError(f"tokenizer directory {str(path)!r} has no "
+                             "tokenizer.json or tokenizer_config.json")
         _check_tokenizer_json(path / "tokenizer.json")
         _check_config_json(path / "config.json")  # AutoTokenizer reads it too
         try:
             return AutoTokenizer.from_pretrained(str(path))
         # malformed files, deep inside
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"cannot load tokenizer from {str(path)!r}: {type(e).__name__}: "
-                             f"{one_line(e)}") from e
+            raise ModelError(f"cannot load tokenizer from {str(path)!r}: "
+                             f"{type(e).__name__}: {one_line(e)}") from e
         except Exception as e:
             if not is_config_field_error(e):
                 raise

@@ -46,8 +46,8 @@ def train_tokenizer(
 
     minimum = len(SPECIAL_TOKENS) + _N_BYTES
     if not isinstance(vocab_size, int) or vocab_size < minimum:
-        raise ConfigError(f"vocab_size={vocab_size!r} is too small for a byte-level BPE tokenizer (minimum "
-                          f"{minimum})")
+        raise ConfigError(f"vocab_size={vocab_size!r} is too small for a "
+                          f"byte-level BPE tokenizer (minimum {minimum})")
     texts = list(texts)
     if not texts:
         raise ConfigError("train_tokenizer got no texts")

@@ -79,8 +79,8 @@ def render_only(name: str, out) -> None:
             RECIPES[name].render(results, staging)
         except KeyError as e:
             raise InvalidResult(f"{path}: no {e.args[0]!r} in it, which the {name} report needs (a "
-                                "results.json of another recipe, or one made before obliviate stored it: "
-                                "rerun the recipe)") from None
+                                "results.json of another recipe, or one made before "
+                                "obliviate stored it: rerun the recipe)") from None
         for f in sorted(staging.iterdir()):
             os.replace(f, Path(out) / f.name)
     finally:

@@ -100,8 +100,8 @@ def negative_control_input(model: str | None, *, base: str | None = None, base_u
     there is none; ``control`` ``retain-finetune`` or ``untaught`` without one fails in one line."""
     if oracle:
         if control or base_untrained:
-            raise ConfigError("--oracle is the negative control: give it without --control and "
-                              "--base-untrained")
+            raise ConfigError("--oracle is the negative control: give "
+                              "it without --control and --base-untrained")
         return oracle, ORACLE
     looked_up = control != NO_CONTROL or base_untrained  # --control none reads no card
     untrained = recorded_path(base_untrained) or (untaught_model(base or model,

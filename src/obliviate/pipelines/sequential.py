@@ -73,8 +73,8 @@ def over_requests(model, folds: Sequence[dict], unlearn_fn: Callable, evaluate_f
             nxt, m = done[k]
         else:
             if sequential and cur is None:
-                raise DataError(f"MUSE sustainability: request {k} needs the model after the request before "
-                                "it")
+                raise DataError(f"MUSE sustainability: request {k} needs "
+                                "the model after the request before it")
             nxt = unlearn_fn(cur if sequential else copy_fn(model), docs, k)
             m = evaluate_fn(nxt, k)
         out.append({"fold": k, "forget_docs": len(docs), **m})
@@ -139,16 +139,16 @@ def request_paths(spec: str, forget: list[str] | None = None) -> list[Path]:
             raise DataError(f"--requests: request file not found: {p}")
         real = str(p.resolve())
         if real in seen:
-            raise ConfigError(f"--requests: {n} is named twice (as {seen[real]} too): each request is one "
-                              "file, once")
+            raise ConfigError(f"--requests: {n} is named twice (as {seen[real]} "
+                              "too): each request is one file, once")
         seen[real] = n
         paths.append(p)
     digests: dict = {}
     for p in paths:  # the same request under two names would be unlearned twice
         d = file_sha256(p)
         if d in digests:
-            raise ConfigError(f"--requests: {p} holds the same data as {digests[d]}: each request is given "
-                              "once")
+            raise ConfigError(f"--requests: {p} holds the same data as "
+                              f"{digests[d]}: each request is given once")
         digests[d] = p
     if forget:
         extra = [f for f in forget if str(Path(f).expanduser().resolve()) not in seen]

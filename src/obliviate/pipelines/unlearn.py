@@ -103,8 +103,8 @@ def unlearn_settings(method: str, preset: str, *, seed: int = 0, config_file=Non
     # a second seed for the unlearning alone: a half-true run seed
     if cfg.unlearn.seed not in (seed, cfg.seed):
         raise ConfigError(f"config key 'unlearn.seed' ({cfg.unlearn.seed}) contradicts the run's seed "
-                          f"{cfg.seed}: the seed is set once (--seed, or seed=... in the config; drop "
-                          "unlearn.seed)")
+                          f"{cfg.seed}: the seed is set once (--seed, "
+                          "or seed=... in the config; drop unlearn.seed)")
     cfg.unlearn.seed = cfg.seed  # seed=... in the config file seeds the unlearning too
     check_unlearn_config(cfg.unlearn, prefix=prefix)
     return cfg
@@ -118,8 +118,8 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
     ucfg = cfg.unlearn
     edit = METHODS[ucfg.method].kind == "edit"
     if tuning and edit:
-        raise ConfigError(f"tune: {ucfg.method!r} is an edit method: it has no learning rate or steps to "
-                          "tune")
+        raise ConfigError(f"tune: {ucfg.method!r} is an edit method: "
+                          "it has no learning rate or steps to tune")
     # a forget pair among the held-out retain pairs is an overlap too (issue #42)
     if task.meta.get("retain_heldout"):
         check_overlap(task.forget, training_data(task, "retain"), ucfg.allow_overlap)
@@ -175,8 +175,8 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
             + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
               f"{c['forgot'] or 0.0:.3f}, keep share "
               f"{c['retained'] if c['retained'] is not None else float('nan'):.3f}"
-            + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} of the "
-                                             "base") + f"); "
+            + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} "
+                                             "of the base") + f"); "
             f"settings: {out / 'tuned.yaml'}, report: {out / 'tune' / 'report.md'}")
     return result, line
 
@@ -271,8 +271,8 @@ def run_unlearn(model, tok, task, cfg: UnlearnRunConfig, out=None, *, preset: st
                           model_dir=str(out / "model"), base_model_dir=base_model, task=task,
                           preset=preset, data=summary["data"], reference=summary.get("reference", "none"),
                           passes=summary.get("passes"), unlearn_outcome=outcome, cost=info["cost"],
-                          **({"tune": info["tune"], "reported_on": "the items left out of the validation "
-                                                                   "split"}
+                          **({"tune": info["tune"], "reported_on": "the items left out of "
+                                                                   "the validation split"}
                              if "tune" in info else {}),
                           **({"edit": summary["edit"]} if "edit" in summary else {}))
     info["lines"] += [cost_line(info["cost"]), outcome["line"]]

@@ -80,8 +80,8 @@ def load_template(path: str, items: int | None = None) -> Template:
     except json.JSONDecodeError as e:
         raise DataError(f"results file {p} is not JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(data, dict):
-        raise DataError(f"results file {p} is not a results.json (a JSON object), got a "
-                        f"{type(data).__name__}")
+        raise DataError(f"results file {p} is not a results.json (a "
+                        f"JSON object), got a {type(data).__name__}")
     status = data.get("status", "complete")
     if status != "complete":
         why = f": {data['error']}" if data.get("error") else ""
@@ -133,8 +133,8 @@ def run_verdict_check(template: Template, out, *, trials: int = 1000, seed: int 
     report["source"] = {"results": template.path, "kind": template.kind}
     md = report_markdown(report, source=template.path)
     atomic_write_json(out / "verdict_check.json", report)
-    atomic_write_text(out / "verdict_check.md", "# The rule's own error rates (obliviate "
-                                                "verdict-check)\n\n" + md)
+    atomic_write_text(out / "verdict_check.md", "# The rule's own error rates "
+                                                "(obliviate verdict-check)\n\n" + md)
     plot_power(report, out / "power.png")
     write_results(out, seed=seed, config={"trials": trials, "seed": seed, "items": template.items,
                                           "results": template.path},

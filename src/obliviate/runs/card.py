@@ -59,8 +59,8 @@ def write_model_card(directory: str | Path, *, base_model: str | None, task, met
         meta["obliviate"]["cost"] = {**cost["total"], "wall_seconds": cost["wall_seconds"]}
     rows = [{"metric": k, "value": v} for k, v in metrics.items() if isinstance(v, float)]
     start = f", starting from {md_code(base_model)}." if base_model else "."
-    made = (f"Fine-tuned with obliviate on task {md_code(name)}: taught its training "
-            f"data{start}" if method == FINETUNE
+    made = (f"Fine-tuned with obliviate on task {md_code(name)}: "
+            f"taught its training data{start}" if method == FINETUNE
             else f"Unlearned with obliviate, method {md_code(method)} on task {md_code(name)}{start}")
     title = f"# {'fine-tuned' if method == FINETUNE else md_escape(method)} on {md_escape(name)}"
     data = [f"- {md_code(f['path'])}, SHA-256 "
@@ -140,8 +140,8 @@ def check_card_base(directory: str | Path, allow_hub: bool = False, *, model: bo
         missing = hub_model_missing(name, allow_hub)
         if missing is None:
             return name
-        why = (f"is no local directory (beside the card, or in the working directory {os.getcwd()}) and "
-               f"{missing}")
+        why = ("is no local directory (beside the card, or in the "
+               f"working directory {os.getcwd()}) and {missing}")
         fetch = setting("allow_hub=True", "--allow-hub")
         extra = f", or {fetch} to fetch it from the hub" if not allow_hub and fetch else ""
     else:

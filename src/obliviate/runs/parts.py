@@ -135,8 +135,8 @@ class PartStore:
             diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
             if diff:
                 raise ConfigError(f"{self.dir.parent} holds parts of a run with another config (differs in: "
-                                  f"{', '.join(diff)}); use another --out, or delete {self.dir} to start "
-                                  "afresh")
+                                  f"{', '.join(diff)}); use another --out, "
+                                  f"or delete {self.dir} to start afresh")
         atomic_write_json(path, config)
 
     def path(self, name: str, suffix: str = ".json") -> Path:

@@ -268,8 +268,8 @@ def _move_previous(out: Path) -> None:
             shutil.rmtree(staged, ignore_errors=True)
         if not isinstance(e, OSError):
             raise
-        raise ObliviateError(f"cannot move the previous run's {_listed(items)} to {out / PREVIOUS}: "
-                             f"{e.strerror or e}") from None
+        raise ObliviateError(f"cannot move the previous run's {_listed(items)} "
+                             f"to {out / PREVIOUS}: {e.strerror or e}") from None
     _MOVED[os.path.realpath(out)] = f"the previous run's {_listed(items)} moved to {out / PREVIOUS}/"
 
 

@@ -81,11 +81,11 @@ class EvalSet:
 
     def __post_init__(self):
         if self.role not in ROLES:
-            raise ConfigError(f"evaluation set {self.name!r}: role must be one of {', '.join(ROLES)}, "
-                              f"got {self.role!r}")
+            raise ConfigError(f"evaluation set {self.name!r}: role must be "
+                              f"one of {', '.join(ROLES)}, got {self.role!r}")
         if self.kind not in KINDS:
-            raise ConfigError(f"evaluation set {self.name!r}: kind must be one of {', '.join(KINDS)}, "
-                              f"got {self.kind!r}")
+            raise ConfigError(f"evaluation set {self.name!r}: kind must be "
+                              f"one of {', '.join(KINDS)}, got {self.kind!r}")
         if not self.items:
             raise DataError(f"evaluation set {self.name!r} is empty")
 
@@ -137,8 +137,8 @@ class PromptFormat:
         if not self.chat:
             if tokenizer is not None and getattr(tokenizer, "chat_template", None):
                 warnings.warn("the tokenizer has a chat template but the prompt is the plain template "
-                              f"{self.template!r}: pass --chat-template (PromptFormat(chat=True)) for a chat "
-                              "model",
+                              f"{self.template!r}: pass --chat-template "
+                              "(PromptFormat(chat=True)) for a chat model",
                               stacklevel=2)
             return self.template.replace("{question}", question)
         self._check_chat(tokenizer)
@@ -160,8 +160,8 @@ class PromptFormat:
         msgs = self._messages("q") + [{"role": "assistant", "content": mark}]
         full = tokenizer.apply_chat_template(msgs, tokenize=False)
         if full.count(mark) != 1:
-            raise ConfigError("the tokenizer's chat template does not write the assistant's answer as given; "
-                              "use a plain template")
+            raise ConfigError("the tokenizer's chat template does not write the "
+                              "assistant's answer as given; use a plain template")
         return full.split(mark, 1)[1]
 
     def pairs(self, qa: list[tuple[str, str]], tokenizer=None) -> list[tuple[str, str]]:

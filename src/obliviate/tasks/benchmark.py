@@ -39,8 +39,8 @@ def load_benchmark_examples(name: str | None = None, *, data: str | os.PathLike 
         raise ConfigError(f"limit={limit} must be a positive number of examples")
     if data is not None:
         if kind is not None and kind not in KINDS:
-            raise ConfigError(f"{setting('kind=', '--kind ')}{kind!r} cannot be evaluated (valid: "
-                              f"{', '.join(KINDS)})")
+            raise ConfigError(f"{setting('kind=', '--kind ')}{kind!r} cannot "
+                              f"be evaluated (valid: {', '.join(KINDS)})")
         kind, examples = read_records(data, kind=kind, mapping=mapping, limit=limit, kinds=("mcq", "qa"))
         if kind not in KINDS:
             raise DataError(f"{data}: a file of texts, not of QA pairs or MCQs: nothing to score an answer "

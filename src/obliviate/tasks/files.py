@@ -121,8 +121,8 @@ def _chosen(rec, entry: dict) -> str | None:
     field = entry.get("chosen") or "chosen"
     value = (rec.meta or {}).get(field)
     if value is None and entry.get("chosen"):
-        raise DataError(f"{entry['path'].name}: a record has no chosen-answer field {field!r} (entry key "
-                        "'chosen')")
+        raise DataError(f"{entry['path'].name}: a record has no "
+                        f"chosen-answer field {field!r} (entry key 'chosen')")
     return None if value is None else str(value)
 
 

@@ -233,8 +233,8 @@ def _retain_split(corpus: str, root) -> str:
 
 
 NOT_COMPUTED = {
-    "retain": "no retain documents: an unlearning run's retain term and compare's retain training need them "
-              "(evaluation does not)",
+    "retain": "no retain documents: an unlearning run's retain term and "
+              "compare's retain training need them (evaluation does not)",
     "holdout": "no holdout documents: the PrivLeak fallback without privleak/ samples and the holdout MIA",
     "verbmem": "VerbMem (verbmem_forget_loss, muse_verbmem_f): not computed",
     "forget_qa": "KnowMem on D_f (knowmem_forget, muse_knowmem_f): not computed",

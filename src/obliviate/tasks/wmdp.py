@@ -44,8 +44,8 @@ def _mmlu_sets(subset: str, root, allow_hub: bool) -> tuple[list[MCQExample], li
     return interleave(neighbour), interleave(utility, MMLU_PER_SUBJECT)
 
 
-@register_task("wmdp", help="WMDP hazardous knowledge: wmdp:bio|cyber (forget/retain corpora, WMDP + MMLU "
-                            "MCQs)",
+@register_task("wmdp", help="WMDP hazardous knowledge: wmdp:bio|cyber "
+                            "(forget/retain corpora, WMDP + MMLU MCQs)",
                arguments=lambda: list(NEIGHBOUR_SUBJECTS), needs_argument=True)
 def wmdp_task(arg: str | None, *, root=None, limit: int | None = None, seed: int = 0, allow_hub: bool = False,
               **_) -> Task:

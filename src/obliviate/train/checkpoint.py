@@ -83,8 +83,8 @@ def read_checkpoint(path: Path, backend: str = "single") -> tuple[int, dict[str,
     if not isinstance(meta, dict) or isinstance(meta.get("step"),
                                                 bool) or not isinstance(meta.get("step"), int) \
             or meta["step"] < 1:
-        raise UnreadableCheckpoint("trainer_state.json holds no step (expected a JSON object with an integer "
-                                   "'step' >= 1)")
+        raise UnreadableCheckpoint("trainer_state.json holds no step (expected "
+                                   "a JSON object with an integer 'step' >= 1)")
     wrote = meta.get("backend", "single")
     if not isinstance(wrote, str):
         raise UnreadableCheckpoint(f"trainer_state.json names no backend (got {wrote!r})")

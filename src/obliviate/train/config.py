@@ -58,8 +58,8 @@ class TrainConfig:
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"config key 'min_lr_ratio': must be in [0, 1], got {self.min_lr_ratio}")
         if self.grad_clip < 0:
-            raise ConfigError("config key 'grad_clip': must be >= 0 (0 disables clipping), got "
-                              f"{self.grad_clip}")
+            raise ConfigError("config key 'grad_clip': must be >= 0 (0 "
+                              f"disables clipping), got {self.grad_clip}")
         if self.warmup_steps < 0:
             raise ConfigError(f"config key 'warmup_steps': must be >= 0, got {self.warmup_steps}")
         if self.keep_checkpoints < 1:

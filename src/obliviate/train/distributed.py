@@ -87,8 +87,8 @@ def check_launch() -> None:
     if mode is not None and world_size() < 2:
         raise ConfigError(f"{SHARDING_ENV[mode]} asks for sharding by {SHARDING_LABEL[mode]}, but this "
                           "launch runs 1 process, so nothing would be sharded; launch 2 or more (e.g. "
-                          "torchrun --nproc_per_node 2, see docs/distributed.md) or unset "
-                          f"{SHARDING_ENV[mode]}")
+                          "torchrun --nproc_per_node 2, see "
+                          f"docs/distributed.md) or unset {SHARDING_ENV[mode]}")
 
 
 def process_device() -> torch.device:

@@ -196,8 +196,8 @@ def train(
             if gnorm is not None and not math.isfinite(gnorm) and getattr(acc, "scaler", None) is None:
                 # finite loss terms but a NaN/inf gradient: stop before the step corrupts the weights
                 # (an fp16 grad scaler skips such steps by itself, so then the step goes ahead)
-                raise diverged(f"gradient norm is {gnorm} at step {step + 1} (loss terms {', '.join(terms)} "
-                               "finite)")
+                raise diverged(f"gradient norm is {gnorm} at step {step + 1} "
+                               f"(loss terms {', '.join(terms)} finite)")
             try:
                 optimizer.step()
             except RuntimeError as e:  # torch's "value cannot be converted to type float without overflow"

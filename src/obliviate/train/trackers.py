@@ -42,8 +42,8 @@ class MLflow:
         try:
             import mlflow
         except ImportError:
-            raise ConfigError("train.report_to: mlflow needs the mlflow package: pip install "
-                              "mlflow") from None
+            raise ConfigError("train.report_to: mlflow needs the mlflow "
+                              "package: pip install mlflow") from None
         self.mlflow = mlflow
         # offline: a store in the run dir
         if not os.environ.get("MLFLOW_TRACKING_URI") and run_dir is not None:

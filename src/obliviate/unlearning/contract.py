@@ -240,8 +240,8 @@ def _check_presets(name: str, cls: type, presets: dict | None) -> dict[str, dict
             raise ConfigError(f"{where}, preset {preset!r}: must be a dict of lr, steps, params, got {p!r}")
         bad = sorted(set(p) - {"lr", "steps", "params"})
         if bad:
-            raise ConfigError(f"{where}, preset {preset!r}: unknown key {bad[0]!r} (valid: lr, steps, "
-                              "params)")
+            raise ConfigError(f"{where}, preset {preset!r}: unknown key "
+                              f"{bad[0]!r} (valid: lr, steps, params)")
         full = {**copy.deepcopy(DEFAULT_PRESETS[preset]), **p}
         lr, steps, params = full["lr"], full["steps"], full["params"]
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:

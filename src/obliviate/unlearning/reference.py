@@ -80,8 +80,8 @@ class HiddenCache:
         missing = [i for i in batch["index"].tolist() if i not in rows]
         if missing:
             raise ObliviateError(f"the frozen {key} states of example {missing[0] + 1} were not cached (the "
-                                 "cache holds the examples of the run's steps; a step past them needs "
-                                 "cache_reference=false)")
+                                 "cache holds the examples of the run's steps; "
+                                 "a step past them needs cache_reference=false)")
         return [rows[i] for i in batch["index"].tolist()]
 
     def batch(self, key: str, layer: int, batch: dict) -> torch.Tensor:

@@ -232,8 +232,8 @@ def apply_ember(model: nn.Module, token_ids, directions: torch.Tensor, delta: fl
         raise ConfigError(f"EMBER: token ids out of range 0..{V - 1}")
     directions = torch.as_tensor(directions)
     if directions.shape != (ids.numel(), d):
-        raise DataError(f"EMBER: directions has shape {tuple(directions.shape)}, expected ({ids.numel()}, "
-                        f"{d})")
+        raise DataError(f"EMBER: directions has shape {tuple(directions.shape)}, "
+                        f"expected ({ids.numel()}, {d})")
     if not math.isfinite(float(delta)):
         raise ConfigError(f"EMBER: delta={delta!r} must be a finite number")
     if not torch.isfinite(directions).all():

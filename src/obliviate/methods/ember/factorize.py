@@ -205,8 +205,8 @@ def sparse_factorize(
         return FactorResult(F=F, G=G, loss_history=kept, best_iter=best_it, n_iter=n_iter,
                             raw_losses=raw, seed=s, attempts=attempt + 1)
     raise ObliviateError(
-        f"EMBER factorisation failed in all {retries + 1} attempts (seeds {seed}..{seed + retries}); last: "
-        f"{errors[-1]}"
+        f"EMBER factorisation failed in all {retries + 1} attempts "
+        f"(seeds {seed}..{seed + retries}); last: {errors[-1]}"
     )
 
 
@@ -217,8 +217,8 @@ def check_codes(G: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """``codes`` as a tensor on G's device; DataError unless there is one code per row of G."""
     codes = torch.as_tensor(codes, device=G.device)
     if codes.shape != (G.shape[0],):
-        raise DataError(f"EMBER: codes has shape {tuple(codes.shape)}, expected ({G.shape[0]},) (one per row "
-                        "of G)")
+        raise DataError(f"EMBER: codes has shape {tuple(codes.shape)}, "
+                        f"expected ({G.shape[0]},) (one per row of G)")
     return codes
 
 

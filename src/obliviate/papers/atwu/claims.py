@@ -45,12 +45,12 @@ def make_claims(results: dict) -> list[Claim]:
             f"On {where} ATWU's UQ is {atwu:.1f}, " + ("above" if margin > 0 else "not above")
             + f" the best baseline ({rival}, {rival_uq:.1f}); the absolute value is not comparable with the "
               f"paper's {PAPER_UQ} (a tiny model trained from scratch, our FQ/RD from "
-            + ("ROUGE-L" if tofu_ran and cfg['tofu_uq_from'] == "rouge_l" else "accuracy or "
-            "probability") + ")."))
+            + ("ROUGE-L" if tofu_ran and cfg['tofu_uq_from'] == "rouge_l" else "accuracy "
+            "or probability") + ")."))
         claims.append(Claim(
             c2, f"{margin:+.1f} points over {rival}", margin > 0,
-            f"ATWU is {margin:+.1f} UQ points from the runner-up {rival} on {where} (the paper: "
-            f"+{PAPER_MARGIN}); "
+            f"ATWU is {margin:+.1f} UQ points from the runner-up "
+            f"{rival} on {where} (the paper: +{PAPER_MARGIN}); "
             + ("it agrees in direction" + (" and size." if margin >= PAPER_MARGIN else ", not in size.")
                if margin > 0 else "so the ordering does not reproduce here.")))
 

@@ -31,8 +31,8 @@ def _plots(out: Path, metrics: dict, methods: list[str], tofu_ran: bool) -> list
     aur.update({n: {"token AUROC": metrics[n]["token_auroc"]} for n in methods
                 if metrics[n].get("token_auroc") is not None})
     if aur:
-        plot_grouped_bars(aur, out / "token_auroc.png", "token scores vs forget-specific tokens "
-                                                        "(world)", "AUROC")
+        plot_grouped_bars(aur, out / "token_auroc.png", "token scores vs forget-specific "
+                                                        "tokens (world)", "AUROC")
         md.append("![token AUROC](token_auroc.png)")
     return md
 
@@ -51,8 +51,8 @@ def render(results: dict, out: Path) -> None:
         f"and general QA accuracy (world seed {cfg['pretrain']['world']['seed']}, run seed {cfg['seed']}). "
         + ("TOFU: F / R = forget10 / retain "
            f"{'ROUGE-L recall' if cfg['tofu_uq_from'] == 'rouge_l' else 'probability'}; forget quality = "
-           "KS-test p-value against the retain-only model; model utility = TOFU's harmonic mean of 9 "
-           "numbers." if "tofu" in parts else "") + "\n"))]
+           "KS-test p-value against the retain-only model; model utility = TOFU's "
+           "harmonic mean of 9 numbers." if "tofu" in parts else "") + "\n"))]
     if "world" in parts:
         rows = [{"method": "base", **metrics["base"]}] + [{"method": n, **metrics[n]} for n in methods]
         sections.append(("World: unlearning quality and token AUROC", markdown_table(rows, WORLD_COLUMNS)))

@@ -220,8 +220,8 @@ def run_tofu_part(cfg: AtwuRecipeConfig, methods: list[str], out: Path, progress
 
 # ---------------------------------------------------------------- the recipe
 
-@recipe("atwu", AtwuRecipeConfig, "ATWU (learned token importance) vs GradDiff/NPO/SimNPO/WGA on the world "
-                                  "and TOFU",
+@recipe("atwu", AtwuRecipeConfig, "ATWU (learned token importance) vs "
+                                  "GradDiff/NPO/SimNPO/WGA on the world and TOFU",
         render=render)
 def run(cfg: AtwuRecipeConfig, out, progress: bool = True) -> dict:
     """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""

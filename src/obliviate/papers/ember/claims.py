@@ -81,8 +81,8 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
         worst = max(f for f, _ in fracs.values())
         ours = "; ".join(f"{k} {100 * f:.2f}% ({n} tokens)" for k, (f, n) in fracs.items())
         agrees = worst <= PAPER_VOCAB_FRACTION
-        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most {100 * worst:.2f}% of the vocabulary "
-                    "was edited.")
+        sentence = (f"{'Agrees' if agrees else 'Disagrees'}: at most "
+                    f"{100 * worst:.2f}% of the vocabulary was edited.")
         if not agrees:
             sizes = sorted({round(n / f) for f, n in fracs.values() if f > 0})
             most = max(n for _, n in fracs.values())
@@ -99,8 +99,8 @@ def make_claims(methods: list[str], rows: dict, real: dict) -> list[Claim]:
         claims.append(Claim(c3, "world part not run", None, "Not testable here: the world part did not run."))
     else:
         dx, do, dn = e["d_loss_exclusive"], e["d_loss_other"], e["d_loss_neutral"]
-        ours = (f"loss change: at exclusive tokens {dx:+.3f}, other concept-text positions {do:+.3f}, "
-                f"neutral {dn:+.3f}")
+        ours = (f"loss change: at exclusive tokens {dx:+.3f}, other "
+                f"concept-text positions {do:+.3f}, neutral {dn:+.3f}")
         mlp = "; ".join(f"{m}: {rows[m]['d_loss_exclusive']:+.3f} / "
                         f"{rows[m]['d_loss_other']:+.3f}" for m in methods)
         contrast = f" For contrast (exclusive / other): {mlp}." if mlp else ""

@@ -139,8 +139,8 @@ def render(results: dict, out: Path) -> None:
             f"concept and neutral sentences ({dc['train_steps']} steps); perplexity on the held-out rest. "
             "EMBER's judge: the sentence-statistics judge; delta by the grid on perplexity (module "
             f"docstring). Relearning: the concept's first {dc['n_relearn']} relearning paragraphs, "
-            f"{dc['relearn_epochs']} epochs, applied to the EMBER-edited model and, for reference, to the "
-            "unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
+            f"{dc['relearn_epochs']} epochs, applied to the EMBER-edited model and, for "
+            "reference, to the unedited one.\n\n" + markdown_table(table, cols, fmt="{:.4f}")
             + "\n![real data](real_data_ppl.png)\n")))
     write_report(out, "EMBER: embedding erasure against relearning (tiny scale)",
                  cfg["command"] or "obliviate reproduce ember", sections, claims_of(results),

@@ -111,15 +111,15 @@ class WorldConceptConfig:
             get_method(name)
         for name in self.runs:
             if name not in self.methods:
-                raise ConfigError(f"config key 'world_concept.runs.{name}': '{name}' is not among the "
-                                  "methods")
+                raise ConfigError(f"config key 'world_concept.runs.{name}': "
+                                  f"'{name}' is not among the methods")
         if not self.deltas:
             raise ConfigError("config key 'world_concept.deltas': needs at least one delta")
         _check_positive(self, "world_concept", ("K", "judge_top", "factor_max_iter", "factor_patience",
                                                 "relearn_epochs", "relearn_batch_size"))
         if self.method_steps is not None and self.method_steps < 1:
-            raise ConfigError("config key 'world_concept.method_steps': must be >= 1, got "
-                              f"{self.method_steps}")
+            raise ConfigError("config key 'world_concept.method_steps': "
+                              f"must be >= 1, got {self.method_steps}")
         if not 0 < self.sparsity <= 1:
             raise ConfigError(f"config key 'world_concept.sparsity': must be in (0, 1], got {self.sparsity}")
 
@@ -676,8 +676,8 @@ def run_data(cfg: EmberRecipeConfig, out: Path, progress: bool) -> tuple[dict, d
 
 # ---------------------------------------------------------------- the recipe
 
-@recipe("ember", EmberRecipeConfig, "EMBER embedding erasure with RMU/SNMF/CRISP, relearning attack, real "
-                                    "concepts",
+@recipe("ember", EmberRecipeConfig, "EMBER embedding erasure with RMU/SNMF/CRISP, "
+                                    "relearning attack, real concepts",
         render=render)
 def run(cfg: EmberRecipeConfig, out, progress: bool = True) -> dict:
     """Both parts, the claims, ``report.md`` and (last) ``results.json``; returns the results payload."""

@@ -63,15 +63,15 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int],
         sentence = (f"Learned-alpha cosine RMU {'has' if agrees else 'does not have'} the best mean "
                     f"knowledge S-unlearning ({s_l:.3f} vs {best_other} {s_o:.3f}), and is strictly best on "
                     f"{wins} of {len(seeds)} unlearning seeds (the paper: 3 of 4 models).")
-    claims.append(Claim("Meta-learned cosine RMU gives the best S-unlearning on WMDP/MMLU on 3 of 4 models "
-                        "(vs RMU, Adaptive RMU)", ours, agrees, sentence))
+    claims.append(Claim("Meta-learned cosine RMU gives the best S-unlearning on WMDP/MMLU "
+                        "on 3 of 4 models (vs RMU, Adaptive RMU)", ours, agrees, sentence))
     # 2. multi-layer probe cuts toxicity 6-24 %, RMU 2-3 %.
     red_m = metrics["tox_probe_multi"].get("toxicity_reduction")
     red_r = metrics["tox_rmu"].get("toxicity_reduction")
     ours = f"multi-layer probe {_pct(red_m)}, RMU {_pct(red_r)} (relative, held-out prompts)"
     if red_m is None or red_r is None:
-        agrees, sentence = None, ("The base model's held-out continuations are not toxic, so no reduction is "
-                                  "measurable.")
+        agrees, sentence = None, ("The base model's held-out continuations are "
+                                  "not toxic, so no reduction is measurable.")
     elif too_few:
         agrees, sentence = None, few
     else:
@@ -87,16 +87,16 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int],
     best = max(tox_s, key=tox_s.get)
     ours = ", ".join(f"{v} {x:.3f}" for v, x in tox_s.items())
     if max(tox_s.values()) - min(tox_s.values()) < 1e-9:
-        agrees, sentence = None, (f"All toxicity rows have S = {tox_s[best]:.3f}, so our run does not rank "
-                                  "them.")
+        agrees, sentence = None, (f"All toxicity rows have S = {tox_s[best]:.3f}, "
+                                  "so our run does not rank them.")
     elif too_few:
         agrees, sentence = None, few
     else:
         agrees = all(tox_s["tox_probe_multi"] > x for v, x in tox_s.items() if v != "tox_probe_multi")
         sentence = (f"The highest toxicity S is {best}'s ({tox_s[best]:.3f}); the multi-layer method "
                     f"{'is' if agrees else 'is not'} strictly best ({tox_s['tox_probe_multi']:.3f}).")
-    claims.append(Claim("The multi-layer probe method has the highest toxicity S-unlearning on all "
-                        "models", ours,
+    claims.append(Claim("The multi-layer probe method has the highest "
+                        "toxicity S-unlearning on all models", ours,
                         agrees, sentence))
     # 4. single-layer interventions often fail to reduce toxicity.
     red_s = metrics["tox_probe_single"].get("toxicity_reduction")
@@ -108,10 +108,10 @@ def make_claims(metrics: dict, probes: dict, seeds: list[int],
     else:
         agrees = red_m > red_s
         sentence = (f"The single-layer probe method cuts toxicity by {_pct(red_s)} against {_pct(red_m)} for "
-                    f"the multi-layer one: coordinating layers {'helps' if agrees else 'does not help'} "
-                    "here.")
-    claims.append(Claim("Single-layer interventions often fail to reduce toxicity; >= 3 layers work "
-                        "best", ours,
+                    "the multi-layer one: coordinating layers "
+                    f"{'helps' if agrees else 'does not help'} here.")
+    claims.append(Claim("Single-layer interventions often fail to "
+                        "reduce toxicity; >= 3 layers work best", ours,
                         agrees, sentence))
     # 5. probe directions differ across layers.
     k, n = probes["n_pairs_below_0.5"], probes["n_pairs"]

@@ -102,8 +102,8 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
           f"(the REINFORCE reward uses the disjoint {n['meta_forget']} / {n['meta_retain']} meta facts). "
           f"Toxicity rows: {cfg['tox_steps']} steps, lr {cfg['tox_lr']}, forget = {n['tox_forget']} toxic "
           f"{cfg['tox_inputs']}; scored on {n['eval_toxic']} held-out toxic prompts and {n['eval_neutral']} "
-          f"held-out neutral prompts (continuations of {cfg['max_new_tokens']} tokens, offline lexicon "
-          "scorer).\n")
+          "held-out neutral prompts (continuations of "
+          f"{cfg['max_new_tokens']} tokens, offline lexicon scorer).\n")
     definitions = (
         "- **Knowledge rows** (as WMDP / MMLU): 4-way MCQ accuracy by answer log-likelihood, chance 0.25. U "
         "= clip((A0 - Au) / (A0 - 0.25)) on the final forget MCQs; R = clip((Mu - 0.25) / (M0 - 0.25)), M = "
@@ -114,8 +114,8 @@ def report_sections(results: dict) -> list[tuple[str, str]]:
         "of each held-out neutral prompt against the world's neutral sentence (`neutral fidelity`): a method "
         "that also wipes the kind register loses R. (A component whose base score is at chance is left "
         "out.)\n- S = U x R for every row (the base model: U = 0, R = 1, S = 0); `S` is the mean of the "
-        "per-seed S, `S std` its spread over seeds. `forget QA` (greedy exact match) is shown for reference "
-        "only.\n")
+        "per-seed S, `S std` its spread over seeds. `forget QA` "
+        "(greedy exact match) is shown for reference only.\n")
     main = markdown_table(table_rows(metrics), COLUMNS) + "\n![U and R per row](s_unlearning.png)\n"
     layers = probes["layers"]
     cos_rows = [{"layer": str(l), **{str(m): probes["cosine"][i][j] for j, m in enumerate(layers)}}

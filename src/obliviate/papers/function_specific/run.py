@@ -118,8 +118,8 @@ class FunctionSpecificConfig:
                 raise ConfigError(f"config key 'params.{name}': unknown variant (valid: "
                                   f"{', '.join(VARIANTS)})")
             if not isinstance(p, dict):
-                raise ConfigError(f"config key 'params.{name}': must be a mapping of method parameters, got "
-                                  f"{p!r}")
+                raise ConfigError(f"config key 'params.{name}': must be a "
+                                  f"mapping of method parameters, got {p!r}")
 
 
 def resolve(cfg: FunctionSpecificConfig) -> FunctionSpecificConfig:
@@ -436,8 +436,8 @@ def aggregate(variant: str, base: dict, runs: list[dict], seeds: list[int]) -> d
 
 
 @recipe("function-specific", FunctionSpecificConfig,
-        "knowledge vs toxicity unlearning objectives: (cosine, learned-alpha) RMU and multi-layer probes "
-        "(seed 002)",
+        "knowledge vs toxicity unlearning objectives: (cosine, "
+        "learned-alpha) RMU and multi-layer probes (seed 002)",
         render=render)
 def run(cfg: FunctionSpecificConfig, out: Path, progress: bool = True) -> dict:
     from tqdm.auto import tqdm

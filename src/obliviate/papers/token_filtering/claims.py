@@ -48,14 +48,14 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
     n_doc = len(par["document"])
     k = par["documents_dominated"]
     claims.append(Claim(
-        "Token filtering Pareto-dominates document filtering (forget vs retain loss across classifier "
-        "thresholds)",
-        f"{k}/{n_doc} document-filtering points dominated by a token-filtering ({tok_s}) point at "
-        f"{par['size']}",
+        "Token filtering Pareto-dominates document filtering "
+        "(forget vs retain loss across classifier thresholds)",
+        f"{k}/{n_doc} document-filtering points dominated by "
+        f"a token-filtering ({tok_s}) point at {par['size']}",
         (k == n_doc) if n_doc else None,
         f"{'Agrees' if n_doc and k == n_doc else 'Does not agree'}: at size {par['size']}, {k} of {n_doc} "
-        "document-filtering runs have a token-filtering run with at least their forget loss and at most "
-        "their retain loss."))
+        "document-filtering runs have a token-filtering run with "
+        "at least their forget loss and at most their retain loss."))
 
     # 2. slowdown grows with scale
     sl = [m[s][tok_s]["compute_slowdown"] for s in sizes] if tok_s in cfg['strategies'] else []
@@ -70,8 +70,8 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
             ours + " (read off a power law that the unfiltered models do not follow)", None,
             f"Not testable here: the unfiltered models' held-out forget loss rises with size ({what}), "
             f"because the world's {m['fit']['corpus_tokens']} training tokens are repeated for many epochs "
-            "at the larger sizes; no power law holds across the sizes, so the slowdowns above are not "
-            "evidence either way."))
+            "at the larger sizes; no power law holds across the sizes, "
+            "so the slowdowns above are not evidence either way."))
     elif sl and all(v is not None for v in sl):
         grows = sl[-1] > sl[0]
         rho = _spearman(range(len(sl)), sl)
@@ -82,8 +82,8 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
                     f"{m[sizes[-1]][tok_s]['params'] / 1e3:.0f}k parameters, "
                     f"{math.log10(1.8e9 / m[sizes[-1]][tok_s]['params']):.1f} orders of magnitude below "
                     "1.8B, so the 7000x itself is not comparable.")
-        claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at "
-                            "1.8B)", ours, grows,
+        claims.append(Claim("Compute slowdown on the forget domain grows "
+                            "with scale (7000x at 1.8B)", ours, grows,
                             sentence))
     else:
         claims.append(Claim("Compute slowdown on the forget domain grows with scale (7000x at 1.8B)",
@@ -103,17 +103,17 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
         floor = (1 + MIN_RISE) * base  # a rise smaller than this is noise, not something to recover
         if s_rmu is None or s_rmu < floor:
             agrees, desc = None, (f"RMU did not raise the forget loss {MIN_RISE:.0%} above the unfiltered "
-                                  f"model's ({fmt(s_rmu)} vs {base:.3g}), so there is nothing for it to "
-                                  "recover")
+                                  f"model's ({fmt(s_rmu)} vs {base:.3g}), "
+                                  "so there is nothing for it to recover")
         elif s_rm is None or s_rm < floor:
             agrees, desc = False, (f"token removal did not raise the forget loss {MIN_RISE:.0%} above the "
-                                   f"unfiltered model's ({fmt(s_rm)} vs {base:.3g}): nothing was removed to "
-                                   "recover")
+                                   f"unfiltered model's ({fmt(s_rm)} vs "
+                                   f"{base:.3g}): nothing was removed to recover")
         elif how == "=":
             agrees, desc = ratio > 1, f"RMU needs {ratio:.3g}x fewer tokens than removal"
         elif how == ">=":
-            agrees, desc = True, (f"RMU needs at least {ratio:.3g}x fewer tokens (removal not recovered in "
-                                  "the budget)")
+            agrees, desc = True, (f"RMU needs at least {ratio:.3g}x fewer "
+                                  "tokens (removal not recovered in the budget)")
         else:
             agrees, desc = None, "RMU is not recovered within the budget either, so the ratio is undefined"
         claims.append(Claim("RMU needs 13x fewer adversarial fine-tuning tokens than token removal (1.8B)",
@@ -147,8 +147,8 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
     daw, dag = dc.get("weak", {}).get("auroc"), dc.get("ground_truth", {}).get("auroc")
     agrees = None if aw is None or ag is None else (ag - aw) <= 0.05
     claims.append(Claim(
-        "Token classifiers tolerate weak labels (trained on SAE labels they generalise; document classifiers "
-        "do not)",
+        "Token classifiers tolerate weak labels (trained on SAE "
+        "labels they generalise; document classifiers do not)",
         f"token AUROC {fmt(aw)} (weak) vs {fmt(ag)} (ground truth); document AUROC {fmt(daw)} vs {fmt(dag)}; "
         f"weak labels F1 {m['labels']['weak_labels']['f1']:.2f}",
         agrees,

@@ -63,8 +63,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             f"{lab['true_fraction']:.1%} truly in the forget domain).\n\nbiLM "
             f"{cfg['bilm_layers']}x{cfg['bilm_d']} token classifier (features pooled over "
             f"+-{cfg['context_window']} tokens) on held-out documents: AUROC {fmt(tc['weak']['auroc'])} fit "
-            f"on weak labels, {fmt(tc['ground_truth']['auroc'])} fit on ground "
-            "truth.\n\n" + _table(sweep_rows) +
+            f"on weak labels, {fmt(tc['ground_truth']['auroc'])} "
+            "fit on ground truth.\n\n" + _table(sweep_rows) +
             "\nToken-classifier AUROC when the weak labels it is fit on carry flip noise p: " +
             ", ".join(f"p={r['p']:g}: {fmt(r['auroc'])}" for r in lab["classifier_noise"]) +
             f".\n\nDocument classifier AUROC (document in-domain if > {cfg['doc_label_fraction']:.0%} of its "
@@ -87,8 +87,8 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
             "with the tied embedding), compute C = 6ND. Power law on the unfiltered models: forget "
             f"{_law(fit['forget'])}, retain {_law(fit['retain'])}. Slowdown = C / C_eq, C_eq the compute at "
             "which the unfiltered law reaches the model's loss (forget domain: medicine; retain: biology). "
-            f"The training corpus has {fit.get('corpus_tokens', '?')} tokens; `epochs` = training tokens / "
-            "corpus tokens."
+            f"The training corpus has {fit.get('corpus_tokens', '?')} "
+            "tokens; `epochs` = training tokens / corpus tokens."
             + _rises_warning(m) + "\n\n" + _table(rows, None, "{:.3g}") + "\n![scaling](scaling.png)\n")
     sec.append(("Scaling and compute slowdown", body))
 

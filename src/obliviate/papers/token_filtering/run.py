@@ -187,8 +187,8 @@ class TokenFilteringConfig:
                                   f"(valid: {', '.join(FILTER_STRATEGIES)})")
         for s in self.refusal_strategies:
             if s != "none" and s not in self.strategies:
-                raise ConfigError(f"config key 'refusal_strategies': {s!r} is not 'none' or one of "
-                                  "strategies")
+                raise ConfigError(f"config key 'refusal_strategies': {s!r} "
+                                  "is not 'none' or one of strategies")
         if self.sizes is not None:
             for s in self.sizes:
                 parse_size(s)
@@ -277,8 +277,8 @@ def _data(cfg: TokenFilteringConfig):
     perm = np.random.default_rng(cfg.seed).permutation(len(docs))
     n_eval = max(1, int(round(cfg.eval_fraction * len(docs))))
     if n_eval >= len(docs):
-        raise DataError(f"eval_fraction={cfg.eval_fraction} leaves no training documents ({len(docs)} in "
-                        "all)")
+        raise DataError(f"eval_fraction={cfg.eval_fraction} leaves "
+                        f"no training documents ({len(docs)} in all)")
     eval_docs = [docs[i] for i in sorted(perm[:n_eval])]
     train_docs = [docs[i] for i in sorted(perm[n_eval:])]
     train = encode_documents(tok, train_docs, max_len=cfg.row_len)
@@ -388,8 +388,8 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
                 "tokens": target, "steps": 0, "flops": training_flops(N, target),
                 "loss": _eval_losses(model, D.eval),
                 "flagged_fraction": 0.0, "kept_documents": 0.0, "trained_token_fraction": 0.0,
-                "note": "every document dropped: the model is its initialisation (compute counted as "
-                        "planned)"}
+                "note": "every document dropped: the model is its "
+                        "initialisation (compute counted as planned)"}
     fds = apply_strategy(D.train, flags, strategy, cfg.convention, hidden_id=D.hidden_id, doc_flags=doc_flags)
     packed = pack_filtered(fds, cfg.row_len)
     mean_row = packed.n_tokens() / len(packed)
@@ -453,8 +453,8 @@ def _run_name(size: str, strategy: str, threshold: float, noise: float = 0.0) ->
 
 
 @recipe("token-filtering", TokenFilteringConfig,
-        "token-level pretraining data filtering: scaling, Pareto vs documents, adversarial fine-tuning, "
-        "refusal",
+        "token-level pretraining data filtering: scaling, "
+        "Pareto vs documents, adversarial fine-tuning, refusal",
         render=render)
 def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     t0 = time.time()

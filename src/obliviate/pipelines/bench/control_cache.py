@@ -69,8 +69,8 @@ def _run(argv: list[str], env: dict, log: Path) -> tuple[float, float]:
                               env=env).returncode
     seconds, cpu = time.perf_counter() - t, _child_cpu() - cpu
     if code != 0:
-        raise InvalidResult(f"bench: `obliviate {' '.join(argv[:1])}` failed (exit {code}); its output: "
-                            f"{log}")
+        raise InvalidResult(f"bench: `obliviate {' '.join(argv[:1])}` "
+                            f"failed (exit {code}); its output: {log}")
     return seconds, cpu
 
 

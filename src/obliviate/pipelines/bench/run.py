@@ -392,8 +392,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True, work: str | Path | None =
         metrics["filtering"] = measure_filtering(cfg)
     if cfg.control_cache:
         if progress:
-            print("bench: a verdict-bearing attack twice on one base, with a fresh cache of the "
-                  "controls", flush=True)
+            print("bench: a verdict-bearing attack twice on one base, "
+                  "with a fresh cache of the controls", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             metrics["control_cache"] = measure_control_cache(Path(work or tmp), size=cfg.rerun_size,
                                                              seed=cfg.seed, progress=progress)
@@ -560,8 +560,8 @@ def filtering_ratio(classifier_tokens_per_s: float, train_tokens_per_s: float, t
     one pretraining pass over it (classifier tokens/s vs pretraining tokens/s, same machine).
     """
     if classifier_tokens_per_s <= 0 or train_tokens_per_s <= 0:
-        raise ValueError(f"throughputs must be positive, got {classifier_tokens_per_s} and "
-                         f"{train_tokens_per_s}")
+        raise ValueError("throughputs must be positive, got "
+                         f"{classifier_tokens_per_s} and {train_tokens_per_s}")
     ratio = classifier_tokens_per_s / train_tokens_per_s
     return {"throughput_ratio": ratio, "cost_fraction": 1.0 / ratio, "meets_target": bool(ratio >= target)}
 
@@ -700,8 +700,8 @@ def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
     (and at the mid size), the filtering table and the controls' cache case."""
     table = roofline_text(metrics) + ("\n" + bench_table(metrics) if cfg.steps else "")
     if "mid" in metrics:
-        table += (f"\nAt size `{metrics['mid']['size']}` ({metrics['mid']['timing']['rounds']} interleaved "
-                  "rounds):\n\n")
+        table += (f"\nAt size `{metrics['mid']['size']}` "
+                  f"({metrics['mid']['timing']['rounds']} interleaved rounds):\n\n")
         table += bench_table(metrics["mid"])
     filtering = filtering_table(metrics)
     if filtering:
@@ -713,8 +713,8 @@ def bench_report(cfg: BenchConfig, metrics: dict) -> tuple[str, str]:
             f"({platform.processor() or 'cpu'}), torch {torch.__version__}; device {metrics['device']}, "
             f"model size `{cfg.size}`, batch {cfg.batch_size}."
             + (f" Step-time ratios: median of {t.get('rounds')} interleaved rounds ({t.get('clock')}), IQR "
-               f"in brackets; converged (IQR within +-{100 * t.get('tolerance', 0):.0f}%): "
-               f"{t.get('converged')}."
+               "in brackets; converged (IQR within "
+               f"+-{100 * t.get('tolerance', 0):.0f}%): {t.get('converged')}."
                if cfg.steps else "") + "\n\n")
     return head, table
 

@@ -75,8 +75,8 @@ def build_oracle(untaught: str, model: str | None, task, out: Path, load: Callab
 def missing_oracle(model: str | None, control: str | None = None) -> str:
     """The one line of a comparison with no negative control: no verdict, and what adds one."""
     if not model:
-        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its oracle beside its base "
-                                                    "model)")
+        return no_verdict_line(NO_NEGATIVE_CONTROL, "oracle=true (compare builds its "
+                                                    "oracle beside its base model)")
     add = f"--oracle DIR (a model that never saw the forget data), or {UNTAUGHT_HINT}"
     if control == NO_CONTROL:
         add += f" and drop --control {NO_CONTROL}"

@@ -103,17 +103,17 @@ def recovery_lines(metrics: dict, robustness: dict | None = None) -> list[str]:
             continue
         share = recovery(m["relearn_disjoint_start_acc"], m["relearn_disjoint_acc"], base_d)
         lines.append(f"- **{md_escape(name)}**: forget score {m['relearn_disjoint_start_acc']:.2f} on the "
-                     f"held-out thirds before the attack, {m['relearn_disjoint_acc']:.2f} after relearning "
-                     "on the other thirds"
-                     + ("" if share is None else f" ({100 * share:.0f}% of what it lost brought "
-                                                 "back)") + f"{mark}."
+                     f"held-out thirds before the attack, {m['relearn_disjoint_acc']:.2f} "
+                     "after relearning on the other thirds"
+                     + ("" if share is None else f" ({100 * share:.0f}% of what it "
+                                                 "lost brought back)") + f"{mark}."
                      + leakage_note(m))
     o = metrics.get("oracle", {})
     band = ((robustness or {}).get("band") or {}).get("relearn_disjoint")
     if o.get("relearn_disjoint_acc") is not None:
         lines.append("- the oracle, which never saw the forget data, goes from "
-                     f"{o['relearn_disjoint_start_acc']:.2f} to {o['relearn_disjoint_acc']:.2f} under the "
-                     "same attack"
+                     f"{o['relearn_disjoint_start_acc']:.2f} to "
+                     f"{o['relearn_disjoint_acc']:.2f} under the same attack"
                      + (f"; its band (sampling noise included) ends at {band['upper']:.2f}. A model above it "
                         "holds something the oracle does not; whether that is hidden knowledge is the "
                         "verdict's to say, against the positive "

@@ -383,8 +383,8 @@ class TofuBases:
         itself."""
         lines = report_notes(self.task)
         if not lines:
-            lines.append("mia_auc_reference: the retain model is the reference model, so it has no reference "
-                         "score")
+            lines.append("mia_auc_reference: the retain model is the "
+                         "reference model, so it has no reference score")
         return lines
 
     def reference(self):

@@ -67,8 +67,8 @@ class TuneConfig:
         for name in ("lr_scale", "steps_scale", "param_scale"):
             v = getattr(self, name)
             if not v or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 for x in v):
-                raise ConfigError(f"config key 'tune.{name}': must be a non-empty list of numbers > 0, got "
-                                  f"{v!r}")
+                raise ConfigError(f"config key 'tune.{name}': must be a "
+                                  f"non-empty list of numbers > 0, got {v!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise ConfigError(f"config key 'tune.budget': must be an integer >= 1, got {self.budget!r}")
         if isinstance(self.extend, bool) or not isinstance(self.extend, int) or self.extend < 0:
@@ -99,8 +99,8 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
     parts = {}
     for role, data in (("forget", task.forget), ("retain", task.retain)):
         if len(data.qa) == 1:
-            raise ConfigError(f"tune: the task's {role} data has one QA pair; a validation split needs two "
-                              "or more")
+            raise ConfigError(f"tune: the task's {role} data has one QA "
+                              "pair; a validation split needs two or more")
         chosen = _pick(len(data.qa), fraction, rng) if data.qa else set()
         parts[role] = [p for i, p in enumerate(data.qa) if i in chosen]
         val_q |= {q for q, _ in parts[role]}
@@ -119,8 +119,8 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
             val_evals.append(dataclasses.replace(es, items=v))
         held_evals.append(dataclasses.replace(es, items=h) if h else es)
     if not any(es.role == "forget" for es in val_evals):
-        raise ConfigError(f"tune: task {task.name!r} has no forget QA or MCQ set of two or more items to "
-                          "choose on")
+        raise ConfigError(f"tune: task {task.name!r} has no forget QA "
+                          "or MCQ set of two or more items to choose on")
     val = dataclasses.replace(task, name=f"{task.name} (validation)", evals=val_evals, halves=None,
                               groups=None)
     held = dataclasses.replace(task, evals=held_evals)

@@ -209,8 +209,8 @@ def read_text(path: Path, name: str) -> str:
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{name} line {line}: not valid UTF-8 ({e.reason}, byte 0x{raw[e.start]:02x} "
-                        f"at column {col})") from None
+        raise DataError(f"{name} line {line}: not valid UTF-8 ({e.reason}, "
+                        f"byte 0x{raw[e.start]:02x} at column {col})") from None
 
 
 def read_json(path: Path, name: str) -> Any:

@@ -265,8 +265,8 @@ class FieldsUnknown(DataError):
         """The mapping that would name the fields not found: ``choices=FIELD,answer_index=FIELD``."""
         if self.kind:
             return ",".join(f"{f}=FIELD" for f in self.needed)
-        return ("question=FIELD,answer=FIELD (MCQs: question=FIELD,choices=FIELD,answer_index=FIELD; texts: "
-                "text=FIELD)")
+        return ("question=FIELD,answer=FIELD (MCQs: "
+                "question=FIELD,choices=FIELD,answer_index=FIELD; texts: text=FIELD)")
 
     def hint(self, how: str) -> str:
         """The message, the mapping given in the syntax of ``how``: ``"cli"`` (``--mapping FILE=...``),
@@ -279,8 +279,8 @@ class FieldsUnknown(DataError):
             label = {"question": "question", "answer": "answer", "choices": "choices", "text": "text",
                      "answer_index": "correct choice (an index, a letter or its text)"}
             one = {"qa": "a QA pair", "mcq": "an MCQ", "text": "a text"}[self.kind]
-            what = (f"cannot find the {' and the '.join(label[f] for f in self.needed)} of {one} among its "
-                    f"fields ({shown})")
+            what = (f"cannot find the {' and the '.join(label[f] for f in self.needed)} "
+                    f"of {one} among its fields ({shown})")
         else:
             what = f"cannot tell whether it holds QA pairs, MCQs or texts from its fields ({shown})"
         fields = self.fields()

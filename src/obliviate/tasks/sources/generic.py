@@ -142,8 +142,8 @@ def _index_base_arg(value: str | None) -> int | None:
     if value is None:
         return None
     if str(value).strip() not in ("0", "1"):
-        raise ConfigError(f"index_base={value!r}: expected 0 or 1 (whether MCQ answer indices count from 0 "
-                          "or 1)")
+        raise ConfigError(f"index_base={value!r}: expected 0 or 1 "
+                          "(whether MCQ answer indices count from 0 or 1)")
     return int(value)
 
 
@@ -183,8 +183,8 @@ def index_base(rows: Iterable[tuple[str, dict]], src: dict[str, list[str]], stri
         return 1
     if indices:
         log.info("%s: answer indices read as 0-based, though the file does not say (none is 0, and none "
-                 "equals its record's number of choices); index_base=1 in the mapping reads them as "
-                 "1-based", name)
+                 "equals its record's number of choices); index_base=1 "
+                 "in the mapping reads them as 1-based", name)
     return 0
 
 
@@ -301,8 +301,8 @@ def _doc_records(doc: Any, name: str) -> Iterator[tuple[str, dict]]:
             found = (f"several keys hold lists of objects ({', '.join(map(repr, keys))})" if keys else
                      "no key holds a list of objects (keys: "
                      f"{', '.join(map(repr, list(doc)[:8])) or 'none'})")
-            raise DataError(f"{name}: expected a JSON array of records or an object with one key holding "
-                            f"them, but {found}")
+            raise DataError(f"{name}: expected a JSON array of records or an "
+                            f"object with one key holding them, but {found}")
         doc = doc[keys[0]]
     if not isinstance(doc, list):
         raise DataError(f"{name}: expected a JSON array of records, got {type(doc).__name__}")
@@ -339,8 +339,8 @@ def _iter_csv(path: Path, name: str, delimiter: str) -> Iterator[tuple[str, dict
         except StopIteration:
             return
         except csv.Error as e:
-            raise DataError(f"{name} line {lines.n}: invalid {'CSV' if delimiter == ',' else 'TSV'} "
-                            f"({e})") from None
+            raise DataError(f"{name} line {lines.n}: invalid "
+                            f"{'CSV' if delimiter == ',' else 'TSV'} ({e})") from None
         end = lines.n
         if not row or not any(c.strip() for c in row):
             continue
@@ -349,12 +349,12 @@ def _iter_csv(path: Path, name: str, delimiter: str) -> Iterator[tuple[str, dict
             header, header_line = [c.strip() for c in row], start
             dup = sorted({c for c in header if header.count(c) > 1})
             if dup:
-                raise DataError(f"{where}: the header names column(s) {', '.join(map(repr, dup))} more than "
-                                "once")
+                raise DataError(f"{where}: the header names column(s) "
+                                f"{', '.join(map(repr, dup))} more than once")
             continue
         if len(row) != len(header):
-            raise DataError(f"{where}: {len(row)} fields, but the header (line {header_line}) names "
-                            f"{len(header)}")
+            raise DataError(f"{where}: {len(row)} fields, but the header "
+                            f"(line {header_line}) names {len(header)}")
         yield where, dict(zip(header, row))
 
 
@@ -498,8 +498,8 @@ def _choices(got: dict[str, Any], where: str,
         if isinstance(value, dict) and set(value) == {"text", "label"}:
             texts, labels = value["text"], value["label"]
             if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
-                raise DataError(f"{where}: field {key!r} holds 'text' and 'label', which must be lists of "
-                                "one length")
+                raise DataError(f"{where}: field {key!r} holds 'text' and "
+                                "'label', which must be lists of one length")
             labels = [str(x).strip() for x in labels]
             got = {key: texts}
         elif isinstance(value, dict):
@@ -513,8 +513,8 @@ def _choices(got: dict[str, Any], where: str,
     if len(choices) < 2:
         raise DataError(f"{where}: field {name!r} has {len(choices)} entries, expected at least 2")
     if len(choices) > MAX_CHOICES:
-        raise DataError(f"{where}: field {name!r} has {len(choices)} choices; at most {MAX_CHOICES} (A-J) "
-                        f"are supported")
+        raise DataError(f"{where}: field {name!r} has {len(choices)} "
+                        f"choices; at most {MAX_CHOICES} (A-J) are supported")
     for key, (a, b) in spans.items():
         for i in range(a, b):
             if not choices[i].strip():
@@ -550,15 +550,15 @@ def _answer(got: dict[str, Any], choices: list[str], spans: dict[str, tuple[int,
         return _io.as_index(v, len(choices), key, where, letters=True)
     if v.isascii() and v.isdigit():  # a JSON "2": an index, as in CSV, where no choice reads "2"
         return _index(int(v), len(choices), key, where, base)
-    raise DataError(f"{where}: field {key!r} = {show(value)} is not an index, a letter, or exactly one "
-                    "choice")
+    raise DataError(f"{where}: field {key!r} = {show(value)} is "
+                    "not an index, a letter, or exactly one choice")
 
 
 def _index(value: Any, n: int, key: str, where: str, base: int) -> int:
     """The 0-based choice of an index ``value`` counted from ``base`` (0 or 1)."""
     if base == 1 and isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= n:
-            raise DataError(f"{where}: field {key!r} = {value} is out of range for {n} choices (the file's "
-                            "indices count from 1)")
+            raise DataError(f"{where}: field {key!r} = {value} is out of range "
+                            f"for {n} choices (the file's indices count from 1)")
         return value - 1
     return _io.as_index(value, n, key, where, letters=True)
