@@ -83,7 +83,8 @@ def encode_documents(tokenizer, documents: list[dict], max_len: int = 256,
         seq = ([bos] if bos is not None else []) + list(ids) + ([eos] if eos is not None else [])
         codes = {}
         for f in fields:
-            vals = [labs[f][0] if labs[f] else None] * (bos is not None) + labs[f] + [None] * (eos is not None)
+            vals = ([labs[f][0] if labs[f] else None] * (bos is not None) + labs[f]
+                    + [None] * (eos is not None))
             table = vocab[f]
             codes[f] = [table.setdefault(str(v), len(table)) for v in vals]
         step = max_len

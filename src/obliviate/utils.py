@@ -229,7 +229,8 @@ def open_run_file(path: str | Path, mode: str = "a"):
     in text mode, never through a link (``O_NOFOLLOW``) and never into a file that has other hard links
     (appending to one would change that other file too): either is a one-line :class:`ObliviateError`."""
     path = run_write_path(path)
-    flags = os.O_CREAT | os.O_APPEND | (os.O_RDWR if "+" in mode else os.O_WRONLY) | getattr(os, "O_NOFOLLOW", 0)
+    flags = (os.O_CREAT | os.O_APPEND | (os.O_RDWR if "+" in mode else os.O_WRONLY)
+             | getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags, 0o666)
     except OSError as e:

@@ -111,7 +111,8 @@ def prompt_attack(model, tokenizer, task: Task, *, max_items: int = 200, batch_s
                                                                   for x in items],
                                                                   [x["answer"] for x in items],
                                                batch_size)
-    out["prompts_synonym_changed"] = sum(synonym_rewrite(x["question"]) != x["question"] for x in items) / len(items)
+    out["prompts_synonym_changed"] = (sum(synonym_rewrite(x["question"]) != x["question"] for x in items)
+                                      / len(items))
     scored = {t: out[f"prompts_{t}_acc"] for t in TYPES if f"prompts_{t}_acc" in out}
     out["prompts_best_type"] = max(scored, key=lambda t: scored[t])
     out["prompts_best_acc"] = scored[out["prompts_best_type"]]

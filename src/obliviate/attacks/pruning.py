@@ -131,13 +131,14 @@ def prune_attack(model, tokenizer, task: Task, cfg: PruneConfig | None = None, b
             point = {"neurons": int(sum(len(v) for v in neurons.values())),
                      **{k: v for k, v in m.items() if k in ("forget_score", "retain_score")}}
             out["prune_by_fraction"][f"{f:g}"] = point
-            if point.get("forget_score") is not None and (best is None
-                                                           or point["forget_score"] > best[1]["forget_score"]):
+            if point.get("forget_score") is not None and (
+                    best is None or point["forget_score"] > best[1]["forget_score"]):
                 best = (f, point, m["forget_items"])
     if best is not None:
         # top_neurons is nested: fractions that zero as many neurons zero the same ones, one model and one
         # score
-        points = {p["neurons"] for p in out["prune_by_fraction"].values() if p.get("forget_score") is not None}
+        points = {p["neurons"] for p in out["prune_by_fraction"].values()
+                  if p.get("forget_score") is not None}
         out.update(prune_forget_score=best[1]["forget_score"], prune_retain_score=best[1].get("retain_score"),
                    prune_fraction=best[0], prune_neurons=best[1]["neurons"],
                    **read_counts("prune", best[2], len(points)))

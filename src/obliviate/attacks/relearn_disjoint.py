@@ -48,7 +48,8 @@ def _cost(folds: list[list[tuple[str, dict, list, list]]], v_bases: list[float |
         def key(item, vb=vb):
             order, (_, res, v, _) = item
             c = recovery_cost([_token_curve(res, v)], v[0][1], vb)
-            t = c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact", "at_most") else float("inf")
+            t = (c["recovery_cost_tokens"] if c["recovery_cost_bound"] in ("exact", "at_most")
+                 else float("inf"))
             return t, -curve_auc(v), order
 
         chosen.append(min(enumerate(runs), key=key)[1])
@@ -226,7 +227,8 @@ def disjoint_attack(r: AttackRun, cfg: DisjointConfig) -> dict:
         fold = []
         for tag, rc in grid:
             res = relearn_attack(r.model, r.tokenizer, pairs, fn, rc, base_acc=target,
-                                 out_dir=None if r.run_dir is None else r.run_dir / f"disjoint-{tag}" / str(i),
+                                 out_dir=(None if r.run_dir is None
+                                          else r.run_dir / f"disjoint-{tag}" / str(i)),
                                  resume=r.resume)
             fold.append((tag, res, res["curves"]["V"], res["curves"]["B"]))
         runs.append(fold)

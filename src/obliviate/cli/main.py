@@ -179,7 +179,8 @@ def log_to_stderr():
         logger.setLevel(level)
 
 
-LIBRARIES = r"(transformers|torch|accelerate|peft|huggingface_hub|tokenizers|safetensors|datasets|lm_eval)(\.|$)"
+LIBRARIES = (r"(transformers|torch|accelerate|peft|huggingface_hub|tokenizers|safetensors|datasets|lm_eval)"
+             r"(\.|$)")
 """The libraries whose own Python warnings a command does not show (matched against the warning's module)."""
 
 

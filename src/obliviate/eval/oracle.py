@@ -21,7 +21,8 @@ from obliviate.tasks.base import Task
 def truth_ratio_items(task: Task) -> list:
     """The forget QA items with a paraphrased answer and perturbed answers (the first such forget set)."""
     for es in task.evals_by_role("forget", variants=False):
-        items = [x for x in es.items if es.kind == "qa" and x.get("paraphrased_answer") and x.get("perturbed_answers")]
+        items = [x for x in es.items
+                 if es.kind == "qa" and x.get("paraphrased_answer") and x.get("perturbed_answers")]
         if items:
             return items
     return []

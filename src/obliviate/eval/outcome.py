@@ -109,8 +109,8 @@ def outcome_line(v: dict, method: str | None = None) -> str:
         share = v["heldout_retained"]
         low = share is not None and share < v["retain_share"] - _EPS
         numbers += (f", held-out keep {_num(v['heldout_keep_before'])} -> {_num(v['heldout_keep_after'])} "
-                    "(share "
-                    f"{_num(share)}{', below the threshold: what no method trained on was lost' if low else ''})")
+                    f"(share {_num(share)}"
+                    f"{', below the threshold: what no method trained on was lost' if low else ''})")
     if v["outcome"] == "ok":
         return f"outcome: ok: {numbers}; {CALIBRATED}"
     little = v["forgot"] is None or v["forgot"] < v["min_forgot"] - _EPS

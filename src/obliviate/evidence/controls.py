@@ -307,7 +307,8 @@ def suppression_control(model, tokenizer, task: Task, *, max_steps: int = 600, c
             s = monitor(m)
         curve.append({"steps": steps, **s})
         bar.set_postfix(forget=f"{s['forget']:.2f}", refresh=False)
-        return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9 for k in ref if k != "forget")
+        return s["forget"] <= target and all(s[k] >= keep_target * ref[k] - 1e-9
+                                             for k in ref if k != "forget")
 
     with control_bar(max_steps, "positive control (refusal)", progress) as bar:
         steps = train_rows(control, tokenizer, data, last, lr=lr, batch_size=batch_size, seed=seed,

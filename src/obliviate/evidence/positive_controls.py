@@ -59,7 +59,8 @@ def attack_items(task, attacks) -> int | None:
         return None
 
 
-NO_NEGATIVE_CONTROL = "no negative control (a model that never saw the forget data), so no attack is calibrated"
+NO_NEGATIVE_CONTROL = ("no negative control (a model that never saw the forget data), so no attack is "
+                       "calibrated")
 """Why there is no verdict without an oracle."""
 
 UNTAUGHT_HINT = ("--base-untrained DIR (the model before it was taught the task, which obliviate fine-tunes "

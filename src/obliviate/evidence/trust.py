@@ -94,7 +94,8 @@ def metric_keys(metrics: dict) -> list[str]:
     for m in metrics.values():
         for k, v in m.items():
             if _number(v) and ((k.startswith("forget_") and not k.endswith(NOT_METRICS))
-                               or (k.startswith("mia_auc_") and not k.endswith("_control")) or k in EXTRA_METRICS):
+                               or (k.startswith("mia_auc_") and not k.endswith("_control"))
+                               or k in EXTRA_METRICS):
                 keys[k] = None
     return list(keys)
 

@@ -48,7 +48,8 @@ from obliviate.filtering.strategies import (
     make_batch_fn,
     pack_filtered,
 )
-from obliviate.filtering.token_classifier import TokenClassifierConfig, TokenClassifiers, fit_token_classifiers
+from obliviate.filtering.token_classifier import (TokenClassifierConfig, TokenClassifiers,
+                                                  fit_token_classifiers)
 from obliviate.filtering.weak_labels import (
     domain_ratio,
     domain_runs,

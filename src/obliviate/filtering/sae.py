@@ -132,7 +132,8 @@ def train_sae(activations: torch.Tensor, n_latents: int, k: int, steps: int = 50
 
     def full_mse() -> float:
         with torch.no_grad():
-            total = sum(float(sae.loss(x[i:i + 8192].to(dev()))) * len(x[i:i + 8192]) for i in range(0, len(x), 8192))
+            total = sum(float(sae.loss(x[i:i + 8192].to(dev()))) * len(x[i:i + 8192])
+                        for i in range(0, len(x), 8192))
         return total / len(x)
 
     before = full_mse()

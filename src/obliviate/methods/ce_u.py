@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from obliviate.config import check_ranges
-from obliviate.losses import IGNORE_INDEX, at_least_float32, labelled_logits, shift_targets, soft_cross_entropy
+from obliviate.losses import (IGNORE_INDEX, at_least_float32, labelled_logits, shift_targets,
+                              soft_cross_entropy)
 from obliviate.unlearning.contract import Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 

@@ -32,7 +32,8 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import hidden_mse, masked_mean
 from obliviate.unlearning.contract import Method, register
-from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for, states_over_batches
+from obliviate.models.layers import (check_layer, hidden_states_at, num_layers, param_names_for,
+                                     states_over_batches)
 from obliviate.filtering.sae import train_sae
 
 BETA = 0.99
@@ -262,8 +263,8 @@ class CRISP(Method):
 
     def _fit_from_batch(self, batch: dict, ref) -> None:
         f, r = batch["forget"], batch["retain"]
-        self.fit_activations(*({l: ref.hidden(b,
-                                              l)[b["attention_mask"].bool()].float().cpu() for l in self.layers}
+        self.fit_activations(*({l: ref.hidden(b, l)[b["attention_mask"].bool()].float().cpu()
+                                for l in self.layers}
                                for b in (f, r)))
 
     # ------------------------------------------------------------------ training

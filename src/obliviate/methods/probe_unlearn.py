@@ -27,7 +27,8 @@ from obliviate.unlearning.contract import Method, register
 from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import (check_layer, gather_last, hidden_states_at, last_token_index, num_layers,
                                      param_names_for, unwrap)
-from obliviate.eval.probes import default_probe_layers, fit_probe_directions, last_token_states, probe_forget_loss
+from obliviate.eval.probes import (default_probe_layers, fit_probe_directions, last_token_states,
+                                   probe_forget_loss)
 
 PAPER = "Atil, Gupta, Passonneau 2026, function-specific unlearning objectives (reconstruction)"
 """The source of ``probe_unlearn`` and ``probe_unlearn_single``."""

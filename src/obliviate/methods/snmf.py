@@ -4,8 +4,9 @@ Jordan 2010).
 
 An edit method (``kind = "edit"``): ``edit(model, tokenizer, data)`` edits ``model`` in place without the
 training loop, and ``method.restore(model)`` puts the weights back bit for bit. The MLP post-activations A
-(d_mlp x n tokens) are factorised as ``A ~ F G^T``, F signed and sparse, G >= 0; for each kept concept feature f
-(a column of F, mass ratio >= ``min_ratio`` on concept vs neutral tokens) with support S and ``u = f_S / ||f_S||``::
+(d_mlp x n tokens) are factorised as ``A ~ F G^T``, F signed and sparse, G >= 0; for each kept concept
+feature f (a column of F, mass ratio >= ``min_ratio`` on concept vs neutral tokens) with support S and
+``u = f_S / ||f_S||``::
 
     W_down[:, S] -= delta * (W_down[:, S] u) u^T      # = W_down (I - delta u u^T) on the columns S
     W_up[S, :]   -= delta * u (u^T W_up[S, :])        # = (I - delta u u^T) W_up on the rows S

@@ -173,7 +173,8 @@ def _check_fits_in_memory(vocab_size: int, n_layer: int, d_model: int, n_head: i
     """ConfigError, before anything is allocated, when the float32 weights of the model alone would not fit
     in this machine's memory (an absurd ``d_model`` used to end in torch's allocator error, or worse)."""
     head = d_model // n_head
-    per_layer = 2 * d_model * n_head * head + 2 * d_model * n_kv_head * head + 3 * d_model * d_ff + 2 * d_model
+    per_layer = (2 * d_model * n_head * head + 2 * d_model * n_kv_head * head + 3 * d_model * d_ff
+                 + 2 * d_model)
     params = vocab_size * d_model * (1 if tie_embeddings else 2) + n_layer * per_layer + d_model
     memory = _memory_bytes()
     if memory and 4 * params > memory:

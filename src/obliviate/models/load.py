@@ -200,7 +200,8 @@ def check_finite(model, name) -> None:
     """
     tensors = [*model.named_parameters(), *model.named_buffers()]
     for tensor_name, t in tensors:
-        if t.is_floating_point() and t.numel() and t.device.type != "meta" and not bool(torch.isfinite(t).all()):
+        if (t.is_floating_point() and t.numel() and t.device.type != "meta"
+                and not bool(torch.isfinite(t).all())):
             raise ModelError(f"model {str(name)!r} has non-finite weights: "
                              f"{tensor_name!r} holds NaN or infinite values")
 
@@ -309,7 +310,8 @@ def load_model_and_tokenizer(
     tokenizer has ids the model's embedding cannot hold.
     """
     check_model_path(path)
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path is not None else load_tokenizer(path, of_model=True)
+    tok = (load_tokenizer(tokenizer_path) if tokenizer_path is not None
+           else load_tokenizer(path, of_model=True))
     tok = ensure_pad_token(tok, pad_policy)
     model = load_model(path, dtype=dtype, device=device, adapter=adapter)
     check_vocab(model, tok, path, tokenizer_path)

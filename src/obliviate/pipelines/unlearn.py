@@ -19,7 +19,8 @@ from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, build_method, preset_name, resolve_method
-from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split, write_tuned_settings
+from obliviate.pipelines.tune.run import (TuneConfig, trial_config, tune, validation_split,
+                                          write_tuned_settings)
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.cost import CostRecord, cost_line
 from obliviate.runs.results import prepare_out_dir, same_run, write_results

@@ -53,7 +53,8 @@ def comparison_items(data: dict, metrics: dict) -> int | None:
         return min(n, cap) if cap else n
     robustness = data.get("robustness")
     band = robustness.get("band") if isinstance(robustness, dict) else None
-    counts = [_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band, dict) else []
+    counts = ([_whole(b.get("items")) for b in band.values() if isinstance(b, dict)] if isinstance(band, dict)
+              else [])
     counts = [c for c in counts if c is not None]
     return max(counts) if counts else None
 

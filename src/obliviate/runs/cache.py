@@ -112,8 +112,8 @@ def task_fingerprint(task) -> str:
     but its :data:`LOCATION_META`."""
     h = hashlib.sha256(task_digest(task).encode())
     rest = {"name": task.name, "prompt": task.prompt,
-            "evals": [{f.name: getattr(es,
-                                       f.name) for f in fields(es) if f.name != "items"} for es in task.evals],
+            "evals": [{f.name: getattr(es, f.name) for f in fields(es) if f.name != "items"}
+                      for es in task.evals],
             "halves": task.halves, "groups": task.groups, "probe": task.probe,
             "idk": None if task.idk is None else [type(task.idk).__name__, list(task.idk)],
             "oracle_data": None if task.oracle_data is None else [task.oracle_data.qa, task.oracle_data.docs],

@@ -88,7 +88,8 @@ def lm_eval_description(example) -> str:
     being :data:`WMDP_TOPICS`'s or the MMLU subject with ``_`` as spaces (lm-eval's
     mmlu/_generate_configs.py); ``""`` for any other question."""
     split, subject = example.get("split") or "", example.get("subject")
-    topic = WMDP_TOPICS.get(split) or (" ".join(subject.split("_")) if split.startswith("mmlu") and subject else None)
+    topic = WMDP_TOPICS.get(split) or (" ".join(subject.split("_")) if split.startswith("mmlu") and subject
+                                       else None)
     return f"The following are multiple choice questions (with answers) about {topic}.\n\n" if topic else ""
 
 

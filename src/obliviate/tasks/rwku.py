@@ -77,9 +77,10 @@ def resolve_target(arg: str, root=None, allow_hub: bool = False) -> tuple[str, P
         raise ConfigError(f"task 'rwku:{arg}': no RWKU target {arg!r} in {RWKU_HUB_ID}'s forget_target "
                           f"({len(names)} targets, e.g. {', '.join(names[:3])})")
     known = sorted(d.name for d in set(dirs.values()))
-    raise DataError(f"task 'rwku:{arg}': no directory for target {arg!r} under {_io.root_dir(root) / 'rwku' / 'Target'}"
-                    f" ({'targets there: ' + ', '.join(known[:5]) if known else 'none there'}; RWKU's layout, "
-                    f"process/data_process.py; {_io.data_hint(RWKU_HUB_ID)})")
+    raise DataError(f"task 'rwku:{arg}': no directory for target {arg!r} under "
+                    f"{_io.root_dir(root) / 'rwku' / 'Target'}"
+                    f" ({'targets there: ' + ', '.join(known[:5]) if known else 'none there'}; "
+                    f"RWKU's layout, process/data_process.py; {_io.data_hint(RWKU_HUB_ID)})")
 
 
 def load_rwku(part: str, target: str, directory: Path, root=None,

@@ -218,10 +218,12 @@ def train(
                 bar.set_postfix(loss=f"{rec['loss']:.4f}")
                 log(rec)
                 running, n_running = {}, 0
-            read = done in eval_steps if eval_steps is not None else bool(eval_every) and done % eval_every == 0
+            read = (done in eval_steps if eval_steps is not None
+                    else bool(eval_every) and done % eval_every == 0)
             if eval_fn is not None and read and done != cfg.steps:
                 evaluate(done)
-            if ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0 and done != cfg.steps:
+            if (ckpt_dir is not None and cfg.checkpoint_every and done % cfg.checkpoint_every == 0
+                    and done != cfg.steps):
                 weights = backend.weights(model)  # collectives when sharded: every process takes part
                 opt_state = backend.optimizer_state(model, optimizer)
                 if main:

@@ -68,12 +68,13 @@ def make_claims(results: dict) -> list[Claim]:
                 "the world's forget answers, "
                 + ("above every baseline (" + ", ".join(f"{n} {base_aur[n]:.2f}" for n in beaten) + ")."
                    if agrees else
-                   ("above " + ", ".join(f"{n} {base_aur[n]:.2f}" for n in beaten) + " but " if beaten else "")
+                   ("above " + ", ".join(f"{n} {base_aur[n]:.2f}" for n in beaten) + " but "
+                    if beaten else "")
                    + "not above " + ", ".join(lost) + "."
                    + (" In the synthetic world the forget-specific tokens are invented names and values, so "
                       "rarity or low probability already marks them almost perfectly."
-                      if any(base_aur.get(n,
-                                          0.0) >= 0.9 and learned <= base_aur[n] for n in ("probability", "rarity"))
+                      if any(base_aur.get(n, 0.0) >= 0.9 and learned <= base_aur[n]
+                             for n in ("probability", "rarity"))
                       else "")))
         claims.append(Claim(c3, f"AUROC {learned:.2f} "
                                 "vs " + ", ".join(f"{n} {v:.2f}" for n, v in base_aur.items()),

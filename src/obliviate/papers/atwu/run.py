@@ -25,7 +25,8 @@ from obliviate.papers.atwu.report import render
 from obliviate.runs.parts import cached_part
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import task_from_world
-from obliviate.pipelines.tofu import TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate, unlearn_config
+from obliviate.pipelines.tofu import (TofuConfig, check_tofu_data, prepare_bases, unlearn_and_evaluate,
+                                      unlearn_config)
 from obliviate.utils import seed_everything
 
 METHODS = ["atwu", "graddiff", "npo", "simnpo", "wga", "atwu_npo", "atwu_simnpo"]

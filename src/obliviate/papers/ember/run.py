@@ -411,7 +411,8 @@ def method_settings(cfg: EmberRecipeConfig, name: str):
     wc = cfg.world_concept
     raw = deep_merge(METHOD_DEFAULTS.get(name, {}), wc.runs.get(name, {}) or {})
     is_edit = getattr(get_method(name), "kind", "train") == "edit"
-    if wc.method_steps is not None and not is_edit and "steps" not in ((wc.runs.get(name) or {}).get("train") or {}):
+    if (wc.method_steps is not None and not is_edit
+            and "steps" not in ((wc.runs.get(name) or {}).get("train") or {})):
         raw = deep_merge(raw, {"train": {"steps": wc.method_steps}})
     ucfg, used = method_run_config(name, raw, "tiny", cfg.seed, prefix=f"world_concept.runs.{name}")
     if name == "crisp":  # its LoRA rank, which the settings of other methods leave out

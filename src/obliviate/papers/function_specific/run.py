@@ -16,7 +16,8 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.eval import chance_corrected, rouge_l_recall, s_unlearning
 from obliviate.eval.suite import evaluate_task
 from obliviate.unlearning.engine import UnlearnConfig, unlearn
-from obliviate.papers.function_specific.meta_alpha import learn_alpha_unlearn, split_holdout, world_meta_splits
+from obliviate.papers.function_specific.meta_alpha import (learn_alpha_unlearn, split_holdout,
+                                                           world_meta_splits)
 from obliviate.methods import build_method, method_defaults
 from obliviate.models.layers import check_layer, num_layers
 from obliviate.models.load import load_model, load_tokenizer
@@ -420,7 +421,8 @@ def aggregate(variant: str, base: dict, runs: list[dict], seeds: list[int]) -> d
             row["final_alpha"] = run["final_alpha"]
         per_seed.append(row)
     keys = [k for k, v in per_seed[0].items() if k != "seed" and isinstance(v, (int, float))]
-    out = {k: sum(r[k] for r in per_seed) / len(per_seed) for k in keys if all(r[k] is not None for r in per_seed)}
+    out = {k: sum(r[k] for r in per_seed) / len(per_seed)
+           for k in keys if all(r[k] is not None for r in per_seed)}
     ss = [r["s_unlearning"] for r in per_seed]
     out["s_unlearning_std"] = math.sqrt(sum((x - out["s_unlearning"]) ** 2 for x in ss) / len(ss))
     out.update(function="toxicity" if variant in TOXICITY else "knowledge", method=VARIANTS[variant],

@@ -409,8 +409,8 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
             "tokens": tokens, "steps": steps, "flops": training_flops(N, tokens),
             "loss": _eval_losses(model, D.eval),
             "flagged_fraction": flagged, "kept_documents": float(len(fds) / len(D.train)),
-            "trained_token_fraction": fds.n_trained_tokens() / max(1,
-                                                                   sum(len(s) - 1 for s in D.train.input_ids))}
+            "trained_token_fraction": fds.n_trained_tokens()
+            / max(1, sum(len(s) - 1 for s in D.train.input_ids))}
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:

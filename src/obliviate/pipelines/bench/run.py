@@ -655,7 +655,8 @@ def bench_table(metrics: dict) -> str:
         r["whole_copy_MiB"] = r["peak_bytes_whole_copy"] / 2**20 if "peak_bytes_whole_copy" in r else None
         r["MFU_%"] = 100 * r["mfu"] if "mfu" in r else None
         r["GFLOP/s"] = r["flops_per_s"] / 1e9 if "flops_per_s" in r else None
-        r["IQR"] = f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}" if "step_time_ratio_q1" in r else None
+        r["IQR"] = (f"{r['step_time_ratio_q1']:.2f}-{r['step_time_ratio_q3']:.2f}"
+                    if "step_time_ratio_q1" in r else None)
     return markdown_table(rows,
                           ["method", "step_time_ratio", "IQR", "wall_time_ratio", "flop_bound",
                            "ratio_to_bound",

@@ -152,7 +152,8 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
     calib = (robustness or {}).get("calibration") or {}
     verdicts = (robustness or {}).get("verdicts") or {}
 
-    leaks = [m["relearn_disjoint_leakage"] for m in metrics.values() if m.get("relearn_disjoint_leakage") is not None]
+    leaks = [m["relearn_disjoint_leakage"] for m in metrics.values()
+             if m.get("relearn_disjoint_leakage") is not None]
 
     def header(c: str) -> str:
         key = ATTACK_COLUMNS.get(c)
@@ -253,7 +254,8 @@ def robustness_over_seeds(results: dict) -> list[str]:
         row = {"attack": key}
         for lab in labels:
             c = results[lab]["robustness"]["calibration"].get(key)
-            row[lab] = None if c is None else ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"] else "no")
+            row[lab] = None if c is None else ("yes: " + ", ".join(c["calibrated_by"]) if c["calibrated"]
+                                               else "no")
         calib.append(row)
     costs: dict = {}
     for r in results.values():

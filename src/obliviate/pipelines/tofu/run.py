@@ -412,8 +412,8 @@ class TofuBases:
         for name, res in evals.items():
             self.per_example[name] = res.pop("per_example")
             self.metrics[name] = res
-        self.metrics["base"]["forget_quality"] = forget_quality(self.per_example["base"]["forget_truth_ratio"],
-                                                                self.retain_truth_ratios)
+        self.metrics["base"]["forget_quality"] = forget_quality(
+            self.per_example["base"]["forget_truth_ratio"], self.retain_truth_ratios)
         return self
 
 

@@ -258,8 +258,9 @@ def write_tuned_settings(path: str | Path, result: dict) -> Path:
     """The chosen settings as a YAML file for ``obliviate unlearn --config`` (a comment says where they came
     from)."""
     c = result["chosen"]
-    head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, chosen on the "
-            f"validation split: forget removed {_fmt(c['forgot'])}, keep share {_fmt(c['retained'])}"
+    head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, "
+            f"chosen on the validation split: forget removed {_fmt(c['forgot'])}, "
+            f"keep share {_fmt(c['retained'])}"
             f"{'' if result['feasible'] else ' (no trial met the retain constraint: the one that kept most)'}\n")
     atomic_write_text(Path(path), head + yaml.safe_dump(result["settings"], sort_keys=False))
     return Path(path)
