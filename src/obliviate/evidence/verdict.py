@@ -177,8 +177,8 @@ def read_counts(m: dict | None, key: str, items: int) -> tuple[int, int]:
     comparison's) and 1."""
     name = read_of(key).name or key
     n, v = finite((m or {}).get(f"{name}_items")), finite((m or {}).get(f"{name}_variants"))
-    return (int(n) if n is not None and n >= 1 else max(1,
-                                                        int(items))), (int(v) if v is not None and v >= 1 else 1)
+    return ((int(n) if n is not None and n >= 1 else max(1, int(items))),
+            (int(v) if v is not None and v >= 1 else 1))
 
 
 def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> float:
@@ -250,7 +250,8 @@ def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
 
     def tail(q: float) -> float:  # P(X >= x)
         lq, lr = math.log(q), math.log1p(-q)
-        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lr)
+        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+                            + k * lq + (n - k) * lr)
                    for k in range(x, n + 1))
 
     lo, hi = 1e-12, min(1 - 1e-12, x / n)
