@@ -1,14 +1,8 @@
 """Logit lens: read the answer off intermediate layers, where output-side unlearning may not reach.
 
-As Patil et al. 2023 ("Can Sensitive Information Be Deleted From LLMs?"), each decoder layer's hidden state at
-the prompt's last token goes through the final norm and the unembedding (:func:`lens_logits`), and each forget
-QA item is read at its answer's *first distinguishing token* (:func:`distinguishing_offsets`):
-``logit_lens_top1`` / ``_top10`` (head projection), ``logit_lens_delta_top10`` (probability delta),
-``logit_lens_last_top1``, ``logit_lens_by_layer`` and ``logit_lens_offset``. ``logit_lens_items`` counts the
-items ``logit_lens_top1`` is a mean over, with ``logit_lens_variants`` 1: "at some layer" is decided item by
-item (each item a hit or not), so the read is one mean of item-level hits, the oracle's the same statistic,
-not a maximum over layers of their means (:func:`~obliviate.attacks.attack.read_counts`). Definitions:
-docs/evaluation.md, "Logit lens".
+As Patil et al. 2023, each layer's last-token hidden state goes through the final norm and the unembedding
+(:func:`lens_logits`), each forget QA item read at its answer's first distinguishing token
+(:func:`distinguishing_offsets`). The reads and their counts: docs/evaluation.md, "Logit lens".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Universal prefix: the optimised-suffix attack (:mod:`obliviate.attacks.gcg`) with the tokens before the
 question.
 
-Zou et al. 2023's greedy coordinate gradient, unchanged (the gradient through the one-hot tokens, ``topk``
-tokens per position, ``candidates`` single-token swaps per iteration, the best kept if it lowers the loss),
-but the m optimised tokens go right before each forget question, inside the task's prompt format (the world:
-``Question: <prefix>What is Zalosis treated with?\\nAnswer:``), so that they are read before the question
-rather than after it. Optimised on forget half A, scored on half B: ``gcg_prefix_acc`` (the fraction of B
-whose answer tokens are all greedy under teacher forcing with the prefix) against ``gcg_prefix_start_acc``
-(without), with the same configuration and budget as the suffix (``gcg_config``; ``gcg_prefix_budget``:
-iterations x candidates, ``gcg_prefix_cost``). docs/evaluation.md, "More attacks".
+Zou et al. 2023's greedy coordinate gradient, unchanged, with the m optimised tokens right before each forget
+question of half A, inside the task's prompt format; scored on half B (``gcg_prefix_acc`` against
+``gcg_prefix_start_acc``), GCG's configuration and budget. docs/evaluation.md, "More attacks".
 """
 
 from __future__ import annotations

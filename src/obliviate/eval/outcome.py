@@ -1,15 +1,10 @@
 """Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned
 one's.
 
-``forgot`` = ``(F0 - F) / (F0 - chance)`` clipped to [0, 1] (S-unlearning's U), ``retained`` = ``K / K0`` (the
-keep score: retain, else neighbour, else utility); ``"retain lost"`` when ``retained < RETAIN_SHARE`` (0.9),
-else ``"forgot little"`` when ``forgot < MIN_FORGOT`` (0.5), else ``"ok"`` (docs/methods.md, "Did the run
-work?"). The held-out keep score (``untrained_keep_score``: what must be kept and no method trains on, the
-score S-unlearning's R reads) is shown beside the keep score, and said when its share falls below the
-threshold. ``unlearn`` ends with its line, ``tune`` reads the same two numbers. It is not the verdict, which
-only attacks calibrated on controls give. Both scores are read through :func:`verdict_score`: a cloze MCQ set
-counts by its length-normalised accuracy (``acc_norm``), as the raw sum of log-probabilities favours short
-options.
+``forgot`` = ``(F0 - F) / (F0 - chance)`` in [0, 1], ``retained`` = ``K / K0``; ``"retain lost"`` below
+``RETAIN_SHARE``, else ``"forgot little"`` below ``MIN_FORGOT``, else ``"ok"``, read through
+:func:`verdict_score`. Not the verdict, which only calibrated attacks give. docs/methods.md, "Did the run
+work? The outcome".
 """
 
 from __future__ import annotations

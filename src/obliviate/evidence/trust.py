@@ -1,14 +1,9 @@
 """Which numbers to trust on a task: each metric's and each attack's faithfulness and robustness.
 
-OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXiv 2605.24614), read on the
-models every comparison already builds. *Faithful*: the separation AUC between the pool of models with the
-knowledge (:data:`WITH`) and the pool without (:data:`WITHOUT`), read only with at least :data:`MIN_POOL`
-models a side, is far from 0.5 (``separates``). *Robust*: per model of the pool without, the stability under
-quantization and under relearning (an attack: its own perturbation), the worst model of each, combined by
-their harmonic mean (the score); ``stable`` when each measured part is at least ``1 - STABLE_MOVE``.
-``trusted`` is both, and for an attack also *calibrated* (the verdict's calibration on the positive controls):
-an uncalibrated attack is never trusted, however well it separates. docs/evaluation.md, "Which numbers to
-trust".
+OpenUnlearning's meta-evaluation (Dorna et al. 2025, arXiv 2506.12618; UDS, arXiv 2605.24614) on the models
+every comparison builds: *faithful* when the separation AUC between :data:`WITH` and :data:`WITHOUT` is far
+from 0.5, *robust* when stable under quantization and relearning; an attack is trusted only if also
+calibrated. docs/evaluation.md, "Which numbers to trust".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """The bench case of the controls' cache (issue #56, item 13): a verdict-bearing ``obliviate attack`` on one
-base model, run twice with a fresh cache of the controls (:mod:`obliviate.runs.cache`), on two models
-unlearned from that base; ``second / first`` of their wall seconds is the case's number (target: at most 1/3).
-
-Untimed set-up, in ``work``: the world's forget, retain and holdout facts and its related paragraphs as a
-user's files, a random-init tiny Llama of ``size`` with its own tokenizer, ``obliviate finetune`` teaching it
-the facts (so its card names the untaught model, and the default negative control is built), and ``obliviate
-unlearn`` with two methods. Each attack is then a fresh process, as a user runs it: the first builds the
-negative control and the positive controls and attacks them and the base model, the second finds them in the
-cache and attacks only its own model. Both read the same cache directory (``$OBLIVIATE_CACHE`` set to
-``work/cache``, fresh), never the user's.
+base model, run twice with a fresh cache of the controls (:mod:`obliviate.runs.cache`) on two models unlearned
+from it; ``second / first`` of their wall seconds is the case's number (target: at most 1/3). The set-up:
+docs/bench.md.
 """
 
 from __future__ import annotations
