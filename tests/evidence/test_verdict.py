@@ -4,6 +4,7 @@ import pytest
 
 from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG
 from obliviate.evidence.verdict import (
+    BAND_ALPHA,
     KEEP_SHARE,
     MAX_NEGATIVE_GAIN,
     SEPARATION,
@@ -42,13 +43,13 @@ def test_forgot_is_a_share_of_the_base_score_above_chance():
 
 
 def test_the_band_is_a_one_sided_two_proportion_test_against_the_oracle():
-    # 72 items, the oracle at 1/72, 7 attacks: z = 2.45; 8/72 passes (z 2.41), 9/72 does not (z 2.63), by hand
+    # 72 items, the oracle at 1/72, 7 tests at BAND_ALPHA 0.10: z = 2.19; 7/72 passes, 8/72 does not, by hand
     n, p = 72, 1 / 72
     upper = p + band_tolerance(p, n, k=7)
-    assert 8 / 72 <= upper < 9 / 72
+    assert 7 / 72 <= upper < 8 / 72
     r = (p + upper) / 2
     from statistics import NormalDist
-    z = NormalDist().inv_cdf(1 - 0.05 / 7)
+    z = NormalDist().inv_cdf(1 - BAND_ALPHA / 7)
     assert upper - p == pytest.approx(z * (2 * r * (1 - r) / n) ** 0.5, abs=1e-9)  # on the test's boundary
     assert band_tolerance(p, n, k=7) > band_tolerance(p, n)  # more attacks compared: a wider band each
     assert band_tolerance(0.3, 20) > band_tolerance(0.3, 200)  # fewer items: wider
@@ -277,14 +278,14 @@ def test_a_model_inside_the_band_is_never_suppressed():
     metrics = {"base": base, "oracle": {"forget_score": 0.01, **KEEP, **_m(0.06, 0.06)},
                "positive_control": {"forget_score": 0.0, **KEEP, **_m(0.1, 0.3)},
                "m": {"forget_score": 0.0, **KEEP, **_m(0.0, 0.15)}}
-    r = robustness_summary(metrics, items=50)
+    r = robustness_summary(metrics, items=30)
     assert r["calibration"][K]["calibrated"]
     upper = r["band"][K]["upper"]
     rec_m, rec_c = 0.15 / 0.3, (0.3 - 0.1) / (0.3 - 0.1)
     assert rec_m >= 0.5 * rec_c and 0.15 <= upper  # the old rule's suppressed, inside the one band
     assert r["verdicts"]["m"]["verdict"] != "suppressed"
     metrics["m"][f"{K}_acc"] = upper + 0.02  # above the band: suppressed
-    assert robustness_summary(metrics, items=50)["verdicts"]["m"]["verdict"] == "suppressed"
+    assert robustness_summary(metrics, items=30)["verdicts"]["m"]["verdict"] == "suppressed"
 
 
 def test_the_calibration_guard_uses_the_bands_tolerance():

@@ -36,10 +36,13 @@ model's; a positive control that does not is *non-selective*, and a model that d
 never removed."""
 SUPPRESSED_SHARE = 0.5
 """*suppressed*: a recovery at least this share of the positive control's."""
-BAND_ALPHA = 0.05
-"""The oracle band's error rate: a model that is in truth like the oracle falls outside the band of some
-attack with at most about this probability by item sampling, over all the attacks compared (Bonferroni: each
-attack at ``BAND_ALPHA / k``, :func:`band_tolerance`)."""
+BAND_ALPHA = 0.10
+"""The oracle band's family-wise level: a model that is in truth like the oracle falls outside the band of some
+read with at most this probability by item sampling (Bonferroni over the band's tests: each at ``BAND_ALPHA / T``,
+:func:`band_tolerance`). Bonferroni over whole-item counts holds it far below (a truly removed model leaves the
+band 0.7% of the time on the world); 0.05 left that slack unused and cost power: a model holding 0.3 under the
+logit lens alone was *removed* 1.1% of the time, above the 1% bound (docs/evaluation.md, "The rule's own error
+rates")."""
 DEFAULT_ITEMS = 50
 """The items an attack scores when a comparison does not say (the band's width follows it)."""
 MIA_SEPARATION = 0.2
