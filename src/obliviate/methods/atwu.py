@@ -5,8 +5,8 @@ the most faithful concrete reading of its summary. The scorer, SATGA+ and the
 w-step are in :mod:`obliviate.methods._token_weights`.
 
 A linear scorer on the final hidden state weights each forget-answer token,
-``z_t = sigmoid(<w, sg(h_t)> + b)``. On one forward pass of the forget batch, the w-step (theta frozen) and then
-the theta-step (w frozen, z detached) minimise::
+``z_t = sigmoid(<w, sg(h_t)> + b)``. On one forward pass of the forget batch, the w-step (theta frozen) and
+then the theta-step (w frozen, z detached) minimise::
 
     w:      lam * mean_t l_t + tau * mean_t H_b(z_t) + mu * (mean_t z_t - rho)^2
     theta:  lam * mean_t l_t + alpha * L_retain,      l_t = -z_t * sg(p_t)^(e(z_t)) * CE_t

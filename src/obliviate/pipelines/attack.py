@@ -348,7 +348,8 @@ def run_attack(task, cfg: AttackRunConfig, out=None, *, model: str, load: Callab
         for cname, (build, kwargs) in positive_controls(cfg).items():
             log.info(f"positive control: {cname} built from {base}")
             identity = (None if store is None
-                        else {"built": store.path("positive-control", positive_key(cname, build, kwargs)).name})
+                        else {"built": store.path("positive-control",
+                                                  positive_key(cname, build, kwargs)).name})
             m, built[cname] = control_metrics(cname, f"relearn_{cname}", identity,
                                               positive_control(cname, build, kwargs))
             if m is not None:

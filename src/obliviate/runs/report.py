@@ -344,11 +344,12 @@ def markdown_to_html(md: str, base_dir: Path, images: Iterable[str | Path] = ())
             out.append(f"<p>{_inline(line)}</p>")
         i += 1
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             ".wide{overflow-x:auto}table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+             ".wide{overflow-x:auto}table{border-collapse:collapse;font-size:12px}"
+             "td,th{border:1px solid #ccc;"
              "padding:3px 5px;text-align:right}th{max-width:7em;vertical-align:bottom}th{background:#f3f3f3}"
              "img{max-width:100%}pre{background:#f6f6f6;padding:8px}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate report</title><style>{style}</style>" \
-           f"</head><body>{''.join(out)}</body></html>\n"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>obliviate report</title>"
+            f"<style>{style}</style></head><body>{''.join(out)}</body></html>\n")
 
 
 def write_html(md_path: str | Path, html_path: str | Path, images: Iterable[str | Path] = ()) -> Path:

@@ -7,7 +7,8 @@ tiny-model TOFU protocol, with the token AUROC of the learned scores. ``run.py``
 ``results.json`` and run time: docs/recipes.md#atwu.
 """
 
-import obliviate.papers.atwu.run  # noqa: F401  (registers the recipe; its ``run`` is ``obliviate.papers.atwu.run.run``)
+# registers the recipe; its ``run`` is ``obliviate.papers.atwu.run.run``
+import obliviate.papers.atwu.run  # noqa: F401
 from obliviate.papers.atwu.claims import make_claims
 from obliviate.papers.atwu.report import render
 from obliviate.papers.atwu.run import AtwuRecipeConfig, run_world

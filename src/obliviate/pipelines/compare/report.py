@@ -214,7 +214,8 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           "## How much comes back under relearning on the other forget facts", "",
           *(recovery_lines(metrics, robustness) or ["- the task has no disjoint folds to relearn on."]), "",
           "## Every evaluation set", "",
-          ", ".join(f"{md_code(es.name)} ({es.role}{', variant' if es.variant else ''})" for es in sets) + ".", "",
+          ", ".join(f"{md_code(es.name)} ({es.role}{', variant' if es.variant else ''})"
+                    for es in sets) + ".", "",
           markdown_table(set_rows, ["model"] + [es.name for es in sets]), "",
           *[line for title, png in figures for line in (f"![{title}](plots/{png})", "")],
           "## Method settings", "", "```json", json.dumps(configs, indent=1), "```", "",
@@ -238,7 +239,8 @@ def robustness_over_seeds(results: dict) -> list[str]:
         for lab in labels:
             v = results[lab]["robustness"]["verdicts"].get(name)
             row[lab] = None if v is None else v["verdict"] + (
-                f" ({v['attack']}{', ' + v['control'] if v.get('control') else ''})" if v.get("attack") else "") + (
+                f" ({v['attack']}{', ' + v['control'] if v.get('control') else ''})"
+                if v.get("attack") else "") + (
                 "; keeps " + ", ".join(f"{k} {x:.2f}" for k, x in v["keep"].items()) if v.get("keep") else "")
         verdicts.append(row)
     controls = []
