@@ -1,5 +1,4 @@
-"""What an attack is: one file that registers itself with :func:`register_attack` (docs/evaluation.md, "Adding
-an attack").
+"""What an attack is: one file registered by :func:`register_attack` (docs/evaluation.md, "Adding an attack").
 
 An attack declares its name (the config key ``attacks.<name>`` and the prefix of its metrics), its config
 dataclass, ``applies(task)``, ``run(r, cfg) -> dict`` of flat metrics and how the verdict reads it for

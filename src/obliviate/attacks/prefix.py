@@ -1,5 +1,4 @@
-"""Universal prefix: the optimised-suffix attack (:mod:`obliviate.attacks.gcg`) with the tokens before the
-question.
+"""Universal prefix: the optimised-suffix attack (:mod:`obliviate.attacks.gcg`), placed before the question.
 
 Zou et al. 2023's greedy coordinate gradient, unchanged, with the m optimised tokens right before each forget
 question of half A, inside the task's prompt format; scored on half B (``gcg_prefix_acc`` against

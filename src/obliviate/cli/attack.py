@@ -1,5 +1,4 @@
-"""``obliviate attack``: relearning (related corpus, disjoint halves) and linear-probe attacks on a model, on
-any task."""
+"""``obliviate attack``: relearning (related corpus, disjoint halves) and probe attacks on a model."""
 
 from __future__ import annotations
 

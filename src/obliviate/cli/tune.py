@@ -1,5 +1,4 @@
-"""``obliviate tune``: choose a method's lr, steps and own weight for a model and task under a retain
-constraint."""
+"""``obliviate tune``: a method's lr, steps and own weight for a model and task, under a retain constraint."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``obliviate verdict-check``: the verdict's own error rates, simulated around a finished comparison's
-results."""
+"""``obliviate verdict-check``: the verdict's own error rates, simulated around a finished comparison."""
 
 from __future__ import annotations
 

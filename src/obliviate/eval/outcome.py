@@ -1,5 +1,4 @@
-"""Whether an unlearning run did what it should: one outcome from the base model's scores and the unlearned
-one's.
+"""Whether an unlearning run did what it should: one outcome from the base and the unlearned models' scores.
 
 ``forgot`` = ``(F0 - F) / (F0 - chance)`` in [0, 1], ``retained`` = ``K / K0``; ``"retain lost"`` below
 ``RETAIN_SHARE``, else ``"forgot little"`` below ``MIN_FORGOT``, else ``"ok"``, read through

@@ -1,5 +1,4 @@
-"""Linear probes on last-token hidden states, per layer (a reconstruction; docs/recipes.md,
-"function-specific").
+"""Per-layer linear probes on last-token hidden states (a reconstruction; docs/recipes.md, function-specific).
 
 Per layer, an L2-regularised logistic regression (C = 1) separates toxic from neutral texts' last-token states
 (the last non-padding token, skipping a trailing eos); the probe direction is ``d_l = w_l / ||w_l||``.

@@ -1,5 +1,4 @@
-"""The verdict: removed, suppressed, inconclusive, not unlearned or retain lost, for each model of a
-comparison.
+"""The verdict of each model of a comparison: removed, suppressed, inconclusive, not unlearned or retain lost.
 
 One rule in one place (docs/evaluation.md, "The verdict"). An attack is *calibrated* when it brings back what
 a selective positive control hides and leaves the oracle (the negative control) where it was; a method's

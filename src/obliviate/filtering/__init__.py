@@ -1,5 +1,4 @@
-"""Token-level pretraining data filtering (seed 004, Rathi and Radford 2026; docs/methods.md,
-docs/recipes.md).
+"""Token-level pretraining data filtering (Rathi and Radford 2026; docs/methods.md, docs/recipes.md).
 
 :mod:`.sae` (TopK SAEs, :func:`load_sae`), :mod:`.weak_labels` and :mod:`.labelling` (SAE weak labels),
 :mod:`.classifiers` and :mod:`.token_classifier` (token and document classifiers), :mod:`.strategies`

@@ -1,2 +1,1 @@
-"""Adapters to services outside the package: :mod:`.llm_judge`, EMBER's judge on an OpenAI-compatible
-endpoint."""
+"""Adapters to outside services: :mod:`.llm_judge`, EMBER's judge on an OpenAI-compatible endpoint."""

@@ -1,5 +1,4 @@
-"""AltPO's data step: alternate answers to the forget questions, sampled from the model itself, cached on
-disk.
+"""AltPO's data step: alternate answers to the forget questions, sampled from the model itself, on disk.
 
 For each forget QA pair the model (before unlearning) answers its own prompt by seeded sampling at
 ``temperature``; the first of ``tries`` samples that is not the forget answer (compared lower-cased, without

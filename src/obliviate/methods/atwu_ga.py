@@ -1,5 +1,4 @@
-"""GradAscent (or, with alpha > 0, GradDiff) with ATWU's learned token weights (a reconstruction; see
-:mod:`.atwu`):
+"""GradAscent (GradDiff with alpha > 0) with ATWU's learned token weights (a reconstruction; :mod:`.atwu`):
 
     L_forget = -gamma * sum_t z_t CE_t / sum_t z_t
 """

@@ -1,5 +1,4 @@
-"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; read in the paper and its
-code).
+"""CRISP: concept unlearning by suppressing SAE features (Ashuach et al. 2025; read in the paper and code).
 
 The MLP partner of EMBER::
 

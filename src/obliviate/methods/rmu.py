@@ -1,5 +1,4 @@
-"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP); Adaptive RMU is
-:mod:`.adaptive_rmu`.
+"""RMU: Representation Misdirection for Unlearning (Li et al. 2024, WMDP); Adaptive RMU: :mod:`.adaptive_rmu`.
 
 At decoder layer l:
 

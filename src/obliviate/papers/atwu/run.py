@@ -1,5 +1,4 @@
-"""The ATWU recipe's experiments (see :mod:`obliviate.papers.atwu`); claims and report are in their own
-modules."""
+"""The ATWU recipe's experiments (:mod:`obliviate.papers.atwu`); claims and report have their own modules."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The EMBER recipe's experiments (see :mod:`obliviate.papers.ember`); claims and report are in their own
-modules."""
+"""The EMBER recipe's experiments (:mod:`obliviate.papers.ember`); claims and report are other modules."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The function-specific paper's claims and our agreement with each: pure functions of the recipe's
-``results.json``."""
+"""The function-specific paper's claims and our agreement with each: pure functions of ``results.json``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The token-filtering paper's claims and our agreement with each: pure functions of the recipe's
-``results.json``."""
+"""The token-filtering paper's claims and our agreement with each: pure functions of ``results.json``."""
 
 from __future__ import annotations
 
