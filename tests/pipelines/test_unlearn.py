@@ -55,11 +55,12 @@ def test_the_command_and_the_api_give_the_same_metrics_and_weights(taught, tmp_p
     assert any(not torch.equal(a[k], base[k]) for k in a)  # the run trained something
 
 
-@pytest.mark.parametrize("preset", ["tiny", "paper"])
-def test_unlearn_resolves_the_name_once_and_checks_the_config_once(taught, tmp_path, monkeypatch, preset):
-    """``obliviate unlearn --method NPO``: the name is resolved once, the config checked once (where its settings are
-    built), and the method built once more to run; ``paper``: the model's size picks the paper preset (the preset's
-    settings are then built again, and checked with them: their params are others)."""
+@pytest.mark.parametrize("preset,size_known", [("tiny", True), ("paper", True), ("paper", False)])
+def test_unlearn_resolves_the_name_once_and_checks_the_config_once(taught, tmp_path, monkeypatch, preset, size_known):
+    """``obliviate unlearn --method NPO``: the name is resolved once, the settings built and checked once (at the preset
+    of the model's size, read from its config before the model is loaded), and the method built once more to run;
+    ``paper``: a model whose size picks the paper preset (the preset's settings, built once too); where its config
+    does not tell its size (``size_known`` False), the settings are built again once it is loaded."""
     import obliviate.pipelines.unlearn as pipeline
     import obliviate.unlearning.engine as engine
     from obliviate.unlearning import contract
@@ -79,15 +80,27 @@ def test_unlearn_resolves_the_name_once_and_checks_the_config_once(taught, tmp_p
     counted(contract, "resolve_method")  # any other way in
     counted(engine, "check_unlearn_config")
     counted(pipeline, "check_unlearn_config")
+    counted(pipeline, "unlearn_settings")
     if preset == "paper":
         monkeypatch.setattr(pipeline, "preset_name", lambda model: "paper")
+    if not size_known:
+        monkeypatch.setattr("obliviate.cli.inputs.parameter_count", lambda path: None)
     assert main(["unlearn", "--out", str(tmp_path / "out"), "--model", str(taught["dir"]), "--forget",
                  str(taught["forget"]), "--retain", str(taught["retain"]), "--method", "NPO", "--no-progress",
                  "unlearn.train.steps=2"]) == 0
     assert calls["resolve_method"] == 1
-    assert calls["check_unlearn_config"] == (1 if preset == "tiny" else 2)
+    assert calls["check_unlearn_config"] == calls["unlearn_settings"] == (1 if size_known else 2)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["config"]["unlearn"]["method"] == "npo" and results["preset"] == preset
+
+
+def test_a_model_size_is_read_from_its_config_before_its_weights(taught):
+    """The preset of ``unlearn`` is chosen before the model loads: the parameter count of a model directory, read
+    from its config.json alone, is the loaded model's; a hub id has none here (the loaded model's size decides)."""
+    from obliviate.models.load import parameter_count
+
+    assert parameter_count(taught["dir"]) == sum(p.numel() for p in load_model(str(taught["dir"])).parameters())
+    assert parameter_count("org/not-here") is None
 
 
 def test_the_settings_are_built_once_from_either_schema():

@@ -21,7 +21,7 @@ from obliviate.cli.args import FILE_SETS
 from obliviate.config import load_yaml, parse_overrides
 from obliviate.errors import ConfigError, DataError
 from obliviate.models.load import (check_model_dir, check_model_path, is_local, load_model_and_tokenizer,
-                                   load_tokenizer, missing_reason, resolve_dtype)
+                                   load_tokenizer, missing_reason, parameter_count, resolve_dtype)
 from obliviate.models.tokenizer import ensure_pad_token
 from obliviate.pipelines.unlearn import prepare_run
 from obliviate.runs.results import input_fingerprint
@@ -332,7 +332,8 @@ def checked_run(args, tuning: bool = False):
     return prepare_run(args.method, seed=args.seed, config_file=args.config, overrides=args.overrides,
                        eval=eval_overrides(args), model_dir=args.model, tuning=tuning,
                        load_task=lambda cfg: task_from_args(args, seed=cfg.seed, world=cfg.world),
-                       load_tokenizer=lambda: tokenizer_args(args), load_model=lambda: load_model_args(args))
+                       load_tokenizer=lambda: tokenizer_args(args), load_model=lambda: load_model_args(args),
+                       model_size=lambda: parameter_count(args.model))
 
 
 def model_fingerprint(args, key: str = "base") -> dict:

@@ -227,6 +227,23 @@ def check_model_path(name_or_path: str | os.PathLike) -> None:
         check_model_dir(name_or_path)
 
 
+def parameter_count(path: str | os.PathLike) -> int | None:
+    """The parameters of the model in the local directory ``path``, counted from its ``config.json`` without reading
+    its weights (the model built on the meta device), as :func:`~obliviate.unlearning.contract.preset_name` counts a
+    loaded model's; None for a hub id, or a config that transformers cannot build alone (then the loaded model's
+    size decides)."""
+    if not is_local(str(path)) or not (Path(path) / "config.json").is_file():
+        return None
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
+    except Exception:  # an architecture that needs its own code or its weights: counted once loaded
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
 def check_model_dir(path: str | os.PathLike) -> Path:
     """A local model directory checked without reading its weights: it exists and is a directory, its
     ``config.json`` parses and holds finite numbers, positive sizes and special-token ids inside its

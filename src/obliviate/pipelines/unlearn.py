@@ -135,26 +135,28 @@ def check_unlearn_inputs(cfg: UnlearnRunConfig, task, tokenizer=None, *, tokeniz
 
 def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int = 0, config_file=None,
                 overrides: list[str] | None = None, eval: dict | None = None, model_dir=None,
-                tuning: bool = False):
+                tuning: bool = False, model_size=None):
     """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what
-    costs more: the settings (:func:`unlearn_settings`, every key, with the tiny preset), the task
+    costs more: the settings (:func:`unlearn_settings`, every key, built once at the preset of the model's size,
+    ``model_size()``: its parameter count read without its weights, None where unknown: the tiny preset), the task
     (``load_task(cfg)``), its data with the tokenizer alone (``load_tokenizer()``,
-    :func:`check_unlearn_inputs`), then the model (``load_model()``, returning ``(model, tokenizer)``), whose
-    size picks the preset; the settings are built again for a larger one. ``obliviate unlearn`` and
+    :func:`check_unlearn_inputs`), then the model (``load_model()``, returning ``(model, tokenizer)``); the settings
+    are built again only where the loaded model's size picks another preset. ``obliviate unlearn`` and
     ``obliviate tune`` give the loaders of their arguments."""
     method = resolve_method(method)  # once: every build below takes the registered name
 
     def settings(preset):
         return unlearn_settings(method, preset, seed=seed, config_file=config_file, overrides=overrides,
-                                eval=eval,
-                                model_dir=model_dir)
+                                eval=eval, model_dir=model_dir)
 
-    cfg = settings("tiny")
+    n = model_size() if model_size is not None else None
+    preset = preset_name(n) if n is not None else "tiny"
+    cfg = settings(preset)
     task = load_task(cfg)
     split = check_unlearn_inputs(cfg, task, tokenizer_fn=load_tokenizer, tuning=tuning)
     model, tok = load_model()
-    preset = preset_name(model)
-    if preset != "tiny":
+    if preset_name(model) != preset:  # a size its config did not tell
+        preset = preset_name(model)
         cfg = settings(preset)
     return cfg, task, model, tok, preset, split
 
