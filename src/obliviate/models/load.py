@@ -228,10 +228,10 @@ def check_model_path(name_or_path: str | os.PathLike) -> None:
 
 
 def parameter_count(path: str | os.PathLike) -> int | None:
-    """The parameters of the model in the local directory ``path``, counted from its ``config.json`` without reading
-    its weights (the model built on the meta device), as :func:`~obliviate.unlearning.contract.preset_name` counts a
-    loaded model's; None for a hub id, or a config that transformers cannot build alone (then the loaded model's
-    size decides)."""
+    """The parameters of the model in the local directory ``path``, counted from its ``config.json`` without
+    reading its weights (the model built on the meta device), as
+    :func:`~obliviate.unlearning.contract.preset_name` counts a loaded model's; None for a hub id, or a config
+    that transformers cannot build alone (then the loaded model's size decides)."""
     if not is_local(str(path)) or not (Path(path) / "config.json").is_file():
         return None
     from transformers import AutoConfig, AutoModelForCausalLM

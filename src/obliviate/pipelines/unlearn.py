@@ -137,12 +137,12 @@ def prepare_run(method: str, *, load_task, load_tokenizer, load_model, seed: int
                 overrides: list[str] | None = None, eval: dict | None = None, model_dir=None,
                 tuning: bool = False, model_size=None):
     """``(cfg, task, model, tokenizer, preset, split)``: the checks of a run from its inputs, each before what
-    costs more: the settings (:func:`unlearn_settings`, every key, built once at the preset of the model's size,
-    ``model_size()``: its parameter count read without its weights, None where unknown: the tiny preset), the task
-    (``load_task(cfg)``), its data with the tokenizer alone (``load_tokenizer()``,
-    :func:`check_unlearn_inputs`), then the model (``load_model()``, returning ``(model, tokenizer)``); the settings
-    are built again only where the loaded model's size picks another preset. ``obliviate unlearn`` and
-    ``obliviate tune`` give the loaders of their arguments."""
+    costs more: the settings (:func:`unlearn_settings`, every key, built once at the preset of the model's
+    size, ``model_size()``: its parameter count read without its weights, None where unknown: the tiny
+    preset), the task (``load_task(cfg)``), its data with the tokenizer alone (``load_tokenizer()``,
+    :func:`check_unlearn_inputs`), then the model (``load_model()``, returning ``(model, tokenizer)``); the
+    settings are built again only where the loaded model's size picks another preset. ``obliviate unlearn``
+    and ``obliviate tune`` give the loaders of their arguments."""
     method = resolve_method(method)  # once: every build below takes the registered name
 
     def settings(preset):

@@ -1,8 +1,10 @@
-"""The one unlearning executor: :func:`unlearn` runs any registered method on a model through the training loop.
+"""The one unlearning executor: :func:`unlearn` runs any registered method on a model through the training
+loop.
 
-``unlearn(model, tokenizer, forget, retain, cfg)`` pairs forget and retain batches each step (:mod:`.paired`), asks
-the method for its named loss terms and hands them to :func:`obliviate.train.train` (full fine-tuning or LoRA). The
-``check_*`` functions refuse, before the first step, everything a user can get wrong (docs/methods.md).
+``unlearn(model, tokenizer, forget, retain, cfg)`` pairs forget and retain batches each step (:mod:`.paired`),
+asks the method for its named loss terms and hands them to :func:`obliviate.train.train` (full fine-tuning or
+LoRA). The ``check_*`` functions refuse, before the first step, everything a user can get wrong
+(docs/methods.md).
 """
 
 from __future__ import annotations
@@ -53,11 +55,12 @@ class UnlearnConfig:
     lora_alpha: float = 16.0
     cache_reference: bool = True
     """Methods whose reference term is the answer log-probability of fixed sequences (NPO, IdkDPO) compute it
-    once before training, and methods that read the frozen hidden states of the retain examples (the RMU family,
-    the probe methods) compute those once: neither holds a reference copy (:mod:`obliviate.unlearning.reference`);
-    False keeps a whole live frozen copy (the results agree)."""
+    once before training, and methods that read the frozen hidden states of the retain examples (the RMU
+    family, the probe methods) compute those once: neither holds a reference copy
+    (:mod:`obliviate.unlearning.reference`); False keeps a whole live frozen copy (the results agree)."""
     reference_memory_gib: float = DEFAULT_MEMORY_GIB
-    """Cached frozen hidden states up to this size stay in memory; a larger cache is kept in a temporary file."""
+    """Cached frozen hidden states up to this size stay in memory; a larger cache is kept in a temporary
+    file."""
     seed: int = 0
     allow_overlap: bool = False
     """Run although forget and retain share QA pairs or documents (a warning with the count); by default
@@ -72,12 +75,13 @@ class UnlearnConfig:
         if self.lora_r < 1:
             raise ConfigError(f"config key 'lora_r': must be >= 1, got {self.lora_r}")
         if not self.lora_alpha > 0:  # the adapters' scale alpha / r: 0 makes every update vanish
-            raise ConfigError(f"config key 'lora_alpha': must be > 0 (0 scales every LoRA update to nothing), "
-                              f"got {self.lora_alpha}")
+            raise ConfigError("config key 'lora_alpha': must be > 0 (0 scales every "
+                              f"LoRA update to nothing), got {self.lora_alpha}")
         if self.max_len < 2:
             raise ConfigError(f"config key 'max_len': must be >= 2, got {self.max_len}")
         if not self.reference_memory_gib >= 0:
-            raise ConfigError(f"config key 'reference_memory_gib': must be >= 0, got {self.reference_memory_gib}")
+            raise ConfigError("config key 'reference_memory_gib': must be >= 0, got "
+                              f"{self.reference_memory_gib}")
         if self.doc_mode not in ("chunk", "cut"):
             raise ConfigError(f"config key 'doc_mode': must be 'chunk' or 'cut', got {self.doc_mode!r}")
 
@@ -91,8 +95,8 @@ MOVED_RUN_KEYS = {"lr": "train.lr", "steps": "train.steps"}
 
 def method_settings(name: str, preset: str, seed: int = 0, lr_factor: float = 1.0) -> dict:
     """The ``unlearn`` section every run of method ``name`` starts from: its ``preset``
-    (:func:`~obliviate.unlearning.contract.method_defaults`), the learning rate times ``lr_factor``: the same for
-    ``obliviate unlearn`` (``unlearn.*``), a comparison (``runs.<name>``), TOFU and the papers' runs."""
+    (:func:`~obliviate.unlearning.contract.method_defaults`), the learning rate times ``lr_factor``: the same
+    for ``obliviate unlearn`` (``unlearn.*``), a comparison (``runs.<name>``), TOFU and the papers' runs."""
     d = method_defaults(name, preset)
     base: dict = {"method": name, "seed": seed, "params": dict(d["params"])}
     if get_method(name).kind != "edit":
@@ -101,31 +105,32 @@ def method_settings(name: str, preset: str, seed: int = 0, lr_factor: float = 1.
 
 
 def check_run_keys(name: str, run, prefix: str) -> None:
-    """Refuse what a method run's settings ``run`` (:class:`UnlearnConfig` keys) cannot hold, naming the key under
-    ``prefix``: a non-mapping, the method or the seed (the run sets them), a key of the former flat schema (``lr``:
-    now ``train.lr``), and for an edit method anything but its ``params`` (it trains nothing)."""
+    """Refuse what a method run's settings ``run`` (:class:`UnlearnConfig` keys) cannot hold, naming the
+    key under ``prefix``: a non-mapping, the method or the seed (the run sets them), a key of the former
+    flat schema (``lr``: now ``train.lr``), and for an edit method anything but its ``params`` (it trains
+    nothing)."""
     def key(rest: str) -> str:
         return f"{prefix}.{rest}" if prefix else rest
 
     if not isinstance(run, dict):
-        raise ConfigError(f"config section '{prefix or '<root>'}' must be a mapping of unlearn settings, "
-                          f"got {run!r:.80}")
+        raise ConfigError(f"config section '{prefix or '<root>'}' must be "
+                          f"a mapping of unlearn settings, got {run!r:.80}")
     for k in run:
         if k in RUN_SET_BY_THE_RUN:
-            raise ConfigError(f"config key '{key(k)}' is set by the run itself (a method run takes the keys of "
-                              f"`unlearn` but {' and '.join(RUN_SET_BY_THE_RUN)}); drop it")
+            raise ConfigError(f"config key '{key(k)}' is set by the run itself (a method run takes the keys "
+                              f"of `unlearn` but {' and '.join(RUN_SET_BY_THE_RUN)}); drop it")
         if k in MOVED_RUN_KEYS:
-            raise ConfigError(f"config key '{key(k)}' is '{key(MOVED_RUN_KEYS[k])}': a method run takes the keys of "
-                              "`unlearn` (train.lr, train.steps, batch_size, lora, params, ...)")
+            raise ConfigError(f"config key '{key(k)}' is '{key(MOVED_RUN_KEYS[k])}': a method run takes the "
+                              "keys of `unlearn` (train.lr, train.steps, batch_size, lora, params, ...)")
     if get_method(name).kind == "edit" and (given := sorted(k for k in run if k not in EDIT_SETTINGS)):
         params = ", ".join(f.name for f in dataclasses.fields(get_method(name).config_cls))
-        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method trains nothing "
-                          f"(it takes only its params and allow_overlap; params: {params})")
+        raise ConfigError(f"config key '{key(given[0])}' does not apply to '{name}': an edit method trains "
+                          f"nothing (it takes only its params and allow_overlap; params: {params})")
 
 
 def run_settings(ucfg: UnlearnConfig) -> dict:
-    """The settings a run used, as its report shows them: ``lr``, ``steps``, ``batch_size``, ``lora``, ``params``
-    (an edit method: its ``params`` alone)."""
+    """The settings a run used, as its report shows them: ``lr``, ``steps``, ``batch_size``, ``lora``,
+    ``params`` (an edit method: its ``params`` alone)."""
     if get_method(ucfg.method).kind == "edit":
         return {"params": dict(ucfg.params)}
     return {"lr": ucfg.train.lr, "steps": ucfg.train.steps, "batch_size": ucfg.batch_size, "lora": ucfg.lora,
@@ -134,10 +139,11 @@ def run_settings(ucfg: UnlearnConfig) -> dict:
 
 def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
                       prefix: str | None = None) -> tuple[UnlearnConfig, dict]:
-    """The :class:`UnlearnConfig` of method ``name``: its ``preset`` (:func:`method_settings`), then ``overrides``
-    (keys of :class:`UnlearnConfig`, as ``obliviate unlearn``'s ``unlearn.*``: ``{"train": {"lr": 5e-4},
-    "params": {"beta": 0.2}}``), checked without a model (:func:`check_unlearn_config`); also :func:`run_settings`,
-    for reports. A bad key is named under ``prefix`` (default ``runs.<name>``; ``""``: keyword arguments)."""
+    """The :class:`UnlearnConfig` of method ``name``: its ``preset`` (:func:`method_settings`), then
+    ``overrides`` (keys of :class:`UnlearnConfig`, as ``obliviate unlearn``'s ``unlearn.*``: ``{"train":
+    {"lr": 5e-4}, "params": {"beta": 0.2}}``), checked without a model (:func:`check_unlearn_config`); also
+    :func:`run_settings`, for reports. A bad key is named under ``prefix`` (default ``runs.<name>``; ``""``:
+    keyword arguments)."""
     get_method(name)  # unknown names fail before any training
     prefix = f"runs.{name}" if prefix is None else prefix
     run = overrides or {}
@@ -145,7 +151,8 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
     base = method_settings(name, preset, seed)
     settings = deep_merge(base, {k: v for k, v in run.items() if k != "params"})
     params = run.get("params", {})
-    settings["params"] = {**base["params"], **params} if isinstance(params, dict) else params  # from_dict names it
+    # from_dict names it
+    settings["params"] = {**base["params"], **params} if isinstance(params, dict) else params
     ucfg = from_dict(UnlearnConfig, settings, prefix=prefix)
     check_unlearn_config(ucfg, prefix=prefix)
     return ucfg, run_settings(ucfg)
@@ -171,9 +178,9 @@ DATA_FINGERPRINT = "data_fingerprint.json"
 
 
 def resume_on_same_data(out_dir: str | Path | None, digest: str, resume: bool) -> bool:
-    """Record ``digest`` (:meth:`PairedData.fingerprint`) in ``out_dir`` and say whether its checkpoints may be
-    resumed: not when they were trained on other data (a forget file edited without changing its size), which
-    one line on stderr says; the run then starts afresh."""
+    """Record ``digest`` (:meth:`PairedData.fingerprint`) in ``out_dir`` and say whether its checkpoints may
+    be resumed: not when they were trained on other data (a forget file edited without changing its size),
+    which one line on stderr says; the run then starts afresh."""
     if out_dir is None:
         return resume
     path = Path(out_dir) / DATA_FINGERPRINT
@@ -210,7 +217,8 @@ def wrap_lora(model, patterns: list[str], r: int = 8, alpha: float = 16.0):
 
 
 def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str | Path | None = None, *,
-            prompt: PromptFormat | None = None, idk: list[str] | None = None, eval_fn=None, eval_every: int = 0,
+            prompt: PromptFormat | None = None, idk: list[str] | None = None, eval_fn=None,
+            eval_every: int = 0,
             progress: bool | None = None, resume: bool = True, method: Method | None = None):
     """Unlearn ``forget`` while keeping ``retain``; returns ``(model, summary)``. The one executor.
 
@@ -234,10 +242,10 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     Methods that cannot run so say why before training
     (:func:`obliviate.train.distributed.check_method`).
 
-    ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and
-    ``data`` (what was encoded: QA pairs, documents, windows, tokens cut). ``method``: the method of ``cfg`` built
-    where ``cfg`` was checked (:func:`check_unlearn_config`'s, by a pipeline's plan), not checked again; None: ``cfg``
-    is checked here.
+    ``summary``: the training loop's summary plus ``method``, ``method_obj``, ``trainable`` and ``data`` (what
+    was encoded: QA pairs, documents, windows, tokens cut). ``method``: the method of ``cfg`` built where
+    ``cfg`` was checked (:func:`check_unlearn_config`'s, by a pipeline's plan), not checked again; None:
+    ``cfg`` is checked here.
     """
     method = method if method is not None else check_unlearn_config(cfg)
     forget, retain = as_data(forget), as_data(retain)
@@ -245,16 +253,20 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if method.kind == "edit":
         return _edit(method, model, tokenizer, forget, retain, prompt)
     if method.needs_idk and forget.docs:
-        raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a refusal), "
-                          f"but the forget data has {len(forget.docs)} documents; use another method for documents")
+        raise ConfigError(f"method '{cfg.method}' needs forget QA pairs (it pairs each question with a "
+                          f"refusal), but the forget data has {len(forget.docs)} "
+                          "documents; use another method for documents")
     if D.world_size() > 1 or D.sharding():
-        model.to(D.process_device())  # before the frozen reference is copied: it lives on this process's device
+        # before the frozen reference is copied: it lives on this process's device
+        model.to(D.process_device())
     max_len = _max_len(model, cfg.max_len)
-    winners = ((method.winners(model, tokenizer, forget, idk, prompt) or idk or IDK_ANSWERS) if method.needs_idk
+    winners = ((method.winners(model, tokenizer, forget, idk,
+                               prompt) or idk or IDK_ANSWERS) if method.needs_idk
                else None)
     data = PairedData(tokenizer, forget, retain, cfg.batch_size, cfg.seed, max_len=max_len, prompt=prompt,
                       doc_mode=cfg.doc_mode, idk=winners)
-    method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids), "steps_per_epoch": data.f_sampler.per_epoch,
+    method.on_data({"forget": len(data.f_ids), "retain": len(data.r_ids),
+                    "steps_per_epoch": data.f_sampler.per_epoch,
                     "steps": cfg.train.steps})
     _report_cuts(data.stats)
     patterns = method.trainable(model)
@@ -267,14 +279,16 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
-    ref = prepare_reference(method, model, data, to_device(data(0), device), lora=cfg.lora, cache=cfg.cache_reference,
+    ref = prepare_reference(method, model, data, to_device(data(0), device), lora=cfg.lora,
+                            cache=cfg.cache_reference,
                             steps=cfg.train.steps, memory_bytes=int(cfg.reference_memory_gib * 2**30))
     ref = ref or NoReference(cfg.method)
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
     hooks = checkpoint_hooks(method, ref)
     resume = resume_on_same_data(out_dir, data.fingerprint(), resume)
-    held = None if isinstance(ref, NoReference) else ref.model  # a frozen copy, or None (cached or no reference)
+    # a frozen copy, or None (cached or no reference)
+    held = None if isinstance(ref, NoReference) else ref.model
     with count_passes(model, held) as passes:  # the method's cost, its reference's included
         summary = train(model, lambda m, b, s: method.loss(m, to_device(b, device), ref), data, tcfg, out_dir,
                         eval_fn=eval_fn, eval_every=eval_every, resume=resume, state_hooks=hooks)
@@ -293,7 +307,8 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
 
 
 EDIT_SETTINGS = ("method", "params", "seed", "allow_overlap")
-"""The :class:`UnlearnConfig` keys an edit method reads; any other key set away from its default is refused."""
+"""The :class:`UnlearnConfig` keys an edit method reads; any other key set away from its default is
+refused."""
 
 
 def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
@@ -316,11 +331,13 @@ def check_unlearn_config(cfg: UnlearnConfig, prefix: str = "unlearn") -> Method:
             if f.name == "train":
                 changed = sorted(k for k, v in to_dict(mine).items() if to_dict(base)[k] != v)
                 if changed:
-                    raise ConfigError(f"config key '{key('train.' + changed[0])}' does not apply to '{cfg.method}': "
-                                      "an edit method trains nothing (it takes only its params and allow_overlap)")
+                    raise ConfigError(f"config key '{key('train.' + changed[0])}' does not apply to "
+                                      f"'{cfg.method}': an edit method trains nothing "
+                                      "(it takes only its params and allow_overlap)")
             elif mine != base:
                 raise ConfigError(f"config key '{key(f.name)}' ({mine!r}) does not apply to '{cfg.method}': "
-                                  "an edit method trains nothing (it takes only its params and allow_overlap)")
+                                  "an edit method trains nothing (it takes "
+                                  "only its params and allow_overlap)")
         return method
     if list(cfg.train.trainable) != ["*"]:
         raise ConfigError(f"config key '{key('train.trainable')}' ({cfg.train.trainable}) cannot be set for "
@@ -363,10 +380,10 @@ def check_unlearn_data(tokenizer, forget, retain, cfg: UnlearnConfig, *, prompt:
 
 def check_unlearn_run(model, tokenizer, forget, retain, cfg: UnlearnConfig, *,
                       prompt: PromptFormat | None = None, method: Method | None = None) -> None:
-    """What :func:`unlearn` would refuse before its first step, checked without training: the config (unless its
-    built ``method`` is given: checked already), the data (overlap; lengths at the model's context that leave nothing
-    to train), the layers the method trains and the LoRA rank. A command runs it after loading the model and before it
-    prepares ``--out``."""
+    """What :func:`unlearn` would refuse before its first step, checked without training: the config (unless
+    its built ``method`` is given: checked already), the data (overlap; lengths at the model's context that
+    leave nothing to train), the layers the method trains and the LoRA rank. A command runs it after loading
+    the model and before it prepares ``--out``."""
     method = method if method is not None else check_unlearn_config(cfg)
     method.check(model)  # the method's own checks against the model (e.g. an edit method's layers)
     if method.kind == "edit":
@@ -400,32 +417,36 @@ def _report_cuts(stats: dict) -> None:
     for side in ("forget", "retain"):
         st = stats[side]
         if st["docs"] and st["doc_windows"] > st["docs"]:
-            log.info("%s documents longer than %d tokens were split into windows: %d documents -> %d windows "
-                     "(config key 'max_len')", side, stats["max_len"], st["docs"], st["doc_windows"])
+            log.info("%s documents longer than %d tokens were split into windows: %d documents -> %d "
+                     "windows (config key 'max_len')", side, stats["max_len"], st["docs"], st["doc_windows"])
         if st["tokens_cut"]:
-            log.info("%s documents cut to %d tokens: %d tokens dropped (doc_mode=cut; config keys 'max_len', "
-                     "'doc_mode')", side, stats["max_len"], st["tokens_cut"])
+            log.info("%s documents cut to %d tokens: %d tokens dropped (doc_mode=cut; config "
+                     "keys 'max_len', 'doc_mode')", side, stats["max_len"], st["tokens_cut"])
         if st["qa_cut"]:
             lost = f", {st['qa_no_answer']} of them to no answer token" if st.get("qa_no_answer") else ""
-            log.warning("%d %s QA pairs longer than %d tokens were cut%s (config key 'max_len')", st["qa_cut"], side,
+            log.warning("%d %s QA pairs longer than %d tokens were cut%s "
+                        "(config key 'max_len')", st["qa_cut"], side,
                         stats["max_len"], lost)
 
 
 def _edit(method: Method, model, tokenizer, forget: Data, retain: Data, prompt: PromptFormat | None):
-    """Run an edit method: its concept sentences are the forget texts, its neutral sentences the retain texts."""
+    """Run an edit method: its concept sentences are the forget texts, its neutral sentences the retain
+    texts."""
     fmt = prompt or IDENTITY_PROMPT
 
     def texts(d: Data) -> list[str]:
         return list(d.docs) + [p + a for p, a in fmt.pairs(d.qa, tokenizer)]
 
-    info = method.edit(model, tokenizer, {"concept_sentences": texts(forget), "neutral_sentences": texts(retain)})
+    info = method.edit(model, tokenizer,
+                       {"concept_sentences": texts(forget), "neutral_sentences": texts(retain)})
     model.eval()
     return model, {"method": method.name, "method_obj": method, "edit": info, "history": [], "trainable": [],
                    "data": {"forget": {"qa": len(forget.qa), "docs": len(forget.docs)},
                             "retain": {"qa": len(retain.qa), "docs": len(retain.docs)}}}
 
 
-def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain: list[tuple[str, str]] | None = None,
+def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None,
+                  retain: list[tuple[str, str]] | None = None,
                   cfg=None, *, edit_data: dict | None = None, params: dict | None = None,
                   out_dir: str | Path | None = None, progress: bool | None = False):
     """``fn(name, model) -> (model, record)`` that runs any registered method on ``model``: the second stage
@@ -438,7 +459,8 @@ def method_runner(tokenizer, forget: list[tuple[str, str]] | None = None, retain
     def run(name: str, model: torch.nn.Module) -> tuple[torch.nn.Module, dict]:
         if get_method(name).kind == "edit":
             if edit_data is None:
-                raise ConfigError(f"method {name!r} is an edit method: give edit_data (concept/neutral sentences)")
+                raise ConfigError(f"method {name!r} is an edit method: give "
+                                  "edit_data (concept/neutral sentences)")
             return model, build_method(name, params).edit(model, tokenizer, edit_data)
         if forget is None or retain is None:
             raise ConfigError(f"method {name!r} trains: give forget and retain pairs")

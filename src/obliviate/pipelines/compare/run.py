@@ -63,28 +63,31 @@ class CompareConfig:
     """Per-method settings, the keys of ``obliviate unlearn``'s ``unlearn.*``: ``runs.npo.train.lr=5e-4``,
     ``runs.rmu.params.coef=10``, ``runs.npo.batch_size=8``."""
     attacks: TaskAttackConfig = field(default_factory=lambda: compare_attacks())
-    """The attack table's ``default``, ``demo`` and ``compare`` rows: every attack but the optimised suffix and prefix
-    (:func:`compare_attacks`; ``--attacks all`` adds them)."""
+    """The attack table's ``default``, ``demo`` and ``compare`` rows: every attack but the optimised suffix
+    and prefix (:func:`compare_attacks`; ``--attacks all`` adds them)."""
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     """How the base model and the oracle are pretrained, on a task that has a world (``Task.pretrain``)."""
     parallel: bool = True
-    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining, then
-    the attacks on the oracle and the base model, and the controls and methods (built, evaluated and attacked;
-    :func:`obliviate.runs.parts.cached_parts`). Only on
-    the CPU, in one process, for models of at most :data:`PARALLEL_MAX_PARAMS` parameters; on 2 cores it nearly
-    halves the wall time of tiny models, whose small matrix products do not use a second thread."""
+    """Two at a time, one torch thread each (a second process): the base model's and the oracle's pretraining,
+    then the attacks on the oracle and the base model, and the controls and methods (built, evaluated and
+    attacked; :func:`obliviate.runs.parts.cached_parts`). Only on the CPU, in one process, for models of at
+    most :data:`PARALLEL_MAX_PARAMS` parameters; on 2 cores it nearly halves the wall time of tiny models,
+    whose small matrix products do not use a second thread."""
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """The tiny model trained from scratch when no ``--model`` is given (tasks without a world)."""
     oracle: bool = True
     """Build (no ``--model``) an oracle that never saw the forget data: the negative control."""
     known_removed: bool = True
-    """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed, judged as
-    methods (:data:`obliviate.evidence.verdict.KNOWN_REMOVED`): the second oracle and the filtered model."""
+    """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed,
+    judged as methods (:data:`obliviate.evidence.verdict.KNOWN_REMOVED`): the second oracle and the filtered
+    model."""
     positive_control: bool = True
-    """Build and attack a model known to only suppress (:func:`obliviate.evidence.controls.suppression_control`)."""
+    """Build and attack a model known to only suppress
+    (:func:`obliviate.evidence.controls.suppression_control`)."""
     positive_control_args: dict = field(default_factory=dict)
-    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``, ``lr``)."""
+    """Keyword arguments of :func:`~obliviate.evidence.controls.suppression_control` (``max_steps``,
+    ``lr``)."""
     small_norm_control: bool = True
     """With ``positive_control``, also build and attack the small-norm suppression control
     (``positive_control_smallnorm``, :func:`obliviate.evidence.controls.small_norm_control`), which calibrates
@@ -96,22 +99,24 @@ class CompareConfig:
     """Keep every method's unlearned model in ``out/methods/<name>/model``."""
     eval_batch_size: int = 32
     tune: bool = False
-    """Run each method at settings chosen for this base model (``compare --tune``, :mod:`obliviate.pipelines.tune`):
-    on a validation split of the forget and retain pairs; every model is then scored on the other items only."""
+    """Run each method at settings chosen for this base model (``compare --tune``,
+    :mod:`obliviate.pipelines.tune`): on a validation split of the forget and retain pairs; every model is
+    then scored on the other items only."""
     tuning: TuneConfig = field(default_factory=TuneConfig)
     """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``)."""
     muse_folds: bool = True
-    """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests (``scal/``,
-    ``sust/``; :mod:`obliviate.pipelines.compare.muse_runs`)."""
+    """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests
+    (``scal/``, ``sust/``; :mod:`obliviate.pipelines.compare.muse_runs`)."""
     cache: bool = True
-    """Keep the oracle built beside a user's model, the attacks on the oracle and the base model, and the positive
-    controls (made and attacked) in the cache shared by every run directory (:mod:`obliviate.runs.cache`), and reuse
-    them: a second comparison on the same base model runs only its methods. ``--no-cache`` (``cache=false``) makes
-    them in this run."""
+    """Keep the oracle built beside a user's model, the attacks on the oracle and the base model, and the
+    positive controls (made and attacked) in the cache shared by every run directory
+    (:mod:`obliviate.runs.cache`), and reuse them: a second comparison on the same base model runs only its
+    methods. ``--no-cache`` (``cache=false``) makes them in this run."""
 
 
 PARALLEL_MAX_PARAMS = 100_000_000
-"""The largest model ``compare`` works on two at a time (each process holds its own copy of a model being unlearned)."""
+"""The largest model ``compare`` works on two at a time (each process holds its own copy of a model being
+unlearned)."""
 
 
 def compare_attacks() -> TaskAttackConfig:
@@ -124,21 +129,22 @@ DEMO = {"methods": ["graddiff", "npo", "simnpo", "rmu"],
         "attacks": {"lr_grid": [3e-4], "relearn": {"lr_grid": [1e-3]}, "lora": False,
                     **{n: False for n in enabled_in("compare") if n not in enabled_in("demo")}}}
 """What ``obliviate demo`` changes in :class:`CompareConfig`: the four baselines, one attacker setting per
-relearning attack (no LoRA), and of the attacks only those of the attack table's ``default`` and ``demo`` rows (the
-cheap newer ones: quantization, direction ablation, logit lens, in-context), which keeps the demo within minutes;
-``compare`` tries the whole grid and every attack but GCG's suffix and prefix (docs/evaluation.md, "More attacks",
-gives each one's cost)."""
+relearning attack (no LoRA), and of the attacks only those of the attack table's ``default`` and ``demo`` rows
+(the cheap newer ones: quantization, direction ablation, logit lens, in-context), which keeps the demo within
+minutes; ``compare`` tries the whole grid and every attack but GCG's suffix and prefix (docs/evaluation.md,
+"More attacks", gives each one's cost)."""
 
 
 BASELINES = DEMO["methods"]
-"""``compare``'s methods on a user's model (``--model``, and the API) unless told otherwise: the four baselines, as the
-demo runs them (every method, ``--methods all``, took 643 s on a 3-layer toy model: days on a 7B)."""
+"""``compare``'s methods on a user's model (``--model``, and the API) unless told otherwise: the four
+baselines, as the demo runs them (every method, ``--methods all``, took 643 s on a 3-layer toy model: days on
+a 7B)."""
 
 
 def methods_option(text: str | None, *, on_a_model: bool) -> list[str] | None:
-    """The methods ``compare --methods a,b`` names (any case: :func:`~obliviate.methods.resolve_method`; ``all``:
-    every registered method); without the flag, :data:`BASELINES` on a user's model, else None (the config decides,
-    every method by default)."""
+    """The methods ``compare --methods a,b`` names (any case: :func:`~obliviate.methods.resolve_method`;
+    ``all``: every registered method); without the flag, :data:`BASELINES` on a user's model, else None (the
+    config decides, every method by default)."""
     if text is None:
         return list(BASELINES) if on_a_model else None
     if text.strip().lower() == "all":
@@ -154,9 +160,10 @@ def _count(n: int, what: str) -> str:
 
 
 def plan_lines(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> list[str]:
-    """The lines a comparison starts with, before any model: how many methods and attacks it will run, then one line
-    for each method or attack asked for that will not run, with its reason (:func:`skipped_methods`,
-    :func:`~obliviate.evidence.harness.skipped_attacks`). ``methods``: :func:`compared_methods`, where known."""
+    """The lines a comparison starts with, before any model: how many methods and attacks it will run, then
+    one line for each method or attack asked for that will not run, with its reason
+    (:func:`skipped_methods`, :func:`~obliviate.evidence.harness.skipped_attacks`). ``methods``:
+    :func:`compared_methods`, where known."""
     methods = compared_methods(cfg) if methods is None else methods
     skipped = skipped_methods(cfg, task, methods)
     running = [m for m in methods if m not in skipped]
@@ -170,9 +177,10 @@ def plan_lines(cfg: "CompareConfig", task: Task, methods: list[str] | None = Non
 
 
 def skipped_methods(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> dict[str, str]:
-    """``{name: why}`` of the compared methods (``methods``, else :func:`compared_methods`) that cannot run on ``task``
-    as configured (:func:`skip_reason`), known from the inputs before any model (a method's own params are read at the
-    tiny preset, as :func:`~obliviate.unlearning.engine.check_method_runs` reads them)."""
+    """``{name: why}`` of the compared methods (``methods``, else :func:`compared_methods`) that cannot run
+    on ``task`` as configured (:func:`skip_reason`), known from the inputs before any model (a method's own
+    params are read at the tiny preset, as :func:`~obliviate.unlearning.engine.check_method_runs` reads
+    them)."""
     out = {}
     for name in compared_methods(cfg) if methods is None else methods:
         why = skip_reason(task, name, method_run_config(name, cfg.runs.get(name), "tiny", cfg.seed)[0].params)
@@ -182,23 +190,23 @@ def skipped_methods(cfg: "CompareConfig", task: Task, methods: list[str] | None 
 
 
 def compared_methods(cfg: "CompareConfig") -> list[str]:
-    """The methods a comparison considers: ``cfg.methods``, else every registered method (those that cannot run on
-    the task are listed as skipped, with their reason: :func:`skip_reason`)."""
+    """The methods a comparison considers: ``cfg.methods``, else every registered method (those that cannot
+    run on the task are listed as skipped, with their reason: :func:`skip_reason`)."""
     return list(cfg.methods) if cfg.methods is not None else method_names()
 
 
 def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None:
-    """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method needs
-    forget QA pairs, DPO preference data, a method with :attr:`~obliviate.unlearning.contract.Method.compare_needs`
-    those config keys set. A comparison lists such a method as skipped with this line rather than run it on a
-    stand-in."""
+    """Why method ``name`` (its ``params``) cannot run as it should on ``task`` (None: it can): an IdK method
+    needs forget QA pairs, DPO preference data, a method with
+    :attr:`~obliviate.unlearning.contract.Method.compare_needs` those config keys set. A comparison lists such
+    a method as skipped with this line rather than run it on a stand-in."""
     cls = METHODS[name]
     if getattr(cls, "needs_idk", False) and task.forget.docs:
-        return (f"needs forget QA pairs (it pairs each forget question with a preferred answer); the forget data holds "
-                f"{len(task.forget.docs)} documents")
+        return ("needs forget QA pairs (it pairs each forget question with a preferred answer); the forget "
+                f"data holds {len(task.forget.docs)} documents")
     if cls.needs_preference_data and not isinstance(task.idk, PreferredAnswers):
-        return ("needs preference data (a chosen answer for each forget QA pair: a forget file with `chosen` and "
-                "`rejected` fields); the task has none")
+        return ("needs preference data (a chosen answer for each forget QA pair: a forget file with `chosen` "
+                "and `rejected` fields); the task has none")
     unset = [k for k in cls.compare_needs if not (params or {}).get(k)]
     if unset:
         what = ", ".join(f"`runs.{name}.params.{k}` ({cls.compare_needs[k]})" for k in unset)
@@ -207,17 +215,18 @@ def skip_reason(task: Task, name: str, params: dict | None = None) -> str | None
 
 
 def check_retain(task: Task, methods: list[str], model_dir: str | None) -> None:
-    """A one-line :class:`DataError` when ``task`` has no retain data but the comparison needs it (any method's retain
-    term; the tiny base model's training without ``model_dir``), naming every file the task found missing."""
+    """A one-line :class:`DataError` when ``task`` has no retain data but the comparison needs it (any
+    method's retain term; the tiny base model's training without ``model_dir``), naming every file the task
+    found missing."""
     if not task.retain and (methods or model_dir is None):
         missing = "".join(f"; {x}" for x in task.meta.get("missing") or [])
-        raise DataError(f"task {task.name!r} has no retain data, which every method's retain term (and the tiny base "
-                        f"model's training) needs{missing}")
+        raise DataError(f"task {task.name!r} has no retain data, which every method's retain term (and the "
+                        f"tiny base model's training) needs{missing}")
 
 
 def edit_note(summary: dict) -> dict:
-    """What an edit method's run says it did, for the report (``n_edited``: EMBER's edited token rows), its scalar
-    entries only."""
+    """What an edit method's run says it did, for the report (``n_edited``: EMBER's edited token rows), its
+    scalar entries only."""
     info = summary.get("edit") or {}
     return {k: v for k, v in info.items() if isinstance(v, (int, float, str, bool)) and k != "method"}
 
@@ -228,19 +237,22 @@ def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnCo
 
 
 def data_fingerprint(task: Task) -> str:
-    """A hash of the task's forget and retain data and of its evaluation items (a file edited in place changes it)."""
+    """A hash of the task's forget and retain data and of its evaluation items (a file edited in place changes
+    it)."""
     h = hashlib.sha256()
     for part in (task.forget.qa, task.forget.docs, task.retain.qa, task.retain.docs, task.relearn or []):
         h.update(json.dumps(part, sort_keys=True, default=str).encode())
     for es in task.evals:
         h.update(json.dumps([es.name, es.role, es.kind, [dict(x) if isinstance(x, dict) else x.to_dict()
-                                                         for x in es.items]], sort_keys=True, default=str).encode())
+                                                         for x in es.items]], sort_keys=True,
+                                                         default=str).encode())
     return h.hexdigest()[:16]
 
 
 def task_texts(task: Task) -> list[str]:
     """Every text of a task, for training a tokenizer that covers it."""
-    texts = [f"{task.prompt.prompt(q)}{task.prompt.answer(a)}" for d in (task.forget, task.retain) for q, a in d.qa]
+    texts = [f"{task.prompt.prompt(q)}{task.prompt.answer(a)}" for d in (task.forget, task.retain) for q,
+             a in d.qa]
     texts += list(task.forget.docs) + list(task.retain.docs) + list(task.relearn or [])
     for es in task.evals:
         for x in es.items:
@@ -270,16 +282,17 @@ def _copy_model(src: Path, dst: Path) -> None:
 
 
 SECOND_ORACLE_SEED = 1
-"""The second oracle's pretraining seed is the oracle's plus this (the same world, another initialisation and data
-order)."""
+"""The second oracle's pretraining seed is the oracle's plus this (the same world, another initialisation and
+data order)."""
 
 
-def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> tuple[dict[str, str], Path]:
+def pretrained_bases(task: Task, cfg: CompareConfig, out: Path,
+                     progress: bool) -> tuple[dict[str, str], Path]:
     """The base model and (``cfg.oracle``) the oracle pretrained on the task's world, without its forget split
-    for the oracle, and (``cfg.known_removed``) the second oracle (another pretraining seed) and the filtered model
-    (the whole corpus, the forget split's tokens loss-masked: ``PretrainConfig.mask_splits``); cached across runs
-    and copied into ``out/models``, two at a time. Returns the directories and the base model's cache entry (its
-    training log)."""
+    for the oracle, and (``cfg.known_removed``) the second oracle (another pretraining seed) and the filtered
+    model (the whole corpus, the forget split's tokens loss-masked: ``PretrainConfig.mask_splits``); cached
+    across runs and copied into ``out/models``, two at a time. Returns the directories and the base model's
+    cache entry (its training log)."""
     pcfg = dataclasses.replace(cfg.pretrain, world=task.pretrain)
     world_for(pcfg).save(out / "world")
     cfgs = {"base": pcfg}
@@ -295,16 +308,17 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) 
     dirs = {}
     for name, root in roots.items():
         _copy_model(root / "model", out / "models" / name)
-        if is_main_process() and (root / "pretrain.json").exists():  # its pretraining cost (a known model's cost)
+        # its pretraining cost (a known model's cost)
+        if is_main_process() and (root / "pretrain.json").exists():
             shutil.copyfile(root / "pretrain.json", out / "models" / name / "pretrain.json")
         dirs[name] = str(out / "models" / name)
     return dirs, roots["base"]
 
 
 def note_data_change(out: Path, data: str) -> bool:
-    """Say in one line (stderr) when ``out`` holds finished parts made from other data than the task's now (an edited
-    forget or retain file of the same size, rerun into the same ``--out``): they are not reused, and the run starts
-    afresh. Returns whether it said so."""
+    """Say in one line (stderr) when ``out`` holds finished parts made from other data than the task's now (an
+    edited forget or retain file of the same size, rerun into the same ``--out``): they are not reused, and
+    the run starts afresh. Returns whether it said so."""
     for part in sorted(Path(out).glob("methods/*/result.json")) + sorted(Path(out).glob("controls/*.json")):
         try:
             old = (json.loads(part.read_text()).get("key") or {}).get("data")
@@ -325,14 +339,16 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
         dirs["oracle"] = out / "models" / "oracle"
     tok = None
     for name, d in dirs.items():
-        source = {"model": name, "tiny": to_dict(cfg.tiny), "finetune": to_dict(cfg.finetune), "seed": cfg.seed,
+        source = {"model": name, "tiny": to_dict(cfg.tiny), "finetune": to_dict(cfg.finetune),
+                  "seed": cfg.seed,
                   "task": task.summary(), "data": data_fingerprint(task)}
         if _made_by(run_write_path(d), source):
             continue
         seed_everything(cfg.seed)
         model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
         data = training_data(task, "both" if name == "base" else "retain")
-        with count_passes(model) as passes:  # its pretraining, from scratch (a resumed run: since its checkpoint)
+        # its pretraining, from scratch (a resumed run: since its checkpoint)
+        with count_passes(model) as passes:
             model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
                                 preset="tiny", progress=progress, resume=True)
         save_model(model, d)
@@ -343,9 +359,10 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
 
 
 def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
-    """What training the oracle cost, where it is known: the ``pretrain.json`` beside its model (the world's
-    pretraining, or the tiny oracle trained from scratch on the task's retain data); ``given``: a user's model,
-    whose oracle (``--oracle DIR``) obliviate did not train. None without an oracle or a record of it."""
+    """What training the oracle cost, where it is known: the ``pretrain.json`` beside its model (the
+    world's pretraining, or the tiny oracle trained from scratch on the task's retain data); ``given``: a
+    user's model, whose oracle (``--oracle DIR``) obliviate did not train. None without an oracle or a
+    record of it."""
     if not oracle_dir:
         return None
     path = Path(oracle_dir) / "pretrain.json"
@@ -354,52 +371,62 @@ def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
     except (OSError, ValueError, AttributeError):
         passes = None
     if not passes:
-        return {"passes": None, "what": "unknown: the oracle was given (--oracle) and records no pretrain.json"
+        return {"passes": None, "what": "unknown: the oracle was given "
+                                        "(--oracle) and records no pretrain.json"
                 if given else "unknown: the oracle records no pretrain.json"}
     return {"passes": passes, "what": "the oracle's pretraining (pretrain.json beside it)"}
 
 
 def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
-                oracle_dir: str | None = None, load=None, progress: bool = True, cost: CostRecord | None = None,
+                oracle_dir: str | None = None, load=None, progress: bool = True,
+                cost: CostRecord | None = None,
                 oracle_training: dict | None = None, store: ControlCache | None = ...) -> dict:
     """Every method of ``cfg`` (a plan :func:`check_compare_inputs` checked: read here, not checked again) on
     ``task``, beside the base model and the controls; the report in ``out``.
 
     The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
     for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
-    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated and attacked once, each a part
-    kept under ``out`` (``methods/<name>/``, ``controls/``, ``known/``, ``attacks/``), so an interrupted comparison
-    resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command passes its device and dtype).
-    Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``, ``robustness``, ``trust``
-    (:func:`~obliviate.evidence.trust.metric_trust`) and ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s, into
-    ``cost`` when given, with the oracle's pretraining, ``oracle_training`` where the caller built the oracle, and
-    each method's share of it).
+    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated and attacked once, each a
+    part kept under ``out`` (``methods/<name>/``, ``controls/``, ``known/``, ``attacks/``), so an interrupted
+    comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command passes its
+    device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
+    ``robustness``, ``trust`` (:func:`~obliviate.evidence.trust.metric_trust`) and ``cost``
+    (:class:`~obliviate.runs.cost.CostRecord`'s, into ``cost`` when given, with the oracle's pretraining,
+    ``oracle_training`` where the caller built the oracle, and each method's share of it).
 
-    With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and attacked)
-    are parts of the cache of the controls shared by every run directory (:mod:`obliviate.runs.cache`), by the
-    weights of the base model and the oracle, the task and the settings: ``store``, the run's one
-    (:func:`~obliviate.runs.cache.control_cache`, made once per run; None: none), made here when not given.
+    With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and
+    attacked) are parts of the cache of the controls shared by every run directory
+    (:mod:`obliviate.runs.cache`), by the weights of the base model and the oracle, the task and the settings:
+    ``store``, the run's one (:func:`~obliviate.runs.cache.control_cache`, made once per run; None: none),
+    made here when not given.
     """
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     t0 = time.time()
     cost = cost if cost is not None else CostRecord()
     dirs, base_root = _bases(task, cfg, out, model_dir, oracle_dir, progress)
     base_model, tok = load(dirs["base"])
-    timings: dict = {"bases_seconds": time.time() - t0}  # pretraining or fine-tuning the bases (0: cached or given)
-    cost.add("bases", None, timings["bases_seconds"])  # their passes: each one's pretrain.json (the oracle's below)
+    # pretraining or fine-tuning the bases (0: cached or given)
+    timings: dict = {"bases_seconds": time.time() - t0}
+    # their passes: each one's pretrain.json (the oracle's below)
+    cost.add("bases", None, timings["bases_seconds"])
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
-               "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks), "eval_batch_size": cfg.eval_batch_size,
+               "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks),
+               "eval_batch_size": cfg.eval_batch_size,
                "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
     note_data_change(out, run_key["data"])
     val = None
-    if cfg.tune:  # choose on the validation items, score every model on the others (the training data is whole)
+    # choose on the validation items, score every model on the others (the training data is whole)
+    if cfg.tune:
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
     store = control_cache(cfg.cache) if store is ... else store
     run = _Scoring(task, cfg, tok, base_model, progress)
-    share = partial(_through_cache, store, None if store is None else {  # what every shared part reads beside its
-        # own model (run_key's paths are not: the same base model read from another place makes the same parts)
+    # what every shared part reads beside its
+    share = partial(_through_cache, store, None if store is None else {
+        # own model (run_key's paths are not: the same base model read from another place makes the same
+        # parts)
         "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
-        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok), "base": model_digest(base_model)})
+        "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),
+        "base": model_digest(base_model)})
     here: dict = {}  # the cost stages run in this process outside the parts
     run.metrics["base"], te = run.evaluate("base", base_model, here)
     timings.update(te)
@@ -411,7 +438,8 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     plan["controls"] = {name for name, *_ in controls}
     parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
                 and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
-    kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]  # made by an earlier run into this --out
+    # made by an earlier run into this --out
+    kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=run.quiet)
     held.clear()  # the oracle, when its attacks were kept from an earlier run
     _add_costs(cost, here, jobs, parts, kept, plan["controls"])
@@ -421,10 +449,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
 
 @dataclass
 class _Scoring:
-    """What every part of a comparison reads (the task, the settings, the base model, its tokenizer and the models'
-    metrics so far), and the one way a part scores its model: evaluated, then attacked. A part is a function of the
-    models and settings alone: it returns what it made (metrics, curves, timings) and writes nothing else, so it runs
-    alike in this process or in the forked child of a parallel run (:func:`obliviate.runs.parts.cached_parts`)."""
+    """What every part of a comparison reads (the task, the settings, the base model, its tokenizer and the
+    models' metrics so far), and the one way a part scores its model: evaluated, then attacked. A part is a
+    function of the models and settings alone: it returns what it made (metrics, curves, timings) and writes
+    nothing else, so it runs alike in this process or in the forked child of a parallel run
+    (:func:`obliviate.runs.parts.cached_parts`)."""
 
     task: Task
     cfg: CompareConfig
@@ -432,7 +461,8 @@ class _Scoring:
     base_model: object
     progress: bool
     metrics: dict = field(default_factory=dict)
-    base_cache: dict = field(default_factory=dict)  # the base model's scores, computed once for every model attacked
+    # the base model's scores, computed once for every model attacked
+    base_cache: dict = field(default_factory=dict)
     oracle_ref: dict | None = None  # what oracle_distance compares each model with
 
     def quiet(self) -> None:
@@ -440,33 +470,38 @@ class _Scoring:
         self.progress = False
 
     def evaluate(self, name: str, model, costs: dict) -> tuple[dict, dict]:
-        """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's own); its
-        cost stage goes to ``costs``."""
+        """(metrics, timings) of ``model``, scored against the base model's metrics (but the base model's
+        own); its cost stage goes to ``costs``."""
         t = time.time()
         with count_passes(model) as passes:
-            m = evaluate_task(model, self.tok, self.task, batch_size=self.cfg.eval_batch_size, progress=self.progress)
-            m.update(muse.model_metrics(self.task, model, self.tok, self.cfg.eval_batch_size))  # MUSE's six-way
+            m = evaluate_task(model, self.tok, self.task, batch_size=self.cfg.eval_batch_size,
+                              progress=self.progress)
+            # MUSE's six-way
+            m.update(muse.model_metrics(self.task, model, self.tok, self.cfg.eval_batch_size))
         if name != "base":
             m.update(score_against(self.metrics["base"], m))
         costs[f"evaluate:{name}"] = stage_record(passes, time.time() - t)
         return m, {f"{name}_eval_seconds": time.time() - t}
 
     def attack(self, name: str, model, m: dict, costs: dict) -> tuple[dict, dict, dict]:
-        """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``; each attack's cost stage
-        goes to ``costs``."""
+        """(metrics ``m`` with every attack's, the relearning curves, timings) of ``model``; each attack's
+        cost stage goes to ``costs``."""
         t = time.time()
         per: dict = {}
         spent: dict = {}
-        att = run_task_attacks(model, self.tok, self.task, self.cfg.attacks, base_model=self.base_model, metrics=m,
+        att = run_task_attacks(model, self.tok, self.task, self.cfg.attacks, base_model=self.base_model,
+                               metrics=m,
                                base_cache=self.base_cache, timings=per, costs=spent)
         costs.update({f"attack:{name}:{k}": rec for k, rec in spent.items()})
         curve = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
-        return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t, f"{name}_seconds_by_attack": per}
+        return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t,
+                                     f"{name}_seconds_by_attack": per}
 
     def scored(self, name: str, model, m: dict | None = None, before: dict | None = None,
                costs: dict | None = None) -> dict:
-        """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of its making,
-        ``costs``: the cost stages of its making (the part returns them with its own under ``cost``)."""
+        """The part of a model: evaluated (unless ``m`` is given), then attacked; ``before``: timings of
+        its making, ``costs``: the cost stages of its making (the part returns them with its own under
+        ``cost``)."""
         t: dict = dict(before or {})
         costs = {} if costs is None else costs
         if m is None:
@@ -476,8 +511,8 @@ class _Scoring:
         return {"metrics": m, "curves": curve, "timings": {**t, **ta}, "cost": costs}
 
     def with_oracle_distance(self, model, m: dict) -> dict:
-        """``m`` with the distance to the oracle's answers (:func:`~obliviate.eval.oracle.oracle_distance`), where
-        there is an oracle."""
+        """``m`` with the distance to the oracle's answers (:func:`~obliviate.eval.oracle.oracle_distance`),
+        where there is an oracle."""
         if self.oracle_ref is not None:
             m.update(oracle_distance(model, self.tok, self.task, self.oracle_ref, m["forget_score"]))
         return m
@@ -485,8 +520,9 @@ class _Scoring:
 
 def _bases(task: Task, cfg: CompareConfig, out: Path, model_dir: str | None, oracle_dir: str | None,
            progress: bool) -> tuple[dict, Path | None]:
-    """The base model's and the oracle's directories (given, pretrained on the task's world or tiny models trained on
-    the task) and the base model's pretraining cache entry (its training log), None where it was not pretrained."""
+    """The base model's and the oracle's directories (given, pretrained on the task's world or tiny models
+    trained on the task) and the base model's pretraining cache entry (its training log), None where it was
+    not pretrained."""
     if model_dir is not None:
         return {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}, None
     if task.pretrain is not None:
@@ -496,9 +532,10 @@ def _bases(task: Task, cfg: CompareConfig, out: Path, model_dir: str | None, ora
 
 def _through_cache(store: ControlCache | None, shared_key: dict | None, what: str, ident: dict, fn,
                    place: Path | None = None):
-    """The part ``fn`` (``fn(folder)``: ``folder`` receives the files it keeps, its ``model/``) through the cache of
-    the controls (:mod:`obliviate.runs.cache`), where the run uses it: made once for every comparison on the same base
-    model, task and settings, whatever its ``--out``; the model of a control kept there is linked at ``place``."""
+    """The part ``fn`` (``fn(folder)``: ``folder`` receives the files it keeps, its ``model/``) through the
+    cache of the controls (:mod:`obliviate.runs.cache`), where the run uses it: made once for every comparison
+    on the same base model, task and settings, whatever its ``--out``; the model of a control kept there is
+    linked at ``place``."""
     if store is None:
         return partial(fn, None)
     return partial(_cached_part, store, {**shared_key, **ident}, fn, what, place)
@@ -515,21 +552,24 @@ def _oracle_scores(run: _Scoring, oracle, _folder=None) -> dict:
     """The oracle's evaluation and what oracle_distance compares each model with (a part of the cache)."""
     costs: dict = {}
     m, te = run.evaluate("oracle", oracle, costs)
-    ref = None if m.get("forget_score") is None else oracle_reference(oracle, run.tok, run.task, m["forget_score"])
+    ref = None if m.get("forget_score") is None else oracle_reference(oracle, run.tok, run.task,
+                                                                      m["forget_score"])
     if ref is not None and ref["truth_ratios"] is not None:
         ref["truth_ratios"] = [float(x) for x in ref["truth_ratios"]]  # as stored, with the cache or not
     return {"metrics": m, "timings": te, "ref": ref, "cost": costs}
 
 
 def _attacked(run: _Scoring, name: str, held: dict, _folder=None) -> dict:
-    """The attacks on the model ``held[name]`` (taken, so that it is freed once attacked), evaluated already."""
+    """The attacks on the model ``held[name]`` (taken, so that it is freed once attacked), evaluated
+    already."""
     return run.scored(name, held.pop(name), run.metrics[name])
 
 
-def _oracle_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict, share, store, held: dict, here: dict,
+def _oracle_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict, share, store, held: dict,
+                 here: dict,
                  timings: dict) -> list:
-    """The oracle evaluated now (its scores are what every model is compared with), then the parts of the attacks on
-    the oracle and on the base model."""
+    """The oracle evaluated now (its scores are what every model is compared with), then the parts of the
+    attacks on the oracle and on the base model."""
     jobs = []
     if "oracle" in dirs:
         oracle, oracle_tok = load(dirs["oracle"])
@@ -552,7 +592,8 @@ def _oracle_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict, shar
 
 
 def _control_part(run: _Scoring, cname: str, build, kwargs: dict, cdir: Path, folder) -> dict:
-    """A positive control built from the base model, then scored; its model kept in ``cdir`` (or ``folder``)."""
+    """A positive control built from the base model, then scored; its model kept in ``cdir`` (or
+    ``folder``)."""
     t = time.time()
     with count_passes(run.base_model) as passes:  # the builder's copy of the base model is counted with it
         control, info = build_positive_control(build, run.base_model, run.tok, run.task, seed=run.cfg.seed,
@@ -561,12 +602,14 @@ def _control_part(run: _Scoring, cname: str, build, kwargs: dict, cdir: Path, fo
     if control is None:  # e.g. a task with MCQs only: nothing to refuse
         return {"info": info, "cost": made}
     part = run.scored(cname, control, costs=made)
-    save_trained(control, cdir if folder is None else folder / "model", run.tok)  # a finished control has its model
+    # a finished control has its model
+    save_trained(control, cdir if folder is None else folder / "model", run.tok)
     return {**part, "info": info}
 
 
 def _control_jobs(run: _Scoring, out: Path, run_key: dict, share) -> list:
-    """The parts of the positive controls (:func:`~obliviate.evidence.positive_controls.positive_controls`)."""
+    """The parts of the positive controls
+    (:func:`~obliviate.evidence.positive_controls.positive_controls`)."""
     jobs = []
     for cname, (build, kwargs) in positive_controls(run.cfg).items():
         cdir = out / "models" / cname
@@ -579,7 +622,8 @@ def _control_jobs(run: _Scoring, out: Path, run_key: dict, share) -> list:
 
 
 def _known_part(run: _Scoring, kname: str, kdir: str, load) -> dict:
-    """A model known to have removed (pretrained with the bases), judged as a method; with its pretraining's passes."""
+    """A model known to have removed (pretrained with the bases), judged as a method; with its pretraining's
+    passes."""
     model, ktok = load(kdir)
     if ktok.get_vocab() != run.tok.get_vocab():
         raise ModelError(f"{kdir!r} has another tokenizer than the base model")
@@ -617,8 +661,9 @@ def _method_part(run: _Scoring, name: str, ucfg: UnlearnConfig, mdir: Path) -> d
 
 
 def _method_jobs(run: _Scoring, out: Path, run_key: dict, preset: str, val, progress: bool) -> dict:
-    """The methods' parts (``jobs``), with what each runs (``configs``: the settings the report shows, ``ucfgs``),
-    the methods skipped with their reason (``skipped``) and, with ``cfg.tune``, each one's tuning (``tuned``)."""
+    """The methods' parts (``jobs``), with what each runs (``configs``: the settings the report shows,
+    ``ucfgs``), the methods skipped with their reason (``skipped``) and, with ``cfg.tune``, each one's tuning
+    (``tuned``)."""
     cfg = run.cfg
     plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": {}, "tuned": {}}
     for name in compared_methods(cfg):
@@ -649,12 +694,13 @@ def _reused(part: dict, was_kept: bool) -> bool:
 
 
 def _add_costs(cost: CostRecord, here: dict, jobs: list, parts: list, kept: list, built: set) -> None:
-    """Every cost stage into ``cost``: those run in this process outside the parts (``here``), then each part's; one
-    found made spent nothing here and says what it cost to make; the bases' and the ``built`` controls' are the
-    controls'."""
+    """Every cost stage into ``cost``: those run in this process outside the parts (``here``), then each
+    part's; one found made spent nothing here and says what it cost to make; the bases' and the ``built``
+    controls' are the controls'."""
     for name, rec in here.items():  # the oracle's evaluation found in the cache spent nothing here
         if rec.get("cached"):
-            cost.add(name, None, 0.0, control=True, cached=True, built={k: v for k, v in rec.items() if k != "cached"})
+            cost.add(name, None, 0.0, control=True, cached=True,
+                     built={k: v for k, v in rec.items() if k != "cached"})
         else:
             cost.add(name, rec, rec["seconds"], control=name == "evaluate:oracle")
     controls = {"oracle", "base", *built}
@@ -666,17 +712,19 @@ def _add_costs(cost: CostRecord, here: dict, jobs: list, parts: list, kept: list
                 cost.add(stage, rec, rec["seconds"], control=name in controls)
 
 
-def _gather(run: _Scoring, jobs: list, parts: list, kept: list, plan: dict, out: Path, bases: dict, timings: dict,
+def _gather(run: _Scoring, jobs: list, parts: list, kept: list, plan: dict, out: Path, bases: dict,
+            timings: dict,
             cost: CostRecord, load, run_key: dict) -> tuple[dict, dict]:
-    """Each part's metrics, curves and timings into the run's (the controls' build records under their names), and on
-    a MUSE task each method's folds; returns ``(curves, model_dirs)``: ``bases`` with the controls' and the methods'
-    models."""
+    """Each part's metrics, curves and timings into the run's (the controls' build records under their names),
+    and on a MUSE task each method's folds; returns ``(curves, model_dirs)``: ``bases`` with the controls' and
+    the methods' models."""
     cfg, task, curves, dirs = run.cfg, run.task, {}, dict(bases)
     for (name, *_), (part, _), was_kept in zip(jobs, parts, kept):
         if name in plan["controls"]:  # what was built, with this run's seconds building it, or found made
             stage = (part.get("cost") or {}).get(f"build:{name}")
             timings[name] = part["info"] if "skipped" in part["info"] or stage is None else {
-                **part["info"], **({"cached": True} if _reused(part, was_kept) else {"seconds": stage["seconds"]})}
+                **part["info"],
+                **({"cached": True} if _reused(part, was_kept) else {"seconds": stage["seconds"]})}
             if "metrics" not in part:
                 continue
             dirs[name] = str(out / "models" / name)
@@ -685,23 +733,27 @@ def _gather(run: _Scoring, jobs: list, parts: list, kept: list, plan: dict, out:
         run.metrics[name], curves[name] = part["metrics"], part["curves"]
         timings.update(part["timings"])
         if name in plan["ucfgs"] and cfg.muse_folds and task.meta.get("muse"):
-            with cost.stage(f"muse_folds:{name}", run.base_model):  # each fold's copy of the base model is counted
+            # each fold's copy of the base model is counted
+            with cost.stage(f"muse_folds:{name}", run.base_model):
                 run.metrics[name].update(muse.method_folds(
                     task, name, plan["ucfgs"][name], run.base_model, run.tok, out,
-                    {"method": plan["configs"][name], **run_key}, run.metrics[name], main_model_dir=dirs.get(name),
+                    {"method": plan["configs"][name], **run_key}, run.metrics[name],
+                    main_model_dir=dirs.get(name),
                     load=load, batch_size=cfg.eval_batch_size, seed=cfg.seed, progress=run.progress))
     return curves, dirs
 
 
 def _finish(run: _Scoring, out: Path, curves: dict, dirs: dict, plan: dict, timings: dict, cost: CostRecord,
             t0: float, oracle_training: dict | None, model_dir: str | None, base_root: Path | None) -> dict:
-    """What the parts make together: each method's outcome, the learning ratios, the verdict, MUSE's headline, the
-    trust table and the cost record (each method's share of the oracle's pretraining); the report written. Returns
-    :func:`run_compare`'s result."""
+    """What the parts make together: each method's outcome, the learning ratios, the verdict, MUSE's headline,
+    the trust table and the cost record (each method's share of the oracle's pretraining); the report written.
+    Returns :func:`run_compare`'s result."""
     metrics, task, cfg = run.metrics, run.task, run.cfg
-    for name in plan["ucfgs"]:  # what each method did, without any attack: the run's outcome line (forgot little: tune)
+    # what each method did, without any attack: the run's outcome line (forgot little: tune)
+    for name in plan["ucfgs"]:
         metrics[name]["unlearn_outcome"] = unlearn_outcome(metrics["base"], metrics[name], method=name)
-    add_learning_ratios(metrics)  # each model's relearning cost against the oracle's learning cost, computed once
+    # each model's relearning cost against the oracle's learning cost, computed once
+    add_learning_ratios(metrics)
     robustness = robustness_summary(metrics, items=attack_items(task, cfg.attacks))
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     trust = metric_trust(metrics, robustness["calibration"])
@@ -709,32 +761,38 @@ def _finish(run: _Scoring, out: Path, curves: dict, dirs: dict, plan: dict, timi
     pretraining = oracle_training or oracle_pretraining(dirs.get("oracle"), given=model_dir is not None)
     shares = {name: share_of_pretraining((cost.stages.get(f"unlearn:{name}") or {}).get("built")
                                          or cost.stages.get(f"unlearn:{name}"), pretraining["passes"])
-              for name in plan["ucfgs"]} if pretraining and pretraining.get("passes") else {}  # else the line says why
+              # else the line says why
+              for name in plan["ucfgs"]} if pretraining and pretraining.get("passes") else {}
     record = cost.as_dict(oracle_pretraining=pretraining, share_of_oracle_pretraining=shares)
     write_report(out, task, metrics, curves, plan["configs"], timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=plan["skipped"],
                  trust=trust)
-    return {"metrics": metrics, "curves": curves, "configs": plan["configs"], "timings": timings, "model_dirs": dirs,
-            "robustness": robustness, "skipped": plan["skipped"], "attacks_skipped": skipped_attacks(task, cfg.attacks),
+    return {"metrics": metrics, "curves": curves, "configs": plan["configs"], "timings": timings,
+            "model_dirs": dirs,
+            "robustness": robustness, "skipped": plan["skipped"],
+            "attacks_skipped": skipped_attacks(task, cfg.attacks),
             "cost": record, "trust": trust, **({"tuned": plan["tuned"]} if cfg.tune else {})}
 
 
 def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
                      defaults: dict | None = None, methods: str | Sequence[str] | None = None,
-                     on_a_model: bool = False, attacks: str | Sequence[str] | dict | None = None, tune: bool = False,
+                     on_a_model: bool = False, attacks: str | Sequence[str] | dict | None = None,
+                     tune: bool = False,
                      given: dict | None = None) -> CompareConfig:
-    """A comparison's settings, the one function ``obliviate compare`` / ``demo`` and ``obliviate.compare`` build them
-    with, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every seed of the run,
-    ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the config wins), the attacks
-    ``attacks`` names (an unknown one fails in one line; a mapping: keys of the attacks' config), ``given`` (the API's
-    keywords, keys of :class:`CompareConfig`), then ``config_file`` and the dotted ``overrides``."""
+    """A comparison's settings, the one function ``obliviate compare`` / ``demo`` and ``obliviate.compare``
+    build them with, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every seed
+    of the run, ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the
+    config wins), the attacks ``attacks`` names (an unknown one fails in one line; a mapping: keys of the
+    attacks' config), ``given`` (the API's keywords, keys of :class:`CompareConfig`), then ``config_file`` and
+    the dotted ``overrides``."""
     base = deep_merge(defaults or {}, {"seed": seed, "pretrain": {"seed": seed, "world": {"seed": seed}},
                                        "attacks": {"seed": seed}})
     if tune:
         base["tune"] = True
     names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
                            on_a_model=on_a_model)
-    if names is not None:  # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
+    # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
+    if names is not None:
         base["methods"] = names
     if isinstance(attacks, dict):
         base = deep_merge(base, {"attacks": attacks})
@@ -744,73 +802,85 @@ def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | Non
 
 
 def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:
-    """A one-line :class:`ModelError` when the oracle's tokenizer is not the base model's: both are scored on the same
-    token ids."""
+    """A one-line :class:`ModelError` when the oracle's tokenizer is not the base model's: both are scored on
+    the same token ids."""
     if oracle_tok is not tok and oracle_tok.get_vocab() != tok.get_vocab():
         raise ModelError(f"the oracle {oracle!r} has another tokenizer than the base model {base!r} "
-                         f"({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored on the same token "
-                         "ids, so the oracle must share the base model's vocabulary")
+                         f"({len(oracle_tok)} vs {len(tok)} tokens, or other ids): both are scored on the "
+                         "same token ids, so the oracle must share the base model's vocabulary")
 
 
-def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
+def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = None,
+                         untaught: str | None = None, *,
                  control: str | None = None, tokenizers: tuple | None = None) -> str | None:
-    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the attacks' data,
-    the tokenizers, the retain data of the oracle to build from ``untaught``), then the plan said (:func:`plan_lines`:
-    what runs, and each method or attack that will not, with its reason); returns ``untaught``, None where the task
-    has no retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
-    ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which must share
-    the base model's vocabulary (:func:`check_same_vocabulary`)."""
+    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the
+    attacks' data, the tokenizers, the retain data of the oracle to build from ``untaught``), then the plan
+    said (:func:`plan_lines`: what runs, and each method or attack that will not, with its reason); returns
+    ``untaught``, None where the task has no retain data to build the oracle from (said in one line; with
+    ``control`` ``retain-finetune`` it fails). ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name,
+    oracle name)`` of a given oracle, which must share the base model's vocabulary
+    (:func:`check_same_vocabulary`)."""
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)
     check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
-    if tokenizers is not None:  # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
+    # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
+    if tokenizers is not None:
         check_same_vocabulary(*tokenizers)
     for line in plan_lines(cfg, task, methods):  # what will run, and what will not and why, before any model
         log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
-        log.info(f"task {task.name!r} has no retain data to fine-tune the model before it was taught the task on: "
-                 "no oracle is built")
+        log.info(f"task {task.name!r} has no retain data to fine-tune the "
+                 "model before it was taught the task on: no oracle is built")
         return None
     return untaught
 
 
-def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = None, oracle: str | None = None,
+def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = None,
+                    oracle: str | None = None,
                     untaught: str | None = None, load=None, load_control=None, control: str | None = None,
                     progress: bool = False) -> dict:
     """The comparison of ``obliviate compare`` and ``obliviate.compare`` in the run directory ``out``: with
     ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by
-    :func:`check_compare_inputs`), first the oracle built from it (``load_control(path) -> (model, tokenizer)``,
-    default ``load``), then :func:`run_compare` on ``model`` (a name ``load`` knows; None: compare builds its own)
-    against ``oracle``, then ``results.json`` (with ``oracle_build``, what built the oracle, and ``cost``, building it
-    included). Returns :func:`run_compare`'s result."""
-    configs = {**cfg.attacks.configs, "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
-    cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))  # the caller's is kept
+    :func:`check_compare_inputs`), first the oracle built from it (``load_control(path) -> (model,
+    tokenizer)``, default ``load``), then :func:`run_compare` on ``model`` (a name ``load`` knows; None:
+    compare builds its own) against ``oracle``, then ``results.json`` (with ``oracle_build``, what built the
+    oracle, and ``cost``, building it included). Returns :func:`run_compare`'s result."""
+    configs = {**cfg.attacks.configs,
+               "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
+    # the caller's is kept
+    cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))
     out = prepare_out_dir(out)
     cost, built, made = CostRecord(), None, None
-    store = control_cache(cfg.cache)  # once per run: the oracle's build and run_compare share it (and its warning)
-    if untaught:  # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
+    # once per run: the oracle's build and run_compare share it (and its warning)
+    store = control_cache(cfg.cache)
+    # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
+    if untaught:
         t = time.time()
-        oracle, built = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed, control=control,
+        oracle, built = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed,
+                                     control=control,
                                      progress=progress, cache=store)
-        made = built.pop("cost", None)  # None: a part kept in this --out by an obliviate before costs were recorded
+        # None: a part kept in this --out by an obliviate before costs were recorded
+        made = built.pop("cost", None)
         if built.get("reused"):
-            cost.add("build:oracle", None, time.time() - t, control=True, cached=True, built=made, entry=built["cache"])
+            cost.add("build:oracle", None, time.time() - t, control=True, cached=True, built=made,
+                     entry=built["cache"])
         else:
             cost.add("build:oracle", made, time.time() - t, control=True)
     elif model and not oracle:  # said now, before the run, and again as its last line
         log.info(missing_oracle(model, control))
     training = None if built is None else {
         "passes": {k: made[k] for k in PASS_KEYS} if made else None,
-        "what": f"{untaught} fine-tuned on the retain data only: the oracle obliviate built beside a user's model, "
-        "whose pretraining obliviate did not run (its fine-tune stands for it)" if made else
+        "what": f"{untaught} fine-tuned on the retain data only: the oracle obliviate built beside a user's "
+                "model, whose pretraining obliviate did not run (its fine-tune stands for it)" if made else
         f"unknown: the oracle ({untaught} fine-tuned on the retain data only) kept in {out} was built by an "
         "obliviate that recorded no cost"}
     res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle, load=load if model else None,
                       progress=progress, cost=cost, oracle_training=training, store=store)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task, model_dirs=res["model_dirs"],
-                  robustness=res["robustness"], skipped=res["skipped"], attacks_skipped=res["attacks_skipped"],
+                  robustness=res["robustness"], skipped=res["skipped"],
+                  attacks_skipped=res["attacks_skipped"],
                   trust=res["trust"], cost=res["cost"], **({"oracle_build": built} if built else {}),
                   **({"tuned": res["tuned"]} if "tuned" in res else {}))
     return res
