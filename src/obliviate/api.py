@@ -1,25 +1,6 @@
-"""The Python API: load a task, then unlearn, evaluate, attack and compare, on models in memory.
-
-Every function takes a Hugging Face causal LM and its tokenizer as objects, the way
-``lm_eval.simple_evaluate(model=...)`` does, and never writes unless given a directory::
-
-    import obliviate
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained("my-model")
-    tok = AutoTokenizer.from_pretrained("my-model")
-    task = obliviate.load_task(forget="forget.jsonl", retain="retain.csv")
-    before = obliviate.evaluate(model, tok, task)
-    unlearned, info = obliviate.unlearn(model, tok, task, "npo")   # ``model`` is left as it was
-    after = obliviate.evaluate(unlearned, tok, task)
-    attacks = obliviate.attack(unlearned, tok, task, base_model=model)
-
-The command line (``obliviate finetune``, ``unlearn``, ``eval``, ``attack``, ``compare``) runs the same
-functions underneath: :func:`obliviate.pipelines.finetune.run_finetune`,
-:func:`obliviate.pipelines.unlearn.run_unlearn`, :func:`obliviate.eval.suite.evaluate_task` (through
-:func:`obliviate.pipelines.evaluate.run_eval`), :func:`obliviate.pipelines.attack.run_attack` and
-:func:`obliviate.pipelines.compare.run.run_compare_dir`.
-"""
+"""The Python API: load a task, then unlearn, evaluate, attack and compare, on models in memory (a Hugging Face
+causal LM and its tokenizer as objects, nothing written unless given a directory); the commands run the same
+pipelines underneath. Examples and the mapping to the commands: docs/api.md."""
 
 from __future__ import annotations
 
