@@ -420,10 +420,9 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
     store = control_cache(cfg.cache) if store is ... else store
     run = _Scoring(task, cfg, tok, base_model, progress)
-    # what every shared part reads beside its
+    # what every shared part reads beside its own model (run_key's paths are not: the same base model read from
+    # another place makes the same parts)
     share = partial(_through_cache, store, None if store is None else {
-        # own model (run_key's paths are not: the same base model read from another place makes the same
-        # parts)
         "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
         "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),
         "base": model_digest(base_model)})
