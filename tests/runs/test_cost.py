@@ -28,7 +28,9 @@ def test_a_stage_counts_the_passes_and_tokens_of_its_models():
     rec = cost.as_dict()
     assert rec["total"]["forwards"] == 3 and rec["total"]["tokens"] == 44
     assert rec["controls"]["tokens"] == 4 and rec["controls"]["cache"] == "miss"
-    assert rec["wall_seconds"] >= rec["total"]["seconds"] >= 0
+    # each stage's seconds and the wall's are rounded to 1 ms on their own: the sum of 2 rounded stages may pass the
+    # rounded wall by up to 1.5 ms
+    assert rec["wall_seconds"] >= rec["total"]["seconds"] - 0.0015 - 1e-9 and rec["total"]["seconds"] >= 0
 
 
 def test_the_controls_say_whether_the_cache_served_them():
