@@ -120,8 +120,7 @@ def forget_level(base: dict, neg: dict | None, items: int) -> tuple[float, float
     o = finite(verdict_score(neg)) if neg else None
     if o is None:
         return finite(base.get("forget_chance")) or 0.0, 0.0, "chance"
-    n = finite(neg.get("forget_items")) or items
-    return o, band_tolerance(o, int(n)), "the oracle's"
+    return o, band_tolerance(o, count_of(neg, "forget_items", items)), "the oracle's"
 
 
 def keep_shares(m: dict, base: dict) -> dict[str, float]:
@@ -146,9 +145,8 @@ def keep_allowance(base: dict, role: str, items: int = DEFAULT_ITEMS) -> float:
     k0 = finite(verdict_score(base, role) if role != "keep" else outcome_keep(base))
     if not k0:
         return 0.0
-    n = int(finite(base.get(f"{role}_items")) or items)
     low = min(1.0, KEEP_SHARE * k0)
-    return band_tolerance(1 - low, n) / k0
+    return (low - lower_end(low, count_of(base, f"{role}_items", items))) / k0
 
 
 def lost_roles(m: dict, base: dict, items: int = DEFAULT_ITEMS) -> list[str]:
@@ -172,15 +170,20 @@ def finite(x) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+def count_of(m: dict | None, key: str, default: int) -> int:
+    """A count a model's metrics record (``<role>_items``, ``<read>_items``, ``<read>_variants``) where it is a
+    finite number >= 1, else ``default`` (at least 1)."""
+    v = finite((m or {}).get(key))
+    return int(v) if v is not None and v >= 1 else max(1, int(default))
+
+
 def read_counts(m: dict | None, key: str, items: int) -> tuple[int, int]:
     """``(items, variants)`` of read ``key`` on a model's metrics ``m``: the ``<name>_items`` and
     ``<name>_variants`` the attack recorded (:func:`~obliviate.attacks.attack.read_counts`: how many items its
     after-score averages over, and how many variant scores it is the maximum of), else ``items`` (the
-    comparison's) and 1."""
+    comparison's) and 1 (:func:`count_of`)."""
     name = read_of(key).name or key
-    n, v = finite((m or {}).get(f"{name}_items")), finite((m or {}).get(f"{name}_variants"))
-    return ((int(n) if n is not None and n >= 1 else max(1, int(items))),
-            (int(v) if v is not None and v >= 1 else 1))
+    return count_of(m, f"{name}_items", items), count_of(m, f"{name}_variants", 1)
 
 
 def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> float:
@@ -207,6 +210,12 @@ def band_tolerance(p: float, n: int, k: int = 1, n_model: int | None = None) -> 
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if rejects(mid) else (mid, hi)
     return max(floor, lo - p)
+
+
+def lower_end(p: float, n: int, k: int = 1) -> float:
+    """The band's lower end under a score ``p`` over ``n`` items: :func:`band_tolerance` on the other side (the
+    complement's scale, ``1 - p``), at the same level."""
+    return p - band_tolerance(1 - p, n, k)
 
 
 def power(q: float, n: int, upper: float) -> float:
@@ -241,26 +250,46 @@ def detectable_share(p: float, ref: float, n: int, upper: float) -> float | None
     return hi
 
 
-def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
-    """The one-sided ``level`` lower confidence bound of a rate read as ``p`` over ``n`` items
-    (Clopper-Pearson: the rate at which ``P(X >= x) = 1 - level``, ``x = round(p n)``), by bisection on the
-    exact binomial tail."""
-    n = max(1, int(n))
-    x = min(n, int(round(p * n)))
+def _at_least(x: int, n: int, q: float) -> float:
+    """P(X >= x) for X ~ Binomial(n, q), 0 < q < 1, exact: its log-space terms summed over the shorter side of
+    ``x`` (one minus the other side where that is shorter)."""
     if x <= 0:
+        return 1.0
+    if x > n:
         return 0.0
+    lq, lr = math.log(q), math.log1p(-q)
 
-    def tail(q: float) -> float:  # P(X >= x)
-        lq, lr = math.log(q), math.log1p(-q)
-        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-                            + k * lq + (n - k) * lr)
-                   for k in range(x, n + 1))
+    def mass(ks) -> float:
+        return sum(math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq
+                            + (n - k) * lr) for k in ks)
 
-    lo, hi = 1e-12, min(1 - 1e-12, x / n)
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if tail(mid) < 1 - level else (lo, mid)
-    return lo
+    return mass(range(x, n + 1)) if n - x < x else 1 - mass(range(x))
+
+
+def clopper_pearson(count: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided ``level`` interval of a rate read as ``count`` of ``n``: the rates at
+    which ``P(X >= count) = a`` (lower) and ``P(X <= count) = a`` (upper), ``a = (1 - level) / 2``, by bisection
+    on the binomial tail (no scipy on the verdict's import path)."""
+    n = max(1, int(n))
+    count = min(n, max(0, int(count)))
+    a = (1 - level) / 2
+
+    def root(too_low) -> float:  # the rate where too_low(q) turns False, on [0, 1]
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if too_low(mid) else (lo, mid)
+        return (lo + hi) / 2
+
+    lo = 0.0 if count == 0 else root(lambda q: _at_least(count, n, q) < a)
+    hi = 1.0 if count == n else root(lambda q: 1 - _at_least(count + 1, n, q) > a)
+    return lo, hi
+
+
+def rate_lower_bound(p: float, n: int, level: float = 0.95) -> float:
+    """The one-sided ``level`` lower confidence bound of a rate read as ``p`` over ``n`` items: the lower end of
+    :func:`clopper_pearson`'s two-sided ``2 level - 1`` interval of ``round(p n)`` of ``n``."""
+    return clopper_pearson(round(p * max(1, int(n))), n, 2 * level - 1)[0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -393,8 +422,7 @@ def oracle_band(metrics: dict, keys, items: int) -> dict:
         entry = {"oracle": p, "tolerance": tol, "upper": p + tol, "items": n, "variants": v, "tests": tests,
                  "lower": None, "detectable_share": None, "items_needed": None}
         if sides[k] == 2:
-            low = min(p, chance)
-            entry["lower"] = low - band_tolerance(1 - low, n, tests)
+            entry["lower"] = lower_end(min(p, chance), n, tests)
         plan = rate_lower_bound(p, n)
         entry["planning_rate"] = plan
         if ref is not None and ref > plan:
@@ -615,9 +643,7 @@ def method_verdict(m: dict, base: dict, pos: dict, neg: dict | None, usable: lis
                             f"{b['lower']:.2f}): avoiding the right answer takes knowing it", k)
     chance = finite(base.get("forget_chance")) or 0.0
     if chance > 0:
-        n = int(finite(m.get("forget_items")) or items)
-        low = min(chance, level)
-        if f < low - band_tolerance(1 - low, n):
+        if f < lower_end(min(chance, level), count_of(m, "forget_items", items)):
             return inconclusive(f"forget score {f:.2f} is below chance ({chance:.2f}) beyond noise: avoiding "
                                 "the right answer takes knowing it")
     weak = [(k, b) for k, b in band.items() if b.get("detectable_share") is None

@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
 
 from obliviate.errors import DataError
 from obliviate.evidence.controls import POSITIVE_CONTROLS
-from obliviate.evidence.verdict import (DEFAULT_ITEMS, REFERENCES, VERDICTS, base_reference, reads,
-                                       robustness_summary)
+from obliviate.evidence.verdict import (DEFAULT_ITEMS, REFERENCES, VERDICTS, base_reference, clopper_pearson,
+                                       count_of, finite, read_counts, reads, robustness_summary)
 from obliviate.runs.report import markdown_table, plot_recovery_curves
 
 JUDGED = "judged"
@@ -94,22 +93,13 @@ def _rate(row: dict, key: str, name: str) -> float | None:
     """``row[key]`` as a true rate in [0, 1]; None where it is missing or not a finite number (left as it is:
     the rule reads a missing number as missing). A number outside [0, 1] is a DataError: a binomial draw needs
     a share."""
-    v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    v = finite(row.get(key))
+    if v is None:
         return None
     if not -1e-9 <= v <= 1 + 1e-9:
         raise DataError(f"metrics of {name!r}: {key} = {v!r} is not a share in [0, 1], which the simulation "
                         "draws item by item (Binomial(n, rate) / n)")
     return min(1.0, max(0.0, float(v)))
-
-
-def _count(value, default: int) -> int:
-    """A recorded count (``<name>_items``, ``<name>_variants``) where it is a whole number >= 1, else
-    ``default``."""
-    if isinstance(value, bool) or not isinstance(value,
-                                                 (int, float)) or not math.isfinite(value) or value < 1:
-        return default
-    return int(value)
 
 
 def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, float, int, int]]:
@@ -121,14 +111,14 @@ def draw_plan(row: dict, items: int, name: str = "model") -> list[tuple[str, flo
     as its role's score. Missing or non-finite numbers are not drawn."""
     plan, seen = [], set()
     for role in ROLES:
-        n = _count(row.get(f"{role}_items"), items)
+        n = count_of(row, f"{role}_items", items)
         for key in (f"{role}_score", f"{role}_score_norm"):
             p = _rate(row, key, name)
             if p is not None:
                 plan.append((key, p, n, 1))
                 seen.add(key)
     for r in reads().values():
-        n, v = _count(row.get(f"{r.name}_items"), items), _count(row.get(f"{r.name}_variants"), 1)
+        n, v = read_counts(row, r.name, items)
         for key, variants in ((r.start, 1), (r.after, v), (r.base, 1)):
             if key is None or key in seen:
                 continue
@@ -203,11 +193,9 @@ def calibrated_reads(template: dict, items: int | None = None) -> dict[str, bool
 # ------------------------------------------------------------------------------------------------ simulation
 
 def interval(count: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) two-sided ``level`` interval of a share ``count / trials``."""
-    a = (1 - level) / 2
-    lo = 0.0 if count == 0 else float(beta.ppf(a, count, trials - count + 1))
-    hi = 1.0 if count == trials else float(beta.ppf(1 - a, count + 1, trials - count))
-    return lo, hi
+    """The exact (Clopper-Pearson) two-sided ``level`` interval of a share ``count / trials``
+    (:func:`~obliviate.evidence.verdict.clopper_pearson`)."""
+    return clopper_pearson(count, trials, level)
 
 
 def simulate(template: dict, scenario: Scenario, trials: int, seed, items: int | None = None, *,
@@ -321,8 +309,8 @@ def verdict_check(template: dict, trials: int = 1000, seed: int = 0, items: int 
     for k, r in reads().items():
         if _rate(oracle, r.after, "oracle") is None:
             continue
-        read_info[k] = {"items": _count(oracle.get(f"{r.name}_items"), fallback),
-                        "variants": _count(oracle.get(f"{r.name}_variants"), 1),
+        n, v = read_counts(oracle, r.name, fallback)
+        read_info[k] = {"items": n, "variants": v,
                         "recorded": f"{r.name}_items" in oracle, "calibrated": calibrated.get(k, False),
                         "decides": r.decides, "oracle": oracle[r.after], "base": base_reference(base, k)[0]}
     return {"trials": trials, "seed": seed, "items": items, "bounds": bounds,
