@@ -5,10 +5,8 @@ forward pass written out here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import textwrap
 
 import pytest
 import torch
@@ -21,6 +19,7 @@ from obliviate.models.load import load_model, load_tokenizer
 from obliviate.models.tokenizer import bos_prefix
 from obliviate.tasks import Data, EvalSet, Task
 from tests._cli_errors import one_error
+from tests._one_file import registered_from_file
 from tests._run_dirs import tiny_model_dir
 
 METRIC = '''
@@ -52,12 +51,7 @@ def model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture
 def forget_answer_prob(tmp_path):
-    path = tmp_path / "forget_answer_prob.py"
-    path.write_text(textwrap.dedent(METRIC))
-    spec = importlib.util.spec_from_file_location("forget_answer_prob_metric", path)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    yield METRICS["forget_answer_prob"]
-    METRICS.remove("forget_answer_prob")
+    yield from registered_from_file(tmp_path, "forget_answer_prob", METRIC, METRICS)
 
 
 def hand_prob(model, tok, prompt: str, answer: str) -> float:

@@ -7,9 +7,7 @@ the attack was not calibrated, so the test can fail."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import textwrap
 
 import pytest
 
@@ -18,6 +16,7 @@ from obliviate.attacks.attack import ATTACKS
 from obliviate.config import from_dict
 from obliviate.pipelines.compare.run import CompareConfig, run_compare
 from obliviate.tasks.files import task_from_files
+from tests._one_file import registered_from_file
 
 ATTACK = '''
 """A short relearning: ``steps`` fine-tuning steps on half A of the forget facts, half B scored."""
@@ -49,12 +48,7 @@ def short_relearn(r, cfg: ShortConfig) -> dict:
 
 @pytest.fixture
 def short_relearn(tmp_path):
-    path = tmp_path / "short_relearn.py"
-    path.write_text(textwrap.dedent(ATTACK))
-    spec = importlib.util.spec_from_file_location("short_relearn_attack", path)
-    spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    yield ATTACKS["short_relearn"]
-    ATTACKS.remove("short_relearn")
+    yield from registered_from_file(tmp_path, "short_relearn", ATTACK, ATTACKS)
 
 
 @pytest.mark.heavy(20)
