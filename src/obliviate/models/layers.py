@@ -31,6 +31,9 @@ _ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
 _DOWN_ATTRS = ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2", "fc_out")
 _UP_ATTRS = ("up_proj", "c_fc", "dense_h_to_4h", "fc1", "w1", "fc_in")
 _GATE_ATTRS = ("gate_proj", "w3")
+_Q_ATTRS, _K_ATTRS, _V_ATTRS = ("q_proj",), ("k_proj",), ("v_proj",)
+_O_ATTRS = ("o_proj", "out_proj", "c_proj", "dense")
+_QKV_ATTRS = ("c_attn", "qkv_proj", "Wqkv")  # one projection, its outputs [q; k; v] (not interleaved per head)
 
 WHATS = ("mlp_down", "mlp_up", "mlp_gate", "mlp", "attn", "layer")
 """Valid ``what`` values for :func:`param_names_for`."""
@@ -192,6 +195,73 @@ def d_model(model: nn.Module) -> int:
 def d_ff(model: nn.Module, l: int = 0) -> int:
     """Width of the MLP hidden layer at layer ``l``."""
     return down_proj_weight_out_in(model, l).shape[1]
+
+
+def attention_heads(model: nn.Module) -> tuple[int, int, int]:
+    """``(n_heads, n_kv_heads, head_dim)`` of the model's attention, from its config (``n_kv_heads`` <
+    ``n_heads`` under grouped-query attention: query heads ``j*g .. (j+1)*g - 1`` share key/value head ``j``,
+    ``g = n_heads // n_kv_heads``)."""
+    cfg = getattr(unwrap(model), "config", None)
+    n = getattr(cfg, "num_attention_heads", None)
+    if not n:
+        raise ModelError(f"the config of a {type(unwrap(model)).__name__} names no num_attention_heads")
+    kv = getattr(cfg, "num_key_value_heads", None) or n
+    hd = getattr(cfg, "head_dim", None) or d_model(model) // n
+    if n % kv:
+        raise ModelError(f"{n} attention heads do not split into {kv} key/value groups")
+    return int(n), int(kv), int(hd)
+
+
+def attention_projections(model: nn.Module, l: int) -> dict[str, nn.Module]:
+    """The projections of layer ``l``'s attention: ``{"q", "k", "v", "o"}`` where each is its own module
+    (Llama, Mistral, Qwen2, Gemma, OPT, GPT-J), or ``{"qkv", "o"}`` where one module computes ``[q; k; v]``
+    (GPT-2's ``c_attn``, a ``Conv1D``; Phi-3's ``qkv_proj``). ModelError for a fused projection whose
+    outputs interleave the heads (GPT-NeoX's ``query_key_value``), whose parts this does not locate. Use
+    :func:`out_dims_mask` / :func:`in_dims_mask` for a fixed orientation."""
+    attn = attention(model, l)
+    o = _child(attn, _O_ATTRS, "attention output projection", l)
+    for name in _QKV_ATTRS:
+        if isinstance(getattr(attn, name, None), nn.Module):
+            return {"qkv": getattr(attn, name), "o": o}
+    try:
+        return {"q": _child(attn, _Q_ATTRS, "query projection", l), "k": _child(attn, _K_ATTRS, "key projection", l),
+                "v": _child(attn, _V_ATTRS, "value projection", l), "o": o}
+    except ModelError:
+        raise ModelError(f"layer {l}'s attention ({type(attn).__name__}) has neither separate q/k/v projections "
+                         f"nor one [q; k; v] projection ({', '.join(_QKV_ATTRS)})") from None
+
+
+def out_dims_mask(mod: nn.Module, dims: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Boolean masks, shaped as ``mod``'s ``weight`` (and ``bias``), of the entries that compute output
+    dimensions ``dims`` of the linear map ``mod`` (rows of an ``nn.Linear``, columns of a ``Conv1D``)."""
+    w = mod.weight
+    out = {"weight": torch.zeros(w.shape, dtype=torch.bool, device=w.device)}
+    if _is_conv1d(mod):
+        out["weight"][:, dims] = True
+    else:
+        out["weight"][dims] = True
+    if isinstance(getattr(mod, "bias", None), torch.Tensor):
+        out["bias"] = torch.zeros(mod.bias.shape, dtype=torch.bool, device=w.device)
+        out["bias"][dims] = True
+    return out
+
+
+def in_dims_mask(mod: nn.Module, dims: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Boolean mask, shaped as ``mod``'s ``weight``, of the entries that read input dimensions ``dims`` of
+    the linear map ``mod`` (its bias reads no input: not included)."""
+    w = mod.weight
+    mask = torch.zeros(w.shape, dtype=torch.bool, device=w.device)
+    if _is_conv1d(mod):
+        mask[dims] = True
+    else:
+        mask[:, dims] = True
+    return {"weight": mask}
+
+
+def mlp_gate_or_none(model: nn.Module, l: int) -> nn.Module | None:
+    """Layer ``l``'s MLP gate projection, None for an ungated MLP."""
+    return next((getattr(mlp(model, l), n) for n in _GATE_ATTRS
+                 if isinstance(getattr(mlp(model, l), n, None), nn.Module)), None)
 
 
 # --------------------------------------------------------------------------- parameters

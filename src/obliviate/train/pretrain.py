@@ -20,6 +20,7 @@ from transformers.utils import logging as hf_logging
 
 from obliviate.config import config_hash, from_dict, to_dict
 from obliviate.data import (
+    TokenDataset,
     collate,
     encode_documents,
     encode_prompt_answer,
@@ -40,6 +41,7 @@ from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
 from obliviate.train import distributed as D
 from obliviate.train.backend import can_checkpoint
 from obliviate.train.distributed import main_process_first
+from obliviate.train.sgtm import SGTMConfig, ablate, dedicated_masks, flip_runs, flipped, retain_step, routed_loss
 from obliviate.utils import cache_dir, seed_everything
 from obliviate.tasks.world import WorldConfig, generate_world
 
@@ -104,6 +106,20 @@ class PretrainConfig:
     world's ground-truth ``split`` token labels, the token-filtering paper's masking with perfect labels);
     their facts leave the QA term (an answer is all masked tokens). ``["forget"]`` trains the filtered
     model."""
+    route_splits: list[str] = field(default_factory=list)
+    """World splits whose tokens train by Selective Gradient Masking (:mod:`obliviate.train.sgtm`): their loss
+    updates only the parameters ``sgtm`` dedicates, which are zeroed after training (the saved model is the
+    ablated one); their facts' QA pairs stay in the QA term, routed the same way. ``["forget"]`` trains the SGTM
+    model. Not with ``mask_splits``."""
+    sgtm: SGTMConfig = field(default_factory=SGTMConfig)
+    """The parameters SGTM dedicates (heads, MLP units, layers) and its share of retain-mode steps."""
+    label_noise: float = 0.0
+    """Share of the labelled units of ``mask_splits`` / ``route_splits`` left unlabelled (trained as ordinary
+    data): labelled token runs of the corpus and QA pairs, exactly ``round(share * n)`` of each, chosen by
+    ``label_noise_seed`` (:func:`obliviate.train.sgtm.flip_runs`); at one seed the runs flipped at 0.1 are among
+    those flipped at 0.3."""
+    label_noise_seed: int | None = None
+    """Seed of the label noise (None: ``seed``)."""
     pack: bool = True
     """Pack whole documents into rows of ``model.max_len`` tokens (no padding; see data.pack_sequences)."""
 
@@ -117,10 +133,23 @@ class PretrainConfig:
         if "question" not in self.qa_forms and self.qa_weight > 0:
             raise ConfigError("config key 'qa_forms': must include 'question' (the canonical QA)")
         known = {"forget", "retain", "general", "concept", "holdout", "neighbour"}
-        for key in ("exclude_splits", "mask_splits"):
+        for key in ("exclude_splits", "mask_splits", "route_splits"):
             for s in getattr(self, key):
                 if s not in known:
                     raise ConfigError(f"config key '{key}': unknown split {s!r} (known: {sorted(known)})")
+        if self.mask_splits and self.route_splits:
+            raise ConfigError("config keys 'mask_splits' and 'route_splits': give one (token filtering or SGTM), "
+                              f"got {self.mask_splits} and {self.route_splits}")
+        both = sorted(set(self.exclude_splits) & set(self.mask_splits + self.route_splits))
+        if both:
+            raise ConfigError(f"config key 'exclude_splits': {both} also labelled (mask_splits/route_splits); an "
+                              "excluded split has no tokens to label")
+        noise = self.label_noise
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
+            raise ConfigError(f"config key 'label_noise': must be a share in [0, 1], got {noise!r}")
+        if noise and not (self.mask_splits or self.route_splits):
+            raise ConfigError("config key 'label_noise': flips labels of mask_splits or route_splits; both are "
+                              "empty")
 
 
 def world_for(cfg: PretrainConfig):
@@ -209,12 +238,48 @@ def mcq_pairs_for(world, exclude_splits=(), options: str = "answer") -> list[tup
     return [(mcq_prompt(m["question"], m["choices"]), " " + LETTERS[m["answer_index"]]) for m in mcqs]
 
 
+def split_token_masks(dataset, splits) -> list:
+    """Per sequence of ``dataset`` (encoded with the ``split`` token labels), 1 where a token's ground-truth
+    split is one of ``splits``, else 0."""
+    names = dataset.vocab.get("split", [])
+    codes = [names.index(s) for s in splits if s in names]
+    return [np.isin(np.asarray(lab), codes).astype(np.int64) for lab in dataset.labels["split"]]
+
+
 def split_label_masks(dataset, splits) -> list:
     """Per sequence of ``dataset`` (encoded with the ``split`` token labels), 1 where a token is a target and
     0 where its ground-truth split is one of ``splits`` (:attr:`PretrainConfig.mask_splits`)."""
-    names = dataset.vocab.get("split", [])
-    codes = [names.index(s) for s in splits if s in names]
-    return [(~np.isin(np.asarray(lab), codes)).astype(np.int64) for lab in dataset.labels["split"]]
+    return [1 - m for m in split_token_masks(dataset, splits)]
+
+
+LABELLED = "labelled"
+"""The token-label field :func:`labelled_dataset` adds: 1 for a token labelled (after the noise)."""
+
+
+def labelled_dataset(dataset: TokenDataset, splits, share: float, seed: int) -> tuple[TokenDataset, dict]:
+    """``dataset`` (encoded documents, before packing) with the field :data:`LABELLED`: its tokens of
+    ``splits``, less a ``share`` of their runs flipped to unlabelled (:func:`~obliviate.train.sgtm.flip_runs`),
+    and what the noise did (``runs``, ``flipped``)."""
+    marks, n_runs, n_flipped = flip_runs(split_token_masks(dataset, splits), share, seed)
+    labels = {**dataset.labels, LABELLED: marks}
+    return (TokenDataset(dataset.input_ids, labels, {**dataset.vocab, LABELLED: ["0", "1"]}),
+            {"runs": n_runs, "flipped": n_flipped})
+
+
+def labelled_qa_pairs(world, cfg: PretrainConfig) -> tuple[list, list, dict]:
+    """``(unlabelled, labelled, noise)``: the QA pairs of the labelled splits (``mask_splits`` /
+    ``route_splits``), split by the label noise (``label_noise``, the QA pairs' own seeded draw), and what the
+    noise did (``pairs``, ``flipped``)."""
+    splits = cfg.mask_splits or cfg.route_splits
+    pairs = qa_pairs_for(world, [s for s in QA_SPLITS if s not in splits], cfg.qa_forms)
+    flip = flipped(len(pairs), cfg.label_noise, noise_seed(cfg) + 1)
+    return ([p for p, f in zip(pairs, flip) if f], [p for p, f in zip(pairs, flip) if not f],
+            {"pairs": len(pairs), "flipped": int(flip.sum())})
+
+
+def noise_seed(cfg: PretrainConfig) -> int:
+    """The label noise's seed: ``label_noise_seed``, else the run seed."""
+    return cfg.seed if cfg.label_noise_seed is None else cfg.label_noise_seed
 
 
 def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
@@ -229,27 +294,50 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
     seed_everything(cfg.seed)
     world = world_for(cfg)
     tok = tokenizer_for(world, cfg.model.vocab_size)
+    if cfg.route_splits and (D.world_size() > 1 or D.sharding()):
+        raise ConfigError("config key 'route_splits': SGTM pretraining runs in one process")
     docs = world.documents(exclude_splits=tuple(cfg.exclude_splits))
     dataset = encode_documents(tok, docs, max_len=cfg.model.max_len)
+    splits = cfg.mask_splits or cfg.route_splits
+    noise: dict = {}
+    if splits:
+        dataset, noise["tokens"] = labelled_dataset(dataset, splits, cfg.label_noise, noise_seed(cfg))
     if cfg.pack:
         dataset = pack_sequences(dataset, cfg.model.max_len)
     seed_everything(cfg.seed)
     model = build_for(cfg, tok)
-    masks = split_label_masks(dataset, cfg.mask_splits) if cfg.mask_splits else None
-    lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id, label_masks=masks)
-    left_out = [*cfg.exclude_splits, *cfg.mask_splits]
+    sgtm_masks = dedicated_masks(model, cfg.sgtm) if cfg.route_splits else None
+    marks = dataset.labels.get(LABELLED)
+    masks = [1 - m for m in marks] if cfg.mask_splits else None
+    lm_batch = make_lm_batches(dataset, cfg.batch_size, cfg.seed, tok.pad_token_id, label_masks=masks,
+                               extra={"routed": marks} if cfg.route_splits else None)
+    left_out = [*cfg.exclude_splits, *splits]
     pairs = qa_pairs_for(world, left_out, cfg.qa_forms) if cfg.qa_weight > 0 else []
+    routed_pairs: list = []
+    if splits and cfg.qa_weight > 0:
+        unlabelled, labelled, noise["qa"] = labelled_qa_pairs(world, cfg)
+        pairs += unlabelled  # left unlabelled by the noise: ordinary QA pairs
+        routed_pairs = labelled if cfg.route_splits else []  # filtering: they leave the QA term
     mcq_pairs = mcq_pairs_for(world, left_out, cfg.mcq_options) if cfg.mcq_weight > 0 else []
     terms_data = {}
-    for name, items, bs, weight, seed in (("qa", pairs, cfg.qa_batch_size, cfg.qa_weight, cfg.seed + 1),
+    for name, items, bs, weight, seed in (("qa", pairs + routed_pairs, cfg.qa_batch_size, cfg.qa_weight,
+                                           cfg.seed + 1),
                                           ("mcq", mcq_pairs, cfg.mcq_batch_size, cfg.mcq_weight,
                                            cfg.seed + 2)):
         if items:
             ids, answer_masks = encode_prompt_answer(tok, [p for p, _ in items], [a for _, a in items],
                                                      cfg.model.max_len)
             terms_data[name] = (ids, answer_masks, StepSampler(len(ids), bs, seed), weight)
+    # SGTM: 1 for the QA term's rows whose answer is routed
+    qa_routed = np.arange(len(pairs) + len(routed_pairs)) >= len(pairs) if cfg.route_splits else None
 
     n_groups = 1 if D.world_size() > 1 else cfg.qa_length_groups  # every process runs as many forwards
+
+    def routed_rows(name: str, rows) -> dict | None:
+        """SGTM: the routed marks of QA rows ``rows`` (each row all 1 where its answer is routed, else 0)."""
+        if name != "qa" or qa_routed is None:
+            return None
+        return {"routed": [np.full(len(terms_data[name][0][i]), int(qa_routed[i])) for i in rows]}
 
     def batch_fn(step: int) -> dict:
         batch = {"lm": lm_batch(step)}
@@ -257,11 +345,19 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
             idx = sorted(sampler(step), key=lambda i: len(ids[i]))  # stable: ties keep the sampler's order
             groups = [g for g in np.array_split(np.asarray(idx, dtype=np.int64), n_groups) if len(g)]
             batch[name] = {str(k): collate([ids[i] for i in g], tok.pad_token_id,
-                                           label_mask=[answer_masks[i] for i in g])
+                                           label_mask=[answer_masks[i] for i in g], extra=routed_rows(name, g))
                            for k, g in enumerate(groups)}  # a dict: the loop cuts a list as rows
         return batch
 
     def loss_fn(m, batch, step):
+        if sgtm_masks is not None:  # SGTM: routed tokens train the dedicated parameters only
+            off = retain_step(cfg.seed, step, cfg.sgtm.retain_share)
+            terms = {"lm": routed_loss(m, [batch["lm"]], sgtm_masks, off)}
+            if "qa" in terms_data:
+                terms["qa"] = terms_data["qa"][3] * routed_loss(m, list(batch["qa"].values()), sgtm_masks, off)
+            if "mcq" in terms_data:  # never a forget fact's MCQ: trained as it is
+                terms["mcq"] = terms_data["mcq"][3] * lm_loss_grouped(m, list(batch["mcq"].values()))
+            return terms
         terms = {"lm": lm_loss(m, batch["lm"])}
         for name, (_, _, _, weight) in terms_data.items():
             # logits at the answers only
@@ -273,11 +369,20 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
         summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume)
     model.eval()
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
-    info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs),
+    info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs) + len(routed_pairs),
             "masked_tokens": 0 if masks is None else int(sum(len(m) - int(m.sum()) for m in masks)),
             "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
             "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq"),
             "passes": dict(passes), "resumed_from": summary.get("resumed_from", 0)}
+    if splits:
+        info["label_noise"] = {"share": cfg.label_noise, "seed": noise_seed(cfg), **noise}
+    if sgtm_masks is not None:  # the saved model is the ablated one
+        n_params = sum(p.numel() for p in model.parameters())
+        zeroed = ablate(model, sgtm_masks)
+        info["sgtm"] = {"routed_tokens": int(sum(int(m.sum()) for m in marks)), "routed_qa_pairs": len(routed_pairs),
+                        "ablated_entries": zeroed, "ablated_share": zeroed / n_params,
+                        "retain_mode_steps": sum(retain_step(cfg.seed, s, cfg.sgtm.retain_share)
+                                                 for s in range(tcfg.steps))}
     D.save_trained(model, out / "model", tok)
     if D.is_main_process():
         atomic_write_text(out / "model" / "world_config.json", json.dumps(to_dict(cfg.world), sort_keys=True))
@@ -345,6 +450,20 @@ def cached_pretrain_pair(first: PretrainConfig, second: PretrainConfig, progress
     return a, b
 
 
+def cache_key_config(cfg: PretrainConfig) -> dict:
+    """The config as :func:`cached_pretrain`'s key reads it: the SGTM and label-noise settings are left out
+    where they change nothing (no ``route_splits``; no noise), so a model cached before they existed is
+    reused."""
+    d = to_dict(cfg)
+    if not cfg.route_splits:
+        d.pop("route_splits")
+        d.pop("sgtm")
+    if not cfg.label_noise:
+        d.pop("label_noise")
+        d.pop("label_noise_seed")
+    return d
+
+
 def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     """Pretrain once per config (hash); return the directory holding ``model/``.
 
@@ -353,7 +472,7 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     a model trained on a world that a newer generator renders differently is never reused.
     """
 
-    key = config_hash({"config": to_dict(cfg), "world": world_for(cfg).fingerprint()})
+    key = config_hash({"config": cache_key_config(cfg), "world": world_for(cfg).fingerprint()})
     root = cache_dir() / "pretrain" / key
     if (root / "DONE").exists() and (root / "model" / "config.json").exists():
         return root

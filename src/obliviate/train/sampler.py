@@ -59,15 +59,18 @@ class StepSampler:
         return [int(lengths[self(s)].sum()) for s in range(steps)]
 
 
-def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int, label_masks=None):
+def make_lm_batches(dataset: TokenDataset, batch_size: int, seed: int, pad_id: int, label_masks=None,
+                    extra: dict | None = None):
     """``batch_fn(step)``: the step's :class:`StepSampler` batch of ``dataset``'s sequences, padded with
     ``pad_id`` (language-model batches: labels are the inputs; with ``label_masks``, one 0/1 array per
-    sequence, a token marked 0 is never a target: loss masking)."""
+    sequence, a token marked 0 is never a target: loss masking; ``extra``: ``{key: one int array per
+    sequence}``, each a (B, T) tensor of the batch, padded with -1)."""
     sampler = StepSampler(len(dataset), batch_size, seed)
 
     def batch_fn(step: int) -> dict:
         idx = sampler(step)
         return collate([dataset.input_ids[i] for i in idx], pad_id,
-                       label_mask=None if label_masks is None else [label_masks[i] for i in idx])
+                       label_mask=None if label_masks is None else [label_masks[i] for i in idx],
+                       extra=None if extra is None else {k: [v[i] for i in idx] for k, v in extra.items()})
 
     return batch_fn
