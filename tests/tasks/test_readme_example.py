@@ -21,7 +21,8 @@ def readme_block(title: str) -> str:
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.mark.heavy(34)
+@pytest.mark.slow  # 75 s, the default suite's longest (make test-all runs it); the default suite runs the same steps
+# on a user's model and file through the API (tests/tasks/test_provider_runs.py) and the CLI (tests/cli/)
 def test_own_model_and_data_example_runs_as_written(user_models, tmp_path):
     block = readme_block("Your own model and data")
     assert "obliviate finetune" in block and "obliviate attack" in block
