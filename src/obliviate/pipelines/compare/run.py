@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import shutil
 import time
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from obliviate.evidence.harness import (TaskAttackConfig, attack_names, check_at
 from obliviate.evidence.positive_controls import attack_items, build_positive_control, positive_controls
 from obliviate.evidence.retain_control import has_retain_data
 from obliviate.evidence.trust import metric_trust
-from obliviate.evidence.verdict import KNOWN_REMOVED, robustness_summary
+from obliviate.evidence.verdict import KNOWN_REMOVED, REFERENCES, robustness_summary
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.layers import count_passes
@@ -82,6 +83,13 @@ class CompareConfig:
     """On a task pretrained on its world, with ``oracle``: also pretrain the models known to have removed,
     judged as methods (:data:`obliviate.evidence.verdict.KNOWN_REMOVED`): the second oracle and the filtered
     model."""
+    pretrained: dict = field(default_factory=dict)
+    """On a task pretrained on its world: more models pretrained beside the base model, each judged as a method
+    (evaluated, attacked, a verdict; kept in ``models/<name>``, its part in ``known/<name>.json``):
+    ``{name: settings}``, the :class:`~obliviate.train.pretrain.PretrainConfig` keys changed from ``pretrain``'s,
+    e.g. ``{"sgtm": {"route_splits": ["forget"]}, "filtered_noise30": {"mask_splits": ["forget"],
+    "label_noise": 0.3}}`` (:func:`pretrained_variant`; ``scripts/sgtm_vs_filtering.py``). None by default (nor
+    in the demo: each is a whole pretraining run)."""
     positive_control: bool = True
     """Build and attack a model known to only suppress
     (:func:`obliviate.evidence.controls.suppression_control`)."""
@@ -286,6 +294,27 @@ SECOND_ORACLE_SEED = 1
 data order)."""
 
 
+PRETRAINED_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+"""What a name of :attr:`CompareConfig.pretrained` may be (it names a folder and a report row)."""
+
+
+def pretrained_variant(pretrain: PretrainConfig, name: str, settings) -> PretrainConfig:
+    """The pretraining of :attr:`CompareConfig.pretrained`'s model ``name``: ``pretrain`` with ``settings``
+    (``PretrainConfig`` keys) changed; a one-line ConfigError for a name that is taken or not a plain name, or
+    settings that are not a valid pretraining."""
+    taken = {"base", "oracle", *KNOWN_REMOVED, *REFERENCES, *method_names()}
+    if not isinstance(name, str) or not PRETRAINED_NAME.match(name) or name in taken:
+        raise ConfigError(f"config key 'pretrained': {name!r} is not a free model name (a letter, then letters, "
+                          "digits, '_', '.', '-'; not base, oracle, a control's, a known model's or a method's)")
+    if not isinstance(settings, dict):
+        raise ConfigError(f"config key 'pretrained.{name}': must be a mapping of pretraining settings, got "
+                          f"{type(settings).__name__}")
+    try:
+        return build_config(PretrainConfig, base=deep_merge(to_dict(pretrain), settings))
+    except ConfigError as e:
+        raise ConfigError(f"config key 'pretrained.{name}': {e}") from None
+
+
 def pretrained_bases(task: Task, cfg: CompareConfig, out: Path,
                      progress: bool) -> tuple[dict[str, str], Path]:
     """The base model and (``cfg.oracle``) the oracle pretrained on the task's world, without its forget split
@@ -304,6 +333,8 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path,
                                                         seed=pcfg.seed + SECOND_ORACLE_SEED)
             cfgs["filtered"] = copy.deepcopy(pcfg)
             cfgs["filtered"].mask_splits = sorted(set(pcfg.mask_splits) | {"forget"})
+    for name, settings in cfg.pretrained.items():
+        cfgs[name] = pretrained_variant(pcfg, name, settings)
     roots = dict(zip(cfgs, cached_pretrain_all(list(cfgs.values()), progress, parallel=cfg.parallel)))
     dirs = {}
     for name, root in roots.items():
@@ -637,7 +668,8 @@ def _known_part(run: _Scoring, kname: str, kdir: str, load) -> dict:
 def _known_jobs(run: _Scoring, dirs: dict, load, out: Path, run_key: dict) -> list:
     """The parts of the models known to have removed (:data:`~obliviate.evidence.verdict.KNOWN_REMOVED`)."""
     return [(kname, out / "known" / f"{kname}.json", {"known": kname, **run_key},
-             partial(_known_part, run, kname, dirs[kname], load)) for kname in KNOWN_REMOVED if kname in dirs]
+             partial(_known_part, run, kname, dirs[kname], load)) for kname in [*KNOWN_REMOVED, *run.cfg.pretrained]
+            if kname in dirs]
 
 
 def _method_part(run: _Scoring, name: str, ucfg: UnlearnConfig, mdir: Path) -> dict:
@@ -821,6 +853,11 @@ def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = Non
     (:func:`check_same_vocabulary`)."""
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)
+    if cfg.pretrained and (task.pretrain is None or model is not None):
+        raise ConfigError("config key 'pretrained': models pretrained beside the base model need a task with a "
+                          "world and no --model")
+    for name, settings in cfg.pretrained.items():
+        pretrained_variant(dataclasses.replace(cfg.pretrain, world=task.pretrain), name, settings)
     check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
     # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
