@@ -21,13 +21,21 @@ from obliviate.errors import ConfigError, DataError
 from obliviate.tasks.base import Task
 
 
-def unrelated_examples(task: Task, n: int, tokenizer=None, seed: int = 0) -> list:
-    """``n`` retain examples, seeded: (prompt, answer) pairs in the task's format, else retain documents."""
-    if n < 1:
-        raise ConfigError(f"config key 'n': must be >= 1, got {n}")
+def retain_examples(task: Task, tokenizer=None) -> list:
+    """The task's retain data as an attacker fine-tunes on it: its QA pairs in the task's prompt format
+    (``(prompt, answer)``), else its documents; never a forget item. A one-line :class:`DataError` where it
+    has neither."""
     pool = task.prompt.pairs(list(task.retain.qa), tokenizer) if task.retain.qa else list(task.retain.docs)
     if not pool:
         raise DataError(f"task {task.name!r}: no retain data to fine-tune on")
+    return pool
+
+
+def unrelated_examples(task: Task, n: int, tokenizer=None, seed: int = 0) -> list:
+    """``n`` retain examples (:func:`retain_examples`), seeded."""
+    if n < 1:
+        raise ConfigError(f"config key 'n': must be >= 1, got {n}")
+    pool = retain_examples(task, tokenizer)
     idx = np.random.default_rng(seed).permutation(len(pool))[:n]
     return [pool[i] for i in sorted(idx)]
 

@@ -450,26 +450,26 @@ def _part_curve(res: dict, parts: list[int], sizes: list[int]) -> list:
     return [[pts[0][0], sum(sizes[i] * p[1] for i, p in zip(parts, pts)) / total] for pts in zip(*c)]
 
 
-@register_attack("relearn", needs="a related corpus: texts about the forget "
-                                  "facts to fine-tune on (--relearn FILE)",
-                 applies=lambda task: bool(task.relearn), config=RelearnAttackConfig,
-                 reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
-                                  label="relearning on the related corpus"))
-def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
-    """Relearning on the task's related corpus, at each setting of the corpus grid.
+def tracked_relearning(r: AttackRun, prefix: str, data: Sequence, grid: list[tuple[str, RelearnConfig]],
+                       folder: str) -> dict:
+    """Relearning on ``data`` (texts or ``(prompt, answer)`` pairs, never forget items) at each setting of
+    ``grid``, the forget items every relearning attack tracks read along the way; the metrics of attack
+    ``prefix`` (the related-corpus attack's, the retain-only one's). Each setting's run is kept under
+    ``r.run_dir / <folder>-<setting>``.
 
-    The forget items it scores are cut into three seeded parts; each in turn is the selection split V (the
-    setting and step are chosen on it) and the other two are B, where the score is read (``relearn_selection``
-    ``"V"``). With fewer than 3 items there is no V: ``relearn_acc`` is then the best over settings and steps
-    of every item, ``relearn_selection`` ``"optimistic"``.
+    The forget items it scores (:func:`~obliviate.attacks.scoring.forget_items_fn`, at most ``max_eval``) are
+    cut into three seeded parts; each in turn is the selection split V (the setting and step are chosen on it)
+    and the other two are B, where the score is read (``<prefix>_selection`` ``"V"``,
+    :func:`selected_metrics`). With fewer than 3 items there is no V: ``<prefix>_acc`` is then the best over
+    settings and steps of every item, ``<prefix>_selection`` ``"optimistic"``.
 
-    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``relearn_items`` the n distinct forget items
-    scored (at most ``max_eval``). ``relearn_acc`` is the mean over the three folds of B's score, and each
-    item is in B in two folds, so it is a mean over the n items with equal weights (within 1/n where 3 does
-    not divide n); an item's two scores are not independent draws, so it counts once, not twice.
-    ``relearn_variants``: 1 with V (B never enters the choice); without V, the distinct models ``relearn_acc``
-    is the best of on the same items, every setting's reads after step 0 and the one untrained model they
-    share at step 0."""
+    Its counts (:func:`~obliviate.attacks.attack.read_counts`): ``<prefix>_items`` the n distinct forget items
+    scored. ``<prefix>_acc`` is the mean over the three folds of B's score, and each item is in B in two
+    folds, so it is a mean over the n items with equal weights (within 1/n where 3 does not divide n); an
+    item's two scores are not independent draws, so it counts once, not twice. ``<prefix>_variants``: 1 with
+    V (B never enters the choice); without V, the distinct models ``<prefix>_acc`` is the best of on the same
+    items, every setting's reads after step 0 and the one untrained model they share at step 0. Empty where
+    the task has no forget items to track."""
     found = forget_items_fn(r.tokenizer, r.task, r.cfg.max_eval)
     if found is None:
         return {}
@@ -481,15 +481,28 @@ def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
         c = items(model)
         return {"all": float(np.mean(c)), **{f"p{i}": float(np.mean(c[p])) for i, p in enumerate(parts)}}
 
-    tried = [(tag, relearn_attack(r.model, r.tokenizer, list(r.task.relearn), fn, rc, base_acc=r.base_score,
-                                  out_dir=None if r.run_dir is None else r.run_dir / f"corpus-{tag}",
+    tried = [(tag, relearn_attack(r.model, r.tokenizer, data, fn, rc, base_acc=r.base_score,
+                                  out_dir=None if r.run_dir is None else r.run_dir / f"{folder}-{tag}",
                                   resume=r.resume))
-             for tag, rc in attack_grid(r.model, r.cfg, cfg.lr_grid)]
+             for tag, rc in grid]
     if parts:
         folds = [[(tag, res, res["curves"][f"p{i}"], _part_curve(res, [j for j in range(3) if j != i], sizes))
                   for tag, res in tried] for i in range(3)]
     else:
         folds = [[(tag, res, res["curve"], res["curve"]) for tag, res in tried]]
-    out = selected_metrics("relearn", folds, r.base_score)
+    out = selected_metrics(prefix, folds, r.base_score)
     variants = 1 if parts else 1 + sum(len(res["curve"]) - 1 for _, res in tried)
-    return {**out, "relearn_selection": "V" if parts else "optimistic", **read_counts("relearn", n, variants)}
+    return {**out, f"{prefix}_selection": "V" if parts else "optimistic", **read_counts(prefix, n, variants)}
+
+
+@register_attack("relearn", needs="a related corpus: texts about the forget "
+                                  "facts to fine-tune on (--relearn FILE)",
+                 applies=lambda task: bool(task.relearn), config=RelearnAttackConfig,
+                 reads=AttackRead("relearn_start_acc", "relearn_acc", "relearn_base_acc",
+                                  label="relearning on the related corpus"))
+def corpus_attack(r: AttackRun, cfg: RelearnAttackConfig) -> dict:
+    """Relearning on the task's related corpus, at each setting of the corpus grid, the forget items tracked,
+    the setting and step chosen on a selection part of them (:func:`tracked_relearning`, whose counts it
+    records: ``relearn_items``, ``relearn_variants``)."""
+    return tracked_relearning(r, "relearn", list(r.task.relearn), attack_grid(r.model, r.cfg, cfg.lr_grid),
+                              "corpus")

@@ -36,6 +36,9 @@ ATTACK_TABLE: dict[str, Defaults] = {
     # attack, in the harness's order: where it runs, the verdict's rank of each of its reads (1: read first)
     "relearn": Defaults("default", {"relearn": 2}),
     "relearn_disjoint": Defaults("default", {"relearn_disjoint": 1}),
+    # the retain set alone: a relearning budget per setting (compare's grid), too long for the demo; it trains on
+    # no forget item, so a tie of severity goes to every other read
+    "relearn_retain": Defaults("compare", {"relearn_retain": 16}),
     "mia": Defaults("default"),  # no before and after: read against the oracle alone
     "probe": Defaults("default"),  # the same
     "format_shift": Defaults("default", {"format_shift": 15}),
