@@ -86,6 +86,23 @@ def test_compare_results_contract_and_resume(tmp_path, capsys, monkeypatch):
     assert fq["robust_quantize"] is not None and fq["n_with"] == fq["n_without"] == 3  # quantize rescores every metric
     assert "| forget_qa_em | metric | " in report and " (3 v 3) |" in report  # each AUC beside its pool sizes
     assert "| model | verdict | decided by |" in report and "| calibrated? |" in report
+    # each model's cost as a share of the oracle's pretraining, the known-removed models' whole pretrainings included:
+    # the ratios of the integers recorded beside them, printed and in the report's cost table
+    cost, pre = res["cost"], res["cost"]["oracle_pretraining"]
+    assert pre["tokens"] == pre["passes"]["forward_tokens"] + pre["passes"]["backward_tokens"] > 0
+    assert set(cost["removal"]) == {"oracle", "graddiff", "rmu", "second_oracle", "filtered"}  # no base, no control
+    for name, r in cost["removal"].items():
+        assert cost["share_of_oracle_pretraining"][name] == r["tokens"] / pre["tokens"], name
+        assert cost["share_of_oracle_pretraining_flops"][name] == r["flops"] / pre["flops"], name
+    for name in ("second_oracle", "filtered"):  # the passes of its pretraining, as pretrain.json records them
+        passes = json.loads((out / "models" / name / "pretrain.json").read_text())["passes"]
+        assert cost["removal"][name]["tokens"] == passes["forward_tokens"] + passes["backward_tokens"], name
+    shares = cost["share_of_oracle_pretraining"]
+    assert shares["oracle"] == 1.0 and 0.5 < shares["second_oracle"] < 2  # a whole retraining on the same data
+    assert max(shares["graddiff"], shares["rmu"]) < shares["second_oracle"]  # 3 unlearning steps against 20
+    assert "## Cost as a share of retraining" in report and "| second_oracle | " in report
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cost: each model's")]
+    assert len(printed) == 1 and "second_oracle " in printed[0] and "filtered " in printed[0]
     # read where the base model has the attack's reference (here it knows no forget answer: no relearning target)
     assert {"quantize", "ablate", "logit_lens", "in_context"} <= set(res["robustness"]["calibration"])
     assert res["timings"]["positive_control_smallnorm"]["steps"] >= 0
@@ -228,9 +245,9 @@ def test_an_unknown_attack_name_is_one_line_before_anything_runs(tmp_path, capsy
     out = tmp_path / "out"
     assert main([*argv, "--attacks", "quantize,quantise", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, mia, probe, "
-                   "format_shift, quantize, ablate, logit_lens, in_context, prompts, unrelated_finetune, gcg, "
-                   "leak_at_k, soft_prompt, prune, gcg_prefix)"]
+    assert err == ["obliviate: error: unknown attack 'quantise' (valid: all, relearn, relearn_disjoint, "
+                   "relearn_retain, mia, probe, format_shift, quantize, ablate, logit_lens, in_context, prompts, "
+                   "unrelated_finetune, gcg, leak_at_k, soft_prompt, prune, gcg_prefix)"]
     assert not out.exists()
 
 
@@ -244,3 +261,48 @@ def test_the_api_takes_the_same_attack_names(tmp_path):
                  lambda: obliviate.compare(None, None, task, tmp_path / "c", attacks=["nosuch"])):
         with pytest.raises(ConfigError, match="^unknown attack 'nosuch'"):
             call()
+
+
+def test_each_models_cost_is_its_unlearning_or_the_pretraining_beside_it_as_a_share_of_the_oracles(tmp_path):
+    """``cost.removal``: a method's unlearning stage (what it cost when built, for one found made), and the whole
+    pretraining (with the labelling run it records) of every model a pretraining run made, the known-removed
+    models and a pretraining-time method alike; never the base model's pretraining or a control. The shares are
+    the ratios of those recorded integers to the oracle's."""
+    from obliviate.pipelines.compare.report import cost_share_markdown
+    from obliviate.pipelines.compare.run import removal_costs
+    from obliviate.runs.cost import pass_flops, pass_tokens, removal_shares, stage_record
+
+    def passes(f, b):
+        return {"forwards": 3, "backwards": 3, "forward_tokens": f, "backward_tokens": b}
+
+    made = {"base": {"passes": passes(6_007, 6_007)}, "second_oracle": {"passes": passes(5_003, 5_003)},
+            "filtered": {"passes": passes(6_001, 6_001), "masked_tokens": 997},
+            "routed": {"passes": passes(6_011, 6_011), "labelling": {"passes": passes(77, 0), "what": "a classifier"}},
+            "positive_control": None}
+    dirs = {}
+    for name, info in made.items():
+        (tmp_path / name).mkdir()
+        if info:
+            (tmp_path / name / "pretrain.json").write_text(json.dumps(info))
+        dirs[name] = str(tmp_path / name)
+    n = 1_100_003
+    oracle = {"passes": passes(5_000, 5_000), "what": "the oracle's pretraining"}
+    pre = {**oracle, "tokens": pass_tokens(oracle["passes"]), "flops": pass_flops(oracle["passes"], n), "n_params": n}
+    stages = {"unlearn:npo": stage_record(passes(300, 200), 1.0),
+              "unlearn:rmu": {**stage_record(None), "cached": True, "built": stage_record(passes(40, 40))}}
+    removal = removal_costs(stages, ["npo", "rmu"], dirs, pre, n)
+    assert list(removal) == ["oracle", "npo", "rmu", "second_oracle", "filtered", "routed"]
+    assert removal["rmu"]["tokens"] == 80 and removal["routed"]["tokens"] == 12_022 + 77  # the build's; the labeller's
+    shares, flops = removal_shares(removal, pre)
+    for name, r in removal.items():
+        assert shares[name] == r["tokens"] / pre["tokens"] and flops[name] == r["flops"] / pre["flops"], name
+    assert shares["oracle"] == flops["oracle"] == 1.0
+    assert shares["second_oracle"] == 10_006 / 10_000 and flops["npo"] == (2 * 300 + 4 * 200) / (6 * 5_000)
+    assert "997 loss-masked tokens were chosen by the world's token labels" in removal["filtered"]["what"]
+    assert removal["routed"]["what"].endswith("plus its labelling: a classifier")
+    md = "\n".join(cost_share_markdown({"removal": removal, "oracle_pretraining": pre,
+                                        "share_of_oracle_pretraining": shares,
+                                        "share_of_oracle_pretraining_flops": flops}))
+    assert "## Cost as a share of retraining" in md and "| second_oracle | 10,006 | " in md and " 100% | " in md
+    assert "No share: the oracle's pretraining is unknown: given" in "\n".join(cost_share_markdown(
+        {"removal": {}, "oracle_pretraining": {"passes": None, "what": "unknown: given"}}))

@@ -118,8 +118,8 @@ def test_a_second_comparison_on_the_same_base_runs_only_its_methods(user, tmp_pa
     assert "fine-tuned on the retain data only" in oracle["what"]
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("cost: ") and "(controls" in line for line in out)
-    assert any(line.startswith("cost: each method's unlearning against the oracle's pretraining") and "npo " in line
-               for line in out)
+    assert any(line.startswith("cost: each model's unlearning or making against the oracle's pretraining")
+               and "npo " in line and "oracle 100% " in line for line in out)  # the oracle's is its own: 1
 
     # A rerun into an --out whose oracle an obliviate before costs kept there (its part has no cost), with a cache
     # that cannot be written: said once, and the run goes on as with --no-cache, its cost line saying why no share.

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from obliviate.models import tiny_llama
-from obliviate.runs.cost import CostRecord, cost_line, cost_lines, share_of_pretraining, stage_record
+from obliviate.runs.cost import (CostRecord, cost_line, cost_lines, made_by, pass_flops, removal_shares,
+                                stage_record)
 
 
 def test_a_stage_counts_the_passes_and_tokens_of_its_models():
@@ -59,16 +60,36 @@ def test_a_stage_recorded_twice_adds_up():
     assert (t["forwards"], t["backwards"], t["tokens"], t["seconds"]) == (3, 1, 19, 1.5)
 
 
-def test_a_methods_share_of_the_oracles_pretraining_counts_forward_and_backward_tokens():
+def test_a_share_of_the_oracles_pretraining_is_the_ratio_of_the_recorded_counts():
+    """Forward plus backward tokens, and FLOPs N (2 forward + 4 backward tokens), of a method's unlearning and of a
+    model made by a pretraining run (with the labelling run it records), each over the oracle's pretraining's: the
+    shares are exactly the ratios of the integers recorded beside them."""
+    n = 1_234_567
     spent = {"forwards": 8, "backwards": 4, "forward_tokens": 800, "backward_tokens": 400}
-    pretraining = {"forwards": 100, "backwards": 100, "forward_tokens": 30_000, "backward_tokens": 30_000}
-    assert share_of_pretraining(spent, pretraining) == pytest.approx(1200 / 60_000)
-    assert share_of_pretraining(spent, None) is None and share_of_pretraining(None, pretraining) is None
-    assert share_of_pretraining(spent, {"forwards": 0}) is None  # no tokens counted: no share, not a division by 0
+    pretraining = {"forwards": 100, "backwards": 100, "forward_tokens": 30_011, "backward_tokens": 30_011}
+    filtered = {"forwards": 100, "backwards": 100, "forward_tokens": 33_003, "backward_tokens": 33_003}
+    labelling = {"passes": {"forwards": 7, "backwards": 0, "forward_tokens": 901, "backward_tokens": 0},
+                 "what": "a classifier over the corpus"}
+    assert pass_flops(spent, n) == n * (2 * 800 + 4 * 400) and pass_flops(spent, None) is None
+    removal = {"npo": made_by(spent, n, "its unlearning", "unlearn:npo"),
+               "filtered": made_by(filtered, n, "its pretraining", "pretrain.json", extra=labelling),
+               "edit": made_by({"forwards": 0}, n, "an edit", "unlearn:edit"),
+               "lost": made_by(None, n, "no record", "unlearn:lost")}
+    assert removal["filtered"]["tokens"] == 66_006 + 901 and removal["filtered"]["flops"] == n * (6 * 33_003 + 2 * 901)
+    oracle = made_by(pretraining, n, "the oracle's pretraining", "oracle_pretraining")
+    shares, flops = removal_shares(removal, oracle)
+    for name in ("npo", "filtered"):
+        assert shares[name] == removal[name]["tokens"] / oracle["tokens"], name
+        assert flops[name] == removal[name]["flops"] / oracle["flops"], name
+    assert shares["npo"] == 1200 / 60_022 and flops["npo"] == (2 * 800 + 4 * 400) / (6 * 30_011)
+    assert shares["edit"] == 0.0 and shares["lost"] is None and flops["lost"] is None  # no record: n/a, not 0
+    assert removal_shares(removal, None) == ({}, {}) and removal_shares(removal, {"tokens": 0}) == ({}, {})
     rec = {**CostRecord().as_dict(), "share_of_oracle_pretraining": {"npo": 0.02, "rmu": None},
+           "share_of_oracle_pretraining_flops": {"npo": 0.025, "rmu": None},
            "oracle_pretraining": {"passes": pretraining, "what": "the oracle's pretraining"}}
     lines = cost_lines(rec)
-    assert len(lines) == 2 and lines[1].endswith("npo 2%, rmu n/a") and "60.0k forward+backward tokens" in lines[1]
+    assert len(lines) == 2 and lines[1].endswith("npo 2% (FLOPs 2.5%), rmu n/a")
+    assert "(60.0k forward+backward tokens; the oracle's pretraining)" in lines[1]
 
 
 @pytest.mark.parametrize("shares", [{"npo": None, "rmu": None}, {}])

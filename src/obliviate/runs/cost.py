@@ -107,24 +107,68 @@ def cost_line(cost: dict) -> str:
     return line
 
 
-def share_of_pretraining(spent: dict | None, pretraining: dict | None) -> float | None:
-    """``spent``'s tokens (forward plus backward) over ``pretraining``'s: a method's unlearning as a share of
-    what training the oracle cost (None where either is unknown or the pretraining counted none)."""
-    a, b = pass_tokens(spent), pass_tokens(pretraining)
+def ratio(a: int | None, b: int | None) -> float | None:
+    """``a / b`` of two recorded counts; None where either is unknown or ``b`` is 0."""
     return None if a is None or not b else a / b
 
 
+FLOPS_PER_PARAM = {"forward_tokens": 2, "backward_tokens": 4}
+"""FLOPs per parameter per token of a pass: a forward pass 2 (a multiply and an add per weight), a backward pass 4
+(the gradients of the activations and of the weights), the usual dense estimate (Kaplan et al. 2020; 6 per trained
+token). Exact only for a pass through every weight that also computes every weight's gradient: a truncated
+forward (RMU's to its layer) or a backward that skips frozen weights' gradients (LoRA) costs less."""
+
+
+def pass_flops(passes: dict | None, n_params: int | None) -> int | None:
+    """The FLOPs of ``passes`` (a ``count_passes`` dict or a stage's record) through a model of ``n_params``
+    parameters: ``N (2 forward_tokens + 4 backward_tokens)`` (:data:`FLOPS_PER_PARAM`); None without either."""
+    if not passes or n_params is None:
+        return None
+    return int(n_params) * sum(k * int(passes.get(key) or 0) for key, k in FLOPS_PER_PARAM.items())
+
+
+def made_by(passes: dict | None, n_params: int | None, what: str, source: str, *,
+            extra: dict | None = None) -> dict:
+    """What making one model cost, as compare records it under ``cost.removal``: ``tokens`` (forward plus
+    backward, :func:`pass_tokens`) and ``flops`` (:func:`pass_flops`) of ``passes`` plus those of
+    ``extra["passes"]`` (a labelling run beside a pretraining), ``what`` was counted and ``from`` (the stage or
+    file the passes were read from). Counts are None where the passes are unknown."""
+    parts = [p for p in (passes, (extra or {}).get("passes")) if p]
+    tokens = [pass_tokens(p) for p in parts]
+    flops = [pass_flops(p, n_params) for p in parts]
+    return {"tokens": sum(tokens) if parts else None,
+            "flops": sum(flops) if parts and None not in flops else None, "what": what, "from": source}
+
+
+def removal_shares(removal: dict[str, dict], pretraining: dict | None) -> tuple[dict, dict]:
+    """``({model: tokens share}, {model: FLOPs share})``: each model's :func:`made_by` counts over the oracle's
+    pretraining's (``pretraining``'s ``tokens`` and ``flops``); ``({}, {})`` where those are unknown."""
+    if not pretraining or not pretraining.get("tokens"):
+        return {}, {}
+    return ({n: ratio(r.get("tokens"), pretraining["tokens"]) for n, r in removal.items()},
+            {n: ratio(r.get("flops"), pretraining.get("flops")) for n, r in removal.items()})
+
+
+def share_text(v: float | None) -> str:
+    """A share as the line and the report show it: ``0.52%``, ``101%``, or ``n/a``."""
+    return "n/a" if v is None else f"{100 * v:.3g}%"
+
+
 def cost_lines(cost: dict) -> list[str]:
-    """:func:`cost_line`, then, for a comparison, each method's share of the oracle's pretraining
-    (``share_of_oracle_pretraining``) in one line, saying what that pretraining was; where its passes are
-    unknown, the line says why there is no share."""
+    """:func:`cost_line`, then, for a comparison, each model's cost as a share of the oracle's pretraining
+    (``share_of_oracle_pretraining``, and of its FLOPs where ``share_of_oracle_pretraining_flops`` has one) in
+    one line, saying what that pretraining was; where its passes are unknown, the line says why there is no
+    share."""
     lines = [cost_line(cost)]
     shares, pre = cost.get("share_of_oracle_pretraining") or {}, cost.get("oracle_pretraining") or {}
+    flops = cost.get("share_of_oracle_pretraining_flops") or {}
     if pre and not pass_tokens(pre.get("passes")):
         lines.append(f"cost: no share of the oracle's pretraining: {pre.get('what')}")
     elif shares:
-        each = ", ".join(f"{name} {'n/a' if v is None else f'{100 * v:.3g}%'}" for name, v in shares.items())
-        lines.append(f"cost: each method's unlearning against the oracle's pretraining "
+        each = ", ".join(f"{name} {share_text(v)}" + (f" (FLOPs {share_text(flops[name])})"
+                                                     if flops.get(name) is not None else "")
+                         for name, v in shares.items())
+        lines.append(f"cost: each model's unlearning or making against the oracle's pretraining "
                      f"({_tokens_text(pass_tokens(pre.get('passes')) or 0)} forward+backward tokens; "
                      f"{pre.get('what')}): {each}")
     return lines

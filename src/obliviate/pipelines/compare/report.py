@@ -10,6 +10,7 @@ from obliviate.eval.suite import PRIMARY, keep_score
 from obliviate.evidence.trust import trust_markdown
 from obliviate.evidence.verdict import recovery, robustness_markdown
 from obliviate.pipelines.compare.muse_runs import markdown as muse_markdown
+from obliviate.runs.cost import share_text
 from obliviate.runs.report import (
     _plt,
     markdown_table,
@@ -31,7 +32,10 @@ COLUMNS = ["model", "forget_score", "retain_score", "heldout_keep_score", "neigh
            "forget_quality", "abs_forget_score_gap", "relearn_acc", "relearn_disjoint_acc", "probe_acc",
            "format_shift_acc"]
 ATTACK_CURVES = {"relearn": "relearning on the related corpus",
-                 "relearn_disjoint": "relearning on the other forget facts (held-out thirds scored)"}
+                 "relearn_disjoint": "relearning on the other forget facts (held-out thirds scored)",
+                 "relearn_retain": "relearning on the retain set alone"}
+"""The relearning attacks whose recovery curves (``<name>_curve``) a comparison keeps and draws, with each
+figure's title."""
 
 
 def set_scores(task: Task, metrics: dict) -> dict[str, dict[str, float]]:
@@ -173,9 +177,35 @@ def main_table(metrics: dict, robustness: dict | None) -> tuple[list[str], list[
     return cols, rows
 
 
+def cost_share_markdown(cost: dict | None) -> list[str]:
+    """The report's cost table: what making each model cost (``cost.removal``: each method's unlearning, the
+    oracle's and every pretraining-made model's pretraining) in forward+backward tokens and FLOPs, and each as
+    a share of the oracle's pretraining (``share_of_oracle_pretraining`` and ``_flops``); where the oracle's
+    pretraining is unknown, one line saying why. Empty without a record."""
+    removal, pre = (cost or {}).get("removal") or {}, (cost or {}).get("oracle_pretraining")
+    if not removal and not pre:
+        return []
+    head = ["## Cost as a share of retraining", ""]
+    if not pre or not pre.get("tokens"):
+        return [*head, f"No share: the oracle's pretraining is {md_escape((pre or {}).get('what') or 'unknown')}.",
+                ""]
+    shares, flops = cost.get("share_of_oracle_pretraining") or {}, cost.get("share_of_oracle_pretraining_flops") or {}
+    rows = [{"model": name, "tokens": None if r.get("tokens") is None else f"{r['tokens']:,}",
+             "FLOPs": None if r.get("flops") is None else f"{r['flops']:.3g}",
+             "share (tokens)": share_text(shares.get(name)), "share (FLOPs)": share_text(flops.get(name)),
+             "what it counts": r.get("what")} for name, r in removal.items()]
+    return [*head,
+            "Each model's cost (forward plus backward tokens through it and its copies; FLOPs `N (2 forward + "
+            f"4 backward tokens)`, N = {pre.get('n_params'):,} parameters) over the oracle's pretraining: "
+            f"{pre['tokens']:,} tokens, {pre.get('flops') or 0:.3g} FLOPs ({md_escape(pre.get('what') or '')}). "
+            "docs/evaluation.md, \"Cost\", says what is counted.", "",
+            markdown_table(rows, ["model", "tokens", "FLOPs", "share (tokens)", "share (FLOPs)", "what it counts"],
+                           missing="n/a"), ""]
+
+
 def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: dict, seconds: float,
                  robustness: dict | None = None, base_log: Path | None = None, skipped: dict | None = None,
-                 trust: dict | None = None) -> None:
+                 trust: dict | None = None, cost: dict | None = None) -> None:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     plot_forget_keep(metrics, plots / "forget_keep.png")
@@ -209,6 +239,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
           *(["## What each method did", "",
              "Each method's run read without any attack (docs/methods.md, \"Did the run work?\"), and every "
              "method of `methods=` that was not run, with the reason.", "", *did, ""] if did else []),
+          *cost_share_markdown(cost),
           *not_computed_markdown(task, metrics),
           *muse_markdown(task, metrics),
           "## How much comes back under relearning on the other forget facts", "",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from obliviate.attacks.relearn import n_params
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
 from obliviate.config import build_config, deep_merge, to_dict
 from obliviate.errors import ConfigError, DataError, ModelError
@@ -38,11 +39,11 @@ from obliviate.models.layers import count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
-from obliviate.pipelines.compare.report import write_report
+from obliviate.pipelines.compare.report import ATTACK_CURVES, write_report
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.cache import (ControlCache, control_cache, model_digest, place_model, settings_key,
                                   task_fingerprint, tokenizer_digest)
-from obliviate.runs.cost import PASS_KEYS, CostRecord, share_of_pretraining, stage_record
+from obliviate.runs.cost import PASS_KEYS, CostRecord, made_by, pass_flops, pass_tokens, removal_shares, stage_record
 from obliviate.runs.parts import cached_parts, kept_part
 from obliviate.runs.results import prepare_out_dir, stored_form, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
@@ -408,6 +409,56 @@ def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
     return {"passes": passes, "what": "the oracle's pretraining (pretrain.json beside it)"}
 
 
+UNLEARNING = "its unlearning: every forward and backward pass through the model and the copies it made"
+"""What a method's ``cost.removal`` counts."""
+
+
+def removal_costs(stages: dict, methods, dirs: dict, pretraining: dict | None, n: int) -> dict:
+    """``{model: made_by(...)}`` (:func:`~obliviate.runs.cost.made_by`): what making each model compare judges
+    cost, in forward+backward tokens and FLOPs (``n`` parameters: the base model's, whose architecture every
+    model compared shares). The oracle: its pretraining (``pretraining``, where known). Each of ``methods``: its
+    unlearning, the ``unlearn:<name>`` stage of ``stages`` (what it cost when made, for one found made). Each
+    other model of ``dirs`` made by a pretraining run, the ``pretrain.json`` beside it (the known-removed
+    models, a pretraining-time method): that whole pretraining, plus the labelling run it records
+    (``labelling``: ``{"passes", "what"}``), if any. The base model's pretraining removes nothing and is not
+    one; the positive controls, built from it, are no removal either."""
+    out = {}
+    if pretraining and pretraining.get("passes"):
+        out["oracle"] = made_by(pretraining["passes"], n, pretraining["what"], "oracle_pretraining")
+    for name in methods:
+        stage = stages.get(f"unlearn:{name}") or {}
+        out[name] = made_by(stage.get("built") or stage or None, n, UNLEARNING, f"unlearn:{name}")
+    for name, d in dirs.items():
+        if name in ("base", "oracle") or name in out:
+            continue
+        info = _pretrain_record(Path(d) / "pretrain.json")
+        if info is not None:
+            out[name] = made_by(info.get("passes"), n, _pretraining_what(info), "pretrain.json",
+                                extra=info.get("labelling"))
+    return out
+
+
+def _pretrain_record(path: Path) -> dict | None:
+    """The ``pretrain.json`` at ``path`` as a dict, None where there is none (or it is no JSON object)."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _pretraining_what(info: dict) -> str:
+    """What a pretraining-made model's cost counts, in words: the pretraining, and its labels' cost."""
+    what = "its whole pretraining (pretrain.json beside it)"
+    lab = info.get("labelling")
+    if isinstance(lab, dict):
+        return f"{what}, plus its labelling: {lab.get('what') or 'the labeller run it records'}"
+    if info.get("masked_tokens"):
+        return (f"{what}; its {int(info['masked_tokens']):,} loss-masked tokens were chosen by the world's token "
+                "labels, which cost no pass")
+    return what
+
+
 def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
                 oracle_dir: str | None = None, load=None, progress: bool = True,
                 cost: CostRecord | None = None,
@@ -523,7 +574,7 @@ class _Scoring:
                                metrics=m,
                                base_cache=self.base_cache, timings=per, costs=spent)
         costs.update({f"attack:{name}:{k}": rec for k, rec in spent.items()})
-        curve = {k: att[f"{k}_curve"] for k in ("relearn", "relearn_disjoint") if f"{k}_curve" in att}
+        curve = {k: att[f"{k}_curve"] for k in ATTACK_CURVES if f"{k}_curve" in att}
         return {**m, **att}, curve, {f"{name}_attack_seconds": time.time() - t,
                                      f"{name}_seconds_by_attack": per}
 
@@ -789,15 +840,18 @@ def _finish(run: _Scoring, out: Path, curves: dict, dirs: dict, plan: dict, timi
     muse.finish(metrics)  # PrivLeak against the oracle, the scal / sust headline
     trust = metric_trust(metrics, robustness["calibration"])
     timings["total_seconds"] = time.time() - t0
+    n = n_params(run.base_model)
     pretraining = oracle_training or oracle_pretraining(dirs.get("oracle"), given=model_dir is not None)
-    shares = {name: share_of_pretraining((cost.stages.get(f"unlearn:{name}") or {}).get("built")
-                                         or cost.stages.get(f"unlearn:{name}"), pretraining["passes"])
-              # else the line says why
-              for name in plan["ucfgs"]} if pretraining and pretraining.get("passes") else {}
-    record = cost.as_dict(oracle_pretraining=pretraining, share_of_oracle_pretraining=shares)
+    if pretraining is not None:  # its counts, the denominators of every share
+        pretraining = {**pretraining, "tokens": pass_tokens(pretraining["passes"]),
+                       "flops": pass_flops(pretraining["passes"], n), "n_params": n}
+    removal = removal_costs(cost.stages, plan["ucfgs"], dirs, pretraining, n)
+    shares, flops = removal_shares(removal, pretraining)  # none: the line says why
+    record = cost.as_dict(oracle_pretraining=pretraining, removal=removal, share_of_oracle_pretraining=shares,
+                          share_of_oracle_pretraining_flops=flops)
     write_report(out, task, metrics, curves, plan["configs"], timings["total_seconds"], robustness,
                  base_log=None if base_root is None else base_root / "metrics.jsonl", skipped=plan["skipped"],
-                 trust=trust)
+                 trust=trust, cost=record)
     return {"metrics": metrics, "curves": curves, "configs": plan["configs"], "timings": timings,
             "model_dirs": dirs,
             "robustness": robustness, "skipped": plan["skipped"],
