@@ -9,7 +9,7 @@ import yaml
 from obliviate.cli.main import main
 from obliviate.errors import ConfigError
 from obliviate.unlearning.engine import method_run_config
-from obliviate.pipelines.tune.run import TuneConfig, choose, grid, tune, validation_split
+from obliviate.pipelines.tune.run import TuneConfig, choose, grid, keep_shares, meets, tune, validation_split
 
 
 def _run(method="npo", lr=1e-3, steps=10, alpha=2.0):
@@ -17,34 +17,67 @@ def _run(method="npo", lr=1e-3, steps=10, alpha=2.0):
 
 
 def test_grid_is_nearest_first_and_budgeted():
-    g = grid(_run(), TuneConfig(lr_scale=[0.5, 1.0, 2.0], steps_scale=[1.0, 2.0], param_scale=[1.0, 4.0], budget=5))
+    g = grid(_run(), TuneConfig(space={"lr": [0.5, 1.0, 2.0], "steps": [1.0, 2.0], "alpha": [1.0, 4.0]}, budget=5))
     assert [t["scales"] for t in g] == [[1.0, 1.0, 1.0], [0.5, 1.0, 1.0], [1.0, 2.0, 1.0], [2.0, 1.0, 1.0],
                                         [0.5, 2.0, 1.0]]  # log-distances 0, .69, .69, .69, 1.39
-    assert g[1]["lr"] == pytest.approx(5e-4) and g[2]["steps"] == 20 and g[0]["param"] == "alpha"
-    assert [t["value"] for t in grid(_run(), TuneConfig(lr_scale=[1.0], steps_scale=[1.0], param_scale=[0.5]))] == [1.0]
-    assert {t["param"] for t in grid(_run("gradascent"), TuneConfig(budget=30))} == {None}  # lr x steps only
-    assert len(grid(_run("gradascent"), TuneConfig(budget=30))) == 9
+    assert g[1]["lr"] == pytest.approx(5e-4) and g[2]["steps"] == 20 and g[0]["params"] == {"alpha": 2.0}
+    one = TuneConfig(space={"lr": [1.0], "steps": [1.0], "alpha": [0.5]})
+    assert [t["params"]["alpha"] for t in grid(_run(), one)] == [1.0]
+    # gradascent's own space: lr x steps on a 5 x 5 grid, no setting of its own; the budget cuts it
+    assert {json.dumps(t["params"]) for t in grid(_run("gradascent"), TuneConfig(budget=30))} == {"{}"}
+    assert len(grid(_run("gradascent"), TuneConfig(budget=30))) == 25
+    assert len(grid(_run("gradascent"), TuneConfig())) == 24
 
 
-def test_choice_is_the_largest_drop_that_keeps_retain():
-    t = [{"index": i, "forgot": f, "retained": r} for i, (f, r) in enumerate(
-        [(0.3, 1.0), (0.9, 0.5), (0.7, 0.92), (0.7, 0.95), (1.0, 0.89)])]
+def _trials(rows):
+    """Trials of (forget removed, retain keep, neighbour keep)."""
+    return [{"index": i, "forgot": f, "keep": {"retain": r, "neighbour": n}} for i, (f, r, n) in enumerate(rows)]
+
+
+def test_the_rule_picks_the_lowest_forget_score_that_keeps_retain_and_neighbours():
+    t = _trials([(0.3, 1.0, 1.0), (0.9, 0.5, 1.0), (0.7, 0.92, 0.95), (0.7, 0.95, 0.93), (1.0, 0.95, 0.89),
+                 (0.8, 1.0, 0.85)])
     best, ok = choose(t, 0.9)
-    assert ok and best["index"] == 3  # 0.7 at 0.95 beats 0.7 at 0.92; 0.9 and 1.0 lose retain
+    # 0.9 loses retain, 1.0 and 0.8 lose neighbours; of the two 0.7s, the one whose worst keep is larger (0.93)
+    assert ok and best["index"] == 3
     best, ok = choose(t, 0.99)
     assert ok and best["index"] == 0
-    best, ok = choose(t[1:2] + t[4:], 0.99)  # none feasible: the one that kept most, said so
-    assert not ok and best["index"] == 4
+    # a keep share at the threshold passes; one the task could not measure (None) does not count against it
+    best, ok = choose(_trials([(0.2, 1.0, 1.0), (0.6, 0.9, None)]), 0.9)
+    assert ok and best["index"] == 1
+    assert choose(_trials([(0.5, 0.97, 0.97), (0.5, 0.97, 0.97)]), 0.9)[0]["index"] == 0  # a tie: the earlier
+
+
+def test_with_no_trial_meeting_the_constraint_the_best_trade_off_is_chosen_and_flagged():
+    t = _trials([(1.0, 0.2, 0.9), (0.9, 0.5, 0.8), (0.1, 0.85, 0.7), (0.6, 0.8, 0.86)])
+    best, ok = choose(t, 0.9)
+    # worst keep shares 0.2, 0.5, 0.7, 0.8: the trial nearest the constraint, not the one that forgot most
+    assert not ok and best["index"] == 3
+    tie = _trials([(0.2, 0.8, 0.8), (0.5, 0.8, 0.85)])
+    assert choose(tie, 0.9) == (tie[1], False)  # equally near: the lower forget score
+    assert meets(t[3], 0.8) and not meets(t[3], 0.81)
+
+
+def test_keep_shares_read_retain_and_neighbour_else_the_utility_score():
+    base = {"forget_score": 1.0, "retain_score": 0.8, "neighbour_score": 0.5}
+    after = {"forget_score": 0.2, "retain_score": 0.8, "neighbour_score": 0.25}
+    assert keep_shares(base, after) == {"retain": 1.0, "neighbour": 0.5}
+    assert keep_shares({"retain_score": 0.0}, {"retain_score": 0.1}) == {"retain": None}
+    assert keep_shares({"utility_score": 0.5}, {"utility_score": 0.25}) == {"keep": 0.5}
+    # a cloze MCQ set's length-normalised score is what the rule reads, as the outcome and the verdict do
+    assert keep_shares({"retain_score": 0.5, "retain_score_norm": 1.0},
+                       {"retain_score": 0.5, "retain_score_norm": 0.5}) == {"retain": 0.5}
 
 
 def test_mocked_objective_picks_the_hand_checked_best_and_resumes_after_a_kill(taught, tmp_path):
     val, _ = validation_split(taught["task"], 0.5, 0)
-    cfg = TuneConfig(lr_scale=[0.5, 1.0, 2.0], steps_scale=[1.0], param_scale=[0.5, 1.0, 2.0], budget=9)
+    cfg = TuneConfig(space={"lr": [0.5, 1.0, 2.0], "steps": [1.0], "alpha": [0.5, 1.0, 2.0]}, budget=9)
     run = _run(lr=1e-3, steps=4, alpha=2.0)
 
     def objective(t):  # forget falls with lr, retain falls with lr and rises with alpha
         a = t["lr"] / 1e-3
-        return {"forget_score": max(0.0, 1.0 - 0.4 * a), "retain_score": min(1.0, 1.1 - 0.2 * a / (t["value"] / 2))}
+        return {"forget_score": max(0.0, 1.0 - 0.4 * a),
+                "retain_score": min(1.0, 1.1 - 0.2 * a / (t["params"]["alpha"] / 2))}
 
     # by hand, lr scale a, alpha scale w: forgot = min(1, 0.4a), retained = min(1, 1.1 - 0.2 a / w) >= 0.9 iff a <= w.
     # Feasible: (0.5, 1), (0.5, 2), (1, 1), (1, 2), (2, 2), (0.5, 0.5); the largest forgot 0.8 is a = 2, w = 2.
@@ -95,8 +128,8 @@ def _args(taught, out, *extra):
             str(taught["retain"]), "--method", "npo", "--no-progress", "unlearn.batch_size=4", *extra]
 
 
-SMALL_GRID = ["unlearn.train.steps=6", "unlearn.train.lr=1e-3", "tune.lr_scale=[0.3,1,3]", "tune.steps_scale=[1]",
-              "tune.param_scale=[1]"]
+SMALL_GRID = ["unlearn.train.steps=6", "unlearn.train.lr=1e-3", "tune.space.lr=[0.3,1,3]", "tune.space.steps=[1]",
+              "tune.space.alpha=[1]"]
 
 
 def test_tune_writes_settings_that_unlearn_config_reads(taught, tmp_path, capsys):
@@ -150,8 +183,8 @@ def test_compare_tune_runs_each_method_at_its_tuned_settings(taught, tmp_path):
     rc = main(["compare", "--tune", "--out", str(out), "--no-progress", "--model", str(taught["dir"]), "--forget",
                str(taught["forget"]), "--retain", str(taught["retain"]), "methods=[npo,graddiff]",
                "positive_control=false", "runs.npo.train.steps=6", "runs.npo.train.lr=1e-3", "runs.npo.batch_size=4",
-               "runs.graddiff.train.steps=2", "runs.graddiff.batch_size=4", "tuning.lr_scale=[0.3,1,3]",
-               "tuning.steps_scale=[1]", "tuning.param_scale=[1]", "tuning.extend=0", "attacks.relearn.steps=2",
+               "runs.graddiff.train.steps=2", "runs.graddiff.batch_size=4", "tuning.space.lr=[0.3,1,3]",
+               "tuning.space.steps=[1]", "tuning.space.alpha=[1]", "attacks.relearn.steps=2",
                "attacks.relearn.eval_every=1", "attacks.lr_grid=[1e-3]", "attacks.relearn.lr_grid=[1e-3]",
                "attacks.lora=false"])
     assert rc == 0
@@ -175,7 +208,7 @@ def test_a_best_trial_that_forgot_little_at_the_grids_edge_pushes_past_it_and_st
         return {"forget_score": 1.0 if work < 36 else 0.2, "retain_score": 1.0}
 
     seen = []
-    cfg = TuneConfig(lr_scale=[1.0, 3.0], steps_scale=[1.0, 2.0], param_scale=[1.0], budget=4, extend=4)
+    cfg = TuneConfig(space={"lr": [1.0, 3.0], "steps": [1.0, 2.0], "alpha": [1.0]}, budget=4, extend=4)
     r = tune(taught["model"], taught["tokenizer"], val, run, cfg, tmp_path / "t", log=lambda s: None,
              trial_fn=lambda t: seen.append(t["scales"]) or objective(t))
     # grid corner (3, 2) is lr*steps = 24e-3: forgot little; one step out (9, 4) is 144e-3 >= 36e-3: done

@@ -38,7 +38,8 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
     check_out_dir(args.out, input_paths(args, oracle, untaught))
     cfg = compare_settings(args.seed, args.config, no_cache(args), defaults=defaults,
                            methods=getattr(args, "methods", None), on_a_model=bool(model),
-                           attacks=getattr(args, "attacks", None), tune=getattr(args, "tune", False))
+                           attacks=getattr(args, "attacks", None), tune=getattr(args, "tune", False),
+                           tuned=getattr(args, "tuned", False))
     task = task_from_args(args, seed=cfg.seed, world=to_dict(cfg.pretrain.world))
     tokenizers = None
     if model and oracle:  # a given oracle shares the base model's vocabulary: checked on the tokenizers alone
@@ -120,4 +121,8 @@ def register(sub) -> None:
     s.add_argument("--tune", action="store_true", help="run each method at settings chosen for this base "
                                                        "model on a validation split (as obliviate tune), and "
                                                        "score every model on the other items")
+    s.add_argument("--tuned", action="store_true", help="run each method at the settings tuned for it on the "
+                                                        "world and committed beside it (obliviate/methods/"
+                                                        "tuned/<method>.yaml, scripts/tune_all.py); a method "
+                                                        "without them runs at its preset")
     s.set_defaults(fn=cmd_compare)

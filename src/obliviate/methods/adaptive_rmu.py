@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from obliviate.config import check_ranges
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, RMUConfig, hidden_norm
 
 
@@ -31,7 +31,8 @@ class AdaptiveRMUConfig(RMUConfig):
           presets={"tiny": {"lr": 1e-3, "steps": 50,
                             "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
-                             "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
+                             "params": {"beta": 5.0, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}},
+          search=weighted_search("alpha"))
 class AdaptiveRMU(RMU):
     config_cls = AdaptiveRMUConfig
     scaling = ("layer: a fraction of depth (tiny 1/2, paper 7/32); c = β × measured ‖h_l‖ (β = 5); lr: × the "

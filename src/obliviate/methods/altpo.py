@@ -20,7 +20,7 @@ from typing import Literal
 from obliviate.config import check_ranges
 from obliviate.data import IDENTITY_PROMPT
 from obliviate.methods.alternates import alternate_answers
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import preference_loss
 
 
@@ -50,7 +50,8 @@ class AltPOConfig:
           equation=("−(2/β) mean log σ(β (Δ_alternate − Δ_forget)), alternates sampled from the model "
                     "(cached) + α · retain NLL / KL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}},
+          search=weighted_search("alpha"))
 class AltPO(Method):
     config_cls = AltPOConfig
     needs_reference = True

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.unlearning.objectives import add_retain
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig, satga_plus_loss
 
@@ -37,7 +37,8 @@ class ATWUConfig(ScorerConfig):
 
 @register("atwu", paper=PAPER,
           equation=("SATGA+: −z_t sg(p_t)^{β(1−z_t)} CE_t with a learned linear token scorer z (alternating "
-                    "θ / w steps) + retain NLL"))
+                    "θ / w steps) + retain NLL"),
+          search=weighted_search("alpha"))
 class ATWU(ScoredMethod):
     """ATWU with the SATGA+ forget loss (a reconstruction; see the module docstring)."""
 

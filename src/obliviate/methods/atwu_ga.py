@@ -10,7 +10,7 @@ from typing import Literal
 
 from obliviate.losses import masked_mean
 from obliviate.unlearning.objectives import add_retain
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import LR_STEPS_SEARCH, register
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 
@@ -24,7 +24,8 @@ class ATWUGAConfig(ScorerConfig):
 
 
 @register("atwu_ga", paper=PAPER,
-          equation="−Σ_t z_t CE_t / Σ_t z_t with learned token weights z")
+          equation="−Σ_t z_t CE_t / Σ_t z_t with learned token weights z",
+          search=LR_STEPS_SEARCH)
 class ATWUGradAscent(ScoredMethod):
     """GradAscent with ATWU token weights: -sum_t z_t CE_t / sum_t z_t (a reconstruction)."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.unlearning.objectives import add_retain, answer_logprob, dpo_loss, sequence_logprob
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 
@@ -25,7 +25,8 @@ class ATWUIdkDPOConfig(ScorerConfig):
 
 
 @register("atwu_idkdpo", paper=PAPER,
-          equation="IdkDPO with the forget answer's log π weighted by z")
+          equation="IdkDPO with the forget answer's log π weighted by z",
+          search=weighted_search("alpha"))
 class ATWUIdkDPO(ScoredMethod):
     """IdkDPO with the loser (forget answer) log pi weighted by z; winner unweighted (a reconstruction)."""
 

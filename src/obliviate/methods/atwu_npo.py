@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.unlearning.objectives import add_retain, answer_logprob, npo_loss
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 
@@ -27,7 +27,8 @@ class ATWUNPOConfig(ScorerConfig):
 
 
 @register("atwu_npo", paper=PAPER,
-          equation="NPO with log π = Σ_t z_t log p_t")
+          equation="NPO with log π = Σ_t z_t log p_t",
+          search=weighted_search("alpha"))
 class ATWUNPO(ScoredMethod):
     """NPO with log pi = sum_t z_t log p(y_t|.) on policy and reference (a reconstruction)."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.unlearning.objectives import add_retain, simnpo_loss
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods._token_weights import PAPER, ScoredMethod, ScorerConfig
 
 
@@ -24,7 +24,8 @@ class ATWUSimNPOConfig(ScorerConfig):
 
 
 @register("atwu_simnpo", paper=PAPER,
-          equation="SimNPO with NLL̄ = Σ_t z_t CE_t / Σ_t z_t")
+          equation="SimNPO with NLL̄ = Σ_t z_t CE_t / Σ_t z_t",
+          search=weighted_search("alpha"))
 class ATWUSimNPO(ScoredMethod):
     """SimNPO with NLL_bar = sum_t z_t CE_t / sum_t z_t per sequence (a reconstruction)."""
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.losses import (IGNORE_INDEX, at_least_float32, labelled_logits, shift_targets,
                               soft_cross_entropy)
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import LR_STEPS_SEARCH, Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 
 
@@ -60,7 +60,8 @@ class CEUConfig:
           equation=("mean CE(softmax(sg(z) with z_y = −∞), p_θ) on forget answer tokens after the first n "
                     "(+ α · retain NLL / KL, α = 0 by default)"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"ignore_first_n_answer_tokens": 1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"ignore_first_n_answer_tokens": 1}}},
+          search=LR_STEPS_SEARCH)
 class CEU(Method):
     config_cls = CEUConfig
 

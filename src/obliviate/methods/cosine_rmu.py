@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import at_least_float32, hidden_mse, masked_mean
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods.rmu import RMU, TINY_PRESET_LAYER_FRAC, WMDP_LAYER_FRAC, check_layer_frac
 
 
@@ -71,7 +71,8 @@ def cosine_distance(h: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | 
           presets={"tiny": {"lr": 1e-3, "steps": 50,
                             "params": {"alpha": 10.0, "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
-                             "params": {"alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
+                             "params": {"alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}},
+          search=weighted_search("alpha"))
 class CosineRMU(RMU):
     """RMU's plumbing (layer, trainable weights, control vectors) with the cosine objectives."""
 

@@ -30,7 +30,7 @@ from obliviate.data import text_batches
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, DataError
 from obliviate.losses import hidden_mse, masked_mean
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import LR_STEPS_SEARCH, Method, register
 from obliviate.models.layers import (check_layer, hidden_states_at, num_layers, param_names_for,
                                      states_over_batches)
 from obliviate.filtering.sae import train_sae
@@ -187,7 +187,8 @@ class CRISPConfig:
           equation=("(1 − β) mean ReLU(SAE pre-activations of the selected features) on forget text + β · "
                     "hidden MSE to the frozen model on benign text "
                     "+ β γ · last-layer MSE on coherence prompts"),
-          trains="MLP down-projections")
+          trains="MLP down-projections",
+          search=LR_STEPS_SEARCH)
 class CRISP(Method):
     config_cls = CRISPConfig
     needs_reference = True

@@ -18,7 +18,7 @@ from typing import Literal
 
 from obliviate.config import check_ranges
 from obliviate.errors import DataError
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import preference_loss
 from obliviate.tasks.base import PreferredAnswers
 
@@ -39,7 +39,8 @@ class DPOConfig:
                         "configs/trainer/DPO.yaml"),
           equation="−(2/β) mean log σ(β (Δ_chosen − Δ_forget)) on preference data + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}},
+          search=weighted_search("alpha"))
 class DPO(Method):
     config_cls = DPOConfig
     needs_reference = True

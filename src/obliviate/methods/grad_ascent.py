@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import LR_STEPS_SEARCH, Method, register, weighted_search
 from obliviate.unlearning.objectives import forget_and_retain, mean_labelled_nll
 
 
@@ -34,7 +34,8 @@ class GradAscentConfig:
 
 @register("gradascent", paper="baseline (TOFU, Maini et al. 2024)",
           equation="−CE on forget answers",
-          presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}})
+          presets={"tiny": {"lr": 3e-4, "steps": 20}, "paper": {"lr": 1e-5, "steps": 125}},
+          search=LR_STEPS_SEARCH)
 class GradAscent(Method):
     config_cls = GradAscentConfig
     scaling = ("size class tiny/paper; γ: scale-free (log-probabilities), not scaled; lr: × the fine-tuning "
@@ -65,7 +66,8 @@ class GradDiffConfig:
 @register("graddiff", paper="baseline (TOFU, Maini et al. 2024)",
           equation="γ · (−CE on forget answers) + α · (NLL or KL to the reference on retain)",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"gamma": 1.0, "alpha": 1.0}}},
+          search=weighted_search("alpha"))
 class GradDiff(Method):
     config_cls = GradDiffConfig
     scaling = ("size class tiny/paper; γ, α: scale-free (log-probabilities), not scaled; lr: × the "

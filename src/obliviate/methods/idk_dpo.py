@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import preference_loss
 
 
@@ -39,7 +39,8 @@ class IdkDPOConfig:
           equation=("DPO with a refusal preferred to the forget answer: −(2/β) mean log σ(β (Δ_refusal − "
                     "Δ_answer)) + retain NLL / KL"),
           presets={"tiny": {"lr": 3e-4, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}},
+          search=weighted_search("alpha"))
 class IdkDPO(Method):
     config_cls = IdkDPOConfig
     scaling = ("size class tiny/paper; β, γ, α: scale-free (log-probabilities), not scaled; lr: × the "

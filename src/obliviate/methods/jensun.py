@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import labelled_logprobs, mean_labelled_nll
 
 LOG2 = math.log(2.0)
@@ -62,7 +62,8 @@ class JensUnConfig:
 @register("jensun", paper=("Singh et al. 2025, Unlearning That Lasts (JensUn); "
                            "github.com/nmndeep/JensUn-Unlearning"),
           equation="λ_F · JSD(p_θ ‖ one-hot refusal) on forget questions + λ_R · JSD(p_θ ‖ p_θ0) on retain",
-          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125}})
+          presets={"tiny": {"lr": 1e-3, "steps": 50}, "paper": {"lr": 1e-5, "steps": 125}},
+          search=weighted_search("alpha"))
 class JensUn(Method):
     config_cls = JensUnConfig
     needs_idk = True

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import forget_and_retain, npo_loss, sequence_logprob
 
 
@@ -39,7 +39,8 @@ class NPOConfig:
 @register("npo", paper="Zhang et al. 2024, Negative Preference Optimization (arXiv:2404.05868)",
           equation="−(2/β) mean log σ(−β (log π − log π_ref)) on forget + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0}},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"beta": 0.1}}},
+          search=weighted_search("alpha"))
 class NPO(Method):
     config_cls = NPOConfig
     needs_reference = True

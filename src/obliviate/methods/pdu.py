@@ -23,7 +23,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import retain_term
 
 
@@ -61,7 +61,8 @@ class PDUConfig:
                     "λ ← max(0, λ + η (L_retain − ε)) each step after the warm-up"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125,
-                             "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}})
+                             "params": {"dual_step_size": 1.0, "dual_warmup_epochs": 5}}},
+          search=weighted_search("dual_step_size"))
 class PDU(Method):
     config_cls = PDUConfig
     multiprocess_unsupported = ("its dual variable is updated from the retain "

@@ -23,7 +23,7 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError, ObliviateError
 from obliviate.losses import hidden_mse
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.methods.rmu import hidden_at
 from obliviate.models.layers import (check_layer, gather_last, hidden_states_at, last_token_index, num_layers,
                                      param_names_for, unwrap)
@@ -66,7 +66,8 @@ class ProbeUnlearnConfig:
 @register("probe_unlearn", paper=PAPER,
           equation=("(1/|L|) Σ_l mean ⟨h_l(x)_last, d_l⟩² over toxic-probe directions d_l at ≥ 3 layers + α "
                     "· MSE to the frozen model"),
-          trains="MLP down-projections up to the deepest probed layer")
+          trains="MLP down-projections up to the deepest probed layer",
+          search=weighted_search("alpha"))
 class ProbeUnlearn(Method):
     config_cls = ProbeUnlearnConfig
     needs_reference = True

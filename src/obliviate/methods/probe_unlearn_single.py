@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from obliviate.errors import ConfigError
-from obliviate.unlearning.contract import register
+from obliviate.unlearning.contract import register, weighted_search
 from obliviate.methods.probe_unlearn import PAPER, ProbeUnlearn, ProbeUnlearnConfig
 
 
@@ -24,7 +24,8 @@ class ProbeUnlearnSingleConfig(ProbeUnlearnConfig):
 
 @register("probe_unlearn_single", paper=PAPER,
           equation="probe_unlearn at one layer "
-                   "(ablation)", trains="MLP down-projections up to the probed layer")
+                   "(ablation)", trains="MLP down-projections up to the probed layer",
+          search=weighted_search("alpha"))
 class ProbeUnlearnSingle(ProbeUnlearn):
     """Single-layer ablation of :class:`ProbeUnlearn` (default layer n_layers // 2)."""
 

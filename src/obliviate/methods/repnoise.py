@@ -19,7 +19,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import at_least_float32
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import mean_labelled_nll
 from obliviate.models.layers import capture_hidden, num_layers
 
@@ -67,7 +67,8 @@ class RepNoiseConfig:
                              "github.com/domenicrosati/representation-noising)"),
           equation="retain NLL − α · forget NLL + β · Σ_layers MMD²(h_l(forget), N(0, I))",
           presets={"tiny": {"lr": 1e-3, "steps": 50, "params": {"beta": 1.0}},
-                   "paper": {"lr": 2e-5, "steps": 125, "params": {"alpha": 1.0, "beta": 0.001}}})
+                   "paper": {"lr": 2e-5, "steps": 125, "params": {"alpha": 1.0, "beta": 0.001}}},
+          search=weighted_search("alpha"))
 class RepNoise(Method):
     config_cls = RepNoiseConfig
     counts_calls = True

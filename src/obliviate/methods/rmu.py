@@ -21,7 +21,7 @@ import torch
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import at_least_float32, hidden_mse, masked_mean
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import random_unit_vector
 from obliviate.models.layers import check_layer, hidden_states_at, num_layers, param_names_for
 
@@ -113,7 +113,8 @@ def hidden_at(model, batch: dict, layer: int) -> torch.Tensor:
                             "params": {"coef": 20.0, "coef_norm": TINY_COEF_NORM, "alpha": 10.0,
                                        "layer_frac": TINY_PRESET_LAYER_FRAC}},
                    "paper": {"lr": 5e-5, "steps": 150,
-                             "params": {"coef": 6.5, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}})
+                             "params": {"coef": 6.5, "alpha": 1200.0, "layer_frac": WMDP_LAYER_FRAC}}},
+          search=weighted_search("alpha"))
 class RMU(Method):
     config_cls = RMUConfig
     needs_reference = True

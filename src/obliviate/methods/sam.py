@@ -23,7 +23,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import at_least_float32
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import (
     add_retain,
     gradient_term,
@@ -94,7 +94,8 @@ class SAMNPOConfig:
           equation="NPO's forget loss at θ + ρ g/‖g‖ (g its gradient "
                    "at θ), applied at θ + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01, "beta": 0.1}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01, "beta": 0.1}}},
+          search=weighted_search("alpha"))
 class SAMNPO(_SAM):
     config_cls = SAMNPOConfig
     needs_reference = True
@@ -123,7 +124,8 @@ class SAMGradDiffConfig:
           equation="−CE on forget answers at θ + ρ g/‖g‖ (g its "
                    "gradient at θ), applied at θ + α · retain NLL / KL",
           presets={"tiny": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
-                   "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01}}})
+                   "paper": {"lr": 1e-5, "steps": 125, "params": {"rho": 0.01}}},
+          search=weighted_search("alpha"))
 class SAMGradDiff(_SAM):
     config_cls = SAMGradDiffConfig
 

@@ -25,7 +25,7 @@ import torch
 
 from obliviate.config import check_ranges
 from obliviate.losses import ratio_of_sums
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import forget_and_retain, labelled_logprobs
 
 
@@ -56,7 +56,8 @@ class SatImpConfig:
           equation="−mean sg(p_t)^β₁ (1 − sg(p_t))^β₂ CE_t on forget answer tokens + α · retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 63,
-                             "params": {"beta1": 5.0, "beta2": 1.0, "gamma": 0.1, "alpha": 1.0}}})
+                             "params": {"beta1": 5.0, "beta2": 1.0, "gamma": 0.1, "alpha": 1.0}}},
+          search=weighted_search("alpha"))
 class SatImp(Method):
     config_cls = SatImpConfig
 

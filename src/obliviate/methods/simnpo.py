@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from obliviate.config import check_ranges
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import forget_and_retain, sequence_mean_nll, simnpo_loss
 
 
@@ -38,7 +38,8 @@ class SimNPOConfig:
                    "the length-normalised NLL) + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
                    "paper": {"lr": 1e-5, "steps": 125,
-                             "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}})
+                             "params": {"beta": 4.5, "delta": 0.0, "gamma": 0.125}}},
+          search=weighted_search("alpha"))
 class SimNPO(Method):
     config_cls = SimNPOConfig
     scaling = ("size class tiny/paper; β, δ, γ, α: scale-free (log-probabilities), not scaled; lr: × the "

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, trained_params
 
 
@@ -74,7 +74,8 @@ class TARConfig:
                     "attacked weights (first-order) + α · retain NLL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50,
                             "params": {"attacks": 1, "attack_lrs": [1e-4, 3e-4, 1e-3]}},
-                   "paper": {"lr": 2e-5, "steps": 125}})
+                   "paper": {"lr": 2e-5, "steps": 125}},
+          search=weighted_search("alpha"))
 class TAR(Method):
     config_cls = TARConfig
     counts_calls = True

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from obliviate.config import check_ranges
 from obliviate.losses import at_least_float32, labelled_logits, soft_cross_entropy
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import LR_STEPS_SEARCH, Method, register
 from obliviate.unlearning.objectives import forget_and_retain
 
 
@@ -53,7 +53,8 @@ class UNDIALConfig:
           equation=("mean CE(softmax(z_ref − β·e_y), p_θ) on forget answer tokens (teacher = the frozen "
                     "reference, its logits cached) + α · retain NLL / KL"),
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-4, "steps": 250, "params": {"beta": 10.0, "alpha": 0.0}}})
+                   "paper": {"lr": 1e-4, "steps": 250, "params": {"beta": 10.0, "alpha": 0.0}}},
+          search=LR_STEPS_SEARCH)
 class UNDIAL(Method):
     config_cls = UNDIALConfig
     needs_reference = True

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import at_least_float32, ratio_of_sums
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import (forward_logits, mean_labelled_nll, npo_loss, sequence_logprob,
                                              trained_params)
 
@@ -83,7 +83,8 @@ class UNDOConfig:
           equation=("unlearn (GradDiff or NPO), then θ_s = (1−α)θ_u + αβε, then min KL(p_teacher ‖ "
                     "p_student) on retain data"),
           presets={"tiny": {"lr": 3e-4, "steps": 100, "params": {"base_alpha": 10.0}},
-                   "paper": {"lr": 1e-5, "steps": 250}})
+                   "paper": {"lr": 1e-5, "steps": 250}},
+          search=weighted_search("alpha", (0.1, 0.3, 1)))
 class UNDO(Method):
     counts_calls = True
     config_cls = UNDOConfig

@@ -19,7 +19,7 @@ from obliviate.config import check_ranges
 import torch
 
 from obliviate.losses import masked_mean, token_nll
-from obliviate.unlearning.contract import Method, register
+from obliviate.unlearning.contract import Method, register, weighted_search
 from obliviate.unlearning.objectives import forget_and_retain, forward_logits
 
 
@@ -48,7 +48,8 @@ class WGAConfig:
 @register("wga", paper="Wang et al., weighted gradient ascent (WGA); SatImp with beta2 > 0",
           equation="−mean sg(p_t)^β (1 − sg(p_t))^β₂ CE_t on forget tokens + retain NLL / KL",
           presets={"tiny": {"lr": 1e-3, "steps": 50},
-                   "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}})
+                   "paper": {"lr": 1e-5, "steps": 63, "params": {"beta": 1.0}}},
+          search=weighted_search("alpha"))
 class WGA(Method):
     config_cls = WGAConfig
     scaling = ("size class tiny/paper; β, β₂, γ, α: scale-free (log-probabilities), not scaled; lr: × the "

@@ -19,8 +19,8 @@ from obliviate.errors import ConfigError
 from obliviate.eval.outcome import unlearn_outcome
 from obliviate.eval.suite import EvalOptions, eval_kwargs, evaluate_task, knows_forget_set, score_against
 from obliviate.methods import METHODS, build_method, preset_name, resolve_method
-from obliviate.pipelines.tune.run import (TuneConfig, trial_config, tune, validation_split,
-                                          write_tuned_settings)
+from obliviate.pipelines.tune.run import (TuneConfig, keep_text, setting_text, trial_config, tune,
+                                          validation_split, write_tuned_settings)
 from obliviate.runs.card import card_settings, read_model_card, write_model_card
 from obliviate.runs.cost import CostRecord, cost_line
 from obliviate.runs.results import prepare_out_dir, same_run, write_results
@@ -172,14 +172,12 @@ def run_tuning(model, tok, cfg: UnlearnRunConfig, split, out: Path, *, fingerpri
                   fingerprint={**fingerprint, "task": split[0].summary(), "seed": cfg.seed},
                   log=log_line or (lambda line: None))
     write_tuned_settings(out / "tuned.yaml", result)
-    s, c = result["settings"]["unlearn"], result["chosen"]
-    line = (f"tune {cfg.unlearn.method}: chose lr {s['train']['lr']:.3g}, steps {s['train']['steps']}"
-            + (f", {c['param']} {c['value']:.3g}" if c["param"] else "")
+    c = result["chosen"]
+    line = (f"tune {cfg.unlearn.method}: chose {setting_text(c)}"
             + f" (trial {c['index'] + 1} of {len(result['trials'])}; validation: forget removed "
-              f"{c['forgot'] or 0.0:.3f}, keep share "
-              f"{c['retained'] if c['retained'] is not None else float('nan'):.3f}"
+              f"{c['forgot'] or 0.0:.3f}, {keep_text(c)}"
             + ("" if result["feasible"] else f"; no trial kept {cfg.tune.retain_share:.2f} "
-                                             "of the base") + f"); "
+                                             "of the base: the best trade-off") + f"); "
             f"settings: {out / 'tuned.yaml'}, report: {out / 'tune' / 'report.md'}")
     return result, line
 

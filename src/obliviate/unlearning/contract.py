@@ -52,12 +52,14 @@ class Method:
     sharding_unsupported: str | None = None
     """Why it cannot run on a sharded model (None: it can)."""
 
-    # Set by :func:`register`: name, paper, equation, trains, presets.
+    # Set by :func:`register`: name, paper, equation, trains, presets, search.
     name: ClassVar[str]
     paper: ClassVar[str]
     equation: ClassVar[str]
     trains: ClassVar[str]
     presets: ClassVar[dict]
+    search: ClassVar[dict | None] = None
+    """The search space ``tune`` reads (:func:`check_search`); None: the method documents none."""
 
     counts_calls: ClassVar[bool] = False
     """True: ``self.calls`` holds how many times ``loss`` has run (the method counts it, e.g. to seed per-step
@@ -259,7 +261,7 @@ def _check_presets(name: str, cls: type, presets: dict | None) -> dict[str, dict
 
 
 def register(name: str, *, paper: str = "", equation: str = "", trains: str = "all parameters",
-             presets: dict | None = None):
+             presets: dict | None = None, search: dict | None = None):
     """Class decorator: make a method available as ``name``.
 
     ``paper``: the method's source (shown by ``obliviate methods -v``). ``equation``: its objective in
@@ -269,7 +271,8 @@ def register(name: str, *, paper: str = "", equation: str = "", trains: str = "a
     ``params`` override fields of the method's config dataclass. A preset (or a key of one)
     that is not given comes from :data:`DEFAULT_PRESETS`, so a new method needs nothing but
     its own file. Presets are checked here, at import time: a ``params`` key that is not a
-    field of ``config_cls`` raises :class:`~obliviate.errors.ConfigError`.
+    field of ``config_cls`` raises :class:`~obliviate.errors.ConfigError`. ``search``: the method's search
+    space for ``tune`` (:func:`check_search`), also checked here.
     """
 
     def deco(cls):
@@ -281,6 +284,7 @@ def register(name: str, *, paper: str = "", equation: str = "", trains: str = "a
         cls.equation = equation
         cls.trains = trains
         cls.presets = _check_presets(name, cls, presets)
+        cls.search = None if search is None else check_search(name, cls, search)
         return METHODS.add(name, cls)
 
     return deco
@@ -338,3 +342,48 @@ def build_method(name: str, overrides: dict | None = None, prefix: str | None = 
     cls = get_method(name)
     cfg = from_dict(cls.config_cls, overrides or {}, prefix=f"method.{name}" if prefix is None else prefix)
     return cls(cfg)
+
+
+def weighted_search(param: str, factors=(0.3, 1, 3)) -> dict[str, list[float]]:
+    """The search space of a method with one weight that trades forgetting against keeping (its retain term's
+    weight, most often ``alpha``): lr x 0.3 / 1 / 3, steps x 0.5 / 1 / 2 and ``param`` x ``factors``, 27
+    settings, so that a budget of 24 trials takes all but the three farthest corners."""
+    return {"lr": [0.3, 1.0, 3.0], "steps": [0.5, 1.0, 2.0], param: [float(x) for x in factors]}
+
+
+LR_STEPS_SEARCH: dict[str, list[float]] = {"lr": [0.1, 0.3, 1.0, 3.0, 10.0], "steps": [0.25, 0.5, 1.0, 2.0, 4.0]}
+"""The search space of a method with no such weight (no retain term, or one whose preset weight is 0): lr and
+steps alone, on a wider grid of 25 settings, so that it gets the same budget as the others."""
+
+SEARCH_AXES = ("lr", "steps")
+"""The axes of every training method's run that a search space may scale besides its config's numbers."""
+
+
+def check_search(name: str, cls: type, search) -> dict[str, list[float]]:
+    """A method's search space for ``tune`` (docs/methods.md, "Tuning a method for your model"), checked at
+    import time: ``{axis: [factor, ...]}``, where an axis is ``lr``, ``steps`` or a numeric field of the
+    config, and each factor (> 0) multiplies the run's value (its preset, or what the user set). Every axis
+    holds the factor 1, so the run as given is one of the trials. An edit method has no search space (no lr or
+    steps to scale). Returns the space with float factors, in the order given."""
+    where = f"method {name!r}: search"
+    if getattr(cls, "kind", "train") == "edit":
+        raise ConfigError(f"{where}: an edit method has no lr or steps to search over")
+    if not isinstance(search, dict) or not search:
+        raise ConfigError(f"{where} must be a non-empty dict of axis -> list of factors, got {search!r:.80}")
+    defaults = cls.config_cls()
+    numeric = {f.name for f in dataclasses.fields(cls.config_cls)
+               if isinstance(getattr(defaults, f.name), (int, float))
+               and not isinstance(getattr(defaults, f.name), bool)}
+    out = {}
+    for axis, factors in search.items():
+        if axis not in SEARCH_AXES and axis not in numeric:
+            raise ConfigError(f"{where}: {axis!r} is neither lr, steps nor a numeric field of "
+                              f"{cls.config_cls.__name__} (numeric fields: {', '.join(sorted(numeric))})")
+        if (not isinstance(factors, (list, tuple)) or not factors
+                or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 for x in factors)):
+            raise ConfigError(f"{where}[{axis!r}] must be a non-empty list of numbers > 0, got {factors!r:.80}")
+        if len(set(factors)) != len(factors) or 1 not in factors:
+            raise ConfigError(f"{where}[{axis!r}] must hold the factor 1 (the run as given) and no factor twice, "
+                              f"got {list(factors)!r}")
+        out[axis] = [float(x) for x in factors]
+    return out

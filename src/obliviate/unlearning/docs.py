@@ -80,6 +80,20 @@ def scaling(name: str) -> str:
     return "edit: its own settings, no lr or steps" if cls.kind == "edit" else UNSTATED_SCALING
 
 
+def search_text(name: str) -> str:
+    """Method ``name``'s search space (``search`` at its ``@register``) in one cell: ``lr × 0.3, 1, 3; ...``
+    and the number of settings it holds."""
+    cls = METHODS[name]
+    if cls.kind == "edit":
+        return "edit: none (no lr or steps)"
+    if not cls.search:
+        return "none documented"
+    n = 1
+    for v in cls.search.values():
+        n *= len(v)
+    return "; ".join(f"{k} × {', '.join(f'{x:g}' for x in v)}" for k, v in cls.search.items()) + f" ({n} settings)"
+
+
 def render() -> str:
     """The generated block (markers included)."""
     names = method_names()
@@ -96,6 +110,8 @@ def render() -> str:
                     f"{_cell(preset_text(c.presets['paper']))} | {_cell(config_defaults(c))} |")
     rows += ["", "| name | how the preset scales with the model (why: below the tables) |", "|---|---|"]
     rows += [f"| `{n}` | {_cell(scaling(n))} |" for n in names]
+    rows += ["", "| name | search space of `tune` and `compare --tune` (factors of the run as given) |", "|---|---|"]
+    rows += [f"| `{n}` | {_cell(search_text(n))} |" for n in names]
     return "\n".join([BEGIN, "", *rows, "", END])
 
 

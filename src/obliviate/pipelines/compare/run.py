@@ -40,6 +40,7 @@ from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
 from obliviate.pipelines.compare.report import ATTACK_CURVES, write_report
+from obliviate.pipelines.tune.committed import tuned_run
 from obliviate.pipelines.tune.run import TuneConfig, trial_config, tune, validation_split
 from obliviate.runs.cache import (ControlCache, control_cache, model_digest, place_model, settings_key,
                                   task_fingerprint, tokenizer_digest)
@@ -111,8 +112,16 @@ class CompareConfig:
     """Run each method at settings chosen for this base model (``compare --tune``,
     :mod:`obliviate.pipelines.tune`): on a validation split of the forget and retain pairs; every model is
     then scored on the other items only."""
-    tuning: TuneConfig = field(default_factory=TuneConfig)
-    """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``)."""
+    tuning: TuneConfig = field(default_factory=lambda: TuneConfig(extend=0))
+    """The grid, budget, constraint and split of ``tune`` (``tuning.budget=6``): each method's own search
+    space, 24 trials, none past the grid's edge, so that every method gets the same budget."""
+    tuned: bool = False
+    """Run each method at the settings tuned for it on the world and committed beside it
+    (``compare --tuned``, :mod:`obliviate.pipelines.tune.committed`, ``scripts/tune_all.py``), under the
+    ``runs.<name>`` given; a method without them for the model's preset runs at its preset (results.json's
+    ``tuned`` says which did)."""
+    tuned_dir: str | None = None
+    """Where ``tuned`` reads them (default: ``obliviate/methods/tuned``)."""
     muse_folds: bool = True
     """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests
     (``scal/``, ``sust/``; :mod:`obliviate.pipelines.compare.muse_runs`)."""
@@ -241,8 +250,12 @@ def edit_note(summary: dict) -> dict:
 
 
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
-    """Method ``name``'s run: its ``preset``, then ``cfg.runs[name]``."""
-    return method_run_config(name, cfg.runs.get(name), preset, cfg.seed)
+    """Method ``name``'s run: its ``preset``, then (``cfg.tuned``) its committed tuned settings
+    (:func:`~obliviate.pipelines.tune.committed.tuned_run`), then ``cfg.runs[name]``."""
+    run = cfg.runs.get(name)
+    if cfg.tuned and METHODS[name].kind != "edit":
+        run = tuned_run(name, preset, run, cfg.tuned_dir)[0]
+    return method_run_config(name, run, preset, cfg.seed)
 
 
 def data_fingerprint(task: Task) -> str:
@@ -494,7 +507,7 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     run_key = {"seed": cfg.seed, "base": dirs["base"], "oracle": dirs.get("oracle"), "task": task.summary(),
                "data": data_fingerprint(task), "attacks": to_dict(cfg.attacks),
                "eval_batch_size": cfg.eval_batch_size,
-               "tune": cfg.tune}  # what a finished method's part must share with this run to be reused
+               "tune": cfg.tune, "tuned": cfg.tuned}  # what a finished method's part must share to be reused
     note_data_change(out, run_key["data"])
     val = None
     # choose on the validation items, score every model on the others (the training data is whole)
@@ -762,6 +775,8 @@ def _method_jobs(run: _Scoring, out: Path, run_key: dict, preset: str, val, prog
             s = r["settings"]["unlearn"]
             used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
             plan["tuned"][name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
+        elif cfg.tuned and METHODS[name].kind != "edit":  # where its settings came from, said in results.json
+            plan["tuned"][name] = tuned_run(name, preset, cfg.runs.get(name), cfg.tuned_dir)[1]
         plan["configs"][name], plan["ucfgs"][name] = used, ucfg
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
@@ -856,24 +871,26 @@ def _finish(run: _Scoring, out: Path, curves: dict, dirs: dict, plan: dict, timi
             "model_dirs": dirs,
             "robustness": robustness, "skipped": plan["skipped"],
             "attacks_skipped": skipped_attacks(task, cfg.attacks),
-            "cost": record, "trust": trust, **({"tuned": plan["tuned"]} if cfg.tune else {})}
+            "cost": record, "trust": trust, **({"tuned": plan["tuned"]} if cfg.tune or cfg.tuned else {})}
 
 
 def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | None = None, *,
                      defaults: dict | None = None, methods: str | Sequence[str] | None = None,
                      on_a_model: bool = False, attacks: str | Sequence[str] | dict | None = None,
-                     tune: bool = False,
+                     tune: bool = False, tuned: bool = False,
                      given: dict | None = None) -> CompareConfig:
     """A comparison's settings, the one function ``obliviate compare`` / ``demo`` and ``obliviate.compare``
     build them with, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every seed
-    of the run, ``tune``, the methods ``methods`` names (:func:`methods_option`; ``methods=[...]`` in the
-    config wins), the attacks ``attacks`` names (an unknown one fails in one line; a mapping: keys of the
+    of the run, ``tune`` and ``tuned`` (not both), the methods ``methods`` names (:func:`methods_option`;
+    ``methods=[...]`` in the config wins), the attacks ``attacks`` names (an unknown one fails in one line; a mapping: keys of the
     attacks' config), ``given`` (the API's keywords, keys of :class:`CompareConfig`), then ``config_file`` and
     the dotted ``overrides``."""
     base = deep_merge(defaults or {}, {"seed": seed, "pretrain": {"seed": seed, "world": {"seed": seed}},
                                        "attacks": {"seed": seed}})
     if tune:
         base["tune"] = True
+    if tuned:
+        base["tuned"] = True
     names = methods_option(methods if methods is None or isinstance(methods, str) else ",".join(methods),
                            on_a_model=on_a_model)
     # the flag (or, on a user's model, the four baselines); methods=[...] in --config wins
@@ -883,7 +900,11 @@ def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | Non
         base = deep_merge(base, {"attacks": attacks})
     elif attacks:  # an unknown name fails here, in one line, before --out
         base = deep_merge(base, {"attacks": {"select": attack_names(attacks)}})
-    return build_config(CompareConfig, config_file, overrides, base=deep_merge(base, given or {}))
+    cfg = build_config(CompareConfig, config_file, overrides, base=deep_merge(base, given or {}))
+    if cfg.tune and cfg.tuned:
+        raise ConfigError("--tune and --tuned: choose one (--tune tunes each method on this model here; "
+                          "--tuned runs each at the settings committed beside it)")
+    return cfg
 
 
 def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:

@@ -1,13 +1,14 @@
-"""Choose a method's settings for one model and task: a budgeted grid under a retain constraint.
+"""Choose a method's settings for one model and task: a budgeted grid under a keep constraint.
 
-The grid scales the method's run by factors of its lr, its steps and its own weight (:data:`TUNED_PARAM`),
-nearest first, at most ``budget`` trials plus up to ``extend`` past the grid's edge (:func:`outward`). Each
-trial trains a copy on all the forget and retain data, as the final run will, and is scored on the validation
-items only (:func:`validation_split`); the choice is the largest share of the forget score removed among the
-trials that keep ``retain_share`` of the base model's keep score. Each trial is a part of the run's
-:class:`~obliviate.runs.parts.PartStore` (``tune/parts``), so a rerun after a kill redoes only the missing
-ones. Why trials train on all the data, and the rest of the rule: docs/methods.md, "Tuning a method for your
-model".
+The grid is the method's own search space (``search`` at its ``@register``: factors of its lr, its steps and
+its own settings; :func:`search_space`), nearest the run as given first, at most ``budget`` trials (24) plus
+up to ``extend`` past the grid's edge (:func:`outward`). Each trial trains a copy on all the forget and retain
+data, as the final run will, and is scored on the validation items only (:func:`validation_split`); the
+choice is :func:`choose`'s one rule: the lowest forget score among the trials that keep ``retain_share`` (0.9)
+of the base model's retain score and of its neighbour score, else the best trade-off, marked as such. Each
+trial is a part of the run's :class:`~obliviate.runs.parts.PartStore` (``tune/parts``), so a rerun after a
+kill redoes only the missing ones. Why trials train on all the data, and the rest of the rule:
+docs/methods.md, "Tuning a method for your model".
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ import numpy as np
 import yaml
 
 from obliviate.errors import ConfigError
-from obliviate.eval.outcome import MIN_FORGOT, RETAIN_SHARE, forgot_share, retained_share
+from obliviate.eval.outcome import MIN_FORGOT, RETAIN_SHARE, forgot_share, retained_share, verdict_score
 from obliviate.eval.suite import evaluate_task
 from obliviate.methods import METHODS
 from obliviate.unlearning.engine import UnlearnConfig, unlearn
@@ -33,41 +35,34 @@ from obliviate.runs.results import atomic_write_text
 from obliviate.tasks.base import Task
 from obliviate.utils import seed_everything
 
-TUNED_PARAM: dict[str, str | None] = {
-    "graddiff": "alpha", "npo": "alpha", "simnpo": "alpha", "idkdpo": "alpha", "wga": "alpha",
-    "rmu": "alpha", "adaptive_rmu": "alpha", "cosine_rmu": "alpha", "probe_unlearn": "alpha",
-    "gradascent": None,
-}
-"""The method's own setting the grid scales besides lr and steps: the weight of the retain term, which trades
-forgetting against keeping (for RMU the steering coefficient also matters, but its Adaptive variant and the
-lr already move the forget side). A method not named here is tuned on lr and steps alone."""
-
-
 @dataclass
 class TuneConfig:
-    lr_scale: list[float] = field(default_factory=lambda: [0.3, 1.0, 3.0])
-    """Factors of the run's learning rate."""
-    steps_scale: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0])
-    """Factors of the run's steps (rounded, at least 1)."""
-    param_scale: list[float] = field(default_factory=lambda: [0.3, 1.0, 3.0])
-    """Factors of the method's own setting (:data:`TUNED_PARAM`); ignored for a method without one."""
-    budget: int = 12
-    """Most trials (the grid's nearest to the run as given, in log scale)."""
+    space: dict = field(default_factory=dict)
+    """Axes that replace or add to the method's own search space (``search`` at its ``@register``), each a
+    list of factors of the run's value: ``tune.space.lr=[0.3,1,3]``, ``tune.space.steps=[1]`` (held fixed),
+    ``tune.space.beta=[0.5,1,2]`` (a numeric setting of the method's config)."""
+    budget: int = 24
+    """Most trials (the grid's nearest to the run as given, in log scale): the same for every method."""
     extend: int = 4
     """Most extra trials past the grid's edge (:func:`outward`): taken one at a time while the best feasible
     trial removed less than :data:`~obliviate.eval.outcome.MIN_FORGOT` of the forget score and sits on the
-    grid's largest lr or steps (0: the grid only)."""
+    grid's largest lr or steps (0: the grid only, as ``compare --tune`` does, so that every method gets the
+    same budget)."""
     retain_share: float = RETAIN_SHARE
-    """The constraint: a trial must keep this share of the base model's keep score on the validation items."""
+    """The constraint: a trial must keep this share of the base model's retain score and of its neighbour
+    score on the validation items (:func:`choose`)."""
     val_fraction: float = 0.5
     """Share of the forget and retain pairs (and of each evaluation set's items) held for choosing."""
     split_seed: int = 0
 
     def __post_init__(self):
-        for name in ("lr_scale", "steps_scale", "param_scale"):
-            v = getattr(self, name)
-            if not v or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 for x in v):
-                raise ConfigError(f"config key 'tune.{name}': must be a "
+        if not isinstance(self.space, dict):
+            raise ConfigError(f"config key 'tune.space': must be a mapping of axis -> list of factors, "
+                              f"got {self.space!r:.80}")
+        for name, v in self.space.items():
+            if (not isinstance(v, (list, tuple)) or not v
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0 for x in v)):
+                raise ConfigError(f"config key 'tune.space.{name}': must be a "
                                   f"non-empty list of numbers > 0, got {v!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise ConfigError(f"config key 'tune.budget': must be an integer >= 1, got {self.budget!r}")
@@ -127,21 +122,61 @@ def validation_split(task: Task, fraction: float = 0.5, seed: int = 0) -> tuple[
     return val, held
 
 
+def search_space(method: str, cfg: TuneConfig) -> dict[str, list[float]]:
+    """The axes the grid scales, lr and steps first: the method's own ``search``
+    (:func:`~obliviate.unlearning.contract.check_search`), with ``cfg.space``'s axes replacing or adding to
+    it. A method with none and no ``tune.space`` is refused in one line; so is an axis that is neither lr,
+    steps nor a numeric field of the method's config."""
+    cls = METHODS[method]
+    if cls.kind == "edit":
+        raise ConfigError(f"tune: {method!r} is an edit method: it has no learning rate or steps to tune")
+    if cls.search is None and not cfg.space:
+        raise ConfigError(f"tune: method {method!r} documents no search space (`search=` at its @register); "
+                          "give one as tune.space.lr=[0.3,1,3] tune.space.steps=[0.5,1,2] ...")
+    defaults = cls.config_cls()
+    for axis in cfg.space:
+        v = getattr(defaults, axis, None)
+        if axis not in ("lr", "steps") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            numeric = sorted(f.name for f in dataclasses.fields(cls.config_cls)
+                             if isinstance(getattr(defaults, f.name), (int, float))
+                             and not isinstance(getattr(defaults, f.name), bool))
+            raise ConfigError(f"config key 'tune.space.{axis}': not lr, steps or a numeric setting of "
+                              f"{method!r} (its numeric settings: {', '.join(numeric) or 'none'})")
+    space = {**(cls.search or {}), **{k: [float(x) for x in v] for k, v in cfg.space.items()}}
+    return {"lr": space.get("lr", [1.0]), "steps": space.get("steps", [1.0]),
+            **{k: v for k, v in space.items() if k not in ("lr", "steps")}}
+
+
+def _scaled(base, factor: float, name: str, method: str):
+    """``base * factor`` (an integer setting rounded, at least 1); a setting that is not a number > 0 cannot
+    be scaled: one line naming it."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0:
+        raise ConfigError(f"tune: {method!r}'s {name} is {base!r}: a search axis scales a number > 0 (set it, "
+                          f"or drop the axis with tune.space.{name}=[1])")
+    return max(1, round(base * factor)) if isinstance(base, int) else float(base * factor)
+
+
 def grid(run: UnlearnConfig, cfg: TuneConfig) -> list[dict]:
-    """The trials' settings ``{"lr", "steps", "param", "value", "scales"}``, nearest the run first, at most
-    ``cfg.budget``."""
-    param = TUNED_PARAM.get(run.method)
-    base_value = None
-    if param is not None:
-        base_value = run.params.get(param, getattr(METHODS[run.method].config_cls(), param))
-    pscales = cfg.param_scale if param is not None else [1.0]
-    combos = sorted(itertools.product(cfg.lr_scale, cfg.steps_scale, pscales),
-                    key=lambda s: (sum(abs(math.log(x)) for x in s), s))
-    out = []
-    for ls, ss, ps in combos[:cfg.budget]:
-        t = {"lr": run.train.lr * ls, "steps": max(1, round(run.train.steps * ss)), "param": param,
-             "value": None if param is None else base_value * ps, "scales": [ls, ss, ps]}
-        out.append(t)
+    """The trials' settings ``{"lr", "steps", "params", "scales"}`` (``scales``: the factors, in
+    :func:`search_space`'s order), nearest the run first (the sum of |log factor|), at most ``cfg.budget``
+    distinct ones."""
+    space = search_space(run.method, cfg)
+    names = [a for a in space if a not in ("lr", "steps")]
+    defaults = METHODS[run.method].config_cls()
+    base = {p: run.params.get(p, getattr(defaults, p)) for p in names}
+    combos = sorted(itertools.product(*space.values()), key=lambda s: (sum(abs(math.log(x)) for x in s), s))
+    out, seen = [], set()
+    for scales in combos:
+        if len(out) == cfg.budget:
+            break
+        ls, ss, *ps = scales
+        t = {"lr": run.train.lr * ls, "steps": max(1, round(run.train.steps * ss)),
+             "params": {p: (base[p] if f == 1 else _scaled(base[p], f, p, run.method)) for p, f in zip(names, ps)},
+             "scales": list(scales)}
+        key = json.dumps({k: t[k] for k in ("lr", "steps", "params")}, sort_keys=True)
+        if key not in seen:  # steps rounded to the same number: one trial
+            seen.add(key)
+            out.append(t)
     return out
 
 
@@ -149,42 +184,96 @@ def outward(trials: list[dict], run: UnlearnConfig, cfg: TuneConfig) -> dict | N
     """The next trial past the grid's edge, or None. It starts from the largest update that kept retain (the
     feasible trial of the largest lr x steps factors) and pushes its lr out by the grid's largest lr factor
     where it has the largest lr tried, and its steps likewise (an axis whose factors are none above 1, e.g.
-    ``steps_scale=[1]``, is held fixed). A model whose retain score every such trial kept but whose forget
+    ``tune.space.steps=[1]``, is held fixed). A model whose retain score every such trial kept but whose forget
     score they barely moved needs a larger update than the grid around the preset holds
     (scripts/tune_architectures.py: RMU on GPT-NeoX and Gemma-2 chose the grid's corner, lr x3 and steps x2,
     and still forgot little)."""
-    feasible = [t for t in trials if t["retained"] is None or t["retained"] >= cfg.retain_share - 1e-9]
+    feasible = [t for t in trials if meets(t, cfg.retain_share)]
     if not feasible:
         return None
+    space = search_space(run.method, cfg)
     b = max(feasible, key=lambda t: (t["scales"][0] * t["scales"][1], t["forgot"] or 0.0, -t["index"]))
-    ls, ss, ps = b["scales"]
-    fl, fs = max(cfg.lr_scale), max(cfg.steps_scale)
+    ls, ss, *ps = b["scales"]
+    fl, fs = max(space["lr"]), max(space["steps"])
     nl = ls * fl if fl > 1 and ls >= max(t["scales"][0] for t in trials) - 1e-12 else ls
     ns = ss * fs if fs > 1 and ss >= max(t["scales"][1] for t in trials) - 1e-12 else ss
-    if (nl, ns) == (ls, ss) or any(t["scales"] == [nl, ns, ps] for t in trials):
+    if (nl, ns) == (ls, ss) or any(t["scales"] == [nl, ns, *ps] for t in trials):
         return None
-    return {"lr": run.train.lr * nl, "steps": max(1, round(run.train.steps * ns)), "param": b["param"],
-            "value": b["value"], "scales": [nl, ns, ps]}
+    return {"lr": run.train.lr * nl, "steps": max(1, round(run.train.steps * ns)), "params": dict(b["params"]),
+            "scales": [nl, ns, *ps]}
 
 
 def trial_config(run: UnlearnConfig, trial: dict) -> UnlearnConfig:
-    """``run`` with a trial's lr, steps and method setting: also the final run at the chosen trial (a trial
+    """``run`` with a trial's lr, steps and method settings: also the final run at the chosen trial (a trial
     trains on all the data, as the final run does)."""
-    params = dict(run.params)
-    if trial["param"] is not None:
-        params[trial["param"]] = trial["value"]
-    return dataclasses.replace(run, params=params,
+    return dataclasses.replace(run, params={**run.params, **trial["params"]},
                                train=dataclasses.replace(run.train, lr=trial["lr"], steps=trial["steps"]))
 
 
+KEEP_ROLES = ("retain", "neighbour")
+"""The scores the constraint keeps: what the method should not touch (retain) and the facts nearest the forget
+set (neighbour), each read through :func:`~obliviate.eval.outcome.verdict_score`."""
+
+_EPS = 1e-9
+
+
+def keep_shares(base: dict, after: dict) -> dict[str, float | None]:
+    """Each of :data:`KEEP_ROLES`' share of the base model's score, ``after / base`` (None where the base is
+    0); a role the task does not score is left out. A task with neither: ``{"keep": ...}``, the share of
+    :func:`~obliviate.eval.outcome.outcome_keep` (its utility score)."""
+    out: dict[str, float | None] = {}
+    for role in KEEP_ROLES:
+        b, a = verdict_score(base, role), verdict_score(after, role)
+        if b is not None and a is not None:
+            out[role] = float(a / b) if b > 0 else None
+    return out or {"keep": retained_share(base, after)}
+
+
+def meets(trial: dict, share: float) -> bool:
+    """Whether a trial keeps ``share`` of every keep score it has (:func:`keep_shares`; one it could not
+    measure, None, does not count against it)."""
+    return all(v is None or v >= share - _EPS for v in trial["keep"].values())
+
+
+def worst_keep(trial: dict) -> float:
+    """The lowest of a trial's keep shares (1 where it has none)."""
+    vals = [v for v in trial["keep"].values() if v is not None]
+    return min(vals) if vals else 1.0
+
+
+SELECTION_RULE = ("the lowest forget score (the largest share of it removed, down to chance) among the trials "
+                  "that keep at least {share:.2f} of the base model's retain and neighbour scores, ties to the "
+                  "larger worst keep share, then the earlier trial; with none that does, the best trade-off: "
+                  "the trial nearest the constraint (the largest worst keep share), ties to the lower forget "
+                  "score, marked as not meeting it")
+"""The one rule :func:`choose` applies, as the reports and docs/results.md state it."""
+
+
 def choose(trials: list[dict], retain_share: float) -> tuple[dict, bool]:
-    """The best trial: the largest ``forgot`` among those with ``retained >= retain_share`` (ties: the larger
-    ``retained``, then the earlier trial); with none feasible, the one that kept most. Returns (trial,
-    feasible)."""
-    feasible = [t for t in trials if t["retained"] is None or t["retained"] >= retain_share - 1e-9]
+    """The chosen trial and whether it meets the constraint, by :data:`SELECTION_RULE`. Each trial has
+    ``forgot`` (the share of the forget score removed, :func:`~obliviate.eval.outcome.forgot_share`), ``keep``
+    (:func:`keep_shares`) and ``index``. Among the trials that keep ``retain_share`` of every keep score
+    (:func:`meets`): the largest ``forgot``, ties to the larger :func:`worst_keep`, then the earlier trial.
+    With none: the largest worst keep share (the trial nearest the constraint, whose forget score is read at
+    the least damage the method did), ties to the larger ``forgot``, then the earlier trial; ``False`` says
+    so."""
+    if not trials:
+        raise ConfigError("tune: no trial to choose from (the grid is empty)")
+    feasible = [t for t in trials if meets(t, retain_share)]
     if feasible:
-        return max(feasible, key=lambda t: (t["forgot"] or 0.0, t["retained"] or 0.0, -t["index"])), True
-    return max(trials, key=lambda t: (t["retained"] or 0.0, t["forgot"] or 0.0, -t["index"])), False
+        return max(feasible, key=lambda t: (t["forgot"] or 0.0, worst_keep(t), -t["index"])), True
+    return max(trials, key=lambda t: (worst_keep(t), t["forgot"] or 0.0, -t["index"])), False
+
+
+def setting_text(trial: dict) -> str:
+    """``lr 0.001, steps 50, alpha 10``: a trial's settings in one phrase."""
+    return ", ".join([f"lr {trial['lr']:.3g}", f"steps {trial['steps']}",
+                      *(f"{k} {v:.3g}" for k, v in trial["params"].items())])
+
+
+def keep_text(trial: dict) -> str:
+    """``retain keep 0.950, neighbour keep 0.910``."""
+    return ", ".join(f"{k} keep {_fmt(v)}" for k, v in trial["keep"].items())
 
 
 def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_dir: str | Path, *,
@@ -196,8 +285,7 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
     ``search.png``; ``fingerprint`` (the base model, the task) goes into the store's config, so a rerun with
     another model refuses the old trials. ``trial_fn(trial) -> after-metrics`` replaces training and scoring
     (tests). Returns ``{"method", "base", "trials", "chosen", "feasible", "settings"}``."""
-    if METHODS[run.method].kind == "edit":
-        raise ConfigError(f"tune: {run.method!r} is an edit method: it has no learning rate or steps to tune")
+    space = search_space(run.method, cfg)  # an edit method, or one without a search space: one line, here
     out_dir = Path(out_dir)
     ekw = dict(eval_kw or {})
     store = PartStore(out_dir / "parts", config={"method": run.method, "run": dataclasses.asdict(run),
@@ -215,13 +303,13 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
                              prompt=val.prompt, idk=val.idk, progress=progress)
             return _scalars(evaluate_task(new, tokenizer, val, progress=progress, **ekw))
         i = len(trials)
-        after = store.get(f"trial_{i:03d}", work, key={k: t[k] for k in ("lr", "steps", "param", "value")})
-        row = {**t, "index": i, "forgot": forgot_share(base, after), "retained": retained_share(base, after),
-               "forget_score": after.get("forget_score")}
+        after = store.get(f"trial_{i:03d}", work, key={k: t[k] for k in ("lr", "steps", "params")})
+        row = {**t, "index": i, "forgot": forgot_share(base, after), "keep": keep_shares(base, after),
+               **{f"{r}_score": verdict_score(after, r) for r in ("forget", *KEEP_ROLES)}}
+        row["retained"] = worst_keep(row) if any(v is not None for v in row["keep"].values()) else None
         trials.append(row)
-        log(f"tune {run.method} trial {i + 1}: lr {t['lr']:.3g}, steps {t['steps']}"
-            + (f", {t['param']} {t['value']:.3g}" if t["param"] else "")
-            + f": forget removed {_fmt(row['forgot'])}, keep share {_fmt(row['retained'])}")
+        log(f"tune {run.method} trial {i + 1}: {setting_text(t)}: forget removed {_fmt(row['forgot'])}, "
+            f"{keep_text(row)}")
 
     for t in grid(run, cfg):
         trial(t)
@@ -233,7 +321,8 @@ def tune(model, tokenizer, val: Task, run: UnlearnConfig, cfg: TuneConfig, out_d
         trial(nxt)
         chosen, feasible = choose(trials, cfg.retain_share)
     result = {"method": run.method, "base": base, "trials": trials, "chosen": chosen, "feasible": feasible,
-              "retain_share": cfg.retain_share, "settings": settings_of(run, chosen)}
+              "retain_share": cfg.retain_share, "space": space, "budget": cfg.budget,
+              "settings": settings_of(run, chosen)}
     write_tune_report(out_dir, result)
     return result
 
@@ -259,9 +348,8 @@ def write_tuned_settings(path: str | Path, result: dict) -> Path:
     from)."""
     c = result["chosen"]
     head = (f"# obliviate tune: {result['method']}, trial {c['index'] + 1} of {len(result['trials'])}, "
-            f"chosen on the validation split: forget removed {_fmt(c['forgot'])}, "
-            f"keep share {_fmt(c['retained'])}"
-            f"{'' if result['feasible'] else ' (no trial met the retain constraint: the one that kept most)'}\n")
+            f"chosen on the validation split: forget removed {_fmt(c['forgot'])}, {keep_text(c)}"
+            f"{'' if result['feasible'] else ' (no trial met the keep constraint: the best trade-off)'}\n")
     atomic_write_text(Path(path), head + yaml.safe_dump(result["settings"], sort_keys=False))
     return Path(path)
 
@@ -272,7 +360,7 @@ def write_tune_report(out_dir: Path, result: dict) -> Path:
     trials, rs = result["trials"], result["retain_share"]
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    ok = [t["retained"] is None or t["retained"] >= rs - 1e-9 for t in trials]
+    ok = [meets(t, rs) for t in trials]
     xs = [t["index"] + 1 for t in trials]
     ys = [t["forgot"] or 0.0 for t in trials]
     a.scatter(xs, ys, c=["tab:green" if o else "tab:red" for o in ok], s=25)
@@ -284,25 +372,27 @@ def write_tune_report(out_dir: Path, result: dict) -> Path:
     a.set_xlabel("trial")
     a.set_ylabel("forget removed (validation)")
     a.legend(fontsize=7)
-    b.scatter([t["retained"] or 0.0 for t in trials], ys, c=["tab:green" if o else "tab:red" for o in ok],
-              s=25)
+    b.scatter([worst_keep(t) for t in trials], ys, c=["tab:green" if o else "tab:red" for o in ok], s=25)
     b.axvline(rs, color="grey", linestyle="--")
     c = result["chosen"]
-    b.scatter([c["retained"] or 0.0], [c["forgot"] or 0.0], marker="*", s=160, color="black", label="chosen")
-    b.set_xlabel("keep share of the base (validation)")
+    b.scatter([worst_keep(c)], [c["forgot"] or 0.0], marker="*", s=160, color="black", label="chosen")
+    b.set_xlabel("worst keep share of the base (validation)")
     b.legend(fontsize=7)
     for ax in (a, b):
         ax.grid(alpha=0.3)
     save_figure(fig, out_dir / "search.png")
+    roles = list(dict.fromkeys(k for t in trials for k in t["keep"]))
     rows = [{"trial": t["index"] + 1, "lr": f"{t['lr']:.3g}", "steps": t["steps"],
-             "setting": "" if t["param"] is None else f"{t['param']} {t['value']:.3g}",
-             "forget removed": t["forgot"], "keep share": t["retained"],
+             "settings": ", ".join(f"{k} {v:.3g}" for k, v in t["params"].items()),
+             "forget removed": t["forgot"], **{f"{r} keep": t["keep"].get(r) for r in roles},
              "feasible": "yes" if o else "no", "chosen": "*" if t is c else ""} for t, o in zip(trials, ok)]
+    space = "; ".join(f"{k} x {', '.join(f'{x:g}' for x in v)}" for k, v in result.get("space", {}).items())
     text = "\n".join([
         f"# Tuning {md_code(result['method'])}", "",
-        f"Chosen on the validation split: trial {c['index'] + 1}, the largest forget drop with a keep share "
-        "of at least "
-        f"{rs:.2f}" + ("" if result["feasible"] else " (none met it: the trial that kept most)") + ".", "",
+        f"Search space (factors of the run as given): {space}; {len(trials)} trials.", "",
+        f"Chosen on the validation split: trial {c['index'] + 1}, by the rule: "
+        + SELECTION_RULE.format(share=rs) + "."
+        + ("" if result["feasible"] else " No trial met the constraint: this is the best trade-off."), "",
         "![search](search.png)", "",
         markdown_table(rows, list(rows[0]), fmt="{:.3f}"), ""])
     atomic_write_text(out_dir / "report.md", text)
