@@ -6,7 +6,8 @@ fine-tuning and GCG) on the base model, the oracle, both positive controls and G
 each run writes its own report (``OUT/seed<k>/report.md`` and ``.html``, with the robustness table). Then
 ``OUT/robustness.md`` (and ``.html``) puts the runs side by side: verdicts and the attack that decided each, the
 calibration of each attack per seed, and each attack's cost (:func:`obliviate.pipelines.compare.report.
-robustness_over_seeds`). A finished seed is not run again (its results.json is read), so a killed run resumes.
+robustness_over_seeds`), then the frontier (``OUT/frontier.png``: cost as a share of retraining against the worst
+calibrated recovery, one point per model per seed; :mod:`obliviate.evidence.frontier`). A finished seed is not run again (its results.json is read), so a killed run resumes.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/robustness_seeds.py --out runs/robustness
     .venv/bin/python scripts/robustness_seeds.py --out runs/robustness --tables-only
@@ -25,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from obliviate.evidence.frontier import frontier_points, plot_frontier
 from obliviate.evidence.verdict import KNOWN_REMOVED
 from obliviate.pipelines.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
@@ -101,6 +103,28 @@ def cost_table(results: dict) -> list[str]:
     return rows
 
 
+def frontier_section(results: dict, png: Path) -> list[str]:
+    """The frontier over the seeds (:mod:`obliviate.evidence.frontier`): the figure ``png`` (one point per model
+    per seed) and a table per model: each seed's cost share, worst calibrated recovery (and its attack),
+    neighbour keep and verdict."""
+    points = {label: frontier_points(res) for label, res in results.items()}
+    left = plot_frontier(points, png)
+    rows = ["| model | seed | cost (share of retraining) | worst calibrated recovery (attack) | neighbour keep | "
+            "verdict |", "|" + "---|" * 6]
+    names = list(dict.fromkeys(p["model"] for ps in points.values() for p in ps))
+    for name in names:
+        for label, ps in points.items():
+            for p in (p for p in ps if p["model"] == name):
+                share = "-" if p["cost_share"] is None else f"{100 * p['cost_share']:.3g}%"
+                rec = "-" if p["recovery"] is None else f"{p['recovery']:.2f} ({p['attack']})"
+                rows.append(f"| {name} | {label} | {share} | {rec} | {_f(p['neighbour_keep'])} | "
+                            f"{p['verdict'] or '(reference)'} |")
+    return ["## The frontier: cost as a share of retraining against the worst calibrated recovery", "",
+            f"![the frontier]({png.name})", "",
+            "Filled markers: the model kept at least 90% of the base model's neighbour score."
+            + (f" Not drawn: {'; '.join(left)}." if left else ""), "", *rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/robustness")
@@ -136,11 +160,12 @@ def main(argv: list[str] | None = None) -> int:
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
           *robustness_over_seeds(results), "", "## Cost of each method (mean over seeds)", "",
           *cost_table(results)]
+    out.mkdir(parents=True, exist_ok=True)
+    md += ["", *frontier_section(results, out / "frontier.png")]
     for label, res in results.items():
         md += ["", f"## {label}", "", *per_model_table(res)]
-    out.mkdir(parents=True, exist_ok=True)
     (out / "robustness.md").write_text("\n".join(md) + "\n")
-    write_html(out / "robustness.md", out / "robustness.html")
+    write_html(out / "robustness.md", out / "robustness.html", images=["frontier.png"])
     print(f"tables: {out / 'robustness.md'} and {out / 'robustness.html'}")
     return 0
 
