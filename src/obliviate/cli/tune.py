@@ -1,4 +1,4 @@
-"""``obliviate tune``: a method's lr, steps and own weight for a model and task, under a retain constraint."""
+"""``obliviate tune``: a method's lr, steps and own weight for a model and task, under a keep constraint."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ def cmd_tune(args) -> None:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("tune", help="choose a method's settings for a model and task: the largest forget "
-                                    "drop that keeps retain, on a validation split; writes the chosen "
-                                    "settings for unlearn --config")
+    s = sub.add_parser("tune", help="choose a method's settings for a model and task: 24 trials over the "
+                                    "method's own search space, the lowest forget score that keeps 0.9 of "
+                                    "retain and neighbours (else the best trade-off, said so), on a validation "
+                                    "split; writes the chosen settings for unlearn --config")
     add_common(s, example="tune.budget=8 unlearn.train.steps=40")
     add_model_args(s, help="the model to tune for: a directory or hub id")
     s.add_argument("--method", required=True, help="method name (see `obliviate methods`; case-insensitive)")
