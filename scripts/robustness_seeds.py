@@ -32,7 +32,8 @@ from obliviate.pipelines.compare.report import robustness_over_seeds
 from obliviate.runs.report import write_html
 
 METHODS = "graddiff,npo,simnpo,rmu"
-"""The methods compared by default: the four baselines (issue #44's run adds ``undo,tar,repnoise,sam_npo,jensun``)."""
+"""The methods compared by default: the four baselines (issue #44's run adds ``undo,tar,repnoise,sam_npo,jensun``,
+issue #59's ``mudman``)."""
 
 
 def _f(x, fmt: str = "{:.2f}") -> str:

@@ -47,6 +47,9 @@ RECORDED_TINY = {
     "sam_graddiff": {"lr": 3e-4, "steps": 50, "params": {"alpha": 10.0, "rho": 0.05}},
     "repnoise": {"lr": 1e-3, "steps": 50, "params": {"beta": 1.0}},
     "tar": {"lr": 1e-3, "steps": 50, "params": {"attacks": 1, "attack_lrs": [1e-4, 3e-4, 1e-3]}},
+    # MUDMAN (issue #59): chosen on world seed 0 from lr x gamma x trained weights (docs/methods.md, "mudman"); the
+    # adversary's SGD lr at the top of the authors' range for their smallest model, reset every 10 of the 50 steps.
+    "mudman": {"lr": 1e-3, "steps": 50, "params": {"gamma": 0.3, "adv_lr": 0.1, "fork_every": 10}},
 }
 FALLBACK = {"lr": 1e-3, "steps": 50, "params": {}}
 """compare.FALLBACK_DEFAULT: every method the table did not list."""

@@ -1,6 +1,6 @@
-"""Every robust method of issue #44 runs with its tiny preset on a user's files (forget JSON Lines with its own field
-names, retain CSV) and a random-init model of a real architecture saved with its own tokenizer, from the CLI: the
-run finishes, writes its model in safetensors and its outcome, and the weights moved."""
+"""Every robust method of issues #44 and #59 runs with its tiny preset on a user's files (forget JSON Lines with its
+own field names, retain CSV) and a random-init model of a real architecture saved with its own tokenizer, from the
+CLI: the run finishes, writes its model in safetensors and its outcome, and the weights moved."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from _userdata import save_tiny_model, write_user_files
 from obliviate.cli.main import main
 
 CASES = [("undo", "llama"), ("tar", "gpt2"), ("repnoise", "qwen2"), ("sam_npo", "mistral"),
-         ("sam_graddiff", "gptneox"), ("jensun", "gemma2")]
+         ("sam_graddiff", "gptneox"), ("jensun", "gemma2"), ("mudman", "gpt2")]
 
 
 @pytest.mark.parametrize("method,arch", CASES)

@@ -28,20 +28,20 @@ from obliviate.config import check_ranges
 from obliviate.errors import ConfigError
 from obliviate.losses import at_least_float32, labelled_logits, ratio_of_sums
 from obliviate.unlearning.contract import Method, register, weighted_search
-from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, trained_params
+from obliviate.unlearning.objectives import gradient_term, mean_labelled_nll, param_grads, trained_params
 
 
 def negative_entropy(model, batch: dict) -> torch.Tensor:
     """-mean over the labelled positions of batch of the entropy of p_theta(. | prefix) (nats)."""
     logits, _, _ = labelled_logits(model, batch)
+    return negative_entropy_of(logits)
+
+
+def negative_entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    """-mean over the N rows of ``logits`` (N, V) of the entropy of softmax(row) (nats)."""
     logp = F.log_softmax(at_least_float32(logits), -1)
     h = -(logp.exp() * logp).sum(-1)
     return -ratio_of_sums(h.sum(), torch.tensor(float(h.numel()), device=h.device))
-
-
-def _grads(loss: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
-    g = torch.autograd.grad(loss, params, allow_unused=True)
-    return [torch.zeros_like(p) if x is None else x for p, x in zip(params, g)]
 
 
 @dataclass
@@ -104,11 +104,11 @@ class TAR(Method):
             for lr, data in attacks:
                 opt = torch.optim.AdamW(params, lr=lr)
                 for _ in range(cfg.inner_steps):
-                    for p, g in zip(params, _grads(mean_labelled_nll(model, batch[data]), params)):
+                    for p, g in zip(params, param_grads(mean_labelled_nll(model, batch[data]), params)):
                         p.grad = g
                     opt.step()
                     tr = negative_entropy(model, batch["forget"])
-                    for acc, g in zip(total, _grads(tr, params)):
+                    for acc, g in zip(total, param_grads(tr, params)):
                         acc.add_(g, alpha=weight)
                     value = value + weight * tr.detach()
                 del opt

@@ -129,6 +129,12 @@ def trained_params(model) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def param_grads(loss: torch.Tensor, params: list[torch.Tensor], retain_graph: bool = False) -> list[torch.Tensor]:
+    """d loss / d p for each of ``params`` (zeros where the loss does not reach one), without touching ``.grad``."""
+    g = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=retain_graph)
+    return [torch.zeros_like(p) if x is None else x for p, x in zip(params, g)]
+
+
 def gradient_term(params: list[torch.Tensor], grads: list[torch.Tensor], value: torch.Tensor) -> torch.Tensor:
     """A scalar whose value is ``value`` and whose gradient with respect to ``params`` is ``grads``: how a
     method that computes its gradient itself (at perturbed or adapted weights: SAM, TAR) hands it to the
