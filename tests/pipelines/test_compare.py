@@ -269,7 +269,7 @@ def test_each_models_cost_is_its_unlearning_or_the_pretraining_beside_it_as_a_sh
     models and a pretraining-time method alike; never the base model's pretraining or a control. The shares are
     the ratios of those recorded integers to the oracle's."""
     from obliviate.pipelines.compare.report import cost_share_markdown
-    from obliviate.pipelines.compare.run import removal_costs
+    from obliviate.pipelines.compare.run import oracle_pretraining, removal_costs
     from obliviate.runs.cost import pass_flops, pass_tokens, removal_shares, stage_record
 
     def passes(f, b):
@@ -278,6 +278,8 @@ def test_each_models_cost_is_its_unlearning_or_the_pretraining_beside_it_as_a_sh
     made = {"base": {"passes": passes(6_007, 6_007)}, "second_oracle": {"passes": passes(5_003, 5_003)},
             "filtered": {"passes": passes(6_001, 6_001), "masked_tokens": 997},
             "routed": {"passes": passes(6_011, 6_011), "labelling": {"passes": passes(77, 0), "what": "a classifier"}},
+            "halved": {"passes": passes(3_000, 3_000), "resumed_from": 150},  # counted since its checkpoint only
+            "whole": {"passes": passes(6_000, 6_000), "resumed_from": 150, "passes_whole_run": True},
             "positive_control": None}
     dirs = {}
     for name, info in made.items():
@@ -291,11 +293,15 @@ def test_each_models_cost_is_its_unlearning_or_the_pretraining_beside_it_as_a_sh
     stages = {"unlearn:npo": stage_record(passes(300, 200), 1.0),
               "unlearn:rmu": {**stage_record(None), "cached": True, "built": stage_record(passes(40, 40))}}
     removal = removal_costs(stages, ["npo", "rmu"], dirs, pre, n)
-    assert list(removal) == ["oracle", "npo", "rmu", "second_oracle", "filtered", "routed"]
+    assert list(removal) == ["oracle", "npo", "rmu", "second_oracle", "filtered", "routed", "halved", "whole"]
+    assert removal["halved"]["tokens"] is None and "resumed at step 150" in removal["halved"]["what"]
+    assert removal["whole"]["tokens"] == 12_000  # a resumed run that carried its counts over
     assert removal["rmu"]["tokens"] == 80 and removal["routed"]["tokens"] == 12_022 + 77  # the build's; the labeller's
     shares, flops = removal_shares(removal, pre)
+    assert shares.pop("halved") is None and flops.pop("halved") is None  # unknown, never a half
     for name, r in removal.items():
-        assert shares[name] == r["tokens"] / pre["tokens"] and flops[name] == r["flops"] / pre["flops"], name
+        if name in shares:
+            assert shares[name] == r["tokens"] / pre["tokens"] and flops[name] == r["flops"] / pre["flops"], name
     assert shares["oracle"] == flops["oracle"] == 1.0
     assert shares["second_oracle"] == 10_006 / 10_000 and flops["npo"] == (2 * 300 + 4 * 200) / (6 * 5_000)
     assert "997 loss-masked tokens were chosen by the world's token labels" in removal["filtered"]["what"]
@@ -304,5 +310,7 @@ def test_each_models_cost_is_its_unlearning_or_the_pretraining_beside_it_as_a_sh
                                         "share_of_oracle_pretraining": shares,
                                         "share_of_oracle_pretraining_flops": flops}))
     assert "## Cost as a share of retraining" in md and "| second_oracle | 10,006 | " in md and " 100% | " in md
+    assert oracle_pretraining(dirs["halved"], given=False)["passes"] is None  # the oracle's, the same
+    assert oracle_pretraining(dirs["whole"], given=False)["passes"] == made["whole"]["passes"]
     assert "No share: the oracle's pretraining is unknown: given" in "\n".join(cost_share_markdown(
         {"removal": {}, "oracle_pretraining": {"passes": None, "what": "unknown: given"}}))

@@ -410,6 +410,23 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
             h.remove()
 
 
+def resumable_passes(counts: dict[str, int]) -> tuple:
+    """``(get, set)`` state hooks for :func:`obliviate.train.loop.train` that carry the ``counts`` of a
+    :func:`count_passes` block over a resume: ``get()`` is the counts so far, saved with each checkpoint;
+    ``set(d)`` adds the saved counts back when the run resumes from it, so a resumed training records the passes
+    of the whole run, not only those since its checkpoint."""
+
+    def get() -> dict:
+        return {"passes": {k: int(v) for k, v in counts.items()}}
+
+    def put(saved: dict) -> None:
+        for k, v in (saved.get("passes") or {}).items():
+            if k in counts:
+                counts[k] += int(v)
+
+    return get, put
+
+
 @contextlib.contextmanager
 def capture_hidden(model: nn.Module, layers: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
     """Capture the output of decoder ``layers`` during forward passes inside the block.

@@ -75,11 +75,12 @@ def training_data(task, which: str) -> Data:
 
 def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | Path | None = None, *,
              prompt: PromptFormat | None = None, preset: str = "tiny", progress: bool | None = None,
-             resume: bool = True, trainable: list[str] | None = None):
+             resume: bool = True, trainable: list[str] | None = None, state_hooks: tuple | None = None):
     """Train ``model`` (in place) on ``data``; returns ``(model, summary)`` with ``summary["data"]`` the
     encoding stats.
 
     ``trainable``: fnmatch patterns of the parameters to train (default: all); the others stay frozen.
+    ``state_hooks``: state kept with the checkpoints beside the model's (:func:`~obliviate.train.loop.train`).
     """
     if preset not in PRESETS:
         raise ConfigError(f"unknown fine-tuning preset {preset!r} (valid: {', '.join(PRESETS)})")
@@ -106,7 +107,8 @@ def finetune(model, tokenizer, data: Data, cfg: FinetuneConfig, out_dir: str | P
                        log_every=max(1, min(20, steps // 20)), checkpoint_every=cfg.checkpoint_every,
                        desc="finetune", trainable=list(trainable or ["*"]),
                        **({"progress": progress} if progress is not None else {}))
-    summary = train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, batch_fn, tcfg, out_dir, resume=resume)
+    summary = train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, batch_fn, tcfg, out_dir, resume=resume,
+                    state_hooks=state_hooks)
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()

@@ -35,7 +35,7 @@ from obliviate.evidence.trust import metric_trust
 from obliviate.evidence.verdict import KNOWN_REMOVED, REFERENCES, robustness_summary
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
-from obliviate.models.layers import count_passes
+from obliviate.models.layers import count_passes, resumable_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
@@ -392,13 +392,15 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
         seed_everything(cfg.seed)
         model, tok = build_tiny_model(task_texts(task) if tok is None else tok, cfg.tiny, seed=cfg.seed)
         data = training_data(task, "both" if name == "base" else "retain")
-        # its pretraining, from scratch (a resumed run: since its checkpoint)
+        # its pretraining, from scratch (a resumed run: the checkpoint's passes carried over)
         with count_passes(model) as passes:
-            model, _ = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
-                                preset="tiny", progress=progress, resume=True)
+            model, summary = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
+                                      preset="tiny", progress=progress, resume=True,
+                                      state_hooks=resumable_passes(passes))
         save_model(model, d)
         tok.save_pretrained(str(d))
-        (d / "pretrain.json").write_text(json.dumps({"passes": dict(passes)}, indent=2))
+        (d / "pretrain.json").write_text(json.dumps({"passes": dict(passes), "passes_whole_run": True,
+                                                     "resumed_from": summary.get("resumed_from", 0)}, indent=2))
         (d / "DONE").write_text(json.dumps(source, sort_keys=True))
     return {k: str(v) for k, v in dirs.items()}
 
@@ -410,15 +412,14 @@ def oracle_pretraining(oracle_dir: str | None, *, given: bool) -> dict | None:
     record of it."""
     if not oracle_dir:
         return None
-    path = Path(oracle_dir) / "pretrain.json"
-    try:
-        passes = json.loads(path.read_text()).get("passes")
-    except (OSError, ValueError, AttributeError):
-        passes = None
-    if not passes:
+    info = _pretrain_record(Path(oracle_dir) / "pretrain.json")
+    if info is None or not info.get("passes"):
         return {"passes": None, "what": "unknown: the oracle was given "
                                         "(--oracle) and records no pretrain.json"
                 if given else "unknown: the oracle records no pretrain.json"}
+    passes, why = whole_run_passes(info)
+    if passes is None:
+        return {"passes": None, "what": f"unknown: the oracle's pretraining {why}"}
     return {"passes": passes, "what": "the oracle's pretraining (pretrain.json beside it)"}
 
 
@@ -446,9 +447,24 @@ def removal_costs(stages: dict, methods, dirs: dict, pretraining: dict | None, n
             continue
         info = _pretrain_record(Path(d) / "pretrain.json")
         if info is not None:
-            out[name] = made_by(info.get("passes"), n, _pretraining_what(info), "pretrain.json",
-                                extra=info.get("labelling"))
+            passes, why = whole_run_passes(info)
+            out[name] = made_by(passes, n, _pretraining_what(info) if passes else f"unknown: its pretraining {why}",
+                                "pretrain.json", extra=info.get("labelling") if passes else None)
     return out
+
+
+def whole_run_passes(info: dict) -> tuple[dict | None, str | None]:
+    """``(passes, None)``: the passes of a whole pretraining run its ``pretrain.json`` (``info``) records; else
+    ``(None, why)``: it records none, or it was resumed from a checkpoint by an obliviate that counted only the
+    passes since (before ``passes_whole_run``: :func:`~obliviate.models.layers.resumable_passes`)."""
+    passes = info.get("passes")
+    if not passes:
+        return None, "records no passes"
+    resumed = int(info.get("resumed_from") or 0)
+    if resumed and not info.get("passes_whole_run"):
+        return None, (f"was resumed at step {resumed}, and its pretrain.json counts only the passes since (made "
+                      "before a resumed run carried its counts over)")
+    return passes, None
 
 
 def _pretrain_record(path: Path) -> dict | None:
