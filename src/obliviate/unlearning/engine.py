@@ -273,15 +273,18 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     select_trainable(model, patterns)  # validates patterns before anything else happens
     if cfg.lora:
         check_lora_rank(model, patterns, cfg.lora_r)
-    method.fit(model, tokenizer)  # e.g. probe directions fitted on the frozen model before training
+    # the passes before step 0 (a probe fitted, a frozen copy's outputs cached) are the method's cost too
+    with count_passes(model) as before:
+        method.fit(model, tokenizer)  # e.g. probe directions fitted on the frozen model before training
     D.check_method(method)  # several processes / sharded: refuse what cannot work, before any training
     device = next(model.parameters()).device
     if cfg.lora:
         model = wrap_lora(model, patterns, cfg.lora_r, cfg.lora_alpha)
         patterns = ["*lora_*"]
-    ref = prepare_reference(method, model, data, to_device(data(0), device), lora=cfg.lora,
-                            cache=cfg.cache_reference,
-                            steps=cfg.train.steps, memory_bytes=int(cfg.reference_memory_gib * 2**30))
+    with count_passes(model) as setup:
+        ref = prepare_reference(method, model, data, to_device(data(0), device), lora=cfg.lora,
+                                cache=cfg.cache_reference,
+                                steps=cfg.train.steps, memory_bytes=int(cfg.reference_memory_gib * 2**30))
     ref = ref or NoReference(cfg.method)
     tcfg = TrainConfig(**{**to_dict(cfg.train), "trainable": patterns,
                           **({"progress": progress} if progress is not None else {})})
@@ -302,7 +305,8 @@ def unlearn(model, tokenizer, forget, retain, cfg: UnlearnConfig, out_dir: str |
     summary["trainable"] = patterns
     summary["reference"] = ref.kind if ref else "none"  # what was held of the frozen model, chosen by size
     summary["data"] = data.stats
-    summary["passes"] = dict(passes)  # forwards and backwards of the training steps (``eval_fn``'s included)
+    # forwards and backwards of the training steps (``eval_fn``'s included) and of the setup before them
+    summary["passes"] = {k: v + before[k] + setup[k] for k, v in passes.items()}
     return model, summary
 
 
