@@ -102,3 +102,14 @@ def test_a_bad_setting_is_one_line_naming_its_key(section, key):
         TaskAttackConfig.from_config({"relearn_retain": section})
     assert "\n" not in str(e.value)
     assert RetainRelearnConfig().steps is None  # default: the relearning section's budget
+
+
+def test_a_task_whose_retain_set_is_documents_trains_on_them(small_world, world_tokenizer, world_model, trained_rows):
+    task = task_from_world(small_world)
+    docs = [f"{q} {a}" for q, a in task.retain.qa]  # the retain facts as plain texts, a loss on every token
+    res = run_task_attacks(world_model, world_tokenizer, dataclasses.replace(task, retain=Data(docs=docs)), _cfg(2))
+    assert (res["relearn_retain_data"], res["relearn_retain_n"]) == ("docs", len(docs))
+    bos = world_tokenizer.bos_token_id
+    texts = {tuple(([bos] if bos is not None else []) + world_tokenizer(d, add_special_tokens=False)["input_ids"])
+             for d in docs}
+    assert trained_rows and all(row[:-1] in texts or row in texts for row in trained_rows)  # each + eos, or not
