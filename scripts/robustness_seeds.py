@@ -7,7 +7,8 @@ each run writes its own report (``OUT/seed<k>/report.md`` and ``.html``, with th
 ``OUT/robustness.md`` (and ``.html``) puts the runs side by side: verdicts and the attack that decided each, the
 calibration of each attack per seed, and each attack's cost (:func:`obliviate.pipelines.compare.report.
 robustness_over_seeds`), then the frontier (``OUT/frontier.png``: cost as a share of retraining against the worst
-calibrated recovery, one point per model per seed; :mod:`obliviate.evidence.frontier`). A finished seed is not run again (its results.json is read), so a killed run resumes.
+calibrated recovery, one point per model per seed; :mod:`obliviate.evidence.frontier`). A finished seed is not run
+again (its results.json is read), so a killed run resumes.
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/robustness_seeds.py --out runs/robustness
     .venv/bin/python scripts/robustness_seeds.py --out runs/robustness --tables-only

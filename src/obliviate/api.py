@@ -18,7 +18,7 @@ from obliviate.methods import preset_name
 from obliviate.models.load import load_model
 from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
-from obliviate.pipelines.compare.run import check_compare_inputs, compare_settings, run_compare_dir
+from obliviate.pipelines.compare.run import compare_plan, compare_settings, run_compare_dir
 from obliviate.pipelines.finetune import FinetuneRunConfig, run_finetune
 from obliviate.pipelines.unlearn import check_unlearn_inputs, run_unlearn, unlearn_settings
 from obliviate.tasks import Task
@@ -216,17 +216,15 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
     untaught = retain_control_input(name, oracle="<oracle>" if oracle is not None else None, control=control,
                                     base_untrained=None if base_untrained is None else str(base_untrained),
                                     allow_hub=allow_hub)
-    untaught = check_compare_inputs(cfg, task, name, untaught, control=control)
+    plan = compare_plan(cfg, task, name, untaught, oracle="<oracle>" if oracle is not None else None,
+                        control=control, progress=progress)
     models = {name: (model, tokenizer), "<oracle>": (oracle, tokenizer)}
     p = next(model.parameters())
 
     def load_untaught(path):  # on the model's device, in its dtype, with its tokenizer
         return load_model(path, dtype=p.dtype, device=p.device), tokenizer
 
-    return run_compare_dir(task, cfg, out, model=name, oracle="<oracle>" if oracle is not None else None,
-                           untaught=untaught, load=models.__getitem__, load_control=load_untaught,
-                           control=control,
-                           progress=progress)
+    return run_compare_dir(task, plan, out, load=models.__getitem__, load_control=load_untaught)
 
 
 __all__ = ["attack", "compare", "evaluate", "finetune", "load_task", "unlearn"]

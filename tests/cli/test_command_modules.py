@@ -25,7 +25,7 @@ ENTRY_POINTS = {
     "attack.py": {"obliviate.pipelines.attack": {"CONTROLS", "UNTAUGHT", "attack_settings", "check_attack_inputs",
                                                  "negative_control_input", "run_attack"}},
     "compare.py": {"obliviate.pipelines.compare.oracle": {"retain_control_input", "verdict_lines"},
-                   "obliviate.pipelines.compare.run": {"check_compare_inputs", "compare_settings",
+                   "obliviate.pipelines.compare.run": {"compare_plan", "compare_settings",
                                                        "run_compare_dir"}},
 }
 

@@ -147,8 +147,8 @@ def test_demo_and_compare_on_the_world_are_one_code_path(tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
-    def spy(task, cfg, out, **kw):
-        calls.append((task.name, cfg.methods, cfg.attacks.lr_grid, task.meta["world_seed"]))
+    def spy(task, plan, out, **kw):
+        calls.append((task.name, plan.cfg.methods, plan.cfg.attacks.lr_grid, task.meta["world_seed"]))
         raise Stop
 
     monkeypatch.setattr(pipeline, "run_compare", spy)  # what the command's pipeline (run_compare_dir) calls

@@ -4,7 +4,7 @@ noise), judged as methods; their settings are checked before any model."""
 import pytest
 
 from obliviate.errors import ConfigError
-from obliviate.pipelines.compare.run import CompareConfig, check_compare_inputs, pretrained_variant
+from obliviate.pipelines.compare.run import CompareConfig, compare_plan, pretrained_variant
 from obliviate.tasks.world import WorldConfig
 from obliviate.train.pretrain import PretrainConfig
 
@@ -35,7 +35,7 @@ def test_the_check_before_any_model_reads_them(tmp_path):
                                         n_toxic=4))
     bad = CompareConfig(methods=[], pretrained={"sgtm": {"route_splits": ["forgot"]}})
     with pytest.raises(ConfigError, match="pretrained.sgtm"):
-        check_compare_inputs(bad, task)
+        compare_plan(bad, task)
     with pytest.raises(ConfigError, match="need a task with a world and no --model"):
-        check_compare_inputs(CompareConfig(methods=[], pretrained={"sgtm": {"route_splits": ["forget"]}}), task,
+        compare_plan(CompareConfig(methods=[], pretrained={"sgtm": {"route_splits": ["forget"]}}), task,
                              model=str(tmp_path))

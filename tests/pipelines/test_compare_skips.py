@@ -12,7 +12,7 @@ from obliviate.errors import ConfigError
 from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.methods import method_names
 from obliviate.models.builders import tiny_random
-from obliviate.pipelines.compare.run import (BASELINES, CompareConfig, check_compare_inputs, methods_option, plan_lines,
+from obliviate.pipelines.compare.run import (BASELINES, CompareConfig, compare_plan, methods_option, plan_lines,
                                              run_compare, skip_reason)
 from obliviate.tasks import load_task
 from obliviate.tasks.base import Data, EvalSet, PreferredAnswers, Task
@@ -45,8 +45,8 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
                               "probe_unlearn": {"train": {"steps": 2}}},
                         attacks=TaskAttackConfig(select=["in_context"]),
                         positive_control=False, parallel=False, save_models=False, muse_folds=False)
-    res = run_compare(_task(), cfg, tmp_path, model_dir="given", load=lambda p: (model, tiny_tokenizer),
-                      progress=False)
+    task = _task()
+    res = run_compare(task, compare_plan(cfg, task, model="given"), tmp_path, load=lambda p: (model, tiny_tokenizer))
     assert set(res["skipped"]) == {"dpo", "probe_unlearn"}
     assert set(res["metrics"]) == {"base", "graddiff", "npo"}
     report = (tmp_path / "report.md").read_text()
@@ -84,7 +84,7 @@ def test_the_plan_names_every_method_and_attack_that_will_not_run_before_any_mod
     task = _task()
     task.forget = Data(qa=FORGET + RETAIN[:1])  # 3 forget facts: the disjoint attack's folds
     with caplog.at_level(logging.INFO, logger="obliviate"):
-        check_compare_inputs(cfg, task, model="given")  # no model is loaded: "given" names none
+        compare_plan(cfg, task, model="given")  # no model is loaded: "given" names none
     lines = [r.getMessage() for r in caplog.records]
     plan = next(x for x in lines if x.startswith("compare: "))
     assert plan.startswith("compare: 1 method of 3 asked for (npo) and 1 attack (relearn_disjoint)")

@@ -3,6 +3,7 @@ what the docstrings promise about copies holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import torch
 import obliviate
 from obliviate.errors import ConfigError
 from obliviate.models.load import load_model, load_tokenizer
+from obliviate.pipelines.compare.run import ComparePlan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +88,9 @@ def _capture(monkeypatch, target: str, where: dict, index: int):
 
 @pytest.mark.parametrize("seed", [0, 7])
 def test_the_api_and_the_command_line_plan_the_same_comparison(user_models, user_files, tmp_path, monkeypatch, seed):
-    """``obliviate.compare`` and ``obliviate compare`` build one plan (compare_settings) from the same inputs: the seed
-    at every seed of the run (the attacks', the pretraining's and its world's), the methods, the attacks and runs.*."""
+    """``obliviate.compare`` and ``obliviate compare`` build one frozen plan (compare_settings, compare_plan) from the
+    same inputs: the seed at every seed of the run (the attacks', the pretraining's and its world's), the methods,
+    the attacks and runs.*."""
     from obliviate.cli.main import main
     from obliviate.config import to_dict
 
@@ -104,11 +107,18 @@ def test_the_api_and_the_command_line_plan_the_same_comparison(user_models, user
     with pytest.raises(_Planned):
         obliviate.compare(load_model(d), load_tokenizer(d), task, tmp_path / "api", seed=seed, methods=["NPO", "rmu"],
                           attacks="quantize,ablate", runs={"npo": {"train": {"steps": 2}}}, eval_batch_size=4)
-    cli, api = (to_dict(got[f"obliviate.{m}.run_compare_dir"]) for m in ("cli.compare", "api"))
-    assert api == cli
-    assert (api["seed"], api["attacks"]["seed"], api["pretrain"]["seed"], api["pretrain"]["world"]["seed"]) == \
+    cli, api = (got[f"obliviate.{m}.run_compare_dir"] for m in ("cli.compare", "api"))
+    assert isinstance(api, ComparePlan) and isinstance(cli, ComparePlan)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        api.methods = ()  # frozen: what runs is what was planned
+    assert {f.name: getattr(api, f.name) for f in dataclasses.fields(api) if f.name != "cfg"} == \
+        {f.name: getattr(cli, f.name) for f in dataclasses.fields(cli) if f.name != "cfg"}
+    assert api.methods == ("npo", "rmu") and api.model == cli.model == d
+    cfg = to_dict(api.cfg)
+    assert cfg == to_dict(cli.cfg)
+    assert (cfg["seed"], cfg["attacks"]["seed"], cfg["pretrain"]["seed"], cfg["pretrain"]["world"]["seed"]) == \
         (seed,) * 4
-    assert api["methods"] == ["npo", "rmu"] and api["runs"] == {"npo": {"train": {"steps": 2}}}
+    assert cfg["methods"] == ["npo", "rmu"] and cfg["runs"] == {"npo": {"train": {"steps": 2}}}
 
 
 @pytest.mark.parametrize("seed", [0, 5])

@@ -43,7 +43,7 @@ import pytest
 
 from _userdata import write_user_files
 from obliviate.config import from_dict
-from obliviate.pipelines.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, compare_plan, run_compare
 from obliviate.tasks.files import task_from_files
 
 CONTROLS = ("positive_control", "positive_control_smallnorm")
@@ -58,7 +58,7 @@ def calibration_run(root, seed: int) -> dict:
     cfg = from_dict(CompareConfig, json.loads(json.dumps({
         "seed": seed, "methods": [], "attacks": {"lr_grid": [3e-4], "lora": False, "relearn": False, "probe": False},
         "tiny": {"d_model": 96, "vocab_size": 600}})))
-    return run_compare(task, cfg, root / "run", progress=False)
+    return run_compare(task, compare_plan(cfg, task), root / "run")
 
 
 def recovered(m: dict, base: float) -> float:

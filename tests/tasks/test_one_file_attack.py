@@ -14,7 +14,7 @@ import pytest
 from _userdata import write_user_files
 from obliviate.attacks.attack import ATTACKS
 from obliviate.config import from_dict
-from obliviate.pipelines.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, compare_plan, run_compare
 from obliviate.tasks.files import task_from_files
 from tests._one_file import registered_from_file
 
@@ -58,7 +58,7 @@ def test_an_attack_in_one_file_runs_and_is_calibrated_in_compare(tmp_path, short
     cfg = from_dict(CompareConfig, json.loads(json.dumps({
         "methods": [], "attacks": {"select": ["short_relearn"], "short_relearn": {"steps": 30}},
         "tiny": {"d_model": 96, "vocab_size": 600}})))
-    res = run_compare(task, cfg, tmp_path / "run", progress=False)
+    res = run_compare(task, compare_plan(cfg, task), tmp_path / "run")
     m = res["metrics"]
     half_b = len(task.forget_halves(cfg.attacks.seed)[1])
     for name in ("base", "oracle", "positive_control"):

@@ -11,7 +11,7 @@ import yaml
 
 from _userdata import write_rwku, write_user_files
 from obliviate.config import from_dict
-from obliviate.pipelines.compare.run import CompareConfig, run_compare
+from obliviate.pipelines.compare.run import CompareConfig, compare_plan, run_compare
 from obliviate.tasks import load_task, task_names
 from obliviate.utils import data_dir
 
@@ -87,7 +87,7 @@ SLOW = {"world", "tofu"}
 def test_provider_finetune_unlearn_eval_attack(name, tmp_path, request):
     task = BUILDERS[name](tmp_path, request)
     cfg = from_dict(CompareConfig, json.loads(json.dumps(TINY)))
-    res = run_compare(task, cfg, tmp_path / "run", progress=False)
+    res = run_compare(task, compare_plan(cfg, task), tmp_path / "run")
     m = res["metrics"]
     has_questions = bool(task.forget.qa or any(es.kind == "qa" for es in task.evals_by_role("forget")))
     known = {"second_oracle", "filtered"} if task.pretrain is not None else set()  # a world is pretrained: both known

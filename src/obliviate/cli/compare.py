@@ -14,7 +14,7 @@ from obliviate.evidence.harness import attack_names
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
 from obliviate.models.load import load_tokenizer
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
-from obliviate.pipelines.compare.run import check_compare_inputs, compare_settings, run_compare_dir
+from obliviate.pipelines.compare.run import compare_plan, compare_settings, run_compare_dir
 from obliviate.runs.cost import cost_lines
 
 
@@ -46,14 +46,12 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
         tokenizers = (load_tokenizer(getattr(args, "tokenizer", None) or model, of_model=True),
                       load_tokenizer(oracle),
                       model, oracle)
-    untaught = check_compare_inputs(cfg, task, model, untaught, control=control,
-                            tokenizers=tokenizers)  # before --out is touched; then says the plan
+    plan = compare_plan(cfg, task, model, untaught, oracle=oracle, control=control, tokenizers=tokenizers,
+                        progress=not args.no_progress)  # before --out is touched; then says the plan
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
                                      "adapter": None})  # the oracle's model: the base model's tokenizer
-    res = run_compare_dir(task, cfg, args.out, model=model, oracle=oracle, untaught=untaught,
-                          load=lambda p: load_model_args(args, path=p),
-                          load_control=lambda p: load_model_args(ctl_args, path=p), control=control,
-                          progress=not args.no_progress)
+    res = run_compare_dir(task, plan, args.out, load=lambda p: load_model_args(args, path=p),
+                          load_control=lambda p: load_model_args(ctl_args, path=p))
     print_table(res["metrics"], ["forget_score", "retain_score", "s_unlearning", "relearn_disjoint_acc"])
     print(f"report: {Path(args.out) / 'report.md'} and {Path(args.out) / 'report.html'}")
     for line in cost_lines(res["cost"]):

@@ -14,10 +14,11 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 
 from obliviate.attacks.relearn import n_params
 from obliviate.attacks.relearn_disjoint import add_learning_ratios
@@ -35,7 +36,7 @@ from obliviate.evidence.trust import metric_trust
 from obliviate.evidence.verdict import KNOWN_REMOVED, REFERENCES, robustness_summary
 from obliviate.methods import METHODS, method_names, preset_name, resolve_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
-from obliviate.models.layers import count_passes, resumable_passes
+from obliviate.models.layers import ResumablePasses, count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
 from obliviate.pipelines.compare.oracle import build_oracle, missing_oracle
@@ -177,13 +178,14 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' * (n != 1)}"
 
 
-def plan_lines(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> list[str]:
+def plan_lines(cfg: "CompareConfig", task: Task, methods: Sequence[str] | None = None,
+               skipped: Mapping[str, str] | None = None) -> list[str]:
     """The lines a comparison starts with, before any model: how many methods and attacks it will run, then
     one line for each method or attack asked for that will not run, with its reason
-    (:func:`skipped_methods`, :func:`~obliviate.evidence.harness.skipped_attacks`). ``methods``:
-    :func:`compared_methods`, where known."""
+    (:func:`skipped_methods`, :func:`~obliviate.evidence.harness.skipped_attacks`). ``methods``, ``skipped``:
+    the plan's (:class:`ComparePlan`), where known."""
     methods = compared_methods(cfg) if methods is None else methods
-    skipped = skipped_methods(cfg, task, methods)
+    skipped = skipped_methods(cfg, task, methods) if skipped is None else skipped
     running = [m for m in methods if m not in skipped]
     attacks = list(enabled_attacks(task, cfg.attacks))  # in the order they run
     not_attacked = skipped_attacks(task, cfg.attacks)
@@ -329,15 +331,12 @@ def pretrained_variant(pretrain: PretrainConfig, name: str, settings) -> Pretrai
         raise ConfigError(f"config key 'pretrained.{name}': {e}") from None
 
 
-def pretrained_bases(task: Task, cfg: CompareConfig, out: Path,
-                     progress: bool) -> tuple[dict[str, str], Path]:
-    """The base model and (``cfg.oracle``) the oracle pretrained on the task's world, without its forget split
-    for the oracle, and (``cfg.known_removed``) the second oracle (another pretraining seed) and the filtered
-    model (the whole corpus, the forget split's tokens loss-masked: ``PretrainConfig.mask_splits``); cached
-    across runs and copied into ``out/models``, two at a time. Returns the directories and the base model's
-    cache entry (its training log)."""
+def world_pretraining(task: Task, cfg: CompareConfig) -> dict[str, PretrainConfig]:
+    """The pretraining of every model a comparison pretrains on the task's world: the base model and
+    (``cfg.oracle``) the oracle, without the world's forget split, and (``cfg.known_removed``) the second
+    oracle (another pretraining seed) and the filtered model (the whole corpus, the forget split's tokens
+    loss-masked: ``PretrainConfig.mask_splits``), then ``cfg.pretrained``'s (:func:`pretrained_variant`)."""
     pcfg = dataclasses.replace(cfg.pretrain, world=task.pretrain)
-    world_for(pcfg).save(out / "world")
     cfgs = {"base": pcfg}
     if cfg.oracle:
         cfgs["oracle"] = copy.deepcopy(pcfg)
@@ -349,7 +348,16 @@ def pretrained_bases(task: Task, cfg: CompareConfig, out: Path,
             cfgs["filtered"].mask_splits = sorted(set(pcfg.mask_splits) | {"forget"})
     for name, settings in cfg.pretrained.items():
         cfgs[name] = pretrained_variant(pcfg, name, settings)
-    roots = dict(zip(cfgs, cached_pretrain_all(list(cfgs.values()), progress, parallel=cfg.parallel)))
+    return cfgs
+
+
+def pretrained_bases(plan: "ComparePlan", out: Path) -> tuple[dict[str, str], Path]:
+    """The models of the plan's pretraining (:func:`world_pretraining`), cached across runs and copied into
+    ``out/models``, two at a time. Returns the directories and the base model's cache entry (its training
+    log)."""
+    cfgs = plan.pretraining
+    world_for(cfgs["base"]).save(out / "world")
+    roots = dict(zip(cfgs, cached_pretrain_all(list(cfgs.values()), plan.progress, parallel=plan.cfg.parallel)))
     dirs = {}
     for name, root in roots.items():
         _copy_model(root / "model", out / "models" / name)
@@ -394,13 +402,14 @@ def tiny_bases(task: Task, cfg: CompareConfig, out: Path, progress: bool) -> dic
         data = training_data(task, "both" if name == "base" else "retain")
         # its pretraining, from scratch (a resumed run: the checkpoint's passes carried over)
         with count_passes(model) as passes:
+            carried = ResumablePasses(passes)
             model, summary = finetune(model, tok, data, cfg.finetune, out / "train" / name, prompt=task.prompt,
-                                      preset="tiny", progress=progress, resume=True,
-                                      state_hooks=resumable_passes(passes))
+                                      preset="tiny", progress=progress, resume=True, state_hooks=carried.hooks)
         save_model(model, d)
         tok.save_pretrained(str(d))
-        (d / "pretrain.json").write_text(json.dumps({"passes": dict(passes), "passes_whole_run": True,
-                                                     "resumed_from": summary.get("resumed_from", 0)}, indent=2))
+        resumed = summary.get("resumed_from", 0)
+        (d / "pretrain.json").write_text(json.dumps({"passes": dict(passes), "resumed_from": resumed,
+                                                     "passes_whole_run": carried.whole_run(resumed)}, indent=2))
         (d / "DONE").write_text(json.dumps(source, sort_keys=True))
     return {k: str(v) for k, v in dirs.items()}
 
@@ -456,7 +465,7 @@ def removal_costs(stages: dict, methods, dirs: dict, pretraining: dict | None, n
 def whole_run_passes(info: dict) -> tuple[dict | None, str | None]:
     """``(passes, None)``: the passes of a whole pretraining run its ``pretrain.json`` (``info``) records; else
     ``(None, why)``: it records none, or it was resumed from a checkpoint by an obliviate that counted only the
-    passes since (before ``passes_whole_run``: :func:`~obliviate.models.layers.resumable_passes`)."""
+    passes since (before ``passes_whole_run``: :class:`~obliviate.models.layers.ResumablePasses`)."""
     passes = info.get("passes")
     if not passes:
         return None, "records no passes"
@@ -488,22 +497,22 @@ def _pretraining_what(info: dict) -> str:
     return what
 
 
-def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | None = None,
-                oracle_dir: str | None = None, load=None, progress: bool = True,
+def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str | None = None, load=None,
                 cost: CostRecord | None = None,
                 oracle_training: dict | None = None, store: ControlCache | None = ...) -> dict:
-    """Every method of ``cfg`` (a plan :func:`check_compare_inputs` checked: read here, not checked again) on
-    ``task``, beside the base model and the controls; the report in ``out``.
+    """Every method of ``plan`` (:func:`compare_plan`'s: read here, not checked again) on ``task``, beside the
+    base model and the controls; the report in ``out``.
 
-    The base model is ``model_dir``; without one it is pretrained on the task's world (``task.pretrain``) or,
-    for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way without the forget
-    data (``oracle_dir`` names one beside ``model_dir``). Every model is evaluated and attacked once, each a
-    part kept under ``out`` (``methods/<name>/``, ``controls/``, ``known/``, ``attacks/``), so an interrupted
-    comparison resumes. ``load(path) -> (model, tokenizer)`` loads a model directory (the command passes its
-    device and dtype). Returns ``metrics``, ``curves``, ``configs``, ``timings``, ``model_dirs``,
-    ``robustness``, ``trust`` (:func:`~obliviate.evidence.trust.metric_trust`) and ``cost``
-    (:class:`~obliviate.runs.cost.CostRecord`'s, into ``cost`` when given, with the oracle's pretraining,
-    ``oracle_training`` where the caller built the oracle, and each method's share of it).
+    The base model is ``plan.model``; without one it is pretrained on the task's world (the plan's
+    pretraining) or, for other tasks, a tiny model fine-tuned on the task, with an oracle built the same way
+    without the forget data (``oracle_dir``, default ``plan.oracle``, names one beside ``plan.model``). Every
+    model is evaluated and attacked once, each a part kept under ``out`` (``methods/<name>/``, ``controls/``,
+    ``known/``, ``attacks/``), so an interrupted comparison resumes. ``load(path) -> (model, tokenizer)``
+    loads a model directory (the command passes its device and dtype). Returns ``metrics``, ``curves``,
+    ``configs``, ``timings``, ``model_dirs``, ``robustness``, ``trust``
+    (:func:`~obliviate.evidence.trust.metric_trust`) and ``cost`` (:class:`~obliviate.runs.cost.CostRecord`'s,
+    into ``cost`` when given, with the oracle's pretraining, ``oracle_training`` where the caller built the
+    oracle, and each method's share of it).
 
     With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and
     attacked) are parts of the cache of the controls shared by every run directory
@@ -512,9 +521,11 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     made here when not given.
     """
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
+    cfg, model_dir, progress = plan.cfg, plan.model, plan.progress
+    oracle_dir = plan.oracle if oracle_dir is None else oracle_dir
     t0 = time.time()
     cost = cost if cost is not None else CostRecord()
-    dirs, base_root = _bases(task, cfg, out, model_dir, oracle_dir, progress)
+    dirs, base_root = _bases(task, plan, out, oracle_dir)
     base_model, tok = load(dirs["base"])
     # pretraining or fine-tuning the bases (0: cached or given)
     timings: dict = {"bases_seconds": time.time() - t0}
@@ -543,18 +554,18 @@ def run_compare(task: Task, cfg: CompareConfig, out: Path, *, model_dir: str | N
     held: dict = {}  # the oracle, taken by its part so that it is freed once attacked
     jobs = _oracle_jobs(run, dirs, load, out, run_key, share, store, held, here, timings)
     controls = _control_jobs(run, out, run_key, share)
-    plan = _method_jobs(run, out, run_key, preset_name(base_model), val, progress)
-    jobs += controls + _known_jobs(run, dirs, load, out, run_key) + plan["jobs"]
-    plan["controls"] = {name for name, *_ in controls}
+    methods = _method_jobs(run, plan, out, run_key, preset_name(base_model), val)
+    jobs += controls + _known_jobs(run, dirs, load, out, run_key) + methods["jobs"]
+    methods["controls"] = {name for name, *_ in controls}
     parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
                 and sum(p.numel() for p in base_model.parameters()) <= PARALLEL_MAX_PARAMS)
     # made by an earlier run into this --out
     kept = [kept_part(path, key) is not None for _, path, key, _ in jobs]
     parts = cached_parts([job[1:] for job in jobs], parallel=parallel, in_child=run.quiet)
     held.clear()  # the oracle, when its attacks were kept from an earlier run
-    _add_costs(cost, here, jobs, parts, kept, plan["controls"])
-    curves, dirs = _gather(run, jobs, parts, kept, plan, out, dirs, timings, cost, load, run_key)
-    return _finish(run, out, curves, dirs, plan, timings, cost, t0, oracle_training, model_dir, base_root)
+    _add_costs(cost, here, jobs, parts, kept, methods["controls"])
+    curves, dirs = _gather(run, jobs, parts, kept, methods, out, dirs, timings, cost, load, run_key)
+    return _finish(run, out, curves, dirs, methods, timings, cost, t0, oracle_training, model_dir, base_root)
 
 
 @dataclass
@@ -628,16 +639,15 @@ class _Scoring:
         return m
 
 
-def _bases(task: Task, cfg: CompareConfig, out: Path, model_dir: str | None, oracle_dir: str | None,
-           progress: bool) -> tuple[dict, Path | None]:
+def _bases(task: Task, plan: "ComparePlan", out: Path, oracle_dir: str | None) -> tuple[dict, Path | None]:
     """The base model's and the oracle's directories (given, pretrained on the task's world or tiny models
     trained on the task) and the base model's pretraining cache entry (its training log), None where it was
     not pretrained."""
-    if model_dir is not None:
-        return {"base": model_dir, **({"oracle": oracle_dir} if oracle_dir else {})}, None
-    if task.pretrain is not None:
-        return pretrained_bases(task, cfg, out, progress)
-    return tiny_bases(task, cfg, out, progress), None
+    if plan.model is not None:
+        return {"base": plan.model, **({"oracle": oracle_dir} if oracle_dir else {})}, None
+    if plan.pretraining:
+        return pretrained_bases(plan, out)
+    return tiny_bases(task, plan.cfg, out, plan.progress), None
 
 
 def _through_cache(store: ControlCache | None, shared_key: dict | None, what: str, ident: dict, fn,
@@ -771,19 +781,18 @@ def _method_part(run: _Scoring, name: str, ucfg: UnlearnConfig, mdir: Path) -> d
     return part
 
 
-def _method_jobs(run: _Scoring, out: Path, run_key: dict, preset: str, val, progress: bool) -> dict:
-    """The methods' parts (``jobs``), with what each runs (``configs``: the settings the report shows,
-    ``ucfgs``), the methods skipped with their reason (``skipped``) and, with ``cfg.tune``, each one's tuning
-    (``tuned``)."""
-    cfg = run.cfg
-    plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": {}, "tuned": {}}
-    for name in compared_methods(cfg):
+def _method_jobs(run: _Scoring, compared: "ComparePlan", out: Path, run_key: dict, preset: str, val) -> dict:
+    """The methods' parts (``jobs``) of the plan ``compared``, with what each runs (``configs``: the settings
+    the report shows, ``ucfgs``), the methods skipped with their reason (``skipped``, the plan's) and, with
+    ``cfg.tune``, each one's tuning (``tuned``)."""
+    cfg, progress = run.cfg, compared.progress
+    # listed in the report with its reason, never run on a stand-in
+    plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": dict(compared.skipped), "tuned": {}}
+    for name in compared.methods:
+        if name in compared.skipped:
+            continue
         mdir = out / "methods" / name
         ucfg, used = method_config(cfg, name, preset)
-        why = skip_reason(run.task, name, ucfg.params)
-        if why is not None:  # listed in the report with its reason, never run on a stand-in
-            plan["skipped"][name] = why
-            continue
         if val is not None and METHODS[name].kind != "edit":
             r = tune(run.base_model, run.tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
                      eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
@@ -898,9 +907,9 @@ def compare_settings(seed: int = 0, config_file=None, overrides: list[str] | Non
     """A comparison's settings, the one function ``obliviate compare`` / ``demo`` and ``obliviate.compare``
     build them with, each key once: ``defaults`` (:data:`DEMO` for ``obliviate demo``), ``seed`` at every seed
     of the run, ``tune`` and ``tuned`` (not both), the methods ``methods`` names (:func:`methods_option`;
-    ``methods=[...]`` in the config wins), the attacks ``attacks`` names (an unknown one fails in one line; a mapping: keys of the
-    attacks' config), ``given`` (the API's keywords, keys of :class:`CompareConfig`), then ``config_file`` and
-    the dotted ``overrides``."""
+    ``methods=[...]`` in the config wins), the attacks ``attacks`` names (an unknown one fails in one line; a
+    mapping: keys of the attacks' config), ``given`` (the API's keywords, keys of :class:`CompareConfig`), then
+    ``config_file`` and the dotted ``overrides``."""
     base = deep_merge(defaults or {}, {"seed": seed, "pretrain": {"seed": seed, "world": {"seed": seed}},
                                        "attacks": {"seed": seed}})
     if tune:
@@ -932,51 +941,76 @@ def check_same_vocabulary(tok, oracle_tok, base: str, oracle: str) -> None:
                          "same token ids, so the oracle must share the base model's vocabulary")
 
 
-def check_compare_inputs(cfg: CompareConfig, task: Task, model: str | None = None,
-                         untaught: str | None = None, *,
-                 control: str | None = None, tokenizers: tuple | None = None) -> str | None:
-    """The checks of a comparison that need no model, in order (the methods' runs, the retain data, the
-    attacks' data, the tokenizers, the retain data of the oracle to build from ``untaught``), then the plan
-    said (:func:`plan_lines`: what runs, and each method or attack that will not, with its reason); returns
-    ``untaught``, None where the task has no retain data to build the oracle from (said in one line; with
-    ``control`` ``retain-finetune`` it fails). ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name,
-    oracle name)`` of a given oracle, which must share the base model's vocabulary
-    (:func:`check_same_vocabulary`)."""
+@dataclass(frozen=True)
+class ComparePlan:
+    """What a comparison runs, resolved and checked once (:func:`compare_plan`) from what the user gave (the
+    command's flags or the API's keywords, the config file, ``runs.<m>``): every step below reads it and
+    checks nothing again."""
+
+    cfg: CompareConfig
+    """The settings (:func:`compare_settings`), the seed at every seed of the run."""
+    methods: tuple[str, ...]
+    """The methods asked for (:func:`compared_methods`), in order."""
+    skipped: Mapping[str, str]
+    """``{method: why}`` of those that cannot run on the task (:func:`skipped_methods`)."""
+    pretraining: Mapping[str, PretrainConfig]
+    """The models pretrained on the task's world (:func:`world_pretraining`); empty for a given model or a
+    task without a world."""
+    model: str | None = None
+    """The base model (None: the comparison makes its own)."""
+    oracle: str | None = None
+    """A given oracle."""
+    untaught: str | None = None
+    """The untaught model the oracle is built from (None: none is built)."""
+    control: str | None = None
+    """``--control``: the negative control asked for."""
+    progress: bool = False
+
+
+def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
+                 oracle: str | None = None, control: str | None = None, tokenizers: tuple | None = None,
+                 progress: bool = False) -> ComparePlan:
+    """The one checked, frozen plan of a comparison, from ``cfg`` (:func:`compare_settings`) and the task:
+    the checks that need no model, in order (the methods' runs, the retain data, the attacks' data, the
+    tokenizers, the retain data of the oracle to build from ``untaught``), then the plan said
+    (:func:`plan_lines`: what runs, and each method or attack that will not, with its reason). ``untaught``
+    (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`) becomes None where the task has no
+    retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
+    ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which
+    must share the base model's vocabulary (:func:`check_same_vocabulary`)."""
     methods = compared_methods(cfg)
     check_method_runs(cfg.runs, methods)
     if cfg.pretrained and (task.pretrain is None or model is not None):
         raise ConfigError("config key 'pretrained': models pretrained beside the base model need a task with a "
                           "world and no --model")
-    for name, settings in cfg.pretrained.items():
-        pretrained_variant(dataclasses.replace(cfg.pretrain, world=task.pretrain), name, settings)
+    pretraining = world_pretraining(task, cfg) if task.pretrain is not None and model is None else {}
     check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
     # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
     if tokenizers is not None:
         check_same_vocabulary(*tokenizers)
-    for line in plan_lines(cfg, task, methods):  # what will run, and what will not and why, before any model
+    skipped = skipped_methods(cfg, task, methods)
+    for line in plan_lines(cfg, task, methods, skipped):  # what will run, what will not and why, before any model
         log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
         log.info(f"task {task.name!r} has no retain data to fine-tune the "
                  "model before it was taught the task on: no oracle is built")
-        return None
-    return untaught
-
-
-def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = None,
-                    oracle: str | None = None,
-                    untaught: str | None = None, load=None, load_control=None, control: str | None = None,
-                    progress: bool = False) -> dict:
-    """The comparison of ``obliviate compare`` and ``obliviate.compare`` in the run directory ``out``: with
-    ``untaught`` (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`, checked by
-    :func:`check_compare_inputs`), first the oracle built from it (``load_control(path) -> (model,
-    tokenizer)``, default ``load``), then :func:`run_compare` on ``model`` (a name ``load`` knows; None:
-    compare builds its own) against ``oracle``, then ``results.json`` (with ``oracle_build``, what built the
-    oracle, and ``cost``, building it included). Returns :func:`run_compare`'s result."""
+        untaught = None
     configs = {**cfg.attacks.configs,
                "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
     # the caller's is kept
     cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))
+    return ComparePlan(cfg, tuple(methods), MappingProxyType(skipped), MappingProxyType(pretraining), model=model,
+                       oracle=oracle, untaught=untaught, control=control, progress=progress)
+
+
+def run_compare_dir(task: Task, plan: ComparePlan, out, *, load=None, load_control=None) -> dict:
+    """The comparison of ``obliviate compare`` and ``obliviate.compare`` (``plan``, :func:`compare_plan`'s) in
+    the run directory ``out``: with ``plan.untaught``, first the oracle built from it (``load_control(path)
+    -> (model, tokenizer)``, default ``load``), then :func:`run_compare` on ``plan.model`` (a name ``load``
+    knows; None: compare builds its own) against the oracle, then ``results.json`` (with ``oracle_build``,
+    what built the oracle, and ``cost``, building it included). Returns :func:`run_compare`'s result."""
+    cfg, model, oracle, untaught, control = plan.cfg, plan.model, plan.oracle, plan.untaught, plan.control
     out = prepare_out_dir(out)
     cost, built, made = CostRecord(), None, None
     # once per run: the oracle's build and run_compare share it (and its warning)
@@ -986,7 +1020,7 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
         t = time.time()
         oracle, built = build_oracle(untaught, model, task, out, load_control or load, seed=cfg.seed,
                                      control=control,
-                                     progress=progress, cache=store)
+                                     progress=plan.progress, cache=store)
         # None: a part kept in this --out by an obliviate before costs were recorded
         made = built.pop("cost", None)
         if built.get("reused"):
@@ -1002,8 +1036,8 @@ def run_compare_dir(task: Task, cfg: CompareConfig, out, *, model: str | None = 
                 "model, whose pretraining obliviate did not run (its fine-tune stands for it)" if made else
         f"unknown: the oracle ({untaught} fine-tuned on the retain data only) kept in {out} was built by an "
         "obliviate that recorded no cost"}
-    res = run_compare(task, cfg, out, model_dir=model, oracle_dir=oracle, load=load if model else None,
-                      progress=progress, cost=cost, oracle_training=training, store=store)
+    res = run_compare(task, plan, out, oracle_dir=oracle, load=load if model else None, cost=cost,
+                      oracle_training=training, store=store)
     write_results(out, seed=cfg.seed, config=cfg, metrics=res["metrics"], method_settings=res["configs"],
                   timings=res["timings"], task=task, model_dirs=res["model_dirs"],
                   robustness=res["robustness"], skipped=res["skipped"],
