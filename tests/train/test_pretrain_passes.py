@@ -4,6 +4,7 @@ the whole run, a run killed after a checkpoint and resumed included (issue #59).
 import pytest
 
 import obliviate.train.loop as loop
+from obliviate.models.layers import ResumablePasses
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, TrainConfig, pretrain
 from obliviate.world import WorldConfig
 
@@ -25,11 +26,21 @@ def test_a_resumed_pretraining_records_the_passes_of_the_whole_run(tmp_path, mon
         real_save(*a, **kw)
         raise Stop
 
-    monkeypatch.setattr(loop, "save_checkpoint", save_then_stop)
-    with pytest.raises(Stop):
-        pretrain(cfg, tmp_path / "run", resume=False, progress=False)
-    monkeypatch.setattr(loop, "save_checkpoint", real_save)
-    resumed = pretrain(cfg, tmp_path / "run", resume=True, progress=False)["info"]
-    assert resumed["resumed_from"] == 2 and full["resumed_from"] == 0
+    def killed_and_resumed(name: str) -> dict:
+        monkeypatch.setattr(loop, "save_checkpoint", save_then_stop)
+        with pytest.raises(Stop):
+            pretrain(cfg, tmp_path / name, resume=False, progress=False)
+        monkeypatch.setattr(loop, "save_checkpoint", real_save)
+        monkeypatch.undo()  # the counts saved as this obliviate saves them, from here on
+        monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path / "cache"))
+        return pretrain(cfg, tmp_path / name, resume=True, progress=False)["info"]
+
+    resumed = killed_and_resumed("run")
+    assert resumed["resumed_from"] == 2 and full["resumed_from"] == 0 and full["passes_whole_run"] is True
     assert resumed["passes"] == full["passes"] and resumed["passes_whole_run"] is True
     assert full["passes"]["backwards"] >= 4 and full["passes"]["backward_tokens"] > 0
+    # a checkpoint saved without the counts (an older obliviate's): the record says it is not the whole run
+    monkeypatch.setattr(ResumablePasses, "_get", lambda self: {})
+    old = killed_and_resumed("old")
+    assert old["resumed_from"] == 2 and old["passes_whole_run"] is False
+    assert old["passes"]["backwards"] == full["passes"]["backwards"] // 2

@@ -410,21 +410,30 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
             h.remove()
 
 
-def resumable_passes(counts: dict[str, int]) -> tuple:
-    """``(get, set)`` state hooks for :func:`obliviate.train.loop.train` that carry the ``counts`` of a
-    :func:`count_passes` block over a resume: ``get()`` is the counts so far, saved with each checkpoint;
-    ``set(d)`` adds the saved counts back when the run resumes from it, so a resumed training records the passes
-    of the whole run, not only those since its checkpoint."""
+class ResumablePasses:
+    """State hooks for :func:`obliviate.train.loop.train` (:attr:`hooks`) that carry the ``counts`` of a
+    :func:`count_passes` block over a resume: each checkpoint saves the counts so far, and a run resumed from it
+    adds them back, so it records the passes of the whole run, not only those since its checkpoint.
+    :attr:`restored` says whether a resume brought counts back (a checkpoint saved without them, by an older
+    obliviate, brings none)."""
 
-    def get() -> dict:
-        return {"passes": {k: int(v) for k, v in counts.items()}}
+    def __init__(self, counts: dict[str, int]):
+        self.counts = counts
+        self.restored = False
+        self.hooks = (self._get, self._put)
 
-    def put(saved: dict) -> None:
+    def _get(self) -> dict:
+        return {"passes": {k: int(v) for k, v in self.counts.items()}}
+
+    def _put(self, saved: dict) -> None:
         for k, v in (saved.get("passes") or {}).items():
-            if k in counts:
-                counts[k] += int(v)
+            if k in self.counts:
+                self.counts[k] += int(v)
+                self.restored = True
 
-    return get, put
+    def whole_run(self, resumed_from: int) -> bool:
+        """Whether the counts are those of the whole run: it started at step 0, or its resume restored them."""
+        return not resumed_from or self.restored
 
 
 @contextlib.contextmanager

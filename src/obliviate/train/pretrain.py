@@ -32,7 +32,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss, lm_loss_grouped
 from obliviate.models.builders import build_model
-from obliviate.models.layers import count_passes, resumable_passes
+from obliviate.models.layers import ResumablePasses, count_passes
 from obliviate.models.load import load_tokenizer
 from obliviate.models.tokenizer import save_tokenizer, train_tokenizer
 from obliviate.utils import atomic_write_text
@@ -366,14 +366,16 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, *, resume: bool = True,
 
     tcfg = cfg.train if progress is None else TrainConfig(**{**to_dict(cfg.train), "progress": progress})
     with count_passes(model) as passes:  # this process's passes (a resumed run: the checkpoint's carried over)
-        summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume, state_hooks=resumable_passes(passes))
+        carried = ResumablePasses(passes)
+        summary = train(model, loss_fn, batch_fn, tcfg, out, resume=resume, state_hooks=carried.hooks)
     model.eval()
     last = next((r for r in reversed(summary["history"]) if "loss" in r), {})
     info = {"n_rows": len(dataset), "n_tokens": dataset.n_tokens(), "n_qa_pairs": len(pairs) + len(routed_pairs),
             "masked_tokens": 0 if masks is None else int(sum(len(m) - int(m.sum()) for m in masks)),
             "n_mcq_pairs": len(mcq_pairs), "steps": tcfg.steps, "final_lm_loss": last.get("lm"),
             "final_qa_loss": last.get("qa"), "final_mcq_loss": last.get("mcq"),
-            "passes": dict(passes), "passes_whole_run": True, "resumed_from": summary.get("resumed_from", 0)}
+            "passes": dict(passes), "resumed_from": summary.get("resumed_from", 0),
+            "passes_whole_run": carried.whole_run(summary.get("resumed_from", 0))}
     if splits:
         info["label_noise"] = {"share": cfg.label_noise, "seed": noise_seed(cfg), **noise}
     if sgtm_masks is not None:  # the saved model is the ablated one
