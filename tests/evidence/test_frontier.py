@@ -38,6 +38,8 @@ def test_cost_share_reads_the_record_then_a_known_models_passes_and_the_oracle_i
     assert cost_share(res, "npo") == 0.05 and cost_share(res, "oracle") == 1.0
     assert cost_share(res, "filtered") == 400 / 2000  # an older result: its pretraining's tokens over the oracle's
     assert cost_share(res, "rmu") is None
+    res["cost"]["removal"] = {"filtered": {"tokens": None, "what": "unknown: its pretraining was resumed at ..."}}
+    assert cost_share(res, "filtered") is None  # recorded as unknown: not its partial passes
 
 
 def test_frontier_points_one_per_model_with_the_keep_mark(tmp_path):

@@ -29,14 +29,18 @@ def worst_recovery(m: dict, base: dict, calibration: dict) -> tuple[float | None
 
 def cost_share(res: dict, name: str) -> float | None:
     """Model ``name``'s cost as a share of the oracle's pretraining (``cost.share_of_oracle_pretraining``); the
-    oracle's is 1 (it is the retraining); for a result recorded before known models had a share, a known
-    model's pretraining passes (``timings.<name>_pretrain_passes``) over the oracle's."""
+    oracle's is 1 (it is the retraining); for a result recorded before known models had a share (no
+    ``cost.removal``), a known model's pretraining passes (``timings.<name>_pretrain_passes``) over the
+    oracle's. A result with ``cost.removal`` is read as it is: a null share there is unknown (a pretraining
+    resumed by an obliviate that counted only the passes since), never recomputed from those passes."""
     if name in FRONTIER_REFERENCES:
         return 1.0
     cost = res.get("cost") or {}
     share = (cost.get("share_of_oracle_pretraining") or {}).get(name)
     if share is not None:
         return finite(share)
+    if "removal" in cost:
+        return None
     made = (res.get("timings") or {}).get(f"{name}_pretrain_passes")
     pre = (cost.get("oracle_pretraining") or {}).get("passes")
     if made and pre:
