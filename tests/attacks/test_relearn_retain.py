@@ -14,6 +14,7 @@ from obliviate.data import encode_prompt_answer
 from obliviate.errors import ConfigError
 from obliviate.evidence.attack_table import enabled_in
 from obliviate.evidence.harness import TaskAttackConfig, run_task_attacks, skipped_attacks
+from obliviate.evidence.verdict import reads
 from obliviate.tasks.base import Data
 from obliviate.tasks.world import task_from_world
 
@@ -88,8 +89,11 @@ def test_every_batch_it_trains_on_is_retain_data_and_none_is_forget_data(small_w
     assert len(set(trained_rows)) > 4  # it draws from the retain set, not one batch over and over
 
 
-def test_it_runs_in_compare_not_the_demo_and_needs_retain_data(small_world):
+def test_it_runs_in_compare_not_the_demo_is_read_by_the_verdict_and_needs_retain_data(small_world):
     assert "relearn_retain" in enabled_in("compare") and "relearn_retain" not in enabled_in("demo")
+    read = reads()["relearn_retain"]  # calibrated on the controls and read by the verdict like every attack
+    assert (read.start, read.after, read.base) == ("relearn_retain_start_acc", "relearn_retain_acc",
+                                                   "relearn_retain_base_acc") and read.decides
     task = task_from_world(small_world)
     bare = dataclasses.replace(task, retain=Data())
     assert "relearn_retain" in skipped_attacks(bare, _cfg())
