@@ -15,6 +15,10 @@ MUDMAN.py default) or -NLL(x_f) (``"neg_nll"``, their ablations' loss); ||g||_2 
 (global), taken before the mask, as in the authors' code. A masked-in entry is one where a descent step on L_u
 also descends the retain loss, to first order: no update disrupts retention.
 
+Reconstruction: the update goes through the run's AdamW, not the authors' hand-written SGD steps at
+``unlearning_rate`` and ``retaining_rate`` (their ratio becomes gamma : alpha; the running mean a decides the mask
+only). Defaults: the authors' MUDMAN.py (mu 0.9, adversary lr 1e-3 reset every 32 steps, gate projections).
+
 Details: docs/methods.md, "mudman" under "Method details".
 """
 
