@@ -25,6 +25,7 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
+import textwrap  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -69,14 +70,12 @@ def table(results: list[dict], seed: int, budget: int) -> str:
             f"{_f(c['keep'].get('neighbour'))} | {'met' if r['feasible'] else '**not met: best trade-off**'} | "
             f"{_f(first['forgot'])}, {_f(worst)} |")
     rule = SELECTION_RULE.format(share=results[0]["retain_share"] if results else 0.9)
-    return "\n".join([
-        BEGIN, "",
-        f"World seed {seed}, {budget} trials per method over its own search space (`search` in its file; "
-        "docs/methods.md), validation items only; written by `scripts/tune_all.py`, the settings in "
-        "`src/obliviate/methods/tuned/<method>.yaml`. Rule: " + rule + ". Scores are the validation split's "
-        "(the forget score after, and the share of it removed; each keep share of the base model's); the last "
-        "column is the preset's own trial, the run before tuning.", "",
-        *rows, "", END])
+    intro = (f"World seed {seed}, {budget} trials per method over its own search space (`search` in its file; "
+             "docs/methods.md), validation items only; written by `scripts/tune_all.py`, the settings in "
+             "`src/obliviate/methods/tuned/<method>.yaml`. Rule: " + rule + ". Scores are the validation split's "
+             "(the forget score after, and the share of it removed; each keep share of the base model's); the "
+             "last column is the preset's own trial, the run before tuning.")
+    return "\n".join([BEGIN, "", *textwrap.wrap(intro, 116, break_on_hyphens=False), "", *rows, "", END])
 
 
 def write_table(path: Path, block: str) -> None:

@@ -35,7 +35,7 @@ def write_method_tuning(name: str, result: dict, tuned_for: dict, root: str | Pa
     """Method ``name``'s tuning ``result`` (:func:`~obliviate.pipelines.tune.run.tune`) as its committed file,
     written whole or not at all; ``tuned_for`` says on what (``task``, ``seed``, ``preset``, ``base``)."""
     c = result["chosen"]
-    unlearn = {k: v for k, v in result["settings"]["unlearn"].items() if k in _RUN_KEYS}
+    unlearn = _tidy({k: v for k, v in result["settings"]["unlearn"].items() if k in _RUN_KEYS})
     doc = {"tuned_for": {**tuned_for, "budget": result["budget"], "trials": len(result["trials"]),
                          "retain_share": result["retain_share"],
                          "space": {k: list(v) for k, v in result["space"].items()}},
@@ -53,6 +53,16 @@ def write_method_tuning(name: str, result: dict, tuned_for: dict, root: str | Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, head + yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def _tidy(x):
+    """``x`` with each float at 12 significant digits (a factor times a preset: ``9e-05``, not
+    ``8.999999999999999e-05``; the difference is below any training step's effect)."""
+    if isinstance(x, dict):
+        return {k: _tidy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_tidy(v) for v in x]
+    return float(f"{x:.12g}") if isinstance(x, float) else x
 
 
 def read_method_tuning(name: str, root: str | Path | None = None) -> dict | None:
