@@ -216,3 +216,20 @@ def test_a_short_sgtm_pretraining_saves_the_ablated_model(tmp_path, monkeypatch)
     params = dict(saved.named_parameters())
     assert all(float(params[n].detach()[m].abs().max()) == 0.0 for n, m in masks.items())  # ablated, saved
     assert all(np.isfinite(rec["loss"]) for rec in r["summary"]["history"] if "loss" in rec)
+
+
+def test_the_qa_terms_labelled_pairs_and_their_noise(tmp_path, monkeypatch):
+    from obliviate.train.pretrain import QA_SPLITS, labelled_qa_pairs, qa_pairs_for
+
+    monkeypatch.setenv("OBLIVIATE_CACHE", str(tmp_path))
+    world = world_for(PretrainConfig(world=WORLD))
+    forget = qa_pairs_for(world, [s for s in QA_SPLITS if s != "forget"], ("question", "statements"))
+    for key in ("mask_splits", "route_splits"):
+        cfg = PretrainConfig(world=WORLD, qa_forms=["question", "statements"], label_noise=0.3, **{key: ["forget"]})
+        unlabelled, labelled, noise = labelled_qa_pairs(world, cfg)
+        assert noise == {"pairs": len(forget), "flipped": round(0.3 * len(forget))}
+        assert len(unlabelled) == noise["flipped"]
+        assert sorted(unlabelled + labelled) == sorted(forget)  # the forget facts' pairs, split by the noise
+        clean = labelled_qa_pairs(world, PretrainConfig(world=WORLD, qa_forms=["question", "statements"],
+                                                        **{key: ["forget"]}))
+        assert clean[0] == [] and clean[1] == forget
