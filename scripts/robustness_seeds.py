@@ -127,6 +127,31 @@ def frontier_section(results: dict, png: Path) -> list[str]:
             + (f" Not drawn: {'; '.join(left)}." if left else ""), "", *rows]
 
 
+def run_seeds(out: Path, seeds: list[int], command, tables_only: bool = False) -> dict | int:
+    """``obliviate <command(seed, OUT/seed<k>)>`` for each seed not finished yet (its results.json complete), one
+    after the other; ``{"seed <k>": results}`` of the finished ones, or the exit status of the first run that
+    failed (1 where none is finished). A killed run resumes: a finished seed is read, not run again."""
+    results = {}
+    for seed in seeds:
+        d = out / f"seed{seed}"
+        done = d / "results.json"
+        if not tables_only and not (done.exists() and json.loads(done.read_text()).get("status") == "complete"):
+            cmd = [sys.executable, "-m", "obliviate.cli.main", *command(seed, d)]
+            print(" ".join(cmd), flush=True)
+            t = time.time()
+            rc = subprocess.run(cmd).returncode
+            if rc != 0:
+                print(f"seed {seed}: {cmd[3]} failed (exit {rc}); its error is above", file=sys.stderr)
+                return rc
+            print(f"seed {seed}: {time.time() - t:.0f} s", flush=True)
+        if done.exists():
+            results[f"seed {seed}"] = json.loads(done.read_text())
+    if not results:
+        print(f"no finished seed under {out}", file=sys.stderr)
+        return 1
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/robustness")
@@ -138,26 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="config overrides for every compare (after --)")
     args = p.parse_args(argv)
     out = Path(args.out)
-    results, seconds = {}, {}
-    for seed in args.seeds:
-        d = out / f"seed{seed}"
-        done = d / "results.json"
-        if not args.tables_only and not (done.exists() and json.loads(done.read_text()).get("status") == "complete"):
-            cmd = [sys.executable, "-m", "obliviate.cli.main", "compare", "--seed", str(seed), "--out", str(d),
-                   "--attacks", args.attacks, "--no-progress", f"methods=[{args.methods}]", *args.overrides]
-            print(" ".join(cmd), flush=True)
-            t = time.time()
-            rc = subprocess.run(cmd).returncode
-            if rc != 0:
-                print(f"seed {seed}: compare failed (exit {rc}); its error is above", file=sys.stderr)
-                return rc
-            seconds[seed] = time.time() - t
-            print(f"seed {seed}: {seconds[seed]:.0f} s", flush=True)
-        if done.exists():
-            results[f"seed {seed}"] = json.loads(done.read_text())
-    if not results:
-        print(f"no finished seed under {out}", file=sys.stderr)
-        return 1
+    results = run_seeds(out, args.seeds, lambda seed, d: [
+        "compare", "--seed", str(seed), "--out", str(d), "--attacks", args.attacks, "--no-progress",
+        f"methods=[{args.methods}]", *args.overrides], args.tables_only)
+    if isinstance(results, int):
+        return results
     md = [f"# {args.title}", "",
           f"Seeds: {', '.join(results)}; per-seed reports: {out}/seed<k>/report.md.", "",
           *robustness_over_seeds(results), "", "## Cost of each method (mean over seeds)", "",

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robustness_seeds import run_seeds  # noqa: E402
 
 NOISE = (0.0, 0.1, 0.3)
 """The label-noise levels compared (shares of forget-labelled units left unlabelled)."""
@@ -132,25 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     config = out / "config.json"  # JSON is YAML: compare's --config reads it
     config.write_text(json.dumps({"methods": [], "parallel": args.parallel,
                                   "pretrained": pretrained_models(args.noise)}, indent=2))
-    results = {}
-    for seed in args.seeds:
-        d = out / f"seed{seed}"
-        done = d / "results.json"
-        if not args.tables_only and not (done.exists() and json.loads(done.read_text()).get("status") == "complete"):
-            cmd = [sys.executable, "-m", "obliviate.cli.main", args.harness, "--seed", str(seed), "--out", str(d),
-                   "--no-progress", "--config", str(config), *args.overrides]
-            print(" ".join(cmd), flush=True)
-            t = time.time()
-            rc = subprocess.run(cmd).returncode
-            if rc != 0:
-                print(f"seed {seed}: {args.harness} failed (exit {rc}); its error is above", file=sys.stderr)
-                return rc
-            print(f"seed {seed}: {time.time() - t:.0f} s", flush=True)
-        if done.exists():
-            results[f"seed {seed}"] = json.loads(done.read_text())
-    if not results:
-        print(f"no finished seed under {out}", file=sys.stderr)
-        return 1
+    results = run_seeds(out, args.seeds, lambda seed, d: [
+        args.harness, "--seed", str(seed), "--out", str(d), "--no-progress", "--config", str(config),
+        *args.overrides], args.tables_only)
+    if isinstance(results, int):
+        return results
     md = ["# SGTM against token filtering under label noise", "",
           f"World seeds: {', '.join(results)}; harness: `obliviate {args.harness}`; per-seed reports: "
           f"{out}/seed<k>/report.md. Keep: the verdict's share of the base model's score.", "",
