@@ -121,7 +121,7 @@ class CompareConfig:
     (``compare --tuned``, :mod:`obliviate.pipelines.tune.committed`, ``scripts/tune_all.py``), under the
     ``runs.<name>`` given; a method without them for the model's preset runs at its preset (results.json's
     ``tuned`` says which did)."""
-    tuned_dir: str | None = None
+    tuned_dir: str | None = field(default=None, metadata={"input_path": True})
     """Where ``tuned`` reads them (default: ``obliviate/methods/tuned``)."""
     muse_folds: bool = True
     """On a MUSE task, also run each method over MUSE's scalability folds and sustainability requests
