@@ -82,7 +82,8 @@ def plot_frontier(runs: dict[str, list[dict]], png, title: str = "the robustness
     with why (no cost share, or no calibrated attack read)."""
     plt = _plt()
     names = list(dict.fromkeys(p["model"] for points in runs.values() for p in points))
-    colours = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
+    palette = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]  # 18 distinct colours
+    colours = {n: palette[i % len(palette)] for i, n in enumerate(names)}
     shapes = ["o", "s", "^", "D", "v", "P", "X", "*"]
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     left_out, drawn = [], set()
