@@ -144,7 +144,9 @@ def test_unknown_method_lists_known(tiny_dirs, tmp_path, capsys):
     assert rc == 2 and "forgetall" in err and "npo" in err
 
 
-@pytest.mark.heavy(18)
+@pytest.mark.slow  # 36 s, three processes (make test-all); the default suite kills and resumes the same training loop
+# to the same result in tests/test_reliability.py (unlearn, attack) and a resumed pretraining's counts in
+# tests/train/test_pretrain_passes.py
 def test_pretrain_same_seed_same_metrics_and_resume_after_kill(tmp_path):
     """A second run of the same seed, SIGKILLed mid-way and resumed, ends with the first run's metrics: same seed,
     same metrics, through a resume (a run that differed from its seed's would differ here too)."""
