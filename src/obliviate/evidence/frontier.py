@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from obliviate.evidence.verdict import (KEEP_SHARE, KNOWN_REMOVED, base_reference, finite, judged, keep_shares,
                                         read_of, recovery)
+from obliviate.runs.cost import pass_tokens, ratio
 from obliviate.runs.report import _plt, save_figure
 
 FRONTIER_REFERENCES = ("oracle",)
@@ -42,11 +43,7 @@ def cost_share(res: dict, name: str) -> float | None:
     if "removal" in cost:
         return None
     made = (res.get("timings") or {}).get(f"{name}_pretrain_passes")
-    pre = (cost.get("oracle_pretraining") or {}).get("passes")
-    if made and pre:
-        tokens = [sum(int(p.get(k) or 0) for k in ("forward_tokens", "backward_tokens")) for p in (made, pre)]
-        return tokens[0] / tokens[1] if tokens[1] else None
-    return None
+    return ratio(pass_tokens(made), pass_tokens((cost.get("oracle_pretraining") or {}).get("passes")))
 
 
 def frontier_points(res: dict) -> list[dict]:
@@ -75,6 +72,14 @@ def frontier_points(res: dict) -> list[dict]:
     return points
 
 
+def missing(p: dict) -> str | None:
+    """Why point ``p`` of :func:`frontier_points` cannot be drawn (no positive cost share for the log scale, or
+    no calibrated attack read), None where it can."""
+    if p.get("cost_share") is None or p["cost_share"] <= 0:
+        return "no cost share"
+    return "no calibrated attack read" if p.get("recovery") is None else None
+
+
 def plot_frontier(runs: dict[str, list[dict]], png, title: str = "the robustness frontier") -> list[str]:
     """Draw :func:`frontier_points` of one or more comparisons (``{run label: points}``, e.g. one per world
     seed) into ``png``: x the cost as a share of retraining (log scale), y the worst calibrated recovery, one
@@ -89,13 +94,11 @@ def plot_frontier(runs: dict[str, list[dict]], png, title: str = "the robustness
     left_out, drawn = [], set()
     for i, (label, points) in enumerate(runs.items()):
         for p in points:
-            x, y = p.get("cost_share"), p.get("recovery")
-            if x is None or y is None or x <= 0:
-                left_out.append(f"{p['model']} ({label}): "
-                                + ("no cost share" if x is None or x <= 0 else "no calibrated attack read"))
+            if missing(p):
+                left_out.append(f"{p['model']} ({label}): {missing(p)}")
                 continue
             c = colours[p["model"]]
-            ax.scatter([x], [y], s=46, marker=shapes[i % len(shapes)], edgecolors=[c],
+            ax.scatter([p["cost_share"]], [p["recovery"]], s=46, marker=shapes[i % len(shapes)], edgecolors=[c],
                        facecolors=[c] if p.get("keeps") else ["none"], linewidths=1.4,
                        label=p["model"] if p["model"] not in drawn else None)
             drawn.add(p["model"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from obliviate.attacks.relearn_disjoint import LEAKAGE_FLAG, leakage_flag
 from obliviate.eval.suite import PRIMARY, keep_score
-from obliviate.evidence.frontier import frontier_points, plot_frontier
+from obliviate.evidence.frontier import frontier_points, missing, plot_frontier
 from obliviate.evidence.trust import trust_markdown
 from obliviate.evidence.verdict import recovery, robustness_markdown
 from obliviate.pipelines.compare.muse_runs import markdown as muse_markdown
@@ -224,7 +224,7 @@ def write_report(out: Path, task: Task, metrics: dict, curves: dict, configs: di
         plot_log(base_log, plots / "base_loss.png")
         figures.append(("base model training", "base_loss.png"))
     points = frontier_points({"metrics": metrics, "robustness": robustness, "cost": cost}) if robustness else []
-    if any(p["cost_share"] and p["recovery"] is not None for p in points):
+    if any(not missing(p) for p in points):
         plot_frontier({"this run": points}, plots / "frontier.png")
         figures.append(("the robustness frontier: cost as a share of retraining against the worst calibrated "
                         "recovery (filled: neighbours kept)", "frontier.png"))
