@@ -52,6 +52,17 @@ def retain_nll(model, batch):
     return total / n
 
 
+
+def neg_entropy(model, batch):
+    """-mean over every labelled position of the batch of the entropy of p(. | prefix) (TAR's and MUDMAN's
+    unlearning loss)."""
+    total, n = 0.0, 0
+    for ids, targets in rows(batch):
+        logp = F.log_softmax(logits_of(model, ids), -1)
+        for t, _ in targets:
+            total, n = total + (logp[t].exp() * logp[t]).sum(), n + 1
+    return total / n
+
 def retain_kl(model, ref, batch):
     """Mean over labelled retain positions of KL(p_ref || p_theta) = sum_v p_ref(v) (log p_ref(v) - log p_theta(v))."""
     total, n = 0.0, 0

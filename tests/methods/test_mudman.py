@@ -6,22 +6,12 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from _reference import grads, logits_of, paired_batch, retain_nll, rows, run_on_random_arch, run_tiny
+from _reference import grads, neg_entropy, paired_batch, retain_nll, run_on_random_arch, run_tiny
 from obliviate.errors import ConfigError
 from obliviate.methods import build_method
 from obliviate.methods.mudman import disruption_mask, global_norm
 from obliviate.models.builders import tiny_random
-
-
-def neg_entropy(model, batch):
-    total, n = 0.0, 0
-    for ids, targets in rows(batch):
-        logp = F.log_softmax(logits_of(model, ids), -1)
-        for t, _ in targets:
-            total, n = total + (logp[t].exp() * logp[t]).sum(), n + 1
-    return total / n
 
 
 def test_the_mask_keeps_an_entry_only_where_the_signs_agree():

@@ -6,19 +6,9 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from _reference import grads, logits_of, paired_batch, retain_nll, rows, run_on_random_arch, run_tiny
+from _reference import grads, neg_entropy, paired_batch, retain_nll, run_on_random_arch, run_tiny
 from obliviate.methods import build_method
-
-
-def neg_entropy(model, batch):
-    total, n = 0.0, 0
-    for ids, targets in rows(batch):
-        logp = F.log_softmax(logits_of(model, ids), -1)
-        for t, _ in targets:
-            total, n = total + (logp[t].exp() * logp[t]).sum(), n + 1
-    return total / n
 
 
 def adamw_attack(model, loss_fn, lr, steps, wd=0.01, b1=0.9, b2=0.999, eps=1e-8):

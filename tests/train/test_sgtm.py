@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from _tiny_world import _one_thread  # noqa: F401  (one thread, as the other tiny-world tests)
 from obliviate.config import to_dict
 from obliviate.errors import ConfigError, ModelError
 from obliviate.losses import IGNORE_INDEX
@@ -18,14 +19,6 @@ from obliviate.train.sgtm import (SGTMConfig, ablate, dedicated_masks, flip_runs
 from obliviate.world import WorldConfig
 
 WORLD = WorldConfig(seed=0, n_forget=4, n_holdout=1, n_retain=4, n_general=2, n_concept=2, n_toxic=4)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _batch(routed_rows_tokens, vocab=64, B=3, T=12, seed=0):
