@@ -266,3 +266,42 @@ def test_the_one_harmonic_mean_by_hand():
     for bad in ([], [0.5, float("nan")], [float("inf"), 0.5]):
         with pytest.raises(ValueError, match="a harmonic mean needs one or more finite numbers"):
             harmonic_mean(bad)
+
+
+def test_drafts_change_the_steps_not_the_greedy_texts(taught, gpt2_32, tiny_tokenizer):
+    """A draft (the reference answer) checked in one pass gives the texts of plain greedy generation, whether the
+    model answers as the draft does, starts as it does and goes elsewhere, or does not; whatever the budget and
+    stop. Both models in float64, so that the two ways' rounding cannot flip a near-tie argmax."""
+    import copy
+    import json
+
+    model, tok, task = copy.deepcopy(taught["model"]).double(), taught["tokenizer"], taught["task"]
+    pairs = [(r["question"], r["answer"]) for f in ("forget", "retain")
+             for r in map(json.loads, taught[f].read_text().splitlines())]
+    prompts = [task.prompt.prompt(q) for q, _ in pairs] + [task.prompt.prompt("Who sings at dawn?")]
+    right = [task.prompt.answer(a) for _, a in pairs] + [" the lark"]
+    drafts = {"right": right, "wrong": [" " + "zq" * (i % 3 + 1) for i in range(len(prompts))],
+              "half": [d.split()[0] + " zz" if len(d.split()) > 1 else d + "x" for d in right],
+              "empty": [""] * len(prompts), "mixed": [r if i % 2 else "" for i, r in enumerate(right)]}
+    calls = []
+    hook = model.register_forward_hook(lambda *a: calls.append(1))
+    for budget in (1, 2, 3, 12):
+        for stop in ("\n", None):
+            plain = greedy_generate(model, tok, prompts, budget, batch_size=5, stop=stop)
+            for name, d in drafts.items():
+                got = greedy_generate(model, tok, prompts, budget, batch_size=5, stop=stop, drafts=d)
+                assert got == plain, (budget, stop, name)
+    calls.clear()
+    plain = greedy_generate(model, tok, prompts[:-1], 12, batch_size=len(pairs))
+    steps = len(calls)
+    calls.clear()
+    assert greedy_generate(model, tok, prompts[:-1], 12, batch_size=len(pairs), drafts=right[:-1]) == plain
+    hook.remove()
+    assert [p.strip() for p in plain] == [a for _, a in pairs] and steps > 1 and len(calls) == 1  # one pass
+    # a model that takes few positions, prompts cut from the left
+    prompts, d = ["Doctors treat Morvexia with", LONG], [" zalpradine.", " moss"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for budget in (1, 4, 8):
+            assert (greedy_generate(gpt2_32, tiny_tokenizer, prompts, budget, drafts=d)
+                    == greedy_generate(gpt2_32, tiny_tokenizer, prompts, budget))

@@ -37,9 +37,10 @@ def qa_items_fn(tokenizer, task: Task, qa: Sequence[tuple[str, str]], batch_size
     prompts = [task.prompt.prompt(q, tokenizer) for q, _ in qa]
     answers = [a for _, a in qa]
     budget = answer_budget(tokenizer, answers)
+    drafts = [task.prompt.answer(a) for a in answers]  # the answers as trained: checked in one pass
 
     def fn(model) -> np.ndarray:  # the greedy answers only (no answer probabilities: nothing here reads them)
-        preds = greedy_generate(model, tokenizer, prompts, budget, batch_size)
+        preds = greedy_generate(model, tokenizer, prompts, budget, batch_size, drafts=drafts)
         return np.asarray([answer_matches(p, a, "prefix") for p, a in zip(preds, answers)], dtype=float)
 
     return fn

@@ -211,15 +211,25 @@ def stop_token_table(tokenizer, stop: str, n: int) -> torch.Tensor:
 @torch.no_grad()
 @evaluating
 def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
-                    stop: str | None = "\n", progress: bool = False) -> list[str]:
+                    stop: str | None = "\n", progress: bool = False,
+                    drafts: Sequence[str] | None = None) -> list[str]:
     """Greedy continuations of ``prompts`` (bos prepended), cut at ``stop``.
 
     A prompt longer than the model's context less ``max_new_tokens`` keeps its last tokens (and bos). A batch
     ends when each of its rows has generated eos or a token holding ``stop`` (:func:`stop_token_table`): the
-    texts are those of running every row to ``max_new_tokens``.
+    texts are those of running every row to ``max_new_tokens``. ``drafts`` (one text per prompt, such as the
+    reference answer, tokenised as training sees it, eos after it) are checked first in one forward pass: a row
+    keeps the draft's tokens while they are its own greedy ones (and ends where they end it), and generates on
+    from its first other token, so the texts are the greedy ones, reached in fewer steps where the model
+    answers as the draft does.
     """
+    draft_ids = None
+    if drafts is not None:
+        eos = tokenizer.eos_token_id
+        draft_ids = [ids + ([eos] if eos is not None else [])
+                     for ids in tokenizer(list(drafts), add_special_tokens=False)["input_ids"]]
     return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, stop, progress,
-                     lambda logits: logits.argmax(-1), "greedy_generate")
+                     lambda logits: logits.argmax(-1), "greedy_generate", draft_ids)
 
 
 def top_p_sample(logits: torch.Tensor, temperature: float, top_p: float,
@@ -256,11 +266,11 @@ def sample_generate(model, tokenizer, prompts: list[str], n: int, max_new_tokens
 
 
 def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_size: int, stop: str | None,
-              progress: bool, pick, name: str) -> list[str]:
+              progress: bool, pick, name: str, drafts: list[list[int]] | None = None) -> list[str]:
     """The generation loop of :func:`greedy_generate` and :func:`sample_generate`: ``pick(logits (B, V))``
-    gives each row's next token."""
-    dev = _device(model)
-    eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
+    gives each row's next token; ``drafts`` (token ids, one list per prompt) are checked first
+    (:func:`_take_drafts`)."""
+    eos = tokenizer.eos_token_id
     adds = adds_bos(tokenizer)
     bos = tokenizer.bos_token_id if adds else None
     max_len = model_max_length(model)
@@ -270,8 +280,7 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
                          f"for a prompt in the model's {max_len} positions")
     n_cut = 0
     outs: list[str] = []
-    stops = None
-    cache_kw, last_kw = _generation_kwargs(model)
+    step = _Stepper(model, tokenizer, pick, stop)
     bar = _bar(progress, len(prompts), "generating")
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i:i + batch_size]
@@ -281,40 +290,16 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
             ids, _, cut = fit_context(bos_prefix(tokenizer, p, adds=adds) + p_ids, [], limit, bos)
             enc.append(ids)
             n_cut += cut or len(p) > len(c)
-        T = max(len(e) for e in enc)
-        ids = torch.full((len(enc), T), pad, dtype=torch.long)
-        att = torch.zeros((len(enc), T), dtype=torch.long)
-        for j, e in enumerate(enc):  # left padding
-            ids[j, T - len(e):] = torch.as_tensor(e)
-            att[j, T - len(e):] = 1
-        ids, att = ids.to(dev), att.to(dev)
-        done = torch.zeros(len(enc), dtype=torch.bool, device=dev)
-        gen = []
-        past = None
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        cur_ids, cur_pos = ids, pos
-        for _ in range(max_new_tokens):
-            out = model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True,
-                        **{cache_kw: past},
-                        **last_kw)
-            past = getattr(out, cache_kw, None)
-            check_logits(out.logits[:, -1], where="generation")
-            nxt = pick(out.logits[:, -1])
-            if eos is not None:
-                nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
-                done |= nxt == eos
-            if stop:
-                if stops is None:
-                    stops = stop_token_table(tokenizer, stop, out.logits.shape[-1]).to(nxt.device)
-                done |= stops[nxt]
-            gen.append(nxt)
-            att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)
-            cur_pos = cur_pos[:, -1:] + 1
-            cur_ids = nxt[:, None]
-            if bool(done.all()):
-                break
-        gen_ids = torch.stack(gen, 1).tolist() if gen else [[] for _ in enc]
-        for row in gen_ids:
+        if drafts is None or max_new_tokens < 1:
+            rows = step.run(enc, [max_new_tokens] * len(enc))
+        else:
+            rows, done = step.take_drafts(enc, drafts[i:i + batch_size], max_new_tokens)
+            todo = [j for j, d in enumerate(done) if not d]
+            if todo:  # on from each row's first token that is not its draft's
+                more = step.run([enc[j] + rows[j] for j in todo], [max_new_tokens - len(rows[j]) for j in todo])
+                for j, extra in zip(todo, more):
+                    rows[j] = rows[j] + extra
+        for row in rows:
             if eos is not None and eos in row:
                 row = row[:row.index(eos)]
             text = tokenizer.decode(row, skip_special_tokens=True)
@@ -329,6 +314,87 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
                       f"fits the model's {max_len} positions",
                       stacklevel=4)
     return outs
+
+
+class _Stepper:
+    """One batch of :func:`_generate`: left-padded rows, the KV cache, and when a row is done (eos, or a token
+    holding ``stop``: :func:`stop_token_table`)."""
+
+    def __init__(self, model, tokenizer, pick, stop: str | None):
+        self.model, self.tokenizer, self.pick, self.stop = model, tokenizer, pick, stop
+        self.dev = _device(model)
+        self.eos, self.pad = tokenizer.eos_token_id, pad_id(tokenizer)
+        self.cache_kw, self.last_kw = _generation_kwargs(model)
+        self.stops = None
+
+    def _ends(self, tokens: torch.Tensor, n: int) -> torch.Tensor:
+        """Booleans: which of ``tokens`` end a row (``n``: the logits' vocabulary)."""
+        done = tokens == self.eos if self.eos is not None else torch.zeros_like(tokens, dtype=torch.bool)
+        if self.stop:
+            if self.stops is None:
+                self.stops = stop_token_table(self.tokenizer, self.stop, n).to(tokens.device)
+            done = done | self.stops[tokens]
+        return done
+
+    def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        T = max(len(r) for r in rows)
+        ids = torch.full((len(rows), T), self.pad, dtype=torch.long)
+        att = torch.zeros((len(rows), T), dtype=torch.long)
+        for j, r in enumerate(rows):  # left padding
+            ids[j, T - len(r):] = torch.as_tensor(r)
+            att[j, T - len(r):] = 1
+        return ids.to(self.dev), att.to(self.dev)
+
+    def run(self, enc: list[list[int]], budgets: list[int]) -> list[list[int]]:
+        """Each row of ``enc`` generated on, at most its budget's tokens; the batch stops when every row is
+        done."""
+        ids, att = self._padded(enc)
+        done = torch.zeros(len(enc), dtype=torch.bool, device=self.dev)
+        gen = []
+        past = None
+        cur_ids, cur_pos = ids, (att.cumsum(-1) - 1).clamp(min=0)
+        for _ in range(max(budgets)):
+            out = self.model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True,
+                             **{self.cache_kw: past}, **self.last_kw)
+            past = getattr(out, self.cache_kw, None)
+            check_logits(out.logits[:, -1], where="generation")
+            nxt = self.pick(out.logits[:, -1])
+            if self.eos is not None:
+                nxt = torch.where(done, torch.full_like(nxt, self.eos), nxt)
+            done |= self._ends(nxt, out.logits.shape[-1])
+            gen.append(nxt)
+            att = torch.cat([att, torch.ones_like(att[:, :1])], dim=1)
+            cur_pos = cur_pos[:, -1:] + 1
+            cur_ids = nxt[:, None]
+            if bool(done.all()):
+                break
+        rows = torch.stack(gen, 1).tolist() if gen else [[] for _ in enc]
+        return [r[:b] for r, b in zip(rows, budgets)]
+
+    def take_drafts(self, enc: list[list[int]], drafts: list[list[int]],
+                    budget: int) -> tuple[list[list[int]], list[bool]]:
+        """One forward pass over each prompt followed by its draft: each row's greedy tokens as long as they
+        are the draft's (the token that differs from it, or follows it, included), and whether the row is done
+        (one of them ends it, or the budget is spent)."""
+        drafts = [d[:budget] for d in drafts]
+        k = max(len(d) for d in drafts) + 1  # the positions read: the last prompt token's and each draft token's
+        ids, att = self._padded([e + d for e, d in zip(enc, drafts)])
+        keep = {name: k for name in self.last_kw}  # the unembedding at the read positions only
+        logits = self.model(input_ids=ids, attention_mask=att, position_ids=(att.cumsum(-1) - 1).clamp(min=0),
+                            use_cache=False, **keep).logits[:, -k:]
+        check_logits(logits, where="generation")
+        greedy = self.pick(logits.reshape(-1, logits.shape[-1])).view(len(enc), k)
+        ends = self._ends(greedy, logits.shape[-1]).tolist()
+        greedy = greedy.tolist()
+        rows, done = [], []
+        for d, g, e in zip(drafts, greedy, ends):
+            g, e = g[k - len(d) - 1:], e[k - len(d) - 1:]
+            n = 0
+            while n < len(d) and g[n] == d[n] and not e[n]:
+                n += 1
+            rows.append(g[:min(n + 1, budget)])
+            done.append(bool(e[n]) or n + 1 >= budget)
+        return rows, done
 
 
 def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prompt_fn=None,
@@ -346,10 +412,12 @@ def qa_accuracy(model, tokenizer, questions: list[str], answers: list[str], prom
         return {"exact_match": float("nan"), "rouge_l": float("nan"), "answer_prob": float("nan"), "n": 0,
                 "predictions": []}
     prompts = [prompt_fn(q) for q in questions]
-    preds = greedy_generate(model, tokenizer, prompts, max_new_tokens, batch_size, progress=progress)
+    trained = [answer_fn(a) for a in answers]
+    preds = greedy_generate(model, tokenizer, prompts, max_new_tokens, batch_size, progress=progress,
+                            drafts=trained)
     em = [float(normalise_text(p) == normalise_text(a)) for p, a in zip(preds, answers)]
     rl = [rouge_l_recall(p, a) for p, a in zip(preds, answers)]
-    probs = answer_probs(model, tokenizer, prompts, [answer_fn(a) for a in answers], batch_size, progress)
+    probs = answer_probs(model, tokenizer, prompts, trained, batch_size, progress)
     return {"exact_match": float(np.mean(em)), "rouge_l": float(np.mean(rl)),
             "answer_prob": float(np.mean(probs)),
             "n": len(questions), "predictions": preds, "correct": em, "answer_probs": probs}
