@@ -16,7 +16,7 @@ SMALL = ["pretrain.world.n_forget=3", "pretrain.world.n_holdout=1", "pretrain.wo
          "pretrain.model.size=nano", "pretrain.model.vocab_size=400", "pretrain.batch_size=4",
          "pretrain.train.steps=20", "pretrain.train.warmup_steps=2",
          "methods=[graddiff,rmu]", "runs.graddiff.train.steps=3", "runs.rmu.train.steps=3",
-         "attacks.relearn.steps=4", "attacks.relearn.eval_every=2"]
+         "attacks.relearn.steps=2", "attacks.relearn.eval_every=2"]
 
 
 def _counting(monkeypatch, module, name, log: Path):

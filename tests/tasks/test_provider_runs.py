@@ -79,9 +79,10 @@ def test_every_provider_has_a_tiny_run():
 
 # the world's whole path is also run by tests/pipelines/test_compare.py and the demo, TOFU's by the TOFU protocol's
 # end-to-end tests (tests/pipelines/test_tofu_protocol.py, test_tofu_given_models.py), MUSE's compare by
-# tests/tasks/test_muse_sixway.py (12 s here), EMBER's by its recipe (tests/papers/test_ember_recipe.py) and the
-# ember task's own tests (tests/ember/, tests/tasks/test_providers.py; 21 s here): slow here
-SLOW = {"world", "tofu", "muse", "ember"}
+# tests/tasks/test_muse_sixway.py (12 s here), RWKU's by tests/tasks/test_rwku.py (14 s here), EMBER's by its recipe
+# (tests/papers/test_ember_recipe.py) and the ember task's own tests (tests/ember/, tests/tasks/test_providers.py;
+# 21 s here), and the benchmark provider's multiple-choice path by wmdp's, on the same files (12 s here): slow here
+SLOW = {"world", "tofu", "muse", "ember", "rwku", "benchmark"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in task_names()])
