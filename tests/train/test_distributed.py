@@ -23,7 +23,7 @@ stage 3, ``DS_ACCELERATOR=cpu``). It checks:
   <= 1.7e-6). What is left is float summation order: the shards' sums are added in another
   order, and AdamW's normalised steps carry that into the weights.
 
-ZeRO-3 runs under ``make test-all`` only (marked slow) and skips without deepspeed: deepspeed is
+DDP and ZeRO-3 run under ``make test-all`` only (marked slow; ZeRO-3 skips without deepspeed): deepspeed is
 not a dependency (it builds with ``--no-build-isolation``), and its first run in a fresh
 environment compiles a C++ communication op (about 40 s on 2 cores; cached in
 ``~/.cache/torch_extensions`` after that).
@@ -46,7 +46,9 @@ TERM_ATOL, TERM_RTOL, GRAD_NORM_RTOL, WEIGHT_ATOL = 1e-5, 1e-6, 1e-4, 2e-4
 LAUNCH_ENV = {"ddp": {}, "fsdp": {"ACCELERATE_USE_FSDP": "true"},
               "deepspeed": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
                             "DS_ACCELERATOR": "cpu"}}
-BACKENDS = ["ddp", "fsdp",
+# DDP (plain data parallelism) under make test-all too: FSDP2 runs the same launch, batch split, synchronisation and
+# rank-0 writes in the default suite, and shards the parameters besides (20 s of the default suite each)
+BACKENDS = [pytest.param("ddp", marks=pytest.mark.slow), "fsdp",
             pytest.param("deepspeed", marks=[pytest.mark.slow, pytest.mark.skipif(
                 importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")])]
 
