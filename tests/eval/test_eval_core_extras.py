@@ -298,6 +298,10 @@ def test_drafts_change_the_steps_not_the_greedy_texts(taught, gpt2_32, tiny_toke
     assert greedy_generate(model, tok, prompts[:-1], 12, batch_size=len(pairs), drafts=right[:-1]) == plain
     hook.remove()
     assert [p.strip() for p in plain] == [a for _, a in pairs] and steps > 1 and len(calls) == 1  # one pass
+    # a short row beside a long draft: its padded positions are not read
+    short = ["", prompts[0]]
+    assert (greedy_generate(model, tok, short, 12, drafts=["", right[0] + " and then a good many more words"])
+            == greedy_generate(model, tok, short, 12))
     # a model that takes few positions, prompts cut from the left
     prompts, d = ["Doctors treat Morvexia with", LONG], [" zalpradine.", " moss"]
     with warnings.catch_warnings():

@@ -382,7 +382,9 @@ class _Stepper:
         keep = {name: k for name in self.last_kw}  # the unembedding at the read positions only
         logits = self.model(input_ids=ids, attention_mask=att, position_ids=(att.cumsum(-1) - 1).clamp(min=0),
                             use_cache=False, **keep).logits[:, -k:]
-        check_logits(logits, where="generation")
+        lengths = torch.tensor([len(d) + 1 for d in drafts], device=logits.device)
+        read = torch.arange(k, device=logits.device)[None, :] >= k - lengths[:, None]  # a short row's pads: not read
+        check_logits(logits, read, where="generation")
         greedy = self.pick(logits.reshape(-1, logits.shape[-1])).view(len(enc), k)
         ends = self._ends(greedy, logits.shape[-1]).tolist()
         greedy = greedy.tolist()
