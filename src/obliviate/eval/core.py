@@ -269,7 +269,7 @@ def _generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_s
               progress: bool, pick, name: str, drafts: list[list[int]] | None = None) -> list[str]:
     """The generation loop of :func:`greedy_generate` and :func:`sample_generate`: ``pick(logits (B, V))``
     gives each row's next token; ``drafts`` (token ids, one list per prompt) are checked first
-    (:func:`_take_drafts`)."""
+    (:meth:`_Stepper.take_drafts`)."""
     eos = tokenizer.eos_token_id
     adds = adds_bos(tokenizer)
     bos = tokenizer.bos_token_id if adds else None
