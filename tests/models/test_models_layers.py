@@ -291,3 +291,9 @@ def test_count_passes_counts_forwards_and_the_backwards_through_them(arch_model)
         m(input_ids=ids, attention_mask=mask)
         teacher(input_ids=ids, attention_mask=mask)
     assert c["forwards"] == 5  # outside the block nothing counts, the copy included
+    with L.count_passes(m) as c:  # two gradients taken through one forward (MUDMAN's adversary) are two backwards
+        loss = m(input_ids=ids, attention_mask=mask).logits.sum()
+        params = [p for p in m.parameters() if p.requires_grad]
+        torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        torch.autograd.grad(2 * loss, params, allow_unused=True)
+    assert c == {"forwards": 1, "backwards": 2, "forward_tokens": 18, "backward_tokens": 36}

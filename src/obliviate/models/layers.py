@@ -365,12 +365,15 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
     "backward_tokens"}`` (tokens: the rows times positions of each pass, padding included).
 
     A forward is a call that enters a model's first decoder layer (a truncated forward, as RMU's to its layer,
-    counts as one); a backward is a forward through whose decoder layers a gradient flowed back (counted once
-    per forward, however many layers it reached). The same module given twice is counted once; a copy made
+    counts as one); a backward is a gradient flowing back through a forward's decoder layers (counted once per
+    forward and gradient computation, however many layers it reached: two gradients taken through one forward,
+    as MUDMAN's unlearning and adversary gradients, are two backwards). The same module given twice is counted
+    once; a copy made
     inside the block (a distillation teacher) is counted with its original. Hooks are removed on exit (a
     copy's go quiet)."""
     counts = {"forwards": 0, "backwards": 0, "forward_tokens": 0, "backward_tokens": 0}
-    handles, seen, reached = [], set(), set()
+    handles, seen = [], set()
+    fired: dict[int, list[int]] = {}  # forward -> [gradients through it so far, then each layer's hook count]
     current = {"pass": 0, "tokens": 0, "on": True}
 
     def enter(module, args, kwargs):
@@ -386,10 +389,17 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
         h = _first(output)
         if current["on"] and torch.is_tensor(h) and h.requires_grad:
             n, tokens = current["pass"], current["tokens"]
+            seen_n = fired.setdefault(n, [0])
+            seen_n.append(0)
+            slot = len(seen_n) - 1
 
-            def flowed(grad, n=n, tokens=tokens):
-                if n not in reached:
-                    reached.add(n)
+            def flowed(grad, n=n, tokens=tokens, slot=slot):
+                # each gradient computation reaches a layer's hook once: the k-th time any layer's fires is the
+                # k-th gradient through this forward
+                seen_n = fired[n]
+                seen_n[slot] += 1
+                if seen_n[slot] > seen_n[0]:
+                    seen_n[0] = seen_n[slot]
                     counts["backwards"] += 1
                     counts["backward_tokens"] += tokens
 
