@@ -155,6 +155,12 @@ def clip_chars(text: str, max_tokens: int | None, keep: str = "end") -> str:
     return text[-room:] if keep == "end" else text[:room]
 
 
+def answer_ids(tokenizer, answer: str, eos: int | None) -> list[int]:
+    """The token ids of ``answer`` as training sees it after its prompt: tokenised alone, then ``eos`` (None:
+    none)."""
+    return tokenizer(answer, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+
+
 def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_len: int = 256,
                          add_eos: bool = True) -> tuple[list, list]:
     """Token ids of ``[bos] + prompt + answer + eos`` and a mask that is 1 on answer (and eos) tokens only.
@@ -170,7 +176,7 @@ def encode_prompt_answer(tokenizer, prompts: list[str], answers: list[str], max_
         # the first max_len tokens stay
         p, a = clip_chars(p, max_len, "start"), clip_chars(a, max_len, "start")
         p_ids = bos_prefix(tokenizer, p, adds=adds) + tokenizer(p, add_special_tokens=False)["input_ids"]
-        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"] + ([eos] if eos is not None else [])
+        a_ids = answer_ids(tokenizer, a, eos)
         seq = (p_ids + a_ids)[:max_len]
         mask = ([0] * len(p_ids) + [1] * len(a_ids))[:max_len]
         seqs.append(np.asarray(seq, dtype=np.int64))

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from obliviate.data import clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
+from obliviate.data import answer_ids, clip_chars, collate, encode_prompt_answer, qa_answer, qa_prompt
 from obliviate.errors import InvalidResult, ModelError
 from obliviate.losses import at_least_float32, labelled_logits, token_nll
 from obliviate.models.layers import evaluating, logits_at, unwrap
@@ -223,11 +223,7 @@ def greedy_generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     from its first other token, so the texts are the greedy ones, reached in fewer steps where the model
     answers as the draft does.
     """
-    draft_ids = None
-    if drafts is not None:
-        eos = tokenizer.eos_token_id
-        draft_ids = [ids + ([eos] if eos is not None else [])
-                     for ids in tokenizer(list(drafts), add_special_tokens=False)["input_ids"]]
+    draft_ids = None if drafts is None else [answer_ids(tokenizer, d, tokenizer.eos_token_id) for d in drafts]
     return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, stop, progress,
                      lambda logits: logits.argmax(-1), "greedy_generate", draft_ids)
 
@@ -336,23 +332,24 @@ class _Stepper:
             done = done | self.stops[tokens]
         return done
 
-    def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``rows`` left-padded: ids, attention mask and position ids."""
         T = max(len(r) for r in rows)
         ids = torch.full((len(rows), T), self.pad, dtype=torch.long)
         att = torch.zeros((len(rows), T), dtype=torch.long)
-        for j, r in enumerate(rows):  # left padding
+        for j, r in enumerate(rows):
             ids[j, T - len(r):] = torch.as_tensor(r)
             att[j, T - len(r):] = 1
-        return ids.to(self.dev), att.to(self.dev)
+        ids, att = ids.to(self.dev), att.to(self.dev)
+        return ids, att, (att.cumsum(-1) - 1).clamp(min=0)
 
     def run(self, enc: list[list[int]], budgets: list[int]) -> list[list[int]]:
         """Each row of ``enc`` generated on, at most its budget's tokens; the batch stops when every row is
         done."""
-        ids, att = self._padded(enc)
+        cur_ids, att, cur_pos = self._padded(enc)
         done = torch.zeros(len(enc), dtype=torch.bool, device=self.dev)
         gen = []
         past = None
-        cur_ids, cur_pos = ids, (att.cumsum(-1) - 1).clamp(min=0)
         for _ in range(max(budgets)):
             out = self.model(input_ids=cur_ids, attention_mask=att, position_ids=cur_pos, use_cache=True,
                              **{self.cache_kw: past}, **self.last_kw)
@@ -378,10 +375,10 @@ class _Stepper:
         (one of them ends it, or the budget is spent)."""
         drafts = [d[:budget] for d in drafts]
         k = max(len(d) for d in drafts) + 1  # the positions read: the last prompt token's and each draft token's
-        ids, att = self._padded([e + d for e, d in zip(enc, drafts)])
+        ids, att, pos = self._padded([e + d for e, d in zip(enc, drafts)])
         keep = {name: k for name in self.last_kw}  # the unembedding at the read positions only
-        logits = self.model(input_ids=ids, attention_mask=att, position_ids=(att.cumsum(-1) - 1).clamp(min=0),
-                            use_cache=False, **keep).logits[:, -k:]
+        logits = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False,
+                            **keep).logits[:, -k:]
         lengths = torch.tensor([len(d) + 1 for d in drafts], device=logits.device)
         read = torch.arange(k, device=logits.device)[None, :] >= k - lengths[:, None]  # a short row's pads: not read
         check_logits(logits, read, where="generation")

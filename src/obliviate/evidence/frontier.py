@@ -94,8 +94,9 @@ def plot_frontier(runs: dict[str, list[dict]], png, title: str = "the robustness
     left_out, drawn = [], set()
     for i, (label, points) in enumerate(runs.items()):
         for p in points:
-            if missing(p):
-                left_out.append(f"{p['model']} ({label}): {missing(p)}")
+            why = missing(p)
+            if why:
+                left_out.append(f"{p['model']} ({label}): {why}")
                 continue
             c = colours[p["model"]]
             ax.scatter([p["cost_share"]], [p["recovery"]], s=46, marker=shapes[i % len(shapes)], edgecolors=[c],

@@ -368,9 +368,8 @@ def count_passes(*models: nn.Module) -> Iterator[dict[str, int]]:
     counts as one); a backward is a gradient flowing back through a forward's decoder layers (counted once per
     forward and gradient computation, however many layers it reached: two gradients taken through one forward,
     as MUDMAN's unlearning and adversary gradients, are two backwards). The same module given twice is counted
-    once; a copy made
-    inside the block (a distillation teacher) is counted with its original. Hooks are removed on exit (a
-    copy's go quiet)."""
+    once; a copy made inside the block (a distillation teacher) is counted with its original. Hooks are removed
+    on exit (a copy's go quiet)."""
     counts = {"forwards": 0, "backwards": 0, "forward_tokens": 0, "backward_tokens": 0}
     handles, seen = [], set()
     fired: dict[int, list[int]] = {}  # forward -> [gradients through it so far, then each layer's hook count]
