@@ -45,6 +45,11 @@ def test_resolve_fills_only_unset_fields_from_the_preset():
         TF.TokenFilteringConfig(strategies=["mask"], refusal_strategies=["none", "remove"])
     with pytest.raises(ConfigError, match="threshold"):
         TF.TokenFilteringConfig(threshold=1.5)
+    assert full.noise_strategies == [full.pareto_token_strategy]  # the label-noise runs: filtering alone
+    with pytest.raises(ConfigError, match="noise_strategies"):
+        TF.TokenFilteringConfig(noise_strategies=["remove", "drop_document"])
+    with pytest.raises(ConfigError, match="sgtm_mlp_share"):
+        TF.TokenFilteringConfig(sgtm_mlp_share=1.0)
     # RMU's run takes the keys of `obliviate unlearn`'s unlearn.*, checked before any pretraining
     with pytest.raises(ConfigError, match=r"'rmu\.steps' is 'rmu\.train\.steps'"):
         TF.TokenFilteringConfig(rmu={"steps": 2})
@@ -111,7 +116,8 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    cfg = from_dict(TF.TokenFilteringConfig, TINY)
+    tiny = {**TINY, "noise_strategies": ["remove", "sgtm"]}  # SGTM beside removal on the same noisy flags
+    cfg = from_dict(TF.TokenFilteringConfig, tiny)
     with threadpool_limits(1):
         m = TF.run(cfg, tmp_path, progress=False)
     res = json.loads((tmp_path / "results.json").read_text())
@@ -145,7 +151,10 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     assert set(metrics["refusal"]) == {"none", "remove"}
     assert all(0.0 <= v["forget"] <= 1.0 for v in metrics["refusal"].values())
     assert [r["p"] for r in metrics["label_noise"]["rows"]] == [0.0, 0.2]
-    assert len(res["claims"]) == 5 and all(c["agreement"] in ("agrees", "disagrees", "not testable here")
+    assert {s: [r["p"] for r in rows] for s, rows in metrics["label_noise"]["by_strategy"].items()} == \
+        {"remove": [0.0, 0.2], "sgtm": [0.0, 0.2]}
+    assert "| sgtm |" in (tmp_path / "report.md").read_text()
+    assert len(res["claims"]) == 6 and "SGTM" in res["claims"][5]["claim"] and all(c["agreement"] in ("agrees", "disagrees", "not testable here")
                                           for c in res["claims"])
     assert "timings" in res and "seconds" not in json.dumps(metrics)
     report = (tmp_path / "report.md").read_text()
@@ -169,7 +178,7 @@ def test_tiny_recipe_end_to_end_and_resume(tmp_path, monkeypatch):
     # ... and one with another config refuses the parts, naming the difference, and loses nothing
     before = sorted(p.name for p in (tmp_path / "parts").iterdir())
     with pytest.raises(ConfigError, match=r"another config \(differs in: adv_steps\)"):
-        TF.run(from_dict(TF.TokenFilteringConfig, {**TINY, "adv_steps": TINY.get("adv_steps", 1) + 1}), tmp_path,
+        TF.run(from_dict(TF.TokenFilteringConfig, {**tiny, "adv_steps": TINY.get("adv_steps", 1) + 1}), tmp_path,
                progress=False)
     assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == before
 
@@ -225,6 +234,51 @@ def test_dropping_every_document_leaves_the_untrained_model(tmp_path):
     r = TF._pretrain_run(cfg, D, {**labels, "doc_probs": np.full(n, 0.2, np.float32)}, "pretrain/1x8/drop_document@0.5",
                          "1x8", "drop_document", 0.5, 0.0, tmp_path, False)
     assert r["kept_documents"] == 1.0 and r["steps"] >= 1
+
+
+def test_sgtm_run_trains_on_the_flags_and_ablates_what_they_trained(tmp_path):
+    import torch
+
+    from obliviate.train.sgtm import dedicated_masks
+
+    torch.set_num_threads(1)
+    cfg = TF.resolve(from_dict(TF.TokenFilteringConfig, TINY))
+    D = TF._data(cfg)
+    rng = np.random.default_rng(0)
+    probs = [rng.random(len(s)).astype(np.float32) for s in D.train.input_ids]
+    r = TF._pretrain_run(cfg, D, {"probs": probs}, "pretrain/1x16/sgtm@0.5", "1x16", "sgtm", 0.5, 0.0, tmp_path,
+                         False)
+    flags = np.concatenate([p >= 0.5 for p in probs])
+    assert r["strategy"] == "sgtm" and r["steps"] >= 1 and r["flagged_fraction"] == pytest.approx(flags.mean())
+    assert r["flops"] == pytest.approx(6 * r["params"] * r["tokens"]) and r["trained_token_fraction"] == 1.0
+    model = TF.load_model(str(tmp_path / "models" / "pretrain" / "1x16" / "sgtm@0.5"))
+    scfg = TF.sgtm_config(model, cfg)
+    assert (scfg.heads, scfg.mlp_units) == (0, round(0.18 * 48))  # one 16-dim head: MLP units only
+    params = dict(model.named_parameters())
+    masks = dedicated_masks(model, scfg)
+    assert masks and all(float(params[n].detach()[m].abs().sum()) == 0.0 for n, m in masks.items())  # ablated
+    assert r["sgtm"]["ablated_share"] == pytest.approx(sum(int(m.sum()) for m in masks.values()) / r["params"])
+    # every step runs a forward for the flagged targets and one for the others: about twice a plain run's
+    assert r["sgtm"]["passes"]["forwards"] == 2 * r["steps"]
+
+
+def test_the_sgtm_claim_reads_the_noisy_runs():
+    def rows(*pts):
+        return [{"p": p, "forget_loss": f, "retain_loss": q} for p, f, q in pts]
+
+    filt = rows((0.0, 3.0, 1.0), (0.1, 2.0, 1.0), (0.3, 1.5, 1.0))
+    claim = TFC.sgtm_under_noise({"size": "2x32", "by_strategy": {
+        "remove": filt, "sgtm": rows((0.0, 3.0, 1.0), (0.1, 2.5, 1.0), (0.3, 2.0, 0.9))}})
+    assert claim.agrees is True and "p=0.3: forget 2 vs 1.5" in claim.ours
+    trade = TFC.sgtm_under_noise({"size": "2x32", "by_strategy": {
+        "remove": filt, "sgtm": rows((0.0, 3.0, 1.2), (0.1, 2.5, 1.2), (0.3, 2.0, 1.2))}})
+    assert trade.agrees is False and "a trade" in trade.sentence
+    worse = TFC.sgtm_under_noise({"size": "2x32", "by_strategy": {
+        "remove": filt, "sgtm": rows((0.0, 3.0, 1.0), (0.1, 1.9, 1.0), (0.3, 2.0, 1.0))}})
+    assert worse.agrees is False and "below remove's at p=0.1" in worse.sentence
+    assert TFC.sgtm_under_noise({"size": "2x32", "by_strategy": {
+        "remove": filt[:1], "sgtm": filt[:1]}}).agrees is None  # no noise level above 0
+    assert TFC.sgtm_under_noise({"size": "2x32", "rows": filt}) is None  # SGTM did not run
 
 
 def _fake_metrics(rm_start, rmu_start, t_rm, t_rmu, ref_none, ref_remove):

@@ -155,7 +155,45 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
         f"reaches AUROC {fmt(aw)} against ground truth on held-out documents, "
         f"{'within 0.05 of' if agrees else 'not within 0.05 of'} the same classifier fit on ground truth "
         f"({fmt(ag)}); the weak labels themselves have F1 {m['labels']['weak_labels']['f1']:.2f}."))
+    sgtm = sgtm_under_noise(m.get("label_noise", {}))
+    if sgtm is not None:
+        claims.append(sgtm)
     return claims
+
+
+def sgtm_under_noise(noise: dict) -> Claim | None:
+    """Gradient routing's claim (Shilov, Cloud et al. 2025: SGTM beats data filtering on the retain/forget
+    trade-off when the labels are noisy), read off the label-noise runs where SGTM ran beside a token
+    filtering strategy on the same flags; None when it did not. SGTM beats filtering at a noise level when its
+    held-out forget loss is at least filtering's and its retain loss at most filtering's; the claim agrees when
+    that holds at every noise level above 0."""
+    by = noise.get("by_strategy", {})
+    filt = next((s for s in by if s != "sgtm"), None)
+    if "sgtm" not in by or filt is None:
+        return None
+    pairs = [(f, g) for f, g in zip(by[filt], by["sgtm"]) if f["p"] > 0]
+    ours = "; ".join(f"p={f['p']:g}: forget {g['forget_loss']:.3g} vs {f['forget_loss']:.3g}, retain "
+                     f"{g['retain_loss']:.3g} vs {f['retain_loss']:.3g}" for f, g in
+                     zip(by[filt], by["sgtm"])) + f" (SGTM vs {filt}, held-out losses)"
+    if not pairs:
+        return Claim(SGTM_CLAIM, ours, None, "Not testable here: no noise level above 0 was run.")
+    beats = [g["forget_loss"] >= f["forget_loss"] and g["retain_loss"] <= f["retain_loss"] for f, g in pairs]
+    more_forget = [g["forget_loss"] >= f["forget_loss"] for f, g in pairs]
+    agrees = all(beats)
+    if agrees:
+        desc = (f"at every noise level above 0 SGTM has at least {filt}'s forget loss and at most its retain loss")
+    elif all(more_forget):
+        desc = (f"SGTM forgets more than {filt} at every noise level above 0 but pays in retain loss: a trade, "
+                "not a better trade-off")
+    else:
+        desc = (f"SGTM's forget loss is below {filt}'s at "
+                + ", ".join(f"p={f['p']:g}" for (f, g), ok in zip(pairs, more_forget) if not ok))
+    return Claim(SGTM_CLAIM, ours, agrees, f"{'Agrees' if agrees else 'Does not agree'} at size "
+                 f"{noise['size']}: {desc}.")
+
+
+SGTM_CLAIM = ("SGTM beats data filtering on the retain/forget trade-off when labels are noisy "
+              "(Shilov, Cloud et al. 2025)")
 
 
 def _spearman(x, y) -> float:

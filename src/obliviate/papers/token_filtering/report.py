@@ -132,10 +132,15 @@ def sections(cfg: dict, m: dict) -> list[tuple[str, str]]:
     sec.append(("Refusal training", body))
 
     ln = m["label_noise"]
-    body = (f"Size {ln['size']}, {ln['strategy']}: each pretraining flag flipped with probability p.\n\n"
-            + markdown_table(ln["rows"], ["p", "forget_loss", "retain_loss", "compute_slowdown",
-                                          "retain_compute_slowdown"], "{:.3g}") + "\n![label "
-                                          "noise](noise.png)\n")
+    cols = ["p", "forget_loss", "retain_loss", "compute_slowdown", "retain_compute_slowdown"]
+    if "by_strategy" in ln:  # several strategies on the same noisy flags (SGTM beside filtering)
+        rows = [{"strategy": s, **r} for s, rs in ln["by_strategy"].items() for r in rs]
+        body = (f"Size {ln['size']}, {', '.join(ln['by_strategy'])} on the same flags, each flipped with "
+                "probability p (SGTM: the model after its dedicated parameters are ablated).\n\n"
+                + markdown_table(rows, ["strategy", *cols], "{:.3g}") + "\n![label noise](noise.png)\n")
+    else:
+        body = (f"Size {ln['size']}, {ln['strategy']}: each pretraining flag flipped with probability p.\n\n"
+                + markdown_table(ln["rows"], cols, "{:.3g}") + "\n![label noise](noise.png)\n")
     sec.append(("Label noise", body))
     return sec
 
@@ -197,12 +202,15 @@ def plots(out: Path, cfg: dict, m: dict) -> None:
         warnings.warn(f"{out}: results.json holds no fine-tuning curves (a run made before they were "
                       "stored), so adversarial.png cannot be drawn")
 
-    rows = m["label_noise"]["rows"]
+    ln = m["label_noise"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for key, lab in (("compute_slowdown", "forget"), ("retain_compute_slowdown", "retain")):
-        pts = [(r["p"], r[key]) for r in rows if r[key] is not None and r[key] > 0]
-        if pts:
-            ax.semilogy([p for p, _ in pts], [v for _, v in pts], "o-", label=lab)
+    for s, rows in ln.get("by_strategy", {ln["strategy"]: ln["rows"]}).items():
+        several = "by_strategy" in ln  # then each strategy's retain line dashed
+        for key, lab in (("compute_slowdown", "forget"), ("retain_compute_slowdown", "retain")):
+            pts = [(r["p"], r[key]) for r in rows if r[key] is not None and r[key] > 0]
+            if pts:
+                ax.semilogy([p for p, _ in pts], [v for _, v in pts], "s--" if several and lab == "retain" else "o-",
+                            label=f"{s}, {lab}" if several else lab)
     ax.set(xlabel="flag flip probability p", ylabel="compute slowdown (x)", title="label noise")
     ax.legend(fontsize=8)
     save_figure(fig, out / "noise.png")

@@ -16,7 +16,7 @@ import torch
 from obliviate.attacks.adversarial import loss_recovery_curve
 from obliviate.attacks.relearn import recovery_cost
 from obliviate.config import to_dict
-from obliviate.data import encode_documents
+from obliviate.data import TokenDataset, encode_documents, pack_sequences
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval import token_loss_by_label
 from obliviate.unlearning.engine import method_run_config, unlearn
@@ -42,6 +42,7 @@ from obliviate.filtering.refusal import refusal_training
 from obliviate.filtering.scaling import compute_slowdown, fit_power_law, training_flops
 from obliviate.losses import lm_loss
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count, parse_size
+from obliviate.models.layers import attention_heads, count_passes, d_ff
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import special_token_id
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
@@ -53,10 +54,16 @@ from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, generate_world
 from obliviate.train import StepSampler, TrainConfig, train
 from obliviate.train.distributed import two_at_a_time
+from obliviate.train.sampler import make_lm_batches
+from obliviate.train.sgtm import SGTMConfig, ablate, dedicated_masks, retain_step, routed_loss
 from obliviate.utils import seed_everything
 
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
+STRATEGIES = (*FILTER_STRATEGIES, "sgtm")
+"""What a pretraining run can do with the classifier's flags: filter (the three above) or route them (``sgtm``,
+Selective Gradient Masking: every token trains, a flagged one only the parameters dedicated to it, which are
+ablated after training; :mod:`obliviate.train.sgtm`)."""
 
 SCALES: dict[str, dict] = {
     "full": dict(sizes=list(FILTERED_MODELS.sizes), pareto_size="3x48", tokens_per_param=20.0,
@@ -130,7 +137,8 @@ class TokenFilteringConfig:
     sizes: list[str] | None = None
     """Model sizes ``"<layers>x<width>"`` (full 1x16 2x32 3x48 4x64 4x96, quick 1x16 2x24 2x32 3x40)."""
     strategies: list[str] = field(default_factory=lambda: ["mask", "remove", "drop_document"])
-    """Filtering strategies trained at every size next to the unfiltered ``none``."""
+    """Filtering strategies trained at every size next to the unfiltered ``none`` (``sgtm`` too: gradient
+    routing on the same flags, :data:`STRATEGIES`)."""
     convention: Literal["input", "target"] = "input"
     """Loss-masking position convention (see :mod:`obliviate.filtering.strategies`)."""
     tokens_per_param: float | None = None
@@ -148,6 +156,15 @@ class TokenFilteringConfig:
     pareto_token_strategy: Literal["mask", "remove"] = "remove"
     noise_ps: list[float] | None = None
     """Flip probability p on the pretraining flags (full 0 .05 .1 .2, quick 0 .1 .3)."""
+    noise_strategies: list[str] | None = None
+    """Strategies trained at every ``noise_ps`` on the same noisy flags (None: ``pareto_token_strategy``
+    alone; ``[remove, sgtm]`` puts SGTM beside token removal, issue #59's comparison on weak labels)."""
+    sgtm_head_share: float = 0.25
+    """SGTM: share of each layer's attention heads dedicated to the flagged tokens, rounded down (the world's
+    SGTM dedicates 1 of 4; a model with fewer than 4 heads dedicates MLP units only)."""
+    sgtm_mlp_share: float = 0.18
+    """SGTM: share of each layer's MLP units dedicated to them, rounded, at least one (the world's: 64 of
+    352)."""
 
     # -- adversarial fine-tuning and refusal (at the largest size)
     adv_steps: int | None = None
@@ -182,9 +199,16 @@ class TokenFilteringConfig:
             if getattr(self, key) < 1:
                 raise ConfigError(f"config key '{key}': must be >= 1, got {getattr(self, key)}")
         for s in self.strategies:
-            if s not in FILTER_STRATEGIES:
+            if s not in STRATEGIES:
                 raise ConfigError(f"config key 'strategies': unknown strategy {s!r} "
-                                  f"(valid: {', '.join(FILTER_STRATEGIES)})")
+                                  f"(valid: {', '.join(STRATEGIES)})")
+        for s in self.noise_strategies or []:
+            if s not in (*TOKEN_STRATEGIES, "sgtm"):
+                raise ConfigError(f"config key 'noise_strategies': {s!r} is not a token-level strategy "
+                                  f"(valid: {', '.join((*TOKEN_STRATEGIES, 'sgtm'))})")
+        for key in ("sgtm_head_share", "sgtm_mlp_share"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ConfigError(f"config key '{key}': must be in [0, 1), got {getattr(self, key)}")
         for s in self.refusal_strategies:
             if s != "none" and s not in self.strategies:
                 raise ConfigError(f"config key 'refusal_strategies': {s!r} "
@@ -222,6 +246,8 @@ def resolve(cfg: TokenFilteringConfig) -> TokenFilteringConfig:
         raise ConfigError(f"config key 'sizes': duplicate sizes in {out.sizes}")
     if out.pareto_size is None:
         out.pareto_size = out.sizes[-2]
+    if out.noise_strategies is None:
+        out.noise_strategies = [out.pareto_token_strategy]
     if out.pareto_size not in out.sizes:
         raise ConfigError(f"config key 'pareto_size': {out.pareto_size!r} is not one of sizes {out.sizes}")
     for t in out.pareto_thresholds:
@@ -372,7 +398,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     model, _ = build_tiny_model(D.tok, TinyModelConfig.of_size(size, max_len=cfg.row_len), seed=cfg.seed)
     flags = None
     doc_flags = None
-    if strategy in TOKEN_STRATEGIES:
+    if strategy in (*TOKEN_STRATEGIES, "sgtm"):
         flags = flags_from_probs(labels["probs"], threshold)
         if noise > 0:
             flags = add_label_noise(flags, noise, seed=cfg.seed + 11)
@@ -382,6 +408,9 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
             doc_flags = add_label_noise(doc_flags, noise, seed=cfg.seed + 11)
     N = param_count(model, non_embedding=False)
     target = tokens_for(N, cfg.tokens_per_param)
+    if strategy == "sgtm":
+        return _sgtm_run(cfg, D, model, flags, name, out, progress) | {
+            "size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N}
     if doc_flags is not None and np.asarray(doc_flags).all():  # nothing left to train on: the untrained model
         save_model(model, str(out / "models" / name))
         return {"size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N,
@@ -411,6 +440,51 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
             "flagged_fraction": flagged, "kept_documents": float(len(fds) / len(D.train)),
             "trained_token_fraction": fds.n_trained_tokens()
             / max(1, sum(len(s) - 1 for s in D.train.input_ids))}
+
+
+def sgtm_config(model, cfg: TokenFilteringConfig) -> SGTMConfig:
+    """The parameters SGTM dedicates in ``model``: ``sgtm_head_share`` of its heads (rounded down) and
+    ``sgtm_mlp_share`` of its MLP units (rounded, at least one) in every layer."""
+    return SGTMConfig(heads=int(cfg.sgtm_head_share * attention_heads(model)[0]),
+                      mlp_units=max(1, round(cfg.sgtm_mlp_share * d_ff(model, 0))))
+
+
+def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dict:
+    """Selective Gradient Masking on the training documents with ``flags`` as its labels (the classifier's, as
+    filtering reads them): the same token budget and batches as a filtered run, every token a target, a
+    flagged target's loss updating only the dedicated parameters (:func:`~obliviate.train.sgtm.routed_loss`),
+    which are zeroed after training; held-out losses of the ablated model."""
+    import shutil
+
+    scfg = sgtm_config(model, cfg)
+    masks = dedicated_masks(model, scfg)
+    data = pack_sequences(TokenDataset(D.train.input_ids, {"routed": [f.astype(np.int64) for f in flags]},
+                                       dict(D.train.vocab)), cfg.row_len)
+    target = tokens_for(param_count(model, non_embedding=False), cfg.tokens_per_param)
+    steps = max(1, math.ceil(target / (cfg.batch_size * (data.n_tokens() / len(data)))))
+    batch_fn = make_lm_batches(data, cfg.batch_size, cfg.seed, D.pad, extra={"routed": data.labels["routed"]})
+    tokens = sum(StepSampler(len(data), cfg.batch_size, cfg.seed).step_tokens(
+        [len(s) for s in data.input_ids], steps))
+    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine",
+                     min_lr_ratio=0.1, grad_clip=1.0, log_every=max(1, steps // 20),
+                     checkpoint_every=max(50, steps // 10), progress=progress, desc=name)
+
+    def loss_fn(m, batch, step):
+        return {"lm": routed_loss(m, [batch], masks, retain_step(cfg.seed, step, scfg.retain_share))}
+
+    run_dir = out / "runs" / name
+    with count_passes(model) as passes:
+        train(model, loss_fn, batch_fn, tc, run_dir)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    model.eval()
+    zeroed = ablate(model, masks)
+    save_model(model, str(out / "models" / name))
+    n = param_count(model, non_embedding=False)
+    return {"tokens": tokens, "steps": steps, "flops": training_flops(n, tokens), "loss": _eval_losses(model, D.eval),
+            "flagged_fraction": float(np.mean(np.concatenate(flags))), "kept_documents": 1.0,
+            "trained_token_fraction": 1.0,
+            "sgtm": {"heads": scfg.heads, "mlp_units": scfg.mlp_units, "ablated_share": zeroed / n,
+                     "passes": dict(passes)}}
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
@@ -481,8 +555,9 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     for t in rc.pareto_thresholds:
         jobs.append((rc.pareto_size, rc.pareto_token_strategy, t, 0.0))
         jobs.append((rc.pareto_size, "drop_document", t, 0.0))
-    for p in rc.noise_ps:
-        jobs.append((rc.pareto_size, rc.pareto_token_strategy, rc.threshold, p))
+    for s in rc.noise_strategies:
+        for p in rc.noise_ps:
+            jobs.append((rc.pareto_size, s, rc.threshold, p))
     parallel = rc.parallel and two_at_a_time()
     shown = {"progress": progress}
 
@@ -591,14 +666,18 @@ def run(cfg: TokenFilteringConfig, out, progress: bool = True) -> dict:
     pareto["documents_dominated"] = sum(dominated((p["forget_loss"], p["retain_loss"]), tok_pts)
                                         for p in pareto["document"])
     metrics["pareto"] = pareto
-    noise_rows = []
-    for p in rc.noise_ps:
-        r = runs[_run_name(rc.pareto_size, rc.pareto_token_strategy, rc.threshold, p)]
-        noise_rows.append({"p": p, "forget_loss": r["loss"]["medicine"], "retain_loss": r["loss"]["biology"],
-                           "compute_slowdown": _slow_one(fit_f, r["loss"]["medicine"], r["flops"]),
-                           "retain_compute_slowdown": _slow_one(fit_r, r["loss"]["biology"], r["flops"])})
-    metrics["label_noise"] = {"size": rc.pareto_size, "strategy": rc.pareto_token_strategy,
-                              "rows": noise_rows}
+    by_strategy = {}
+    for s in rc.noise_strategies:
+        by_strategy[s] = []
+        for p in rc.noise_ps:
+            r = runs[_run_name(rc.pareto_size, s, rc.threshold, p)]
+            by_strategy[s].append({"p": p, "forget_loss": r["loss"]["medicine"], "retain_loss": r["loss"]["biology"],
+                                   "compute_slowdown": _slow_one(fit_f, r["loss"]["medicine"], r["flops"]),
+                                   "retain_compute_slowdown": _slow_one(fit_r, r["loss"]["biology"], r["flops"])})
+    first = rc.noise_strategies[0]
+    metrics["label_noise"] = {"size": rc.pareto_size, "strategy": first, "rows": by_strategy[first]}
+    if len(by_strategy) > 1:
+        metrics["label_noise"]["by_strategy"] = by_strategy
     metrics["refusal"] = refusal
 
     seconds = time.time() - t0
