@@ -262,6 +262,13 @@ def test_sgtm_run_trains_on_the_flags_and_ablates_what_they_trained(tmp_path):
     assert r["sgtm"]["passes"]["forwards"] == 2 * r["steps"]
 
 
+def test_sgtm_routes_exactly_the_loss_terms_that_masking_drops():
+    f = [np.array([0, 1, 1, 0, 0, 1], bool), np.array([1, 0], bool)]
+    assert [r.tolist() for r in TF.routed_marks(f, "target")] == [[0, 1, 1, 0, 0, 1], [1, 0]]
+    # the input convention drops the loss of predicting the token after a flagged one
+    assert [r.tolist() for r in TF.routed_marks(f, "input")] == [[0, 0, 1, 1, 0, 0], [0, 1]]
+
+
 def test_the_sgtm_claim_reads_the_noisy_runs():
     def rows(*pts):
         return [{"p": p, "forget_loss": f, "retain_loss": q} for p, f, q in pts]
@@ -279,6 +286,11 @@ def test_the_sgtm_claim_reads_the_noisy_runs():
     assert TFC.sgtm_under_noise({"size": "2x32", "by_strategy": {
         "remove": filt[:1], "sgtm": filt[:1]}}).agrees is None  # no noise level above 0
     assert TFC.sgtm_under_noise({"size": "2x32", "rows": filt}) is None  # SGTM did not run
+    # against the first filtering of the run's noise_strategies, whatever order results.json keeps them in
+    mask = rows((0.0, 3.0, 1.0), (0.1, 3.0, 1.0), (0.3, 3.0, 1.0))
+    by = {"mask": mask, "remove": filt, "sgtm": rows((0.0, 3.0, 1.0), (0.1, 2.5, 1.0), (0.3, 2.0, 0.9))}
+    assert TFC.sgtm_under_noise({"size": "2x32", "by_strategy": by}, ["remove", "mask", "sgtm"]).agrees is True
+    assert TFC.sgtm_under_noise({"size": "2x32", "by_strategy": by}, ["mask", "remove", "sgtm"]).agrees is False
 
 
 def _fake_metrics(rm_start, rmu_start, t_rm, t_rmu, ref_none, ref_remove):

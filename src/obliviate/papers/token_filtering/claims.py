@@ -155,20 +155,21 @@ def make_claims(cfg: dict, m: dict) -> list[Claim]:
         f"reaches AUROC {fmt(aw)} against ground truth on held-out documents, "
         f"{'within 0.05 of' if agrees else 'not within 0.05 of'} the same classifier fit on ground truth "
         f"({fmt(ag)}); the weak labels themselves have F1 {m['labels']['weak_labels']['f1']:.2f}."))
-    sgtm = sgtm_under_noise(m.get("label_noise", {}))
+    sgtm = sgtm_under_noise(m.get("label_noise", {}), cfg.get("noise_strategies"))
     if sgtm is not None:
         claims.append(sgtm)
     return claims
 
 
-def sgtm_under_noise(noise: dict) -> Claim | None:
+def sgtm_under_noise(noise: dict, order: list[str] | None = None) -> Claim | None:
     """Gradient routing's claim (Shilov, Cloud et al. 2025: SGTM beats data filtering on the retain/forget
     trade-off when the labels are noisy), read off the label-noise runs where SGTM ran beside a token
     filtering strategy on the same flags; None when it did not. SGTM beats filtering at a noise level when its
     held-out forget loss is at least filtering's and its retain loss at most filtering's; the claim agrees when
-    that holds at every noise level above 0."""
+    that holds at every noise level above 0. The filtering compared is the first of ``order`` (the run's
+    ``noise_strategies``) other than SGTM."""
     by = noise.get("by_strategy", {})
-    filt = next((s for s in by if s != "sgtm"), None)
+    filt = next((s for s in [*(order or []), *sorted(by)] if s in by and s != "sgtm"), None)
     if "sgtm" not in by or filt is None:
         return None
     pairs = [(f, g) for f, g in zip(by[filt], by["sgtm"]) if f["p"] > 0]

@@ -31,6 +31,7 @@ from obliviate.filtering import (
     flags_from_probs,
     flatten,
     ground_truth,
+    loss_weights,
     make_batch_fn,
     pack_filtered,
     sae_weak_labels,
@@ -42,7 +43,7 @@ from obliviate.filtering.refusal import refusal_training
 from obliviate.filtering.scaling import compute_slowdown, fit_power_law, training_flops
 from obliviate.losses import lm_loss
 from obliviate.models.builders import TinyModelConfig, build_tiny_model, param_count, parse_size
-from obliviate.models.layers import attention_heads, count_passes, d_ff
+from obliviate.models.layers import ResumablePasses, attention_heads, count_passes, d_ff
 from obliviate.models.load import load_model, save_model
 from obliviate.models.tokenizer import special_token_id
 from obliviate.train.pretrain import ModelConfig, PretrainConfig, cached_pretrain, tokenizer_for
@@ -449,16 +450,25 @@ def sgtm_config(model, cfg: TokenFilteringConfig) -> SGTMConfig:
                       mlp_units=max(1, round(cfg.sgtm_mlp_share * d_ff(model, 0))))
 
 
+def routed_marks(flags, convention: str) -> list[np.ndarray]:
+    """SGTM's routed targets (1: the loss of predicting that token reaches only the dedicated parameters) for
+    per-sequence ``flags``: exactly the loss terms that loss masking drops under ``convention``
+    (:func:`~obliviate.filtering.strategies.loss_weights`)."""
+    return [(loss_weights(f, convention) == 0).astype(np.int64) for f in flags]
+
+
 def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dict:
     """Selective Gradient Masking on the training documents with ``flags`` as its labels (the classifier's, as
-    filtering reads them): the same token budget and batches as a filtered run, every token a target, a
-    flagged target's loss updating only the dedicated parameters (:func:`~obliviate.train.sgtm.routed_loss`),
-    which are zeroed after training; held-out losses of the ablated model."""
+    filtering reads them): the same token budget and batches as a filtered run, every token a target, a loss
+    term that masking would drop (:func:`routed_marks`) updating only the dedicated parameters
+    (:func:`~obliviate.train.sgtm.routed_loss`), which are zeroed after training; held-out losses of the
+    ablated model. ``flops`` counts the data budget, 6ND as for the filtered runs; the passes show the real
+    compute (two forwards and backwards a step)."""
     import shutil
 
     scfg = sgtm_config(model, cfg)
     masks = dedicated_masks(model, scfg)
-    data = pack_sequences(TokenDataset(D.train.input_ids, {"routed": [f.astype(np.int64) for f in flags]},
+    data = pack_sequences(TokenDataset(D.train.input_ids, {"routed": routed_marks(flags, cfg.convention)},
                                        dict(D.train.vocab)), cfg.row_len)
     target = tokens_for(param_count(model, non_embedding=False), cfg.tokens_per_param)
     steps = max(1, math.ceil(target / (cfg.batch_size * (data.n_tokens() / len(data)))))
@@ -473,8 +483,9 @@ def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dic
         return {"lm": routed_loss(m, [batch], masks, retain_step(cfg.seed, step, scfg.retain_share))}
 
     run_dir = out / "runs" / name
-    with count_passes(model) as passes:
-        train(model, loss_fn, batch_fn, tc, run_dir)
+    with count_passes(model) as passes:  # a resumed run: the checkpoint's carried over
+        carried = ResumablePasses(passes)
+        summary = train(model, loss_fn, batch_fn, tc, run_dir, state_hooks=carried.hooks)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     model.eval()
     zeroed = ablate(model, masks)
@@ -484,7 +495,7 @@ def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dic
             "flagged_fraction": float(np.mean(np.concatenate(flags))), "kept_documents": 1.0,
             "trained_token_fraction": 1.0,
             "sgtm": {"heads": scfg.heads, "mlp_units": scfg.mlp_units, "ablated_share": zeroed / n,
-                     "passes": dict(passes)}}
+                     "passes": dict(passes), "passes_whole_run": carried.whole_run(summary.get("resumed_from", 0))}}
 
 
 def _finetune_curve(cfg, D, model, name: str, out: Path, progress: bool) -> dict:
