@@ -217,7 +217,7 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
                                     base_untrained=None if base_untrained is None else str(base_untrained),
                                     allow_hub=allow_hub)
     plan = compare_plan(cfg, task, name, untaught, oracle="<oracle>" if oracle is not None else None,
-                        control=control, progress=progress)
+                        control=control, model_size=sum(p.numel() for p in model.parameters()), progress=progress)
     models = {name: (model, tokenizer), "<oracle>": (oracle, tokenizer)}
     p = next(model.parameters())
 

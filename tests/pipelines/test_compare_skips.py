@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+import obliviate.pipelines.compare.run as compare_run
 from obliviate.errors import ConfigError
 from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.methods import method_names
@@ -38,7 +39,7 @@ def test_skip_reasons():
     assert skip_reason(_task(), "npo") is None
 
 
-def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tokenizer):
+def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tokenizer, monkeypatch):
     model = tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=2, d_model=32)
     cfg = CompareConfig(methods=["graddiff", "dpo", "probe_unlearn", "npo"],
                         runs={"graddiff": {"train": {"steps": 2}}, "npo": {"train": {"steps": 2}},
@@ -46,7 +47,13 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
                         attacks=TaskAttackConfig(select=["in_context"]),
                         positive_control=False, parallel=False, save_models=False, muse_folds=False)
     task = _task()
-    res = run_compare(task, compare_plan(cfg, task, model="given"), tmp_path, load=lambda p: (model, tiny_tokenizer))
+    plan = compare_plan(cfg, task, model="given", model_size=sum(p.numel() for p in model.parameters()))
+
+    def built_again(*a, **k):
+        raise AssertionError("a method's run was built again after the plan")
+
+    monkeypatch.setattr(compare_run, "method_run_config", built_again)  # the plan built each run once
+    res = run_compare(task, plan, tmp_path, load=lambda p: (model, tiny_tokenizer))
     assert set(res["skipped"]) == {"dpo", "probe_unlearn"}
     assert set(res["metrics"]) == {"base", "graddiff", "npo"}
     report = (tmp_path / "report.md").read_text()
@@ -60,6 +67,19 @@ def test_compare_lists_every_skipped_method_and_every_outcome(tmp_path, tiny_tok
         assert f"- **{name}**: skipped: " in section and why.split(";")[0].replace("`", "") in section.replace(
             "\\", "").replace("`", "")
     json.dumps(res["skipped"])  # written to results.json as it is
+
+
+def test_the_plan_builds_each_run_at_the_presets_the_base_model_may_pick():
+    cfg = CompareConfig(methods=["npo", "dpo"], runs={"npo": {"train": {"steps": 3}}})
+    task = _task()
+    assert set(compare_plan(cfg, task, model="given").runs) == {"tiny", "paper"}  # size unknown: the model picks
+    assert set(compare_plan(cfg, task, model="given", model_size=7_000_000_000).runs) == {"paper"}
+    small = compare_plan(cfg, task, model="given", model_size=1000)
+    assert set(small.runs) == {"tiny"} and set(small.runs["tiny"]) == {"npo"}  # dpo skipped: no preference data
+    assert small.runs["tiny"]["npo"].config.train.steps == 3
+    assert small.runs["tiny"]["npo"].config.params == compare_run.method_config(cfg, "npo", "tiny")[0].params
+    # the world's base model: its size read off the pretraining config, before anything is trained
+    assert set(compare_plan(CompareConfig(methods=["npo"]), load_task("world")).runs) == {"tiny"}
 
 
 def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():

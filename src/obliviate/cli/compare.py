@@ -12,7 +12,7 @@ from obliviate.errors import ConfigError
 from obliviate.evidence.attack_table import enabled_in
 from obliviate.evidence.harness import attack_names
 from obliviate.evidence.retain_control import NO_CONTROL, RETAIN_FINETUNE
-from obliviate.models.load import load_tokenizer
+from obliviate.models.load import load_tokenizer, parameter_count
 from obliviate.pipelines.compare.oracle import retain_control_input, verdict_lines
 from obliviate.pipelines.compare.run import compare_plan, compare_settings, run_compare_dir
 from obliviate.runs.cost import cost_lines
@@ -46,8 +46,9 @@ def run_compare_command(args, defaults: dict | None = None) -> dict:
         tokenizers = (load_tokenizer(getattr(args, "tokenizer", None) or model, of_model=True),
                       load_tokenizer(oracle),
                       model, oracle)
+    # before --out is touched; then says the plan
     plan = compare_plan(cfg, task, model, untaught, oracle=oracle, control=control, tokenizers=tokenizers,
-                        progress=not args.no_progress)  # before --out is touched; then says the plan
+                        model_size=parameter_count(model) if model else None, progress=not args.no_progress)
     ctl_args = argparse.Namespace(**{**vars(args), "tokenizer": getattr(args, "tokenizer", None) or model,
                                      "adapter": None})  # the oracle's model: the base model's tokenizer
     res = run_compare_dir(task, plan, args.out, load=lambda p: load_model_args(args, path=p),

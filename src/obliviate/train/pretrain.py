@@ -194,6 +194,17 @@ def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
                        **ids, **kw)
 
 
+def param_count(cfg: PretrainConfig) -> int:
+    """The parameters of the model ``cfg`` pretrains, counted without a tokenizer or weights (built on the meta
+    device with ``cfg.model.vocab_size`` rows, which the world tokenizer's special tokens may exceed by a
+    few): what picks the methods' preset before anything is trained."""
+    kw = {k: v for k, v in to_dict(cfg.model).items()
+          if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
+    with torch.device("meta"):
+        model = build_model(cfg.model.size, vocab_size=cfg.model.vocab_size, max_len=cfg.model.max_len, **kw)
+    return sum(p.numel() for p in model.parameters())
+
+
 QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")
 """The splits whose facts are trained (holdout never is)."""
 

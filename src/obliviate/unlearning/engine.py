@@ -158,19 +158,23 @@ def method_run_config(name: str, overrides: dict | None, preset: str, seed: int,
     return ucfg, run_settings(ucfg)
 
 
-def check_method_runs(runs: dict | None, methods: list[str]) -> None:
+def check_unused_runs(runs: dict | None, methods: list[str]) -> None:
     """Refuse ``runs.<name>`` settings for a method that is not among ``methods`` (they would be ignored),
-    naming the first such key, and check each run's settings (:func:`method_run_config`)
-    before any training: what a comparison calls first."""
-    runs = runs or {}
-    if not isinstance(runs, dict):
+    naming the first such key."""
+    if not isinstance(runs or {}, dict):
         raise ConfigError(f"config key 'runs': expected a mapping of method names, got {runs!r:.80}")
-    unused = sorted(k for k in runs if k not in methods)
+    unused = sorted(k for k in runs or {} if k not in methods)
     if unused:
         raise ConfigError(f"config key 'runs.{unused[0]}' sets a method this run does not run "
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
+
+
+def check_method_runs(runs: dict | None, methods: list[str]) -> None:
+    """:func:`check_unused_runs`, then each run's settings checked (:func:`method_run_config`, at the tiny
+    preset) before any training."""
+    check_unused_runs(runs, methods)
     for name in methods:
-        method_run_config(name, runs.get(name), "tiny", 0)
+        method_run_config(name, (runs or {}).get(name), "tiny", 0)
 
 
 DATA_FINGERPRINT = "data_fingerprint.json"

@@ -34,7 +34,7 @@ from obliviate.evidence.positive_controls import attack_items, build_positive_co
 from obliviate.evidence.retain_control import has_retain_data
 from obliviate.evidence.trust import metric_trust
 from obliviate.evidence.verdict import KNOWN_REMOVED, REFERENCES, robustness_summary
-from obliviate.methods import METHODS, method_names, preset_name, resolve_method
+from obliviate.methods import METHODS, PRESETS, method_names, preset_name, resolve_method
 from obliviate.models.builders import TinyModelConfig, build_tiny_model
 from obliviate.models.layers import ResumablePasses, count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
@@ -51,8 +51,8 @@ from obliviate.runs.results import prepare_out_dir, stored_form, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, world_for
-from obliviate.unlearning.engine import UnlearnConfig, check_method_runs, method_run_config, unlearn
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, param_count, world_for
+from obliviate.unlearning.engine import UnlearnConfig, check_unused_runs, method_run_config, unlearn
 from obliviate.utils import run_write_path, seed_everything
 
 log = logging.getLogger(__name__)
@@ -196,14 +196,16 @@ def plan_lines(cfg: "CompareConfig", task: Task, methods: Sequence[str] | None =
             *(not_run_line("attack", n, why) for n, why in not_attacked.items())]
 
 
-def skipped_methods(cfg: "CompareConfig", task: Task, methods: list[str] | None = None) -> dict[str, str]:
+def skipped_methods(cfg: "CompareConfig", task: Task, methods: list[str] | None = None,
+                    runs: Mapping[str, "MethodRun"] | None = None) -> dict[str, str]:
     """``{name: why}`` of the compared methods (``methods``, else :func:`compared_methods`) that cannot run
     on ``task`` as configured (:func:`skip_reason`), known from the inputs before any model (a method's own
-    params are read at the tiny preset, as :func:`~obliviate.unlearning.engine.check_method_runs` reads
-    them)."""
+    params: its run in ``runs``, :func:`method_runs`'; without them, read at the tiny preset)."""
     out = {}
     for name in compared_methods(cfg) if methods is None else methods:
-        why = skip_reason(task, name, method_run_config(name, cfg.runs.get(name), "tiny", cfg.seed)[0].params)
+        ucfg = runs[name].config if runs is not None else method_run_config(name, cfg.runs.get(name), "tiny",
+                                                                              cfg.seed)[0]
+        why = skip_reason(task, name, ucfg.params)
         if why is not None:
             out[name] = why
     return out
@@ -254,10 +256,46 @@ def edit_note(summary: dict) -> dict:
 def method_config(cfg: CompareConfig, name: str, preset: str) -> tuple[UnlearnConfig, dict]:
     """Method ``name``'s run: its ``preset``, then (``cfg.tuned``) its committed tuned settings
     (:func:`~obliviate.pipelines.tune.committed.tuned_run`), then ``cfg.runs[name]``."""
-    run = cfg.runs.get(name)
-    if cfg.tuned and METHODS[name].kind != "edit":
-        run = tuned_run(name, preset, run, cfg.tuned_dir)[0]
-    return method_run_config(name, run, preset, cfg.seed)
+    run = method_runs(cfg, [name], preset)[name]
+    return run.config, run.settings
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One compared method's run, built once (:func:`method_runs`)."""
+
+    config: UnlearnConfig
+    """What :func:`~obliviate.unlearning.engine.unlearn` runs (a copy of it: the plan's stays as built)."""
+    settings: dict
+    """The settings the report shows."""
+    tuned: dict | None = None
+    """With ``cfg.tuned``: where its committed tuned settings came from (results.json's ``tuned``)."""
+
+
+def method_runs(cfg: CompareConfig, methods: Sequence[str], preset: str) -> dict[str, MethodRun]:
+    """Each of ``methods``' run at ``preset`` (the base model's size: :func:`base_preset`): the preset's
+    defaults, then (``cfg.tuned``) the method's committed tuned settings
+    (:func:`~obliviate.pipelines.tune.committed.tuned_run`), then ``cfg.runs[name]``; checked as it is built,
+    every key named in its error."""
+    out = {}
+    for name in methods:
+        run, tuned = cfg.runs.get(name), None
+        if cfg.tuned and METHODS[name].kind != "edit":
+            run, tuned = tuned_run(name, preset, run, cfg.tuned_dir)
+        ucfg, settings = method_run_config(name, run, preset, cfg.seed)
+        out[name] = MethodRun(ucfg, settings, tuned)
+    return out
+
+
+def base_presets(model: str | None, model_size: int | None, pretraining: Mapping[str, PretrainConfig]) -> list[str]:
+    """The methods' presets (:func:`~obliviate.methods.preset_name`) the comparison's base model may pick,
+    before it exists: that of a given model's ``model_size`` (None, unknown: every preset, the loaded model
+    picks), of the world model the plan pretrains, or ``tiny`` for the tiny model trained on another task."""
+    if model is not None:
+        return [preset_name(model_size)] if model_size is not None else list(PRESETS)
+    if "base" in pretraining:
+        return [preset_name(param_count(pretraining["base"]))]
+    return ["tiny"]
 
 
 def data_fingerprint(task: Task) -> str:
@@ -545,7 +583,7 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     # what every shared part reads beside its own model (run_key's paths are not: the same base model read from
     # another place makes the same parts)
     share = partial(_through_cache, store, None if store is None else {
-        "task": task_fingerprint(task), "attacks": settings_key(cfg.attacks), "seed": cfg.seed,
+        "task": task_fingerprint(task), "attacks": plan.attacks_key, "seed": cfg.seed,
         "eval_batch_size": cfg.eval_batch_size, "tokenizer": tokenizer_digest(tok),
         "base": model_digest(base_model)})
     here: dict = {}  # the cost stages run in this process outside the parts
@@ -782,17 +820,22 @@ def _method_part(run: _Scoring, name: str, ucfg: UnlearnConfig, mdir: Path) -> d
 
 
 def _method_jobs(run: _Scoring, compared: "ComparePlan", out: Path, run_key: dict, preset: str, val) -> dict:
-    """The methods' parts (``jobs``) of the plan ``compared``, with what each runs (``configs``: the settings
-    the report shows, ``ucfgs``), the methods skipped with their reason (``skipped``, the plan's) and, with
+    """The methods' parts (``jobs``) of the plan ``compared`` (its runs at ``preset``, the loaded base model's),
+    with what each runs (``configs``: the settings the
+    report shows, ``ucfgs``), the methods skipped with their reason (``skipped``, the plan's) and, with
     ``cfg.tune``, each one's tuning (``tuned``)."""
     cfg, progress = run.cfg, compared.progress
+    if preset not in compared.runs:  # a size the plan read wrong (not a case obliviate knows of)
+        raise ModelError(f"the base model's size picks the {preset!r} preset, but the plan built the methods' "
+                         f"runs at {', '.join(compared.runs)}")
+    runs = compared.runs[preset]
     # listed in the report with its reason, never run on a stand-in
     plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": dict(compared.skipped), "tuned": {}}
     for name in compared.methods:
         if name in compared.skipped:
             continue
         mdir = out / "methods" / name
-        ucfg, used = method_config(cfg, name, preset)
+        ucfg, used = copy.deepcopy(runs[name].config), copy.deepcopy(runs[name].settings)
         if val is not None and METHODS[name].kind != "edit":
             r = tune(run.base_model, run.tok, val, ucfg, cfg.tuning, out / "tune" / name, progress=progress,
                      eval_kw={"batch_size": cfg.eval_batch_size}, log=lambda line: None)
@@ -800,8 +843,8 @@ def _method_jobs(run: _Scoring, compared: "ComparePlan", out: Path, run_key: dic
             s = r["settings"]["unlearn"]
             used = {**used, "lr": s["train"]["lr"], "steps": s["train"]["steps"], "params": s["params"]}
             plan["tuned"][name] = {k: r[k] for k in ("chosen", "feasible", "settings")}
-        elif cfg.tuned and METHODS[name].kind != "edit":  # where its settings came from, said in results.json
-            plan["tuned"][name] = tuned_run(name, preset, cfg.runs.get(name), cfg.tuned_dir)[1]
+        elif runs[name].tuned is not None:  # where its settings came from, said in results.json
+            plan["tuned"][name] = runs[name].tuned
         plan["configs"][name], plan["ucfgs"][name] = used, ucfg
         if cfg.save_models and not (mdir / "model" / "config.json").exists():
             (mdir / "result.json").unlink(missing_ok=True)  # a result whose model is gone is made again
@@ -956,6 +999,12 @@ class ComparePlan:
     pretraining: Mapping[str, PretrainConfig]
     """The models pretrained on the task's world (:func:`world_pretraining`); empty for a given model or a
     task without a world."""
+    runs: Mapping[str, Mapping[str, MethodRun]] = field(default_factory=dict)
+    """``{preset: {method: run}}``: each method's run (:func:`method_runs`, the skipped ones left out) at the
+    preset of the base model's size (:func:`base_preset`), and at every preset where that size is not known
+    before the model is loaded."""
+    attacks_key: dict = field(default_factory=dict)
+    """The attack settings as the cache of the controls keys them (:func:`~obliviate.runs.cache.settings_key`)."""
     model: str | None = None
     """The base model (None: the comparison makes its own)."""
     oracle: str | None = None
@@ -969,7 +1018,7 @@ class ComparePlan:
 
 def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untaught: str | None = None, *,
                  oracle: str | None = None, control: str | None = None, tokenizers: tuple | None = None,
-                 progress: bool = False) -> ComparePlan:
+                 model_size: int | None = None, progress: bool = False) -> ComparePlan:
     """The one checked, frozen plan of a comparison, from ``cfg`` (:func:`compare_settings`) and the task:
     the checks that need no model, in order (the methods' runs, the retain data, the attacks' data, the
     tokenizers, the retain data of the oracle to build from ``untaught``), then the plan said
@@ -977,19 +1026,22 @@ def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untau
     (:func:`~obliviate.pipelines.compare.oracle.retain_control_input`) becomes None where the task has no
     retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
     ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which
-    must share the base model's vocabulary (:func:`check_same_vocabulary`)."""
+    must share the base model's vocabulary (:func:`check_same_vocabulary`). ``model_size``: ``model``'s
+    parameter count read without its weights, which picks the methods' preset (:func:`base_preset`)."""
     methods = compared_methods(cfg)
-    check_method_runs(cfg.runs, methods)
+    check_unused_runs(cfg.runs, methods)
     if cfg.pretrained and (task.pretrain is None or model is not None):
         raise ConfigError("config key 'pretrained': models pretrained beside the base model need a task with a "
                           "world and no --model")
     pretraining = world_pretraining(task, cfg) if task.pretrain is not None and model is None else {}
+    presets = base_presets(model, model_size, pretraining)
+    runs = {p: method_runs(cfg, methods, p) for p in presets}  # each built and checked once, here
     check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
     # ``(base tokenizer, oracle tokenizer, base name, oracle name)``: read before any model
     if tokenizers is not None:
         check_same_vocabulary(*tokenizers)
-    skipped = skipped_methods(cfg, task, methods)
+    skipped = skipped_methods(cfg, task, methods, runs[presets[0]])
     for line in plan_lines(cfg, task, methods, skipped):  # what will run, what will not and why, before any model
         log.info(line)
     if untaught and not has_retain_data(task, control):  # asked for, it fails in one line
@@ -1000,8 +1052,10 @@ def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untau
                "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
     # the caller's is kept
     cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))
-    return ComparePlan(cfg, tuple(methods), MappingProxyType(skipped), MappingProxyType(pretraining), model=model,
-                       oracle=oracle, untaught=untaught, control=control, progress=progress)
+    runs = {p: MappingProxyType({n: r for n, r in at.items() if n not in skipped}) for p, at in runs.items()}
+    return ComparePlan(cfg, tuple(methods), MappingProxyType(skipped), MappingProxyType(pretraining),
+                       runs=MappingProxyType(runs), attacks_key=settings_key(cfg.attacks), model=model, oracle=oracle,
+                       untaught=untaught, control=control, progress=progress)
 
 
 def run_compare_dir(task: Task, plan: ComparePlan, out, *, load=None, load_control=None) -> dict:
