@@ -265,6 +265,12 @@ class ControlCache:
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root) if root is not None else cache_root()
 
+    def __eq__(self, other) -> bool:  # one cache is one folder
+        return isinstance(other, ControlCache) and self.root == other.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
     def path(self, kind: str, key: dict) -> Path:
         """The folder of the entry of ``kind`` made with ``key``."""
         return self.root / f"{kind}-{key_digest(kind, key)[:32]}"

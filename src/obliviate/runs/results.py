@@ -99,7 +99,8 @@ def _clean(obj: Any, secrets: list[str] | None = None) -> Any:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(_clean(obj), indent=2, sort_keys=True) + "\n")
+    text = json.dumps(_clean(obj), indent=2, sort_keys=True) + "\n"
+    atomic_write_text(path, text)
 
 
 def stored_form(obj: Any) -> Any:

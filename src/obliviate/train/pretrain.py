@@ -433,7 +433,7 @@ def cached_pretrain_all(cfgs: list[PretrainConfig], progress: bool | None = None
         return [cached_pretrain(c, progress) for c in cfgs]
     seen = set()
     for c in cfgs:
-        key = (c.model.vocab_size, config_hash(c.world))
+        key = (c.model.vocab_size, repr(c.world))  # one tokenizer per world and vocabulary
         if key not in seen:
             seen.add(key)
             tokenizer_for(world_for(c), c.model.vocab_size)
@@ -485,8 +485,8 @@ def cached_pretrain(cfg: PretrainConfig, progress: bool | None = None) -> Path:
     a model trained on a world that a newer generator renders differently is never reused.
     """
 
-    key = config_hash({"config": cache_key_config(cfg), "world": world_for(cfg).fingerprint()})
-    root = cache_dir() / "pretrain" / key
+    what = {"config": cache_key_config(cfg), "world": world_for(cfg).fingerprint()}
+    root = cache_dir() / "pretrain" / config_hash(what)
     if (root / "DONE").exists() and (root / "model" / "config.json").exists():
         return root
     D.barrier()  # every process has looked for DONE before rank 0 writes into the entry

@@ -555,8 +555,7 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     With ``cfg.cache`` the attacks on the oracle and the base model and the positive controls (made and
     attacked) are parts of the cache of the controls shared by every run directory
     (:mod:`obliviate.runs.cache`), by the weights of the base model and the oracle, the task and the settings:
-    ``store``, the run's one (:func:`~obliviate.runs.cache.control_cache`, made once per run; None: none),
-    made here when not given.
+    ``store``, the run's one (None: none), the plan's when not given.
     """
     load = load or (lambda p: (load_model(p), load_tokenizer(p)))
     cfg, model_dir, progress = plan.cfg, plan.model, plan.progress
@@ -578,7 +577,7 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     # choose on the validation items, score every model on the others (the training data is whole)
     if cfg.tune:
         val, task = validation_split(task, cfg.tuning.val_fraction, cfg.tuning.split_seed)
-    store = control_cache(cfg.cache) if store is ... else store
+    store = plan.store if store is ... else store
     run = _Scoring(task, cfg, tok, base_model, progress)
     # what every shared part reads beside its own model (run_key's paths are not: the same base model read from
     # another place makes the same parts)
@@ -1005,6 +1004,9 @@ class ComparePlan:
     before the model is loaded."""
     attacks_key: dict = field(default_factory=dict)
     """The attack settings as the cache of the controls keys them (:func:`~obliviate.runs.cache.settings_key`)."""
+    store: ControlCache | None = None
+    """The cache of the controls the run uses (:func:`~obliviate.runs.cache.control_cache`, opened once: its
+    warning said once); None: none."""
     model: str | None = None
     """The base model (None: the comparison makes its own)."""
     oracle: str | None = None
@@ -1052,9 +1054,12 @@ def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untau
                "relearn": dataclasses.replace(cfg.attacks.configs["relearn"], progress=progress)}
     # the caller's is kept
     cfg = dataclasses.replace(cfg, attacks=dataclasses.replace(cfg.attacks, configs=configs))
+    if model and not oracle and not untaught:  # said now, before the run, and again as its last line
+        log.info(missing_oracle(model, control))
     runs = {p: MappingProxyType({n: r for n, r in at.items() if n not in skipped}) for p, at in runs.items()}
     return ComparePlan(cfg, tuple(methods), MappingProxyType(skipped), MappingProxyType(pretraining),
-                       runs=MappingProxyType(runs), attacks_key=settings_key(cfg.attacks), model=model, oracle=oracle,
+                       runs=MappingProxyType(runs), attacks_key=settings_key(cfg.attacks),
+                       store=control_cache(cfg.cache), model=model, oracle=oracle,
                        untaught=untaught, control=control, progress=progress)
 
 
@@ -1067,8 +1072,7 @@ def run_compare_dir(task: Task, plan: ComparePlan, out, *, load=None, load_contr
     cfg, model, oracle, untaught, control = plan.cfg, plan.model, plan.oracle, plan.untaught, plan.control
     out = prepare_out_dir(out)
     cost, built, made = CostRecord(), None, None
-    # once per run: the oracle's build and run_compare share it (and its warning)
-    store = control_cache(cfg.cache)
+    store = plan.store  # the oracle's build and run_compare share it
     # the oracle (negative control) obliviate builds: the untaught model taught the retain data only
     if untaught:
         t = time.time()
@@ -1082,8 +1086,6 @@ def run_compare_dir(task: Task, plan: ComparePlan, out, *, load=None, load_contr
                      entry=built["cache"])
         else:
             cost.add("build:oracle", made, time.time() - t, control=True)
-    elif model and not oracle:  # said now, before the run, and again as its last line
-        log.info(missing_oracle(model, control))
     training = None if built is None else {
         "passes": {k: made[k] for k in PASS_KEYS} if made else None,
         "what": f"{untaught} fine-tuned on the retain data only: the oracle obliviate built beside a user's "
