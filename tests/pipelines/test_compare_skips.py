@@ -9,7 +9,7 @@ import logging
 import pytest
 
 import obliviate.pipelines.compare.run as compare_run
-from obliviate.errors import ConfigError
+from obliviate.errors import ConfigError, ModelError
 from obliviate.evidence.harness import TaskAttackConfig
 from obliviate.methods import method_names
 from obliviate.models.builders import tiny_random
@@ -78,8 +78,22 @@ def test_the_plan_builds_each_run_at_the_presets_the_base_model_may_pick():
     assert set(small.runs) == {"tiny"} and set(small.runs["tiny"]) == {"npo"}  # dpo skipped: no preference data
     assert small.runs["tiny"]["npo"].config.train.steps == 3
     assert small.runs["tiny"]["npo"].config.params == compare_run.method_config(cfg, "npo", "tiny")[0].params
-    # the world's base model: its size read off the pretraining config, before anything is trained
+    # the world's base model: its size read off the pretraining config, before anything is trained; the tiny
+    # base model compare trains on another task: off its config
     assert set(compare_plan(CompareConfig(methods=["npo"]), load_task("world")).runs) == {"tiny"}
+    assert set(compare_plan(cfg, task).runs) == {"tiny"}
+
+
+def test_a_base_model_whose_size_the_plan_misread_fails_before_any_model_is_scored(tmp_path, tiny_tokenizer):
+    model = tiny_random("llama", vocab_size=len(tiny_tokenizer), n_layer=2, d_model=32)
+    cfg = CompareConfig(methods=["npo"], attacks=TaskAttackConfig(select=["in_context"]), positive_control=False,
+                        parallel=False, save_models=False, muse_folds=False)
+    task = _task()
+    plan = compare_plan(cfg, task, model="given", model_size=7_000_000_000)  # read as a 7B model: "paper"
+    with pytest.raises(ModelError, match=r"picks the 'tiny' preset by its size, but its size read before loading "
+                                         r"picked paper"):
+        run_compare(task, plan, tmp_path, load=lambda p: (model, tiny_tokenizer))
+    assert not (tmp_path / "methods").exists() and not (tmp_path / "report.md").exists()
 
 
 def test_methods_flag_default_baselines_on_a_model_and_the_plan_line():

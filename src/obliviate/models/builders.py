@@ -141,6 +141,15 @@ class TinyModelConfig:
         return cls(n_layer=n_layer, d_model=d_model, n_head=n_head, **fields)
 
 
+def tiny_param_count(cfg: TinyModelConfig) -> int:
+    """The parameters of :func:`build_tiny_model`'s model of ``cfg`` at its full vocabulary (an upper bound:
+    a small corpus may train fewer ids), counted on the meta device without building a tokenizer."""
+    with torch.device("meta"):
+        model = tiny_llama(cfg.vocab_size, n_layer=cfg.n_layer, d_model=cfg.d_model, n_head=cfg.n_head, d_ff=cfg.d_ff,
+                           max_len=cfg.max_len)
+    return sum(p.numel() for p in model.parameters())
+
+
 def build_tiny_model(texts_or_tokenizer, cfg: TinyModelConfig, seed: int = 0):
     """``(model, tokenizer)``: a freshly initialised tiny Llama of ``cfg`` (:func:`tiny_llama`, deterministic
     in ``seed``, the global RNG untouched) over a tokenizer's vocabulary and special-token ids.

@@ -35,7 +35,7 @@ from obliviate.evidence.retain_control import has_retain_data
 from obliviate.evidence.trust import metric_trust
 from obliviate.evidence.verdict import KNOWN_REMOVED, REFERENCES, robustness_summary
 from obliviate.methods import METHODS, PRESETS, method_names, preset_name, resolve_method
-from obliviate.models.builders import TinyModelConfig, build_tiny_model
+from obliviate.models.builders import TinyModelConfig, build_tiny_model, tiny_param_count
 from obliviate.models.layers import ResumablePasses, count_passes
 from obliviate.models.load import load_model, load_tokenizer, save_model
 from obliviate.pipelines.compare import muse_runs as muse
@@ -273,7 +273,7 @@ class MethodRun:
 
 
 def method_runs(cfg: CompareConfig, methods: Sequence[str], preset: str) -> dict[str, MethodRun]:
-    """Each of ``methods``' run at ``preset`` (the base model's size: :func:`base_preset`): the preset's
+    """Each of ``methods``' run at ``preset`` (the base model's size: :func:`base_presets`): the preset's
     defaults, then (``cfg.tuned``) the method's committed tuned settings
     (:func:`~obliviate.pipelines.tune.committed.tuned_run`), then ``cfg.runs[name]``; checked as it is built,
     every key named in its error."""
@@ -287,15 +287,17 @@ def method_runs(cfg: CompareConfig, methods: Sequence[str], preset: str) -> dict
     return out
 
 
-def base_presets(model: str | None, model_size: int | None, pretraining: Mapping[str, PretrainConfig]) -> list[str]:
+def base_presets(model: str | None, model_size: int | None, pretraining: Mapping[str, PretrainConfig],
+                 tiny: TinyModelConfig) -> list[str]:
     """The methods' presets (:func:`~obliviate.methods.preset_name`) the comparison's base model may pick,
     before it exists: that of a given model's ``model_size`` (None, unknown: every preset, the loaded model
-    picks), of the world model the plan pretrains, or ``tiny`` for the tiny model trained on another task."""
+    picks), of the world model the plan pretrains (its vocabulary counted at its configured size, which its
+    tokenizer may miss by a few ids: both presets near the threshold), or of the ``tiny`` model trained on
+    another task."""
     if model is not None:
         return [preset_name(model_size)] if model_size is not None else list(PRESETS)
-    if "base" in pretraining:
-        return [preset_name(param_count(pretraining["base"]))]
-    return ["tiny"]
+    n = param_count(pretraining["base"]) if "base" in pretraining else tiny_param_count(tiny)
+    return sorted({preset_name(int(n * 0.99)), preset_name(int(n * 1.01))}, key=PRESETS.index)
 
 
 def data_fingerprint(task: Task) -> str:
@@ -564,6 +566,9 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     cost = cost if cost is not None else CostRecord()
     dirs, base_root = _bases(task, plan, out, oracle_dir)
     base_model, tok = load(dirs["base"])
+    if preset_name(base_model) not in plan.runs:  # a size the plan read wrong: said before any model is scored
+        raise ModelError(f"the base model {dirs['base']!r} picks the {preset_name(base_model)!r} preset by its size, "
+                         f"but its size read before loading picked {', '.join(plan.runs)}")
     # pretraining or fine-tuning the bases (0: cached or given)
     timings: dict = {"bases_seconds": time.time() - t0}
     # their passes: each one's pretrain.json (the oracle's below)
@@ -824,10 +829,7 @@ def _method_jobs(run: _Scoring, compared: "ComparePlan", out: Path, run_key: dic
     report shows, ``ucfgs``), the methods skipped with their reason (``skipped``, the plan's) and, with
     ``cfg.tune``, each one's tuning (``tuned``)."""
     cfg, progress = run.cfg, compared.progress
-    if preset not in compared.runs:  # a size the plan read wrong (not a case obliviate knows of)
-        raise ModelError(f"the base model's size picks the {preset!r} preset, but the plan built the methods' "
-                         f"runs at {', '.join(compared.runs)}")
-    runs = compared.runs[preset]
+    runs = compared.runs[preset]  # one of them: run_compare checked it once the base model was loaded
     # listed in the report with its reason, never run on a stand-in
     plan: dict = {"jobs": [], "configs": {}, "ucfgs": {}, "skipped": dict(compared.skipped), "tuned": {}}
     for name in compared.methods:
@@ -1000,7 +1002,7 @@ class ComparePlan:
     task without a world."""
     runs: Mapping[str, Mapping[str, MethodRun]] = field(default_factory=dict)
     """``{preset: {method: run}}``: each method's run (:func:`method_runs`, the skipped ones left out) at the
-    preset of the base model's size (:func:`base_preset`), and at every preset where that size is not known
+    preset of the base model's size (:func:`base_presets`), and at every preset where that size is not known
     before the model is loaded."""
     attacks_key: dict = field(default_factory=dict)
     """The attack settings as the cache of the controls keys them (:func:`~obliviate.runs.cache.settings_key`)."""
@@ -1029,14 +1031,14 @@ def compare_plan(cfg: CompareConfig, task: Task, model: str | None = None, untau
     retain data to build the oracle from (said in one line; with ``control`` ``retain-finetune`` it fails).
     ``tokenizers``: ``(base tokenizer, oracle tokenizer, base name, oracle name)`` of a given oracle, which
     must share the base model's vocabulary (:func:`check_same_vocabulary`). ``model_size``: ``model``'s
-    parameter count read without its weights, which picks the methods' preset (:func:`base_preset`)."""
+    parameter count read without its weights, which picks the methods' preset (:func:`base_presets`)."""
     methods = compared_methods(cfg)
     check_unused_runs(cfg.runs, methods)
     if cfg.pretrained and (task.pretrain is None or model is not None):
         raise ConfigError("config key 'pretrained': models pretrained beside the base model need a task with a "
                           "world and no --model")
     pretraining = world_pretraining(task, cfg) if task.pretrain is not None and model is None else {}
-    presets = base_presets(model, model_size, pretraining)
+    presets = base_presets(model, model_size, pretraining, cfg.tiny)
     runs = {p: method_runs(cfg, methods, p) for p in presets}  # each built and checked once, here
     check_retain(task, methods, model)
     check_attackable(task, cfg.attacks)
