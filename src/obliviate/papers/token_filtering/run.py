@@ -53,14 +53,15 @@ from obliviate.papers.token_filtering.report import render
 from obliviate.runs.parts import PartStore
 from obliviate.runs.results import write_results
 from obliviate.tasks.world import WorldConfig, generate_world
-from obliviate.train import StepSampler, TrainConfig, train
+from obliviate.train import StepSampler, TrainConfig, make_lm_batches, train
 from obliviate.train.distributed import two_at_a_time
-from obliviate.train.sampler import make_lm_batches
 from obliviate.train.sgtm import SGTMConfig, ablate, dedicated_masks, retain_step, routed_loss
 from obliviate.utils import seed_everything
 
 TOKEN_STRATEGIES = ("mask", "remove")
 FILTER_STRATEGIES = ("mask", "remove", "drop_document")
+FLAG_STRATEGIES = (*TOKEN_STRATEGIES, "sgtm")
+"""The strategies that read the token classifier's per-token flags (the label-noise runs' choices)."""
 STRATEGIES = (*FILTER_STRATEGIES, "sgtm")
 """What a pretraining run can do with the classifier's flags: filter (the three above) or route them (``sgtm``,
 Selective Gradient Masking: every token trains, a flagged one only the parameters dedicated to it, which are
@@ -204,9 +205,9 @@ class TokenFilteringConfig:
                 raise ConfigError(f"config key 'strategies': unknown strategy {s!r} "
                                   f"(valid: {', '.join(STRATEGIES)})")
         for s in self.noise_strategies or []:
-            if s not in (*TOKEN_STRATEGIES, "sgtm"):
+            if s not in FLAG_STRATEGIES:
                 raise ConfigError(f"config key 'noise_strategies': {s!r} is not a token-level strategy "
-                                  f"(valid: {', '.join((*TOKEN_STRATEGIES, 'sgtm'))})")
+                                  f"(valid: {', '.join(FLAG_STRATEGIES)})")
         for key in ("sgtm_head_share", "sgtm_mlp_share"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"config key '{key}': must be in [0, 1), got {getattr(self, key)}")
@@ -381,10 +382,6 @@ def _load_labels(out: Path) -> dict:
             "doc_probs": z["doc_probs"]}
 
 
-def _lm_batches(fds, cfg, seed: int, pad: int):
-    return make_batch_fn(fds, cfg.batch_size, seed, pad), StepSampler(len(fds), cfg.batch_size, seed)
-
-
 def _eval_losses(model, held) -> dict:
     with torch.no_grad():
         res = token_loss_by_label(model, held, "domain")
@@ -399,7 +396,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     model, _ = build_tiny_model(D.tok, TinyModelConfig.of_size(size, max_len=cfg.row_len), seed=cfg.seed)
     flags = None
     doc_flags = None
-    if strategy in (*TOKEN_STRATEGIES, "sgtm"):
+    if strategy in FLAG_STRATEGIES:
         flags = flags_from_probs(labels["probs"], threshold)
         if noise > 0:
             flags = add_label_noise(flags, noise, seed=cfg.seed + 11)
@@ -410,7 +407,7 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
     N = param_count(model, non_embedding=False)
     target = tokens_for(N, cfg.tokens_per_param)
     if strategy == "sgtm":
-        return _sgtm_run(cfg, D, model, flags, name, out, progress) | {
+        return _sgtm_run(cfg, D, model, flags, N, target, name, out, progress) | {
             "size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N}
     if doc_flags is not None and np.asarray(doc_flags).all():  # nothing left to train on: the untrained model
         save_model(model, str(out / "models" / name))
@@ -422,25 +419,31 @@ def _pretrain_run(cfg, D, labels, name: str, size: str, strategy: str, threshold
                         "initialisation (compute counted as planned)"}
     fds = apply_strategy(D.train, flags, strategy, cfg.convention, hidden_id=D.hidden_id, doc_flags=doc_flags)
     packed = pack_filtered(fds, cfg.row_len)
-    mean_row = packed.n_tokens() / len(packed)
-    steps = max(1, math.ceil(target / (cfg.batch_size * mean_row)))
-    batch_fn, sampler = _lm_batches(packed, cfg, cfg.seed, D.pad)
-    tokens = sum(sampler.step_tokens([len(s) for s in packed.input_ids], steps))
-    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine",
-                     min_lr_ratio=0.1,
-                     grad_clip=1.0, log_every=max(1, steps // 20), checkpoint_every=max(50, steps // 10),
-                     progress=progress, desc=name)
+    batch_fn = make_batch_fn(packed, cfg.batch_size, cfg.seed, D.pad)
+    tc, tokens = _pretrain_budget(cfg, packed, target, name, progress)
     run_dir = out / "runs" / name
     train(model, lambda m, b, s: {"lm": lm_loss(m, b)}, batch_fn, tc, run_dir)
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     save_model(model, str(out / "models" / name))
     flagged = float(np.mean(np.concatenate(flags))) if flags is not None else 0.0
     return {"size": size, "strategy": strategy, "threshold": threshold, "noise": noise, "params": N,
-            "tokens": tokens, "steps": steps, "flops": training_flops(N, tokens),
+            "tokens": tokens, "steps": tc.steps, "flops": training_flops(N, tokens),
             "loss": _eval_losses(model, D.eval),
             "flagged_fraction": flagged, "kept_documents": float(len(fds) / len(D.train)),
             "trained_token_fraction": fds.n_trained_tokens()
             / max(1, sum(len(s) - 1 for s in D.train.input_ids))}
+
+
+def _pretrain_budget(cfg, packed: TokenDataset, target: float, name: str, progress: bool) -> tuple[TrainConfig, int]:
+    """The training of one pretraining run on the packed rows ``packed``: as many steps of ``cfg.batch_size`` rows
+    as reach ``target`` tokens at their mean length, and the tokens those steps draw (every run's schedule)."""
+    steps = max(1, math.ceil(target / (cfg.batch_size * (packed.n_tokens() / len(packed)))))
+    tokens = sum(StepSampler(len(packed), cfg.batch_size, cfg.seed).step_tokens(
+        [len(s) for s in packed.input_ids], steps))
+    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine",
+                     min_lr_ratio=0.1, grad_clip=1.0, log_every=max(1, steps // 20),
+                     checkpoint_every=max(50, steps // 10), progress=progress, desc=name)
+    return tc, tokens
 
 
 def sgtm_config(model, cfg: TokenFilteringConfig) -> SGTMConfig:
@@ -457,7 +460,7 @@ def routed_marks(flags, convention: str) -> list[np.ndarray]:
     return [(loss_weights(f, convention) == 0).astype(np.int64) for f in flags]
 
 
-def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dict:
+def _sgtm_run(cfg, D, model, flags, n_params: int, target: float, name: str, out: Path, progress: bool) -> dict:
     """Selective Gradient Masking on the training documents with ``flags`` as its labels (the classifier's, as
     filtering reads them): the same token budget and batches as a filtered run, every token a target, a loss
     term that masking would drop (:func:`routed_marks`) updating only the dedicated parameters
@@ -470,14 +473,8 @@ def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dic
     masks = dedicated_masks(model, scfg)
     data = pack_sequences(TokenDataset(D.train.input_ids, {"routed": routed_marks(flags, cfg.convention)},
                                        dict(D.train.vocab)), cfg.row_len)
-    target = tokens_for(param_count(model, non_embedding=False), cfg.tokens_per_param)
-    steps = max(1, math.ceil(target / (cfg.batch_size * (data.n_tokens() / len(data)))))
     batch_fn = make_lm_batches(data, cfg.batch_size, cfg.seed, D.pad, extra={"routed": data.labels["routed"]})
-    tokens = sum(StepSampler(len(data), cfg.batch_size, cfg.seed).step_tokens(
-        [len(s) for s in data.input_ids], steps))
-    tc = TrainConfig(steps=steps, lr=cfg.lr, warmup_steps=min(20, steps // 10), schedule="cosine",
-                     min_lr_ratio=0.1, grad_clip=1.0, log_every=max(1, steps // 20),
-                     checkpoint_every=max(50, steps // 10), progress=progress, desc=name)
+    tc, tokens = _pretrain_budget(cfg, data, target, name, progress)
 
     def loss_fn(m, batch, step):
         return {"lm": routed_loss(m, [batch], masks, retain_step(cfg.seed, step, scfg.retain_share))}
@@ -490,11 +487,11 @@ def _sgtm_run(cfg, D, model, flags, name: str, out: Path, progress: bool) -> dic
     model.eval()
     zeroed = ablate(model, masks)
     save_model(model, str(out / "models" / name))
-    n = param_count(model, non_embedding=False)
-    return {"tokens": tokens, "steps": steps, "flops": training_flops(n, tokens), "loss": _eval_losses(model, D.eval),
+    return {"tokens": tokens, "steps": tc.steps, "flops": training_flops(n_params, tokens),
+            "loss": _eval_losses(model, D.eval),
             "flagged_fraction": float(np.mean(np.concatenate(flags))), "kept_documents": 1.0,
             "trained_token_fraction": 1.0,
-            "sgtm": {"heads": scfg.heads, "mlp_units": scfg.mlp_units, "ablated_share": zeroed / n,
+            "sgtm": {"heads": scfg.heads, "mlp_units": scfg.mlp_units, "ablated_share": zeroed / n_params,
                      "passes": dict(passes), "passes_whole_run": carried.whole_run(summary.get("resumed_from", 0))}}
 
 
