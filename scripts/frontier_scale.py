@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robustness_seeds import main as robustness_seeds  # noqa: E402
 
-from obliviate.models.builders import build_model  # noqa: E402
-from obliviate.train.pretrain import PretrainConfig  # noqa: E402
+from obliviate.train.pretrain import ModelConfig, PretrainConfig, pretrain_param_count  # noqa: E402
 
 METHODS = "graddiff,npo,simnpo,rmu,undo,tar,repnoise,mudman"
 ATTACKS = "relearn,relearn_disjoint,relearn_retain,mia,probe,format_shift,quantize,ablate,logit_lens,in_context"
@@ -36,13 +35,11 @@ MIN_RATIO = 8.0
 """The larger model has at least this many times the demo's parameters (the issue's bound)."""
 
 
-def n_params(n_layer: int | None, d_model: int | None, n_head: int | None, vocab: int) -> int:
-    """The world model's parameter count at these settings (the world's ``tiny`` size with them changed)."""
-    cfg = PretrainConfig()
-    kw = {k: v for k, v in (("n_layer", n_layer if n_layer is not None else cfg.model.n_layer),
-                            ("d_model", d_model), ("n_head", n_head)) if v is not None}
-    model = build_model(cfg.model.size, vocab_size=vocab, **kw)
-    return sum(p.numel() for p in model.parameters())
+def n_params(n_layer: int | None, d_model: int | None, n_head: int | None) -> int:
+    """The world model's parameter count at these settings (the world's model with them changed; None: the
+    world's)."""
+    kw = {k: v for k, v in (("n_layer", n_layer), ("d_model", d_model), ("n_head", n_head)) if v is not None}
+    return pretrain_param_count(PretrainConfig(model=ModelConfig(**kw)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--methods", default=METHODS)
     p.add_argument("--tables-only", action="store_true")
     args = p.parse_args(argv)
-    vocab = PretrainConfig().model.vocab_size
-    demo, large = n_params(None, None, None, vocab), n_params(args.n_layer, args.d_model, args.n_head, vocab)
+    demo, large = n_params(None, None, None), n_params(args.n_layer, args.d_model, args.n_head)
     print(f"world model: {large / 1e6:.2f}M parameters, {large / demo:.1f}x the demo's {demo / 1e6:.2f}M", flush=True)
     if large < MIN_RATIO * demo:
         print(f"error: {large / demo:.1f}x the demo's parameters; the larger scale needs at least {MIN_RATIO:g}x",

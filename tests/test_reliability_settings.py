@@ -16,7 +16,7 @@ from obliviate.cli.main import main
 from obliviate.errors import ConfigError, DataError
 from obliviate.eval.suite import text_loss
 from obliviate.methods import build_method
-from obliviate.unlearning.engine import check_lora_rank, check_method_runs, check_overlap, method_run_config
+from obliviate.unlearning.engine import check_lora_rank, check_overlap, check_unused_runs, method_run_config
 from obliviate.models.builders import tiny_random
 from obliviate.tasks import Data
 from obliviate.train.finetune import training_data
@@ -204,8 +204,8 @@ def test_runs_of_an_edit_method_take_only_params():
 
 def test_runs_of_a_method_not_run_are_refused(user, tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"config key 'runs\.rmu' sets a method this run does not run"):
-        check_method_runs({"npo": {"train": {"lr": 1e-4}}, "rmu": {"train": {"lr": 1e-3}}}, ["npo", "graddiff"])
-    check_method_runs({"npo": {"train": {"lr": 1e-4}}}, ["npo"])
+        check_unused_runs({"npo": {"train": {"lr": 1e-4}}, "rmu": {"train": {"lr": 1e-3}}}, ["npo", "graddiff"])
+    check_unused_runs({"npo": {"train": {"lr": 1e-4}}}, ["npo"])
     out = tmp_path / "o"
     assert main(["compare", "--out", str(out), "--no-progress", "--forget", str(user["forget"]), "--retain",
                  str(user["retain_qa"]), "methods=[npo]", "runs.rmu.train.lr=0.001"]) == 2

@@ -15,6 +15,7 @@ from obliviate.errors import ConfigError
 from obliviate.eval.suite import evaluate_task
 from obliviate.evidence.harness import TaskAttackConfig, attack_names
 from obliviate.methods import preset_name
+from obliviate.models.builders import param_count
 from obliviate.models.load import load_model
 from obliviate.pipelines.attack import AttackRunConfig, run_attack
 from obliviate.pipelines.compare.oracle import retain_control_input
@@ -217,7 +218,7 @@ def compare(model, tokenizer, task: Task, out: str | Path, *, methods: str | Seq
                                     base_untrained=None if base_untrained is None else str(base_untrained),
                                     allow_hub=allow_hub)
     plan = compare_plan(cfg, task, name, untaught, oracle="<oracle>" if oracle is not None else None,
-                        control=control, model_size=sum(p.numel() for p in model.parameters()), progress=progress)
+                        control=control, model_size=param_count(model, non_embedding=False), progress=progress)
     models = {name: (model, tokenizer), "<oracle>": (oracle, tokenizer)}
     p = next(model.parameters())
 

@@ -17,7 +17,7 @@ CLI = Path(obliviate.__file__).resolve().parent / "cli"
 RUN_PARTS = {"run_task_attacks", "evaluate_task", "retain_finetune_control", "build_positive_control",
              "positive_controls", "robustness_summary", "control_readout", "untaught_model", "fine_tune_config",
              "training_data", "write_results", "prepare_out_dir", "same_run", "seed_everything", "plot_relearn_curves",
-             "run_compare", "task_digest", "previous_digest", "check_method_runs", "preset_name", "verdict_line",
+             "run_compare", "task_digest", "previous_digest", "check_unused_runs", "preset_name", "verdict_line",
              "no_verdict_line"}
 """Names that are the run's to call, not the command line's."""
 

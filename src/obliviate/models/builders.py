@@ -147,7 +147,7 @@ def tiny_param_count(cfg: TinyModelConfig) -> int:
     with torch.device("meta"):
         model = tiny_llama(cfg.vocab_size, n_layer=cfg.n_layer, d_model=cfg.d_model, n_head=cfg.n_head, d_ff=cfg.d_ff,
                            max_len=cfg.max_len)
-    return sum(p.numel() for p in model.parameters())
+    return param_count(model, non_embedding=False)
 
 
 def build_tiny_model(texts_or_tokenizer, cfg: TinyModelConfig, seed: int = 0):

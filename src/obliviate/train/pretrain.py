@@ -31,7 +31,7 @@ from obliviate.data import (
 from obliviate.errors import ConfigError
 from obliviate.eval.core import LETTERS, mcq_prompt
 from obliviate.losses import lm_loss, lm_loss_grouped
-from obliviate.models.builders import build_model
+from obliviate.models.builders import build_model, param_count
 from obliviate.models.layers import ResumablePasses, count_passes
 from obliviate.models.load import load_tokenizer
 from obliviate.models.tokenizer import save_tokenizer, train_tokenizer
@@ -194,7 +194,7 @@ def build_for(cfg: PretrainConfig, tokenizer) -> torch.nn.Module:
                        **ids, **kw)
 
 
-def param_count(cfg: PretrainConfig) -> int:
+def pretrain_param_count(cfg: PretrainConfig) -> int:
     """The parameters of the model ``cfg`` pretrains, counted without a tokenizer or weights (built on the meta
     device with ``cfg.model.vocab_size`` rows, which the world tokenizer's special tokens may exceed by a
     few): what picks the methods' preset before anything is trained."""
@@ -202,7 +202,7 @@ def param_count(cfg: PretrainConfig) -> int:
           if k in ("n_layer", "d_model", "n_head", "d_ff") and v is not None}
     with torch.device("meta"):
         model = build_model(cfg.model.size, vocab_size=cfg.model.vocab_size, max_len=cfg.model.max_len, **kw)
-    return sum(p.numel() for p in model.parameters())
+    return param_count(model, non_embedding=False)
 
 
 QA_SPLITS = ("forget", "retain", "general", "concept", "neighbour")

@@ -169,14 +169,6 @@ def check_unused_runs(runs: dict | None, methods: list[str]) -> None:
                           f"(methods: {', '.join(methods)}); add it to methods or drop the key")
 
 
-def check_method_runs(runs: dict | None, methods: list[str]) -> None:
-    """:func:`check_unused_runs`, then each run's settings checked (:func:`method_run_config`, at the tiny
-    preset) before any training."""
-    check_unused_runs(runs, methods)
-    for name in methods:
-        method_run_config(name, (runs or {}).get(name), "tiny", 0)
-
-
 DATA_FINGERPRINT = "data_fingerprint.json"
 """The file of a run's training directory that holds the hash of the data it trains on."""
 

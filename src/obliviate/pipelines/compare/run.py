@@ -51,7 +51,7 @@ from obliviate.runs.results import prepare_out_dir, stored_form, write_results
 from obliviate.tasks.base import PreferredAnswers, Task
 from obliviate.train.distributed import barrier, is_main_process, save_trained, two_at_a_time
 from obliviate.train.finetune import FinetuneConfig, finetune, training_data
-from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, param_count, world_for
+from obliviate.train.pretrain import PretrainConfig, cached_pretrain_all, pretrain_param_count, world_for
 from obliviate.unlearning.engine import UnlearnConfig, check_unused_runs, method_run_config, unlearn
 from obliviate.utils import run_write_path, seed_everything
 
@@ -296,7 +296,7 @@ def base_presets(model: str | None, model_size: int | None, pretraining: Mapping
     another task."""
     if model is not None:
         return [preset_name(model_size)] if model_size is not None else list(PRESETS)
-    n = param_count(pretraining["base"]) if "base" in pretraining else tiny_param_count(tiny)
+    n = pretrain_param_count(pretraining["base"]) if "base" in pretraining else tiny_param_count(tiny)
     return sorted({preset_name(int(n * 0.99)), preset_name(int(n * 1.01))}, key=PRESETS.index)
 
 
@@ -566,9 +566,10 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     cost = cost if cost is not None else CostRecord()
     dirs, base_root = _bases(task, plan, out, oracle_dir)
     base_model, tok = load(dirs["base"])
-    if preset_name(base_model) not in plan.runs:  # a size the plan read wrong: said before any model is scored
-        raise ModelError(f"the base model {dirs['base']!r} picks the {preset_name(base_model)!r} preset by its size, "
-                         f"but its size read before loading picked {', '.join(plan.runs)}")
+    preset = preset_name(base_model)
+    if preset not in plan.runs:  # a size the plan read wrong: said before any model is scored
+        raise ModelError(f"the base model {dirs['base']!r} picks the {preset!r} preset by its size, but its size "
+                         f"read before loading picked {', '.join(plan.runs)}")
     # pretraining or fine-tuning the bases (0: cached or given)
     timings: dict = {"bases_seconds": time.time() - t0}
     # their passes: each one's pretrain.json (the oracle's below)
@@ -596,7 +597,7 @@ def run_compare(task: Task, plan: "ComparePlan", out: Path, *, oracle_dir: str |
     held: dict = {}  # the oracle, taken by its part so that it is freed once attacked
     jobs = _oracle_jobs(run, dirs, load, out, run_key, share, store, held, here, timings)
     controls = _control_jobs(run, out, run_key, share)
-    methods = _method_jobs(run, plan, out, run_key, preset_name(base_model), val)
+    methods = _method_jobs(run, plan, out, run_key, preset, val)
     jobs += controls + _known_jobs(run, dirs, load, out, run_key) + methods["jobs"]
     methods["controls"] = {name for name, *_ in controls}
     parallel = (cfg.parallel and two_at_a_time() and all(p.device.type == "cpu" for p in base_model.parameters())
